@@ -1,0 +1,168 @@
+//! Command-line syntax (SPEC §8), declared with clap. Help text teaches by example.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::manifest::Tier;
+
+const AFTER_HELP: &str = "\
+Examples:
+  spawnd manifest lint policies/git.toml        validate a manifest
+  spawnd manifest explain policies/git.toml     what it lets a program do, in plain words
+  spawnd manifest pin policies/git.toml         fill in program sha256 hashes in place
+  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01
+                                                the gate's decision and the exact argv
+  spawnd health --json                          which kernel layers this machine offers
+
+Exit codes: 0 ok, 2 usage, 3 denied, 4 config/manifest/credential, 5 kernel layer or
+audit unavailable, 6 not found, 10 internal. Every command takes --json for the
+{ok, tool, command, data|error, meta} envelope.";
+
+/// spawnd: run local CLIs for untrusted callers, inside what a manifest declares.
+#[derive(Debug, Parser)]
+#[command(name = "spawnd", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Print the JSON envelope instead of human text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The invocation's permission tier: readonly (default), write, full, admin.
+    #[arg(long, global = true, value_name = "TIER", value_parser = parse_tier)]
+    pub mode: Option<Tier>,
+    /// Operator config file (beats $SPAWND_CONFIG).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// More detail on stderr.
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+fn parse_tier(s: &str) -> Result<Tier, String> {
+    s.parse()
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
+    #[command(after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n\nNothing runs and nothing is recorded in the audit trail.")]
+    Check(RunArgs),
+    /// Validate, explain or pin manifests.
+    #[command(subcommand)]
+    Manifest(ManifestCommand),
+    /// Print `sha256:<hex>` of a file (what a manifest's program hash must be).
+    #[command(after_help = "Example:\n  spawnd hash /usr/bin/git")]
+    Hash {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Describe this tool: version, modes, commands, denial reasons (connector contract).
+    Capabilities,
+    /// Probe the kernel: user namespaces, Landlock ABI, seccomp, cgroups, audit location.
+    #[command(after_help = "Status: healthy, needs_setup, degraded or error, with the reasons. Exits 5 unless healthy.")]
+    Health,
+    /// Operator configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Internal: create a user namespace and exit (used by `health`).
+    #[command(name = "__probe-userns", hide = true)]
+    ProbeUserns,
+}
+
+/// `spawnd manifest …`.
+#[derive(Debug, Subcommand)]
+pub enum ManifestCommand {
+    /// Validate a manifest: errors with file:line:column and a fix; warnings for weak spots.
+    #[command(after_help = "Example:\n  spawnd manifest lint policies/git.toml\n\nExit 0 when valid (warnings allowed), 4 when not.")]
+    Lint {
+        /// Manifest file.
+        file: PathBuf,
+    },
+    /// Say in plain words what a manifest lets a program do (for a security reviewer).
+    #[command(after_help = "Example:\n  spawnd manifest explain policies/git.toml")]
+    Explain {
+        /// Manifest file.
+        file: PathBuf,
+    },
+    /// Fill in or update each program's `hash` in place, keeping comments and layout.
+    #[command(after_help = "Example:\n  spawnd manifest pin policies/git.toml\n\nPrograms given as `~/` paths are hashed for the invoking user.")]
+    Pin {
+        /// Manifest file.
+        file: PathBuf,
+    },
+}
+
+/// `spawnd config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Show the effective operator config (credential sources shown, secret values never).
+    Show,
+}
+
+/// The request arguments shared by `run` and `check`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The connector manifest.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: PathBuf,
+    /// The operation to run.
+    #[arg(long, value_name = "NAME", conflicts_with = "envelope", required_unless_present = "envelope")]
+    pub op: Option<String>,
+    /// A raw envelope: JSON {program, argv, env?, cwd?, stdin? | stdin_b64?}.
+    #[arg(long, value_name = "FILE")]
+    pub envelope: Option<PathBuf>,
+    /// A placeholder value, `key=value` (split on the first `=`); repeat for each.
+    #[arg(long = "arg", value_name = "K=V", conflicts_with = "envelope")]
+    pub args: Vec<String>,
+    /// Pass an env key: `K=V`, or `K` to take it from this environment.
+    #[arg(long = "env", value_name = "K[=V]")]
+    pub env: Vec<String>,
+    /// The child's working directory (inside fs_read or fs_write).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Feed this file (or `-` for spawnd's stdin) to the child; /dev/null otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub stdin_file: Option<PathBuf>,
+    /// Tighten the wall time, e.g. `500ms`, `10s`, `2m` (never loosens the manifest's).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub timeout: Option<u64>,
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 500ms, 10s or 2m"))?;
+    let factor = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("`{text}`: unknown unit `{unit}`; use ms, s, m or h")),
+    };
+    n.checked_mul(factor).filter(|ms| *ms > 0).ok_or_else(|| format!("`{text}` must be a positive duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("10s"), Ok(10_000));
+        assert_eq!(parse_duration_ms("3"), Ok(3_000));
+        assert_eq!(parse_duration_ms("2m"), Ok(120_000));
+        assert!(parse_duration_ms("0s").is_err());
+        assert!(parse_duration_ms("5 weeks").is_err());
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

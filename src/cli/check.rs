@@ -1,0 +1,205 @@
+//! `spawnd check`: build the request exactly as `run` would, pass it through
+//! the gate, and print the decision with the exact argv. Nothing runs and
+//! nothing is audited.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::args::{Cli, RunArgs};
+use super::context::{current_caller, load_config, load_manifest};
+use super::output::{Failure, Success};
+use crate::config::Config;
+use crate::manifest::Manifest;
+use crate::plan::{CwdPlan, SpawnPlan};
+use crate::policy::{decide, Access, Caller, Decision, GateContext, Request, RequestKind};
+use crate::program::ProgramOpener;
+
+/// A raw envelope file (the ADR's schema; unknown keys refused, names exact).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvelopeFile {
+    /// Program path or declared file name.
+    pub program: String,
+    /// argv including argv[0].
+    pub argv: Vec<String>,
+    /// Env values.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory.
+    pub cwd: Option<String>,
+    /// Stdin as text.
+    pub stdin: Option<String>,
+    /// Stdin as base64.
+    pub stdin_b64: Option<String>,
+}
+
+/// Everything the gate needs for one CLI invocation.
+pub struct Prepared {
+    /// The operator config.
+    pub config: Config,
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The invoking user.
+    pub caller: Caller,
+    /// The request.
+    pub request: Request,
+}
+
+/// Loads config and manifest and builds the request from `run`/`check` arguments.
+pub fn prepare(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
+    let config = load_config(cli)?;
+    let manifest = load_manifest(&args.manifest, &config)?;
+    let caller = current_caller()?;
+    let (kind, mut env, envelope_cwd) = match (&args.op, &args.envelope) {
+        (Some(op), None) => (RequestKind::Op { name: op.clone(), args: parse_args(&args.args)? }, BTreeMap::new(), None),
+        (None, Some(path)) => {
+            let e = read_envelope(path)?;
+            if e.stdin.is_some() && e.stdin_b64.is_some() {
+                return Err(Failure::usage("the envelope gives both stdin and stdin_b64; keep one"));
+            }
+            (RequestKind::Raw { program: e.program, argv: e.argv }, e.env, e.cwd)
+        }
+        _ => return Err(Failure::usage("give --op NAME or --envelope FILE")),
+    };
+    merge_cli_env(&mut env, &args.env, &manifest)?;
+    let cwd = match &args.cwd {
+        Some(dir) if dir.is_absolute() => Some(dir.display().to_string()),
+        Some(dir) => Some(std::env::current_dir().map_err(|e| Failure::usage(format!("getcwd: {e}")))?.join(dir).display().to_string()),
+        None => envelope_cwd,
+    };
+    let request = Request { kind, env, cwd, action: None, mode: cli.mode.unwrap_or_default() };
+    Ok(Prepared { config, manifest, caller, request })
+}
+
+/// `--arg k=v`: split on the first `=`; a key given twice is a usage error.
+pub fn parse_args(raw: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    let mut out = BTreeMap::new();
+    for item in raw {
+        let (k, v) = item.split_once('=').ok_or_else(|| Failure::usage(format!("--arg `{item}` needs the form key=value")))?;
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(Failure::usage(format!("--arg {k} is given twice; give each key once")));
+        }
+    }
+    Ok(out)
+}
+
+fn read_envelope(path: &Path) -> Result<EnvelopeFile, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::new(if e.kind() == std::io::ErrorKind::NotFound { 6 } else { 2 }, format!("cannot read envelope {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| Failure::usage(format!("envelope {}: {e} (expected {{program, argv, env?, cwd?, stdin? | stdin_b64?}})", path.display())))
+}
+
+/// `--env K=V` and `--env K` explicitly; other passthrough keys (not credential
+/// keys) come from the invoking environment when set and non-empty there.
+fn merge_cli_env(env: &mut BTreeMap<String, String>, flags: &[String], manifest: &Manifest) -> Result<(), Failure> {
+    let mut named = Vec::new();
+    for flag in flags {
+        let (key, value) = match flag.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => {
+                let v = std::env::var(flag).map_err(|_| Failure::usage(format!("--env {flag}: {flag} is not set in this environment; use --env {flag}=VALUE")))?;
+                (flag.clone(), v)
+            }
+        };
+        named.push(key.clone());
+        env.insert(key, value);
+    }
+    if let Some(spawn) = &manifest.spawn {
+        for key in spawn.env_passthrough.iter().filter(|k| !spawn.credential_env_keys.contains(k) && !named.contains(k)) {
+            if env.contains_key(key) {
+                continue;
+            }
+            if let Some(value) = std::env::var(key).ok().filter(|v| !v.is_empty()) {
+                env.insert(key.clone(), value);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decides a prepared request for a local invocation.
+pub fn decide_local(p: &Prepared, opener: &mut ProgramOpener) -> Decision {
+    let connector = p.manifest.connector.name.to_string();
+    let bound = p.config.bound_credentials(&p.manifest);
+    let ctx = GateContext {
+        connector: &connector,
+        manifest: Some(&p.manifest),
+        disabled: p.config.is_disabled(&p.manifest.connector.name),
+        access: &Access::Local,
+        bound_credentials: &bound,
+        require_program_hash: p.config.sandbox.require_program_hash,
+    };
+    decide(&ctx, &p.caller, &p.request, opener)
+}
+
+/// `spawnd check`.
+pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+    let prepared = prepare(cli, args)?;
+    let mut opener = ProgramOpener::default();
+    match decide_local(&prepared, &mut opener) {
+        Decision::Allowed(mut plan) => {
+            if let Some(t) = args.timeout {
+                plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
+            }
+            Ok(Success::new(allowed_json(&plan), allowed_text(&plan)))
+        }
+        Decision::Denied(denial) => {
+            let mut message = format!("denied ({}): {}", denial.reason.as_str(), denial.message);
+            message.push_str(&format!("\n  requested: {}", denial.requested));
+            if !denial.granted.is_empty() {
+                message.push_str(&format!("\n  granted:   {}", denial.granted.join(", ")));
+            }
+            Err(Failure::new(denial.exit_code(), message).with_details(&*denial))
+        }
+    }
+}
+
+fn allowed_json(plan: &SpawnPlan) -> serde_json::Value {
+    let mut data = serde_json::to_value(plan).unwrap_or_default();
+    data["decision"] = json!("allowed");
+    data
+}
+
+fn allowed_text(plan: &SpawnPlan) -> String {
+    let argv = serde_json::to_string(&plan.argv).unwrap_or_default();
+    let env: Vec<String> = plan
+        .env
+        .iter()
+        .map(|e| {
+            let source = match e.source {
+                crate::plan::EnvSource::Request => "from the caller",
+                crate::plan::EnvSource::Fixed => "fixed by the manifest",
+                crate::plan::EnvSource::Credential => "credential, filled at spawn time",
+            };
+            format!("{} ({source})", e.key)
+        })
+        .collect();
+    let cwd = match &plan.cwd {
+        CwdPlan::Dir(d) => d.display().to_string(),
+        CwdPlan::FreshTemp => "a fresh temporary directory, removed afterwards".into(),
+    };
+    let pin = if plan.program.pinned { "matches the pinned hash" } else { "not pinned" };
+    let l = &plan.limits;
+    format!(
+        "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\ncwd:     {cwd}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
+        plan.connector, plan.version, plan.op, plan.op_mode, plan.program.declared, plan.program.resolved.display(), plan.program.sha256, plan.argv_shape,
+        if env.is_empty() { "(none)".to_string() } else { env.join(", ") },
+        l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_split_on_the_first_equals_and_duplicates_are_usage_errors() {
+        let parsed = parse_args(&["a=b=c".into(), "x=".into()]).unwrap();
+        assert_eq!(parsed["a"], "b=c");
+        assert_eq!(parsed["x"], "");
+        assert_eq!(parse_args(&["a=1".into(), "a=2".into()]).unwrap_err().exit, 2);
+        assert_eq!(parse_args(&["novalue".into()]).unwrap_err().exit, 2);
+    }
+}

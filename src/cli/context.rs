@@ -1,0 +1,50 @@
+//! What commands share: the operator config (from `--config`, `$SPAWND_CONFIG`
+//! or built-in defaults), the invoking user as a `Caller`, and manifests read
+//! from disk and validated against the config's ceilings.
+
+use std::path::{Path, PathBuf};
+
+use super::args::Cli;
+use super::output::Failure;
+use crate::config::{default_audit_path, Config};
+use crate::manifest::{parse_manifest, LoadOptions, Manifest};
+use crate::policy::Caller;
+
+/// The invoking user, with the home directory from the password database.
+pub fn current_caller() -> Result<Caller, Failure> {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .map_err(|e| Failure::config(format!("getpwuid({uid}): {e}")))?
+        .ok_or_else(|| Failure::config(format!("uid {uid} has no entry in the password database, so `~` cannot be expanded; run as a user with a home directory")))?;
+    Ok(Caller { uid: uid.as_raw(), gid: nix::unistd::getgid().as_raw(), pid: Some(std::process::id()), home: user.dir })
+}
+
+/// The config file in force, if any.
+pub fn config_path(cli: &Cli) -> Option<PathBuf> {
+    cli.config.clone().or_else(|| std::env::var_os("SPAWND_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from))
+}
+
+/// Loads the operator config, or the defaults when none is given.
+pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
+    let uid = nix::unistd::getuid().as_raw();
+    let home = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.dir);
+    let xdg = std::env::var("XDG_STATE_HOME").ok();
+    let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
+    match config_path(cli) {
+        Some(path) => Config::load(&path, default_audit).map_err(|e| {
+            let exit = if matches!(e, crate::config::ConfigError::Read { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound) { 6 } else { 4 };
+            Failure::new(exit, e.to_string())
+        }),
+        None => Ok(Config::defaults(default_audit)),
+    }
+}
+
+/// Reads and validates a manifest file.
+pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let f = format!("cannot read manifest {}: {e}", path.display());
+        if e.kind() == std::io::ErrorKind::NotFound { Failure::not_found(f) } else { Failure::config(f) }
+    })?;
+    let options = LoadOptions { max_wall_time_ms: config.sandbox.max_wall_time_ms };
+    parse_manifest(&path.display().to_string(), &text, options).map_err(|e| Failure::config(e.to_string()).with_details(&e))
+}

@@ -1,0 +1,125 @@
+//! `manifest explain`: a manifest in plain words for a security reviewer —
+//! what may run, with which arguments, what it may read, write and execute,
+//! what it gets in its environment, and what it can never do.
+
+use std::fmt::Write;
+
+use crate::manifest::{Manifest, ScopePath, SpawnGrant, ValueKind};
+
+/// The explanation text.
+pub fn explain_text(m: &Manifest) -> String {
+    let mut out = String::new();
+    let c = &m.connector;
+    let _ = writeln!(out, "Connector {} version {} (manifest sha256 {}).", c.name, c.version, m.digest);
+    if let Some(p) = &c.provenance_hash {
+        let _ = writeln!(out, "Publisher's provenance hash: {p} (recorded, not checked by spawnd).");
+    }
+    explain_informational(m, &mut out);
+    match &m.spawn {
+        None => out.push_str("\nIt declares no [capabilities.spawn]: spawnd will not run any program for it.\n"),
+        Some(s) => explain_spawn(s, &mut out),
+    }
+    for w in &m.warnings {
+        let _ = writeln!(out, "Warning: {}: {}", w.key, w.message);
+    }
+    out
+}
+
+fn explain_informational(m: &Manifest, out: &mut String) {
+    let i = &m.info;
+    if !i.network_hosts.is_empty() {
+        let _ = writeln!(out, "The connector itself may reach {} (its own grant; spawned programs get no network).", i.network_hosts.join(", "));
+    }
+    if let Some(kind) = &i.credential_kind {
+        let scope = i.credential_scope.as_deref().map(|s| format!(" with scope \"{s}\"")).unwrap_or_default();
+        let _ = writeln!(out, "It needs a credential of kind {kind}{scope}; the operator binds it.");
+    }
+    if let Some(h) = &i.credential_header {
+        let _ = writeln!(out, "The connector runtime injects it as the HTTP header `{h}`.");
+    }
+    if let Some(o) = &i.oauth2 {
+        let _ = writeln!(out, "OAuth app: token endpoint {}, client id {}, scopes [{}]{}.", o.token_url.as_deref().unwrap_or("(none)"), o.client_id.as_deref().unwrap_or("(none)"), o.scopes.join(", "), if o.has_client_secret { "; a client secret is bound into the manifest" } else { "" });
+    }
+    if !i.intents.is_empty() {
+        let _ = writeln!(out, "It provides: {}.", i.intents.join(", "));
+    }
+}
+
+fn list(scopes: &[ScopePath]) -> String {
+    scopes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn explain_spawn(s: &SpawnGrant, out: &mut String) {
+    out.push_str("\nPrograms it may run (each opened once, hashed, and executed from that same file):\n");
+    for p in &s.programs {
+        let pin = p.hash.map_or("NOT pinned: whatever is at that path runs".to_string(), |h| format!("only if its bytes hash to {h}"));
+        let _ = writeln!(out, "  {} — {pin}", p.path);
+    }
+    out.push_str("\nOperations (argv is fixed except for the {placeholders}; each value stays one argument, never split or shell-evaluated):\n");
+    for op in s.operations.values() {
+        let _ = writeln!(out, "  {} [mode {}]: {}", op.name, op.mode, op.template.shape());
+        if let Some(d) = &op.description {
+            let _ = writeln!(out, "      {d}");
+        }
+        for name in op.template.placeholders() {
+            let what = op.param_descriptions.get(name).map(|d| format!("{d} — ")).unwrap_or_default();
+            let _ = writeln!(out, "      {{{name}}}: {what}{}", describe_param(op, name));
+        }
+        if op.limits != s.limits {
+            let _ = writeln!(out, "      tighter limits: wall time {} ms, stdout {} bytes", op.limits.wall_time_ms, op.limits.max_stdout_bytes);
+        }
+    }
+    explain_fs(s, out);
+    explain_env(s, out);
+    let l = &s.limits;
+    let _ = writeln!(out, "\nLimits: {} ms wall time; stdout kept up to {} bytes, stderr {} bytes; memory {} bytes; {} processes; files up to {} bytes; {} open files.", l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files);
+    out.push_str("\nAlways, whatever the manifest says: no network (only its own loopback), no other files, no privilege gain (no setuid, no capabilities), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.\n");
+}
+
+fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {
+    let rule = op.params.get(name).cloned().unwrap_or_default();
+    let mut parts = Vec::new();
+    if let Some(p) = &rule.pattern {
+        parts.push(format!("must match /{}/", p.as_str()));
+    }
+    if let Some(v) = &rule.values {
+        parts.push(format!("one of {}", v.join(", ")));
+    }
+    parts.push(format!("at most {} bytes", rule.max_len));
+    if !rule.allow_empty {
+        parts.push("not empty".into());
+    }
+    if rule.allow_dash {
+        parts.push("MAY start with `-` (options allowed)".into());
+    }
+    if op.kinds.get(name) == Some(&ValueKind::Path) {
+        parts.push("a path without `..`, absolute ones only inside the scopes".into());
+    }
+    if let Some(d) = &rule.default {
+        parts.push(format!("defaults to \"{d}\""));
+    }
+    parts.join("; ")
+}
+
+fn explain_fs(s: &SpawnGrant, out: &mut String) {
+    out.push_str("\nFiles:\n");
+    let none = "nothing";
+    let _ = writeln!(out, "  may read:    {}", if s.fs_read.is_empty() { none.into() } else { list(&s.fs_read) });
+    let _ = writeln!(out, "  may write:   {}", if s.fs_write.is_empty() { none.into() } else { list(&s.fs_write) });
+    let _ = writeln!(out, "  may execute: the declared programs and the system runtime{}", if s.fs_exec.is_empty() { String::new() } else { format!(", plus files in {}", list(&s.fs_exec)) });
+    let cwd = s.cwd.as_ref().map_or("a fresh temporary directory, removed afterwards".to_string(), |c| c.to_string());
+    let _ = writeln!(out, "  starts in:   {cwd}");
+}
+
+fn explain_env(s: &SpawnGrant, out: &mut String) {
+    let passed: Vec<&String> = s.env_passthrough.iter().filter(|k| !s.credential_env_keys.contains(k)).collect();
+    out.push_str("\nEnvironment (nothing else, not even PATH or HOME unless listed):\n");
+    let _ = writeln!(out, "  from the caller: {}", if passed.is_empty() { "nothing".to_string() } else { passed.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ") });
+    if !s.env_set.is_empty() {
+        let fixed: Vec<String> = s.env_set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "  fixed:           {}", fixed.join(", "));
+    }
+    if !s.credential_env_keys.is_empty() {
+        let _ = writeln!(out, "  secrets:         {} (filled by spawnd from the operator's binding, never by the caller; redacted from output)", s.credential_env_keys.join(", "));
+    }
+}

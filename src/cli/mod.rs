@@ -1,0 +1,78 @@
+//! The command-line front end: parse arguments, load what a command needs,
+//! run it, and hand the outcome to `output::emit`, the one place that maps
+//! outcomes to text, JSON and exit codes. `main` returns the exit code.
+
+mod args;
+mod check;
+mod context;
+mod explain;
+mod info;
+mod manifest_cmd;
+mod output;
+
+use std::time::Instant;
+
+use clap::Parser;
+
+pub use args::{parse_duration_ms, Cli, Command, ConfigCommand, ManifestCommand, RunArgs};
+pub use output::{error_code, Failure, Success};
+
+/// Runs the CLI with the process arguments; returns the exit code.
+pub fn main() -> i32 {
+    let started = Instant::now();
+    let raw_args: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&raw_args) {
+        Ok(cli) => cli,
+        Err(e) => return report_usage_error(e, &raw_args, started),
+    };
+    let command = command_name(&cli.command);
+    let mode = cli.mode.unwrap_or_default().to_string();
+    let result = dispatch(&cli);
+    output::emit(result, cli.json, &output::Meta { command, mode: &mode, started })
+}
+
+fn report_usage_error(e: clap::Error, raw_args: &[String], started: Instant) -> i32 {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 };
+    }
+    if raw_args.iter().any(|a| a == "--json") {
+        let message = e.render().to_string();
+        let message = message.lines().next().unwrap_or("invalid usage").trim_start_matches("error: ");
+        return output::emit(Err(Failure::usage(message)), true, &output::Meta { command: "usage", mode: "readonly", started });
+    }
+    let _ = e.print();
+    2
+}
+
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Check(_) => "check",
+        Command::Manifest(ManifestCommand::Lint { .. }) => "manifest.lint",
+        Command::Manifest(ManifestCommand::Explain { .. }) => "manifest.explain",
+        Command::Manifest(ManifestCommand::Pin { .. }) => "manifest.pin",
+        Command::Hash { .. } => "hash",
+        Command::Capabilities => "capabilities",
+        Command::Health => "health",
+        Command::Config(ConfigCommand::Show) => "config.show",
+        Command::ProbeUserns => "probe-userns",
+    }
+}
+
+fn dispatch(cli: &Cli) -> Result<Success, Failure> {
+    match &cli.command {
+        Command::Check(args) => check::run_check(cli, args),
+        Command::Manifest(ManifestCommand::Lint { file }) => manifest_cmd::lint(cli, file),
+        Command::Manifest(ManifestCommand::Explain { file }) => manifest_cmd::explain(cli, file),
+        Command::Manifest(ManifestCommand::Pin { file }) => manifest_cmd::pin(cli, file),
+        Command::Hash { file } => info::hash(file),
+        Command::Capabilities => Ok(info::capabilities()),
+        Command::Health => info::health(cli),
+        Command::Config(ConfigCommand::Show) => info::config_show(cli),
+        Command::ProbeUserns => match crate::probe::userns_probe_helper() {
+            Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
+            Err(e) => Err(Failure::new(5, e)),
+        },
+    }
+}

@@ -1,0 +1,145 @@
+//! The one place that turns a command's outcome into output and an exit code:
+//! human text, or the `{ok, tool, command, data | error, meta}` envelope of the
+//! connector CLI contract (SPEC §10).
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// A command that failed, with everything needed to report it.
+#[derive(Debug)]
+pub struct Failure {
+    /// Process exit code (SPEC §10).
+    pub exit: i32,
+    /// One line (or a few) for humans.
+    pub message: String,
+    /// Structured details (the denial object, manifest problems, …).
+    pub details: Option<Value>,
+}
+
+impl Failure {
+    /// A failure with exit code `exit`.
+    pub fn new(exit: i32, message: impl Into<String>) -> Failure {
+        Failure { exit, message: message.into(), details: None }
+    }
+
+    /// Usage error (2).
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(2, message)
+    }
+
+    /// Config, manifest or credential problem (4).
+    pub fn config(message: impl Into<String>) -> Failure {
+        Failure::new(4, message)
+    }
+
+    /// Not found (6).
+    pub fn not_found(message: impl Into<String>) -> Failure {
+        Failure::new(6, message)
+    }
+
+    /// Attaches structured details.
+    pub fn with_details(mut self, details: impl Serialize) -> Failure {
+        self.details = serde_json::to_value(details).ok();
+        self
+    }
+}
+
+/// What a successful command produced.
+#[derive(Debug)]
+pub struct Success {
+    /// The envelope's `data`.
+    pub data: Value,
+    /// What a human reads on stdout.
+    pub human: String,
+    /// Exit code (0 unless the command reports a state, like `health`).
+    pub exit: i32,
+}
+
+impl Success {
+    /// Exit 0 with data and text.
+    pub fn new(data: impl Serialize, human: impl Into<String>) -> Success {
+        Success { data: serde_json::to_value(data).unwrap_or(Value::Null), human: human.into(), exit: 0 }
+    }
+}
+
+/// The error code for an exit code.
+pub fn error_code(exit: i32) -> &'static str {
+    match exit {
+        2 => "INVALID_USAGE",
+        3 => "PERMISSION_DENIED",
+        4 => "CONFIG_ERROR",
+        5 => "BACKEND_UNAVAILABLE",
+        6 => "NOT_FOUND",
+        _ => "INTERNAL_ERROR",
+    }
+}
+
+/// Context every envelope carries.
+pub struct Meta<'a> {
+    /// Subcommand path, e.g. `manifest.lint`.
+    pub command: &'a str,
+    /// The invocation's tier.
+    pub mode: &'a str,
+    /// When the command started.
+    pub started: std::time::Instant,
+}
+
+fn meta_json(meta: &Meta) -> Value {
+    let timestamp = time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    json!({
+        "mode": meta.mode,
+        "duration_ms": meta.started.elapsed().as_millis() as u64,
+        "timestamp": timestamp,
+        "version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// Prints the outcome and returns the exit code.
+pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i32 {
+    match result {
+        Ok(s) if json_mode => {
+            let ok = s.exit == 0;
+            let mut envelope = json!({"ok": ok, "tool": "spawnd", "command": meta.command, "data": s.data, "meta": meta_json(meta)});
+            if !ok {
+                let message = s.human.lines().next().unwrap_or("see data");
+                envelope["error"] = json!({"code": error_code(s.exit), "message": message, "details": Value::Null});
+            }
+            println!("{envelope}");
+            s.exit
+        }
+        Ok(s) => {
+            if !s.human.is_empty() {
+                println!("{}", s.human.trim_end());
+            }
+            s.exit
+        }
+        Err(f) if json_mode => {
+            let envelope = json!({
+                "ok": false,
+                "tool": "spawnd",
+                "command": meta.command,
+                "error": {"code": error_code(f.exit), "message": f.message, "details": f.details},
+                "meta": meta_json(meta),
+            });
+            println!("{envelope}");
+            f.exit
+        }
+        Err(f) => {
+            eprintln!("spawnd: {}", f.message.trim_end());
+            f.exit
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_follow_exit_codes() {
+        let table = [(2, "INVALID_USAGE"), (3, "PERMISSION_DENIED"), (4, "CONFIG_ERROR"), (5, "BACKEND_UNAVAILABLE"), (6, "NOT_FOUND"), (10, "INTERNAL_ERROR")];
+        for (exit, code) in table {
+            assert_eq!(error_code(exit), code);
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! The operator config (SPEC §9): one TOML file, every key optional, unknown
+//! keys refused. Parsed into typed values here; reading the file and choosing
+//! the default audit location are the only I/O, at the edges of this module.
+//! Credential sources are locators (`file:…`, `exec:…`), never secret values.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::limits::{LIMIT_SPECS, WALL_TIME_HARD_CEILING_MS};
+use crate::manifest::{Fqn, Manifest};
+use crate::policy::AccessRule;
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// TOML syntax or an unknown key.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("config {path}: {key}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Dotted key.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    audit: RawAudit,
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    access: Vec<RawAccess>,
+    #[serde(default)]
+    credentials: Vec<RawBinding>,
+    #[serde(default)]
+    disable: Vec<RawDisable>,
+    #[serde(default)]
+    sandbox: RawSandbox,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    path: Option<PathBuf>,
+    rotate_bytes: Option<u64>,
+    hmac_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    socket: Option<PathBuf>,
+    socket_mode: Option<String>,
+    socket_group: Option<String>,
+    manifests: Option<Vec<PathBuf>>,
+    max_connections: Option<u32>,
+    max_frame_bytes: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccess {
+    connector: String,
+    #[serde(default)]
+    uids: Vec<u32>,
+    #[serde(default)]
+    gids: Vec<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBinding {
+    connector: String,
+    key: Option<String>,
+    source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDisable {
+    connector: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    system_paths: Option<Vec<PathBuf>>,
+    run_as: Option<String>,
+    require_program_hash: Option<bool>,
+    max_wall_time_ms: Option<u64>,
+}
+
+/// Where a connector's credential comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// A file readable only by spawnd's user.
+    File(PathBuf),
+    /// `$CREDENTIALS_DIRECTORY/NAME`.
+    Systemd(String),
+    /// A key in the Linux kernel keyring, by description.
+    Keyring(String),
+    /// A helper program run without a shell.
+    Exec {
+        /// The helper.
+        program: PathBuf,
+        /// Its arguments.
+        args: Vec<String>,
+    },
+}
+
+impl CredentialSource {
+    fn parse(text: &str) -> Result<CredentialSource, String> {
+        let (scheme, rest) = text.split_once(':').ok_or("must be file:PATH, systemd:NAME, keyring:DESC or exec:/path/to/helper ARG…")?;
+        match scheme {
+            "file" if rest.starts_with('/') => Ok(CredentialSource::File(rest.into())),
+            "file" => Err("file: needs an absolute path".into()),
+            "systemd" if !rest.is_empty() && !rest.contains('/') => Ok(CredentialSource::Systemd(rest.into())),
+            "systemd" => Err("systemd: needs a credential name without `/`".into()),
+            "keyring" if !rest.is_empty() => Ok(CredentialSource::Keyring(rest.into())),
+            "keyring" => Err("keyring: needs a key description".into()),
+            "exec" => {
+                let mut words = rest.split(' ').filter(|w| !w.is_empty());
+                let program = words.next().filter(|p| p.starts_with('/')).ok_or("exec: needs an absolute helper path")?;
+                Ok(CredentialSource::Exec { program: program.into(), args: words.map(str::to_string).collect() })
+            }
+            other => Err(format!("unknown source kind `{other}`; use file:, systemd:, keyring: or exec:")),
+        }
+    }
+}
+
+impl fmt::Display for CredentialSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialSource::File(p) => write!(f, "file:{}", p.display()),
+            CredentialSource::Systemd(n) => write!(f, "systemd:{n}"),
+            CredentialSource::Keyring(d) => write!(f, "keyring:{d}"),
+            CredentialSource::Exec { program, args } => {
+                write!(f, "exec:{}", program.display())?;
+                args.iter().try_for_each(|a| write!(f, " {a}"))
+            }
+        }
+    }
+}
+
+impl Serialize for CredentialSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `[[credentials]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CredentialBinding {
+    /// The connector.
+    pub connector: Fqn,
+    /// The credential_env_key it fills (`None`: the connector's only one).
+    pub key: Option<String>,
+    /// Where the value comes from.
+    pub source: CredentialSource,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditConfig {
+    /// The append-only log (`None`: no usable default location).
+    pub path: Option<PathBuf>,
+    /// Rotate when the file exceeds this size.
+    pub rotate_bytes: u64,
+    /// Key for a keyed (HMAC) chain.
+    pub hmac_key_file: Option<PathBuf>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerConfig {
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Socket mode.
+    pub socket_mode: u32,
+    /// Socket group.
+    pub socket_group: Option<String>,
+    /// Manifest files or directories.
+    pub manifests: Vec<PathBuf>,
+    /// Concurrent connections.
+    pub max_connections: u32,
+    /// Largest request line.
+    pub max_frame_bytes: u32,
+}
+
+/// `[sandbox]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxConfig {
+    /// Read-only system runtime bound into every sandbox.
+    pub system_paths: Vec<PathBuf>,
+    /// A fixed identity for every child.
+    pub run_as: Option<(u32, u32)>,
+    /// Refuse programs without a pinned hash.
+    pub require_program_hash: bool,
+    /// The wall-time ceiling a manifest may ask for.
+    pub max_wall_time_ms: u64,
+}
+
+/// The operator config, typed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Config {
+    /// The file it came from (`None`: built-in defaults).
+    pub source: Option<PathBuf>,
+    /// Audit trail.
+    pub audit: AuditConfig,
+    /// Daemon.
+    pub server: ServerConfig,
+    /// Who may act for which connector (daemon only).
+    #[serde(serialize_with = "serialize_access")]
+    pub access: Vec<AccessRule>,
+    /// Credential bindings.
+    pub credentials: Vec<CredentialBinding>,
+    /// Disabled connectors.
+    pub disabled: Vec<Fqn>,
+    /// Sandbox settings.
+    pub sandbox: SandboxConfig,
+}
+
+fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(rules.len()))?;
+    for r in rules {
+        seq.serialize_element(&serde_json::json!({"connector": r.connector, "uids": r.uids, "gids": r.gids}))?;
+    }
+    seq.end()
+}
+
+/// The default read-only system runtime (SPEC §9).
+pub const DEFAULT_SYSTEM_PATHS: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"];
+
+/// Where the audit log lives when the config does not say (SPEC §9).
+pub fn default_audit_path(uid: u32, xdg_state_home: Option<&str>, home: Option<&Path>) -> Option<PathBuf> {
+    if uid == 0 {
+        return Some(PathBuf::from("/var/log/spawnd/audit.jsonl"));
+    }
+    match (xdg_state_home.filter(|x| x.starts_with('/')), home) {
+        (Some(xdg), _) => Some(Path::new(xdg).join("spawnd/audit.jsonl")),
+        (None, Some(home)) => Some(home.join(".local/state/spawnd/audit.jsonl")),
+        (None, None) => None,
+    }
+}
+
+impl Config {
+    /// Parses config text. `default_audit` is used when `[audit] path` is absent.
+    pub fn parse(path: &Path, text: &str, default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string().trim().to_string() })?;
+        Config::from_raw(Some(path), raw, default_audit)
+    }
+
+    /// The built-in defaults.
+    pub fn defaults(default_audit: Option<PathBuf>) -> Config {
+        match Config::from_raw(None, RawConfig::default(), default_audit) {
+            Ok(c) => c,
+            Err(_) => unreachable_defaults(),
+        }
+    }
+
+    /// Reads and parses `path`.
+    pub fn load(path: &Path, default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::parse(path, &text, default_audit)
+    }
+
+    fn from_raw(path: Option<&Path>, raw: RawConfig, default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid { path: path.unwrap_or(Path::new("<defaults>")).into(), key: key.into(), message };
+        let fqn = |key: &str, s: &str| Fqn::parse(s).map_err(|m| invalid(key, format!("`{s}`: {m}")));
+        let access = raw.access.iter().map(|a| Ok(AccessRule { connector: fqn("access.connector", &a.connector)?, uids: a.uids.clone(), gids: a.gids.clone() })).collect::<Result<_, ConfigError>>()?;
+        let credentials = raw
+            .credentials
+            .iter()
+            .map(|b| {
+                let source = CredentialSource::parse(&b.source).map_err(|m| invalid("credentials.source", m))?;
+                Ok(CredentialBinding { connector: fqn("credentials.connector", &b.connector)?, key: b.key.clone(), source })
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        let disabled = raw.disable.iter().map(|d| fqn("disable.connector", &d.connector)).collect::<Result<_, _>>()?;
+        let socket_mode = match &raw.server.socket_mode {
+            None => 0o660,
+            Some(m) => u32::from_str_radix(m, 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| invalid("server.socket_mode", format!("`{m}` is not an octal mode like \"0660\"")))?,
+        };
+        let max_wall_time_ms = raw.sandbox.max_wall_time_ms.unwrap_or(LIMIT_SPECS[2].ceiling);
+        if max_wall_time_ms == 0 || max_wall_time_ms > WALL_TIME_HARD_CEILING_MS {
+            return Err(invalid("sandbox.max_wall_time_ms", format!("must be between 1 and {WALL_TIME_HARD_CEILING_MS}")));
+        }
+        let run_as = raw.sandbox.run_as.as_deref().map(|r| parse_uid_gid(r).ok_or_else(|| invalid("sandbox.run_as", format!("`{r}` must be \"UID:GID\" with numbers, e.g. \"65534:65534\"")))).transpose()?;
+        if run_as.is_some_and(|(u, g)| u == 0 || g == 0) {
+            return Err(invalid("sandbox.run_as", "must be an unprivileged identity, not 0".into()));
+        }
+        let system_paths = raw.sandbox.system_paths.unwrap_or_else(|| DEFAULT_SYSTEM_PATHS.iter().map(PathBuf::from).collect());
+        if let Some(bad) = system_paths.iter().find(|p| !p.is_absolute()) {
+            return Err(invalid("sandbox.system_paths", format!("`{}` must be absolute", bad.display())));
+        }
+        Ok(Config {
+            source: path.map(Path::to_path_buf),
+            audit: AuditConfig { path: raw.audit.path.or(default_audit), rotate_bytes: raw.audit.rotate_bytes.unwrap_or(100 << 20), hmac_key_file: raw.audit.hmac_key_file },
+            server: ServerConfig {
+                socket: raw.server.socket.unwrap_or_else(|| "/run/spawnd/spawnd.sock".into()),
+                socket_mode,
+                socket_group: raw.server.socket_group,
+                manifests: raw.server.manifests.unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
+                max_connections: raw.server.max_connections.unwrap_or(256),
+                max_frame_bytes: raw.server.max_frame_bytes.unwrap_or(1 << 20),
+            },
+            access,
+            credentials,
+            disabled,
+            sandbox: SandboxConfig { system_paths, run_as, require_program_hash: raw.sandbox.require_program_hash.unwrap_or(false), max_wall_time_ms },
+        })
+    }
+
+    /// Whether the operator disabled `connector`.
+    pub fn is_disabled(&self, connector: &Fqn) -> bool {
+        self.disabled.contains(connector)
+    }
+
+    /// The credential keys of `manifest` that have a binding.
+    pub fn bound_credentials(&self, manifest: &Manifest) -> BTreeSet<String> {
+        let keys = manifest.spawn.as_ref().map(|s| s.credential_env_keys.clone()).unwrap_or_default();
+        let mut bound = BTreeSet::new();
+        for b in self.credentials.iter().filter(|b| b.connector == manifest.connector.name) {
+            match &b.key {
+                Some(k) if keys.contains(k) => {
+                    bound.insert(k.clone());
+                }
+                None if keys.len() == 1 => {
+                    bound.extend(keys.iter().cloned());
+                }
+                _ => {}
+            }
+        }
+        bound
+    }
+}
+
+fn parse_uid_gid(text: &str) -> Option<(u32, u32)> {
+    let (u, g) = text.split_once(':')?;
+    Some((u.parse().ok()?, g.parse().ok()?))
+}
+
+/// The defaults are constants that always validate; this is never reached.
+fn unreachable_defaults() -> Config {
+    Config {
+        source: None,
+        audit: AuditConfig { path: None, rotate_bytes: 100 << 20, hmac_key_file: None },
+        server: ServerConfig { socket: "/run/spawnd/spawnd.sock".into(), socket_mode: 0o660, socket_group: None, manifests: vec![], max_connections: 256, max_frame_bytes: 1 << 20 },
+        access: vec![],
+        credentials: vec![],
+        disabled: vec![],
+        sandbox: SandboxConfig { system_paths: vec![], run_as: None, require_program_hash: false, max_wall_time_ms: LIMIT_SPECS[2].ceiling },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC_EXAMPLE: &str = r#"
+[audit]
+path = "/var/log/spawnd/audit.jsonl"
+rotate_bytes = 104857600
+hmac_key_file = "/etc/spawnd/audit.key"
+
+[server]
+socket = "/run/spawnd/spawnd.sock"
+socket_mode = "0660"
+socket_group = "spawnd"
+manifests = ["/etc/spawnd/manifests"]
+max_connections = 256
+max_frame_bytes = 1048576
+
+[[access]]
+connector = "github://acme/gitcrawl"
+uids = [1000]
+gids = []
+
+[[credentials]]
+connector = "github://acme/gitcrawl"
+key = "GH_TOKEN"
+source = "file:/etc/spawnd/secrets/gh_token"
+
+[[disable]]
+connector = "github://acme/legacy"
+
+[sandbox]
+system_paths = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"]
+run_as = "65534:65534"
+require_program_hash = false
+max_wall_time_ms = 300000
+"#;
+
+    #[test]
+    fn the_spec_example_config_loads() {
+        let c = Config::parse(Path::new("c.toml"), SPEC_EXAMPLE, None).unwrap();
+        assert_eq!(c.sandbox.run_as, Some((65534, 65534)));
+        assert_eq!(c.server.socket_mode, 0o660);
+        assert_eq!(c.credentials[0].source.to_string(), "file:/etc/spawnd/secrets/gh_token");
+        assert!(c.is_disabled(&Fqn::parse("github://acme/legacy").unwrap()));
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_position() {
+        let e = Config::parse(Path::new("c.toml"), "[sandbox]\nrun_ass = \"1:1\"\n", None).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("run_ass") && text.contains("line 2"), "{text}");
+    }
+
+    #[test]
+    fn credential_sources_parse_and_print_back() {
+        for s in ["file:/x/y", "systemd:gh", "keyring:gh-token", "exec:/usr/bin/pass show gh"] {
+            assert_eq!(CredentialSource::parse(s).unwrap().to_string(), s);
+        }
+        for bad in ["file:rel", "exec:pass", "vault:x", "nocolon"] {
+            assert!(CredentialSource::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn default_audit_location_follows_the_spec() {
+        assert_eq!(default_audit_path(0, None, None), Some("/var/log/spawnd/audit.jsonl".into()));
+        assert_eq!(default_audit_path(1000, Some("/x/state"), None), Some("/x/state/spawnd/audit.jsonl".into()));
+        assert_eq!(default_audit_path(1000, None, Some(Path::new("/home/u"))), Some("/home/u/.local/state/spawnd/audit.jsonl".into()));
+        assert_eq!(default_audit_path(1000, None, None), None);
+    }
+
+    #[test]
+    fn run_as_root_is_refused() {
+        assert!(Config::parse(Path::new("c"), "[sandbox]\nrun_as = \"0:0\"\n", None).is_err());
+    }
+}

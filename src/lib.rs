@@ -1,0 +1,28 @@
+//! spawnd: a Linux sandbox supervisor for the *spawn primitive*.
+//!
+//! Untrusted callers ask spawnd to run a local CLI. spawnd checks the request
+//! against the connector's TOML manifest and, when it is allowed, runs the
+//! program confined. Data flows one way:
+//!
+//! ```text
+//! request ─► manifest (parse → validate) ─► policy (the gate: pure) ─► plan (SpawnPlan: pure data)
+//!         ─► sandbox ─► supervise ─► audit ─► response
+//! ```
+//!
+//! * [`manifest`], [`template`], [`policy`] and [`plan`] are pure: no kernel,
+//!   no file I/O beyond the text they are handed (the gate looks at the program
+//!   file only through a [`policy::ProgramInspector`]).
+//! * [`program`], [`config`], [`probe`] and [`cli`] do I/O at the edges.
+//! * [`sandbox`] is the only module with `unsafe`, all of it in `sandbox/sys.rs`.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod config;
+pub mod manifest;
+pub mod plan;
+pub mod policy;
+pub mod probe;
+pub mod program;
+pub mod sandbox;
+pub mod template;

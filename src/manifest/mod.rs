@@ -1,0 +1,25 @@
+//! Connector manifests (SPEC §2): strict TOML parsing into raw types, then
+//! validation into a typed [`Manifest`]. Pure: no file I/O here beyond what the
+//! caller hands in as text (`load_file` is the one thin reader at the edge).
+
+mod error;
+pub mod env_keys;
+pub mod limits;
+mod model;
+mod ops;
+pub mod paths;
+mod raw;
+mod validate;
+
+pub use error::{line_column, ManifestError, Problem};
+pub use limits::{LimitSpec, Limits, LIMIT_SPECS};
+pub use model::{
+    ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Operation, Program, Sha256Digest, SpawnGrant, Tier,
+    ValueKind, Warning, FQN_SCHEMES,
+};
+pub use ops::MAX_VALUE_LEN;
+pub use paths::{PathProblem, ScopePath, SYSTEM_PATHS};
+pub use validate::{parse_manifest, LoadOptions};
+
+#[cfg(test)]
+mod tests;

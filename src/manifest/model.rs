@@ -1,0 +1,288 @@
+//! The validated manifest: every field typed, every bound checked. A value of
+//! these types can only be built by `validate`, so the gate never re-checks shape.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use super::limits::Limits;
+use super::paths::ScopePath;
+use crate::template::{Params, Template};
+
+/// A connector's fully-qualified name: `scheme://owner/repo[/subpath…]`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Fqn(String);
+
+/// Publication schemes spawnd knows (`local` is for operator-written manifests).
+pub const FQN_SCHEMES: &[&str] = &["github", "gitlab", "local"];
+
+impl Fqn {
+    /// Parses and checks an FQN.
+    pub fn parse(text: &str) -> Result<Fqn, String> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or("must look like `scheme://owner/repo`, e.g. `github://acme/gitcrawl`")?;
+        if !FQN_SCHEMES.contains(&scheme) {
+            return Err(format!("unknown scheme `{scheme}`; use one of {}", FQN_SCHEMES.join(", ")));
+        }
+        let segments: Vec<&str> = rest.split('/').collect();
+        if segments.len() < 2 {
+            return Err("needs an owner and a repository after the scheme".into());
+        }
+        let ok = |s: &&str| {
+            !s.is_empty()
+                && *s != "."
+                && *s != ".."
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        };
+        if let Some(bad) = segments.iter().find(|s| !ok(s)) {
+            return Err(format!(
+                "segment `{bad}` must be non-empty letters, digits, `.`, `_` or `-`"
+            ));
+        }
+        Ok(Fqn(text.to_string()))
+    }
+
+    /// The FQN as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fqn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A SHA-256 digest, written `sha256:<64 lowercase hex>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha256Digest(pub [u8; 32]);
+
+impl FromStr for Sha256Digest {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let hex_part = text
+            .strip_prefix("sha256:")
+            .ok_or("must start with `sha256:` (the only supported algorithm)")?;
+        let well_formed = hex_part.len() == 64
+            && hex_part.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !well_formed {
+            return Err(format!(
+                "must be `sha256:` followed by 64 lowercase hex digits (got {} characters after the prefix); run `spawnd hash FILE` or `spawnd manifest pin`",
+                hex_part.len()
+            ));
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(hex_part, &mut out).map_err(|e| e.to_string())?;
+        Ok(Sha256Digest(out))
+    }
+}
+
+impl fmt::Display for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for Sha256Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The permission tier of the connector CLI contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Queries only.
+    #[default]
+    Readonly,
+    /// Create and update.
+    Write,
+    /// Bulk operations.
+    Full,
+    /// Destructive and configuration.
+    Admin,
+}
+
+impl FromStr for Tier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "readonly" => Ok(Tier::Readonly),
+            "write" => Ok(Tier::Write),
+            "full" => Ok(Tier::Full),
+            "admin" => Ok(Tier::Admin),
+            other => Err(format!("unknown mode `{other}`; use readonly, write, full or admin")),
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tier::Readonly => "readonly",
+            Tier::Write => "write",
+            Tier::Full => "full",
+            Tier::Admin => "admin",
+        })
+    }
+}
+
+/// How a placeholder's value is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueKind {
+    /// Any string that passes the value rules.
+    #[default]
+    String,
+    /// A path: no `..` component; an absolute path must lie inside a scope.
+    Path,
+}
+
+/// `[connector]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectorId {
+    /// Fully-qualified name.
+    pub name: Fqn,
+    /// Strict SemVer.
+    pub version: semver::Version,
+    /// Publish-time hash of the connector artifact.
+    pub provenance_hash: Option<Sha256Digest>,
+}
+
+/// Sections spawnd accepts, shows and does not enforce.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Informational {
+    /// `[capabilities.network] hosts` (the connector's, never the child's).
+    pub network_hosts: Vec<String>,
+    /// `[capabilities.credential] kind`.
+    pub credential_kind: Option<String>,
+    /// `[capabilities.credential] scope`.
+    pub credential_scope: Option<String>,
+    /// `[capabilities.credential] header` / `format` (HTTP injection by the connector runtime).
+    pub credential_header: Option<String>,
+    /// `[capabilities.credential.oauth2]`: authorize and token endpoints, client id, scopes.
+    pub oauth2: Option<Oauth2Info>,
+    /// `[capabilities.runtime] imports`.
+    pub runtime_imports: Vec<String>,
+    /// `[provides] intents`.
+    pub intents: Vec<String>,
+    /// `forwarder`.
+    pub forwarder: Option<String>,
+}
+
+/// The publisher's OAuth app (the client secret is never kept).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Oauth2Info {
+    /// Authorization endpoint.
+    pub authorize_url: Option<String>,
+    /// Token endpoint.
+    pub token_url: Option<String>,
+    /// Client id.
+    pub client_id: Option<String>,
+    /// Scopes.
+    pub scopes: Vec<String>,
+    /// Whether a client secret is bound into the manifest.
+    pub has_client_secret: bool,
+}
+
+/// A declared program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// Path as declared.
+    pub path: ScopePath,
+    /// Pinned hash, if declared.
+    pub hash: Option<Sha256Digest>,
+}
+
+/// A declared operation, bound to one program.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    /// Operation name.
+    pub name: String,
+    /// Parsed, unambiguous argv template.
+    pub template: Template,
+    /// Value rules per placeholder.
+    pub params: Params,
+    /// How each placeholder's value is used (absent: `String`).
+    pub kinds: BTreeMap<String, ValueKind>,
+    /// Human descriptions of params.
+    pub param_descriptions: BTreeMap<String, String>,
+    /// Human description.
+    pub description: Option<String>,
+    /// Minimum tier.
+    pub mode: Tier,
+    /// Index into `SpawnGrant::programs`.
+    pub program: usize,
+    /// Effective limits (connector's, tightened by the operation's).
+    pub limits: Limits,
+}
+
+/// `[capabilities.spawn]`, validated.
+#[derive(Debug, Clone)]
+pub struct SpawnGrant {
+    /// Declared programs.
+    pub programs: Vec<Program>,
+    /// Operations by name.
+    pub operations: BTreeMap<String, Operation>,
+    /// Keys the child may receive, in declared order.
+    pub env_passthrough: Vec<String>,
+    /// Keys filled from the operator's credential binding.
+    pub credential_env_keys: Vec<String>,
+    /// Fixed values.
+    pub env_set: BTreeMap<String, String>,
+    /// Read-only scopes.
+    pub fs_read: Vec<ScopePath>,
+    /// Read-write scopes.
+    pub fs_write: Vec<ScopePath>,
+    /// Executable scopes.
+    pub fs_exec: Vec<ScopePath>,
+    /// Working-directory policy.
+    pub cwd: Option<ScopePath>,
+    /// Connector-wide limits.
+    pub limits: Limits,
+}
+
+impl SpawnGrant {
+    /// Operations bound to program `index`, in name order.
+    pub fn operations_of(&self, index: usize) -> impl Iterator<Item = &Operation> {
+        self.operations.values().filter(move |op| op.program == index)
+    }
+}
+
+/// A non-fatal finding `lint` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    /// Dotted key path.
+    pub key: String,
+    /// What is worth a second look.
+    pub message: String,
+}
+
+/// A loaded, validated manifest.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// Where it came from (for messages).
+    pub source: String,
+    /// SHA-256 of the file's bytes (recorded in audit).
+    pub digest: Sha256Digest,
+    /// Identity.
+    pub connector: ConnectorId,
+    /// Accepted, shown, not enforced.
+    pub info: Informational,
+    /// What spawnd enforces; `None` when the manifest grants no spawning.
+    pub spawn: Option<SpawnGrant>,
+    /// Lint findings.
+    pub warnings: Vec<Warning>,
+}

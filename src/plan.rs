@@ -1,0 +1,98 @@
+//! `SpawnPlan`: the pure description of what an allowed request will run —
+//! program, exact argv, env, cwd, scopes and limits. The gate builds it; the
+//! sandbox (a later stage) makes it true. Values of env keys live here for the
+//! launcher but are never serialized: output and audit see key names only.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::manifest::{Limits, Sha256Digest, Tier};
+
+/// What will run, decided and resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpawnPlan {
+    /// Connector FQN.
+    pub connector: String,
+    /// Connector version.
+    pub version: String,
+    /// SHA-256 of the manifest file.
+    pub manifest_sha256: Sha256Digest,
+    /// Operation name.
+    pub op: String,
+    /// The operation's tier.
+    pub op_mode: Tier,
+    /// The program, as declared and as opened.
+    pub program: ProgramPlan,
+    /// The exact argv, argv[0] included.
+    pub argv: Vec<String>,
+    /// The argv with placeholder names instead of values (`git log --since={since}`).
+    pub argv_shape: String,
+    /// Env keys the child gets, with where each value comes from.
+    pub env: Vec<EnvEntry>,
+    /// Values for `EnvSource::Request` and `EnvSource::Fixed` keys (never serialized).
+    #[serde(skip)]
+    pub env_values: BTreeMap<String, String>,
+    /// Working directory.
+    pub cwd: CwdPlan,
+    /// Filesystem scopes, expanded for the caller.
+    pub fs: FsPlan,
+    /// Limits in force.
+    pub limits: Limits,
+}
+
+/// The program to execute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProgramPlan {
+    /// Path as declared in the manifest.
+    pub declared: String,
+    /// Path after following symlinks (what was opened).
+    pub resolved: PathBuf,
+    /// SHA-256 of the bytes read through the opened file.
+    pub sha256: Sha256Digest,
+    /// Whether the manifest pinned that hash.
+    pub pinned: bool,
+}
+
+/// One env key of the child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvEntry {
+    /// The key.
+    pub key: String,
+    /// Where its value comes from.
+    pub source: EnvSource,
+}
+
+/// Where an env value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvSource {
+    /// The request (daemon) or the invoking environment / `--env` (`run`).
+    Request,
+    /// The manifest's `env_set`.
+    Fixed,
+    /// The operator's credential binding, read at spawn time.
+    Credential,
+}
+
+/// The child's working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CwdPlan {
+    /// An existing directory inside the scopes.
+    Dir(PathBuf),
+    /// A fresh private directory, removed afterwards.
+    FreshTemp,
+}
+
+/// Scopes with `~` expanded for the caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FsPlan {
+    /// Read-only.
+    pub read: Vec<PathBuf>,
+    /// Read-write.
+    pub write: Vec<PathBuf>,
+    /// Executable.
+    pub exec: Vec<PathBuf>,
+}

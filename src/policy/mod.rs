@@ -1,0 +1,19 @@
+//! The spawn gate (SPEC §3): requests, the pure decision function, decisions
+//! and denial reasons. Nothing here touches the kernel; the program file is
+//! looked at only through the `ProgramInspector` the caller passes in.
+
+mod checks;
+mod decision;
+mod gate;
+mod program;
+mod reason;
+mod request;
+
+pub use decision::{Decision, Denial};
+pub use gate::decide;
+pub use program::{ProgramFacts, ProgramFault, ProgramInspector};
+pub use reason::{Reason, ReasonInfo, REASONS};
+pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
+
+#[cfg(test)]
+mod tests;

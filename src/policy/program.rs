@@ -1,0 +1,48 @@
+//! The one impure step the gate takes: looking at the program file. The gate
+//! asks a `ProgramInspector`; the real one (`crate::program::ProgramOpener`)
+//! opens the file once, checks it and hashes it through that same descriptor,
+//! and keeps the descriptor for execution. Tests use a table instead.
+
+use std::path::{Path, PathBuf};
+
+use crate::manifest::Sha256Digest;
+
+/// What the gate needs to know about a program file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramFacts {
+    /// The path after symlinks (what was opened).
+    pub resolved: PathBuf,
+    /// Whether it is a regular file.
+    pub regular: bool,
+    /// Setuid or setgid bit set.
+    pub setid: bool,
+    /// Carries file capabilities (`security.capability`).
+    pub file_caps: bool,
+    /// SHA-256 of its bytes (meaningful only for a regular file).
+    pub sha256: Sha256Digest,
+}
+
+/// Why a program could not be inspected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramFault {
+    /// No file at the path.
+    #[error("{path} does not exist")]
+    Missing {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Any other failure to open, stat or read it.
+    #[error("cannot read {path}: {cause}")]
+    Unreadable {
+        /// The path.
+        path: PathBuf,
+        /// The failing call and errno.
+        cause: String,
+    },
+}
+
+/// Looks at program files for the gate.
+pub trait ProgramInspector {
+    /// Opens, checks and hashes the program at `path` (symlinks followed).
+    fn inspect(&mut self, path: &Path) -> Result<ProgramFacts, ProgramFault>;
+}

@@ -1,0 +1,133 @@
+//! What arrives at the gate: the request (an operation with args, or a raw
+//! envelope), who asks, and the operator context the decision depends on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use crate::manifest::{Fqn, Manifest, Tier};
+
+/// The two ways to ask for a spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestKind {
+    /// `spawn_op` / `run --op`: an operation name and placeholder values.
+    Op {
+        /// Operation name.
+        name: String,
+        /// Placeholder values.
+        args: BTreeMap<String, String>,
+    },
+    /// `spawn` / `run --envelope`: a full program and argv.
+    Raw {
+        /// Program as the caller wrote it (a declared path or file name).
+        program: String,
+        /// argv, argv[0] included.
+        argv: Vec<String>,
+    },
+}
+
+/// A spawn request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Operation or raw envelope.
+    pub kind: RequestKind,
+    /// Env values the caller supplies.
+    pub env: BTreeMap<String, String>,
+    /// Requested working directory.
+    pub cwd: Option<String>,
+    /// The action's capability subset, when the request carries one.
+    pub action: Option<Vec<String>>,
+    /// The invocation's tier.
+    pub mode: Tier,
+}
+
+impl Request {
+    /// A `spawn_op` request with no env, cwd or action subset, at `readonly`.
+    pub fn op(name: &str, args: &[(&str, &str)]) -> Request {
+        let args = args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Request::new(RequestKind::Op { name: name.to_string(), args })
+    }
+
+    /// A raw `spawn` request with no env, cwd or action subset, at `readonly`.
+    pub fn raw(program: &str, argv: &[&str]) -> Request {
+        let argv = argv.iter().map(|s| s.to_string()).collect();
+        Request::new(RequestKind::Raw { program: program.to_string(), argv })
+    }
+
+    fn new(kind: RequestKind) -> Request {
+        Request { kind, env: BTreeMap::new(), cwd: None, action: None, mode: Tier::Readonly }
+    }
+}
+
+/// Who asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Process id, when known (`SO_PEERCRED`).
+    pub pid: Option<u32>,
+    /// Home directory from the password database (for `~`).
+    pub home: PathBuf,
+}
+
+/// An `[[access]]` rule of the operator config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessRule {
+    /// The connector it grants.
+    pub connector: Fqn,
+    /// Users that may act for it.
+    pub uids: Vec<u32>,
+    /// Primary groups that may act for it.
+    pub gids: Vec<u32>,
+}
+
+/// Who may act for which connector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// A local invocation (`spawnd run`/`check`): the user acts for themselves.
+    Local,
+    /// The daemon: the `[[access]]` rules, plus root and the daemon's own uid.
+    Rules {
+        /// The rules.
+        rules: Vec<AccessRule>,
+        /// The daemon's uid.
+        daemon_uid: u32,
+    },
+}
+
+impl Access {
+    /// Whether `caller` may act for `connector`, and what the rules grant.
+    pub fn allows(&self, caller: &Caller, connector: &Fqn) -> Result<(), Vec<String>> {
+        let Access::Rules { rules, daemon_uid } = self else { return Ok(()) };
+        if caller.uid == 0 || caller.uid == *daemon_uid {
+            return Ok(());
+        }
+        let mut granted = Vec::new();
+        for rule in rules.iter().filter(|r| &r.connector == connector) {
+            if rule.uids.contains(&caller.uid) || rule.gids.contains(&caller.gid) {
+                return Ok(());
+            }
+            granted.extend(rule.uids.iter().map(|u| format!("uid:{u}")));
+            granted.extend(rule.gids.iter().map(|g| format!("gid:{g}")));
+        }
+        Err(granted)
+    }
+}
+
+/// The operator's side of a decision.
+#[derive(Debug, Clone)]
+pub struct GateContext<'a> {
+    /// The FQN the caller named (`run --manifest` names it implicitly).
+    pub connector: &'a str,
+    /// The loaded manifest with that FQN, if any.
+    pub manifest: Option<&'a Manifest>,
+    /// `[[disable]]` lists it.
+    pub disabled: bool,
+    /// Caller authorization.
+    pub access: &'a Access,
+    /// Credential keys with an operator binding for this connector.
+    pub bound_credentials: &'a BTreeSet<String>,
+    /// `[sandbox] require_program_hash`.
+    pub require_program_hash: bool,
+}

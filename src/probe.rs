@@ -1,0 +1,228 @@
+//! What this kernel offers, found by asking it rather than by version numbers:
+//! user namespaces by creating one (in a re-executed helper, so spawnd itself
+//! never changes namespace), Landlock by its ABI query, seccomp by the actions
+//! the kernel lists, cgroups from the mount table. `spawnd health` reports it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+use crate::sandbox::sys::landlock_abi_version;
+
+/// The lowest Landlock ABI spawnd runs with (1: files and execute).
+pub const LANDLOCK_ABI_REQUIRED: u32 = 1;
+/// The ABI with everything spawnd uses (6: + refer, truncate, TCP, ioctl_dev, scoping).
+pub const LANDLOCK_ABI_FULL: u32 = 6;
+
+/// Overall health, as in the connector CLI contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Every layer at full strength.
+    Healthy,
+    /// Runs, but something must be set up first (e.g. the audit location).
+    NeedsSetup,
+    /// Runs with a documented downgrade (older Landlock, rlimits for cgroups).
+    Degraded,
+    /// A required layer is missing: nothing will run.
+    Error,
+}
+
+/// One isolation layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layer {
+    /// Whether it can be used.
+    pub available: bool,
+    /// What was found, or why not.
+    pub detail: String,
+}
+
+/// cgroup support.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cgroups {
+    /// Where cgroup2 is mounted, if anywhere.
+    pub v2_mount: Option<PathBuf>,
+    /// Controllers enabled at that root.
+    pub v2_controllers: Vec<String>,
+    /// cgroup v1 hierarchies with the `memory` and `pids` controllers.
+    pub v1_memory: Option<PathBuf>,
+    /// The v1 `pids` hierarchy.
+    pub v1_pids: Option<PathBuf>,
+    /// How memory and process limits would be enforced: `cgroup_v2`, `cgroup_v1` or `rlimits`.
+    pub limits_via: &'static str,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct HealthReport {
+    /// Overall status.
+    pub status: Status,
+    /// Why it is not `healthy`.
+    pub reasons: Vec<String>,
+    /// `uname -r`.
+    pub kernel: String,
+    /// User namespaces.
+    pub userns: Layer,
+    /// Landlock ABI (0: none).
+    pub landlock_abi: u32,
+    /// The required minimum.
+    pub landlock_abi_required: u32,
+    /// Seccomp filters.
+    pub seccomp: Layer,
+    /// cgroups.
+    pub cgroups: Cgroups,
+    /// Whether the audit location is usable.
+    pub audit: Layer,
+}
+
+/// Probes the kernel. `exe` is spawnd's own binary (for the userns helper).
+pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
+    let userns = probe_userns(exe);
+    let landlock_abi = landlock_abi_version().unwrap_or(0);
+    let seccomp = probe_seccomp();
+    let cgroups = probe_cgroups(nix::unistd::geteuid().is_root());
+    let audit = probe_audit(audit_path);
+    let mut report = HealthReport {
+        status: Status::Healthy,
+        reasons: Vec::new(),
+        kernel: nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
+        userns,
+        landlock_abi,
+        landlock_abi_required: LANDLOCK_ABI_REQUIRED,
+        seccomp,
+        cgroups,
+        audit,
+    };
+    grade(&mut report);
+    report
+}
+
+/// Sets status and reasons from the layers: the worst finding wins.
+fn grade(r: &mut HealthReport) {
+    let mut worst = Status::Healthy;
+    let mut note = |status: Status, reason: String, reasons: &mut Vec<String>| {
+        reasons.push(reason);
+        let rank = |s: Status| match s {
+            Status::Healthy => 0,
+            Status::Degraded => 1,
+            Status::NeedsSetup => 2,
+            Status::Error => 3,
+        };
+        if rank(status) > rank(worst) {
+            worst = status;
+        }
+    };
+    let reasons = &mut r.reasons;
+    if !r.userns.available {
+        note(Status::Error, format!("user namespaces unavailable: {}", r.userns.detail), reasons);
+    }
+    if r.landlock_abi < LANDLOCK_ABI_REQUIRED {
+        note(Status::Error, "Landlock unavailable (enable it with lsm=…,landlock on the kernel command line)".into(), reasons);
+    } else if r.landlock_abi < LANDLOCK_ABI_FULL {
+        note(Status::Degraded, format!("Landlock ABI {} lacks features of ABI {LANDLOCK_ABI_FULL} (TCP, ioctl, scoping); namespaces still apply", r.landlock_abi), reasons);
+    }
+    if !r.seccomp.available {
+        note(Status::Error, format!("seccomp unavailable: {}", r.seccomp.detail), reasons);
+    }
+    if r.cgroups.limits_via == "rlimits" {
+        note(Status::Degraded, "no usable cgroup memory/pids controller: memory and process limits fall back to rlimits".into(), reasons);
+    }
+    if !r.audit.available {
+        note(Status::NeedsSetup, format!("audit location unusable: {}", r.audit.detail), reasons);
+    }
+    r.status = worst;
+}
+
+fn probe_userns(exe: &Path) -> Layer {
+    let out = Command::new(exe).arg("__probe-userns").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output();
+    match out {
+        Ok(o) if o.status.success() => Layer { available: true, detail: "unshare(CLONE_NEWUSER) succeeded in a helper".into() },
+        Ok(o) => Layer { available: false, detail: String::from_utf8_lossy(&o.stderr).trim().to_string() },
+        Err(e) => Layer { available: false, detail: format!("cannot run the probe helper {}: {e}", exe.display()) },
+    }
+}
+
+/// The helper's side: create a user namespace in this (fresh, single-threaded) process.
+pub fn userns_probe_helper() -> Result<(), String> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))
+}
+
+fn probe_seccomp() -> Layer {
+    match std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail") {
+        Ok(actions) if ["errno", "kill_process"].iter().all(|a| actions.split_whitespace().any(|x| x == *a)) => Layer { available: true, detail: format!("actions: {}", actions.trim()) },
+        Ok(actions) => Layer { available: false, detail: format!("missing errno/kill_process actions (kernel lists: {})", actions.trim()) },
+        Err(e) => Layer { available: false, detail: format!("cannot read /proc/sys/kernel/seccomp/actions_avail: {e}") },
+    }
+}
+
+fn probe_cgroups(root: bool) -> Cgroups {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut v2_mount = None;
+    let (mut v1_memory, mut v1_pids) = (None, None);
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let mount_point = left.split_whitespace().nth(4).map(PathBuf::from);
+        let mut r = right.split_whitespace();
+        let (fstype, options) = (r.next().unwrap_or(""), r.nth(1).unwrap_or(""));
+        match fstype {
+            "cgroup2" if v2_mount.is_none() => v2_mount = mount_point,
+            "cgroup" => {
+                let opts: Vec<&str> = options.split(',').collect();
+                if opts.contains(&"memory") {
+                    v1_memory = mount_point.clone();
+                }
+                if opts.contains(&"pids") {
+                    v1_pids = mount_point;
+                }
+            }
+            _ => {}
+        }
+    }
+    let v2_controllers: Vec<String> = v2_mount
+        .as_ref()
+        .and_then(|m| std::fs::read_to_string(m.join("cgroup.controllers")).ok())
+        .map(|c| c.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    let v2_ok = ["memory", "pids"].iter().all(|c| v2_controllers.iter().any(|x| x == c));
+    let limits_via = if v2_ok {
+        "cgroup_v2"
+    } else if root && v1_memory.is_some() && v1_pids.is_some() {
+        "cgroup_v1"
+    } else {
+        "rlimits"
+    };
+    Cgroups { v2_mount, v2_controllers, v1_memory, v1_pids, limits_via }
+}
+
+fn probe_audit(path: Option<&Path>) -> Layer {
+    let Some(path) = path else {
+        return Layer { available: false, detail: "no audit path configured and no default location (set [audit] path)".into() };
+    };
+    let mut dir = path.parent().unwrap_or(Path::new("/"));
+    while !dir.exists() {
+        dir = dir.parent().unwrap_or(Path::new("/"));
+    }
+    match nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK) {
+        Ok(()) => Layer { available: true, detail: format!("{} (directory {} writable)", path.display(), dir.display()) },
+        Err(e) => Layer { available: false, detail: format!("{}: access({}, W_OK): {e}", path.display(), dir.display()) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mount_table_yields_some_limit_mechanism() {
+        let c = probe_cgroups(true);
+        assert!(["cgroup_v2", "cgroup_v1", "rlimits"].contains(&c.limits_via));
+    }
+
+    #[test]
+    fn an_unwritable_audit_location_needs_setup() {
+        let layer = probe_audit(None);
+        assert!(!layer.available, "{}", layer.detail);
+        assert!(probe_audit(Some(Path::new("/tmp/spawnd-probe/x/audit.jsonl"))).available);
+    }
+}

@@ -1,0 +1,151 @@
+//! Program identity (SPEC §3): open the declared program once, refuse anything
+//! but a regular file, refuse setuid/setgid and file capabilities, and hash the
+//! bytes through that same descriptor. The descriptor is kept so the launcher
+//! executes exactly what was hashed (no check-then-exec by path).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::manifest::Sha256Digest;
+use crate::policy::{ProgramFacts, ProgramFault, ProgramInspector};
+
+/// Bytes read per `pread` while hashing.
+const HASH_CHUNK: usize = 1 << 20;
+
+/// A program file opened by the gate, with what was learned about it.
+#[derive(Debug)]
+pub struct OpenedProgram {
+    /// The descriptor that was hashed (O_RDONLY, close-on-exec).
+    pub file: File,
+    /// The facts the gate decided on.
+    pub facts: ProgramFacts,
+}
+
+/// The real `ProgramInspector`: opens, checks, hashes and keeps the files.
+#[derive(Debug, Default)]
+pub struct ProgramOpener {
+    opened: Vec<(PathBuf, OpenedProgram)>,
+}
+
+impl ProgramOpener {
+    /// Takes the opened file for `path` (as passed to `inspect`).
+    pub fn take(&mut self, path: &Path) -> Option<OpenedProgram> {
+        let index = self.opened.iter().position(|(p, _)| p == path)?;
+        Some(self.opened.swap_remove(index).1)
+    }
+}
+
+impl ProgramInspector for ProgramOpener {
+    fn inspect(&mut self, path: &Path) -> Result<ProgramFacts, ProgramFault> {
+        let opened = open_program(path)?;
+        let facts = opened.facts.clone();
+        self.opened.push((path.to_path_buf(), opened));
+        Ok(facts)
+    }
+}
+
+/// Opens and inspects one program file.
+pub fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
+    let unreadable = |call: &str, e: io::Error| ProgramFault::Unreadable { path: path.to_path_buf(), cause: format!("{call}: {e}") };
+    // O_NONBLOCK: opening a FIFO or a device must not hang the gate; O_NOCTTY:
+    // opening a terminal must not make it ours. Neither matters for a regular file.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ProgramFault::Missing { path: path.to_path_buf() },
+            _ => unreadable("open(O_RDONLY)", e),
+        })?;
+    let meta = file.metadata().map_err(|e| unreadable("fstat", e))?;
+    let resolved = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap_or_else(|_| path.to_path_buf());
+    let regular = meta.file_type().is_file();
+    let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
+    let file_caps = regular && has_file_capabilities(&file);
+    let sha256 = if regular { hash_file(&file).map_err(|e| unreadable("pread", e))? } else { Sha256Digest([0; 32]) };
+    Ok(OpenedProgram { file, facts: ProgramFacts { resolved, regular, setid, file_caps, sha256 } })
+}
+
+fn has_file_capabilities(file: &File) -> bool {
+    use xattr::FileExt as _;
+    // Any error other than "no such attribute" is treated as present: fail closed.
+    match file.get_xattr("security.capability") {
+        Ok(None) => false,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => false,
+        _ => true,
+    }
+}
+
+/// SHA-256 of a file's bytes, read with `pread` from offset 0 through `file`.
+pub fn hash_file(file: &File) -> io::Result<Sha256Digest> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; HASH_CHUNK];
+    let mut offset = 0u64;
+    loop {
+        let n = match file.read_at(&mut buf, offset) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    Ok(Sha256Digest(hasher.finalize().into()))
+}
+
+/// SHA-256 of the file at `path` (for `spawnd hash` and `manifest pin`).
+pub fn hash_path(path: &Path) -> io::Result<Sha256Digest> {
+    hash_file(&File::open(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn hashing_matches_the_known_digest_of_abc() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"abc").unwrap();
+        let digest = hash_path(f.path()).unwrap();
+        assert_eq!(digest.to_string(), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn a_directory_is_not_regular_and_a_missing_file_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!open_program(dir.path()).unwrap().facts.regular);
+        assert!(matches!(open_program(&dir.path().join("nope")), Err(ProgramFault::Missing { .. })));
+    }
+
+    #[test]
+    fn setuid_and_setgid_bits_are_reported() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        for mode in [0o4755, 0o2755] {
+            std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(open_program(f.path()).unwrap().facts.setid, "{mode:o}");
+        }
+        std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!open_program(f.path()).unwrap().facts.setid);
+    }
+
+    #[test]
+    fn symlinks_are_followed_and_the_target_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real");
+        std::fs::write(&target, b"x").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut opener = ProgramOpener::default();
+        let facts = opener.inspect(&link).unwrap();
+        assert_eq!(facts.resolved, target);
+        assert!(opener.take(&link).is_some());
+    }
+}
