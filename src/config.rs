@@ -133,20 +133,32 @@ pub enum CredentialSource {
 
 impl CredentialSource {
     fn parse(text: &str) -> Result<CredentialSource, String> {
-        let (scheme, rest) = text.split_once(':').ok_or("must be file:PATH, systemd:NAME, keyring:DESC or exec:/path/to/helper ARG…")?;
+        let (scheme, rest) = text
+            .split_once(':')
+            .ok_or("must be file:PATH, systemd:NAME, keyring:DESC or exec:/path/to/helper ARG…")?;
         match scheme {
             "file" if rest.starts_with('/') => Ok(CredentialSource::File(rest.into())),
             "file" => Err("file: needs an absolute path".into()),
-            "systemd" if !rest.is_empty() && !rest.contains('/') => Ok(CredentialSource::Systemd(rest.into())),
+            "systemd" if !rest.is_empty() && !rest.contains('/') => {
+                Ok(CredentialSource::Systemd(rest.into()))
+            }
             "systemd" => Err("systemd: needs a credential name without `/`".into()),
             "keyring" if !rest.is_empty() => Ok(CredentialSource::Keyring(rest.into())),
             "keyring" => Err("keyring: needs a key description".into()),
             "exec" => {
                 let mut words = rest.split(' ').filter(|w| !w.is_empty());
-                let program = words.next().filter(|p| p.starts_with('/')).ok_or("exec: needs an absolute helper path")?;
-                Ok(CredentialSource::Exec { program: program.into(), args: words.map(str::to_string).collect() })
+                let program = words
+                    .next()
+                    .filter(|p| p.starts_with('/'))
+                    .ok_or("exec: needs an absolute helper path")?;
+                Ok(CredentialSource::Exec {
+                    program: program.into(),
+                    args: words.map(str::to_string).collect(),
+                })
             }
-            other => Err(format!("unknown source kind `{other}`; use file:, systemd:, keyring: or exec:")),
+            other => Err(format!(
+                "unknown source kind `{other}`; use file:, systemd:, keyring: or exec:"
+            )),
         }
     }
 }
@@ -247,16 +259,29 @@ fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<
     use serde::ser::SerializeSeq;
     let mut seq = s.serialize_seq(Some(rules.len()))?;
     for r in rules {
-        seq.serialize_element(&serde_json::json!({"connector": r.connector, "uids": r.uids, "gids": r.gids}))?;
+        seq.serialize_element(
+            &serde_json::json!({"connector": r.connector, "uids": r.uids, "gids": r.gids}),
+        )?;
     }
     seq.end()
 }
 
 /// The default read-only system runtime (SPEC §9).
-pub const DEFAULT_SYSTEM_PATHS: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"];
+pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/etc/ld.so.cache",
+];
 
 /// Where the audit log lives when the config does not say (SPEC §9).
-pub fn default_audit_path(uid: u32, xdg_state_home: Option<&str>, home: Option<&Path>) -> Option<PathBuf> {
+pub fn default_audit_path(
+    uid: u32,
+    xdg_state_home: Option<&str>,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
     if uid == 0 {
         return Some(PathBuf::from("/var/log/spawnd/audit.jsonl"));
     }
@@ -269,8 +294,15 @@ pub fn default_audit_path(uid: u32, xdg_state_home: Option<&str>, home: Option<&
 
 impl Config {
     /// Parses config text. `default_audit` is used when `[audit] path` is absent.
-    pub fn parse(path: &Path, text: &str, default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string().trim().to_string() })?;
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        default_audit: Option<PathBuf>,
+    ) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string().trim().to_string(),
+        })?;
         Config::from_raw(Some(path), raw, default_audit)
     }
 
@@ -284,54 +316,135 @@ impl Config {
 
     /// Reads and parses `path`.
     pub fn load(path: &Path, default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         Config::parse(path, &text, default_audit)
     }
 
-    fn from_raw(path: Option<&Path>, raw: RawConfig, default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
-        let invalid = |key: &str, message: String| ConfigError::Invalid { path: path.unwrap_or(Path::new("<defaults>")).into(), key: key.into(), message };
-        let fqn = |key: &str, s: &str| Fqn::parse(s).map_err(|m| invalid(key, format!("`{s}`: {m}")));
-        let access = raw.access.iter().map(|a| Ok(AccessRule { connector: fqn("access.connector", &a.connector)?, uids: a.uids.clone(), gids: a.gids.clone() })).collect::<Result<_, ConfigError>>()?;
+    fn from_raw(
+        path: Option<&Path>,
+        raw: RawConfig,
+        default_audit: Option<PathBuf>,
+    ) -> Result<Config, ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.unwrap_or(Path::new("<defaults>")).into(),
+            key: key.into(),
+            message,
+        };
+        let fqn =
+            |key: &str, s: &str| Fqn::parse(s).map_err(|m| invalid(key, format!("`{s}`: {m}")));
+        let access = raw
+            .access
+            .iter()
+            .map(|a| {
+                Ok(AccessRule {
+                    connector: fqn("access.connector", &a.connector)?,
+                    uids: a.uids.clone(),
+                    gids: a.gids.clone(),
+                })
+            })
+            .collect::<Result<_, ConfigError>>()?;
         let credentials = raw
             .credentials
             .iter()
             .map(|b| {
-                let source = CredentialSource::parse(&b.source).map_err(|m| invalid("credentials.source", m))?;
-                Ok(CredentialBinding { connector: fqn("credentials.connector", &b.connector)?, key: b.key.clone(), source })
+                let source = CredentialSource::parse(&b.source)
+                    .map_err(|m| invalid("credentials.source", m))?;
+                Ok(CredentialBinding {
+                    connector: fqn("credentials.connector", &b.connector)?,
+                    key: b.key.clone(),
+                    source,
+                })
             })
             .collect::<Result<_, ConfigError>>()?;
-        let disabled = raw.disable.iter().map(|d| fqn("disable.connector", &d.connector)).collect::<Result<_, _>>()?;
+        let disabled = raw
+            .disable
+            .iter()
+            .map(|d| fqn("disable.connector", &d.connector))
+            .collect::<Result<_, _>>()?;
         let socket_mode = match &raw.server.socket_mode {
             None => 0o660,
-            Some(m) => u32::from_str_radix(m, 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| invalid("server.socket_mode", format!("`{m}` is not an octal mode like \"0660\"")))?,
+            Some(m) => u32::from_str_radix(m, 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| {
+                    invalid(
+                        "server.socket_mode",
+                        format!("`{m}` is not an octal mode like \"0660\""),
+                    )
+                })?,
         };
-        let max_wall_time_ms = raw.sandbox.max_wall_time_ms.unwrap_or(LIMIT_SPECS[2].ceiling);
+        let max_wall_time_ms = raw
+            .sandbox
+            .max_wall_time_ms
+            .unwrap_or(LIMIT_SPECS[2].ceiling);
         if max_wall_time_ms == 0 || max_wall_time_ms > WALL_TIME_HARD_CEILING_MS {
-            return Err(invalid("sandbox.max_wall_time_ms", format!("must be between 1 and {WALL_TIME_HARD_CEILING_MS}")));
+            return Err(invalid(
+                "sandbox.max_wall_time_ms",
+                format!("must be between 1 and {WALL_TIME_HARD_CEILING_MS}"),
+            ));
         }
-        let run_as = raw.sandbox.run_as.as_deref().map(|r| parse_uid_gid(r).ok_or_else(|| invalid("sandbox.run_as", format!("`{r}` must be \"UID:GID\" with numbers, e.g. \"65534:65534\"")))).transpose()?;
+        let run_as = raw
+            .sandbox
+            .run_as
+            .as_deref()
+            .map(|r| {
+                parse_uid_gid(r).ok_or_else(|| {
+                    invalid(
+                        "sandbox.run_as",
+                        format!("`{r}` must be \"UID:GID\" with numbers, e.g. \"65534:65534\""),
+                    )
+                })
+            })
+            .transpose()?;
         if run_as.is_some_and(|(u, g)| u == 0 || g == 0) {
-            return Err(invalid("sandbox.run_as", "must be an unprivileged identity, not 0".into()));
+            return Err(invalid(
+                "sandbox.run_as",
+                "must be an unprivileged identity, not 0".into(),
+            ));
         }
-        let system_paths = raw.sandbox.system_paths.unwrap_or_else(|| DEFAULT_SYSTEM_PATHS.iter().map(PathBuf::from).collect());
+        let system_paths = raw
+            .sandbox
+            .system_paths
+            .unwrap_or_else(|| DEFAULT_SYSTEM_PATHS.iter().map(PathBuf::from).collect());
         if let Some(bad) = system_paths.iter().find(|p| !p.is_absolute()) {
-            return Err(invalid("sandbox.system_paths", format!("`{}` must be absolute", bad.display())));
+            return Err(invalid(
+                "sandbox.system_paths",
+                format!("`{}` must be absolute", bad.display()),
+            ));
         }
         Ok(Config {
             source: path.map(Path::to_path_buf),
-            audit: AuditConfig { path: raw.audit.path.or(default_audit), rotate_bytes: raw.audit.rotate_bytes.unwrap_or(100 << 20), hmac_key_file: raw.audit.hmac_key_file },
+            audit: AuditConfig {
+                path: raw.audit.path.or(default_audit),
+                rotate_bytes: raw.audit.rotate_bytes.unwrap_or(100 << 20),
+                hmac_key_file: raw.audit.hmac_key_file,
+            },
             server: ServerConfig {
-                socket: raw.server.socket.unwrap_or_else(|| "/run/spawnd/spawnd.sock".into()),
+                socket: raw
+                    .server
+                    .socket
+                    .unwrap_or_else(|| "/run/spawnd/spawnd.sock".into()),
                 socket_mode,
                 socket_group: raw.server.socket_group,
-                manifests: raw.server.manifests.unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
+                manifests: raw
+                    .server
+                    .manifests
+                    .unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
                 max_connections: raw.server.max_connections.unwrap_or(256),
                 max_frame_bytes: raw.server.max_frame_bytes.unwrap_or(1 << 20),
             },
             access,
             credentials,
             disabled,
-            sandbox: SandboxConfig { system_paths, run_as, require_program_hash: raw.sandbox.require_program_hash.unwrap_or(false), max_wall_time_ms },
+            sandbox: SandboxConfig {
+                system_paths,
+                run_as,
+                require_program_hash: raw.sandbox.require_program_hash.unwrap_or(false),
+                max_wall_time_ms,
+            },
         })
     }
 
@@ -342,9 +455,17 @@ impl Config {
 
     /// The credential keys of `manifest` that have a binding.
     pub fn bound_credentials(&self, manifest: &Manifest) -> BTreeSet<String> {
-        let keys = manifest.spawn.as_ref().map(|s| s.credential_env_keys.clone()).unwrap_or_default();
+        let keys = manifest
+            .spawn
+            .as_ref()
+            .map(|s| s.credential_env_keys.clone())
+            .unwrap_or_default();
         let mut bound = BTreeSet::new();
-        for b in self.credentials.iter().filter(|b| b.connector == manifest.connector.name) {
+        for b in self
+            .credentials
+            .iter()
+            .filter(|b| b.connector == manifest.connector.name)
+        {
             match &b.key {
                 Some(k) if keys.contains(k) => {
                     bound.insert(k.clone());
@@ -368,12 +489,28 @@ fn parse_uid_gid(text: &str) -> Option<(u32, u32)> {
 fn unreachable_defaults() -> Config {
     Config {
         source: None,
-        audit: AuditConfig { path: None, rotate_bytes: 100 << 20, hmac_key_file: None },
-        server: ServerConfig { socket: "/run/spawnd/spawnd.sock".into(), socket_mode: 0o660, socket_group: None, manifests: vec![], max_connections: 256, max_frame_bytes: 1 << 20 },
+        audit: AuditConfig {
+            path: None,
+            rotate_bytes: 100 << 20,
+            hmac_key_file: None,
+        },
+        server: ServerConfig {
+            socket: "/run/spawnd/spawnd.sock".into(),
+            socket_mode: 0o660,
+            socket_group: None,
+            manifests: vec![],
+            max_connections: 256,
+            max_frame_bytes: 1 << 20,
+        },
         access: vec![],
         credentials: vec![],
         disabled: vec![],
-        sandbox: SandboxConfig { system_paths: vec![], run_as: None, require_program_hash: false, max_wall_time_ms: LIMIT_SPECS[2].ceiling },
+        sandbox: SandboxConfig {
+            system_paths: vec![],
+            run_as: None,
+            require_program_hash: false,
+            max_wall_time_ms: LIMIT_SPECS[2].ceiling,
+        },
     }
 }
 
@@ -420,20 +557,32 @@ max_wall_time_ms = 300000
         let c = Config::parse(Path::new("c.toml"), SPEC_EXAMPLE, None).unwrap();
         assert_eq!(c.sandbox.run_as, Some((65534, 65534)));
         assert_eq!(c.server.socket_mode, 0o660);
-        assert_eq!(c.credentials[0].source.to_string(), "file:/etc/spawnd/secrets/gh_token");
+        assert_eq!(
+            c.credentials[0].source.to_string(),
+            "file:/etc/spawnd/secrets/gh_token"
+        );
         assert!(c.is_disabled(&Fqn::parse("github://acme/legacy").unwrap()));
     }
 
     #[test]
     fn unknown_keys_are_errors_with_a_position() {
-        let e = Config::parse(Path::new("c.toml"), "[sandbox]\nrun_ass = \"1:1\"\n", None).unwrap_err();
+        let e =
+            Config::parse(Path::new("c.toml"), "[sandbox]\nrun_ass = \"1:1\"\n", None).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("run_ass") && text.contains("line 2"), "{text}");
+        assert!(
+            text.contains("run_ass") && text.contains("line 2"),
+            "{text}"
+        );
     }
 
     #[test]
     fn credential_sources_parse_and_print_back() {
-        for s in ["file:/x/y", "systemd:gh", "keyring:gh-token", "exec:/usr/bin/pass show gh"] {
+        for s in [
+            "file:/x/y",
+            "systemd:gh",
+            "keyring:gh-token",
+            "exec:/usr/bin/pass show gh",
+        ] {
             assert_eq!(CredentialSource::parse(s).unwrap().to_string(), s);
         }
         for bad in ["file:rel", "exec:pass", "vault:x", "nocolon"] {
@@ -443,9 +592,18 @@ max_wall_time_ms = 300000
 
     #[test]
     fn default_audit_location_follows_the_spec() {
-        assert_eq!(default_audit_path(0, None, None), Some("/var/log/spawnd/audit.jsonl".into()));
-        assert_eq!(default_audit_path(1000, Some("/x/state"), None), Some("/x/state/spawnd/audit.jsonl".into()));
-        assert_eq!(default_audit_path(1000, None, Some(Path::new("/home/u"))), Some("/home/u/.local/state/spawnd/audit.jsonl".into()));
+        assert_eq!(
+            default_audit_path(0, None, None),
+            Some("/var/log/spawnd/audit.jsonl".into())
+        );
+        assert_eq!(
+            default_audit_path(1000, Some("/x/state"), None),
+            Some("/x/state/spawnd/audit.jsonl".into())
+        );
+        assert_eq!(
+            default_audit_path(1000, None, Some(Path::new("/home/u"))),
+            Some("/home/u/.local/state/spawnd/audit.jsonl".into())
+        );
         assert_eq!(default_audit_path(1000, None, None), None);
     }
 

@@ -86,7 +86,9 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
     let mut report = HealthReport {
         status: Status::Healthy,
         reasons: Vec::new(),
-        kernel: nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
         userns,
         landlock_abi,
         landlock_abi_required: LANDLOCK_ABI_REQUIRED,
@@ -115,44 +117,94 @@ fn grade(r: &mut HealthReport) {
     };
     let reasons = &mut r.reasons;
     if !r.userns.available {
-        note(Status::Error, format!("user namespaces unavailable: {}", r.userns.detail), reasons);
+        note(
+            Status::Error,
+            format!("user namespaces unavailable: {}", r.userns.detail),
+            reasons,
+        );
     }
     if r.landlock_abi < LANDLOCK_ABI_REQUIRED {
-        note(Status::Error, "Landlock unavailable (enable it with lsm=…,landlock on the kernel command line)".into(), reasons);
+        note(
+            Status::Error,
+            "Landlock unavailable (enable it with lsm=…,landlock on the kernel command line)"
+                .into(),
+            reasons,
+        );
     } else if r.landlock_abi < LANDLOCK_ABI_FULL {
         note(Status::Degraded, format!("Landlock ABI {} lacks features of ABI {LANDLOCK_ABI_FULL} (TCP, ioctl, scoping); namespaces still apply", r.landlock_abi), reasons);
     }
     if !r.seccomp.available {
-        note(Status::Error, format!("seccomp unavailable: {}", r.seccomp.detail), reasons);
+        note(
+            Status::Error,
+            format!("seccomp unavailable: {}", r.seccomp.detail),
+            reasons,
+        );
     }
     if r.cgroups.limits_via == "rlimits" {
         note(Status::Degraded, "no usable cgroup memory/pids controller: memory and process limits fall back to rlimits".into(), reasons);
     }
     if !r.audit.available {
-        note(Status::NeedsSetup, format!("audit location unusable: {}", r.audit.detail), reasons);
+        note(
+            Status::NeedsSetup,
+            format!("audit location unusable: {}", r.audit.detail),
+            reasons,
+        );
     }
     r.status = worst;
 }
 
 fn probe_userns(exe: &Path) -> Layer {
-    let out = Command::new(exe).arg("__probe-userns").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output();
+    let out = Command::new(exe)
+        .arg("__probe-userns")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
     match out {
-        Ok(o) if o.status.success() => Layer { available: true, detail: "unshare(CLONE_NEWUSER) succeeded in a helper".into() },
-        Ok(o) => Layer { available: false, detail: String::from_utf8_lossy(&o.stderr).trim().to_string() },
-        Err(e) => Layer { available: false, detail: format!("cannot run the probe helper {}: {e}", exe.display()) },
+        Ok(o) if o.status.success() => Layer {
+            available: true,
+            detail: "unshare(CLONE_NEWUSER) succeeded in a helper".into(),
+        },
+        Ok(o) => Layer {
+            available: false,
+            detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        },
+        Err(e) => Layer {
+            available: false,
+            detail: format!("cannot run the probe helper {}: {e}", exe.display()),
+        },
     }
 }
 
 /// The helper's side: create a user namespace in this (fresh, single-threaded) process.
 pub fn userns_probe_helper() -> Result<(), String> {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))
 }
 
 fn probe_seccomp() -> Layer {
     match std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail") {
-        Ok(actions) if ["errno", "kill_process"].iter().all(|a| actions.split_whitespace().any(|x| x == *a)) => Layer { available: true, detail: format!("actions: {}", actions.trim()) },
-        Ok(actions) => Layer { available: false, detail: format!("missing errno/kill_process actions (kernel lists: {})", actions.trim()) },
-        Err(e) => Layer { available: false, detail: format!("cannot read /proc/sys/kernel/seccomp/actions_avail: {e}") },
+        Ok(actions)
+            if ["errno", "kill_process"]
+                .iter()
+                .all(|a| actions.split_whitespace().any(|x| x == *a)) =>
+        {
+            Layer {
+                available: true,
+                detail: format!("actions: {}", actions.trim()),
+            }
+        }
+        Ok(actions) => Layer {
+            available: false,
+            detail: format!(
+                "missing errno/kill_process actions (kernel lists: {})",
+                actions.trim()
+            ),
+        },
+        Err(e) => Layer {
+            available: false,
+            detail: format!("cannot read /proc/sys/kernel/seccomp/actions_avail: {e}"),
+        },
     }
 }
 
@@ -161,7 +213,9 @@ fn probe_cgroups(root: bool) -> Cgroups {
     let mut v2_mount = None;
     let (mut v1_memory, mut v1_pids) = (None, None);
     for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
         let mount_point = left.split_whitespace().nth(4).map(PathBuf::from);
         let mut r = right.split_whitespace();
         let (fstype, options) = (r.next().unwrap_or(""), r.nth(1).unwrap_or(""));
@@ -184,7 +238,9 @@ fn probe_cgroups(root: bool) -> Cgroups {
         .and_then(|m| std::fs::read_to_string(m.join("cgroup.controllers")).ok())
         .map(|c| c.split_whitespace().map(str::to_string).collect())
         .unwrap_or_default();
-    let v2_ok = ["memory", "pids"].iter().all(|c| v2_controllers.iter().any(|x| x == c));
+    let v2_ok = ["memory", "pids"]
+        .iter()
+        .all(|c| v2_controllers.iter().any(|x| x == c));
     let limits_via = if v2_ok {
         "cgroup_v2"
     } else if root && v1_memory.is_some() && v1_pids.is_some() {
@@ -192,20 +248,35 @@ fn probe_cgroups(root: bool) -> Cgroups {
     } else {
         "rlimits"
     };
-    Cgroups { v2_mount, v2_controllers, v1_memory, v1_pids, limits_via }
+    Cgroups {
+        v2_mount,
+        v2_controllers,
+        v1_memory,
+        v1_pids,
+        limits_via,
+    }
 }
 
 fn probe_audit(path: Option<&Path>) -> Layer {
     let Some(path) = path else {
-        return Layer { available: false, detail: "no audit path configured and no default location (set [audit] path)".into() };
+        return Layer {
+            available: false,
+            detail: "no audit path configured and no default location (set [audit] path)".into(),
+        };
     };
     let mut dir = path.parent().unwrap_or(Path::new("/"));
     while !dir.exists() {
         dir = dir.parent().unwrap_or(Path::new("/"));
     }
     match nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK) {
-        Ok(()) => Layer { available: true, detail: format!("{} (directory {} writable)", path.display(), dir.display()) },
-        Err(e) => Layer { available: false, detail: format!("{}: access({}, W_OK): {e}", path.display(), dir.display()) },
+        Ok(()) => Layer {
+            available: true,
+            detail: format!("{} (directory {} writable)", path.display(), dir.display()),
+        },
+        Err(e) => Layer {
+            available: false,
+            detail: format!("{}: access({}, W_OK): {e}", path.display(), dir.display()),
+        },
     }
 }
 

@@ -51,7 +51,10 @@ impl ProgramInspector for ProgramOpener {
 
 /// Opens and inspects one program file.
 pub fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
-    let unreadable = |call: &str, e: io::Error| ProgramFault::Unreadable { path: path.to_path_buf(), cause: format!("{call}: {e}") };
+    let unreadable = |call: &str, e: io::Error| ProgramFault::Unreadable {
+        path: path.to_path_buf(),
+        cause: format!("{call}: {e}"),
+    };
     // O_NONBLOCK: opening a FIFO or a device must not hang the gate; O_NOCTTY:
     // opening a terminal must not make it ours. Neither matters for a regular file.
     let file = OpenOptions::new()
@@ -59,16 +62,32 @@ pub fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => ProgramFault::Missing { path: path.to_path_buf() },
+            io::ErrorKind::NotFound => ProgramFault::Missing {
+                path: path.to_path_buf(),
+            },
             _ => unreadable("open(O_RDONLY)", e),
         })?;
     let meta = file.metadata().map_err(|e| unreadable("fstat", e))?;
-    let resolved = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap_or_else(|_| path.to_path_buf());
+    let resolved = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .unwrap_or_else(|_| path.to_path_buf());
     let regular = meta.file_type().is_file();
     let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
     let file_caps = regular && has_file_capabilities(&file);
-    let sha256 = if regular { hash_file(&file).map_err(|e| unreadable("pread", e))? } else { Sha256Digest([0; 32]) };
-    Ok(OpenedProgram { file, facts: ProgramFacts { resolved, regular, setid, file_caps, sha256 } })
+    let sha256 = if regular {
+        hash_file(&file).map_err(|e| unreadable("pread", e))?
+    } else {
+        Sha256Digest([0; 32])
+    };
+    Ok(OpenedProgram {
+        file,
+        facts: ProgramFacts {
+            resolved,
+            regular,
+            setid,
+            file_caps,
+            sha256,
+        },
+    })
 }
 
 fn has_file_capabilities(file: &File) -> bool {
@@ -115,14 +134,20 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(b"abc").unwrap();
         let digest = hash_path(f.path()).unwrap();
-        assert_eq!(digest.to_string(), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            digest.to_string(),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
     fn a_directory_is_not_regular_and_a_missing_file_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         assert!(!open_program(dir.path()).unwrap().facts.regular);
-        assert!(matches!(open_program(&dir.path().join("nope")), Err(ProgramFault::Missing { .. })));
+        assert!(matches!(
+            open_program(&dir.path().join("nope")),
+            Err(ProgramFault::Missing { .. })
+        ));
     }
 
     #[test]

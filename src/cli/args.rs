@@ -48,7 +48,9 @@ fn parse_tier(s: &str) -> Result<Tier, String> {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
-    #[command(after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n\nNothing runs and nothing is recorded in the audit trail.")]
+    #[command(
+        after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n\nNothing runs and nothing is recorded in the audit trail."
+    )]
     Check(RunArgs),
     /// Validate, explain or pin manifests.
     #[command(subcommand)]
@@ -62,7 +64,9 @@ pub enum Command {
     /// Describe this tool: version, modes, commands, denial reasons (connector contract).
     Capabilities,
     /// Probe the kernel: user namespaces, Landlock ABI, seccomp, cgroups, audit location.
-    #[command(after_help = "Status: healthy, needs_setup, degraded or error, with the reasons. Exits 5 unless healthy.")]
+    #[command(
+        after_help = "Status: healthy, needs_setup, degraded or error, with the reasons. Exits 5 unless healthy."
+    )]
     Health,
     /// Operator configuration.
     #[command(subcommand)]
@@ -76,7 +80,9 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ManifestCommand {
     /// Validate a manifest: errors with file:line:column and a fix; warnings for weak spots.
-    #[command(after_help = "Example:\n  spawnd manifest lint policies/git.toml\n\nExit 0 when valid (warnings allowed), 4 when not.")]
+    #[command(
+        after_help = "Example:\n  spawnd manifest lint policies/git.toml\n\nExit 0 when valid (warnings allowed), 4 when not."
+    )]
     Lint {
         /// Manifest file.
         file: PathBuf,
@@ -88,7 +94,9 @@ pub enum ManifestCommand {
         file: PathBuf,
     },
     /// Fill in or update each program's `hash` in place, keeping comments and layout.
-    #[command(after_help = "Example:\n  spawnd manifest pin policies/git.toml\n\nPrograms given as `~/` paths are hashed for the invoking user.")]
+    #[command(
+        after_help = "Example:\n  spawnd manifest pin policies/git.toml\n\nPrograms given as `~/` paths are hashed for the invoking user."
+    )]
     Pin {
         /// Manifest file.
         file: PathBuf,
@@ -109,7 +117,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub manifest: PathBuf,
     /// The operation to run.
-    #[arg(long, value_name = "NAME", conflicts_with = "envelope", required_unless_present = "envelope")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "envelope",
+        required_unless_present = "envelope"
+    )]
     pub op: Option<String>,
     /// A raw envelope: JSON {program, argv, env?, cwd?, stdin? | stdin_b64?}.
     #[arg(long, value_name = "FILE")]
@@ -133,17 +146,27 @@ pub struct RunArgs {
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 500ms, 10s or 2m"))?;
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 500ms, 10s or 2m"))?;
     let factor = match unit {
         "ms" => 1,
         "" | "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("`{text}`: unknown unit `{unit}`; use ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}`; use ms, s, m or h"
+            ))
+        }
     };
-    n.checked_mul(factor).filter(|ms| *ms > 0).ok_or_else(|| format!("`{text}` must be a positive duration"))
+    n.checked_mul(factor)
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| format!("`{text}` must be a positive duration"))
 }
 
 #[cfg(test)]

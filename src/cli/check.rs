@@ -54,46 +54,101 @@ pub fn prepare(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
     let manifest = load_manifest(&args.manifest, &config)?;
     let caller = current_caller()?;
     let (kind, mut env, envelope_cwd) = match (&args.op, &args.envelope) {
-        (Some(op), None) => (RequestKind::Op { name: op.clone(), args: parse_args(&args.args)? }, BTreeMap::new(), None),
+        (Some(op), None) => (
+            RequestKind::Op {
+                name: op.clone(),
+                args: parse_args(&args.args)?,
+            },
+            BTreeMap::new(),
+            None,
+        ),
         (None, Some(path)) => {
             let e = read_envelope(path)?;
             if e.stdin.is_some() && e.stdin_b64.is_some() {
-                return Err(Failure::usage("the envelope gives both stdin and stdin_b64; keep one"));
+                return Err(Failure::usage(
+                    "the envelope gives both stdin and stdin_b64; keep one",
+                ));
             }
-            (RequestKind::Raw { program: e.program, argv: e.argv }, e.env, e.cwd)
+            (
+                RequestKind::Raw {
+                    program: e.program,
+                    argv: e.argv,
+                },
+                e.env,
+                e.cwd,
+            )
         }
         _ => return Err(Failure::usage("give --op NAME or --envelope FILE")),
     };
     merge_cli_env(&mut env, &args.env, &manifest)?;
     let cwd = match &args.cwd {
         Some(dir) if dir.is_absolute() => Some(dir.display().to_string()),
-        Some(dir) => Some(std::env::current_dir().map_err(|e| Failure::usage(format!("getcwd: {e}")))?.join(dir).display().to_string()),
+        Some(dir) => Some(
+            std::env::current_dir()
+                .map_err(|e| Failure::usage(format!("getcwd: {e}")))?
+                .join(dir)
+                .display()
+                .to_string(),
+        ),
         None => envelope_cwd,
     };
-    let request = Request { kind, env, cwd, action: None, mode: cli.mode.unwrap_or_default() };
-    Ok(Prepared { config, manifest, caller, request })
+    let request = Request {
+        kind,
+        env,
+        cwd,
+        action: None,
+        mode: cli.mode.unwrap_or_default(),
+    };
+    Ok(Prepared {
+        config,
+        manifest,
+        caller,
+        request,
+    })
 }
 
 /// `--arg k=v`: split on the first `=`; a key given twice is a usage error.
 pub fn parse_args(raw: &[String]) -> Result<BTreeMap<String, String>, Failure> {
     let mut out = BTreeMap::new();
     for item in raw {
-        let (k, v) = item.split_once('=').ok_or_else(|| Failure::usage(format!("--arg `{item}` needs the form key=value")))?;
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| Failure::usage(format!("--arg `{item}` needs the form key=value")))?;
         if out.insert(k.to_string(), v.to_string()).is_some() {
-            return Err(Failure::usage(format!("--arg {k} is given twice; give each key once")));
+            return Err(Failure::usage(format!(
+                "--arg {k} is given twice; give each key once"
+            )));
         }
     }
     Ok(out)
 }
 
 fn read_envelope(path: &Path) -> Result<EnvelopeFile, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| Failure::new(if e.kind() == std::io::ErrorKind::NotFound { 6 } else { 2 }, format!("cannot read envelope {}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| Failure::usage(format!("envelope {}: {e} (expected {{program, argv, env?, cwd?, stdin? | stdin_b64?}})", path.display())))
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::new(
+            if e.kind() == std::io::ErrorKind::NotFound {
+                6
+            } else {
+                2
+            },
+            format!("cannot read envelope {}: {e}", path.display()),
+        )
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::usage(format!(
+            "envelope {}: {e} (expected {{program, argv, env?, cwd?, stdin? | stdin_b64?}})",
+            path.display()
+        ))
+    })
 }
 
 /// `--env K=V` and `--env K` explicitly; other passthrough keys (not credential
 /// keys) come from the invoking environment when set and non-empty there.
-fn merge_cli_env(env: &mut BTreeMap<String, String>, flags: &[String], manifest: &Manifest) -> Result<(), Failure> {
+fn merge_cli_env(
+    env: &mut BTreeMap<String, String>,
+    flags: &[String],
+    manifest: &Manifest,
+) -> Result<(), Failure> {
     let mut named = Vec::new();
     for flag in flags {
         let (key, value) = match flag.split_once('=') {
@@ -107,7 +162,11 @@ fn merge_cli_env(env: &mut BTreeMap<String, String>, flags: &[String], manifest:
         env.insert(key, value);
     }
     if let Some(spawn) = &manifest.spawn {
-        for key in spawn.env_passthrough.iter().filter(|k| !spawn.credential_env_keys.contains(k) && !named.contains(k)) {
+        for key in spawn
+            .env_passthrough
+            .iter()
+            .filter(|k| !spawn.credential_env_keys.contains(k) && !named.contains(k))
+        {
             if env.contains_key(key) {
                 continue;
             }
@@ -180,7 +239,11 @@ fn allowed_text(plan: &SpawnPlan) -> String {
         CwdPlan::Dir(d) => d.display().to_string(),
         CwdPlan::FreshTemp => "a fresh temporary directory, removed afterwards".into(),
     };
-    let pin = if plan.program.pinned { "matches the pinned hash" } else { "not pinned" };
+    let pin = if plan.program.pinned {
+        "matches the pinned hash"
+    } else {
+        "not pinned"
+    };
     let l = &plan.limits;
     format!(
         "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\ncwd:     {cwd}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
@@ -199,7 +262,10 @@ mod tests {
         let parsed = parse_args(&["a=b=c".into(), "x=".into()]).unwrap();
         assert_eq!(parsed["a"], "b=c");
         assert_eq!(parsed["x"], "");
-        assert_eq!(parse_args(&["a=1".into(), "a=2".into()]).unwrap_err().exit, 2);
+        assert_eq!(
+            parse_args(&["a=1".into(), "a=2".into()]).unwrap_err().exit,
+            2
+        );
         assert_eq!(parse_args(&["novalue".into()]).unwrap_err().exit, 2);
     }
 }

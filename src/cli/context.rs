@@ -16,18 +16,30 @@ pub fn current_caller() -> Result<Caller, Failure> {
     let user = nix::unistd::User::from_uid(uid)
         .map_err(|e| Failure::config(format!("getpwuid({uid}): {e}")))?
         .ok_or_else(|| Failure::config(format!("uid {uid} has no entry in the password database, so `~` cannot be expanded; run as a user with a home directory")))?;
-    Ok(Caller { uid: uid.as_raw(), gid: nix::unistd::getgid().as_raw(), pid: Some(std::process::id()), home: user.dir })
+    Ok(Caller {
+        uid: uid.as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        pid: Some(std::process::id()),
+        home: user.dir,
+    })
 }
 
 /// The config file in force, if any.
 pub fn config_path(cli: &Cli) -> Option<PathBuf> {
-    cli.config.clone().or_else(|| std::env::var_os("SPAWND_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from))
+    cli.config.clone().or_else(|| {
+        std::env::var_os("SPAWND_CONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
 }
 
 /// Loads the operator config, or the defaults when none is given.
 pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
     let uid = nix::unistd::getuid().as_raw();
-    let home = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.dir);
+    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir);
     let xdg = std::env::var("XDG_STATE_HOME").ok();
     let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
     match config_path(cli) {
@@ -43,8 +55,15 @@ pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
 pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         let f = format!("cannot read manifest {}: {e}", path.display());
-        if e.kind() == std::io::ErrorKind::NotFound { Failure::not_found(f) } else { Failure::config(f) }
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Failure::not_found(f)
+        } else {
+            Failure::config(f)
+        }
     })?;
-    let options = LoadOptions { max_wall_time_ms: config.sandbox.max_wall_time_ms };
-    parse_manifest(&path.display().to_string(), &text, options).map_err(|e| Failure::config(e.to_string()).with_details(&e))
+    let options = LoadOptions {
+        max_wall_time_ms: config.sandbox.max_wall_time_ms,
+    };
+    parse_manifest(&path.display().to_string(), &text, options)
+        .map_err(|e| Failure::config(e.to_string()).with_details(&e))
 }

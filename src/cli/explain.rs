@@ -10,13 +10,22 @@ use crate::manifest::{Manifest, ScopePath, SpawnGrant, ValueKind};
 pub fn explain_text(m: &Manifest) -> String {
     let mut out = String::new();
     let c = &m.connector;
-    let _ = writeln!(out, "Connector {} version {} (manifest sha256 {}).", c.name, c.version, m.digest);
+    let _ = writeln!(
+        out,
+        "Connector {} version {} (manifest sha256 {}).",
+        c.name, c.version, m.digest
+    );
     if let Some(p) = &c.provenance_hash {
-        let _ = writeln!(out, "Publisher's provenance hash: {p} (recorded, not checked by spawnd).");
+        let _ = writeln!(
+            out,
+            "Publisher's provenance hash: {p} (recorded, not checked by spawnd)."
+        );
     }
     explain_informational(m, &mut out);
     match &m.spawn {
-        None => out.push_str("\nIt declares no [capabilities.spawn]: spawnd will not run any program for it.\n"),
+        None => out.push_str(
+            "\nIt declares no [capabilities.spawn]: spawnd will not run any program for it.\n",
+        ),
         Some(s) => explain_spawn(s, &mut out),
     }
     for w in &m.warnings {
@@ -28,17 +37,42 @@ pub fn explain_text(m: &Manifest) -> String {
 fn explain_informational(m: &Manifest, out: &mut String) {
     let i = &m.info;
     if !i.network_hosts.is_empty() {
-        let _ = writeln!(out, "The connector itself may reach {} (its own grant; spawned programs get no network).", i.network_hosts.join(", "));
+        let _ = writeln!(
+            out,
+            "The connector itself may reach {} (its own grant; spawned programs get no network).",
+            i.network_hosts.join(", ")
+        );
     }
     if let Some(kind) = &i.credential_kind {
-        let scope = i.credential_scope.as_deref().map(|s| format!(" with scope \"{s}\"")).unwrap_or_default();
-        let _ = writeln!(out, "It needs a credential of kind {kind}{scope}; the operator binds it.");
+        let scope = i
+            .credential_scope
+            .as_deref()
+            .map(|s| format!(" with scope \"{s}\""))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "It needs a credential of kind {kind}{scope}; the operator binds it."
+        );
     }
     if let Some(h) = &i.credential_header {
-        let _ = writeln!(out, "The connector runtime injects it as the HTTP header `{h}`.");
+        let _ = writeln!(
+            out,
+            "The connector runtime injects it as the HTTP header `{h}`."
+        );
     }
     if let Some(o) = &i.oauth2 {
-        let _ = writeln!(out, "OAuth app: token endpoint {}, client id {}, scopes [{}]{}.", o.token_url.as_deref().unwrap_or("(none)"), o.client_id.as_deref().unwrap_or("(none)"), o.scopes.join(", "), if o.has_client_secret { "; a client secret is bound into the manifest" } else { "" });
+        let _ = writeln!(
+            out,
+            "OAuth app: token endpoint {}, client id {}, scopes [{}]{}.",
+            o.token_url.as_deref().unwrap_or("(none)"),
+            o.client_id.as_deref().unwrap_or("(none)"),
+            o.scopes.join(", "),
+            if o.has_client_secret {
+                "; a client secret is bound into the manifest"
+            } else {
+                ""
+            }
+        );
     }
     if !i.intents.is_empty() {
         let _ = writeln!(out, "It provides: {}.", i.intents.join(", "));
@@ -46,27 +80,50 @@ fn explain_informational(m: &Manifest, out: &mut String) {
 }
 
 fn list(scopes: &[ScopePath]) -> String {
-    scopes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    scopes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn explain_spawn(s: &SpawnGrant, out: &mut String) {
-    out.push_str("\nPrograms it may run (each opened once, hashed, and executed from that same file):\n");
+    out.push_str(
+        "\nPrograms it may run (each opened once, hashed, and executed from that same file):\n",
+    );
     for p in &s.programs {
-        let pin = p.hash.map_or("NOT pinned: whatever is at that path runs".to_string(), |h| format!("only if its bytes hash to {h}"));
+        let pin = p.hash.map_or(
+            "NOT pinned: whatever is at that path runs".to_string(),
+            |h| format!("only if its bytes hash to {h}"),
+        );
         let _ = writeln!(out, "  {} — {pin}", p.path);
     }
     out.push_str("\nOperations (argv is fixed except for the {placeholders}; each value stays one argument, never split or shell-evaluated):\n");
     for op in s.operations.values() {
-        let _ = writeln!(out, "  {} [mode {}]: {}", op.name, op.mode, op.template.shape());
+        let _ = writeln!(
+            out,
+            "  {} [mode {}]: {}",
+            op.name,
+            op.mode,
+            op.template.shape()
+        );
         if let Some(d) = &op.description {
             let _ = writeln!(out, "      {d}");
         }
         for name in op.template.placeholders() {
-            let what = op.param_descriptions.get(name).map(|d| format!("{d} — ")).unwrap_or_default();
+            let what = op
+                .param_descriptions
+                .get(name)
+                .map(|d| format!("{d} — "))
+                .unwrap_or_default();
             let _ = writeln!(out, "      {{{name}}}: {what}{}", describe_param(op, name));
         }
         if op.limits != s.limits {
-            let _ = writeln!(out, "      tighter limits: wall time {} ms, stdout {} bytes", op.limits.wall_time_ms, op.limits.max_stdout_bytes);
+            let _ = writeln!(
+                out,
+                "      tighter limits: wall time {} ms, stdout {} bytes",
+                op.limits.wall_time_ms, op.limits.max_stdout_bytes
+            );
         }
     }
     explain_fs(s, out);
@@ -104,17 +161,60 @@ fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {
 fn explain_fs(s: &SpawnGrant, out: &mut String) {
     out.push_str("\nFiles:\n");
     let none = "nothing";
-    let _ = writeln!(out, "  may read:    {}", if s.fs_read.is_empty() { none.into() } else { list(&s.fs_read) });
-    let _ = writeln!(out, "  may write:   {}", if s.fs_write.is_empty() { none.into() } else { list(&s.fs_write) });
-    let _ = writeln!(out, "  may execute: the declared programs and the system runtime{}", if s.fs_exec.is_empty() { String::new() } else { format!(", plus files in {}", list(&s.fs_exec)) });
-    let cwd = s.cwd.as_ref().map_or("a fresh temporary directory, removed afterwards".to_string(), |c| c.to_string());
+    let _ = writeln!(
+        out,
+        "  may read:    {}",
+        if s.fs_read.is_empty() {
+            none.into()
+        } else {
+            list(&s.fs_read)
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  may write:   {}",
+        if s.fs_write.is_empty() {
+            none.into()
+        } else {
+            list(&s.fs_write)
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  may execute: the declared programs and the system runtime{}",
+        if s.fs_exec.is_empty() {
+            String::new()
+        } else {
+            format!(", plus files in {}", list(&s.fs_exec))
+        }
+    );
+    let cwd = s.cwd.as_ref().map_or(
+        "a fresh temporary directory, removed afterwards".to_string(),
+        |c| c.to_string(),
+    );
     let _ = writeln!(out, "  starts in:   {cwd}");
 }
 
 fn explain_env(s: &SpawnGrant, out: &mut String) {
-    let passed: Vec<&String> = s.env_passthrough.iter().filter(|k| !s.credential_env_keys.contains(k)).collect();
+    let passed: Vec<&String> = s
+        .env_passthrough
+        .iter()
+        .filter(|k| !s.credential_env_keys.contains(k))
+        .collect();
     out.push_str("\nEnvironment (nothing else, not even PATH or HOME unless listed):\n");
-    let _ = writeln!(out, "  from the caller: {}", if passed.is_empty() { "nothing".to_string() } else { passed.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ") });
+    let _ = writeln!(
+        out,
+        "  from the caller: {}",
+        if passed.is_empty() {
+            "nothing".to_string()
+        } else {
+            passed
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
     if !s.env_set.is_empty() {
         let fixed: Vec<String> = s.env_set.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(out, "  fixed:           {}", fixed.join(", "));

@@ -14,20 +14,44 @@ use crate::program::hash_path;
 
 /// `spawnd hash FILE`.
 pub fn hash(file: &Path) -> Result<Success, Failure> {
-    let meta = std::fs::metadata(file).map_err(|e| Failure::new(if e.kind() == std::io::ErrorKind::NotFound { 6 } else { 4 }, format!("cannot stat {}: {e}", file.display())))?;
+    let meta = std::fs::metadata(file).map_err(|e| {
+        Failure::new(
+            if e.kind() == std::io::ErrorKind::NotFound {
+                6
+            } else {
+                4
+            },
+            format!("cannot stat {}: {e}", file.display()),
+        )
+    })?;
     if !meta.is_file() {
-        return Err(Failure::usage(format!("{} is not a regular file", file.display())));
+        return Err(Failure::usage(format!(
+            "{} is not a regular file",
+            file.display()
+        )));
     }
-    let digest = hash_path(file).map_err(|e| Failure::config(format!("cannot read {}: {e}", file.display())))?;
-    Ok(Success::new(json!({"file": file, "sha256": digest}), digest.to_string()))
+    let digest = hash_path(file)
+        .map_err(|e| Failure::config(format!("cannot read {}: {e}", file.display())))?;
+    Ok(Success::new(
+        json!({"file": file, "sha256": digest}),
+        digest.to_string(),
+    ))
 }
 
 /// The commands, with the tier each needs (connector CLI contract).
 const COMMANDS: &[(&str, &str, &str)] = &[
-    ("check", "the gate's decision and exact argv for a request", "readonly"),
+    (
+        "check",
+        "the gate's decision and exact argv for a request",
+        "readonly",
+    ),
     ("manifest.lint", "validate a manifest", "readonly"),
     ("manifest.explain", "a manifest in plain words", "readonly"),
-    ("manifest.pin", "fill in program hashes in place", "readonly"),
+    (
+        "manifest.pin",
+        "fill in program hashes in place",
+        "readonly",
+    ),
     ("hash", "sha256 of a file", "readonly"),
     ("capabilities", "this description", "readonly"),
     ("health", "kernel layers available", "readonly"),
@@ -38,7 +62,10 @@ const COMMANDS: &[(&str, &str, &str)] = &[
 pub fn capabilities() -> Success {
     let commands: Vec<_> = COMMANDS.iter().map(|(id, summary, mode)| json!({"id": id, "summary": summary, "required_mode": mode, "supports_json": true})).collect();
     let reasons: Vec<_> = REASONS.iter().map(|r| json!({"reason": r.reason, "class": r.reason.class(), "boundary_detail": r.detail, "when": r.when})).collect();
-    let reserved: Vec<_> = RESERVED_ENV.iter().map(|r| json!({"key": r.key, "prefix": r.prefix, "why": r.why})).collect();
+    let reserved: Vec<_> = RESERVED_ENV
+        .iter()
+        .map(|r| json!({"key": r.key, "prefix": r.prefix, "why": r.why}))
+        .collect();
     let data = json!({
         "tool": "spawnd",
         "version": env!("CARGO_PKG_VERSION"),
@@ -48,14 +75,22 @@ pub fn capabilities() -> Success {
         "denial_reasons": reasons,
         "reserved_env_keys": reserved,
     });
-    let text = COMMANDS.iter().map(|(id, summary, _)| format!("{id:18} {summary}")).collect::<Vec<_>>().join("\n");
-    Success::new(data, format!("spawnd {}\n{text}", env!("CARGO_PKG_VERSION")))
+    let text = COMMANDS
+        .iter()
+        .map(|(id, summary, _)| format!("{id:18} {summary}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Success::new(
+        data,
+        format!("spawnd {}\n{text}", env!("CARGO_PKG_VERSION")),
+    )
 }
 
 /// `spawnd health`: exit 0 when healthy, 5 otherwise.
 pub fn health(cli: &Cli) -> Result<Success, Failure> {
     let config = load_config(cli)?;
-    let exe = std::env::current_exe().map_err(|e| Failure::new(10, format!("cannot find spawnd's own binary: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::new(10, format!("cannot find spawnd's own binary: {e}")))?;
     let report = probe(&exe, config.audit.path.as_deref());
     let status = serde_json::to_value(report.status).unwrap_or_default();
     let mut text = format!("{}", status.as_str().unwrap_or("error"));
@@ -72,7 +107,11 @@ pub fn health(cli: &Cli) -> Result<Success, Failure> {
         report.cgroups.limits_via,
         report.audit.detail
     ));
-    let exit = if report.status == Status::Healthy { 0 } else { 5 };
+    let exit = if report.status == Status::Healthy {
+        0
+    } else {
+        5
+    };
     let mut success = Success::new(&report, text);
     success.exit = exit;
     Ok(success)

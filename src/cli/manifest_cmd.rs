@@ -16,12 +16,24 @@ use crate::program::hash_path;
 pub fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let manifest = load_manifest(file, &config)?;
-    let mut text = format!("{}: valid ({} {})", file.display(), manifest.connector.name, manifest.connector.version);
+    let mut text = format!(
+        "{}: valid ({} {})",
+        file.display(),
+        manifest.connector.name,
+        manifest.connector.version
+    );
     for w in &manifest.warnings {
         text.push_str(&format!("\n  warning: {}: {}", w.key, w.message));
     }
-    let ops = manifest.spawn.as_ref().map(|s| s.operations.len()).unwrap_or(0);
-    Ok(Success::new(json!({"file": file, "valid": true, "connector": manifest.connector.name, "operations": ops, "warnings": manifest.warnings}), text))
+    let ops = manifest
+        .spawn
+        .as_ref()
+        .map(|s| s.operations.len())
+        .unwrap_or(0);
+    Ok(Success::new(
+        json!({"file": file, "valid": true, "connector": manifest.connector.name, "operations": ops, "warnings": manifest.warnings}),
+        text,
+    ))
 }
 
 /// `manifest explain`: what the manifest lets a program do, in plain words.
@@ -29,19 +41,45 @@ pub fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let manifest = load_manifest(file, &config)?;
     let text = explain_text(&manifest);
-    Ok(Success::new(json!({"file": file, "explanation": text}), text))
+    Ok(Success::new(
+        json!({"file": file, "explanation": text}),
+        text,
+    ))
 }
 
 /// `manifest pin`: fill in or update each program's hash, keeping comments and layout.
 pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
-    let text = std::fs::read_to_string(file).map_err(|e| Failure::new(if e.kind() == std::io::ErrorKind::NotFound { 6 } else { 4 }, format!("cannot read manifest {}: {e}", file.display())))?;
-    let mut doc: DocumentMut = text.parse().map_err(|e| Failure::config(format!("{}: {e}", file.display())))?;
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        Failure::new(
+            if e.kind() == std::io::ErrorKind::NotFound {
+                6
+            } else {
+                4
+            },
+            format!("cannot read manifest {}: {e}", file.display()),
+        )
+    })?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e| Failure::config(format!("{}: {e}", file.display())))?;
     let home = current_caller()?.home;
     let mut report = Vec::new();
     for_each_program(&mut doc, |path, hash_slot| {
-        let scope = ScopePath::parse(path).map_err(|e| Failure::config(format!("program path `{path}` {e}")))?;
+        let scope = ScopePath::parse(path)
+            .map_err(|e| Failure::config(format!("program path `{path}` {e}")))?;
         let resolved = scope.expand(&home);
-        let digest = hash_path(&resolved).map_err(|e| Failure::new(if e.kind() == std::io::ErrorKind::NotFound { 6 } else { 4 }, format!("cannot hash {}: {e}", resolved.display())))?.to_string();
+        let digest = hash_path(&resolved)
+            .map_err(|e| {
+                Failure::new(
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        6
+                    } else {
+                        4
+                    },
+                    format!("cannot hash {}: {e}", resolved.display()),
+                )
+            })?
+            .to_string();
         let status = match hash_slot.as_deref() {
             Some(old) if old == digest => "unchanged",
             Some(_) => "updated",
@@ -52,7 +90,10 @@ pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
         Ok(())
     })?;
     if report.is_empty() {
-        return Err(Failure::config(format!("{} declares no [capabilities.spawn] programs to pin", file.display())));
+        return Err(Failure::config(format!(
+            "{} declares no [capabilities.spawn] programs to pin",
+            file.display()
+        )));
     }
     let new_text = doc.to_string();
     if new_text != text {
@@ -60,25 +101,54 @@ pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     }
     let config = load_config(cli)?;
     load_manifest(file, &config)?;
-    let lines: Vec<String> = report.iter().map(|r| format!("{} {} {}", r["status"].as_str().unwrap_or(""), r["path"].as_str().unwrap_or(""), r["sha256"].as_str().unwrap_or(""))).collect();
-    Ok(Success::new(json!({"file": file, "programs": report}), lines.join("\n")))
+    let lines: Vec<String> = report
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r["status"].as_str().unwrap_or(""),
+                r["path"].as_str().unwrap_or(""),
+                r["sha256"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    Ok(Success::new(
+        json!({"file": file, "programs": report}),
+        lines.join("\n"),
+    ))
 }
 
 type PinFn<'a> = dyn FnMut(&str, &mut Option<String>) -> Result<(), Failure> + 'a;
 
 /// Calls `f(path, hash)` for every program entry, inline tables and `[[…programs]]` alike,
 /// and writes back the hash it leaves in the slot.
-fn for_each_program(doc: &mut DocumentMut, mut f: impl FnMut(&str, &mut Option<String>) -> Result<(), Failure>) -> Result<(), Failure> {
-    let Some(programs) = doc.get_mut("capabilities").and_then(|c| c.get_mut("spawn")).and_then(|s| s.get_mut("programs")) else {
+fn for_each_program(
+    doc: &mut DocumentMut,
+    mut f: impl FnMut(&str, &mut Option<String>) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let Some(programs) = doc
+        .get_mut("capabilities")
+        .and_then(|c| c.get_mut("spawn"))
+        .and_then(|s| s.get_mut("programs"))
+    else {
         return Ok(());
     };
     let f: &mut PinFn = &mut f;
     match programs {
         Item::Value(Value::Array(array)) => {
             for value in array.iter_mut() {
-                let table = value.as_inline_table_mut().ok_or_else(|| Failure::config("each programs entry must be a table { path = …, hash = … }"))?;
-                let path = table.get("path").and_then(|p| p.as_str()).ok_or_else(|| Failure::config("a programs entry has no path"))?.to_string();
-                let mut slot = table.get("hash").and_then(|h| h.as_str()).map(str::to_string);
+                let table = value.as_inline_table_mut().ok_or_else(|| {
+                    Failure::config("each programs entry must be a table { path = …, hash = … }")
+                })?;
+                let path = table
+                    .get("path")
+                    .and_then(|p| p.as_str())
+                    .ok_or_else(|| Failure::config("a programs entry has no path"))?
+                    .to_string();
+                let mut slot = table
+                    .get("hash")
+                    .and_then(|h| h.as_str())
+                    .map(str::to_string);
                 f(&path, &mut slot)?;
                 if let Some(h) = slot {
                     table.insert("hash", h.into());
@@ -87,28 +157,50 @@ fn for_each_program(doc: &mut DocumentMut, mut f: impl FnMut(&str, &mut Option<S
         }
         Item::ArrayOfTables(tables) => {
             for table in tables.iter_mut() {
-                let path = table.get("path").and_then(|p| p.as_str()).ok_or_else(|| Failure::config("a [[programs]] entry has no path"))?.to_string();
-                let mut slot = table.get("hash").and_then(|h| h.as_str()).map(str::to_string);
+                let path = table
+                    .get("path")
+                    .and_then(|p| p.as_str())
+                    .ok_or_else(|| Failure::config("a [[programs]] entry has no path"))?
+                    .to_string();
+                let mut slot = table
+                    .get("hash")
+                    .and_then(|h| h.as_str())
+                    .map(str::to_string);
                 f(&path, &mut slot)?;
                 if let Some(h) = slot {
                     table.insert("hash", toml_edit::value(h));
                 }
             }
         }
-        _ => return Err(Failure::config("capabilities.spawn.programs must be an array of tables")),
+        _ => {
+            return Err(Failure::config(
+                "capabilities.spawn.programs must be an array of tables",
+            ))
+        }
     }
     Ok(())
 }
 
 /// Replaces `file` atomically (temporary file in the same directory, then rename), keeping its mode.
 fn write_in_place(file: &Path, text: &str) -> Result<(), Failure> {
-    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let fail = |what: &str, e: std::io::Error| Failure::config(format!("{what} {}: {e}", file.display()));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| fail("cannot create a temporary file beside", e))?;
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let fail =
+        |what: &str, e: std::io::Error| Failure::config(format!("{what} {}: {e}", file.display()));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| fail("cannot create a temporary file beside", e))?;
     std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| fail("cannot write", e))?;
-    let perms = std::fs::metadata(file).map_err(|e| fail("cannot stat", e))?.permissions();
-    std::fs::set_permissions(tmp.path(), perms).map_err(|e| fail("cannot set permissions for", e))?;
-    tmp.as_file().sync_all().map_err(|e| fail("cannot fsync", e))?;
-    tmp.persist(file).map_err(|e| fail("cannot replace", e.error))?;
+    let perms = std::fs::metadata(file)
+        .map_err(|e| fail("cannot stat", e))?
+        .permissions();
+    std::fs::set_permissions(tmp.path(), perms)
+        .map_err(|e| fail("cannot set permissions for", e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| fail("cannot fsync", e))?;
+    tmp.persist(file)
+        .map_err(|e| fail("cannot replace", e.error))?;
     Ok(())
 }

@@ -28,19 +28,48 @@ pub fn main() -> i32 {
     let command = command_name(&cli.command);
     let mode = cli.mode.unwrap_or_default().to_string();
     let result = dispatch(&cli);
-    output::emit(result, cli.json, &output::Meta { command, mode: &mode, started })
+    output::emit(
+        result,
+        cli.json,
+        &output::Meta {
+            command,
+            mode: &mode,
+            started,
+        },
+    )
 }
 
 fn report_usage_error(e: clap::Error, raw_args: &[String], started: Instant) -> i32 {
     use clap::error::ErrorKind;
-    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         let _ = e.print();
-        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 };
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            2
+        } else {
+            0
+        };
     }
     if raw_args.iter().any(|a| a == "--json") {
         let message = e.render().to_string();
-        let message = message.lines().next().unwrap_or("invalid usage").trim_start_matches("error: ");
-        return output::emit(Err(Failure::usage(message)), true, &output::Meta { command: "usage", mode: "readonly", started });
+        let message = message
+            .lines()
+            .next()
+            .unwrap_or("invalid usage")
+            .trim_start_matches("error: ");
+        return output::emit(
+            Err(Failure::usage(message)),
+            true,
+            &output::Meta {
+                command: "usage",
+                mode: "readonly",
+                started,
+            },
+        );
     }
     let _ = e.print();
     2

@@ -19,7 +19,11 @@ pub struct Failure {
 impl Failure {
     /// A failure with exit code `exit`.
     pub fn new(exit: i32, message: impl Into<String>) -> Failure {
-        Failure { exit, message: message.into(), details: None }
+        Failure {
+            exit,
+            message: message.into(),
+            details: None,
+        }
     }
 
     /// Usage error (2).
@@ -58,7 +62,11 @@ pub struct Success {
 impl Success {
     /// Exit 0 with data and text.
     pub fn new(data: impl Serialize, human: impl Into<String>) -> Success {
-        Success { data: serde_json::to_value(data).unwrap_or(Value::Null), human: human.into(), exit: 0 }
+        Success {
+            data: serde_json::to_value(data).unwrap_or(Value::Null),
+            human: human.into(),
+            exit: 0,
+        }
     }
 }
 
@@ -85,7 +93,9 @@ pub struct Meta<'a> {
 }
 
 fn meta_json(meta: &Meta) -> Value {
-    let timestamp = time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let timestamp = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
     json!({
         "mode": meta.mode,
         "duration_ms": meta.started.elapsed().as_millis() as u64,
@@ -102,7 +112,8 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
             let mut envelope = json!({"ok": ok, "tool": "spawnd", "command": meta.command, "data": s.data, "meta": meta_json(meta)});
             if !ok {
                 let message = s.human.lines().next().unwrap_or("see data");
-                envelope["error"] = json!({"code": error_code(s.exit), "message": message, "details": Value::Null});
+                envelope["error"] =
+                    json!({"code": error_code(s.exit), "message": message, "details": Value::Null});
             }
             println!("{envelope}");
             s.exit
@@ -137,7 +148,14 @@ mod tests {
 
     #[test]
     fn error_codes_follow_exit_codes() {
-        let table = [(2, "INVALID_USAGE"), (3, "PERMISSION_DENIED"), (4, "CONFIG_ERROR"), (5, "BACKEND_UNAVAILABLE"), (6, "NOT_FOUND"), (10, "INTERNAL_ERROR")];
+        let table = [
+            (2, "INVALID_USAGE"),
+            (3, "PERMISSION_DENIED"),
+            (4, "CONFIG_ERROR"),
+            (5, "BACKEND_UNAVAILABLE"),
+            (6, "NOT_FOUND"),
+            (10, "INTERNAL_ERROR"),
+        ];
         for (exit, code) in table {
             assert_eq!(error_code(exit), code);
         }

@@ -17,22 +17,42 @@ pub struct ReservedEnv {
 }
 
 const fn exact(key: &'static str, why: &'static str) -> ReservedEnv {
-    ReservedEnv { key, prefix: false, why }
+    ReservedEnv {
+        key,
+        prefix: false,
+        why,
+    }
 }
 
 const fn prefix(key: &'static str, why: &'static str) -> ReservedEnv {
-    ReservedEnv { key, prefix: true, why }
+    ReservedEnv {
+        key,
+        prefix: true,
+        why,
+    }
 }
 
 /// Keys that no `env_passthrough`, `env_set` or `credential_env_keys` may name.
 pub const RESERVED_ENV: &[ReservedEnv] = &[
-    prefix("LD_", "dynamic loader: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT load arbitrary code"),
-    exact("GLIBC_TUNABLES", "glibc tunables: changes loader and allocator behaviour (CVE-2023-4911)"),
-    exact("GCONV_PATH", "glibc iconv: loads modules from a chosen directory"),
+    prefix(
+        "LD_",
+        "dynamic loader: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT load arbitrary code",
+    ),
+    exact(
+        "GLIBC_TUNABLES",
+        "glibc tunables: changes loader and allocator behaviour (CVE-2023-4911)",
+    ),
+    exact(
+        "GCONV_PATH",
+        "glibc iconv: loads modules from a chosen directory",
+    ),
     exact("HOSTALIASES", "resolver: redirects host names"),
     exact("NLSPATH", "message catalogs: reads chosen files"),
     exact("MALLOC_CHECK_", "glibc allocator debugging"),
-    prefix("DYLD_", "macOS dynamic loader (reserved for portable manifests)"),
+    prefix(
+        "DYLD_",
+        "macOS dynamic loader (reserved for portable manifests)",
+    ),
     exact("BASH_ENV", "bash runs this file at start"),
     exact("ENV", "sh runs this file at start"),
     prefix("BASH_FUNC_", "bash imports exported functions"),
@@ -41,12 +61,24 @@ pub const RESERVED_ENV: &[ReservedEnv] = &[
     exact("PS4", "bash evaluates it under xtrace"),
     exact("PROMPT_COMMAND", "bash runs it"),
     exact("IFS", "changes how shells split words"),
-    exact("PYTHONPATH", "python imports modules from chosen directories"),
-    exact("PYTHONHOME", "python loads its standard library from a chosen place"),
+    exact(
+        "PYTHONPATH",
+        "python imports modules from chosen directories",
+    ),
+    exact(
+        "PYTHONHOME",
+        "python loads its standard library from a chosen place",
+    ),
     exact("PYTHONSTARTUP", "python runs this file"),
     exact("PYTHONINSPECT", "python drops into an interactive prompt"),
-    exact("PYTHONBREAKPOINT", "python imports and calls a chosen callable"),
-    exact("PYTHONWARNINGS", "python imports a chosen warning category module"),
+    exact(
+        "PYTHONBREAKPOINT",
+        "python imports and calls a chosen callable",
+    ),
+    exact(
+        "PYTHONWARNINGS",
+        "python imports a chosen warning category module",
+    ),
     exact("PYTHONUSERBASE", "python adds a chosen site directory"),
     exact("NODE_OPTIONS", "node: --require loads arbitrary code"),
     exact("NODE_PATH", "node resolves modules from chosen directories"),
@@ -62,7 +94,10 @@ pub const RESERVED_ENV: &[ReservedEnv] = &[
     exact("TCLLIBPATH", "tcl loads packages from chosen directories"),
     exact("JAVA_TOOL_OPTIONS", "the JVM loads agents and options"),
     exact("_JAVA_OPTIONS", "the JVM loads agents and options"),
-    exact("JDK_JAVA_OPTIONS", "the java launcher loads agents and options"),
+    exact(
+        "JDK_JAVA_OPTIONS",
+        "the java launcher loads agents and options",
+    ),
     exact("CLASSPATH", "the JVM loads classes from chosen places"),
     exact("GIT_SSH_COMMAND", "git runs this command through a shell"),
     exact("GIT_SSH", "git runs this program"),
@@ -75,13 +110,28 @@ pub const RESERVED_ENV: &[ReservedEnv] = &[
     exact("PAGER", "many tools run this program"),
     exact("EDITOR", "many tools run this program"),
     exact("VISUAL", "many tools run this program"),
-    exact("GIT_CONFIG_PARAMETERS", "git config injection (core.sshCommand, core.fsmonitor …)"),
-    exact("GIT_CONFIG_COUNT", "git config injection (core.sshCommand, core.fsmonitor …)"),
+    exact(
+        "GIT_CONFIG_PARAMETERS",
+        "git config injection (core.sshCommand, core.fsmonitor …)",
+    ),
+    exact(
+        "GIT_CONFIG_COUNT",
+        "git config injection (core.sshCommand, core.fsmonitor …)",
+    ),
     prefix("GIT_CONFIG_KEY_", "git config injection"),
     prefix("GIT_CONFIG_VALUE_", "git config injection"),
-    exact("GIT_CONFIG_GLOBAL", "git reads configuration (and so commands) from a chosen file"),
-    exact("GIT_CONFIG_SYSTEM", "git reads configuration (and so commands) from a chosen file"),
-    exact("GIT_TEMPLATE_DIR", "git copies hooks from a chosen directory"),
+    exact(
+        "GIT_CONFIG_GLOBAL",
+        "git reads configuration (and so commands) from a chosen file",
+    ),
+    exact(
+        "GIT_CONFIG_SYSTEM",
+        "git reads configuration (and so commands) from a chosen file",
+    ),
+    exact(
+        "GIT_TEMPLATE_DIR",
+        "git copies hooks from a chosen directory",
+    ),
 ];
 
 /// The reserved entry matching `key`, if any.
@@ -123,8 +173,17 @@ mod tests {
     #[test]
     fn loader_and_interpreter_keys_are_reserved() {
         for key in [
-            "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "PYTHONPATH",
-            "NODE_OPTIONS", "PERL5OPT", "GIT_SSH_COMMAND", "BASH_FUNC_x%%", "GIT_CONFIG_KEY_0",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "LD_AUDIT",
+            "BASH_ENV",
+            "ENV",
+            "PYTHONPATH",
+            "NODE_OPTIONS",
+            "PERL5OPT",
+            "GIT_SSH_COMMAND",
+            "BASH_FUNC_x%%",
+            "GIT_CONFIG_KEY_0",
         ] {
             assert!(reserved(key).is_some(), "{key}");
         }

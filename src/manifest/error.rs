@@ -35,18 +35,29 @@ pub struct ManifestError {
 impl ManifestError {
     /// True when any problem's message or key contains `needle` (for tests and callers).
     pub fn mentions(&self, needle: &str) -> bool {
-        self.problems
-            .iter()
-            .any(|p| p.message.contains(needle) || p.key.contains(needle))
+        self.problems.iter().any(|p| {
+            p.message.contains(needle)
+                || p.key.contains(needle)
+                || p.hint.as_deref().is_some_and(|h| h.contains(needle))
+        })
     }
 }
 
 impl fmt::Display for ManifestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        write!(f, "{} has {n} problem{}", self.file, if n == 1 { "" } else { "s" })?;
+        write!(
+            f,
+            "{} has {n} problem{}",
+            self.file,
+            if n == 1 { "" } else { "s" }
+        )?;
         for p in &self.problems {
-            write!(f, "\n  {}:{}:{}: {}: {}", self.file, p.line, p.column, p.key, p.message)?;
+            write!(
+                f,
+                "\n  {}:{}:{}: {}: {}",
+                self.file, p.line, p.column, p.key, p.message
+            )?;
             if let Some(hint) = &p.hint {
                 write!(f, "\n    hint: {hint}")?;
             }
@@ -66,11 +77,20 @@ pub struct Collector<'a> {
 impl<'a> Collector<'a> {
     /// A collector over the manifest text.
     pub fn new(text: &'a str) -> Self {
-        Collector { text, problems: Vec::new() }
+        Collector {
+            text,
+            problems: Vec::new(),
+        }
     }
 
     /// Records a problem at `span`.
-    pub fn push(&mut self, span: Range<usize>, key: &str, message: impl Into<String>, hint: Option<&str>) {
+    pub fn push(
+        &mut self,
+        span: Range<usize>,
+        key: &str,
+        message: impl Into<String>,
+        hint: Option<&str>,
+    ) {
         let (line, column) = line_column(self.text, span.start);
         self.problems.push(Problem {
             line,

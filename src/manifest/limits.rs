@@ -40,13 +40,41 @@ pub struct LimitSpec {
 /// Defaults and ceilings (SPEC §2). The wall-time ceiling here is the operator's
 /// default; `[sandbox] max_wall_time_ms` can raise it.
 pub const LIMIT_SPECS: [LimitSpec; 7] = [
-    LimitSpec { key: "max_stdout_bytes", default: MIB, ceiling: 64 * MIB },
-    LimitSpec { key: "max_stderr_bytes", default: 256 * KIB, ceiling: 64 * MIB },
-    LimitSpec { key: "wall_time_ms", default: 30_000, ceiling: 300_000 },
-    LimitSpec { key: "max_memory_bytes", default: 512 * MIB, ceiling: 16 * GIB },
-    LimitSpec { key: "max_processes", default: 64, ceiling: 4096 },
-    LimitSpec { key: "max_file_size_bytes", default: GIB, ceiling: 64 * GIB },
-    LimitSpec { key: "max_open_files", default: 256, ceiling: 65_536 },
+    LimitSpec {
+        key: "max_stdout_bytes",
+        default: MIB,
+        ceiling: 64 * MIB,
+    },
+    LimitSpec {
+        key: "max_stderr_bytes",
+        default: 256 * KIB,
+        ceiling: 64 * MIB,
+    },
+    LimitSpec {
+        key: "wall_time_ms",
+        default: 30_000,
+        ceiling: 300_000,
+    },
+    LimitSpec {
+        key: "max_memory_bytes",
+        default: 512 * MIB,
+        ceiling: 16 * GIB,
+    },
+    LimitSpec {
+        key: "max_processes",
+        default: 64,
+        ceiling: 4096,
+    },
+    LimitSpec {
+        key: "max_file_size_bytes",
+        default: GIB,
+        ceiling: 64 * GIB,
+    },
+    LimitSpec {
+        key: "max_open_files",
+        default: 256,
+        ceiling: 65_536,
+    },
 ];
 
 /// The most an operator may raise the wall-time ceiling to (24 hours).

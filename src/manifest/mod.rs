@@ -2,8 +2,8 @@
 //! validation into a typed [`Manifest`]. Pure: no file I/O here beyond what the
 //! caller hands in as text (`load_file` is the one thin reader at the edge).
 
-mod error;
 pub mod env_keys;
+mod error;
 pub mod limits;
 mod model;
 mod ops;
@@ -14,8 +14,8 @@ mod validate;
 pub use error::{line_column, ManifestError, Problem};
 pub use limits::{LimitSpec, Limits, LIMIT_SPECS};
 pub use model::{
-    ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Operation, Program, Sha256Digest, SpawnGrant, Tier,
-    ValueKind, Warning, FQN_SCHEMES,
+    ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Operation, Program, Sha256Digest,
+    SpawnGrant, Tier, ValueKind, Warning, FQN_SCHEMES,
 };
 pub use ops::MAX_VALUE_LEN;
 pub use paths::{PathProblem, ScopePath, SYSTEM_PATHS};

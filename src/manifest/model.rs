@@ -26,7 +26,10 @@ impl Fqn {
             .split_once("://")
             .ok_or("must look like `scheme://owner/repo`, e.g. `github://acme/gitcrawl`")?;
         if !FQN_SCHEMES.contains(&scheme) {
-            return Err(format!("unknown scheme `{scheme}`; use one of {}", FQN_SCHEMES.join(", ")));
+            return Err(format!(
+                "unknown scheme `{scheme}`; use one of {}",
+                FQN_SCHEMES.join(", ")
+            ));
         }
         let segments: Vec<&str> = rest.split('/').collect();
         if segments.len() < 2 {
@@ -36,7 +39,8 @@ impl Fqn {
             !s.is_empty()
                 && *s != "."
                 && *s != ".."
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         };
         if let Some(bad) = segments.iter().find(|s| !ok(s)) {
             return Err(format!(
@@ -69,7 +73,9 @@ impl FromStr for Sha256Digest {
             .strip_prefix("sha256:")
             .ok_or("must start with `sha256:` (the only supported algorithm)")?;
         let well_formed = hex_part.len() == 64
-            && hex_part.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            && hex_part
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if !well_formed {
             return Err(format!(
                 "must be `sha256:` followed by 64 lowercase hex digits (got {} characters after the prefix); run `spawnd hash FILE` or `spawnd manifest pin`",
@@ -123,7 +129,9 @@ impl FromStr for Tier {
             "write" => Ok(Tier::Write),
             "full" => Ok(Tier::Full),
             "admin" => Ok(Tier::Admin),
-            other => Err(format!("unknown mode `{other}`; use readonly, write, full or admin")),
+            other => Err(format!(
+                "unknown mode `{other}`; use readonly, write, full or admin"
+            )),
         }
     }
 }
@@ -257,7 +265,9 @@ pub struct SpawnGrant {
 impl SpawnGrant {
     /// Operations bound to program `index`, in name order.
     pub fn operations_of(&self, index: usize) -> impl Iterator<Item = &Operation> {
-        self.operations.values().filter(move |op| op.program == index)
+        self.operations
+            .values()
+            .filter(move |op| op.program == index)
     }
 }
 

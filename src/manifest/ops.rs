@@ -17,7 +17,12 @@ use crate::template::{ParamRule, Params, Pattern, Template, TokenSource};
 pub const MAX_VALUE_LEN: i64 = 128 * 1024;
 
 /// Validates `programs` and `operations`.
-pub(super) fn validate_operations(c: &mut Checker, s: &RawSpawn, spawn_span: Range<usize>, base: Limits) -> Option<(Vec<Program>, BTreeMap<String, Operation>)> {
+pub(super) fn validate_operations(
+    c: &mut Checker,
+    s: &RawSpawn,
+    spawn_span: Range<usize>,
+    base: Limits,
+) -> Option<(Vec<Program>, BTreeMap<String, Operation>)> {
     let programs = check_programs(c, s.programs.as_ref(), spawn_span.clone());
     let empty = BTreeMap::new();
     let ops = s.operations.as_ref().map_or(&empty, |o| o.get_ref());
@@ -34,10 +39,19 @@ pub(super) fn validate_operations(c: &mut Checker, s: &RawSpawn, spawn_span: Ran
     Some((programs?, operations))
 }
 
-fn check_programs(c: &mut Checker, programs: Option<&Spanned<Vec<Spanned<RawProgram>>>>, spawn_span: Range<usize>) -> Option<Vec<Program>> {
+fn check_programs(
+    c: &mut Checker,
+    programs: Option<&Spanned<Vec<Spanned<RawProgram>>>>,
+    spawn_span: Range<usize>,
+) -> Option<Vec<Program>> {
     let Some(programs) = programs.filter(|p| !p.get_ref().is_empty()) else {
         let span = programs.map_or(spawn_span, Spanned::span);
-        c.error(span, "capabilities.spawn.programs", "programs is required: declare at least one program", "programs = [{ path = \"/usr/bin/git\" }]");
+        c.error(
+            span,
+            "capabilities.spawn.programs",
+            "programs is required: declare at least one program",
+            "programs = [{ path = \"/usr/bin/git\" }]",
+        );
         return None;
     };
     let mut out: Vec<Program> = Vec::new();
@@ -46,19 +60,39 @@ fn check_programs(c: &mut Checker, programs: Option<&Spanned<Vec<Spanned<RawProg
         let p = p.get_ref();
         let key = format!("capabilities.spawn.programs[{i}].path");
         if p.path.get_ref().trim().is_empty() {
-            c.error(p.path.span(), &key, "path is required", "give the program's absolute path, e.g. \"/usr/bin/git\"");
+            c.error(
+                p.path.span(),
+                &key,
+                "path is required",
+                "give the program's absolute path, e.g. \"/usr/bin/git\"",
+            );
             ok = false;
             continue;
         }
         let hash = p.hash.as_ref().and_then(|h| {
-            h.get_ref().parse::<Sha256Digest>().map_err(|why| c.error(h.span(), &format!("capabilities.spawn.programs[{i}].hash"), why, "")).ok()
+            h.get_ref()
+                .parse::<Sha256Digest>()
+                .map_err(|why| {
+                    c.error(
+                        h.span(),
+                        &format!("capabilities.spawn.programs[{i}].hash"),
+                        why,
+                        "",
+                    )
+                })
+                .ok()
         });
         let Some(path) = check_path(c, &p.path, &key) else {
             ok = false;
             continue;
         };
         if out.iter().any(|q| q.path == path) {
-            c.error(p.path.span(), &key, format!("`{path}` is declared twice"), "remove the duplicate");
+            c.error(
+                p.path.span(),
+                &key,
+                format!("`{path}` is declared twice"),
+                "remove the duplicate",
+            );
             ok = false;
         }
         if p.hash.is_some() && hash.is_none() {
@@ -78,23 +112,45 @@ fn is_valid_op_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
-fn check_operation(c: &mut Checker, name: &Spanned<String>, op: &Spanned<RawOperation>, programs: &[Program], base: &Limits) -> Option<Operation> {
+fn check_operation(
+    c: &mut Checker,
+    name: &Spanned<String>,
+    op: &Spanned<RawOperation>,
+    programs: &[Program],
+    base: &Limits,
+) -> Option<Operation> {
     let key = format!("capabilities.spawn.operations.{}", name.get_ref());
     if !is_valid_op_name(name.get_ref()) {
-        c.error(name.span(), &key, format!("operation name `{}` must match [a-z][a-z0-9_-]*", name.get_ref()), "use lowercase letters, digits, `_` and `-`, starting with a letter");
+        c.error(
+            name.span(),
+            &key,
+            format!(
+                "operation name must match [a-z][a-z0-9_-]* (got `{}`)",
+                name.get_ref()
+            ),
+            "use lowercase letters, digits, `_` and `-`, starting with a letter",
+        );
         return None;
     }
     let raw = op.get_ref();
     let template = parse_template(c, &raw.argv, &key)?;
     let (params, kinds) = check_params(c, raw, &template, &key)?;
-    let param_descriptions = raw.params.iter().filter_map(|(n, p)| Some((n.get_ref().clone(), p.get_ref().description.clone()?))).collect();
+    let param_descriptions = raw
+        .params
+        .iter()
+        .filter_map(|(n, p)| Some((n.get_ref().clone(), p.get_ref().description.clone()?)))
+        .collect();
     if let Err(e) = template.check_unambiguous(&params) {
         c.error(raw.argv.span(), &format!("{key}.argv"), e.to_string(), "");
         return None;
     }
     let mode = match &raw.mode {
         None => Default::default(),
-        Some(m) => m.get_ref().parse().map_err(|why: String| c.error(m.span(), &format!("{key}.mode"), why, "")).ok()?,
+        Some(m) => m
+            .get_ref()
+            .parse()
+            .map_err(|why: String| c.error(m.span(), &format!("{key}.mode"), why, ""))
+            .ok()?,
     };
     let program = bind_program(c, &template, programs, raw.argv.span(), &key)?;
     let limits = match &raw.limits {
@@ -118,11 +174,21 @@ fn parse_template(c: &mut Checker, argv: &Spanned<RawArgv>, key: &str) -> Option
     let key = format!("{key}.argv");
     let parsed = match argv.get_ref() {
         RawArgv::Text(text) if text.trim().is_empty() => {
-            c.error(argv.span(), &key, "argv is required", "e.g. argv = \"git status --short\"");
+            c.error(
+                argv.span(),
+                &key,
+                "argv is required",
+                "e.g. argv = \"git status --short\"",
+            );
             return None;
         }
         RawArgv::Tokens(items) if items.is_empty() => {
-            c.error(argv.span(), &key, "argv is required", "e.g. argv = [\"git\", \"status\"]");
+            c.error(
+                argv.span(),
+                &key,
+                "argv is required",
+                "e.g. argv = [\"git\", \"status\"]",
+            );
             return None;
         }
         RawArgv::Text(text) => Template::parse_str(text),
@@ -137,12 +203,19 @@ fn parse_template(c: &mut Checker, argv: &Spanned<RawArgv>, key: &str) -> Option
             Template::parse_tokens(&tokens)
         }
     };
-    parsed.map_err(|e| c.error(argv.span(), &key, e.to_string(), "")).ok()
+    parsed
+        .map_err(|e| c.error(argv.span(), &key, e.to_string(), ""))
+        .ok()
 }
 
 type ParamsAndKinds = (Params, BTreeMap<String, ValueKind>);
 
-fn check_params(c: &mut Checker, raw: &RawOperation, template: &Template, key: &str) -> Option<ParamsAndKinds> {
+fn check_params(
+    c: &mut Checker,
+    raw: &RawOperation,
+    template: &Template,
+    key: &str,
+) -> Option<ParamsAndKinds> {
     let placeholders = template.placeholders();
     let mut params = Params::default();
     let mut kinds = BTreeMap::new();
@@ -150,7 +223,15 @@ fn check_params(c: &mut Checker, raw: &RawOperation, template: &Template, key: &
     for (name, param) in &raw.params {
         let pkey = format!("{key}.params.{}", name.get_ref());
         if !placeholders.contains(&name.get_ref().as_str()) {
-            c.error(name.span(), &pkey, format!("`{}` is not a placeholder of this operation's argv", name.get_ref()), "remove the table or add `{name}` to argv");
+            c.error(
+                name.span(),
+                &pkey,
+                format!(
+                    "`{}` is not a placeholder of this operation's argv",
+                    name.get_ref()
+                ),
+                "remove the table or add `{name}` to argv",
+            );
             ok = false;
             continue;
         }
@@ -168,12 +249,21 @@ fn check_params(c: &mut Checker, raw: &RawOperation, template: &Template, key: &
 fn check_param(c: &mut Checker, p: &RawParam, key: &str) -> Option<(ParamRule, ValueKind)> {
     let mut rule = ParamRule::default();
     if let Some(pattern) = &p.pattern {
-        rule.pattern = Some(Pattern::new(pattern.get_ref()).map_err(|e| c.error(pattern.span(), &format!("{key}.pattern"), e.to_string(), "")).ok()?);
+        rule.pattern = Some(
+            Pattern::new(pattern.get_ref())
+                .map_err(|e| c.error(pattern.span(), &format!("{key}.pattern"), e.to_string(), ""))
+                .ok()?,
+        );
     }
     if let Some(max) = &p.max_len {
         let v = *max.get_ref();
         if !(1..=MAX_VALUE_LEN).contains(&v) {
-            c.error(max.span(), &format!("{key}.max_len"), format!("max_len = {v} must be between 1 and {MAX_VALUE_LEN}"), "");
+            c.error(
+                max.span(),
+                &format!("{key}.max_len"),
+                format!("max_len = {v} must be between 1 and {MAX_VALUE_LEN}"),
+                "",
+            );
             return None;
         }
         rule.max_len = v as usize;
@@ -187,7 +277,12 @@ fn check_param(c: &mut Checker, p: &RawParam, key: &str) -> Option<(ParamRule, V
         Some("path") => ValueKind::Path,
         Some(other) => {
             let span = p.kind.as_ref().map_or(0..0, Spanned::span);
-            c.error(span, &format!("{key}.kind"), format!("unknown kind `{other}`"), "use \"string\" or \"path\"");
+            c.error(
+                span,
+                &format!("{key}.kind"),
+                format!("unknown kind `{other}`"),
+                "use \"string\" or \"path\"",
+            );
             return None;
         }
     };
@@ -195,22 +290,48 @@ fn check_param(c: &mut Checker, p: &RawParam, key: &str) -> Option<(ParamRule, V
 }
 
 /// The program whose path equals the first token, or whose declared file name does.
-fn bind_program(c: &mut Checker, template: &Template, programs: &[Program], span: Range<usize>, key: &str) -> Option<usize> {
+fn bind_program(
+    c: &mut Checker,
+    template: &Template,
+    programs: &[Program],
+    span: Range<usize>,
+    key: &str,
+) -> Option<usize> {
     let first = template.program_token();
-    let by_path: Vec<usize> = programs.iter().enumerate().filter(|(_, p)| p.path.to_string() == first).map(|(i, _)| i).collect();
+    let by_path: Vec<usize> = programs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.path.to_string() == first)
+        .map(|(i, _)| i)
+        .collect();
     let matches = if by_path.is_empty() {
-        programs.iter().enumerate().filter(|(_, p)| p.path.file_name() == Some(first)).map(|(i, _)| i).collect()
+        programs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.path.file_name() == Some(first))
+            .map(|(i, _)| i)
+            .collect()
     } else {
         by_path
     };
     match matches.as_slice() {
         [one] => Some(*one),
         [] => {
-            c.error(span, &format!("{key}.argv"), format!("the first token `{first}` names no declared program"), "add the program to `programs` or start argv with its path or file name");
+            c.error(
+                span,
+                &format!("{key}.argv"),
+                format!("the first token `{first}` names no declared program"),
+                "add the program to `programs` or start argv with its path or file name",
+            );
             None
         }
         _ => {
-            c.error(span, &format!("{key}.argv"), format!("the first token `{first}` matches several declared programs"), "start argv with the program's full path");
+            c.error(
+                span,
+                &format!("{key}.argv"),
+                format!("the first token `{first}` matches several declared programs"),
+                "start argv with the program's full path",
+            );
             None
         }
     }

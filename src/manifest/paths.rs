@@ -70,7 +70,10 @@ impl ScopePath {
         };
         let normalized = normalize(Path::new(rest)).ok_or(PathProblem::DotDot)?;
         if home {
-            let relative = normalized.strip_prefix("/").unwrap_or(&normalized).to_path_buf();
+            let relative = normalized
+                .strip_prefix("/")
+                .unwrap_or(&normalized)
+                .to_path_buf();
             Ok(ScopePath::Home(relative))
         } else {
             Ok(ScopePath::Absolute(normalized))
@@ -181,7 +184,14 @@ mod tests {
         for ok in ["/usr/bin/git", "/", "~", "~/code", "~/code/"] {
             assert!(ScopePath::parse(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "git", "./bin/git", "../bin/git", "C:\\Program Files\\git", "~user/code"] {
+        for bad in [
+            "",
+            "git",
+            "./bin/git",
+            "../bin/git",
+            "C:\\Program Files\\git",
+            "~user/code",
+        ] {
             assert!(ScopePath::parse(bad).is_err(), "{bad}");
         }
     }

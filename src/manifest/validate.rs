@@ -11,7 +11,9 @@ use toml::Spanned;
 use super::env_keys::{is_valid_key, reserved};
 use super::error::{Collector, ManifestError};
 use super::limits::{Limits, LIMIT_SPECS, WALL_TIME_HARD_CEILING_MS};
-use super::model::{ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Sha256Digest, SpawnGrant, Warning};
+use super::model::{
+    ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Sha256Digest, SpawnGrant, Warning,
+};
 use super::ops::validate_operations;
 use super::paths::ScopePath;
 use super::raw::{RawLimits, RawManifest, RawSpawn};
@@ -25,7 +27,9 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { max_wall_time_ms: LIMIT_SPECS[2].ceiling }
+        LoadOptions {
+            max_wall_time_ms: LIMIT_SPECS[2].ceiling,
+        }
     }
 }
 
@@ -37,19 +41,35 @@ pub(super) struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    pub(super) fn error(&mut self, span: Range<usize>, key: &str, message: impl Into<String>, hint: &str) {
+    pub(super) fn error(
+        &mut self,
+        span: Range<usize>,
+        key: &str,
+        message: impl Into<String>,
+        hint: &str,
+    ) {
         let hint = (!hint.is_empty()).then_some(hint);
         self.problems.push(span, key, message, hint);
     }
 
     pub(super) fn warn(&mut self, key: &str, message: impl Into<String>) {
-        self.warnings.push(Warning { key: key.to_string(), message: message.into() });
+        self.warnings.push(Warning {
+            key: key.to_string(),
+            message: message.into(),
+        });
     }
 }
 
 /// Parses and validates manifest `text`; `source` names it in messages.
-pub fn parse_manifest(source: &str, text: &str, options: LoadOptions) -> Result<Manifest, ManifestError> {
-    let fail = |problems| ManifestError { file: source.to_string(), problems };
+pub fn parse_manifest(
+    source: &str,
+    text: &str,
+    options: LoadOptions,
+) -> Result<Manifest, ManifestError> {
+    let fail = |problems| ManifestError {
+        file: source.to_string(),
+        problems,
+    };
     let raw: RawManifest = match toml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
@@ -65,21 +85,43 @@ pub fn parse_manifest(source: &str, text: &str, options: LoadOptions) -> Result<
             return Err(fail(c.finish()));
         }
     };
-    let mut checker = Checker { problems: Collector::new(text), warnings: Vec::new(), options };
+    let mut checker = Checker {
+        problems: Collector::new(text),
+        warnings: Vec::new(),
+        options,
+    };
     let connector = check_connector(&mut checker, &raw);
     let info = informational(&mut checker, &raw);
-    let spawn = raw.capabilities.spawn.as_ref().map(|s| check_spawn(&mut checker, s));
+    let spawn = raw
+        .capabilities
+        .spawn
+        .as_ref()
+        .map(|s| check_spawn(&mut checker, s));
     if !checker.problems.is_empty() {
         return Err(fail(checker.problems.finish()));
     }
     match (connector, spawn) {
-        (Some(connector), Some(Some(spawn))) => Ok(build(source, text, connector, info, Some(spawn), checker.warnings)),
+        (Some(connector), Some(Some(spawn))) => Ok(build(
+            source,
+            text,
+            connector,
+            info,
+            Some(spawn),
+            checker.warnings,
+        )),
         (Some(connector), None) => Ok(build(source, text, connector, info, None, checker.warnings)),
         _ => Err(fail(checker.problems.finish())),
     }
 }
 
-fn build(source: &str, text: &str, connector: ConnectorId, info: Informational, spawn: Option<SpawnGrant>, warnings: Vec<Warning>) -> Manifest {
+fn build(
+    source: &str,
+    text: &str,
+    connector: ConnectorId,
+    info: Informational,
+    spawn: Option<SpawnGrant>,
+    warnings: Vec<Warning>,
+) -> Manifest {
     Manifest {
         source: source.to_string(),
         digest: Sha256Digest(Sha256::digest(text.as_bytes()).into()),
@@ -92,24 +134,55 @@ fn build(source: &str, text: &str, connector: ConnectorId, info: Informational, 
 
 /// The line's key for a parse error (best effort: the text before `=`).
 fn toml_key_at(text: &str, span: Option<Range<usize>>) -> String {
-    let Some(span) = span else { return "(document)".into() };
-    let start = text.get(..span.start).and_then(|t| t.rfind('\n')).map_or(0, |i| i + 1);
-    let line = text.get(start..).and_then(|t| t.lines().next()).unwrap_or("");
+    let Some(span) = span else {
+        return "(document)".into();
+    };
+    let start = text
+        .get(..span.start)
+        .and_then(|t| t.rfind('\n'))
+        .map_or(0, |i| i + 1);
+    let line = text
+        .get(start..)
+        .and_then(|t| t.lines().next())
+        .unwrap_or("");
     let key = line.split('=').next().unwrap_or("").trim();
-    if key.is_empty() { "(document)".into() } else { key.to_string() }
+    if key.is_empty() {
+        "(document)".into()
+    } else {
+        key.to_string()
+    }
 }
 
 fn check_connector(c: &mut Checker, raw: &RawManifest) -> Option<ConnectorId> {
     let Some(conn) = &raw.connector else {
-        c.error(0..0, "connector", "the [connector] table is required", "add [connector] with name = \"github://owner/repo\" and version = \"0.1.0\"");
+        c.error(
+            0..0,
+            "connector",
+            "the [connector] table is required",
+            "add [connector] with name = \"github://owner/repo\" and version = \"0.1.0\"",
+        );
         return None;
     };
     let conn = conn.get_ref();
     let name = Fqn::parse(conn.name.get_ref())
-        .map_err(|why| c.error(conn.name.span(), "connector.name", why, "e.g. name = \"github://acme/gitcrawl\""))
+        .map_err(|why| {
+            c.error(
+                conn.name.span(),
+                "connector.name",
+                why,
+                "e.g. name = \"github://acme/gitcrawl\"",
+            )
+        })
         .ok();
     let version = semver::Version::parse(conn.version.get_ref())
-        .map_err(|e| c.error(conn.version.span(), "connector.version", format!("not strict SemVer: {e}"), "write MAJOR.MINOR.PATCH, e.g. \"1.2.3\"; ranges and `latest` are not allowed"))
+        .map_err(|e| {
+            c.error(
+                conn.version.span(),
+                "connector.version",
+                format!("not strict SemVer: {e}"),
+                "write MAJOR.MINOR.PATCH, e.g. \"1.2.3\"; ranges and `latest` are not allowed",
+            )
+        })
         .ok();
     let provenance_hash = conn.provenance_hash.as_ref().and_then(|h| {
         h.get_ref()
@@ -117,42 +190,83 @@ fn check_connector(c: &mut Checker, raw: &RawManifest) -> Option<ConnectorId> {
             .map_err(|why| c.error(h.span(), "connector.provenance_hash", why, ""))
             .ok()
     });
-    Some(ConnectorId { name: name?, version: version?, provenance_hash })
+    Some(ConnectorId {
+        name: name?,
+        version: version?,
+        provenance_hash,
+    })
 }
 
 fn informational(c: &mut Checker, raw: &RawManifest) -> Informational {
     let caps = &raw.capabilities;
     let credential = caps.credential.as_ref();
     if let Some(kind) = credential.map(|cr| &cr.kind) {
-        let ok = !kind.get_ref().is_empty() && kind.get_ref().chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
+        let ok = !kind.get_ref().is_empty()
+            && kind
+                .get_ref()
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
         if !ok {
-            c.error(kind.span(), "capabilities.credential.kind", "must be a lowercase kind such as `api_key`, `oauth2` or `basic`", "");
+            c.error(
+                kind.span(),
+                "capabilities.credential.kind",
+                "must be a lowercase kind such as `api_key`, `oauth2` or `basic`",
+                "",
+            );
         }
     }
     if let Some(fwd) = &raw.forwarder {
         if fwd.get_ref() != "builtin://spawn-forwarder" {
-            c.error(fwd.span(), "forwarder", format!("unknown forwarder `{}`", fwd.get_ref()), "the only forwarder is \"builtin://spawn-forwarder\"");
+            c.error(
+                fwd.span(),
+                "forwarder",
+                format!("unknown forwarder `{}`", fwd.get_ref()),
+                "the only forwarder is \"builtin://spawn-forwarder\"",
+            );
         } else if caps.spawn.is_none() {
-            c.error(fwd.span(), "forwarder", "a forwarder manifest needs a [capabilities.spawn] table", "declare the programs and operations it forwards to");
+            c.error(
+                fwd.span(),
+                "forwarder",
+                "a forwarder manifest needs a [capabilities.spawn] table",
+                "declare the programs and operations it forwards to",
+            );
         }
     }
     Informational {
-        network_hosts: caps.network.as_ref().map(|n| n.hosts.clone()).unwrap_or_default(),
+        network_hosts: caps
+            .network
+            .as_ref()
+            .map(|n| n.hosts.clone())
+            .unwrap_or_default(),
         credential_kind: credential.map(|cr| cr.kind.get_ref().clone()),
         credential_scope: credential.and_then(|cr| cr.scope.clone()),
         credential_header: credential.and_then(|cr| match (&cr.header, &cr.format) {
             (None, None) => None,
-            (h, f) => Some(format!("{}: {}", h.as_deref().unwrap_or("Authorization"), f.as_deref().unwrap_or("Bearer {key}"))),
+            (h, f) => Some(format!(
+                "{}: {}",
+                h.as_deref().unwrap_or("Authorization"),
+                f.as_deref().unwrap_or("Bearer {key}")
+            )),
         }),
-        oauth2: credential.and_then(|cr| cr.oauth2.as_ref()).map(|o| Oauth2Info {
-            authorize_url: o.authorize_url.clone(),
-            token_url: o.token_url.clone(),
-            client_id: o.client_id.clone(),
-            scopes: o.scopes.clone(),
-            has_client_secret: o.client_secret.is_some(),
-        }),
-        runtime_imports: caps.runtime.as_ref().map(|r| r.imports.clone()).unwrap_or_default(),
-        intents: raw.provides.as_ref().map(|p| p.intents.clone()).unwrap_or_default(),
+        oauth2: credential
+            .and_then(|cr| cr.oauth2.as_ref())
+            .map(|o| Oauth2Info {
+                authorize_url: o.authorize_url.clone(),
+                token_url: o.token_url.clone(),
+                client_id: o.client_id.clone(),
+                scopes: o.scopes.clone(),
+                has_client_secret: o.client_secret.is_some(),
+            }),
+        runtime_imports: caps
+            .runtime
+            .as_ref()
+            .map(|r| r.imports.clone())
+            .unwrap_or_default(),
+        intents: raw
+            .provides
+            .as_ref()
+            .map(|p| p.intents.clone())
+            .unwrap_or_default(),
         forwarder: raw.forwarder.as_ref().map(|f| f.get_ref().clone()),
     }
 }
@@ -164,25 +278,47 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     if let Some(keys) = &credential_env_keys {
         for (key, spanned) in keys.iter().zip(&s.credential_env_keys) {
             if !env_passthrough.as_ref().is_some_and(|p| p.contains(key)) {
-                c.error(spanned.span(), "capabilities.spawn.credential_env_keys", format!("`{key}` is not listed in env_passthrough"), "every credential key must also be in env_passthrough");
+                c.error(
+                    spanned.span(),
+                    "capabilities.spawn.credential_env_keys",
+                    format!("`{key}` is not listed in env_passthrough"),
+                    "every credential key must also be in env_passthrough",
+                );
             }
         }
     }
-    let env_set = check_env_set(c, s, env_passthrough.as_deref().unwrap_or(&[]), credential_env_keys.as_deref().unwrap_or(&[]));
+    let env_set = check_env_set(
+        c,
+        s,
+        env_passthrough.as_deref().unwrap_or(&[]),
+        credential_env_keys.as_deref().unwrap_or(&[]),
+    );
     let fs_read = check_scopes(c, &s.fs_read, "fs_read");
     let fs_write = check_scopes(c, &s.fs_write, "fs_write");
     let fs_exec = check_scopes(c, &s.fs_exec, "fs_exec");
     for (scope, spanned) in fs_write.iter().zip(&s.fs_write) {
         if let Some(sys) = scope.touches_system_path() {
-            c.error(spanned.span(), "capabilities.spawn.fs_write", format!("`{scope}` would make the system path {sys} writable"), "grant a directory of its own, e.g. \"~/.cache/NAME/\"");
+            c.error(
+                spanned.span(),
+                "capabilities.spawn.fs_write",
+                format!("`{scope}` would make the system path {sys} writable"),
+                "grant a directory of its own, e.g. \"~/.cache/NAME/\"",
+            );
         }
     }
-    let cwd = s.cwd.as_ref().and_then(|cwd| check_path(c, cwd, "capabilities.spawn.cwd"));
+    let cwd = s
+        .cwd
+        .as_ref()
+        .and_then(|cwd| check_path(c, cwd, "capabilities.spawn.cwd"));
     if let (Some(cwd), Some(span)) = (&cwd, s.cwd.as_ref().map(Spanned::span)) {
         check_cwd_in_scopes(c, cwd, span, &fs_read, &fs_write);
     }
-    let base_limits = s.limits.as_ref().map_or_else(|| Some(Limits::default()), |l| check_limits(c, l, "capabilities.spawn.limits", &Limits::default(), false));
-    let (programs, operations) = validate_operations(c, s, spawn.span(), base_limits.unwrap_or_default())?;
+    let base_limits = s.limits.as_ref().map_or_else(
+        || Some(Limits::default()),
+        |l| check_limits(c, l, "capabilities.spawn.limits", &Limits::default(), false),
+    );
+    let (programs, operations) =
+        validate_operations(c, s, spawn.span(), base_limits.unwrap_or_default())?;
     check_broad_scopes(c, &fs_read, &fs_write);
     Some(SpawnGrant {
         programs,
@@ -205,31 +341,66 @@ fn check_env_list(c: &mut Checker, keys: &[Spanned<String>], field: &str) -> Opt
     for k in keys {
         let key = k.get_ref();
         if !is_valid_key(key) {
-            c.error(k.span(), &key_path, format!("`{key}` is not a valid environment variable name"), "use letters, digits and `_`, not starting with a digit");
+            c.error(
+                k.span(),
+                &key_path,
+                format!("`{key}` is not a valid environment variable name"),
+                "use letters, digits and `_`, not starting with a digit",
+            );
             ok = false;
         } else if let Some(r) = reserved(key) {
             c.error(k.span(), &key_path, format!("`{key}` is reserved: {}", r.why), "no manifest may pass loader or interpreter keys; see the README's reserved-key table");
             ok = false;
         } else if !seen.insert(key.clone()) {
-            c.error(k.span(), &key_path, format!("`{key}` is listed twice"), "remove the duplicate");
+            c.error(
+                k.span(),
+                &key_path,
+                format!("`{key}` is listed twice"),
+                "remove the duplicate",
+            );
         }
     }
     ok.then(|| keys.iter().map(|k| k.get_ref().clone()).collect())
 }
 
-fn check_env_set(c: &mut Checker, s: &RawSpawn, passthrough: &[String], credentials: &[String]) -> std::collections::BTreeMap<String, String> {
+fn check_env_set(
+    c: &mut Checker,
+    s: &RawSpawn,
+    passthrough: &[String],
+    credentials: &[String],
+) -> std::collections::BTreeMap<String, String> {
     let key_path = "capabilities.spawn.env_set";
     let mut out = std::collections::BTreeMap::new();
     for (k, v) in &s.env_set {
         let key = k.get_ref();
         if !is_valid_key(key) {
-            c.error(k.span(), key_path, format!("`{key}` is not a valid environment variable name"), "");
+            c.error(
+                k.span(),
+                key_path,
+                format!("`{key}` is not a valid environment variable name"),
+                "",
+            );
         } else if let Some(r) = reserved(key) {
-            c.error(k.span(), key_path, format!("`{key}` is reserved: {}", r.why), "");
+            c.error(
+                k.span(),
+                key_path,
+                format!("`{key}` is reserved: {}", r.why),
+                "",
+            );
         } else if credentials.contains(key) || passthrough.contains(key) {
-            c.error(k.span(), key_path, format!("`{key}` is also in env_passthrough or credential_env_keys"), "a key is either fixed here or passed through, not both");
+            c.error(
+                k.span(),
+                key_path,
+                format!("`{key}` is also in env_passthrough or credential_env_keys"),
+                "a key is either fixed here or passed through, not both",
+            );
         } else if v.get_ref().contains('\0') {
-            c.error(v.span(), key_path, format!("the value of `{key}` contains a NUL byte"), "");
+            c.error(
+                v.span(),
+                key_path,
+                format!("the value of `{key}` contains a NUL byte"),
+                "",
+            );
         } else {
             out.insert(key.clone(), v.get_ref().clone());
         }
@@ -239,25 +410,55 @@ fn check_env_set(c: &mut Checker, s: &RawSpawn, passthrough: &[String], credenti
 
 pub(super) fn check_path(c: &mut Checker, path: &Spanned<String>, key: &str) -> Option<ScopePath> {
     ScopePath::parse(path.get_ref())
-        .map_err(|why| c.error(path.span(), key, format!("`{}` {why}", path.get_ref()), "write an absolute path or one starting with `~/`"))
+        .map_err(|why| {
+            c.error(
+                path.span(),
+                key,
+                format!("`{}` {why}", path.get_ref()),
+                "write an absolute path or one starting with `~/`",
+            )
+        })
         .ok()
 }
 
 fn check_scopes(c: &mut Checker, paths: &[Spanned<String>], field: &str) -> Vec<ScopePath> {
     let key = format!("capabilities.spawn.{field}");
-    paths.iter().filter_map(|p| check_path(c, p, &key)).collect()
+    paths
+        .iter()
+        .filter_map(|p| check_path(c, p, &key))
+        .collect()
 }
 
-fn check_cwd_in_scopes(c: &mut Checker, cwd: &ScopePath, span: Range<usize>, read: &[ScopePath], write: &[ScopePath]) {
+fn check_cwd_in_scopes(
+    c: &mut Checker,
+    cwd: &ScopePath,
+    span: Range<usize>,
+    read: &[ScopePath],
+    write: &[ScopePath],
+) {
     let same_kind_inside = |scope: &ScopePath| match (cwd, scope) {
-        (ScopePath::Absolute(p), ScopePath::Absolute(s)) | (ScopePath::Home(p), ScopePath::Home(s)) => p.starts_with(s),
+        (ScopePath::Absolute(p), ScopePath::Absolute(s))
+        | (ScopePath::Home(p), ScopePath::Home(s)) => p.starts_with(s),
         _ => false,
     };
-    let comparable = read.iter().chain(write).any(|s| std::mem::discriminant(s) == std::mem::discriminant(cwd));
+    let comparable = read
+        .iter()
+        .chain(write)
+        .any(|s| std::mem::discriminant(s) == std::mem::discriminant(cwd));
     if comparable && !read.iter().chain(write).any(same_kind_inside) {
-        c.error(span, "capabilities.spawn.cwd", format!("`{cwd}` lies outside fs_read and fs_write"), "add the directory to fs_read or fs_write, or change cwd");
+        c.error(
+            span,
+            "capabilities.spawn.cwd",
+            format!("`{cwd}` lies outside fs_read and fs_write"),
+            "add the directory to fs_read or fs_write, or change cwd",
+        );
     } else if read.is_empty() && write.is_empty() {
-        c.error(span, "capabilities.spawn.cwd", format!("`{cwd}` lies outside fs_read and fs_write (both empty)"), "add the directory to fs_read or fs_write");
+        c.error(
+            span,
+            "capabilities.spawn.cwd",
+            format!("`{cwd}` lies outside fs_read and fs_write (both empty)"),
+            "add the directory to fs_read or fs_write",
+        );
     }
 }
 
@@ -267,31 +468,71 @@ fn check_broad_scopes(c: &mut Checker, read: &[ScopePath], write: &[ScopePath]) 
             let broad = matches!(s, ScopePath::Home(p) if p.as_os_str().is_empty())
                 || matches!(s, ScopePath::Absolute(p) if p.as_os_str() == "/" || p.as_os_str() == "/home" || p.as_os_str() == "/root");
             if broad {
-                c.warn(&format!("capabilities.spawn.{field}"), format!("`{s}` is broad: it grants a whole home or more"));
+                c.warn(
+                    &format!("capabilities.spawn.{field}"),
+                    format!("`{s}` is broad: it grants a whole home or more"),
+                );
             }
         }
     }
 }
 
 /// Checks a limits table; with `tighten_only`, each value must not exceed `base`.
-pub(super) fn check_limits(c: &mut Checker, raw: &Spanned<RawLimits>, key: &str, base: &Limits, tighten_only: bool) -> Option<Limits> {
+pub(super) fn check_limits(
+    c: &mut Checker,
+    raw: &Spanned<RawLimits>,
+    key: &str,
+    base: &Limits,
+    tighten_only: bool,
+) -> Option<Limits> {
     let r = raw.get_ref();
-    let values = [&r.max_stdout_bytes, &r.max_stderr_bytes, &r.wall_time_ms, &r.max_memory_bytes, &r.max_processes, &r.max_file_size_bytes, &r.max_open_files];
+    let values = [
+        &r.max_stdout_bytes,
+        &r.max_stderr_bytes,
+        &r.wall_time_ms,
+        &r.max_memory_bytes,
+        &r.max_processes,
+        &r.max_file_size_bytes,
+        &r.max_open_files,
+    ];
     let mut out = *base;
     let mut ok = true;
     for (i, (spec, value)) in LIMIT_SPECS.iter().zip(values).enumerate() {
         let Some(value) = value else { continue };
-        let ceiling = if spec.key == "wall_time_ms" { c.options.max_wall_time_ms.min(WALL_TIME_HARD_CEILING_MS) } else { spec.ceiling };
+        let ceiling = if spec.key == "wall_time_ms" {
+            c.options.max_wall_time_ms.min(WALL_TIME_HARD_CEILING_MS)
+        } else {
+            spec.ceiling
+        };
         let k = format!("{key}.{}", spec.key);
         let v = *value.get_ref();
         if v <= 0 {
-            c.error(value.span(), &k, format!("{} must be a positive number (got {v})", spec.key), "leave the key out to use the default");
+            c.error(
+                value.span(),
+                &k,
+                format!("{} must be a positive number (got {v})", spec.key),
+                "leave the key out to use the default",
+            );
             ok = false;
         } else if v as u64 > ceiling {
-            c.error(value.span(), &k, format!("{} = {v} exceeds the maximum of {ceiling}", spec.key), "");
+            c.error(
+                value.span(),
+                &k,
+                format!("{} = {v} exceeds the maximum of {ceiling}", spec.key),
+                "",
+            );
             ok = false;
         } else if tighten_only && v as u64 > base.fields()[i] {
-            c.error(value.span(), &k, format!("{} = {v} loosens the connector's limit of {}", spec.key, base.fields()[i]), "an operation may only tighten the connector's limits");
+            c.error(
+                value.span(),
+                &k,
+                format!(
+                    "{} = {v} loosens the connector's limit of {}",
+                    spec.key,
+                    base.fields()[i]
+                ),
+                "an operation may only tighten the connector's limits",
+            );
             ok = false;
         } else {
             out.set(i, v as u64);

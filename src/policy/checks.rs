@@ -16,7 +16,9 @@ use crate::template::{ArgError, ParamRule};
 
 /// What a param accepts, for `granted`.
 fn rule_summary(rule: Option<&ParamRule>) -> Vec<String> {
-    let Some(rule) = rule else { return vec!["default rules".into()] };
+    let Some(rule) = rule else {
+        return vec!["default rules".into()];
+    };
     let mut out = Vec::new();
     if let Some(p) = &rule.pattern {
         out.push(format!("pattern:{}", p.as_str()));
@@ -31,15 +33,40 @@ fn rule_summary(rule: Option<&ParamRule>) -> Vec<String> {
 /// Maps a template value error to the denial the SPEC names.
 pub(super) fn arg_denial(ctx: &GateContext, op: &Operation, e: &ArgError) -> Denial {
     let c = ctx.connector;
-    let placeholders = || op.template.placeholders().iter().map(|p| format!("arg:{p}")).collect::<Vec<_>>();
+    let placeholders = || {
+        op.template
+            .placeholders()
+            .iter()
+            .map(|p| format!("arg:{p}"))
+            .collect::<Vec<_>>()
+    };
     match e {
-        ArgError::Unknown { name } => Denial::new(Reason::ArgUnknown, c, format!("arg:{name}"), placeholders(), format!("operation `{}` has no placeholder `{name}`: {e}", op.name)),
-        ArgError::Missing { placeholder } | ArgError::PartialGroup { missing: placeholder } => {
-            Denial::new(Reason::PlaceholderMissing, c, format!("spawn:{}", op.name), vec![op.template.shape()], format!("operation `{}`: {e}", op.name)).with_placeholder(placeholder)
-        }
-        ArgError::Invalid { placeholder, .. } => {
-            Denial::new(Reason::ValueInvalid, c, format!("arg:{placeholder}"), rule_summary(op.params.get(placeholder)), format!("operation `{}`: {e}", op.name)).with_placeholder(placeholder)
-        }
+        ArgError::Unknown { name } => Denial::new(
+            Reason::ArgUnknown,
+            c,
+            format!("arg:{name}"),
+            placeholders(),
+            format!("operation `{}` has no placeholder `{name}`: {e}", op.name),
+        ),
+        ArgError::Missing { placeholder }
+        | ArgError::PartialGroup {
+            missing: placeholder,
+        } => Denial::new(
+            Reason::PlaceholderMissing,
+            c,
+            format!("spawn:{}", op.name),
+            vec![op.template.shape()],
+            format!("operation `{}`: {e}", op.name),
+        )
+        .with_placeholder(placeholder),
+        ArgError::Invalid { placeholder, .. } => Denial::new(
+            Reason::ValueInvalid,
+            c,
+            format!("arg:{placeholder}"),
+            rule_summary(op.params.get(placeholder)),
+            format!("operation `{}`: {e}", op.name),
+        )
+        .with_placeholder(placeholder),
         ArgError::OptionInjection { placeholder } => Denial::new(
             Reason::OptionInjection,
             c,
@@ -52,19 +79,53 @@ pub(super) fn arg_denial(ctx: &GateContext, op: &Operation, e: &ArgError) -> Den
 }
 
 /// Values of `kind = "path"` params: no `..`, and an absolute one inside the scopes.
-pub(super) fn check_path_values(ctx: &GateContext, op: &Operation, args: &BTreeMap<String, String>, fs: &FsPlan, caller: &Caller) -> Result<(), Denial> {
+pub(super) fn check_path_values(
+    ctx: &GateContext,
+    op: &Operation,
+    args: &BTreeMap<String, String>,
+    fs: &FsPlan,
+    caller: &Caller,
+) -> Result<(), Denial> {
     for (name, kind) in &op.kinds {
-        let (ValueKind::Path, Some(value)) = (kind, args.get(name)) else { continue };
-        let deny = |why: &str| {
-            let granted = fs.read.iter().chain(&fs.write).chain(&fs.exec).map(|p| format!("path:{}", p.display())).collect();
-            Denial::new(Reason::ValueInvalid, ctx.connector, format!("arg:{name}"), granted, format!("operation `{}`: the path value of {{{name}}} {why}", op.name)).with_placeholder(name)
+        let (ValueKind::Path, Some(value)) = (kind, args.get(name)) else {
+            continue;
         };
-        if Path::new(value).components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        let deny = |why: &str| {
+            let granted = fs
+                .read
+                .iter()
+                .chain(&fs.write)
+                .chain(&fs.exec)
+                .map(|p| format!("path:{}", p.display()))
+                .collect();
+            Denial::new(
+                Reason::ValueInvalid,
+                ctx.connector,
+                format!("arg:{name}"),
+                granted,
+                format!(
+                    "operation `{}`: the path value of {{{name}}} {why}",
+                    op.name
+                ),
+            )
+            .with_placeholder(name)
+        };
+        if Path::new(value)
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
             return Err(deny("contains `..`"));
         }
         if value.starts_with('/') || value.starts_with("~/") || value == "~" {
-            let path = ScopePath::parse(value).map_err(|_| deny("is not a valid path"))?.expand(&caller.home);
-            let inside = fs.read.iter().chain(&fs.write).chain(&fs.exec).any(|s| is_within(&path, s));
+            let path = ScopePath::parse(value)
+                .map_err(|_| deny("is not a valid path"))?
+                .expand(&caller.home);
+            let inside = fs
+                .read
+                .iter()
+                .chain(&fs.write)
+                .chain(&fs.exec)
+                .any(|s| is_within(&path, s));
             if !inside {
                 return Err(deny("lies outside fs_read, fs_write and fs_exec"));
             }
@@ -74,23 +135,55 @@ pub(super) fn check_path_values(ctx: &GateContext, op: &Operation, args: &BTreeM
 }
 
 /// Opens, checks and hashes the operation's program.
-pub(super) fn check_program(ctx: &GateContext, spawn: &SpawnGrant, op: &Operation, caller: &Caller, programs: &mut dyn ProgramInspector, require_pin: bool) -> Result<ProgramPlan, Denial> {
+pub(super) fn check_program(
+    ctx: &GateContext,
+    spawn: &SpawnGrant,
+    op: &Operation,
+    caller: &Caller,
+    programs: &mut dyn ProgramInspector,
+    require_pin: bool,
+) -> Result<ProgramPlan, Denial> {
     let declared = &spawn.programs[op.program];
     let path = declared.path.expand(&caller.home);
     let requested = format!("program:{}", declared.path);
     let pinned: Vec<String> = declared.hash.iter().map(|h| h.to_string()).collect();
     let facts = programs.inspect(&path).map_err(|fault| {
-        let mut d = Denial::new(Reason::ProgramNotRegular, ctx.connector, requested.clone(), vec![], format!("program {}: {fault}", declared.path));
+        let mut d = Denial::new(
+            Reason::ProgramNotRegular,
+            ctx.connector,
+            requested.clone(),
+            vec![],
+            format!("program {}: {fault}", declared.path),
+        );
         d.missing_program = matches!(fault, ProgramFault::Missing { .. });
         d
     })?;
     let resolved = facts.resolved.display().to_string();
     if !facts.regular {
-        return Err(Denial::new(Reason::ProgramNotRegular, ctx.connector, format!("program:{resolved}"), vec![], format!("program {} resolves to {resolved}, which is not a regular file", declared.path)));
+        return Err(Denial::new(
+            Reason::ProgramNotRegular,
+            ctx.connector,
+            format!("program:{resolved}"),
+            vec![],
+            format!(
+                "program {} resolves to {resolved}, which is not a regular file",
+                declared.path
+            ),
+        ));
     }
     if facts.setid || facts.file_caps {
-        let what = if facts.setid { "setuid or setgid" } else { "carries file capabilities" };
-        return Err(Denial::new(Reason::ProgramSetuid, ctx.connector, format!("program:{resolved}"), vec![], format!("program {resolved} is {what}; spawnd never runs privilege-raising programs")));
+        let what = if facts.setid {
+            "setuid or setgid"
+        } else {
+            "carries file capabilities"
+        };
+        return Err(Denial::new(
+            Reason::ProgramSetuid,
+            ctx.connector,
+            format!("program:{resolved}"),
+            vec![],
+            format!("program {resolved} is {what}; spawnd never runs privilege-raising programs"),
+        ));
     }
     match declared.hash {
         Some(pin) if pin != facts.sha256 => {
@@ -101,14 +194,30 @@ pub(super) fn check_program(ctx: &GateContext, spawn: &SpawnGrant, op: &Operatio
         }
         _ => {}
     }
-    Ok(ProgramPlan { declared: declared.path.to_string(), resolved: facts.resolved, sha256: facts.sha256, pinned: declared.hash.is_some() })
+    Ok(ProgramPlan {
+        declared: declared.path.to_string(),
+        resolved: facts.resolved,
+        sha256: facts.sha256,
+        pinned: declared.hash.is_some(),
+    })
 }
 
 type EnvPlan = (Vec<EnvEntry>, BTreeMap<String, String>);
 
 /// Env keys from the caller: only passthrough keys, never credential, fixed or loader keys.
-pub(super) fn check_env(ctx: &GateContext, spawn: &SpawnGrant, env: &BTreeMap<String, String>) -> Result<EnvPlan, Denial> {
-    let grantable = || spawn.env_passthrough.iter().filter(|k| !spawn.credential_env_keys.contains(k)).map(|k| format!("env:{k}")).collect::<Vec<_>>();
+pub(super) fn check_env(
+    ctx: &GateContext,
+    spawn: &SpawnGrant,
+    env: &BTreeMap<String, String>,
+) -> Result<EnvPlan, Denial> {
+    let grantable = || {
+        spawn
+            .env_passthrough
+            .iter()
+            .filter(|k| !spawn.credential_env_keys.contains(k))
+            .map(|k| format!("env:{k}"))
+            .collect::<Vec<_>>()
+    };
     for (key, value) in env {
         let reserved_why = if spawn.credential_env_keys.contains(key) {
             Some("is a credential key: spawnd fills it from the operator's binding, never from the caller".to_string())
@@ -118,41 +227,97 @@ pub(super) fn check_env(ctx: &GateContext, spawn: &SpawnGrant, env: &BTreeMap<St
             reserved(key).map(|r| format!("is reserved ({})", r.why))
         };
         if let Some(why) = reserved_why {
-            return Err(Denial::new(Reason::EnvReserved, ctx.connector, format!("env:{key}"), grantable(), format!("env key {key} {why}")));
+            return Err(Denial::new(
+                Reason::EnvReserved,
+                ctx.connector,
+                format!("env:{key}"),
+                grantable(),
+                format!("env key {key} {why}"),
+            ));
         }
         if !spawn.env_passthrough.contains(key) {
-            return Err(Denial::new(Reason::EnvNotDeclared, ctx.connector, format!("env:{key}"), grantable(), format!("env key {key} is not in env_passthrough; the manifest must declare it")));
+            return Err(Denial::new(
+                Reason::EnvNotDeclared,
+                ctx.connector,
+                format!("env:{key}"),
+                grantable(),
+                format!("env key {key} is not in env_passthrough; the manifest must declare it"),
+            ));
         }
         if value.contains('\0') {
-            return Err(Denial::new(Reason::ValueInvalid, ctx.connector, format!("env:{key}"), vec![], format!("the value of env key {key} contains a NUL byte")));
+            return Err(Denial::new(
+                Reason::ValueInvalid,
+                ctx.connector,
+                format!("env:{key}"),
+                vec![],
+                format!("the value of env key {key} contains a NUL byte"),
+            ));
         }
     }
-    let mut entries: Vec<EnvEntry> = env.keys().map(|k| EnvEntry { key: k.clone(), source: EnvSource::Request }).collect();
-    entries.extend(spawn.env_set.keys().map(|k| EnvEntry { key: k.clone(), source: EnvSource::Fixed }));
-    entries.extend(spawn.credential_env_keys.iter().map(|k| EnvEntry { key: k.clone(), source: EnvSource::Credential }));
+    let mut entries: Vec<EnvEntry> = env
+        .keys()
+        .map(|k| EnvEntry {
+            key: k.clone(),
+            source: EnvSource::Request,
+        })
+        .collect();
+    entries.extend(spawn.env_set.keys().map(|k| EnvEntry {
+        key: k.clone(),
+        source: EnvSource::Fixed,
+    }));
+    entries.extend(spawn.credential_env_keys.iter().map(|k| EnvEntry {
+        key: k.clone(),
+        source: EnvSource::Credential,
+    }));
     let mut values = env.clone();
     values.extend(spawn.env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
     Ok((entries, values))
 }
 
 /// The requested cwd must lie inside the scopes (and the manifest's cwd, when set).
-pub(super) fn check_cwd(ctx: &GateContext, spawn: &SpawnGrant, requested: Option<&str>, caller: &Caller, fs: &FsPlan) -> Result<CwdPlan, Denial> {
+pub(super) fn check_cwd(
+    ctx: &GateContext,
+    spawn: &SpawnGrant,
+    requested: Option<&str>,
+    caller: &Caller,
+    fs: &FsPlan,
+) -> Result<CwdPlan, Denial> {
     let manifest_cwd = spawn.cwd.as_ref().map(|c| c.expand(&caller.home));
     let Some(text) = requested else {
         return Ok(manifest_cwd.map_or(CwdPlan::FreshTemp, CwdPlan::Dir));
     };
-    let mut granted: Vec<String> = spawn.fs_read.iter().map(|s| format!("fs_read:{s}")).chain(spawn.fs_write.iter().map(|s| format!("fs_write:{s}"))).collect();
+    let mut granted: Vec<String> = spawn
+        .fs_read
+        .iter()
+        .map(|s| format!("fs_read:{s}"))
+        .chain(spawn.fs_write.iter().map(|s| format!("fs_write:{s}")))
+        .collect();
     if let Some(c) = &spawn.cwd {
         granted.push(format!("cwd:{c}"));
     }
-    let deny = |why: String| Denial::new(Reason::CwdOutsideScope, ctx.connector, format!("cwd:{text}"), granted.clone(), format!("cwd {text} {why}"));
-    let path = ScopePath::parse(text).map_err(|e| deny(format!("is refused: it {e}")))?.expand(&caller.home);
+    let deny = |why: String| {
+        Denial::new(
+            Reason::CwdOutsideScope,
+            ctx.connector,
+            format!("cwd:{text}"),
+            granted.clone(),
+            format!("cwd {text} {why}"),
+        )
+    };
+    let path = ScopePath::parse(text)
+        .map_err(|e| deny(format!("is refused: it {e}")))?
+        .expand(&caller.home);
     if !fs.read.iter().chain(&fs.write).any(|s| is_within(&path, s)) {
-        return Err(deny("lies outside fs_read and fs_write; request a directory inside them".into()));
+        return Err(deny(
+            "lies outside fs_read and fs_write; request a directory inside them".into(),
+        ));
     }
     if let Some(required) = &manifest_cwd {
         if !is_within(&path, required) {
-            return Err(deny(format!("lies outside the manifest's cwd {}", required.display())));
+            return Err(deny(format!(
+                "lies outside the manifest's cwd {}",
+                required.display()
+            )));
         }
     }
     Ok(CwdPlan::Dir(path))

@@ -66,7 +66,13 @@ pub struct Denial {
 
 impl Denial {
     /// A denial for `reason` with the given request, grant and message.
-    pub fn new(reason: Reason, connector: &str, requested: impl Into<String>, granted: Vec<String>, message: impl Into<String>) -> Denial {
+    pub fn new(
+        reason: Reason,
+        connector: &str,
+        requested: impl Into<String>,
+        granted: Vec<String>,
+        message: impl Into<String>,
+    ) -> Denial {
         Denial {
             class: reason.class(),
             boundary: "sandbox",

@@ -14,6 +14,3 @@ pub use gate::decide;
 pub use program::{ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
-
-#[cfg(test)]
-mod tests;

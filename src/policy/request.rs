@@ -43,18 +43,33 @@ pub struct Request {
 impl Request {
     /// A `spawn_op` request with no env, cwd or action subset, at `readonly`.
     pub fn op(name: &str, args: &[(&str, &str)]) -> Request {
-        let args = args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Request::new(RequestKind::Op { name: name.to_string(), args })
+        let args = args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Request::new(RequestKind::Op {
+            name: name.to_string(),
+            args,
+        })
     }
 
     /// A raw `spawn` request with no env, cwd or action subset, at `readonly`.
     pub fn raw(program: &str, argv: &[&str]) -> Request {
         let argv = argv.iter().map(|s| s.to_string()).collect();
-        Request::new(RequestKind::Raw { program: program.to_string(), argv })
+        Request::new(RequestKind::Raw {
+            program: program.to_string(),
+            argv,
+        })
     }
 
     fn new(kind: RequestKind) -> Request {
-        Request { kind, env: BTreeMap::new(), cwd: None, action: None, mode: Tier::Readonly }
+        Request {
+            kind,
+            env: BTreeMap::new(),
+            cwd: None,
+            action: None,
+            mode: Tier::Readonly,
+        }
     }
 }
 
@@ -99,7 +114,9 @@ pub enum Access {
 impl Access {
     /// Whether `caller` may act for `connector`, and what the rules grant.
     pub fn allows(&self, caller: &Caller, connector: &Fqn) -> Result<(), Vec<String>> {
-        let Access::Rules { rules, daemon_uid } = self else { return Ok(()) };
+        let Access::Rules { rules, daemon_uid } = self else {
+            return Ok(());
+        };
         if caller.uid == 0 || caller.uid == *daemon_uid {
             return Ok(());
         }

@@ -22,12 +22,16 @@ pub fn landlock_abi_version() -> io::Result<u32> {
         )
     };
     if ret >= 0 {
-        return u32::try_from(ret).map_err(|_| io::Error::other("landlock_create_ruleset: ABI out of range"));
+        return u32::try_from(ret)
+            .map_err(|_| io::Error::other("landlock_create_ruleset: ABI out of range"));
     }
     let err = io::Error::last_os_error();
     match err.raw_os_error() {
         Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(0),
-        _ => Err(io::Error::new(err.kind(), format!("landlock_create_ruleset(NULL, 0, VERSION): {err}"))),
+        _ => Err(io::Error::new(
+            err.kind(),
+            format!("landlock_create_ruleset(NULL, 0, VERSION): {err}"),
+        )),
     }
 }
 

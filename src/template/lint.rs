@@ -224,11 +224,26 @@ mod tests {
             literal: "@".into(),
         });
         assert_eq!(lint("ssh {user}@{host}", &Params::new()), refused);
-        assert_eq!(lint("ssh {user}@{host}", &with("user", pattern(".+"))), refused);
-        assert_eq!(lint("ssh {user}@{host}", &with("user", pattern("[a-z]+"))), Ok(()));
-        assert_eq!(lint("ssh {user}@{host}", &with("user", pattern("[^@]+"))), Ok(()));
-        assert_eq!(lint("ssh {user}@{host}", &with("user", values(&["root", "git"]))), Ok(()));
-        assert_eq!(lint("ssh {user}@{host}", &with("user", values(&["a@b"]))), refused);
+        assert_eq!(
+            lint("ssh {user}@{host}", &with("user", pattern(".+"))),
+            refused
+        );
+        assert_eq!(
+            lint("ssh {user}@{host}", &with("user", pattern("[a-z]+"))),
+            Ok(())
+        );
+        assert_eq!(
+            lint("ssh {user}@{host}", &with("user", pattern("[^@]+"))),
+            Ok(())
+        );
+        assert_eq!(
+            lint("ssh {user}@{host}", &with("user", values(&["root", "git"]))),
+            Ok(())
+        );
+        assert_eq!(
+            lint("ssh {user}@{host}", &with("user", values(&["a@b"]))),
+            refused
+        );
         assert!(matches!(
             lint("x {k}aa{v}", &with("k", values(&["x", "xa"]))),
             Err(TemplateError::AmbiguousValues { .. })
@@ -260,20 +275,44 @@ mod tests {
         assert_eq!(lint("cmd [--x {x}] --x", &p), not("--x", "--x"));
         assert_eq!(lint("cmd [--x={x}] --x=1", &p), not("--x={x}", "--x=1"));
         assert_eq!(lint("cmd [--x {x}] --xy", &p), Ok(()));
-        assert_eq!(lint("cmd [--a {a}] [--b {b}] [--a={c}]", &p), not("--a", "--a={c}"));
+        assert_eq!(
+            lint("cmd [--a {a}] [--b {b}] [--a={c}]", &p),
+            not("--a", "--a={c}")
+        );
         assert_eq!(lint("cmd [--a {a}] [--b {b}] end [--a={c}]", &p), Ok(()));
         assert_eq!(lint("cmd [--a {a}] {path}", &p), Ok(()));
-        let dashy = with("path", ParamRule { allow_dash: true, ..ParamRule::default() });
+        let dashy = with(
+            "path",
+            ParamRule {
+                allow_dash: true,
+                ..ParamRule::default()
+            },
+        );
         assert_eq!(lint("cmd [--a {a}] {path}", &dashy), not("--a", "{path}"));
         assert_eq!(lint("cmd [x={a}] {path}", &p), not("x={a}", "{path}"));
-        assert_eq!(lint("cmd [x={a}] {path}", &with("path", values(&["y", "z"]))), Ok(()));
-        assert_eq!(lint("cmd [x={a}] {path}", &with("path", values(&["x=1"]))), not("x={a}", "{path}"));
-        assert_eq!(lint("cmd [x={a}] {path}", &with("path", values(&["x"]))), not("x={a}", "{path}"));
+        assert_eq!(
+            lint("cmd [x={a}] {path}", &with("path", values(&["y", "z"]))),
+            Ok(())
+        );
+        assert_eq!(
+            lint("cmd [x={a}] {path}", &with("path", values(&["x=1"]))),
+            not("x={a}", "{path}")
+        );
+        assert_eq!(
+            lint("cmd [x={a}] {path}", &with("path", values(&["x"]))),
+            not("x={a}", "{path}")
+        );
     }
 
     #[test]
     fn an_empty_leading_value_cannot_hide_a_dash_behind_it() {
-        let empty = with("q", ParamRule { allow_empty: true, ..ParamRule::default() });
+        let empty = with(
+            "q",
+            ParamRule {
+                allow_empty: true,
+                ..ParamRule::default()
+            },
+        );
         assert_eq!(lint("cmd [--a {a}] {q}", &empty), Ok(()));
         assert!(matches!(
             lint("cmd [--a {a}] {q}--a", &empty),
@@ -283,12 +322,17 @@ mod tests {
 
     #[test]
     fn defaults_and_values_must_pass_their_own_rules() {
-        let bad_default = ParamRule { default: Some("-x".into()), ..ParamRule::default() };
+        let bad_default = ParamRule {
+            default: Some("-x".into()),
+            ..ParamRule::default()
+        };
         assert_eq!(
             lint("cmd {a}", &with("a", bad_default)),
             Err(TemplateError::BadDefault {
                 placeholder: "a".into(),
-                problem: ArgError::OptionInjection { placeholder: "a".into() }
+                problem: ArgError::OptionInjection {
+                    placeholder: "a".into()
+                }
             })
         );
         let bad_value = ParamRule {
@@ -307,7 +351,11 @@ mod tests {
                 }
             })
         );
-        let empty_in_group = ParamRule { allow_empty: true, default: Some(String::new()), ..ParamRule::default() };
+        let empty_in_group = ParamRule {
+            allow_empty: true,
+            default: Some(String::new()),
+            ..ParamRule::default()
+        };
         assert!(matches!(
             lint("cmd [-a {a}]", &with("a", empty_in_group.clone())),
             Err(TemplateError::BadDefault { .. })

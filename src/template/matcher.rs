@@ -82,7 +82,10 @@ impl Template {
 }
 
 /// Adds extracted values; a repeated placeholder must repeat its value.
-fn record(found: &mut BTreeMap<String, String>, parts: Vec<(&str, &str)>) -> Result<(), MatchError> {
+fn record(
+    found: &mut BTreeMap<String, String>,
+    parts: Vec<(&str, &str)>,
+) -> Result<(), MatchError> {
     for (name, value) in parts {
         match found.get(name) {
             Some(seen) if seen != value => return Err(MatchError::Shape),
@@ -145,14 +148,21 @@ mod tests {
         items.iter().map(|s| s.to_string()).collect()
     }
 
-    fn matched(src: &str, items: &[&str], params: &Params) -> Result<Vec<(String, String)>, MatchError> {
+    fn matched(
+        src: &str,
+        items: &[&str],
+        params: &Params,
+    ) -> Result<Vec<(String, String)>, MatchError> {
         let t = Template::parse_str(src).unwrap();
         t.match_argv(&argv(items), "/usr/bin/cmd", params)
             .map(|m| m.into_iter().collect())
     }
 
     fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-        items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -160,7 +170,10 @@ mod tests {
         let p = Params::new();
         assert_eq!(matched("cmd x", &["cmd", "x"], &p), Ok(vec![]));
         assert_eq!(matched("cmd x", &["/usr/bin/cmd", "x"], &p), Ok(vec![]));
-        assert_eq!(matched("cmd x", &["/bin/cmd", "x"], &p), Err(MatchError::Shape));
+        assert_eq!(
+            matched("cmd x", &["/bin/cmd", "x"], &p),
+            Err(MatchError::Shape)
+        );
         assert_eq!(matched("cmd x", &[], &p), Err(MatchError::Shape));
     }
 
@@ -222,8 +235,20 @@ mod tests {
     #[test]
     fn tokens_with_several_placeholders_split_by_their_rules() {
         let p: Params = [
-            ("user", ParamRule { pattern: Some(Pattern::new("[a-z]+").unwrap()), ..ParamRule::default() }),
-            ("kind", ParamRule { values: Some(vec!["a".into(), "ab".into()]), ..ParamRule::default() }),
+            (
+                "user",
+                ParamRule {
+                    pattern: Some(Pattern::new("[a-z]+").unwrap()),
+                    ..ParamRule::default()
+                },
+            ),
+            (
+                "kind",
+                ParamRule {
+                    values: Some(vec!["a".into(), "ab".into()]),
+                    ..ParamRule::default()
+                },
+            ),
         ]
         .into_iter()
         .collect();
@@ -245,10 +270,19 @@ mod tests {
 
     #[test]
     fn a_default_only_group_cannot_be_left_out_of_a_raw_argv() {
-        let p: Params = [("n", ParamRule { default: Some("5".into()), ..ParamRule::default() })]
-            .into_iter()
-            .collect();
-        assert_eq!(matched("cmd [--n {n}]", &["cmd"], &p), Err(MatchError::Shape));
+        let p: Params = [(
+            "n",
+            ParamRule {
+                default: Some("5".into()),
+                ..ParamRule::default()
+            },
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            matched("cmd [--n {n}]", &["cmd"], &p),
+            Err(MatchError::Shape)
+        );
         assert_eq!(
             matched("cmd [--n {n}]", &["cmd", "--n", "5"], &p),
             Ok(pairs(&[("n", "5")]))

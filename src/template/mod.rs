@@ -132,7 +132,10 @@ mod tests {
         let t = Template::parse_str("git  log\t{ref} [--since={since} {{lit}}] {ref}.bak").unwrap();
         assert_eq!(t.program_token(), "git");
         assert_eq!(t.placeholders(), vec!["ref", "since"]);
-        assert_eq!(t.shape(), "git log {ref} [--since={since} {{lit}}] {ref}.bak");
+        assert_eq!(
+            t.shape(),
+            "git log {ref} [--since={since} {{lit}}] {ref}.bak"
+        );
     }
 
     #[test]
@@ -167,7 +170,9 @@ mod tests {
         let token: TokenSource =
             TokenSource::deserialize(StringDeserializer::<DeError>::new("a b".into())).unwrap();
         assert_eq!(token, TokenSource::Token("a b".into()));
-        let seq = SeqDeserializer::<_, DeError>::new(vec!["--x".to_string(), "{x}".to_string()].into_iter());
+        let seq = SeqDeserializer::<_, DeError>::new(
+            vec!["--x".to_string(), "{x}".to_string()].into_iter(),
+        );
         let group = TokenSource::deserialize(seq).unwrap();
         assert_eq!(group, TokenSource::Group(vec!["--x".into(), "{x}".into()]));
     }

@@ -80,7 +80,9 @@ impl Token {
         for segment in &self.segments {
             match segment {
                 Segment::Literal(text) => out.push_str(text),
-                Segment::Placeholder(name) => out.push_str(values.get(name.as_str()).unwrap_or(&"")),
+                Segment::Placeholder(name) => {
+                    out.push_str(values.get(name.as_str()).unwrap_or(&""))
+                }
             }
         }
         out

@@ -271,10 +271,7 @@ mod tests {
     #[test]
     fn the_string_form_splits_groups_at_token_edges() {
         let cases: &[(&str, Vec<TokenSource>)] = &[
-            (
-                "cmd [--x {x}]",
-                vec![tok("cmd"), group(&["--x", "{x}"])],
-            ),
+            ("cmd [--x {x}]", vec![tok("cmd"), group(&["--x", "{x}"])]),
             ("cmd [--v={v}]", vec![tok("cmd"), group(&["--v={v}"])]),
             (
                 "cmd [ --x {x} ] y",
@@ -292,11 +289,34 @@ mod tests {
     #[test]
     fn unbalanced_or_nested_brackets_are_refused() {
         let cases = [
-            ("cmd [--x {x}", TemplateError::UnclosedGroup { token: "[--x".into() }),
-            ("cmd {x}]", TemplateError::UnopenedGroup { token: "{x}]".into() }),
-            ("cmd [{x}]]", TemplateError::UnopenedGroup { token: "[{x}]]".into() }),
-            ("cmd [a [b {x}]", TemplateError::NestedGroup { token: "[b".into() }),
-            ("cmd [[{x}]", TemplateError::NestedGroup { token: "[[{x}]".into() }),
+            (
+                "cmd [--x {x}",
+                TemplateError::UnclosedGroup {
+                    token: "[--x".into(),
+                },
+            ),
+            (
+                "cmd {x}]",
+                TemplateError::UnopenedGroup {
+                    token: "{x}]".into(),
+                },
+            ),
+            (
+                "cmd [{x}]]",
+                TemplateError::UnopenedGroup {
+                    token: "[{x}]]".into(),
+                },
+            ),
+            (
+                "cmd [a [b {x}]",
+                TemplateError::NestedGroup { token: "[b".into() },
+            ),
+            (
+                "cmd [[{x}]",
+                TemplateError::NestedGroup {
+                    token: "[[{x}]".into(),
+                },
+            ),
         ];
         for (src, want) in cases {
             assert_eq!(split_string(src), Err(want), "{src}");

@@ -129,7 +129,9 @@ mod tests {
     }
 
     fn sub(src: &str, pairs: &[(&str, &str)], params: &Params) -> Result<Vec<String>, ArgError> {
-        Template::parse_str(src).unwrap().substitute(&args(pairs), params)
+        Template::parse_str(src)
+            .unwrap()
+            .substitute(&args(pairs), params)
     }
 
     #[test]
@@ -141,39 +143,71 @@ mod tests {
     #[test]
     fn missing_is_reported_before_an_earlier_invalid_value() {
         let got = sub("cmd {a} {b}", &[("a", "")], &Params::new());
-        assert_eq!(got, Err(ArgError::Missing { placeholder: "b".into() }));
+        assert_eq!(
+            got,
+            Err(ArgError::Missing {
+                placeholder: "b".into()
+            })
+        );
     }
 
     #[test]
     fn defaults_fill_absent_placeholders_in_and_out_of_groups() {
         let params: Params = [
-            ("a", ParamRule { default: Some("A".into()), ..ParamRule::default() }),
-            ("y", ParamRule { default: Some("Y".into()), ..ParamRule::default() }),
+            (
+                "a",
+                ParamRule {
+                    default: Some("A".into()),
+                    ..ParamRule::default()
+                },
+            ),
+            (
+                "y",
+                ParamRule {
+                    default: Some("Y".into()),
+                    ..ParamRule::default()
+                },
+            ),
         ]
         .into_iter()
         .collect();
         let src = "cmd {a} [-x={x} -y={y}]";
-        assert_eq!(sub(src, &[("x", "1")], &params).unwrap(), ["cmd", "A", "-x=1", "-y=Y"]);
+        assert_eq!(
+            sub(src, &[("x", "1")], &params).unwrap(),
+            ["cmd", "A", "-x=1", "-y=Y"]
+        );
         assert_eq!(
             sub(src, &[], &params),
-            Err(ArgError::PartialGroup { missing: "x".into() })
+            Err(ArgError::PartialGroup {
+                missing: "x".into()
+            })
         );
-        assert_eq!(sub(src, &[("a", "b"), ("x", "1"), ("y", "2")], &params).unwrap(), [
-            "cmd", "b", "-x=1", "-y=2"
-        ]);
+        assert_eq!(
+            sub(src, &[("a", "b"), ("x", "1"), ("y", "2")], &params).unwrap(),
+            ["cmd", "b", "-x=1", "-y=2"]
+        );
     }
 
     #[test]
     fn an_empty_group_value_means_absent() {
         let src = "cmd [--x {x}] end";
-        assert_eq!(sub(src, &[("x", "")], &Params::new()).unwrap(), ["cmd", "end"]);
+        assert_eq!(
+            sub(src, &[("x", "")], &Params::new()).unwrap(),
+            ["cmd", "end"]
+        );
     }
 
     #[test]
     fn values_in_left_out_groups_are_not_checked() {
-        let params: Params = [("x", ParamRule { max_len: 0, ..ParamRule::default() })]
-            .into_iter()
-            .collect();
+        let params: Params = [(
+            "x",
+            ParamRule {
+                max_len: 0,
+                ..ParamRule::default()
+            },
+        )]
+        .into_iter()
+        .collect();
         assert_eq!(sub("cmd [-x {x}]", &[], &params).unwrap(), ["cmd"]);
         assert_eq!(
             sub("cmd [-x {x}]", &[("x", "1")], &params),
@@ -187,7 +221,12 @@ mod tests {
     #[test]
     fn a_repeated_placeholder_is_checked_as_beginning_a_token_if_any_use_does() {
         let got = sub("cp x{f} {f}.bak", &[("f", "-r")], &Params::new());
-        assert_eq!(got, Err(ArgError::OptionInjection { placeholder: "f".into() }));
+        assert_eq!(
+            got,
+            Err(ArgError::OptionInjection {
+                placeholder: "f".into()
+            })
+        );
         let ok = sub("cp x{f} y{f}.bak", &[("f", "-r")], &Params::new()).unwrap();
         assert_eq!(ok, ["cp", "x-r", "y-r.bak"]);
     }

@@ -262,7 +262,10 @@ mod tests {
                 placeholder: "v".into()
             })
         );
-        assert_eq!(problem("abd", &rule, lead), invalid(ValueProblem::NotInValues));
+        assert_eq!(
+            problem("abd", &rule, lead),
+            invalid(ValueProblem::NotInValues)
+        );
         assert_eq!(problem("abc", &rule, lead), Ok(()));
         let pat_only = ParamRule {
             values: None,
@@ -340,11 +343,8 @@ mod tests {
         use serde::de::value::{Error as DeError, MapDeserializer};
         use serde::de::IntoDeserializer;
         let entries = vec![("pattern", "[a-z]+"), ("default", "main")];
-        let de: MapDeserializer<'_, _, DeError> = MapDeserializer::new(
-            entries
-                .into_iter()
-                .map(|(k, v)| (k, v.into_deserializer())),
-        );
+        let de: MapDeserializer<'_, _, DeError> =
+            MapDeserializer::new(entries.into_iter().map(|(k, v)| (k, v.into_deserializer())));
         let rule = ParamRule::deserialize(de).unwrap();
         assert_eq!(rule.pattern.as_ref().map(Pattern::as_str), Some("[a-z]+"));
         assert_eq!(rule.default.as_deref(), Some("main"));

@@ -118,7 +118,13 @@ mod tests {
     fn a_pattern_splits_at_a_character_it_cannot_produce() {
         let r = rule(Some("[a-z]+"), None);
         let split = strategy(&r, "a:b").unwrap();
-        assert_eq!(split, Split::StopChar { stop: ':', offset: 1 });
+        assert_eq!(
+            split,
+            Split::StopChar {
+                stop: ':',
+                offset: 1
+            }
+        );
         assert_eq!(value_len(split, "xyza:b-rest", "a:b"), Some(3));
         assert_eq!(value_len(split, "xyz-rest", "a:b"), None);
     }

@@ -1,0 +1,492 @@
+//! Manifest validation, table-driven from the ADR reference vectors (section I)
+//! plus spawnd's stricter rules. Where spawnd differs from the reference, the
+//! case says so.
+
+use super::*;
+
+const HEADER: &str =
+    "[connector]\nname = \"github://aileron-test/gitcrawl\"\nversion = \"0.1.0\"\n\n";
+const HASH: &str = "sha256:2540879925a6881e3877ff7e3330746ba3027b04edf16a3a12dccd1644c4f32d";
+
+/// The reference's `goodSpawn`, with `{programs}`, `{ops}`, `{env}`, `{extra}` slots.
+fn good_spawn(programs: &str, ops: &str, env: &str, extra: &str) -> String {
+    format!(
+        "{HEADER}[capabilities.spawn]\nprograms = {programs}\nenv_passthrough = {env}\nfs_read = [\"~/code/\"]\nfs_write = [\"~/.cache/aileron/gitcrawl/\"]\n{extra}\n{ops}"
+    )
+}
+
+const PROGRAMS: &str = "[{ path = \"/usr/bin/git\" }]";
+const LOG_OP: &str =
+    "[capabilities.spawn.operations.log]\nargv = \"git log --since={since} --author={author}\"\n";
+const ENV: &str = "[\"GIT_AUTHOR_NAME\"]";
+
+fn load(text: &str) -> Result<Manifest, ManifestError> {
+    parse_manifest("m.toml", text, LoadOptions::default())
+}
+
+fn base() -> String {
+    good_spawn(PROGRAMS, LOG_OP, ENV, "")
+}
+
+fn expect_error(text: &str, needle: &str) {
+    match load(text) {
+        Ok(_) => {
+            panic!("expected an error mentioning {needle:?}, but the manifest loaded:\n{text}")
+        }
+        Err(e) => assert!(
+            e.mentions(needle),
+            "error does not mention {needle:?}: {e}\n{text}"
+        ),
+    }
+}
+
+#[test]
+fn i1_cwd_and_a_real_hash_are_valid_but_an_elided_hash_is_not() {
+    let text = good_spawn(
+        &format!("[{{ path = \"/usr/bin/git\", hash = \"{HASH}\" }}]"),
+        LOG_OP,
+        ENV,
+        "cwd = \"~/code/\"",
+    );
+    let m = load(&text).unwrap();
+    assert_eq!(m.spawn.unwrap().programs[0].hash.unwrap().to_string(), HASH);
+    // Reference: "sha256:abc123" is valid. spawnd (SPEC §2): 64 lowercase hex required.
+    expect_error(
+        &good_spawn(
+            "[{ path = \"/usr/bin/git\", hash = \"sha256:abc123\" }]",
+            LOG_OP,
+            ENV,
+            "",
+        ),
+        "sha256:",
+    );
+}
+
+#[test]
+fn i2_only_programs_and_one_operation_is_enough() {
+    let text = format!("{HEADER}[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/git\" }}]\n[capabilities.spawn.operations.status]\nargv = \"git status\"\n");
+    let m = load(&text).unwrap();
+    assert!(m.spawn.unwrap().env_passthrough.is_empty());
+}
+
+#[test]
+fn i3_and_i30_no_spawn_block_is_valid_and_grants_nothing() {
+    let m = load(HEADER).unwrap();
+    assert!(m.spawn.is_none());
+}
+
+#[test]
+fn i4_to_i9_program_entries_are_checked() {
+    let cases = [
+        ("[]", "programs is required"),
+        ("[{ path = \"\" }]", "path is required"),
+        ("[{ path = \"   \" }]", "path is required"),
+        ("[{ path = \"git\" }]", "absolute"),
+        (
+            "[{ path = \"/usr/bin/git\", hash = \"md5:abc\" }]",
+            "sha256:",
+        ),
+        (
+            "[{ path = \"/usr/bin/git\", hash = \"sha256:\" }]",
+            "sha256:",
+        ),
+    ];
+    for (programs, needle) in cases {
+        expect_error(&good_spawn(programs, LOG_OP, ENV, ""), needle);
+    }
+}
+
+#[test]
+fn i10_i11_operations_and_argv_are_required() {
+    expect_error(
+        &good_spawn(PROGRAMS, "", ENV, ""),
+        "operations] is required",
+    );
+    expect_error(
+        &good_spawn(
+            PROGRAMS,
+            "[capabilities.spawn.operations.x]\nargv = \"   \"\n",
+            ENV,
+            "",
+        ),
+        "argv is required",
+    );
+}
+
+#[test]
+fn i12_i31_i32_operation_names() {
+    for ok in ["log", "list", "list_recent", "send-msg", "x1"] {
+        let ops = format!("[capabilities.spawn.operations.{ok}]\nargv = \"git status\"\n");
+        assert!(load(&good_spawn(PROGRAMS, &ops, ENV, "")).is_ok(), "{ok}");
+    }
+    for bad in [
+        "\"\"",
+        "Log",
+        "1log",
+        "\"log!\"",
+        "_internal",
+        "Send-Msg",
+        "BadName",
+    ] {
+        let ops = format!("[capabilities.spawn.operations.{bad}]\nargv = \"git status\"\n");
+        expect_error(&good_spawn(PROGRAMS, &ops, ENV, ""), "name must match");
+    }
+}
+
+#[test]
+fn i13_to_i15_and_i28_env_keys_must_be_posix_shaped() {
+    for bad in ["1VAR", "MY-VAR", ""] {
+        expect_error(
+            &good_spawn(PROGRAMS, LOG_OP, &format!("[\"{bad}\"]"), ""),
+            "valid environment variable",
+        );
+    }
+    // I28: the env check runs before the credential-subset check.
+    expect_error(
+        &good_spawn(
+            PROGRAMS,
+            LOG_OP,
+            "[\"1BAD\"]",
+            "credential_env_keys = [\"1BAD\"]",
+        ),
+        "valid environment variable",
+    );
+}
+
+#[test]
+fn i16_to_i19_scopes_and_cwd_must_be_absolute() {
+    expect_error(
+        &good_spawn(PROGRAMS, LOG_OP, ENV, "fs_exec = [\"code/\"]"),
+        "absolute",
+    );
+    let text = base().replace(
+        "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
+        "fs_write = [\"cache/\"]",
+    );
+    expect_error(&text, "absolute");
+    expect_error(
+        &good_spawn(PROGRAMS, LOG_OP, ENV, "cwd = \"code/\""),
+        "absolute",
+    );
+    expect_error(
+        &good_spawn(PROGRAMS, LOG_OP, ENV, "cwd = 'C:\\Users\\me'"),
+        "absolute",
+    );
+}
+
+fn limits_of(block: &str) -> Result<Limits, ManifestError> {
+    let text = good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        ENV,
+        &format!("[capabilities.spawn.limits]\n{block}\n"),
+    );
+    load(&text).map(|m| m.spawn.unwrap().limits)
+}
+
+#[test]
+fn i20_to_i25_output_limits_resolve_and_are_bounded() {
+    let l = limits_of("max_stdout_bytes = 2097152\nmax_stderr_bytes = 65536").unwrap();
+    assert_eq!(
+        (l.max_stdout_bytes, l.max_stderr_bytes),
+        (2 << 20, 64 << 10)
+    );
+    let d = load(&base()).unwrap().spawn.unwrap().limits;
+    assert_eq!(
+        (d.max_stdout_bytes, d.max_stderr_bytes),
+        (1 << 20, 256 << 10)
+    );
+    let l = limits_of("max_stdout_bytes = 4194304").unwrap();
+    assert_eq!(
+        (l.max_stdout_bytes, l.max_stderr_bytes),
+        (4 << 20, 256 << 10)
+    );
+    for key in ["max_stdout_bytes", "max_stderr_bytes"] {
+        for (value, needle) in [("0", key), ("-1", key), ("67108865", "exceeds the maximum")] {
+            let e = limits_of(&format!("{key} = {value}")).unwrap_err();
+            assert!(e.mentions(needle), "{key}={value}: {e}");
+        }
+    }
+}
+
+#[test]
+fn wall_time_ceiling_follows_the_operator() {
+    assert!(limits_of("wall_time_ms = 600000")
+        .unwrap_err()
+        .mentions("exceeds the maximum"));
+    let text = good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        ENV,
+        "[capabilities.spawn.limits]\nwall_time_ms = 600000\n",
+    );
+    let m = parse_manifest(
+        "m",
+        &text,
+        LoadOptions {
+            max_wall_time_ms: 3_600_000,
+        },
+    )
+    .unwrap();
+    assert_eq!(m.spawn.unwrap().limits.wall_time_ms, 600_000);
+}
+
+#[test]
+fn an_operation_may_tighten_limits_but_never_loosen_them() {
+    let op = |ms: u64| {
+        format!("{LOG_OP}[capabilities.spawn.operations.log.limits]\nwall_time_ms = {ms}\n")
+    };
+    let text = good_spawn(
+        PROGRAMS,
+        &op(5000),
+        ENV,
+        "[capabilities.spawn.limits]\nwall_time_ms = 10000\n",
+    );
+    let m = load(&text).unwrap();
+    let spawn = m.spawn.unwrap();
+    assert_eq!(spawn.operations["log"].limits.wall_time_ms, 5000);
+    assert_eq!(spawn.limits.wall_time_ms, 10000);
+    let text = good_spawn(
+        PROGRAMS,
+        &op(20000),
+        ENV,
+        "[capabilities.spawn.limits]\nwall_time_ms = 10000\n",
+    );
+    expect_error(&text, "only tighten");
+}
+
+#[test]
+fn i26_i27_credential_keys_must_be_passed_through() {
+    assert!(load(&good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        "[\"GIT_AUTHOR_NAME\", \"GH_TOKEN\"]",
+        "credential_env_keys = [\"GH_TOKEN\"]"
+    ))
+    .is_ok());
+    expect_error(
+        &good_spawn(
+            PROGRAMS,
+            LOG_OP,
+            ENV,
+            "credential_env_keys = [\"GH_TOKEN\"]",
+        ),
+        "env_passthrough",
+    );
+}
+
+#[test]
+fn i29_every_operation_keeps_its_shape() {
+    let ops = format!("{LOG_OP}[capabilities.spawn.operations.status]\nargv = \"git status\"\n");
+    let m = load(&good_spawn(PROGRAMS, &ops, ENV, "")).unwrap();
+    let shapes: Vec<String> = m
+        .spawn
+        .unwrap()
+        .operations
+        .values()
+        .map(|o| o.template.shape())
+        .collect();
+    assert!(shapes.contains(&"git log --since={since} --author={author}".to_string()));
+    assert!(shapes.contains(&"git status".to_string()));
+}
+
+#[test]
+fn i33_i34_home_and_absolute_scopes_with_cwd() {
+    let text = format!("{HEADER}[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/git\" }}]\nfs_read = [\"~\"]\ncwd = \"~\"\n{LOG_OP}");
+    let m = load(&text).unwrap();
+    assert!(
+        m.warnings.iter().any(|w| w.message.contains("broad")),
+        "{:?}",
+        m.warnings
+    );
+    let text = format!("{HEADER}[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/git\" }}]\nfs_read = [\"/var/spool/\", \"/etc/aileron/\"]\nfs_write = [\"/tmp/aileron/\"]\ncwd = \"/tmp/aileron/\"\n{LOG_OP}");
+    load(&text).unwrap();
+}
+
+#[test]
+fn i35_array_of_tables_programs_with_hash_and_described_operations() {
+    let text = format!(
+        "{HEADER}[[capabilities.spawn.programs]]\npath = \"/usr/bin/git\"\nhash = \"{HASH}\"\n\n[capabilities.spawn.operations.log]\nargv = \"git log --since={{since}}\"\ndescription = \"List commits\"\n"
+    );
+    let m = load(&text).unwrap();
+    let spawn = m.spawn.unwrap();
+    assert_eq!(
+        spawn.operations["log"].description.as_deref(),
+        Some("List commits")
+    );
+    assert_eq!(spawn.programs[0].path.to_string(), "/usr/bin/git");
+}
+
+#[test]
+fn i39_unknown_keys_are_errors_naming_the_key_with_line_and_column() {
+    let text = format!("{HEADER}[unrecognized]\nx = 1\n");
+    let e = load(&text).unwrap_err();
+    assert!(e.mentions("unrecognized"), "{e}");
+    assert_eq!(e.problems[0].line, 5, "{e}");
+    let text = base().replace("fs_read =", "fs_reed =");
+    let e = load(&text).unwrap_err();
+    assert!(e.mentions("fs_reed") && e.problems[0].hint.is_some(), "{e}");
+}
+
+#[test]
+fn i40_forwarder_manifests() {
+    let fwd = base().replace(
+        "[connector]",
+        "forwarder = \"builtin://spawn-forwarder\"\n[connector]",
+    );
+    load(&fwd).unwrap();
+    expect_error(
+        &base().replace(
+            "[connector]",
+            "forwarder = \"builtin://other\"\n[connector]",
+        ),
+        "unknown forwarder",
+    );
+    expect_error(
+        &HEADER.replace(
+            "[connector]",
+            "forwarder = \"builtin://spawn-forwarder\"\n[connector]",
+        ),
+        "needs a [capabilities.spawn]",
+    );
+}
+
+#[test]
+fn validation_errors_point_at_the_offending_value() {
+    let text = base().replace(
+        "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
+        "fs_write = [\"/\"]",
+    );
+    let e = load(&text).unwrap_err();
+    let p = &e.problems[0];
+    assert_eq!(
+        (p.line, p.key.as_str()),
+        (9, "capabilities.spawn.fs_write"),
+        "{e}"
+    );
+    assert_eq!(p.column, 13, "{e}");
+    assert!(e.to_string().contains("m.toml:9:13"), "{e}");
+}
+
+#[test]
+fn fs_write_may_not_cover_root_or_a_system_path() {
+    for scope in ["/", "/usr/local/lib", "/etc/", "/var"] {
+        let text = base().replace(
+            "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
+            &format!("fs_write = [\"{scope}\"]"),
+        );
+        expect_error(&text, "system path");
+    }
+}
+
+#[test]
+fn loader_and_interpreter_env_keys_are_refused_everywhere() {
+    for key in [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "BASH_ENV",
+        "ENV",
+        "PYTHONPATH",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "GIT_SSH_COMMAND",
+    ] {
+        expect_error(
+            &good_spawn(PROGRAMS, LOG_OP, &format!("[\"{key}\"]"), ""),
+            "reserved",
+        );
+        expect_error(
+            &good_spawn(
+                PROGRAMS,
+                LOG_OP,
+                ENV,
+                &format!("env_set = {{ {key} = \"x\" }}"),
+            ),
+            "reserved",
+        );
+    }
+}
+
+#[test]
+fn env_set_may_not_overlap_passthrough() {
+    expect_error(
+        &good_spawn(
+            PROGRAMS,
+            LOG_OP,
+            ENV,
+            "env_set = { GIT_AUTHOR_NAME = \"x\" }",
+        ),
+        "not both",
+    );
+}
+
+#[test]
+fn each_operation_binds_to_exactly_one_program() {
+    let ops = "[capabilities.spawn.operations.x]\nargv = \"curl https://example.com\"\n";
+    expect_error(
+        &good_spawn(PROGRAMS, ops, ENV, ""),
+        "names no declared program",
+    );
+    let two = "[{ path = \"/usr/bin/git\" }, { path = \"/usr/local/bin/git\" }]";
+    expect_error(
+        &good_spawn(two, LOG_OP, ENV, ""),
+        "several declared programs",
+    );
+    let ops = "[capabilities.spawn.operations.x]\nargv = \"/usr/local/bin/git status\"\n";
+    let m = load(&good_spawn(two, ops, ENV, "")).unwrap();
+    assert_eq!(m.spawn.unwrap().operations["x"].program, 1);
+}
+
+#[test]
+fn ambiguous_templates_are_refused() {
+    let ops = "[capabilities.spawn.operations.x]\nargv = \"git log {a}{b}\"\n";
+    assert!(load(&good_spawn(PROGRAMS, ops, ENV, "")).is_err());
+    let ops = "[capabilities.spawn.operations.x]\nargv = \"git log [{a}] {b}\"\n";
+    assert!(load(&good_spawn(PROGRAMS, ops, ENV, "")).is_err());
+}
+
+#[test]
+fn params_must_name_placeholders_and_have_valid_rules() {
+    let ops = format!("{LOG_OP}[capabilities.spawn.operations.log.params.nope]\npattern = \"x\"\n");
+    expect_error(&good_spawn(PROGRAMS, &ops, ENV, ""), "not a placeholder");
+    let ops =
+        format!("{LOG_OP}[capabilities.spawn.operations.log.params.since]\npattern = \"(\"\n");
+    assert!(load(&good_spawn(PROGRAMS, &ops, ENV, "")).is_err());
+    let ops = format!("{LOG_OP}[capabilities.spawn.operations.log.params.since]\nmax_len = 0\n");
+    expect_error(&good_spawn(PROGRAMS, &ops, ENV, ""), "max_len");
+    let ops = format!("{LOG_OP}[capabilities.spawn.operations.log.params.since]\nkind = \"url\"\n");
+    expect_error(&good_spawn(PROGRAMS, &ops, ENV, ""), "unknown kind");
+}
+
+#[test]
+fn connector_identity_is_strict() {
+    for (name, version, needle) in [
+        ("acme/gitcrawl", "0.1.0", "scheme://"),
+        ("ftp://acme/gitcrawl", "0.1.0", "unknown scheme"),
+        ("github://acme", "0.1.0", "owner and a repository"),
+        ("github://acme/../x", "0.1.0", "segment"),
+        ("github://acme/x", "^1.2", "SemVer"),
+        ("github://acme/x", "latest", "SemVer"),
+        ("github://acme/x", "2026.04.29.1", "SemVer"),
+    ] {
+        let text = format!("[connector]\nname = \"{name}\"\nversion = \"{version}\"\n");
+        expect_error(&text, needle);
+    }
+    let ok = "[connector]\nname = \"github://aileron/integrations/connectors/slack\"\nversion = \"2.0.0-rc.1+sha.abc\"\n";
+    load(ok).unwrap();
+}
+
+/// Every manifest written for the ADR loads unchanged (with real hash values).
+#[test]
+fn the_adr_manifests_load_unchanged() {
+    for path in [
+        "tests/fixtures/adr-gmail.toml",
+        "tests/fixtures/adr-gitcrawl.toml",
+        "tests/fixtures/adr-oauth.toml",
+    ] {
+        let text = std::fs::read_to_string(path).expect(path);
+        let m = load(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(!m.connector.name.as_str().is_empty());
+    }
+}
