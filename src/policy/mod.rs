@@ -14,3 +14,8 @@ pub use gate::decide;
 pub use program::{ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_r;

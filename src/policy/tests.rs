@@ -1,0 +1,479 @@
+//! The gate, table-driven from the ADR reference vectors (sections A and H)
+//! and the SPEC's check order. `tests_r.rs` covers section R. Vectors that
+//! concern the sandbox, the daemon's handles or the audit trail (D, E, G, J–Q,
+//! R2–R5, R23–R34, R38) are not gate behaviour and are tested with those parts.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::manifest::{parse_manifest, LoadOptions, Manifest, Sha256Digest};
+use crate::plan::{CwdPlan, EnvSource};
+
+pub(super) const GIT_SHA: [u8; 32] = [7; 32];
+
+pub(super) const M0: &str = r#"
+[connector]
+name = "github://aileron-test/gitcrawl"
+version = "0.1.0"
+
+[capabilities.spawn]
+programs = [{ path = "/usr/bin/git" }]
+env_passthrough = ["GIT_AUTHOR_NAME", "GH_TOKEN"]
+fs_read = ["~/code/"]
+fs_write = ["~/.cache/aileron/gitcrawl/"]
+
+[capabilities.spawn.operations.log]
+argv = "git log --since={since}"
+
+[capabilities.spawn.operations.status]
+argv = "git status"
+"#;
+
+pub(super) const EMPTY: &str =
+    "[connector]\nname = \"github://aileron-test/gitcrawl\"\nversion = \"0.1.0\"\n";
+
+/// A program table standing in for the file system; counts lookups.
+#[derive(Default)]
+pub(super) struct FakePrograms {
+    pub files: BTreeMap<PathBuf, ProgramFacts>,
+    pub calls: Cell<usize>,
+}
+
+impl FakePrograms {
+    pub fn standard() -> FakePrograms {
+        let mut f = FakePrograms::default();
+        for p in [
+            "/usr/bin/git",
+            "/usr/bin/cat",
+            "/usr/bin/curl",
+            "/usr/bin/tool",
+        ] {
+            f.files.insert(
+                p.into(),
+                ProgramFacts {
+                    resolved: p.into(),
+                    regular: true,
+                    setid: false,
+                    file_caps: false,
+                    sha256: Sha256Digest(GIT_SHA),
+                },
+            );
+        }
+        f
+    }
+}
+
+impl ProgramInspector for FakePrograms {
+    fn inspect(&mut self, path: &Path) -> Result<ProgramFacts, ProgramFault> {
+        self.calls.set(self.calls.get() + 1);
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or(ProgramFault::Missing { path: path.into() })
+    }
+}
+
+pub(super) fn manifest(text: &str) -> Manifest {
+    parse_manifest("m.toml", text, LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub(super) fn caller() -> Caller {
+    Caller {
+        uid: 1000,
+        gid: 1000,
+        pid: Some(42),
+        home: "/home/alr".into(),
+    }
+}
+
+/// Operator side of a test decision.
+pub(super) struct Operator {
+    pub bound: BTreeSet<String>,
+    pub access: Access,
+    pub disabled: bool,
+    pub require_pin: bool,
+}
+
+impl Default for Operator {
+    fn default() -> Self {
+        Operator {
+            bound: BTreeSet::new(),
+            access: Access::Local,
+            disabled: false,
+            require_pin: false,
+        }
+    }
+}
+
+pub(super) fn decide_full(
+    m: &Manifest,
+    req: &Request,
+    op: &Operator,
+    programs: &mut FakePrograms,
+) -> Decision {
+    let name = m.connector.name.to_string();
+    let ctx = GateContext {
+        connector: &name,
+        manifest: Some(m),
+        disabled: op.disabled,
+        access: &op.access,
+        bound_credentials: &op.bound,
+        require_program_hash: op.require_pin,
+    };
+    decide(&ctx, &caller(), req, programs)
+}
+
+pub(super) fn decide_m(text: &str, req: &Request) -> Decision {
+    decide_full(
+        &manifest(text),
+        req,
+        &Operator::default(),
+        &mut FakePrograms::standard(),
+    )
+}
+
+pub(super) fn denied(d: &Decision) -> &Denial {
+    d.denial()
+        .unwrap_or_else(|| panic!("expected a denial, got {d:?}"))
+}
+
+pub(super) fn allowed(d: &Decision) -> &crate::plan::SpawnPlan {
+    d.plan()
+        .unwrap_or_else(|| panic!("expected allowed, got {:?}", d.denial()))
+}
+
+pub(super) fn assert_reason(d: &Decision, reason: Reason, detail: &str) {
+    let denial = denied(d);
+    assert_eq!(
+        (denial.reason, denial.boundary_detail),
+        (reason, detail),
+        "{denial:?}"
+    );
+    assert_eq!(denial.boundary, "sandbox");
+}
+
+pub(super) fn with_env(mut r: Request, env: &[(&str, &str)]) -> Request {
+    r.env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    r
+}
+
+pub(super) fn with_cwd(mut r: Request, cwd: &str) -> Request {
+    r.cwd = Some(cwd.into());
+    r
+}
+
+#[test]
+fn a1_a_manifest_without_spawn_grants_nothing() {
+    let d = decide_m(EMPTY, &Request::raw("/usr/bin/git", &["git", "status"]));
+    assert_reason(&d, Reason::ProgramNotDeclared, "connector_manifest");
+    assert_eq!(denied(&d).class, "capability_denied");
+}
+
+#[test]
+fn a2_a3_declared_shapes_are_allowed() {
+    let p = decide_m(M0, &Request::raw("/usr/bin/git", &["git", "status"]));
+    assert_eq!(allowed(&p).argv, ["git", "status"]);
+    let p = decide_m(
+        M0,
+        &Request::raw("/usr/bin/git", &["git", "log", "--since=2026-01-01"]),
+    );
+    assert_eq!(allowed(&p).argv, ["git", "log", "--since=2026-01-01"]);
+    assert_eq!(allowed(&p).op, "log");
+}
+
+#[test]
+fn a4_an_undeclared_program_is_refused_with_requested_and_granted() {
+    let d = decide_m(
+        M0,
+        &Request::raw("/usr/bin/curl", &["curl", "https://evil.example.com"]),
+    );
+    assert_reason(&d, Reason::ProgramNotDeclared, "connector_manifest");
+    assert_eq!(denied(&d).requested, "spawn:/usr/bin/curl");
+    assert_eq!(denied(&d).granted, ["spawn:/usr/bin/git"]);
+}
+
+#[test]
+fn a5_an_undeclared_argv_shape_is_refused() {
+    let d = decide_m(M0, &Request::raw("git", &["git", "push", "--force"]));
+    assert_reason(&d, Reason::ArgvNotDeclared, "connector_manifest");
+}
+
+#[test]
+fn a6_a7_a8_only_passthrough_env_keys() {
+    let d = decide_m(
+        M0,
+        &with_env(
+            Request::raw("git", &["git", "status"]),
+            &[("AWS_SECRET_KEY", "leaked")],
+        ),
+    );
+    assert_reason(&d, Reason::EnvNotDeclared, "connector_manifest");
+    let p = decide_m(
+        M0,
+        &with_env(
+            Request::raw("git", &["git", "status"]),
+            &[("GIT_AUTHOR_NAME", "alr")],
+        ),
+    );
+    assert_eq!(allowed(&p).env_values["GIT_AUTHOR_NAME"], "alr");
+    // A8: callers cannot name credential keys at all in spawnd; asking for an
+    // undeclared key through env is the same refusal.
+    let d = decide_m(
+        M0,
+        &with_env(
+            Request::raw("git", &["git", "status"]),
+            &[("NOT_DECLARED", "x")],
+        ),
+    );
+    assert_reason(&d, Reason::EnvNotDeclared, "connector_manifest");
+}
+
+#[test]
+fn a9_a10_a11_cwd_must_lie_inside_the_scopes_and_the_manifest_cwd() {
+    let d = decide_m(
+        M0,
+        &with_cwd(Request::raw("git", &["git", "status"]), "~/other/path"),
+    );
+    assert_reason(&d, Reason::CwdOutsideScope, "connector_manifest");
+    let with_policy_cwd = M0.replace("fs_write =", "cwd = \"~/code/aileron\"\nfs_write =");
+    let d = decide_m(
+        &with_policy_cwd,
+        &with_cwd(Request::raw("git", &["git", "status"]), "~/code/elsewhere"),
+    );
+    assert_reason(&d, Reason::CwdOutsideScope, "connector_manifest");
+    let p = decide_m(
+        M0,
+        &with_cwd(Request::raw("git", &["git", "status"]), "~/code/aileron"),
+    );
+    assert_eq!(
+        allowed(&p).cwd,
+        CwdPlan::Dir("/home/alr/code/aileron".into())
+    );
+}
+
+#[test]
+fn a12_a13_an_empty_program_or_argv_is_an_envelope_error() {
+    assert_reason(
+        &decide_m(M0, &Request::raw("", &["git", "status"])),
+        Reason::ValueInvalid,
+        "envelope",
+    );
+    assert_reason(
+        &decide_m(M0, &Request::raw("git", &[])),
+        Reason::ValueInvalid,
+        "envelope",
+    );
+}
+
+#[test]
+fn h1_h11_spawn_op_builds_the_program_and_argv() {
+    let p = decide_m(M0, &Request::op("log", &[("since", "2026-01-01")]));
+    let plan = allowed(&p);
+    assert_eq!(plan.program.declared, "/usr/bin/git");
+    assert_eq!(plan.argv, ["git", "log", "--since=2026-01-01"]);
+    assert_eq!(plan.argv_shape, "git log --since={since}");
+}
+
+#[test]
+fn h2_h12_an_unknown_operation_is_refused_before_the_program_is_touched() {
+    let mut programs = FakePrograms::standard();
+    let d = decide_full(
+        &manifest(M0),
+        &Request::op("push", &[]),
+        &Operator::default(),
+        &mut programs,
+    );
+    assert_reason(&d, Reason::OpUnknown, "connector_manifest");
+    assert_eq!(programs.calls.get(), 0);
+    assert_eq!(denied(&d).exit_code(), 6);
+}
+
+#[test]
+fn h3_h13_a_missing_placeholder_names_it() {
+    let d = decide_m(M0, &Request::op("log", &[]));
+    assert_reason(&d, Reason::PlaceholderMissing, "envelope");
+    assert_eq!(denied(&d).placeholder.as_deref(), Some("{since}"));
+}
+
+#[test]
+fn h4_env_holds_exactly_what_was_passed() {
+    let p = decide_m(
+        M0,
+        &with_env(Request::op("status", &[]), &[("GIT_AUTHOR_NAME", "alr")]),
+    );
+    let keys: Vec<&str> = allowed(&p).env.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["GIT_AUTHOR_NAME"]);
+}
+
+#[test]
+fn h5_h14_no_spawn_grant_no_operation() {
+    assert_reason(
+        &decide_m(EMPTY, &Request::op("log", &[])),
+        Reason::OpUnknown,
+        "connector_manifest",
+    );
+}
+
+#[test]
+fn h6_credential_keys_come_from_the_binding_only() {
+    let text = M0.replace(
+        "[\"GIT_AUTHOR_NAME\", \"GH_TOKEN\"]",
+        "[\"GIT_AUTHOR_NAME\", \"GH_TOKEN\", \"API_TOKEN\"]\ncredential_env_keys = [\"API_TOKEN\"]",
+    );
+    let m = manifest(&text);
+    let mut op = Operator::default();
+    let d = decide_full(
+        &m,
+        &Request::op("status", &[]),
+        &op,
+        &mut FakePrograms::standard(),
+    );
+    assert_reason(&d, Reason::BindingRequired, "vault");
+    assert_eq!(denied(&d).class, "binding_required");
+    assert_eq!(denied(&d).exit_code(), 4);
+    op.bound.insert("API_TOKEN".into());
+    let d = decide_full(
+        &m,
+        &Request::op("status", &[]),
+        &op,
+        &mut FakePrograms::standard(),
+    );
+    let env = &allowed(&d).env;
+    assert!(
+        env.iter()
+            .any(|e| e.key == "API_TOKEN" && e.source == EnvSource::Credential),
+        "{env:?}"
+    );
+}
+
+#[test]
+fn h7_the_manifest_cwd_is_used_expanded_for_the_caller() {
+    let text = M0.replace("fs_write =", "cwd = \"~/code/\"\nfs_write =");
+    let p = decide_m(&text, &Request::op("status", &[]));
+    // Reference: the envelope keeps "~/code/" unexpanded. spawnd expands `~`
+    // from the password database of the caller, never $HOME.
+    assert_eq!(allowed(&p).cwd, CwdPlan::Dir("/home/alr/code".into()));
+}
+
+#[test]
+fn h16_a_substituted_argv_passes_the_gate_again_as_a_raw_envelope() {
+    let from_op = decide_m(M0, &Request::op("log", &[("since", "2026-01-01")]));
+    let argv: Vec<&str> = allowed(&from_op).argv.iter().map(String::as_str).collect();
+    let from_raw = decide_m(M0, &Request::raw("/usr/bin/git", &argv));
+    assert_eq!(allowed(&from_raw), allowed(&from_op));
+}
+
+#[test]
+fn the_program_path_may_stand_as_argv0_of_a_raw_envelope() {
+    let p = decide_m(
+        M0,
+        &Request::raw("/usr/bin/git", &["/usr/bin/git", "status"]),
+    );
+    assert_eq!(allowed(&p).argv, ["git", "status"]);
+}
+
+#[test]
+fn checks_run_in_the_spec_order_and_the_first_failure_wins() {
+    // A bad arg and a bad env key: the arg is checked first.
+    let req = with_env(
+        Request::op("log", &[("nope", "x")]),
+        &[("LD_PRELOAD", "/x.so")],
+    );
+    assert_reason(&decide_m(M0, &req), Reason::ArgUnknown, "envelope");
+    // A bad env key and a bad cwd: env first.
+    let req = with_cwd(
+        with_env(Request::op("status", &[]), &[("NOPE", "x")]),
+        "/etc",
+    );
+    assert_reason(
+        &decide_m(M0, &req),
+        Reason::EnvNotDeclared,
+        "connector_manifest",
+    );
+    // Mode before args.
+    let text = M0.replace(
+        "argv = \"git log --since={since}\"",
+        "argv = \"git log --since={since}\"\nmode = \"write\"",
+    );
+    assert_reason(
+        &decide_m(&text, &Request::op("log", &[])),
+        Reason::ModeInsufficient,
+        "action",
+    );
+}
+
+#[test]
+fn connector_state_and_caller_come_first() {
+    let m = manifest(M0);
+    let ctx_for = |connector: &str, manifest: Option<&Manifest>, disabled: bool, access: Access| {
+        let bound = BTreeSet::new();
+        let ctx = GateContext {
+            connector,
+            manifest,
+            disabled,
+            access: &access,
+            bound_credentials: &bound,
+            require_program_hash: false,
+        };
+        decide(
+            &ctx,
+            &caller(),
+            &Request::op("status", &[]),
+            &mut FakePrograms::standard(),
+        )
+    };
+    let d = ctx_for("github://nobody/x", None, false, Access::Local);
+    assert_reason(&d, Reason::ConnectorUnknown, "connector_manifest");
+    assert_eq!(denied(&d).exit_code(), 6);
+    assert_reason(
+        &ctx_for(
+            "github://aileron-test/gitcrawl",
+            Some(&m),
+            true,
+            Access::Local,
+        ),
+        Reason::ConnectorDisabled,
+        "connector_manifest",
+    );
+    let rules = |uids: Vec<u32>| Access::Rules {
+        rules: vec![AccessRule {
+            connector: m.connector.name.clone(),
+            uids,
+            gids: vec![],
+        }],
+        daemon_uid: 999,
+    };
+    let d = ctx_for(
+        "github://aileron-test/gitcrawl",
+        Some(&m),
+        false,
+        rules(vec![2000]),
+    );
+    assert_reason(&d, Reason::CallerNotAllowed, "caller");
+    assert_eq!(denied(&d).granted, ["uid:2000"]);
+    allowed(&ctx_for(
+        "github://aileron-test/gitcrawl",
+        Some(&m),
+        false,
+        rules(vec![1000]),
+    ));
+}
+
+#[test]
+fn d4_an_action_subset_must_permit_the_spawn() {
+    let mut req = Request::raw("git", &["git", "status"]);
+    req.action = Some(vec!["/usr/bin/other".into()]);
+    assert_reason(&decide_m(M0, &req), Reason::ActionDenied, "action");
+    req.action = Some(vec!["spawn:log".into()]);
+    assert_reason(&decide_m(M0, &req), Reason::ActionDenied, "action");
+    req.action = Some(vec!["spawn:status".into()]);
+    allowed(&decide_m(M0, &req));
+    let mut req = Request::op("status", &[]);
+    req.action = Some(vec!["spawn".into()]);
+    allowed(&decide_m(M0, &req));
+}
