@@ -1,1 +1,551 @@
+//! Black-box tests of the built `spawnd` binary: every refusal the gate knows,
+//! driven through `spawnd check` exactly as a user or CI would, plus the
+//! manifest tools, `hash`, `capabilities`, `health` and `config show`.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn spawnd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .args(args)
+        .env_remove("SPAWND_CONFIG")
+        .output()
+        .expect("run spawnd")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// A scratch directory with a manifest over programs the test controls.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work/sub")).unwrap();
+        Scratch { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Copies `/usr/bin/true` to `name` with `mode`.
+    fn program(&self, name: &str, mode: u32) -> PathBuf {
+        let p = self.path(name);
+        std::fs::copy("/usr/bin/true", &p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.path(rel);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// The standard test manifest: git (read-only ops) and a local tool.
+    fn manifest(&self, git_hash: Option<&str>) -> PathBuf {
+        let work = self.path("work");
+        let tool = self.program("tool", 0o755);
+        let hash = git_hash
+            .map(|h| format!(", hash = \"{h}\""))
+            .unwrap_or_default();
+        let text = format!(
+            r#"[connector]
+name = "local://test/tools"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{{ path = "/usr/bin/git"{hash} }}, {{ path = "{tool}" }}]
+env_passthrough = ["GIT_AUTHOR_NAME"]
+fs_read = ["{work}"]
+
+[capabilities.spawn.operations.log]
+argv = "git log --since={{since}}"
+
+[capabilities.spawn.operations.show]
+argv = "git show {{rev}}"
+
+[capabilities.spawn.operations.ssh-like]
+argv = "tool {{host}} status"
+
+[capabilities.spawn.operations.cat]
+argv = "tool -- {{file}}"
+
+[capabilities.spawn.operations.cat.params.file]
+kind = "path"
+allow_dash = true
+"#,
+            tool = tool.display(),
+            work = work.display()
+        );
+        self.write("m.toml", &text)
+    }
+}
+
+fn check(manifest: &Path, extra: &[&str]) -> Output {
+    let m = manifest.to_str().unwrap();
+    let mut args = vec!["check", "--json", "--manifest", m];
+    args.extend_from_slice(extra);
+    spawnd(&args)
+}
+
+/// Runs `check` and asserts a denial with `reason` (exit 3 unless said otherwise).
+fn assert_denied(out: &Output, reason: &str, exit: i32) -> Value {
+    let v = json_of(out);
+    assert_eq!(out.status.code(), Some(exit), "{v}");
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["error"]["details"]["reason"], reason, "{v}");
+    assert_eq!(v["error"]["details"]["boundary"], "sandbox", "{v}");
+    v
+}
+
+#[test]
+fn an_allowed_request_prints_the_exact_argv_and_exits_0() {
+    let s = Scratch::new();
+    let out = check(
+        &s.manifest(None),
+        &["--op", "log", "--arg", "since=2026-01-01"],
+    );
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["data"]["decision"], "allowed");
+    assert_eq!(
+        v["data"]["argv"],
+        serde_json::json!(["git", "log", "--since=2026-01-01"])
+    );
+    assert_eq!(v["tool"], "spawnd");
+    assert_eq!(v["command"], "check");
+    assert!(v["meta"]["duration_ms"].is_u64());
+}
+
+#[test]
+fn option_injection_is_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    for value in ["--upload-pack=touch /tmp/pwned", "-oProxyCommand=sh -c id"] {
+        let arg = format!("rev={value}");
+        let v = assert_denied(
+            &check(&m, &["--op", "show", "--arg", &arg]),
+            "option_injection",
+            3,
+        );
+        assert_eq!(v["error"]["details"]["placeholder"], "{rev}");
+        assert_eq!(v["error"]["code"], "PERMISSION_DENIED");
+    }
+    assert_denied(
+        &check(&m, &["--op", "ssh-like", "--arg", "host=-oProxyCommand=x"]),
+        "option_injection",
+        3,
+    );
+}
+
+#[test]
+fn dot_dot_in_cwd_and_in_path_values_is_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    let cwd = format!("{}/work/../..", s.dir.path().display());
+    assert_denied(
+        &check(&m, &["--op", "log", "--arg", "since=x", "--cwd", &cwd]),
+        "cwd_outside_scope",
+        3,
+    );
+    assert_denied(
+        &check(&m, &["--op", "log", "--arg", "since=x", "--cwd", "/etc"]),
+        "cwd_outside_scope",
+        3,
+    );
+    assert_denied(
+        &check(&m, &["--op", "cat", "--arg", "file=../../etc/shadow"]),
+        "value_invalid",
+        3,
+    );
+    assert_denied(
+        &check(&m, &["--op", "cat", "--arg", "file=/etc/shadow"]),
+        "value_invalid",
+        3,
+    );
+    let inside = format!("{}/work/sub", s.dir.path().display());
+    assert_eq!(
+        check(&m, &["--op", "log", "--arg", "since=x", "--cwd", &inside])
+            .status
+            .code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn nul_bytes_and_over_long_values_are_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    let env = s.write(
+        "nul.json",
+        r#"{"program": "/usr/bin/git", "argv": ["git", "log", "--since=a\u0000b"]}"#,
+    );
+    assert_denied(
+        &check(&m, &["--envelope", env.to_str().unwrap()]),
+        "value_invalid",
+        3,
+    );
+    let long = format!("since={}", "x".repeat(5000));
+    assert_denied(
+        &check(&m, &["--op", "log", "--arg", &long]),
+        "value_invalid",
+        3,
+    );
+}
+
+#[test]
+fn unknown_args_and_missing_placeholders_are_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    assert_denied(
+        &check(&m, &["--op", "log", "--arg", "since=x", "--arg", "extra=y"]),
+        "arg_unknown",
+        3,
+    );
+    assert_denied(&check(&m, &["--op", "log"]), "placeholder_missing", 3);
+    let v = assert_denied(&check(&m, &["--op", "push"]), "op_unknown", 6);
+    assert_eq!(v["error"]["code"], "NOT_FOUND");
+    let dup = spawnd(&[
+        "check",
+        "--manifest",
+        m.to_str().unwrap(),
+        "--op",
+        "log",
+        "--arg",
+        "since=a",
+        "--arg",
+        "since=b",
+    ]);
+    assert_eq!(dup.status.code(), Some(2));
+}
+
+#[test]
+fn a_raw_argv_borrowed_from_another_programs_operation_is_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    let tool = s.path("tool");
+    let env = s.write(
+        "borrowed.json",
+        &format!(
+            r#"{{"program": "{}", "argv": ["git", "log", "--since=x"]}}"#,
+            tool.display()
+        ),
+    );
+    assert_denied(
+        &check(&m, &["--envelope", env.to_str().unwrap()]),
+        "argv_not_declared",
+        3,
+    );
+    let env = s.write(
+        "curl.json",
+        r#"{"program": "/usr/bin/curl", "argv": ["curl", "https://evil.example.com"]}"#,
+    );
+    assert_denied(
+        &check(&m, &["--envelope", env.to_str().unwrap()]),
+        "program_not_declared",
+        3,
+    );
+    let env = s.write(
+        "strict.json",
+        r#"{"Program": "/usr/bin/git", "argv": ["git", "log"]}"#,
+    );
+    assert_eq!(
+        check(&m, &["--envelope", env.to_str().unwrap()])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn a_hash_mismatch_is_refused_and_a_pinned_match_allowed() {
+    let s = Scratch::new();
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    assert_denied(
+        &check(
+            &s.manifest(Some(&wrong)),
+            &["--op", "log", "--arg", "since=x"],
+        ),
+        "program_hash_mismatch",
+        3,
+    );
+    let real = String::from_utf8(spawnd(&["hash", "/usr/bin/git"]).stdout).unwrap();
+    let out = check(
+        &s.manifest(Some(real.trim())),
+        &["--op", "log", "--arg", "since=x"],
+    );
+    assert_eq!(json_of(&out)["data"]["program"]["pinned"], true);
+}
+
+#[test]
+fn a_setuid_program_is_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    s.program("tool", 0o4755);
+    assert_denied(
+        &check(&m, &["--op", "ssh-like", "--arg", "host=h"]),
+        "program_setuid",
+        3,
+    );
+    s.program("tool", 0o2755);
+    assert_denied(
+        &check(&m, &["--op", "ssh-like", "--arg", "host=h"]),
+        "program_setuid",
+        3,
+    );
+}
+
+#[test]
+fn env_keys_outside_passthrough_and_loader_keys_are_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    assert_denied(
+        &check(
+            &m,
+            &[
+                "--op",
+                "log",
+                "--arg",
+                "since=x",
+                "--env",
+                "AWS_SECRET_KEY=x",
+            ],
+        ),
+        "env_not_declared",
+        3,
+    );
+    assert_denied(
+        &check(
+            &m,
+            &[
+                "--op",
+                "log",
+                "--arg",
+                "since=x",
+                "--env",
+                "LD_PRELOAD=/x.so",
+            ],
+        ),
+        "env_reserved",
+        3,
+    );
+    let out = check(
+        &m,
+        &[
+            "--op",
+            "log",
+            "--arg",
+            "since=x",
+            "--env",
+            "GIT_AUTHOR_NAME=alr",
+        ],
+    );
+    assert_eq!(json_of(&out)["data"]["env"][0]["key"], "GIT_AUTHOR_NAME");
+}
+
+#[test]
+fn mode_tiers_are_enforced() {
+    let s = Scratch::new();
+    let text = std::fs::read_to_string(s.manifest(None)).unwrap().replace(
+        "argv = \"git show {rev}\"",
+        "argv = \"git show {rev}\"\nmode = \"admin\"",
+    );
+    let m = s.write("m2.toml", &text);
+    assert_denied(
+        &check(&m, &["--op", "show", "--arg", "rev=HEAD"]),
+        "mode_insufficient",
+        3,
+    );
+    assert_eq!(
+        check(
+            &m,
+            &["--op", "show", "--arg", "rev=HEAD", "--mode", "admin"]
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_disabled_connector_and_an_unbound_credential_are_refused() {
+    let s = Scratch::new();
+    let m = s.manifest(None);
+    let cfg = s.write(
+        "c.toml",
+        "[[disable]]\nconnector = \"local://test/tools\"\n",
+    );
+    let out = spawnd(&[
+        "check",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--manifest",
+        m.to_str().unwrap(),
+        "--op",
+        "log",
+        "--arg",
+        "since=x",
+    ]);
+    assert_denied(&out, "connector_disabled", 3);
+    let text = std::fs::read_to_string(&m).unwrap().replace(
+        "env_passthrough = [\"GIT_AUTHOR_NAME\"]",
+        "env_passthrough = [\"GIT_AUTHOR_NAME\", \"TOKEN\"]\ncredential_env_keys = [\"TOKEN\"]",
+    );
+    let m2 = s.write("m3.toml", &text);
+    let v = json_of(&check(&m2, &["--op", "log", "--arg", "since=x"]));
+    assert_eq!(v["error"]["details"]["class"], "binding_required", "{v}");
+    assert_eq!(v["error"]["code"], "CONFIG_ERROR");
+}
+
+#[test]
+fn manifest_errors_name_file_line_column_key_and_fix() {
+    let s = Scratch::new();
+    let m = s.write("bad.toml", "[connector]\nname = \"local://a/b\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\nenv_passthrough = [\"LD_PRELOAD\"]\n[capabilities.spawn.operations.x]\nargv = \"git status\"\n");
+    let out = spawnd(&["manifest", "lint", m.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml:6:20")
+            && err.contains("env_passthrough")
+            && err.contains("reserved")
+            && err.contains("hint:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pin_fills_in_hashes_keeping_comments_and_layout() {
+    let s = Scratch::new();
+    let text = "# keep me\n[connector]\nname = \"local://a/b\"   # and me\nversion = \"1.0.0\"\n\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\n\n[capabilities.spawn.operations.x]\nargv = \"git status\" # status\n";
+    let m = s.write("pin.toml", text);
+    let out = spawnd(&["manifest", "pin", m.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pinned = std::fs::read_to_string(&m).unwrap();
+    let hash = String::from_utf8(spawnd(&["hash", "/usr/bin/git"]).stdout).unwrap();
+    assert!(
+        pinned.contains(&format!("hash = \"{}\"", hash.trim())),
+        "{pinned}"
+    );
+    for keep in ["# keep me", "# and me", "# status"] {
+        assert!(pinned.contains(keep), "{pinned}");
+    }
+    assert_eq!(
+        pinned.replace(&format!(", hash = \"{}\"", hash.trim()), ""),
+        text
+    );
+    let again = spawnd(&["manifest", "pin", m.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&again.stdout).starts_with("unchanged"));
+    let stale = format!("sha256:{}", "0".repeat(64));
+    let m2 = s.write("stale.toml", &pinned.replace(hash.trim(), &stale));
+    let out = spawnd(&["manifest", "pin", m2.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("updated"));
+    assert_eq!(std::fs::read_to_string(&m2).unwrap(), pinned);
+}
+
+#[test]
+fn hash_prints_sha256_of_a_file() {
+    let s = Scratch::new();
+    let f = s.write("abc", "abc");
+    let out = spawnd(&["hash", f.to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(spawnd(&["hash", "/nonexistent"]).status.code(), Some(6));
+}
+
+#[test]
+fn explain_speaks_plainly_about_what_is_granted() {
+    let out = spawnd(&["manifest", "explain", "policies/git.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    for needle in [
+        "/usr/bin/git",
+        "NOT pinned",
+        "may read:",
+        "no network",
+        "{since}",
+    ] {
+        assert!(text.contains(needle), "missing {needle}: {text}");
+    }
+}
+
+#[test]
+fn every_shipped_policy_is_valid() {
+    for entry in std::fs::read_dir("policies").unwrap() {
+        let path = entry.unwrap().path();
+        let out = spawnd(&["manifest", "lint", path.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn capabilities_health_and_config_show_speak_json() {
+    let caps = json_of(&spawnd(&["capabilities", "--json"]));
+    assert_eq!(caps["data"]["tool"], "spawnd");
+    assert_eq!(caps["data"]["denial_reasons"].as_array().unwrap().len(), 20);
+    let health = spawnd(&["health", "--json"]);
+    let h = json_of(&health);
+    // This machine offers every layer: the probe must find them.
+    assert_eq!(h["data"]["userns"]["available"], true, "{h}");
+    assert!(h["data"]["landlock_abi"].as_u64().unwrap() >= 1, "{h}");
+    assert_eq!(h["data"]["seccomp"]["available"], true, "{h}");
+    let expected = if h["data"]["status"] == "healthy" {
+        0
+    } else {
+        5
+    };
+    assert_eq!(health.status.code(), Some(expected));
+    let s = Scratch::new();
+    let cfg = s.write("c.toml", "[[credentials]]\nconnector = \"local://a/b\"\nkey = \"K\"\nsource = \"file:/etc/spawnd/k\"\n");
+    let shown = json_of(&spawnd(&[
+        "config",
+        "show",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        shown["data"]["credentials"][0]["source"],
+        "file:/etc/spawnd/k"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
+    let out = spawnd(&["check", "--json", "--manifest", "x.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_of(&out)["error"]["code"], "INVALID_USAGE");
+    assert_eq!(
+        spawnd(&["manifest", "lint", "/nonexistent.toml"])
+            .status
+            .code(),
+        Some(6)
+    );
+}

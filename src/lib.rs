@@ -16,6 +16,8 @@
 //! * [`sandbox`] is the only module with `unsafe`, all of it in `sandbox/sys.rs`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
 pub mod config;

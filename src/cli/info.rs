@@ -93,7 +93,7 @@ pub fn health(cli: &Cli) -> Result<Success, Failure> {
         .map_err(|e| Failure::new(10, format!("cannot find spawnd's own binary: {e}")))?;
     let report = probe(&exe, config.audit.path.as_deref());
     let status = serde_json::to_value(report.status).unwrap_or_default();
-    let mut text = format!("{}", status.as_str().unwrap_or("error"));
+    let mut text = status.as_str().unwrap_or("error").to_string();
     for r in &report.reasons {
         text.push_str(&format!("\n  - {r}"));
     }

@@ -151,7 +151,7 @@ fn for_each_program(
                     .map(str::to_string);
                 f(&path, &mut slot)?;
                 if let Some(h) = slot {
-                    table.insert("hash", h.into());
+                    set_inline_hash(table, h);
                 }
             }
         }
@@ -179,6 +179,33 @@ fn for_each_program(
         }
     }
     Ok(())
+}
+
+/// Sets `hash` in an inline table: an existing value keeps its spacing; a new
+/// key goes last and takes over the spacing that closed the table.
+fn set_inline_hash(table: &mut toml_edit::InlineTable, hash: String) {
+    if let Some(old) = table.get_mut("hash") {
+        let (prefix, suffix) = (old.decor().prefix().cloned(), old.decor().suffix().cloned());
+        let mut new = Value::from(hash);
+        if let Some(p) = prefix {
+            new.decor_mut().set_prefix(p);
+        }
+        if let Some(s) = suffix {
+            new.decor_mut().set_suffix(s);
+        }
+        *old = new;
+        return;
+    }
+    let closing = table.iter_mut().last().and_then(|(_, v)| {
+        let suffix = v.decor().suffix().cloned();
+        v.decor_mut().set_suffix("");
+        suffix
+    });
+    let mut new = Value::from(hash);
+    new.decor_mut().set_prefix(" ");
+    new.decor_mut()
+        .set_suffix(closing.unwrap_or_else(|| " ".into()));
+    table.insert("hash", new);
 }
 
 /// Replaces `file` atomically (temporary file in the same directory, then rename), keeping its mode.

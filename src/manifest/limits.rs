@@ -147,10 +147,14 @@ mod tests {
 
     #[test]
     fn tightest_takes_the_minimum_of_each_field() {
-        let mut a = Limits::default();
-        a.wall_time_ms = 5_000;
-        let mut b = Limits::default();
-        b.max_processes = 8;
+        let a = Limits {
+            wall_time_ms: 5_000,
+            ..Limits::default()
+        };
+        let b = Limits {
+            max_processes: 8,
+            ..Limits::default()
+        };
         let t = a.tightest(&b);
         assert_eq!((t.wall_time_ms, t.max_processes), (5_000, 8));
     }

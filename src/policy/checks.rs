@@ -31,7 +31,7 @@ fn rule_summary(rule: Option<&ParamRule>) -> Vec<String> {
 }
 
 /// Maps a template value error to the denial the SPEC names.
-pub(super) fn arg_denial(ctx: &GateContext, op: &Operation, e: &ArgError) -> Denial {
+pub(super) fn arg_denial(ctx: &GateContext, op: &Operation, e: &ArgError) -> Box<Denial> {
     let c = ctx.connector;
     let placeholders = || {
         op.template
@@ -85,7 +85,7 @@ pub(super) fn check_path_values(
     args: &BTreeMap<String, String>,
     fs: &FsPlan,
     caller: &Caller,
-) -> Result<(), Denial> {
+) -> Result<(), Box<Denial>> {
     for (name, kind) in &op.kinds {
         let (ValueKind::Path, Some(value)) = (kind, args.get(name)) else {
             continue;
@@ -142,7 +142,7 @@ pub(super) fn check_program(
     caller: &Caller,
     programs: &mut dyn ProgramInspector,
     require_pin: bool,
-) -> Result<ProgramPlan, Denial> {
+) -> Result<ProgramPlan, Box<Denial>> {
     let declared = &spawn.programs[op.program];
     let path = declared.path.expand(&caller.home);
     let requested = format!("program:{}", declared.path);
@@ -209,7 +209,7 @@ pub(super) fn check_env(
     ctx: &GateContext,
     spawn: &SpawnGrant,
     env: &BTreeMap<String, String>,
-) -> Result<EnvPlan, Denial> {
+) -> Result<EnvPlan, Box<Denial>> {
     let grantable = || {
         spawn
             .env_passthrough
@@ -281,7 +281,7 @@ pub(super) fn check_cwd(
     requested: Option<&str>,
     caller: &Caller,
     fs: &FsPlan,
-) -> Result<CwdPlan, Denial> {
+) -> Result<CwdPlan, Box<Denial>> {
     let manifest_cwd = spawn.cwd.as_ref().map(|c| c.expand(&caller.home));
     let Some(text) = requested else {
         return Ok(manifest_cwd.map_or(CwdPlan::FreshTemp, CwdPlan::Dir));
@@ -324,7 +324,7 @@ pub(super) fn check_cwd(
 }
 
 /// Every credential key needs an operator binding.
-pub(super) fn check_bindings(ctx: &GateContext, spawn: &SpawnGrant) -> Result<(), Denial> {
+pub(super) fn check_bindings(ctx: &GateContext, spawn: &SpawnGrant) -> Result<(), Box<Denial>> {
     match spawn.credential_env_keys.iter().find(|k| !ctx.bound_credentials.contains(*k)) {
         None => Ok(()),
         Some(key) => Err(Denial::new(Reason::BindingRequired, ctx.connector, format!("credential:{key}"), ctx.bound_credentials.iter().map(|k| format!("credential:{k}")).collect(), format!("{} needs a credential for {key} and the operator has bound none; add a [[credentials]] entry with connector = \"{}\" and key = \"{key}\"", ctx.connector, ctx.connector))),

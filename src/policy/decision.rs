@@ -72,8 +72,8 @@ impl Denial {
         requested: impl Into<String>,
         granted: Vec<String>,
         message: impl Into<String>,
-    ) -> Denial {
-        Denial {
+    ) -> Box<Denial> {
+        Box::new(Denial {
             class: reason.class(),
             boundary: "sandbox",
             boundary_detail: reason.info().detail,
@@ -85,11 +85,11 @@ impl Denial {
             message: message.into(),
             audit_id: None,
             missing_program: false,
-        }
+        })
     }
 
     /// The same denial naming a placeholder.
-    pub fn with_placeholder(mut self, name: &str) -> Denial {
+    pub fn with_placeholder(mut self: Box<Self>, name: &str) -> Box<Denial> {
         self.placeholder = Some(format!("{{{name}}}"));
         self
     }

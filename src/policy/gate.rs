@@ -24,7 +24,7 @@ pub fn decide(
 ) -> Decision {
     match gate(ctx, caller, req, programs) {
         Ok(plan) => Decision::Allowed(Box::new(plan)),
-        Err(denial) => Decision::Denied(Box::new(denial)),
+        Err(denial) => Decision::Denied(denial),
     }
 }
 
@@ -33,7 +33,7 @@ fn gate(
     caller: &Caller,
     req: &Request,
     programs: &mut dyn ProgramInspector,
-) -> Result<SpawnPlan, Denial> {
+) -> Result<SpawnPlan, Box<Denial>> {
     let manifest = check_connector(ctx)?;
     check_caller(ctx, manifest, caller)?;
     let action = ActionSubset::check(ctx, req)?;
@@ -76,7 +76,7 @@ fn require_pin(ctx: &GateContext) -> bool {
     ctx.require_program_hash
 }
 
-fn check_connector<'a>(ctx: &GateContext<'a>) -> Result<&'a Manifest, Denial> {
+fn check_connector<'a>(ctx: &GateContext<'a>) -> Result<&'a Manifest, Box<Denial>> {
     let requested = format!("connector:{}", ctx.connector);
     let manifest = ctx.manifest.ok_or_else(|| {
         Denial::new(Reason::ConnectorUnknown, ctx.connector, requested.clone(), vec![], format!("no connector named {} is loaded; check the name or add its manifest to [server] manifests", ctx.connector))
@@ -96,7 +96,11 @@ fn check_connector<'a>(ctx: &GateContext<'a>) -> Result<&'a Manifest, Denial> {
     Ok(manifest)
 }
 
-fn check_caller(ctx: &GateContext, manifest: &Manifest, caller: &Caller) -> Result<(), Denial> {
+fn check_caller(
+    ctx: &GateContext,
+    manifest: &Manifest,
+    caller: &Caller,
+) -> Result<(), Box<Denial>> {
     ctx.access.allows(caller, &manifest.connector.name).map_err(|granted| {
         Denial::new(
             Reason::CallerNotAllowed,
@@ -112,7 +116,7 @@ fn check_caller(ctx: &GateContext, manifest: &Manifest, caller: &Caller) -> Resu
 struct ActionSubset<'r>(Option<&'r [String]>);
 
 impl<'r> ActionSubset<'r> {
-    fn check(ctx: &GateContext, req: &'r Request) -> Result<ActionSubset<'r>, Denial> {
+    fn check(ctx: &GateContext, req: &'r Request) -> Result<ActionSubset<'r>, Box<Denial>> {
         let subset = ActionSubset(req.action.as_deref());
         if let Some(entries) = subset.0 {
             let op_name = match &req.kind {
@@ -141,7 +145,7 @@ impl<'r> ActionSubset<'r> {
         })
     }
 
-    fn permits(&self, ctx: &GateContext, op: &str) -> Result<(), Denial> {
+    fn permits(&self, ctx: &GateContext, op: &str) -> Result<(), Box<Denial>> {
         if self.allows(op) {
             Ok(())
         } else {
@@ -149,7 +153,7 @@ impl<'r> ActionSubset<'r> {
         }
     }
 
-    fn denial(&self, ctx: &GateContext, op: &str) -> Denial {
+    fn denial(&self, ctx: &GateContext, op: &str) -> Box<Denial> {
         let requested = if op.is_empty() {
             "spawn".to_string()
         } else {
@@ -159,7 +163,7 @@ impl<'r> ActionSubset<'r> {
     }
 }
 
-fn no_spawn_grant(ctx: &GateContext) -> Denial {
+fn no_spawn_grant(ctx: &GateContext) -> Box<Denial> {
     Denial::new(
         Reason::OpUnknown,
         ctx.connector,
@@ -176,7 +180,7 @@ fn resolve_op<'a>(
     ctx: &GateContext,
     spawn: Option<&'a SpawnGrant>,
     name: &str,
-) -> Result<&'a Operation, Denial> {
+) -> Result<&'a Operation, Box<Denial>> {
     let spawn = spawn.ok_or_else(|| no_spawn_grant(ctx))?;
     spawn.operations.get(name).ok_or_else(|| {
         let granted = spawn
@@ -197,7 +201,7 @@ fn resolve_op<'a>(
     })
 }
 
-fn check_mode(ctx: &GateContext, op: &Operation, mode: Tier) -> Result<(), Denial> {
+fn check_mode(ctx: &GateContext, op: &Operation, mode: Tier) -> Result<(), Box<Denial>> {
     if op.mode <= mode {
         return Ok(());
     }
@@ -223,7 +227,7 @@ fn match_raw<'a>(
     spawn: Option<&'a SpawnGrant>,
     program: &str,
     argv: &[String],
-) -> Result<Matched<'a>, Denial> {
+) -> Result<Matched<'a>, Box<Denial>> {
     if program.is_empty() || argv.is_empty() {
         let what = if program.is_empty() {
             "program"

@@ -165,8 +165,9 @@ pub enum TemplateError {
     #[error(
         "optional group starting with `{group_token}` is ambiguous: when it is left out, \
          `{other_token}` comes in its place and could look the same; make their leading \
-         literals differ (neither a prefix of the other), or restrict the placeholder \
-         (`values`, or a dash-free value under a `-` literal)"
+         literals differ so that neither is a prefix of the other, or, if `{other_token}` \
+         starts with a placeholder, start the group with `-` and keep `allow_dash` off for \
+         that placeholder, or give it `values` that share no prefix with the group's literal"
     )]
     GroupNotDisjoint {
         /// The group's first token, rendered.

@@ -179,8 +179,8 @@ fn disjoint(first: &Token, other: &Token, params: &Params) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{ArgError, ParamRule, Pattern, ValueProblem};
     use super::*;
-    use crate::template::{ArgError, ParamRule, Pattern, ValueProblem};
 
     fn lint(src: &str, params: &Params) -> Result<(), TemplateError> {
         Template::parse_str(src).unwrap().check_unambiguous(params)

@@ -141,8 +141,8 @@ fn split_token<'t, 'e>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::{ArgError, ParamRule, Pattern, ValueProblem};
     use super::*;
-    use crate::template::{ArgError, ParamRule, Pattern, ValueProblem};
 
     fn argv(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()
@@ -286,6 +286,16 @@ mod tests {
         assert_eq!(
             matched("cmd [--n {n}]", &["cmd", "--n", "5"], &p),
             Ok(pairs(&[("n", "5")]))
+        );
+        // Found by fuzzing: an empty argument in a group is absent, so the
+        // default renders, and the raw argv matches back.
+        let t = Template::parse_str("cmd [-x{n}]").unwrap();
+        let empty = BTreeMap::from([("n".to_string(), String::new())]);
+        let argv = t.substitute(&empty, &p).unwrap();
+        assert_eq!(argv, ["cmd", "-x5"]);
+        assert_eq!(
+            t.match_argv(&argv, "cmd", &p),
+            Ok(BTreeMap::from([("n".to_string(), "5".to_string())]))
         );
     }
 }

@@ -40,6 +40,8 @@ impl Template {
     }
 
     /// Each placeholder's argument, else its default; absent if neither.
+    /// In a group an empty argument counts as absent, so the default
+    /// applies to it too.
     fn resolve<'a>(
         &'a self,
         args: &'a BTreeMap<String, String>,
@@ -49,7 +51,10 @@ impl Template {
             .iter()
             .filter_map(|slot| {
                 let name = slot.name.as_str();
-                let value = args.get(name).or(params.rule(name).default.as_ref())?;
+                let given = args
+                    .get(name)
+                    .filter(|v| slot.group.is_none() || !v.is_empty());
+                let value = given.or(params.rule(name).default.as_ref())?;
                 Some((name, value.as_str()))
             })
             .collect()
@@ -75,7 +80,7 @@ impl Template {
                         rendered.push(false);
                     } else if let Some(missing) = names.iter().find(|p| !filled(p)) {
                         return Err(ArgError::PartialGroup {
-                            missing: missing.to_string(),
+                            missing: (*missing).to_owned(),
                         });
                     } else {
                         rendered.push(true);
@@ -118,8 +123,8 @@ impl Template {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{ParamRule, ValueProblem};
     use super::*;
-    use crate::template::{ParamRule, ValueProblem};
 
     fn args(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -181,6 +186,11 @@ mod tests {
             Err(ArgError::PartialGroup {
                 missing: "x".into()
             })
+        );
+        // Empty means absent in a group, so the default still applies.
+        assert_eq!(
+            sub(src, &[("x", "1"), ("y", "")], &params).unwrap(),
+            ["cmd", "A", "-x=1", "-y=Y"]
         );
         assert_eq!(
             sub(src, &[("a", "b"), ("x", "1"), ("y", "2")], &params).unwrap(),

@@ -46,11 +46,11 @@ impl Pattern {
         };
         regex_syntax::Parser::new()
             .parse(src)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| bad(syntax_problem(&e)))?;
         let anchored = format!("^(?:{src})$");
         let hir = regex_syntax::Parser::new()
             .parse(&anchored)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| bad(syntax_problem(&e)))?;
         let regex = Regex::new(&anchored).map_err(|e| bad(e.to_string()))?;
         Ok(Pattern {
             source: src.to_owned(),
@@ -72,6 +72,20 @@ impl Pattern {
     /// Whether some value matching this pattern could contain `c`.
     pub(super) fn can_produce(&self, c: char) -> bool {
         self.chars.contains(c)
+    }
+}
+
+/// The parser's complaint on one line (its `Display` draws a caret
+/// diagram over several lines).
+fn syntax_problem(e: &regex_syntax::Error) -> String {
+    match e {
+        regex_syntax::Error::Parse(e) => {
+            format!("{} at byte {}", e.kind(), e.span().start.offset)
+        }
+        regex_syntax::Error::Translate(e) => {
+            format!("{} at byte {}", e.kind(), e.span().start.offset)
+        }
+        other => other.to_string(),
     }
 }
 
@@ -309,10 +323,13 @@ mod tests {
 
     #[test]
     fn a_pattern_cannot_escape_its_anchors() {
-        assert!(matches!(
+        assert_eq!(
             Pattern::new("a)|(b"),
-            Err(TemplateError::BadPattern { .. })
-        ));
+            Err(TemplateError::BadPattern {
+                pattern: "a)|(b".into(),
+                detail: "unopened group at byte 1".into()
+            })
+        );
         assert!(matches!(
             Pattern::new("(?x)a#"),
             Err(TemplateError::BadPattern { .. })
@@ -340,21 +357,20 @@ mod tests {
 
     #[test]
     fn rules_deserialize_strictly_with_defaults() {
-        use serde::de::value::{Error as DeError, MapDeserializer};
+        use serde::de::value::{Error as DeError, MapDeserializer, StrDeserializer};
         use serde::de::IntoDeserializer;
-        let entries = vec![("pattern", "[a-z]+"), ("default", "main")];
-        let de: MapDeserializer<'_, _, DeError> =
-            MapDeserializer::new(entries.into_iter().map(|(k, v)| (k, v.into_deserializer())));
-        let rule = ParamRule::deserialize(de).unwrap();
-        assert_eq!(rule.pattern.as_ref().map(Pattern::as_str), Some("[a-z]+"));
-        assert_eq!(rule.default.as_deref(), Some("main"));
+        let map = |entries: Vec<(&'static str, bool)>| {
+            MapDeserializer::<_, DeError>::new(
+                entries.into_iter().map(|(k, v)| (k, v.into_deserializer())),
+            )
+        };
+        let rule = ParamRule::deserialize(map(vec![("allow_dash", true)])).unwrap();
+        assert!(rule.allow_dash);
         assert_eq!(rule.max_len, DEFAULT_MAX_LEN);
+        assert!(ParamRule::deserialize(map(vec![("allow_dashes", true)])).is_err());
 
-        let bad: MapDeserializer<'_, _, DeError> =
-            MapDeserializer::new(vec![("patern", "x".into_deserializer())].into_iter());
-        assert!(ParamRule::deserialize(bad).is_err());
-        let bad_regex: MapDeserializer<'_, _, DeError> =
-            MapDeserializer::new(vec![("pattern", "(".into_deserializer())].into_iter());
-        assert!(ParamRule::deserialize(bad_regex).is_err());
+        let pattern = Pattern::deserialize(StrDeserializer::<DeError>::new("[a-z]+")).unwrap();
+        assert_eq!(pattern.as_str(), "[a-z]+");
+        assert!(Pattern::deserialize(StrDeserializer::<DeError>::new("(")).is_err());
     }
 }

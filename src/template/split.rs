@@ -64,12 +64,21 @@ fn values_split<'r>(values: &'r [String], literal: &str) -> Result<Split<'r>, No
             let Some(extra) = long.strip_prefix(short.as_str()) else {
                 continue;
             };
-            if !extra.is_empty() && format!("{extra}{literal}").starts_with(literal) {
+            if !extra.is_empty() && shifted_literal_fits(extra, literal) {
                 return Err(NoSplit::AmbiguousValues);
             }
         }
     }
     Ok(Split::Values(values))
+}
+
+/// Whether `extra + literal` starts with `literal`, without allocating.
+/// (`extra` never contains `literal` here, so only a shorter `extra` can.)
+fn shifted_literal_fits(extra: &str, literal: &str) -> bool {
+    match literal.strip_prefix(extra) {
+        Some(tail) => literal.starts_with(tail),
+        None => false,
+    }
 }
 
 /// The byte length of the value at the start of `rest`, which continues
@@ -94,8 +103,8 @@ pub(super) fn value_len(split: Split<'_>, rest: &str, literal: &str) -> Option<u
 
 #[cfg(test)]
 mod tests {
+    use super::super::rules::Pattern;
     use super::*;
-    use crate::template::rules::Pattern;
 
     fn rule(pattern: Option<&str>, values: Option<&[&str]>) -> ParamRule {
         ParamRule {
