@@ -12,8 +12,15 @@ fn readme() -> String {
 fn every_reserved_env_key_is_in_the_readme() {
     let text = readme();
     for entry in RESERVED_ENV {
-        let shown = if entry.prefix { format!("`{}*`", entry.key) } else { format!("`{}`", entry.key) };
-        assert!(text.contains(&format!("| {shown} | {} |", entry.why)), "README lacks the row for {shown}");
+        let shown = if entry.prefix {
+            format!("`{}*`", entry.key)
+        } else {
+            format!("`{}`", entry.key)
+        };
+        assert!(
+            text.contains(&format!("| {shown} | {} |", entry.why)),
+            "README lacks the row for {shown}"
+        );
     }
 }
 
@@ -21,7 +28,13 @@ fn every_reserved_env_key_is_in_the_readme() {
 fn every_denial_reason_is_in_the_readme() {
     let text = readme();
     for r in REASONS {
-        let row = format!("| `{}` | `{}` | `{}` | {} |", r.reason.as_str(), r.reason.class(), r.detail, r.when);
+        let row = format!(
+            "| `{}` | `{}` | `{}` | {} |",
+            r.reason.as_str(),
+            r.reason.class(),
+            r.detail,
+            r.when
+        );
         assert!(text.contains(&row), "README lacks the row {row}");
     }
 }

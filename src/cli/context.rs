@@ -47,7 +47,7 @@ pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
             let exit = if matches!(e, crate::config::ConfigError::Read { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound) { 6 } else { 4 };
             Failure::new(exit, e.to_string())
         }),
-        None => Ok(Config::defaults(default_audit)),
+        None => Config::defaults(default_audit).map_err(|e| Failure::new(10, e.to_string())),
     }
 }
 

@@ -9,6 +9,7 @@ mod model;
 mod ops;
 pub mod paths;
 mod raw;
+mod scopes;
 mod validate;
 
 pub use error::{line_column, ManifestError, Problem};
@@ -23,3 +24,5 @@ pub use validate::{parse_manifest, LoadOptions};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_spawnd;

@@ -10,7 +10,8 @@ use toml::Spanned;
 use super::limits::Limits;
 use super::model::{Operation, Program, Sha256Digest, ValueKind};
 use super::raw::{RawArgv, RawArgvItem, RawOperation, RawParam, RawProgram, RawSpawn};
-use super::validate::{check_limits, check_path, Checker};
+use super::scopes::check_path;
+use super::validate::{check_limits, Checker};
 use crate::template::{ParamRule, Params, Pattern, Template, TokenSource};
 
 /// The longest value a param may allow: the kernel's limit for one argv string.

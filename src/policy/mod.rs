@@ -16,6 +16,8 @@ pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_r;

@@ -2,7 +2,7 @@
 //! reference code) and spawnd's further refusals. Each test says where spawnd
 //! differs from the reference.
 
-use super::tests::*;
+use super::test_support::*;
 use super::*;
 use crate::manifest::Sha256Digest;
 

@@ -4,14 +4,21 @@
 //! Credential sources are locators (`file:…`, `exec:…`), never secret values.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::manifest::limits::{LIMIT_SPECS, WALL_TIME_HARD_CEILING_MS};
 use crate::manifest::{Fqn, Manifest};
 use crate::policy::AccessRule;
+
+mod credentials;
+mod raw;
+#[cfg(test)]
+mod tests;
+
+pub use credentials::{CredentialBinding, CredentialSource};
+use raw::RawConfig;
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -42,156 +49,6 @@ pub enum ConfigError {
         /// What is wrong and how to fix it.
         message: String,
     },
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    audit: RawAudit,
-    #[serde(default)]
-    server: RawServer,
-    #[serde(default)]
-    access: Vec<RawAccess>,
-    #[serde(default)]
-    credentials: Vec<RawBinding>,
-    #[serde(default)]
-    disable: Vec<RawDisable>,
-    #[serde(default)]
-    sandbox: RawSandbox,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAudit {
-    path: Option<PathBuf>,
-    rotate_bytes: Option<u64>,
-    hmac_key_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    socket: Option<PathBuf>,
-    socket_mode: Option<String>,
-    socket_group: Option<String>,
-    manifests: Option<Vec<PathBuf>>,
-    max_connections: Option<u32>,
-    max_frame_bytes: Option<u32>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAccess {
-    connector: String,
-    #[serde(default)]
-    uids: Vec<u32>,
-    #[serde(default)]
-    gids: Vec<u32>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBinding {
-    connector: String,
-    key: Option<String>,
-    source: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDisable {
-    connector: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSandbox {
-    system_paths: Option<Vec<PathBuf>>,
-    run_as: Option<String>,
-    require_program_hash: Option<bool>,
-    max_wall_time_ms: Option<u64>,
-}
-
-/// Where a connector's credential comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CredentialSource {
-    /// A file readable only by spawnd's user.
-    File(PathBuf),
-    /// `$CREDENTIALS_DIRECTORY/NAME`.
-    Systemd(String),
-    /// A key in the Linux kernel keyring, by description.
-    Keyring(String),
-    /// A helper program run without a shell.
-    Exec {
-        /// The helper.
-        program: PathBuf,
-        /// Its arguments.
-        args: Vec<String>,
-    },
-}
-
-impl CredentialSource {
-    fn parse(text: &str) -> Result<CredentialSource, String> {
-        let (scheme, rest) = text
-            .split_once(':')
-            .ok_or("must be file:PATH, systemd:NAME, keyring:DESC or exec:/path/to/helper ARG…")?;
-        match scheme {
-            "file" if rest.starts_with('/') => Ok(CredentialSource::File(rest.into())),
-            "file" => Err("file: needs an absolute path".into()),
-            "systemd" if !rest.is_empty() && !rest.contains('/') => {
-                Ok(CredentialSource::Systemd(rest.into()))
-            }
-            "systemd" => Err("systemd: needs a credential name without `/`".into()),
-            "keyring" if !rest.is_empty() => Ok(CredentialSource::Keyring(rest.into())),
-            "keyring" => Err("keyring: needs a key description".into()),
-            "exec" => {
-                let mut words = rest.split(' ').filter(|w| !w.is_empty());
-                let program = words
-                    .next()
-                    .filter(|p| p.starts_with('/'))
-                    .ok_or("exec: needs an absolute helper path")?;
-                Ok(CredentialSource::Exec {
-                    program: program.into(),
-                    args: words.map(str::to_string).collect(),
-                })
-            }
-            other => Err(format!(
-                "unknown source kind `{other}`; use file:, systemd:, keyring: or exec:"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for CredentialSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CredentialSource::File(p) => write!(f, "file:{}", p.display()),
-            CredentialSource::Systemd(n) => write!(f, "systemd:{n}"),
-            CredentialSource::Keyring(d) => write!(f, "keyring:{d}"),
-            CredentialSource::Exec { program, args } => {
-                write!(f, "exec:{}", program.display())?;
-                args.iter().try_for_each(|a| write!(f, " {a}"))
-            }
-        }
-    }
-}
-
-impl Serialize for CredentialSource {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-/// `[[credentials]]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CredentialBinding {
-    /// The connector.
-    pub connector: Fqn,
-    /// The credential_env_key it fills (`None`: the connector's only one).
-    pub key: Option<String>,
-    /// Where the value comes from.
-    pub source: CredentialSource,
 }
 
 /// `[audit]`.
@@ -307,11 +164,8 @@ impl Config {
     }
 
     /// The built-in defaults.
-    pub fn defaults(default_audit: Option<PathBuf>) -> Config {
-        match Config::from_raw(None, RawConfig::default(), default_audit) {
-            Ok(c) => c,
-            Err(_) => unreachable_defaults(),
-        }
+    pub fn defaults(default_audit: Option<PathBuf>) -> Result<Config, ConfigError> {
+        Config::from_raw(None, RawConfig::default(), default_audit)
     }
 
     /// Reads and parses `path`.
@@ -483,132 +337,4 @@ impl Config {
 fn parse_uid_gid(text: &str) -> Option<(u32, u32)> {
     let (u, g) = text.split_once(':')?;
     Some((u.parse().ok()?, g.parse().ok()?))
-}
-
-/// The defaults are constants that always validate; this is never reached.
-fn unreachable_defaults() -> Config {
-    Config {
-        source: None,
-        audit: AuditConfig {
-            path: None,
-            rotate_bytes: 100 << 20,
-            hmac_key_file: None,
-        },
-        server: ServerConfig {
-            socket: "/run/spawnd/spawnd.sock".into(),
-            socket_mode: 0o660,
-            socket_group: None,
-            manifests: vec![],
-            max_connections: 256,
-            max_frame_bytes: 1 << 20,
-        },
-        access: vec![],
-        credentials: vec![],
-        disabled: vec![],
-        sandbox: SandboxConfig {
-            system_paths: vec![],
-            run_as: None,
-            require_program_hash: false,
-            max_wall_time_ms: LIMIT_SPECS[2].ceiling,
-        },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SPEC_EXAMPLE: &str = r#"
-[audit]
-path = "/var/log/spawnd/audit.jsonl"
-rotate_bytes = 104857600
-hmac_key_file = "/etc/spawnd/audit.key"
-
-[server]
-socket = "/run/spawnd/spawnd.sock"
-socket_mode = "0660"
-socket_group = "spawnd"
-manifests = ["/etc/spawnd/manifests"]
-max_connections = 256
-max_frame_bytes = 1048576
-
-[[access]]
-connector = "github://acme/gitcrawl"
-uids = [1000]
-gids = []
-
-[[credentials]]
-connector = "github://acme/gitcrawl"
-key = "GH_TOKEN"
-source = "file:/etc/spawnd/secrets/gh_token"
-
-[[disable]]
-connector = "github://acme/legacy"
-
-[sandbox]
-system_paths = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"]
-run_as = "65534:65534"
-require_program_hash = false
-max_wall_time_ms = 300000
-"#;
-
-    #[test]
-    fn the_spec_example_config_loads() {
-        let c = Config::parse(Path::new("c.toml"), SPEC_EXAMPLE, None).unwrap();
-        assert_eq!(c.sandbox.run_as, Some((65534, 65534)));
-        assert_eq!(c.server.socket_mode, 0o660);
-        assert_eq!(
-            c.credentials[0].source.to_string(),
-            "file:/etc/spawnd/secrets/gh_token"
-        );
-        assert!(c.is_disabled(&Fqn::parse("github://acme/legacy").unwrap()));
-    }
-
-    #[test]
-    fn unknown_keys_are_errors_with_a_position() {
-        let e =
-            Config::parse(Path::new("c.toml"), "[sandbox]\nrun_ass = \"1:1\"\n", None).unwrap_err();
-        let text = e.to_string();
-        assert!(
-            text.contains("run_ass") && text.contains("line 2"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn credential_sources_parse_and_print_back() {
-        for s in [
-            "file:/x/y",
-            "systemd:gh",
-            "keyring:gh-token",
-            "exec:/usr/bin/pass show gh",
-        ] {
-            assert_eq!(CredentialSource::parse(s).unwrap().to_string(), s);
-        }
-        for bad in ["file:rel", "exec:pass", "vault:x", "nocolon"] {
-            assert!(CredentialSource::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn default_audit_location_follows_the_spec() {
-        assert_eq!(
-            default_audit_path(0, None, None),
-            Some("/var/log/spawnd/audit.jsonl".into())
-        );
-        assert_eq!(
-            default_audit_path(1000, Some("/x/state"), None),
-            Some("/x/state/spawnd/audit.jsonl".into())
-        );
-        assert_eq!(
-            default_audit_path(1000, None, Some(Path::new("/home/u"))),
-            Some("/home/u/.local/state/spawnd/audit.jsonl".into())
-        );
-        assert_eq!(default_audit_path(1000, None, None), None);
-    }
-
-    #[test]
-    fn run_as_root_is_refused() {
-        assert!(Config::parse(Path::new("c"), "[sandbox]\nrun_as = \"0:0\"\n", None).is_err());
-    }
 }

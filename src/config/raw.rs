@@ -1,0 +1,75 @@
+//! The operator config as written: serde types that refuse unknown keys.
+//! `Config::parse` turns them into typed values.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) audit: RawAudit,
+    #[serde(default)]
+    pub(super) server: RawServer,
+    #[serde(default)]
+    pub(super) access: Vec<RawAccess>,
+    #[serde(default)]
+    pub(super) credentials: Vec<RawBinding>,
+    #[serde(default)]
+    pub(super) disable: Vec<RawDisable>,
+    #[serde(default)]
+    pub(super) sandbox: RawSandbox,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAudit {
+    pub(super) path: Option<PathBuf>,
+    pub(super) rotate_bytes: Option<u64>,
+    pub(super) hmac_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) socket: Option<PathBuf>,
+    pub(super) socket_mode: Option<String>,
+    pub(super) socket_group: Option<String>,
+    pub(super) manifests: Option<Vec<PathBuf>>,
+    pub(super) max_connections: Option<u32>,
+    pub(super) max_frame_bytes: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccess {
+    pub(super) connector: String,
+    #[serde(default)]
+    pub(super) uids: Vec<u32>,
+    #[serde(default)]
+    pub(super) gids: Vec<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBinding {
+    pub(super) connector: String,
+    pub(super) key: Option<String>,
+    pub(super) source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDisable {
+    pub(super) connector: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSandbox {
+    pub(super) system_paths: Option<Vec<PathBuf>>,
+    pub(super) run_as: Option<String>,
+    pub(super) require_program_hash: Option<bool>,
+    pub(super) max_wall_time_ms: Option<u64>,
+}

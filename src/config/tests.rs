@@ -1,0 +1,99 @@
+//! Operator config parsing.
+
+use std::path::Path;
+
+use super::*;
+use crate::manifest::Fqn;
+
+const SPEC_EXAMPLE: &str = r#"
+[audit]
+path = "/var/log/spawnd/audit.jsonl"
+rotate_bytes = 104857600
+hmac_key_file = "/etc/spawnd/audit.key"
+
+[server]
+socket = "/run/spawnd/spawnd.sock"
+socket_mode = "0660"
+socket_group = "spawnd"
+manifests = ["/etc/spawnd/manifests"]
+max_connections = 256
+max_frame_bytes = 1048576
+
+[[access]]
+connector = "github://acme/gitcrawl"
+uids = [1000]
+gids = []
+
+[[credentials]]
+connector = "github://acme/gitcrawl"
+key = "GH_TOKEN"
+source = "file:/etc/spawnd/secrets/gh_token"
+
+[[disable]]
+connector = "github://acme/legacy"
+
+[sandbox]
+system_paths = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"]
+run_as = "65534:65534"
+require_program_hash = false
+max_wall_time_ms = 300000
+"#;
+
+#[test]
+fn the_spec_example_config_loads() {
+    let c = Config::parse(Path::new("c.toml"), SPEC_EXAMPLE, None).unwrap();
+    assert_eq!(c.sandbox.run_as, Some((65534, 65534)));
+    assert_eq!(c.server.socket_mode, 0o660);
+    assert_eq!(
+        c.credentials[0].source.to_string(),
+        "file:/etc/spawnd/secrets/gh_token"
+    );
+    assert!(c.is_disabled(&Fqn::parse("github://acme/legacy").unwrap()));
+}
+
+#[test]
+fn unknown_keys_are_errors_with_a_position() {
+    let e = Config::parse(Path::new("c.toml"), "[sandbox]\nrun_ass = \"1:1\"\n", None).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("run_ass") && text.contains("line 2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn credential_sources_parse_and_print_back() {
+    for s in [
+        "file:/x/y",
+        "systemd:gh",
+        "keyring:gh-token",
+        "exec:/usr/bin/pass show gh",
+    ] {
+        assert_eq!(CredentialSource::parse(s).unwrap().to_string(), s);
+    }
+    for bad in ["file:rel", "exec:pass", "vault:x", "nocolon"] {
+        assert!(CredentialSource::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn default_audit_location_follows_the_spec() {
+    assert_eq!(
+        default_audit_path(0, None, None),
+        Some("/var/log/spawnd/audit.jsonl".into())
+    );
+    assert_eq!(
+        default_audit_path(1000, Some("/x/state"), None),
+        Some("/x/state/spawnd/audit.jsonl".into())
+    );
+    assert_eq!(
+        default_audit_path(1000, None, Some(Path::new("/home/u"))),
+        Some("/home/u/.local/state/spawnd/audit.jsonl".into())
+    );
+    assert_eq!(default_audit_path(1000, None, None), None);
+}
+
+#[test]
+fn run_as_root_is_refused() {
+    assert!(Config::parse(Path::new("c"), "[sandbox]\nrun_as = \"0:0\"\n", None).is_err());
+}

@@ -1,0 +1,165 @@
+//! The environment and filesystem parts of `[capabilities.spawn]`: env keys
+//! (POSIX shape, reserved loader/interpreter keys, duplicates, overlaps),
+//! scopes (absolute or `~/`, no `..`, no system paths in `fs_write`) and the
+//! cwd policy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+
+use toml::Spanned;
+
+use super::env_keys::{is_valid_key, reserved};
+use super::paths::ScopePath;
+use super::raw::RawSpawn;
+use super::validate::Checker;
+
+pub(super) fn check_env_list(
+    c: &mut Checker,
+    keys: &[Spanned<String>],
+    field: &str,
+) -> Option<Vec<String>> {
+    let key_path = format!("capabilities.spawn.{field}");
+    let mut seen = BTreeSet::new();
+    let mut ok = true;
+    for k in keys {
+        let key = k.get_ref();
+        if !is_valid_key(key) {
+            c.error(
+                k.span(),
+                &key_path,
+                format!("`{key}` is not a valid environment variable name"),
+                "use letters, digits and `_`, not starting with a digit",
+            );
+            ok = false;
+        } else if let Some(r) = reserved(key) {
+            c.error(k.span(), &key_path, format!("`{key}` is reserved: {}", r.why), "no manifest may pass loader or interpreter keys; see the README's reserved-key table");
+            ok = false;
+        } else if !seen.insert(key.clone()) {
+            c.error(
+                k.span(),
+                &key_path,
+                format!("`{key}` is listed twice"),
+                "remove the duplicate",
+            );
+        }
+    }
+    ok.then(|| keys.iter().map(|k| k.get_ref().clone()).collect())
+}
+
+pub(super) fn check_env_set(
+    c: &mut Checker,
+    s: &RawSpawn,
+    passthrough: &[String],
+    credentials: &[String],
+) -> BTreeMap<String, String> {
+    let key_path = "capabilities.spawn.env_set";
+    let mut out = BTreeMap::new();
+    for (k, v) in &s.env_set {
+        let key = k.get_ref();
+        if !is_valid_key(key) {
+            c.error(
+                k.span(),
+                key_path,
+                format!("`{key}` is not a valid environment variable name"),
+                "",
+            );
+        } else if let Some(r) = reserved(key) {
+            c.error(
+                k.span(),
+                key_path,
+                format!("`{key}` is reserved: {}", r.why),
+                "",
+            );
+        } else if credentials.contains(key) || passthrough.contains(key) {
+            c.error(
+                k.span(),
+                key_path,
+                format!("`{key}` is also in env_passthrough or credential_env_keys"),
+                "a key is either fixed here or passed through, not both",
+            );
+        } else if v.get_ref().contains('\0') {
+            c.error(
+                v.span(),
+                key_path,
+                format!("the value of `{key}` contains a NUL byte"),
+                "",
+            );
+        } else {
+            out.insert(key.clone(), v.get_ref().clone());
+        }
+    }
+    out
+}
+
+pub(super) fn check_path(c: &mut Checker, path: &Spanned<String>, key: &str) -> Option<ScopePath> {
+    ScopePath::parse(path.get_ref())
+        .map_err(|why| {
+            c.error(
+                path.span(),
+                key,
+                format!("`{}` {why}", path.get_ref()),
+                "write an absolute path or one starting with `~/`",
+            )
+        })
+        .ok()
+}
+
+pub(super) fn check_scopes(
+    c: &mut Checker,
+    paths: &[Spanned<String>],
+    field: &str,
+) -> Vec<ScopePath> {
+    let key = format!("capabilities.spawn.{field}");
+    paths
+        .iter()
+        .filter_map(|p| check_path(c, p, &key))
+        .collect()
+}
+
+pub(super) fn check_cwd_in_scopes(
+    c: &mut Checker,
+    cwd: &ScopePath,
+    span: Range<usize>,
+    read: &[ScopePath],
+    write: &[ScopePath],
+) {
+    let same_kind_inside = |scope: &ScopePath| match (cwd, scope) {
+        (ScopePath::Absolute(p), ScopePath::Absolute(s))
+        | (ScopePath::Home(p), ScopePath::Home(s)) => p.starts_with(s),
+        _ => false,
+    };
+    let comparable = read
+        .iter()
+        .chain(write)
+        .any(|s| std::mem::discriminant(s) == std::mem::discriminant(cwd));
+    if comparable && !read.iter().chain(write).any(same_kind_inside) {
+        c.error(
+            span,
+            "capabilities.spawn.cwd",
+            format!("`{cwd}` lies outside fs_read and fs_write"),
+            "add the directory to fs_read or fs_write, or change cwd",
+        );
+    } else if read.is_empty() && write.is_empty() {
+        c.error(
+            span,
+            "capabilities.spawn.cwd",
+            format!("`{cwd}` lies outside fs_read and fs_write (both empty)"),
+            "add the directory to fs_read or fs_write",
+        );
+    }
+}
+
+pub(super) fn check_broad_scopes(c: &mut Checker, read: &[ScopePath], write: &[ScopePath]) {
+    for (field, scopes) in [("fs_read", read), ("fs_write", write)] {
+        for s in scopes {
+            let broad = matches!(s, ScopePath::Home(p) if p.as_os_str().is_empty())
+                || matches!(s, ScopePath::Absolute(p) if p.as_os_str() == "/" || p.as_os_str() == "/home" || p.as_os_str() == "/root");
+            if broad {
+                c.warn(
+                    &format!("capabilities.spawn.{field}"),
+                    format!("`{s}` is broad: it grants a whole home or more"),
+                );
+            }
+        }
+    }
+}
