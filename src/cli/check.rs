@@ -190,7 +190,18 @@ pub fn decide_local(p: &Prepared, opener: &mut ProgramOpener) -> Decision {
         bound_credentials: &bound,
         require_program_hash: p.config.sandbox.require_program_hash,
     };
-    decide(&ctx, &p.caller, &p.request, opener)
+    let started = std::time::Instant::now();
+    let decision = decide(&ctx, &p.caller, &p.request, opener);
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    match &decision {
+        Decision::Allowed(plan) => {
+            tracing::debug!(connector = %plan.connector, op = %plan.op, program = %plan.program.resolved.display(), sha256 = %plan.program.sha256, elapsed_us, "gate allowed")
+        }
+        Decision::Denied(d) => {
+            tracing::debug!(connector = %d.connector, reason = d.reason.as_str(), requested = %d.requested, elapsed_us, "gate denied")
+        }
+    }
+    decision
 }
 
 /// `spawnd check`.

@@ -64,6 +64,15 @@ pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> 
     let options = LoadOptions {
         max_wall_time_ms: config.sandbox.max_wall_time_ms,
     };
-    parse_manifest(&path.display().to_string(), &text, options)
-        .map_err(|e| Failure::config(e.to_string()).with_details(&e))
+    let manifest = parse_manifest(&path.display().to_string(), &text, options)
+        .map_err(|e| Failure::config(e.to_string()).with_details(&e))?;
+    tracing::debug!(
+        file = %path.display(),
+        connector = %manifest.connector.name,
+        sha256 = %manifest.digest,
+        operations = manifest.spawn.as_ref().map_or(0, |s| s.operations.len()),
+        warnings = manifest.warnings.len(),
+        "manifest loaded"
+    );
+    Ok(manifest)
 }

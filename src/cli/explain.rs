@@ -130,7 +130,7 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
     explain_env(s, out);
     let l = &s.limits;
     let _ = writeln!(out, "\nLimits: {} ms wall time; stdout kept up to {} bytes, stderr {} bytes; memory {} bytes; {} processes; files up to {} bytes; {} open files.", l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files);
-    out.push_str("\nAlways, whatever the manifest says: no network (only its own loopback), no other files, no privilege gain (no setuid, no capabilities), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.\n");
+    out.push_str("\nThe sandbox adds, whatever the manifest says: no network (only its own loopback), no other files, no privilege gain (no setuid, no capabilities), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.\n");
 }
 
 fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {

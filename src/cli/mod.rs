@@ -7,6 +7,7 @@ mod check;
 mod context;
 mod explain;
 mod info;
+mod logging;
 mod manifest_cmd;
 mod output;
 
@@ -25,6 +26,7 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return report_usage_error(e, &raw_args, started),
     };
+    logging::init(cli.verbose);
     let command = command_name(&cli.command);
     let mode = cli.mode.unwrap_or_default().to_string();
     let result = dispatch(&cli);
