@@ -132,6 +132,63 @@ pub const RESERVED_ENV: &[ReservedEnv] = &[
         "GIT_TEMPLATE_DIR",
         "git copies hooks from a chosen directory",
     ),
+    exact("GIT_EDITOR", "git runs this program"),
+    exact("GIT_SEQUENCE_EDITOR", "git runs this program"),
+    exact(
+        "GIT_DIR",
+        "git reads a repository (and its config, hooks and fsmonitor) from a chosen place",
+    ),
+    exact(
+        "GIT_COMMON_DIR",
+        "git reads repository config and hooks from a chosen place",
+    ),
+    exact("LESSOPEN", "less runs this input preprocessor"),
+    exact("LESSCLOSE", "less runs this postprocessor"),
+    exact("MANPAGER", "man runs this program"),
+    exact("BROWSER", "many tools run this program"),
+    exact("SUDO_ASKPASS", "sudo runs this program"),
+    exact("ZDOTDIR", "zsh runs startup files from this directory"),
+    prefix(
+        "npm_config_",
+        "npm configuration (script-shell, node-options …) runs chosen code",
+    ),
+    prefix(
+        "NPM_CONFIG_",
+        "npm configuration (script-shell, node-options …) runs chosen code",
+    ),
+    exact("RUSTC_WRAPPER", "cargo runs this program"),
+    exact("RUSTC_WORKSPACE_WRAPPER", "cargo runs this program"),
+    exact("CARGO_BUILD_RUSTC_WRAPPER", "cargo runs this program"),
+    exact(
+        "OPENSSL_CONF",
+        "OpenSSL loads engines and providers named in a chosen file",
+    ),
+    exact(
+        "OPENSSL_ENGINES",
+        "OpenSSL loads engines from a chosen directory",
+    ),
+    exact(
+        "PHPRC",
+        "php reads ini settings (auto_prepend_file) from a chosen place",
+    ),
+    exact(
+        "PHP_INI_SCAN_DIR",
+        "php reads ini settings from a chosen directory",
+    ),
+];
+
+/// Keys a manifest may pass through, with a lint warning: a caller-chosen value
+/// moves where the program looks for its configuration or other programs, and
+/// configuration can name commands (`~/.gitconfig`'s `core.pager`). Fixing the
+/// value with `env_set` avoids the question.
+pub const REDIRECTING_ENV: &[&str] = &[
+    "HOME",
+    "PATH",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "SHELL",
+    "TMPDIR",
 ];
 
 /// The reserved entry matching `key`, if any.

@@ -19,7 +19,7 @@ pub use model::{
     SpawnGrant, Tier, ValueKind, Warning, FQN_SCHEMES,
 };
 pub use ops::MAX_VALUE_LEN;
-pub use paths::{PathProblem, ScopePath, SYSTEM_PATHS};
+pub use paths::{system_path_overlap, PathProblem, ScopePath, SYSTEM_PATHS};
 pub use validate::{parse_manifest, LoadOptions};
 
 #[cfg(test)]

@@ -136,6 +136,13 @@ fn check_operation(
     let raw = op.get_ref();
     let template = parse_template(c, &raw.argv, &key)?;
     let (params, kinds) = check_params(c, raw, &template, &key)?;
+    for (name, kind) in &kinds {
+        let climbs = |before: &String| before.contains('/') || before.contains('~');
+        if *kind == ValueKind::Path && template.literals_before(name).iter().any(climbs) {
+            c.error(raw.argv.span(), &format!("{key}.params.{name}"), format!("the path placeholder {{{name}}} follows a directory in its argv element, so the value's own path is not the path the program opens"), "let the placeholder begin the element (or follow an option like `--file=`) and give the directory as a scope instead");
+            return None;
+        }
+    }
     let param_descriptions = raw
         .params
         .iter()

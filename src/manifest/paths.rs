@@ -94,10 +94,7 @@ impl ScopePath {
         let ScopePath::Absolute(path) = self else {
             return None;
         };
-        SYSTEM_PATHS
-            .iter()
-            .find(|sys| path.starts_with(sys) || Path::new(sys).starts_with(path))
-            .copied()
+        system_path_overlap(path)
     }
 
     /// The last component as declared (`/usr/bin/git` → `git`).
@@ -116,6 +113,14 @@ impl fmt::Display for ScopePath {
             ScopePath::Home(p) => write!(f, "~/{}", p.display()),
         }
     }
+}
+
+/// The system path that `path` equals, lies inside or contains, if any.
+pub fn system_path_overlap(path: &Path) -> Option<&'static str> {
+    SYSTEM_PATHS
+        .iter()
+        .find(|sys| path.starts_with(sys) || Path::new(sys).starts_with(path))
+        .copied()
 }
 
 /// Lexical normalization: drops `.` and repeated separators. Returns `None`

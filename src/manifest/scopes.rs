@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
-use super::env_keys::{is_valid_key, reserved};
+use super::env_keys::{is_valid_key, reserved, REDIRECTING_ENV};
 use super::paths::ScopePath;
 use super::raw::RawSpawn;
 use super::validate::Checker;
@@ -34,6 +34,9 @@ pub(super) fn check_env_list(
         } else if let Some(r) = reserved(key) {
             c.error(k.span(), &key_path, format!("`{key}` is reserved: {}", r.why), "no manifest may pass loader or interpreter keys; see the README's reserved-key table");
             ok = false;
+        } else if field == "env_passthrough" && REDIRECTING_ENV.contains(&key.as_str()) {
+            seen.insert(key.clone());
+            c.warn(&key_path, format!("`{key}` from the caller moves where the program looks for its configuration or for other programs; configuration can name commands, so prefer a fixed value in env_set"));
         } else if !seen.insert(key.clone()) {
             c.error(
                 k.span(),
@@ -128,23 +131,14 @@ pub(super) fn check_cwd_in_scopes(
         | (ScopePath::Home(p), ScopePath::Home(s)) => p.starts_with(s),
         _ => false,
     };
-    let comparable = read
-        .iter()
-        .chain(write)
-        .any(|s| std::mem::discriminant(s) == std::mem::discriminant(cwd));
-    if comparable && !read.iter().chain(write).any(same_kind_inside) {
+    // Compared in the form written: a `~/` cwd needs a `~/` scope and an
+    // absolute cwd an absolute scope, so the answer holds for every caller.
+    if !read.iter().chain(write).any(same_kind_inside) {
         c.error(
             span,
             "capabilities.spawn.cwd",
             format!("`{cwd}` lies outside fs_read and fs_write"),
-            "add the directory to fs_read or fs_write, or change cwd",
-        );
-    } else if read.is_empty() && write.is_empty() {
-        c.error(
-            span,
-            "capabilities.spawn.cwd",
-            format!("`{cwd}` lies outside fs_read and fs_write (both empty)"),
-            "add the directory to fs_read or fs_write",
+            "add a scope that contains it, written the same way (both absolute or both `~/`), or change cwd",
         );
     }
 }

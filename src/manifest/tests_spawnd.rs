@@ -129,3 +129,41 @@ fn connector_identity_is_strict() {
     let ok = "[connector]\nname = \"github://aileron/integrations/connectors/slack\"\nversion = \"2.0.0-rc.1+sha.abc\"\n";
     load(ok).unwrap();
 }
+
+#[test]
+fn caller_chosen_home_or_path_is_allowed_with_a_warning() {
+    let m = load(&good_spawn(PROGRAMS, LOG_OP, "[\"HOME\", \"PATH\"]", "")).unwrap();
+    assert_eq!(
+        m.warnings
+            .iter()
+            .filter(|w| w.message.contains("configuration"))
+            .count(),
+        2,
+        "{:?}",
+        m.warnings
+    );
+}
+
+/// Found in review: the manifest's cwd must lie in a scope written the same way.
+#[test]
+fn a_manifest_cwd_outside_every_scope_is_refused() {
+    for cwd in ["/etc", "/home/alr/code", "~/elsewhere"] {
+        expect_error(
+            &good_spawn(PROGRAMS, LOG_OP, ENV, &format!("cwd = \"{cwd}\"")),
+            "outside fs_read and fs_write",
+        );
+    }
+    assert!(load(&good_spawn(PROGRAMS, LOG_OP, ENV, "cwd = \"~/code/sub\"")).is_ok());
+}
+
+/// Found in review: a path value must be the path the program opens.
+#[test]
+fn a_path_placeholder_after_a_directory_literal_is_refused() {
+    for argv in ["cat /srv/{p}", "cat --file=~/{p}", "cat x/{p}"] {
+        let ops = format!("[capabilities.spawn.operations.x]\nargv = \"{argv}\"\n[capabilities.spawn.operations.x.params.p]\nkind = \"path\"\n");
+        let text = good_spawn("[{ path = \"/usr/bin/cat\" }]", &ops, ENV, "");
+        expect_error(&text, "follows a directory");
+    }
+    let ops = "[capabilities.spawn.operations.x]\nargv = \"cat --file={p}\"\n[capabilities.spawn.operations.x.params.p]\nkind = \"path\"\n";
+    assert!(load(&good_spawn("[{ path = \"/usr/bin/cat\" }]", ops, ENV, "")).is_ok());
+}

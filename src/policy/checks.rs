@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::decision::Denial;
+use super::decision::{shown, Denial};
 use super::program::{ProgramFault, ProgramInspector};
 use super::reason::Reason;
 use super::request::{Caller, GateContext};
-use crate::manifest::env_keys::reserved;
+use crate::manifest::env_keys::{is_valid_key, reserved};
 use crate::manifest::paths::is_within;
 use crate::manifest::{Operation, ScopePath, SpawnGrant, ValueKind};
 use crate::plan::{CwdPlan, EnvEntry, EnvSource, FsPlan, ProgramPlan};
@@ -116,7 +116,10 @@ pub(super) fn check_path_values(
         {
             return Err(deny("contains `..`"));
         }
-        if value.starts_with('/') || value.starts_with("~/") || value == "~" {
+        // Only an absolute value names a place of its own; a relative one
+        // (`~/x` included: no shell expands it) resolves under the cwd, which
+        // already lies inside the scopes.
+        if value.starts_with('/') {
             let path = ScopePath::parse(value)
                 .map_err(|_| deny("is not a valid path"))?
                 .expand(&caller.home);
@@ -219,6 +222,16 @@ pub(super) fn check_env(
             .collect::<Vec<_>>()
     };
     for (key, value) in env {
+        if !is_valid_key(key) {
+            // Not echoed: a malformed key may carry a value (`TOKEN=…`).
+            return Err(Denial::new(
+                Reason::ValueInvalid,
+                ctx.connector,
+                "env:(malformed key)",
+                grantable(),
+                "an env key is not a valid name ([A-Za-z_][A-Za-z0-9_]*); it is not repeated here in case it carries a value",
+            ));
+        }
         let reserved_why = if spawn.credential_env_keys.contains(key) {
             Some("is a credential key: spawnd fills it from the operator's binding, never from the caller".to_string())
         } else if spawn.env_set.contains_key(key) {
@@ -283,6 +296,26 @@ pub(super) fn check_cwd(
     fs: &FsPlan,
 ) -> Result<CwdPlan, Box<Denial>> {
     let manifest_cwd = spawn.cwd.as_ref().map(|c| c.expand(&caller.home));
+    let in_scopes = |p: &Path| fs.read.iter().chain(&fs.write).any(|s| is_within(p, s));
+    if let Some(policy_cwd) = manifest_cwd.as_ref().filter(|c| !in_scopes(c)) {
+        // Validation refuses this at load; kept so the plan can never hold it.
+        let granted = fs
+            .read
+            .iter()
+            .chain(&fs.write)
+            .map(|p| format!("scope:{}", p.display()))
+            .collect();
+        return Err(Denial::new(
+            Reason::CwdOutsideScope,
+            ctx.connector,
+            format!("cwd:{}", policy_cwd.display()),
+            granted,
+            format!(
+                "the manifest's cwd {} lies outside its fs_read and fs_write",
+                policy_cwd.display()
+            ),
+        ));
+    }
     let Some(text) = requested else {
         return Ok(manifest_cwd.map_or(CwdPlan::FreshTemp, CwdPlan::Dir));
     };
@@ -299,9 +332,9 @@ pub(super) fn check_cwd(
         Denial::new(
             Reason::CwdOutsideScope,
             ctx.connector,
-            format!("cwd:{text}"),
+            format!("cwd:{}", shown(text)),
             granted.clone(),
-            format!("cwd {text} {why}"),
+            format!("cwd {} {why}", shown(text)),
         )
     };
     let path = ScopePath::parse(text)

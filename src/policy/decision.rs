@@ -7,6 +7,17 @@ use serde::Serialize;
 use super::reason::Reason;
 use crate::plan::SpawnPlan;
 
+/// A caller-supplied string as it may appear in a denial (program, cwd, op
+/// name — never a placeholder or env value): control characters escaped, at
+/// most 200 characters, so it cannot forge lines in a terminal or a log.
+pub fn shown(text: &str) -> String {
+    let escaped: String = text.chars().flat_map(char::escape_debug).collect();
+    match escaped.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", &escaped[..cut]),
+        None => escaped,
+    }
+}
+
 /// Allowed with a plan, or denied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {

@@ -2,18 +2,16 @@
 //! `Decision`. Checks run in the order the SPEC fixes and the first failure
 //! gives the reason. Pure apart from the `ProgramInspector` it is handed.
 
-use std::collections::BTreeMap;
-
 use super::checks::{
     arg_denial, check_bindings, check_cwd, check_env, check_path_values, check_program,
 };
-use super::decision::{Decision, Denial};
+use super::decision::{shown, Decision, Denial};
 use super::program::ProgramInspector;
+use super::raw::{choose_candidate, match_raw};
 use super::reason::Reason;
 use super::request::{Caller, GateContext, Request, RequestKind};
-use crate::manifest::{Manifest, Operation, SpawnGrant, Tier};
+use crate::manifest::{system_path_overlap, Manifest, Operation, SpawnGrant, Tier};
 use crate::plan::{FsPlan, SpawnPlan};
-use crate::template::MatchError;
 
 /// Decides a request. The only I/O is `programs.inspect` on the bound program.
 pub fn decide(
@@ -39,17 +37,26 @@ fn gate(
     let action = ActionSubset::check(ctx, req)?;
     let spawn = manifest.spawn.as_ref();
     let (op, args) = match &req.kind {
-        RequestKind::Op { name, args } => (resolve_op(ctx, spawn, name)?, args.clone()),
-        RequestKind::Raw { program, argv } => match_raw(ctx, caller, spawn, program, argv)?,
+        RequestKind::Op { name, args } => {
+            let op = resolve_op(ctx, spawn, name)?;
+            action.permits(ctx, &op.name)?;
+            check_mode(ctx, op, req.mode)?;
+            (op, args.clone())
+        }
+        RequestKind::Raw { program, argv } => {
+            let candidates = match_raw(ctx, caller, spawn, program, argv)?;
+            choose_candidate(ctx, candidates, |op| {
+                action.permits(ctx, &op.name)?;
+                check_mode(ctx, op, req.mode)
+            })?
+        }
     };
     let spawn = spawn.ok_or_else(|| no_spawn_grant(ctx))?;
-    action.permits(ctx, &op.name)?;
-    check_mode(ctx, op, req.mode)?;
     let argv = op
         .template
         .substitute(&args, &op.params)
         .map_err(|e| arg_denial(ctx, op, &e))?;
-    let fs = expand_scopes(spawn, caller);
+    let fs = expand_scopes(ctx, spawn, caller)?;
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
@@ -191,11 +198,12 @@ fn resolve_op<'a>(
         Denial::new(
             Reason::OpUnknown,
             ctx.connector,
-            format!("spawn:{name}"),
+            format!("spawn:{}", shown(name)),
             granted,
             format!(
-                "{} has no operation `{name}`; `spawnd manifest explain` lists its operations",
-                ctx.connector
+                "{} has no operation `{}`; `spawnd manifest explain` lists its operations",
+                ctx.connector,
+                shown(name)
             ),
         )
     })
@@ -217,97 +225,34 @@ fn check_mode(ctx: &GateContext, op: &Operation, mode: Tier) -> Result<(), Box<D
     ))
 }
 
-type Matched<'a> = (&'a Operation, BTreeMap<String, String>);
-
-/// A raw envelope: the program must be declared and the argv must match one
-/// operation bound to that program, with the same value rules as `spawn_op`.
-fn match_raw<'a>(
+/// Scopes with `~` expanded. A `~/` write scope that lands on a system path
+/// for this caller (a service account whose home is `/usr/sbin` or `/`) is
+/// refused: validation could not see it, the caller's home decides it.
+fn expand_scopes(
     ctx: &GateContext,
+    spawn: &SpawnGrant,
     caller: &Caller,
-    spawn: Option<&'a SpawnGrant>,
-    program: &str,
-    argv: &[String],
-) -> Result<Matched<'a>, Box<Denial>> {
-    if program.is_empty() || argv.is_empty() {
-        let what = if program.is_empty() {
-            "program"
-        } else {
-            "argv"
-        };
-        return Err(Denial::new(
-            Reason::ValueInvalid,
-            ctx.connector,
-            format!("spawn:{program}"),
-            vec![],
-            format!("the envelope's {what} is empty; give a declared program and its full argv"),
-        ));
-    }
-    let declared = |s: &SpawnGrant| {
-        s.programs
-            .iter()
-            .map(|p| format!("spawn:{}", p.path))
-            .collect::<Vec<_>>()
+) -> Result<FsPlan, Box<Denial>> {
+    let expand = |v: &[crate::manifest::ScopePath]| {
+        v.iter().map(|s| s.expand(&caller.home)).collect::<Vec<_>>()
     };
-    let not_declared = |granted| {
-        Denial::new(
-            Reason::ProgramNotDeclared,
-            ctx.connector,
-            format!("spawn:{program}"),
-            granted,
-            format!(
-                "program {program} is not declared in {}'s manifest",
-                ctx.connector
-            ),
-        )
-    };
-    let spawn = spawn.ok_or_else(|| not_declared(vec![]))?;
-    let index =
-        find_program(spawn, caller, program).ok_or_else(|| not_declared(declared(spawn)))?;
-    let program_path = spawn.programs[index]
-        .path
-        .expand(&caller.home)
-        .to_string_lossy()
-        .into_owned();
-    let mut first_value_error = None;
-    for op in spawn.operations_of(index) {
-        match op.template.match_argv(argv, &program_path, &op.params) {
-            Ok(args) => return Ok((op, args)),
-            Err(MatchError::Arg(e)) => {
-                first_value_error.get_or_insert_with(|| arg_denial(ctx, op, &e));
-            }
-            Err(MatchError::Shape) => {}
-        }
-    }
-    Err(first_value_error.unwrap_or_else(|| {
-        let granted = spawn.operations_of(index).map(|op| op.template.shape()).collect();
-        Denial::new(Reason::ArgvNotDeclared, ctx.connector, format!("argv:{program}"), granted, format!("the argv matches no operation declared for {program}; `spawnd manifest explain` lists the allowed shapes"))
-    }))
-}
-
-/// A declared program named by its path (after `~`) or, uniquely, by its file name.
-fn find_program(spawn: &SpawnGrant, caller: &Caller, program: &str) -> Option<usize> {
-    let by_path = spawn.programs.iter().position(|p| {
-        p.path.to_string() == program || p.path.expand(&caller.home).as_os_str() == program
-    });
-    by_path.or_else(|| {
-        let mut by_name = spawn
-            .programs
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.path.file_name() == Some(program));
-        match (by_name.next(), by_name.next()) {
-            (Some((i, _)), None) => Some(i),
-            _ => None,
-        }
-    })
-}
-
-fn expand_scopes(spawn: &SpawnGrant, caller: &Caller) -> FsPlan {
-    let expand =
-        |v: &[crate::manifest::ScopePath]| v.iter().map(|s| s.expand(&caller.home)).collect();
-    FsPlan {
+    let fs = FsPlan {
         read: expand(&spawn.fs_read),
         write: expand(&spawn.fs_write),
         exec: expand(&spawn.fs_exec),
+    };
+    if let Some((path, sys)) = fs
+        .write
+        .iter()
+        .find_map(|p| system_path_overlap(p).map(|sys| (p, sys)))
+    {
+        return Err(Denial::new(
+            Reason::CallerNotAllowed,
+            ctx.connector,
+            format!("caller:uid={},home={}", caller.uid, shown(&caller.home.display().to_string())),
+            vec![],
+            format!("for uid {} the fs_write scope expands to {}, which overlaps the system path {sys}; spawnd never makes system paths writable, so this caller cannot use this connector", caller.uid, path.display()),
+        ));
     }
+    Ok(fs)
 }

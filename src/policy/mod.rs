@@ -6,6 +6,7 @@ mod checks;
 mod decision;
 mod gate;
 mod program;
+mod raw;
 mod reason;
 mod request;
 

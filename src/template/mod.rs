@@ -45,7 +45,7 @@ pub use error::{ArgError, MatchError, TemplateError, ValueProblem};
 pub use model::TokenSource;
 pub use rules::{ParamRule, Params, Pattern, DEFAULT_MAX_LEN};
 
-use model::{group_shape, Item, Slot};
+use model::{group_shape, Item, Segment, Slot};
 
 /// A parsed operation template. See the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +99,23 @@ impl Template {
             })
             .collect();
         parts.join(" ")
+    }
+
+    /// For each use of placeholder `name`, the literal text before it in its
+    /// argv element (`--file=` for `--file={f}`, empty when it begins the element).
+    pub fn literals_before(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for token in self.items.iter().flat_map(|item| item.tokens()) {
+            let mut before = String::new();
+            for segment in &token.segments {
+                match segment {
+                    Segment::Placeholder(p) if p == name => out.push(before.clone()),
+                    Segment::Placeholder(p) => before.push_str(&format!("{{{p}}}")),
+                    Segment::Literal(text) => before.push_str(text),
+                }
+            }
+        }
+        out
     }
 
     fn from_parts(items: Vec<Item>, slots: Vec<Slot>) -> Template {

@@ -36,7 +36,41 @@ impl Template {
         let values = self.resolve(args, params);
         let rendered = self.plan_items(&values)?;
         self.check_rendered_values(&values, &rendered, params)?;
+        self.check_rendered_leading_dash(&values, &rendered, params)?;
         Ok(self.render(&values, &rendered))
+    }
+
+    /// A token that begins with a placeholder can render an element starting
+    /// with `-` even when no single value does: `{scope}-{name}` with an empty
+    /// scope renders `-` followed by the caller's name. When such an element
+    /// starts with `-` and a caller value is in it, the first non-empty value
+    /// is held to the option-injection rule.
+    fn check_rendered_leading_dash(
+        &self,
+        values: &BTreeMap<&str, &str>,
+        rendered: &[bool],
+        params: &Params,
+    ) -> Result<(), ArgError> {
+        let tokens = self
+            .items
+            .iter()
+            .zip(rendered)
+            .filter(|(_, &on)| on)
+            .flat_map(|(item, _)| item.tokens());
+        for token in tokens.filter(|t| t.leading_placeholder().is_some()) {
+            if !token.render(values).starts_with('-') {
+                continue;
+            }
+            let first_value = token
+                .placeholders()
+                .find(|p| values.get(p).is_some_and(|v| !v.is_empty()));
+            if let Some(name) = first_value.filter(|p| !params.rule(p).allow_dash) {
+                return Err(ArgError::OptionInjection {
+                    placeholder: name.to_owned(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Each placeholder's argument, else its default; absent if neither.
@@ -239,5 +273,48 @@ mod tests {
         );
         let ok = sub("cp x{f} y{f}.bak", &[("f", "-r")], &Params::new()).unwrap();
         assert_eq!(ok, ["cp", "x-r", "y-r.bak"]);
+    }
+}
+
+#[cfg(test)]
+mod leading_dash_tests {
+    use super::super::{ParamRule, Pattern};
+    use super::*;
+
+    /// Found in review: `{scope}-{name}` with an empty scope renders `-` and
+    /// then the caller's name, an option the caller chose.
+    #[test]
+    fn a_caller_value_in_an_element_that_renders_with_a_leading_dash_is_refused() {
+        let scope = ParamRule {
+            allow_empty: true,
+            pattern: Some(Pattern::new("[a-z]*").unwrap()),
+            ..ParamRule::default()
+        };
+        let params: Params = [("scope", scope)].into_iter().collect();
+        let t = Template::parse_str("git show {scope}-{name}").unwrap();
+        let args = |s: &str, n: &str| {
+            [
+                ("scope".to_string(), s.to_string()),
+                ("name".to_string(), n.to_string()),
+            ]
+            .into_iter()
+            .collect()
+        };
+        let injection = Err(ArgError::OptionInjection {
+            placeholder: "name".into(),
+        });
+        assert_eq!(
+            t.substitute(&args("", "-output=/tmp/x"), &params),
+            injection
+        );
+        assert_eq!(t.substitute(&args("", "x"), &params), injection);
+        assert_eq!(
+            t.substitute(&args("a", "-x"), &params).unwrap(),
+            ["git", "show", "a--x"]
+        );
+        let argv: Vec<String> = ["git", "show", "--output=/tmp/x"]
+            .map(String::from)
+            .to_vec();
+        assert!(t.match_argv(&argv, "/usr/bin/git", &params).is_err());
     }
 }
