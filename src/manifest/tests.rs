@@ -1,6 +1,9 @@
 //! Manifest validation, table-driven from the ADR reference vectors (section I)
 //! plus spawnd's stricter rules. Where spawnd differs from the reference, the
-//! case says so.
+//! case says so. I36 (parse → validate → re-encode) does not apply: spawnd
+//! never re-encodes a manifest; `manifest pin` edits the text in place and its
+//! black-box test checks that everything but the hash is byte-for-byte kept.
+//! I37/I38 are in `paths.rs`.
 
 use super::*;
 
