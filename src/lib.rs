@@ -27,4 +27,6 @@ pub mod policy;
 pub mod probe;
 pub mod program;
 pub mod sandbox;
+pub mod supervise;
 pub mod template;
+pub mod vault;

@@ -208,7 +208,8 @@ fn probe_seccomp() -> Layer {
     }
 }
 
-fn probe_cgroups(root: bool) -> Cgroups {
+/// cgroup support as the mount table shows it; `root` says whether v1 hierarchies are usable.
+pub fn probe_cgroups(root: bool) -> Cgroups {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut v2_mount = None;
     let (mut v1_memory, mut v1_pids) = (None, None);

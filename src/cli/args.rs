@@ -47,6 +47,11 @@ fn parse_tier(s: &str) -> Result<Tier, String> {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run an operation (or a raw envelope) in the sandbox; exits with the child's code.
+    #[command(
+        after_help = "Examples:\n  spawnd run --manifest policies/git.toml --op status --cwd ~/code/project\n  spawnd run --manifest policies/python3.toml --op eval --arg 'code=print(6*7)'\n  spawnd run --json --manifest policies/tar.toml --op list --arg archive=a.tar\n\nThe child's stdout and stderr stream live; spawnd's own messages go to stderr\nprefixed `spawnd:`. Exit: the child's code, 128+N after signal N, 124 after the\nwall time, 3 denied, 5 when a kernel layer or the sandbox setup is missing."
+    )]
+    Run(RunArgs),
     /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
     #[command(
         after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n\nNothing runs and nothing is recorded in the audit trail."

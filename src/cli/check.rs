@@ -215,15 +215,18 @@ pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             }
             Ok(Success::new(allowed_json(&plan), allowed_text(&plan)))
         }
-        Decision::Denied(denial) => {
-            let mut message = format!("denied ({}): {}", denial.reason.as_str(), denial.message);
-            message.push_str(&format!("\n  requested: {}", denial.requested));
-            if !denial.granted.is_empty() {
-                message.push_str(&format!("\n  granted:   {}", denial.granted.join(", ")));
-            }
-            Err(Failure::new(denial.exit_code(), message).with_details(&*denial))
-        }
+        Decision::Denied(denial) => Err(denial_failure(&denial)),
     }
+}
+
+/// A denial as a failure: exit code, a message naming the reason, the denial object as details.
+pub fn denial_failure(denial: &crate::policy::Denial) -> Failure {
+    let mut message = format!("denied ({}): {}", denial.reason.as_str(), denial.message);
+    message.push_str(&format!("\n  requested: {}", denial.requested));
+    if !denial.granted.is_empty() {
+        message.push_str(&format!("\n  granted:   {}", denial.granted.join(", ")));
+    }
+    Failure::new(denial.exit_code(), message).with_details(denial)
 }
 
 fn allowed_json(plan: &SpawnPlan) -> serde_json::Value {

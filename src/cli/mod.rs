@@ -10,6 +10,7 @@ mod info;
 mod logging;
 mod manifest_cmd;
 mod output;
+mod run;
 
 use std::time::Instant;
 
@@ -80,6 +81,7 @@ fn report_usage_error(e: clap::Error, raw_args: &[String], started: Instant) -> 
 fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Check(_) => "check",
+        Command::Run(_) => "run",
         Command::Manifest(ManifestCommand::Lint { .. }) => "manifest.lint",
         Command::Manifest(ManifestCommand::Explain { .. }) => "manifest.explain",
         Command::Manifest(ManifestCommand::Pin { .. }) => "manifest.pin",
@@ -94,6 +96,7 @@ fn command_name(command: &Command) -> &'static str {
 fn dispatch(cli: &Cli) -> Result<Success, Failure> {
     match &cli.command {
         Command::Check(args) => check::run_check(cli, args),
+        Command::Run(args) => run::run(cli, args),
         Command::Manifest(ManifestCommand::Lint { file }) => manifest_cmd::lint(cli, file),
         Command::Manifest(ManifestCommand::Explain { file }) => manifest_cmd::explain(cli, file),
         Command::Manifest(ManifestCommand::Pin { file }) => manifest_cmd::pin(cli, file),

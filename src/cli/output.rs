@@ -57,6 +57,8 @@ pub struct Success {
     pub human: String,
     /// Exit code (0 unless the command reports a state, like `health`).
     pub exit: i32,
+    /// `ok: true` even with a non-zero exit (`run`: the child ran, whatever its code).
+    pub keep_ok: bool,
 }
 
 impl Success {
@@ -66,6 +68,7 @@ impl Success {
             data: serde_json::to_value(data).unwrap_or(Value::Null),
             human: human.into(),
             exit: 0,
+            keep_ok: false,
         }
     }
 }
@@ -108,7 +111,7 @@ fn meta_json(meta: &Meta) -> Value {
 pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i32 {
     match result {
         Ok(s) if json_mode => {
-            let ok = s.exit == 0;
+            let ok = s.exit == 0 || s.keep_ok;
             let mut envelope = json!({"ok": ok, "tool": "spawnd", "command": meta.command, "data": s.data, "meta": meta_json(meta)});
             if !ok {
                 let message = s.human.lines().next().unwrap_or("see data");

@@ -1,6 +1,50 @@
-//! Kernel-facing code. All of spawnd's `unsafe_code` lives in `sys.rs`, one
-//! wrapper per system call that the safe crates (`nix`, `landlock`) do not
-//! cover, each with a `// SAFETY:` comment. The launcher that builds the
-//! sandbox itself (namespaces, mounts, Landlock, seccomp) comes with `spawnd run`.
+//! Kernel-facing code: turning an allowed `SpawnPlan` into a confined process.
+//!
+//! * `spec` decides, as pure data, the fresh root's mounts and the Landlock rules;
+//! * `seccomp` compiles the syscall policy to BPF (pure; installed in the child);
+//! * `launch` (parent) opens scopes, makes pipes, clones into new user, mount,
+//!   pid, network, ipc and uts namespaces, maps ids, joins cgroups, releases;
+//! * `child` (inside) builds the root (`mounts`), drops privileges
+//!   (`identity`), applies Landlock (`landlock`), forks the program and stays
+//!   as its init; the program installs seccomp last and executes the hashed fd.
+//!
+//! All of spawnd's `unsafe_code` lives in `sys.rs`, one wrapper per system call.
 
+pub mod cgroup;
+mod child;
+mod identity;
+pub mod landlock;
+pub mod launch;
+mod mounts;
+pub mod seccomp;
+pub mod spec;
 pub mod sys;
+
+use std::fmt;
+
+/// A setup step that failed, with the call and what it was applied to.
+#[derive(Debug)]
+pub struct StepError {
+    /// What was being done, e.g. `mount(/usr, MS_BIND|MS_REC)`.
+    pub step: String,
+    /// The error.
+    pub source: std::io::Error,
+}
+
+impl StepError {
+    /// A failed step.
+    pub fn new(step: impl Into<String>, source: std::io::Error) -> StepError {
+        StepError {
+            step: step.into(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.step, self.source)
+    }
+}
+
+impl std::error::Error for StepError {}

@@ -1,11 +1,22 @@
 //! The only file with `unsafe`: thin wrappers over system calls that neither
-//! `nix` nor `landlock` expose, each returning `io::Result` and naming the call.
+//! `nix` nor `landlock` expose (or expose only as `unsafe fn`). Each wrapper
+//! returns `io::Result` with an error that names the call, and each `unsafe`
+//! block says why it is sound.
 #![allow(unsafe_code)]
 
+use std::ffi::CStr;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
+
+/// The current errno, unchanged (callers name the step in a `StepError`, and
+/// `raw_os_error` stays available to them). `call` documents the site.
+fn last_error(call: &str) -> io::Error {
+    let _ = call;
+    io::Error::last_os_error()
+}
 
 /// The Landlock ABI version the running kernel offers (0 when Landlock is
 /// compiled out or disabled at boot: `EOPNOTSUPP`/`ENOSYS`).
@@ -33,6 +44,287 @@ pub fn landlock_abi_version() -> io::Result<u32> {
             format!("landlock_create_ruleset(NULL, 0, VERSION): {err}"),
         )),
     }
+}
+
+/// `clone(flags | SIGCHLD)` without a new stack: like `fork`, the child
+/// continues on a copy of the caller's stack. Returns 0 in the child, the
+/// child's pid in the parent.
+///
+/// Callers must be single-threaded (spawnd's CLI, or the spawner process):
+/// the child may then allocate freely, because no other thread can hold a lock.
+pub fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
+    // SAFETY: the raw clone syscall with a null stack pointer duplicates the
+    // calling thread exactly like fork(2); no memory is shared (no CLONE_VM)
+    // and the parent/child/TLS pointers are null, so the kernel writes nothing.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            std::ptr::null::<libc::c_void>(),
+            std::ptr::null::<libc::c_void>(),
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+        )
+    };
+    if ret < 0 {
+        return Err(last_error(&format!("clone(flags={flags:#x})")));
+    }
+    libc::pid_t::try_from(ret).map_err(|_| io::Error::other("clone: pid out of range"))
+}
+
+/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE?, {attr_set, attr_clr})`.
+pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64) -> io::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr {
+        attr_set,
+        attr_clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive {
+        libc::AT_RECURSIVE as libc::c_uint
+    } else {
+        0
+    };
+    // SAFETY: `path` is a valid NUL-terminated string and `attr` a live,
+    // correctly laid out `struct mount_attr` whose size we pass; the kernel
+    // only reads both during the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(last_error(&format!(
+            "mount_setattr({path:?}, set={attr_set:#x})"
+        )));
+    }
+    Ok(())
+}
+
+/// One classic-BPF instruction, laid out as the kernel's `struct sock_filter`.
+pub use super::seccomp::SockFilter;
+
+/// Installs a seccomp filter on the calling thread (`seccomp(SECCOMP_SET_MODE_FILTER)`).
+/// No-new-privileges must already be set.
+pub fn install_seccomp_filter_on_current_thread(program: &[SockFilter]) -> io::Result<()> {
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const SockFilter,
+    }
+    let len = libc::c_ushort::try_from(program.len())
+        .map_err(|_| io::Error::other("seccomp: filter too long"))?;
+    let prog = SockFprog {
+        len,
+        filter: program.as_ptr(),
+    };
+    // SAFETY: `prog` points at `len` valid `sock_filter` instructions that stay
+    // alive for the whole call; the kernel copies the program before returning.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &prog as *const SockFprog,
+        )
+    };
+    if ret < 0 {
+        return Err(last_error(&format!(
+            "seccomp(SET_MODE_FILTER, {} instructions)",
+            program.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Empties the effective, permitted and inheritable capability sets (`capset`).
+pub fn clear_capabilities() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: version 3 capset takes a header and an array of two data
+    // structs, both valid and correctly laid out for the duration of the call.
+    let ret = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+    if ret < 0 {
+        return Err(last_error("capset(all empty)"));
+    }
+    Ok(())
+}
+
+/// Drops capability `cap` from the bounding set.
+pub fn drop_bounding_capability(cap: u32) -> io::Result<()> {
+    // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes plain integers.
+    let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+    if ret < 0 {
+        return Err(last_error(&format!("prctl(PR_CAPBSET_DROP, {cap})")));
+    }
+    Ok(())
+}
+
+/// Clears the ambient capability set.
+pub fn clear_ambient_capabilities() -> io::Result<()> {
+    // SAFETY: prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL) takes plain integers.
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if ret < 0 {
+        return Err(last_error("prctl(PR_CAP_AMBIENT_CLEAR_ALL)"));
+    }
+    Ok(())
+}
+
+/// `close_range(first, u32::MAX, 0)`: closes every descriptor from `first` on.
+pub fn close_descriptors_from(first: u32) -> io::Result<()> {
+    // SAFETY: close_range takes plain integers; closing descriptors this
+    // process owns cannot violate memory safety (no Rust object is used after).
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    if ret < 0 {
+        return Err(last_error(&format!("close_range({first}, MAX)")));
+    }
+    Ok(())
+}
+
+/// Brings the loopback interface of the current network namespace up.
+pub fn set_loopback_up() -> io::Result<()> {
+    let sock =
+        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"));
+    let sock = match sock {
+        Ok(s) => s,
+        // A socket needs an address family that works without lo: fall back to AF_UNIX.
+        Err(_) => return set_loopback_up_via_unix(),
+    };
+    ifflags_up(sock.as_raw_fd())
+}
+
+fn set_loopback_up_via_unix() -> io::Result<()> {
+    let (a, _b) = std::os::unix::net::UnixDatagram::pair()
+        .map_err(|e| io::Error::new(e.kind(), format!("socketpair(AF_UNIX): {e}")))?;
+    ifflags_up(a.as_raw_fd())
+}
+
+fn ifflags_up(fd: RawFd) -> io::Result<()> {
+    // SAFETY: `ifreq` is plain old data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `req`,
+    // a valid, exclusively borrowed ifreq.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(last_error("ioctl(SIOCGIFFLAGS, lo)"));
+    }
+    // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS filled in.
+    unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads the name and flags from `req`.
+    if unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(last_error("ioctl(SIOCSIFFLAGS, lo up)"));
+    }
+    Ok(())
+}
+
+/// Resource usage and status of a reaped child.
+#[derive(Debug, Clone, Copy)]
+pub struct Reaped {
+    /// The raw wait status.
+    pub status: libc::c_int,
+    /// User + system CPU time, in milliseconds (children it reaped included).
+    pub cpu_ms: u64,
+    /// Peak resident set size in bytes (the largest of it and its reaped children).
+    pub max_rss_bytes: u64,
+}
+
+/// `wait4(pid, &status, 0, &rusage)`, retrying on EINTR.
+pub fn wait_with_usage(pid: libc::pid_t) -> io::Result<Reaped> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data; zeroed is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both out-pointers are valid, exclusively borrowed locals.
+        let ret = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if ret >= 0 {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(io::Error::new(err.kind(), format!("wait4({pid}): {err}")));
+        }
+    }
+    let ms = |t: libc::timeval| (t.tv_sec as u64) * 1000 + (t.tv_usec as u64) / 1000;
+    Ok(Reaped {
+        status,
+        cpu_ms: ms(usage.ru_utime) + ms(usage.ru_stime),
+        max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
+    })
+}
+
+/// Ends the calling process at once, without running atexit handlers or
+/// flushing stdio buffers copied from the parent (for forked children).
+pub fn exit_immediately(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust-managed state.
+    unsafe { libc::_exit(code) }
+}
+
+/// `fork()`, for the sandbox's init process (single-threaded by construction).
+pub fn fork_process() -> io::Result<libc::pid_t> {
+    clone_process(0)
+}
+
+/// `dup2(fd, target)`: makes descriptor number `target` refer to `fd`'s file
+/// (close-on-exec cleared, as dup2 does).
+pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 takes plain integers; `fd` is open for the call's duration.
+    // Replacing `target` is this process's own choice: callers only use it for
+    // 0..=4 in a freshly forked child, where no Rust object owns those numbers
+    // beyond the ones being replaced on purpose.
+    if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+        return Err(last_error(&format!("dup2({}, {target})", fd.as_raw_fd())));
+    }
+    Ok(())
+}
+
+/// Borrows descriptor number `fd`, which the caller has just placed with
+/// `dup_onto` and keeps open until exec or exit.
+pub fn borrow_fd(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: only used in the forked program child for descriptors 3 and 4,
+    // which `dup_onto` created and nothing closes before exec or `_exit`.
+    unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
 #[cfg(test)]

@@ -1,0 +1,323 @@
+//! `spawnd run`: the gate, then the sandbox, then supervision, in this process
+//! (single-threaded, so cloning is safe). Without `--json` the child's output
+//! streams live and spawnd exits with the child's code (128+N after signal N,
+//! 124 after a timeout); spawnd's own messages go to stderr prefixed `spawnd:`.
+
+use std::io::Read;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::args::{Cli, RunArgs};
+use super::check::{decide_local, denial_failure, prepare, Prepared};
+use super::output::{Failure, Success};
+use crate::manifest::ScopePath;
+use crate::plan::{EnvSource, SpawnPlan};
+use crate::policy::Decision;
+use crate::probe::{probe_cgroups, LANDLOCK_ABI_REQUIRED};
+use crate::program::ProgramOpener;
+use crate::sandbox::cgroup::V1Roots;
+use crate::sandbox::launch::{launch, LaunchRequest, LimitsVia, StdinSource};
+use crate::sandbox::seccomp::{compile, default_policy};
+use crate::sandbox::spec::{build_spec, HostKind, SandboxSpec};
+use crate::sandbox::sys::landlock_abi_version;
+use crate::supervise::{supervise, Captured, Ending, Outcome, Supervision};
+use crate::vault::{read_secret, Secret};
+
+/// `spawnd run`.
+pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+    let prepared = prepare(cli, args)?;
+    let mut opener = ProgramOpener::default();
+    let mut plan = match decide_local(&prepared, &mut opener) {
+        Decision::Allowed(plan) => plan,
+        Decision::Denied(denial) => return Err(denial_failure(&denial)),
+    };
+    if let Some(t) = args.timeout {
+        plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
+    }
+    let landlock_abi = landlock_abi_version().unwrap_or(0);
+    if landlock_abi < LANDLOCK_ABI_REQUIRED {
+        return Err(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi}, spawnd needs at least {LANDLOCK_ABI_REQUIRED}; enable Landlock (lsm=…,landlock) — nothing was run")));
+    }
+    let identity = Identity::choose(&prepared);
+    let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
+        .map_err(|e| Failure::config(e.to_string()))?;
+    let credentials = read_credentials(&prepared, &plan)?;
+    let home = &prepared.caller.home;
+    let declared = ScopePath::parse(&plan.program.declared)
+        .map(|p| p.expand(home))
+        .map_err(|e| Failure::new(10, e.to_string()))?;
+    let program = opener
+        .take(&declared)
+        .ok_or_else(|| Failure::new(10, "the program opened by the gate was lost"))?;
+    let filter =
+        compile(&default_policy()).map_err(|e| Failure::new(10, format!("seccomp filter: {e}")))?;
+    let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
+    let request = LaunchRequest {
+        plan: &plan,
+        spec: &spec,
+        program: program.file,
+        stdin,
+        uid: identity.uid,
+        gid: identity.gid,
+        privileged: identity.privileged,
+        landlock_abi,
+        seccomp: &filter,
+        limits_via: identity.limits_via.clone(),
+        credentials,
+    };
+    for missing in &spec.missing_read_scopes {
+        if !cli.json {
+            eprintln!(
+                "spawnd: fs_read scope {} does not exist; left out",
+                missing.display()
+            );
+        }
+    }
+    let running = launch(request)
+        .map_err(|e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run")))?;
+    let supervision = Supervision {
+        stdout_cap: plan.limits.max_stdout_bytes,
+        stderr_cap: plan.limits.max_stderr_bytes,
+        wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
+        live: !cli.json,
+        stdin: pump,
+    };
+    let outcome = supervise(running, supervision)
+        .map_err(|e| Failure::new(10, format!("supervising the sandbox: {e}")))?;
+    report(
+        cli,
+        &plan,
+        &spec,
+        &identity,
+        &filter.id(),
+        filter.len(),
+        outcome,
+    )
+}
+
+/// Who the child is and how its memory and processes are limited.
+struct Identity {
+    uid: u32,
+    gid: u32,
+    privileged: bool,
+    limits_via: LimitsVia,
+}
+
+impl Identity {
+    /// SPEC §4: the caller's uid/gid (spawnd's own when unprivileged), or the
+    /// operator's `run_as`; a root caller without cgroups runs as 65534, since
+    /// RLIMIT_NPROC does not bind uid 0.
+    fn choose(p: &Prepared) -> Identity {
+        let euid = nix::unistd::geteuid().as_raw();
+        let privileged = euid == 0;
+        let cg = probe_cgroups(privileged);
+        let limits_via = match (privileged, cg.v1_memory, cg.v1_pids) {
+            (true, Some(memory), Some(pids)) => LimitsVia::CgroupV1(V1Roots { memory, pids }),
+            _ => LimitsVia::Rlimits,
+        };
+        let (uid, gid) = if !privileged {
+            (euid, nix::unistd::getegid().as_raw())
+        } else if let Some(pair) = p.config.sandbox.run_as {
+            pair
+        } else if p.caller.uid == 0 && matches!(limits_via, LimitsVia::Rlimits) {
+            (65534, 65534)
+        } else {
+            (p.caller.uid, p.caller.gid)
+        };
+        Identity {
+            uid,
+            gid,
+            privileged,
+            limits_via,
+        }
+    }
+}
+
+fn host_kind(path: &Path) -> HostKind {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => HostKind::Missing,
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::read_link(path).map_or(HostKind::Missing, HostKind::Symlink)
+        }
+        Ok(m) if m.is_dir() => HostKind::Dir,
+        Ok(_) => HostKind::File,
+    }
+}
+
+fn read_credentials(p: &Prepared, plan: &SpawnPlan) -> Result<Vec<(String, Secret)>, Failure> {
+    let mut out = Vec::new();
+    for entry in plan
+        .env
+        .iter()
+        .filter(|e| e.source == EnvSource::Credential)
+    {
+        let bindings: Vec<_> = p
+            .config
+            .credentials
+            .iter()
+            .filter(|b| b.connector == p.manifest.connector.name)
+            .collect();
+        let binding = bindings
+            .iter()
+            .find(|b| b.key.as_deref() == Some(entry.key.as_str()))
+            .or_else(|| bindings.iter().find(|b| b.key.is_none()));
+        let Some(binding) = binding else {
+            return Err(Failure::config(format!(
+                "binding_required: {} has no credential bound for {}",
+                plan.connector, entry.key
+            )));
+        };
+        let secret = read_secret(&binding.source).map_err(|e| {
+            Failure::config(format!(
+                "invalid_credentials: {} key {}: {e}",
+                plan.connector, entry.key
+            ))
+        })?;
+        out.push((entry.key.clone(), secret));
+    }
+    Ok(out)
+}
+
+type Pump = Option<Box<dyn Read>>;
+
+fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
+    match path {
+        None => Ok((StdinSource::Null, None)),
+        Some(p) if p.as_os_str() == "-" => {
+            Ok((StdinSource::Pipe, Some(Box::new(std::io::stdin()))))
+        }
+        Some(p) => {
+            let file = std::fs::File::open(p).map_err(|e| {
+                Failure::new(
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        6
+                    } else {
+                        2
+                    },
+                    format!("--stdin-file {}: {e}", p.display()),
+                )
+            })?;
+            let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+            // Only a regular file is handed over as is; anything else (a tty, a
+            // device, a fifo) is copied through a pipe so the child never holds it.
+            if regular {
+                Ok((StdinSource::File(file), None))
+            } else {
+                Ok((StdinSource::Pipe, Some(Box::new(file))))
+            }
+        }
+    }
+}
+
+fn stream_json(c: &Captured) -> Value {
+    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string()});
+    match std::str::from_utf8(&c.kept) {
+        Ok(text) => v["text"] = json!(text),
+        Err(_) => {
+            v["base64"] = json!(base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                &c.kept
+            ))
+        }
+    }
+    v
+}
+
+fn isolation_json(
+    plan: &SpawnPlan,
+    spec: &SandboxSpec,
+    id: &Identity,
+    filter_id: &str,
+    filter_len: usize,
+    o: &Outcome,
+) -> Value {
+    let landlock = o.landlock.map(|(abi, tcp, scoped)| json!({"abi": abi, "status": "fully_enforced", "tcp_bind_connect_denied": tcp, "abstract_unix_and_signal_scoped": scoped}));
+    json!({
+        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+        "root": "fresh tmpfs, pivot_root, read-only",
+        "landlock": landlock,
+        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": "x86_64 only"},
+        "no_new_privs": true,
+        "capabilities": "none (all sets and the bounding set empty)",
+        "uid": id.uid,
+        "gid": id.gid,
+        "limits_via": id.limits_via.name(),
+        "limits": plan.limits,
+        "missing_read_scopes": spec.missing_read_scopes,
+        "created_write_scopes": spec.create_write_scopes,
+        "cwd": spec.cwd,
+        "fresh_cwd": spec.fresh_cwd,
+    })
+}
+
+fn report(
+    cli: &Cli,
+    plan: &SpawnPlan,
+    spec: &SandboxSpec,
+    id: &Identity,
+    filter_id: &str,
+    filter_len: usize,
+    o: Outcome,
+) -> Result<Success, Failure> {
+    let (exit_code, signal) = match &o.ending {
+        Ending::SetupFailed(why) => return Err(Failure::new(5, format!("spawn_sandbox_unavailable: sandbox setup failed: {why}; nothing of the program ran"))),
+        Ending::Exited(c) => (Some(*c), None),
+        Ending::Signaled(s) => (None, Some(*s)),
+    };
+    let signal_name = signal
+        .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+        .map(|s| s.as_str());
+    let exit = match (o.interrupted_by, o.timed_out, exit_code, signal) {
+        (Some(sig), _, _, _) => 128 + sig,
+        (None, true, _, _) => 124,
+        (None, false, Some(c), _) => c,
+        (None, false, None, Some(s)) => 128 + s,
+        _ => 10,
+    };
+    let data = json!({
+        "exit_code": exit_code,
+        "signal": signal,
+        "signal_name": signal_name,
+        "timed_out": o.timed_out,
+        "interrupted_by": o.interrupted_by,
+        "duration_ms": o.duration.as_millis() as u64,
+        "cpu_ms": o.cpu_ms,
+        "peak_memory_bytes": o.peak_memory_bytes,
+        "oom_killed": o.oom_killed,
+        "connector": plan.connector,
+        "op": plan.op,
+        "program": plan.program,
+        "argv_shape": plan.argv_shape,
+        "isolation": isolation_json(plan, spec, id, filter_id, filter_len, &o),
+        "stdout": stream_json(&o.stdout),
+        "stderr": stream_json(&o.stderr),
+    });
+    if !cli.json {
+        for (name, c) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+            if c.truncated {
+                eprintln!(
+                    "spawnd: {name} truncated: kept {} of {} bytes (cap from the manifest)",
+                    c.kept.len(),
+                    c.total
+                );
+            }
+        }
+        if o.timed_out {
+            eprintln!(
+                "spawnd: wall time of {} ms exceeded; the sandbox was killed",
+                plan.limits.wall_time_ms
+            );
+        }
+        if o.oom_killed {
+            eprintln!(
+                "spawnd: the memory limit of {} bytes was reached; the kernel killed the program",
+                plan.limits.max_memory_bytes
+            );
+        }
+    }
+    let mut success = Success::new(data, String::new());
+    success.exit = exit;
+    success.keep_ok = true;
+    Ok(success)
+}

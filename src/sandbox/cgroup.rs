@@ -1,0 +1,95 @@
+//! Memory and process limits through cgroup v1 controllers (the `memory` and
+//! `pids` hierarchies), used when spawnd is root and the host mounts them. The
+//! init process joins both before it is released, so every process of the
+//! sandbox is counted; the peak memory and OOM kills are read back afterwards.
+//! Without them the launcher falls back to rlimits and says so.
+
+use std::path::{Path, PathBuf};
+
+/// A pair of per-spawn cgroups.
+#[derive(Debug)]
+pub struct SpawnCgroup {
+    memory: PathBuf,
+    pids: PathBuf,
+}
+
+/// Where the v1 hierarchies are mounted.
+#[derive(Debug, Clone)]
+pub struct V1Roots {
+    /// The `memory` hierarchy.
+    pub memory: PathBuf,
+    /// The `pids` hierarchy.
+    pub pids: PathBuf,
+}
+
+fn write(path: &Path, value: &str) -> std::io::Result<()> {
+    std::fs::write(path, value).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("write {value:?} to {}: {e}", path.display()),
+        )
+    })
+}
+
+impl SpawnCgroup {
+    /// Creates `spawnd/<name>` in both hierarchies with the given limits.
+    pub fn create(
+        roots: &V1Roots,
+        name: &str,
+        memory_bytes: u64,
+        processes: u64,
+    ) -> std::io::Result<SpawnCgroup> {
+        let memory = roots.memory.join("spawnd").join(name);
+        let pids = roots.pids.join("spawnd").join(name);
+        for dir in [&memory, &pids] {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display()))
+            })?;
+        }
+        let cg = SpawnCgroup { memory, pids };
+        write(
+            &cg.memory.join("memory.limit_in_bytes"),
+            &memory_bytes.to_string(),
+        )?;
+        write(&cg.pids.join("pids.max"), &processes.to_string())?;
+        Ok(cg)
+    }
+
+    /// Moves process `pid` into both cgroups.
+    pub fn add(&self, pid: i32) -> std::io::Result<()> {
+        write(&self.memory.join("cgroup.procs"), &pid.to_string())?;
+        write(&self.pids.join("cgroup.procs"), &pid.to_string())
+    }
+
+    /// Peak memory use in bytes.
+    pub fn peak_memory(&self) -> Option<u64> {
+        std::fs::read_to_string(self.memory.join("memory.max_usage_in_bytes"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Whether the kernel's OOM killer acted in this cgroup.
+    pub fn oom_killed(&self) -> bool {
+        let text =
+            std::fs::read_to_string(self.memory.join("memory.oom_control")).unwrap_or_default();
+        text.lines().any(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+        })
+    }
+
+    /// Removes both cgroups (retrying while the kernel finishes tearing the processes down).
+    pub fn remove(self) {
+        for dir in [&self.memory, &self.pids] {
+            for _ in 0..200 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Inside the sandbox. The cloned child becomes pid 1 of the new pid
+//! namespace and runs `init_main`: it waits for the parent to map its ids,
+//! builds the root, drops privileges, applies Landlock, then forks the program
+//! and stays as a tiny init that reaps every process and forwards SIGTERM,
+//! SIGINT and SIGHUP to the program. When the program ends, init kills what is
+//! left, reports the wait status and exits — which ends the namespace.
+//!
+//! The program's own process sets up its descriptors and limits, installs the
+//! seccomp filter as the very last step, and executes the hashed descriptor.
+//! Everything that fails is reported to the parent over the status pipe as
+//! `E<step>: <error>`; the exit status travels as `W<i32 wait status>`.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::identity::drop_privileges_in_child;
+use super::landlock::restrict_current_process;
+use super::mounts::build_root_in_child;
+use super::seccomp::SockFilter;
+use super::spec::SandboxSpec;
+use super::sys::{
+    borrow_fd, close_descriptors_from, dup_onto, exit_immediately, fork_process,
+    install_seccomp_filter_on_current_thread, set_loopback_up,
+};
+use super::StepError;
+
+/// Everything the child needs, prepared by the parent before `clone`.
+pub struct ChildSetup<'a> {
+    /// The decided sandbox.
+    pub spec: &'a SandboxSpec,
+    /// The scopes as resolved by the parent, in `spec.scopes` order.
+    pub scopes: Vec<ScopeId>,
+    /// The hashed program.
+    pub program: OwnedFd,
+    /// Whether the program is a `#!` script (its descriptor stays open as fd 3).
+    pub script: bool,
+    /// argv, argv[0] included.
+    pub argv: Vec<CString>,
+    /// `KEY=VALUE` entries, exactly the plan's.
+    pub envp: Vec<CString>,
+    /// The child's stdin, stdout and stderr.
+    pub stdio: [OwnedFd; 3],
+    /// Read end of the parent's go-ahead pipe.
+    pub sync: OwnedFd,
+    /// Write end of the status pipe.
+    pub status: OwnedFd,
+    /// Identity inside.
+    pub uid: u32,
+    /// Group inside.
+    pub gid: u32,
+    /// Whether `setgroups` is permitted in the new user namespace.
+    pub may_setgroups: bool,
+    /// Landlock ABI to enforce in full.
+    pub landlock_abi: u32,
+    /// The compiled seccomp filter.
+    pub seccomp: &'a [SockFilter],
+    /// Resource limits for the program: (resource, value).
+    pub rlimits: Vec<(nix::sys::resource::Resource, u64)>,
+}
+
+/// A scope as the parent resolved it: where it is and what it is.
+pub struct ScopeId {
+    /// Canonical path (symlinks resolved).
+    pub canonical: std::path::PathBuf,
+    /// Device of the resolved inode.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+}
+
+/// Signals init forwards to the program.
+const FORWARDED: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+
+fn report(status: &OwnedFd, message: &[u8]) {
+    let _ = nix::unistd::write(status, message);
+}
+
+/// The cloned child's entry point. Never returns.
+pub fn init_main(setup: ChildSetup<'_>) -> ! {
+    match init_steps(&setup) {
+        Ok(program_pid) => supervise_program(&setup, program_pid),
+        Err(e) => {
+            report(&setup.status, format!("E{e}\n").as_bytes());
+            exit_immediately(126)
+        }
+    }
+}
+
+/// The init process's setup, in order; returns the program's pid.
+fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
+    wait_for_parent(&s.sync)?;
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
+    build_root_in_child(s.spec, &s.scopes)?;
+    nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
+    set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+    // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is refused.
+    // The seccomp filter refuses memfd_create without MFD_NOEXEC_SEAL as well.
+    let _ = std::fs::write("/proc/sys/vm/memfd_noexec", "2");
+    prepare_cwd(s)?;
+    drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
+    let applied = restrict_current_process(&s.spec.landlock, s.program.as_fd(), s.landlock_abi)?;
+    report(
+        &s.status,
+        format!(
+            "L{} {} {}\n",
+            applied.abi,
+            u8::from(applied.tcp_denied),
+            u8::from(applied.scoped)
+        )
+        .as_bytes(),
+    );
+    let mut blocked = SigSet::empty();
+    for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
+        blocked.add(*sig);
+    }
+    let mut previous = SigSet::empty();
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut previous))
+        .map_err(|e| StepError::new("sigprocmask", e.into()))?;
+    let pid = fork_process().map_err(|e| StepError::new("fork program", e))?;
+    if pid == 0 {
+        program_main(s, &previous);
+    }
+    Ok(Pid::from_raw(pid))
+}
+
+fn wait_for_parent(sync: &OwnedFd) -> Result<(), StepError> {
+    let mut byte = [0u8; 1];
+    match nix::unistd::read(sync, &mut byte) {
+        Ok(1) => Ok(()),
+        Ok(_) => exit_immediately(125), // the parent went away before mapping us
+        Err(e) => Err(StepError::new("read(sync pipe)", e.into())),
+    }
+}
+
+fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
+    if s.spec.fresh_cwd {
+        std::fs::create_dir_all(&s.spec.cwd)
+            .map_err(|e| StepError::new(format!("mkdir {}", s.spec.cwd.display()), e))?;
+        nix::unistd::chown(
+            &s.spec.cwd,
+            Some(nix::unistd::Uid::from_raw(s.uid)),
+            Some(nix::unistd::Gid::from_raw(s.gid)),
+        )
+        .map_err(|e| StepError::new("chown fresh cwd", e.into()))?;
+    }
+    nix::unistd::chdir(&s.spec.cwd)
+        .map_err(|e| StepError::new(format!("chdir({})", s.spec.cwd.display()), e.into()))
+}
+
+/// The program's process: descriptors, session, limits, seccomp, exec.
+fn program_main(s: &ChildSetup<'_>, mask: &SigSet) -> ! {
+    let result = (|| -> Result<(), StepError> {
+        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(mask), None)
+            .map_err(|e| StepError::new("restore signal mask", e.into()))?;
+        nix::unistd::setsid().map_err(|e| StepError::new("setsid", e.into()))?;
+        for (target, fd) in s.stdio.iter().enumerate() {
+            dup_onto(fd.as_fd(), target as i32)
+                .map_err(|e| StepError::new(format!("dup2(stdio {target})"), e))?;
+        }
+        // The program descriptor goes to 3 (kept across exec only for a script),
+        // the status pipe to 4 (close-on-exec), everything else is closed.
+        dup_onto(s.program.as_fd(), 3).map_err(|e| StepError::new("dup2(program, 3)", e))?;
+        dup_onto(s.status.as_fd(), 4).map_err(|e| StepError::new("dup2(status, 4)", e))?;
+        close_descriptors_from(5).map_err(|e| StepError::new("close_range(5..)", e))?;
+        set_cloexec(3, !s.script)?;
+        set_cloexec(4, true)?;
+        for (resource, value) in &s.rlimits {
+            nix::sys::resource::setrlimit(*resource, *value, *value).map_err(|e| {
+                StepError::new(format!("setrlimit({resource:?}, {value})"), e.into())
+            })?;
+        }
+        install_seccomp_filter_on_current_thread(s.seccomp)
+            .map_err(|e| StepError::new("seccomp", e))?;
+        // fd 3 is the hashed program; AT_EMPTY_PATH executes the descriptor itself.
+        let err = nix::unistd::execveat(
+            borrow_fd(3),
+            c"",
+            &s.argv,
+            &s.envp,
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        )
+        .err();
+        Err(StepError::new(
+            "execveat(program, AT_EMPTY_PATH)",
+            err.map_or_else(std::io::Error::last_os_error, Into::into),
+        ))
+    })();
+    let message = match result {
+        Ok(()) => "Eexecveat returned\n".to_string(),
+        Err(e) => format!("E{e}\n"),
+    };
+    let _ = nix::unistd::write(borrow_fd(4), message.as_bytes());
+    exit_immediately(127)
+}
+
+fn set_cloexec(fd: i32, on: bool) -> Result<(), StepError> {
+    let flags = if on {
+        nix::fcntl::FdFlag::FD_CLOEXEC
+    } else {
+        nix::fcntl::FdFlag::empty()
+    };
+    nix::fcntl::fcntl(borrow_fd(fd), nix::fcntl::FcntlArg::F_SETFD(flags))
+        .map(drop)
+        .map_err(|e| StepError::new(format!("fcntl({fd}, F_SETFD)"), e.into()))
+}
+
+/// Init's loop: reap everything, forward signals, report the program's status.
+fn supervise_program(s: &ChildSetup<'_>, program: Pid) -> ! {
+    let mut waited = SigSet::empty();
+    for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
+        waited.add(*sig);
+    }
+    loop {
+        let Ok(sig) = waited.wait() else { continue };
+        if sig != Signal::SIGCHLD {
+            let _ = kill(program, sig);
+            continue;
+        }
+        while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+            match status {
+                WaitStatus::StillAlive => break,
+                WaitStatus::Exited(pid, code) if pid == program => finish(s, code << 8),
+                WaitStatus::Signaled(pid, sig, core) if pid == program => {
+                    finish(s, sig as i32 | if core { 0x80 } else { 0 })
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The program ended: kill what it left behind, report, and exit (ending the namespace).
+fn finish(s: &ChildSetup<'_>, raw_status: i32) -> ! {
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while waitpid(None, Some(WaitPidFlag::__WALL)).is_ok() {}
+    let mut message = vec![b'W'];
+    message.extend_from_slice(&raw_status.to_le_bytes());
+    report(&s.status, &message);
+    exit_immediately(0)
+}

@@ -1,0 +1,34 @@
+//! The child's identity: every capability set and the bounding set emptied,
+//! supplementary groups dropped (when the user namespace allows it), the
+//! target uid/gid taken, and no-new-privileges set — so nothing the program
+//! executes can gain a privilege, setuid bits and file capabilities included.
+
+use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
+
+use super::sys::{clear_ambient_capabilities, clear_capabilities, drop_bounding_capability};
+use super::StepError;
+
+/// Upper bound when probing the bounding set (the kernel answers EINVAL past the last capability).
+const CAP_PROBE_LIMIT: u32 = 64;
+
+/// Drops every privilege and becomes `uid`/`gid`. `may_setgroups` is false in a
+/// user namespace created by an unprivileged parent (`setgroups` is denied there).
+pub fn drop_privileges_in_child(uid: u32, gid: u32, may_setgroups: bool) -> Result<(), StepError> {
+    for cap in 0..CAP_PROBE_LIMIT {
+        match drop_bounding_capability(cap) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(e) => return Err(StepError::new("drop bounding set", e)),
+        }
+    }
+    if may_setgroups {
+        setgroups(&[]).map_err(|e| StepError::new("setgroups([])", e.into()))?;
+    }
+    let (g, u) = (Gid::from_raw(gid), Uid::from_raw(uid));
+    setresgid(g, g, g).map_err(|e| StepError::new(format!("setresgid({gid})"), e.into()))?;
+    setresuid(u, u, u).map_err(|e| StepError::new(format!("setresuid({uid})"), e.into()))?;
+    clear_ambient_capabilities().map_err(|e| StepError::new("clear ambient capabilities", e))?;
+    clear_capabilities().map_err(|e| StepError::new("capset(empty)", e))?;
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|e| StepError::new("prctl(PR_SET_NO_NEW_PRIVS)", e.into()))
+}

@@ -1,0 +1,115 @@
+//! Landlock over the same paths as the mounts, at the best ABI the kernel
+//! offers: filesystem access per scope (execute only where granted, no device
+//! creation), TCP bind and connect denied outright (ABI ≥ 4), abstract unix
+//! sockets and signals scoped to the sandbox (ABI ≥ 6). Every feature of the
+//! detected ABI is a hard requirement: the kernel enforces all of it or the
+//! spawn fails — there is no silent best effort.
+
+use std::os::fd::BorrowedFd;
+
+use landlock::{
+    Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use serde::Serialize;
+
+use super::spec::{Access, LandlockRule};
+use super::StepError;
+
+/// What was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LandlockApplied {
+    /// The ABI whose features were all enforced.
+    pub abi: u32,
+    /// TCP bind/connect denied (ABI ≥ 4).
+    pub tcp_denied: bool,
+    /// Abstract unix sockets and signals scoped (ABI ≥ 6).
+    pub scoped: bool,
+}
+
+fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
+    let read = AccessFs::ReadFile | AccessFs::ReadDir;
+    let write = AccessFs::from_write(abi)
+        & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
+    let all = AccessFs::from_all(abi);
+    let set = match access {
+        Access::Read => read,
+        Access::ReadExec => read | AccessFs::Execute,
+        Access::ReadWrite => read | write,
+        Access::ReadWriteExec => read | write | AccessFs::Execute,
+        Access::Device => AccessFs::ReadFile | AccessFs::WriteFile,
+    };
+    let set = set & all;
+    if is_dir {
+        set
+    } else {
+        set & AccessFs::from_file(abi)
+    }
+}
+
+/// Restricts the calling process (and everything it will execute).
+pub fn restrict_current_process(
+    rules: &[LandlockRule],
+    program: BorrowedFd<'_>,
+    kernel_abi: u32,
+) -> Result<LandlockApplied, StepError> {
+    let abi = ABI::from(kernel_abi as i32);
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e: landlock::RulesetError| {
+            StepError::new(
+                format!("landlock {what}"),
+                std::io::Error::other(e.to_string()),
+            )
+        }
+    };
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(fail("handle fs access"))?;
+    let tcp_denied = kernel_abi >= 4;
+    if tcp_denied {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(fail("handle tcp access"))?;
+    }
+    let scoped = kernel_abi >= 6;
+    if scoped {
+        ruleset = ruleset
+            .scope(Scope::from_all(abi))
+            .map_err(fail("scope signals and abstract sockets"))?;
+    }
+    let mut created = ruleset.create().map_err(fail("create ruleset"))?;
+    for rule in rules {
+        let fd = match PathFd::new(&rule.path) {
+            Ok(fd) => fd,
+            Err(_) if !rule.path.exists() => continue,
+            Err(e) => {
+                return Err(StepError::new(
+                    format!("landlock open {}", rule.path.display()),
+                    std::io::Error::other(e.to_string()),
+                ))
+            }
+        };
+        let is_dir = rule.path.is_dir();
+        created = created
+            .add_rule(PathBeneath::new(fd, rights(rule.access, abi, is_dir)))
+            .map_err(fail(&format!("rule for {}", rule.path.display())))?;
+    }
+    let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
+    created = created
+        .add_rule(PathBeneath::new(program, program_rights))
+        .map_err(fail("rule for the program"))?;
+    let status = created.restrict_self().map_err(fail("restrict_self"))?;
+    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
+        return Err(StepError::new(
+            "landlock restrict_self",
+            std::io::Error::other(format!("not fully enforced: {:?}", status.ruleset)),
+        ));
+    }
+    Ok(LandlockApplied {
+        abi: kernel_abi,
+        tcp_denied,
+        scoped,
+    })
+}

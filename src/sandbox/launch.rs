@@ -1,0 +1,333 @@
+//! The parent's side of starting a sandbox: create missing write scopes, open
+//! every scope once (O_PATH), make the pipes, compile nothing in the child —
+//! then `clone` into fresh user, mount, pid, network, ipc and uts namespaces,
+//! write the child's uid/gid maps, put it in its cgroups, and release it.
+//! Must be called from a single-threaded process (the CLI, or the spawner).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::pipe2;
+
+use super::cgroup::{SpawnCgroup, V1Roots};
+use super::child::{init_main, ChildSetup, ScopeId};
+use super::seccomp::Filter;
+use super::spec::SandboxSpec;
+use super::sys::clone_process;
+use super::StepError;
+use crate::plan::{EnvSource, SpawnPlan};
+
+/// How memory and process counts are limited.
+#[derive(Debug, Clone)]
+pub enum LimitsVia {
+    /// cgroup v1 `memory` and `pids` controllers.
+    CgroupV1(V1Roots),
+    /// `RLIMIT_AS` and `RLIMIT_NPROC`.
+    Rlimits,
+}
+
+impl LimitsVia {
+    /// The name recorded in results and audit.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LimitsVia::CgroupV1(_) => "cgroup_v1",
+            LimitsVia::Rlimits => "rlimits",
+        }
+    }
+}
+
+/// Where the child's stdin comes from.
+pub enum StdinSource {
+    /// `/dev/null`.
+    Null,
+    /// A regular file, handed over as is (read-only).
+    File(File),
+    /// Bytes spawnd writes into a pipe (its own stdin, or request bytes).
+    Pipe,
+}
+
+/// Everything needed to start one sandboxed program.
+pub struct LaunchRequest<'a> {
+    /// The gate's plan.
+    pub plan: &'a SpawnPlan,
+    /// The decided sandbox.
+    pub spec: &'a SandboxSpec,
+    /// The program file the gate hashed.
+    pub program: File,
+    /// Its stdin.
+    pub stdin: StdinSource,
+    /// Identity inside (same numbers outside).
+    pub uid: u32,
+    /// Group inside.
+    pub gid: u32,
+    /// Whether spawnd has CAP_SETUID/CAP_SETGID (root): maps more than itself.
+    pub privileged: bool,
+    /// Landlock ABI to enforce.
+    pub landlock_abi: u32,
+    /// The compiled seccomp filter.
+    pub seccomp: &'a Filter,
+    /// Memory/process limit mechanism.
+    pub limits_via: LimitsVia,
+    /// Values for credential keys (read by the caller from the operator's binding).
+    pub credentials: Vec<(String, crate::vault::Secret)>,
+}
+
+/// A started sandbox, as the supervisor sees it.
+pub struct Running {
+    /// The init process (pid 1 inside), as seen from here.
+    pub init_pid: i32,
+    /// Read end of the child's stdout.
+    pub stdout: OwnedFd,
+    /// Read end of the child's stderr.
+    pub stderr: OwnedFd,
+    /// Read end of the status pipe.
+    pub status: OwnedFd,
+    /// Write end of the stdin pipe, for `StdinSource::Pipe`.
+    pub stdin: Option<OwnedFd>,
+    /// The per-spawn cgroups, if any.
+    pub cgroup: Option<SpawnCgroup>,
+}
+
+/// The namespaces every sandbox gets at clone time (cgroup is unshared once inside its cgroup).
+const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS;
+
+fn prep(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError {
+    let what = what.into();
+    move |e| StepError::new(what, e)
+}
+
+fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> StepError {
+    let what = what.into();
+    move |e| StepError::new(what, e.into())
+}
+
+/// Starts the sandbox. Nothing of the program runs before every layer is in place.
+pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
+    create_write_scopes(req.spec, req.uid, req.gid)?;
+    let scopes = req
+        .spec
+        .scopes
+        .iter()
+        .map(|p| identify_scope(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
+    let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
+    let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
+    let (sync_r, sync_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(sync)"))?;
+    let (stdin_child, stdin_parent) = match req.stdin {
+        StdinSource::Null => (
+            open(
+                "/dev/null",
+                OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(nix_prep("open(/dev/null)"))?,
+            None,
+        ),
+        StdinSource::File(f) => (OwnedFd::from(f), None),
+        StdinSource::Pipe => {
+            let (r, w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdin)"))?;
+            (r, Some(w))
+        }
+    };
+    let script = is_script(&req.program);
+    let setup = ChildSetup {
+        spec: req.spec,
+        scopes,
+        program: OwnedFd::from(req.program),
+        script,
+        argv: to_cstrings(req.plan.argv.iter().map(String::as_bytes))?,
+        envp: env_entries(req.plan, &req.credentials)?,
+        stdio: [stdin_child, stdout_w, stderr_w],
+        sync: sync_r,
+        status: status_w,
+        uid: req.uid,
+        gid: req.gid,
+        may_setgroups: req.privileged,
+        landlock_abi: req.landlock_abi,
+        seccomp: &req.seccomp.instructions,
+        rlimits: rlimits(req.plan, &req.limits_via),
+    };
+    let cgroup = match &req.limits_via {
+        LimitsVia::CgroupV1(roots) => Some(
+            SpawnCgroup::create(
+                roots,
+                &format!("{}-{}", std::process::id(), unique()),
+                req.plan.limits.max_memory_bytes,
+                req.plan.limits.max_processes,
+            )
+            .map_err(prep("create cgroups"))?,
+        ),
+        LimitsVia::Rlimits => None,
+    };
+    let pid = clone_process(NAMESPACES).map_err(prep(
+        "clone(new user, mount, pid, net, ipc, uts namespaces)",
+    ))?;
+    if pid == 0 {
+        drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
+        init_main(setup);
+    }
+    drop(setup);
+    let release = || -> Result<(), StepError> {
+        write_id_maps(pid, req.uid, req.gid, req.privileged)?;
+        if let Some(cg) = &cgroup {
+            cg.add(pid).map_err(prep("join cgroups"))?;
+        }
+        nix::unistd::write(&sync_w, b"g").map_err(nix_prep("release the child"))?;
+        Ok(())
+    };
+    if let Err(e) = release() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        if let Some(cg) = cgroup {
+            cg.remove();
+        }
+        return Err(e);
+    }
+    Ok(Running {
+        init_pid: pid,
+        stdout: stdout_r,
+        stderr: stderr_r,
+        status: status_r,
+        stdin: stdin_parent,
+        cgroup,
+    })
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Resolves a scope once, here: its canonical path and the identity of what it
+/// is now. The child opens the canonical path without following a final link
+/// and refuses to mount anything else, so a path swapped in between is caught.
+fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
+    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(nix_prep(format!("open({}, O_PATH)", path.display())))?;
+    let st = nix::sys::stat::fstat(&fd).map_err(nix_prep(format!("fstat({})", path.display())))?;
+    let canonical = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .map_err(prep(format!("resolve {}", path.display())))?;
+    Ok(ScopeId {
+        canonical,
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+/// A missing `fs_write` scope is created, mode 0700, owned by the child's identity.
+fn create_write_scopes(spec: &SandboxSpec, uid: u32, gid: u32) -> Result<(), StepError> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in &spec.create_write_scopes {
+        std::fs::create_dir_all(dir)
+            .map_err(prep(format!("create fs_write scope {}", dir.display())))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(prep(format!("chmod 0700 {}", dir.display())))?;
+        nix::unistd::chown(
+            dir,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )
+        .map_err(nix_prep(format!("chown {}", dir.display())))?;
+    }
+    Ok(())
+}
+
+fn is_script(program: &File) -> bool {
+    let mut head = [0u8; 2];
+    matches!(program.read_at(&mut head, 0), Ok(2)) && &head == b"#!"
+}
+
+fn to_cstrings<'b>(items: impl Iterator<Item = &'b [u8]>) -> Result<Vec<CString>, StepError> {
+    items
+        .map(|b| {
+            CString::new(b).map_err(|_| {
+                StepError::new("argv/env", std::io::Error::from_raw_os_error(libc::EINVAL))
+            })
+        })
+        .collect()
+}
+
+/// `KEY=VALUE` for exactly the plan's keys: request and fixed values, then credentials.
+fn env_entries(
+    plan: &SpawnPlan,
+    credentials: &[(String, crate::vault::Secret)],
+) -> Result<Vec<CString>, StepError> {
+    let mut out = Vec::new();
+    for entry in &plan.env {
+        let value: &[u8] = match entry.source {
+            EnvSource::Request | EnvSource::Fixed => plan
+                .env_values
+                .get(&entry.key)
+                .map(String::as_bytes)
+                .unwrap_or_default(),
+            EnvSource::Credential => match credentials.iter().find(|(k, _)| *k == entry.key) {
+                Some((_, secret)) => secret.expose(),
+                None => {
+                    return Err(StepError::new(
+                        format!("credential {}", entry.key),
+                        std::io::Error::from_raw_os_error(libc::ENOKEY),
+                    ))
+                }
+            },
+        };
+        let mut kv = entry.key.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(value);
+        out.push(kv);
+    }
+    to_cstrings(out.iter().map(Vec::as_slice))
+}
+
+fn rlimits(plan: &SpawnPlan, via: &LimitsVia) -> Vec<(nix::sys::resource::Resource, u64)> {
+    use nix::sys::resource::Resource;
+    let l = &plan.limits;
+    let mut v = vec![
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_FSIZE, l.max_file_size_bytes),
+        (Resource::RLIMIT_NOFILE, l.max_open_files),
+    ];
+    if matches!(via, LimitsVia::Rlimits) {
+        v.push((Resource::RLIMIT_AS, l.max_memory_bytes));
+        v.push((Resource::RLIMIT_NPROC, l.max_processes));
+    }
+    v
+}
+
+/// Writes `/proc/PID/{uid_map,setgroups,gid_map}`. Root maps 0 too, so init
+/// can build the root before it becomes `uid`; an ordinary user maps only itself.
+fn write_id_maps(pid: i32, uid: u32, gid: u32, privileged: bool) -> Result<(), StepError> {
+    let proc_dir = Path::new("/proc").join(pid.to_string());
+    let map = |id: u32| {
+        if privileged && id != 0 {
+            format!("0 0 1\n{id} {id} 1\n")
+        } else {
+            format!("{id} {id} 1\n")
+        }
+    };
+    let write = |file: &str, text: &str| {
+        std::fs::write(proc_dir.join(file), text).map_err(prep(format!("write /proc/{pid}/{file}")))
+    };
+    write("uid_map", &map(uid))?;
+    if !privileged {
+        write("setgroups", "deny")?;
+    }
+    write("gid_map", &map(gid))
+}

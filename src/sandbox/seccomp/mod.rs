@@ -1,0 +1,144 @@
+//! spawnd's seccomp filter, as pure data: a syscall [`Policy`] (the default
+//! one is a table in `syscalls.rs`) is compiled into a classic-BPF program
+//! ([`Filter`]) that the sandbox installs in the child as its very last step
+//! before exec. Nothing in this module talks to the kernel: installing is
+//! the sandbox layer's job, which can pass `Filter::instructions` (laid out
+//! as `struct sock_filter`) to `seccomp(SECCOMP_SET_MODE_FILTER)`.
+//!
+//! The program kills calls from any architecture but x86_64 and any x32
+//! number, dispatches on the syscall number with a binary search tree, and
+//! checks the low 32 bits of arguments where a rule has conditions. Every
+//! compiled program is verified by the interpreter's checker before it is
+//! returned, and [`interp::run`] executes it on a [`SeccompData`] so tests
+//! can compare it with [`Policy::evaluate`] value for value. The filter's
+//! [`Filter::id`] is a SHA-256 of its bytes, for audit records.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+// The syscall numbers come from libc for the build target, and the program
+// checks for AUDIT_ARCH_X86_64: on any other target (x32 included, whose
+// libc numbers carry the x32 bit) the two would disagree.
+#[cfg(not(all(
+    target_os = "linux",
+    target_arch = "x86_64",
+    target_pointer_width = "64"
+)))]
+compile_error!("spawnd's seccomp filter is written for x86_64 Linux only");
+
+pub mod abi;
+pub mod bpf;
+mod codegen;
+pub mod interp;
+mod policy;
+pub mod syscalls;
+
+#[cfg(test)]
+mod default_policy_tests;
+#[cfg(test)]
+mod properties;
+
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+pub use abi::SeccompData;
+pub use bpf::SockFilter;
+pub use interp::InterpError;
+pub use policy::{Action, ArgTest, Condition, Policy, SyscallRule};
+
+/// A compiled seccomp program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Filter {
+    /// The instructions, ready for `struct sock_fprog`.
+    pub instructions: Vec<SockFilter>,
+}
+
+impl Filter {
+    /// `sha256:` and the hex SHA-256 of the instructions, each serialized as
+    /// 8 little-endian bytes (`code`, `jt`, `jf`, `k`). Stable across builds
+    /// and machines; changes whenever any instruction changes.
+    pub fn id(&self) -> String {
+        format!("sha256:{}", hex::encode(Sha256::digest(self.to_bytes())))
+    }
+
+    /// The program as the kernel reads it: 8 bytes per instruction.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.instructions
+            .iter()
+            .flat_map(|insn| insn.to_le_bytes())
+            .collect()
+    }
+
+    /// The number of instructions.
+    pub fn len(&self) -> usize {
+        self.instructions.len()
+    }
+
+    /// Whether there are no instructions (never true for a compiled filter).
+    pub fn is_empty(&self) -> bool {
+        self.instructions.is_empty()
+    }
+}
+
+/// Why a policy could not be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CompileError {
+    /// A rule's number is negative or in the x32 range.
+    #[error("syscall {name} has number {nr}, outside 0..0x40000000")]
+    SyscallNumberOutOfRange {
+        /// The rule's name.
+        name: &'static str,
+        /// Its number.
+        nr: i64,
+    },
+    /// Two rules list the same number.
+    #[error("syscalls {first} and {second} both have number {nr}")]
+    DuplicateSyscall {
+        /// One rule's name.
+        first: &'static str,
+        /// The other rule's name.
+        second: &'static str,
+        /// The shared number.
+        nr: u32,
+    },
+    /// A condition names an argument past the sixth.
+    #[error("syscall {name} tests argument {arg}, but there are only 6")]
+    ArgumentIndexOutOfRange {
+        /// The rule's name.
+        name: &'static str,
+        /// The argument index.
+        arg: u8,
+    },
+    /// An errno of 0 (fake success) or above 4095 (clamped by the kernel).
+    #[error("{context} returns errno {errno}, outside 1..=4095")]
+    InvalidErrno {
+        /// The rule's name, or "default action".
+        context: &'static str,
+        /// The errno.
+        errno: u16,
+    },
+    /// The program could not be laid out.
+    #[error("laying out the program")]
+    Layout(#[from] bpf::BpfError),
+    /// The finished program fails the kernel-style check (too long, …).
+    #[error("checking the compiled program")]
+    Check(#[from] InterpError),
+}
+
+/// Compiles `policy` into a checked seccomp program.
+pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
+    let rules = policy.checked_rules()?;
+    let instructions = codegen::generate(policy.default, &rules)?;
+    interp::check(&instructions)?;
+    Ok(Filter { instructions })
+}
+
+/// spawnd's default policy: unlisted syscalls are allowed, the table in
+/// [`syscalls`] refuses or restricts the rest.
+pub fn default_policy() -> Policy {
+    Policy {
+        default: Action::Allow,
+        rules: syscalls::default_rules(),
+    }
+}

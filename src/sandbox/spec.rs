@@ -1,0 +1,353 @@
+//! `SandboxSpec`: everything the sandbox will do for one spawn, decided as
+//! plain data before any process is created — the mount table of the fresh
+//! root, the Landlock rules, the identity, the working directory. Pure: what
+//! exists on the host is asked through a function, so tests need no kernel.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::plan::{CwdPlan, SpawnPlan};
+
+/// What a host path is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostKind {
+    /// A directory.
+    Dir,
+    /// Any other file.
+    File,
+    /// A symbolic link, with its target as written.
+    Symlink(PathBuf),
+    /// Nothing there.
+    Missing,
+}
+
+/// Where a bind mount comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BindSource {
+    /// A system path, bound by path.
+    System(PathBuf),
+    /// A manifest scope, bound from the descriptor opened for it (index into `SandboxSpec::scopes`).
+    Scope(usize),
+}
+
+/// One step of building the fresh root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum MountKind {
+    /// A private tmpfs.
+    Tmpfs {
+        /// Directory mode.
+        mode: u32,
+        /// Size cap in bytes.
+        size: u64,
+    },
+    /// The sandbox's own procfs.
+    Proc,
+    /// A host device node bound onto an empty file.
+    Device {
+        /// The host node, e.g. `/dev/null`.
+        host: PathBuf,
+    },
+    /// A symbolic link (system paths that are links on the host).
+    Symlink {
+        /// Its target.
+        target: PathBuf,
+    },
+    /// A bind mount.
+    Bind {
+        /// Where from.
+        source: BindSource,
+        /// Whether the source is a directory.
+        dir: bool,
+        /// Read-write (else read-only).
+        writable: bool,
+        /// Executable (else noexec).
+        exec: bool,
+    },
+}
+
+/// A mount step at a path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MountStep {
+    /// Path inside the sandbox.
+    pub target: PathBuf,
+    /// What goes there.
+    pub kind: MountKind,
+}
+
+/// Landlock access for a path inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Read files and list directories.
+    Read,
+    /// Read and execute.
+    ReadExec,
+    /// Read, write, create, remove, rename within (no execute, no device nodes).
+    ReadWrite,
+    /// Read-write and execute (`fs_exec` over `fs_write`).
+    ReadWriteExec,
+    /// Read and write existing files only (device nodes).
+    Device,
+}
+
+/// A Landlock rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LandlockRule {
+    /// Path inside the sandbox.
+    pub path: PathBuf,
+    /// What it grants.
+    pub access: Access,
+}
+
+/// The decided sandbox for one spawn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxSpec {
+    /// Scope sources to open (O_PATH) before the child is created, in order.
+    pub scopes: Vec<PathBuf>,
+    /// Mount steps, in order.
+    pub mounts: Vec<MountStep>,
+    /// Landlock rules (the program file itself is added from its descriptor).
+    pub landlock: Vec<LandlockRule>,
+    /// Working directory inside.
+    pub cwd: PathBuf,
+    /// Whether `cwd` is a fresh directory to create in the private /tmp.
+    pub fresh_cwd: bool,
+    /// `fs_read` scopes that do not exist and were left out.
+    pub missing_read_scopes: Vec<PathBuf>,
+    /// `fs_write` scopes that do not exist and must be created first.
+    pub create_write_scopes: Vec<PathBuf>,
+}
+
+/// Why a plan cannot be turned into a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A scope overlaps a path the sandbox manages itself.
+    #[error("scope {0} overlaps {1}, which the sandbox provides itself; declare a path outside /proc, /dev and /sys")]
+    ManagedPath(PathBuf, &'static str),
+    /// The working directory does not exist.
+    #[error("the working directory {0} does not exist on the host; create it or request another")]
+    MissingCwd(PathBuf),
+}
+
+/// Paths the sandbox builds itself; no scope may sit on or under them.
+const MANAGED: &[&str] = &["/proc", "/dev", "/sys"];
+/// The fresh working directory when neither request nor manifest names one.
+pub const FRESH_CWD: &str = "/tmp/work";
+/// Size cap of the private /tmp and /dev/shm.
+pub const TMPFS_BYTES: u64 = 256 << 20;
+/// The device nodes of the minimal /dev.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// Builds the spec. `host` tells what each host path is; `system_paths` is the
+/// operator's read-only runtime.
+pub fn build_spec(
+    plan: &SpawnPlan,
+    system_paths: &[PathBuf],
+    host: &dyn Fn(&Path) -> HostKind,
+) -> Result<SandboxSpec, SpecError> {
+    for scope in plan
+        .fs
+        .read
+        .iter()
+        .chain(&plan.fs.write)
+        .chain(&plan.fs.exec)
+    {
+        if let Some(managed) = MANAGED
+            .iter()
+            .find(|m| scope.starts_with(m) || Path::new(m).starts_with(scope))
+        {
+            return Err(SpecError::ManagedPath(scope.clone(), managed));
+        }
+    }
+    let mut spec = SandboxSpec {
+        scopes: Vec::new(),
+        mounts: base_mounts(),
+        landlock: base_rules(),
+        cwd: PathBuf::from(FRESH_CWD),
+        fresh_cwd: true,
+        missing_read_scopes: Vec::new(),
+        create_write_scopes: Vec::new(),
+    };
+    add_system_paths(&mut spec, system_paths, host);
+    add_scopes(&mut spec, plan, host);
+    if let CwdPlan::Dir(dir) = &plan.cwd {
+        let created = spec.create_write_scopes.iter().any(|w| dir.starts_with(w));
+        if host(dir) != HostKind::Dir && !created {
+            return Err(SpecError::MissingCwd(dir.clone()));
+        }
+        spec.cwd = dir.clone();
+        spec.fresh_cwd = false;
+    }
+    Ok(spec)
+}
+
+fn base_mounts() -> Vec<MountStep> {
+    let mut m = vec![
+        MountStep {
+            target: "/tmp".into(),
+            kind: MountKind::Tmpfs {
+                mode: 0o1777,
+                size: TMPFS_BYTES,
+            },
+        },
+        MountStep {
+            target: "/dev".into(),
+            kind: MountKind::Tmpfs {
+                mode: 0o755,
+                size: 1 << 20,
+            },
+        },
+    ];
+    m.extend(DEVICES.iter().map(|d| MountStep {
+        target: Path::new("/dev").join(d),
+        kind: MountKind::Device {
+            host: Path::new("/dev").join(d),
+        },
+    }));
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        m.push(MountStep {
+            target: Path::new("/dev").join(link),
+            kind: MountKind::Symlink {
+                target: target.into(),
+            },
+        });
+    }
+    m.push(MountStep {
+        target: "/dev/shm".into(),
+        kind: MountKind::Tmpfs {
+            mode: 0o1777,
+            size: TMPFS_BYTES,
+        },
+    });
+    m.push(MountStep {
+        target: "/proc".into(),
+        kind: MountKind::Proc,
+    });
+    m
+}
+
+fn base_rules() -> Vec<LandlockRule> {
+    let mut r = vec![
+        LandlockRule {
+            path: "/tmp".into(),
+            access: Access::ReadWrite,
+        },
+        LandlockRule {
+            path: "/dev/shm".into(),
+            access: Access::ReadWrite,
+        },
+        LandlockRule {
+            path: "/proc".into(),
+            access: Access::Read,
+        },
+        LandlockRule {
+            path: "/".into(),
+            access: Access::Read,
+        },
+    ];
+    r.extend(DEVICES.iter().map(|d| LandlockRule {
+        path: Path::new("/dev").join(d),
+        access: Access::Device,
+    }));
+    r
+}
+
+fn add_system_paths(
+    spec: &mut SandboxSpec,
+    system_paths: &[PathBuf],
+    host: &dyn Fn(&Path) -> HostKind,
+) {
+    for path in system_paths {
+        let kind = match host(path) {
+            HostKind::Missing => continue,
+            HostKind::Symlink(target) => MountKind::Symlink { target },
+            HostKind::Dir => MountKind::Bind {
+                source: BindSource::System(path.clone()),
+                dir: true,
+                writable: false,
+                exec: true,
+            },
+            HostKind::File => MountKind::Bind {
+                source: BindSource::System(path.clone()),
+                dir: false,
+                writable: false,
+                exec: true,
+            },
+        };
+        if !matches!(kind, MountKind::Symlink { .. }) {
+            spec.landlock.push(LandlockRule {
+                path: path.clone(),
+                access: Access::ReadExec,
+            });
+        }
+        spec.mounts.push(MountStep {
+            target: path.clone(),
+            kind,
+        });
+    }
+}
+
+/// Scopes are mounted shallowest first, so a nested scope lands on top of its parent.
+fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> HostKind) {
+    let exec = |p: &Path| plan.fs.exec.iter().any(|e| p.starts_with(e));
+    // Path → writable; a path listed both ways is writable.
+    let mut scopes: std::collections::BTreeMap<PathBuf, bool> = std::collections::BTreeMap::new();
+    for (paths, writable) in [
+        (&plan.fs.read, false),
+        (&plan.fs.exec, false),
+        (&plan.fs.write, true),
+    ] {
+        for p in paths {
+            *scopes.entry(p.clone()).or_insert(false) |= writable;
+        }
+    }
+    let mut entries: Vec<(PathBuf, bool)> = scopes.into_iter().collect();
+    entries.sort_by_key(|(p, _)| p.components().count());
+    for (path, writable) in entries {
+        let dir = match host(&path) {
+            HostKind::Dir | HostKind::Symlink(_) => true,
+            HostKind::File => false,
+            HostKind::Missing if writable => {
+                spec.create_write_scopes.push(path.clone());
+                true
+            }
+            HostKind::Missing => {
+                spec.missing_read_scopes.push(path);
+                continue;
+            }
+        };
+        let exec = exec(&path);
+        let access = match (writable, exec) {
+            (false, false) => Access::Read,
+            (false, true) => Access::ReadExec,
+            (true, false) => Access::ReadWrite,
+            (true, true) => Access::ReadWriteExec,
+        };
+        spec.landlock.push(LandlockRule {
+            path: path.clone(),
+            access,
+        });
+        spec.mounts.push(MountStep {
+            target: path.clone(),
+            kind: MountKind::Bind {
+                source: BindSource::Scope(spec.scopes.len()),
+                dir,
+                writable,
+                exec,
+            },
+        });
+        spec.scopes.push(path);
+    }
+}
+
+#[cfg(test)]
+#[path = "spec_tests.rs"]
+mod tests;

@@ -1,0 +1,201 @@
+//! The sandbox spec, value for value.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::manifest::{Limits, Sha256Digest, Tier};
+use crate::plan::{FsPlan, ProgramPlan};
+
+fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
+    SpawnPlan {
+        connector: "local://t/t".into(),
+        version: "1.0.0".into(),
+        manifest_sha256: Sha256Digest([0; 32]),
+        op: "x".into(),
+        op_mode: Tier::Readonly,
+        program: ProgramPlan {
+            declared: "/usr/bin/true".into(),
+            resolved: "/usr/bin/true".into(),
+            sha256: Sha256Digest([0; 32]),
+            pinned: false,
+        },
+        argv: vec!["true".into()],
+        argv_shape: "true".into(),
+        env: vec![],
+        env_values: Default::default(),
+        cwd,
+        fs,
+        limits: Limits::default(),
+    }
+}
+
+fn host(p: &Path) -> HostKind {
+    match p.to_str().unwrap_or("") {
+        "/bin" => HostKind::Symlink("usr/bin".into()),
+        "/usr" | "/lib" | "/home/u/code" | "/home/u/code/out" | "/home/u/code/sub" => HostKind::Dir,
+        "/etc/ld.so.cache" | "/home/u/.gitconfig" => HostKind::File,
+        _ => HostKind::Missing,
+    }
+}
+
+fn system() -> Vec<PathBuf> {
+    ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"]
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
+
+#[test]
+fn system_paths_are_bound_read_only_executable_and_links_stay_links() {
+    let spec = build_spec(
+        &plan(FsPlan::default(), CwdPlan::FreshTemp),
+        &system(),
+        &host,
+    )
+    .unwrap();
+    let find = |t: &str| {
+        spec.mounts
+            .iter()
+            .find(|m| m.target == Path::new(t))
+            .map(|m| m.kind.clone())
+    };
+    assert_eq!(
+        find("/usr"),
+        Some(MountKind::Bind {
+            source: BindSource::System("/usr".into()),
+            dir: true,
+            writable: false,
+            exec: true
+        })
+    );
+    assert_eq!(
+        find("/bin"),
+        Some(MountKind::Symlink {
+            target: "usr/bin".into()
+        })
+    );
+    assert_eq!(find("/lib64"), None, "missing system paths are left out");
+    assert_eq!(
+        find("/etc/ld.so.cache"),
+        Some(MountKind::Bind {
+            source: BindSource::System("/etc/ld.so.cache".into()),
+            dir: false,
+            writable: false,
+            exec: true
+        })
+    );
+    assert_eq!(
+        (spec.cwd.as_path(), spec.fresh_cwd),
+        (Path::new(FRESH_CWD), true)
+    );
+}
+
+#[test]
+fn scopes_mount_shallowest_first_with_write_and_exec_as_declared() {
+    let fs = FsPlan {
+        read: vec![
+            "/home/u/code".into(),
+            "/home/u/.gitconfig".into(),
+            "/home/u/gone".into(),
+        ],
+        write: vec!["/home/u/code/out".into(), "/home/u/cache".into()],
+        exec: vec!["/home/u/code/sub".into()],
+    };
+    let spec = build_spec(
+        &plan(fs, CwdPlan::Dir("/home/u/code".into())),
+        &system(),
+        &host,
+    )
+    .unwrap();
+    let binds: Vec<(String, bool, bool)> = spec
+        .mounts
+        .iter()
+        .filter_map(|m| match &m.kind {
+            MountKind::Bind {
+                source: BindSource::Scope(_),
+                writable,
+                exec,
+                ..
+            } => Some((m.target.display().to_string(), *writable, *exec)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        binds,
+        [
+            ("/home/u/.gitconfig".to_string(), false, false),
+            ("/home/u/cache".to_string(), true, false),
+            ("/home/u/code".to_string(), false, false),
+            ("/home/u/code/out".to_string(), true, false),
+            ("/home/u/code/sub".to_string(), false, true),
+        ]
+    );
+    assert_eq!(spec.missing_read_scopes, [PathBuf::from("/home/u/gone")]);
+    assert_eq!(spec.create_write_scopes, [PathBuf::from("/home/u/cache")]);
+    assert!(spec.landlock.contains(&LandlockRule {
+        path: "/home/u/code/out".into(),
+        access: Access::ReadWrite
+    }));
+    assert!(spec.landlock.contains(&LandlockRule {
+        path: "/home/u/code/sub".into(),
+        access: Access::ReadExec
+    }));
+    assert!(!spec
+        .landlock
+        .iter()
+        .any(|r| r.path == Path::new("/home/u/gone")));
+    assert_eq!(
+        (spec.cwd.as_path(), spec.fresh_cwd),
+        (Path::new("/home/u/code"), false)
+    );
+}
+
+#[test]
+fn the_sandbox_provides_tmp_dev_and_proc_itself() {
+    let spec = build_spec(&plan(FsPlan::default(), CwdPlan::FreshTemp), &[], &host).unwrap();
+    let targets: Vec<String> = spec
+        .mounts
+        .iter()
+        .map(|m| m.target.display().to_string())
+        .collect();
+    for t in [
+        "/tmp",
+        "/dev",
+        "/dev/null",
+        "/dev/urandom",
+        "/dev/shm",
+        "/proc",
+        "/dev/fd",
+    ] {
+        assert!(targets.contains(&t.to_string()), "{t} in {targets:?}");
+    }
+    assert!(!targets.iter().any(|t| t.starts_with("/sys")));
+    assert!(
+        !spec
+            .landlock
+            .iter()
+            .any(|r| matches!(r.access, Access::ReadExec | Access::ReadWriteExec)),
+        "nothing but declared paths executes"
+    );
+}
+
+#[test]
+fn scopes_over_managed_paths_and_missing_cwds_are_refused() {
+    let fs = FsPlan {
+        read: vec!["/proc/1".into()],
+        ..FsPlan::default()
+    };
+    assert!(matches!(
+        build_spec(&plan(fs, CwdPlan::FreshTemp), &[], &host),
+        Err(SpecError::ManagedPath(..))
+    ));
+    let fs = FsPlan {
+        read: vec!["/home/u/code".into()],
+        ..FsPlan::default()
+    };
+    let missing = CwdPlan::Dir("/home/u/code/nope".into());
+    assert_eq!(
+        build_spec(&plan(fs, missing), &[], &host),
+        Err(SpecError::MissingCwd("/home/u/code/nope".into()))
+    );
+}

@@ -1,0 +1,422 @@
+//! Supervising a started sandbox until it is gone: both output pipes drained
+//! at once and hashed while streaming, each capped (the rest drained and
+//! counted, never blocking the child), stdin pumped without ever blocking on
+//! a child that does not read it, the wall-time limit enforced (SIGTERM to
+//! init, which forwards it, then SIGKILL, which ends the whole pid namespace),
+//! and SIGINT/SIGTERM/SIGHUP to spawnd itself turned into killing the sandbox.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
+use sha2::{Digest, Sha256};
+
+use crate::manifest::Sha256Digest;
+use crate::sandbox::launch::Running;
+use crate::sandbox::sys::wait_with_usage;
+
+/// How long a program gets between SIGTERM and SIGKILL after its wall time.
+pub const GRACE: Duration = Duration::from_millis(1500);
+const CHUNK: usize = 64 * 1024;
+
+/// What the supervisor enforces and where live output goes.
+pub struct Supervision<'a> {
+    /// Bytes of stdout kept.
+    pub stdout_cap: u64,
+    /// Bytes of stderr kept.
+    pub stderr_cap: u64,
+    /// Wall time.
+    pub wall_time: Duration,
+    /// Forward the kept bytes live to spawnd's own stdout/stderr.
+    pub live: bool,
+    /// Bytes for the child's stdin pipe (spawnd's stdin, or request bytes).
+    pub stdin: Option<Box<dyn Read + 'a>>,
+}
+
+/// One captured stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// The bytes kept (at most the cap).
+    pub kept: Vec<u8>,
+    /// Everything the child wrote.
+    pub total: u64,
+    /// Whether bytes were dropped.
+    pub truncated: bool,
+    /// SHA-256 of exactly `kept`.
+    pub sha256: Sha256Digest,
+}
+
+/// How the program ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Exited with a code.
+    Exited(i32),
+    /// Killed by a signal (number).
+    Signaled(i32),
+    /// The sandbox could not be set up; nothing of the program ran.
+    SetupFailed(String),
+}
+
+/// Everything known when the sandbox is gone.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// How it ended.
+    pub ending: Ending,
+    /// The wall time ran out.
+    pub timed_out: bool,
+    /// A signal to spawnd ended the run.
+    pub interrupted_by: Option<i32>,
+    /// From release to the end.
+    pub duration: Duration,
+    /// stdout.
+    pub stdout: Captured,
+    /// stderr.
+    pub stderr: Captured,
+    /// Landlock as reported from inside: (abi, tcp denied, scoped).
+    pub landlock: Option<(u32, bool, bool)>,
+    /// User+system CPU time of the whole sandbox.
+    pub cpu_ms: u64,
+    /// Peak memory (cgroup), else the largest resident set.
+    pub peak_memory_bytes: u64,
+    /// The cgroup OOM killer acted.
+    pub oom_killed: bool,
+}
+
+struct Stream {
+    fd: Option<OwnedFd>,
+    cap: u64,
+    kept: Vec<u8>,
+    total: u64,
+    hasher: Sha256,
+}
+
+impl Stream {
+    fn new(fd: OwnedFd, cap: u64) -> Stream {
+        Stream {
+            fd: Some(fd),
+            cap,
+            kept: Vec::new(),
+            total: 0,
+            hasher: Sha256::new(),
+        }
+    }
+
+    /// Takes a chunk; returns the part within the cap (for live forwarding).
+    fn take<'c>(&mut self, chunk: &'c [u8]) -> &'c [u8] {
+        let room = self.cap.saturating_sub(self.kept.len() as u64) as usize;
+        let keep = &chunk[..chunk.len().min(room)];
+        self.kept.extend_from_slice(keep);
+        self.hasher.update(keep);
+        self.total += chunk.len() as u64;
+        keep
+    }
+
+    fn finish(self) -> Captured {
+        let truncated = self.total > self.kept.len() as u64;
+        Captured {
+            kept: self.kept,
+            total: self.total,
+            truncated,
+            sha256: Sha256Digest(self.hasher.finalize().into()),
+        }
+    }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let flags =
+        OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL).map_err(std::io::Error::from)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))
+        .map(drop)
+        .map_err(std::io::Error::from)
+}
+
+/// Drives the sandbox to its end.
+pub fn supervise(running: Running, mut sup: Supervision<'_>) -> std::io::Result<Outcome> {
+    let signals: SigSet = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]
+        .into_iter()
+        .collect();
+    let mut old_mask = SigSet::empty();
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&signals), Some(&mut old_mask))?;
+    let result = supervise_blocked(running, &mut sup, &signals);
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None)?;
+    result
+}
+
+fn supervise_blocked(
+    running: Running,
+    sup: &mut Supervision<'_>,
+    signals: &SigSet,
+) -> std::io::Result<Outcome> {
+    let started = Instant::now();
+    let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+    let init = Pid::from_raw(running.init_pid);
+    let mut out = Stream::new(running.stdout, sup.stdout_cap);
+    let mut err = Stream::new(running.stderr, sup.stderr_cap);
+    let mut status = Some(running.status);
+    let mut stdin_w = running.stdin;
+    for fd in [
+        out.fd.as_ref(),
+        err.fd.as_ref(),
+        status.as_ref(),
+        stdin_w.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        set_nonblocking(fd.as_fd())?;
+    }
+    let mut status_bytes = Vec::new();
+    let mut pending_in: Vec<u8> = Vec::new();
+    let mut stdin_eof = sup.stdin.is_none();
+    if stdin_eof {
+        stdin_w = None;
+    }
+    let deadline = started + sup.wall_time;
+    let mut kill_at: Option<Instant> = None;
+    let (mut timed_out, mut interrupted_by) = (false, None);
+    let mut buf = vec![0u8; CHUNK];
+    while out.fd.is_some() || err.fd.is_some() || status.is_some() {
+        if !stdin_eof && pending_in.is_empty() {
+            if let Some(src) = sup.stdin.as_mut() {
+                pending_in.resize(CHUNK, 0);
+                let n = src.read(&mut pending_in).unwrap_or(0);
+                pending_in.truncate(n);
+                stdin_eof = n == 0;
+                if stdin_eof {
+                    stdin_w = None;
+                }
+            }
+        }
+        let now = Instant::now();
+        if !timed_out && now >= deadline {
+            timed_out = true;
+            let _ = kill(init, Signal::SIGTERM);
+            kill_at = Some(now + GRACE);
+        }
+        if kill_at.is_some_and(|t| now >= t) {
+            let _ = kill(init, Signal::SIGKILL);
+            kill_at = None;
+        }
+        let next = kill_at.unwrap_or(if timed_out {
+            now + Duration::from_secs(3600)
+        } else {
+            deadline
+        });
+        let wait_ms = next.saturating_duration_since(now).as_millis().min(60_000) as u16;
+        let mut fds: Vec<PollFd> = Vec::with_capacity(5);
+        let mut slots = Vec::with_capacity(5);
+        for (slot, fd) in [
+            (0u8, out.fd.as_ref()),
+            (1, err.fd.as_ref()),
+            (2, status.as_ref()),
+        ] {
+            if let Some(fd) = fd {
+                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                slots.push(slot);
+            }
+        }
+        fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+        slots.push(3);
+        if let (Some(w), false) = (stdin_w.as_ref(), pending_in.is_empty()) {
+            fds.push(PollFd::new(w.as_fd(), PollFlags::POLLOUT));
+            slots.push(4);
+        }
+        match poll(&mut fds, PollTimeout::from(wait_ms)) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let ready: Vec<(u8, bool)> = fds
+            .iter()
+            .zip(&slots)
+            .map(|(p, s)| (*s, p.revents().is_some_and(|r| !r.is_empty())))
+            .collect();
+        drop(fds);
+        for (slot, is_ready) in ready {
+            if !is_ready {
+                continue;
+            }
+            match slot {
+                0 => drain(&mut out, &mut buf, sup.live.then(std::io::stdout)),
+                1 => drain(&mut err, &mut buf, sup.live.then(std::io::stderr)),
+                2 => {
+                    if read_some(status.as_ref(), &mut buf, &mut status_bytes) {
+                        status = None;
+                    }
+                }
+                3 => {
+                    if let Ok(Some(info)) = sigfd.read_signal() {
+                        interrupted_by.get_or_insert(info.ssi_signo as i32);
+                        let _ = kill(init, Signal::SIGKILL);
+                    }
+                }
+                _ => pump(&mut stdin_w, &mut pending_in, &mut stdin_eof),
+            }
+        }
+    }
+    let reaped = wait_with_usage(running.init_pid)?;
+    let duration = started.elapsed();
+    let (peak_cg, oom) = running
+        .cgroup
+        .as_ref()
+        .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
+    if let Some(cg) = running.cgroup {
+        cg.remove();
+    }
+    let (ending, landlock) = parse_status(&status_bytes, reaped.status);
+    Ok(Outcome {
+        ending,
+        timed_out,
+        interrupted_by,
+        duration,
+        stdout: out.finish(),
+        stderr: err.finish(),
+        landlock,
+        cpu_ms: reaped.cpu_ms,
+        peak_memory_bytes: peak_cg.unwrap_or(reaped.max_rss_bytes),
+        oom_killed: oom,
+    })
+}
+
+/// Reads what is available; returns true at EOF.
+fn read_some(fd: Option<&OwnedFd>, buf: &mut [u8], into: &mut Vec<u8>) -> bool {
+    let Some(fd) = fd else { return true };
+    loop {
+        match nix::unistd::read(fd, buf) {
+            Ok(0) => return true,
+            Ok(n) => into.extend_from_slice(&buf[..n]),
+            Err(nix::Error::EAGAIN) => return false,
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
+fn drain(stream: &mut Stream, buf: &mut [u8], mut live: Option<impl Write>) {
+    let Some(fd) = stream.fd.take() else { return };
+    loop {
+        match nix::unistd::read(&fd, buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let kept = stream.take(&buf[..n]);
+                if let Some(w) = live.as_mut() {
+                    let _ = w.write_all(kept).and_then(|()| w.flush());
+                }
+            }
+            Err(nix::Error::EAGAIN) => {
+                stream.fd = Some(fd);
+                return;
+            }
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+fn pump(stdin_w: &mut Option<OwnedFd>, pending: &mut Vec<u8>, eof: &mut bool) {
+    let Some(w) = stdin_w.as_ref() else { return };
+    match nix::unistd::write(w, pending) {
+        Ok(n) => {
+            pending.drain(..n);
+        }
+        Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}
+        Err(_) => {
+            // The child closed its stdin: stop feeding it.
+            *stdin_w = None;
+            pending.clear();
+            *eof = true;
+        }
+    }
+}
+
+/// Decodes the status pipe: `E<step>\n` setup errors, `L<abi> <tcp> <scoped>\n`, `W<i32>`.
+fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u32, bool, bool)>) {
+    let mut landlock = None;
+    let mut ending = None;
+    let mut rest = bytes;
+    while let Some((&tag, tail)) = rest.split_first() {
+        match tag {
+            b'W' if tail.len() >= 4 => {
+                let raw = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+                ending = Some(decode_wait(raw));
+                rest = &tail[4..];
+            }
+            b'E' | b'L' => {
+                let end = tail.iter().position(|b| *b == b'\n').unwrap_or(tail.len());
+                let text = String::from_utf8_lossy(&tail[..end]).into_owned();
+                if tag == b'E' {
+                    ending.get_or_insert(Ending::SetupFailed(text));
+                } else {
+                    let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
+                    if let [abi, tcp, scoped] = n.as_slice() {
+                        landlock = Some((*abi, *tcp == 1, *scoped == 1));
+                    }
+                }
+                rest = tail.get(end + 1..).unwrap_or_default();
+            }
+            _ => break,
+        }
+    }
+    let ending = ending.unwrap_or_else(|| match decode_wait(init_status) {
+        // init itself was killed (timeout or spawnd's signal): the program died with it.
+        Ending::Signaled(s) => Ending::Signaled(s),
+        Ending::Exited(code) => {
+            Ending::SetupFailed(format!("sandbox init exited with {code} before reporting"))
+        }
+        other => other,
+    });
+    (ending, landlock)
+}
+
+fn decode_wait(raw: i32) -> Ending {
+    if libc::WIFEXITED(raw) {
+        Ending::Exited(libc::WEXITSTATUS(raw))
+    } else if libc::WIFSIGNALED(raw) {
+        Ending::Signaled(libc::WTERMSIG(raw))
+    } else {
+        Ending::SetupFailed(format!("unexpected wait status {raw:#x}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_pipe_decodes_exit_signal_setup_errors_and_landlock() {
+        let mut bytes = b"L7 1 1\n".to_vec();
+        bytes.push(b'W');
+        bytes.extend_from_slice(&(3i32 << 8).to_le_bytes());
+        assert_eq!(
+            parse_status(&bytes, 0),
+            (Ending::Exited(3), Some((7, true, true)))
+        );
+        let mut bytes = vec![b'W'];
+        bytes.extend_from_slice(&9i32.to_le_bytes());
+        assert_eq!(parse_status(&bytes, 0).0, Ending::Signaled(9));
+        assert_eq!(
+            parse_status(b"Emount(/usr): EPERM\n", 126 << 8).0,
+            Ending::SetupFailed("mount(/usr): EPERM".into())
+        );
+        assert_eq!(parse_status(b"", 9).0, Ending::Signaled(9));
+    }
+
+    #[test]
+    fn streams_keep_the_cap_hash_what_is_kept_and_count_everything() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 4);
+        assert_eq!(s.take(b"abc"), b"abc");
+        assert_eq!(s.take(b"defg"), b"d");
+        let c = s.finish();
+        assert_eq!(
+            (c.kept.as_slice(), c.total, c.truncated),
+            (&b"abcd"[..], 7, true)
+        );
+        assert_eq!(c.sha256, Sha256Digest(Sha256::digest(b"abcd").into()));
+    }
+}
