@@ -8,7 +8,8 @@
 
 use thiserror::Error;
 
-use super::abi::{SeccompData, SECCOMP_DATA_SIZE};
+pub use super::abi::SeccompData;
+use super::abi::SECCOMP_DATA_SIZE;
 use super::bpf::{op, SockFilter};
 
 /// `BPF_MAXINSNS`: the kernel refuses longer filters.
@@ -96,13 +97,22 @@ fn check_instruction(len: usize, pc: usize, insn: SockFilter) -> Result<(), Inte
 /// `SECCOMP_RET_*` value). The program is checked first, so a program the
 /// kernel would refuse is an error even if the bad instruction is never reached.
 pub fn run(program: &[SockFilter], data: &SeccompData) -> Result<u32, InterpError> {
+    run_counting_steps(program, data).map(|(value, _)| value)
+}
+
+/// Like [`run`], but also returns how many instructions were executed, the
+/// cost the kernel pays on this path (the `ret` included).
+pub fn run_counting_steps(
+    program: &[SockFilter],
+    data: &SeccompData,
+) -> Result<(u32, usize), InterpError> {
     check(program)?;
     let bytes = data.to_bytes();
     let mut accumulator = 0u32;
     let mut pc = 0usize;
     // Each step moves pc forward by at least one, so this ends within
     // `program.len()` steps; the bound makes that plain.
-    for _ in 0..program.len() {
+    for step in 1..=program.len() {
         let insn = *program.get(pc).ok_or(InterpError::JumpOutOfRange { pc })?;
         let skip = match insn.code {
             op::LD_W_ABS => {
@@ -110,7 +120,7 @@ pub fn run(program: &[SockFilter], data: &SeccompData) -> Result<u32, InterpErro
                     load_word(&bytes, insn.k).ok_or(InterpError::BadLoad { pc, offset: insn.k })?;
                 0
             }
-            op::RET_K => return Ok(insn.k),
+            op::RET_K => return Ok((insn.k, step)),
             op::JA => usize::try_from(insn.k).map_err(|_| InterpError::JumpOutOfRange { pc })?,
             op::JEQ_K => branch(accumulator == insn.k, insn),
             op::JGT_K => branch(accumulator > insn.k, insn),

@@ -35,7 +35,11 @@ mod policy;
 pub mod syscalls;
 
 #[cfg(test)]
+mod bpf_tests;
+#[cfg(test)]
 mod default_policy_tests;
+#[cfg(test)]
+mod filter_tests;
 #[cfg(test)]
 mod properties;
 

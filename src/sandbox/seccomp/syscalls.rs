@@ -1,10 +1,10 @@
 //! spawnd's default syscall policy for x86_64, as data. It is a deny-list on
 //! top of the other layers (namespaces, Landlock, no capabilities, no new
-//! privileges), so unlisted syscalls are allowed. Each entry names the threat
-//! it answers (threats.md group S, T1–T3, N49/N53/N54, F30). Numbers come from
-//! `libc::SYS_*`; syscalls libc does not define for x86_64 (create_module,
-//! get_kernel_syms, query_module) are absent from the kernel too, which
-//! answers ENOSYS for them.
+//! privileges), so unlisted syscalls are allowed. Each group of entries
+//! names the threats it answers (threats.md group S, T1–T3, N49/N53/N54,
+//! F30). Numbers come from `libc::SYS_*`; syscalls libc does not define for
+//! x86_64 (create_module, get_kernel_syms, query_module) are absent from the
+//! kernel too, which answers ENOSYS for them.
 
 use super::policy::{Action, ArgTest, Condition, SyscallRule};
 
@@ -99,7 +99,7 @@ pub const NOT_IMPLEMENTED: &[(&str, i64)] = &syscalls![
 
 /// Every `CLONE_NEW*` flag: creating any namespace is refused (S6, S7).
 /// On legacy clone the low byte is the exit signal, so CLONE_NEWTIME (0x80)
-/// there only refuses exit signals >= 128, which are never valid anyway.
+/// there only refuses exit signals of 128 and above, which name no signal.
 pub const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWPID

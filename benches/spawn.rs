@@ -1,0 +1,175 @@
+//! Spawn benchmark (not a timed test): 200+ spawns of /bin/true each way,
+//! interleaved in one run — plain fork/exec, `unshare` with the same
+//! namespaces, bubblewrap with the closest isolation it offers, and
+//! `spawnd run` with full isolation — medians and ratios, as Markdown.
+//!
+//! Run: `scripts/bench-spawn` (installs bubblewrap first), or
+//! `cargo bench --bench spawn` with bwrap on PATH. Set SPAWND_BENCH_N to change
+//! the count.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MANIFEST: &str = r#"
+[connector]
+name = "local://bench/true"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{ path = "/usr/bin/true" }]
+
+[capabilities.spawn.operations.true]
+argv = "true"
+"#;
+
+struct Way {
+    name: &'static str,
+    program: String,
+    args: Vec<String>,
+    times: Vec<Duration>,
+}
+
+fn run_once(way: &mut Way) {
+    let t = Instant::now();
+    let status = Command::new(&way.program)
+        .args(&way.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    way.times.push(t.elapsed());
+    assert!(
+        status.status.success(),
+        "{} failed: {}",
+        way.name,
+        String::from_utf8_lossy(&status.stderr)
+    );
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let n: usize = std::env::var("SPAWND_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(250);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("true.toml");
+    std::fs::write(&manifest, MANIFEST).expect("manifest");
+    let spawnd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
+    assert!(spawnd.exists(), "build first: cargo build --release");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let bwrap_args = s(&[
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--ro-bind",
+        "/etc/ld.so.cache",
+        "/etc/ld.so.cache",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        "--clearenv",
+        "/usr/bin/true",
+    ]);
+    let mut ways = vec![
+        Way {
+            name: "plain fork/exec of /bin/true (baseline)",
+            program: "/usr/bin/true".into(),
+            args: vec![],
+            times: vec![],
+        },
+        Way {
+            name: "unshare -U -m -p -n -i -u --fork (namespaces only)",
+            program: "unshare".into(),
+            args: s(&[
+                "--user",
+                "--map-root-user",
+                "--mount",
+                "--pid",
+                "--net",
+                "--ipc",
+                "--uts",
+                "--fork",
+                "/usr/bin/true",
+            ]),
+            times: vec![],
+        },
+        Way {
+            name: "bwrap, closest isolation",
+            program: "bwrap".into(),
+            args: bwrap_args,
+            times: vec![],
+        },
+        Way {
+            name: "spawnd run (all layers, hash, gate)",
+            program: spawnd.display().to_string(),
+            args: vec![
+                "run".into(),
+                "--manifest".into(),
+                manifest.display().to_string(),
+                "--op".into(),
+                "true".into(),
+            ],
+            times: vec![],
+        },
+    ];
+    for w in ways.iter_mut() {
+        for _ in 0..10 {
+            run_once(w);
+        }
+        w.times.clear();
+    }
+    for _ in 0..n {
+        for w in ways.iter_mut() {
+            run_once(w);
+        }
+    }
+    let medians: Vec<Duration> = ways.iter_mut().map(|w| median(&mut w.times)).collect();
+    let (plain, bwrap) = (medians[0], medians[2]);
+    let mut table = format!("{n} spawns each, interleaved\n\n| way | median | vs plain | vs bwrap |\n|---|---|---|---|\n");
+    for (w, m) in ways.iter().zip(&medians) {
+        table.push_str(&format!(
+            "| {} | {} | {:.2}× | {:.2}× |\n",
+            w.name,
+            ms(*m),
+            m.as_secs_f64() / plain.as_secs_f64(),
+            m.as_secs_f64() / bwrap.as_secs_f64()
+        ));
+    }
+    println!("{table}");
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-spawn.md");
+    if let Ok(mut f) = std::fs::File::create(&out) {
+        let _ = f.write_all(table.as_bytes());
+        eprintln!("written to {}", out.display());
+    }
+}

@@ -1,0 +1,208 @@
+//! Shared setup for the sandbox tests: a world-readable scratch directory with
+//! copies of `spawnd` and the hostile `spawnd-probe`, a read-only and a
+//! writable scope, a manifest over them, and runners that drive the real
+//! binary as root or as the unprivileged user `nobody` (65534).
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// Who runs `spawnd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum As {
+    /// uid 0.
+    Root,
+    /// uid/gid 65534 through setpriv.
+    Nobody,
+}
+
+/// A scratch world for one test.
+pub struct World {
+    pub dir: PathBuf,
+    pub spawnd: PathBuf,
+    pub probe: PathBuf,
+    pub manifest: PathBuf,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+impl World {
+    pub fn new() -> World {
+        let dir = tempfile::Builder::new().prefix("spawnd-it-").tempdir_in("/tmp").unwrap().keep();
+        chmod(&dir, 0o755);
+        for sub in ["ro", "rw", "outside"] {
+            std::fs::create_dir(dir.join(sub)).unwrap();
+        }
+        chmod(&dir.join("ro"), 0o755);
+        std::fs::write(dir.join("ro/readable.txt"), "inside a read-only scope\n").unwrap();
+        std::fs::write(dir.join("outside/secret.txt"), "host secret outside every scope\n").unwrap();
+        chmod(&dir.join("outside/secret.txt"), 0o644);
+        nix::unistd::chown(&dir.join("rw"), Some(nix::unistd::Uid::from_raw(65534)), Some(nix::unistd::Gid::from_raw(65534))).unwrap();
+        chmod(&dir.join("rw"), 0o755);
+        let spawnd = dir.join("spawnd");
+        std::fs::copy(env!("CARGO_BIN_EXE_spawnd"), &spawnd).unwrap();
+        let probe = dir.join("spawnd-probe");
+        std::fs::copy(env!("CARGO_BIN_EXE_spawnd-probe"), &probe).unwrap();
+        chmod(&spawnd, 0o755);
+        chmod(&probe, 0o755);
+        let manifest = dir.join("escape.toml");
+        std::fs::write(&manifest, manifest_text(&dir, &probe)).unwrap();
+        chmod(&manifest, 0o644);
+        World { dir, spawnd, probe, manifest }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// `spawnd run --json --manifest M --op OP --arg k=v… EXTRA…` as `who`.
+    pub fn run(&self, who: As, op: &str, args: &[(&str, &str)], extra: &[&str]) -> Output {
+        self.command(who, op, args, extra).output().unwrap()
+    }
+
+    pub fn command(&self, who: As, op: &str, args: &[(&str, &str)], extra: &[&str]) -> Command {
+        let mut cmd = match who {
+            As::Root => Command::new(&self.spawnd),
+            As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&self.spawnd);
+                c
+            }
+        };
+        cmd.args(["run", "--json", "--manifest"]).arg(&self.manifest).args(["--op", op]);
+        for (k, v) in args {
+            cmd.arg("--arg").arg(format!("{k}={v}"));
+        }
+        cmd.args(extra).env_clear().env("PATH", "/usr/bin:/bin").current_dir(&self.dir).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs an attack of the probe inside the sandbox and returns its report.
+    pub fn attack(&self, who: As, attack: &str, args: &[&str]) -> Report {
+        let op = ["probe0", "probe1", "probe2"][args.len()];
+        let mut kv = vec![("attack", attack)];
+        kv.extend(["a1", "a2"].iter().zip(args).map(|(k, v)| (*k, *v)));
+        let out = self.run(who, op, &kv, &[]);
+        Report::from_output(&out)
+    }
+}
+
+/// What `spawnd run --json` said, and what the probe said inside it.
+#[derive(Debug)]
+pub struct Report {
+    pub exit: Option<i32>,
+    pub envelope: Value,
+    pub probe: Value,
+    pub stderr: String,
+}
+
+impl Report {
+    pub fn from_output(out: &Output) -> Report {
+        let envelope: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("spawnd did not print JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        let text = envelope["data"]["stdout"]["text"].as_str().unwrap_or("");
+        let probe = text.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or(Value::Null);
+        Report { exit: out.status.code(), envelope, probe, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    }
+
+    /// The probe ran inside the sandbox and says the attack was blocked.
+    pub fn assert_blocked(&self) {
+        assert_eq!(self.envelope["ok"], true, "spawnd did not run the probe: {}\n{}", self.envelope, self.stderr);
+        assert_eq!(self.probe["outcome"], "blocked", "ESCAPED: {}\nfull result: {}", self.probe, self.envelope["data"]);
+    }
+}
+
+fn manifest_text(dir: &Path, probe: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"[connector]
+name = "local://test/escape"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [
+  {{ path = "{probe}" }},
+  {{ path = "/usr/bin/bash" }},
+  {{ path = "/usr/bin/python3" }},
+  {{ path = "/usr/bin/git" }},
+  {{ path = "/usr/bin/tar" }},
+  {{ path = "/usr/bin/true" }},
+]
+fs_read = ["{d}/ro"]
+fs_write = ["{d}/rw"]
+env_passthrough = ["SENTINEL"]
+env_set = {{ PATH = "/usr/bin:/bin" }}
+
+[capabilities.spawn.limits]
+wall_time_ms = 30000
+max_stdout_bytes = 1048576
+max_memory_bytes = 268435456
+max_processes = 64
+max_file_size_bytes = 67108864
+max_open_files = 128
+
+[capabilities.spawn.operations.probe0]
+argv = ["spawnd-probe", "{{attack}}"]
+[capabilities.spawn.operations.probe1]
+argv = ["spawnd-probe", "{{attack}}", "{{a1}}"]
+[capabilities.spawn.operations.probe1.params.a1]
+allow_dash = true
+[capabilities.spawn.operations.probe2]
+argv = ["spawnd-probe", "{{attack}}", "{{a1}}", "{{a2}}"]
+[capabilities.spawn.operations.probe2.params.a1]
+allow_dash = true
+[capabilities.spawn.operations.probe2.params.a2]
+allow_dash = true
+
+[capabilities.spawn.operations.sh]
+argv = ["bash", "-c", "{{script}}"]
+[capabilities.spawn.operations.sh.params.script]
+max_len = 8192
+
+[capabilities.spawn.operations.py]
+argv = ["python3", "-I", "-c", "{{code}}"]
+[capabilities.spawn.operations.py.params.code]
+max_len = 8192
+
+[capabilities.spawn.operations.git-status]
+argv = ["git", "-c", "safe.directory=*", "-C", "{{repo}}", "status", "--short", "--branch"]
+[capabilities.spawn.operations.git-status.params.repo]
+kind = "path"
+
+[capabilities.spawn.operations.tar-create]
+argv = ["tar", "-C", "{{src}}", "-cf", "{{archive}}", "."]
+[capabilities.spawn.operations.tar-create.params.src]
+kind = "path"
+[capabilities.spawn.operations.tar-create.params.archive]
+kind = "path"
+
+[capabilities.spawn.operations.true]
+argv = "true"
+"#,
+        probe = probe.display()
+    )
+}
+
+/// Pids of host processes whose command line contains `token`.
+pub fn host_processes_with(token: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(token) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
