@@ -101,7 +101,7 @@ fn main() {
         "--clearenv",
         "/usr/bin/true",
     ]);
-    let mut ways = vec![
+    let mut ways = [
         Way {
             name: "plain fork/exec of /bin/true (baseline)",
             program: "/usr/bin/true".into(),
