@@ -66,6 +66,8 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = dir.path().join("true.toml");
     std::fs::write(&manifest, MANIFEST).expect("manifest");
+    let rlimits_config = dir.path().join("rlimits.toml");
+    std::fs::write(&rlimits_config, "[sandbox]\nlimits = \"rlimits\"\n").expect("config");
     let spawnd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
     assert!(spawnd.exists(), "build first: cargo build --release");
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
@@ -131,10 +133,24 @@ fn main() {
             times: vec![],
         },
         Way {
-            name: "spawnd run (all layers, hash, gate)",
+            name: "spawnd run, all layers (root: cgroup v1 memory+pids)",
             program: spawnd.display().to_string(),
             args: vec![
                 "run".into(),
+                "--manifest".into(),
+                manifest.display().to_string(),
+                "--op".into(),
+                "true".into(),
+            ],
+            times: vec![],
+        },
+        Way {
+            name: "spawnd run, all layers, `[sandbox] limits = \"rlimits\"`",
+            program: spawnd.display().to_string(),
+            args: vec![
+                "run".into(),
+                "--config".into(),
+                rlimits_config.display().to_string(),
                 "--manifest".into(),
                 manifest.display().to_string(),
                 "--op".into(),

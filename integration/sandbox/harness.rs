@@ -28,9 +28,26 @@ pub struct World {
     pub manifest: PathBuf,
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+/// The world shared by every test of one test binary (copies are made once).
+pub fn world() -> &'static World {
+    static WORLD: std::sync::OnceLock<World> = std::sync::OnceLock::new();
+    WORLD.get_or_init(World::new)
+}
+
+/// Removes worlds left by earlier test processes that are gone.
+fn remove_stale_worlds() {
+    for entry in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("spawnd-it-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -40,17 +57,33 @@ fn chmod(p: &Path, mode: u32) {
 
 impl World {
     pub fn new() -> World {
-        let dir = tempfile::Builder::new().prefix("spawnd-it-").tempdir_in("/tmp").unwrap().keep();
+        remove_stale_worlds();
+        let prefix = format!("spawnd-it-{}-", std::process::id());
+        let dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .tempdir_in("/tmp")
+            .unwrap()
+            .keep();
         chmod(&dir, 0o755);
         for sub in ["ro", "rw", "outside"] {
             std::fs::create_dir(dir.join(sub)).unwrap();
         }
         chmod(&dir.join("ro"), 0o755);
         std::fs::write(dir.join("ro/readable.txt"), "inside a read-only scope\n").unwrap();
-        std::fs::write(dir.join("outside/secret.txt"), "host secret outside every scope\n").unwrap();
+        std::fs::write(
+            dir.join("outside/secret.txt"),
+            "host secret outside every scope\n",
+        )
+        .unwrap();
         chmod(&dir.join("outside/secret.txt"), 0o644);
-        nix::unistd::chown(&dir.join("rw"), Some(nix::unistd::Uid::from_raw(65534)), Some(nix::unistd::Gid::from_raw(65534))).unwrap();
-        chmod(&dir.join("rw"), 0o755);
+        nix::unistd::chown(
+            &dir.join("rw"),
+            Some(nix::unistd::Uid::from_raw(65534)),
+            Some(nix::unistd::Gid::from_raw(65534)),
+        )
+        .unwrap();
+        // Writable by both identities the tests use (the root child has no DAC override).
+        chmod(&dir.join("rw"), 0o1777);
         let spawnd = dir.join("spawnd");
         std::fs::copy(env!("CARGO_BIN_EXE_spawnd"), &spawnd).unwrap();
         let probe = dir.join("spawnd-probe");
@@ -60,7 +93,12 @@ impl World {
         let manifest = dir.join("escape.toml");
         std::fs::write(&manifest, manifest_text(&dir, &probe)).unwrap();
         chmod(&manifest, 0o644);
-        World { dir, spawnd, probe, manifest }
+        World {
+            dir,
+            spawnd,
+            probe,
+            manifest,
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -77,15 +115,22 @@ impl World {
             As::Root => Command::new(&self.spawnd),
             As::Nobody => {
                 let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&self.spawnd);
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&self.spawnd);
                 c
             }
         };
-        cmd.args(["run", "--json", "--manifest"]).arg(&self.manifest).args(["--op", op]);
+        cmd.args(["run", "--json", "--manifest"])
+            .arg(&self.manifest)
+            .args(["--op", op]);
         for (k, v) in args {
             cmd.arg("--arg").arg(format!("{k}={v}"));
         }
-        cmd.args(extra).env_clear().env("PATH", "/usr/bin:/bin").current_dir(&self.dir).stdin(Stdio::null());
+        cmd.args(extra)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&self.dir)
+            .stdin(Stdio::null());
         cmd
     }
 
@@ -110,16 +155,39 @@ pub struct Report {
 
 impl Report {
     pub fn from_output(out: &Output) -> Report {
-        let envelope: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("spawnd did not print JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        let envelope: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "spawnd did not print JSON ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
         let text = envelope["data"]["stdout"]["text"].as_str().unwrap_or("");
-        let probe = text.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or(Value::Null);
-        Report { exit: out.status.code(), envelope, probe, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+        let probe = text
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap_or(Value::Null);
+        Report {
+            exit: out.status.code(),
+            envelope,
+            probe,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 
     /// The probe ran inside the sandbox and says the attack was blocked.
     pub fn assert_blocked(&self) {
-        assert_eq!(self.envelope["ok"], true, "spawnd did not run the probe: {}\n{}", self.envelope, self.stderr);
-        assert_eq!(self.probe["outcome"], "blocked", "ESCAPED: {}\nfull result: {}", self.probe, self.envelope["data"]);
+        assert_eq!(
+            self.envelope["ok"], true,
+            "spawnd did not run the probe: {}\n{}",
+            self.envelope, self.stderr
+        );
+        assert_eq!(
+            self.probe["outcome"], "blocked",
+            "ESCAPED: {}\nfull result: {}",
+            self.probe, self.envelope["data"]
+        );
     }
 }
 
@@ -198,7 +266,9 @@ argv = "true"
 pub fn host_processes_with(token: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         if String::from_utf8_lossy(&cmdline).contains(token) {
             pids.push(pid);

@@ -36,8 +36,13 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
     }
     let landlock_abi = landlock_abi_version().unwrap_or(0);
-    if landlock_abi < LANDLOCK_ABI_REQUIRED {
-        return Err(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi}, spawnd needs at least {LANDLOCK_ABI_REQUIRED}; enable Landlock (lsm=…,landlock) — nothing was run")));
+    let required = prepared
+        .config
+        .sandbox
+        .landlock_min_abi
+        .max(LANDLOCK_ABI_REQUIRED);
+    if landlock_abi < required {
+        return Err(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run")));
     }
     let identity = Identity::choose(&prepared);
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
@@ -112,7 +117,8 @@ impl Identity {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = euid == 0;
         let cg = probe_cgroups(privileged);
-        let limits_via = match (privileged, cg.v1_memory, cg.v1_pids) {
+        let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
+        let limits_via = match (auto && privileged, cg.v1_memory, cg.v1_pids) {
             (true, Some(memory), Some(pids)) => LimitsVia::CgroupV1(V1Roots { memory, pids }),
             _ => LimitsVia::Rlimits,
         };

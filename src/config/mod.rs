@@ -90,6 +90,22 @@ pub struct SandboxConfig {
     pub require_program_hash: bool,
     /// The wall-time ceiling a manifest may ask for.
     pub max_wall_time_ms: u64,
+    /// The lowest Landlock ABI a spawn may run under (default 1); below it nothing runs.
+    pub landlock_min_abi: u32,
+    /// How memory and process counts are limited.
+    pub limits: LimitsMode,
+}
+
+/// `[sandbox] limits`: which mechanism bounds memory and process counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitsMode {
+    /// SPEC order: cgroup controllers when spawnd can use them, else rlimits.
+    Auto,
+    /// Always rlimits (`RLIMIT_AS`, `RLIMIT_NPROC`; a root caller then runs as 65534).
+    /// Saves the cgroup v1 attach, which costs a kernel RCU grace period (up to
+    /// ~15 ms here) when no other attach happened recently.
+    Rlimits,
 }
 
 /// The operator config, typed.
@@ -259,6 +275,16 @@ impl Config {
                 "must be an unprivileged identity, not 0".into(),
             ));
         }
+        let limits = match raw.sandbox.limits.as_deref() {
+            None | Some("auto") => LimitsMode::Auto,
+            Some("rlimits") => LimitsMode::Rlimits,
+            Some(other) => {
+                return Err(invalid(
+                    "sandbox.limits",
+                    format!("`{other}` is not \"auto\" or \"rlimits\""),
+                ))
+            }
+        };
         let system_paths = raw
             .sandbox
             .system_paths
@@ -298,6 +324,8 @@ impl Config {
                 run_as,
                 require_program_hash: raw.sandbox.require_program_hash.unwrap_or(false),
                 max_wall_time_ms,
+                landlock_min_abi: raw.sandbox.landlock_min_abi.unwrap_or(1).max(1),
+                limits,
             },
         })
     }

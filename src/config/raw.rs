@@ -72,4 +72,6 @@ pub(super) struct RawSandbox {
     pub(super) run_as: Option<String>,
     pub(super) require_program_hash: Option<bool>,
     pub(super) max_wall_time_ms: Option<u64>,
+    pub(super) landlock_min_abi: Option<u32>,
+    pub(super) limits: Option<String>,
 }

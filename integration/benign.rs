@@ -1,0 +1,212 @@
+//! Ordinary programs work in the sandbox, as root and as nobody: git reads a
+//! repository under `fs_read`, tar writes an archive into `fs_write`, python3
+//! computes, and dynamically linked programs find their libraries.
+
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::process::Command;
+
+use harness::{world, As};
+use serde_json::Value;
+
+fn result(out: &std::process::Output) -> Value {
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(v["ok"], true, "{v}");
+    v["data"].clone()
+}
+
+fn repo() -> String {
+    let w = world();
+    let repo = w.path("ro/repo");
+    if !repo.join(".git").exists() {
+        let git = |args: &[&str]| {
+            assert!(Command::new("git")
+                .args(args)
+                .current_dir(&repo)
+                .env("HOME", "/nonexistent")
+                .status()
+                .unwrap()
+                .success())
+        };
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README"), "hello\n").unwrap();
+        git(&["add", "README"]);
+        git(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "first",
+        ]);
+        std::fs::write(repo.join("new.txt"), "untracked\n").unwrap();
+    }
+    repo.display().to_string()
+}
+
+fn git_status_works(who: As) {
+    let repo = repo();
+    let data = result(&world().run(who, "git-status", &[("repo", &repo)], &[]));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let text = data["stdout"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("## main") && text.contains("?? new.txt"),
+        "{text}"
+    );
+}
+
+fn tar_writes_into_the_write_scope(who: As) {
+    let w = world();
+    let archive = w.path(&format!("rw/out-{:?}.tar", who));
+    let data = result(&w.run(
+        who,
+        "tar-create",
+        &[
+            ("src", &w.path("ro").display().to_string()),
+            ("archive", &archive.display().to_string()),
+        ],
+        &[],
+    ));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let list = Command::new("tar")
+        .arg("-tf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("readable.txt"));
+}
+
+fn python_computes(who: As) {
+    let data = result(&world().run(
+        who,
+        "py",
+        &[(
+            "code",
+            "import json, hashlib; print(sum(range(10)), hashlib.sha256(b'x').hexdigest()[:8])",
+        )],
+        &[],
+    ));
+    assert_eq!(
+        data["stdout"]["text"].as_str().map(str::trim),
+        Some("45 2d711642"),
+        "{data}"
+    );
+}
+
+fn dynamic_programs_find_their_libraries(who: As) {
+    let data = result(&world().run(
+        who,
+        "sh",
+        &[(
+            "script",
+            "ldd /usr/bin/git | grep -c '=> /' && /usr/bin/git --version",
+        )],
+        &[],
+    ));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert!(
+        data["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("git version"),
+        "{data}"
+    );
+}
+
+fn exit_codes_and_signals_come_back(who: As) {
+    let w = world();
+    let out = w.run(who, "sh", &[("script", "exit 7")], &[]);
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(result(&out)["exit_code"], 7);
+    let out = w.run(who, "sh", &[("script", "kill -TERM $$")], &[]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+    let data = result(&out);
+    assert_eq!(
+        (data["signal"].as_i64(), data["signal_name"].as_str()),
+        (Some(15), Some("SIGTERM"))
+    );
+}
+
+fn isolation_is_reported(who: As) {
+    let data = result(&world().run(who, "true", &[], &[]));
+    let iso = &data["isolation"];
+    assert_eq!(iso["namespaces"].as_array().unwrap().len(), 7, "{iso}");
+    assert!(iso["landlock"]["abi"].as_u64().unwrap() >= 1, "{iso}");
+    assert!(iso["seccomp"]["filter"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    let expected = if who == As::Root {
+        "cgroup_v1"
+    } else {
+        "rlimits"
+    };
+    assert_eq!(iso["limits_via"], expected, "{iso}");
+}
+
+macro_rules! both {
+    ($($name:ident),*) => {
+        mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
+        mod as_nobody { use super::*; $( #[test] fn $name() { super::$name(As::Nobody) } )* }
+    };
+}
+
+both!(
+    git_status_works,
+    tar_writes_into_the_write_scope,
+    python_computes,
+    dynamic_programs_find_their_libraries,
+    exit_codes_and_signals_come_back,
+    isolation_is_reported
+);
+
+#[test]
+fn live_output_streams_and_the_exit_code_passes_through_without_json() {
+    let w = world();
+    let out = Command::new(&w.spawnd)
+        .args(["run", "--manifest"])
+        .arg(&w.manifest)
+        .args([
+            "--op",
+            "sh",
+            "--arg",
+            "script=echo out; echo err >&2; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+}
+
+#[test]
+fn the_shipped_python_policy_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .args([
+            "run",
+            "--manifest",
+            "policies/python3.toml",
+            "--op",
+            "eval",
+            "--arg",
+            "code=print(6*7)",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "42\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

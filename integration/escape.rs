@@ -1,0 +1,465 @@
+//! The escape suite: hostile programs run through the real `spawnd run`, each
+//! attack checked from inside by `spawnd-probe` and, where it matters, from
+//! outside. Every attack runs twice: with spawnd as root and as the
+//! unprivileged user nobody (65534). Groups follow threats.md: T terminal,
+//! S syscall filter, F filesystem, X exec/identity, N IPC/network, R resources.
+
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::UnixListener;
+use std::process::{Child, Command, Stdio};
+
+use harness::{world, As, World};
+
+/// A host process the sandbox must not reach.
+struct HostSleeper(Child);
+
+impl HostSleeper {
+    fn start() -> HostSleeper {
+        HostSleeper(Command::new("sleep").arg("300").spawn().unwrap())
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for HostSleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn p(w: &World, rel: &str) -> String {
+    w.path(rel).display().to_string()
+}
+
+fn blocked(who: As, attack: &str, args: &[&str]) {
+    world().attack(who, attack, args).assert_blocked();
+}
+
+macro_rules! as_root_and_nobody {
+    ($($(#[$meta:meta])* $name:ident => $body:expr;)*) => {
+        mod as_root {
+            use super::*;
+            $( $(#[$meta])* #[test] fn $name() { let f: fn(As) = $body; f(As::Root) } )*
+        }
+        mod as_nobody {
+            use super::*;
+            $( $(#[$meta])* #[test] fn $name() { let f: fn(As) = $body; f(As::Nobody) } )*
+        }
+    };
+}
+
+as_root_and_nobody! {
+    // T — terminal and session
+    t1_tiocsti_is_refused => |who| blocked(who, "tiocsti", &[]);
+    t2_tiocsti_with_high_bits_is_refused => |who| blocked(who, "tiocsti-high-bits", &[]);
+    t3_tioclinux_is_refused => |who| blocked(who, "tioclinux", &[]);
+    t4_no_process_outside_the_sandbox_can_be_signalled => |who| blocked(who, "kill-parent-group", &[]);
+
+    // S — syscall filter
+    s5_x32_syscalls_are_killed => |who| blocked(who, "x32-syscall", &[]);
+    s5_i386_int80_is_killed => |who| blocked(who, "int80-i386", &[]);
+    s6_clone3_with_a_new_user_namespace_is_refused => |who| blocked(who, "clone3-newuser", &[]);
+    s6_clone_with_a_new_user_namespace_is_refused => |who| blocked(who, "clone-newuser", &[]);
+    s7_nested_user_namespaces_are_refused => |who| blocked(who, "unshare-user", &[]);
+    s7_new_mount_and_network_namespaces_are_refused => |who| { blocked(who, "unshare-mount", &[]); blocked(who, "unshare-net", &[]); };
+    s8_setns_is_refused => |who| blocked(who, "setns", &[]);
+    s9_a_host_process_cannot_be_traced_read_or_robbed_of_fds => |who| {
+        let host = HostSleeper::start();
+        for attack in ["ptrace-attach", "process-vm-readv", "pidfd-getfd"] {
+            blocked(who, attack, &[&host.pid()]);
+        }
+    };
+    s10_io_uring_is_refused => |who| blocked(who, "io-uring-setup", &[]);
+    s11_to_s13_bpf_userfaultfd_and_perf_are_refused => |who| { for a in ["bpf-prog-load", "userfaultfd", "perf-event-open"] { blocked(who, a, &[]); } };
+    s14_kernel_keyrings_are_out_of_reach => |who| { blocked(who, "keyctl", &[]); blocked(who, "add-key", &[]); };
+    s15_personality_cannot_weaken_the_process => |who| blocked(who, "personality-read-implies-exec", &[]);
+    s16_the_mount_family_is_refused => |who| { for a in ["mount-tmpfs", "umount-root", "pivot-root", "open-tree", "fsopen"] { blocked(who, a, &[]); } };
+    s18_dangerous_prctl_options_are_refused => |who| { blocked(who, "prctl-set-ptracer-any", &[]); blocked(who, "prctl-set-mm", &[]); };
+    s19_privileged_leftovers_are_refused => |who| {
+        for a in ["init-module", "kexec-load", "open-by-handle-at", "iopl", "reboot", "settimeofday", "acct", "swapon"] {
+            blocked(who, a, &[]);
+        }
+    };
+    s20_the_program_has_no_privileges_and_runs_filtered => |who| blocked(who, "no-new-privs-and-caps", &[]);
+
+    // F — filesystem
+    f_host_files_outside_the_scopes_cannot_be_read => |who| {
+        let w = world();
+        for path in [p(w, "outside/secret.txt"), "/etc/shadow".into(), "/etc/passwd".into(), "/root/.bashrc".into(), "/home".into()] {
+            blocked(who, "read-host-file", &[&path]);
+        }
+        // (/etc exists inside only to hold ld.so.cache, a system path.)
+        for dir in [p(w, "outside"), "/var".into(), "/root".into(), "/home".into(), "/opt".into()] {
+            blocked(who, "list-host-dir", &[&dir]);
+        }
+    };
+    f_a_read_scope_cannot_be_written => |who| blocked(who, "write-read-scope", &[&p(world(), "ro")]);
+    f29_a_binary_written_into_a_write_scope_cannot_be_executed => |who| blocked(who, "write-then-exec", &[&p(world(), "rw")]);
+    f30_fileless_memfd_execution_is_refused => |who| blocked(who, "memfd-exec", &[]);
+    f25_host_processes_are_invisible_in_proc => |who| {
+        let host = HostSleeper::start();
+        blocked(who, "proc-host-pids", &[&host.pid()]);
+        blocked(who, "proc-1-root", &["etc/shadow"]);
+    };
+    f26_f27_no_descriptor_leaks_in_and_none_can_be_reopened_for_writing => |who| {
+        blocked(who, "leaked-fds", &[]);
+        blocked(who, "reopen-fd-rw", &[]);
+    };
+    f32_devices_cannot_be_made_and_dev_is_minimal => |who| {
+        blocked(who, "mknod-char", &[&p(world(), "rw")]);
+        blocked(who, "mknod-char", &["/tmp"]);
+        blocked(who, "dev-listing", &[]);
+    };
+    f33_procfs_and_sysfs_are_not_writable_or_visible => |who| { for a in ["sysrq", "proc-sys-write", "sys-visible"] { blocked(who, a, &[]); } };
+    f24_a_read_only_file_cannot_be_hard_linked_into_a_write_scope => |who| {
+        let w = world();
+        blocked(who, "link-escape", &[&p(w, "ro/readable.txt"), &p(w, "rw")]);
+    };
+    f37_disk_filling_stops_at_the_file_size_limit => |who| blocked(who, "disk-fill", &[&p(world(), "rw"), "268435456"]);
+
+    // X — exec and identity
+    x_a_program_outside_the_scopes_cannot_be_executed => |who| {
+        let w = world();
+        let outside = w.path("outside/true-copy");
+        if !outside.exists() {
+            let _ = std::fs::copy("/usr/bin/true", &outside);
+        }
+        blocked(who, "exec-outside", &[&outside.display().to_string()]);
+        blocked(who, "exec-outside", &["/sbin/../../root/anything"]);
+    };
+
+    // N — IPC and network
+    n50_the_hosts_loopback_tcp_listener_is_unreachable => |who| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        blocked(who, "tcp-connect", &[&addr]);
+    };
+    n49_there_is_no_route_out => |who| blocked(who, "tcp-connect-external", &[]);
+    n54_tcp_bind_is_refused => |who| blocked(who, "tcp-bind", &["18080"]);
+    n45_a_host_pathname_socket_is_unreachable => |who| {
+        let path = world().path(&format!("outside/host-{}.sock", std::process::id() ^ (who as u32)));
+        let _ = std::fs::remove_file(&path);
+        let _listener = UnixListener::bind(&path).unwrap();
+        blocked(who, "unix-connect", &[&path.display().to_string()]);
+    };
+    n46_a_host_abstract_socket_is_unreachable => |who| {
+        let name = format!("spawnd-test-{}-{}", std::process::id(), who as u8);
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let _listener = UnixListener::bind_addr(&addr).unwrap();
+        blocked(who, "abstract-connect", &[&name]);
+    };
+    n49_n53_raw_netlink_and_vsock_sockets_are_refused => |who| { for a in ["netlink-socket", "packet-socket", "vsock-socket"] { blocked(who, a, &[]); } };
+    n_udp_to_a_host_loopback_listener_does_not_arrive => |who| {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        blocked(who, "udp-send", &[&sock.local_addr().unwrap().to_string()]);
+    };
+    n47_host_processes_cannot_be_signalled => |who| {
+        let host = HostSleeper::start();
+        blocked(who, "kill-host-pid", &[&host.pid()]);
+    };
+    n48_host_sysv_shared_memory_is_invisible => |who| {
+        let out = Command::new("ipcmk").args(["-M", "4096"]).output().unwrap();
+        let id: String = String::from_utf8_lossy(&out.stdout).chars().filter(char::is_ascii_digit).collect();
+        let report = world().attack(who, "sysv-shm", &[&id]);
+        let _ = Command::new("ipcrm").args(["-m", &id]).status();
+        report.assert_blocked();
+    };
+    n_the_host_name_is_not_visible => |who| {
+        let host = String::from_utf8(std::fs::read("/proc/sys/kernel/hostname").unwrap()).unwrap();
+        blocked(who, "hostname", &[host.trim()]);
+    };
+
+    // R — resources and lifecycle
+    r55_a_fork_bomb_is_capped => |who| blocked(who, "fork-bomb", &[]);
+    r56_a_memory_bomb_is_stopped => |who| {
+        let r = world().attack(who, "memory-bomb", &["1024"]);
+        let killed = r.envelope["data"]["signal"] == 9;
+        assert!(killed || r.probe["outcome"] == "blocked", "memory bomb survived: {}", r.envelope["data"]);
+    };
+    r64_no_core_dump_is_written => |who| {
+        let w = world();
+        let r = world().attack(who, "core-dump", &[&p(w, "rw")]);
+        assert_eq!(r.probe["outcome"], "blocked", "{}", r.envelope["data"]);
+        assert!(!std::fs::read_dir(w.path("rw")).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("core")));
+    };
+}
+
+/// Runs `spawnd run` in the background and returns it.
+fn spawn_run(w: &World, who: As, op: &str, args: &[(&str, &str)], extra: &[&str]) -> Child {
+    w.command(who, op, args, extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn r58_a_daemon_that_double_forks_and_setsids_does_not_outlive_the_run() {
+    let w = world();
+    let token = format!("{}/rw/daemon-{}", w.dir.display(), std::process::id());
+    let r = w.attack(As::Root, "daemonize", &[&token]);
+    assert_eq!(r.envelope["ok"], true, "{}", r.envelope);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        harness::host_processes_with(&token).is_empty(),
+        "the daemon survived the run"
+    );
+}
+
+#[test]
+fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
+    let w = world();
+    let token = format!("{}/rw/victim-{}", w.dir.display(), std::process::id());
+    let mut child = spawn_run(
+        w,
+        As::Root,
+        "probe1",
+        &[("attack", "daemonize"), ("a1", &token)],
+        &[],
+    );
+    let started = std::time::Instant::now();
+    while harness::host_processes_with(&token).is_empty() {
+        assert!(started.elapsed().as_secs() < 10, "the daemon never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The daemonize probe exits at once; kill spawnd while its sandbox's daemon lives on.
+    let _ = child.kill();
+    let _ = child.wait();
+    let killed = std::time::Instant::now();
+    while !harness::host_processes_with(&token).is_empty() {
+        assert!(
+            killed.elapsed().as_millis() < 1000,
+            "sandbox processes outlived spawnd by more than 1 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn r57_the_wall_time_ends_a_sleeper_with_exit_124_and_kills_one_that_ignores_sigterm() {
+    let w = world();
+    for attack in ["sleep", "ignore-sigterm", "cpu-spin"] {
+        let started = std::time::Instant::now();
+        let out = w.run(
+            As::Root,
+            "probe1",
+            &[("attack", attack), ("a1", "60")],
+            &["--timeout", "1s"],
+        );
+        let elapsed = started.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(124),
+            "{attack}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["data"]["timed_out"], true);
+        assert!(
+            elapsed.as_millis() < 1000 + 1500 + 1500,
+            "{attack} took {elapsed:?}"
+        );
+    }
+}
+
+#[test]
+fn r60_an_output_flood_is_capped_flagged_and_hashed_over_what_is_returned() {
+    let w = world();
+    let out = w.run(
+        As::Root,
+        "sh",
+        &[("script", "yes spawnd | head -c 10000000")],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["data"]["stdout"];
+    assert_eq!(
+        (
+            s["truncated"].as_bool(),
+            s["bytes"].as_u64(),
+            s["total_bytes"].as_u64()
+        ),
+        (Some(true), Some(1_048_576), Some(10_000_000)),
+        "{s}"
+    );
+    use sha2::Digest;
+    let text = s["text"].as_str().unwrap();
+    assert_eq!(
+        s["sha256"],
+        format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(text.as_bytes()))
+        )
+    );
+}
+
+#[test]
+fn stdin_is_fed_without_deadlock_even_when_the_child_never_reads_it() {
+    let w = world();
+    let big = vec![b'x'; 8 << 20];
+    let mut child = w
+        .command(
+            As::Root,
+            "sh",
+            &[("script", "echo started")],
+            &["--stdin-file", "-"],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = std::io::Write::write_all(&mut stdin, &big);
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{out}");
+    let _ = writer.join();
+    let fed = w.run(
+        As::Root,
+        "sh",
+        &[("script", "wc -c")],
+        &["--stdin-file", &p(w, "ro/readable.txt")],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&fed.stdout).unwrap();
+    assert_eq!(
+        v["data"]["stdout"]["text"].as_str().map(str::trim),
+        Some("25")
+    );
+}
+
+#[test]
+fn the_child_gets_exactly_the_declared_environment() {
+    let w = world();
+    let out = w
+        .command(
+            As::Root,
+            "probe0",
+            &[("attack", "env-dump")],
+            &["--env", "SENTINEL=from-the-caller"],
+        )
+        .env("LEAKY_HOST_VAR", "must-not-appear")
+        .output()
+        .unwrap();
+    let r = harness::Report::from_output(&out);
+    let env: serde_json::Value = serde_json::from_str(r.probe["detail"].as_str().unwrap_or("{}"))
+        .unwrap_or_else(|_| r.probe["detail"].clone());
+    let keys: Vec<&String> = env
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["PATH", "SENTINEL"], "{env}");
+    assert_eq!(env["SENTINEL"], "from-the-caller");
+}
+
+#[test]
+fn f38_a_setuid_binary_gives_nobody_nothing() {
+    let w = world();
+    let suid = w.path("ro/id-setuid");
+    if !suid.exists() {
+        std::fs::copy("/usr/bin/id", &suid).unwrap();
+        std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
+            .unwrap();
+    }
+    w.attack(As::Nobody, "setuid-binary", &[&suid.display().to_string()])
+        .assert_blocked();
+}
+
+#[test]
+fn x40_what_was_hashed_is_what_ran_even_when_the_file_is_swapped() {
+    // A racer swaps the program between two binaries while runs go on; every
+    // run's recorded sha256 must match what ran (true exits 0, false exits 1).
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let prog = dir.path().join("flip");
+    let (t, f) = (dir.path().join("t"), dir.path().join("f"));
+    std::fs::copy("/usr/bin/true", &t).unwrap();
+    std::fs::copy("/usr/bin/false", &f).unwrap();
+    std::fs::copy(&t, &prog).unwrap();
+    let manifest = dir.path().join("flip.toml");
+    std::fs::write(&manifest, format!("[connector]\nname = \"local://t/flip\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n[capabilities.spawn.operations.x]\nargv = \"flip\"\n", prog.display())).unwrap();
+    let hash = |p: &std::path::Path| {
+        use sha2::Digest;
+        format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(std::fs::read(p).unwrap()))
+        )
+    };
+    let (ht, hf) = (hash(&t), hash(&f));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let (stop, prog, t, f, dir) = (
+            stop.clone(),
+            prog.clone(),
+            t.clone(),
+            f.clone(),
+            dir.path().to_path_buf(),
+        );
+        std::thread::spawn(move || {
+            let mut flip = false;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let tmp = dir.join("next");
+                std::fs::copy(if flip { &t } else { &f }, &tmp).unwrap();
+                std::fs::rename(&tmp, &prog).unwrap();
+                flip = !flip;
+            }
+        })
+    };
+    for _ in 0..30 {
+        let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+            .args(["run", "--json", "--manifest"])
+            .arg(&manifest)
+            .args(["--op", "x"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let sha = v["data"]["program"]["sha256"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let code = v["data"]["exit_code"].as_i64();
+        match code {
+            Some(0) => assert_eq!(sha, ht, "exit 0 but the recorded hash is not true's"),
+            Some(1) => assert_eq!(sha, hf, "exit 1 but the recorded hash is not false's"),
+            other => panic!("unexpected result {other:?}: {v}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().unwrap();
+}
+
+#[test]
+fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
+    let w = world();
+    let cfg = w.path("outside/strict.toml");
+    std::fs::write(&cfg, "[sandbox]\nlandlock_min_abi = 99\n").unwrap();
+    let out = w
+        .command(
+            As::Root,
+            "true",
+            &[],
+            &["--config", &cfg.display().to_string()],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Landlock"));
+}
