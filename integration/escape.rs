@@ -71,6 +71,7 @@ as_root_and_nobody! {
     s7_nested_user_namespaces_are_refused => |who| blocked(who, "unshare-user", &[]);
     s7_new_mount_and_network_namespaces_are_refused => |who| { blocked(who, "unshare-mount", &[]); blocked(who, "unshare-net", &[]); };
     s8_setns_is_refused => |who| blocked(who, "setns", &[]);
+    s16_chroot_is_refused => |who| blocked(who, "chroot", &[]);
     s9_a_host_process_cannot_be_traced_read_or_robbed_of_fds => |who| {
         let host = HostSleeper::start();
         for attack in ["ptrace-attach", "process-vm-readv", "pidfd-getfd"] {
@@ -123,6 +124,11 @@ as_root_and_nobody! {
         let w = world();
         blocked(who, "link-escape", &[&p(w, "ro/readable.txt"), &p(w, "rw")]);
     };
+    f24_a_read_only_file_cannot_be_renamed_into_a_write_scope => |who| {
+        let w = world();
+        let dst = format!("{}/renamed-{:?}", p(w, "rw"), who);
+        blocked(who, "rename-escape", &[&p(w, "ro/readable.txt"), &dst]);
+    };
     f37_disk_filling_stops_at_the_file_size_limit => |who| blocked(who, "disk-fill", &[&p(world(), "rw"), "268435456"]);
 
     // X — exec and identity
@@ -144,6 +150,10 @@ as_root_and_nobody! {
     };
     n49_there_is_no_route_out => |who| blocked(who, "tcp-connect-external", &[]);
     n54_tcp_bind_is_refused => |who| blocked(who, "tcp-bind", &["18080"]);
+    n54_mptcp_to_a_host_listener_is_refused => |who| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        blocked(who, "mptcp-connect", &[&listener.local_addr().unwrap().to_string()]);
+    };
     n45_a_host_pathname_socket_is_unreachable => |who| {
         let path = world().path(&format!("outside/host-{}.sock", std::process::id() ^ (who as u32)));
         let _ = std::fs::remove_file(&path);

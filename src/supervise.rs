@@ -85,6 +85,21 @@ pub struct Outcome {
     pub peak_memory_bytes: u64,
     /// The cgroup OOM killer acted.
     pub oom_killed: bool,
+    /// Where the time went.
+    pub phases: Phases,
+}
+
+/// Durations of the phases of one spawn, as seen by the supervisor.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Phases {
+    /// `clone` into the namespaces, id maps, cgroups, release (µs).
+    pub clone_and_release_us: u64,
+    /// Inside: fresh root, identity, Landlock — until init reports (µs).
+    pub sandbox_setup_us: u64,
+    /// Fork, seccomp, exec and the program's own run, until it ended (µs).
+    pub program_us: u64,
+    /// Killing leftovers, namespace teardown, reaping (µs).
+    pub teardown_us: u64,
 }
 
 struct Stream {
@@ -152,7 +167,8 @@ fn supervise_blocked(
     sup: &mut Supervision<'_>,
     signals: &SigSet,
 ) -> std::io::Result<Outcome> {
-    let started = Instant::now();
+    let started = running.released_at;
+    let (mut setup_done, mut program_done) = (None, None);
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
     let init = Pid::from_raw(running.init_pid);
     let mut out = Stream::new(running.stdout, sup.stdout_cap);
@@ -245,7 +261,18 @@ fn supervise_blocked(
                 0 => drain(&mut out, &mut buf, sup.live.then(std::io::stdout)),
                 1 => drain(&mut err, &mut buf, sup.live.then(std::io::stderr)),
                 2 => {
-                    if read_some(status.as_ref(), &mut buf, &mut status_bytes) {
+                    let eof = read_some(status.as_ref(), &mut buf, &mut status_bytes);
+                    if setup_done.is_none()
+                        && status_bytes
+                            .first()
+                            .is_some_and(|b| *b == b'L' || *b == b'E')
+                    {
+                        setup_done = Some(Instant::now());
+                    }
+                    if program_done.is_none() && status_bytes.contains(&b'W') {
+                        program_done = Some(Instant::now());
+                    }
+                    if eof {
                         status = None;
                     }
                 }
@@ -260,7 +287,17 @@ fn supervise_blocked(
         }
     }
     let reaped = wait_with_usage(running.init_pid)?;
-    let duration = started.elapsed();
+    let ended = Instant::now();
+    let duration = ended - started;
+    let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
+    let setup_done = setup_done.unwrap_or(ended);
+    let program_done = program_done.unwrap_or(ended);
+    let phases = Phases {
+        clone_and_release_us: us(running.cloned_at, running.released_at),
+        sandbox_setup_us: us(running.released_at, setup_done),
+        program_us: us(setup_done, program_done),
+        teardown_us: us(program_done, ended),
+    };
     let (peak_cg, oom) = running
         .cgroup
         .as_ref()
@@ -280,6 +317,7 @@ fn supervise_blocked(
         cpu_ms: reaped.cpu_ms,
         peak_memory_bytes: peak_cg.unwrap_or(reaped.max_rss_bytes),
         oom_killed: oom,
+        phases,
     })
 }
 

@@ -116,6 +116,18 @@ pub fn in_child(call: impl FnOnce() -> Reply) -> Result<ChildReport, Errno> {
     let pid = fork()?;
     if pid == 0 {
         drop(read_end);
+        // A child killed by SIGSYS would otherwise leave a core file behind.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit for getrlimit to fill and for
+        // setrlimit to read; lowering the soft limit is always allowed.
+        unsafe {
+            libc::getrlimit(libc::RLIMIT_CORE, &mut limit);
+            limit.rlim_cur = 0;
+            libc::setrlimit(libc::RLIMIT_CORE, &limit);
+        }
         let reply = call();
         let (tag, value) = match reply.result {
             Ok(value) => (0i64, value),

@@ -113,7 +113,7 @@ impl Findings {
     /// One attempt failed for a reason that is not a refusal.
     pub fn unclear(&mut self, note: impl fmt::Display) {
         self.unclear = true;
-        self.notes.push(format!("{note} (inconclusive)"));
+        self.notes.push(format!("{note} (not a refusal)"));
     }
 
     /// Records `what` = success text, or `what`: errno, refused when the errno
@@ -142,7 +142,7 @@ impl Findings {
         if self.escaped {
             Verdict::escaped(detail)
         } else if self.unclear {
-            Verdict::unclear(detail)
+            Verdict::escaped(format!("inconclusive: {detail}"))
         } else {
             Verdict::blocked(detail)
         }
@@ -226,4 +226,55 @@ impl<'a> Args<'a> {
 fn parse<T: FromStr>(text: &str, what: &str) -> Result<T, UsageError> {
     text.parse()
         .map_err(|_| UsageError(format!("invalid {what}: {text:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_errno_is_a_refusal_and_blocks() {
+        let verdict = judge("open(/x)", Err(Errno(libc::EACCES)), &[libc::EACCES]);
+        assert_eq!(verdict.outcome, Outcome::Blocked);
+        assert_eq!(verdict.detail, "open(/x): EACCES");
+    }
+
+    #[test]
+    fn an_unlisted_errno_is_inconclusive_and_fails_closed() {
+        let verdict = judge("open(/x)", Err(Errno(libc::EIO)), &[libc::EACCES]);
+        assert_eq!(verdict.outcome, Outcome::Escaped);
+        assert!(
+            verdict.detail.starts_with("inconclusive"),
+            "{}",
+            verdict.detail
+        );
+    }
+
+    #[test]
+    fn one_escape_among_refusals_escapes() {
+        let mut findings = Findings::new();
+        findings.check("a", Err(Errno(libc::EPERM)), &[libc::EPERM]);
+        findings.check("b", Ok("fd 3".into()), &[libc::EPERM]);
+        let verdict = findings.verdict();
+        assert_eq!(verdict.outcome, Outcome::Escaped);
+        assert_eq!(verdict.detail, "a: EPERM; b = fd 3");
+    }
+
+    #[test]
+    fn notes_alone_do_not_escape() {
+        let mut findings = Findings::new();
+        findings.note("getpgrp() = 7");
+        assert_eq!(findings.verdict().outcome, Outcome::Blocked);
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        let items = vec!["12".to_string(), "x".to_string()];
+        let args = Args::new(&items);
+        assert_eq!(args.parsed::<u32>(0, "PID").ok(), Some(12));
+        assert!(args.parsed::<u32>(1, "PID").is_err());
+        assert!(args.required(2, "PATH").is_err());
+        assert_eq!(args.parsed_or(2, "N", 5u32).ok(), Some(5));
+        assert!(args.at_most(1).is_err());
+    }
 }

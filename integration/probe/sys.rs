@@ -209,3 +209,29 @@ pub fn mib(bytes: u64) -> String {
         bytes as f64 / (1024.0 * 1024.0)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_are_parsed() {
+        let text = "Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\nGroups:\t4 24\n\
+                    NoNewPrivs:\t1\nSeccomp:\t2\nCapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n";
+        let status = ProcStatus::parse(text);
+        assert_eq!(status.uids, vec![1000, 0, 0, 0]);
+        assert_eq!(status.euid(), Some(0));
+        assert_eq!(status.groups, vec![4, 24]);
+        assert_eq!(status.no_new_privs, Some(1));
+        assert_eq!(status.seccomp, Some(2));
+        assert_eq!(status.cap("CapEff"), Some(0));
+        assert_eq!(status.cap("CapBnd"), Some(0x1ff_ffff_ffff));
+        assert_eq!(status.cap("CapAmb"), None);
+    }
+
+    #[test]
+    fn errnos_display_by_name() {
+        assert_eq!(Errno(libc::ENOSYS).to_string(), "ENOSYS");
+        assert_eq!(Errno(4095).to_string(), "errno 4095");
+    }
+}

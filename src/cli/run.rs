@@ -26,6 +26,7 @@ use crate::vault::{read_secret, Secret};
 
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+    let started = std::time::Instant::now();
     let prepared = prepare(cli, args)?;
     let mut opener = ProgramOpener::default();
     let mut plan = match decide_local(&prepared, &mut opener) {
@@ -35,6 +36,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     if let Some(t) = args.timeout {
         plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
     }
+    let gated = started.elapsed();
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let required = prepared
         .config
@@ -79,6 +81,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             );
         }
     }
+    let prepared_sandbox = started.elapsed();
     let running = launch(request)
         .map_err(|e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run")))?;
     let supervision = Supervision {
@@ -90,15 +93,32 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     };
     let outcome = supervise(running, supervision)
         .map_err(|e| Failure::new(10, format!("supervising the sandbox: {e}")))?;
+    let timings = json!({
+        "gate_us": gated.as_micros() as u64,
+        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
+        "phases": outcome.phases,
+    });
     report(
         cli,
-        &plan,
-        &spec,
-        &identity,
-        &filter.id(),
-        filter.len(),
-        outcome,
+        Ran {
+            plan: &plan,
+            spec: &spec,
+            id: &identity,
+            filter: &filter,
+            outcome,
+            timings,
+        },
     )
+}
+
+/// Everything known about a finished run, for the report.
+struct Ran<'a> {
+    plan: &'a SpawnPlan,
+    spec: &'a SandboxSpec,
+    id: &'a Identity,
+    filter: &'a crate::sandbox::seccomp::Filter,
+    outcome: Outcome,
+    timings: Value,
 }
 
 /// Who the child is and how its memory and processes are limited.
@@ -257,15 +277,15 @@ fn isolation_json(
     })
 }
 
-fn report(
-    cli: &Cli,
-    plan: &SpawnPlan,
-    spec: &SandboxSpec,
-    id: &Identity,
-    filter_id: &str,
-    filter_len: usize,
-    o: Outcome,
-) -> Result<Success, Failure> {
+fn report(cli: &Cli, ran: Ran<'_>) -> Result<Success, Failure> {
+    let Ran {
+        plan,
+        spec,
+        id,
+        filter,
+        outcome: o,
+        timings,
+    } = ran;
     let (exit_code, signal) = match &o.ending {
         Ending::SetupFailed(why) => return Err(Failure::new(5, format!("spawn_sandbox_unavailable: sandbox setup failed: {why}; nothing of the program ran"))),
         Ending::Exited(c) => (Some(*c), None),
@@ -295,7 +315,8 @@ fn report(
         "op": plan.op,
         "program": plan.program,
         "argv_shape": plan.argv_shape,
-        "isolation": isolation_json(plan, spec, id, filter_id, filter_len, &o),
+        "isolation": isolation_json(plan, spec, id, &filter.id(), filter.len(), &o),
+        "timings": timings,
         "stdout": stream_json(&o.stdout),
         "stderr": stream_json(&o.stderr),
     });

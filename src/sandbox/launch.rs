@@ -91,6 +91,10 @@ pub struct Running {
     pub stdin: Option<OwnedFd>,
     /// The per-spawn cgroups, if any.
     pub cgroup: Option<SpawnCgroup>,
+    /// When `clone` was called.
+    pub cloned_at: std::time::Instant,
+    /// When the child was released (ids mapped, cgroups joined).
+    pub released_at: std::time::Instant,
 }
 
 /// The namespaces every sandbox gets at clone time (cgroup is unshared once inside its cgroup).
@@ -113,6 +117,7 @@ fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> StepError {
 
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
+    ensure_single_threaded()?;
     create_write_scopes(req.spec, req.uid, req.gid)?;
     let scopes = req
         .spec
@@ -170,6 +175,7 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         ),
         LimitsVia::Rlimits => None,
     };
+    let cloned_at = std::time::Instant::now();
     let pid = clone_process(NAMESPACES).map_err(prep(
         "clone(new user, mount, pid, net, ipc, uts namespaces)",
     ))?;
@@ -197,6 +203,7 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         }
         return Err(e);
     }
+    let released_at = std::time::Instant::now();
     Ok(Running {
         init_pid: pid,
         stdout: stdout_r,
@@ -204,7 +211,29 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         status: status_r,
         stdin: stdin_parent,
         cgroup,
+        cloned_at,
+        released_at,
     })
+}
+
+/// The child of a multi-threaded process may deadlock on a lock another thread
+/// held at `clone` (allocator, stdio), and `unshare(CLONE_NEWUSER)` fails there:
+/// refuse rather than risk it. The daemon launches from its single-threaded spawner.
+fn ensure_single_threaded() -> Result<(), StepError> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(prep("read /proc/self/status"))?;
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    if threads != 1 {
+        return Err(StepError::new(
+            format!("launch from a process with {threads} threads"),
+            std::io::Error::from_raw_os_error(libc::EDEADLK),
+        ));
+    }
+    Ok(())
 }
 
 fn unique() -> u64 {

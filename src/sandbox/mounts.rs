@@ -117,7 +117,25 @@ fn apply_step(stage: &Path, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), 
             mkdir_all(&target)?;
             let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
             mount(Some("proc"), &target, Some("proc"), flags, None::<&str>)
-                .map_err(step(format!("mount(proc, {shown})")))
+                .map_err(step(format!("mount(proc, {shown})")))?;
+            // A child mapped to host root would pass the permission checks of
+            // /proc/sys: make it read-only (Landlock refuses the writes too).
+            let sys = target.join("sys");
+            mount(
+                Some(sys.as_path()),
+                &sys,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .map_err(step("mount(/proc/sys, MS_BIND)"))?;
+            mount_setattr(
+                &cpath(&sys),
+                true,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                0,
+            )
+            .map_err(io_step("make /proc/sys read-only"))
         }
         MountKind::Device { host } => {
             touch(&target)?;

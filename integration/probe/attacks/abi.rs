@@ -82,6 +82,15 @@ pub fn int80_i386(args: &Args<'_>) -> Result<Verdict, UsageError> {
             note: i64::from(sys::getpid()),
         }
     });
+    if let Ok(ChildReport {
+        exit: Exit::Signal(libc::SIGSEGV),
+        ..
+    }) = report
+    {
+        return Ok(Verdict::blocked(
+            "int 0x80 getpid: child killed by SIGSEGV (no i386 entry: ia32 emulation is off)",
+        ));
+    }
     Ok(judge_child("int 0x80 getpid", report, DENIED))
 }
 
@@ -207,4 +216,13 @@ pub fn setns(args: &Args<'_>) -> Result<Verdict, UsageError> {
         result.map(|v| v.to_string()),
         DENIED,
     ))
+}
+
+/// chroot("/") in a child: needs CAP_SYS_CHROOT (the classic way out of a
+/// chroot jail, and of a pivot_root'ed sandbox that keeps the capability).
+pub fn chroot(args: &Args<'_>) -> Result<Verdict, UsageError> {
+    args.at_most(0)?;
+    // SAFETY: a constant NUL-terminated path; it changes only the child.
+    let report = in_child(|| cvt(unsafe { libc::chroot(c"/".as_ptr()) }).into());
+    Ok(judge_child("chroot(/)", report, DENIED))
 }

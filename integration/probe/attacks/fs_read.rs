@@ -39,13 +39,13 @@ pub fn read_host_file(args: &Args<'_>) -> Result<Verdict, UsageError> {
     Ok(open_and_read(&format!("open({path})"), path))
 }
 
-/// Reads a file through pid 1's root.
+/// Reads a file through pid 1's root (or PID's, for a control run on a host
+/// whose pid 1 is protected).
 pub fn proc_1_root(args: &Args<'_>) -> Result<Verdict, UsageError> {
-    args.at_most(1)?;
-    let path = format!(
-        "/proc/1/root/{}",
-        args.required(0, "PATH")?.trim_start_matches('/')
-    );
+    args.at_most(2)?;
+    let file = args.required(0, "PATH")?.trim_start_matches('/');
+    let pid: u32 = args.parsed_or(1, "PID", 1)?;
+    let path = format!("/proc/{pid}/root/{file}");
     Ok(open_and_read(&format!("open({path})"), &path))
 }
 

@@ -267,3 +267,23 @@ pub fn disk_fill(args: &Args<'_>) -> Result<Verdict, UsageError> {
         Some(e) => Verdict::unclear(format!("{detail}; then write: {e}")),
     })
 }
+
+/// Renames SRC to DST across a scope boundary, and back when it worked.
+pub fn rename_escape(args: &Args<'_>) -> Result<Verdict, UsageError> {
+    args.at_most(2)?;
+    let source = args.required(0, "SRC")?;
+    let target = args.required(1, "DST")?;
+    let what = format!("rename({source}, {target})");
+    let result = std::fs::rename(source, target)
+        .map_err(Errno::from)
+        .map(|()| {
+            let back = std::fs::rename(target, source).map_err(Errno::from);
+            format!(
+                "0 (renamed back: {})",
+                back.map_or_else(|e| e.to_string(), |()| "ok".into())
+            )
+        });
+    let mut findings = Findings::new();
+    findings.check(&what, result, &[EXDEV, EACCES, EPERM, EROFS, ENOENT]);
+    Ok(findings.verdict())
+}

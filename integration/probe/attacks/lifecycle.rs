@@ -121,6 +121,7 @@ pub fn output_flood(args: &Args<'_>) -> Result<Verdict, UsageError> {
         match cvt(unsafe { libc::write(1, chunk.as_ptr().cast(), len) } as i64) {
             Ok(n) => written += n as u64,
             Err(Errno(libc::EINTR)) => {}
+            Err(Errno(libc::EAGAIN)) => wait_writable(1),
             Err(e) => {
                 failure = Some(e);
                 break;
@@ -131,6 +132,17 @@ pub fn output_flood(args: &Args<'_>) -> Result<Verdict, UsageError> {
     Ok(Verdict::blocked(format!(
         "wrote {written} of {total} bytes to stdout, {end} (the cap is judged outside)"
     )))
+}
+
+/// Blocks until `fd` can take more output (for a non-blocking stdout).
+fn wait_writable(fd: i32) {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `poll` is one valid pollfd.
+    unsafe { libc::poll(&mut poll, 1, -1) };
 }
 
 /// Sleeps until `deadline`, resuming after signals.

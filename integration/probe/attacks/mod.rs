@@ -70,13 +70,13 @@ pub fn find(name: &str) -> Option<&'static Attack> {
 /// Every attack, grouped as in threats.md.
 pub static ATTACKS: &[Attack] = &[
     // T: terminal and session
-    attack("tiocsti", 'T', "[TEXT]", "ioctl(TIOCSTI) pushes TEXT (default \"x\") into the tty on fds 0-2 and /dev/tty; blocked if every target refuses (EPERM/ENOTTY/EBADF/EIO) or cannot be opened. Control needs a tty on stdin (e.g. run under script(1))", terminal::tiocsti),
+    attack("tiocsti", 'T', "[TEXT]", "ioctl(TIOCSTI) pushes TEXT (default \"x\") into the tty on fds 0-2 and /dev/tty (stops after the first success); blocked if every target refuses (EPERM/ENOTTY/EBADF/EIO) or cannot be opened. Control needs a tty on stdin (e.g. run under script(1))", terminal::tiocsti),
     attack("tiocsti-high-bits", 'T', "[TEXT]", "as tiocsti, but the raw ioctl cmd is TIOCSTI | 1<<32 (kernel ignores the high bits; a 64-bit seccomp compare does not). Control needs a tty on stdin", terminal::tiocsti_high_bits),
     attack("tioclinux", 'T', "", "ioctl(TIOCLINUX, TIOCL_GETSHIFTSTATE) (read-only) on fds 0-2, /dev/tty, /dev/tty0, /dev/console; blocked if all refuse (EPERM/ENOTTY/EBADF) or cannot be opened. Control needs a VT (/dev/tty0 as root)", terminal::tioclinux),
     attack("kill-parent-group", 'T', "", "kill(-1, 0): escaped if any process but itself (and its namespace's init) can be signalled, or its process group is led from outside its pid namespace (kill(0, sig) would reach the supervisor)", terminal::kill_parent_group),
     // S: syscall filter
     attack("x32-syscall", 'S', "", "getpid with the x32 bit (nr | 0x40000000) in a child; blocked if the child dies by SIGSYS or gets ENOSYS/EPERM. No control on kernels without CONFIG_X86_X32_ABI (ENOSYS, e.g. the dev VM)", abi::x32_syscall),
-    attack("int80-i386", 'S', "", "i386 getpid through `int 0x80` in a child; blocked if the child dies by SIGSYS or gets ENOSYS/EPERM", abi::int80_i386),
+    attack("int80-i386", 'S', "", "i386 getpid through `int 0x80` in a child; blocked if the child dies by SIGSYS (or SIGSEGV: no ia32 emulation) or gets ENOSYS/EPERM", abi::int80_i386),
     attack("clone3-newuser", 'S', "", "raw clone3(CLONE_NEWUSER) in a child; blocked on ENOSYS/EPERM (or ENOSPC/EUSERS: namespace limit)", abi::clone3_newuser),
     attack("clone-newuser", 'S', "", "raw clone(CLONE_NEWUSER|SIGCHLD) in a child; blocked on EPERM/ENOSYS (or ENOSPC/EUSERS)", abi::clone_newuser),
     attack("unshare-user", 'S', "", "unshare(CLONE_NEWUSER) in a child; blocked on EPERM/ENOSYS (or ENOSPC/EUSERS)", abi::unshare_user),
@@ -109,6 +109,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("acct", 'S', "", "acct(a path that does not exist): the privilege check comes first; blocked only on EPERM/ENOSYS (ENOENT means it was allowed)", privileged::acct),
     attack("swapon", 'S', "", "swapon(a path that does not exist); blocked only on EPERM/ENOSYS (ENOENT means it was allowed)", privileged::swapon),
     attack("no-new-privs-and-caps", 'S', "", "reads /proc/self/status: escaped if NoNewPrivs != 1, any of CapInh/CapPrm/CapEff/CapBnd/CapAmb != 0, or Seccomp != 2", privileged::no_new_privs_and_caps),
+    attack("chroot", 'S', "", "chroot(\"/\") in a child (needs CAP_SYS_CHROOT); blocked on EPERM/EACCES/ENOSYS", abi::chroot),
     // F: filesystem
     attack("read-host-file", 'F', "PATH", "open(PATH, O_RDONLY) and read 1 byte; blocked if open fails (EACCES/EPERM/ENOENT/...)", fs_read::read_host_file),
     attack("list-host-dir", 'F', "PATH", "lists directory PATH; escaped if it lists at least one entry; blocked if it cannot be opened or is empty", fs_read::list_host_dir),
@@ -116,7 +117,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("write-then-exec", 'F', "DIR", "copies /bin/true into DIR, chmod 755, execs it in a child, removes it; escaped if it ran; blocked if the copy or the exec is refused", fs_write::write_then_exec),
     attack("memfd-exec", 'F', "", "memfd_create with flags 0, MFD_EXEC and MFD_NOEXEC_SEAL, /bin/true written in, execveat(AT_EMPTY_PATH) in a child; escaped if any ran", fs_write::memfd_exec),
     attack("proc-host-pids", 'F', "[PID...]", "escaped if /proc shows more than 4 pids or any PID given", fs_read::proc_host_pids),
-    attack("proc-1-root", 'F', "PATH", "opens /proc/1/root/PATH and reads 1 byte; blocked if the open fails", fs_read::proc_1_root),
+    attack("proc-1-root", 'F', "PATH [PID]", "opens /proc/1/root/PATH (or /proc/PID/root/PATH) and reads 1 byte; blocked if the open fails (EACCES/ENOENT/...). Control: give a host PID when the host's pid 1 is protected (dev VM)", fs_read::proc_1_root),
     attack("reopen-fd-rw", 'F', "", "reopens every regular-file fd through /proc/self/fd/N with O_RDWR; blocked if none exists or every reopen is refused. Control: run with a read-only file on stdin", fs_read::reopen_fd_rw),
     attack("leaked-fds", 'F', "", "escaped if /proc/self/fd lists anything but 0, 1, 2 and the listing's own fd", fs_read::leaked_fds),
     attack("mknod-char", 'F', "[DIR]", "mknod DIR/<name> c 1 1 (default DIR /tmp), removed after; blocked on EPERM/EACCES/EROFS", fs_write::mknod_char),
@@ -126,12 +127,14 @@ pub static ATTACKS: &[Attack] = &[
     attack("sys-visible", 'F', "", "escaped if /sys/fs/cgroup or /sys/kernel lists any entry", fs_read::sys_visible),
     attack("link-escape", 'F', "RO_FILE RW_DIR", "link(RO_FILE, RW_DIR/<name>), removed after; escaped if the link succeeds and opens for writing (O_APPEND, nothing written)", fs_write::link_escape),
     attack("disk-fill", 'F', "DIR [MAX_BYTES]", "writes a file in DIR until an error or MAX_BYTES (default 2 GiB), then removes it; blocked if it stops early with EFBIG/ENOSPC/EDQUOT", fs_write::disk_fill),
+    attack("rename-escape", 'F', "SRC DST", "rename(SRC, DST) across scopes (e.g. a protected dir into a writable one), renamed back if it worked; blocked on EXDEV/EACCES/EPERM/EROFS/ENOENT", fs_write::rename_escape),
     // X: exec and identity
     attack("setuid-binary", 'X', "PATH", "executes `PATH -u` (e.g. a 4755 root-owned copy of id) and reads its final credentials; escaped if its euid became 0 or it gained capabilities the probe lacks. Control: run as a non-root user", exec::setuid_binary),
     attack("exec-outside", 'X', "PATH [ARG...]", "executes PATH (outside the scopes) in a child; escaped if the exec succeeded; blocked on EACCES/EPERM/ENOENT", exec::exec_outside),
     // N: IPC and network
     attack("tcp-connect", 'N', "IP:PORT", "TCP connect (3 s timeout); escaped if it connects", net::tcp_connect),
     attack("tcp-connect-external", 'N', "", "TCP connect to 1.1.1.1:443 and [2606:4700::1111]:443; blocked only if each fails with ENETUNREACH/EPERM/EACCES (or no IPv6 at all)", net::tcp_connect_external),
+    attack("mptcp-connect", 'N', "IP:PORT", "connect with IPPROTO_MPTCP (which Landlock TCP rules once missed); escaped if it connects; blocked as tcp-connect, or EPROTONOSUPPORT/ENOPROTOOPT (no MPTCP)", net::mptcp_connect),
     attack("tcp-bind", 'N', "PORT", "bind 0.0.0.0:PORT and listen, closed at once; escaped if both succeed", net::tcp_bind),
     attack("unix-connect", 'N', "PATH", "connect to the UNIX socket PATH; escaped if it connects; blocked on ENOENT/EACCES/EPERM/ECONNREFUSED", net::unix_connect),
     attack("abstract-connect", 'N', "NAME", "connect to the abstract UNIX socket @NAME; escaped if it connects; blocked on ECONNREFUSED/EPERM", net::abstract_connect),
@@ -146,11 +149,11 @@ pub static ATTACKS: &[Attack] = &[
     attack("fork-bomb", 'R', "[MAX]", "forks pausing children until failure or MAX (default 10000), then kills them all; blocked if it stops below MAX with EAGAIN. Never run unconfined without a small MAX", lifecycle::fork_bomb),
     attack("memory-bomb", 'R', "MIB", "allocates and touches MIB MiB; escaped if it survives (an OOM kill leaves no report); blocked on ENOMEM", lifecycle::memory_bomb),
     Attack { channel: Channel::Stderr, ..attack("output-flood", 'R', "BYTES", "writes BYTES of 'x' to stdout as fast as it can; reports on STDERR, always blocked (the supervisor's caps are checked from outside)", lifecycle::output_flood) },
-    attack("daemonize", 'R', "PIDFILE", "double fork + setsid; the grandchild writes its pid (as seen in its pid ns) to PIDFILE and sleeps 300 s with PIDFILE in its argv; reports blocked at once (the test checks from outside that it is gone)", lifecycle::daemonize),
+    attack("daemonize", 'R', "PIDFILE", "double fork + setsid; the grandchild writes its pid (as seen in its pid ns) to PIDFILE, points stdio at /dev/null and sleeps 300 s with PIDFILE in its argv; reports blocked at once (the test checks from outside that it is gone)", lifecycle::daemonize),
     attack("sleep", 'R', "SECONDS", "sleeps SECONDS; escaped if it was not stopped in time (for timeout tests)", lifecycle::sleep),
     attack("cpu-spin", 'R', "[SECONDS]", "spins on the CPU SECONDS (default 600); escaped if not stopped", lifecycle::cpu_spin),
     attack("ignore-sigterm", 'R', "[SECONDS]", "ignores SIGTERM and sleeps SECONDS (default 600); escaped if not stopped", lifecycle::ignore_sigterm),
-    attack("core-dump", 'R', "[DIR]", "raises RLIMIT_CORE to its hard limit (chdir DIR first), reports, then dies by SIGSEGV (exit status 139, not 0/1); escaped if a core could be written (soft limit > 0 and dumpable)", lifecycle::core_dump),
+    attack("core-dump", 'R', "[DIR]", "raises RLIMIT_CORE to its hard limit (chdir DIR first), reports, then dies by SIGSEGV (exit status 139, not 0/1); escaped if a core could be written (dumpable, and soft limit > 0 or core_pattern pipes to a helper)", lifecycle::core_dump),
     attack("env-dump", 'R', "", "detail is a JSON object of the environment; always blocked", info::env_dump),
     attack("whoami", 'R', "", "detail is a JSON object: uids, gids, groups, caps, no_new_privs, seccomp, pid, ppid, cwd, hostname; always blocked", info::whoami),
 ];

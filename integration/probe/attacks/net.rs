@@ -5,13 +5,14 @@
 use std::ffi::CStr;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
 use std::time::Duration;
 
 use libc::{
-    EACCES, EAFNOSUPPORT, ECONNREFUSED, EHOSTUNREACH, EIDRM, EINVAL, ENETUNREACH, ENOENT, ENOSYS,
-    ENOTDIR, EPERM, EPROTONOSUPPORT, ESRCH,
+    EACCES, EADDRNOTAVAIL, EAFNOSUPPORT, ECONNREFUSED, EHOSTUNREACH, EIDRM, EINVAL, ENETUNREACH,
+    ENOENT, ENOSYS, ENOTDIR, EPERM, EPROTONOSUPPORT, ESRCH,
 };
 
 use crate::child::kill;
@@ -21,6 +22,19 @@ use crate::sys::{self, cvt, owned, Errno};
 
 /// Refusals of creating a socket of a forbidden family.
 const FAMILY_DENIED: &[i32] = &[EPERM, EACCES, EAFNOSUPPORT, EPROTONOSUPPORT, ENOSYS];
+/// Refusals of a connect: nobody listening in this netns, no route, no
+/// source address, or denied (Landlock, seccomp).
+const CONNECT_REFUSED: &[i32] = &[
+    ECONNREFUSED,
+    ENETUNREACH,
+    EHOSTUNREACH,
+    EADDRNOTAVAIL,
+    EPERM,
+    EACCES,
+    EAFNOSUPPORT,
+];
+/// Refusals that prove no packet left the namespace (threats N49).
+const EGRESS_REFUSED: &[i32] = &[ENETUNREACH, EADDRNOTAVAIL, EPERM, EACCES, EAFNOSUPPORT];
 /// How long a TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -38,14 +52,7 @@ pub fn tcp_connect(args: &Args<'_>) -> Result<Verdict, UsageError> {
     Ok(judge(
         &format!("connect({target})"),
         result,
-        &[
-            ECONNREFUSED,
-            ENETUNREACH,
-            EHOSTUNREACH,
-            EPERM,
-            EACCES,
-            EAFNOSUPPORT,
-        ],
+        CONNECT_REFUSED,
     ))
 }
 
@@ -60,9 +67,7 @@ pub fn tcp_connect_external(args: &Args<'_>) -> Result<Verdict, UsageError> {
         let what = format!("connect({target})");
         match TcpStream::connect_timeout(&target, CONNECT_TIMEOUT).map_err(Errno::from) {
             Ok(_) => findings.escaped(format!("{what}: connected")),
-            Err(e) if e.is_one_of(&[ENETUNREACH, EPERM, EACCES, EAFNOSUPPORT]) => {
-                findings.refused(format!("{what}: {e}"))
-            }
+            Err(e) if e.is_one_of(EGRESS_REFUSED) => findings.refused(format!("{what}: {e}")),
             Err(e) => findings.escaped(format!(
                 "{what}: {e} (not a local refusal: packets left the namespace)"
             )),
@@ -169,7 +174,7 @@ pub fn udp_send(args: &Args<'_>) -> Result<Verdict, UsageError> {
         let n = s.send(b"spawnd-probe")?;
         Ok((s, n))
     });
-    let refusals = &[ENETUNREACH, EHOSTUNREACH, EPERM, EACCES, EAFNOSUPPORT];
+    let refusals = CONNECT_REFUSED;
     let (socket, n) = match sent {
         Ok(pair) => pair,
         Err(e) => return Ok(judge(&what, Err(e.into()), refusals)),
@@ -259,4 +264,107 @@ pub fn hostname(args: &Args<'_>) -> Result<Verdict, UsageError> {
             "hostname {mine:?} differs from the host's {host:?}"
         ))
     })
+}
+
+/// A `sockaddr_in`/`sockaddr_in6` for `target`, with its length.
+fn raw_sockaddr(target: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid and large enough for
+    // both address families.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match target {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// Connects an MPTCP socket to `target` within CONNECT_TIMEOUT.
+fn mptcp_connect_to(target: &SocketAddr) -> Result<String, Errno> {
+    let domain = if target.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    // SAFETY: socket takes plain integers.
+    let fd = owned(cvt(unsafe { libc::socket(domain, kind, libc::IPPROTO_MPTCP) })? as i32);
+    let (addr, len) = raw_sockaddr(target);
+    // SAFETY: `addr` holds a valid socket address of `len` bytes.
+    let ret = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    match cvt(ret) {
+        Ok(_) => return Ok("connected".into()),
+        Err(e) if e.0 != libc::EINPROGRESS => return Err(e),
+        Err(_) => {}
+    }
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `poll` is one valid pollfd.
+    if unsafe { libc::poll(&mut poll, 1, CONNECT_TIMEOUT.as_millis() as i32) } == 0 {
+        return Err(Errno(libc::ETIMEDOUT));
+    }
+    let mut error: libc::c_int = 0;
+    let mut size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `error` and `size` are valid out-pointers for SO_ERROR.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut error as *mut libc::c_int).cast(),
+            &mut size,
+        )
+    };
+    cvt(ret)?;
+    if error == 0 {
+        Ok("connected".into())
+    } else {
+        Err(Errno(error))
+    }
+}
+
+/// MPTCP connect to IP:PORT (Landlock's TCP rules did not cover MPTCP).
+pub fn mptcp_connect(args: &Args<'_>) -> Result<Verdict, UsageError> {
+    let target = address(args)?;
+    let mut refusals = CONNECT_REFUSED.to_vec();
+    // The kernel has no MPTCP, or net.mptcp.enabled=0.
+    refusals.extend([EPROTONOSUPPORT, libc::ENOPROTOOPT]);
+    Ok(judge(
+        &format!("connect(mptcp {target})"),
+        mptcp_connect_to(&target),
+        &refusals,
+    ))
 }

@@ -75,10 +75,9 @@ struct FileHandle {
     f_handle: [u8; 128],
 }
 
-/// name_to_handle_at("/") then open_by_handle_at.
-pub fn open_by_handle_at(args: &Args<'_>) -> Result<Verdict, UsageError> {
-    args.at_most(0)?;
-    let mut findings = Findings::new();
+/// The file handle of "/", or a made-up one when the filesystem or the
+/// filter refuses (a made-up handle still meets the privilege check first).
+fn handle_of_root(findings: &mut Findings) -> FileHandle {
     let mut handle = FileHandle {
         handle_bytes: 128,
         handle_type: 0,
@@ -98,7 +97,6 @@ pub fn open_by_handle_at(args: &Args<'_>) -> Result<Verdict, UsageError> {
         )
     };
     if let Err(e) = cvt(named) {
-        // A made-up handle still meets the privilege check first.
         findings.note(format!("name_to_handle_at(/): {e}, using a made-up handle"));
         handle = FileHandle {
             handle_bytes: 8,
@@ -106,6 +104,14 @@ pub fn open_by_handle_at(args: &Args<'_>) -> Result<Verdict, UsageError> {
             f_handle: [0; 128],
         };
     }
+    handle
+}
+
+/// name_to_handle_at("/") then open_by_handle_at ("shocker").
+pub fn open_by_handle_at(args: &Args<'_>) -> Result<Verdict, UsageError> {
+    args.at_most(0)?;
+    let mut findings = Findings::new();
+    let mut handle = handle_of_root(&mut findings);
     let mount_fd = match sys::open("/", libc::O_RDONLY | libc::O_DIRECTORY) {
         Ok(fd) => fd,
         Err(e) => return Ok(Verdict::unclear(format!("open(/): {e}"))),

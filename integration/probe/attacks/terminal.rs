@@ -52,6 +52,11 @@ fn inject(args: &Args<'_>, high_bits: bool) -> Result<Verdict, UsageError> {
     let text = args.optional(0).unwrap_or("x");
     let mut findings = Findings::new();
     for target in targets(&["/dev/tty"], &mut findings) {
+        if findings.any_escaped() {
+            // One injection proves it; spare the tty the rest.
+            findings.note(format!("{}: not tried", target.label));
+            continue;
+        }
         let mut first = None;
         for byte in text.bytes() {
             let result = push_byte(target.fd, byte, high_bits);
