@@ -90,6 +90,13 @@ as_root_and_nobody! {
         }
     };
     s20_the_program_has_no_privileges_and_runs_filtered => |who| blocked(who, "no-new-privs-and-caps", &[]);
+    s9_the_sandboxs_own_init_cannot_be_hijacked_through_proc => |who| {
+        let script = "exec 3>/proc/1/mem && echo ESCAPED-mem; readlink /proc/1/fd/0 && echo ESCAPED-fd; cat /proc/1/environ && echo ESCAPED-environ; grep -q 'Seccomp:.2' /proc/1/status || echo ESCAPED-unfiltered-init; true";
+        let out = world().run(who, "sh", &[("script", script)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
+        assert!(!text.contains("ESCAPED"), "{text}");
+    };
 
     // F — filesystem
     f_host_files_outside_the_scopes_cannot_be_read => |who| {

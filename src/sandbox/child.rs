@@ -106,6 +106,13 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     prepare_cwd(s)?;
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
     let applied = restrict_current_process(&s.spec.landlock, s.program.as_fd(), s.landlock_abi)?;
+    // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
+    // stay closed to the program, and the same seccomp filter binds init too,
+    // so it cannot be turned into an unfiltered helper.
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| StepError::new("prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
+    install_seccomp_filter_on_current_thread(s.seccomp)
+        .map_err(|e| StepError::new("seccomp (init)", e))?;
     report(
         &s.status,
         format!(
