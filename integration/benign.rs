@@ -210,3 +210,55 @@ fn the_shipped_python_policy_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_script_runs_when_its_interpreter_is_executable_and_not_otherwise() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let good = w.path("ro/hello.sh");
+    let bad = w.path("ro/planted.sh");
+    let planted_interp = w.path("rw/planted-bash");
+    std::fs::write(
+        &good,
+        "#!/usr/bin/bash\necho \"script ran with $# args: $1\"\n",
+    )
+    .unwrap();
+    std::fs::copy("/usr/bin/bash", &planted_interp).unwrap();
+    std::fs::set_permissions(&planted_interp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        &bad,
+        format!("#!{}\necho ESCAPED\n", planted_interp.display()),
+    )
+    .unwrap();
+    for f in [&good, &bad] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let manifest = w.path("outside/script.toml");
+    std::fs::write(&manifest, format!(
+        "[connector]\nname = \"local://t/script\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}, {{ path = \"{}\" }}]\nfs_read = [\"{}\"]\nfs_write = [\"{}\"]\n[capabilities.spawn.operations.good]\nargv = \"hello.sh {{x}}\"\n[capabilities.spawn.operations.bad]\nargv = \"planted.sh\"\n",
+        good.display(), bad.display(), w.path("ro").display(), w.path("rw").display()
+    )).unwrap();
+    let run = |op: &str, extra: &[&str]| {
+        Command::new(&w.spawnd)
+            .args(["run", "--json", "--manifest"])
+            .arg(&manifest)
+            .args(["--op", op])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let ok = run("good", &["--arg", "x=one"]);
+    let v: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(
+        v["data"]["stdout"]["text"], "script ran with 1 args: one\n",
+        "{v}"
+    );
+    let refused = run("bad", &[]);
+    assert_eq!(
+        refused.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("ESCAPED"));
+}

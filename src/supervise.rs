@@ -381,7 +381,10 @@ fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u32, bool, b
         match tag {
             b'W' if tail.len() >= 4 => {
                 let raw = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-                ending = Some(decode_wait(raw));
+                // A setup or exec error reported before wins over the exit status that follows it.
+                if !matches!(ending, Some(Ending::SetupFailed(_))) {
+                    ending = Some(decode_wait(raw));
+                }
                 rest = &tail[4..];
             }
             b'E' | b'L' => {
@@ -442,6 +445,12 @@ mod tests {
             Ending::SetupFailed("mount(/usr): EPERM".into())
         );
         assert_eq!(parse_status(b"", 9).0, Ending::Signaled(9));
+        let mut exec_failed = b"L7 1 1\nEexecveat(program, AT_EMPTY_PATH): EACCES\nW".to_vec();
+        exec_failed.extend_from_slice(&(127i32 << 8).to_le_bytes());
+        assert!(matches!(
+            parse_status(&exec_failed, 0).0,
+            Ending::SetupFailed(_)
+        ));
     }
 
     #[test]
