@@ -44,7 +44,8 @@ pub struct ChildSetup<'a> {
     pub envp: Vec<CString>,
     /// The child's stdin, stdout and stderr.
     pub stdio: [OwnedFd; 3],
-    /// Read end of the parent's go-ahead pipe.
+    /// Read end of the parent's go-ahead pipe: one byte once the ids are mapped,
+    /// one once init is in its cgroups.
     pub sync: OwnedFd,
     /// Write end of the status pipe.
     pub status: OwnedFd,
@@ -130,6 +131,7 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     let mut previous = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut previous))
         .map_err(|e| StepError::new("sigprocmask", e.into()))?;
+    wait_for_parent(&s.sync)?;
     let pid = fork_process().map_err(|e| StepError::new("fork program", e))?;
     if pid == 0 {
         program_main(s, &previous);

@@ -186,10 +186,14 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
     drop(setup);
     let release = || -> Result<(), StepError> {
         write_id_maps(pid, req.uid, req.gid, req.privileged)?;
+        // First go-ahead: the child builds its root while we move it into its
+        // cgroups (a v1 move can wait for an RCU grace period); the second one
+        // lets it fork the program, which must start inside them.
+        nix::unistd::write(&sync_w, b"m").map_err(nix_prep("release the child"))?;
         if let Some(cg) = &cgroup {
             cg.add(pid).map_err(prep("join cgroups"))?;
         }
-        nix::unistd::write(&sync_w, b"g").map_err(nix_prep("release the child"))?;
+        nix::unistd::write(&sync_w, b"c").map_err(nix_prep("release the program"))?;
         Ok(())
     };
     if let Err(e) = release() {
