@@ -231,16 +231,20 @@ fn r58_a_daemon_that_double_forks_and_setsids_does_not_outlive_the_run() {
     );
 }
 
-#[test]
-fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
+/// Kills spawnd mid-run and checks every process of its sandbox is gone within a second.
+fn assert_killing_spawnd_kills_the_sandbox(extra: &[&str], label: &str) {
     let w = world();
-    let token = format!("{}/rw/victim-{}", w.dir.display(), std::process::id());
+    let token = format!(
+        "{}/rw/victim-{}-{label}",
+        w.dir.display(),
+        std::process::id()
+    );
     let mut child = spawn_run(
         w,
         As::Root,
         "probe1",
         &[("attack", "daemonize"), ("a1", &token)],
-        &[],
+        extra,
     );
     let started = std::time::Instant::now();
     while harness::host_processes_with(&token).is_empty() {
@@ -254,10 +258,50 @@ fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
     while !harness::host_processes_with(&token).is_empty() {
         assert!(
             killed.elapsed().as_millis() < 1000,
-            "sandbox processes outlived spawnd by more than 1 s"
+            "{label}: sandbox processes outlived spawnd by more than 1 s"
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+#[test]
+fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
+    assert_killing_spawnd_kills_the_sandbox(&[], "same-uid");
+}
+
+/// Found in review: changing uid clears the parent-death signal; it is set again.
+#[test]
+fn r59_killing_spawnd_kills_the_sandbox_when_the_child_runs_as_another_uid() {
+    let w = world();
+    let cfg = w.path("outside/run-as.toml");
+    std::fs::write(&cfg, "[sandbox]\nrun_as = \"65534:65534\"\n").unwrap();
+    assert_killing_spawnd_kills_the_sandbox(&["--config", &cfg.display().to_string()], "run-as");
+}
+
+/// Found in review: a stdin source that never delivers must not stall the timeout.
+#[test]
+fn r57_a_stdin_that_never_ends_does_not_stall_the_wall_time() {
+    let w = world();
+    let started = std::time::Instant::now();
+    let mut child = w
+        .command(
+            As::Root,
+            "probe1",
+            &[("attack", "sleep"), ("a1", "60")],
+            &["--stdin-file", "-", "--timeout", "1s"],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _held_open = child.stdin.take();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(124));
+    assert!(
+        started.elapsed().as_secs() < 5,
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

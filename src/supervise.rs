@@ -23,9 +23,11 @@ use crate::sandbox::sys::wait_with_usage;
 /// How long a program gets between SIGTERM and SIGKILL after its wall time.
 pub const GRACE: Duration = Duration::from_millis(1500);
 const CHUNK: usize = 64 * 1024;
+/// How long output is still drained once init has exited.
+const DRAIN_AFTER_INIT: Duration = Duration::from_millis(250);
 
 /// What the supervisor enforces and where live output goes.
-pub struct Supervision<'a> {
+pub struct Supervision {
     /// Bytes of stdout kept.
     pub stdout_cap: u64,
     /// Bytes of stderr kept.
@@ -35,7 +37,7 @@ pub struct Supervision<'a> {
     /// Forward the kept bytes live to spawnd's own stdout/stderr.
     pub live: bool,
     /// Bytes for the child's stdin pipe (spawnd's stdin, or request bytes).
-    pub stdin: Option<Box<dyn Read + 'a>>,
+    pub stdin: Option<Box<dyn Read + Send>>,
 }
 
 /// One captured stream.
@@ -151,7 +153,7 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
 }
 
 /// Drives the sandbox to its end.
-pub fn supervise(running: Running, mut sup: Supervision<'_>) -> std::io::Result<Outcome> {
+pub fn supervise(running: Running, mut sup: Supervision) -> std::io::Result<Outcome> {
     let signals: SigSet = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]
         .into_iter()
         .collect();
@@ -164,7 +166,7 @@ pub fn supervise(running: Running, mut sup: Supervision<'_>) -> std::io::Result<
 
 fn supervise_blocked(
     running: Running,
-    sup: &mut Supervision<'_>,
+    sup: &mut Supervision,
     signals: &SigSet,
 ) -> std::io::Result<Outcome> {
     let started = running.released_at;
@@ -174,41 +176,29 @@ fn supervise_blocked(
     let mut out = Stream::new(running.stdout, sup.stdout_cap);
     let mut err = Stream::new(running.stderr, sup.stderr_cap);
     let mut status = Some(running.status);
-    let mut stdin_w = running.stdin;
-    for fd in [
-        out.fd.as_ref(),
-        err.fd.as_ref(),
-        status.as_ref(),
-        stdin_w.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
+    for fd in [out.fd.as_ref(), err.fd.as_ref(), status.as_ref()]
+        .into_iter()
+        .flatten()
     {
         set_nonblocking(fd.as_fd())?;
     }
-    let mut status_bytes = Vec::new();
-    let mut pending_in: Vec<u8> = Vec::new();
-    let mut stdin_eof = sup.stdin.is_none();
-    if stdin_eof {
-        stdin_w = None;
+    if let (Some(source), Some(pipe)) = (sup.stdin.take(), running.stdin) {
+        feed_stdin_in_background(source, pipe);
     }
+    let mut status_bytes = Vec::new();
     let deadline = started + sup.wall_time;
     let mut kill_at: Option<Instant> = None;
+    // Once init is gone the pipes close within moments, unless another process
+    // (e.g. a concurrent sandbox the child passed its fds to) holds them: then
+    // stop after a short drain instead of waiting for it.
+    let mut drain_until: Option<Instant> = None;
     let (mut timed_out, mut interrupted_by) = (false, None);
     let mut buf = vec![0u8; CHUNK];
     while out.fd.is_some() || err.fd.is_some() || status.is_some() {
-        if !stdin_eof && pending_in.is_empty() {
-            if let Some(src) = sup.stdin.as_mut() {
-                pending_in.resize(CHUNK, 0);
-                let n = src.read(&mut pending_in).unwrap_or(0);
-                pending_in.truncate(n);
-                stdin_eof = n == 0;
-                if stdin_eof {
-                    stdin_w = None;
-                }
-            }
-        }
         let now = Instant::now();
+        if drain_until.is_some_and(|t| now >= t) {
+            break;
+        }
         if !timed_out && now >= deadline {
             timed_out = true;
             let _ = kill(init, Signal::SIGTERM);
@@ -218,14 +208,15 @@ fn supervise_blocked(
             let _ = kill(init, Signal::SIGKILL);
             kill_at = None;
         }
-        let next = kill_at.unwrap_or(if timed_out {
-            now + Duration::from_secs(3600)
-        } else {
-            deadline
-        });
+        let far = now + Duration::from_secs(3600);
+        let next = [kill_at, drain_until, (!timed_out).then_some(deadline)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(far);
         let wait_ms = next.saturating_duration_since(now).as_millis().min(60_000) as u16;
-        let mut fds: Vec<PollFd> = Vec::with_capacity(5);
-        let mut slots = Vec::with_capacity(5);
+        let mut fds: Vec<PollFd> = Vec::with_capacity(4);
+        let mut slots = Vec::with_capacity(4);
         for (slot, fd) in [
             (0u8, out.fd.as_ref()),
             (1, err.fd.as_ref()),
@@ -238,25 +229,19 @@ fn supervise_blocked(
         }
         fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
         slots.push(3);
-        if let (Some(w), false) = (stdin_w.as_ref(), pending_in.is_empty()) {
-            fds.push(PollFd::new(w.as_fd(), PollFlags::POLLOUT));
-            slots.push(4);
-        }
         match poll(&mut fds, PollTimeout::from(wait_ms)) {
             Ok(_) => {}
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
-        let ready: Vec<(u8, bool)> = fds
+        let ready: Vec<u8> = fds
             .iter()
             .zip(&slots)
-            .map(|(p, s)| (*s, p.revents().is_some_and(|r| !r.is_empty())))
+            .filter(|(p, _)| p.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, s)| *s)
             .collect();
         drop(fds);
-        for (slot, is_ready) in ready {
-            if !is_ready {
-                continue;
-            }
+        for slot in ready {
             match slot {
                 0 => drain(&mut out, &mut buf, sup.live.then(std::io::stdout)),
                 1 => drain(&mut err, &mut buf, sup.live.then(std::io::stderr)),
@@ -274,15 +259,15 @@ fn supervise_blocked(
                     }
                     if eof {
                         status = None;
+                        drain_until = Some(Instant::now() + DRAIN_AFTER_INIT);
                     }
                 }
-                3 => {
+                _ => {
                     if let Ok(Some(info)) = sigfd.read_signal() {
                         interrupted_by.get_or_insert(info.ssi_signo as i32);
                         let _ = kill(init, Signal::SIGKILL);
                     }
                 }
-                _ => pump(&mut stdin_w, &mut pending_in, &mut stdin_eof),
             }
         }
     }
@@ -356,20 +341,15 @@ fn drain(stream: &mut Stream, buf: &mut [u8], mut live: Option<impl Write>) {
     }
 }
 
-fn pump(stdin_w: &mut Option<OwnedFd>, pending: &mut Vec<u8>, eof: &mut bool) {
-    let Some(w) = stdin_w.as_ref() else { return };
-    match nix::unistd::write(w, pending) {
-        Ok(n) => {
-            pending.drain(..n);
-        }
-        Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}
-        Err(_) => {
-            // The child closed its stdin: stop feeding it.
-            *stdin_w = None;
-            pending.clear();
-            *eof = true;
-        }
-    }
+/// Copies the stdin source into the child's stdin pipe on its own thread, so
+/// a source that blocks (a terminal, a slow pipe) or a child that never reads
+/// can never stall supervision. The thread ends at EOF or when the child
+/// closes its end; it is not waited for.
+fn feed_stdin_in_background(mut source: Box<dyn Read + Send>, pipe: OwnedFd) {
+    let mut sink = std::fs::File::from(pipe);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut source, &mut sink);
+    });
 }
 
 /// Decodes the status pipe: `E<step>\n` setup errors, `L<abi> <tcp> <scoped>\n`, `W<i32>`.
@@ -377,7 +357,21 @@ fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u32, bool, b
     let mut landlock = None;
     let mut ending = None;
     let mut rest = bytes;
+    let garbled = |what: &str| {
+        Ending::SetupFailed(format!(
+            "the sandbox's status pipe is garbled ({what}); the result cannot be trusted"
+        ))
+    };
+    let (mut seen_w, mut seen_l) = (false, false);
     while let Some((&tag, tail)) = rest.split_first() {
+        let repeated = match tag {
+            b'W' => std::mem::replace(&mut seen_w, true),
+            b'L' => std::mem::replace(&mut seen_l, true),
+            _ => false,
+        };
+        if repeated {
+            return (garbled("a status reported twice"), None);
+        }
         match tag {
             b'W' if tail.len() >= 4 => {
                 let raw = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
@@ -400,7 +394,7 @@ fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u32, bool, b
                 }
                 rest = tail.get(end + 1..).unwrap_or_default();
             }
-            _ => break,
+            _ => return (garbled("unknown record"), None),
         }
     }
     let ending = ending.unwrap_or_else(|| match decode_wait(init_status) {
@@ -445,6 +439,13 @@ mod tests {
             Ending::SetupFailed("mount(/usr): EPERM".into())
         );
         assert_eq!(parse_status(b"", 9).0, Ending::Signaled(9));
+        let mut forged = vec![b'W'];
+        forged.extend_from_slice(&0i32.to_le_bytes());
+        forged.push(b'Z');
+        assert!(matches!(parse_status(&forged, 0).0, Ending::SetupFailed(_)));
+        let mut twice = forged[..5].to_vec();
+        twice.extend_from_slice(&forged[..5]);
+        assert!(matches!(parse_status(&twice, 0).0, Ending::SetupFailed(_)));
         let mut exec_failed = b"L7 1 1\nEexecveat(program, AT_EMPTY_PATH): EACCES\nW".to_vec();
         exec_failed.extend_from_slice(&(127i32 << 8).to_le_bytes());
         assert!(matches!(

@@ -205,7 +205,7 @@ fn read_credentials(p: &Prepared, plan: &SpawnPlan) -> Result<Vec<(String, Secre
     Ok(out)
 }
 
-type Pump = Option<Box<dyn Read>>;
+type Pump = Option<Box<dyn Read + Send>>;
 
 fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
     match path {

@@ -23,7 +23,7 @@ use super::mounts::build_root_in_child;
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
-    borrow_fd, close_descriptors_from, dup_onto, exit_immediately, fork_process,
+    adopt_fd, borrow_fd, close_descriptors_from, dup_onto, exit_immediately, fork_process,
     install_seccomp_filter_on_current_thread, set_loopback_up,
 };
 use super::StepError;
@@ -81,7 +81,11 @@ fn report(status: &OwnedFd, message: &[u8]) {
 }
 
 /// The cloned child's entry point. Never returns.
-pub fn init_main(setup: ChildSetup<'_>) -> ! {
+pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
+    if let Err(e) = keep_only_own_descriptors(&mut setup) {
+        report(&setup.status, format!("E{e}\n").as_bytes());
+        exit_immediately(126)
+    }
     match init_steps(&setup) {
         Ok(program_pid) => supervise_program(&setup, program_pid),
         Err(e) => {
@@ -96,8 +100,6 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
     wait_for_parent(&s.sync)?;
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     build_root_in_child(s.spec, &s.scopes)?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
@@ -105,7 +107,18 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     // The seccomp filter refuses memfd_create without MFD_NOEXEC_SEAL as well.
     let _ = std::fs::write("/proc/sys/vm/memfd_noexec", "2");
     prepare_cwd(s)?;
+    // The second go-ahead: init is in its cgroups, so the cgroup namespace is rooted there.
+    wait_for_parent(&s.sync)?;
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
+    // Changing uid clears the parent-death signal: set it again, then make sure
+    // the parent did not die in between (it holds the sync pipe open until the end).
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG) after setresuid", e.into()))?;
+    if parent_gone(&s.sync) {
+        exit_immediately(125);
+    }
     let applied = restrict_current_process(&s.spec.landlock, s.program.as_fd(), s.landlock_abi)?;
     // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
     // stay closed to the program, and the same seccomp filter binds init too,
@@ -131,12 +144,58 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     let mut previous = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut previous))
         .map_err(|e| StepError::new("sigprocmask", e.into()))?;
-    wait_for_parent(&s.sync)?;
     let pid = fork_process().map_err(|e| StepError::new("fork program", e))?;
     if pid == 0 {
         program_main(s, &previous);
     }
     Ok(Pid::from_raw(pid))
+}
+
+/// Lowest descriptor number init moves its own descriptors to, so that the
+/// program's dup2 onto 0..=4 can never overwrite one it still needs.
+const FD_FLOOR: i32 = 64;
+
+/// Moves every descriptor init owns to `FD_FLOOR` and above, then closes all
+/// others it inherited from spawnd (its stdio, anything spawnd's caller leaked).
+fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    use std::os::fd::AsRawFd;
+    let lift = |fd: &mut OwnedFd| -> Result<(), StepError> {
+        let raw = fcntl(&*fd, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
+            .map_err(|e| StepError::new("fcntl(F_DUPFD_CLOEXEC)", e.into()))?;
+        *fd = adopt_fd(raw);
+        Ok(())
+    };
+    for fd in s
+        .stdio
+        .iter_mut()
+        .chain([&mut s.program, &mut s.sync, &mut s.status])
+    {
+        lift(fd)?;
+    }
+    let keep: Vec<i32> = s
+        .stdio
+        .iter()
+        .chain([&s.program, &s.sync, &s.status])
+        .map(AsRawFd::as_raw_fd)
+        .collect();
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| StepError::new("list /proc/self/fd", e))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open.into_iter().filter(|fd| !keep.contains(fd)) {
+        // Inherited numbers no Rust object owns; a stale one (the listing's own
+        // descriptor, already closed) just fails to close.
+        let _ = nix::unistd::close(fd);
+    }
+    Ok(())
+}
+
+/// True when the parent's end of the sync pipe is closed (spawnd is gone).
+fn parent_gone(sync: &OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(sync.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP)))
 }
 
 fn wait_for_parent(sync: &OwnedFd) -> Result<(), StepError> {

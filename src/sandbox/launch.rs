@@ -91,6 +91,9 @@ pub struct Running {
     pub stdin: Option<OwnedFd>,
     /// The per-spawn cgroups, if any.
     pub cgroup: Option<SpawnCgroup>,
+    /// The sync pipe's write end, held open for the sandbox's lifetime: init
+    /// checks it after changing uid to learn whether spawnd is still alive.
+    pub parent_alive: OwnedFd,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,
     /// When the child was released (ids mapped, cgroups joined).
@@ -215,6 +218,7 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         status: status_r,
         stdin: stdin_parent,
         cgroup,
+        parent_alive: sync_w,
         cloned_at,
         released_at,
     })

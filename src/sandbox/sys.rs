@@ -319,6 +319,15 @@ pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes ownership of a descriptor the caller has just created (e.g. with
+/// `fcntl(F_DUPFD_CLOEXEC)`), so it is closed when dropped.
+pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: callers pass a descriptor that a system call returned to them a
+    // moment ago and that nothing else owns, so there is exactly one owner.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
 /// Borrows descriptor number `fd`, which the caller has just placed with
 /// `dup_onto` and keeps open until exec or exit.
 pub fn borrow_fd(fd: RawFd) -> BorrowedFd<'static> {
