@@ -96,6 +96,12 @@ const TASK_REFUSED: &[&str] = &[
     "uselib",
     "fanotify_init",
     "nfsservctl",
+    // Added after the sandbox review: cross-process reach and attack surface.
+    "kcmp",
+    "modify_ldt",
+    "process_madvise",
+    "migrate_pages",
+    "move_pages",
 ];
 
 #[test]

@@ -81,6 +81,13 @@ pub const REFUSED: &[(&str, i64)] = &syscalls![
     SYS_uselib,
     SYS_fanotify_init,
     SYS_nfsservctl,
+    // Found in review: reach into other processes of the same uid (init) or
+    // widen kernel attack surface, and no ordinary CLI needs them.
+    SYS_kcmp,
+    SYS_modify_ldt,
+    SYS_process_madvise,
+    SYS_migrate_pages,
+    SYS_move_pages,
 ];
 
 /// One `CONDITIONAL` entry, named after its `libc::SYS_*` constant.
