@@ -524,3 +524,72 @@ fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("Landlock"));
 }
+
+/// Found in review: a symlink planted in a writable scope by one run must not
+/// redirect a scope (or a mount target) of a later run to host paths.
+fn assert_planted_symlinks_do_not_redirect_later_runs(who: As) {
+    let w = world();
+    let nest = w.path(&format!("rw/nest-{who:?}"));
+    let _ = std::fs::remove_dir_all(&nest);
+    std::fs::create_dir_all(&nest).unwrap();
+    std::fs::set_permissions(&nest, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let manifest = w.path(&format!("outside/nest-{who:?}.toml"));
+    std::fs::write(&manifest, format!(
+        "[connector]\nname = \"local://t/nest\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\nfs_write = [\"{n}\"]\nfs_read = [\"{n}/sub\", \"{n}/deep/er\"]\n[capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n",
+        n = nest.display()
+    )).unwrap();
+    let run = |script: &str| {
+        let mut cmd = match who {
+            As::Root => Command::new(&w.spawnd),
+            As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&w.spawnd);
+                c
+            }
+        };
+        cmd.args(["run", "--json", "--manifest"])
+            .arg(&manifest)
+            .args(["--op", "sh", "--arg", &format!("script={script}")])
+            .output()
+            .unwrap()
+    };
+    let outside = w.path("outside");
+    let plant = format!(
+        "ln -s {o} {n}/sub && mkdir -p {n}/deep && ln -s /etc {n}/deep/er",
+        o = outside.display(),
+        n = nest.display()
+    );
+    let first = run(&plant);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stdout)
+    );
+    let second = run(&format!(
+        "cat {n}/sub/secret.txt; cat {n}/deep/er/shadow; ls {n}/deep/er",
+        n = nest.display()
+    ));
+    let text = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        !text.contains("host secret") && !text.contains("root:"),
+        "a planted symlink exposed host files: {text}"
+    );
+    assert_eq!(
+        second.status.code(),
+        Some(5),
+        "the later run must refuse the symlinked scope: {text}"
+    );
+    assert!(text.contains("symlink"), "{text}");
+}
+
+#[test]
+fn f22_planted_symlinks_do_not_redirect_later_runs_as_root() {
+    assert_planted_symlinks_do_not_redirect_later_runs(As::Root);
+}
+
+#[test]
+fn f22_planted_symlinks_do_not_redirect_later_runs_as_nobody() {
+    assert_planted_symlinks_do_not_redirect_later_runs(As::Nobody);
+}

@@ -100,7 +100,7 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
     wait_for_parent(&s.sync)?;
-    build_root_in_child(s.spec, &s.scopes)?;
+    let scope_fds = build_root_in_child(s.spec, &s.scopes)?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
     // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is refused.
@@ -119,7 +119,13 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     if parent_gone(&s.sync) {
         exit_immediately(125);
     }
-    let applied = restrict_current_process(&s.spec.landlock, s.program.as_fd(), s.landlock_abi)?;
+    let applied = restrict_current_process(
+        &s.spec.landlock,
+        &scope_fds,
+        s.program.as_fd(),
+        s.landlock_abi,
+    )?;
+    drop(scope_fds);
     // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
     // stay closed to the program, and the same seccomp filter binds init too,
     // so it cannot be turned into an unfiltered helper.

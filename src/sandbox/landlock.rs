@@ -50,6 +50,7 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 /// Restricts the calling process (and everything it will execute).
 pub fn restrict_current_process(
     rules: &[LandlockRule],
+    scope_fds: &[std::os::fd::OwnedFd],
     program: BorrowedFd<'_>,
     kernel_abi: u32,
 ) -> Result<LandlockApplied, StepError> {
@@ -81,20 +82,32 @@ pub fn restrict_current_process(
     }
     let mut created = ruleset.create().map_err(fail("create ruleset"))?;
     for rule in rules {
-        let fd = match PathFd::new(&rule.path) {
-            Ok(fd) => fd,
-            Err(_) if !rule.path.exists() => continue,
-            Err(e) => {
-                return Err(StepError::new(
-                    format!("landlock open {}", rule.path.display()),
-                    std::io::Error::other(e.to_string()),
-                ))
+        let rights_for = |is_dir: bool| rights(rule.access, abi, is_dir);
+        created = match rule.scope.and_then(|i| scope_fds.get(i)) {
+            Some(fd) => {
+                let is_dir = nix::sys::stat::fstat(fd)
+                    .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                    .unwrap_or(false);
+                created
+                    .add_rule(PathBeneath::new(fd, rights_for(is_dir)))
+                    .map_err(fail(&format!("rule for scope {}", rule.path.display())))?
+            }
+            None => {
+                let fd = match PathFd::new(&rule.path) {
+                    Ok(fd) => fd,
+                    Err(_) if !rule.path.exists() => continue,
+                    Err(e) => {
+                        return Err(StepError::new(
+                            format!("landlock open {}", rule.path.display()),
+                            std::io::Error::other(e.to_string()),
+                        ))
+                    }
+                };
+                created
+                    .add_rule(PathBeneath::new(fd, rights_for(rule.path.is_dir())))
+                    .map_err(fail(&format!("rule for {}", rule.path.display())))?
             }
         };
-        let is_dir = rule.path.is_dir();
-        created = created
-            .add_rule(PathBeneath::new(fd, rights(rule.access, abi, is_dir)))
-            .map_err(fail(&format!("rule for {}", rule.path.display())))?;
     }
     let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
     created = created

@@ -14,6 +14,7 @@ use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
+use super::beneath::{open_beneath, Create};
 use super::cgroup::{SpawnCgroup, V1Roots};
 use super::child::{init_main, ChildSetup, ScopeId};
 use super::seccomp::Filter;
@@ -199,7 +200,7 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         nix::unistd::write(&sync_w, b"c").map_err(nix_prep("release the program"))?;
         Ok(())
     };
-    if let Err(e) = release() {
+    if let Err(mut e) = release() {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
@@ -207,6 +208,16 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
         if let Some(cg) = cgroup {
             cg.remove();
+        }
+        // The child may have failed first: its own report names the real cause.
+        let mut report = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = nix::unistd::read(&status_r, &mut buf) {
+            report.extend_from_slice(&buf[..n]);
+        }
+        if let Some(text) = report.strip_prefix(b"E") {
+            let text = String::from_utf8_lossy(text).trim_end().to_string();
+            e = StepError::new(text, std::io::Error::other("reported by the sandbox"));
         }
         return Err(e);
     }
@@ -250,9 +261,9 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Resolves a scope once, here: its canonical path and the identity of what it
-/// is now. The child opens the canonical path without following a final link
-/// and refuses to mount anything else, so a path swapped in between is caught.
+/// Resolves a scope once, here: what it is now (device and inode). A scope
+/// whose path passes through a symlink is refused: the link could be changed
+/// by whoever can write where it lives, so the manifest must name the real path.
 fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
     let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
         .map_err(nix_prep(format!("open({}, O_PATH)", path.display())))?;
@@ -262,6 +273,16 @@ fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
         std::os::fd::AsRawFd::as_raw_fd(&fd)
     ))
     .map_err(prep(format!("resolve {}", path.display())))?;
+    if canonical != path {
+        return Err(StepError::new(
+            format!(
+                "scope {} resolves through a symlink to {}; declare the real path in the manifest",
+                path.display(),
+                canonical.display()
+            ),
+            std::io::Error::from_raw_os_error(libc::ELOOP),
+        ));
+    }
     Ok(ScopeId {
         canonical,
         dev: st.st_dev,
@@ -269,18 +290,31 @@ fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
     })
 }
 
-/// A missing `fs_write` scope is created, mode 0700, owned by the child's identity.
+/// A missing `fs_write` scope is created, mode 0700, owned by the child's
+/// identity — walking from `/` without following any symlink.
 fn create_write_scopes(spec: &SandboxSpec, uid: u32, gid: u32) -> Result<(), StepError> {
-    use std::os::unix::fs::PermissionsExt;
+    if spec.create_write_scopes.is_empty() {
+        return Ok(());
+    }
+    let root = open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(nix_prep("open(/)"))?;
     for dir in &spec.create_write_scopes {
-        std::fs::create_dir_all(dir)
-            .map_err(prep(format!("create fs_write scope {}", dir.display())))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(prep(format!("chmod 0700 {}", dir.display())))?;
-        nix::unistd::chown(
-            dir,
+        let rel = dir.strip_prefix("/").unwrap_or(dir);
+        let fd = open_beneath(&root, rel, Create::Dir(0o700))?;
+        let owner = (
             Some(nix::unistd::Uid::from_raw(uid)),
             Some(nix::unistd::Gid::from_raw(gid)),
+        );
+        nix::unistd::fchownat(
+            &fd,
+            "",
+            owner.0,
+            owner.1,
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
         )
         .map_err(nix_prep(format!("chown {}", dir.display())))?;
     }

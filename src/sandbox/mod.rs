@@ -10,6 +10,7 @@
 //!
 //! All of spawnd's `unsafe_code` lives in `sys.rs`, one wrapper per system call.
 
+mod beneath;
 pub mod cgroup;
 mod child;
 mod identity;

@@ -1,20 +1,27 @@
 //! The fresh root, built inside the child's own mount namespace: propagation
 //! cut from the host, a tmpfs staged on `/tmp`, every step of the spec mounted
-//! into it (scopes from the descriptors opened before the child existed, so a
-//! path swapped afterwards changes nothing), then `pivot_root` into it and the
-//! old root detached. Everything is nosuid and nodev (device nodes excepted)
-//! and noexec unless the spec grants execution.
+//! into it, then `pivot_root` into it and the old root detached. Everything
+//! is nosuid and nodev (device nodes excepted) and noexec unless the spec
+//! grants execution.
+//!
+//! Two kinds of paths are never trusted: scope sources are opened here and
+//! checked against the device and inode the parent resolved (a path swapped
+//! in between is refused), and every mount target is reached with
+//! `beneath::open_beneath`, which refuses symlinks — a target can pass
+//! through a writable scope an earlier run could have planted links in.
+//! Mounts go onto the opened descriptors, never onto path strings.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
+use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
 use super::spec::{BindSource, MountKind, MountStep, SandboxSpec};
-use super::sys::mount_setattr;
+use super::sys::{mount_setattr, mount_setattr_fd};
 use super::StepError;
 
 /// Where the new root is staged before `pivot_root` (inside our own mount namespace).
@@ -37,12 +44,12 @@ fn io_step(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError 
     move |e| StepError::new(what, e)
 }
 
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
-}
-
-/// Builds the root described by `spec` and pivots into it.
-pub fn build_root_in_child(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(), StepError> {
+/// Builds the root described by `spec` and pivots into it. Returns the
+/// verified scope descriptors (in `spec.scopes` order) for the Landlock rules.
+pub fn build_root_in_child(
+    spec: &SandboxSpec,
+    scopes: &[ScopeId],
+) -> Result<Vec<OwnedFd>, StepError> {
     mount(
         None::<&str>,
         "/",
@@ -55,7 +62,6 @@ pub fn build_root_in_child(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(),
         .iter()
         .map(open_verified)
         .collect::<Result<Vec<_>, _>>()?;
-    let scope_fds = scope_fds.as_slice();
     let stage = Path::new(STAGE);
     mount(
         Some("tmpfs"),
@@ -65,10 +71,18 @@ pub fn build_root_in_child(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(),
         Some("mode=0755,size=16m"),
     )
     .map_err(step("mount(tmpfs, new root)"))?;
+    let stage_fd = nix::fcntl::open(
+        stage,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(step("open new root"))?;
     for m in &spec.mounts {
-        apply_step(stage, m, scope_fds)?;
+        apply_step(&stage_fd, m, &scope_fds)?;
     }
-    pivot_into(stage)
+    drop(stage_fd);
+    pivot_into(stage)?;
+    Ok(scope_fds)
 }
 
 /// Opens a scope in this mount namespace (a bind needs a mount of our own) and
@@ -92,75 +106,105 @@ fn open_verified(scope: &ScopeId) -> Result<OwnedFd, StepError> {
     Ok(fd)
 }
 
-fn inside(stage: &Path, target: &Path) -> PathBuf {
-    stage.join(target.strip_prefix("/").unwrap_or(target))
+fn relative(target: &Path) -> &Path {
+    target.strip_prefix("/").unwrap_or(target)
 }
 
-fn apply_step(stage: &Path, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), StepError> {
-    let target = inside(stage, &m.target);
+/// Mounts `source` (a path or a descriptor's magic link) onto the opened target.
+fn mount_onto(
+    source: &Path,
+    target: &OwnedFd,
+    flags: MsFlags,
+    fstype: Option<&str>,
+    data: Option<&str>,
+    shown: &str,
+) -> Result<(), StepError> {
+    mount(Some(source), &fd_path(target), fstype, flags, data)
+        .map_err(step(format!("mount({}, {shown})", source.display())))
+}
+
+/// Applies mount attributes to the mount now at `rel` (re-opened: the target
+/// descriptor still names the directory underneath it).
+fn restrict_mount(
+    stage: &OwnedFd,
+    rel: &Path,
+    attrs: u64,
+    recursive: bool,
+    shown: &str,
+) -> Result<(), StepError> {
+    let root = open_beneath(stage, rel, Create::Nothing)?;
+    mount_setattr_fd(&root, recursive, attrs, 0).map_err(io_step(format!("mount_setattr({shown})")))
+}
+
+fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), StepError> {
+    let rel = relative(&m.target);
     let shown = m.target.display().to_string();
+    let hidden = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
     match &m.kind {
         MountKind::Tmpfs { mode, size } => {
-            mkdir_all(&target)?;
+            let target = open_beneath(stage, rel, Create::Dir(0o755))?;
             let data = format!("mode={mode:o},size={size}");
-            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-            mount(
-                Some("tmpfs"),
+            mount_onto(
+                Path::new("tmpfs"),
                 &target,
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
                 Some("tmpfs"),
-                flags,
-                Some(data.as_str()),
+                Some(&data),
+                &shown,
             )
-            .map_err(step(format!("mount(tmpfs, {shown})")))
         }
         MountKind::Proc => {
-            mkdir_all(&target)?;
-            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-            mount(Some("proc"), &target, Some("proc"), flags, None::<&str>)
-                .map_err(step(format!("mount(proc, {shown})")))?;
+            let target = open_beneath(stage, rel, Create::Dir(0o555))?;
+            mount_onto(
+                Path::new("proc"),
+                &target,
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some("proc"),
+                None,
+                &shown,
+            )?;
             // A child mapped to host root would pass the permission checks of
             // /proc/sys: make it read-only (Landlock refuses the writes too).
-            let sys = target.join("sys");
-            mount(
-                Some(sys.as_path()),
+            let sys_rel = rel.join("sys");
+            let sys = open_beneath(stage, &sys_rel, Create::Nothing)?;
+            mount_onto(
+                &fd_path(&sys),
                 &sys,
-                None::<&str>,
                 MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .map_err(step("mount(/proc/sys, MS_BIND)"))?;
-            mount_setattr(
-                &cpath(&sys),
+                None,
+                None,
+                "/proc/sys",
+            )?;
+            restrict_mount(
+                stage,
+                &sys_rel,
+                MOUNT_ATTR_RDONLY | hidden,
                 true,
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                0,
+                "/proc/sys",
             )
-            .map_err(io_step("make /proc/sys read-only"))
         }
         MountKind::Device { host } => {
-            touch(&target)?;
-            mount(
-                Some(host.as_path()),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(step(format!("mount({}, {shown}, MS_BIND)", host.display())))?;
-            mount_setattr(
-                &cpath(&target),
-                false,
+            let target = open_beneath(stage, rel, Create::File(0o644))?;
+            mount_onto(host, &target, MsFlags::MS_BIND, None, None, &shown)?;
+            restrict_mount(
+                stage,
+                rel,
                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-                0,
+                false,
+                &shown,
             )
-            .map_err(io_step(format!("restrict {shown}")))
         }
         MountKind::Symlink { target: link } => {
-            if let Some(parent) = target.parent() {
-                mkdir_all(parent)?;
-            }
-            std::os::unix::fs::symlink(link, &target)
-                .map_err(io_step(format!("symlink({}, {shown})", link.display())))
+            let parent = rel.parent().unwrap_or(Path::new(""));
+            let name = rel.file_name().ok_or_else(|| {
+                StepError::new(
+                    format!("symlink {shown}"),
+                    std::io::Error::from_raw_os_error(libc::EINVAL),
+                )
+            })?;
+            let dir = open_beneath(stage, parent, Create::Dir(0o755))?;
+            nix::unistd::symlinkat(link.as_path(), &dir, name)
+                .map_err(step(format!("symlink({}, {shown})", link.display())))
         }
         MountKind::Bind {
             source,
@@ -177,23 +221,23 @@ fn apply_step(stage: &Path, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), 
                             std::io::Error::from_raw_os_error(libc::EBADF),
                         )
                     })?;
-                    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                    fd_path(fd)
                 }
             };
-            if *dir {
-                mkdir_all(&target)?
+            let create = if *dir {
+                Create::Dir(0o755)
             } else {
-                touch(&target)?
-            }
-            let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
-            mount(
-                Some(from.as_path()),
+                Create::File(0o644)
+            };
+            let target = open_beneath(stage, rel, create)?;
+            mount_onto(
+                &from,
                 &target,
-                None::<&str>,
-                flags,
-                None::<&str>,
-            )
-            .map_err(step(format!("mount({shown}, MS_BIND|MS_REC)")))?;
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None,
+                None,
+                &shown,
+            )?;
             let mut attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
             if !writable {
                 attrs |= MOUNT_ATTR_RDONLY;
@@ -201,37 +245,20 @@ fn apply_step(stage: &Path, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), 
             if !exec {
                 attrs |= MOUNT_ATTR_NOEXEC;
             }
-            mount_setattr(&cpath(&target), true, attrs, 0)
-                .map_err(io_step(format!("mount_setattr({shown}, recursive)")))
+            restrict_mount(stage, rel, attrs, true, &shown)
         }
     }
 }
 
-fn mkdir_all(path: &Path) -> Result<(), StepError> {
-    std::fs::create_dir_all(path).map_err(io_step(format!("mkdir -p {}", path.display())))
-}
-
-fn touch(path: &Path) -> Result<(), StepError> {
-    if let Some(parent) = path.parent() {
-        mkdir_all(parent)?;
-    }
-    if path.exists() {
-        return Ok(());
-    }
-    std::fs::File::create(path)
-        .map(drop)
-        .map_err(io_step(format!("create mount point {}", path.display())))
-}
-
 fn pivot_into(stage: &Path) -> Result<(), StepError> {
     let old = stage.join(OLD_ROOT);
-    mkdir_all(&old)?;
+    std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
     nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
     nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
-    let old_inside = Path::new("/").join(OLD_ROOT);
+    let old_inside: PathBuf = Path::new("/").join(OLD_ROOT);
     umount2(&old_inside, MntFlags::MNT_DETACH).map_err(step("umount2(old root, MNT_DETACH)"))?;
     std::fs::remove_dir(&old_inside).map_err(io_step("rmdir old root"))?;
-    let root = CString::new("/").unwrap_or_default();
+    let root = CString::new(Path::new("/").as_os_str().as_bytes()).unwrap_or_default();
     mount_setattr(
         &root,
         false,

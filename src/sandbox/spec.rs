@@ -100,6 +100,9 @@ pub struct LandlockRule {
     pub path: PathBuf,
     /// What it grants.
     pub access: Access,
+    /// For a scope: its index in `SandboxSpec::scopes`; the rule is then made
+    /// from the verified descriptor, not by walking the path again.
+    pub scope: Option<usize>,
 }
 
 /// The decided sandbox for one spawn.
@@ -237,23 +240,28 @@ fn base_mounts() -> Vec<MountStep> {
 fn base_rules() -> Vec<LandlockRule> {
     let mut r = vec![
         LandlockRule {
+            scope: None,
             path: "/tmp".into(),
             access: Access::ReadWrite,
         },
         LandlockRule {
+            scope: None,
             path: "/dev/shm".into(),
             access: Access::ReadWrite,
         },
         LandlockRule {
+            scope: None,
             path: "/proc".into(),
             access: Access::Read,
         },
         LandlockRule {
+            scope: None,
             path: "/".into(),
             access: Access::Read,
         },
     ];
     r.extend(DEVICES.iter().map(|d| LandlockRule {
+        scope: None,
         path: Path::new("/dev").join(d),
         access: Access::Device,
     }));
@@ -284,6 +292,7 @@ fn add_system_paths(
         };
         if !matches!(kind, MountKind::Symlink { .. }) {
             spec.landlock.push(LandlockRule {
+                scope: None,
                 path: path.clone(),
                 access: Access::ReadExec,
             });
@@ -332,6 +341,7 @@ fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> 
             (true, true) => Access::ReadWriteExec,
         };
         spec.landlock.push(LandlockRule {
+            scope: Some(spec.scopes.len()),
             path: path.clone(),
             access,
         });

@@ -133,10 +133,12 @@ fn scopes_mount_shallowest_first_with_write_and_exec_as_declared() {
     assert_eq!(spec.missing_read_scopes, [PathBuf::from("/home/u/gone")]);
     assert_eq!(spec.create_write_scopes, [PathBuf::from("/home/u/cache")]);
     assert!(spec.landlock.contains(&LandlockRule {
+        scope: Some(3),
         path: "/home/u/code/out".into(),
         access: Access::ReadWrite
     }));
     assert!(spec.landlock.contains(&LandlockRule {
+        scope: Some(4),
         path: "/home/u/code/sub".into(),
         access: Access::ReadExec
     }));

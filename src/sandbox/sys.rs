@@ -113,6 +113,49 @@ pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64)
     Ok(())
 }
 
+/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE?, {attr_set, attr_clr})`:
+/// the mount whose root `fd` is.
+pub fn mount_setattr_fd(
+    fd: &std::os::fd::OwnedFd,
+    recursive: bool,
+    attr_set: u64,
+    attr_clr: u64,
+) -> io::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr {
+        attr_set,
+        attr_clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: `fd` is open for the call, the empty path is a valid C string,
+    // and `attr` is a live, correctly laid out `struct mount_attr` of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(last_error("mount_setattr(fd)"));
+    }
+    Ok(())
+}
+
 /// One classic-BPF instruction, laid out as the kernel's `struct sock_filter`.
 pub use super::seccomp::SockFilter;
 
