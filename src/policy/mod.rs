@@ -22,3 +22,5 @@ mod test_support;
 mod tests;
 #[cfg(test)]
 mod tests_r;
+#[cfg(test)]
+mod tests_review;

@@ -4,24 +4,24 @@
 //! write the child's uid/gid maps, put it in its cgroups, and release it.
 //! Must be called from a single-threaded process (the CLI, or the spawner).
 
-use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
-use super::beneath::{open_beneath, Create};
 use super::cgroup::{SpawnCgroup, V1Roots};
-use super::child::{init_main, ChildSetup, ScopeId};
+use super::child::{init_main, ChildSetup};
+use super::prepare::{
+    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep, rlimits,
+    to_cstrings, write_id_maps,
+};
 use super::seccomp::Filter;
 use super::spec::SandboxSpec;
 use super::sys::clone_process;
 use super::StepError;
-use crate::plan::{EnvSource, SpawnPlan};
+use crate::plan::SpawnPlan;
 
 /// How memory and process counts are limited.
 #[derive(Debug, Clone)]
@@ -108,16 +108,6 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWIPC
     | libc::CLONE_NEWUTS;
-
-fn prep(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError {
-    let what = what.into();
-    move |e| StepError::new(what, e)
-}
-
-fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> StepError {
-    let what = what.into();
-    move |e| StepError::new(what, e.into())
-}
 
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
@@ -259,146 +249,4 @@ fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Resolves a scope once, here: what it is now (device and inode). A scope
-/// whose path passes through a symlink is refused: the link could be changed
-/// by whoever can write where it lives, so the manifest must name the real path.
-fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
-    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(nix_prep(format!("open({}, O_PATH)", path.display())))?;
-    let st = nix::sys::stat::fstat(&fd).map_err(nix_prep(format!("fstat({})", path.display())))?;
-    let canonical = std::fs::read_link(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&fd)
-    ))
-    .map_err(prep(format!("resolve {}", path.display())))?;
-    if canonical != path {
-        return Err(StepError::new(
-            format!(
-                "scope {} resolves through a symlink to {}; declare the real path in the manifest",
-                path.display(),
-                canonical.display()
-            ),
-            std::io::Error::from_raw_os_error(libc::ELOOP),
-        ));
-    }
-    Ok(ScopeId {
-        canonical,
-        dev: st.st_dev,
-        ino: st.st_ino,
-    })
-}
-
-/// A missing `fs_write` scope is created, mode 0700, owned by the child's
-/// identity — walking from `/` without following any symlink.
-fn create_write_scopes(spec: &SandboxSpec, uid: u32, gid: u32) -> Result<(), StepError> {
-    if spec.create_write_scopes.is_empty() {
-        return Ok(());
-    }
-    let root = open(
-        "/",
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(nix_prep("open(/)"))?;
-    for dir in &spec.create_write_scopes {
-        let rel = dir.strip_prefix("/").unwrap_or(dir);
-        let fd = open_beneath(&root, rel, Create::Dir(0o700))?;
-        let owner = (
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(gid)),
-        );
-        nix::unistd::fchownat(
-            &fd,
-            "",
-            owner.0,
-            owner.1,
-            nix::fcntl::AtFlags::AT_EMPTY_PATH,
-        )
-        .map_err(nix_prep(format!("chown {}", dir.display())))?;
-    }
-    Ok(())
-}
-
-fn is_script(program: &File) -> bool {
-    let mut head = [0u8; 2];
-    matches!(program.read_at(&mut head, 0), Ok(2)) && &head == b"#!"
-}
-
-fn to_cstrings<'b>(items: impl Iterator<Item = &'b [u8]>) -> Result<Vec<CString>, StepError> {
-    items
-        .map(|b| {
-            CString::new(b).map_err(|_| {
-                StepError::new("argv/env", std::io::Error::from_raw_os_error(libc::EINVAL))
-            })
-        })
-        .collect()
-}
-
-/// `KEY=VALUE` for exactly the plan's keys: request and fixed values, then credentials.
-fn env_entries(
-    plan: &SpawnPlan,
-    credentials: &[(String, crate::vault::Secret)],
-) -> Result<Vec<CString>, StepError> {
-    let mut out = Vec::new();
-    for entry in &plan.env {
-        let value: &[u8] = match entry.source {
-            EnvSource::Request | EnvSource::Fixed => plan
-                .env_values
-                .get(&entry.key)
-                .map(String::as_bytes)
-                .unwrap_or_default(),
-            EnvSource::Credential => match credentials.iter().find(|(k, _)| *k == entry.key) {
-                Some((_, secret)) => secret.expose(),
-                None => {
-                    return Err(StepError::new(
-                        format!("credential {}", entry.key),
-                        std::io::Error::from_raw_os_error(libc::ENOKEY),
-                    ))
-                }
-            },
-        };
-        let mut kv = entry.key.as_bytes().to_vec();
-        kv.push(b'=');
-        kv.extend_from_slice(value);
-        out.push(kv);
-    }
-    to_cstrings(out.iter().map(Vec::as_slice))
-}
-
-fn rlimits(plan: &SpawnPlan, via: &LimitsVia) -> Vec<(nix::sys::resource::Resource, u64)> {
-    use nix::sys::resource::Resource;
-    let l = &plan.limits;
-    let mut v = vec![
-        (Resource::RLIMIT_CORE, 0),
-        (Resource::RLIMIT_FSIZE, l.max_file_size_bytes),
-        (Resource::RLIMIT_NOFILE, l.max_open_files),
-    ];
-    if matches!(via, LimitsVia::Rlimits) {
-        v.push((Resource::RLIMIT_AS, l.max_memory_bytes));
-        v.push((Resource::RLIMIT_NPROC, l.max_processes));
-    }
-    v
-}
-
-/// Writes `/proc/PID/{uid_map,setgroups,gid_map}`. Root maps 0 too, so init
-/// can build the root before it becomes `uid`; an ordinary user maps only itself.
-fn write_id_maps(pid: i32, uid: u32, gid: u32, privileged: bool) -> Result<(), StepError> {
-    let proc_dir = Path::new("/proc").join(pid.to_string());
-    let map = |id: u32| {
-        if privileged && id != 0 {
-            format!("0 0 1\n{id} {id} 1\n")
-        } else {
-            format!("{id} {id} 1\n")
-        }
-    };
-    let write = |file: &str, text: &str| {
-        std::fs::write(proc_dir.join(file), text).map_err(prep(format!("write /proc/{pid}/{file}")))
-    };
-    write("uid_map", &map(uid))?;
-    if !privileged {
-        write("setgroups", "deny")?;
-    }
-    write("gid_map", &map(gid))
 }

@@ -17,6 +17,7 @@ mod identity;
 pub mod landlock;
 pub mod launch;
 mod mounts;
+mod prepare;
 pub mod seccomp;
 pub mod spec;
 pub mod sys;

@@ -72,33 +72,34 @@ pub fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
     libc::pid_t::try_from(ret).map_err(|_| io::Error::other("clone: pid out of range"))
 }
 
-/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE?, {attr_set, attr_clr})`.
-pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64) -> io::Result<()> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn mount_setattr_at(
+    dirfd: RawFd,
+    path: &CStr,
+    flags: libc::c_uint,
+    attr_set: u64,
+    attr_clr: u64,
+) -> io::Result<()> {
     let attr = MountAttr {
         attr_set,
         attr_clr,
         propagation: 0,
         userns_fd: 0,
     };
-    let flags = if recursive {
-        libc::AT_RECURSIVE as libc::c_uint
-    } else {
-        0
-    };
-    // SAFETY: `path` is a valid NUL-terminated string and `attr` a live,
-    // correctly laid out `struct mount_attr` whose size we pass; the kernel
-    // only reads both during the call.
+    // SAFETY: `path` is a valid NUL-terminated string, `dirfd` is open or
+    // AT_FDCWD, and `attr` is a live, correctly laid out `struct mount_attr`
+    // whose size we pass; the kernel only reads them during the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
             flags,
             &attr as *const MountAttr,
@@ -106,54 +107,33 @@ pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64)
         )
     };
     if ret < 0 {
-        return Err(last_error(&format!(
-            "mount_setattr({path:?}, set={attr_set:#x})"
-        )));
+        return Err(last_error("mount_setattr"));
     }
     Ok(())
 }
 
-/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE?, {attr_set, attr_clr})`:
-/// the mount whose root `fd` is.
+/// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE?, {attr_set, attr_clr})`.
+pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64) -> io::Result<()> {
+    let flags = if recursive {
+        libc::AT_RECURSIVE as libc::c_uint
+    } else {
+        0
+    };
+    mount_setattr_at(libc::AT_FDCWD, path, flags, attr_set, attr_clr)
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE?, …)`: the mount whose root `fd` is.
 pub fn mount_setattr_fd(
     fd: &std::os::fd::OwnedFd,
     recursive: bool,
     attr_set: u64,
     attr_clr: u64,
 ) -> io::Result<()> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    let attr = MountAttr {
-        attr_set,
-        attr_clr,
-        propagation: 0,
-        userns_fd: 0,
-    };
     let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
     if recursive {
         flags |= libc::AT_RECURSIVE as libc::c_uint;
     }
-    // SAFETY: `fd` is open for the call, the empty path is a valid C string,
-    // and `attr` is a live, correctly laid out `struct mount_attr` of the size passed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(last_error("mount_setattr(fd)"));
-    }
-    Ok(())
+    mount_setattr_at(fd.as_raw_fd(), c"", flags, attr_set, attr_clr)
 }
 
 /// One classic-BPF instruction, laid out as the kernel's `struct sock_filter`.

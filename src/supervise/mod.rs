@@ -20,6 +20,9 @@ use crate::manifest::Sha256Digest;
 use crate::sandbox::launch::Running;
 use crate::sandbox::sys::wait_with_usage;
 
+mod status;
+use status::parse_status;
+
 /// How long a program gets between SIGTERM and SIGKILL after its wall time.
 pub const GRACE: Duration = Duration::from_millis(1500);
 const CHUNK: usize = 64 * 1024;
@@ -352,107 +355,9 @@ fn feed_stdin_in_background(mut source: Box<dyn Read + Send>, pipe: OwnedFd) {
     });
 }
 
-/// Decodes the status pipe: `E<step>\n` setup errors, `L<abi> <tcp> <scoped>\n`, `W<i32>`.
-fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u32, bool, bool)>) {
-    let mut landlock = None;
-    let mut ending = None;
-    let mut rest = bytes;
-    let garbled = |what: &str| {
-        Ending::SetupFailed(format!(
-            "the sandbox's status pipe is garbled ({what}); the result cannot be trusted"
-        ))
-    };
-    let (mut seen_w, mut seen_l) = (false, false);
-    while let Some((&tag, tail)) = rest.split_first() {
-        let repeated = match tag {
-            b'W' => std::mem::replace(&mut seen_w, true),
-            b'L' => std::mem::replace(&mut seen_l, true),
-            _ => false,
-        };
-        if repeated {
-            return (garbled("a status reported twice"), None);
-        }
-        match tag {
-            b'W' if tail.len() >= 4 => {
-                let raw = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-                // A setup or exec error reported before wins over the exit status that follows it.
-                if !matches!(ending, Some(Ending::SetupFailed(_))) {
-                    ending = Some(decode_wait(raw));
-                }
-                rest = &tail[4..];
-            }
-            b'E' | b'L' => {
-                let end = tail.iter().position(|b| *b == b'\n').unwrap_or(tail.len());
-                let text = String::from_utf8_lossy(&tail[..end]).into_owned();
-                if tag == b'E' {
-                    ending.get_or_insert(Ending::SetupFailed(text));
-                } else {
-                    let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [abi, tcp, scoped] = n.as_slice() {
-                        landlock = Some((*abi, *tcp == 1, *scoped == 1));
-                    }
-                }
-                rest = tail.get(end + 1..).unwrap_or_default();
-            }
-            _ => return (garbled("unknown record"), None),
-        }
-    }
-    let ending = ending.unwrap_or_else(|| match decode_wait(init_status) {
-        // init itself was killed (timeout or spawnd's signal): the program died with it.
-        Ending::Signaled(s) => Ending::Signaled(s),
-        Ending::Exited(code) => {
-            Ending::SetupFailed(format!("sandbox init exited with {code} before reporting"))
-        }
-        other => other,
-    });
-    (ending, landlock)
-}
-
-fn decode_wait(raw: i32) -> Ending {
-    if libc::WIFEXITED(raw) {
-        Ending::Exited(libc::WEXITSTATUS(raw))
-    } else if libc::WIFSIGNALED(raw) {
-        Ending::Signaled(libc::WTERMSIG(raw))
-    } else {
-        Ending::SetupFailed(format!("unexpected wait status {raw:#x}"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_status_pipe_decodes_exit_signal_setup_errors_and_landlock() {
-        let mut bytes = b"L7 1 1\n".to_vec();
-        bytes.push(b'W');
-        bytes.extend_from_slice(&(3i32 << 8).to_le_bytes());
-        assert_eq!(
-            parse_status(&bytes, 0),
-            (Ending::Exited(3), Some((7, true, true)))
-        );
-        let mut bytes = vec![b'W'];
-        bytes.extend_from_slice(&9i32.to_le_bytes());
-        assert_eq!(parse_status(&bytes, 0).0, Ending::Signaled(9));
-        assert_eq!(
-            parse_status(b"Emount(/usr): EPERM\n", 126 << 8).0,
-            Ending::SetupFailed("mount(/usr): EPERM".into())
-        );
-        assert_eq!(parse_status(b"", 9).0, Ending::Signaled(9));
-        let mut forged = vec![b'W'];
-        forged.extend_from_slice(&0i32.to_le_bytes());
-        forged.push(b'Z');
-        assert!(matches!(parse_status(&forged, 0).0, Ending::SetupFailed(_)));
-        let mut twice = forged[..5].to_vec();
-        twice.extend_from_slice(&forged[..5]);
-        assert!(matches!(parse_status(&twice, 0).0, Ending::SetupFailed(_)));
-        let mut exec_failed = b"L7 1 1\nEexecveat(program, AT_EMPTY_PATH): EACCES\nW".to_vec();
-        exec_failed.extend_from_slice(&(127i32 << 8).to_le_bytes());
-        assert!(matches!(
-            parse_status(&exec_failed, 0).0,
-            Ending::SetupFailed(_)
-        ));
-    }
 
     #[test]
     fn streams_keep_the_cap_hash_what_is_kept_and_count_everything() {

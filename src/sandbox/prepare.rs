@@ -1,0 +1,181 @@
+//! What the parent prepares for a launch, outside the hot path of `clone`:
+//! scopes resolved once (symlinked paths refused), missing write scopes
+//! created without following links, argv and the exact env as C strings,
+//! the program's rlimits, and the uid/gid maps written for the child.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::Mode;
+
+use super::beneath::{open_beneath, Create};
+use super::child::ScopeId;
+use super::launch::LimitsVia;
+use super::spec::SandboxSpec;
+use super::StepError;
+use crate::plan::{EnvSource, SpawnPlan};
+
+pub(super) fn prep(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError {
+    let what = what.into();
+    move |e| StepError::new(what, e)
+}
+
+pub(super) fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> StepError {
+    let what = what.into();
+    move |e| StepError::new(what, e.into())
+}
+
+/// Resolves a scope once, here: what it is now (device and inode). A scope
+/// whose path passes through a symlink is refused: the link could be changed
+/// by whoever can write where it lives, so the manifest must name the real path.
+pub(super) fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
+    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(nix_prep(format!("open({}, O_PATH)", path.display())))?;
+    let st = nix::sys::stat::fstat(&fd).map_err(nix_prep(format!("fstat({})", path.display())))?;
+    let canonical = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .map_err(prep(format!("resolve {}", path.display())))?;
+    if canonical != path {
+        return Err(StepError::new(
+            format!(
+                "scope {} resolves through a symlink to {}; declare the real path in the manifest",
+                path.display(),
+                canonical.display()
+            ),
+            std::io::Error::from_raw_os_error(libc::ELOOP),
+        ));
+    }
+    Ok(ScopeId {
+        canonical,
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+/// A missing `fs_write` scope is created, mode 0700, owned by the child's
+/// identity — walking from `/` without following any symlink.
+pub(super) fn create_write_scopes(spec: &SandboxSpec, uid: u32, gid: u32) -> Result<(), StepError> {
+    if spec.create_write_scopes.is_empty() {
+        return Ok(());
+    }
+    let root = open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(nix_prep("open(/)"))?;
+    for dir in &spec.create_write_scopes {
+        let rel = dir.strip_prefix("/").unwrap_or(dir);
+        let fd = open_beneath(&root, rel, Create::Dir(0o700))?;
+        let owner = (
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        );
+        nix::unistd::fchownat(
+            &fd,
+            "",
+            owner.0,
+            owner.1,
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        )
+        .map_err(nix_prep(format!("chown {}", dir.display())))?;
+    }
+    Ok(())
+}
+
+pub(super) fn is_script(program: &File) -> bool {
+    let mut head = [0u8; 2];
+    matches!(program.read_at(&mut head, 0), Ok(2)) && &head == b"#!"
+}
+
+pub(super) fn to_cstrings<'b>(
+    items: impl Iterator<Item = &'b [u8]>,
+) -> Result<Vec<CString>, StepError> {
+    items
+        .map(|b| {
+            CString::new(b).map_err(|_| {
+                StepError::new("argv/env", std::io::Error::from_raw_os_error(libc::EINVAL))
+            })
+        })
+        .collect()
+}
+
+/// `KEY=VALUE` for exactly the plan's keys: request and fixed values, then credentials.
+pub(super) fn env_entries(
+    plan: &SpawnPlan,
+    credentials: &[(String, crate::vault::Secret)],
+) -> Result<Vec<CString>, StepError> {
+    let mut out = Vec::new();
+    for entry in &plan.env {
+        let value: &[u8] = match entry.source {
+            EnvSource::Request | EnvSource::Fixed => plan
+                .env_values
+                .get(&entry.key)
+                .map(String::as_bytes)
+                .unwrap_or_default(),
+            EnvSource::Credential => match credentials.iter().find(|(k, _)| *k == entry.key) {
+                Some((_, secret)) => secret.expose(),
+                None => {
+                    return Err(StepError::new(
+                        format!("credential {}", entry.key),
+                        std::io::Error::from_raw_os_error(libc::ENOKEY),
+                    ))
+                }
+            },
+        };
+        let mut kv = entry.key.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(value);
+        out.push(kv);
+    }
+    to_cstrings(out.iter().map(Vec::as_slice))
+}
+
+pub(super) fn rlimits(
+    plan: &SpawnPlan,
+    via: &LimitsVia,
+) -> Vec<(nix::sys::resource::Resource, u64)> {
+    use nix::sys::resource::Resource;
+    let l = &plan.limits;
+    let mut v = vec![
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_FSIZE, l.max_file_size_bytes),
+        (Resource::RLIMIT_NOFILE, l.max_open_files),
+    ];
+    if matches!(via, LimitsVia::Rlimits) {
+        v.push((Resource::RLIMIT_AS, l.max_memory_bytes));
+        v.push((Resource::RLIMIT_NPROC, l.max_processes));
+    }
+    v
+}
+
+/// Writes `/proc/PID/{uid_map,setgroups,gid_map}`. Root maps 0 too, so init
+/// can build the root before it becomes `uid`; an ordinary user maps only itself.
+pub(super) fn write_id_maps(
+    pid: i32,
+    uid: u32,
+    gid: u32,
+    privileged: bool,
+) -> Result<(), StepError> {
+    let proc_dir = Path::new("/proc").join(pid.to_string());
+    let map = |id: u32| {
+        if privileged && id != 0 {
+            format!("0 0 1\n{id} {id} 1\n")
+        } else {
+            format!("{id} {id} 1\n")
+        }
+    };
+    let write = |file: &str, text: &str| {
+        std::fs::write(proc_dir.join(file), text).map_err(prep(format!("write /proc/{pid}/{file}")))
+    };
+    write("uid_map", &map(uid))?;
+    if !privileged {
+        write("setgroups", "deny")?;
+    }
+    write("gid_map", &map(gid))
+}
