@@ -9,6 +9,15 @@
 //!   as its init; the program installs seccomp last and executes the hashed fd.
 //!
 //! All of spawnd's `unsafe_code` lives in `sys.rs`, one wrapper per system call.
+//!
+//! Where forking happens: `launch` must run in a single-threaded process (a
+//! child cloned from a multi-threaded one may deadlock on a lock another
+//! thread held, and a new user namespace cannot be created there), and it
+//! refuses otherwise. `spawnd run` is single-threaded. The daemon will fork a
+//! single-threaded spawner before it starts its async runtime and hand it
+//! each request — plan, program descriptor, stdio and credential values —
+//! over a socketpair with `SCM_RIGHTS`, never through argv or an
+//! intermediate process's environment.
 
 mod beneath;
 pub mod cgroup;
