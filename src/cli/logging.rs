@@ -1,8 +1,28 @@
 //! spawnd's own diagnostics: `tracing` events to stderr, warnings by default,
-//! debug detail with `--verbose` (or `RUST_LOG`). Events name connectors,
-//! operations, reasons and hashes — never argument or env values.
+//! debug detail with `--verbose` (or `RUST_LOG`). Every line starts with
+//! `spawnd:` so it can be told apart from a child's streamed stderr. Events
+//! name connectors, operations, reasons, hashes and timings — never argument
+//! or env values.
+
+use std::io::{IsTerminal, Write};
 
 use tracing_subscriber::EnvFilter;
+
+/// Writes each formatted event to stderr behind the `spawnd:` prefix.
+struct PrefixedStderr;
+
+impl Write for PrefixedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut line = b"spawnd: ".to_vec();
+        line.extend_from_slice(buf);
+        std::io::stderr().lock().write_all(&line)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
 
 /// Installs the stderr subscriber once per process.
 pub fn init(verbose: bool) {
@@ -14,7 +34,9 @@ pub fn init(verbose: bool) {
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| PrefixedStderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
         .with_target(false)
         .try_init();
 }

@@ -93,6 +93,16 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     };
     let outcome = supervise(running, supervision)
         .map_err(|e| Failure::new(10, format!("supervising the sandbox: {e}")))?;
+    tracing::debug!(
+        connector = %plan.connector,
+        op = %plan.op,
+        gate_us = gated.as_micros() as u64,
+        clone_us = outcome.phases.clone_and_release_us,
+        setup_us = outcome.phases.sandbox_setup_us,
+        program_us = outcome.phases.program_us,
+        teardown_us = outcome.phases.teardown_us,
+        "sandbox finished"
+    );
     let timings = json!({
         "gate_us": gated.as_micros() as u64,
         "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
@@ -136,8 +146,8 @@ impl Identity {
     fn choose(p: &Prepared) -> Identity {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = euid == 0;
-        let cg = probe_cgroups(privileged);
         let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
+        let cg = probe_cgroups(privileged && auto);
         let limits_via = match (auto && privileged, cg.v1_memory, cg.v1_pids) {
             (true, Some(memory), Some(pids)) => LimitsVia::CgroupV1(V1Roots { memory, pids }),
             _ => LimitsVia::Rlimits,

@@ -170,9 +170,13 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         LimitsVia::Rlimits => None,
     };
     let cloned_at = std::time::Instant::now();
-    let pid = clone_process(NAMESPACES).map_err(prep(
-        "clone(new user, mount, pid, net, ipc, uts namespaces)",
-    ))?;
+    let pid = clone_process(NAMESPACES).map_err(|e| {
+        let hint = match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
+            _ => "",
+        };
+        StepError::new(format!("clone(new user, mount, pid, net, ipc, uts namespaces){hint}"), e)
+    })?;
     if pid == 0 {
         drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
         init_main(setup);
