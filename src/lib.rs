@@ -19,6 +19,7 @@
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod manifest;

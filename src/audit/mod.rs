@@ -1,0 +1,13 @@
+//! The audit trail (SPEC §7): one append-only JSON-lines file, every record
+//! hash-chained to the one before and made durable before the decision takes
+//! effect (`log`), the record format and chain (`record`), and verification
+//! (`verify`). Values of arguments and env keys are never written: records
+//! hold argv shapes with placeholder names, env key names, and hashes.
+
+pub mod log;
+pub mod record;
+pub mod verify;
+
+pub use log::{AuditError, AuditLog};
+pub use record::Kind;
+pub use verify::{verify, Verified};

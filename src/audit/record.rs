@@ -1,0 +1,99 @@
+//! Audit records as values: the fixed envelope (`v`, `kind`, `seq`, `ts`,
+//! `audit_id`, `prev`, `hash`) around a body, and the hash chain. A record's
+//! hash is SHA-256 over its canonical form — the JSON object without `hash`,
+//! keys sorted, no whitespace — and `prev` is the hash of the record before
+//! it (all zeros for the first), so editing, deleting, inserting or
+//! reordering any record breaks the chain at that point.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// The `prev` of the first record.
+pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An allowed spawn, written before the child starts.
+    Decision,
+    /// A refused request, written before the refusal is returned.
+    Denial,
+    /// How an allowed spawn ended.
+    Exit,
+    /// Something about the log itself (a torn line chained past).
+    Note,
+}
+
+impl Kind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Decision => "decision",
+            Kind::Denial => "denial",
+            Kind::Exit => "exit",
+            Kind::Note => "note",
+        }
+    }
+}
+
+/// The canonical bytes of a record: its JSON without `hash` (serde_json's
+/// map is ordered, so keys come out sorted).
+pub fn canonical(record: &Map<String, Value>) -> Vec<u8> {
+    let mut without = record.clone();
+    without.remove("hash");
+    serde_json::to_vec(&Value::Object(without)).unwrap_or_default()
+}
+
+/// `sha256:` of the canonical form.
+pub fn chain_hash(record: &Map<String, Value>) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(canonical(record))))
+}
+
+/// Seals `body` into a record: envelope fields added, `hash` computed.
+pub fn seal(
+    kind: Kind,
+    seq: u64,
+    ts: &str,
+    audit_id: &str,
+    prev: &str,
+    body: Map<String, Value>,
+) -> Map<String, Value> {
+    let mut r = body;
+    r.insert("v".into(), Value::from(1));
+    r.insert("kind".into(), Value::from(kind.as_str()));
+    r.insert("seq".into(), Value::from(seq));
+    r.insert("ts".into(), Value::from(ts));
+    r.insert("audit_id".into(), Value::from(audit_id));
+    r.insert("prev".into(), Value::from(prev));
+    let hash = chain_hash(&r);
+    r.insert("hash".into(), Value::from(hash));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_covers_everything_but_itself_and_changes_with_any_field() {
+        let mut body = Map::new();
+        body.insert("op".into(), Value::from("log"));
+        let r = seal(
+            Kind::Decision,
+            1,
+            "2026-01-01T00:00:00.000Z",
+            "a1",
+            GENESIS,
+            body,
+        );
+        assert_eq!(r["hash"], Value::from(chain_hash(&r)));
+        let mut edited = r.clone();
+        edited.insert("op".into(), Value::from("push"));
+        assert_ne!(chain_hash(&edited), r["hash"].as_str().unwrap());
+        let canon = String::from_utf8(canonical(&r)).unwrap();
+        assert!(
+            canon.starts_with("{\"audit_id\":") && !canon.contains("\"hash\""),
+            "{canon}"
+        );
+    }
+}

@@ -1,0 +1,158 @@
+//! `spawnd audit verify`: walks a log from the first line, recomputing the
+//! chain, and names the first record that is wrong and how — edited (its
+//! hash does not match), deleted (a `seq` is missing), inserted or reordered
+//! (`seq` or `prev` out of line), truncated (the head file knows more records
+//! than the log holds) — and reports a torn last line as a warning.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::log::read_head;
+use super::record::{chain_hash, GENESIS};
+
+/// The first problem found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tamper {
+    /// The `seq` where the chain breaks (the expected one for a deletion).
+    pub seq: u64,
+    /// 1-based line of the log.
+    pub line: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The outcome of a verification.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Verified {
+    /// Records checked.
+    pub records: u64,
+    /// The last good `seq`.
+    pub last_seq: u64,
+    /// The first problem, if any.
+    pub tamper: Option<Tamper>,
+    /// Warnings (a torn last line, a head behind the log after a crash).
+    pub warnings: Vec<String>,
+}
+
+/// Verifies the log at `path` against itself and its head file.
+pub fn verify(path: &Path) -> std::io::Result<Verified> {
+    let text = std::fs::read(path)?;
+    let mut out = Verified::default();
+    let mut prev = GENESIS.to_string();
+    let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+    let ends_with_newline = text.last().is_none_or(|b| *b == b'\n');
+    for (i, raw) in lines.iter().enumerate() {
+        let line_no = i + 1;
+        let is_last = i + 1 == lines.len();
+        if raw.is_empty() && is_last {
+            break;
+        }
+        let Ok(Value::Object(record)) = serde_json::from_slice::<Value>(raw) else {
+            if is_last && !ends_with_newline {
+                out.warnings.push(format!(
+                    "line {line_no}: torn last line ({} bytes) left by an interrupted write",
+                    raw.len()
+                ));
+                break;
+            }
+            if next_is_torn_note(&lines, i) {
+                out.warnings.push(format!(
+                    "line {line_no}: torn line, reported and chained past by the next record"
+                ));
+                continue;
+            }
+            return Ok(fail(
+                out,
+                line_no,
+                "unreadable: not a JSON record (edited, or torn in the middle)",
+            ));
+        };
+        let expected = out.last_seq + 1;
+        let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
+        if seq != expected {
+            let why = if seq > expected {
+                format!("seq {seq} where {expected} was expected: record(s) deleted")
+            } else {
+                format!("seq {seq} where {expected} was expected: reordered or inserted")
+            };
+            return Ok(fail_at(out, expected, line_no, &why));
+        }
+        if record.get("prev").and_then(Value::as_str) != Some(prev.as_str()) {
+            return Ok(fail_at(
+                out,
+                seq,
+                line_no,
+                "prev does not match the record before: inserted, reordered or replaced",
+            ));
+        }
+        let hash = chain_hash(&record);
+        if record.get("hash").and_then(Value::as_str) != Some(hash.as_str()) {
+            return Ok(fail_at(
+                out,
+                seq,
+                line_no,
+                "hash does not match the content: edited",
+            ));
+        }
+        prev = hash;
+        out.records += 1;
+        out.last_seq = seq;
+    }
+    check_head(path, &prev, &mut out)?;
+    Ok(out)
+}
+
+fn next_is_torn_note(lines: &[&[u8]], i: usize) -> bool {
+    let Some(next) = lines.get(i + 1) else {
+        return false;
+    };
+    matches!(serde_json::from_slice::<Map<String, Value>>(next), Ok(n) if n.get("kind").and_then(Value::as_str) == Some("note") && n.contains_key("torn_at_byte"))
+}
+
+fn check_head(path: &Path, last_hash: &str, out: &mut Verified) -> std::io::Result<()> {
+    let Some(head) = read_head(path)? else {
+        if out.records > 0 {
+            out.warnings
+                .push("no head file: truncation at the end cannot be checked".into());
+        }
+        return Ok(());
+    };
+    if head.seq > out.last_seq {
+        let why = format!(
+            "the head file records seq {} but the log ends at {}: truncated",
+            head.seq, out.last_seq
+        );
+        let seq = out.last_seq + 1;
+        *out = fail_at(std::mem::take(out), seq, 0, &why);
+    } else if head.seq == out.last_seq && head.hash != last_hash {
+        let why = "the last record's hash differs from the head file: edited".to_string();
+        let seq = out.last_seq;
+        *out = fail_at(std::mem::take(out), seq, 0, &why);
+    } else if head.seq < out.last_seq {
+        out.warnings.push(format!(
+            "the head file is behind (seq {} < {}): a crash between write and head update",
+            head.seq, out.last_seq
+        ));
+    }
+    Ok(())
+}
+
+fn fail(out: Verified, line: usize, reason: &str) -> Verified {
+    let seq = out.last_seq + 1;
+    fail_at(out, seq, line, reason)
+}
+
+fn fail_at(mut out: Verified, seq: u64, line: usize, reason: &str) -> Verified {
+    out.tamper = Some(Tamper {
+        seq,
+        line,
+        reason: reason.to_string(),
+    });
+    out
+}
+
+#[cfg(test)]
+#[path = "verify/tests.rs"]
+mod tests;

@@ -1,0 +1,121 @@
+//! Every kind of tampering is found at the right record.
+
+use std::io::Write;
+
+use serde_json::{json, Map, Value};
+
+use super::*;
+use crate::audit::{AuditLog, Kind};
+
+fn body(op: &str) -> Map<String, Value> {
+    json!({"op": op, "argv_shape": "git log --since={since}"})
+        .as_object()
+        .cloned()
+        .unwrap()
+}
+
+fn log_with(n: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap();
+    for i in 0..n {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    (dir, path)
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn write_lines(path: &std::path::Path, lines: &[String]) {
+    std::fs::write(
+        path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_intact_log_verifies() {
+    let (_d, path) = log_with(5);
+    let v = verify(&path).unwrap();
+    assert_eq!((v.records, v.last_seq, v.tamper), (5, 5, None));
+}
+
+#[test]
+fn an_edited_record_is_named() {
+    let (_d, path) = log_with(5);
+    let mut l = lines(&path);
+    l[2] = l[2].replace("op2", "op9");
+    write_lines(&path, &l);
+    let t = verify(&path).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 3);
+    assert!(t.reason.contains("edited"), "{t:?}");
+}
+
+#[test]
+fn a_deleted_record_is_named() {
+    let (_d, path) = log_with(5);
+    let mut l = lines(&path);
+    l.remove(1);
+    write_lines(&path, &l);
+    let t = verify(&path).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 2);
+    assert!(t.reason.contains("deleted"), "{t:?}");
+}
+
+#[test]
+fn reordered_and_inserted_records_are_named() {
+    let (_d, path) = log_with(5);
+    let mut l = lines(&path);
+    l.swap(1, 2);
+    write_lines(&path, &l);
+    assert_eq!(verify(&path).unwrap().tamper.unwrap().seq, 2);
+    let (_d2, path2) = log_with(3);
+    let mut l = lines(&path2);
+    let copy = l[0].clone();
+    l.insert(2, copy);
+    write_lines(&path2, &l);
+    let t = verify(&path2).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 3, "{t:?}");
+}
+
+#[test]
+fn cutting_records_off_the_end_is_caught_by_the_head() {
+    let (_d, path) = log_with(5);
+    let l = lines(&path);
+    write_lines(&path, &l[..3]);
+    let t = verify(&path).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 4);
+    assert!(t.reason.contains("truncated"), "{t:?}");
+}
+
+#[test]
+fn a_torn_last_line_is_a_warning_and_the_next_append_chains_past_it() {
+    let (_d, path) = log_with(2);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"{\"v\":1,\"kind\":\"deci")
+        .unwrap();
+    let v = verify(&path).unwrap();
+    assert_eq!(v.tamper, None);
+    assert!(v.warnings.iter().any(|w| w.contains("torn")), "{v:?}");
+    AuditLog::open(&path)
+        .unwrap()
+        .append(Kind::Decision, None, body("after"))
+        .unwrap();
+    let v = verify(&path).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 4), "{v:?}");
+    assert!(
+        v.warnings.iter().any(|w| w.contains("chained past")),
+        "{v:?}"
+    );
+}
