@@ -66,8 +66,22 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = dir.path().join("true.toml");
     std::fs::write(&manifest, MANIFEST).expect("manifest");
+    let audit = dir.path().join("audit.jsonl");
     let rlimits_config = dir.path().join("rlimits.toml");
-    std::fs::write(&rlimits_config, "[sandbox]\nlimits = \"rlimits\"\n").expect("config");
+    std::fs::write(
+        &rlimits_config,
+        format!(
+            "[audit]\npath = \"{}\"\n[sandbox]\nlimits = \"rlimits\"\n",
+            audit.display()
+        ),
+    )
+    .expect("config");
+    let default_config = dir.path().join("default.toml");
+    std::fs::write(
+        &default_config,
+        format!("[audit]\npath = \"{}\"\n", audit.display()),
+    )
+    .expect("config");
     let spawnd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
     assert!(spawnd.exists(), "build first: cargo build --release");
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
@@ -137,6 +151,8 @@ fn main() {
             program: spawnd.display().to_string(),
             args: vec![
                 "run".into(),
+                "--config".into(),
+                default_config.display().to_string(),
                 "--manifest".into(),
                 manifest.display().to_string(),
                 "--op".into(),

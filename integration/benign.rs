@@ -174,6 +174,7 @@ both!(
 fn live_output_streams_and_the_exit_code_passes_through_without_json() {
     let w = world();
     let out = Command::new(&w.spawnd)
+        .env("SPAWND_CONFIG", w.config(As::Root))
         .args(["run", "--manifest"])
         .arg(&w.manifest)
         .args([
@@ -192,6 +193,7 @@ fn live_output_streams_and_the_exit_code_passes_through_without_json() {
 #[test]
 fn the_shipped_python_policy_runs() {
     let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .env("SPAWND_CONFIG", world().config(As::Root))
         .args([
             "run",
             "--manifest",
@@ -240,6 +242,7 @@ fn a_script_runs_when_its_interpreter_is_executable_and_not_otherwise() {
     )).unwrap();
     let run = |op: &str, extra: &[&str]| {
         Command::new(&w.spawnd)
+            .env("SPAWND_CONFIG", w.config(As::Root))
             .args(["run", "--json", "--manifest"])
             .arg(&manifest)
             .args(["--op", op])

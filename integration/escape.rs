@@ -273,8 +273,7 @@ fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
 #[test]
 fn r59_killing_spawnd_kills_the_sandbox_when_the_child_runs_as_another_uid() {
     let w = world();
-    let cfg = w.path("outside/run-as.toml");
-    std::fs::write(&cfg, "[sandbox]\nrun_as = \"65534:65534\"\n").unwrap();
+    let cfg = w.config_with(As::Root, "run-as", "[sandbox]\nrun_as = \"65534:65534\"\n");
     assert_killing_spawnd_kills_the_sandbox(&["--config", &cfg.display().to_string()], "run-as");
 }
 
@@ -481,6 +480,7 @@ fn x40_what_was_hashed_is_what_ran_even_when_the_file_is_swapped() {
     };
     for _ in 0..30 {
         let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+            .env("SPAWND_CONFIG", world().config(As::Root))
             .args(["run", "--json", "--manifest"])
             .arg(&manifest)
             .args(["--op", "x"])
@@ -505,8 +505,7 @@ fn x40_what_was_hashed_is_what_ran_even_when_the_file_is_swapped() {
 #[test]
 fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
     let w = world();
-    let cfg = w.path("outside/strict.toml");
-    std::fs::write(&cfg, "[sandbox]\nlandlock_min_abi = 99\n").unwrap();
+    let cfg = w.config_with(As::Root, "strict", "[sandbox]\nlandlock_min_abi = 99\n");
     let out = w
         .command(
             As::Root,
@@ -548,7 +547,8 @@ fn assert_planted_symlinks_do_not_redirect_later_runs(who: As) {
                 c
             }
         };
-        cmd.args(["run", "--json", "--manifest"])
+        cmd.env("SPAWND_CONFIG", w.config(who))
+            .args(["run", "--json", "--manifest"])
             .arg(&manifest)
             .args(["--op", "sh", "--arg", &format!("script={script}")])
             .output()

@@ -90,6 +90,23 @@ impl World {
         std::fs::copy(env!("CARGO_BIN_EXE_spawnd-probe"), &probe).unwrap();
         chmod(&spawnd, 0o755);
         chmod(&probe, 0o755);
+        for (who, uid) in [("root", 0), ("nobody", 65534)] {
+            let audit_dir = dir.join(format!("audit-{who}"));
+            std::fs::create_dir(&audit_dir).unwrap();
+            nix::unistd::chown(
+                &audit_dir,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(uid)),
+            )
+            .unwrap();
+            let config = dir.join(format!("config-{who}.toml"));
+            std::fs::write(
+                &config,
+                format!("[audit]\npath = \"{}/audit.jsonl\"\n", audit_dir.display()),
+            )
+            .unwrap();
+            chmod(&config, 0o644);
+        }
         let manifest = dir.join("escape.toml");
         std::fs::write(&manifest, manifest_text(&dir, &probe)).unwrap();
         chmod(&manifest, 0o644);
@@ -103,6 +120,33 @@ impl World {
 
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
+    }
+
+    /// The config each identity's runs use (its own audit log in the world).
+    pub fn config(&self, who: As) -> PathBuf {
+        self.dir.join(if who == As::Root {
+            "config-root.toml"
+        } else {
+            "config-nobody.toml"
+        })
+    }
+
+    /// The audit log of `who`'s runs.
+    pub fn audit_log(&self, who: As) -> PathBuf {
+        self.dir.join(if who == As::Root {
+            "audit-root/audit.jsonl"
+        } else {
+            "audit-nobody/audit.jsonl"
+        })
+    }
+
+    /// A config for `who` with `extra` TOML appended (the audit section kept).
+    pub fn config_with(&self, who: As, name: &str, extra: &str) -> PathBuf {
+        let base = std::fs::read_to_string(self.config(who)).unwrap();
+        let path = self.dir.join(format!("outside/{name}-{who:?}.toml"));
+        std::fs::write(&path, format!("{base}{extra}")).unwrap();
+        chmod(&path, 0o644);
+        path
     }
 
     /// `spawnd run --json --manifest M --op OP --arg k=v… EXTRA…` as `who`.
@@ -123,6 +167,9 @@ impl World {
         cmd.args(["run", "--json", "--manifest"])
             .arg(&self.manifest)
             .args(["--op", op]);
+        if !extra.contains(&"--config") {
+            cmd.arg("--config").arg(self.config(who));
+        }
         for (k, v) in args {
             cmd.arg("--arg").arg(format!("{k}={v}"));
         }

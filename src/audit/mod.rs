@@ -4,6 +4,7 @@
 //! (`verify`). Values of arguments and env keys are never written: records
 //! hold argv shapes with placeholder names, env key names, and hashes.
 
+pub mod events;
 pub mod log;
 pub mod record;
 pub mod verify;

@@ -76,6 +76,9 @@ pub enum Command {
     /// Operator configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// The audit trail.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Internal: create a user namespace and exit (used by `health`).
     #[command(name = "__probe-userns", hide = true)]
     ProbeUserns,
@@ -105,6 +108,19 @@ pub enum ManifestCommand {
     Pin {
         /// Manifest file.
         file: PathBuf,
+    },
+}
+
+/// `spawnd audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the hash chain end to end; name the first edited, deleted, reordered, inserted or truncated record.
+    #[command(
+        after_help = "Examples:\n  spawnd audit verify\n  spawnd audit verify /var/log/spawnd/audit.jsonl\n\nExit 0 when intact (a torn last line left by a crash is a warning), 1 when tampered."
+    )]
+    Verify {
+        /// The log (default: the config's [audit] path).
+        file: Option<PathBuf>,
     },
 }
 

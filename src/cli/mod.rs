@@ -3,6 +3,7 @@
 //! outcomes to text, JSON and exit codes. `main` returns the exit code.
 
 mod args;
+mod audit_cmd;
 mod check;
 mod context;
 mod explain;
@@ -16,7 +17,9 @@ use std::time::Instant;
 
 use clap::Parser;
 
-pub use args::{parse_duration_ms, Cli, Command, ConfigCommand, ManifestCommand, RunArgs};
+pub use args::{
+    parse_duration_ms, AuditCommand, Cli, Command, ConfigCommand, ManifestCommand, RunArgs,
+};
 pub use output::{error_code, Failure, Success};
 
 /// Runs the CLI with the process arguments; returns the exit code.
@@ -89,6 +92,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Capabilities => "capabilities",
         Command::Health => "health",
         Command::Config(ConfigCommand::Show) => "config.show",
+        Command::Audit(AuditCommand::Verify { .. }) => "audit.verify",
         Command::ProbeUserns => "probe-userns",
     }
 }
@@ -104,6 +108,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Capabilities => Ok(info::capabilities()),
         Command::Health => info::health(cli),
         Command::Config(ConfigCommand::Show) => info::config_show(cli),
+        Command::Audit(AuditCommand::Verify { file }) => audit_cmd::verify(cli, file.as_deref()),
         Command::ProbeUserns => match crate::probe::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
             Err(e) => Err(Failure::new(5, e)),

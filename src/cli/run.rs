@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::args::{Cli, RunArgs};
 use super::check::{decide_local, denial_failure, prepare, Prepared};
 use super::output::{Failure, Success};
+use crate::audit::{events, AuditLog, Kind};
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::Decision;
@@ -28,10 +29,21 @@ use crate::vault::{read_secret, Secret};
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = prepare(cli, args)?;
+    let audit = open_audit(&prepared)?;
     let mut opener = ProgramOpener::default();
     let mut plan = match decide_local(&prepared, &mut opener) {
         Decision::Allowed(plan) => plan,
-        Decision::Denied(denial) => return Err(denial_failure(&denial)),
+        Decision::Denied(mut denial) => {
+            let op = match &prepared.request.kind {
+                crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
+                crate::policy::RequestKind::Raw { .. } => None,
+            };
+            let recorded = audit
+                .append(Kind::Denial, None, events::denial(&denial, &prepared.caller, op))
+                .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")))?;
+            denial.audit_id = Some(recorded.audit_id);
+            return Err(denial_failure(&denial));
+        }
     };
     if let Some(t) = args.timeout {
         plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
@@ -82,6 +94,22 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         }
     }
     let prepared_sandbox = started.elapsed();
+    let planned = json!({
+        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+        "landlock_abi": landlock_abi,
+        "seccomp_filter": filter.id(),
+        "limits_via": identity.limits_via.name(),
+        "uid": identity.uid,
+        "gid": identity.gid,
+        "missing_read_scopes": spec.missing_read_scopes,
+    });
+    let decided = audit
+        .append(
+            Kind::Decision,
+            None,
+            events::decision(&plan, &prepared.caller, &planned),
+        )
+        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
     let running = launch(request)
         .map_err(|e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run")))?;
     let supervision = Supervision {
@@ -108,7 +136,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
         "phases": outcome.phases,
     });
-    report(
+    let reported = report(
         cli,
         Ran {
             plan: &plan,
@@ -118,7 +146,46 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             outcome,
             timings,
         },
-    )
+    );
+    record_exit(&audit, &decided.audit_id, reported)
+}
+
+/// The audit log from the config; without one nothing runs.
+fn open_audit(p: &Prepared) -> Result<AuditLog, Failure> {
+    let path = p.config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
+    AuditLog::open(path)
+        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))
+}
+
+/// Writes the exit record of a run (or of its failed setup) and links it to the result.
+fn record_exit(
+    audit: &AuditLog,
+    audit_id: &str,
+    reported: Result<Success, Failure>,
+) -> Result<Success, Failure> {
+    let body = match &reported {
+        Ok(s) => events::exit(&s.data),
+        Err(f) => json!({"setup_failed": f.message})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let written = audit.append(Kind::Exit, Some(audit_id), body);
+    match (reported, written) {
+        (Ok(mut s), Ok(_)) => {
+            s.data["audit_id"] = json!(audit_id);
+            Ok(s)
+        }
+        (Ok(mut s), Err(e)) => {
+            eprintln!("spawnd: the exit record could not be written: {e}");
+            s.data["audit_id"] = json!(audit_id);
+            s.data["audit_error"] = json!(e.to_string());
+            s.exit = 5;
+            s.keep_ok = false;
+            Ok(s)
+        }
+        (Err(f), _) => Err(f),
+    }
 }
 
 /// Everything known about a finished run, for the report.

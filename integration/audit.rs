@@ -1,0 +1,198 @@
+//! The audit trail through the real binary: every run leaves a decision and
+//! an exit record (or one denial record) on disk, chained and verifiable, with
+//! hashes that match what the caller got back and no argument or env value in
+//! sight; an unwritable audit location runs nothing.
+
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::process::Command;
+
+use harness::{world, As};
+use serde_json::Value;
+
+/// A config whose audit log lives in a fresh directory of the world.
+fn audit_config(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let w = world();
+    let dir = w.path(&format!("outside/audit-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("audit.jsonl");
+    let cfg = dir.join("config.toml");
+    std::fs::write(&cfg, format!("[audit]\npath = \"{}\"\n", log.display())).unwrap();
+    (cfg, log)
+}
+
+fn records(log: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn spawnd(args: &[&str]) -> std::process::Output {
+    Command::new(&world().spawnd).args(args).output().unwrap()
+}
+
+#[test]
+fn an_allowed_run_leaves_a_decision_and_an_exit_record_whose_hash_matches_the_output() {
+    let w = world();
+    let (cfg, log) = audit_config("allowed");
+    let out = w.run(
+        As::Root,
+        "sh",
+        &[("script", "echo hello from the sandbox")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let recs = records(&log);
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert_eq!(
+        (recs[0]["kind"].as_str(), recs[1]["kind"].as_str()),
+        (Some("decision"), Some("exit"))
+    );
+    assert_eq!(recs[0]["audit_id"], result["data"]["audit_id"]);
+    assert_eq!(recs[1]["audit_id"], result["data"]["audit_id"]);
+    assert_eq!(
+        recs[1]["stdout"]["sha256"],
+        result["data"]["stdout"]["sha256"]
+    );
+    assert_eq!(recs[0]["argv_shape"], "bash -c {script}");
+    assert_eq!(
+        recs[0]["program"]["sha256"],
+        result["data"]["program"]["sha256"]
+    );
+    let verified = spawnd(&["audit", "verify", log.to_str().unwrap()]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+}
+
+#[test]
+fn a_denial_leaves_exactly_one_denial_record_with_the_returned_audit_id() {
+    let w = world();
+    let (cfg, log) = audit_config("denied");
+    let out = w.run(
+        As::Root,
+        "probe1",
+        &[("attack", "read-host-file"), ("a1", "x"), ("extra", "y")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let recs = records(&log);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(
+        (recs[0]["kind"].as_str(), recs[0]["reason"].as_str()),
+        (Some("denial"), Some("arg_unknown"))
+    );
+    assert_eq!(recs[0]["audit_id"], v["error"]["details"]["audit_id"]);
+}
+
+#[test]
+fn argument_and_env_values_never_reach_the_audit_file() {
+    let w = world();
+    let (cfg, log) = audit_config("sentinel");
+    let sentinel = "s3ntinel-value-90210";
+    w.run(
+        As::Root,
+        "sh",
+        &[("script", &format!("echo {sentinel}"))],
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--env",
+            &format!("SENTINEL={sentinel}-env"),
+        ],
+    );
+    w.run(
+        As::Root,
+        "probe1",
+        &[("attack", sentinel), ("a1", sentinel), ("bogus", sentinel)],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(records(&log).len(), 3);
+    assert!(!text.contains(sentinel), "{text}");
+}
+
+#[test]
+fn an_unwritable_audit_location_runs_nothing() {
+    let w = world();
+    let marker = w.path("rw/must-not-exist");
+    let _ = std::fs::remove_file(&marker);
+    let cfg = w.path("outside/audit-unwritable.toml");
+    std::fs::write(&cfg, "[audit]\npath = \"/proc/spawnd-audit/audit.jsonl\"\n").unwrap();
+    let out = w.run(
+        As::Root,
+        "sh",
+        &[("script", &format!("touch {}", marker.display()))],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("audit unavailable"));
+    assert!(
+        !marker.exists(),
+        "the program ran although nothing could be recorded"
+    );
+    let ro = w.path("outside/audit-readonly");
+    let _ = std::fs::create_dir_all(&ro);
+    std::fs::write(ro.join("audit.jsonl"), "").unwrap();
+    std::fs::set_permissions(
+        ro.join("audit.jsonl"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o444),
+    )
+    .unwrap();
+    let cfg = w.path("outside/audit-readonly.toml");
+    std::fs::write(
+        &cfg,
+        format!("[audit]\npath = \"{}/audit.jsonl\"\n", ro.display()),
+    )
+    .unwrap();
+    let out = w.run(
+        As::Nobody,
+        "sh",
+        &[("script", &format!("touch {}", marker.display()))],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!marker.exists());
+}
+
+#[test]
+fn tampering_with_the_log_is_reported_with_the_record_number() {
+    let w = world();
+    let (cfg, log) = audit_config("tamper");
+    for i in 0..3 {
+        w.run(
+            As::Root,
+            "sh",
+            &[("script", &format!("exit {i}"))],
+            &["--config", cfg.to_str().unwrap()],
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&log, text.replacen("\"exit_code\":1", "\"exit_code\":0", 1)).unwrap();
+    let out = spawnd(&["audit", "verify", "--json", log.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["data"]["tamper"]["seq"], 4, "{v}");
+    assert!(v["data"]["tamper"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("edited"));
+}

@@ -1,0 +1,72 @@
+//! The bodies of the records spawnd writes: what a security team needs to
+//! answer "what ran, for whom, with what program bytes, what did it output,
+//! and what was refused" — and nothing a caller supplied as a value: argv
+//! shapes with placeholder names, env key names, hashes.
+
+use serde_json::{json, Map, Value};
+
+use crate::plan::SpawnPlan;
+use crate::policy::{Caller, Denial};
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn caller_json(c: &Caller) -> Value {
+    json!({"uid": c.uid, "gid": c.gid, "pid": c.pid})
+}
+
+/// An allowed spawn, written before the child starts.
+pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<String, Value> {
+    object(json!({
+        "decision": "allowed",
+        "connector": plan.connector,
+        "connector_version": plan.version,
+        "manifest_sha256": plan.manifest_sha256.to_string(),
+        "caller": caller_json(caller),
+        "op": plan.op,
+        "program": {"declared": plan.program.declared, "resolved": plan.program.resolved, "sha256": plan.program.sha256.to_string(), "pinned": plan.program.pinned},
+        "argv_shape": plan.argv_shape,
+        "env_keys": plan.env.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        "credential_keys": plan.env.iter().filter(|e| e.source == crate::plan::EnvSource::Credential).map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        "cwd": plan.cwd,
+        "isolation": isolation,
+    }))
+}
+
+/// A refused request (the denial object holds no submitted values).
+pub fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Value> {
+    object(json!({
+        "decision": "denied",
+        "connector": d.connector,
+        "caller": caller_json(caller),
+        "op": op,
+        "class": d.class,
+        "boundary_detail": d.boundary_detail,
+        "reason": d.reason,
+        "requested": d.requested,
+        "granted": d.granted,
+    }))
+}
+
+/// How an allowed spawn ended; `result` is the run's result object.
+pub fn exit(result: &Value) -> Map<String, Value> {
+    let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"]});
+    object(json!({
+        "connector": result["connector"],
+        "op": result["op"],
+        "exit_code": result["exit_code"],
+        "signal": result["signal"],
+        "timed_out": result["timed_out"],
+        "interrupted_by": result["interrupted_by"],
+        "duration_ms": result["duration_ms"],
+        "cpu_ms": result["cpu_ms"],
+        "peak_memory_bytes": result["peak_memory_bytes"],
+        "oom_killed": result["oom_killed"],
+        "stdout": stream(&result["stdout"]),
+        "stderr": stream(&result["stderr"]),
+    }))
+}
