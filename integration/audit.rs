@@ -196,3 +196,83 @@ fn tampering_with_the_log_is_reported_with_the_record_number() {
         .unwrap()
         .contains("edited"));
 }
+
+#[test]
+fn query_tail_and_ocsf_export_read_the_log() {
+    let w = world();
+    let (cfg, log) = audit_config("reading");
+    let c = cfg.to_str().unwrap();
+    w.run(As::Root, "sh", &[("script", "exit 4")], &["--config", c]);
+    w.run(
+        As::Root,
+        "probe0",
+        &[("attack", "whoami"), ("nope", "x")],
+        &["--config", c],
+    );
+    let l = log.to_str().unwrap();
+    let q: Value = serde_json::from_slice(
+        &spawnd(&[
+            "audit",
+            "query",
+            "--json",
+            "--kind",
+            "denial",
+            "--reason",
+            "arg_unknown",
+            l,
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(q["data"]["records"].as_array().unwrap().len(), 1, "{q}");
+    let q: Value = serde_json::from_slice(
+        &spawnd(&[
+            "audit",
+            "query",
+            "--json",
+            "--uid",
+            "0",
+            "--since",
+            "2000-01-01T00:00:00Z",
+            l,
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(q["data"]["records"].as_array().unwrap().len(), 3, "{q}");
+    let tail = String::from_utf8(spawnd(&["audit", "tail", "-n", "2", l]).stdout).unwrap();
+    assert!(tail.contains("exit 4") && tail.contains("DENIED"), "{tail}");
+    let ocsf =
+        String::from_utf8(spawnd(&["audit", "export", "--format", "ocsf", l]).stdout).unwrap();
+    let events: Vec<Value> = ocsf
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 3);
+    // Required attributes of OCSF 1.3 Process Activity (class 1007), per the published class definition.
+    for e in &events {
+        for key in [
+            "activity_id",
+            "category_uid",
+            "class_uid",
+            "time",
+            "type_uid",
+            "severity_id",
+            "metadata",
+            "actor",
+            "device",
+            "process",
+        ] {
+            assert!(!e[key].is_null(), "{key} missing in {e}");
+        }
+        assert_eq!(e["class_uid"], 1007);
+    }
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| e["type_uid"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [100701, 100702, 100701]
+    );
+    assert_eq!(events[2]["disposition"], "Blocked");
+}

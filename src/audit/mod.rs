@@ -6,6 +6,7 @@
 
 pub mod events;
 pub mod log;
+pub mod ocsf;
 pub mod record;
 pub mod verify;
 

@@ -122,6 +122,70 @@ pub enum AuditCommand {
         /// The log (default: the config's [audit] path).
         file: Option<PathBuf>,
     },
+    /// The last records as one-liners (`--json`: the raw records); `-f` follows new ones.
+    #[command(after_help = "Examples:\n  spawnd audit tail -n 20\n  spawnd audit tail -f")]
+    Tail {
+        /// How many records.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        lines: usize,
+        /// Keep printing records as they are appended.
+        #[arg(short, long)]
+        follow: bool,
+        /// The log (default: the config's [audit] path).
+        file: Option<PathBuf>,
+    },
+    /// Records matching every filter given.
+    #[command(
+        after_help = "Examples:\n  spawnd audit query --kind denial --reason option_injection\n  spawnd audit query --connector local://spawnd/git --since 2026-11-01T00:00:00Z --json"
+    )]
+    Query {
+        /// Which records.
+        #[command(flatten)]
+        filter: AuditFilter,
+        /// The log (default: the config's [audit] path).
+        file: Option<PathBuf>,
+    },
+    /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
+    #[command(after_help = "Example:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl")]
+    Export {
+        /// Output format (only `ocsf`).
+        #[arg(long, value_parser = ["ocsf"])]
+        format: String,
+        /// Which records.
+        #[command(flatten)]
+        filter: AuditFilter,
+        /// The log (default: the config's [audit] path).
+        file: Option<PathBuf>,
+    },
+}
+
+/// Filters a security team uses; every one given must match.
+#[derive(Debug, Args, Default)]
+pub struct AuditFilter {
+    /// Connector FQN.
+    #[arg(long)]
+    pub connector: Option<String>,
+    /// Operation name.
+    #[arg(long)]
+    pub op: Option<String>,
+    /// Record kind: decision, denial, exit, note.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Denial reason, e.g. option_injection.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Caller uid.
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// Program hash (`sha256:…`).
+    #[arg(long)]
+    pub program_sha256: Option<String>,
+    /// Records at or after this RFC 3339 time.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Records before this RFC 3339 time.
+    #[arg(long)]
+    pub until: Option<String>,
 }
 
 /// `spawnd config …`.

@@ -1,10 +1,13 @@
 //! `spawnd audit verify`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::args::Cli;
+use serde_json::{json, Map, Value};
+
+use super::args::{AuditFilter, Cli};
 use super::context::load_config;
-use super::output::{Failure, Success};
+use super::output::{print_line, Failure, Success};
+use crate::audit::ocsf::to_ocsf;
 use crate::audit::verify as verify_chain;
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
@@ -55,14 +58,157 @@ pub fn verify_log(file: &Path) -> Result<Success, Failure> {
 
 /// `spawnd audit verify [FILE]` (default: the config's audit path).
 pub fn verify(cli: &Cli, file: Option<&Path>) -> Result<Success, Failure> {
+    verify_log(&log_path(cli, file)?)
+}
+
+fn log_path(cli: &Cli, file: Option<&Path>) -> Result<PathBuf, Failure> {
     match file {
-        Some(f) => verify_log(f),
-        None => {
-            let config = load_config(cli)?;
-            let path = config.audit.path.ok_or_else(|| {
-                Failure::config("no audit location: give FILE or set [audit] path")
-            })?;
-            verify_log(&path)
-        }
+        Some(f) => Ok(f.to_path_buf()),
+        None => load_config(cli)?
+            .audit
+            .path
+            .ok_or_else(|| Failure::config("no audit location: give FILE or set [audit] path")),
     }
+}
+
+fn read_records(path: &Path) -> Result<Vec<Map<String, Value>>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::new(
+            if e.kind() == std::io::ErrorKind::NotFound {
+                6
+            } else {
+                4
+            },
+            format!("cannot read audit log {}: {e}", path.display()),
+        )
+    })?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+fn matches(r: &Map<String, Value>, f: &AuditFilter) -> bool {
+    let s = |k: &str| r.get(k).and_then(Value::as_str);
+    let ts = s("ts").unwrap_or("");
+    f.connector
+        .as_deref()
+        .is_none_or(|c| s("connector") == Some(c))
+        && f.op.as_deref().is_none_or(|o| s("op") == Some(o))
+        && f.kind.as_deref().is_none_or(|k| s("kind") == Some(k))
+        && f.reason.as_deref().is_none_or(|x| s("reason") == Some(x))
+        && f.uid.is_none_or(|u| {
+            r.get("caller")
+                .and_then(|c| c.get("uid"))
+                .and_then(Value::as_u64)
+                == Some(u64::from(u))
+        })
+        && f.program_sha256.as_deref().is_none_or(|h| {
+            r.get("program")
+                .and_then(|p| p.get("sha256"))
+                .and_then(Value::as_str)
+                == Some(h)
+        })
+        && f.since.as_deref().is_none_or(|t| ts >= t)
+        && f.until.as_deref().is_none_or(|t| ts < t)
+}
+
+/// One human line per record.
+fn one_line(r: &Map<String, Value>) -> String {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    let what = match s("kind").as_str() {
+        "decision" => format!(
+            "allowed {} {}",
+            s("op"),
+            r.get("argv_shape").and_then(Value::as_str).unwrap_or("")
+        ),
+        "denial" => format!("DENIED {} ({})", s("op"), s("reason")),
+        "exit" => match (
+            r.get("exit_code").and_then(Value::as_i64),
+            r.get("signal").and_then(Value::as_i64),
+        ) {
+            (Some(c), _) => format!(
+                "exit {c}{}",
+                if r.get("timed_out") == Some(&Value::Bool(true)) {
+                    " (timed out)"
+                } else {
+                    ""
+                }
+            ),
+            (None, Some(sig)) => format!("signal {sig}"),
+            _ => format!("setup failed: {}", s("setup_failed")),
+        },
+        other => format!("{other}: {}", s("note")),
+    };
+    format!(
+        "{} #{} {} {} {}",
+        s("ts"),
+        r.get("seq").and_then(Value::as_u64).unwrap_or(0),
+        s("connector"),
+        what,
+        s("audit_id")
+    )
+}
+
+fn listing(records: &[&Map<String, Value>]) -> Success {
+    let text = records
+        .iter()
+        .map(|r| one_line(r))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Success::new(json!({"records": records}), text)
+}
+
+/// `spawnd audit tail [-n N] [-f]`.
+pub fn tail(cli: &Cli, file: Option<&Path>, n: usize, follow: bool) -> Result<Success, Failure> {
+    let path = log_path(cli, file)?;
+    let records = read_records(&path)?;
+    let last: Vec<&Map<String, Value>> = records
+        .iter()
+        .skip(records.len().saturating_sub(n))
+        .collect();
+    if !follow {
+        return Ok(listing(&last));
+    }
+    let print = |r: &Map<String, Value>| {
+        if cli.json {
+            print_line(&Value::Object(r.clone()).to_string());
+        } else {
+            print_line(&one_line(r));
+        }
+    };
+    last.iter().for_each(|r| print(r));
+    let mut seen = records.len();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let now = read_records(&path)?;
+        now.iter().skip(seen).for_each(print);
+        seen = now.len();
+    }
+}
+
+/// `spawnd audit query …`.
+pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
+    let records = read_records(&log_path(cli, file)?)?;
+    let hits: Vec<&Map<String, Value>> = records.iter().filter(|r| matches(r, filter)).collect();
+    Ok(listing(&hits))
+}
+
+/// `spawnd audit export --format ocsf`: one OCSF event per line.
+pub fn export(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
+    let records = read_records(&log_path(cli, file)?)?;
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let events: Vec<Value> = records
+        .iter()
+        .filter(|r| matches(r, filter))
+        .filter_map(|r| to_ocsf(r, &host))
+        .collect();
+    let text = events
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(Success::new(json!({"events": events}), text))
 }

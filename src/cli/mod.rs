@@ -18,7 +18,8 @@ use std::time::Instant;
 use clap::Parser;
 
 pub use args::{
-    parse_duration_ms, AuditCommand, Cli, Command, ConfigCommand, ManifestCommand, RunArgs,
+    parse_duration_ms, AuditCommand, AuditFilter, Cli, Command, ConfigCommand, ManifestCommand,
+    RunArgs,
 };
 pub use output::{error_code, Failure, Success};
 
@@ -93,6 +94,9 @@ fn command_name(command: &Command) -> &'static str {
         Command::Health => "health",
         Command::Config(ConfigCommand::Show) => "config.show",
         Command::Audit(AuditCommand::Verify { .. }) => "audit.verify",
+        Command::Audit(AuditCommand::Tail { .. }) => "audit.tail",
+        Command::Audit(AuditCommand::Query { .. }) => "audit.query",
+        Command::Audit(AuditCommand::Export { .. }) => "audit.export",
         Command::ProbeUserns => "probe-userns",
     }
 }
@@ -109,6 +113,17 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Health => info::health(cli),
         Command::Config(ConfigCommand::Show) => info::config_show(cli),
         Command::Audit(AuditCommand::Verify { file }) => audit_cmd::verify(cli, file.as_deref()),
+        Command::Audit(AuditCommand::Tail {
+            lines,
+            follow,
+            file,
+        }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow),
+        Command::Audit(AuditCommand::Query { filter, file }) => {
+            audit_cmd::query(cli, file.as_deref(), filter)
+        }
+        Command::Audit(AuditCommand::Export { filter, file, .. }) => {
+            audit_cmd::export(cli, file.as_deref(), filter)
+        }
         Command::ProbeUserns => match crate::probe::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
             Err(e) => Err(Failure::new(5, e)),

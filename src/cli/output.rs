@@ -73,6 +73,13 @@ impl Success {
     }
 }
 
+/// Writes one line to stdout; a closed reader (`spawnd … | head`) is not an error.
+pub fn print_line(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
 /// The error code for an exit code.
 pub fn error_code(exit: i32) -> &'static str {
     match exit {
@@ -118,12 +125,12 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
                 envelope["error"] =
                     json!({"code": error_code(s.exit), "message": message, "details": Value::Null});
             }
-            println!("{envelope}");
+            print_line(&format!("{envelope}"));
             s.exit
         }
         Ok(s) => {
             if !s.human.is_empty() {
-                println!("{}", s.human.trim_end());
+                print_line(&format!("{}", s.human.trim_end()));
             }
             s.exit
         }
@@ -135,7 +142,7 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
                 "error": {"code": error_code(f.exit), "message": f.message, "details": f.details},
                 "meta": meta_json(meta),
             });
-            println!("{envelope}");
+            print_line(&format!("{envelope}"));
             f.exit
         }
         Err(f) => {

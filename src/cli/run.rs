@@ -147,7 +147,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             timings,
         },
     );
-    record_exit(&audit, &decided.audit_id, reported)
+    record_exit(&audit, &decided.audit_id, &prepared.caller, reported)
 }
 
 /// The audit log from the config; without one nothing runs.
@@ -161,15 +161,20 @@ fn open_audit(p: &Prepared) -> Result<AuditLog, Failure> {
 fn record_exit(
     audit: &AuditLog,
     audit_id: &str,
+    caller: &crate::policy::Caller,
     reported: Result<Success, Failure>,
 ) -> Result<Success, Failure> {
-    let body = match &reported {
+    let mut body = match &reported {
         Ok(s) => events::exit(&s.data),
         Err(f) => json!({"setup_failed": f.message})
             .as_object()
             .cloned()
             .unwrap_or_default(),
     };
+    body.insert(
+        "caller".into(),
+        json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
+    );
     let written = audit.append(Kind::Exit, Some(audit_id), body);
     match (reported, written) {
         (Ok(mut s), Ok(_)) => {
