@@ -125,12 +125,12 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
                 envelope["error"] =
                     json!({"code": error_code(s.exit), "message": message, "details": Value::Null});
             }
-            print_line(&format!("{envelope}"));
+            print_line(&envelope.to_string());
             s.exit
         }
         Ok(s) => {
             if !s.human.is_empty() {
-                print_line(&format!("{}", s.human.trim_end()));
+                print_line(s.human.trim_end());
             }
             s.exit
         }
@@ -142,7 +142,7 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
                 "error": {"code": error_code(f.exit), "message": f.message, "details": f.details},
                 "meta": meta_json(meta),
             });
-            print_line(&format!("{envelope}"));
+            print_line(&envelope.to_string());
             f.exit
         }
         Err(f) => {
