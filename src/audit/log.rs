@@ -37,9 +37,9 @@ pub struct Appended {
 }
 
 /// An audit log at a path.
-#[derive(Debug, Clone)]
 pub struct AuditLog {
     path: PathBuf,
+    key: Option<zeroize::Zeroizing<Vec<u8>>>,
 }
 
 /// The last record's `seq` and `hash`, as the head file keeps them.
@@ -97,6 +97,7 @@ impl AuditLog {
     pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
         let log = AuditLog {
             path: path.to_path_buf(),
+            key: None,
         };
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new()
@@ -112,6 +113,12 @@ impl AuditLog {
             .open(path)
             .map_err(|e| log.err("open for appending", e))?;
         Ok(log)
+    }
+
+    /// Keys the chain with HMAC-SHA256 (the operator's `[audit] hmac_key_file`).
+    pub fn with_key(mut self, key: Vec<u8>) -> AuditLog {
+        self.key = Some(zeroize::Zeroizing::new(key));
+        self
     }
 
     /// The log's path.
@@ -186,7 +193,8 @@ impl AuditLog {
         body: Map<String, Value>,
     ) -> Result<Head, AuditError> {
         let seq = head.seq + 1;
-        let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body);
+        let key = self.key.as_deref().map(Vec::as_slice);
+        let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body, key);
         let hash = record["hash"].as_str().unwrap_or_default().to_string();
         let mut line = serde_json::to_vec(&Value::Object(record))
             .map_err(|e| self.err("encode", std::io::Error::other(e)))?;

@@ -44,9 +44,19 @@ pub fn canonical(record: &Map<String, Value>) -> Vec<u8> {
     serde_json::to_vec(&Value::Object(without)).unwrap_or_default()
 }
 
-/// `sha256:` of the canonical form.
-pub fn chain_hash(record: &Map<String, Value>) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(canonical(record))))
+/// The chain hash of a record: `sha256:` of the canonical form, or, with the
+/// operator's key, `hmac-sha256:` (an attacker who can write the file but not
+/// read the key cannot rebuild a chain that verifies).
+pub fn chain_hash(record: &Map<String, Value>, key: Option<&[u8]>) -> String {
+    use hmac::{Hmac, Mac};
+    let bytes = canonical(record);
+    match key.and_then(|k| Hmac::<Sha256>::new_from_slice(k).ok()) {
+        Some(mut mac) => {
+            mac.update(&bytes);
+            format!("hmac-sha256:{}", hex::encode(mac.finalize().into_bytes()))
+        }
+        None => format!("sha256:{}", hex::encode(Sha256::digest(bytes))),
+    }
 }
 
 /// Seals `body` into a record: envelope fields added, `hash` computed.
@@ -57,6 +67,7 @@ pub fn seal(
     audit_id: &str,
     prev: &str,
     body: Map<String, Value>,
+    key: Option<&[u8]>,
 ) -> Map<String, Value> {
     let mut r = body;
     r.insert("v".into(), Value::from(1));
@@ -65,7 +76,7 @@ pub fn seal(
     r.insert("ts".into(), Value::from(ts));
     r.insert("audit_id".into(), Value::from(audit_id));
     r.insert("prev".into(), Value::from(prev));
-    let hash = chain_hash(&r);
+    let hash = chain_hash(&r, key);
     r.insert("hash".into(), Value::from(hash));
     r
 }
@@ -78,22 +89,22 @@ mod tests {
     fn the_hash_covers_everything_but_itself_and_changes_with_any_field() {
         let mut body = Map::new();
         body.insert("op".into(), Value::from("log"));
-        let r = seal(
-            Kind::Decision,
-            1,
-            "2026-01-01T00:00:00.000Z",
-            "a1",
-            GENESIS,
-            body,
-        );
-        assert_eq!(r["hash"], Value::from(chain_hash(&r)));
+        let ts = "2026-01-01T00:00:00.000Z";
+        let r = seal(Kind::Decision, 1, ts, "a1", GENESIS, body.clone(), None);
+        assert_eq!(r["hash"], Value::from(chain_hash(&r, None)));
         let mut edited = r.clone();
         edited.insert("op".into(), Value::from("push"));
-        assert_ne!(chain_hash(&edited), r["hash"].as_str().unwrap());
+        assert_ne!(chain_hash(&edited, None), r["hash"].as_str().unwrap());
         let canon = String::from_utf8(canonical(&r)).unwrap();
         assert!(
             canon.starts_with("{\"audit_id\":") && !canon.contains("\"hash\""),
             "{canon}"
+        );
+        let keyed = seal(Kind::Decision, 1, ts, "a1", GENESIS, body, Some(b"k"));
+        assert!(keyed["hash"].as_str().unwrap().starts_with("hmac-sha256:"));
+        assert_ne!(
+            chain_hash(&keyed, Some(b"other")),
+            keyed["hash"].as_str().unwrap()
         );
     }
 }

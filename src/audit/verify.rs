@@ -37,7 +37,7 @@ pub struct Verified {
 }
 
 /// Verifies the log at `path` against itself and its head file.
-pub fn verify(path: &Path) -> std::io::Result<Verified> {
+pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
     let text = std::fs::read(path)?;
     let mut out = Verified::default();
     let mut prev = GENESIS.to_string();
@@ -87,14 +87,18 @@ pub fn verify(path: &Path) -> std::io::Result<Verified> {
                 "prev does not match the record before: inserted, reordered or replaced",
             ));
         }
-        let hash = chain_hash(&record);
-        if record.get("hash").and_then(Value::as_str) != Some(hash.as_str()) {
-            return Ok(fail_at(
-                out,
-                seq,
-                line_no,
-                "hash does not match the content: edited",
-            ));
+        let stored = record.get("hash").and_then(Value::as_str).unwrap_or("");
+        if stored.starts_with("hmac-sha256:") && key.is_none() {
+            return Ok(fail_at(out, seq, line_no, "the chain is keyed (hmac-sha256) and no key was given: set [audit] hmac_key_file in the config"));
+        }
+        let hash = chain_hash(&record, key);
+        if stored != hash {
+            let why = if key.is_some() && !stored.starts_with("hmac-sha256:") {
+                "not keyed although a key is in force: rebuilt without the key, or edited"
+            } else {
+                "hash does not match the content: edited"
+            };
+            return Ok(fail_at(out, seq, line_no, why));
         }
         prev = hash;
         out.records += 1;

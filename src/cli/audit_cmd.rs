@@ -5,14 +5,14 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use super::args::{AuditFilter, Cli};
-use super::context::load_config;
+use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
 use crate::audit::ocsf::to_ocsf;
 use crate::audit::verify as verify_chain;
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
-pub fn verify_log(file: &Path) -> Result<Success, Failure> {
-    let report = verify_chain(file).map_err(|e| {
+pub fn verify_log(file: &Path, key: Option<&[u8]>) -> Result<Success, Failure> {
+    let report = verify_chain(file, key).map_err(|e| {
         Failure::new(
             if e.kind() == std::io::ErrorKind::NotFound {
                 6
@@ -58,7 +58,8 @@ pub fn verify_log(file: &Path) -> Result<Success, Failure> {
 
 /// `spawnd audit verify [FILE]` (default: the config's audit path).
 pub fn verify(cli: &Cli, file: Option<&Path>) -> Result<Success, Failure> {
-    verify_log(&log_path(cli, file)?)
+    let key = load_audit_key(&load_config(cli)?)?;
+    verify_log(&log_path(cli, file)?, key.as_deref())
 }
 
 fn log_path(cli: &Cli, file: Option<&Path>) -> Result<PathBuf, Failure> {

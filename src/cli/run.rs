@@ -153,8 +153,12 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
 /// The audit log from the config; without one nothing runs.
 fn open_audit(p: &Prepared) -> Result<AuditLog, Failure> {
     let path = p.config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
-    AuditLog::open(path)
-        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))
+    let log = AuditLog::open(path)
+        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+    Ok(match super::context::load_audit_key(&p.config)? {
+        Some(key) => log.with_key(key),
+        None => log,
+    })
 }
 
 /// Writes the exit record of a run (or of its failed setup) and links it to the result.

@@ -44,7 +44,7 @@ fn write_lines(path: &std::path::Path, lines: &[String]) {
 #[test]
 fn an_intact_log_verifies() {
     let (_d, path) = log_with(5);
-    let v = verify(&path).unwrap();
+    let v = verify(&path, None).unwrap();
     assert_eq!((v.records, v.last_seq, v.tamper), (5, 5, None));
 }
 
@@ -54,7 +54,7 @@ fn an_edited_record_is_named() {
     let mut l = lines(&path);
     l[2] = l[2].replace("op2", "op9");
     write_lines(&path, &l);
-    let t = verify(&path).unwrap().tamper.unwrap();
+    let t = verify(&path, None).unwrap().tamper.unwrap();
     assert_eq!(t.seq, 3);
     assert!(t.reason.contains("edited"), "{t:?}");
 }
@@ -65,7 +65,7 @@ fn a_deleted_record_is_named() {
     let mut l = lines(&path);
     l.remove(1);
     write_lines(&path, &l);
-    let t = verify(&path).unwrap().tamper.unwrap();
+    let t = verify(&path, None).unwrap().tamper.unwrap();
     assert_eq!(t.seq, 2);
     assert!(t.reason.contains("deleted"), "{t:?}");
 }
@@ -76,13 +76,13 @@ fn reordered_and_inserted_records_are_named() {
     let mut l = lines(&path);
     l.swap(1, 2);
     write_lines(&path, &l);
-    assert_eq!(verify(&path).unwrap().tamper.unwrap().seq, 2);
+    assert_eq!(verify(&path, None).unwrap().tamper.unwrap().seq, 2);
     let (_d2, path2) = log_with(3);
     let mut l = lines(&path2);
     let copy = l[0].clone();
     l.insert(2, copy);
     write_lines(&path2, &l);
-    let t = verify(&path2).unwrap().tamper.unwrap();
+    let t = verify(&path2, None).unwrap().tamper.unwrap();
     assert_eq!(t.seq, 3, "{t:?}");
 }
 
@@ -91,7 +91,7 @@ fn cutting_records_off_the_end_is_caught_by_the_head() {
     let (_d, path) = log_with(5);
     let l = lines(&path);
     write_lines(&path, &l[..3]);
-    let t = verify(&path).unwrap().tamper.unwrap();
+    let t = verify(&path, None).unwrap().tamper.unwrap();
     assert_eq!(t.seq, 4);
     assert!(t.reason.contains("truncated"), "{t:?}");
 }
@@ -105,17 +105,61 @@ fn a_torn_last_line_is_a_warning_and_the_next_append_chains_past_it() {
         .unwrap()
         .write_all(b"{\"v\":1,\"kind\":\"deci")
         .unwrap();
-    let v = verify(&path).unwrap();
+    let v = verify(&path, None).unwrap();
     assert_eq!(v.tamper, None);
     assert!(v.warnings.iter().any(|w| w.contains("torn")), "{v:?}");
     AuditLog::open(&path)
         .unwrap()
         .append(Kind::Decision, None, body("after"))
         .unwrap();
-    let v = verify(&path).unwrap();
+    let v = verify(&path, None).unwrap();
     assert_eq!((v.tamper.clone(), v.last_seq), (None, 4), "{v:?}");
     assert!(
         v.warnings.iter().any(|w| w.contains("chained past")),
         "{v:?}"
     );
+}
+
+#[test]
+fn a_keyed_chain_verifies_only_with_its_key_and_a_rebuilt_chain_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path)
+        .unwrap()
+        .with_key(b"operator secret".to_vec());
+    for i in 0..3 {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    assert_eq!(
+        verify(&path, Some(b"operator secret")).unwrap().tamper,
+        None
+    );
+    assert!(verify(&path, None)
+        .unwrap()
+        .tamper
+        .unwrap()
+        .reason
+        .contains("keyed"));
+    assert!(verify(&path, Some(b"wrong")).unwrap().tamper.is_some());
+    // An attacker edits record 2 and rebuilds the chain with plain SHA-256.
+    let mut prev = crate::audit::record::GENESIS.to_string();
+    let mut rebuilt = Vec::new();
+    for (i, line) in lines(&path).iter().enumerate() {
+        let mut r: Map<String, Value> = serde_json::from_str(line).unwrap();
+        if i == 1 {
+            r.insert("op".into(), Value::from("forged"));
+        }
+        r.insert("prev".into(), Value::from(prev.clone()));
+        let h = crate::audit::record::chain_hash(&r, None);
+        r.insert("hash".into(), Value::from(h.clone()));
+        prev = h;
+        rebuilt.push(Value::Object(r).to_string());
+    }
+    write_lines(&path, &rebuilt);
+    let t = verify(&path, Some(b"operator secret"))
+        .unwrap()
+        .tamper
+        .unwrap();
+    assert_eq!(t.seq, 1, "{t:?}");
 }
