@@ -40,6 +40,7 @@ pub struct Appended {
 pub struct AuditLog {
     path: PathBuf,
     key: Option<zeroize::Zeroizing<Vec<u8>>>,
+    rotate_bytes: Option<u64>,
 }
 
 /// The last record's `seq` and `hash`, as the head file keeps them.
@@ -98,6 +99,7 @@ impl AuditLog {
         let log = AuditLog {
             path: path.to_path_buf(),
             key: None,
+            rotate_bytes: None,
         };
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new()
@@ -118,6 +120,13 @@ impl AuditLog {
     /// Keys the chain with HMAC-SHA256 (the operator's `[audit] hmac_key_file`).
     pub fn with_key(mut self, key: Vec<u8>) -> AuditLog {
         self.key = Some(zeroize::Zeroizing::new(key));
+        self
+    }
+
+    /// Starts a new file once the current one reaches `bytes`; the full one
+    /// becomes `<log>.N` (N counting up) and the chain continues across files.
+    pub fn with_rotation(mut self, bytes: u64) -> AuditLog {
+        self.rotate_bytes = Some(bytes.max(1));
         self
     }
 
@@ -153,6 +162,7 @@ impl AuditLog {
             .map_err(|e| self.err("open the lock file", e))?;
         let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
             .map_err(|(_, e)| self.err("flock", e.into()))?;
+        self.rotate_if_full().map_err(|e| self.err("rotate", e))?;
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -224,6 +234,56 @@ impl AuditLog {
             .map_err(|e| self.err("write the head file", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| self.err("replace the head file", e))
     }
+}
+
+impl AuditLog {
+    fn rotate_if_full(&self) -> std::io::Result<()> {
+        let Some(limit) = self.rotate_bytes else {
+            return Ok(());
+        };
+        if std::fs::metadata(&self.path)?.len() < limit {
+            return Ok(());
+        }
+        let next = rotated_files(&self.path).last().map_or(1, |(n, _)| n + 1);
+        std::fs::rename(&self.path, rotated_name(&self.path, next))?;
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .open(&self.path)?
+            .sync_all()
+    }
+}
+
+/// `<log>.N`.
+pub fn rotated_name(log: &Path, n: u64) -> PathBuf {
+    let mut p = log.as_os_str().to_owned();
+    p.push(format!(".{n}"));
+    PathBuf::from(p)
+}
+
+/// The rotated files of a log, oldest first: `(N, path)`.
+pub fn rotated_files(log: &Path) -> Vec<(u64, PathBuf)> {
+    let (Some(dir), Some(name)) = (log.parent(), log.file_name().and_then(|n| n.to_str())) else {
+        return Vec::new();
+    };
+    let prefix = format!("{name}.");
+    let mut out: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e
+                .file_name()
+                .to_str()?
+                .strip_prefix(&prefix)?
+                .parse::<u64>()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// If the file does not end with a newline, the offset and length of its torn last line.

@@ -38,9 +38,38 @@ pub struct Verified {
 
 /// Verifies the log at `path` against itself and its head file.
 pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
-    let text = std::fs::read(path)?;
     let mut out = Verified::default();
     let mut prev = GENESIS.to_string();
+    let mut files: Vec<std::path::PathBuf> = super::log::rotated_files(path)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    files.push(path.to_path_buf());
+    let count = files.len();
+    for (i, file) in files.iter().enumerate() {
+        let text = std::fs::read(file)?;
+        let label = if count > 1 {
+            format!("{}: ", file.display())
+        } else {
+            String::new()
+        };
+        if !verify_file(&text, &label, i + 1 == count, key, &mut prev, &mut out) {
+            return Ok(out);
+        }
+    }
+    check_head(path, &prev, &mut out)?;
+    Ok(out)
+}
+
+/// Walks one file of the chain; false once a problem is recorded in `out`.
+fn verify_file(
+    text: &[u8],
+    label: &str,
+    newest: bool,
+    key: Option<&[u8]>,
+    prev: &mut String,
+    out: &mut Verified,
+) -> bool {
     let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
     let ends_with_newline = text.last().is_none_or(|b| *b == b'\n');
     for (i, raw) in lines.iter().enumerate() {
@@ -50,46 +79,50 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
             break;
         }
         let Ok(Value::Object(record)) = serde_json::from_slice::<Value>(raw) else {
-            if is_last && !ends_with_newline {
+            if is_last && !ends_with_newline && newest {
                 out.warnings.push(format!(
-                    "line {line_no}: torn last line ({} bytes) left by an interrupted write",
+                    "{label}line {line_no}: torn last line ({} bytes) left by an interrupted write",
                     raw.len()
                 ));
                 break;
             }
             if next_is_torn_note(&lines, i) {
-                out.warnings.push(format!(
-                    "line {line_no}: torn line, reported and chained past by the next record"
-                ));
+                out.warnings.push(format!("{label}line {line_no}: torn line, reported and chained past by the next record"));
                 continue;
             }
-            return Ok(fail(
-                out,
+            *out = fail(
+                std::mem::take(out),
                 line_no,
-                "unreadable: not a JSON record (edited, or torn in the middle)",
-            ));
+                &format!("{label}unreadable: not a JSON record (edited, or torn in the middle)"),
+            );
+            return false;
         };
         let expected = out.last_seq + 1;
         let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
         if seq != expected {
             let why = if seq > expected {
-                format!("seq {seq} where {expected} was expected: record(s) deleted")
+                format!("{label}seq {seq} where {expected} was expected: record(s) deleted")
             } else {
-                format!("seq {seq} where {expected} was expected: reordered or inserted")
+                format!("{label}seq {seq} where {expected} was expected: reordered or inserted")
             };
-            return Ok(fail_at(out, expected, line_no, &why));
+            *out = fail_at(std::mem::take(out), expected, line_no, &why);
+            return false;
         }
         if record.get("prev").and_then(Value::as_str) != Some(prev.as_str()) {
-            return Ok(fail_at(
-                out,
+            *out = fail_at(
+                std::mem::take(out),
                 seq,
                 line_no,
-                "prev does not match the record before: inserted, reordered or replaced",
-            ));
+                &format!(
+                    "{label}prev does not match the record before: inserted, reordered or replaced"
+                ),
+            );
+            return false;
         }
         let stored = record.get("hash").and_then(Value::as_str).unwrap_or("");
         if stored.starts_with("hmac-sha256:") && key.is_none() {
-            return Ok(fail_at(out, seq, line_no, "the chain is keyed (hmac-sha256) and no key was given: set [audit] hmac_key_file in the config"));
+            *out = fail_at(std::mem::take(out), seq, line_no, "the chain is keyed (hmac-sha256) and no key was given: set [audit] hmac_key_file in the config");
+            return false;
         }
         let hash = chain_hash(&record, key);
         if stored != hash {
@@ -98,14 +131,14 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
             } else {
                 "hash does not match the content: edited"
             };
-            return Ok(fail_at(out, seq, line_no, why));
+            *out = fail_at(std::mem::take(out), seq, line_no, &format!("{label}{why}"));
+            return false;
         }
-        prev = hash;
+        *prev = hash;
         out.records += 1;
         out.last_seq = seq;
     }
-    check_head(path, &prev, &mut out)?;
-    Ok(out)
+    true
 }
 
 fn next_is_torn_note(lines: &[&[u8]], i: usize) -> bool {

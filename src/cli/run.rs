@@ -154,7 +154,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
 fn open_audit(p: &Prepared) -> Result<AuditLog, Failure> {
     let path = p.config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
-        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?
+        .with_rotation(p.config.audit.rotate_bytes);
     Ok(match super::context::load_audit_key(&p.config)? {
         Some(key) => log.with_key(key),
         None => log,

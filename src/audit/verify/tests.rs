@@ -163,3 +163,21 @@ fn a_keyed_chain_verifies_only_with_its_key_and_a_rebuilt_chain_is_caught() {
         .unwrap();
     assert_eq!(t.seq, 1, "{t:?}");
 }
+
+#[test]
+fn rotation_keeps_one_chain_across_files_and_a_missing_file_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap().with_rotation(600);
+    for i in 0..12 {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    let rotated = crate::audit::log::rotated_files(&path);
+    assert!(rotated.len() >= 2, "{rotated:?}");
+    let v = verify(&path, None).unwrap();
+    assert_eq!((v.tamper, v.records), (None, 12));
+    std::fs::remove_file(&rotated[1].1).unwrap();
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert!(t.reason.contains("deleted"), "{t:?}");
+}
