@@ -593,3 +593,43 @@ fn f22_planted_symlinks_do_not_redirect_later_runs_as_root() {
 fn f22_planted_symlinks_do_not_redirect_later_runs_as_nobody() {
     assert_planted_symlinks_do_not_redirect_later_runs(As::Nobody);
 }
+
+/// Found in the second review: a scope at `/tmp` bound the staging root and
+/// undid Landlock's write limits; it is refused. /proc's sensitive entries are
+/// read-only and memfds are noexec by default in every sandbox.
+#[test]
+fn f33_a_tmp_scope_is_refused_and_sensitive_proc_entries_are_read_only() {
+    let w = world();
+    let manifest = w.path("outside/tmp-scope.toml");
+    std::fs::write(&manifest, "[connector]\nname = \"local://t/tmp\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\nfs_write = [\"/tmp\"]\n[capabilities.spawn.operations.x]\nargv = \"true\"\n").unwrap();
+    let out = Command::new(&w.spawnd)
+        .env("SPAWND_CONFIG", w.config(As::Root))
+        .args(["run", "--json", "--manifest"])
+        .arg(&manifest)
+        .args(["--op", "x"])
+        .output()
+        .unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("/tmp"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for who in [As::Root, As::Nobody] {
+        let script = "for f in /proc/irq/default_smp_affinity /proc/sys/kernel/ns_last_pid; do [ -e $f ] && (echo 1 > $f) 2>/dev/null && echo ESCAPED-$f; done; echo memfd_noexec=$(cat /proc/sys/vm/memfd_noexec)";
+        let out = w.run(who, "sh", &[("script", script)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
+        assert!(!text.contains("ESCAPED"), "{text}");
+        // Writable only for a sandbox whose root is the host's root; for an
+        // unprivileged spawnd the seccomp rule on memfd_create carries it alone (F30).
+        if who == As::Root {
+            assert!(text.contains("memfd_noexec=2"), "{text}");
+        }
+    }
+}

@@ -301,16 +301,33 @@ fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
             Ok((StdinSource::Pipe, Some(Box::new(std::io::stdin()))))
         }
         Some(p) => {
-            let file = std::fs::File::open(p).map_err(|e| {
-                Failure::new(
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        6
-                    } else {
-                        2
-                    },
-                    format!("--stdin-file {}: {e}", p.display()),
-                )
-            })?;
+            // O_NONBLOCK: opening a FIFO with no writer must not hang spawnd
+            // before any time limit applies; reads go through the feeder thread.
+            use std::os::unix::fs::OpenOptionsExt;
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(p);
+            let file = opened
+                .and_then(|f| {
+                    let flags = nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_GETFL)
+                        .map_err(std::io::Error::from)?;
+                    let blocking = nix::fcntl::OFlag::from_bits_truncate(flags)
+                        & !nix::fcntl::OFlag::O_NONBLOCK;
+                    nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_SETFL(blocking))
+                        .map_err(std::io::Error::from)?;
+                    Ok(f)
+                })
+                .map_err(|e| {
+                    Failure::new(
+                        if e.kind() == std::io::ErrorKind::NotFound {
+                            6
+                        } else {
+                            2
+                        },
+                        format!("--stdin-file {}: {e}", p.display()),
+                    )
+                })?;
             let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
             // Only a regular file is handed over as is; anything else (a tty, a
             // device, a fifo) is copied through a pipe so the child never holds it.

@@ -31,6 +31,26 @@ fn write(path: &Path, value: &str) -> std::io::Result<()> {
     })
 }
 
+/// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
+/// what a `kill -9` of spawnd left behind. Busy or foreign ones are left alone.
+fn sweep_stale(roots: &V1Roots) {
+    for root in [&roots.memory, &roots.pids] {
+        for entry in std::fs::read_dir(root.join("spawnd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+}
+
 impl SpawnCgroup {
     /// Creates `spawnd/<name>` in both hierarchies with the given limits.
     pub fn create(
@@ -39,6 +59,7 @@ impl SpawnCgroup {
         memory_bytes: u64,
         processes: u64,
     ) -> std::io::Result<SpawnCgroup> {
+        sweep_stale(roots);
         let memory = roots.memory.join("spawnd").join(name);
         let pids = roots.pids.join("spawnd").join(name);
         for dir in [&memory, &pids] {

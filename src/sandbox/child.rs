@@ -103,9 +103,6 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     let scope_fds = build_root_in_child(s.spec, &s.scopes)?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
-    // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is refused.
-    // The seccomp filter refuses memfd_create without MFD_NOEXEC_SEAL as well.
-    let _ = std::fs::write("/proc/sys/vm/memfd_noexec", "2");
     prepare_cwd(s)?;
     // The second go-ahead: init is in its cgroups, so the cgroup namespace is rooted there.
     wait_for_parent(&s.sync)?;
@@ -215,7 +212,8 @@ fn wait_for_parent(sync: &OwnedFd) -> Result<(), StepError> {
 
 fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
     if s.spec.fresh_cwd {
-        std::fs::create_dir_all(&s.spec.cwd)
+        // create_dir, not create_dir_all: it must be new (never someone's directory).
+        std::fs::create_dir(&s.spec.cwd)
             .map_err(|e| StepError::new(format!("mkdir {}", s.spec.cwd.display()), e))?;
         nix::unistd::chown(
             &s.spec.cwd,

@@ -139,7 +139,6 @@ fn restrict_mount(
 fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), StepError> {
     let rel = relative(&m.target);
     let shown = m.target.display().to_string();
-    let hidden = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
     match &m.kind {
         MountKind::Tmpfs { mode, size } => {
             let target = open_beneath(stage, rel, Create::Dir(0o755))?;
@@ -163,25 +162,11 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
                 None,
                 &shown,
             )?;
-            // A child mapped to host root would pass the permission checks of
-            // /proc/sys: make it read-only (Landlock refuses the writes too).
-            let sys_rel = rel.join("sys");
-            let sys = open_beneath(stage, &sys_rel, Create::Nothing)?;
-            mount_onto(
-                &fd_path(&sys),
-                &sys,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None,
-                None,
-                "/proc/sys",
-            )?;
-            restrict_mount(
-                stage,
-                &sys_rel,
-                MOUNT_ATTR_RDONLY | hidden,
-                true,
-                "/proc/sys",
-            )
+            // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is
+            // refused (seccomp refuses memfd_create without MFD_NOEXEC_SEAL too).
+            // Written now, before /proc/sys becomes read-only.
+            let _ = std::fs::write(Path::new(STAGE).join(rel).join("sys/vm/memfd_noexec"), "2");
+            protect_proc(stage, rel)
         }
         MountKind::Device { host } => {
             let target = open_beneath(stage, rel, Create::File(0o644))?;
@@ -248,6 +233,34 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
             restrict_mount(stage, rel, attrs, true, &shown)
         }
     }
+}
+
+/// Entries of /proc a child mapped to host root would otherwise pass the
+/// permission checks of (threats F33): bound read-only onto themselves.
+/// Landlock refuses writes under /proc as well.
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+fn protect_proc(stage: &OwnedFd, proc_rel: &Path) -> Result<(), StepError> {
+    let hidden = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    for entry in PROC_READ_ONLY {
+        let rel = proc_rel.join(entry);
+        let shown = format!("/proc/{entry}");
+        let target = match open_beneath(stage, &rel, Create::Nothing) {
+            Ok(fd) => fd,
+            Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        mount_onto(
+            &fd_path(&target),
+            &target,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None,
+            None,
+            &shown,
+        )?;
+        restrict_mount(stage, &rel, MOUNT_ATTR_RDONLY | hidden, true, &shown)?;
+    }
+    Ok(())
 }
 
 fn pivot_into(stage: &Path) -> Result<(), StepError> {

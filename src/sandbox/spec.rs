@@ -137,6 +137,8 @@ pub enum SpecError {
 
 /// Paths the sandbox builds itself; no scope may sit on or under them.
 const MANAGED: &[&str] = &["/proc", "/dev", "/sys"];
+/// Where the new root is staged and where the sandbox's private /tmp lives.
+const STAGED_TMP: &str = "/tmp";
 /// The fresh working directory when neither request nor manifest names one.
 pub const FRESH_CWD: &str = "/tmp/work";
 /// Size cap of the private /tmp and /dev/shm.
@@ -163,6 +165,15 @@ pub fn build_spec(
             .find(|m| scope.starts_with(m) || Path::new(m).starts_with(scope))
         {
             return Err(SpecError::ManagedPath(scope.clone(), managed));
+        }
+        // The root is staged on /tmp and the sandbox's /tmp is private: a scope
+        // at /tmp or above it would bind the staging tree (found in review).
+        // Scopes below /tmp (`/tmp/x`) are bound from the host as usual.
+        if Path::new(STAGED_TMP).starts_with(scope) {
+            return Err(SpecError::ManagedPath(scope.clone(), STAGED_TMP));
+        }
+        if scope.starts_with(FRESH_CWD) || Path::new(FRESH_CWD).starts_with(scope) {
+            return Err(SpecError::ManagedPath(scope.clone(), FRESH_CWD));
         }
     }
     let mut spec = SandboxSpec {

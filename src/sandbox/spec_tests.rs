@@ -201,3 +201,26 @@ fn scopes_over_managed_paths_and_missing_cwds_are_refused() {
         Err(SpecError::MissingCwd("/home/u/code/nope".into()))
     );
 }
+
+/// Found in review: a `/tmp` scope bound the staging root; `/tmp/work` was chowned.
+#[test]
+fn scopes_at_or_above_the_staging_tmp_or_on_the_fresh_cwd_are_refused() {
+    for bad in ["/tmp", "/", "/tmp/work", "/tmp/work/x"] {
+        let fs = FsPlan {
+            write: vec![bad.into()],
+            ..FsPlan::default()
+        };
+        assert!(
+            matches!(
+                build_spec(&plan(fs, CwdPlan::FreshTemp), &[], &host),
+                Err(SpecError::ManagedPath(..))
+            ),
+            "{bad}"
+        );
+    }
+    let fs = FsPlan {
+        write: vec!["/tmp/aileron".into()],
+        ..FsPlan::default()
+    };
+    assert!(build_spec(&plan(fs, CwdPlan::FreshTemp), &[], &host).is_ok());
+}
