@@ -1,7 +1,9 @@
 //! The append-only audit file. Every append takes an exclusive `flock` on a
 //! lock file beside the log (so `run` and `serve` can share it), reads the
 //! head (`<log>.head`: the last `seq` and `hash`), chains the new record to
-//! it, writes one JSON line, `fsync`s, and replaces the head atomically. A
+//! it, writes one JSON line and replaces the head atomically; the `fsync`s
+//! come after the lock is released, so concurrent writers commit together,
+//! and `append` returns only once its record is durable. A
 //! torn last line left by a crash is detected, reported in a `note` record
 //! and chained past — never silently dropped.
 
@@ -160,7 +162,7 @@ impl AuditLog {
             .mode(0o640)
             .open(PathBuf::from(lock_path))
             .map_err(|e| self.err("open the lock file", e))?;
-        let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
+        let lock = Flock::lock(lock_file, FlockArg::LockExclusive)
             .map_err(|(_, e)| self.err("flock", e.into()))?;
         self.rotate_if_full().map_err(|e| self.err("rotate", e))?;
         let mut file = OpenOptions::new()
@@ -188,6 +190,15 @@ impl AuditLog {
         }
         let id = audit_id.map_or_else(random_id, str::to_string);
         let next = self.write_record(&mut file, &head, kind, &id, body)?;
+        // Group commit: the record and the head are written under the lock (so
+        // the chain stays in order), the fsyncs happen after it is released, so
+        // concurrent writers' flushes share the same journal commits. The call
+        // returns only once the record is on disk.
+        drop(lock);
+        file.sync_data().map_err(|e| self.err("fsync", e))?;
+        File::open(head_path(&self.path))
+            .and_then(|h| h.sync_data())
+            .map_err(|e| self.err("fsync the head file", e))?;
         Ok(Appended {
             seq: next.seq,
             audit_id: id,
@@ -210,7 +221,6 @@ impl AuditLog {
             .map_err(|e| self.err("encode", std::io::Error::other(e)))?;
         line.push(b'\n');
         file.write_all(&line).map_err(|e| self.err("write", e))?;
-        file.sync_data().map_err(|e| self.err("fsync", e))?;
         let new_head = Head { seq, hash };
         self.write_head(&new_head)?;
         Ok(new_head)
@@ -230,7 +240,6 @@ impl AuditLog {
             .open(&tmp)
             .map_err(|e| self.err("write the head file", e))?;
         f.write_all(text.as_bytes())
-            .and_then(|()| f.sync_data())
             .map_err(|e| self.err("write the head file", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| self.err("replace the head file", e))
     }
