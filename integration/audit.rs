@@ -276,3 +276,45 @@ fn query_tail_and_ocsf_export_read_the_log() {
     );
     assert_eq!(events[2]["disposition"], "Blocked");
 }
+
+/// Fault test: `kill -9` of spawnd at random points while runs are in
+/// progress. Afterwards the chain verifies (torn tails reported, not hidden)
+/// and every run that completed has its exit record.
+#[test]
+fn killing_spawnd_mid_run_never_breaks_the_chain_or_loses_a_completed_run() {
+    let w = world();
+    let (cfg, log) = audit_config("kill9");
+    let mut completed = Vec::new();
+    for i in 0..24u64 {
+        let mut child = w
+            .command(
+                As::Root,
+                "sh",
+                &[("script", "echo x")],
+                &["--config", cfg.to_str().unwrap()],
+            )
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        if i % 3 == 0 {
+            let out = child.wait_with_output().unwrap();
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            completed.push(v["data"]["audit_id"].as_str().unwrap().to_string());
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(500 + (i * 1_733) % 12_000));
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    let out = spawnd(&["audit", "verify", "--json", log.to_str().unwrap()]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let recs = records(&log);
+    for id in &completed {
+        assert!(
+            recs.iter()
+                .any(|r| r["kind"] == "exit" && r["audit_id"] == id.as_str()),
+            "completed run {id} has no exit record"
+        );
+    }
+}

@@ -35,6 +35,9 @@ pub struct Cli {
     /// More detail on stderr.
     #[arg(long, short, global = true)]
     pub verbose: bool,
+    /// spawnd's own log lines on stderr: `human` (default) or `json` (one object per line).
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["human", "json"], default_value = "human")]
+    pub log_format: String,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -24,19 +24,25 @@ impl Write for PrefixedStderr {
     }
 }
 
-/// Installs the stderr subscriber once per process.
-pub fn init(verbose: bool) {
+/// Installs the stderr subscriber once per process: human lines behind
+/// `spawnd:`, or JSON objects (one per line) for a log pipeline.
+pub fn init(verbose: bool, json: bool) {
     let default = if verbose {
         "spawnd=debug"
     } else {
         "spawnd=warn"
     };
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(|| PrefixedStderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .without_time()
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = if json {
+        builder.json().with_writer(std::io::stderr).try_init()
+    } else {
+        builder
+            .with_writer(|| PrefixedStderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .without_time()
+            .try_init()
+    };
 }

@@ -31,7 +31,7 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return report_usage_error(e, &raw_args, started),
     };
-    logging::init(cli.verbose);
+    logging::init(cli.verbose, cli.log_format == "json");
     let command = command_name(&cli.command);
     let mode = cli.mode.unwrap_or_default().to_string();
     let result = dispatch(&cli);

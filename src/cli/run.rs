@@ -41,6 +41,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             let recorded = audit
                 .append(Kind::Denial, None, events::denial(&denial, &prepared.caller, op))
                 .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")))?;
+            tracing::info!(audit_id = %recorded.audit_id, connector = %denial.connector, reason = denial.reason.as_str(), "spawn denied");
             denial.audit_id = Some(recorded.audit_id);
             return Err(denial_failure(&denial));
         }
@@ -110,6 +111,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+    tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
     let running = launch(request)
         .map_err(|e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run")))?;
     let supervision = Supervision {
@@ -180,6 +182,7 @@ fn record_exit(
         "caller".into(),
         json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
     );
+    tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
     let written = audit.append(Kind::Exit, Some(audit_id), body);
     match (reported, written) {
         (Ok(mut s), Ok(_)) => {
