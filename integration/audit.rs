@@ -318,3 +318,53 @@ fn killing_spawnd_mid_run_never_breaks_the_chain_or_loses_a_completed_run() {
         );
     }
 }
+
+/// A full audit filesystem: nothing runs, and the message says why.
+#[test]
+fn a_full_audit_location_runs_nothing() {
+    let w = world();
+    let mnt = w.path("outside/full-fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    assert!(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success(),
+        "mount a tiny tmpfs (needs root)"
+    );
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let filler = vec![b'x'; 4096];
+    let mut f = std::fs::File::create(mnt.join("filler")).unwrap();
+    while std::io::Write::write_all(&mut f, &filler).is_ok() {}
+    drop(f);
+    let cfg = w.path("outside/audit-full.toml");
+    std::fs::write(
+        &cfg,
+        format!("[audit]\npath = \"{}/audit.jsonl\"\n", mnt.display()),
+    )
+    .unwrap();
+    let marker = w.path("rw/full-marker");
+    let _ = std::fs::remove_file(&marker);
+    let out = w.run(
+        As::Root,
+        "sh",
+        &[("script", &format!("touch {}", marker.display()))],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("audit unavailable"));
+    assert!(!marker.exists());
+}

@@ -68,5 +68,6 @@ pub fn exit(result: &Value) -> Map<String, Value> {
         "oom_killed": result["oom_killed"],
         "stdout": stream(&result["stdout"]),
         "stderr": stream(&result["stderr"]),
+        "isolation_applied": result["isolation"],
     }))
 }
