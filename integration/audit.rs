@@ -275,6 +275,23 @@ fn query_tail_and_ocsf_export_read_the_log() {
         [100701, 100702, 100701]
     );
     assert_eq!(events[2]["disposition"], "Blocked");
+    // And against the OCSF 1.5.0 Process Activity model of the `ocsf-emitter`
+    // package (PyPI), installed by the script into target/ocsf-venv.
+    let file = log.with_extension("ocsf.jsonl");
+    std::fs::write(&file, &ocsf).unwrap();
+    let checked = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/validate-ocsf"
+    ))
+    .arg(&file)
+    .output()
+    .unwrap();
+    assert!(
+        checked.status.success(),
+        "OCSF validation failed: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }
 
 /// Fault test: `kill -9` of spawnd at random points while runs are in

@@ -1,4 +1,4 @@
-//! OCSF export: each record as an OCSF 1.3 Process Activity event (class
+//! OCSF export: each record as an OCSF 1.5 Process Activity event (class
 //! 1007) a SIEM can ingest. The mapping, field by field:
 //!
 //! | spawnd record | OCSF |
@@ -59,7 +59,7 @@ pub fn to_ocsf(record: &Map<String, Value>, hostname: &str) -> Option<Value> {
         "status_id": if denied { 2 } else { 1 }, "status": if denied { "Failure" } else { "Success" },
         "time": record.get("ts").and_then(Value::as_str).and_then(epoch_ms),
         "metadata": {
-            "version": "1.3.0",
+            "version": "1.5.0",
             "product": {"name": "spawnd", "vendor_name": "spawnd", "version": env!("CARGO_PKG_VERSION")},
             "uid": format!("{}:{}", record.get("audit_id").and_then(Value::as_str).unwrap_or(""), record.get("seq").and_then(Value::as_u64).unwrap_or(0)),
             "correlation_uid": record.get("audit_id"),
@@ -87,7 +87,7 @@ pub fn to_ocsf(record: &Map<String, Value>, hostname: &str) -> Option<Value> {
 mod tests {
     use super::*;
 
-    /// The attributes OCSF 1.3 marks required for Process Activity (class 1007):
+    /// The attributes OCSF 1.5 marks required for Process Activity (class 1007):
     /// activity_id, category_uid, class_uid, time, type_uid, severity_id,
     /// metadata (with product and version), actor, device and process.
     const REQUIRED: &[&str] = &[
