@@ -12,6 +12,7 @@ mod logging;
 mod manifest_cmd;
 mod output;
 mod run;
+mod run_report;
 
 use std::time::Instant;
 

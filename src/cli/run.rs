@@ -6,11 +6,12 @@
 use std::io::Read;
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::args::{Cli, RunArgs};
 use super::check::{decide_local, denial_failure, prepare, Prepared};
 use super::output::{Failure, Success};
+use super::run_report::{report, Ran};
 use crate::audit::{events, AuditLog, Kind};
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
@@ -20,9 +21,9 @@ use crate::program::ProgramOpener;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{compile, default_policy};
-use crate::sandbox::spec::{build_spec, HostKind, SandboxSpec};
+use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
-use crate::supervise::{supervise, Captured, Ending, Outcome, Supervision};
+use crate::supervise::{supervise, Supervision};
 use crate::vault::{read_secret, Secret};
 
 /// `spawnd run`.
@@ -201,22 +202,12 @@ fn record_exit(
     }
 }
 
-/// Everything known about a finished run, for the report.
-struct Ran<'a> {
-    plan: &'a SpawnPlan,
-    spec: &'a SandboxSpec,
-    id: &'a Identity,
-    filter: &'a crate::sandbox::seccomp::Filter,
-    outcome: Outcome,
-    timings: Value,
-}
-
 /// Who the child is and how its memory and processes are limited.
-struct Identity {
-    uid: u32,
-    gid: u32,
-    privileged: bool,
-    limits_via: LimitsVia,
+pub(super) struct Identity {
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) privileged: bool,
+    pub(super) limits_via: LimitsVia,
 }
 
 impl Identity {
@@ -341,117 +332,4 @@ fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
             }
         }
     }
-}
-
-fn stream_json(c: &Captured) -> Value {
-    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string()});
-    match std::str::from_utf8(&c.kept) {
-        Ok(text) => v["text"] = json!(text),
-        Err(_) => {
-            v["base64"] = json!(base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                &c.kept
-            ))
-        }
-    }
-    v
-}
-
-fn isolation_json(
-    plan: &SpawnPlan,
-    spec: &SandboxSpec,
-    id: &Identity,
-    filter_id: &str,
-    filter_len: usize,
-    o: &Outcome,
-) -> Value {
-    let landlock = o.landlock.map(|(abi, tcp, scoped)| json!({"abi": abi, "status": "fully_enforced", "tcp_bind_connect_denied": tcp, "abstract_unix_and_signal_scoped": scoped}));
-    json!({
-        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "root": "fresh tmpfs, pivot_root, read-only",
-        "landlock": landlock,
-        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": "x86_64 only"},
-        "no_new_privs": true,
-        "capabilities": "none (all sets and the bounding set empty)",
-        "uid": id.uid,
-        "gid": id.gid,
-        "limits_via": id.limits_via.name(),
-        "limits": plan.limits,
-        "missing_read_scopes": spec.missing_read_scopes,
-        "created_write_scopes": spec.create_write_scopes,
-        "cwd": spec.cwd,
-        "fresh_cwd": spec.fresh_cwd,
-    })
-}
-
-fn report(cli: &Cli, ran: Ran<'_>) -> Result<Success, Failure> {
-    let Ran {
-        plan,
-        spec,
-        id,
-        filter,
-        outcome: o,
-        timings,
-    } = ran;
-    let (exit_code, signal) = match &o.ending {
-        Ending::SetupFailed(why) => return Err(Failure::new(5, format!("spawn_sandbox_unavailable: sandbox setup failed: {why}; nothing of the program ran"))),
-        Ending::Exited(c) => (Some(*c), None),
-        Ending::Signaled(s) => (None, Some(*s)),
-    };
-    let signal_name = signal
-        .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
-        .map(|s| s.as_str());
-    let exit = match (o.interrupted_by, o.timed_out, exit_code, signal) {
-        (Some(sig), _, _, _) => 128 + sig,
-        (None, true, _, _) => 124,
-        (None, false, Some(c), _) => c,
-        (None, false, None, Some(s)) => 128 + s,
-        _ => 10,
-    };
-    let data = json!({
-        "exit_code": exit_code,
-        "signal": signal,
-        "signal_name": signal_name,
-        "timed_out": o.timed_out,
-        "interrupted_by": o.interrupted_by,
-        "duration_ms": o.duration.as_millis() as u64,
-        "cpu_ms": o.cpu_ms,
-        "peak_memory_bytes": o.peak_memory_bytes,
-        "oom_killed": o.oom_killed,
-        "connector": plan.connector,
-        "op": plan.op,
-        "program": plan.program,
-        "argv_shape": plan.argv_shape,
-        "isolation": isolation_json(plan, spec, id, &filter.id(), filter.len(), &o),
-        "timings": timings,
-        "stdout": stream_json(&o.stdout),
-        "stderr": stream_json(&o.stderr),
-    });
-    if !cli.json {
-        for (name, c) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
-            if c.truncated {
-                eprintln!(
-                    "spawnd: {name} truncated: kept {} of {} bytes (cap from the manifest)",
-                    c.kept.len(),
-                    c.total
-                );
-            }
-        }
-        if o.timed_out {
-            eprintln!(
-                "spawnd: wall time of {} ms exceeded; the sandbox was killed",
-                plan.limits.wall_time_ms
-            );
-        }
-        if o.oom_killed {
-            eprintln!(
-                "spawnd: the memory limit of {} bytes was reached; the kernel killed the program",
-                plan.limits.max_memory_bytes
-            );
-        }
-    }
-    let mut success = Success::new(data, String::new());
-    success.exit = exit;
-    success.keep_ok = true;
-    Ok(success)
 }

@@ -1,0 +1,136 @@
+//! The result of `spawnd run`: the SPEC §10 `data` object (exit, signal,
+//! timing, what isolation was applied, each stream as text or base64 with its
+//! byte counts and sha256), spawnd's own notes on stderr, and the exit code
+//! (the child's, 128+N after signal N, 124 after the wall time).
+
+use serde_json::{json, Value};
+
+use super::args::Cli;
+use super::output::{Failure, Success};
+use super::run::Identity;
+use crate::plan::SpawnPlan;
+use crate::sandbox::spec::SandboxSpec;
+use crate::supervise::{Captured, Ending, Outcome};
+
+/// Everything known about a finished run, for the report.
+pub(super) struct Ran<'a> {
+    pub(super) plan: &'a SpawnPlan,
+    pub(super) spec: &'a SandboxSpec,
+    pub(super) id: &'a Identity,
+    pub(super) filter: &'a crate::sandbox::seccomp::Filter,
+    pub(super) outcome: Outcome,
+    pub(super) timings: Value,
+}
+
+fn stream_json(c: &Captured) -> Value {
+    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string()});
+    match std::str::from_utf8(&c.kept) {
+        Ok(text) => v["text"] = json!(text),
+        Err(_) => {
+            v["base64"] = json!(base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                &c.kept
+            ))
+        }
+    }
+    v
+}
+
+fn isolation_json(
+    plan: &SpawnPlan,
+    spec: &SandboxSpec,
+    id: &Identity,
+    filter_id: &str,
+    filter_len: usize,
+    o: &Outcome,
+) -> Value {
+    let landlock = o.landlock.map(|(abi, tcp, scoped)| json!({"abi": abi, "status": "fully_enforced", "tcp_bind_connect_denied": tcp, "abstract_unix_and_signal_scoped": scoped}));
+    json!({
+        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+        "root": "fresh tmpfs, pivot_root, read-only",
+        "landlock": landlock,
+        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": "x86_64 only"},
+        "no_new_privs": true,
+        "capabilities": "none (all sets and the bounding set empty)",
+        "uid": id.uid,
+        "gid": id.gid,
+        "limits_via": id.limits_via.name(),
+        "limits": plan.limits,
+        "missing_read_scopes": spec.missing_read_scopes,
+        "created_write_scopes": spec.create_write_scopes,
+        "cwd": spec.cwd,
+        "fresh_cwd": spec.fresh_cwd,
+    })
+}
+
+pub(super) fn report(cli: &Cli, ran: Ran<'_>) -> Result<Success, Failure> {
+    let Ran {
+        plan,
+        spec,
+        id,
+        filter,
+        outcome: o,
+        timings,
+    } = ran;
+    let (exit_code, signal) = match &o.ending {
+        Ending::SetupFailed(why) => return Err(Failure::new(5, format!("spawn_sandbox_unavailable: sandbox setup failed: {why}; nothing of the program ran"))),
+        Ending::Exited(c) => (Some(*c), None),
+        Ending::Signaled(s) => (None, Some(*s)),
+    };
+    let signal_name = signal
+        .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+        .map(|s| s.as_str());
+    let exit = match (o.interrupted_by, o.timed_out, exit_code, signal) {
+        (Some(sig), _, _, _) => 128 + sig,
+        (None, true, _, _) => 124,
+        (None, false, Some(c), _) => c,
+        (None, false, None, Some(s)) => 128 + s,
+        _ => 10,
+    };
+    let data = json!({
+        "exit_code": exit_code,
+        "signal": signal,
+        "signal_name": signal_name,
+        "timed_out": o.timed_out,
+        "interrupted_by": o.interrupted_by,
+        "duration_ms": o.duration.as_millis() as u64,
+        "cpu_ms": o.cpu_ms,
+        "peak_memory_bytes": o.peak_memory_bytes,
+        "oom_killed": o.oom_killed,
+        "connector": plan.connector,
+        "op": plan.op,
+        "program": plan.program,
+        "argv_shape": plan.argv_shape,
+        "isolation": isolation_json(plan, spec, id, &filter.id(), filter.len(), &o),
+        "timings": timings,
+        "stdout": stream_json(&o.stdout),
+        "stderr": stream_json(&o.stderr),
+    });
+    if !cli.json {
+        for (name, c) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+            if c.truncated {
+                eprintln!(
+                    "spawnd: {name} truncated: kept {} of {} bytes (cap from the manifest)",
+                    c.kept.len(),
+                    c.total
+                );
+            }
+        }
+        if o.timed_out {
+            eprintln!(
+                "spawnd: wall time of {} ms exceeded; the sandbox was killed",
+                plan.limits.wall_time_ms
+            );
+        }
+        if o.oom_killed {
+            eprintln!(
+                "spawnd: the memory limit of {} bytes was reached; the kernel killed the program",
+                plan.limits.max_memory_bytes
+            );
+        }
+    }
+    let mut success = Success::new(data, String::new());
+    success.exit = exit;
+    success.keep_ok = true;
+    Ok(success)
+}
