@@ -170,12 +170,23 @@ impl AuditLog {
             .append(true)
             .open(&self.path)
             .map_err(|e| self.err("open for appending", e))?;
-        let mut head = read_head(&self.path)
+        let recorded = read_head(&self.path)
             .map_err(|e| self.err("read the head file", e))?
             .unwrap_or(Head {
                 seq: 0,
                 hash: GENESIS.into(),
             });
+        // The chain continues from whichever is further along: the head file,
+        // or the log's last complete record (a crash between writing a record
+        // and updating the head leaves the head one behind — found by the
+        // kill -9 fault test). A log shorter than its head (records cut off)
+        // keeps the head, so the gap stays visible to `verify`.
+        let last =
+            last_complete_record(&mut file).map_err(|e| self.err("read the last record", e))?;
+        let mut head = match last {
+            Some(last) if last.seq > recorded.seq => last,
+            _ => recorded,
+        };
         if let Some(torn) = torn_tail(&mut file).map_err(|e| self.err("check the last line", e))? {
             file.write_all(b"\n")
                 .map_err(|e| self.err("close a torn line", e))?;
@@ -293,6 +304,36 @@ pub fn rotated_files(log: &Path) -> Vec<(u64, PathBuf)> {
         .collect();
     out.sort();
     out
+}
+
+/// The `seq` and `hash` of the last newline-terminated record, if any.
+fn last_complete_record(file: &mut File) -> std::io::Result<Option<Head>> {
+    let len = file.metadata()?.len();
+    let window = len.min(1 << 20);
+    if window == 0 {
+        return Ok(None);
+    }
+    file.seek(SeekFrom::Start(len - window))?;
+    let mut tail = vec![0u8; window as usize];
+    file.read_exact(&mut tail)?;
+    let Some(end) = tail.iter().rposition(|b| *b == b'\n') else {
+        return Ok(None);
+    };
+    let complete = &tail[..end];
+    let start = complete
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    let Ok(record) = serde_json::from_slice::<Value>(&complete[start..]) else {
+        return Ok(None);
+    };
+    match (record["seq"].as_u64(), record["hash"].as_str()) {
+        (Some(seq), Some(hash)) => Ok(Some(Head {
+            seq,
+            hash: hash.to_string(),
+        })),
+        _ => Ok(None),
+    }
 }
 
 /// If the file does not end with a newline, the offset and length of its torn last line.

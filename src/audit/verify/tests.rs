@@ -181,3 +181,23 @@ fn rotation_keeps_one_chain_across_files_and_a_missing_file_is_caught() {
     let t = verify(&path, None).unwrap().tamper.unwrap();
     assert!(t.reason.contains("deleted"), "{t:?}");
 }
+
+/// Found by the kill -9 fault test: a crash after a record is written but
+/// before the head is updated must not make the next writer reuse its `seq`.
+#[test]
+fn a_head_left_behind_by_a_crash_does_not_fork_the_chain() {
+    let (_d, path) = log_with(3);
+    let head_file = crate::audit::log::head_path(&path);
+    let stale = std::fs::read_to_string(&head_file).unwrap();
+    AuditLog::open(&path)
+        .unwrap()
+        .append(Kind::Decision, None, body("x"))
+        .unwrap();
+    std::fs::write(&head_file, stale).unwrap();
+    AuditLog::open(&path)
+        .unwrap()
+        .append(Kind::Decision, None, body("y"))
+        .unwrap();
+    let v = verify(&path, None).unwrap();
+    assert_eq!((v.tamper, v.last_seq), (None, 5));
+}
