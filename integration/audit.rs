@@ -120,6 +120,24 @@ fn argument_and_env_values_never_reach_the_audit_file() {
     assert!(!text.contains(sentinel), "{text}");
 }
 
+/// Runs a script that would create `marker` under `cfg` and checks that
+/// spawnd refused with exit 5 ("audit unavailable") and the script never ran.
+fn assert_runs_nothing(who: As, cfg: &std::path::Path, marker: &std::path::Path) {
+    let out = world().run(
+        who,
+        "sh",
+        &[("script", &format!("touch {}", marker.display()))],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{stdout}");
+    assert!(stdout.contains("audit unavailable"), "{stdout}");
+    assert!(
+        !marker.exists(),
+        "the program ran although nothing could be recorded"
+    );
+}
+
 #[test]
 fn an_unwritable_audit_location_runs_nothing() {
     let w = world();
@@ -127,23 +145,7 @@ fn an_unwritable_audit_location_runs_nothing() {
     let _ = std::fs::remove_file(&marker);
     let cfg = w.path("outside/audit-unwritable.toml");
     std::fs::write(&cfg, "[audit]\npath = \"/proc/spawnd-audit/audit.jsonl\"\n").unwrap();
-    let out = w.run(
-        As::Root,
-        "sh",
-        &[("script", &format!("touch {}", marker.display()))],
-        &["--config", cfg.to_str().unwrap()],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(5),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("audit unavailable"));
-    assert!(
-        !marker.exists(),
-        "the program ran although nothing could be recorded"
-    );
+    assert_runs_nothing(As::Root, &cfg, &marker);
     let ro = w.path("outside/audit-readonly");
     let _ = std::fs::create_dir_all(&ro);
     std::fs::write(ro.join("audit.jsonl"), "").unwrap();
@@ -158,19 +160,7 @@ fn an_unwritable_audit_location_runs_nothing() {
         format!("[audit]\npath = \"{}/audit.jsonl\"\n", ro.display()),
     )
     .unwrap();
-    let out = w.run(
-        As::Nobody,
-        "sh",
-        &[("script", &format!("touch {}", marker.display()))],
-        &["--config", cfg.to_str().unwrap()],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(5),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(!marker.exists());
+    assert_runs_nothing(As::Nobody, &cfg, &marker);
 }
 
 #[test]
@@ -370,18 +360,5 @@ fn a_full_audit_location_runs_nothing() {
     .unwrap();
     let marker = w.path("rw/full-marker");
     let _ = std::fs::remove_file(&marker);
-    let out = w.run(
-        As::Root,
-        "sh",
-        &[("script", &format!("touch {}", marker.display()))],
-        &["--config", cfg.to_str().unwrap()],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(5),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("audit unavailable"));
-    assert!(!marker.exists());
+    assert_runs_nothing(As::Root, &cfg, &marker);
 }
