@@ -1,14 +1,21 @@
 //! The append-only audit file. Every append takes an exclusive `flock` on a
 //! lock file beside the log (so `run` and `serve` can share it), reads the
 //! head (`<log>.head`: the last `seq` and `hash`), chains the new record to
-//! it, writes one JSON line and replaces the head atomically; the `fsync`s
-//! come after the lock is released, so concurrent writers commit together,
-//! and `append` returns only once its record is durable. A
-//! torn last line left by a crash is detected, reported in a `note` record
-//! and chained past — never silently dropped.
+//! it, writes one JSON line and updates the head; the `fsync`
+//! comes after the lock is released, so concurrent writers commit together,
+//! and `append` returns only once its record is durable. `write` and
+//! [`Unsynced::commit`] split that in two, so a caller can do other work (a
+//! sandbox building its root) while the disk flushes — the record is still
+//! durable before the program starts.
+//!
+//! Only the log is fsynced: the head file is overwritten in place and may lag
+//! the log after a power loss, which the next append and `verify` detect and
+//! report (the chain continues from the log's last complete record; a garbled
+//! head gets a `note` record). A torn last line left by a crash is detected,
+//! reported in a `note` record and chained past — never silently dropped.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -38,6 +45,26 @@ pub struct Appended {
     pub audit_id: String,
 }
 
+/// A record written but not yet known to be on disk.
+#[must_use = "a record is durable only once committed"]
+pub struct Unsynced {
+    file: File,
+    path: PathBuf,
+    appended: Appended,
+}
+
+impl Unsynced {
+    /// Waits until the record is on disk.
+    pub fn commit(self) -> Result<Appended, AuditError> {
+        self.file.sync_data().map_err(|source| AuditError {
+            path: self.path,
+            what: "fsync".into(),
+            source,
+        })?;
+        Ok(self.appended)
+    }
+}
+
 /// An audit log at a path.
 pub struct AuditLog {
     path: PathBuf,
@@ -65,13 +92,16 @@ pub fn head_path(log: &Path) -> PathBuf {
 pub fn read_head(log: &Path) -> std::io::Result<Option<Head>> {
     match std::fs::read_to_string(head_path(log)) {
         Ok(text) => {
-            let v: Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
+            let invalid =
+                |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+            let v: Value =
+                serde_json::from_str(&text).map_err(|e| invalid(&format!("head file: {e}")))?;
             let seq = v["seq"]
                 .as_u64()
-                .ok_or_else(|| std::io::Error::other("head without seq"))?;
+                .ok_or_else(|| invalid("head file without seq"))?;
             let hash = v["hash"]
                 .as_str()
-                .ok_or_else(|| std::io::Error::other("head without hash"))?
+                .ok_or_else(|| invalid("head file without hash"))?
                 .to_string();
             Ok(Some(Head { seq, hash }))
         }
@@ -153,6 +183,17 @@ impl AuditLog {
         audit_id: Option<&str>,
         body: Map<String, Value>,
     ) -> Result<Appended, AuditError> {
+        self.write(kind, audit_id, body)?.commit()
+    }
+
+    /// Chains and writes one record without waiting for the disk: nothing the
+    /// record allows may happen before [`Unsynced::commit`] returns.
+    pub fn write(
+        &self,
+        kind: Kind,
+        audit_id: Option<&str>,
+        body: Map<String, Value>,
+    ) -> Result<Unsynced, AuditError> {
         let mut lock_path = self.path.as_os_str().to_owned();
         lock_path.push(".lock");
         let lock_file = OpenOptions::new()
@@ -170,24 +211,26 @@ impl AuditLog {
             .append(true)
             .open(&self.path)
             .map_err(|e| self.err("open for appending", e))?;
-        let recorded = read_head(&self.path)
-            .map_err(|e| self.err("read the head file", e))?
-            .unwrap_or(Head {
-                seq: 0,
-                hash: GENESIS.into(),
-            });
+        let genesis = Head {
+            seq: 0,
+            hash: GENESIS.into(),
+        };
+        let (recorded, garbled) = match read_head(&self.path) {
+            Ok(head) => (head.unwrap_or(genesis), None),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => (genesis, Some(e.to_string())),
+            Err(e) => return Err(self.err("read the head file", e)),
+        };
+        let tail = read_tail(&file).map_err(|e| self.err("read the last record", e))?;
         // The chain continues from whichever is further along: the head file,
         // or the log's last complete record (a crash between writing a record
-        // and updating the head leaves the head one behind — found by the
-        // kill -9 fault test). A log shorter than its head (records cut off)
-        // keeps the head, so the gap stays visible to `verify`.
-        let last =
-            last_complete_record(&mut file).map_err(|e| self.err("read the last record", e))?;
-        let mut head = match last {
+        // and updating the head leaves the head behind — found by the kill -9
+        // fault test). A log shorter than its head (records cut off) keeps the
+        // head, so the gap stays visible to `verify`.
+        let mut head = match tail.last {
             Some(last) if last.seq > recorded.seq => last,
             _ => recorded,
         };
-        if let Some(torn) = torn_tail(&mut file).map_err(|e| self.err("check the last line", e))? {
+        if let Some(torn) = tail.torn {
             file.write_all(b"\n")
                 .map_err(|e| self.err("close a torn line", e))?;
             let note = json!({"note": "torn line left by an interrupted write; chained past", "torn_at_byte": torn.0, "torn_bytes": torn.1});
@@ -199,20 +242,29 @@ impl AuditLog {
                 note.as_object().cloned().unwrap_or_default(),
             )?;
         }
+        if let Some(why) = garbled {
+            let note = json!({"note": "head file unreadable; chained from the log's last complete record", "head_error": why});
+            head = self.write_record(
+                &mut file,
+                &head,
+                Kind::Note,
+                &random_id(),
+                note.as_object().cloned().unwrap_or_default(),
+            )?;
+        }
         let id = audit_id.map_or_else(random_id, str::to_string);
         let next = self.write_record(&mut file, &head, kind, &id, body)?;
         // Group commit: the record and the head are written under the lock (so
-        // the chain stays in order), the fsyncs happen after it is released, so
-        // concurrent writers' flushes share the same journal commits. The call
-        // returns only once the record is on disk.
+        // the chain stays in order); the fsync happens after it is released, so
+        // concurrent writers' flushes share the same journal commits.
         drop(lock);
-        file.sync_data().map_err(|e| self.err("fsync", e))?;
-        File::open(head_path(&self.path))
-            .and_then(|h| h.sync_data())
-            .map_err(|e| self.err("fsync the head file", e))?;
-        Ok(Appended {
-            seq: next.seq,
-            audit_id: id,
+        Ok(Unsynced {
+            file,
+            path: self.path.clone(),
+            appended: Appended {
+                seq: next.seq,
+                audit_id: id,
+            },
         })
     }
 
@@ -237,24 +289,36 @@ impl AuditLog {
         Ok(new_head)
     }
 
+    /// Overwrites the head file in place with a fixed-width line: one small
+    /// write inside the first sector, no rename (which costs ext4 a flush of
+    /// the new file each time). A torn or garbled head is reported and
+    /// chained past by the next append, never trusted.
     fn write_head(&self, head: &Head) -> Result<(), AuditError> {
-        let path = head_path(&self.path);
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let text = json!({"seq": head.seq, "hash": head.hash}).to_string();
-        let mut f = OpenOptions::new()
+        use std::os::unix::fs::FileExt;
+        let mut text = json!({"seq": head.seq, "hash": head.hash}).to_string();
+        while text.len() + 1 < HEAD_WIDTH {
+            text.push(' ');
+        }
+        text.push('\n');
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .mode(0o640)
-            .open(&tmp)
-            .map_err(|e| self.err("write the head file", e))?;
-        f.write_all(text.as_bytes())
-            .map_err(|e| self.err("write the head file", e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| self.err("replace the head file", e))
+            .open(head_path(&self.path))
+            .map_err(|e| self.err("open the head file", e))?;
+        f.write_all_at(text.as_bytes(), 0)
+            .and_then(|()| match f.metadata()?.len() {
+                n if n == text.len() as u64 => Ok(()),
+                _ => f.set_len(text.len() as u64),
+            })
+            .map_err(|e| self.err("write the head file", e))
     }
 }
+
+/// The head file's line width: padded so that every update overwrites the
+/// same bytes (a record's hash and a u64 seq fit well within it).
+const HEAD_WIDTH: usize = 160;
 
 impl AuditLog {
     fn rotate_if_full(&self) -> std::io::Result<()> {
@@ -306,52 +370,90 @@ pub fn rotated_files(log: &Path) -> Vec<(u64, PathBuf)> {
     out
 }
 
-/// The `seq` and `hash` of the last newline-terminated record, if any.
-fn last_complete_record(file: &mut File) -> std::io::Result<Option<Head>> {
+/// What the end of the log says: its last complete record and a torn line after it.
+struct Tail {
+    /// `seq` and `hash` of the last newline-terminated record, if any.
+    last: Option<Head>,
+    /// Offset and length of a last line without its newline.
+    torn: Option<(u64, u64)>,
+}
+
+/// Reads the end of the log, from a small window that doubles until it holds
+/// the last complete line (records are a few hundred bytes; the whole file is
+/// read only when it is one huge line).
+fn read_tail(file: &File) -> std::io::Result<Tail> {
+    use std::os::unix::fs::FileExt;
     let len = file.metadata()?.len();
-    let window = len.min(1 << 20);
-    if window == 0 {
-        return Ok(None);
-    }
-    file.seek(SeekFrom::Start(len - window))?;
-    let mut tail = vec![0u8; window as usize];
-    file.read_exact(&mut tail)?;
-    let Some(end) = tail.iter().rposition(|b| *b == b'\n') else {
-        return Ok(None);
-    };
-    let complete = &tail[..end];
-    let start = complete
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |i| i + 1);
-    let Ok(record) = serde_json::from_slice::<Value>(&complete[start..]) else {
-        return Ok(None);
-    };
-    match (record["seq"].as_u64(), record["hash"].as_str()) {
-        (Some(seq), Some(hash)) => Ok(Some(Head {
-            seq,
-            hash: hash.to_string(),
-        })),
-        _ => Ok(None),
+    let mut window = len.min(8 << 10);
+    loop {
+        let start = len - window;
+        let mut buf = vec![0u8; window as usize];
+        file.read_exact_at(&mut buf, start)?;
+        // The last newline ends the last complete record; whatever follows is torn.
+        let end = buf.iter().rposition(|b| *b == b'\n');
+        let torn_from = end.map_or(0, |e| e + 1);
+        let complete = &buf[..end.unwrap_or(0)];
+        let line_start = complete.iter().rposition(|b| *b == b'\n').map(|i| i + 1);
+        if (end.is_none() || line_start.is_none()) && start > 0 {
+            window = (window * 2).min(len);
+            continue;
+        }
+        let torn = (torn_from < buf.len()).then(|| {
+            let at = start + torn_from as u64;
+            (at, len - at)
+        });
+        let last = end.and_then(|_| {
+            let record: Value =
+                serde_json::from_slice(&complete[line_start.unwrap_or(0)..]).ok()?;
+            Some(Head {
+                seq: record["seq"].as_u64()?,
+                hash: record["hash"].as_str()?.to_string(),
+            })
+        });
+        return Ok(Tail { last, torn });
     }
 }
 
-/// If the file does not end with a newline, the offset and length of its torn last line.
-fn torn_tail(file: &mut File) -> std::io::Result<Option<(u64, u64)>> {
-    let len = file.metadata()?.len();
-    if len == 0 {
-        return Ok(None);
+#[cfg(test)]
+mod tail_tests {
+    use super::read_tail;
+    use std::io::Write;
+
+    fn tail_of(bytes: &[u8]) -> (Option<u64>, Option<(u64, u64)>) {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        let t = read_tail(&f).unwrap();
+        (t.last.map(|h| h.seq), t.torn)
     }
-    let window = len.min(1 << 20);
-    file.seek(SeekFrom::Start(len - window))?;
-    let mut tail = vec![0u8; window as usize];
-    file.read_exact(&mut tail)?;
-    if tail.last() == Some(&b'\n') {
-        return Ok(None);
+
+    fn line(seq: u64, pad: usize) -> String {
+        format!(
+            "{{\"seq\":{seq},\"hash\":\"h{seq}\",\"pad\":\"{}\"}}\n",
+            "x".repeat(pad)
+        )
     }
-    let start = tail
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(len - window, |i| len - window + i as u64 + 1);
-    Ok(Some((start, len - start)))
+
+    #[test]
+    fn empty_and_single_lines() {
+        assert_eq!(tail_of(b""), (None, None));
+        assert_eq!(tail_of(line(1, 0).as_bytes()), (Some(1), None));
+        assert_eq!(tail_of(b"{\"seq\":1"), (None, Some((0, 8))));
+    }
+
+    #[test]
+    fn last_record_and_torn_line_beyond_the_first_window() {
+        // Records longer than the first window force it to grow.
+        let mut log = String::new();
+        for seq in 1..=3 {
+            log.push_str(&line(seq, 20_000));
+        }
+        assert_eq!(tail_of(log.as_bytes()), (Some(3), None));
+        let at = log.len() as u64;
+        log.push_str("{\"seq\":4,\"ha");
+        assert_eq!(tail_of(log.as_bytes()), (Some(3), Some((at, 12))));
+        let mut small = line(1, 0) + &line(2, 0);
+        let at = small.len() as u64;
+        small.push_str(&"y".repeat(30_000));
+        assert_eq!(tail_of(small.as_bytes()), (Some(2), Some((at, 30_000))));
+    }
 }

@@ -10,6 +10,6 @@ pub mod ocsf;
 pub mod record;
 pub mod verify;
 
-pub use log::{AuditError, AuditLog};
+pub use log::{AuditError, AuditLog, Unsynced};
 pub use record::Kind;
 pub use verify::{verify, Verified};

@@ -149,7 +149,17 @@ fn next_is_torn_note(lines: &[&[u8]], i: usize) -> bool {
 }
 
 fn check_head(path: &Path, last_hash: &str, out: &mut Verified) -> std::io::Result<()> {
-    let Some(head) = read_head(path)? else {
+    let head = match read_head(path) {
+        Ok(head) => head,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            out.warnings.push(format!(
+                "{e}: truncation at the end cannot be checked (the next append notes it and rewrites the head)"
+            ));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(head) = head else {
         if out.records > 0 {
             out.warnings
                 .push("no head file: truncation at the end cannot be checked".into());

@@ -105,16 +105,34 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         "gid": identity.gid,
         "missing_read_scopes": spec.missing_read_scopes,
     });
-    let decided = audit
-        .append(
+    // The decision is written now and made durable while the sandbox builds
+    // its root; the program starts only after the record is on disk, and if
+    // it cannot get there the sandbox is dropped (killed) with nothing run.
+    let written = audit
+        .write(
             Kind::Decision,
             None,
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+    let setup_failed = |e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run"));
+    let audit_failed = |e| Failure::new(5, format!("audit unavailable: {e}; nothing was run"));
+    let launched = launch(request);
+    let committing = std::time::Instant::now();
+    let decided = written.commit().map_err(audit_failed)?;
+    let audit_commit = committing.elapsed();
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
-    let running = launch(request)
-        .map_err(|e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run")))?;
+    let running = match launched.and_then(|l| l.start_program()) {
+        Ok(running) => running,
+        Err(e) => {
+            return record_exit(
+                &audit,
+                &decided.audit_id,
+                &prepared.caller,
+                Err(setup_failed(e)),
+            )
+        }
+    };
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
@@ -129,6 +147,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         op = %plan.op,
         gate_us = gated.as_micros() as u64,
         clone_us = outcome.phases.clone_and_release_us,
+        audit_commit_us = audit_commit.as_micros() as u64,
         setup_us = outcome.phases.sandbox_setup_us,
         program_us = outcome.phases.program_us,
         teardown_us = outcome.phases.teardown_us,
@@ -137,6 +156,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     let timings = json!({
         "gate_us": gated.as_micros() as u64,
         "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
+        "audit_commit_us": audit_commit.as_micros() as u64,
         "phases": outcome.phases,
     });
     let reported = report(

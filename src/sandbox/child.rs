@@ -45,10 +45,12 @@ pub struct ChildSetup<'a> {
     /// The child's stdin, stdout and stderr.
     pub stdio: [OwnedFd; 3],
     /// Read end of the parent's go-ahead pipe: one byte once the ids are mapped,
-    /// one once init is in its cgroups.
+    /// one when the program may start (its audit record is on disk).
     pub sync: OwnedFd,
     /// Write end of the status pipe.
     pub status: OwnedFd,
+    /// The per-spawn cgroups' `tasks` files, opened by spawnd (empty with rlimits).
+    pub cgroup_tasks: Vec<OwnedFd>,
     /// Identity inside.
     pub uid: u32,
     /// Group inside.
@@ -86,7 +88,7 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
         report(&setup.status, format!("E{e}\n").as_bytes());
         exit_immediately(126)
     }
-    match init_steps(&setup) {
+    match init_steps(&mut setup) {
         Ok(program_pid) => supervise_program(&setup, program_pid),
         Err(e) => {
             report(&setup.status, format!("E{e}\n").as_bytes());
@@ -96,18 +98,23 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
 }
 
 /// The init process's setup, in order; returns the program's pid.
-fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
+fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
+    // Into the cgroups first, so everything after is counted; the cgroup
+    // namespace is unshared once inside them, rooted there.
+    for tasks in &s.cgroup_tasks {
+        nix::unistd::write(tasks, b"0")
+            .map_err(|e| StepError::new("join the cgroup (write 0 to tasks)", e.into()))?;
+    }
+    s.cgroup_tasks.clear();
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     wait_for_parent(&s.sync)?;
     let scope_fds = build_root_in_child(s.spec, &s.scopes)?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
     prepare_cwd(s)?;
-    // The second go-ahead: init is in its cgroups, so the cgroup namespace is rooted there.
-    wait_for_parent(&s.sync)?;
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
     // the parent did not die in between (it holds the sync pipe open until the end).
@@ -130,6 +137,9 @@ fn init_steps(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
         .map_err(|e| StepError::new("prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
     install_seccomp_filter_on_current_thread(s.seccomp)
         .map_err(|e| StepError::new("seccomp (init)", e))?;
+    // The second go-ahead: the program may start (spawnd has made its audit
+    // record durable meanwhile). Without it — spawnd gone — nothing runs.
+    wait_for_parent(&s.sync)?;
     report(
         &s.status,
         format!(
@@ -173,6 +183,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .stdio
         .iter_mut()
         .chain([&mut s.program, &mut s.sync, &mut s.status])
+        .chain(s.cgroup_tasks.iter_mut())
     {
         lift(fd)?;
     }
@@ -180,6 +191,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .stdio
         .iter()
         .chain([&s.program, &s.sync, &s.status])
+        .chain(s.cgroup_tasks.iter())
         .map(AsRawFd::as_raw_fd)
         .collect();
     let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")

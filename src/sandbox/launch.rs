@@ -1,7 +1,10 @@
 //! The parent's side of starting a sandbox: create missing write scopes, open
-//! every scope once (O_PATH), make the pipes, compile nothing in the child —
-//! then `clone` into fresh user, mount, pid, network, ipc and uts namespaces,
-//! write the child's uid/gid maps, put it in its cgroups, and release it.
+//! every scope once (O_PATH), make the pipes and the cgroups, compile nothing
+//! in the child — then `clone` into fresh user, mount, pid, network, ipc and
+//! uts namespaces, write the child's uid/gid maps and let it build its root
+//! ([`launch`] returns a [`Launched`] sandbox). The program starts only on a
+//! second go-ahead ([`Launched::start_program`]), so the caller can make the
+//! audit record durable while the child works; dropping a `Launched` kills it.
 //! Must be called from a single-threaded process (the CLI, or the spawner).
 
 use std::fs::File;
@@ -97,8 +100,81 @@ pub struct Running {
     pub parent_alive: OwnedFd,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,
-    /// When the child was released (ids mapped, cgroups joined).
+    /// When the ids were mapped and the child went on to build its root.
+    pub mapped_at: std::time::Instant,
+    /// When the program was allowed to start (the wall-time clock starts here).
     pub released_at: std::time::Instant,
+}
+
+/// A sandbox whose init is building its root and will start the program only
+/// on [`Launched::start_program`]. Dropped without it, the sandbox is killed
+/// and nothing of the program has run.
+pub struct Launched {
+    running: Option<Running>,
+}
+
+impl Launched {
+    /// Lets init fork the program; the wall-time clock starts now.
+    pub fn start_program(mut self) -> Result<Running, StepError> {
+        let Some(mut running) = self.running.take() else {
+            return Err(StepError::new(
+                "start the program",
+                std::io::Error::other("already started"),
+            ));
+        };
+        match nix::unistd::write(&running.parent_alive, b"c") {
+            Ok(_) => {
+                running.released_at = std::time::Instant::now();
+                Ok(running)
+            }
+            Err(e) => Err(abort(
+                running,
+                StepError::new("release the program", e.into()),
+            )),
+        }
+    }
+
+    /// The init process's pid, as seen from here.
+    pub fn init_pid(&self) -> Option<i32> {
+        self.running.as_ref().map(|r| r.init_pid)
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            let _ = abort(
+                running,
+                StepError::new("abandon", std::io::Error::other("dropped")),
+            );
+        }
+    }
+}
+
+/// Kills and reaps a sandbox that must not go on, removes its cgroups, and
+/// returns the error to report: the child's own, when it failed first.
+fn abort(running: Running, fallback: StepError) -> StepError {
+    let pid = nix::unistd::Pid::from_raw(running.init_pid);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::wait::waitpid(pid, None);
+    if let Some(cg) = running.cgroup {
+        cg.remove();
+    }
+    drop(running.parent_alive);
+    let mut report = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = nix::unistd::read(&running.status, &mut buf) {
+        report.extend_from_slice(&buf[..n]);
+    }
+    match report.iter().position(|b| *b == b'E') {
+        Some(at) => {
+            let text = String::from_utf8_lossy(&report[at + 1..])
+                .trim_end()
+                .to_string();
+            StepError::new(text, std::io::Error::other("reported by the sandbox"))
+        }
+        None => fallback,
+    }
 }
 
 /// The namespaces every sandbox gets at clone time (cgroup is unshared once inside its cgroup).
@@ -110,7 +186,7 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWUTS;
 
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
-pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
+pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
     create_write_scopes(req.spec, req.uid, req.gid)?;
     let scopes = req
@@ -140,23 +216,8 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         }
     };
     let script = is_script(&req.program);
-    let setup = ChildSetup {
-        spec: req.spec,
-        scopes,
-        program: OwnedFd::from(req.program),
-        script,
-        argv: to_cstrings(req.plan.argv.iter().map(String::as_bytes))?,
-        envp: env_entries(req.plan, &req.credentials)?,
-        stdio: [stdin_child, stdout_w, stderr_w],
-        sync: sync_r,
-        status: status_w,
-        uid: req.uid,
-        gid: req.gid,
-        may_setgroups: req.privileged,
-        landlock_abi: req.landlock_abi,
-        seccomp: &req.seccomp.instructions,
-        rlimits: rlimits(req.plan, &req.limits_via),
-    };
+    let argv = to_cstrings(req.plan.argv.iter().map(String::as_bytes))?;
+    let envp = env_entries(req.plan, &req.credentials)?;
     let cgroup = match &req.limits_via {
         LimitsVia::CgroupV1(roots) => Some(
             SpawnCgroup::create(
@@ -169,54 +230,62 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         ),
         LimitsVia::Rlimits => None,
     };
+    let cgroup_tasks = match &cgroup {
+        Some(cg) => cg
+            .open_tasks()
+            .map_err(prep("open the cgroups' tasks files")),
+        None => Ok(Vec::new()),
+    };
+    let cgroup_tasks = match cgroup_tasks {
+        Ok(fds) => fds,
+        Err(e) => {
+            if let Some(cg) = cgroup {
+                cg.remove();
+            }
+            return Err(e);
+        }
+    };
+    let setup = ChildSetup {
+        spec: req.spec,
+        scopes,
+        program: OwnedFd::from(req.program),
+        script,
+        argv,
+        envp,
+        stdio: [stdin_child, stdout_w, stderr_w],
+        sync: sync_r,
+        status: status_w,
+        cgroup_tasks,
+        uid: req.uid,
+        gid: req.gid,
+        may_setgroups: req.privileged,
+        landlock_abi: req.landlock_abi,
+        seccomp: &req.seccomp.instructions,
+        rlimits: rlimits(req.plan, &req.limits_via),
+    };
     let cloned_at = std::time::Instant::now();
-    let pid = clone_process(NAMESPACES).map_err(|e| {
-        let hint = match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
-            _ => "",
-        };
-        StepError::new(format!("clone(new user, mount, pid, net, ipc, uts namespaces){hint}"), e)
-    })?;
+    let pid = match clone_process(NAMESPACES) {
+        Ok(pid) => pid,
+        Err(e) => {
+            if let Some(cg) = cgroup {
+                cg.remove();
+            }
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
+                _ => "",
+            };
+            return Err(StepError::new(
+                format!("clone(new user, mount, pid, net, ipc, uts namespaces){hint}"),
+                e,
+            ));
+        }
+    };
     if pid == 0 {
         drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
         init_main(setup);
     }
     drop(setup);
-    let release = || -> Result<(), StepError> {
-        write_id_maps(pid, req.uid, req.gid, req.privileged)?;
-        // First go-ahead: the child builds its root while we move it into its
-        // cgroups (a v1 move can wait for an RCU grace period); the second one
-        // lets it fork the program, which must start inside them.
-        nix::unistd::write(&sync_w, b"m").map_err(nix_prep("release the child"))?;
-        if let Some(cg) = &cgroup {
-            cg.add(pid).map_err(prep("join cgroups"))?;
-        }
-        nix::unistd::write(&sync_w, b"c").map_err(nix_prep("release the program"))?;
-        Ok(())
-    };
-    if let Err(mut e) = release() {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        if let Some(cg) = cgroup {
-            cg.remove();
-        }
-        // The child may have failed first: its own report names the real cause.
-        let mut report = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = nix::unistd::read(&status_r, &mut buf) {
-            report.extend_from_slice(&buf[..n]);
-        }
-        if let Some(text) = report.strip_prefix(b"E") {
-            let text = String::from_utf8_lossy(text).trim_end().to_string();
-            e = StepError::new(text, std::io::Error::other("reported by the sandbox"));
-        }
-        return Err(e);
-    }
-    let released_at = std::time::Instant::now();
-    Ok(Running {
+    let running = Running {
         init_pid: pid,
         stdout: stdout_r,
         stderr: stderr_r,
@@ -225,8 +294,26 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Running, StepError> {
         cgroup,
         parent_alive: sync_w,
         cloned_at,
-        released_at,
-    })
+        mapped_at: cloned_at,
+        released_at: cloned_at,
+    };
+    // The first go-ahead: ids mapped, the child builds its root (and moves
+    // itself into its cgroups) while the caller commits the audit record.
+    let released = write_id_maps(pid, req.uid, req.gid, req.privileged).and_then(|()| {
+        nix::unistd::write(&running.parent_alive, b"m")
+            .map(drop)
+            .map_err(nix_prep("release the child"))
+    });
+    match released {
+        Ok(()) => {
+            let mut running = running;
+            running.mapped_at = std::time::Instant::now();
+            Ok(Launched {
+                running: Some(running),
+            })
+        }
+        Err(e) => Err(abort(running, e)),
+    }
 }
 
 /// The child of a multi-threaded process may deadlock on a lock another thread

@@ -97,9 +97,10 @@ pub struct Outcome {
 /// Durations of the phases of one spawn, as seen by the supervisor.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct Phases {
-    /// `clone` into the namespaces, id maps, cgroups, release (µs).
+    /// `clone` into the namespaces, id maps, release to build the root (µs).
     pub clone_and_release_us: u64,
-    /// Inside: fresh root, identity, Landlock — until init reports (µs).
+    /// Inside: cgroups, fresh root, identity, Landlock, seccomp — and the
+    /// go-ahead once the audit record is durable — until init reports (µs).
     pub sandbox_setup_us: u64,
     /// Fork, seccomp, exec and the program's own run, until it ended (µs).
     pub program_us: u64,
@@ -281,8 +282,8 @@ fn supervise_blocked(
     let setup_done = setup_done.unwrap_or(ended);
     let program_done = program_done.unwrap_or(ended);
     let phases = Phases {
-        clone_and_release_us: us(running.cloned_at, running.released_at),
-        sandbox_setup_us: us(running.released_at, setup_done),
+        clone_and_release_us: us(running.cloned_at, running.mapped_at),
+        sandbox_setup_us: us(running.mapped_at, setup_done),
         program_us: us(setup_done, program_done),
         teardown_us: us(program_done, ended),
     };

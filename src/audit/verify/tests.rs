@@ -201,3 +201,42 @@ fn a_head_left_behind_by_a_crash_does_not_fork_the_chain() {
     let v = verify(&path, None).unwrap();
     assert_eq!((v.tamper, v.last_seq), (None, 5));
 }
+
+/// A head garbled by a torn write (it is overwritten in place) is reported by
+/// `verify`, noted by the next append, and rewritten — never trusted, never
+/// a reason to stop auditing.
+#[test]
+fn a_garbled_head_is_noted_and_rewritten() {
+    let (_d, path) = log_with(2);
+    let head_file = crate::audit::log::head_path(&path);
+    std::fs::write(&head_file, b"{\"seq\":2,\"ha\0\0\0").unwrap();
+    let v = verify(&path, None).unwrap();
+    assert_eq!(v.tamper, None);
+    assert!(
+        v.warnings.iter().any(|w| w.contains("head file")),
+        "{:?}",
+        v.warnings
+    );
+    AuditLog::open(&path)
+        .unwrap()
+        .append(Kind::Decision, None, body("after"))
+        .unwrap();
+    let v = verify(&path, None).unwrap();
+    assert_eq!((v.tamper, v.last_seq), (None, 4), "{:?}", v.warnings);
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("head file unreadable"), "a note records it");
+}
+
+/// `write` chains the record at once; `commit` only waits for the disk.
+#[test]
+fn a_written_record_is_chained_before_it_is_committed() {
+    let (_d, path) = log_with(1);
+    let log = AuditLog::open(&path).unwrap();
+    let pending = log.write(Kind::Decision, None, body("a")).unwrap();
+    let after = log.append(Kind::Exit, None, body("b")).unwrap();
+    assert_eq!(after.seq, 3);
+    assert_eq!(pending.commit().unwrap().seq, 2);
+    let v = verify(&path, None).unwrap();
+    assert_eq!((v.tamper, v.last_seq), (None, 3));
+}
