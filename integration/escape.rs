@@ -11,6 +11,7 @@ use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use harness::{world, As, World};
@@ -231,7 +232,8 @@ fn r58_a_daemon_that_double_forks_and_setsids_does_not_outlive_the_run() {
     );
 }
 
-/// Kills spawnd mid-run and checks every process of its sandbox is gone within a second.
+/// Kills spawnd mid-run — the program still running, its double-forked daemon
+/// up — and checks every process of its sandbox is gone within a second.
 fn assert_killing_spawnd_kills_the_sandbox(extra: &[&str], label: &str) {
     let w = world();
     let token = format!(
@@ -242,20 +244,39 @@ fn assert_killing_spawnd_kills_the_sandbox(extra: &[&str], label: &str) {
     let mut child = spawn_run(
         w,
         As::Root,
-        "probe1",
-        &[("attack", "daemonize"), ("a1", &token)],
+        "probe2",
+        &[("attack", "daemonize"), ("a1", &token), ("a2", "30")],
         extra,
     );
+    // spawnd's own argv holds the token too: only the sandbox's processes count.
+    let spawnd = child.id() as i32;
+    let sandboxed = || -> Vec<i32> {
+        harness::host_processes_with(&token)
+            .into_iter()
+            .filter(|pid| *pid != spawnd)
+            .collect()
+    };
     let started = std::time::Instant::now();
-    while harness::host_processes_with(&token).is_empty() {
-        assert!(started.elapsed().as_secs() < 10, "the daemon never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    while !Path::new(&token).exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+            panic!("{label}: spawnd ended ({status}) before the daemon started: {err}");
+        }
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{label}: the daemon never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    // The daemonize probe exits at once; kill spawnd while its sandbox's daemon lives on.
+    assert!(
+        !sandboxed().is_empty(),
+        "{label}: no sandboxed process seen from the host"
+    );
     let _ = child.kill();
     let _ = child.wait();
     let killed = std::time::Instant::now();
-    while !harness::host_processes_with(&token).is_empty() {
+    while !sandboxed().is_empty() {
         assert!(
             killed.elapsed().as_millis() < 1000,
             "{label}: sandbox processes outlived spawnd by more than 1 s"

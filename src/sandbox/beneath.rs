@@ -46,6 +46,11 @@ fn fail(what: String) -> impl FnOnce(nix::Error) -> StepError {
 
 /// Opens `rel` beneath `root` (O_PATH), creating missing directories on the
 /// way and the last component as `create` says. `root` is a directory fd.
+///
+/// The whole path is tried in one `openat2` first (the resolve flags hold for
+/// every component); only a missing part makes it walk, and below a directory
+/// it has just created itself (or at the last component, known missing) it
+/// creates without looking first.
 pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedFd, StepError> {
     let parts: Vec<&std::ffi::OsStr> = rel
         .components()
@@ -55,57 +60,76 @@ pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedF
         })
         .collect();
     let shown = rel.display().to_string();
-    let mut current = openat2(root, ".", how(OFlag::O_PATH | OFlag::O_DIRECTORY))
-        .map_err(fail(format!("open staging root for {shown}")))?;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        let as_dir = !last || matches!(create, Create::Dir(_));
-        let flags = if last && !as_dir {
+    let flags_for = |last: bool| {
+        if last && !matches!(create, Create::Dir(_)) {
             OFlag::O_PATH
         } else {
             OFlag::O_PATH | OFlag::O_DIRECTORY
+        }
+    };
+    let whole: std::path::PathBuf = parts.iter().collect();
+    let whole = if parts.is_empty() {
+        Path::new(".")
+    } else {
+        whole.as_path()
+    };
+    match openat2(root, whole, how(flags_for(true))) {
+        Err(nix::Error::ENOENT) if create != Create::Nothing => {}
+        done => return done.map_err(fail(format!("open {shown}"))),
+    }
+    let mut current: Option<OwnedFd> = None;
+    let mut created_parent = false;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let dir = current.as_ref().unwrap_or(root);
+        let flags = flags_for(last);
+        // The whole path was just found missing: below a directory made here,
+        // and at the last component, there is nothing to look for.
+        let probe = if created_parent || last {
+            Err(nix::Error::ENOENT)
+        } else {
+            openat2(dir, *part, how(flags))
         };
-        let next = match openat2(&current, *part, how(flags)) {
+        let next = match probe {
             Err(nix::Error::ENOENT) if !last || create != Create::Nothing => {
-                match (last, create) {
+                created_parent = match (last, create) {
                     (true, Create::File(mode)) => {
                         let created = openat2(
-                            &current,
+                            dir,
                             *part,
                             how(OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY)
                                 .mode(Mode::from_bits_truncate(mode)),
                         );
-                        created
-                            .map(drop)
-                            .or_else(|e| {
-                                if e == nix::Error::EEXIST {
-                                    Ok(())
-                                } else {
-                                    Err(e)
-                                }
-                            })
-                            .map_err(fail(format!("create {shown}")))?;
+                        match created {
+                            Ok(_) | Err(nix::Error::EEXIST) => false,
+                            Err(e) => return Err(fail(format!("create {shown}"))(e)),
+                        }
                     }
-                    (_, Create::Dir(mode)) if last => mkdir_tolerant(&current, part, mode, &shown)?,
-                    _ => mkdir_tolerant(&current, part, 0o755, &shown)?,
-                }
-                openat2(&current, *part, how(flags)).map_err(fail(format!("open {shown}")))?
+                    (_, Create::Dir(mode)) if last => mkdir_tolerant(dir, part, mode, &shown)?,
+                    _ => mkdir_tolerant(dir, part, 0o755, &shown)?,
+                };
+                openat2(dir, *part, how(flags)).map_err(fail(format!("open {shown}")))?
             }
             other => other.map_err(fail(format!("open {shown}")))?,
         };
-        current = next;
+        current = Some(next);
     }
-    Ok(current)
+    match current {
+        Some(fd) => Ok(fd),
+        None => openat2(root, ".", how(flags_for(true))).map_err(fail(format!("open {shown}"))),
+    }
 }
 
+/// Creates a directory; true when this call made it (so it is empty).
 fn mkdir_tolerant(
     dir: &OwnedFd,
     name: &std::ffi::OsStr,
     mode: u32,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<bool, StepError> {
     match mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
-        Ok(()) | Err(nix::Error::EEXIST) => Ok(()),
+        Ok(()) => Ok(true),
+        Err(nix::Error::EEXIST) => Ok(false),
         Err(e) => Err(StepError::new(format!("mkdir {shown}"), e.into())),
     }
 }

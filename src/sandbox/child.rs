@@ -1,12 +1,14 @@
 //! Inside the sandbox. The cloned child becomes pid 1 of the new pid
 //! namespace and runs `init_main`: it waits for the parent to map its ids,
-//! builds the root, drops privileges, applies Landlock, then forks the program
-//! and stays as a tiny init that reaps every process and forwards SIGTERM,
+//! builds the root, drops privileges, applies Landlock and installs the
+//! seccomp filter as the last step of its setup, then forks the program
+//! (which inherits all of it) and stays as a tiny init that reaps every process and forwards SIGTERM,
 //! SIGINT and SIGHUP to the program. When the program ends, init kills what is
 //! left, reports the wait status and exits — which ends the namespace.
 //!
-//! The program's own process sets up its descriptors and limits, installs the
-//! seccomp filter as the very last step, and executes the hashed descriptor.
+//! The program's own process — already under the filter, so even its last
+//! steps are — sets up its descriptors, session and limits and executes the
+//! hashed descriptor.
 //! Everything that fails is reported to the parent over the status pipe as
 //! `E<step>: <error>`; the exit status travels as `W<i32 wait status>`.
 
@@ -23,8 +25,8 @@ use super::mounts::build_root_in_child;
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
-    adopt_fd, borrow_fd, close_descriptors_from, dup_onto, exit_immediately, fork_process,
-    install_seccomp_filter_on_current_thread, set_loopback_up,
+    adopt_fd, borrow_fd, close_descriptor_range, close_descriptors_from, dup_onto,
+    exit_immediately, fork_process, install_seccomp_filter_on_current_thread, set_loopback_up,
 };
 use super::StepError;
 
@@ -187,22 +189,25 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     {
         lift(fd)?;
     }
-    let keep: Vec<i32> = s
+    let mut keep: Vec<u32> = s
         .stdio
         .iter()
         .chain([&s.program, &s.sync, &s.status])
         .chain(s.cgroup_tasks.iter())
-        .map(AsRawFd::as_raw_fd)
+        .map(|fd| fd.as_raw_fd() as u32)
         .collect();
-    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
-        .map_err(|e| StepError::new("list /proc/self/fd", e))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in open.into_iter().filter(|fd| !keep.contains(fd)) {
-        // Inherited numbers no Rust object owns; a stale one (the listing's own
-        // descriptor, already closed) just fails to close.
-        let _ = nix::unistd::close(fd);
+    keep.sort_unstable();
+    // Everything else — spawnd's stdio, anything spawnd's caller leaked — is
+    // closed in a few calls: below the floor, between the kept ones, above them.
+    let mut next = 0u32;
+    for fd in keep {
+        if fd > next {
+            close_descriptor_range(next, fd - 1)
+                .map_err(|e| StepError::new("close inherited descriptors", e))?;
+        }
+        next = fd + 1;
     }
+    close_descriptors_from(next).map_err(|e| StepError::new("close inherited descriptors", e))?;
     Ok(())
 }
 
@@ -238,7 +243,7 @@ fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
         .map_err(|e| StepError::new(format!("chdir({})", s.spec.cwd.display()), e.into()))
 }
 
-/// The program's process: descriptors, session, limits, seccomp, exec.
+/// The program's process (under init's seccomp filter): descriptors, session, limits, exec.
 fn program_main(s: &ChildSetup<'_>, mask: &SigSet) -> ! {
     let result = (|| -> Result<(), StepError> {
         nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(mask), None)
@@ -260,8 +265,6 @@ fn program_main(s: &ChildSetup<'_>, mask: &SigSet) -> ! {
                 StepError::new(format!("setrlimit({resource:?}, {value})"), e.into())
             })?;
         }
-        install_seccomp_filter_on_current_thread(s.seccomp)
-            .map_err(|e| StepError::new("seccomp", e))?;
         // fd 3 is the hashed program; AT_EMPTY_PATH executes the descriptor itself.
         let err = nix::unistd::execveat(
             borrow_fd(3),

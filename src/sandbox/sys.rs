@@ -235,11 +235,18 @@ pub fn clear_ambient_capabilities() -> io::Result<()> {
 
 /// `close_range(first, u32::MAX, 0)`: closes every descriptor from `first` on.
 pub fn close_descriptors_from(first: u32) -> io::Result<()> {
-    // SAFETY: close_range takes plain integers; closing descriptors this
-    // process owns cannot violate memory safety (no Rust object is used after).
-    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    close_descriptor_range(first, u32::MAX)
+}
+
+/// Closes every descriptor from `first` to `last` (inclusive) with one call;
+/// none of them may belong to a live Rust object.
+pub fn close_descriptor_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: close_range takes plain integers; the callers pass ranges that
+    // hold no descriptor a Rust object still owns, so nothing is closed twice
+    // or used after closing.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
     if ret < 0 {
-        return Err(last_error(&format!("close_range({first}, MAX)")));
+        return Err(last_error(&format!("close_range({first}, {last})")));
     }
     Ok(())
 }

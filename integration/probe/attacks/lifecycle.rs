@@ -179,8 +179,9 @@ fn run_daemon(pidfile: &str, report: File) -> ! {
 
 /// Double fork + setsid.
 pub fn daemonize(args: &Args<'_>) -> Result<Verdict, UsageError> {
-    args.at_most(1)?;
+    args.at_most(2)?;
     let pidfile = args.required(0, "PIDFILE")?;
+    let linger = Duration::from_secs(args.parsed_or(1, "LINGER", 0u64)?);
     let (read_end, write_end) = match pipe() {
         Ok(pair) => pair,
         Err(e) => return Ok(Verdict::unclear(format!("pipe: {e}"))),
@@ -206,6 +207,8 @@ pub fn daemonize(args: &Args<'_>) -> Result<Verdict, UsageError> {
     if message.is_empty() {
         message = format!("no daemon reported back (middle child: {exit:?})");
     }
+    // Stay alive a while if asked, so a test can kill spawnd mid-run.
+    sleep_until(Instant::now() + linger);
     Ok(Verdict::blocked(format!(
         "{message}; its argv holds the pidfile path; the test must check it is gone"
     )))

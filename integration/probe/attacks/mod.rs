@@ -149,7 +149,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("fork-bomb", 'R', "[MAX]", "forks pausing children until failure or MAX (default 10000), then kills them all; blocked if it stops below MAX with EAGAIN. Never run unconfined without a small MAX", lifecycle::fork_bomb),
     attack("memory-bomb", 'R', "MIB", "allocates and touches MIB MiB; escaped if it survives (an OOM kill leaves no report); blocked on ENOMEM", lifecycle::memory_bomb),
     Attack { channel: Channel::Stderr, ..attack("output-flood", 'R', "BYTES", "writes BYTES of 'x' to stdout as fast as it can; reports on STDERR, always blocked (the supervisor's caps are checked from outside)", lifecycle::output_flood) },
-    attack("daemonize", 'R', "PIDFILE", "double fork + setsid; the grandchild writes its pid (as seen in its pid ns) to PIDFILE, points stdio at /dev/null and sleeps 300 s with PIDFILE in its argv; reports blocked at once (the test checks from outside that it is gone)", lifecycle::daemonize),
+    attack("daemonize", 'R', "PIDFILE [LINGER]", "double fork + setsid; the grandchild writes its pid (as seen in its pid ns) to PIDFILE, points stdio at /dev/null and sleeps 300 s with PIDFILE in its argv; reports blocked once the daemon is up (after LINGER seconds, default 0; the test checks from outside that it is gone)", lifecycle::daemonize),
     attack("sleep", 'R', "SECONDS", "sleeps SECONDS; escaped if it was not stopped in time (for timeout tests)", lifecycle::sleep),
     attack("cpu-spin", 'R', "[SECONDS]", "spins on the CPU SECONDS (default 600); escaped if not stopped", lifecycle::cpu_spin),
     attack("ignore-sigterm", 'R', "[SECONDS]", "ignores SIGTERM and sleeps SECONDS (default 600); escaped if not stopped", lifecycle::ignore_sigterm),
