@@ -80,6 +80,25 @@ pub fn build_root_in_child(
     for m in &spec.mounts {
         apply_step(&stage_fd, m, &scope_fds)?;
     }
+    // Device nodes are bound without their own attribute call: one recursive
+    // call per directory holding them makes them all nosuid and noexec (they
+    // keep `dev`, the point of binding them; nothing else mounts below /dev).
+    let mut device_dirs: Vec<&Path> = spec
+        .mounts
+        .iter()
+        .filter(|m| matches!(m.kind, MountKind::Device { .. }))
+        .filter_map(|m| m.target.parent())
+        .collect();
+    device_dirs.dedup();
+    for dir in device_dirs {
+        restrict_mount(
+            &stage_fd,
+            relative(dir),
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+            true,
+            &dir.display().to_string(),
+        )?;
+    }
     drop(stage_fd);
     pivot_into(stage)?;
     Ok(scope_fds)
@@ -164,20 +183,16 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
             )?;
             // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is
             // refused (seccomp refuses memfd_create without MFD_NOEXEC_SEAL too).
-            // Written now, before /proc/sys becomes read-only.
+            // Written now, before the whole of /proc becomes read-only.
             let _ = std::fs::write(Path::new(STAGE).join(rel).join("sys/vm/memfd_noexec"), "2");
-            protect_proc(stage, rel)
+            // Read-only as a whole (threats F33: a child mapped to host root
+            // would otherwise pass the permission checks of /proc/sys,
+            // sysrq-trigger and the like); Landlock refuses writes there too.
+            restrict_mount(stage, rel, MOUNT_ATTR_RDONLY, false, &shown)
         }
         MountKind::Device { host } => {
             let target = open_beneath(stage, rel, Create::File(0o644))?;
-            mount_onto(host, &target, MsFlags::MS_BIND, None, None, &shown)?;
-            restrict_mount(
-                stage,
-                rel,
-                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-                false,
-                &shown,
-            )
+            mount_onto(host, &target, MsFlags::MS_BIND, None, None, &shown)
         }
         MountKind::Symlink { target: link } => {
             let parent = rel.parent().unwrap_or(Path::new(""));
@@ -233,34 +248,6 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
             restrict_mount(stage, rel, attrs, true, &shown)
         }
     }
-}
-
-/// Entries of /proc a child mapped to host root would otherwise pass the
-/// permission checks of (threats F33): bound read-only onto themselves.
-/// Landlock refuses writes under /proc as well.
-const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
-
-fn protect_proc(stage: &OwnedFd, proc_rel: &Path) -> Result<(), StepError> {
-    let hidden = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
-    for entry in PROC_READ_ONLY {
-        let rel = proc_rel.join(entry);
-        let shown = format!("/proc/{entry}");
-        let target = match open_beneath(stage, &rel, Create::Nothing) {
-            Ok(fd) => fd,
-            Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => continue,
-            Err(e) => return Err(e),
-        };
-        mount_onto(
-            &fd_path(&target),
-            &target,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None,
-            None,
-            &shown,
-        )?;
-        restrict_mount(stage, &rel, MOUNT_ATTR_RDONLY | hidden, true, &shown)?;
-    }
-    Ok(())
 }
 
 fn pivot_into(stage: &Path) -> Result<(), StepError> {
