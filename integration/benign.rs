@@ -137,6 +137,21 @@ fn exit_codes_and_signals_come_back(who: As) {
     );
 }
 
+/// Found through the spawner, whose signal mask the sandbox inherited: the
+/// program starts with no signal blocked or ignored, so a writer into a closed
+/// pipe dies of SIGPIPE as it would outside (spawnd itself ignores SIGPIPE).
+fn signals_start_at_their_defaults(who: As) {
+    let w = world();
+    let script =
+        "yes | head -n 1; echo \"yes=${PIPESTATUS[0]}\"; grep -E '^Sig(Blk|Ign)' /proc/self/status";
+    let out = w.run(who, "sh", &[("script", script)], &[]);
+    let data = result(&out);
+    let text = data["stdout"]["text"].as_str().unwrap_or("");
+    assert!(text.contains("yes=141"), "{data}");
+    assert!(text.contains("SigBlk:\t0000000000000000"), "{text}");
+    assert!(text.contains("SigIgn:\t0000000000000000"), "{text}");
+}
+
 fn isolation_is_reported(who: As) {
     let data = result(&world().run(who, "true", &[], &[]));
     let iso = &data["isolation"];
@@ -146,7 +161,7 @@ fn isolation_is_reported(who: As) {
         .as_str()
         .unwrap()
         .starts_with("sha256:"));
-    let expected = if who == As::Root {
+    let expected = if who.is_root() {
         "cgroup_v1"
     } else {
         "rlimits"
@@ -158,6 +173,7 @@ macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
         mod as_nobody { use super::*; $( #[test] fn $name() { super::$name(As::Nobody) } )* }
+        mod via_spawner { use super::*; $( #[test] fn $name() { super::$name(As::RootViaSpawner) } )* }
     };
 }
 
@@ -167,6 +183,7 @@ both!(
     python_computes,
     dynamic_programs_find_their_libraries,
     exit_codes_and_signals_come_back,
+    signals_start_at_their_defaults,
     isolation_is_reported
 );
 

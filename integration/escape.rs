@@ -54,6 +54,11 @@ macro_rules! as_root_and_nobody {
             use super::*;
             $( $(#[$meta])* #[test] fn $name() { let f: fn(As) = $body; f(As::Nobody) } )*
         }
+        /// The same attacks, the sandbox launched by a forked spawner (the daemon's path).
+        mod via_spawner {
+            use super::*;
+            $( $(#[$meta])* #[test] fn $name() { let f: fn(As) = $body; f(As::RootViaSpawner) } )*
+        }
     };
 }
 
@@ -234,7 +239,7 @@ fn r58_a_daemon_that_double_forks_and_setsids_does_not_outlive_the_run() {
 
 /// Kills spawnd mid-run — the program still running, its double-forked daemon
 /// up — and checks every process of its sandbox is gone within a second.
-fn assert_killing_spawnd_kills_the_sandbox(extra: &[&str], label: &str) {
+fn assert_killing_spawnd_kills_the_sandbox(who: As, extra: &[&str], label: &str) {
     let w = world();
     let token = format!(
         "{}/rw/victim-{}-{label}",
@@ -243,7 +248,7 @@ fn assert_killing_spawnd_kills_the_sandbox(extra: &[&str], label: &str) {
     );
     let mut child = spawn_run(
         w,
-        As::Root,
+        who,
         "probe2",
         &[("attack", "daemonize"), ("a1", &token), ("a2", "30")],
         extra,
@@ -287,7 +292,14 @@ fn assert_killing_spawnd_kills_the_sandbox(extra: &[&str], label: &str) {
 
 #[test]
 fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
-    assert_killing_spawnd_kills_the_sandbox(&[], "same-uid");
+    assert_killing_spawnd_kills_the_sandbox(As::Root, &[], "same-uid");
+}
+
+/// Through the spawner (the daemon's path): killing spawnd takes the spawner
+/// and every sandbox it made with it.
+#[test]
+fn r59_killing_spawnd_kills_its_spawner_and_the_sandbox() {
+    assert_killing_spawnd_kills_the_sandbox(As::RootViaSpawner, &[], "via-spawner");
 }
 
 /// Found in review: changing uid clears the parent-death signal; it is set again.
@@ -295,7 +307,11 @@ fn r59_killing_spawnd_kills_the_whole_sandbox_within_a_second() {
 fn r59_killing_spawnd_kills_the_sandbox_when_the_child_runs_as_another_uid() {
     let w = world();
     let cfg = w.config_with(As::Root, "run-as", "[sandbox]\nrun_as = \"65534:65534\"\n");
-    assert_killing_spawnd_kills_the_sandbox(&["--config", &cfg.display().to_string()], "run-as");
+    assert_killing_spawnd_kills_the_sandbox(
+        As::Root,
+        &["--config", &cfg.display().to_string()],
+        "run-as",
+    );
 }
 
 /// Found in review: a stdin source that never delivers must not stall the timeout.
@@ -559,17 +575,9 @@ fn assert_planted_symlinks_do_not_redirect_later_runs(who: As) {
         n = nest.display()
     )).unwrap();
     let run = |script: &str| {
-        let mut cmd = match who {
-            As::Root => Command::new(&w.spawnd),
-            As::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(&w.spawnd);
-                c
-            }
-        };
+        let mut cmd = who.spawnd_run(&w.spawnd);
         cmd.env("SPAWND_CONFIG", w.config(who))
-            .args(["run", "--json", "--manifest"])
+            .args(["--json", "--manifest"])
             .arg(&manifest)
             .args(["--op", "sh", "--arg", &format!("script={script}")])
             .output()
@@ -649,7 +657,7 @@ fn f33_a_tmp_scope_is_refused_and_sensitive_proc_entries_are_read_only() {
         assert!(!text.contains("ESCAPED"), "{text}");
         // Writable only for a sandbox whose root is the host's root; for an
         // unprivileged spawnd the seccomp rule on memfd_create carries it alone (F30).
-        if who == As::Root {
+        if who.is_root() {
             assert!(text.contains("memfd_noexec=2"), "{text}");
         }
     }

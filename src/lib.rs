@@ -28,6 +28,7 @@ pub mod policy;
 pub mod probe;
 pub mod program;
 pub mod sandbox;
+pub mod spawner;
 pub mod supervise;
 pub mod template;
 pub mod vault;

@@ -18,6 +18,34 @@ pub enum As {
     Root,
     /// uid/gid 65534 through setpriv.
     Nobody,
+    /// uid 0, launching through a forked spawner process as `spawnd serve`
+    /// does (`spawnd run --via-spawner`).
+    RootViaSpawner,
+}
+
+impl As {
+    /// `spawnd` (as this identity) with `run` and, for the spawner path, its flag.
+    pub fn spawnd_run(self, spawnd: &std::path::Path) -> Command {
+        let mut cmd = match self {
+            As::Root | As::RootViaSpawner => Command::new(spawnd),
+            As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(spawnd);
+                c
+            }
+        };
+        cmd.arg("run");
+        if self == As::RootViaSpawner {
+            cmd.arg("--via-spawner");
+        }
+        cmd
+    }
+
+    /// Whether spawnd runs as root.
+    pub fn is_root(self) -> bool {
+        self != As::Nobody
+    }
 }
 
 /// A scratch world for one test.
@@ -124,7 +152,7 @@ impl World {
 
     /// The config each identity's runs use (its own audit log in the world).
     pub fn config(&self, who: As) -> PathBuf {
-        self.dir.join(if who == As::Root {
+        self.dir.join(if who.is_root() {
             "config-root.toml"
         } else {
             "config-nobody.toml"
@@ -133,7 +161,7 @@ impl World {
 
     /// The audit log of `who`'s runs.
     pub fn audit_log(&self, who: As) -> PathBuf {
-        self.dir.join(if who == As::Root {
+        self.dir.join(if who.is_root() {
             "audit-root/audit.jsonl"
         } else {
             "audit-nobody/audit.jsonl"
@@ -155,16 +183,8 @@ impl World {
     }
 
     pub fn command(&self, who: As, op: &str, args: &[(&str, &str)], extra: &[&str]) -> Command {
-        let mut cmd = match who {
-            As::Root => Command::new(&self.spawnd),
-            As::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(&self.spawnd);
-                c
-            }
-        };
-        cmd.args(["run", "--json", "--manifest"])
+        let mut cmd = who.spawnd_run(&self.spawnd);
+        cmd.args(["--json", "--manifest"])
             .arg(&self.manifest)
             .args(["--op", op]);
         if !extra.contains(&"--config") {

@@ -227,6 +227,9 @@ pub struct RunArgs {
     /// Feed this file (or `-` for spawnd's stdin) to the child; /dev/null otherwise.
     #[arg(long, value_name = "FILE")]
     pub stdin_file: Option<PathBuf>,
+    /// Testing aid: launch through a forked spawner process, as `spawnd serve` does.
+    #[arg(long, hide = true)]
+    pub via_spawner: bool,
     /// Tighten the wall time, e.g. `500ms`, `10s`, `2m` (never loosens the manifest's).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
     pub timeout: Option<u64>,

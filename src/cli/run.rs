@@ -19,16 +19,27 @@ use crate::policy::Decision;
 use crate::probe::{probe_cgroups, LANDLOCK_ABI_REQUIRED};
 use crate::program::ProgramOpener;
 use crate::sandbox::cgroup::V1Roots;
-use crate::sandbox::launch::{launch, LaunchRequest, LimitsVia, StdinSource};
+use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{compile, default_policy};
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
+use crate::spawner::{RemoteLaunched, RemoteStdin, Spawner, SpawnerError};
+use crate::supervise::Watched;
 use crate::supervise::{supervise, Supervision};
 use crate::vault::{read_secret, Secret};
+use std::os::fd::AsFd;
 
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
+    // Forked first, while this process has one thread, as the daemon does.
+    let spawner = match args.via_spawner {
+        true => Some(
+            Spawner::start()
+                .map_err(|e| Failure::new(5, format!("spawner: {e}; nothing was run")))?,
+        ),
+        false => None,
+    };
     let prepared = prepare(cli, args)?;
     let audit = open_audit(&prepared)?;
     let mut opener = ProgramOpener::default();
@@ -115,22 +126,18 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
-    let setup_failed = |e| Failure::new(5, format!("sandbox setup failed: {e}; nothing was run"));
-    let audit_failed = |e| Failure::new(5, format!("audit unavailable: {e}; nothing was run"));
-    let launched = launch(request);
+    let launching = Launching::begin(request, spawner.as_ref());
     let committing = std::time::Instant::now();
-    let decided = written.commit().map_err(audit_failed)?;
+    let decided = written
+        .commit()
+        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
     let audit_commit = committing.elapsed();
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
-    let running = match launched.and_then(|l| l.start_program()) {
+    let running = match launching.start_program() {
         Ok(running) => running,
         Err(e) => {
-            return record_exit(
-                &audit,
-                &decided.audit_id,
-                &prepared.caller,
-                Err(setup_failed(e)),
-            )
+            let failure = Failure::new(5, format!("sandbox setup failed: {e}; nothing was run"));
+            return record_exit(&audit, &decided.audit_id, &prepared.caller, Err(failure));
         }
     };
     let supervision = Supervision {
@@ -171,6 +178,59 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         },
     );
     record_exit(&audit, &decided.audit_id, &prepared.caller, reported)
+}
+
+/// A sandbox building its root — launched here, or by a spawner — whose
+/// program waits for the decision record to be durable. Dropped, it is killed.
+enum Launching<'s> {
+    Local(Result<Launched, crate::sandbox::StepError>),
+    Remote {
+        launched: Result<RemoteLaunched<'s>, SpawnerError>,
+        begun: std::time::Instant,
+        built: std::time::Instant,
+    },
+}
+
+impl<'s> Launching<'s> {
+    fn begin(request: LaunchRequest<'_>, spawner: Option<&'s Spawner>) -> Launching<'s> {
+        let Some(spawner) = spawner else {
+            return Launching::Local(launch(request));
+        };
+        let begun = std::time::Instant::now();
+        let launched = match request.order() {
+            Ok(order) => {
+                let stdin = match &request.stdin {
+                    StdinSource::Null => RemoteStdin::Null,
+                    StdinSource::File(f) => RemoteStdin::File(f.as_fd()),
+                    StdinSource::Pipe => RemoteStdin::Pipe,
+                };
+                spawner.launch(order, &request.program, stdin)
+            }
+            Err(e) => Err(SpawnerError::Setup(e.to_string())),
+        };
+        Launching::Remote {
+            launched,
+            begun,
+            built: std::time::Instant::now(),
+        }
+    }
+
+    fn start_program(self) -> Result<Watched<'s>, String> {
+        match self {
+            Launching::Local(launched) => launched
+                .and_then(Launched::start_program)
+                .map(Watched::from)
+                .map_err(|e| e.to_string()),
+            Launching::Remote {
+                launched,
+                begun,
+                built,
+            } => launched
+                .and_then(RemoteLaunched::start_program)
+                .map(|s| s.into_watched(begun, built, std::time::Instant::now()))
+                .map_err(|e| e.to_string()),
+        }
+    }
 }
 
 /// The audit log from the config; without one nothing runs.

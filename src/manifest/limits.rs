@@ -8,7 +8,7 @@ const MIB: u64 = 1024 * KIB;
 const GIB: u64 = 1024 * MIB;
 
 /// The limits a spawn runs under. Every field is a bound in force; none is optional.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Bytes of stdout kept; the rest is drained and counted.
     pub max_stdout_bytes: u64,

@@ -14,7 +14,7 @@ pub struct SpawnCgroup {
 }
 
 /// Where the v1 hierarchies are mounted.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct V1Roots {
     /// The `memory` hierarchy.
     pub memory: PathBuf,

@@ -26,7 +26,8 @@ use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
     adopt_fd, borrow_fd, close_descriptor_range, close_descriptors_from, dup_onto,
-    exit_immediately, fork_process, install_seccomp_filter_on_current_thread, set_loopback_up,
+    exit_immediately, fork_process, install_seccomp_filter_on_current_thread,
+    reset_signal_dispositions, set_loopback_up,
 };
 use super::StepError;
 
@@ -156,12 +157,11 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         blocked.add(*sig);
     }
-    let mut previous = SigSet::empty();
-    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut previous))
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)
         .map_err(|e| StepError::new("sigprocmask", e.into()))?;
     let pid = fork_process().map_err(|e| StepError::new("fork program", e))?;
     if pid == 0 {
-        program_main(s, &previous);
+        program_main(s);
     }
     Ok(Pid::from_raw(pid))
 }
@@ -244,10 +244,14 @@ fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
 }
 
 /// The program's process (under init's seccomp filter): descriptors, session, limits, exec.
-fn program_main(s: &ChildSetup<'_>, mask: &SigSet) -> ! {
+fn program_main(s: &ChildSetup<'_>) -> ! {
     let result = (|| -> Result<(), StepError> {
-        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(mask), None)
-            .map_err(|e| StepError::new("restore signal mask", e.into()))?;
+        // A clean slate, whatever spawnd (or the daemon's spawner) blocked or
+        // ignored: every signal unblocked and at its default action (an
+        // ignored SIGPIPE would otherwise survive exec).
+        reset_signal_dispositions().map_err(|e| StepError::new("reset signal actions", e))?;
+        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+            .map_err(|e| StepError::new("clear signal mask", e.into()))?;
         nix::unistd::setsid().map_err(|e| StepError::new("setsid", e.into()))?;
         for (target, fd) in s.stdio.iter().enumerate() {
             dup_onto(fd.as_fd(), target as i32)

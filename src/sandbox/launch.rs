@@ -8,7 +8,7 @@
 //! Must be called from a single-threaded process (the CLI, or the spawner).
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
@@ -24,10 +24,11 @@ use super::seccomp::Filter;
 use super::spec::SandboxSpec;
 use super::sys::clone_process;
 use super::StepError;
+use crate::manifest::Limits;
 use crate::plan::SpawnPlan;
 
 /// How memory and process counts are limited.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum LimitsVia {
     /// cgroup v1 `memory` and `pids` controllers.
     CgroupV1(V1Roots),
@@ -79,6 +80,67 @@ pub struct LaunchRequest<'a> {
     pub limits_via: LimitsVia,
     /// Values for credential keys (read by the caller from the operator's binding).
     pub credentials: Vec<(String, crate::vault::Secret)>,
+}
+
+/// Everything a launch needs, owned and serializable: what `launch` works
+/// from, and what the daemon hands its spawner over their private socket.
+/// `env` holds credential values; it is wiped when the order is dropped.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct LaunchOrder {
+    /// The decided sandbox.
+    pub spec: SandboxSpec,
+    /// argv, argv[0] included.
+    pub argv: Vec<Vec<u8>>,
+    /// `KEY=VALUE` entries, exactly the plan's, credentials included.
+    pub env: EnvEntries,
+    /// The plan's limits.
+    pub limits: Limits,
+    /// Identity inside (same numbers outside).
+    pub uid: u32,
+    /// Group inside.
+    pub gid: u32,
+    /// Whether spawnd has CAP_SETUID/CAP_SETGID (root): maps more than itself.
+    pub privileged: bool,
+    /// Landlock ABI to enforce.
+    pub landlock_abi: u32,
+    /// The compiled seccomp filter, as [`Filter::to_bytes`].
+    pub seccomp: Vec<u8>,
+    /// Memory/process limit mechanism.
+    pub limits_via: LimitsVia,
+}
+
+/// Environment entries that may hold secrets: zeroed on drop.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct EnvEntries(pub Vec<Vec<u8>>);
+
+impl Drop for EnvEntries {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl LaunchRequest<'_> {
+    /// The owned order for this request (argv, exact env, limits, filter).
+    pub fn order(&self) -> Result<LaunchOrder, StepError> {
+        Ok(LaunchOrder {
+            spec: self.spec.clone(),
+            argv: self
+                .plan
+                .argv
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect(),
+            env: EnvEntries(env_entries(self.plan, &self.credentials)?),
+            limits: self.plan.limits,
+            uid: self.uid,
+            gid: self.gid,
+            privileged: self.privileged,
+            landlock_abi: self.landlock_abi,
+            seccomp: self.seccomp.to_bytes(),
+            limits_via: self.limits_via.clone(),
+        })
+    }
 }
 
 /// A started sandbox, as the supervisor sees it.
@@ -138,6 +200,19 @@ impl Launched {
     pub fn init_pid(&self) -> Option<i32> {
         self.running.as_ref().map(|r| r.init_pid)
     }
+
+    /// The read ends of stdout, stderr and the status pipe (to hand on as copies).
+    pub fn pipes(&self) -> Option<[BorrowedFd<'_>; 3]> {
+        self.running
+            .as_ref()
+            .map(|r| [r.stdout.as_fd(), r.stderr.as_fd(), r.status.as_fd()])
+    }
+
+    /// Takes the write end of the stdin pipe (`StdinSource::Pipe`): whoever
+    /// feeds stdin must hold the only copy, so closing it ends the input.
+    pub fn take_stdin(&mut self) -> Option<OwnedFd> {
+        self.running.as_mut().and_then(|r| r.stdin.take())
+    }
 }
 
 impl Drop for Launched {
@@ -187,9 +262,19 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
+    let order = req.order()?;
+    launch_order(&order, req.program, req.stdin)
+}
+
+/// Starts the sandbox an order describes, for the program file the gate hashed.
+pub fn launch_order(
+    order: &LaunchOrder,
+    program: File,
+    stdin: StdinSource,
+) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
-    create_write_scopes(req.spec, req.uid, req.gid)?;
-    let scopes = req
+    create_write_scopes(&order.spec, order.uid, order.gid)?;
+    let scopes = order
         .spec
         .scopes
         .iter()
@@ -199,7 +284,7 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
     let (sync_r, sync_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(sync)"))?;
-    let (stdin_child, stdin_parent) = match req.stdin {
+    let (stdin_child, stdin_parent) = match stdin {
         StdinSource::Null => (
             open(
                 "/dev/null",
@@ -215,16 +300,22 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
             (r, Some(w))
         }
     };
-    let script = is_script(&req.program);
-    let argv = to_cstrings(req.plan.argv.iter().map(String::as_bytes))?;
-    let envp = env_entries(req.plan, &req.credentials)?;
-    let cgroup = match &req.limits_via {
+    let script = is_script(&program);
+    let argv = to_cstrings(order.argv.iter().map(Vec::as_slice))?;
+    let envp = to_cstrings(order.env.0.iter().map(Vec::as_slice))?;
+    let seccomp = Filter::from_bytes(&order.seccomp).ok_or_else(|| {
+        StepError::new(
+            "seccomp filter",
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        )
+    })?;
+    let cgroup = match &order.limits_via {
         LimitsVia::CgroupV1(roots) => Some(
             SpawnCgroup::create(
                 roots,
                 &format!("{}-{}", std::process::id(), unique()),
-                req.plan.limits.max_memory_bytes,
-                req.plan.limits.max_processes,
+                order.limits.max_memory_bytes,
+                order.limits.max_processes,
             )
             .map_err(prep("create cgroups"))?,
         ),
@@ -246,9 +337,9 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
         }
     };
     let setup = ChildSetup {
-        spec: req.spec,
+        spec: &order.spec,
         scopes,
-        program: OwnedFd::from(req.program),
+        program: OwnedFd::from(program),
         script,
         argv,
         envp,
@@ -256,12 +347,12 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
         sync: sync_r,
         status: status_w,
         cgroup_tasks,
-        uid: req.uid,
-        gid: req.gid,
-        may_setgroups: req.privileged,
-        landlock_abi: req.landlock_abi,
-        seccomp: &req.seccomp.instructions,
-        rlimits: rlimits(req.plan, &req.limits_via),
+        uid: order.uid,
+        gid: order.gid,
+        may_setgroups: order.privileged,
+        landlock_abi: order.landlock_abi,
+        seccomp: &seccomp.instructions,
+        rlimits: rlimits(&order.limits, &order.limits_via),
     };
     let cloned_at = std::time::Instant::now();
     let pid = match clone_process(NAMESPACES) {
@@ -299,7 +390,7 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     };
     // The first go-ahead: ids mapped, the child builds its root (and moves
     // itself into its cgroups) while the caller commits the audit record.
-    let released = write_id_maps(pid, req.uid, req.gid, req.privileged).and_then(|()| {
+    let released = write_id_maps(pid, order.uid, order.gid, order.privileged).and_then(|()| {
         nix::unistd::write(&running.parent_alive, b"m")
             .map(drop)
             .map_err(nix_prep("release the child"))

@@ -13,11 +13,11 @@
 //! Where forking happens: `launch` must run in a single-threaded process (a
 //! child cloned from a multi-threaded one may deadlock on a lock another
 //! thread held, and a new user namespace cannot be created there), and it
-//! refuses otherwise. `spawnd run` is single-threaded. The daemon will fork a
-//! single-threaded spawner before it starts its async runtime and hand it
-//! each request — plan, program descriptor, stdio and credential values —
-//! over a socketpair with `SCM_RIGHTS`, never through argv or an
-//! intermediate process's environment.
+//! refuses otherwise. `spawnd run` is single-threaded; the daemon forks a
+//! single-threaded spawner before its runtime starts ([`crate::spawner`]) and
+//! hands it each [`launch::LaunchOrder`] — plan, program descriptor, stdio and
+//! credential values — over a socketpair with `SCM_RIGHTS`, never through
+//! argv or an intermediate process's environment.
 
 mod beneath;
 pub mod cgroup;

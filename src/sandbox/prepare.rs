@@ -109,7 +109,7 @@ pub(super) fn to_cstrings<'b>(
 pub(super) fn env_entries(
     plan: &SpawnPlan,
     credentials: &[(String, crate::vault::Secret)],
-) -> Result<Vec<CString>, StepError> {
+) -> Result<Vec<Vec<u8>>, StepError> {
     let mut out = Vec::new();
     for entry in &plan.env {
         let value: &[u8] = match entry.source {
@@ -133,15 +133,14 @@ pub(super) fn env_entries(
         kv.extend_from_slice(value);
         out.push(kv);
     }
-    to_cstrings(out.iter().map(Vec::as_slice))
+    Ok(out)
 }
 
 pub(super) fn rlimits(
-    plan: &SpawnPlan,
+    l: &crate::manifest::Limits,
     via: &LimitsVia,
 ) -> Vec<(nix::sys::resource::Resource, u64)> {
     use nix::sys::resource::Resource;
-    let l = &plan.limits;
     let mut v = vec![
         (Resource::RLIMIT_CORE, 0),
         (Resource::RLIMIT_FSIZE, l.max_file_size_bytes),

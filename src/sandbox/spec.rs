@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::plan::{CwdPlan, SpawnPlan};
 
@@ -23,7 +23,7 @@ pub enum HostKind {
 }
 
 /// Where a bind mount comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BindSource {
     /// A system path, bound by path.
@@ -33,7 +33,7 @@ pub enum BindSource {
 }
 
 /// One step of building the fresh root.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum MountKind {
     /// A private tmpfs.
@@ -69,7 +69,7 @@ pub enum MountKind {
 }
 
 /// A mount step at a path inside the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountStep {
     /// Path inside the sandbox.
     pub target: PathBuf,
@@ -78,7 +78,7 @@ pub struct MountStep {
 }
 
 /// Landlock access for a path inside the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     /// Read files and list directories.
@@ -94,7 +94,7 @@ pub enum Access {
 }
 
 /// A Landlock rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LandlockRule {
     /// Path inside the sandbox.
     pub path: PathBuf,
@@ -106,7 +106,7 @@ pub struct LandlockRule {
 }
 
 /// The decided sandbox for one spawn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
     /// Scope sources to open (O_PATH) before the child is created, in order.
     pub scopes: Vec<PathBuf>,

@@ -302,26 +302,114 @@ pub struct Reaped {
 
 /// `wait4(pid, &status, 0, &rusage)`, retrying on EINTR.
 pub fn wait_with_usage(pid: libc::pid_t) -> io::Result<Reaped> {
+    loop {
+        match wait4_usage(pid, 0) {
+            Ok(Some(reaped)) => return Ok(reaped),
+            Ok(None) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(io::Error::new(e.kind(), format!("wait4({pid}): {e}"))),
+        }
+    }
+}
+
+/// `wait4(pid, &status, WNOHANG, &rusage)`: `None` while `pid` still runs.
+pub fn try_wait_with_usage(pid: libc::pid_t) -> io::Result<Option<Reaped>> {
+    loop {
+        match wait4_usage(pid, libc::WNOHANG) {
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+fn wait4_usage(pid: libc::pid_t, options: libc::c_int) -> io::Result<Option<Reaped>> {
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is plain old data; zeroed is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: both out-pointers are valid, exclusively borrowed locals.
-        let ret = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if ret >= 0 {
-            break;
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(io::Error::new(err.kind(), format!("wait4({pid}): {err}")));
-        }
+    // SAFETY: both out-pointers are valid, exclusively borrowed locals.
+    let ret = unsafe { libc::wait4(pid, &mut status, options, &mut usage) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if ret == 0 {
+        return Ok(None);
     }
     let ms = |t: libc::timeval| (t.tv_sec as u64) * 1000 + (t.tv_usec as u64) / 1000;
-    Ok(Reaped {
+    Ok(Some(Reaped {
         status,
         cpu_ms: ms(usage.ru_utime) + ms(usage.ru_stime),
         max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
-    })
+    }))
+}
+
+/// `pidfd_open(pid, 0)`: a descriptor that names this process and no other,
+/// even after its pid is reused. Only race-free for a child not yet reaped.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: pidfd_open takes plain integers and returns a new descriptor or -1.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if ret < 0 {
+        return Err(last_error("pidfd_open"));
+    }
+    Ok(adopt_fd(ret as RawFd))
+}
+
+/// `pidfd_send_signal(pidfd, sig, NULL, 0)`.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid descriptor, a signal number and a null siginfo pointer
+    // (the kernel then fills it in as kill(2) would).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if ret < 0 {
+        return Err(last_error("pidfd_send_signal"));
+    }
+    Ok(())
+}
+
+/// Sets every catchable signal's action to the default (`SIG_DFL`), as a
+/// fresh process would have it; exec keeps an ignored signal ignored. The raw
+/// system call reaches the real-time signals the C library reserves too.
+pub fn reset_signal_dispositions() -> io::Result<()> {
+    /// The kernel's `struct sigaction` on x86_64 (not the C library's).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for signo in 1..=64 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `default` is a valid kernel sigaction that outlives the call,
+        // the old-action pointer is null and the mask size is the kernel's (8).
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signo,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            )
+        };
+        if ret < 0 {
+            return Err(last_error("rt_sigaction(SIG_DFL)"));
+        }
+    }
+    Ok(())
 }
 
 /// Ends the calling process at once, without running atexit handlers or

@@ -17,6 +17,7 @@ use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 
 use crate::manifest::Sha256Digest;
+use crate::sandbox::cgroup::SpawnCgroup;
 use crate::sandbox::launch::Running;
 use crate::sandbox::sys::wait_with_usage;
 
@@ -28,6 +29,107 @@ pub const GRACE: Duration = Duration::from_millis(1500);
 const CHUNK: usize = 64 * 1024;
 /// How long output is still drained once init has exited.
 const DRAIN_AFTER_INIT: Duration = Duration::from_millis(250);
+
+/// A started sandbox as the supervisor sees it, wherever it was launched
+/// (in this process, or by the daemon's spawner).
+pub struct Watched<'a> {
+    /// Read end of the program's stdout.
+    pub stdout: OwnedFd,
+    /// Read end of its stderr.
+    pub stderr: OwnedFd,
+    /// Read end of the status pipe.
+    pub status: OwnedFd,
+    /// Write end of the stdin pipe, when stdin is pumped.
+    pub stdin: Option<OwnedFd>,
+    /// When `clone` was called.
+    pub cloned_at: Instant,
+    /// When the ids were mapped (init went on to build the root).
+    pub mapped_at: Instant,
+    /// When the program was released: the wall-time clock starts here.
+    pub released_at: Instant,
+    /// Signalling and reaping init.
+    pub end: Box<dyn SandboxEnd + 'a>,
+}
+
+/// How the supervisor signals a sandbox's init and learns how it ended.
+pub trait SandboxEnd {
+    /// Sends `signal` to init (SIGKILL ends the whole pid namespace).
+    fn signal(&self, signal: Signal);
+    /// Waits until init is reaped; reads and removes its cgroups.
+    fn reap(self: Box<Self>) -> std::io::Result<Ended>;
+}
+
+/// How a sandbox's init ended, with what it used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ended {
+    /// Init's raw wait status (the program's own travels on the status pipe).
+    pub init_status: i32,
+    /// CPU time of every process init reaped, in ms.
+    pub cpu_ms: u64,
+    /// Peak resident set size, bytes (the largest process).
+    pub max_rss_bytes: u64,
+    /// Peak memory of the whole sandbox from its cgroup, when it had one.
+    pub cgroup_peak_bytes: Option<u64>,
+    /// Whether the cgroup's OOM killer acted.
+    pub oom_killed: bool,
+}
+
+/// Waits for `pid` (a child of this process), then reads and removes its cgroups.
+pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<Ended> {
+    let reaped = wait_with_usage(pid)?;
+    let (cgroup_peak_bytes, oom_killed) = cgroup
+        .as_ref()
+        .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
+    if let Some(cg) = cgroup {
+        cg.remove();
+    }
+    Ok(Ended {
+        init_status: reaped.status,
+        cpu_ms: reaped.cpu_ms,
+        max_rss_bytes: reaped.max_rss_bytes,
+        cgroup_peak_bytes,
+        oom_killed,
+    })
+}
+
+/// A sandbox launched by this process: init is our child.
+struct LocalEnd {
+    init: Pid,
+    cgroup: Option<SpawnCgroup>,
+    /// Held until init is reaped (init watches it to learn spawnd is alive).
+    _parent_alive: OwnedFd,
+}
+
+impl SandboxEnd for LocalEnd {
+    fn signal(&self, signal: Signal) {
+        // Not yet reaped, so the pid cannot have been reused.
+        let _ = kill(self.init, signal);
+    }
+
+    fn reap(self: Box<Self>) -> std::io::Result<Ended> {
+        let LocalEnd { init, cgroup, .. } = *self;
+        reap_init(init.as_raw(), cgroup)
+    }
+}
+
+impl From<Running> for Watched<'static> {
+    fn from(r: Running) -> Watched<'static> {
+        Watched {
+            stdout: r.stdout,
+            stderr: r.stderr,
+            status: r.status,
+            stdin: r.stdin,
+            cloned_at: r.cloned_at,
+            mapped_at: r.mapped_at,
+            released_at: r.released_at,
+            end: Box::new(LocalEnd {
+                init: Pid::from_raw(r.init_pid),
+                cgroup: r.cgroup,
+                _parent_alive: r.parent_alive,
+            }),
+        }
+    }
+}
 
 /// What the supervisor enforces and where live output goes.
 pub struct Supervision {
@@ -157,7 +259,7 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
 }
 
 /// Drives the sandbox to its end.
-pub fn supervise(running: Running, mut sup: Supervision) -> std::io::Result<Outcome> {
+pub fn supervise(running: Watched<'_>, mut sup: Supervision) -> std::io::Result<Outcome> {
     let signals: SigSet = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]
         .into_iter()
         .collect();
@@ -169,14 +271,14 @@ pub fn supervise(running: Running, mut sup: Supervision) -> std::io::Result<Outc
 }
 
 fn supervise_blocked(
-    running: Running,
+    running: Watched<'_>,
     sup: &mut Supervision,
     signals: &SigSet,
 ) -> std::io::Result<Outcome> {
     let started = running.released_at;
     let (mut setup_done, mut program_done) = (None, None);
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
-    let init = Pid::from_raw(running.init_pid);
+    let end = running.end;
     let mut out = Stream::new(running.stdout, sup.stdout_cap);
     let mut err = Stream::new(running.stderr, sup.stderr_cap);
     let mut status = Some(running.status);
@@ -205,11 +307,11 @@ fn supervise_blocked(
         }
         if !timed_out && now >= deadline {
             timed_out = true;
-            let _ = kill(init, Signal::SIGTERM);
+            end.signal(Signal::SIGTERM);
             kill_at = Some(now + GRACE);
         }
         if kill_at.is_some_and(|t| now >= t) {
-            let _ = kill(init, Signal::SIGKILL);
+            end.signal(Signal::SIGKILL);
             kill_at = None;
         }
         let far = now + Duration::from_secs(3600);
@@ -269,13 +371,13 @@ fn supervise_blocked(
                 _ => {
                     if let Ok(Some(info)) = sigfd.read_signal() {
                         interrupted_by.get_or_insert(info.ssi_signo as i32);
-                        let _ = kill(init, Signal::SIGKILL);
+                        end.signal(Signal::SIGKILL);
                     }
                 }
             }
         }
     }
-    let reaped = wait_with_usage(running.init_pid)?;
+    let reaped = end.reap()?;
     let ended = Instant::now();
     let duration = ended - started;
     let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
@@ -287,14 +389,8 @@ fn supervise_blocked(
         program_us: us(setup_done, program_done),
         teardown_us: us(program_done, ended),
     };
-    let (peak_cg, oom) = running
-        .cgroup
-        .as_ref()
-        .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
-    if let Some(cg) = running.cgroup {
-        cg.remove();
-    }
-    let (ending, landlock) = parse_status(&status_bytes, reaped.status);
+    let (peak_cg, oom) = (reaped.cgroup_peak_bytes, reaped.oom_killed);
+    let (ending, landlock) = parse_status(&status_bytes, reaped.init_status);
     Ok(Outcome {
         ending,
         timed_out,

@@ -74,6 +74,23 @@ impl Filter {
             .collect()
     }
 
+    /// The inverse of [`Filter::to_bytes`]; `None` unless whole instructions.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Filter> {
+        if bytes.len() % 8 != 0 || bytes.is_empty() {
+            return None;
+        }
+        let instructions = bytes
+            .chunks_exact(8)
+            .map(|c| SockFilter {
+                code: u16::from_le_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect();
+        Some(Filter { instructions })
+    }
+
     /// The number of instructions.
     pub fn len(&self) -> usize {
         self.instructions.len()

@@ -1,0 +1,202 @@
+//! The spawner process: single-threaded, forked from the daemon before any
+//! other thread exists. It waits on two things — frames from the daemon and
+//! SIGCHLD — and does only what needs a single-threaded parent: `launch`
+//! (clone into the namespaces), the program go-ahead, and reaping. Output,
+//! timeouts and results stay with the daemon. When the daemon goes away, the
+//! spawner exits, and its sandboxes die with it (their parent-death signal).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
+use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
+use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
+
+enum Slot {
+    /// Building its root; the program waits for `Start`.
+    Launched(Launched),
+    /// The program was released; reaped on SIGCHLD.
+    Running(Running),
+}
+
+/// Serves the daemon on `sock` until it closes; returns the exit code.
+pub fn serve(sock: UnixStream) -> i32 {
+    // Signals meant for the daemon's process group (Ctrl-C, a service
+    // manager's SIGTERM) must not take the spawner down before the daemon
+    // has drained: it ends when the daemon's socket closes.
+    let mut blocked = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+    ] {
+        blocked.add(s);
+    }
+    if nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None).is_err() {
+        return 70;
+    }
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    let Ok(sigfd) = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+    else {
+        return 70;
+    };
+    let mut slots: HashMap<u64, Slot> = HashMap::new();
+    loop {
+        let (sock_ready, chld_ready) = {
+            let mut fds = [
+                PollFd::new(sock.as_fd(), PollFlags::POLLIN),
+                PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::Error::EINTR) => continue,
+                Err(_) => return 70,
+            }
+            let ready = |p: &PollFd<'_>| p.revents().is_some_and(|r| !r.is_empty());
+            (ready(&fds[0]), ready(&fds[1]))
+        };
+        if chld_ready {
+            while let Ok(Some(_)) = sigfd.read_signal() {}
+            if reap(&sock, &mut slots).is_err() {
+                return 0;
+            }
+        }
+        if sock_ready {
+            match recv::<Request>(&sock) {
+                Ok(Some((request, fds))) => {
+                    if handle(&sock, &mut slots, request, fds).is_err() {
+                        return 0;
+                    }
+                }
+                // The daemon is gone (or spoke garbage): leave; every sandbox
+                // still here is killed by its parent-death signal.
+                Ok(None) | Err(_) => return 0,
+            }
+        }
+    }
+}
+
+fn handle(
+    sock: &UnixStream,
+    slots: &mut HashMap<u64, Slot>,
+    request: Request,
+    fds: Vec<OwnedFd>,
+) -> std::io::Result<()> {
+    match request {
+        Request::Launch { id, order, stdin } => {
+            let mut fds = fds.into_iter();
+            let (Some(program), stdin_fd) = (fds.next(), fds.next()) else {
+                return failed(sock, id, "launch without the program's descriptor");
+            };
+            let source = match (stdin, stdin_fd) {
+                (StdinKind::Null, _) => StdinSource::Null,
+                (StdinKind::Pipe, _) => StdinSource::Pipe,
+                (StdinKind::File, Some(fd)) => StdinSource::File(File::from(fd)),
+                (StdinKind::File, None) => {
+                    return failed(sock, id, "stdin file descriptor missing")
+                }
+            };
+            match launch_order(&order, File::from(program), source) {
+                Ok(mut launched) => {
+                    let init_pid = launched.init_pid().unwrap_or(0);
+                    let pidfd = pidfd_open(init_pid);
+                    let stdin_w = launched.take_stdin();
+                    let pipes = launched.pipes();
+                    match (pidfd, pipes) {
+                        (Ok(pidfd), Some([out, err, status])) => {
+                            let mut list: Vec<BorrowedFd<'_>> =
+                                vec![out, err, status, pidfd.as_fd()];
+                            if let Some(w) = &stdin_w {
+                                list.push(w.as_fd());
+                            }
+                            send(sock, &Reply::Launched { id, init_pid }, &list)?;
+                            drop(list);
+                            slots.insert(id, Slot::Launched(launched));
+                            Ok(())
+                        }
+                        (Err(e), _) => failed(sock, id, &format!("pidfd_open(init): {e}")),
+                        (_, None) => failed(sock, id, "sandbox pipes missing"),
+                    }
+                }
+                Err(e) => failed(sock, id, &e.to_string()),
+            }
+        }
+        Request::Start { id } => match slots.remove(&id) {
+            Some(Slot::Launched(launched)) => match launched.start_program() {
+                Ok(running) => {
+                    slots.insert(id, Slot::Running(running));
+                    send(sock, &Reply::Started { id }, &[])
+                }
+                Err(e) => failed(sock, id, &e.to_string()),
+            },
+            Some(running @ Slot::Running(_)) => {
+                slots.insert(id, running);
+                failed(sock, id, "already started")
+            }
+            None => failed(sock, id, "no such sandbox"),
+        },
+        Request::Abort { id } => {
+            if let Some(Slot::Launched(launched)) = slots.remove(&id) {
+                drop(launched);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn failed(sock: &UnixStream, id: u64, error: &str) -> std::io::Result<()> {
+    send(
+        sock,
+        &Reply::Failed {
+            id,
+            error: error.to_string(),
+        },
+        &[],
+    )
+}
+
+/// Reaps every released sandbox whose init has ended, reads its cgroup and
+/// reports it. Only inits of released sandboxes are waited for: one still
+/// building its root is reaped by its abort, never here, so a pid is never
+/// waited for twice (and never reused while the daemon might signal it).
+fn reap(sock: &UnixStream, slots: &mut HashMap<u64, Slot>) -> std::io::Result<()> {
+    let running: Vec<(u64, i32)> = slots
+        .iter()
+        .filter_map(|(id, slot)| match slot {
+            Slot::Running(r) => Some((*id, r.init_pid)),
+            Slot::Launched(_) => None,
+        })
+        .collect();
+    for (id, pid) in running {
+        let Ok(Some(reaped)) = try_wait_with_usage(pid) else {
+            continue;
+        };
+        let Some(Slot::Running(r)) = slots.remove(&id) else {
+            continue;
+        };
+        let (cgroup_peak_bytes, oom_killed) = r
+            .cgroup
+            .as_ref()
+            .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
+        if let Some(cg) = r.cgroup {
+            cg.remove();
+        }
+        let exit = ExitReport {
+            init_status: reaped.status,
+            cpu_ms: reaped.cpu_ms,
+            max_rss_bytes: reaped.max_rss_bytes,
+            cgroup_peak_bytes,
+            oom_killed,
+        };
+        send(sock, &Reply::Exited { id, exit }, &[])?;
+    }
+    Ok(())
+}

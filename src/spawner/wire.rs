@@ -1,0 +1,260 @@
+//! Frames between the daemon and its spawner over a private `AF_UNIX`
+//! stream socketpair: an 8-byte header (body length, descriptor count, both
+//! little-endian u32) sent with the descriptors attached (`SCM_RIGHTS`), then
+//! the JSON body. Bodies may hold credential values: they are built in and
+//! read into buffers that are wiped when dropped.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::sandbox::launch::LaunchOrder;
+use crate::sandbox::sys::adopt_fd;
+
+/// Largest body accepted (an order's argv and env are far smaller).
+pub const MAX_BODY: usize = 16 << 20;
+/// Most descriptors one frame carries.
+pub const MAX_FDS: usize = 8;
+
+/// Where the child's stdin comes from (the descriptor, if any, travels with the frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinKind {
+    /// `/dev/null`.
+    Null,
+    /// The frame's second descriptor, a readable file.
+    File,
+    /// A pipe the spawner makes; its write end comes back with `Launched`.
+    Pipe,
+}
+
+/// Daemon → spawner.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Create a sandbox (descriptors: the hashed program, then a stdin file).
+    /// Its init builds the root and waits for `Start`.
+    Launch {
+        /// The daemon's number for this sandbox.
+        id: u64,
+        /// What to build and run.
+        order: Box<LaunchOrder>,
+        /// Where stdin comes from.
+        stdin: StdinKind,
+    },
+    /// The audit record is durable: let the program start.
+    Start {
+        /// Which sandbox.
+        id: u64,
+    },
+    /// Kill a launched sandbox whose program never started.
+    Abort {
+        /// Which sandbox.
+        id: u64,
+    },
+}
+
+/// Spawner → daemon.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Reply {
+    /// The sandbox exists (descriptors: stdout, stderr and status read ends,
+    /// a pidfd for init, then the stdin pipe's write end for `StdinKind::Pipe`).
+    Launched {
+        /// Which sandbox.
+        id: u64,
+        /// Init's pid, as the daemon sees it.
+        init_pid: i32,
+    },
+    /// The program was released.
+    Started {
+        /// Which sandbox.
+        id: u64,
+    },
+    /// A step failed; nothing of the program ran.
+    Failed {
+        /// Which sandbox.
+        id: u64,
+        /// What failed, as the sandbox or the spawner reported it.
+        error: String,
+    },
+    /// Init was reaped.
+    Exited {
+        /// Which sandbox.
+        id: u64,
+        /// The usage and limits readings at the end.
+        exit: ExitReport,
+    },
+}
+
+impl Reply {
+    /// The sandbox a reply is about.
+    pub fn id(&self) -> u64 {
+        match self {
+            Reply::Launched { id, .. }
+            | Reply::Started { id }
+            | Reply::Failed { id, .. }
+            | Reply::Exited { id, .. } => *id,
+        }
+    }
+}
+
+/// What the spawner reports when it reaps a sandbox's init.
+pub use crate::supervise::Ended as ExitReport;
+
+/// Sends one frame with `fds` attached.
+pub fn send<T: Serialize>(
+    sock: &UnixStream,
+    body: &T,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    let mut bytes = Zeroizing::new(Vec::with_capacity(64 << 10));
+    serde_json::to_writer(&mut *bytes, body).map_err(std::io::Error::other)?;
+    if bytes.len() > MAX_BODY || fds.len() > MAX_FDS {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "frame of {} bytes and {} descriptors is over the limit",
+                bytes.len(),
+                fds.len()
+            ),
+        ));
+    }
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+    header[4..].copy_from_slice(&(fds.len() as u32).to_le_bytes());
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let control = [ControlMessage::ScmRights(&raw)];
+    let control: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &control };
+    let mut sent = 0;
+    while sent == 0 {
+        sent = match sendmsg::<()>(
+            sock.as_raw_fd(),
+            &[IoSlice::new(&header)],
+            control,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => n,
+            Err(nix::Error::EINTR) => 0,
+            Err(e) => return Err(e.into()),
+        };
+    }
+    let mut writer = sock;
+    writer.write_all(&header[sent..])?;
+    writer.write_all(&bytes)
+}
+
+/// Receives one frame: `None` at end of stream.
+pub fn recv<T: serde::de::DeserializeOwned>(
+    sock: &UnixStream,
+) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
+    let mut header = [0u8; 8];
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let (got, fds) = loop {
+        let mut iov = [IoSliceMut::new(&mut header)];
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                for c in msg.cmsgs().map_err(std::io::Error::from)? {
+                    if let ControlMessageOwned::ScmRights(list) = c {
+                        fds.extend(list.into_iter().map(adopt_fd));
+                    }
+                }
+                break (msg.bytes, fds);
+            }
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if got == 0 {
+        return Ok(None);
+    }
+    let mut reader = sock;
+    reader.read_exact(&mut header[got..])?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let nfds = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+    if len > MAX_BODY || nfds != fds.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "bad frame: {len} bytes, {nfds} descriptors announced, {} received",
+                fds.len()
+            ),
+        ));
+    }
+    let mut body = Zeroizing::new(vec![0u8; len]);
+    reader.read_exact(&mut body)?;
+    let value = serde_json::from_slice(&body)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok(Some((value, fds)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_frame_carries_its_body_and_descriptors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut &file, b"through SCM_RIGHTS").unwrap();
+        send(
+            &a,
+            &Reply::Launched {
+                id: 7,
+                init_pid: 42,
+            },
+            &[file.as_fd(), file.as_fd()],
+        )
+        .unwrap();
+        send(&a, &Reply::Started { id: 7 }, &[]).unwrap();
+        let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
+        assert!(matches!(
+            reply,
+            Reply::Launched {
+                id: 7,
+                init_pid: 42
+            }
+        ));
+        assert_eq!(fds.len(), 2);
+        let mut text = String::new();
+        let mut received = std::fs::File::from(fds.into_iter().next().unwrap());
+        std::io::Seek::rewind(&mut received).unwrap();
+        std::io::Read::read_to_string(&mut received, &mut text).unwrap();
+        assert_eq!(text, "through SCM_RIGHTS");
+        let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
+        assert!(matches!(reply, Reply::Started { id: 7 }) && fds.is_empty());
+        drop(a);
+        assert!(recv::<Reply>(&b).unwrap().is_none(), "end of stream");
+    }
+
+    #[test]
+    fn a_lying_header_is_refused() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut header = [0u8; 8];
+        header[..4].copy_from_slice(&((MAX_BODY as u32) + 1).to_le_bytes());
+        std::io::Write::write_all(&mut &a, &header).unwrap();
+        assert!(recv::<Reply>(&b).is_err());
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut header = [0u8; 8];
+        header[..4].copy_from_slice(&2u32.to_le_bytes());
+        header[4..].copy_from_slice(&3u32.to_le_bytes());
+        std::io::Write::write_all(&mut &a, &header).unwrap();
+        std::io::Write::write_all(&mut &a, b"{}").unwrap();
+        assert!(
+            recv::<Reply>(&b).is_err(),
+            "descriptors announced but not sent"
+        );
+    }
+}
