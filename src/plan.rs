@@ -25,7 +25,7 @@ pub struct SpawnPlan {
     pub op_mode: Tier,
     /// The program, as declared and as opened.
     pub program: ProgramPlan,
-    /// The exact argv, argv[0] included.
+    /// The exact argv, `argv[0]` included.
     pub argv: Vec<String>,
     /// The argv with placeholder names instead of values (`git log --since={since}`).
     pub argv_shape: String,

@@ -122,7 +122,7 @@ pub enum AuditCommand {
         after_help = "Examples:\n  spawnd audit verify\n  spawnd audit verify /var/log/spawnd/audit.jsonl\n\nExit 0 when intact (a torn last line left by a crash is a warning), 1 when tampered."
     )]
     Verify {
-        /// The log (default: the config's [audit] path).
+        /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
     /// The last records as one-liners (`--json`: the raw records); `-f` follows new ones.
@@ -134,7 +134,7 @@ pub enum AuditCommand {
         /// Keep printing records as they are appended.
         #[arg(short, long)]
         follow: bool,
-        /// The log (default: the config's [audit] path).
+        /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
     /// Records matching every filter given.
@@ -145,7 +145,7 @@ pub enum AuditCommand {
         /// Which records.
         #[command(flatten)]
         filter: AuditFilter,
-        /// The log (default: the config's [audit] path).
+        /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
     /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
@@ -157,7 +157,7 @@ pub enum AuditCommand {
         /// Which records.
         #[command(flatten)]
         filter: AuditFilter,
-        /// The log (default: the config's [audit] path).
+        /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
 }

@@ -23,7 +23,7 @@ use crate::program::ProgramOpener;
 pub struct EnvelopeFile {
     /// Program path or declared file name.
     pub program: String,
-    /// argv including argv[0].
+    /// argv including `argv[0]`.
     pub argv: Vec<String>,
     /// Env values.
     #[serde(default)]

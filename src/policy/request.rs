@@ -20,7 +20,7 @@ pub enum RequestKind {
     Raw {
         /// Program as the caller wrote it (a declared path or file name).
         program: String,
-        /// argv, argv[0] included.
+        /// argv, `argv[0]` included.
         argv: Vec<String>,
     },
 }

@@ -41,7 +41,7 @@ pub struct ChildSetup<'a> {
     pub program: OwnedFd,
     /// Whether the program is a `#!` script (its descriptor stays open as fd 3).
     pub script: bool,
-    /// argv, argv[0] included.
+    /// argv, `argv[0]` included.
     pub argv: Vec<CString>,
     /// `KEY=VALUE` entries, exactly the plan's.
     pub envp: Vec<CString>,

@@ -89,7 +89,7 @@ pub struct LaunchRequest<'a> {
 pub struct LaunchOrder {
     /// The decided sandbox.
     pub spec: SandboxSpec,
-    /// argv, argv[0] included.
+    /// argv, `argv[0]` included.
     pub argv: Vec<Vec<u8>>,
     /// `KEY=VALUE` entries, exactly the plan's, credentials included.
     pub env: EnvEntries,

@@ -64,7 +64,7 @@ pub enum RemoteStdin<'a> {
     Null,
     /// A readable file (handed over as is).
     File(BorrowedFd<'a>),
-    /// A pipe; its write end comes back in [`RemoteLaunched::stdin`].
+    /// A pipe; its write end comes back in [`RemoteSandbox::stdin`].
     Pipe,
 }
 
