@@ -82,6 +82,15 @@ pub enum Command {
     /// The audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Run the supervisor daemon: JSON-RPC 2.0 over a Unix socket (SPEC §6).
+    #[command(
+        after_help = "Examples:\n  spawnd serve --config /etc/spawnd/config.toml\n  spawnd serve --socket /tmp/spawnd.sock\n  printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}' | socat - UNIX-CONNECT:/run/spawnd/spawnd.sock\n\nThe socket is systemd's (LISTEN_FDS) or `[server] socket` (mode `socket_mode`,\ngroup `socket_group`). SIGTERM or SIGINT stops accepting and lets open\nconnections finish (up to 10 s)."
+    )]
+    Serve {
+        /// Listen here instead of `[server] socket`.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
     /// Internal: create a user namespace and exit (used by `health`).
     #[command(name = "__probe-userns", hide = true)]
     ProbeUserns,

@@ -99,6 +99,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Audit(AuditCommand::Query { .. }) => "audit.query",
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
         Command::ProbeUserns => "probe-userns",
+        Command::Serve { .. } => "serve",
     }
 }
 
@@ -124,6 +125,12 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         }
         Command::Audit(AuditCommand::Export { filter, file, .. }) => {
             audit_cmd::export(cli, file.as_deref(), filter)
+        }
+        Command::Serve { socket } => {
+            let config = context::load_config(cli)?;
+            crate::daemon::serve(config, socket.clone())
+                .map(|()| Success::new(serde_json::Value::Null, ""))
+                .map_err(|e| Failure::new(5, format!("serve: {e}")))
         }
         Command::ProbeUserns => match crate::probe::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),

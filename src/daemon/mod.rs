@@ -1,0 +1,283 @@
+//! `spawnd serve`: the supervisor daemon. Connector runtimes do not fork;
+//! they ask spawnd over a Unix socket, JSON-RPC 2.0 one object per line
+//! (SPEC §6), and read results by handle.
+//!
+//! Process layout: before anything else, `serve` forks the single-threaded
+//! [`crate::spawner`] (sandboxes are cloned only there); then it starts a
+//! tokio runtime. The socket comes from systemd (`LISTEN_FDS`) or is created
+//! at `[server] socket` (mode `socket_mode`, group `socket_group`, in a 0750
+//! directory); readiness is reported with `sd_notify`. Each connection is a
+//! task: peer credentials from `SO_PEERCRED`, frames capped at
+//! `max_frame_bytes`, at most `max_connections` at once (the next one is told
+//! `overloaded` and closed). SIGTERM or SIGINT stops accepting and ends the
+//! daemon once its connections are done or the grace period is over.
+
+pub mod rpc;
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+use crate::config::Config;
+use crate::spawner::Spawner;
+use rpc::{Call, RpcError};
+
+/// How long SIGTERM waits for open connections before the daemon exits.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The protocol version `health` reports.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ServeError(pub String);
+
+/// What every connection shares.
+pub struct Daemon {
+    /// The operator config.
+    pub config: Config,
+    /// spawnd's own binary (for `health`'s user-namespace probe).
+    pub exe: PathBuf,
+    /// The spawner every sandbox is launched through.
+    pub spawner: Spawner,
+}
+
+/// The peer of a connection, from `SO_PEERCRED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+    /// Its pid (as the daemon sees it), when the kernel told.
+    pub pid: Option<i32>,
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
+/// forks the spawner first). `socket` overrides `[server] socket`.
+pub fn serve(config: Config, socket: Option<PathBuf>) -> Result<(), ServeError> {
+    let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
+    let socket = socket.unwrap_or_else(|| config.server.socket.clone());
+    let daemon = Arc::new(Daemon {
+        config,
+        exe,
+        spawner,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("spawnd-worker")
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError(format!("async runtime: {e}")))?;
+    let result = runtime.block_on(accept_loop(Arc::clone(&daemon), &socket));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// The listening socket: systemd's, or one created at `path`.
+fn listener(daemon: &Daemon, path: &Path) -> Result<(UnixListener, Option<PathBuf>), ServeError> {
+    let mut fds = listenfd::ListenFd::from_env();
+    if let Ok(Some(std_listener)) = fds.take_unix_listener(0) {
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| ServeError(format!("socket from systemd: {e}")))?;
+        let l = UnixListener::from_std(std_listener)
+            .map_err(|e| ServeError(format!("socket from systemd: {e}")))?;
+        return Ok((l, None));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(dir)
+            .map_err(|e| ServeError(format!("create {}: {e}", dir.display())))?;
+    }
+    // A socket left by a daemon that died is replaced; anything else is not ours.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(ServeError(format!(
+                "{} exists and is not a socket; remove it or choose another [server] socket",
+                path.display()
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(ServeError(format!(
+                "{} is in use by a running daemon",
+                path.display()
+            )));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let l = UnixListener::bind(path)
+        .map_err(|e| ServeError(format!("bind {}: {e}", path.display())))?;
+    std::fs::set_permissions(
+        path,
+        std::fs::Permissions::from_mode(daemon.config.server.socket_mode),
+    )
+    .map_err(|e| ServeError(format!("chmod {}: {e}", path.display())))?;
+    if let Some(group) = &daemon.config.server.socket_group {
+        let gid = nix::unistd::Group::from_name(group)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ServeError(format!("[server] socket_group {group:?}: no such group")))?
+            .gid;
+        nix::unistd::chown(path, None, Some(gid))
+            .map_err(|e| ServeError(format!("chgrp {group} {}: {e}", path.display())))?;
+    }
+    Ok((l, Some(path.to_path_buf())))
+}
+
+async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError> {
+    let (listener, created) = listener(&daemon, path)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ServeError(format!("SIGTERM handler: {e}")))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| ServeError(format!("SIGINT handler: {e}")))?;
+    let max = daemon.config.server.max_connections.max(1) as usize;
+    let slots = Arc::new(Semaphore::new(max));
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    tracing::info!(socket = %path.display(), max_connections = max, "serving");
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(permit) => {
+                        let daemon = Arc::clone(&daemon);
+                        tokio::spawn(async move {
+                            serve_connection(daemon, stream).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        tokio::spawn(refuse_overloaded(stream, max));
+                    }
+                }
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    tracing::info!("stopping: no new connections; waiting for open ones");
+    drop(listener);
+    if let Some(p) = created {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, slots.acquire_many(max as u32)).await;
+    Ok(())
+}
+
+async fn refuse_overloaded(mut stream: UnixStream, max: usize) {
+    let e = RpcError::new(
+        rpc::OVERLOADED,
+        format!("the daemon has {max} connections open ([server] max_connections); try later"),
+    );
+    let _ = stream
+        .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
+        .await;
+}
+
+fn peer_of(stream: &UnixStream) -> Option<Peer> {
+    let cred = stream.peer_cred().ok()?;
+    Some(Peer {
+        uid: cred.uid(),
+        gid: cred.gid(),
+        pid: cred.pid(),
+    })
+}
+
+/// One connection: read a line, answer it, until the peer closes. A frame
+/// over the cap or a line cut off by the end of the stream is answered with
+/// an error, and the connection closed.
+async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
+    let Some(peer) = peer_of(&stream) else { return };
+    let (read, mut write) = stream.into_split();
+    let max = daemon.config.server.max_frame_bytes as usize;
+    let mut lines = FramedRead::new(read, LinesCodec::new_with_max_length(max));
+    let mut conn = Connection { daemon, peer };
+    while let Some(frame) = lines.next().await {
+        let (reply, close) = match frame {
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => (conn.answer(&line).await, false),
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                let e = RpcError::new(
+                    rpc::INVALID_REQUEST,
+                    format!("frame over {max} bytes ([server] max_frame_bytes); closing"),
+                );
+                (Some(rpc::failure(&Value::Null, &e)), true)
+            }
+            Err(LinesCodecError::Io(_)) => break,
+        };
+        if let Some(reply) = reply {
+            if write
+                .write_all(format!("{reply}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        if close {
+            break;
+        }
+    }
+}
+
+/// A connection's state.
+struct Connection {
+    daemon: Arc<Daemon>,
+    peer: Peer,
+}
+
+impl Connection {
+    /// The answer line for one request line (`None` for a notification).
+    async fn answer(&mut self, line: &str) -> Option<String> {
+        let call = match rpc::parse(line) {
+            Ok(call) => call,
+            Err((id, e)) => return Some(rpc::failure(&id, &e)),
+        };
+        let id = call.id.clone();
+        let result = self.dispatch(call).await;
+        let id = id?;
+        Some(match result {
+            Ok(v) => rpc::success(&id, v),
+            Err(e) => rpc::failure(&id, &e),
+        })
+    }
+
+    async fn dispatch(&mut self, call: Call) -> Result<Value, RpcError> {
+        match call.method.as_str() {
+            "health" => self.health().await,
+            other => Err(RpcError::new(
+                rpc::METHOD_NOT_FOUND,
+                format!("unknown method {other:?}"),
+            )),
+        }
+    }
+
+    async fn health(&self) -> Result<Value, RpcError> {
+        let daemon = Arc::clone(&self.daemon);
+        let report = tokio::task::spawn_blocking(move || {
+            crate::probe::probe(&daemon.exe, daemon.config.audit.path.as_deref())
+        })
+        .await
+        .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;
+        let mut v = serde_json::to_value(&report).unwrap_or_default();
+        v["protocol_version"] = json!(PROTOCOL_VERSION);
+        v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid});
+        Ok(v)
+    }
+}

@@ -1,0 +1,216 @@
+//! JSON-RPC 2.0 framing rules of SPEC §6, as pure functions: one object per
+//! line, no batches, `id` a string, number or null (absent: a notification,
+//! which gets no answer), and the error codes of SPEC §10.
+
+use serde_json::{json, Map, Value};
+
+/// -32700: the line is not JSON.
+pub const PARSE_ERROR: i64 = -32700;
+/// -32600: JSON, but not a valid request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// -32601: no such method.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// -32602: the method's params are wrong.
+pub const INVALID_PARAMS: i64 = -32602;
+/// -32001: the gate refused (`data` is the denial object).
+pub const CAPABILITY_DENIED: i64 = -32001;
+/// -32002: no such handle, connector, operation or program.
+pub const NOT_FOUND: i64 = -32002;
+/// -32003: at a limit; try later.
+pub const OVERLOADED: i64 = -32003;
+/// -32004: a kernel layer or the sandbox setup failed.
+pub const SANDBOX_UNAVAILABLE: i64 = -32004;
+/// -32005: `binding_required`, `invalid_credentials`.
+pub const CREDENTIAL: i64 = -32005;
+/// -32006: the audit trail could not be written.
+pub const AUDIT_UNAVAILABLE: i64 = -32006;
+
+/// A JSON-RPC error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// The code (see the constants).
+    pub code: i64,
+    /// A message for people.
+    pub message: String,
+    /// Structured detail (the denial object for `capability_denied`).
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error without data.
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// An error with data.
+    pub fn with_data(code: i64, message: impl Into<String>, data: Value) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: Some(data),
+        }
+    }
+
+    /// `-32602` naming the parameter.
+    pub fn params(message: impl Into<String>) -> RpcError {
+        RpcError::new(INVALID_PARAMS, message)
+    }
+}
+
+/// A well-formed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// `None` for a notification (no answer is sent).
+    pub id: Option<Value>,
+    /// The method name.
+    pub method: String,
+    /// The params object (empty when absent).
+    pub params: Map<String, Value>,
+}
+
+/// Parses one line. An `Err` carries the id to answer with (null when unknown).
+pub fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
+    let value: Value = serde_json::from_str(line).map_err(|e| {
+        (
+            Value::Null,
+            RpcError::new(PARSE_ERROR, format!("not JSON: {e}")),
+        )
+    })?;
+    let Value::Object(mut obj) = value else {
+        let what = if value.is_array() {
+            "batches are not supported: send one request object per line"
+        } else {
+            "a request must be a JSON object"
+        };
+        return Err((Value::Null, RpcError::new(INVALID_REQUEST, what)));
+    };
+    let id = obj.remove("id");
+    let answer_id = id.clone().unwrap_or(Value::Null);
+    let invalid = |msg: &str| (answer_id.clone(), RpcError::new(INVALID_REQUEST, msg));
+    if let Some(id) = &id {
+        if !(id.is_string() || id.is_number() || id.is_null()) {
+            return Err((
+                Value::Null,
+                RpcError::new(INVALID_REQUEST, "id must be a string, a number or null"),
+            ));
+        }
+    }
+    if obj.get("jsonrpc") != Some(&json!("2.0")) {
+        return Err(invalid("\"jsonrpc\": \"2.0\" is required"));
+    }
+    let Some(Value::String(method)) = obj.remove("method") else {
+        return Err(invalid("\"method\" must be a string"));
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err((
+                answer_id,
+                RpcError::params("params must be an object (named parameters)"),
+            ))
+        }
+    };
+    if let Some(extra) = obj.keys().find(|k| *k != "jsonrpc") {
+        return Err(invalid(&format!("unknown member {extra:?}")));
+    }
+    Ok(Call { id, method, params })
+}
+
+/// The success line for `id`.
+pub fn success(id: &Value, result: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+}
+
+/// The error line for `id`.
+pub fn failure(id: &Value, e: &RpcError) -> String {
+    let mut error = json!({"code": e.code, "message": e.message});
+    if let Some(data) = &e.data {
+        error["data"] = data.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
+}
+
+/// A required string parameter.
+pub fn string_param<'a>(params: &'a Map<String, Value>, name: &str) -> Result<&'a str, RpcError> {
+    match params.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(RpcError::params(format!("{name} must be a string"))),
+        None => Err(RpcError::params(format!("{name} is required"))),
+    }
+}
+
+/// An optional non-negative integer parameter.
+pub fn u64_param(params: &Map<String, Value>, name: &str) -> Result<Option<u64>, RpcError> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| RpcError::params(format!("{name} must be a non-negative integer"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_bad_ones_get_their_code() {
+        let c = parse(r#"{"jsonrpc":"2.0","id":1,"method":"health"}"#).unwrap();
+        assert_eq!(
+            (c.id, c.method.as_str(), c.params.len()),
+            (Some(json!(1)), "health", 0)
+        );
+        let n = parse(r#"{"jsonrpc":"2.0","method":"health","params":{"a":"b"}}"#).unwrap();
+        assert_eq!((n.id, n.params["a"].clone()), (None, json!("b")));
+        let code = |line: &str| parse(line).unwrap_err().1.code;
+        assert_eq!(code("{nope"), PARSE_ERROR);
+        assert_eq!(code("[]"), INVALID_REQUEST);
+        assert_eq!(
+            code(r#"[{"jsonrpc":"2.0","id":1,"method":"health"}]"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(code(r#"{"id":1,"method":"health"}"#), INVALID_REQUEST);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":7}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
+            INVALID_PARAMS
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","extra":1}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            parse(r#"{"jsonrpc":"2.0","id":"a","method":7}"#)
+                .unwrap_err()
+                .0,
+            json!("a")
+        );
+    }
+
+    #[test]
+    fn answers_are_one_line_of_json_rpc() {
+        let ok = success(&json!(3), json!({"x": 1}));
+        assert_eq!(ok, r#"{"id":3,"jsonrpc":"2.0","result":{"x":1}}"#);
+        let e = failure(
+            &Value::Null,
+            &RpcError::with_data(NOT_FOUND, "no such handle", json!({"handle": "h"})),
+        );
+        let v: Value = serde_json::from_str(&e).unwrap();
+        assert_eq!(v["error"]["code"], NOT_FOUND);
+        assert_eq!(v["error"]["data"]["handle"], "h");
+        assert!(!e.contains('\n'));
+    }
+}
