@@ -180,13 +180,18 @@ fn merge_cli_env(
 
 /// Decides a prepared request for a local invocation.
 pub fn decide_local(p: &Prepared, opener: &mut ProgramOpener) -> Decision {
+    decide_with(p, opener, &Access::Local)
+}
+
+/// The gate for `p` under `access` (the daemon's `[[access]]` rules).
+pub fn decide_with(p: &Prepared, opener: &mut ProgramOpener, access: &Access) -> Decision {
     let connector = p.manifest.connector.name.to_string();
     let bound = p.config.bound_credentials(&p.manifest);
     let ctx = GateContext {
         connector: &connector,
         manifest: Some(&p.manifest),
         disabled: p.config.is_disabled(&p.manifest.connector.name),
-        access: &Access::Local,
+        access,
         bound_credentials: &bound,
         require_program_hash: p.config.sandbox.require_program_hash,
     };

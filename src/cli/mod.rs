@@ -4,14 +4,14 @@
 
 mod args;
 mod audit_cmd;
-mod check;
-mod context;
+pub(crate) mod check;
+pub(crate) mod context;
 mod explain;
 mod info;
 mod logging;
 mod manifest_cmd;
-mod output;
-mod run;
+pub(crate) mod output;
+pub(crate) mod run;
 mod run_report;
 
 use std::time::Instant;

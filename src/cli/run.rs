@@ -9,12 +9,13 @@ use std::path::Path;
 use serde_json::json;
 
 use super::args::{Cli, RunArgs};
-use super::check::{decide_local, denial_failure, prepare, Prepared};
+use super::check::{decide_with, denial_failure, prepare, Prepared};
 use super::output::{Failure, Success};
 use super::run_report::{report, Ran};
 use crate::audit::{events, AuditLog, Kind};
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
+use crate::policy::Access;
 use crate::policy::Decision;
 use crate::probe::{probe_cgroups, LANDLOCK_ABI_REQUIRED};
 use crate::program::ProgramOpener;
@@ -24,14 +25,13 @@ use crate::sandbox::seccomp::{compile, default_policy};
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
 use crate::spawner::{RemoteLaunched, RemoteStdin, Spawner, SpawnerError};
-use crate::supervise::Watched;
 use crate::supervise::{supervise, Supervision};
+use crate::supervise::{LiveOutput, Terminal, Watched};
 use crate::vault::{read_secret, Secret};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
-    let started = std::time::Instant::now();
     // Forked first, while this process has one thread, as the daemon does.
     let spawner = match args.via_spawner {
         true => Some(
@@ -41,24 +41,65 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         false => None,
     };
     let prepared = prepare(cli, args)?;
-    let audit = open_audit(&prepared)?;
+    let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
+    execute(Execution {
+        prepared: &prepared,
+        access: &Access::Local,
+        stdin,
+        pump,
+        timeout_ms: args.timeout,
+        live: (!cli.json).then(|| Box::new(Terminal) as Box<dyn LiveOutput + Send>),
+        json: cli.json,
+        spawner: spawner.as_ref(),
+        on_started: None,
+    })
+}
+
+/// One spawn of a prepared request, start to end: the gate, the audit
+/// records, the sandbox (made here, or by a spawner) and its supervision.
+/// `spawnd run` and the daemon both go through it.
+pub(crate) struct Execution<'a> {
+    /// Config, manifest, caller and request.
+    pub prepared: &'a Prepared,
+    /// Who may act for which connector.
+    pub access: &'a Access,
+    /// The child's stdin.
+    pub stdin: StdinSource,
+    /// What feeds a stdin pipe.
+    pub pump: Pump,
+    /// A tighter wall time than the manifest's.
+    pub timeout_ms: Option<u64>,
+    /// Where output goes as it arrives.
+    pub live: Option<Box<dyn LiveOutput + Send>>,
+    /// Whether the result is for a machine (no text rendering).
+    pub json: bool,
+    /// Launch through this spawner instead of in this process.
+    pub spawner: Option<&'a Spawner>,
+    /// Called once the program has started: its audit id and a pidfd for its init.
+    pub on_started: Option<OnStarted<'a>>,
+}
+
+/// Told the audit id and a pidfd for init once a program has started.
+pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
+
+/// Runs an [`Execution`] to its result.
+pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
+    let started = std::time::Instant::now();
+    let prepared = x.prepared;
+    let audit = open_audit(&prepared.config)?;
     let mut opener = ProgramOpener::default();
-    let mut plan = match decide_local(&prepared, &mut opener) {
+    let mut plan = match decide_with(prepared, &mut opener, x.access) {
         Decision::Allowed(plan) => plan,
-        Decision::Denied(mut denial) => {
-            let op = match &prepared.request.kind {
-                crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
-                crate::policy::RequestKind::Raw { .. } => None,
-            };
-            let recorded = audit
-                .append(Kind::Denial, None, events::denial(&denial, &prepared.caller, op))
-                .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")))?;
-            tracing::info!(audit_id = %recorded.audit_id, connector = %denial.connector, reason = denial.reason.as_str(), "spawn denied");
-            denial.audit_id = Some(recorded.audit_id);
-            return Err(denial_failure(&denial));
+        Decision::Denied(denial) => {
+            return Err(record_denial(
+                &audit,
+                denial,
+                &prepared.caller,
+                &prepared.request,
+            ))
         }
     };
-    if let Some(t) = args.timeout {
+    if let Some(t) = x.timeout_ms {
         plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
     }
     let gated = started.elapsed();
@@ -71,10 +112,10 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     if landlock_abi < required {
         return Err(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run")));
     }
-    let identity = Identity::choose(&prepared);
+    let identity = Identity::choose(prepared);
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| Failure::config(e.to_string()))?;
-    let credentials = read_credentials(&prepared, &plan)?;
+    let credentials = read_credentials(prepared, &plan)?;
     let home = &prepared.caller.home;
     let declared = ScopePath::parse(&plan.program.declared)
         .map(|p| p.expand(home))
@@ -84,7 +125,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         .ok_or_else(|| Failure::new(10, "the program opened by the gate was lost"))?;
     let filter =
         compile(&default_policy()).map_err(|e| Failure::new(10, format!("seccomp filter: {e}")))?;
-    let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
+    let (stdin, pump) = (x.stdin, x.pump);
     let request = LaunchRequest {
         plan: &plan,
         spec: &spec,
@@ -99,7 +140,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         credentials,
     };
     for missing in &spec.missing_read_scopes {
-        if !cli.json {
+        if !x.json {
             eprintln!(
                 "spawnd: fs_read scope {} does not exist; left out",
                 missing.display()
@@ -126,7 +167,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
-    let launching = Launching::begin(request, spawner.as_ref());
+    let launching = Launching::begin(request, x.spawner);
     let committing = std::time::Instant::now();
     let decided = written
         .commit()
@@ -134,7 +175,12 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     let audit_commit = committing.elapsed();
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
     let running = match launching.start_program() {
-        Ok(running) => running,
+        Ok((running, pidfd)) => {
+            if let Some(f) = x.on_started {
+                f(&decided.audit_id, pidfd);
+            }
+            running
+        }
         Err(e) => {
             let failure = Failure::new(5, format!("sandbox setup failed: {e}; nothing was run"));
             return record_exit(&audit, &decided.audit_id, &prepared.caller, Err(failure));
@@ -144,7 +190,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
         wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
-        live: !cli.json,
+        live: x.live,
         stdin: pump,
     };
     let outcome = supervise(running, supervision)
@@ -167,7 +213,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         "phases": outcome.phases,
     });
     let reported = report(
-        cli,
+        x.json,
         Ran {
             plan: &plan,
             spec: &spec,
@@ -215,11 +261,12 @@ impl<'s> Launching<'s> {
         }
     }
 
-    fn start_program(self) -> Result<Watched<'s>, String> {
+    /// Releases the program; for a remote sandbox, also a pidfd for its init.
+    fn start_program(self) -> Result<(Watched<'s>, Option<OwnedFd>), String> {
         match self {
             Launching::Local(launched) => launched
                 .and_then(Launched::start_program)
-                .map(Watched::from)
+                .map(|r| (Watched::from(r), None))
                 .map_err(|e| e.to_string()),
             Launching::Remote {
                 launched,
@@ -227,19 +274,75 @@ impl<'s> Launching<'s> {
                 built,
             } => launched
                 .and_then(RemoteLaunched::start_program)
-                .map(|s| s.into_watched(begun, built, std::time::Instant::now()))
+                .map(|s| {
+                    let pidfd = s.pidfd.try_clone().ok();
+                    (
+                        s.into_watched(begun, built, std::time::Instant::now()),
+                        pidfd,
+                    )
+                })
                 .map_err(|e| e.to_string()),
         }
     }
 }
 
+/// Records a refusal and returns it as the failure to report (or the audit
+/// failure, when the refusal could not be recorded).
+fn record_denial(
+    audit: &AuditLog,
+    mut denial: Box<crate::policy::Denial>,
+    caller: &crate::policy::Caller,
+    request: &crate::policy::Request,
+) -> Failure {
+    let op = match &request.kind {
+        crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
+        crate::policy::RequestKind::Raw { .. } => None,
+    };
+    match audit.append(Kind::Denial, None, events::denial(&denial, caller, op)) {
+        Ok(recorded) => {
+            tracing::info!(audit_id = %recorded.audit_id, connector = %denial.connector, reason = denial.reason.as_str(), "spawn denied");
+            denial.audit_id = Some(recorded.audit_id);
+            denial_failure(&denial)
+        }
+        Err(e) => Failure::new(5, format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")),
+    }
+}
+
+/// The daemon's answer for a connector it has not loaded: the gate's
+/// `connector_unknown`, audited like every denial.
+pub(crate) fn refuse_unloaded(
+    config: &crate::config::Config,
+    caller: &crate::policy::Caller,
+    connector: &str,
+    request: &crate::policy::Request,
+) -> Failure {
+    let audit = match open_audit(config) {
+        Ok(a) => a,
+        Err(f) => return f,
+    };
+    let bound = std::collections::BTreeSet::new();
+    let access = Access::Local;
+    let ctx = crate::policy::GateContext {
+        connector,
+        manifest: None,
+        disabled: false,
+        access: &access,
+        bound_credentials: &bound,
+        require_program_hash: config.sandbox.require_program_hash,
+    };
+    match crate::policy::decide(&ctx, caller, request, &mut ProgramOpener::default()) {
+        Decision::Denied(denial) => record_denial(&audit, denial, caller, request),
+        Decision::Allowed(_) => Failure::new(10, "the gate allowed a connector that is not loaded"),
+    }
+}
+
 /// The audit log from the config; without one nothing runs.
-fn open_audit(p: &Prepared) -> Result<AuditLog, Failure> {
-    let path = p.config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
+fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
+    let path = config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?
-        .with_rotation(p.config.audit.rotate_bytes);
-    Ok(match super::context::load_audit_key(&p.config)? {
+        .with_rotation(config.audit.rotate_bytes);
+    Ok(match super::context::load_audit_key(config)? {
         Some(key) => log.with_key(key),
         None => log,
     })
@@ -366,7 +469,8 @@ fn read_credentials(p: &Prepared, plan: &SpawnPlan) -> Result<Vec<(String, Secre
     Ok(out)
 }
 
-type Pump = Option<Box<dyn Read + Send>>;
+/// What feeds a stdin pipe.
+pub(crate) type Pump = Option<Box<dyn Read + Send>>;
 
 fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
     match path {

@@ -5,7 +5,6 @@
 
 use serde_json::{json, Value};
 
-use super::args::Cli;
 use super::output::{Failure, Success};
 use super::run::Identity;
 use crate::plan::SpawnPlan;
@@ -63,7 +62,7 @@ fn isolation_json(
     })
 }
 
-pub(super) fn report(cli: &Cli, ran: Ran<'_>) -> Result<Success, Failure> {
+pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
     let Ran {
         plan,
         spec,
@@ -106,7 +105,7 @@ pub(super) fn report(cli: &Cli, ran: Ran<'_>) -> Result<Success, Failure> {
         "stdout": stream_json(&o.stdout),
         "stderr": stream_json(&o.stderr),
     });
-    if !cli.json {
+    if !json {
         for (name, c) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
             if c.truncated {
                 eprintln!(

@@ -13,6 +13,7 @@
 //! daemon once its connections are done or the grace period is over.
 
 pub mod rpc;
+pub mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -49,7 +50,14 @@ pub struct Daemon {
     pub exe: PathBuf,
     /// The spawner every sandbox is launched through.
     pub spawner: Spawner,
+    /// The manifests served, by connector name.
+    pub manifests: spawns::Manifests,
+    /// Spawns running at once (back-pressure: the next one is `overloaded`).
+    pub in_flight: Arc<Semaphore>,
 }
+
+/// Spawns the daemon runs at once.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// The peer of a connection, from `SO_PEERCRED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +73,8 @@ pub struct Peer {
 /// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
 /// forks the spawner first). `socket` overrides `[server] socket`.
 pub fn serve(config: Config, socket: Option<PathBuf>) -> Result<(), ServeError> {
+    let manifests =
+        spawns::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
@@ -73,6 +83,8 @@ pub fn serve(config: Config, socket: Option<PathBuf>) -> Result<(), ServeError> 
         config,
         exe,
         spawner,
+        manifests,
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -207,7 +219,11 @@ async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let (read, mut write) = stream.into_split();
     let max = daemon.config.server.max_frame_bytes as usize;
     let mut lines = FramedRead::new(read, LinesCodec::new_with_max_length(max));
-    let mut conn = Connection { daemon, peer };
+    let mut conn = Connection {
+        daemon,
+        peer,
+        handles: spawns::Handles::default(),
+    };
     while let Some(frame) = lines.next().await {
         let (reply, close) = match frame {
             Ok(line) if line.trim().is_empty() => continue,
@@ -234,12 +250,14 @@ async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             break;
         }
     }
+    conn.handles.close();
 }
 
 /// A connection's state.
 struct Connection {
     daemon: Arc<Daemon>,
     peer: Peer,
+    handles: spawns::Handles,
 }
 
 impl Connection {
@@ -261,6 +279,21 @@ impl Connection {
     async fn dispatch(&mut self, call: Call) -> Result<Value, RpcError> {
         match call.method.as_str() {
             "health" => self.health().await,
+            "spawn" | "spawn_op" => {
+                spawns::spawn(
+                    &self.daemon,
+                    &self.peer,
+                    &mut self.handles,
+                    &call.method,
+                    &call.params,
+                )
+                .await
+            }
+            "spawn_status" => spawns::status(&self.handles, &call.params).await,
+            "spawn_output_size" => spawns::output_size(&self.handles, &call.params),
+            "spawn_output_read" => spawns::output_read(&self.handles, &call.params).await,
+            "spawn_kill" => spawns::kill(&self.handles, &call.params),
+            "spawn_release" => spawns::release(&mut self.handles, &call.params),
             other => Err(RpcError::new(
                 rpc::METHOD_NOT_FOUND,
                 format!("unknown method {other:?}"),

@@ -139,10 +139,34 @@ pub struct Supervision {
     pub stderr_cap: u64,
     /// Wall time.
     pub wall_time: Duration,
-    /// Forward the kept bytes live to spawnd's own stdout/stderr.
-    pub live: bool,
+    /// Where kept bytes go as they arrive (spawnd's own stdout/stderr for
+    /// `run`, a handle's buffers for the daemon); `None` keeps them only.
+    pub live: Option<Box<dyn LiveOutput + Send>>,
     /// Bytes for the child's stdin pipe (spawnd's stdin, or request bytes).
     pub stdin: Option<Box<dyn Read + Send>>,
+}
+
+/// A receiver of output as it arrives: `which` is 0 for stdout, 1 for
+/// stderr, and `kept` the bytes within the cap (the same bytes the result
+/// holds and hashes).
+pub trait LiveOutput {
+    /// One chunk.
+    fn chunk(&mut self, which: u8, kept: &[u8]);
+}
+
+/// Forwards output to spawnd's own stdout and stderr (`spawnd run` without `--json`).
+pub struct Terminal;
+
+impl LiveOutput for Terminal {
+    fn chunk(&mut self, which: u8, kept: &[u8]) {
+        let _ = if which == 0 {
+            let mut out = std::io::stdout();
+            out.write_all(kept).and_then(|()| out.flush())
+        } else {
+            let mut err = std::io::stderr();
+            err.write_all(kept).and_then(|()| err.flush())
+        };
+    }
 }
 
 /// One captured stream.
@@ -349,8 +373,8 @@ fn supervise_blocked(
         drop(fds);
         for slot in ready {
             match slot {
-                0 => drain(&mut out, &mut buf, sup.live.then(std::io::stdout)),
-                1 => drain(&mut err, &mut buf, sup.live.then(std::io::stderr)),
+                0 => drain(&mut out, &mut buf, 0, &mut sup.live),
+                1 => drain(&mut err, &mut buf, 1, &mut sup.live),
                 2 => {
                     let eof = read_some(status.as_ref(), &mut buf, &mut status_bytes);
                     if setup_done.is_none()
@@ -420,15 +444,20 @@ fn read_some(fd: Option<&OwnedFd>, buf: &mut [u8], into: &mut Vec<u8>) -> bool {
     }
 }
 
-fn drain(stream: &mut Stream, buf: &mut [u8], mut live: Option<impl Write>) {
+fn drain(
+    stream: &mut Stream,
+    buf: &mut [u8],
+    which: u8,
+    live: &mut Option<Box<dyn LiveOutput + Send>>,
+) {
     let Some(fd) = stream.fd.take() else { return };
     loop {
         match nix::unistd::read(&fd, buf) {
             Ok(0) => return,
             Ok(n) => {
                 let kept = stream.take(&buf[..n]);
-                if let Some(w) = live.as_mut() {
-                    let _ = w.write_all(kept).and_then(|()| w.flush());
+                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
+                    sink.chunk(which, kept);
                 }
             }
             Err(nix::Error::EAGAIN) => {

@@ -1,0 +1,580 @@
+//! `spawn` and `spawn_op`, and the handle methods. A request goes through the
+//! same [`execute`] as `spawnd run` — the gate, the audit records, the sandbox
+//! (always through the spawner), supervision — on a blocking thread; the
+//! answer is the handle once the program has started, or the JSON-RPC error
+//! (a denial creates no handle). Output lands in the handle's buffers as it
+//! arrives; status and reads can wait for change without polling.
+//!
+//! Handles are 128-bit random strings, owned by the connection that made
+//! them (another connection gets "not found"), at most
+//! [`MAX_HANDLES_PER_CONNECTION`] per connection; a finished one is kept
+//! until `spawn_release` or [`HANDLE_LIFETIME`], and a connection's running
+//! sandboxes are killed when it closes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
+
+use super::rpc::{self, string_param, u64_param, RpcError};
+use super::{Daemon, Peer};
+use crate::cli::check::Prepared;
+use crate::cli::output::Failure;
+use crate::cli::run::{execute, Execution};
+use crate::manifest::{Manifest, Tier};
+use crate::policy::{Access, Caller, Request, RequestKind};
+use crate::sandbox::launch::StdinSource;
+use crate::supervise::LiveOutput;
+
+/// Handles one connection may hold at once.
+pub const MAX_HANDLES_PER_CONNECTION: usize = 64;
+/// How long a finished handle is kept without `spawn_release`.
+pub const HANDLE_LIFETIME: Duration = Duration::from_secs(600);
+/// The longest `wait_ms` honoured.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// One spawn's shared state.
+pub struct Handle {
+    state: Mutex<HandleState>,
+    changed: Notify,
+    /// A pidfd for the sandbox's init (for `spawn_kill`).
+    pidfd: Mutex<Option<OwnedFd>>,
+}
+
+#[derive(Default)]
+struct HandleState {
+    output: [Vec<u8>; 2],
+    /// The `run --json` result data, once the sandbox is gone.
+    result: Option<Value>,
+    /// An error after the program started (supervision or audit failure).
+    error: Option<String>,
+    ended_at: Option<Instant>,
+    started_at: Option<Instant>,
+}
+
+impl Handle {
+    fn new() -> Arc<Handle> {
+        Arc::new(Handle {
+            state: Mutex::new(HandleState::default()),
+            changed: Notify::new(),
+            pidfd: Mutex::new(None),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut HandleState) -> T) -> T {
+        let mut guard = match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    fn finished(&self) -> bool {
+        self.with(|s| s.ended_at.is_some())
+    }
+
+    /// Waits until the state changes or `wait` passes (no polling).
+    async fn wait_change(&self, wait: Duration, done: impl Fn(&HandleState) -> bool) {
+        let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
+        loop {
+            let notified = self.changed.notified();
+            if self.with(|s| done(s)) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn kill(&self) {
+        if let Ok(guard) = self.pidfd.lock() {
+            if let Some(fd) = guard.as_ref() {
+                let _ = crate::sandbox::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Output into a handle's buffers, waking whoever waits.
+struct HandleSink(Arc<Handle>);
+
+impl LiveOutput for HandleSink {
+    fn chunk(&mut self, which: u8, kept: &[u8]) {
+        self.0
+            .with(|s| s.output[usize::from(which.min(1))].extend_from_slice(kept));
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// A connection's handles.
+#[derive(Default)]
+pub struct Handles {
+    map: HashMap<String, Arc<Handle>>,
+}
+
+impl Handles {
+    fn get(&self, params: &Map<String, Value>) -> Result<Arc<Handle>, RpcError> {
+        let name = string_param(params, "handle")?;
+        self.map.get(name).cloned().ok_or_else(|| {
+            RpcError::with_data(
+                rpc::NOT_FOUND,
+                "no such handle on this connection",
+                json!({"handle": name}),
+            )
+        })
+    }
+
+    /// Drops finished handles past their lifetime.
+    fn expire(&mut self) {
+        self.map
+            .retain(|_, h| h.with(|s| s.ended_at.is_none_or(|t| t.elapsed() < HANDLE_LIFETIME)));
+    }
+
+    /// The connection closed: kill what still runs.
+    pub fn close(&mut self) {
+        for h in self.map.values() {
+            if !h.finished() {
+                h.kill();
+            }
+        }
+        self.map.clear();
+    }
+}
+
+fn new_handle_name() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    format!("h-{}", hex::encode(bytes))
+}
+
+/// The manifests the daemon serves, by connector name.
+pub type Manifests = BTreeMap<String, Manifest>;
+
+/// Loads `[server] manifests` (files, or directories of `*.toml`). A file
+/// writable by group or others, or owned by neither root nor spawnd's user,
+/// is refused, and so is a second manifest with an FQN already loaded.
+pub fn load_manifests(config: &crate::config::Config) -> Result<Manifests, String> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for entry in &config.server.manifests {
+        if entry.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(entry)
+                .map_err(|e| format!("{}: {e}", entry.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(entry.clone());
+        }
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let mut out = Manifests::new();
+    for file in files {
+        check_ownership(&file, me)?;
+        let manifest = crate::cli::context::load_manifest(&file, config).map_err(|f| f.message)?;
+        let name = manifest.connector.name.to_string();
+        if out.contains_key(&name) {
+            return Err(format!(
+                "{}: connector {name} is already loaded from another manifest",
+                file.display()
+            ));
+        }
+        out.insert(name, manifest);
+    }
+    Ok(out)
+}
+
+fn check_ownership(file: &Path, me: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by group or others (mode {:o}); chmod go-w it",
+            file.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "{} is owned by uid {}, neither root nor spawnd's user ({me})",
+            file.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(peer.uid))
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            RpcError::new(
+                rpc::CAPABILITY_DENIED,
+                format!("uid {} has no entry in the password database", peer.uid),
+            )
+        })?;
+    Ok(Caller {
+        uid: peer.uid,
+        gid: peer.gid,
+        pid: peer.pid.and_then(|p| u32::try_from(p).ok()),
+        home: user.dir,
+    })
+}
+
+fn string_map(
+    params: &Map<String, Value>,
+    name: &str,
+) -> Result<BTreeMap<String, String>, RpcError> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(RpcError::params(format!("{name}.{k} must be a string"))),
+            })
+            .collect(),
+        Some(_) => Err(RpcError::params(format!(
+            "{name} must be an object of strings"
+        ))),
+    }
+}
+
+/// The request, the stdin bytes, and the connector named.
+fn request_from(
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<(String, Request, Option<Vec<u8>>), RpcError> {
+    let connector = string_param(params, "connector")?.to_string();
+    let (kind, env, cwd, stdin) = if method == "spawn_op" {
+        let kind = RequestKind::Op {
+            name: string_param(params, "op")?.to_string(),
+            args: string_map(params, "args")?,
+        };
+        let stdin = params
+            .get("stdin")
+            .and_then(Value::as_str)
+            .map(|s| s.as_bytes().to_vec());
+        (kind, string_map(params, "env")?, None, stdin)
+    } else {
+        let Some(Value::Object(e)) = params.get("envelope") else {
+            return Err(RpcError::params(
+                "envelope must be an object {program, argv, env, cwd?, stdin? | stdin_b64?}",
+            ));
+        };
+        let program = string_param(e, "program")?.to_string();
+        let argv = match e.get("argv") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| RpcError::params("envelope.argv must hold strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => {
+                return Err(RpcError::params(
+                    "envelope.argv must be an array of strings",
+                ))
+            }
+        };
+        let stdin = match (e.get("stdin"), e.get("stdin_b64")) {
+            (Some(_), Some(_)) => {
+                return Err(RpcError::params(
+                    "the envelope gives both stdin and stdin_b64; keep one",
+                ))
+            }
+            (Some(Value::String(s)), None) => Some(s.as_bytes().to_vec()),
+            (None, Some(Value::String(b))) => Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .map_err(|e| RpcError::params(format!("envelope.stdin_b64: {e}")))?,
+            ),
+            (None, None) => None,
+            _ => {
+                return Err(RpcError::params(
+                    "envelope.stdin must be a string, stdin_b64 base64",
+                ))
+            }
+        };
+        let cwd = e.get("cwd").and_then(Value::as_str).map(str::to_string);
+        (
+            RequestKind::Raw { program, argv },
+            string_map(e, "env")?,
+            cwd,
+            stdin,
+        )
+    };
+    let action = match params.get("action") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(a)) => Some(a.split('.').map(str::to_string).collect()),
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| RpcError::params("action must hold strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(_) => {
+            return Err(RpcError::params(
+                "action must be a string or an array of strings",
+            ))
+        }
+    };
+    let mode = match params.get("mode").and_then(Value::as_str) {
+        None => Tier::Readonly,
+        Some(m) => m
+            .parse::<Tier>()
+            .map_err(|_| RpcError::params(format!("unknown mode {m:?}")))?,
+    };
+    Ok((
+        connector,
+        Request {
+            kind,
+            env,
+            cwd,
+            action,
+            mode,
+        },
+        stdin,
+    ))
+}
+
+/// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
+fn rpc_error(f: Failure) -> RpcError {
+    let code = match f.exit {
+        3 => rpc::CAPABILITY_DENIED,
+        4 => rpc::CREDENTIAL,
+        5 if f.message.starts_with("audit unavailable") => rpc::AUDIT_UNAVAILABLE,
+        5 => rpc::SANDBOX_UNAVAILABLE,
+        6 => rpc::NOT_FOUND,
+        2 => rpc::INVALID_PARAMS,
+        _ => -32603,
+    };
+    RpcError {
+        code,
+        message: f.message,
+        data: f.details,
+    }
+}
+
+/// `spawn` / `spawn_op`: the handle once the program runs.
+pub async fn spawn(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    handles: &mut Handles,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Value, RpcError> {
+    handles.expire();
+    if handles.map.len() >= MAX_HANDLES_PER_CONNECTION {
+        return Err(RpcError::new(
+            rpc::OVERLOADED,
+            format!(
+                "this connection holds {MAX_HANDLES_PER_CONNECTION} handles; spawn_release some"
+            ),
+        ));
+    }
+    let (connector, request, stdin) = request_from(method, params)?;
+    let caller = caller_of(peer)?;
+    let Some(manifest) = daemon.manifests.get(&connector).cloned() else {
+        return Err(unknown_connector(daemon, &caller, &connector, &request).await);
+    };
+    let permit = Arc::clone(&daemon.in_flight)
+        .try_acquire_owned()
+        .map_err(|_| {
+            RpcError::new(
+                rpc::OVERLOADED,
+                "the daemon is at its limit of running spawns; try later",
+            )
+        })?;
+    let handle = Handle::new();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
+    let thread_daemon = Arc::clone(daemon);
+    let thread_handle = Arc::clone(&handle);
+    let access = Access::Rules {
+        rules: daemon.config.access.clone(),
+        daemon_uid: nix::unistd::geteuid().as_raw(),
+    };
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let prepared = Prepared {
+            config: thread_daemon.config.clone(),
+            manifest,
+            caller,
+            request,
+        };
+        let (source, pump): (StdinSource, crate::cli::run::Pump) = match stdin {
+            Some(bytes) => (
+                StdinSource::Pipe,
+                Some(Box::new(std::io::Cursor::new(bytes))),
+            ),
+            None => (StdinSource::Null, None),
+        };
+        let started_tx = Mutex::new(Some(started_tx));
+        let on_started_handle = Arc::clone(&thread_handle);
+        let result = execute(Execution {
+            prepared: &prepared,
+            access: &access,
+            stdin: source,
+            pump,
+            timeout_ms: None,
+            live: Some(Box::new(HandleSink(Arc::clone(&thread_handle)))),
+            json: true,
+            spawner: Some(&thread_daemon.spawner),
+            on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
+                if let Ok(mut g) = on_started_handle.pidfd.lock() {
+                    *g = pidfd;
+                }
+                on_started_handle.with(|s| s.started_at = Some(Instant::now()));
+                if let Some(tx) = started_tx.lock().ok().and_then(|mut g| g.take()) {
+                    let _ = tx.send(Ok(()));
+                }
+            })),
+        });
+        let early = started_tx.lock().ok().and_then(|mut g| g.take());
+        match (result, early) {
+            // Refused or failed before the program started: the caller gets the error.
+            (Err(f), Some(tx)) => {
+                let _ = tx.send(Err(rpc_error(f)));
+            }
+            (Ok(s), _) => thread_handle.with(|st| st.result = Some(s.data)),
+            (Err(f), None) => thread_handle.with(|st| st.error = Some(f.message)),
+        }
+        if let Ok(mut g) = thread_handle.pidfd.lock() {
+            *g = None;
+        }
+        thread_handle.with(|s| s.ended_at = Some(Instant::now()));
+        thread_handle.changed.notify_waiters();
+    });
+    match started_rx.await {
+        Ok(Ok(())) => {
+            let name = new_handle_name();
+            handles.map.insert(name.clone(), handle);
+            Ok(json!({"handle": name}))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(RpcError::new(-32603, "the spawn ended before it reported")),
+    }
+}
+
+/// A connector that is not loaded: refused by the gate and audited like any denial.
+async fn unknown_connector(
+    daemon: &Arc<Daemon>,
+    caller: &Caller,
+    connector: &str,
+    request: &Request,
+) -> RpcError {
+    let daemon = Arc::clone(daemon);
+    let (caller, connector, request) = (caller.clone(), connector.to_string(), request.clone());
+    tokio::task::spawn_blocking(move || {
+        crate::cli::run::refuse_unloaded(&daemon.config, &caller, &connector, &request)
+    })
+    .await
+    .map_or_else(|e| RpcError::new(-32603, e.to_string()), rpc_error)
+}
+
+/// `spawn_status`.
+pub async fn status(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let h = handles.get(params)?;
+    if let Some(ms) = u64_param(params, "wait_ms")? {
+        h.wait_change(Duration::from_millis(ms), |s| s.ended_at.is_some())
+            .await;
+    }
+    Ok(h.with(|s| match (&s.result, &s.error, s.ended_at) {
+        (Some(data), _, _) => {
+            let state = if data["timed_out"] == json!(true) {
+                "timed_out"
+            } else if !data["signal"].is_null() {
+                "signaled"
+            } else {
+                "exited"
+            };
+            let mut v = data.clone();
+            v["state"] = json!(state);
+            v
+        }
+        (None, Some(e), _) => json!({"state": "failed", "error": e}),
+        _ => json!({
+            "state": "running",
+            "duration_ms": s.started_at.map_or(0, |t| t.elapsed().as_millis() as u64),
+        }),
+    }))
+}
+
+fn which(params: &Map<String, Value>) -> Result<usize, RpcError> {
+    match u64_param(params, "which")? {
+        Some(0) => Ok(0),
+        Some(1) => Ok(1),
+        _ => Err(RpcError::params("which must be 0 (stdout) or 1 (stderr)")),
+    }
+}
+
+/// `spawn_output_size`.
+pub fn output_size(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let h = handles.get(params)?;
+    let w = which(params)?;
+    Ok(h.with(|s| {
+        let key = ["stdout", "stderr"][w];
+        let truncated = s
+            .result
+            .as_ref()
+            .is_some_and(|r| r[key]["truncated"] == json!(true));
+        json!({"bytes": s.output[w].len(), "truncated": truncated})
+    }))
+}
+
+/// `spawn_output_read`: bytes from `offset`, waiting up to `wait_ms` for new ones.
+pub async fn output_read(
+    handles: &Handles,
+    params: &Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let h = handles.get(params)?;
+    let w = which(params)?;
+    let offset = u64_param(params, "offset")?.unwrap_or(0) as usize;
+    let len = u64_param(params, "len")?.unwrap_or(64 << 10).min(1 << 20) as usize;
+    if let Some(ms) = u64_param(params, "wait_ms")? {
+        h.wait_change(Duration::from_millis(ms), |s| {
+            s.output[w].len() > offset || s.ended_at.is_some()
+        })
+        .await;
+    }
+    Ok(h.with(|s| {
+        let buf = &s.output[w];
+        let start = offset.min(buf.len());
+        let end = start.saturating_add(len).min(buf.len());
+        json!({
+            "data_b64": base64::engine::general_purpose::STANDARD.encode(&buf[start..end]),
+            "eof": s.ended_at.is_some() && end == buf.len(),
+        })
+    }))
+}
+
+/// `spawn_kill`.
+pub fn kill(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    handles.get(params)?.kill();
+    Ok(json!({}))
+}
+
+/// `spawn_release`: kills a running sandbox and frees the handle at once.
+pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let h = handles.get(params)?;
+    if !h.finished() {
+        h.kill();
+    }
+    let name = string_param(params, "handle")?;
+    handles.map.remove(name);
+    Ok(json!({}))
+}
