@@ -1,0 +1,377 @@
+//! `spawnd serve` over a real socket: every method, who may ask, handles that
+//! belong to their connection, frames the daemon must survive, a second
+//! client in Python (standard library only), and `kill -9` of the daemon.
+
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use harness::world;
+use serde_json::{json, Value};
+
+/// A daemon on its own socket and audit log inside the test world.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    audit: PathBuf,
+}
+
+impl Daemon {
+    fn start(name: &str, extra: &str) -> Daemon {
+        let w = world();
+        let dir = w.path(&format!("daemon-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // 0755 so that nobody can reach the socket (mode 0666) in the access test.
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let socket = dir.join("spawnd.sock");
+        let audit = dir.join("audit.jsonl");
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [\"{}\"]\n{extra}",
+                audit.display(),
+                socket.display(),
+                w.manifest.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(&w.spawnd)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            child,
+            socket,
+            audit,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next: u64,
+}
+
+impl Client {
+    fn connect(path: &std::path::Path) -> Client {
+        let s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Client {
+            reader: BufReader::new(s.try_clone().unwrap()),
+            writer: s,
+            next: 0,
+        }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    /// The next answer line, or `None` once the daemon closed the connection.
+    fn answer(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let req = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        self.send_raw(format!("{req}\n").as_bytes());
+        let a = self.answer().expect("an answer");
+        assert_eq!(a["id"], self.next, "{a}");
+        a
+    }
+
+    fn ok(&mut self, method: &str, params: Value) -> Value {
+        let a = self.call(method, params);
+        assert!(a.get("error").is_none(), "{method}: {a}");
+        a["result"].clone()
+    }
+}
+
+fn b64(v: &Value) -> String {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(v["data_b64"].as_str().unwrap())
+        .unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+const CONNECTOR: &str = "local://test/escape";
+
+#[test]
+fn every_method_over_a_real_socket() {
+    let d = Daemon::start("methods", "");
+    let mut c = d.client();
+    let health = c.ok("health", json!({}));
+    assert_eq!(health["protocol_version"], 1, "{health}");
+    // spawn_op: output readable while running, at an offset, then the result.
+    let h = c.ok("spawn_op", json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo first; sleep 0.3; echo second; echo oops >&2; exit 3"}}))["handle"].as_str().unwrap().to_string();
+    let early = c.ok(
+        "spawn_output_read",
+        json!({"handle": h, "which": 0, "offset": 0, "len": 100, "wait_ms": 5000}),
+    );
+    assert_eq!(
+        (b64(&early).as_str(), early["eof"].as_bool()),
+        ("first\n", Some(false)),
+        "{early}"
+    );
+    assert_eq!(
+        c.ok("spawn_status", json!({"handle": h}))["state"],
+        "running"
+    );
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(
+        (done["state"].as_str(), done["exit_code"].as_i64()),
+        (Some("exited"), Some(3)),
+        "{done}"
+    );
+    assert_eq!(done["stdout"]["text"], "first\nsecond\n");
+    let size = c.ok("spawn_output_size", json!({"handle": h, "which": 1}));
+    assert_eq!(size, json!({"bytes": 5, "truncated": false}));
+    let tail = c.ok(
+        "spawn_output_read",
+        json!({"handle": h, "which": 0, "offset": 6, "len": 100}),
+    );
+    assert_eq!(
+        (b64(&tail).as_str(), tail["eof"].as_bool()),
+        ("second\n", Some(true))
+    );
+    // spawn: a raw envelope matched against the manifest, stdin as base64.
+    let envelope = json!({"program": "/usr/bin/bash", "argv": ["bash", "-c", "tr a-z A-Z"], "env": {}, "stdin_b64": base64::engine::general_purpose::STANDARD.encode("piped in\n")});
+    let h2 = c.ok(
+        "spawn",
+        json!({"connector": CONNECTOR, "envelope": envelope}),
+    )["handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = c.ok("spawn_status", json!({"handle": h2, "wait_ms": 10000}));
+    assert_eq!(done["stdout"]["text"], "PIPED IN\n", "{done}");
+    // spawn_kill ends a running sandbox; spawn_release frees the handle.
+    let h3 = c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}}),
+    )["handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.ok("spawn_kill", json!({"handle": h3}));
+    let killed = c.ok("spawn_status", json!({"handle": h3, "wait_ms": 10000}));
+    assert_eq!(
+        (killed["state"].as_str(), killed["signal"].as_i64()),
+        (Some("signaled"), Some(9)),
+        "{killed}"
+    );
+    c.ok("spawn_release", json!({"handle": h3}));
+    assert_eq!(
+        c.call("spawn_status", json!({"handle": h3}))["error"]["code"],
+        -32002
+    );
+    // A denial is an error with the denial object, and creates no handle.
+    let denied = c.call(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"nope": "x"}}),
+    );
+    assert_eq!(denied["error"]["code"], -32001, "{denied}");
+    assert_eq!(denied["error"]["data"]["reason"], "arg_unknown");
+    assert!(denied["error"]["data"]["audit_id"].is_string());
+    let unknown = c.call(
+        "spawn_op",
+        json!({"connector": "local://test/none", "op": "sh"}),
+    );
+    assert_eq!(
+        unknown["error"]["data"]["reason"], "connector_unknown",
+        "{unknown}"
+    );
+    // Everything is in the audit trail, and the chain holds.
+    let out = Command::new(&world().spawnd)
+        .args(["audit", "verify"])
+        .arg(&d.audit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = std::fs::read_to_string(&d.audit).unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("\"kind\":\"exit\""))
+            .count(),
+        3,
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("\"kind\":\"denial\""))
+            .count(),
+        2,
+        "{text}"
+    );
+}
+
+#[test]
+fn a_handle_belongs_to_its_connection() {
+    let d = Daemon::start("owner", "");
+    let mut a = d.client();
+    let mut b = d.client();
+    let h = a.ok("spawn_op", json!({"connector": CONNECTOR, "op": "true"}))["handle"].clone();
+    for method in [
+        "spawn_status",
+        "spawn_output_size",
+        "spawn_output_read",
+        "spawn_kill",
+        "spawn_release",
+    ] {
+        let r = b.call(method, json!({"handle": h, "which": 0}));
+        assert_eq!(r["error"]["code"], -32002, "{method}: {r}");
+    }
+    assert_eq!(
+        a.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}))["state"],
+        "exited"
+    );
+}
+
+#[test]
+fn a_peer_not_in_access_is_refused_and_audited() {
+    let d = Daemon::start("access", "");
+    let script = format!(
+        "import socket,json\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(json.dumps({{'jsonrpc':'2.0','id':1,'method':'spawn_op','params':{{'connector':{CONNECTOR:?},'op':'true'}}}}).encode()+b'\\n')\nprint(s.makefile().readline())",
+        d.socket.display().to_string()
+    );
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(answer["error"]["code"], -32001, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["reason"], "caller_not_allowed",
+        "{answer}"
+    );
+    let text = std::fs::read_to_string(&d.audit).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("caller_not_allowed") && l.contains("\"uid\":65534")),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_frames_get_errors_and_the_daemon_keeps_serving() {
+    let d = Daemon::start("frames", "max_frame_bytes = 4096\n");
+    let mut c = d.client();
+    c.send_raw(b"{not json\n");
+    assert_eq!(c.answer().unwrap()["error"]["code"], -32700);
+    assert_eq!(c.call("no_such_method", json!({}))["error"]["code"], -32601);
+    c.send_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}]\n");
+    assert_eq!(c.answer().unwrap()["error"]["code"], -32600);
+    c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"spawn_status\",\"params\":{}}\n");
+    assert_eq!(c.answer().unwrap()["error"]["code"], -32602);
+    // Over the cap: an error, then the connection is closed.
+    let mut big = d.client();
+    big.send_raw(&vec![b'x'; 10_000]);
+    big.send_raw(b"\n");
+    assert_eq!(big.answer().unwrap()["error"]["code"], -32600);
+    assert!(big.answer().is_none(), "closed after an oversized frame");
+    // A line cut off by the end of the stream: an error, nothing run.
+    let mut half = d.client();
+    half.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"spawn_op\",\"params\":{\"conn");
+    half.writer.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(half.answer().unwrap()["error"]["code"], -32700);
+    // Others are still served, the first connection too.
+    assert_eq!(d.client().ok("health", json!({}))["protocol_version"], 1);
+    assert_eq!(c.ok("health", json!({}))["protocol_version"], 1);
+}
+
+#[test]
+fn a_python_client_drives_every_method() {
+    let d = Daemon::start("python", "");
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/integration/client.py");
+    let out = Command::new("/usr/bin/python3")
+        .arg(client)
+        .arg(&d.socket)
+        .arg(CONNECTOR)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("all methods ok"));
+}
+
+#[test]
+fn kill_9_of_the_daemon_leaves_no_sandboxed_process() {
+    let mut d = Daemon::start("kill9", "");
+    let mut c = d.client();
+    let token = format!("victim-of-kill9-{}", std::process::id());
+    let script = format!("sleep 60; : {token}");
+    c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": script}}),
+    );
+    let started = Instant::now();
+    while harness::host_processes_with(&token).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the sandbox never ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let killed = Instant::now();
+    while !harness::host_processes_with(&token).is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "sandboxed processes outlived the daemon"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
