@@ -24,6 +24,10 @@ struct Daemon {
 
 impl Daemon {
     fn start(name: &str, extra: &str) -> Daemon {
+        Daemon::start_with_manifests(name, extra, &[])
+    }
+
+    fn start_with_manifests(name: &str, extra: &str, more: &[&std::path::Path]) -> Daemon {
         let w = world();
         let dir = w.path(&format!("daemon-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -36,10 +40,14 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [\"{}\"]\n{extra}",
+                "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [{}]\n{extra}",
                 audit.display(),
                 socket.display(),
-                w.manifest.display()
+                std::iter::once(w.manifest.as_path())
+                    .chain(more.iter().copied())
+                    .map(|p| format!("{:?}", p.display().to_string()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )
         .unwrap();
@@ -374,4 +382,86 @@ fn kill_9_of_the_daemon_leaves_no_sandboxed_process() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The credential reaches the child's env under its declared key only, comes
+/// back redacted however the child writes it, and is in no argv, log line or
+/// audit record; a group-readable credential file is refused.
+#[test]
+fn credentials_reach_the_child_only_and_come_back_redacted() {
+    let w = world();
+    let dir = w.path("daemon-creds-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = format!("s3cr3t-{}-value", std::process::id());
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let manifest = dir.join("creds.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/creds\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/bash\" }]\nenv_passthrough = [\"TOKEN\"]\ncredential_env_keys = [\"TOKEN\"]\n[capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{script}\"]\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &manifest,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let extra = format!(
+        "\n[[credentials]]\nconnector = \"local://test/creds\"\nkey = \"TOKEN\"\nsource = \"file:{}\"\n",
+        file.display()
+    );
+    let d = Daemon::start_with_manifests("creds", &extra, &[&manifest]);
+    let mut c = d.client();
+    // Whole, then split across two writes with a pause, then the env's key names.
+    let script = "echo \"whole=$TOKEN\"; printf 'split=%s' \"${TOKEN:0:5}\"; sleep 0.4; printf '%s\\n' \"${TOKEN:5}\"; env | cut -d= -f1 | grep -c TOKEN; echo \"$TOKEN\" >&2";
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": "local://test/creds", "op": "sh", "args": {"script": script}}),
+    )["handle"]
+        .clone();
+    // While it runs, no command line on the host holds the value.
+    for _ in 0..10 {
+        assert!(
+            harness::host_processes_with(&secret).is_empty(),
+            "the secret is in a command line"
+        );
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    let out = done["stdout"]["text"].as_str().unwrap();
+    assert_eq!(
+        out, "whole=[REDACTED:TOKEN]\nsplit=[REDACTED:TOKEN]\n1\n",
+        "{done}"
+    );
+    assert_eq!(done["stderr"]["text"], "[REDACTED:TOKEN]\n", "{done}");
+    let read = c.ok(
+        "spawn_output_read",
+        json!({"handle": h, "which": 0, "offset": 0, "len": 1000}),
+    );
+    assert!(!b64(&read).contains(&secret));
+    drop(c);
+    let mut d = d;
+    let _ = d.child.kill();
+    let mut logs = String::new();
+    let _ = std::io::Read::read_to_string(d.child.stderr.as_mut().unwrap(), &mut logs);
+    assert!(!logs.contains(&secret), "the secret is in the daemon's log");
+    let audit = std::fs::read_to_string(&d.audit).unwrap();
+    assert!(!audit.contains(&secret), "the secret is in the audit trail");
+    assert!(audit.contains("TOKEN"), "the key name is recorded");
+    // A group-readable file is refused before anything runs.
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let d2 = Daemon::start_with_manifests("creds-exposed", &extra, &[&manifest]);
+    let refused = d2.client().call(
+        "spawn_op",
+        json!({"connector": "local://test/creds", "op": "sh", "args": {"script": "true"}}),
+    );
+    assert_eq!(refused["error"]["code"], -32005, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_credentials"),
+        "{refused}"
+    );
 }

@@ -1,7 +1,15 @@
 //! Credentials: the `Secret` type (never printed, wiped on drop) and reading
-//! an operator binding's value at spawn time. Sources read here: `file:` (a
-//! file owned by spawnd's user and readable by no one else) and `systemd:NAME`
-//! (`$CREDENTIALS_DIRECTORY/NAME`). One trailing newline is trimmed.
+//! an operator binding's value at spawn time (SPEC §5):
+//! - `file:PATH`: a file owned by spawnd's user and readable by no one else;
+//! - `systemd:NAME`: `$CREDENTIALS_DIRECTORY/NAME` (`LoadCredential=`);
+//! - `keyring:DESC`: a `user` key in the Linux kernel keyring, found with
+//!   `request_key` from spawnd's keyrings (`keyctl add user DESC VALUE @u`);
+//! - `exec:/path/to/helper arg…`: a helper run without a shell, stdin closed,
+//!   its stdout the value, killed after [`EXEC_TIMEOUT`] (`pass show x`,
+//!   `op read op://…`, `vault kv get -field=token secret/x`).
+//!
+//! One trailing newline is trimmed; an empty value is refused. The value
+//! never travels through argv or an environment, and errors never carry it.
 
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
@@ -55,10 +63,19 @@ pub enum VaultError {
         "systemd:{0}: $CREDENTIALS_DIRECTORY is not set (run under systemd with LoadCredential=)"
     )]
     NoCredentialsDirectory(String),
-    /// A source kind this command does not read.
-    #[error("{0}: `spawnd run` reads file: and systemd: sources; keyring: and exec: are read by the daemon")]
-    Unsupported(String),
+    /// The keyring has no such key, or it cannot be read.
+    #[error("keyring:{0}: {1} (add it with `keyctl add user {0} VALUE @u` as spawnd's user)")]
+    Keyring(String, std::io::Error),
+    /// The helper could not run, failed, or took too long.
+    #[error("exec:{0}: {1}")]
+    Helper(String, String),
+    /// The source gave an empty value.
+    #[error("{0}: the value is empty")]
+    Empty(String),
 }
+
+/// How long an `exec:` helper may take.
+pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Reads the value of a binding.
 pub fn read_secret(source: &CredentialSource) -> Result<Secret, VaultError> {
@@ -69,8 +86,101 @@ pub fn read_secret(source: &CredentialSource) -> Result<Secret, VaultError> {
                 .ok_or_else(|| VaultError::NoCredentialsDirectory(name.clone()))?;
             read_private_file(&Path::new(&dir).join(name))
         }
-        other => Err(VaultError::Unsupported(other.to_string())),
+        CredentialSource::Keyring(desc) => read_keyring(desc),
+        CredentialSource::Exec { program, args } => run_helper(program, args, EXEC_TIMEOUT),
     }
+    .and_then(|secret| match secret.expose().is_empty() {
+        true => Err(VaultError::Empty(source.to_string())),
+        false => Ok(secret),
+    })
+}
+
+fn trim_newline(mut bytes: Zeroizing<Vec<u8>>) -> Secret {
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+    }
+    Secret(bytes)
+}
+
+fn read_keyring(desc: &str) -> Result<Secret, VaultError> {
+    let c = std::ffi::CString::new(desc).map_err(|_| {
+        VaultError::Keyring(
+            desc.to_string(),
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        )
+    })?;
+    crate::sandbox::sys::read_user_key(&c)
+        .map(trim_newline)
+        .map_err(|e| VaultError::Keyring(desc.to_string(), e))
+}
+
+/// Runs an `exec:` helper: no shell, stdin closed, stdout read into wiped
+/// memory, stderr kept for the error (its first line), killed at the timeout.
+fn run_helper(
+    program: &Path,
+    args: &[String],
+    timeout: std::time::Duration,
+) -> Result<Secret, VaultError> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let shown = program.display().to_string();
+    let fail = |why: String| VaultError::Helper(shown.clone(), why);
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(format!("cannot start: {e}")))?;
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| fail("no stdout".into()))?;
+    let mut stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| fail("no stderr".into()))?;
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Zeroizing::new(Vec::new());
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = (&mut stderr).take(4096).read_to_end(&mut buf);
+        buf
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(format!(
+                    "no answer within {} ms; killed",
+                    timeout.as_millis()
+                )));
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(e) => return Err(fail(format!("wait: {e}"))),
+        }
+    };
+    let value = out_reader
+        .join()
+        .map_err(|_| fail("reading its output failed".into()))?;
+    let err = err_reader.join().unwrap_or_default();
+    if !status.success() {
+        let first = String::from_utf8_lossy(&err)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        return Err(fail(format!("{status}: {first}")));
+    }
+    Ok(trim_newline(value))
 }
 
 fn read_private_file(path: &Path) -> Result<Secret, VaultError> {
@@ -85,17 +195,65 @@ fn read_private_file(path: &Path) -> Result<Secret, VaultError> {
             expected: me,
         });
     }
-    let mut bytes = std::fs::read(path).map_err(|e| VaultError::Unreadable(shown, e))?;
-    if bytes.last() == Some(&b'\n') {
-        bytes.pop();
-    }
-    Ok(Secret::new(bytes))
+    let bytes = std::fs::read(path).map_err(|e| VaultError::Unreadable(shown, e))?;
+    Ok(trim_newline(Zeroizing::new(bytes)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    fn helper(dir: &tempfile::TempDir, body: &str) -> std::path::PathBuf {
+        let p = dir.path().join("helper.sh");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        p
+    }
+
+    #[test]
+    fn an_exec_helper_gives_its_stdout_without_a_shell() {
+        let d = tempfile::tempdir().unwrap();
+        // The argument reaches the helper as one word, `$(…)` and all: no shell parses it.
+        let p = helper(&d, "printf '%s-value\\n' \"$1\"");
+        let s = run_helper(&p, &["tok $(id)".into()], EXEC_TIMEOUT).unwrap();
+        assert_eq!(s.expose(), b"tok $(id)-value");
+        let failing = helper(&d, "echo 'vault: permission denied' >&2; exit 2");
+        let e = run_helper(&failing, &[], EXEC_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("permission denied") && e.contains("exit status: 2"),
+            "{e}"
+        );
+        let hanging = helper(&d, "sleep 30");
+        let started = std::time::Instant::now();
+        let e = run_helper(&hanging, &[], std::time::Duration::from_millis(200))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("killed") && started.elapsed().as_secs() < 5,
+            "{e}"
+        );
+        let empty = helper(&d, "echo");
+        let src = CredentialSource::Exec {
+            program: empty,
+            args: vec![],
+        };
+        assert!(matches!(read_secret(&src), Err(VaultError::Empty(_))));
+        assert!(run_helper(Path::new("/nonexistent/helper"), &[], EXEC_TIMEOUT).is_err());
+    }
+
+    #[test]
+    fn a_keyring_key_is_read_and_a_missing_one_named() {
+        let desc = format!("spawnd-test-{}", std::process::id());
+        let c = std::ffi::CString::new(desc.clone()).unwrap();
+        crate::sandbox::sys::add_user_key(&c, b"from-the-keyring\n").unwrap();
+        let s = read_secret(&CredentialSource::Keyring(desc)).unwrap();
+        assert_eq!(s.expose(), b"from-the-keyring");
+        let e = read_secret(&CredentialSource::Keyring("spawnd-test-missing".into())).unwrap_err();
+        assert!(e.to_string().contains("keyctl add user"), "{e}");
+    }
 
     #[test]
     fn a_private_file_is_read_with_one_newline_trimmed_and_never_debug_printed() {

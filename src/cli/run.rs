@@ -116,6 +116,11 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| Failure::config(e.to_string()))?;
     let credentials = read_credentials(prepared, &plan)?;
+    // Kept (in wiped memory) to redact the values from the output.
+    let redact: Vec<(String, Secret)> = credentials
+        .iter()
+        .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
+        .collect();
     let home = &prepared.caller.home;
     let declared = ScopePath::parse(&plan.program.declared)
         .map(|p| p.expand(home))
@@ -192,6 +197,7 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
         live: x.live,
         stdin: pump,
+        redact,
     };
     let outcome = supervise(running, supervision)
         .map_err(|e| Failure::new(10, format!("supervising the sandbox: {e}")))?;

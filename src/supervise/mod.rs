@@ -21,6 +21,7 @@ use crate::sandbox::cgroup::SpawnCgroup;
 use crate::sandbox::launch::Running;
 use crate::sandbox::sys::wait_with_usage;
 
+pub mod redact;
 mod status;
 use status::parse_status;
 
@@ -144,6 +145,8 @@ pub struct Supervision {
     pub live: Option<Box<dyn LiveOutput + Send>>,
     /// Bytes for the child's stdin pipe (spawnd's stdin, or request bytes).
     pub stdin: Option<Box<dyn Read + Send>>,
+    /// Credential values to replace with `[REDACTED:KEY]` in both streams.
+    pub redact: Vec<(String, crate::vault::Secret)>,
 }
 
 /// A receiver of output as it arrives: `which` is 0 for stdout, 1 for
@@ -239,32 +242,52 @@ struct Stream {
     cap: u64,
     kept: Vec<u8>,
     total: u64,
+    truncated: bool,
     hasher: Sha256,
+    redactor: redact::Redactor,
 }
 
 impl Stream {
-    fn new(fd: OwnedFd, cap: u64) -> Stream {
+    fn new(fd: OwnedFd, cap: u64, redactor: redact::Redactor) -> Stream {
         Stream {
             fd: Some(fd),
             cap,
             kept: Vec::new(),
             total: 0,
+            truncated: false,
             hasher: Sha256::new(),
+            redactor,
         }
     }
 
-    /// Takes a chunk; returns the part within the cap (for live forwarding).
-    fn take<'c>(&mut self, chunk: &'c [u8]) -> &'c [u8] {
-        let room = self.cap.saturating_sub(self.kept.len() as u64) as usize;
-        let keep = &chunk[..chunk.len().min(room)];
-        self.kept.extend_from_slice(keep);
-        self.hasher.update(keep);
+    /// Takes a chunk the child wrote; returns the bytes kept now (redacted,
+    /// within the cap) for live forwarding.
+    fn take(&mut self, chunk: &[u8]) -> Vec<u8> {
         self.total += chunk.len() as u64;
-        keep
+        let released = self.redactor.push(chunk);
+        self.keep(released)
     }
 
-    fn finish(self) -> Captured {
-        let truncated = self.total > self.kept.len() as u64;
+    /// The end of the stream: whatever the redactor held back.
+    fn end(&mut self) -> Vec<u8> {
+        let released = self.redactor.finish();
+        self.keep(released)
+    }
+
+    fn keep(&mut self, mut bytes: Vec<u8>) -> Vec<u8> {
+        let room = self.cap.saturating_sub(self.kept.len() as u64) as usize;
+        if bytes.len() > room {
+            self.truncated = true;
+            bytes.truncate(room);
+        }
+        self.kept.extend_from_slice(&bytes);
+        self.hasher.update(&bytes);
+        bytes
+    }
+
+    fn finish(mut self) -> Captured {
+        let _ = self.end();
+        let truncated = self.truncated;
         Captured {
             kept: self.kept,
             total: self.total,
@@ -303,8 +326,10 @@ fn supervise_blocked(
     let (mut setup_done, mut program_done) = (None, None);
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
     let end = running.end;
-    let mut out = Stream::new(running.stdout, sup.stdout_cap);
-    let mut err = Stream::new(running.stderr, sup.stderr_cap);
+    let redactor =
+        || redact::Redactor::new(sup.redact.iter().map(|(k, v)| (k.as_str(), v.expose())));
+    let mut out = Stream::new(running.stdout, sup.stdout_cap, redactor());
+    let mut err = Stream::new(running.stderr, sup.stderr_cap, redactor());
     let mut status = Some(running.status);
     for fd in [out.fd.as_ref(), err.fd.as_ref(), status.as_ref()]
         .into_iter()
@@ -453,11 +478,17 @@ fn drain(
     let Some(fd) = stream.fd.take() else { return };
     loop {
         match nix::unistd::read(&fd, buf) {
-            Ok(0) => return,
+            Ok(0) => {
+                let kept = stream.end();
+                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
+                    sink.chunk(which, &kept);
+                }
+                return;
+            }
             Ok(n) => {
                 let kept = stream.take(&buf[..n]);
                 if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
-                    sink.chunk(which, kept);
+                    sink.chunk(which, &kept);
                 }
             }
             Err(nix::Error::EAGAIN) => {
@@ -488,7 +519,7 @@ mod tests {
     #[test]
     fn streams_keep_the_cap_hash_what_is_kept_and_count_everything() {
         let (r, _w) = nix::unistd::pipe().unwrap();
-        let mut s = Stream::new(r, 4);
+        let mut s = Stream::new(r, 4, redact::Redactor::new([]));
         assert_eq!(s.take(b"abc"), b"abc");
         assert_eq!(s.take(b"defg"), b"d");
         let c = s.finish();
@@ -497,5 +528,23 @@ mod tests {
             (&b"abcd"[..], 7, true)
         );
         assert_eq!(c.sha256, Sha256Digest(Sha256::digest(b"abcd").into()));
+    }
+
+    #[test]
+    fn secrets_are_redacted_before_the_cap_and_the_hash() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100, redact::Redactor::new([("TOKEN", &b"s3cr3t"[..])]));
+        let mut live = s.take(b"x=s3c");
+        live.extend(s.take(b"r3t;"));
+        assert_eq!(live, b"x=[REDACTED:TOKEN];");
+        let c = s.finish();
+        assert_eq!(
+            (c.kept.as_slice(), c.total),
+            (&b"x=[REDACTED:TOKEN];"[..], 9)
+        );
+        assert_eq!(
+            c.sha256,
+            Sha256Digest(Sha256::digest(b"x=[REDACTED:TOKEN];").into())
+        );
     }
 }
