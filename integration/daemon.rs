@@ -465,3 +465,88 @@ fn credentials_reach_the_child_only_and_come_back_redacted() {
         "{refused}"
     );
 }
+
+/// `connectors_status` over the socket and `spawnd connectors --json` agree
+/// on each status of seed 003's block.
+#[test]
+fn connectors_status_reports_each_connector() {
+    let w = world();
+    let dir = w.path("daemon-status-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good");
+    std::fs::write(&good, "value\n").unwrap();
+    std::fs::set_permissions(&good, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let exposed = dir.join("exposed");
+    std::fs::write(&exposed, "value\n").unwrap();
+    std::fs::set_permissions(
+        &exposed,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let mut manifests = Vec::new();
+    for name in ["bound", "unbound", "broken", "off"] {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!("[connector]\nname = \"local://status/{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\nenv_passthrough = [\"K\"]\ncredential_env_keys = [\"K\"]\n[capabilities.spawn.operations.t]\nargv = \"true\"\ndescription = \"does nothing\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        manifests.push(path);
+    }
+    let extra = format!(
+        "\n[[credentials]]\nconnector = \"local://status/bound\"\nsource = \"file:{}\"\n[[credentials]]\nconnector = \"local://status/broken\"\nsource = \"file:{}\"\n[[credentials]]\nconnector = \"local://status/off\"\nsource = \"file:{}\"\n[[disable]]\nconnector = \"local://status/off\"\n",
+        good.display(),
+        exposed.display(),
+        good.display()
+    );
+    let refs: Vec<&std::path::Path> = manifests.iter().map(|p| p.as_path()).collect();
+    let d = Daemon::start_with_manifests("status", &extra, &refs);
+    let v = d.client().ok("connectors_status", json!({}));
+    let status = |name: &str| {
+        v["connectors"][name]["status"]
+            .as_str()
+            .unwrap_or("missing")
+            .to_string()
+    };
+    assert_eq!(status("local://status/bound"), "connected", "{v}");
+    assert_eq!(status("local://status/unbound"), "not_configured", "{v}");
+    assert_eq!(
+        status("local://status/broken"),
+        "invalid_credentials",
+        "{v}"
+    );
+    assert_eq!(status("local://status/off"), "disabled_by_admin", "{v}");
+    assert_eq!(status("local://test/escape"), "connected", "{v}");
+    let ops = &v["connectors"]["local://status/bound"]["operations"][0];
+    assert_eq!(
+        (
+            ops["name"].as_str(),
+            ops["description"].as_str(),
+            ops["mode"].as_str()
+        ),
+        (Some("t"), Some("does nothing"), Some("readonly"))
+    );
+    let block = v["block"].as_str().unwrap();
+    assert!(
+        block.starts_with("<connector_status captured_at=\"")
+            && block.ends_with("</connector_status>"),
+        "{block}"
+    );
+    let config = d.socket.parent().unwrap().join("config.toml");
+    let out = Command::new(&w.spawnd)
+        .args(["connectors", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        cli["data"]["connectors"]["local://status/broken"]["status"], "invalid_credentials",
+        "{cli}"
+    );
+    assert_eq!(
+        cli["data"]["connectors"]["local://status/off"]["status"],
+        "disabled_by_admin"
+    );
+}

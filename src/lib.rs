@@ -22,6 +22,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod connectors;
 pub mod daemon;
 pub mod manifest;
 pub mod plan;

@@ -110,7 +110,8 @@ pub fn read_head(log: &Path) -> std::io::Result<Option<Head>> {
     }
 }
 
-fn now_rfc3339_millis() -> String {
+/// Now, as RFC 3339 UTC with milliseconds (the audit `ts` format).
+pub fn now_rfc3339_millis() -> String {
     let now = time::OffsetDateTime::now_utc();
     let fmt = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"

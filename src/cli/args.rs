@@ -82,6 +82,15 @@ pub enum Command {
     /// The audit trail.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// What each connector can do now: the `<connector_status>` block for agents.
+    #[command(
+        after_help = "Examples:\n  spawnd connectors --json\n  spawnd connectors --manifest policies/git.toml --manifest policies/tar.toml\n\nStatuses: connected, not_configured (no credential binding, or a program\nmissing or not matching its pin), invalid_credentials (binding unreadable or\nempty), disabled_by_admin ([[disable]]). Without --manifest, the config's\n[server] manifests are read."
+    )]
+    Connectors {
+        /// A manifest file (repeatable); default: `[server] manifests`.
+        #[arg(long, value_name = "FILE")]
+        manifest: Vec<PathBuf>,
+    },
     /// Run the supervisor daemon: JSON-RPC 2.0 over a Unix socket (SPEC §6).
     #[command(
         after_help = "Examples:\n  spawnd serve --config /etc/spawnd/config.toml\n  spawnd serve --socket /tmp/spawnd.sock\n  printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}' | socat - UNIX-CONNECT:/run/spawnd/spawnd.sock\n\nThe socket is systemd's (LISTEN_FDS) or `[server] socket` (mode `socket_mode`,\ngroup `socket_group`). SIGTERM or SIGINT stops accepting and lets open\nconnections finish (up to 10 s)."

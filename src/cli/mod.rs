@@ -100,6 +100,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
         Command::ProbeUserns => "probe-userns",
         Command::Serve { .. } => "serve",
+        Command::Connectors { .. } => "connectors",
     }
 }
 
@@ -125,6 +126,18 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         }
         Command::Audit(AuditCommand::Export { filter, file, .. }) => {
             audit_cmd::export(cli, file.as_deref(), filter)
+        }
+        Command::Connectors { manifest } => {
+            let mut config = context::load_config(cli)?;
+            if !manifest.is_empty() {
+                config.server.manifests = manifest.clone();
+            }
+            let manifests =
+                crate::daemon::spawns::load_manifests(&config).map_err(Failure::config)?;
+            let caller = context::current_caller()?;
+            let v = crate::connectors::status(&config, &manifests, &caller.home);
+            let text = v["block"].as_str().unwrap_or_default().to_string();
+            Ok(Success::new(v, text))
         }
         Command::Serve { socket } => {
             let config = context::load_config(cli)?;

@@ -448,16 +448,7 @@ fn read_credentials(p: &Prepared, plan: &SpawnPlan) -> Result<Vec<(String, Secre
         .iter()
         .filter(|e| e.source == EnvSource::Credential)
     {
-        let bindings: Vec<_> = p
-            .config
-            .credentials
-            .iter()
-            .filter(|b| b.connector == p.manifest.connector.name)
-            .collect();
-        let binding = bindings
-            .iter()
-            .find(|b| b.key.as_deref() == Some(entry.key.as_str()))
-            .or_else(|| bindings.iter().find(|b| b.key.is_none()));
+        let binding = p.config.binding_for(&p.manifest.connector.name, &entry.key);
         let Some(binding) = binding else {
             return Err(Failure::config(format!(
                 "binding_required: {} has no credential bound for {}",

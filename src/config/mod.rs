@@ -335,6 +335,19 @@ impl Config {
         self.disabled.contains(connector)
     }
 
+    /// The operator's binding for `connector`'s credential `key`: one naming
+    /// the key, else one without a key (the connector's only credential).
+    pub fn binding_for(&self, connector: &Fqn, key: &str) -> Option<&CredentialBinding> {
+        let mut of_connector = self
+            .credentials
+            .iter()
+            .filter(|b| &b.connector == connector);
+        of_connector
+            .clone()
+            .find(|b| b.key.as_deref() == Some(key))
+            .or_else(|| of_connector.find(|b| b.key.is_none()))
+    }
+
     /// The credential keys of `manifest` that have a binding.
     pub fn bound_credentials(&self, manifest: &Manifest) -> BTreeSet<String> {
         let keys = manifest

@@ -279,6 +279,7 @@ impl Connection {
     async fn dispatch(&mut self, call: Call) -> Result<Value, RpcError> {
         match call.method.as_str() {
             "health" => self.health().await,
+            "connectors_status" => self.connectors_status().await,
             "spawn" | "spawn_op" => {
                 spawns::spawn(
                     &self.daemon,
@@ -299,6 +300,20 @@ impl Connection {
                 format!("unknown method {other:?}"),
             )),
         }
+    }
+
+    async fn connectors_status(&self) -> Result<Value, RpcError> {
+        let daemon = Arc::clone(&self.daemon);
+        let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.peer.uid))
+            .ok()
+            .flatten()
+            .map(|u| u.dir)
+            .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+        tokio::task::spawn_blocking(move || {
+            crate::connectors::status(&daemon.config, &daemon.manifests, &home)
+        })
+        .await
+        .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))
     }
 
     async fn health(&self) -> Result<Value, RpcError> {
