@@ -550,3 +550,44 @@ fn connectors_status_reports_each_connector() {
         "disabled_by_admin"
     );
 }
+
+/// SIGTERM: no new connections, the running spawn finishes, its exit record
+/// is written, and the daemon exits cleanly.
+#[test]
+fn sigterm_lets_running_spawns_finish() {
+    let mut d = Daemon::start("drain", "");
+    let mut c = d.client();
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 1; echo finished"}}),
+    )["handle"]
+        .clone();
+    let stopped = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        UnixStream::connect(&d.socket).is_err(),
+        "still accepting after SIGTERM"
+    );
+    // The open connection is still served while the spawn drains.
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(
+        (done["exit_code"].as_i64(), done["stdout"]["text"].as_str()),
+        (Some(0), Some("finished\n")),
+        "{done}"
+    );
+    let status = d.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(stopped.elapsed() < Duration::from_secs(5));
+    let audit = std::fs::read_to_string(&d.audit).unwrap();
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"kind\":\"exit\"") && l.contains("\"exit_code\":0")),
+        "{audit}"
+    );
+}

@@ -9,8 +9,9 @@
 //! directory); readiness is reported with `sd_notify`. Each connection is a
 //! task: peer credentials from `SO_PEERCRED`, frames capped at
 //! `max_frame_bytes`, at most `max_connections` at once (the next one is told
-//! `overloaded` and closed). SIGTERM or SIGINT stops accepting and ends the
-//! daemon once its connections are done or the grace period is over.
+//! `overloaded` and closed). SIGTERM or SIGINT stops accepting, lets running
+//! spawns finish for [`SHUTDOWN_GRACE`], kills what is left, and exits once
+//! every exit record is written.
 
 pub mod rpc;
 pub mod spawns;
@@ -31,7 +32,7 @@ use crate::config::Config;
 use crate::spawner::Spawner;
 use rpc::{Call, RpcError};
 
-/// How long SIGTERM waits for open connections before the daemon exits.
+/// How long SIGTERM lets running spawns finish before killing them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The protocol version `health` reports.
@@ -54,6 +55,21 @@ pub struct Daemon {
     pub manifests: spawns::Manifests,
     /// Spawns running at once (back-pressure: the next one is `overloaded`).
     pub in_flight: Arc<Semaphore>,
+    /// Every started spawn, for the kill at the end of the shutdown grace.
+    pub started: std::sync::Mutex<Vec<std::sync::Weak<spawns::Handle>>>,
+}
+
+impl Daemon {
+    /// Kills every sandbox still running (their exit records follow).
+    fn kill_all(&self) {
+        let list = match self.started.lock() {
+            Ok(l) => l.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        for h in list.iter().filter_map(std::sync::Weak::upgrade) {
+            h.kill();
+        }
+    }
 }
 
 /// Spawns the daemon runs at once.
@@ -85,6 +101,7 @@ pub fn serve(config: Config, socket: Option<PathBuf>) -> Result<(), ServeError> 
         spawner,
         manifests,
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        started: std::sync::Mutex::new(Vec::new()),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -183,12 +200,27 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         }
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    tracing::info!("stopping: no new connections; waiting for open ones");
     drop(listener);
     if let Some(p) = created {
         let _ = std::fs::remove_file(p);
     }
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, slots.acquire_many(max as u32)).await;
+    // Running spawns may finish within the grace period; then they are
+    // killed. Either way each one's exit record is written before we leave.
+    let all = MAX_IN_FLIGHT as u32;
+    tracing::info!(
+        grace_s = SHUTDOWN_GRACE.as_secs(),
+        "stopping: no new connections; letting running spawns finish"
+    );
+    if tokio::time::timeout(SHUTDOWN_GRACE, daemon.in_flight.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("grace period over: killing the sandboxes still running");
+        daemon.kill_all();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), daemon.in_flight.acquire_many(all)).await;
+    }
+    tracing::info!("stopped");
     Ok(())
 }
 

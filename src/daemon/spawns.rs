@@ -93,7 +93,8 @@ impl Handle {
         }
     }
 
-    fn kill(&self) {
+    /// Kills the sandbox (SIGKILL to its init, through a pidfd).
+    pub fn kill(&self) {
         if let Ok(guard) = self.pidfd.lock() {
             if let Some(fd) = guard.as_ref() {
                 let _ = crate::sandbox::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
@@ -461,6 +462,10 @@ pub async fn spawn(
     });
     match started_rx.await {
         Ok(Ok(())) => {
+            if let Ok(mut list) = daemon.started.lock() {
+                list.retain(|w| w.strong_count() > 0);
+                list.push(Arc::downgrade(&handle));
+            }
             let name = new_handle_name();
             handles.map.insert(name.clone(), handle);
             Ok(json!({"handle": name}))
