@@ -568,11 +568,13 @@ fn sigterm_lets_running_spawns_finish() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        UnixStream::connect(&d.socket).is_err(),
-        "still accepting after SIGTERM"
-    );
+    while UnixStream::connect(&d.socket).is_ok() {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "still accepting after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // The open connection is still served while the spawn drains.
     let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
     assert_eq!(
@@ -589,5 +591,88 @@ fn sigterm_lets_running_spawns_finish() {
             .lines()
             .any(|l| l.contains("\"kind\":\"exit\"") && l.contains("\"exit_code\":0")),
         "{audit}"
+    );
+}
+
+/// SIGHUP with a broken manifest keeps serving the old one; a good one is
+/// taken. (Found here: a running spawn's supervisor took the daemon's SIGHUP
+/// from the process and killed its sandbox instead.)
+#[test]
+fn sighup_with_a_broken_manifest_keeps_the_old_one() {
+    let w = world();
+    let dir = w.path("daemon-reload-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("reload.toml");
+    let text = |op: &str| {
+        format!("[connector]\nname = \"local://reload/a\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\n[capabilities.spawn.operations.{op}]\nargv = \"true\"\n")
+    };
+    std::fs::write(&path, text("first")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let mut d = Daemon::start_with_manifests("reload", "", &[&path]);
+    let mut log = BufReader::new(d.child.stderr.take().unwrap());
+    let pid = nix::unistd::Pid::from_raw(d.child.id() as i32);
+    let hup = || nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut c = d.client();
+    let run = |c: &mut Client, op: &str| {
+        c.call(
+            "spawn_op",
+            json!({"connector": "local://reload/a", "op": op}),
+        )
+    };
+    assert!(run(&mut c, "first").get("result").is_some());
+    std::fs::write(&path, "[connector\nthis is not TOML").unwrap();
+    hup();
+    // The daemon says why it refused the reload (and reads nothing else).
+    let mut line = String::new();
+    while !line.contains("reload refused") {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "the daemon's log ended"
+        );
+    }
+    assert!(line.contains("reload.toml"), "{line}");
+    let still = run(&mut c, "first");
+    assert!(
+        still.get("result").is_some(),
+        "the old manifest stays in force: {still}"
+    );
+    std::fs::write(&path, text("second")).unwrap();
+    hup();
+    let fixed = Instant::now();
+    while run(&mut c, "second").get("result").is_none() {
+        assert!(
+            fixed.elapsed() < Duration::from_secs(10),
+            "the fixed manifest is never taken"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        run(&mut c, "first")["error"]["data"]["reason"],
+        "op_unknown"
+    );
+}
+
+/// A signal to the daemon is the daemon's: a running spawn is not killed by it.
+#[test]
+fn a_sighup_to_the_daemon_does_not_end_a_running_spawn() {
+    let d = Daemon::start("hup-running", "");
+    let mut c = d.client();
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 0.5; echo survived"}}),
+    )["handle"]
+        .clone();
+    std::thread::sleep(Duration::from_millis(100));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(
+        (done["state"].as_str(), done["stdout"]["text"].as_str()),
+        (Some("exited"), Some("survived\n")),
+        "{done}"
     );
 }

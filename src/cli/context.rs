@@ -35,6 +35,11 @@ pub fn config_path(cli: &Cli) -> Option<PathBuf> {
 
 /// Loads the operator config, or the defaults when none is given.
 pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
+    load_config_from(config_path(cli).as_deref())
+}
+
+/// Loads the config at `path`, or the defaults without one.
+pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let uid = nix::unistd::getuid().as_raw();
     let home = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
@@ -42,8 +47,8 @@ pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
         .map(|u| u.dir);
     let xdg = std::env::var("XDG_STATE_HOME").ok();
     let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
-    match config_path(cli) {
-        Some(path) => Config::load(&path, default_audit).map_err(|e| {
+    match path {
+        Some(path) => Config::load(path, default_audit).map_err(|e| {
             let exit = if matches!(e, crate::config::ConfigError::Read { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound) { 6 } else { 4 };
             Failure::new(exit, e.to_string())
         }),

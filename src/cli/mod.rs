@@ -141,7 +141,10 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         }
         Command::Serve { socket } => {
             let config = context::load_config(cli)?;
-            crate::daemon::serve(config, socket.clone())
+            let path = context::config_path(cli);
+            let reload: crate::daemon::Reload =
+                Box::new(move || context::load_config_from(path.as_deref()).map_err(|f| f.message));
+            crate::daemon::serve(config, reload, socket.clone())
                 .map(|()| Success::new(serde_json::Value::Null, ""))
                 .map_err(|e| Failure::new(5, format!("serve: {e}")))
         }

@@ -52,6 +52,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         json: cli.json,
         spawner: spawner.as_ref(),
         on_started: None,
+        signals_end_the_run: true,
     })
 }
 
@@ -77,6 +78,8 @@ pub(crate) struct Execution<'a> {
     pub spawner: Option<&'a Spawner>,
     /// Called once the program has started: its audit id and a pidfd for its init.
     pub on_started: Option<OnStarted<'a>>,
+    /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
+    pub signals_end_the_run: bool,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -198,6 +201,7 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         live: x.live,
         stdin: pump,
         redact,
+        signals_end_the_run: x.signals_end_the_run,
     };
     let outcome = supervise(running, supervision)
         .map_err(|e| Failure::new(10, format!("supervising the sandbox: {e}")))?;

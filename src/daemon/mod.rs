@@ -11,7 +11,9 @@
 //! `max_frame_bytes`, at most `max_connections` at once (the next one is told
 //! `overloaded` and closed). SIGTERM or SIGINT stops accepting, lets running
 //! spawns finish for [`SHUTDOWN_GRACE`], kills what is left, and exits once
-//! every exit record is written.
+//! every exit record is written. SIGHUP re-reads the config and manifests;
+//! if any of them is bad, the old ones stay in force and the log says why
+//! (the socket and limits chosen at start stay as they are).
 
 pub mod rpc;
 pub mod spawns;
@@ -43,16 +45,27 @@ pub const PROTOCOL_VERSION: u32 = 1;
 #[error("{0}")]
 pub struct ServeError(pub String);
 
-/// What every connection shares.
-pub struct Daemon {
+/// The config and manifests in force; SIGHUP swaps in new ones.
+pub struct Loaded {
     /// The operator config.
     pub config: Config,
+    /// The manifests served, by connector name.
+    pub manifests: spawns::Manifests,
+}
+
+/// Re-reads the config (from where it first came) for SIGHUP.
+pub type Reload = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// What every connection shares.
+pub struct Daemon {
+    /// The config and manifests in force.
+    loaded: std::sync::RwLock<Arc<Loaded>>,
+    /// How to re-read the config.
+    reload: Reload,
     /// spawnd's own binary (for `health`'s user-namespace probe).
     pub exe: PathBuf,
     /// The spawner every sandbox is launched through.
     pub spawner: Spawner,
-    /// The manifests served, by connector name.
-    pub manifests: spawns::Manifests,
     /// Spawns running at once (back-pressure: the next one is `overloaded`).
     pub in_flight: Arc<Semaphore>,
     /// Every started spawn, for the kill at the end of the shutdown grace.
@@ -60,6 +73,37 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The config and manifests in force now.
+    pub fn loaded(&self) -> Arc<Loaded> {
+        match self.loaded.read() {
+            Ok(l) => Arc::clone(&l),
+            Err(p) => Arc::clone(&p.into_inner()),
+        }
+    }
+
+    /// SIGHUP: re-reads the config and every manifest; on any error the old
+    /// ones stay in force and the error is logged.
+    fn reload(&self) {
+        let fresh = (self.reload)().and_then(|config| {
+            let manifests = spawns::load_manifests(&config)?;
+            Ok(Loaded { config, manifests })
+        });
+        match fresh {
+            Ok(l) => {
+                tracing::info!(
+                    manifests = l.manifests.len(),
+                    "reloaded the config and manifests"
+                );
+                if let Ok(mut slot) = self.loaded.write() {
+                    *slot = Arc::new(l);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force")
+            }
+        }
+    }
+
     /// Kills every sandbox still running (their exit records follow).
     fn kill_all(&self) {
         let list = match self.started.lock() {
@@ -88,7 +132,7 @@ pub struct Peer {
 
 /// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
 /// forks the spawner first). `socket` overrides `[server] socket`.
-pub fn serve(config: Config, socket: Option<PathBuf>) -> Result<(), ServeError> {
+pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
     let manifests =
         spawns::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
@@ -96,10 +140,10 @@ pub fn serve(config: Config, socket: Option<PathBuf>) -> Result<(), ServeError> 
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
     let socket = socket.unwrap_or_else(|| config.server.socket.clone());
     let daemon = Arc::new(Daemon {
-        config,
+        loaded: std::sync::RwLock::new(Arc::new(Loaded { config, manifests })),
+        reload,
         exe,
         spawner,
-        manifests,
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         started: std::sync::Mutex::new(Vec::new()),
     });
@@ -153,10 +197,10 @@ fn listener(daemon: &Daemon, path: &Path) -> Result<(UnixListener, Option<PathBu
         .map_err(|e| ServeError(format!("bind {}: {e}", path.display())))?;
     std::fs::set_permissions(
         path,
-        std::fs::Permissions::from_mode(daemon.config.server.socket_mode),
+        std::fs::Permissions::from_mode(daemon.loaded().config.server.socket_mode),
     )
     .map_err(|e| ServeError(format!("chmod {}: {e}", path.display())))?;
-    if let Some(group) = &daemon.config.server.socket_group {
+    if let Some(group) = &daemon.loaded().config.server.socket_group {
         let gid = nix::unistd::Group::from_name(group)
             .ok()
             .flatten()
@@ -174,7 +218,9 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         .map_err(|e| ServeError(format!("SIGTERM handler: {e}")))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| ServeError(format!("SIGINT handler: {e}")))?;
-    let max = daemon.config.server.max_connections.max(1) as usize;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| ServeError(format!("SIGHUP handler: {e}")))?;
+    let max = daemon.loaded().config.server.max_connections.max(1) as usize;
     let slots = Arc::new(Semaphore::new(max));
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(socket = %path.display(), max_connections = max, "serving");
@@ -194,6 +240,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         tokio::spawn(refuse_overloaded(stream, max));
                     }
                 }
+            }
+            _ = hup.recv() => {
+                let d = Arc::clone(&daemon);
+                let _ = tokio::task::spawn_blocking(move || d.reload()).await;
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
@@ -249,7 +299,7 @@ fn peer_of(stream: &UnixStream) -> Option<Peer> {
 async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let Some(peer) = peer_of(&stream) else { return };
     let (read, mut write) = stream.into_split();
-    let max = daemon.config.server.max_frame_bytes as usize;
+    let max = daemon.loaded().config.server.max_frame_bytes as usize;
     let mut lines = FramedRead::new(read, LinesCodec::new_with_max_length(max));
     let mut conn = Connection {
         daemon,
@@ -342,7 +392,8 @@ impl Connection {
             .map(|u| u.dir)
             .unwrap_or_else(|| PathBuf::from("/nonexistent"));
         tokio::task::spawn_blocking(move || {
-            crate::connectors::status(&daemon.config, &daemon.manifests, &home)
+            let loaded = daemon.loaded();
+            crate::connectors::status(&loaded.config, &loaded.manifests, &home)
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))
@@ -351,7 +402,7 @@ impl Connection {
     async fn health(&self) -> Result<Value, RpcError> {
         let daemon = Arc::clone(&self.daemon);
         let report = tokio::task::spawn_blocking(move || {
-            crate::probe::probe(&daemon.exe, daemon.config.audit.path.as_deref())
+            crate::probe::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;

@@ -390,7 +390,8 @@ pub async fn spawn(
     }
     let (connector, request, stdin) = request_from(method, params)?;
     let caller = caller_of(peer)?;
-    let Some(manifest) = daemon.manifests.get(&connector).cloned() else {
+    let loaded = daemon.loaded();
+    let Some(manifest) = loaded.manifests.get(&connector).cloned() else {
         return Err(unknown_connector(daemon, &caller, &connector, &request).await);
     };
     let permit = Arc::clone(&daemon.in_flight)
@@ -406,13 +407,13 @@ pub async fn spawn(
     let thread_daemon = Arc::clone(daemon);
     let thread_handle = Arc::clone(&handle);
     let access = Access::Rules {
-        rules: daemon.config.access.clone(),
+        rules: loaded.config.access.clone(),
         daemon_uid: nix::unistd::geteuid().as_raw(),
     };
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let prepared = Prepared {
-            config: thread_daemon.config.clone(),
+            config: loaded.config.clone(),
             manifest,
             caller,
             request,
@@ -435,6 +436,7 @@ pub async fn spawn(
             live: Some(Box::new(HandleSink(Arc::clone(&thread_handle)))),
             json: true,
             spawner: Some(&thread_daemon.spawner),
+            signals_end_the_run: false,
             on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
                 if let Ok(mut g) = on_started_handle.pidfd.lock() {
                     *g = pidfd;
@@ -485,7 +487,7 @@ async fn unknown_connector(
     let daemon = Arc::clone(daemon);
     let (caller, connector, request) = (caller.clone(), connector.to_string(), request.clone());
     tokio::task::spawn_blocking(move || {
-        crate::cli::run::refuse_unloaded(&daemon.config, &caller, &connector, &request)
+        crate::cli::run::refuse_unloaded(&daemon.loaded().config, &caller, &connector, &request)
     })
     .await
     .map_or_else(|e| RpcError::new(-32603, e.to_string()), rpc_error)

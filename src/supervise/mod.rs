@@ -147,6 +147,9 @@ pub struct Supervision {
     pub stdin: Option<Box<dyn Read + Send>>,
     /// Credential values to replace with `[REDACTED:KEY]` in both streams.
     pub redact: Vec<(String, crate::vault::Secret)>,
+    /// SIGINT, SIGTERM or SIGHUP to this process kill the sandbox (`spawnd
+    /// run`); the daemon keeps its signals for itself.
+    pub signals_end_the_run: bool,
 }
 
 /// A receiver of output as it arrives: `which` is 0 for stdout, 1 for
@@ -307,9 +310,14 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
 
 /// Drives the sandbox to its end.
 pub fn supervise(running: Watched<'_>, mut sup: Supervision) -> std::io::Result<Outcome> {
-    let signals: SigSet = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]
-        .into_iter()
-        .collect();
+    // The daemon's own signals are its business (reload, shutdown): a
+    // supervisor there must not take them from the process.
+    let signals: SigSet = match sup.signals_end_the_run {
+        true => [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]
+            .into_iter()
+            .collect(),
+        false => SigSet::empty(),
+    };
     let mut old_mask = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&signals), Some(&mut old_mask))?;
     let result = supervise_blocked(running, &mut sup, &signals);
