@@ -231,27 +231,18 @@ impl AuditLog {
             Some(last) if last.seq > recorded.seq => last,
             _ => recorded,
         };
+        let mut notes = Vec::new();
         if let Some(torn) = tail.torn {
             file.write_all(b"\n")
                 .map_err(|e| self.err("close a torn line", e))?;
-            let note = json!({"note": "torn line left by an interrupted write; chained past", "torn_at_byte": torn.0, "torn_bytes": torn.1});
-            head = self.write_record(
-                &mut file,
-                &head,
-                Kind::Note,
-                &random_id(),
-                note.as_object().cloned().unwrap_or_default(),
-            )?;
+            notes.push(json!({"note": "torn line left by an interrupted write; chained past", "torn_at_byte": torn.0, "torn_bytes": torn.1}));
         }
         if let Some(why) = garbled {
-            let note = json!({"note": "head file unreadable; chained from the log's last complete record", "head_error": why});
-            head = self.write_record(
-                &mut file,
-                &head,
-                Kind::Note,
-                &random_id(),
-                note.as_object().cloned().unwrap_or_default(),
-            )?;
+            notes.push(json!({"note": "head file unreadable; chained from the log's last complete record", "head_error": why}));
+        }
+        for note in notes {
+            let body = note.as_object().cloned().unwrap_or_default();
+            head = self.write_record(&mut file, &head, Kind::Note, &random_id(), body)?;
         }
         let id = audit_id.map_or_else(random_id, str::to_string);
         let next = self.write_record(&mut file, &head, kind, &id, body)?;

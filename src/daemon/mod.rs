@@ -15,6 +15,8 @@
 //! if any of them is bad, the old ones stay in force and the log says why
 //! (the socket and limits chosen at start stay as they are).
 
+pub mod manifests;
+mod request;
 pub mod rpc;
 pub mod spawns;
 
@@ -50,7 +52,7 @@ pub struct Loaded {
     /// The operator config.
     pub config: Config,
     /// The manifests served, by connector name.
-    pub manifests: spawns::Manifests,
+    pub manifests: manifests::Manifests,
 }
 
 /// Re-reads the config (from where it first came) for SIGHUP.
@@ -85,7 +87,7 @@ impl Daemon {
     /// ones stay in force and the error is logged.
     fn reload(&self) {
         let fresh = (self.reload)().and_then(|config| {
-            let manifests = spawns::load_manifests(&config)?;
+            let manifests = manifests::load_manifests(&config)?;
             Ok(Loaded { config, manifests })
         });
         match fresh {
@@ -134,7 +136,7 @@ pub struct Peer {
 /// forks the spawner first). `socket` overrides `[server] socket`.
 pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
     let manifests =
-        spawns::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
+        manifests::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;

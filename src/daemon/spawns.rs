@@ -11,10 +11,9 @@
 //! until `spawn_release` or [`HANDLE_LIFETIME`], and a connection's running
 //! sandboxes are killed when it closes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,13 +21,13 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
+use super::request::{caller_of, request_from};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
 use crate::cli::check::Prepared;
 use crate::cli::output::Failure;
 use crate::cli::run::{execute, Execution};
-use crate::manifest::{Manifest, Tier};
-use crate::policy::{Access, Caller, Request, RequestKind};
+use crate::policy::{Access, Caller, Request};
 use crate::sandbox::launch::StdinSource;
 use crate::supervise::LiveOutput;
 
@@ -153,204 +152,6 @@ fn new_handle_name() -> String {
     let mut bytes = [0u8; 16];
     let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
     format!("h-{}", hex::encode(bytes))
-}
-
-/// The manifests the daemon serves, by connector name.
-pub type Manifests = BTreeMap<String, Manifest>;
-
-/// Loads `[server] manifests` (files, or directories of `*.toml`). A file
-/// writable by group or others, or owned by neither root nor spawnd's user,
-/// is refused, and so is a second manifest with an FQN already loaded.
-pub fn load_manifests(config: &crate::config::Config) -> Result<Manifests, String> {
-    let mut files: Vec<PathBuf> = Vec::new();
-    for entry in &config.server.manifests {
-        if entry.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(entry)
-                .map_err(|e| format!("{}: {e}", entry.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-                .collect();
-            found.sort();
-            files.extend(found);
-        } else {
-            files.push(entry.clone());
-        }
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    let mut out = Manifests::new();
-    for file in files {
-        check_ownership(&file, me)?;
-        let manifest = crate::cli::context::load_manifest(&file, config).map_err(|f| f.message)?;
-        let name = manifest.connector.name.to_string();
-        if out.contains_key(&name) {
-            return Err(format!(
-                "{}: connector {name} is already loaded from another manifest",
-                file.display()
-            ));
-        }
-        out.insert(name, manifest);
-    }
-    Ok(out)
-}
-
-fn check_ownership(file: &Path, me: u32) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by group or others (mode {:o}); chmod go-w it",
-            file.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{} is owned by uid {}, neither root nor spawnd's user ({me})",
-            file.display(),
-            meta.uid()
-        ));
-    }
-    Ok(())
-}
-
-fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
-    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(peer.uid))
-        .ok()
-        .flatten()
-        .ok_or_else(|| {
-            RpcError::new(
-                rpc::CAPABILITY_DENIED,
-                format!("uid {} has no entry in the password database", peer.uid),
-            )
-        })?;
-    Ok(Caller {
-        uid: peer.uid,
-        gid: peer.gid,
-        pid: peer.pid.and_then(|p| u32::try_from(p).ok()),
-        home: user.dir,
-    })
-}
-
-fn string_map(
-    params: &Map<String, Value>,
-    name: &str,
-) -> Result<BTreeMap<String, String>, RpcError> {
-    match params.get(name) {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                _ => Err(RpcError::params(format!("{name}.{k} must be a string"))),
-            })
-            .collect(),
-        Some(_) => Err(RpcError::params(format!(
-            "{name} must be an object of strings"
-        ))),
-    }
-}
-
-/// The request, the stdin bytes, and the connector named.
-fn request_from(
-    method: &str,
-    params: &Map<String, Value>,
-) -> Result<(String, Request, Option<Vec<u8>>), RpcError> {
-    let connector = string_param(params, "connector")?.to_string();
-    let (kind, env, cwd, stdin) = if method == "spawn_op" {
-        let kind = RequestKind::Op {
-            name: string_param(params, "op")?.to_string(),
-            args: string_map(params, "args")?,
-        };
-        let stdin = params
-            .get("stdin")
-            .and_then(Value::as_str)
-            .map(|s| s.as_bytes().to_vec());
-        (kind, string_map(params, "env")?, None, stdin)
-    } else {
-        let Some(Value::Object(e)) = params.get("envelope") else {
-            return Err(RpcError::params(
-                "envelope must be an object {program, argv, env, cwd?, stdin? | stdin_b64?}",
-            ));
-        };
-        let program = string_param(e, "program")?.to_string();
-        let argv = match e.get("argv") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| RpcError::params("envelope.argv must hold strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            _ => {
-                return Err(RpcError::params(
-                    "envelope.argv must be an array of strings",
-                ))
-            }
-        };
-        let stdin = match (e.get("stdin"), e.get("stdin_b64")) {
-            (Some(_), Some(_)) => {
-                return Err(RpcError::params(
-                    "the envelope gives both stdin and stdin_b64; keep one",
-                ))
-            }
-            (Some(Value::String(s)), None) => Some(s.as_bytes().to_vec()),
-            (None, Some(Value::String(b))) => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(b)
-                    .map_err(|e| RpcError::params(format!("envelope.stdin_b64: {e}")))?,
-            ),
-            (None, None) => None,
-            _ => {
-                return Err(RpcError::params(
-                    "envelope.stdin must be a string, stdin_b64 base64",
-                ))
-            }
-        };
-        let cwd = e.get("cwd").and_then(Value::as_str).map(str::to_string);
-        (
-            RequestKind::Raw { program, argv },
-            string_map(e, "env")?,
-            cwd,
-            stdin,
-        )
-    };
-    let action = match params.get("action") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(a)) => Some(a.split('.').map(str::to_string).collect()),
-        Some(Value::Array(a)) => Some(
-            a.iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| RpcError::params("action must hold strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-        Some(_) => {
-            return Err(RpcError::params(
-                "action must be a string or an array of strings",
-            ))
-        }
-    };
-    let mode = match params.get("mode").and_then(Value::as_str) {
-        None => Tier::Readonly,
-        Some(m) => m
-            .parse::<Tier>()
-            .map_err(|_| RpcError::params(format!("unknown mode {m:?}")))?,
-    };
-    Ok((
-        connector,
-        Request {
-            kind,
-            env,
-            cwd,
-            action,
-            mode,
-        },
-        stdin,
-    ))
 }
 
 /// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
