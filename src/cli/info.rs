@@ -56,6 +56,17 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     ("capabilities", "this description", "readonly"),
     ("health", "kernel layers available", "readonly"),
     ("config.show", "the effective operator config", "readonly"),
+    (
+        "run",
+        "an operation in the sandbox (the operation's own mode applies)",
+        "readonly",
+    ),
+    ("audit.verify", "check the audit hash chain", "readonly"),
+    ("audit.tail", "the last audit records", "readonly"),
+    ("audit.query", "audit records matching filters", "readonly"),
+    ("audit.export", "audit records as OCSF events", "readonly"),
+    ("connectors", "the <connector_status> block", "readonly"),
+    ("serve", "the daemon (JSON-RPC over a Unix socket)", "readonly"),
 ];
 
 /// `spawnd capabilities`.
