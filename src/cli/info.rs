@@ -66,7 +66,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     ("audit.query", "audit records matching filters", "readonly"),
     ("audit.export", "audit records as OCSF events", "readonly"),
     ("connectors", "the <connector_status> block", "readonly"),
-    ("serve", "the daemon (JSON-RPC over a Unix socket)", "readonly"),
+    (
+        "serve",
+        "the daemon (JSON-RPC over a Unix socket)",
+        "readonly",
+    ),
 ];
 
 /// `spawnd capabilities`.
