@@ -224,6 +224,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         .map_err(|e| ServeError(format!("SIGHUP handler: {e}")))?;
     let max = daemon.loaded().config.server.max_connections.max(1) as usize;
     let slots = Arc::new(Semaphore::new(max));
+    // Told to connections at the end: answer what is in hand, read no more.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(socket = %path.display(), max_connections = max, "serving");
     loop {
@@ -233,8 +235,9 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                 match Arc::clone(&slots).try_acquire_owned() {
                     Ok(permit) => {
                         let daemon = Arc::clone(&daemon);
+                        let stop = stop_rx.clone();
                         tokio::spawn(async move {
-                            serve_connection(daemon, stream).await;
+                            serve_connection(daemon, stream, stop).await;
                             drop(permit);
                         });
                     }
@@ -272,6 +275,9 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         let _ =
             tokio::time::timeout(Duration::from_secs(10), daemon.in_flight.acquire_many(all)).await;
     }
+    // Every spawn has ended: connections answer what they are answering and close.
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(max as u32)).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -298,7 +304,11 @@ fn peer_of(stream: &UnixStream) -> Option<Peer> {
 /// One connection: read a line, answer it, until the peer closes. A frame
 /// over the cap or a line cut off by the end of the stream is answered with
 /// an error, and the connection closed.
-async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
+async fn serve_connection(
+    daemon: Arc<Daemon>,
+    stream: UnixStream,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let Some(peer) = peer_of(&stream) else { return };
     let (read, mut write) = stream.into_split();
     let max = daemon.loaded().config.server.max_frame_bytes as usize;
@@ -308,7 +318,12 @@ async fn serve_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         peer,
         handles: spawns::Handles::default(),
     };
-    while let Some(frame) = lines.next().await {
+    loop {
+        let frame = tokio::select! {
+            frame = lines.next() => frame,
+            _ = stop.changed() => break,
+        };
+        let Some(frame) = frame else { break };
         let (reply, close) = match frame {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => (conn.answer(&line).await, false),
