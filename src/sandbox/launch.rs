@@ -411,13 +411,7 @@ pub fn launch_order(
 /// held at `clone` (allocator, stdio), and `unshare(CLONE_NEWUSER)` fails there:
 /// refuse rather than risk it. The daemon launches from its single-threaded spawner.
 fn ensure_single_threaded() -> Result<(), StepError> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").map_err(prep("read /proc/self/status"))?;
-    let threads = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse::<u32>().ok())
-        .unwrap_or(0);
+    let threads = thread_count().map_err(prep("read /proc/self/status"))?;
     if threads != 1 {
         return Err(StepError::new(
             format!("launch from a process with {threads} threads"),
@@ -425,6 +419,15 @@ fn ensure_single_threaded() -> Result<(), StepError> {
         ));
     }
     Ok(())
+}
+
+/// The number of threads of this process (`Threads:` in `/proc/self/status`).
+pub fn thread_count() -> std::io::Result<u32> {
+    Ok(std::fs::read_to_string("/proc/self/status")?
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse::<u32>().ok())
+        .unwrap_or(0))
 }
 
 fn unique() -> u64 {

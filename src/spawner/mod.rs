@@ -72,11 +72,7 @@ impl Spawner {
     /// Forks the spawner. Call it while the process is still single-threaded
     /// (before an async runtime starts); it refuses otherwise.
     pub fn start() -> std::io::Result<Spawner> {
-        let threads = std::fs::read_to_string("/proc/self/status")?
-            .lines()
-            .find_map(|l| l.strip_prefix("Threads:"))
-            .and_then(|n| n.trim().parse::<u32>().ok())
-            .unwrap_or(0);
+        let threads = crate::sandbox::launch::thread_count()?;
         if threads != 1 {
             return Err(std::io::Error::other(format!(
                 "the spawner must be forked before any thread starts (this process has {threads})"
