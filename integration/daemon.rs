@@ -676,3 +676,206 @@ fn a_sighup_to_the_daemon_does_not_end_a_running_spawn() {
         "{done}"
     );
 }
+
+/// `spawnd run` as root with `args`, in-process or through `socket`.
+fn run_cli(socket: Option<&std::path::Path>, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let w = world();
+    let mut cmd = Command::new(&w.spawnd);
+    cmd.arg("run");
+    match socket {
+        Some(s) => cmd.arg("--socket").arg(s),
+        None => cmd.arg("--config").arg(w.config(harness::As::Root)),
+    };
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&w.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_through_the_socket_matches_run_in_this_process() {
+    let d = Daemon::start("remote", "");
+    let w = world();
+    let manifest = w.manifest.display().to_string();
+    let sh = |script: &str| {
+        vec![
+            "--manifest".to_string(),
+            manifest.clone(),
+            "--op".into(),
+            "sh".into(),
+            "--arg".into(),
+            format!("script={script}"),
+        ]
+    };
+    let cases: Vec<(Vec<String>, &[u8], Option<i32>)> = vec![
+        (sh("echo out; echo err >&2; exit 7"), b"", Some(7)),
+        (sh("kill -TERM $$"), b"", Some(143)),
+        (sh("tr a-z A-Z"), b"from stdin\n", Some(0)),
+        (
+            [sh("sleep 5"), vec!["--timeout".into(), "300ms".into()]].concat(),
+            b"",
+            Some(124),
+        ),
+        (
+            [sh("echo x"), vec!["--arg".into(), "nope=1".into()]].concat(),
+            b"",
+            Some(3),
+        ),
+    ];
+    for (args, stdin, expected) in cases {
+        let mut args = args;
+        if !stdin.is_empty() {
+            args.extend(["--stdin-file".into(), "-".into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let local = run_cli(None, &args, stdin);
+        let remote = run_cli(Some(&d.socket), &args, stdin);
+        let shown = |o: &std::process::Output| {
+            format!(
+                "exit {:?}\nstdout {}\nstderr {}",
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        };
+        assert_eq!(local.status.code(), expected, "{args:?}\n{}", shown(&local));
+        assert_eq!(
+            remote.status.code(),
+            expected,
+            "{args:?}\n{}",
+            shown(&remote)
+        );
+        assert_eq!(local.stdout, remote.stdout, "{args:?}");
+        // The denial's message names the same reason; spawnd's notes match too.
+        let lines = |o: &std::process::Output| {
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .filter(|l| !l.contains("audit_id"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lines(&local), lines(&remote), "{args:?}");
+
+        // --json: the same result object (timings and ids aside).
+        let json_args: Vec<&str> = std::iter::once("--json")
+            .chain(args.iter().copied())
+            .collect();
+        let local = run_cli(None, &json_args, stdin);
+        let remote = run_cli(Some(&d.socket), &json_args, stdin);
+        assert_eq!(local.status.code(), remote.status.code(), "{json_args:?}");
+        let (l, r): (Value, Value) = (
+            serde_json::from_slice(&local.stdout).unwrap(),
+            serde_json::from_slice(&remote.stdout).unwrap(),
+        );
+        assert_eq!(l["ok"], r["ok"], "{l}\n{r}");
+        if l["ok"] == json!(true) {
+            for key in [
+                "exit_code",
+                "signal",
+                "timed_out",
+                "stdout",
+                "stderr",
+                "connector",
+                "op",
+                "program",
+                "argv_shape",
+            ] {
+                assert_eq!(l["data"][key], r["data"][key], "{key}: {l}\n{r}");
+            }
+            let keys = |v: &Value| {
+                v["data"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(keys(&l), keys(&r));
+            assert!(r["data"]["audit_id"].is_string(), "{r}");
+        } else {
+            assert_eq!(l["error"]["code"], r["error"]["code"]);
+            assert_eq!(
+                l["error"]["details"]["reason"],
+                r["error"]["details"]["reason"]
+            );
+        }
+    }
+
+    // --connector instead of --manifest; a daemon that is not there is exit 5.
+    let by_name = run_cli(
+        Some(&d.socket),
+        &[
+            "--connector",
+            CONNECTOR,
+            "--op",
+            "sh",
+            "--arg",
+            "script=echo named",
+        ],
+        b"",
+    );
+    assert_eq!(
+        (by_name.status.code(), by_name.stdout.as_slice()),
+        (Some(0), b"named\n".as_slice())
+    );
+    let gone = run_cli(
+        Some(&w.path("no-such-daemon.sock")),
+        &[
+            "--connector",
+            CONNECTOR,
+            "--op",
+            "sh",
+            "--arg",
+            "script=true",
+        ],
+        b"",
+    );
+    assert_eq!(gone.status.code(), Some(5));
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("daemon unavailable"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+}
+
+#[test]
+fn run_through_the_socket_streams_output_as_it_arrives() {
+    let d = Daemon::start("remote-live", "");
+    let started = Instant::now();
+    let mut child = Command::new(&world().spawnd)
+        .arg("run")
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["--connector", CONNECTOR, "--op", "sh", "--arg"])
+        .arg("script=echo early; echo early-err >&2; sleep 2; echo late")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (mut first, mut first_err) = (String::new(), String::new());
+    out.read_line(&mut first).unwrap();
+    err.read_line(&mut first_err).unwrap();
+    let seen = started.elapsed();
+    assert_eq!(
+        (first.as_str(), first_err.as_str()),
+        ("early\n", "early-err\n")
+    );
+    assert!(
+        seen < Duration::from_millis(1500),
+        "first lines after {seen:?}"
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "late\n");
+    assert!(child.wait().unwrap().success());
+    assert!(started.elapsed() >= Duration::from_secs(2));
+}

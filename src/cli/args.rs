@@ -52,7 +52,7 @@ fn parse_tier(s: &str) -> Result<Tier, String> {
 pub enum Command {
     /// Run an operation (or a raw envelope) in the sandbox; exits with the child's code.
     #[command(
-        after_help = "Examples:\n  spawnd run --manifest policies/git.toml --op status --cwd ~/code/project\n  spawnd run --manifest policies/python3.toml --op eval --arg 'code=print(6*7)'\n  spawnd run --json --manifest policies/tar.toml --op list --arg archive=a.tar\n\nThe child's stdout and stderr stream live; spawnd's own messages go to stderr\nprefixed `spawnd:`. Exit: the child's code, 128+N after signal N, 124 after the\nwall time, 3 denied, 5 when a kernel layer or the sandbox setup is missing."
+        after_help = "Examples:\n  spawnd run --manifest policies/git.toml --op status --cwd ~/code/project\n  spawnd run --manifest policies/python3.toml --op eval --arg 'code=print(6*7)'\n  spawnd run --json --manifest policies/tar.toml --op list --arg archive=a.tar\n  spawnd run --socket /run/spawnd/spawnd.sock --connector local://spawnd/git --op status --cwd .\n\nThe child's stdout and stderr stream live; spawnd's own messages go to stderr\nprefixed `spawnd:`. Exit: the child's code, 128+N after signal N, 124 after the\nwall time, 3 denied, 5 when a kernel layer, the sandbox setup or the daemon\n(with --socket) is unavailable."
     )]
     Run(RunArgs),
     /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
@@ -219,9 +219,22 @@ pub enum ConfigCommand {
 /// The request arguments shared by `run` and `check`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The connector manifest.
-    #[arg(long, value_name = "FILE")]
-    pub manifest: PathBuf,
+    /// The connector manifest (with `--socket`: where the connector's name and
+    /// env passthrough keys are read; the daemon's loaded copy applies).
+    #[arg(long, value_name = "FILE", required_unless_present = "connector")]
+    pub manifest: Option<PathBuf>,
+    /// Go through the daemon listening here (`spawnd serve`) instead of
+    /// running in this process; output and exit codes are the same.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// With `--socket`: the connector's FQN, instead of reading it from `--manifest`.
+    #[arg(
+        long,
+        value_name = "FQN",
+        requires = "socket",
+        conflicts_with = "manifest"
+    )]
+    pub connector: Option<String>,
     /// The operation to run.
     #[arg(
         long,

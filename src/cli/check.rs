@@ -51,8 +51,28 @@ pub struct Prepared {
 /// Loads config and manifest and builds the request from `run`/`check` arguments.
 pub fn prepare(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
     let config = load_config(cli)?;
-    let manifest = load_manifest(&args.manifest, &config)?;
+    let path = args
+        .manifest
+        .as_deref()
+        .ok_or_else(|| Failure::usage("give --manifest FILE (or --socket S --connector FQN)"))?;
+    let manifest = load_manifest(path, &config)?;
     let caller = current_caller()?;
+    let request = request_of(cli, args, Some(&manifest))?;
+    Ok(Prepared {
+        config,
+        manifest,
+        caller,
+        request,
+    })
+}
+
+/// The request `run`/`check` arguments describe. Passthrough keys not named
+/// with `--env` are taken from this environment when a manifest says which.
+pub fn request_of(
+    cli: &Cli,
+    args: &RunArgs,
+    manifest: Option<&Manifest>,
+) -> Result<Request, Failure> {
     let (kind, mut env, envelope_cwd) = match (&args.op, &args.envelope) {
         (Some(op), None) => (
             RequestKind::Op {
@@ -80,7 +100,7 @@ pub fn prepare(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         }
         _ => return Err(Failure::usage("give --op NAME or --envelope FILE")),
     };
-    merge_cli_env(&mut env, &args.env, &manifest)?;
+    merge_cli_env(&mut env, &args.env, manifest)?;
     let cwd = match &args.cwd {
         Some(dir) if dir.is_absolute() => Some(dir.display().to_string()),
         Some(dir) => Some(
@@ -92,18 +112,12 @@ pub fn prepare(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         ),
         None => envelope_cwd,
     };
-    let request = Request {
+    Ok(Request {
         kind,
         env,
         cwd,
         action: None,
         mode: cli.mode.unwrap_or_default(),
-    };
-    Ok(Prepared {
-        config,
-        manifest,
-        caller,
-        request,
     })
 }
 
@@ -147,7 +161,7 @@ fn read_envelope(path: &Path) -> Result<EnvelopeFile, Failure> {
 fn merge_cli_env(
     env: &mut BTreeMap<String, String>,
     flags: &[String],
-    manifest: &Manifest,
+    manifest: Option<&Manifest>,
 ) -> Result<(), Failure> {
     let mut named = Vec::new();
     for flag in flags {
@@ -161,7 +175,7 @@ fn merge_cli_env(
         named.push(key.clone());
         env.insert(key, value);
     }
-    if let Some(spawn) = &manifest.spawn {
+    if let Some(spawn) = manifest.and_then(|m| m.spawn.as_ref()) {
         for key in spawn
             .env_passthrough
             .iter()
@@ -211,6 +225,11 @@ pub fn decide_with(p: &Prepared, opener: &mut ProgramOpener, access: &Access) ->
 
 /// `spawnd check`.
 pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+    if args.socket.is_some() {
+        return Err(Failure::usage(
+            "check runs the gate in this process; drop --socket (and use --manifest)",
+        ));
+    }
     let prepared = prepare(cli, args)?;
     let mut opener = ProgramOpener::default();
     match decide_local(&prepared, &mut opener) {

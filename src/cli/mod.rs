@@ -11,6 +11,7 @@ mod info;
 mod logging;
 mod manifest_cmd;
 pub(crate) mod output;
+mod remote;
 pub(crate) mod run;
 mod run_report;
 

@@ -32,6 +32,9 @@ use std::os::fd::{AsFd, OwnedFd};
 
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+    if let Some(socket) = &args.socket {
+        return super::remote::run_remote(cli, args, socket);
+    }
     // Forked first, while this process has one thread, as the daemon does.
     let spawner = match args.via_spawner {
         true => Some(

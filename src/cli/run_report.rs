@@ -79,13 +79,6 @@ pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
     let signal_name = signal
         .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
         .map(|s| s.as_str());
-    let exit = match (o.interrupted_by, o.timed_out, exit_code, signal) {
-        (Some(sig), _, _, _) => 128 + sig,
-        (None, true, _, _) => 124,
-        (None, false, Some(c), _) => c,
-        (None, false, None, Some(s)) => 128 + s,
-        _ => 10,
-    };
     let data = json!({
         "exit_code": exit_code,
         "signal": signal,
@@ -105,31 +98,53 @@ pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
         "stdout": stream_json(&o.stdout),
         "stderr": stream_json(&o.stderr),
     });
+    Ok(conclude(json, data))
+}
+
+/// The exit code a run's `data` stands for (the child's code, 128+N after
+/// signal N, 124 after the wall time), with spawnd's notes on stderr for a
+/// human reader. In-process `run` and `run --socket` end here alike.
+pub(super) fn conclude(json: bool, data: Value) -> Success {
+    let number = |key: &str| data[key].as_i64().and_then(|n| i32::try_from(n).ok());
+    let timed_out = data["timed_out"] == json!(true);
+    let exit = match (
+        number("interrupted_by"),
+        timed_out,
+        number("exit_code"),
+        number("signal"),
+    ) {
+        (Some(sig), _, _, _) => 128 + sig,
+        (None, true, _, _) => 124,
+        (None, false, Some(c), _) => c,
+        (None, false, None, Some(s)) => 128 + s,
+        _ => 10,
+    };
     if !json {
-        for (name, c) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
-            if c.truncated {
+        for name in ["stdout", "stderr"] {
+            let c = &data[name];
+            if c["truncated"] == json!(true) {
                 eprintln!(
                     "spawnd: {name} truncated: kept {} of {} bytes (cap from the manifest)",
-                    c.kept.len(),
-                    c.total
+                    c["bytes"], c["total_bytes"]
                 );
             }
         }
-        if o.timed_out {
+        let limits = &data["isolation"]["limits"];
+        if timed_out {
             eprintln!(
                 "spawnd: wall time of {} ms exceeded; the sandbox was killed",
-                plan.limits.wall_time_ms
+                limits["wall_time_ms"]
             );
         }
-        if o.oom_killed {
+        if data["oom_killed"] == json!(true) {
             eprintln!(
                 "spawnd: the memory limit of {} bytes was reached; the kernel killed the program",
-                plan.limits.max_memory_bytes
+                limits["max_memory_bytes"]
             );
         }
     }
     let mut success = Success::new(data, String::new());
     success.exit = exit;
     success.keep_ok = true;
-    Ok(success)
+    success
 }

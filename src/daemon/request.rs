@@ -49,22 +49,50 @@ fn string_map(
     }
 }
 
-/// The request, the stdin bytes, and the connector named.
-pub fn request_from(
-    method: &str,
-    params: &Map<String, Value>,
-) -> Result<(String, Request, Option<Vec<u8>>), RpcError> {
+/// A `spawn`/`spawn_op` call, parsed.
+pub struct SpawnCall {
+    /// The connector's FQN.
+    pub connector: String,
+    /// What the gate decides on.
+    pub request: Request,
+    /// The child's stdin (none: `/dev/null`).
+    pub stdin: Option<Vec<u8>>,
+    /// `timeout_ms`: tightens the manifest's wall time, never loosens it.
+    pub timeout_ms: Option<u64>,
+}
+
+/// `stdin` (text) or `stdin_b64` (bytes) from `params`, not both.
+fn stdin_of(params: &Map<String, Value>, at: &str) -> Result<Option<Vec<u8>>, RpcError> {
+    match (params.get("stdin"), params.get("stdin_b64")) {
+        (Some(_), Some(_)) => Err(RpcError::params(format!(
+            "{at}stdin and {at}stdin_b64 are both given; keep one"
+        ))),
+        (Some(Value::String(s)), None) => Ok(Some(s.as_bytes().to_vec())),
+        (None, Some(Value::String(b))) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map(Some)
+            .map_err(|e| RpcError::params(format!("{at}stdin_b64: {e}"))),
+        (None, None) | (Some(Value::Null), None) | (None, Some(Value::Null)) => Ok(None),
+        _ => Err(RpcError::params(format!(
+            "{at}stdin must be a string, stdin_b64 base64"
+        ))),
+    }
+}
+
+/// The call's connector, request, stdin and timeout.
+pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCall, RpcError> {
     let connector = string_param(params, "connector")?.to_string();
     let (kind, env, cwd, stdin) = if method == "spawn_op" {
         let kind = RequestKind::Op {
             name: string_param(params, "op")?.to_string(),
             args: string_map(params, "args")?,
         };
-        let stdin = params
-            .get("stdin")
-            .and_then(Value::as_str)
-            .map(|s| s.as_bytes().to_vec());
-        (kind, string_map(params, "env")?, None, stdin)
+        let cwd = match params.get("cwd") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.clone()),
+            Some(_) => return Err(RpcError::params("cwd must be a string")),
+        };
+        (kind, string_map(params, "env")?, cwd, stdin_of(params, "")?)
     } else {
         let Some(Value::Object(e)) = params.get("envelope") else {
             return Err(RpcError::params(
@@ -87,25 +115,7 @@ pub fn request_from(
                 ))
             }
         };
-        let stdin = match (e.get("stdin"), e.get("stdin_b64")) {
-            (Some(_), Some(_)) => {
-                return Err(RpcError::params(
-                    "the envelope gives both stdin and stdin_b64; keep one",
-                ))
-            }
-            (Some(Value::String(s)), None) => Some(s.as_bytes().to_vec()),
-            (None, Some(Value::String(b))) => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(b)
-                    .map_err(|e| RpcError::params(format!("envelope.stdin_b64: {e}")))?,
-            ),
-            (None, None) => None,
-            _ => {
-                return Err(RpcError::params(
-                    "envelope.stdin must be a string, stdin_b64 base64",
-                ))
-            }
-        };
+        let stdin = stdin_of(e, "envelope.")?;
         let cwd = e.get("cwd").and_then(Value::as_str).map(str::to_string);
         (
             RequestKind::Raw { program, argv },
@@ -138,9 +148,17 @@ pub fn request_from(
             .parse::<Tier>()
             .map_err(|_| RpcError::params(format!("unknown mode {m:?}")))?,
     };
-    Ok((
+    let timeout_ms = match params.get("timeout_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|ms| *ms > 0)
+                .ok_or_else(|| RpcError::params("timeout_ms must be a positive integer"))?,
+        ),
+    };
+    Ok(SpawnCall {
         connector,
-        Request {
+        request: Request {
             kind,
             env,
             cwd,
@@ -148,5 +166,6 @@ pub fn request_from(
             mode,
         },
         stdin,
-    ))
+        timeout_ms,
+    })
 }

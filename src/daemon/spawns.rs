@@ -21,7 +21,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
-use super::request::{caller_of, request_from};
+use super::request::{caller_of, request_from, SpawnCall};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
 use crate::cli::check::Prepared;
@@ -189,7 +189,12 @@ pub async fn spawn(
             ),
         ));
     }
-    let (connector, request, stdin) = request_from(method, params)?;
+    let SpawnCall {
+        connector,
+        request,
+        stdin,
+        timeout_ms,
+    } = request_from(method, params)?;
     let caller = caller_of(peer)?;
     let loaded = daemon.loaded();
     let Some(manifest) = loaded.manifests.get(&connector).cloned() else {
@@ -233,7 +238,7 @@ pub async fn spawn(
             access: &access,
             stdin: source,
             pump,
-            timeout_ms: None,
+            timeout_ms,
             live: Some(Box::new(HandleSink(Arc::clone(&thread_handle)))),
             json: true,
             spawner: Some(&thread_daemon.spawner),
