@@ -28,6 +28,11 @@ impl Daemon {
     }
 
     fn start_with_manifests(name: &str, extra: &str, more: &[&std::path::Path]) -> Daemon {
+        Daemon::start_under(name, extra, more, &[])
+    }
+
+    /// The daemon started through `wrap` (a command that execs the rest).
+    fn start_under(name: &str, extra: &str, more: &[&std::path::Path], wrap: &[String]) -> Daemon {
         let w = world();
         let dir = w.path(&format!("daemon-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -51,7 +56,15 @@ impl Daemon {
             ),
         )
         .unwrap();
-        let child = Command::new(&w.spawnd)
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&w.spawnd);
+                c
+            }
+            None => Command::new(&w.spawnd),
+        };
+        let child = cmd
             .args(["serve", "--config"])
             .arg(&config)
             .stdin(Stdio::null())
@@ -878,4 +891,105 @@ fn run_through_the_socket_streams_output_as_it_arrives() {
     assert_eq!(rest, "late\n");
     assert!(child.wait().unwrap().success());
     assert!(started.elapsed() >= Duration::from_secs(2));
+}
+
+/// The capability bounding set of the shipped unit, in setpriv's syntax.
+fn unit_bounding_set() -> String {
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/systemd/spawnd.service"),
+    )
+    .unwrap();
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit sets CapabilityBoundingSet");
+    std::iter::once("-all".to_string())
+        .chain(
+            line.split_whitespace()
+                .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_ascii_lowercase())),
+        )
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn the_daemon_works_under_the_shipped_units_capabilities_and_no_new_privileges() {
+    let w = world();
+    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n");
+    let wrap: Vec<String> = vec![
+        "setpriv".into(),
+        "--no-new-privs".into(),
+        format!("--bounding-set={}", unit_bounding_set()),
+        format!("--inh-caps=-all"),
+    ];
+    let d = Daemon::start_under("unitcaps", &extra, &[], &wrap);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // Root and an unprivileged peer, each through `run --socket`.
+    for who in [harness::As::Root, harness::As::Nobody] {
+        let mut cmd = match who {
+            harness::As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&w.spawnd);
+                c
+            }
+            _ => Command::new(&w.spawnd),
+        };
+        let out = cmd
+            .args(["run", "--socket"])
+            .arg(&d.socket)
+            .args(["--connector", CONNECTOR, "--op", "sh", "--arg"])
+            .arg("script=id -u; echo hello > /tmp/x; cat /tmp/x; head -c 4 /dev/urandom | wc -c")
+            .current_dir(&w.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        // A root caller's child is uid 0 of its own user namespace, with no capabilities.
+        let expected_uid = if who.is_root() { "0" } else { "65534" };
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{expected_uid}\nhello\n4\n"),
+            "{who:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0), "{who:?}");
+    }
+    // spawn_kill reaches an unprivileged peer's sandbox.
+    let mut c = d.client();
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}}),
+    )["handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.ok("spawn_kill", json!({"handle": h}));
+    let killed = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(killed["signal"], 9, "{killed}");
+}
+
+#[test]
+fn the_shipped_units_pass_systemd_analyze_verify() {
+    let dir = world().path("units");
+    std::fs::create_dir_all(&dir).unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/systemd");
+    for name in ["spawnd.service", "spawnd.socket"] {
+        // ExecStart must name a file that exists: this build's binary.
+        let text = std::fs::read_to_string(shipped.join(name))
+            .unwrap()
+            .replace(
+                "/usr/local/bin/spawnd",
+                &world().spawnd.display().to_string(),
+            );
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(dir.join("spawnd.service"))
+        .arg(dir.join("spawnd.socket"))
+        .output()
+        .expect("systemd-analyze (package systemd) is installed by scripts/setup");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }

@@ -180,7 +180,17 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
                 Some("proc"),
                 None,
                 &shown,
-            )?;
+            )
+            .map_err(|mut e| {
+                if e.source.raw_os_error() == Some(libc::EPERM) {
+                    e.step.push_str(
+                        " (the host's /proc has parts covered by other mounts, as systemd's \
+                         ProtectKernelTunables= or a container's masked paths do, and the kernel \
+                         then refuses a fresh /proc in a user namespace; run spawnd without them)",
+                    );
+                }
+                e
+            })?;
             // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is
             // refused (seccomp refuses memfd_create without MFD_NOEXEC_SEAL too).
             // Written now, before the whole of /proc becomes read-only.
