@@ -1,0 +1,361 @@
+//! Daemon load benchmark (not a timed test): `spawnd serve` under 16
+//! concurrent clients, each making 200 `spawn_op` calls (alternately
+//! `/usr/bin/true` and `/usr/bin/echo TOKEN`, so a result that went to the
+//! wrong caller would show), plus 4 clients sending garbage all along.
+//!
+//! Reports, as Markdown: the round trip of `spawn_op` + `spawn_status`
+//! (waiting for the end) against a plain fork/exec of `/usr/bin/true`,
+//! measured interleaved in the same run with one client; sustained spawns per
+//! second under the load; the daemon's RSS idle, at peak and after the load;
+//! and fails if a result was lost or mixed up, or RSS grows without bound.
+//!
+//! Run: `scripts/bench-daemon`. `SPAWND_BENCH_N` changes the per-client count.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const CONNECTOR: &str = "local://bench/daemon";
+const CLIENTS: usize = 16;
+const GARBAGE_CLIENTS: usize = 4;
+
+const MANIFEST: &str = r#"
+[connector]
+name = "local://bench/daemon"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{ path = "/usr/bin/true" }, { path = "/usr/bin/echo" }]
+
+[capabilities.spawn.operations.true]
+argv = "true"
+
+[capabilities.spawn.operations.echo]
+argv = "echo {token}"
+
+[capabilities.spawn.operations.echo.params.token]
+pattern = "[a-z0-9-]{1,40}"
+"#;
+
+/// One JSON-RPC connection.
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next: u64,
+}
+
+impl Client {
+    fn connect(socket: &Path) -> Client {
+        let s = UnixStream::connect(socket).expect("connect to the daemon");
+        Client {
+            reader: BufReader::new(s.try_clone().expect("clone")),
+            writer: s,
+            next: 0,
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        self.next += 1;
+        let req = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        self.writer
+            .write_all(format!("{req}\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.reader
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+        if v["id"] != json!(self.next) {
+            return Err(format!(
+                "answer for id {} to request {}",
+                v["id"], self.next
+            ));
+        }
+        match v.get("error") {
+            Some(e) => Err(format!("{method}: {e}")),
+            None => Ok(v["result"].clone()),
+        }
+    }
+
+    /// spawn_op + spawn_status (to the end): the result and the round trip.
+    fn spawn_and_wait(&mut self, op: &str, args: Value) -> Result<(Value, Duration), String> {
+        let t = Instant::now();
+        let handle = self.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": op, "args": args}),
+        )?["handle"]
+            .as_str()
+            .ok_or("no handle")?
+            .to_string();
+        let status = self.call("spawn_status", json!({"handle": handle, "wait_ms": 30_000}))?;
+        let elapsed = t.elapsed();
+        self.call("spawn_release", json!({ "handle": handle }))?;
+        Ok((status, elapsed))
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The daemon's pid and its spawner's (its only child that is spawnd).
+fn spawner_of(daemon: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children")).ok()?;
+    children.split_whitespace().find_map(|p| p.parse().ok())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn start_daemon(dir: &Path) -> (Child, PathBuf) {
+    let spawnd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
+    assert!(spawnd.exists(), "build first: cargo build --release");
+    let manifest = dir.join("daemon.toml");
+    std::fs::write(&manifest, MANIFEST).expect("manifest");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).expect("socket directory");
+    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o750))
+        .expect("chmod");
+    let socket = run.join("spawnd.sock");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\nmax_connections = 64\n",
+            dir.join("audit.jsonl").display(),
+            socket.display(),
+            manifest.display()
+        ),
+    )
+    .expect("config");
+    let child = Command::new(&spawnd)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawnd serve");
+    let t = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, socket)
+}
+
+/// Sends malformed frames, over and over, until told to stop; reconnects
+/// whenever the daemon closes the connection.
+fn garbage(socket: PathBuf, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
+    let frames: [&[u8]; 6] = [
+        b"{not json\n",
+        b"[1,2,3]\n",
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"no_such\"}\n",
+        b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"spawn_status\",\"params\":{\"handle\":\"h-00\"}}\n",
+        b"\xff\xfe\x00\x01\n",
+        b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"spawn_op\",\"params\":{\"connector\":\"local://bench/daemon\",\"op\":\"echo\",\"args\":{\"token\":\"--evil\"}}}\n",
+    ];
+    let mut i = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut s) = UnixStream::connect(&socket) else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let mut reader = BufReader::new(s.try_clone().expect("clone"));
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            // Every 50th frame is over the cap: the daemon answers and closes.
+            let frame: Vec<u8> = if i % 50 == 0 {
+                vec![b'x'; 2 << 20]
+            } else {
+                frames[i % frames.len()].to_vec()
+            };
+            if s.write_all(&frame).is_err() {
+                break;
+            }
+            sent.fetch_add(1, Ordering::Relaxed);
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+fn main() {
+    let per_client: usize = std::env::var("SPAWND_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut daemon, socket) = start_daemon(dir.path());
+    let pid = daemon.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_daemon = rss_kib(pid);
+    let idle_spawner = spawner_of(pid).map_or(0, rss_kib);
+
+    // 1. Round trip against plain fork/exec, one client, interleaved.
+    let mut c = Client::connect(&socket);
+    let (mut rt, mut plain) = (Vec::new(), Vec::new());
+    for i in 0..(per_client + 20) {
+        let t = Instant::now();
+        let ok = Command::new("/usr/bin/true")
+            .stdin(Stdio::null())
+            .status()
+            .expect("true")
+            .success();
+        let p = t.elapsed();
+        assert!(ok);
+        let (status, d) = c.spawn_and_wait("true", json!({})).expect("spawn_op");
+        assert_eq!(status["exit_code"], 0, "{status}");
+        if i >= 20 {
+            rt.push(d);
+            plain.push(p);
+        }
+    }
+    drop(c);
+    rt.sort();
+    plain.sort();
+
+    // 2. Load: 16 clients, 200 spawn_op each, plus 4 garbage senders.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let garbage_threads: Vec<_> = (0..GARBAGE_CLIENTS)
+        .map(|_| {
+            let (s, st, n) = (socket.clone(), Arc::clone(&stop), Arc::clone(&sent));
+            std::thread::spawn(move || garbage(s, st, n))
+        })
+        .collect();
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (stop, peak) = (Arc::clone(&stop), Arc::clone(&peak));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let started = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket);
+                let mut times = Vec::with_capacity(per_client);
+                let mut wrong = Vec::new();
+                for i in 0..per_client {
+                    let token = format!("c{k}-n{i}");
+                    let (op, args) = if i % 2 == 0 {
+                        ("true", json!({}))
+                    } else {
+                        ("echo", json!({ "token": token }))
+                    };
+                    match c.spawn_and_wait(op, args) {
+                        Ok((s, d)) => {
+                            times.push(d);
+                            let expected = if op == "echo" {
+                                format!("{token}\n")
+                            } else {
+                                String::new()
+                            };
+                            if s["exit_code"] != 0 || s["stdout"]["text"] != json!(expected) {
+                                wrong.push(format!("{token}: {s}"));
+                            }
+                        }
+                        Err(e) => wrong.push(format!("{token}: {e}")),
+                    }
+                }
+                (times, wrong)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut wrong = Vec::new();
+    for t in clients {
+        let (times, w) = t.join().expect("client");
+        all.extend(times);
+        wrong.extend(w);
+    }
+    let wall = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for t in garbage_threads {
+        let _ = t.join();
+    }
+    let _ = sampler.join();
+    std::thread::sleep(Duration::from_millis(500));
+    let after_daemon = rss_kib(pid);
+    let alive = daemon.try_wait().expect("wait").is_none();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    all.sort();
+
+    let total = CLIENTS * per_client;
+    let rate = all.len() as f64 / wall.as_secs_f64();
+    let (p50, p99, plain50) = (
+        percentile(&rt, 0.5),
+        percentile(&rt, 0.99),
+        percentile(&plain, 0.5),
+    );
+    let table = format!(
+        "`spawnd serve`, {per_client} round trips interleaved with plain fork/exec, then {CLIENTS} clients × {per_client} `spawn_op` + {GARBAGE_CLIENTS} garbage clients\n\n\
+| measure | value | goal |\n|---|---|---|\n\
+| plain fork/exec of /usr/bin/true, p50 (baseline) | {} | |\n\
+| `spawn_op` + `spawn_status` round trip, p50 | {} ({:.2}× plain) | ≤ 2.5× plain |\n\
+| `spawn_op` + `spawn_status` round trip, p99 | {} | |\n\
+| under load: round trip p50 / p99 | {} / {} | |\n\
+| sustained spawns per second, {CLIENTS} clients | {rate:.0}/s | ≥ 500/s |\n\
+| results: completed / expected / lost or mixed up | {} / {total} / {} | 0 lost |\n\
+| garbage frames sent meanwhile | {} | |\n\
+| daemon RSS idle / peak under load / after | {:.1} / {:.1} / {:.1} MiB | idle < 15 MiB |\n\
+| spawner RSS idle | {:.1} MiB | |\n\
+| daemon still serving after the load | {alive} | |\n",
+        ms(plain50),
+        ms(p50),
+        p50.as_secs_f64() / plain50.as_secs_f64(),
+        ms(p99),
+        ms(percentile(&all, 0.5)),
+        ms(percentile(&all, 0.99)),
+        all.len() - wrong.len().min(all.len()),
+        wrong.len(),
+        sent.load(Ordering::Relaxed),
+        idle_daemon as f64 / 1024.0,
+        peak.load(Ordering::Relaxed) as f64 / 1024.0,
+        after_daemon as f64 / 1024.0,
+        idle_spawner as f64 / 1024.0,
+    );
+    println!("{table}");
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-daemon.md");
+    if let Ok(mut f) = std::fs::File::create(&out) {
+        let _ = f.write_all(table.as_bytes());
+        eprintln!("written to {}", out.display());
+    }
+    for w in wrong.iter().take(5) {
+        eprintln!("wrong: {w}");
+    }
+    assert!(wrong.is_empty(), "{} results lost or mixed up", wrong.len());
+    assert!(alive, "the daemon died under load");
+}
