@@ -993,3 +993,120 @@ fn the_shipped_units_pass_systemd_analyze_verify() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }
+
+#[test]
+fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let base = w.path("daemon-scopes");
+    let parent = base.join("parent");
+    let readable = parent.join("data");
+    let writable = base.join("out");
+    std::fs::create_dir_all(&readable).unwrap();
+    std::fs::create_dir_all(&writable).unwrap();
+    std::fs::write(readable.join("file"), "scoped data\n").unwrap();
+    let chmod = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    chmod(&base, 0o755);
+    chmod(&readable.join("file"), 0o644);
+    let manifest = base.join("scopes.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[connector]\nname = \"local://test/scopes\"\nversion = \"1.0.0\"\n\n\
+             [capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\n\
+             fs_read = [\"{}\"]\nfs_write = [\"{}\"]\nenv_set = {{ PATH = \"/usr/bin:/bin\" }}\n\n\
+             [capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n",
+            readable.display(),
+            writable.display()
+        ),
+    )
+    .unwrap();
+    chmod(&manifest, 0o644);
+    let extra = "[[access]]\nconnector = \"local://test/scopes\"\nuids = [65534]\n";
+    let d = Daemon::start_with_manifests("scopes", extra, &[&manifest]);
+    let run = |who: harness::As, write: bool| {
+        let mut cmd = match who {
+            harness::As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&w.spawnd);
+                c
+            }
+            _ => Command::new(&w.spawnd),
+        };
+        let out = cmd
+            .args(["run", "--socket"])
+            .arg(&d.socket)
+            .args(["--connector", "local://test/scopes", "--op", "sh", "--arg"])
+            .arg(match write {
+                true => format!(
+                    "script=cat {}/file && echo ok > {}/written",
+                    readable.display(),
+                    writable.display()
+                ),
+                false => format!("script=cat {}/file", readable.display()),
+            })
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let nobody = harness::As::Nobody;
+
+    // Everything open to nobody: the run works.
+    chmod(&parent, 0o755);
+    chmod(&readable, 0o755);
+    std::os::unix::fs::chown(&writable, Some(65534), Some(65534)).unwrap();
+    chmod(&writable, 0o700);
+    let (code, out, err) = run(nobody, true);
+    assert_eq!((code, out.as_str()), (Some(0), "scoped data\n"), "{err}");
+    assert!(writable.join("written").exists());
+
+    // A read scope nobody may not list, one it cannot reach, a write scope it
+    // may not write: each refused, naming the scope, nothing run.
+    let cases: [(&dyn Fn(), &std::path::Path, &str); 3] = [
+        (
+            &|| chmod(&readable, 0o700),
+            &readable,
+            "may not read+search/execute",
+        ),
+        (
+            &|| {
+                chmod(&readable, 0o755);
+                chmod(&parent, 0o700)
+            },
+            &readable,
+            "must be able to reach it",
+        ),
+        (
+            &|| {
+                chmod(&parent, 0o755);
+                std::os::unix::fs::chown(&writable, Some(0), Some(0)).unwrap();
+                chmod(&writable, 0o755);
+            },
+            &writable,
+            "may not read+write+search/execute",
+        ),
+    ];
+    for (arrange, scope, says) in cases {
+        arrange();
+        let _ = std::fs::remove_file(writable.join("written"));
+        let (code, out, err) = run(nobody, true);
+        assert_eq!(code, Some(5), "{out}{err}");
+        assert!(
+            err.contains(&scope.display().to_string()) && err.contains(says),
+            "{err}"
+        );
+        assert!(!writable.join("written").exists());
+        // Root may: it is the caller, and could open them itself.
+        let (code, out, err) = run(harness::As::Root, false);
+        assert_eq!((code, out.as_str()), (Some(0), "scoped data\n"), "{err}");
+    }
+}

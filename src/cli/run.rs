@@ -4,7 +4,7 @@
 //! 124 after a timeout); spawnd's own messages go to stderr prefixed `spawnd:`.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -19,6 +19,7 @@ use crate::policy::Access;
 use crate::policy::Decision;
 use crate::probe::{probe_cgroups, LANDLOCK_ABI_REQUIRED};
 use crate::program::ProgramOpener;
+use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{compile, default_policy};
@@ -149,6 +150,9 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         seccomp: &filter,
         limits_via: identity.limits_via.clone(),
         credentials,
+        // SPEC §4: as root acting for another user, scopes are checked as that user.
+        check_as: (identity.privileged && prepared.caller.uid != 0)
+            .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
     };
     for missing in &spec.missing_read_scopes {
         if !x.json {
@@ -414,8 +418,15 @@ impl Identity {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = euid == 0;
         let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
-        let cg = probe_cgroups(privileged && auto);
-        let limits_via = match (auto && privileged, cg.v1_memory, cg.v1_pids) {
+        // Where the v1 controllers are mounted, read once per process: the
+        // daemon would otherwise parse mountinfo for every spawn.
+        static V1_MOUNTS: std::sync::OnceLock<(Option<PathBuf>, Option<PathBuf>)> =
+            std::sync::OnceLock::new();
+        let (memory, pids) = V1_MOUNTS.get_or_init(|| {
+            let cg = probe_cgroups(true);
+            (cg.v1_memory, cg.v1_pids)
+        });
+        let limits_via = match (auto && privileged, memory.clone(), pids.clone()) {
             (true, Some(memory), Some(pids)) => LimitsVia::CgroupV1(V1Roots { memory, pids }),
             _ => LimitsVia::Rlimits,
         };

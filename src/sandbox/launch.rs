@@ -14,6 +14,7 @@ use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
+use super::as_caller::{required_access, with_identity, CallerCreds};
 use super::cgroup::{SpawnCgroup, V1Roots};
 use super::child::{init_main, ChildSetup};
 use super::prepare::{
@@ -80,6 +81,8 @@ pub struct LaunchRequest<'a> {
     pub limits_via: LimitsVia,
     /// Values for credential keys (read by the caller from the operator's binding).
     pub credentials: Vec<(String, crate::vault::Secret)>,
+    /// See [`LaunchOrder::check_as`].
+    pub check_as: Option<CallerCreds>,
 }
 
 /// Everything a launch needs, owned and serializable: what `launch` works
@@ -107,6 +110,10 @@ pub struct LaunchOrder {
     pub seccomp: Vec<u8>,
     /// Memory/process limit mechanism.
     pub limits_via: LimitsVia,
+    /// As root for another user: create, open and check every scope as this
+    /// caller (SPEC §4), so nothing is bound that the caller could not open.
+    #[serde(default)]
+    pub check_as: Option<CallerCreds>,
 }
 
 /// Environment entries that may hold secrets: zeroed on drop.
@@ -139,6 +146,7 @@ impl LaunchRequest<'_> {
             landlock_abi: self.landlock_abi,
             seccomp: self.seccomp.to_bytes(),
             limits_via: self.limits_via.clone(),
+            check_as: self.check_as.clone(),
         })
     }
 }
@@ -273,13 +281,35 @@ pub fn launch_order(
     stdin: StdinSource,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
-    create_write_scopes(&order.spec, order.uid, order.gid)?;
-    let scopes = order
-        .spec
-        .scopes
-        .iter()
-        .map(|p| identify_scope(p))
-        .collect::<Result<Vec<_>, _>>()?;
+    let scopes = match &order.check_as {
+        None => {
+            create_write_scopes(&order.spec, Some((order.uid, order.gid)))?;
+            order
+                .spec
+                .scopes
+                .iter()
+                .map(|p| identify_scope(p, None))
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        Some(caller) => {
+            let need = required_access(&order.spec);
+            let scopes = with_identity(caller, || {
+                create_write_scopes(&order.spec, None)?;
+                order
+                    .spec
+                    .scopes
+                    .iter()
+                    .zip(need)
+                    .map(|(p, n)| identify_scope(p, Some((n, caller.uid))))
+                    .collect::<Result<Vec<_>, _>>()
+            })?;
+            if (order.uid, order.gid) != (caller.uid, caller.gid) {
+                // `run_as`: the created scopes belong to the child's identity.
+                create_write_scopes(&order.spec, Some((order.uid, order.gid)))?;
+            }
+            scopes
+        }
+    };
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;

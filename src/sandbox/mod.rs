@@ -19,6 +19,7 @@
 //! credential values — over a socketpair with `SCM_RIGHTS`, never through
 //! argv or an intermediate process's environment.
 
+pub mod as_caller;
 mod beneath;
 pub mod cgroup;
 mod child;

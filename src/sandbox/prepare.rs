@@ -31,9 +31,24 @@ pub(super) fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> St
 /// Resolves a scope once, here: what it is now (device and inode). A scope
 /// whose path passes through a symlink is refused: the link could be changed
 /// by whoever can write where it lives, so the manifest must name the real path.
-pub(super) fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
-    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(nix_prep(format!("open({}, O_PATH)", path.display())))?;
+/// With `check`, the identity in force must also have that access to it
+/// (see [`super::as_caller`]).
+pub(super) fn identify_scope(
+    path: &Path,
+    check: Option<(nix::unistd::AccessFlags, u32)>,
+) -> Result<ScopeId, StepError> {
+    let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
+        let mut step = format!("open({}, O_PATH)", path.display());
+        if let Some((_, uid)) = check {
+            step.push_str(&format!(
+                " as the caller (uid {uid}), who must be able to reach it"
+            ));
+        }
+        StepError::new(step, e.into())
+    })?;
+    if let Some((need, uid)) = check {
+        super::as_caller::check_scope(std::os::fd::AsFd::as_fd(&fd), path, need, uid)?;
+    }
     let st = nix::sys::stat::fstat(&fd).map_err(nix_prep(format!("fstat({})", path.display())))?;
     let canonical = std::fs::read_link(format!(
         "/proc/self/fd/{}",
@@ -59,7 +74,12 @@ pub(super) fn identify_scope(path: &Path) -> Result<ScopeId, StepError> {
 
 /// A missing `fs_write` scope is created, mode 0700, owned by the child's
 /// identity — walking from `/` without following any symlink.
-pub(super) fn create_write_scopes(spec: &SandboxSpec, uid: u32, gid: u32) -> Result<(), StepError> {
+/// With `owner` None the directories keep the owner of the identity in force
+/// (the caller's, when created as the caller).
+pub(super) fn create_write_scopes(
+    spec: &SandboxSpec,
+    owner: Option<(u32, u32)>,
+) -> Result<(), StepError> {
     if spec.create_write_scopes.is_empty() {
         return Ok(());
     }
@@ -72,18 +92,16 @@ pub(super) fn create_write_scopes(spec: &SandboxSpec, uid: u32, gid: u32) -> Res
     for dir in &spec.create_write_scopes {
         let rel = dir.strip_prefix("/").unwrap_or(dir);
         let fd = open_beneath(&root, rel, Create::Dir(0o700))?;
-        let owner = (
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(gid)),
-        );
-        nix::unistd::fchownat(
-            &fd,
-            "",
-            owner.0,
-            owner.1,
-            nix::fcntl::AtFlags::AT_EMPTY_PATH,
-        )
-        .map_err(nix_prep(format!("chown {}", dir.display())))?;
+        if let Some((uid, gid)) = owner {
+            nix::unistd::fchownat(
+                &fd,
+                "",
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+                nix::fcntl::AtFlags::AT_EMPTY_PATH,
+            )
+            .map_err(nix_prep(format!("chown {}", dir.display())))?;
+        }
     }
     Ok(())
 }
