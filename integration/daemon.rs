@@ -1110,3 +1110,46 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
         assert_eq!((code, out.as_str()), (Some(0), "scoped data\n"), "{err}");
     }
 }
+
+#[test]
+fn buffered_output_is_bounded_across_the_daemon() {
+    // The test connector keeps at most 1 MiB of stdout and 256 KiB of stderr
+    // per spawn (1.25 MiB reserved while it runs): 2 MiB holds one, not two.
+    let d = Daemon::start("budget", "max_buffered_output_bytes = 2097152\n");
+    let mut c = d.client();
+    let mut other = d.client();
+    let spawn = |c: &mut Client, script: &str| {
+        c.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "args": {"script": script}}),
+        )
+    };
+    let first = spawn(&mut c, "sleep 1; head -c 900000 /dev/zero | tr '\\0' x")["result"]["handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Another connection is refused while the first may still fill its caps.
+    let refused = spawn(&mut other, "true");
+    assert_eq!(refused["error"]["code"], -32003, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_buffered_output_bytes"),
+        "{refused}"
+    );
+    // Once it ends, what it kept (900,000 bytes) stays reserved until the
+    // handle is released: 0.86 + 1.25 MiB does not fit in 2 MiB yet.
+    let done = c.ok("spawn_status", json!({"handle": first, "wait_ms": 10000}));
+    assert_eq!(done["stdout"]["bytes"], 900000, "{}", done["stderr"]);
+    assert_eq!(done["stdout"]["text"].as_str().unwrap().len(), 900000);
+    assert_eq!(spawn(&mut other, "true")["error"]["code"], -32003);
+    // Releasing the handle gives its bytes back.
+    c.ok("spawn_release", json!({"handle": first}));
+    let next = spawn(&mut other, "echo after");
+    let h = next["result"]["handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{next}"));
+    let done = other.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(done["stdout"]["text"], "after\n");
+}

@@ -38,3 +38,47 @@ fn every_denial_reason_is_in_the_readme() {
         assert!(text.contains(&row), "README lacks the row {row}");
     }
 }
+
+/// Each field of each raw config table, from the source that parses them.
+fn config_fields() -> Vec<(&'static str, String)> {
+    let src = include_str!("../src/config/raw.rs");
+    let tables = [
+        ("RawAudit", "[audit]"),
+        ("RawServer", "[server]"),
+        ("RawAccess", "[[access]]"),
+        ("RawBinding", "[[credentials]]"),
+        ("RawDisable", "[[disable]]"),
+        ("RawSandbox", "[sandbox]"),
+    ];
+    let mut out = Vec::new();
+    for (name, table) in tables {
+        let start = src
+            .find(&format!("struct {name} {{"))
+            .unwrap_or_else(|| panic!("{name} in raw.rs"));
+        let body = &src[start..start + src[start..].find('}').unwrap()];
+        for line in body.lines() {
+            if let Some(rest) = line.trim().strip_prefix("pub(super) ") {
+                out.push((table, rest.split(':').next().unwrap().trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_operator_config_key_is_in_the_readme() {
+    let text = readme();
+    let section = &text[text.find("## Operator config").expect("the section")..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let fields = config_fields();
+    assert!(fields.len() > 15, "{fields:?}");
+    for (table, key) in fields {
+        let documented = section.lines().any(|row| {
+            row.starts_with(&format!("| `{table}"))
+                && (row.contains(&format!("`{table} {key}`"))
+                    || row.contains(&format!("`{table} {key}`,"))
+                    || row.contains(&format!(" `{key}`")))
+        });
+        assert!(documented, "README's operator config lacks {table} {key}");
+    }
+}

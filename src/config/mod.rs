@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub max_connections: u32,
     /// Largest request line.
     pub max_frame_bytes: u32,
+    /// Output the daemon may hold for all handles together (reserved at
+    /// spawn time from each operation's caps).
+    pub max_buffered_output_bytes: u64,
 }
 
 /// `[sandbox]`.
@@ -315,6 +318,10 @@ impl Config {
                     .unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
                 max_connections: raw.server.max_connections.unwrap_or(256),
                 max_frame_bytes: raw.server.max_frame_bytes.unwrap_or(1 << 20),
+                max_buffered_output_bytes: raw
+                    .server
+                    .max_buffered_output_bytes
+                    .unwrap_or(256 << 20),
             },
             access,
             credentials,

@@ -39,6 +39,7 @@ pub(super) struct RawServer {
     pub(super) manifests: Option<Vec<PathBuf>>,
     pub(super) max_connections: Option<u32>,
     pub(super) max_frame_bytes: Option<u32>,
+    pub(super) max_buffered_output_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -72,6 +72,8 @@ pub struct Daemon {
     pub in_flight: Arc<Semaphore>,
     /// Every started spawn, for the kill at the end of the shutdown grace.
     pub started: std::sync::Mutex<Vec<std::sync::Weak<spawns::Handle>>>,
+    /// Bytes of output reserved by every handle together.
+    pub buffered: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Daemon {
@@ -148,6 +150,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         spawner,
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         started: std::sync::Mutex::new(Vec::new()),
+        buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -10,10 +10,18 @@
 //! [`MAX_HANDLES_PER_CONNECTION`] per connection; a finished one is kept
 //! until `spawn_release` or [`HANDLE_LIFETIME`], and a connection's running
 //! sandboxes are killed when it closes.
+//!
+//! Buffered output is bounded across the daemon: a spawn reserves its
+//! operation's stdout and stderr caps from `[server] max_buffered_output_bytes`
+//! before it starts (else -32003, overloaded), the reservation shrinks to the
+//! bytes actually kept when it ends, and is returned when the handle goes.
+//! The result keeps no second copy of the output: `spawn_status` renders the
+//! streams from the buffers.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,9 +54,45 @@ pub struct Handle {
     pidfd: Mutex<Option<OwnedFd>>,
 }
 
+/// Bytes of the daemon-wide output budget held by one handle; returned on drop.
+pub struct Reservation {
+    pool: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Reservation {
+    /// Takes `bytes` from `pool` unless that would pass `limit`.
+    fn take(pool: &Arc<AtomicU64>, bytes: u64, limit: u64) -> Option<Reservation> {
+        pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|total| *total <= limit)
+        })
+        .ok()
+        .map(|_| Reservation {
+            pool: Arc::clone(pool),
+            bytes,
+        })
+    }
+
+    /// Gives back what is no longer needed beyond `bytes`.
+    fn shrink_to(&mut self, bytes: u64) {
+        if bytes < self.bytes {
+            self.pool.fetch_sub(self.bytes - bytes, Ordering::AcqRel);
+            self.bytes = bytes;
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.pool.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 #[derive(Default)]
 struct HandleState {
     output: [Vec<u8>; 2],
+    /// This handle's share of the output budget.
+    reservation: Option<Reservation>,
     /// The `run --json` result data, once the sandbox is gone.
     result: Option<Value>,
     /// An error after the program started (supervision or audit failure).
@@ -200,6 +244,27 @@ pub async fn spawn(
     let Some(manifest) = loaded.manifests.get(&connector).cloned() else {
         return Err(unknown_connector(daemon, &caller, &connector, &request).await);
     };
+    // Reserve the most output this spawn can leave in its handle.
+    let caps = manifest.spawn.as_ref().map_or(0, |g| {
+        let limits = match &request.kind {
+            crate::policy::RequestKind::Op { name, .. } => {
+                g.operations.get(name).map_or(g.limits, |op| op.limits)
+            }
+            crate::policy::RequestKind::Raw { .. } => g.limits,
+        };
+        limits
+            .max_stdout_bytes
+            .saturating_add(limits.max_stderr_bytes)
+    });
+    let budget = loaded.config.server.max_buffered_output_bytes;
+    let reservation = Reservation::take(&daemon.buffered, caps, budget).ok_or_else(|| {
+        RpcError::new(
+            rpc::OVERLOADED,
+            format!(
+                "the daemon's buffered output would pass {budget} bytes ([server] max_buffered_output_bytes; this spawn may keep {caps}); spawn_release finished handles or try later"
+            ),
+        )
+    })?;
     let permit = Arc::clone(&daemon.in_flight)
         .try_acquire_owned()
         .map_err(|_| {
@@ -209,6 +274,7 @@ pub async fn spawn(
             )
         })?;
     let handle = Handle::new();
+    handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
     let thread_daemon = Arc::clone(daemon);
     let thread_handle = Arc::clone(&handle);
@@ -259,13 +325,32 @@ pub async fn spawn(
             (Err(f), Some(tx)) => {
                 let _ = tx.send(Err(rpc_error(f)));
             }
-            (Ok(s), _) => thread_handle.with(|st| st.result = Some(s.data)),
+            (Ok(s), _) => thread_handle.with(|st| {
+                let mut data = s.data;
+                // The streams' bytes live once, in the buffers.
+                for key in ["stdout", "stderr"] {
+                    if let Some(stream) = data[key].as_object_mut() {
+                        stream.remove("text");
+                        stream.remove("base64");
+                    }
+                }
+                st.result = Some(data);
+            }),
             (Err(f), None) => thread_handle.with(|st| st.error = Some(f.message)),
         }
         if let Ok(mut g) = thread_handle.pidfd.lock() {
             *g = None;
         }
-        thread_handle.with(|s| s.ended_at = Some(Instant::now()));
+        thread_handle.with(|s| {
+            s.ended_at = Some(Instant::now());
+            let kept = (s.output[0].len() + s.output[1].len()) as u64;
+            for buf in &mut s.output {
+                buf.shrink_to_fit();
+            }
+            if let Some(r) = s.reservation.as_mut() {
+                r.shrink_to(kept);
+            }
+        });
         thread_handle.changed.notify_waiters();
     });
     match started_rx.await {
@@ -317,6 +402,15 @@ pub async fn status(handles: &Handles, params: &Map<String, Value>) -> Result<Va
             };
             let mut v = data.clone();
             v["state"] = json!(state);
+            for (w, key) in ["stdout", "stderr"].into_iter().enumerate() {
+                match std::str::from_utf8(&s.output[w]) {
+                    Ok(text) => v[key]["text"] = json!(text),
+                    Err(_) => {
+                        v[key]["base64"] =
+                            json!(base64::engine::general_purpose::STANDARD.encode(&s.output[w]))
+                    }
+                }
+            }
             v
         }
         (None, Some(e), _) => json!({"state": "failed", "error": e}),
