@@ -1153,3 +1153,45 @@ fn buffered_output_is_bounded_across_the_daemon() {
     let done = other.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
     assert_eq!(done["stdout"]["text"], "after\n");
 }
+
+#[test]
+fn sigterm_kills_what_outlives_the_grace_period_and_records_it() {
+    let mut d = Daemon::start("grace", "shutdown_grace_ms = 300\n");
+    let mut c = d.client();
+    let token = "grace-outliver-7f3a";
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": format!("exec -a {token} sleep 60")}}),
+    )["handle"]
+        .clone();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!harness::host_processes_with(token).is_empty());
+    let stopped = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // The waiting caller learns the sandbox was killed after the grace period.
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}));
+    assert_eq!(
+        (done["state"].as_str(), done["signal"].as_i64()),
+        (Some("signaled"), Some(9)),
+        "{done}"
+    );
+    let status = d.child.wait().unwrap();
+    let took = stopped.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(harness::host_processes_with(token).is_empty());
+    let audit = std::fs::read_to_string(&d.audit).unwrap();
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"kind\":\"exit\"") && l.contains("\"signal\":9")),
+        "{audit}"
+    );
+}

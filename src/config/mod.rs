@@ -80,6 +80,8 @@ pub struct ServerConfig {
     /// Output the daemon may hold for all handles together (reserved at
     /// spawn time from each operation's caps).
     pub max_buffered_output_bytes: u64,
+    /// After SIGTERM: how long running spawns may go on before they are killed.
+    pub shutdown_grace_ms: u64,
 }
 
 /// `[sandbox]`.
@@ -322,6 +324,7 @@ impl Config {
                     .server
                     .max_buffered_output_bytes
                     .unwrap_or(256 << 20),
+                shutdown_grace_ms: raw.server.shutdown_grace_ms.unwrap_or(10_000),
             },
             access,
             credentials,

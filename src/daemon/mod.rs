@@ -10,7 +10,7 @@
 //! task: peer credentials from `SO_PEERCRED`, frames capped at
 //! `max_frame_bytes`, at most `max_connections` at once (the next one is told
 //! `overloaded` and closed). SIGTERM or SIGINT stops accepting, lets running
-//! spawns finish for [`SHUTDOWN_GRACE`], kills what is left, and exits once
+//! spawns finish for `[server] shutdown_grace_ms` (10 s), kills what is left, and exits once
 //! every exit record is written. SIGHUP re-reads the config and manifests;
 //! if any of them is bad, the old ones stay in force and the log says why
 //! (the socket and limits chosen at start stay as they are).
@@ -35,9 +35,6 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use crate::config::Config;
 use crate::spawner::Spawner;
 use rpc::{Call, RpcError};
-
-/// How long SIGTERM lets running spawns finish before killing them.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The protocol version `health` reports.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -265,11 +262,12 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     // Running spawns may finish within the grace period; then they are
     // killed. Either way each one's exit record is written before we leave.
     let all = MAX_IN_FLIGHT as u32;
+    let grace = Duration::from_millis(daemon.loaded().config.server.shutdown_grace_ms);
     tracing::info!(
-        grace_s = SHUTDOWN_GRACE.as_secs(),
+        grace_ms = grace.as_millis() as u64,
         "stopping: no new connections; letting running spawns finish"
     );
-    if tokio::time::timeout(SHUTDOWN_GRACE, daemon.in_flight.acquire_many(all))
+    if tokio::time::timeout(grace, daemon.in_flight.acquire_many(all))
         .await
         .is_err()
     {
