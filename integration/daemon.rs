@@ -1195,3 +1195,46 @@ fn sigterm_kills_what_outlives_the_grace_period_and_records_it() {
         "{audit}"
     );
 }
+
+#[test]
+fn network_namespaces_made_ahead_are_fresh_up_and_never_shared() {
+    let d = Daemon::start("netns", "");
+    // Let the idle spawner fill its pool.
+    std::thread::sleep(Duration::from_millis(300));
+    let code = "import os,socket,time\n\
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+s.bind(('127.0.0.1',0)); s.sendto(b'ping',s.getsockname())\n\
+print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
+    let mut c = d.client();
+    let handles: Vec<String> = (0..3)
+        .map(|_| {
+            c.ok(
+                "spawn_op",
+                json!({"connector": CONNECTOR, "op": "py", "args": {"code": code}}),
+            )["handle"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for h in handles {
+        let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}));
+        assert_eq!(done["exit_code"], 0, "{done}");
+        assert_eq!(
+            done["isolation"]["network_namespace"],
+            "fresh, made ahead of the request; loopback only",
+            "{done}"
+        );
+        let text = done["stdout"]["text"].as_str().unwrap().to_string();
+        let (ns, reply) = text.trim().split_once(' ').unwrap();
+        assert_eq!(reply, "ping", "loopback is up: {text}");
+        seen.push(ns.to_string());
+    }
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    seen.push(host.display().to_string());
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "shared: {seen:?}");
+}

@@ -43,10 +43,15 @@ fn isolation_json(
     filter_len: usize,
     o: &Outcome,
 ) -> Value {
-    let landlock = o.landlock.map(|(abi, tcp, scoped)| json!({"abi": abi, "status": "fully_enforced", "tcp_bind_connect_denied": tcp, "abstract_unix_and_signal_scoped": scoped}));
+    let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "tcp_bind_connect_denied": a.tcp_denied, "abstract_unix_and_signal_scoped": a.scoped}));
+    let network = match o.landlock {
+        Some(a) if a.netns_made_ahead => "fresh, made ahead of the request; loopback only",
+        _ => "fresh, made at clone; loopback only",
+    };
     json!({
         "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
         "root": "fresh tmpfs, pivot_root, read-only",
+        "network_namespace": network,
         "landlock": landlock,
         "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": "x86_64 only"},
         "no_new_privs": true,

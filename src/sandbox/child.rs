@@ -66,6 +66,9 @@ pub struct ChildSetup<'a> {
     pub seccomp: &'a [SockFilter],
     /// Resource limits for the program: (resource, value).
     pub rlimits: Vec<(nix::sys::resource::Resource, u64)>,
+    /// The network namespace was made ahead, its loopback already up (and
+    /// it belongs to the parent's user namespace, so init could not set it).
+    pub loopback_ready: bool,
 }
 
 /// A scope as the parent resolved it: where it is and what it is.
@@ -116,7 +119,9 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     wait_for_parent(&s.sync)?;
     let scope_fds = build_root_in_child(s.spec, &s.scopes)?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
-    set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+    if !s.loopback_ready {
+        set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+    }
     prepare_cwd(s)?;
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
@@ -146,10 +151,11 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     report(
         &s.status,
         format!(
-            "L{} {} {}\n",
+            "L{} {} {} {}\n",
             applied.abi,
             u8::from(applied.tcp_denied),
-            u8::from(applied.scoped)
+            u8::from(applied.scoped),
+            u8::from(s.loopback_ready)
         )
         .as_bytes(),
     );

@@ -271,14 +271,26 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     let order = req.order()?;
-    launch_order(&order, req.program, req.stdin)
+    launch_order(&order, req.program, req.stdin, None)
 }
 
-/// Starts the sandbox an order describes, for the program file the gate hashed.
+/// A network namespace made ahead of the request (see
+/// `spawner::netns`): the sandbox is cloned inside it, and this process
+/// returns to `home` right after. Used once, by one sandbox.
+pub struct PremadeNetns<'a> {
+    /// The fresh namespace, its loopback up.
+    pub ns: OwnedFd,
+    /// This process's own network namespace.
+    pub home: std::os::fd::BorrowedFd<'a>,
+}
+
+/// Starts the sandbox an order describes, for the program file the gate
+/// hashed; in a fresh network namespace made at `clone`, or in `netns`.
 pub fn launch_order(
     order: &LaunchOrder,
     program: File,
     stdin: StdinSource,
+    netns: Option<PremadeNetns<'_>>,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
     let scopes = match &order.check_as {
@@ -383,9 +395,38 @@ pub fn launch_order(
         landlock_abi: order.landlock_abi,
         seccomp: &seccomp.instructions,
         rlimits: rlimits(&order.limits, &order.limits_via),
+        loopback_ready: netns.is_some(),
     };
     let cloned_at = std::time::Instant::now();
-    let pid = match clone_process(NAMESPACES) {
+    let flags = match &netns {
+        Some(premade) => {
+            if let Err(e) = nix::sched::setns(&premade.ns, nix::sched::CloneFlags::CLONE_NEWNET) {
+                if let Some(cg) = cgroup {
+                    cg.remove();
+                }
+                return Err(StepError::new(
+                    "setns(the network namespace made ahead)",
+                    e.into(),
+                ));
+            }
+            NAMESPACES & !libc::CLONE_NEWNET
+        }
+        None => NAMESPACES,
+    };
+    let cloned = clone_process(flags);
+    if let Some(premade) = &netns {
+        if !matches!(cloned, Ok(0)) {
+            // Back home at once: the next sandbox must not find this one's namespace.
+            if let Err(e) = nix::sched::setns(premade.home, nix::sched::CloneFlags::CLONE_NEWNET) {
+                eprintln!(
+                    "spawnd: spawner: cannot return to its own network namespace ({e}); exiting"
+                );
+                std::process::exit(70);
+            }
+        }
+    }
+    drop(netns);
+    let pid = match cloned {
         Ok(pid) => pid,
         Err(e) => {
             if let Some(cg) = cgroup {

@@ -14,6 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use super::netns::NetnsPool;
 use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
 use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
@@ -49,13 +50,21 @@ pub fn serve(sock: UnixStream) -> i32 {
         return 70;
     };
     let mut slots: HashMap<u64, Slot> = HashMap::new();
+    let mut pool = NetnsPool::new();
     loop {
+        // Idle with room in the pool: look, don't wait, and make one if nothing came.
+        let filling = pool.as_ref().is_some_and(NetnsPool::wants_more);
         let (sock_ready, chld_ready) = {
             let mut fds = [
                 PollFd::new(sock.as_fd(), PollFlags::POLLIN),
                 PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
             ];
-            match poll(&mut fds, PollTimeout::NONE) {
+            let timeout = if filling {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::NONE
+            };
+            match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(nix::Error::EINTR) => continue,
                 Err(_) => return 70,
@@ -63,6 +72,13 @@ pub fn serve(sock: UnixStream) -> i32 {
             let ready = |p: &PollFd<'_>| p.revents().is_some_and(|r| !r.is_empty());
             (ready(&fds[0]), ready(&fds[1]))
         };
+        if filling && !sock_ready && !chld_ready {
+            if let Some(Err(e)) = pool.as_mut().map(NetnsPool::make_one) {
+                eprintln!("spawnd: spawner: network namespaces are made at clone from now on: {e}");
+                pool = None;
+            }
+            continue;
+        }
         if chld_ready {
             while let Ok(Some(_)) = sigfd.read_signal() {}
             if reap(&sock, &mut slots).is_err() {
@@ -72,7 +88,7 @@ pub fn serve(sock: UnixStream) -> i32 {
         if sock_ready {
             match recv::<Request>(&sock) {
                 Ok(Some((request, fds))) => {
-                    if handle(&sock, &mut slots, request, fds).is_err() {
+                    if handle(&sock, &mut slots, pool.as_mut(), request, fds).is_err() {
                         return 0;
                     }
                 }
@@ -87,6 +103,7 @@ pub fn serve(sock: UnixStream) -> i32 {
 fn handle(
     sock: &UnixStream,
     slots: &mut HashMap<u64, Slot>,
+    pool: Option<&mut NetnsPool>,
     request: Request,
     fds: Vec<OwnedFd>,
 ) -> std::io::Result<()> {
@@ -104,7 +121,8 @@ fn handle(
                     return failed(sock, id, "stdin file descriptor missing")
                 }
             };
-            match launch_order(&order, File::from(program), source) {
+            let netns = pool.and_then(NetnsPool::take);
+            match launch_order(&order, File::from(program), source, netns) {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);
                     let pidfd = pidfd_open(init_pid);

@@ -24,6 +24,7 @@ use crate::sandbox::sys::wait_with_usage;
 pub mod redact;
 mod status;
 use status::parse_status;
+pub use status::Applied;
 
 /// How long a program gets between SIGTERM and SIGKILL after its wall time.
 pub const GRACE: Duration = Duration::from_millis(1500);
@@ -215,7 +216,7 @@ pub struct Outcome {
     /// stderr.
     pub stderr: Captured,
     /// Landlock as reported from inside: (abi, tcp denied, scoped).
-    pub landlock: Option<(u32, bool, bool)>,
+    pub landlock: Option<Applied>,
     /// User+system CPU time of the whole sandbox.
     pub cpu_ms: u64,
     /// Peak memory (cgroup), else the largest resident set.

@@ -6,7 +6,22 @@
 use super::Ending;
 
 /// Decodes the status pipe: `E<step>\n` setup errors, `L<abi> <tcp> <scoped>\n`, `W<i32>`.
-pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u32, bool, bool)>) {
+/// What init reported of the layers it applied: the Landlock ABI, whether
+/// TCP and abstract-socket/signal scoping are enforced, and whether the
+/// network namespace was made ahead of the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// Landlock ABI enforced.
+    pub abi: u32,
+    /// TCP bind and connect denied.
+    pub tcp_denied: bool,
+    /// Abstract unix sockets and signals scoped.
+    pub scoped: bool,
+    /// The network namespace was made ahead (by the spawner), not at clone.
+    pub netns_made_ahead: bool,
+}
+
+pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<Applied>) {
     let mut landlock = None;
     let mut ending = None;
     let mut rest = bytes;
@@ -41,8 +56,13 @@ pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<(u
                     ending.get_or_insert(Ending::SetupFailed(text));
                 } else {
                     let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [abi, tcp, scoped] = n.as_slice() {
-                        landlock = Some((*abi, *tcp == 1, *scoped == 1));
+                    if let [abi, tcp, scoped, ahead] = n.as_slice() {
+                        landlock = Some(Applied {
+                            abi: *abi,
+                            tcp_denied: *tcp == 1,
+                            scoped: *scoped == 1,
+                            netns_made_ahead: *ahead == 1,
+                        });
                     }
                 }
                 rest = tail.get(end + 1..).unwrap_or_default();
@@ -77,12 +97,20 @@ mod tests {
 
     #[test]
     fn the_status_pipe_decodes_exit_signal_setup_errors_and_landlock() {
-        let mut bytes = b"L7 1 1\n".to_vec();
+        let mut bytes = b"L7 1 1 0\n".to_vec();
         bytes.push(b'W');
         bytes.extend_from_slice(&(3i32 << 8).to_le_bytes());
         assert_eq!(
             parse_status(&bytes, 0),
-            (Ending::Exited(3), Some((7, true, true)))
+            (
+                Ending::Exited(3),
+                Some(Applied {
+                    abi: 7,
+                    tcp_denied: true,
+                    scoped: true,
+                    netns_made_ahead: false
+                })
+            )
         );
         let mut bytes = vec![b'W'];
         bytes.extend_from_slice(&9i32.to_le_bytes());
@@ -99,7 +127,7 @@ mod tests {
         let mut twice = forged[..5].to_vec();
         twice.extend_from_slice(&forged[..5]);
         assert!(matches!(parse_status(&twice, 0).0, Ending::SetupFailed(_)));
-        let mut exec_failed = b"L7 1 1\nEexecveat(program, AT_EMPTY_PATH): EACCES\nW".to_vec();
+        let mut exec_failed = b"L7 1 1 0\nEexecveat(program, AT_EMPTY_PATH): EACCES\nW".to_vec();
         exec_failed.extend_from_slice(&(127i32 << 8).to_le_bytes());
         assert!(matches!(
             parse_status(&exec_failed, 0).0,
