@@ -2,156 +2,20 @@
 //! belong to their connection, frames the daemon must survive, a second
 //! client in Python (standard library only), and `kill -9` of the daemon.
 
+#[path = "daemon_harness.rs"]
+mod daemon_harness;
 #[path = "sandbox/harness.rs"]
 mod harness;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use daemon_harness::{b64, Client, Daemon, CONNECTOR};
 use harness::world;
 use serde_json::{json, Value};
-
-/// A daemon on its own socket and audit log inside the test world.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    audit: PathBuf,
-}
-
-impl Daemon {
-    fn start(name: &str, extra: &str) -> Daemon {
-        Daemon::start_with_manifests(name, extra, &[])
-    }
-
-    fn start_with_manifests(name: &str, extra: &str, more: &[&std::path::Path]) -> Daemon {
-        Daemon::start_under(name, extra, more, &[])
-    }
-
-    /// The daemon started through `wrap` (a command that execs the rest).
-    fn start_under(name: &str, extra: &str, more: &[&std::path::Path], wrap: &[String]) -> Daemon {
-        let w = world();
-        let dir = w.path(&format!("daemon-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        // 0755 so that nobody can reach the socket (mode 0666) in the access test.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let socket = dir.join("spawnd.sock");
-        let audit = dir.join("audit.jsonl");
-        let config = dir.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [{}]\n{extra}",
-                audit.display(),
-                socket.display(),
-                std::iter::once(w.manifest.as_path())
-                    .chain(more.iter().copied())
-                    .map(|p| format!("{:?}", p.display().to_string()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .unwrap();
-        let mut cmd = match wrap.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(&w.spawnd);
-                c
-            }
-            None => Command::new(&w.spawnd),
-        };
-        let child = cmd
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while UnixStream::connect(&socket).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the daemon did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon {
-            child,
-            socket,
-            audit,
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.socket)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next: u64,
-}
-
-impl Client {
-    fn connect(path: &std::path::Path) -> Client {
-        let s = UnixStream::connect(path).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Client {
-            reader: BufReader::new(s.try_clone().unwrap()),
-            writer: s,
-            next: 0,
-        }
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).unwrap();
-    }
-
-    /// The next answer line, or `None` once the daemon closed the connection.
-    fn answer(&mut self) -> Option<Value> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
-        }
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        self.next += 1;
-        let req = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
-        self.send_raw(format!("{req}\n").as_bytes());
-        let a = self.answer().expect("an answer");
-        assert_eq!(a["id"], self.next, "{a}");
-        a
-    }
-
-    fn ok(&mut self, method: &str, params: Value) -> Value {
-        let a = self.call(method, params);
-        assert!(a.get("error").is_none(), "{method}: {a}");
-        a["result"].clone()
-    }
-}
-
-fn b64(v: &Value) -> String {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(v["data_b64"].as_str().unwrap())
-        .unwrap();
-    String::from_utf8(bytes).unwrap()
-}
-
-const CONNECTOR: &str = "local://test/escape";
 
 #[test]
 fn every_method_over_a_real_socket() {

@@ -72,6 +72,9 @@ pub enum VaultError {
     /// The source gave an empty value.
     #[error("{0}: the value is empty")]
     Empty(String),
+    /// The value holds a NUL byte, which no environment variable can carry.
+    #[error("{0}: the value holds a NUL byte; an environment variable cannot carry it")]
+    Nul(String),
 }
 
 /// How long an `exec:` helper may take.
@@ -89,9 +92,14 @@ pub fn read_secret(source: &CredentialSource) -> Result<Secret, VaultError> {
         CredentialSource::Keyring(desc) => read_keyring(desc),
         CredentialSource::Exec { program, args } => run_helper(program, args, EXEC_TIMEOUT),
     }
-    .and_then(|secret| match secret.expose().is_empty() {
-        true => Err(VaultError::Empty(source.to_string())),
-        false => Ok(secret),
+    .and_then(|secret| {
+        if secret.expose().is_empty() {
+            Err(VaultError::Empty(source.to_string()))
+        } else if secret.expose().contains(&0) {
+            Err(VaultError::Nul(source.to_string()))
+        } else {
+            Ok(secret)
+        }
     })
 }
 

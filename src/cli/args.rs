@@ -103,6 +103,14 @@ pub enum Command {
     /// Internal: create a user namespace and exit (used by `health`).
     #[command(name = "__probe-userns", hide = true)]
     ProbeUserns,
+    /// Internal: serve as the daemon's spawner on descriptor 3 (a restart
+    /// after the first spawner died).
+    #[command(name = "__spawner", hide = true)]
+    Spawner {
+        /// The daemon's pid: the spawner leaves if it is no longer its parent.
+        #[arg(long)]
+        parent: u32,
+    },
 }
 
 /// `spawnd manifest …`.

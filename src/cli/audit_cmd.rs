@@ -137,6 +137,7 @@ fn one_line(r: &Map<String, Value>) -> String {
                 }
             ),
             (None, Some(sig)) => format!("signal {sig}"),
+            _ if r.get("failed").is_some() => format!("failed: {}", s("failed")),
             _ => format!("setup failed: {}", s("setup_failed")),
         },
         other => format!("{other}: {}", s("note")),

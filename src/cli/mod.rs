@@ -34,6 +34,9 @@ pub fn main() -> i32 {
         Err(e) => return report_usage_error(e, &raw_args, started),
     };
     logging::init(cli.verbose, cli.log_format == "json");
+    if let Command::Spawner { parent } = cli.command {
+        return crate::spawner::serve_on_fd3(parent);
+    }
     let command = command_name(&cli.command);
     let mode = cli.mode.unwrap_or_default().to_string();
     let result = dispatch(&cli);
@@ -100,6 +103,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Audit(AuditCommand::Query { .. }) => "audit.query",
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
         Command::ProbeUserns => "probe-userns",
+        Command::Spawner { .. } => "spawner",
         Command::Serve { .. } => "serve",
         Command::Connectors { .. } => "connectors",
     }
@@ -149,6 +153,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
                 .map(|()| Success::new(serde_json::Value::Null, ""))
                 .map_err(|e| Failure::new(5, format!("serve: {e}")))
         }
+        Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
         Command::ProbeUserns => match crate::probe::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
             Err(e) => Err(Failure::new(5, e)),

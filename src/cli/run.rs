@@ -122,7 +122,8 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     let identity = Identity::choose(prepared);
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| Failure::config(e.to_string()))?;
-    let credentials = read_credentials(prepared, &plan)?;
+    let credentials = read_credentials(prepared, &plan)
+        .map_err(|d| record_denial(&audit, d, &prepared.caller, &prepared.request))?;
     // Kept (in wiped memory) to redact the values from the output.
     let redact: Vec<(String, Secret)> = credentials
         .iter()
@@ -198,7 +199,12 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         }
         Err(e) => {
             let failure = Failure::new(5, format!("sandbox setup failed: {e}; nothing was run"));
-            return record_exit(&audit, &decided.audit_id, &prepared.caller, Err(failure));
+            return record_exit(
+                &audit,
+                &decided.audit_id,
+                &prepared.caller,
+                Err(("setup_failed", failure)),
+            );
         }
     };
     let supervision = Supervision {
@@ -210,8 +216,23 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         redact,
         signals_end_the_run: x.signals_end_the_run,
     };
-    let outcome = supervise(running, supervision)
-        .map_err(|e| Failure::new(10, format!("supervising the sandbox: {e}")))?;
+    let outcome = match supervise(running, supervision) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            // Lost after the program started (its spawner died, say): the
+            // sandbox is gone, and the exit record says what happened.
+            let failure = Failure::new(
+                5,
+                format!("the sandbox was lost while its program ran: {e}; it was killed"),
+            );
+            return record_exit(
+                &audit,
+                &decided.audit_id,
+                &prepared.caller,
+                Err(("failed", failure)),
+            );
+        }
+    };
     tracing::debug!(
         connector = %plan.connector,
         op = %plan.op,
@@ -240,7 +261,12 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
             timings,
         },
     );
-    record_exit(&audit, &decided.audit_id, &prepared.caller, reported)
+    record_exit(
+        &audit,
+        &decided.audit_id,
+        &prepared.caller,
+        reported.map_err(|f| ("setup_failed", f)),
+    )
 }
 
 /// A sandbox building its root — launched here, or by a spawner — whose
@@ -370,14 +396,15 @@ fn record_exit(
     audit: &AuditLog,
     audit_id: &str,
     caller: &crate::policy::Caller,
-    reported: Result<Success, Failure>,
+    reported: Result<Success, (&str, Failure)>,
 ) -> Result<Success, Failure> {
     let mut body = match &reported {
         Ok(s) => events::exit(&s.data),
-        Err(f) => json!({"setup_failed": f.message})
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
+        Err((key, f)) => {
+            let mut m = serde_json::Map::new();
+            m.insert((*key).to_string(), json!(f.message));
+            m
+        }
     };
     body.insert(
         "caller".into(),
@@ -398,7 +425,7 @@ fn record_exit(
             s.keep_ok = false;
             Ok(s)
         }
-        (Err(f), _) => Err(f),
+        (Err((_, f)), _) => Err(f),
     }
 }
 
@@ -459,25 +486,42 @@ fn host_kind(path: &Path) -> HostKind {
     }
 }
 
-fn read_credentials(p: &Prepared, plan: &SpawnPlan) -> Result<Vec<(String, Secret)>, Failure> {
+/// The values of the plan's credential keys, from the operator's bindings. A
+/// missing or unreadable binding is a denial (`binding_required`,
+/// `invalid_credentials`) naming the connector and the key.
+fn read_credentials(
+    p: &Prepared,
+    plan: &SpawnPlan,
+) -> Result<Vec<(String, Secret)>, Box<crate::policy::Denial>> {
+    use crate::policy::{Denial, Reason};
     let mut out = Vec::new();
     for entry in plan
         .env
         .iter()
         .filter(|e| e.source == EnvSource::Credential)
     {
+        let requested = format!("credential:{}", entry.key);
         let binding = p.config.binding_for(&p.manifest.connector.name, &entry.key);
         let Some(binding) = binding else {
-            return Err(Failure::config(format!(
-                "binding_required: {} has no credential bound for {}",
-                plan.connector, entry.key
-            )));
+            return Err(Denial::new(
+                Reason::BindingRequired,
+                &plan.connector,
+                requested,
+                Vec::new(),
+                format!(
+                    "{} has no credential bound for {}; add a [[credentials]] binding to the operator config",
+                    plan.connector, entry.key
+                ),
+            ));
         };
         let secret = read_secret(&binding.source).map_err(|e| {
-            Failure::config(format!(
-                "invalid_credentials: {} key {}: {e}",
-                plan.connector, entry.key
-            ))
+            Denial::new(
+                Reason::InvalidCredentials,
+                &plan.connector,
+                requested.clone(),
+                vec![format!("binding:{}", binding.source)],
+                format!("{} key {}: {e}", plan.connector, entry.key),
+            )
         })?;
         out.push((entry.key.clone(), secret));
     }

@@ -82,6 +82,8 @@ pub struct ServerConfig {
     pub max_buffered_output_bytes: u64,
     /// After SIGTERM: how long running spawns may go on before they are killed.
     pub shutdown_grace_ms: u64,
+    /// How long a request line may take to arrive once its first byte has.
+    pub frame_timeout_ms: u64,
 }
 
 /// `[sandbox]`.
@@ -325,6 +327,7 @@ impl Config {
                     .max_buffered_output_bytes
                     .unwrap_or(256 << 20),
                 shutdown_grace_ms: raw.server.shutdown_grace_ms.unwrap_or(10_000),
+                frame_timeout_ms: raw.server.frame_timeout_ms.unwrap_or(10_000).max(1),
             },
             access,
             credentials,

@@ -63,17 +63,39 @@ pub struct Daemon {
     reload: Reload,
     /// spawnd's own binary (for `health`'s user-namespace probe).
     pub exe: PathBuf,
-    /// The spawner every sandbox is launched through.
-    pub spawner: Spawner,
+    /// The spawner every sandbox is launched through (replaced if it dies).
+    spawner: std::sync::Mutex<Arc<Spawner>>,
     /// Spawns running at once (back-pressure: the next one is `overloaded`).
     pub in_flight: Arc<Semaphore>,
     /// Every started spawn, for the kill at the end of the shutdown grace.
     pub started: std::sync::Mutex<Vec<std::sync::Weak<spawns::Handle>>>,
     /// Bytes of output reserved by every handle together.
     pub buffered: Arc<std::sync::atomic::AtomicU64>,
+    /// Permits for `health` and `connectors_status`.
+    side_work: Semaphore,
 }
 
 impl Daemon {
+    /// The spawner to launch through. If the last one died (its sandboxes
+    /// died with it, and their spawns ended with an error), a new one is
+    /// started by executing spawnd, so the daemon keeps serving.
+    pub fn spawner(&self) -> Result<Arc<Spawner>, String> {
+        let mut current = match self.spawner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if !current.is_alive() {
+            tracing::error!(
+                pid = current.pid(),
+                "the spawner died; its sandboxes died with it; starting a new one"
+            );
+            let fresh = Spawner::start_exec(&self.exe)
+                .map_err(|e| format!("the spawner died and a new one could not be started: {e}"))?;
+            *current = Arc::new(fresh);
+        }
+        Ok(Arc::clone(&current))
+    }
+
     /// The config and manifests in force now.
     pub fn loaded(&self) -> Arc<Loaded> {
         match self.loaded.read() {
@@ -119,6 +141,9 @@ impl Daemon {
 
 /// Spawns the daemon runs at once.
 pub const MAX_IN_FLIGHT: usize = 64;
+/// `health` and `connectors_status` (each probes or hashes programs) running
+/// at once; more callers wait their turn.
+pub const SIDE_WORK: usize = 2;
 
 /// The peer of a connection, from `SO_PEERCRED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +161,7 @@ pub struct Peer {
 pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
     let manifests =
         manifests::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
+    crate::sandbox::sys::bound_allocator_retention();
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
@@ -144,13 +170,17 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         loaded: std::sync::RwLock::new(Arc::new(Loaded { config, manifests })),
         reload,
         exe,
-        spawner,
+        spawner: std::sync::Mutex::new(Arc::new(spawner)),
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         started: std::sync::Mutex::new(Vec::new()),
         buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        side_work: Semaphore::new(SIDE_WORK),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Every running spawn holds one; refusals and `health` or
+        // `connectors_status` take a few more. Beyond that, work waits.
+        .max_blocking_threads(MAX_IN_FLIGHT + 2 * SIDE_WORK)
         .thread_name("spawnd-worker")
         .enable_all()
         .build()
@@ -313,16 +343,41 @@ async fn serve_connection(
     let Some(peer) = peer_of(&stream) else { return };
     let (read, mut write) = stream.into_split();
     let max = daemon.loaded().config.server.max_frame_bytes as usize;
+    let frame_timeout = Duration::from_millis(daemon.loaded().config.server.frame_timeout_ms);
     let mut lines = FramedRead::new(read, LinesCodec::new_with_max_length(max));
     let mut conn = Connection {
         daemon,
         peer,
         handles: spawns::Handles::default(),
     };
+    // When the bytes of an unfinished request line were first seen: a peer
+    // that trickles them (one byte a second) is cut off after `frame_timeout`.
+    let mut partial_since: Option<std::time::Instant> = None;
     loop {
+        let now = std::time::Instant::now();
+        if lines.read_buffer().is_empty() {
+            partial_since = None;
+        } else if now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout {
+            let e = RpcError::new(
+                rpc::INVALID_REQUEST,
+                format!(
+                    "no complete request line within {} ms ([server] frame_timeout_ms); closing",
+                    frame_timeout.as_millis()
+                ),
+            );
+            let _ = write
+                .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
+                .await;
+            break;
+        }
+        let recheck = match partial_since {
+            Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
+            None => frame_timeout / 4,
+        };
         let frame = tokio::select! {
             frame = lines.next() => frame,
             _ = stop.changed() => break,
+            _ = tokio::time::sleep(recheck.max(Duration::from_millis(5))) => continue,
         };
         let Some(frame) = frame else { break };
         let (reply, close) = match frame {
@@ -403,6 +458,7 @@ impl Connection {
     }
 
     async fn connectors_status(&self) -> Result<Value, RpcError> {
+        let _turn = self.daemon.side_work.acquire().await;
         let daemon = Arc::clone(&self.daemon);
         let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.peer.uid))
             .ok()
@@ -418,6 +474,7 @@ impl Connection {
     }
 
     async fn health(&self) -> Result<Value, RpcError> {
+        let _turn = self.daemon.side_work.acquire().await;
         let daemon = Arc::clone(&self.daemon);
         let report = tokio::task::spawn_blocking(move || {
             crate::probe::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())

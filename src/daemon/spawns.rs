@@ -273,10 +273,12 @@ pub async fn spawn(
                 "the daemon is at its limit of running spawns; try later",
             )
         })?;
+    let spawner = daemon
+        .spawner()
+        .map_err(|e| RpcError::new(rpc::SANDBOX_UNAVAILABLE, format!("{e}; nothing was run")))?;
     let handle = Handle::new();
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
-    let thread_daemon = Arc::clone(daemon);
     let thread_handle = Arc::clone(&handle);
     let access = Access::Rules {
         rules: loaded.config.access.clone(),
@@ -307,7 +309,7 @@ pub async fn spawn(
             timeout_ms,
             live: Some(Box::new(HandleSink(Arc::clone(&thread_handle)))),
             json: true,
-            spawner: Some(&thread_daemon.spawner),
+            spawner: Some(&spawner),
             signals_end_the_run: false,
             on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
                 if let Ok(mut g) = on_started_handle.pidfd.lock() {

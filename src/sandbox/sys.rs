@@ -519,6 +519,55 @@ pub fn borrow_fd(fd: RawFd) -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
+/// Makes `cmd`'s child start with `fd` as its descriptor 3 (the spawner's
+/// socket, when the daemon restarts a spawner by executing spawnd).
+pub fn pass_fd_as_3(cmd: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec. It calls
+    // only dup2 and fcntl, which are async-signal-safe, and allocates nothing
+    // (`last_os_error` builds an error from errno alone).
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Takes descriptor 3, placed by [`pass_fd_as_3`] in the process that
+/// executed this one, and marks it close-on-exec.
+pub fn adopt_inherited_fd3() -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: fcntl(F_GETFD) only reads the flags of descriptor 3, if open.
+    if unsafe { libc::fcntl(3, libc::F_GETFD) } < 0 {
+        return Err(last_error("descriptor 3 (the spawner's socket)"));
+    }
+    let fd = adopt_fd(3);
+    // SAFETY: sets FD_CLOEXEC on a descriptor this process now owns.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(last_error("fcntl(3, FD_CLOEXEC)"));
+    }
+    Ok(fd)
+}
+
+/// Makes the allocator hand large blocks (1 MiB and up: hash buffers, big
+/// output) straight back to the kernel when freed, and keeps it to a few
+/// arenas however many threads come and go, so a long-running daemon's
+/// resident memory follows what it holds rather than what it once held.
+pub fn bound_allocator_retention() {
+    // SAFETY: mallopt only sets glibc allocator parameters; it is called at
+    // the daemon's start, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

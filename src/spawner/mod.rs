@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +57,8 @@ pub struct Spawner {
     routes: Routes,
     next_id: AtomicU64,
     pid: i32,
+    /// Set when the spawner's socket closed: it died, and so did its sandboxes.
+    gone: Arc<AtomicBool>,
 }
 
 /// Where a remote sandbox's stdin comes from.
@@ -92,20 +94,53 @@ impl Spawner {
             exit_immediately(server::serve(theirs));
         }
         drop(theirs);
+        Spawner::connected(ours, pid)
+    }
+
+    /// Starts a spawner by executing `exe` (spawnd itself, `__spawner`) with
+    /// its socket as descriptor 3. Safe from a multi-threaded process: the
+    /// child only places the descriptor and executes. The daemon uses it
+    /// when its first spawner died.
+    pub fn start_exec(exe: &std::path::Path) -> std::io::Result<Spawner> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("__spawner")
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        crate::sandbox::sys::pass_fd_as_3(&mut cmd, std::os::fd::AsRawFd::as_raw_fd(&theirs));
+        let child = cmd.spawn()?;
+        drop(theirs);
+        let pid = i32::try_from(child.id()).map_err(std::io::Error::other)?;
+        Spawner::connected(ours, pid)
+    }
+
+    fn connected(ours: UnixStream, pid: i32) -> std::io::Result<Spawner> {
         let routes: Routes = Arc::default();
         let reader_sock = ours.try_clone()?;
+        let gone = Arc::new(AtomicBool::new(false));
         let spawner = Spawner {
             sock: Mutex::new(ours),
             reader_sock,
             routes: Arc::clone(&routes),
             next_id: AtomicU64::new(1),
             pid,
+            gone: Arc::clone(&gone),
         };
         let sock = spawner.reader_sock.try_clone()?;
         std::thread::Builder::new()
             .name("spawner-replies".into())
-            .spawn(move || route_replies(sock, routes))?;
+            .spawn(move || {
+                route_replies(sock, routes);
+                gone.store(true, Ordering::Release);
+            })?;
         Ok(spawner)
+    }
+
+    /// Whether the spawner is still there (its socket open).
+    pub fn is_alive(&self) -> bool {
+        !self.gone.load(Ordering::Acquire)
     }
 
     /// The spawner's pid.
@@ -213,6 +248,22 @@ impl Drop for Spawner {
         // Closing both our ends ends the spawner's loop; its sandboxes follow.
         let _ = self.reader_sock.shutdown(std::net::Shutdown::Both);
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
+    }
+}
+
+/// `spawnd __spawner --parent PID`: serves as a spawner on descriptor 3,
+/// dying with the daemon. Returns the exit code.
+pub fn serve_on_fd3(parent: u32) -> i32 {
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if nix::unistd::getppid().as_raw() as u32 != parent {
+        return 0;
+    }
+    match crate::sandbox::sys::adopt_inherited_fd3() {
+        Ok(fd) => server::serve(UnixStream::from(fd)),
+        Err(e) => {
+            eprintln!("spawnd: __spawner: {e}");
+            70
+        }
     }
 }
 

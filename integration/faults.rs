@@ -1,0 +1,533 @@
+//! Fault injection: the audit disk filling or turning read-only mid-run, a
+//! credential helper that hangs or prints garbage, the spawner killed
+//! mid-run, a client that trickles one byte at a time, a thousand connections
+//! opened and dropped, and `kill -9` of the daemon during 50 concurrent runs
+//! followed by a restart. Each ends with no sandboxed process left, the audit
+//! chain verifying, nothing leaked, and a clear error for whoever was refused.
+
+#[path = "daemon_harness.rs"]
+mod daemon_harness;
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use daemon_harness::{Client, Daemon, CONNECTOR};
+use harness::{host_processes_with, world, As};
+use serde_json::{json, Value};
+
+/// `spawnd audit verify FILE` passes (a torn last line is only a warning).
+fn assert_chain_verifies(log: &Path) {
+    let out = Command::new(&world().spawnd)
+        .args(["audit", "verify"])
+        .arg(log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "audit verify {}: {}{}",
+        log.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits until no host process carries `token`, for at most `limit`.
+fn assert_gone_within(token: &str, limit: Duration) {
+    let t = Instant::now();
+    while !host_processes_with(token).is_empty() {
+        assert!(
+            t.elapsed() < limit,
+            "sandboxed processes outlived the fault: {:?}",
+            host_processes_with(token)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `token` as a shell word that does not contain it literally, so only the
+/// sandboxed process (after `exec -a`) carries it, not spawnd's command line.
+fn unquoted(token: &str) -> String {
+    format!("{}\"\"{}", &token[..1], &token[1..])
+}
+
+/// Waits until some host process carries `token`.
+fn wait_running(token: &str) {
+    let t = Instant::now();
+    while host_processes_with(token).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{token} never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn handle_of(answer: &Value) -> String {
+    answer["handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no handle: {answer}"))
+        .to_string()
+}
+
+fn open_files(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A tmpfs of `size` mounted in the test world, unmounted on drop.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(name: &str, size: &str) -> SmallDisk {
+        let dir = world().path(&format!("outside/{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a small tmpfs (needs root)");
+        SmallDisk(dir)
+    }
+
+    fn fill(&self) {
+        let chunk = vec![b'x'; 4096];
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        while f.write_all(&chunk).is_ok() {}
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `spawnd run --json` of `script` as root with the audit log at `log`, started.
+fn start_run(log: &Path, name: &str, script: &str) -> std::process::Child {
+    let w = world();
+    let cfg = w.path(&format!("outside/{name}.toml"));
+    std::fs::write(&cfg, format!("[audit]\npath = \"{}\"\n", log.display())).unwrap();
+    w.command(
+        As::Root,
+        "sh",
+        &[("script", script)],
+        &["--config", cfg.to_str().unwrap()],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+#[test]
+fn the_audit_disk_filling_mid_run_is_reported_and_the_chain_still_verifies() {
+    let disk = SmallDisk::mount("audit-fills", "256k");
+    let log = disk.0.join("audit.jsonl");
+    let token = "audit-fills-mid-run-4c1";
+    // tmpfs fills by pages: an exit record that fits in the log's last,
+    // already allocated page would still be written. Runs of the same
+    // operation (same record sizes) first bring the log to a point where the
+    // next decision leaves too little room in its page for the exit record.
+    let line_sizes = |log: &Path| -> (u64, u64) {
+        let text = std::fs::read_to_string(log).unwrap();
+        let size = |kind: &str| {
+            text.lines()
+                .filter(|l| l.contains(&format!("\"kind\":\"{kind}\"")))
+                .map(|l| l.len() as u64 + 1)
+                .min()
+                .unwrap()
+        };
+        (size("decision"), size("exit"))
+    };
+    let quick = "true".to_string();
+    assert_eq!(
+        start_run(&log, "audit-fills", &quick)
+            .wait()
+            .unwrap()
+            .code(),
+        Some(0)
+    );
+    let (decision, exit) = line_sizes(&log);
+    for _ in 0..64 {
+        let size = std::fs::metadata(&log).unwrap().len();
+        let room_after_decision = 4096 - (size + decision) % 4096;
+        if room_after_decision + 64 < exit {
+            break;
+        }
+        assert_eq!(
+            start_run(&log, "audit-fills", &quick)
+                .wait()
+                .unwrap()
+                .code(),
+            Some(0)
+        );
+    }
+    let run = start_run(
+        &log,
+        "audit-fills",
+        &format!("exec -a {} sleep 1", unquoted(token)),
+    );
+    wait_running(token);
+    // The decision is on disk; now the disk fills before the exit record.
+    disk.fill();
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("exit record could not be written"), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["data"]["audit_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("No space left")),
+        "{v}"
+    );
+    assert_gone_within(token, Duration::from_secs(1));
+    // With room again, the chain verifies and the next run appends to it.
+    std::fs::remove_file(disk.0.join("filler")).unwrap();
+    assert_chain_verifies(&log);
+    let again = start_run(&log, "audit-fills", "true")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(0));
+    assert_chain_verifies(&log);
+}
+
+#[test]
+fn the_audit_disk_turning_read_only_mid_run_is_reported_and_the_chain_still_verifies() {
+    let disk = SmallDisk::mount("audit-ro", "1m");
+    let logs = disk.0.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join("audit.jsonl");
+    let token = "audit-ro-mid-run-77e";
+    let run = start_run(
+        &log,
+        "audit-ro",
+        &format!("exec -a {} sleep 1", unquoted(token)),
+    );
+    wait_running(token);
+    // A read-only bind mount over the log's directory (the file system itself
+    // cannot be remounted read-only while the log is open for writing).
+    let out = Command::new("mount")
+        .args(["--bind", "-o", "ro"])
+        .arg(&logs)
+        .arg(&logs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Unbind(PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unbind = Unbind(logs.clone());
+    let out = run.wait_with_output().unwrap();
+    let (err, said) = (
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout),
+    );
+    assert_eq!(out.status.code(), Some(5), "{err} {said}");
+    assert!(
+        err.contains("exit record could not be written"),
+        "{err} {said}"
+    );
+    assert_gone_within(token, Duration::from_secs(1));
+    // Read-only, nothing new runs at all.
+    let refused = start_run(&log, "audit-ro", "touch /tmp/never")
+        .wait_with_output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(5), "{said}");
+    assert!(said.contains("Read-only file system"), "{said}");
+    // The chain verifies through the read-only view.
+    assert_chain_verifies(&log);
+}
+
+/// A manifest with one credential key bound to `source`, for the daemon.
+fn credential_daemon(name: &str, source: &str) -> Daemon {
+    let dir = world().path(&format!("faults-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("creds.toml");
+    std::fs::write(
+        &manifest,
+        format!("[connector]\nname = \"local://test/{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\nenv_passthrough = [\"TOKEN\"]\ncredential_env_keys = [\"TOKEN\"]\n[capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let extra = format!(
+        "\n[[credentials]]\nconnector = \"local://test/{name}\"\nkey = \"TOKEN\"\nsource = \"{source}\"\n"
+    );
+    Daemon::start_with_manifests(name, &extra, &[&manifest])
+}
+
+fn helper(name: &str, body: &str) -> PathBuf {
+    let path = world().path(&format!("faults-{name}-helper"));
+    std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    path
+}
+
+#[test]
+fn a_credential_helper_printing_garbage_is_refused_by_name() {
+    let h = helper("garbage", "printf 'tok\\000en\\377'");
+    let d = credential_daemon("garbage", &format!("exec:{}", h.display()));
+    let mut c = d.client();
+    let a = c.call(
+        "spawn_op",
+        json!({"connector": "local://test/garbage", "op": "sh", "args": {"script": "true"}}),
+    );
+    assert_eq!(a["error"]["code"], -32005, "{a}");
+    let message = a["error"]["message"].as_str().unwrap();
+    assert!(message.contains("NUL") && message.contains("TOKEN"), "{a}");
+    assert!(a["error"]["data"]["reason"] == "invalid_credentials", "{a}");
+    assert_chain_verifies(&d.audit);
+}
+
+#[test]
+fn a_hanging_credential_helper_is_cut_off_while_others_are_served() {
+    let token = "hanging-helper-5d2";
+    let h = helper("hangs", &format!("exec -a {token} sleep 60"));
+    let d = credential_daemon("hangs", &format!("exec:{}", h.display()));
+    let socket = d.socket.clone();
+    let started = Instant::now();
+    let waiting = std::thread::spawn(move || {
+        Client::connect(&socket).call(
+            "spawn_op",
+            json!({"connector": "local://test/hangs", "op": "sh", "args": {"script": "true"}}),
+        )
+    });
+    wait_running(token);
+    // Meanwhile another caller is served at once.
+    let mut other = d.client();
+    let quick = Instant::now();
+    let h2 = handle_of(&other.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo served"}}),
+    ));
+    let done = other.ok("spawn_status", json!({"handle": h2, "wait_ms": 10000}));
+    assert_eq!(done["stdout"]["text"], "served\n");
+    assert!(quick.elapsed() < Duration::from_secs(3));
+    let a = waiting.join().unwrap();
+    let took = started.elapsed();
+    assert_eq!(a["error"]["code"], -32005, "{a}");
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 10000 ms"),
+        "{a}"
+    );
+    assert_eq!(a["error"]["data"]["reason"], "invalid_credentials", "{a}");
+    assert!(
+        took >= Duration::from_secs(10) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    assert_gone_within(token, Duration::from_secs(1));
+    assert_chain_verifies(&d.audit);
+}
+
+#[test]
+fn the_spawner_killed_mid_run_ends_its_spawns_with_an_error_and_a_new_one_serves() {
+    let d = Daemon::start("spawner-killed", "");
+    let mut c = d.client();
+    let token = "spawner-killed-run-9b0";
+    let handles: Vec<String> = (0..3)
+        .map(|_| {
+            handle_of(&c.ok(
+                "spawn_op",
+                json!({"connector": CONNECTOR, "op": "sh", "args": {"script": format!("exec -a {token} sleep 30")}}),
+            ))
+        })
+        .collect();
+    wait_running(token);
+    let daemon_pid = d.child.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{daemon_pid}/task/{daemon_pid}/children")).unwrap();
+    let spawner: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(spawner),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // Its sandboxes die with it; each spawn ends with an error that says why.
+    assert_gone_within(token, Duration::from_secs(1));
+    for h in &handles {
+        let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+        assert_eq!(s["state"], "failed", "{s}");
+        assert!(s["error"].as_str().unwrap().contains("spawner"), "{s}");
+        c.ok("spawn_release", json!({ "handle": h }));
+    }
+    // The next request gets a new spawner.
+    let h = handle_of(&c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo again"}}),
+    ));
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(done["stdout"]["text"], "again\n", "{done}");
+    assert_chain_verifies(&d.audit);
+    let audit = std::fs::read_to_string(&d.audit).unwrap();
+    let failed_exits = audit
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"exit\"") && l.contains("spawner"))
+        .count();
+    assert_eq!(failed_exits, 3, "{audit}");
+}
+
+#[test]
+fn a_client_trickling_bytes_is_cut_off_while_others_are_served() {
+    let d = Daemon::start("trickle", "frame_timeout_ms = 1500\n");
+    let mut slow = UnixStream::connect(&d.socket).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let request = br#"{"jsonrpc":"2.0","id":1,"method":"health"}"#;
+    let mut answer = String::new();
+    let mut served_meanwhile = false;
+    for byte in request.iter() {
+        if slow.write_all(&[*byte]).is_err() {
+            break;
+        }
+        if !served_meanwhile {
+            // Another client is answered while the slow one dribbles.
+            let mut c = d.client();
+            let h = handle_of(&c.ok(
+                "spawn_op",
+                json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo fine"}}),
+            ));
+            let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+            assert_eq!(s["stdout"]["text"], "fine\n");
+            served_meanwhile = true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        if started.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+    }
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&slow), &mut answer).unwrap();
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("frame_timeout_ms"),
+        "{v}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    let mut rest = Vec::new();
+    let closed = std::io::Read::read_to_end(&mut slow, &mut rest).map(|_| rest.is_empty());
+    assert!(matches!(closed, Ok(true)), "the connection stays open");
+    assert!(served_meanwhile);
+}
+
+#[test]
+fn a_thousand_connections_opened_and_dropped_leak_nothing() {
+    let d = Daemon::start("churn", "");
+    let pid = d.child.id();
+    let mut c = d.client();
+    c.ok("health", json!({}));
+    std::thread::sleep(Duration::from_millis(200));
+    let (fds, rss) = (open_files(pid), rss_kib(pid));
+    for i in 0..1000 {
+        let mut s = UnixStream::connect(&d.socket).unwrap();
+        // Some say half a request, some a whole one, some nothing.
+        match i % 3 {
+            0 => {}
+            1 => {
+                let _ = s.write_all(br#"{"jsonrpc":"2.0","id":1,"meth"#);
+            }
+            _ => {
+                let _ = s.write_all(
+                    b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"connectors_status\"}\n",
+                );
+            }
+        }
+        drop(s);
+    }
+    // Still serving, and back to where it was.
+    let t = Instant::now();
+    loop {
+        c.ok("health", json!({}));
+        if open_files(pid) <= fds || t.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        open_files(pid) <= fds,
+        "descriptors {} -> {}",
+        fds,
+        open_files(pid)
+    );
+    let grown = rss_kib(pid).saturating_sub(rss);
+    assert!(
+        grown < 4096,
+        "RSS grew by {grown} KiB over 1000 connections"
+    );
+}
+
+#[test]
+fn kill_9_of_the_daemon_during_50_runs_then_a_restart_serves_and_the_chain_verifies() {
+    let mut d = Daemon::start("massacre", "");
+    let token = "massacre-run-3e8";
+    let mut clients: Vec<Client> = (0..5).map(|_| d.client()).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        for _ in 0..10 {
+            let a = c.call(
+                "spawn_op",
+                json!({"connector": CONNECTOR, "op": "sh", "args": {"script": format!("exec -a {token}-{i} sleep 30")}}),
+            );
+            assert!(a["result"]["handle"].is_string(), "{a}");
+        }
+    }
+    let t = Instant::now();
+    while host_processes_with(token).len() < 50 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "only {} started",
+            host_processes_with(token).len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    assert_gone_within(token, Duration::from_secs(2));
+    drop(clients);
+    assert_chain_verifies(&d.audit);
+    // A new daemon on the same socket and log serves at once.
+    let again = Daemon::start("massacre", "");
+    let mut c = again.client();
+    let h = handle_of(&c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo back"}}),
+    ));
+    let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(s["stdout"]["text"], "back\n");
+    assert_chain_verifies(&again.audit);
+}
