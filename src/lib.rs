@@ -24,6 +24,8 @@ pub mod cli;
 pub mod config;
 pub mod connectors;
 pub mod daemon;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod manifest;
 pub mod plan;
 pub mod policy;

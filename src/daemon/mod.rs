@@ -16,7 +16,7 @@
 //! (the socket and limits chosen at start stay as they are).
 
 pub mod manifests;
-mod request;
+pub mod request;
 pub mod rpc;
 pub mod spawns;
 

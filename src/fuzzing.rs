@@ -1,0 +1,209 @@
+//! The checks behind the fuzz targets in `fuzz/` (run with `scripts/fuzz`),
+//! kept here so the regression suite (`tests/fuzz_regressions.rs`) runs every
+//! seed and every input a fuzzer ever found against exactly the same
+//! assertions. Each function panics when a property breaks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use crate::audit::verify::verify_bytes;
+use crate::daemon::{request::request_from, rpc};
+use crate::manifest::{parse_manifest, LoadOptions, Manifest, LIMIT_SPECS};
+use crate::policy::{decide, Access, Caller, Decision, GateContext};
+use crate::program::ProgramOpener;
+use crate::template::{ParamRule, Params, Pattern, Template};
+
+/// Manifest parsing and validation on arbitrary text: never a panic; a
+/// manifest that loads binds each operation to a declared program within
+/// the limits' ceilings; a refusal names at least one problem.
+pub fn manifest(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match parse_manifest("fuzz.toml", text, LoadOptions::default()) {
+        Ok(m) => {
+            if let Some(spawn) = &m.spawn {
+                for op in spawn.operations.values() {
+                    assert!(op.program < spawn.programs.len());
+                    assert!(op.limits.max_stdout_bytes <= LIMIT_SPECS[0].ceiling);
+                    assert!(op.limits.max_stderr_bytes <= LIMIT_SPECS[1].ceiling);
+                }
+            }
+        }
+        Err(e) => {
+            assert!(!e.problems.is_empty());
+            let _ = e.to_string();
+        }
+    }
+}
+
+fn rule(choice: u8) -> Option<ParamRule> {
+    let base = ParamRule::default();
+    let values = |vs: &[&str]| Some(vs.iter().map(|v| v.to_string()).collect());
+    let pattern = |p: &str| Pattern::new(p).ok();
+    Some(match choice % 10 {
+        0 => return None,
+        1 => ParamRule {
+            allow_dash: true,
+            ..base
+        },
+        2 => ParamRule {
+            allow_empty: true,
+            ..base
+        },
+        3 => ParamRule {
+            values: values(&["a", "ab"]),
+            ..base
+        },
+        4 => ParamRule {
+            values: values(&["-a", "x"]),
+            allow_dash: true,
+            ..base
+        },
+        5 => ParamRule {
+            pattern: pattern("[a:]+"),
+            ..base
+        },
+        6 => ParamRule {
+            pattern: pattern("[ax]+"),
+            allow_dash: true,
+            ..base
+        },
+        7 => ParamRule {
+            pattern: pattern("a*"),
+            allow_empty: true,
+            ..base
+        },
+        8 => ParamRule {
+            default: Some("a".into()),
+            ..base
+        },
+        _ => ParamRule { max_len: 2, ..base },
+    })
+}
+
+/// Template parsing, substitution and raw-argv matching, asserting the
+/// agreement property: for a template the lint accepts, whatever
+/// substitution produces the matcher finds again, with arguments that
+/// substitute to exactly that argv; for any template, an argv the matcher
+/// accepts is exactly what substitution makes of what it found.
+///
+/// Input: line 1 the template (string form), line 2 one rule choice per
+/// placeholder, then `name=value` lines, a `--` line, and a raw argv after
+/// the program token, one element per line.
+pub fn template(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.split('\n');
+    let Some(source) = lines.next() else { return };
+    let choices = lines.next().unwrap_or("").as_bytes().to_vec();
+    let Ok(t) = Template::parse_str(source) else {
+        return;
+    };
+    let params: Params = t
+        .placeholders()
+        .iter()
+        .zip(choices.iter().chain(std::iter::repeat(&0)))
+        .filter_map(|(name, &c)| Some((name.to_string(), rule(c)?)))
+        .collect();
+    let mut args = BTreeMap::new();
+    let mut argv = vec![t.program_token().to_string()];
+    let mut in_args = true;
+    for line in lines {
+        if in_args {
+            if line == "--" {
+                in_args = false;
+            } else if let Some((k, v)) = line.split_once('=') {
+                args.insert(k.to_string(), v.to_string());
+            }
+        } else {
+            argv.push(line.to_string());
+        }
+    }
+    let program = "/usr/bin/prog";
+    if t.check_unambiguous(&params).is_ok() {
+        if let Ok(rendered) = t.substitute(&args, &params) {
+            assert_eq!(
+                rendered.first().map(String::as_str),
+                Some(t.program_token())
+            );
+            let found = t
+                .match_argv(&rendered, program, &params)
+                .unwrap_or_else(|e| panic!("{} {rendered:?} {args:?}: {e:?}", t.shape()));
+            assert_eq!(t.substitute(&found, &params).ok(), Some(rendered));
+        }
+    }
+    if let Ok(found) = t.match_argv(&argv, program, &params) {
+        assert_eq!(
+            t.substitute(&found, &params).ok(),
+            Some(argv.clone()),
+            "{} accepted {argv:?} as {found:?}",
+            t.shape()
+        );
+    }
+}
+
+fn coreutils() -> &'static Manifest {
+    static M: OnceLock<Manifest> = OnceLock::new();
+    M.get_or_init(|| {
+        parse_manifest(
+            "coreutils.toml",
+            include_str!("../policies/coreutils.toml"),
+            LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("policies/coreutils.toml: {e}"))
+    })
+}
+
+/// One JSON-RPC frame as the daemon handles it up to the gate: parsed,
+/// turned into a spawn request, decided against `policies/coreutils.toml`.
+/// Never a panic; an allowed plan has an argv, a denial a reason.
+pub fn rpc_request(data: &[u8]) {
+    let Ok(line) = std::str::from_utf8(data) else {
+        return;
+    };
+    let call = match rpc::parse(line) {
+        Ok(call) => call,
+        Err((_, e)) => {
+            let _ = rpc::failure(&serde_json::Value::Null, &e);
+            return;
+        }
+    };
+    if call.method != "spawn" && call.method != "spawn_op" {
+        return;
+    }
+    let Ok(spawn) = request_from(&call.method, &call.params) else {
+        return;
+    };
+    let m = coreutils();
+    let name = m.connector.name.to_string();
+    let caller = Caller {
+        uid: 1000,
+        gid: 1000,
+        pid: Some(4242),
+        home: "/home/fuzz".into(),
+    };
+    let bound = BTreeSet::new();
+    let ctx = GateContext {
+        connector: &spawn.connector,
+        manifest: (spawn.connector == name).then_some(m),
+        disabled: false,
+        access: &Access::Local,
+        bound_credentials: &bound,
+        require_program_hash: false,
+    };
+    match decide(&ctx, &caller, &spawn.request, &mut ProgramOpener::default()) {
+        Decision::Allowed(plan) => assert!(!plan.argv.is_empty()),
+        Decision::Denied(d) => assert!(!d.reason.as_str().is_empty()),
+    }
+}
+
+/// Audit-chain verification on arbitrary bytes, with and without a key:
+/// never a panic; a chain that verifies counts exactly its records.
+pub fn audit_verify(data: &[u8]) {
+    for key in [None, Some(&b"fuzz-key"[..])] {
+        let v = verify_bytes(data, key);
+        if v.tamper.is_none() {
+            assert_eq!(v.records, v.last_seq);
+        }
+    }
+}
