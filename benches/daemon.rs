@@ -14,156 +14,18 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-const CONNECTOR: &str = "local://bench/daemon";
+mod support;
+use support::{ms, percentile, rss_kib, spawner_of, start_daemon, Client};
+
 const CLIENTS: usize = 16;
 const GARBAGE_CLIENTS: usize = 4;
-
-const MANIFEST: &str = r#"
-[connector]
-name = "local://bench/daemon"
-version = "1.0.0"
-
-[capabilities.spawn]
-programs = [{ path = "/usr/bin/true" }, { path = "/usr/bin/echo" }]
-
-[capabilities.spawn.operations.true]
-argv = "true"
-
-[capabilities.spawn.operations.echo]
-argv = "echo {token}"
-
-[capabilities.spawn.operations.echo.params.token]
-pattern = "[a-z0-9-]{1,40}"
-"#;
-
-/// One JSON-RPC connection.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next: u64,
-}
-
-impl Client {
-    fn connect(socket: &Path) -> Client {
-        let s = UnixStream::connect(socket).expect("connect to the daemon");
-        Client {
-            reader: BufReader::new(s.try_clone().expect("clone")),
-            writer: s,
-            next: 0,
-        }
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
-        self.next += 1;
-        let req = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
-        self.writer
-            .write_all(format!("{req}\n").as_bytes())
-            .map_err(|e| e.to_string())?;
-        let mut line = String::new();
-        self.reader
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
-        if v["id"] != json!(self.next) {
-            return Err(format!(
-                "answer for id {} to request {}",
-                v["id"], self.next
-            ));
-        }
-        match v.get("error") {
-            Some(e) => Err(format!("{method}: {e}")),
-            None => Ok(v["result"].clone()),
-        }
-    }
-
-    /// spawn_op + spawn_status (to the end): the result and the round trip.
-    fn spawn_and_wait(&mut self, op: &str, args: Value) -> Result<(Value, Duration), String> {
-        let t = Instant::now();
-        let handle = self.call(
-            "spawn_op",
-            json!({"connector": CONNECTOR, "op": op, "args": args}),
-        )?["handle"]
-            .as_str()
-            .ok_or("no handle")?
-            .to_string();
-        let status = self.call("spawn_status", json!({"handle": handle, "wait_ms": 30_000}))?;
-        let elapsed = t.elapsed();
-        self.call("spawn_release", json!({ "handle": handle }))?;
-        Ok((status, elapsed))
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// The daemon's pid and its spawner's (its only child that is spawnd).
-fn spawner_of(daemon: u32) -> Option<u32> {
-    let children =
-        std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children")).ok()?;
-    children.split_whitespace().find_map(|p| p.parse().ok())
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
-
-fn start_daemon(dir: &Path) -> (Child, PathBuf) {
-    let spawnd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
-    assert!(spawnd.exists(), "build first: cargo build --release");
-    let manifest = dir.join("daemon.toml");
-    std::fs::write(&manifest, MANIFEST).expect("manifest");
-    let run = dir.join("run");
-    std::fs::create_dir_all(&run).expect("socket directory");
-    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o750))
-        .expect("chmod");
-    let socket = run.join("spawnd.sock");
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\nmax_connections = 64\n",
-            dir.join("audit.jsonl").display(),
-            socket.display(),
-            manifest.display()
-        ),
-    )
-    .expect("config");
-    let child = Command::new(&spawnd)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawnd serve");
-    let t = Instant::now();
-    while UnixStream::connect(&socket).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the daemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, socket)
-}
 
 /// Sends malformed frames, over and over, until told to stop; reconnects
 /// whenever the daemon closes the connection.
@@ -205,6 +67,58 @@ fn garbage(socket: PathBuf, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
     }
 }
 
+/// `clients` connections each making `per_client` `spawn_op` + wait calls
+/// (alternately `true` and `echo TOKEN`, checked): the round trips, the
+/// results that were wrong or missing, and the wall time.
+fn load(
+    socket: &Path,
+    clients: usize,
+    per_client: usize,
+) -> (Vec<Duration>, Vec<String>, Duration) {
+    let started = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|k| {
+            let socket = socket.to_path_buf();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket);
+                let mut times = Vec::with_capacity(per_client);
+                let mut wrong = Vec::new();
+                for i in 0..per_client {
+                    let token = format!("c{k}-n{i}");
+                    let (op, args) = if i % 2 == 0 {
+                        ("true", json!({}))
+                    } else {
+                        ("echo", json!({ "token": token }))
+                    };
+                    match c.spawn_and_wait(op, args) {
+                        Ok((s, d)) => {
+                            times.push(d);
+                            let expected = if op == "echo" {
+                                format!("{token}\n")
+                            } else {
+                                String::new()
+                            };
+                            if s["exit_code"] != 0 || s["stdout"]["text"] != json!(expected) {
+                                wrong.push(format!("{token}: {s}"));
+                            }
+                        }
+                        Err(e) => wrong.push(format!("{token}: {e}")),
+                    }
+                }
+                (times, wrong)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut wrong = Vec::new();
+    for t in threads {
+        let (times, w) = t.join().expect("client");
+        all.extend(times);
+        wrong.extend(w);
+    }
+    (all, wrong, started.elapsed())
+}
+
 fn main() {
     let per_client: usize = std::env::var("SPAWND_BENCH_N")
         .ok()
@@ -240,7 +154,11 @@ fn main() {
     rt.sort();
     plain.sort();
 
-    // 2. Load: 16 clients, 200 spawn_op each, plus 4 garbage senders.
+    // 2. Spawns per second under 8 concurrent clients (no garbage).
+    let (eight, wrong8, wall8) = load(&socket, 8, per_client);
+    assert!(wrong8.is_empty(), "8 clients: {wrong8:?}");
+
+    // 3. Load: 16 clients, 200 spawn_op each, plus 4 garbage senders.
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let garbage_threads: Vec<_> = (0..GARBAGE_CLIENTS)
@@ -259,48 +177,7 @@ fn main() {
             }
         })
     };
-    let started = Instant::now();
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|k| {
-            let socket = socket.clone();
-            std::thread::spawn(move || {
-                let mut c = Client::connect(&socket);
-                let mut times = Vec::with_capacity(per_client);
-                let mut wrong = Vec::new();
-                for i in 0..per_client {
-                    let token = format!("c{k}-n{i}");
-                    let (op, args) = if i % 2 == 0 {
-                        ("true", json!({}))
-                    } else {
-                        ("echo", json!({ "token": token }))
-                    };
-                    match c.spawn_and_wait(op, args) {
-                        Ok((s, d)) => {
-                            times.push(d);
-                            let expected = if op == "echo" {
-                                format!("{token}\n")
-                            } else {
-                                String::new()
-                            };
-                            if s["exit_code"] != 0 || s["stdout"]["text"] != json!(expected) {
-                                wrong.push(format!("{token}: {s}"));
-                            }
-                        }
-                        Err(e) => wrong.push(format!("{token}: {e}")),
-                    }
-                }
-                (times, wrong)
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    let mut wrong = Vec::new();
-    for t in clients {
-        let (times, w) = t.join().expect("client");
-        all.extend(times);
-        wrong.extend(w);
-    }
-    let wall = started.elapsed();
+    let (mut all, wrong, wall) = load(&socket, CLIENTS, per_client);
     stop.store(true, Ordering::Relaxed);
     for t in garbage_threads {
         let _ = t.join();
@@ -314,6 +191,7 @@ fn main() {
     all.sort();
 
     let total = CLIENTS * per_client;
+    let rate8 = eight.len() as f64 / wall8.as_secs_f64();
     let rate = all.len() as f64 / wall.as_secs_f64();
     let (p50, p99, plain50) = (
         percentile(&rt, 0.5),
@@ -321,13 +199,14 @@ fn main() {
         percentile(&plain, 0.5),
     );
     let table = format!(
-        "`spawnd serve`, {per_client} round trips interleaved with plain fork/exec, then {CLIENTS} clients × {per_client} `spawn_op` + {GARBAGE_CLIENTS} garbage clients\n\n\
+        "`spawnd serve`, {per_client} round trips interleaved with plain fork/exec, then 8 clients × {per_client} `spawn_op`, then {CLIENTS} clients × {per_client} `spawn_op` + {GARBAGE_CLIENTS} garbage clients\n\n\
 | measure | value | goal |\n|---|---|---|\n\
 | plain fork/exec of /usr/bin/true, p50 (baseline) | {} | |\n\
 | `spawn_op` + `spawn_status` round trip, p50 | {} ({:.2}× plain) | ≤ 2.5× plain |\n\
 | `spawn_op` + `spawn_status` round trip, p99 | {} | |\n\
 | under load: round trip p50 / p99 | {} / {} | |\n\
-| sustained spawns per second, {CLIENTS} clients | {rate:.0}/s | ≥ 500/s |\n\
+| sustained spawns per second, 8 clients | {rate8:.0}/s | |\n\
+| sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 500/s |\n\
 | results: completed / expected / lost or mixed up | {} / {total} / {} | 0 lost |\n\
 | garbage frames sent meanwhile | {} | |\n\
 | daemon RSS idle / peak under load / after | {:.1} / {:.1} / {:.1} MiB | idle < 15 MiB |\n\

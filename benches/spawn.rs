@@ -1,7 +1,8 @@
 //! Spawn benchmark (not a timed test): 200+ spawns of /bin/true each way,
 //! interleaved in one run — plain fork/exec, `unshare` with the same
-//! namespaces, bubblewrap with the closest isolation it offers, and
-//! `spawnd run` with full isolation — medians and ratios, as Markdown.
+//! namespaces, bubblewrap with the closest isolation it offers, firejail when
+//! installed, `spawnd run` with full isolation, and the daemon's `spawn_op`
+//! round trip (request to end, one client) — medians and ratios, as Markdown.
 //!
 //! Run: `scripts/bench-spawn` (installs bubblewrap first), or
 //! `cargo bench --bench spawn` with bwrap on PATH. Set SPAWND_BENCH_N to change
@@ -24,14 +25,26 @@ programs = [{ path = "/usr/bin/true" }]
 argv = "true"
 "#;
 
+mod support;
+
 struct Way {
     name: &'static str,
     program: String,
     args: Vec<String>,
+    /// Through a daemon instead of a command.
+    daemon: Option<support::Client>,
     times: Vec<Duration>,
 }
 
 fn run_once(way: &mut Way) {
+    if let Some(client) = &mut way.daemon {
+        let (status, took) = client
+            .spawn_and_wait("true", serde_json::json!({}))
+            .expect("spawn_op");
+        assert_eq!(status["exit_code"], 0, "{status}");
+        way.times.push(took);
+        return;
+    }
     let t = Instant::now();
     let status = Command::new(&way.program)
         .args(&way.args)
@@ -117,11 +130,12 @@ fn main() {
         "--clearenv",
         "/usr/bin/true",
     ]);
-    let mut ways = [
+    let ways = [
         Way {
             name: "plain fork/exec of /bin/true (baseline)",
             program: "/usr/bin/true".into(),
             args: vec![],
+            daemon: None,
             times: vec![],
         },
         Way {
@@ -138,12 +152,14 @@ fn main() {
                 "--fork",
                 "/usr/bin/true",
             ]),
+            daemon: None,
             times: vec![],
         },
         Way {
             name: "bwrap, closest isolation",
             program: "bwrap".into(),
             args: bwrap_args,
+            daemon: None,
             times: vec![],
         },
         Way {
@@ -158,6 +174,7 @@ fn main() {
                 "--op".into(),
                 "true".into(),
             ],
+            daemon: None,
             times: vec![],
         },
         Way {
@@ -172,9 +189,39 @@ fn main() {
                 "--op".into(),
                 "true".into(),
             ],
+            daemon: None,
             times: vec![],
         },
     ];
+    let mut ways: Vec<Way> = ways.into_iter().collect();
+    if Command::new("firejail").arg("--version").output().is_ok() {
+        ways.push(Way {
+            name: "firejail --noprofile --net=none --private --private-dev --private-tmp --caps.drop=all --seccomp",
+            program: "firejail".into(),
+            args: s(&[
+                "--quiet",
+                "--noprofile",
+                "--net=none",
+                "--private",
+                "--private-dev",
+                "--private-tmp",
+                "--caps.drop=all",
+                "--seccomp",
+                "/usr/bin/true",
+            ]),
+            daemon: None,
+            times: vec![],
+        });
+    }
+    let daemon_dir = tempfile::tempdir().expect("tempdir");
+    let (mut daemon, socket) = support::start_daemon(daemon_dir.path());
+    ways.push(Way {
+        name: "`spawnd serve`: `spawn_op` + `spawn_status` round trip, one client",
+        program: String::new(),
+        args: vec![],
+        daemon: Some(support::Client::connect(&socket)),
+        times: vec![],
+    });
     for w in ways.iter_mut() {
         for _ in 0..10 {
             run_once(w);
@@ -186,6 +233,8 @@ fn main() {
             run_once(w);
         }
     }
+    let _ = daemon.kill();
+    let _ = daemon.wait();
     let medians: Vec<Duration> = ways.iter_mut().map(|w| median(&mut w.times)).collect();
     let (plain, bwrap) = (medians[0], medians[2]);
     let mut table = format!("{n} spawns each, interleaved\n\n| way | median | vs plain | vs bwrap |\n|---|---|---|---|\n");

@@ -1,0 +1,178 @@
+//! Shared by the benchmarks: a `spawnd serve` with a two-operation manifest
+//! (`/usr/bin/true`, `/usr/bin/echo TOKEN`), a JSON-RPC client, percentiles
+//! and RSS readings.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const CONNECTOR: &str = "local://bench/daemon";
+
+pub const MANIFEST: &str = r#"
+[connector]
+name = "local://bench/daemon"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{ path = "/usr/bin/true" }, { path = "/usr/bin/echo" }, { path = "/usr/bin/head" }]
+
+[capabilities.spawn.limits]
+wall_time_ms = 300000
+max_stdout_bytes = 67108864
+
+[capabilities.spawn.operations.true]
+argv = "true"
+
+[capabilities.spawn.operations.true.limits]
+wall_time_ms = 30000
+max_stdout_bytes = 1048576
+
+[capabilities.spawn.operations.echo]
+argv = "echo {token}"
+
+[capabilities.spawn.operations.echo.params.token]
+pattern = "[a-z0-9-]{1,40}"
+
+[capabilities.spawn.operations.echo.limits]
+wall_time_ms = 30000
+max_stdout_bytes = 1048576
+
+[capabilities.spawn.operations.flood]
+argv = "head -c {bytes} /dev/zero"
+
+[capabilities.spawn.operations.flood.params.bytes]
+pattern = "[0-9]{1,12}"
+"#;
+
+/// The release binary the benchmarks measure.
+pub fn spawnd() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
+    assert!(p.exists(), "build first: cargo build --release");
+    p
+}
+
+/// One JSON-RPC connection.
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next: u64,
+}
+
+impl Client {
+    pub fn connect(socket: &Path) -> Client {
+        let s = UnixStream::connect(socket).expect("connect to the daemon");
+        Client {
+            reader: BufReader::new(s.try_clone().expect("clone")),
+            writer: s,
+            next: 0,
+        }
+    }
+
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        self.next += 1;
+        let req = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        self.writer
+            .write_all(format!("{req}\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.reader
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+        if v["id"] != json!(self.next) {
+            return Err(format!(
+                "answer for id {} to request {}",
+                v["id"], self.next
+            ));
+        }
+        match v.get("error") {
+            Some(e) => Err(format!("{method}: {e}")),
+            None => Ok(v["result"].clone()),
+        }
+    }
+
+    /// spawn_op + spawn_status (to the end): the result and the round trip.
+    pub fn spawn_and_wait(&mut self, op: &str, args: Value) -> Result<(Value, Duration), String> {
+        let t = Instant::now();
+        let handle = self.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": op, "args": args}),
+        )?["handle"]
+            .as_str()
+            .ok_or("no handle")?
+            .to_string();
+        let status = self.call("spawn_status", json!({"handle": handle, "wait_ms": 30_000}))?;
+        let elapsed = t.elapsed();
+        self.call("spawn_release", json!({ "handle": handle }))?;
+        Ok((status, elapsed))
+    }
+}
+
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The daemon's pid and its spawner's (its only child that is spawnd).
+pub fn spawner_of(daemon: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children")).ok()?;
+    children.split_whitespace().find_map(|p| p.parse().ok())
+}
+
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+pub fn start_daemon(dir: &Path) -> (Child, PathBuf) {
+    let spawnd = spawnd();
+    let manifest = dir.join("daemon.toml");
+    std::fs::write(&manifest, MANIFEST).expect("manifest");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).expect("socket directory");
+    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o750))
+        .expect("chmod");
+    let socket = run.join("spawnd.sock");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\nmax_connections = 64\n",
+            dir.join("audit.jsonl").display(),
+            socket.display(),
+            manifest.display()
+        ),
+    )
+    .expect("config");
+    let child = Command::new(&spawnd)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawnd serve");
+    let t = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the daemon did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, socket)
+}
