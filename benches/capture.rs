@@ -16,6 +16,9 @@ mod support;
 
 const BYTES: u64 = 1 << 30;
 
+/// Builds one way's command afresh for each run.
+type MakeCommand = Box<dyn Fn() -> Command>;
+
 fn main() {
     let reps: usize = std::env::var("SPAWND_BENCH_REPS")
         .ok()
@@ -54,7 +57,7 @@ fn main() {
         );
         t.elapsed()
     };
-    let ways: [(&str, Box<dyn Fn() -> Command>); 3] = [
+    let ways: [(&str, MakeCommand); 3] = [
         (
             "`head -c 1G /dev/zero \\| cat > /dev/null` (baseline)",
             Box::new(move || shell(&format!("head -c {BYTES} /dev/zero | cat > /dev/null"))),
