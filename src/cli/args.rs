@@ -13,6 +13,12 @@ Examples:
   spawnd manifest pin policies/git.toml         fill in program sha256 hashes in place
   spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01
                                                 the gate's decision and the exact argv
+  spawnd run --manifest policies/python3.toml --op eval --arg 'code=print(6*7)'
+                                                run it in the sandbox, output live
+  spawnd serve --config /etc/spawnd/config.toml the daemon (JSON-RPC over a Unix socket)
+  spawnd run --socket /run/spawnd/spawnd.sock --connector local://spawnd/git --op status
+                                                the same run, through the daemon
+  spawnd audit verify                           check the audit trail's hash chain
   spawnd health --json                          which kernel layers this machine offers
 
 Exit codes: 0 ok, 2 usage, 3 denied, 4 config/manifest/credential, 5 kernel layer or
@@ -70,10 +76,11 @@ pub enum Command {
         file: PathBuf,
     },
     /// Describe this tool: version, modes, commands, denial reasons (connector contract).
+    #[command(after_help = "Example:\n  spawnd capabilities --json | jq '.data.denial_reasons'")]
     Capabilities,
     /// Probe the kernel: user namespaces, Landlock ABI, seccomp, cgroups, audit location.
     #[command(
-        after_help = "Status: healthy, needs_setup, degraded or error, with the reasons. Exits 5 unless healthy."
+        after_help = "Examples:\n  spawnd health\n  spawnd health --json --config /etc/spawnd/config.toml\n\nStatus: healthy, needs_setup, degraded or error, with the reasons. Exits 5 unless healthy."
     )]
     Health,
     /// Operator configuration.
@@ -221,6 +228,9 @@ pub struct AuditFilter {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Show the effective operator config (credential sources shown, secret values never).
+    #[command(
+        after_help = "Examples:\n  spawnd config show\n  spawnd config show --json --config /etc/spawnd/config.toml"
+    )]
     Show,
 }
 
