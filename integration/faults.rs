@@ -531,3 +531,33 @@ fn kill_9_of_the_daemon_during_50_runs_then_a_restart_serves_and_the_chain_verif
     assert_eq!(s["stdout"]["text"], "back\n");
     assert_chain_verifies(&again.audit);
 }
+
+#[test]
+fn a_child_that_never_reads_a_large_stdin_neither_blocks_the_daemon_nor_its_result() {
+    use base64::Engine;
+    let d = Daemon::start("stdin-unread", "");
+    let mut c = d.client();
+    // 700 KiB of stdin (base64 in one frame under the 1 MiB cap) to a child
+    // that never reads it and exits; another caller is served meanwhile.
+    let stdin = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 700 << 10]);
+    let t = Instant::now();
+    let h = handle_of(&c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 0.3; echo done"}, "stdin_b64": stdin}),
+    ));
+    let mut other = d.client();
+    let h2 = handle_of(&other.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo other"}}),
+    ));
+    let s2 = other.ok("spawn_status", json!({"handle": h2, "wait_ms": 10000}));
+    assert_eq!(s2["stdout"]["text"], "other\n");
+    let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(
+        (s["exit_code"].as_i64(), s["stdout"]["text"].as_str()),
+        (Some(0), Some("done\n")),
+        "{s}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_chain_verifies(&d.audit);
+}
