@@ -561,3 +561,42 @@ fn a_child_that_never_reads_a_large_stdin_neither_blocks_the_daemon_nor_its_resu
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_chain_verifies(&d.audit);
 }
+
+#[test]
+fn a_silent_connection_without_handles_is_closed_and_one_with_a_handle_is_kept() {
+    let d = Daemon::start("idle", "idle_timeout_ms = 800\n");
+    let started = Instant::now();
+    let mut silent = UnixStream::connect(&d.socket).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut busy = d.client();
+    let h = handle_of(&busy.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 0.3; echo kept"}}),
+    ));
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&silent), &mut answer).unwrap();
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("idle_timeout_ms"),
+        "{v}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    let mut rest = Vec::new();
+    assert_eq!(
+        std::io::Read::read_to_end(&mut silent, &mut rest).unwrap(),
+        0
+    );
+    // The connection holding a (finished, unreleased) handle is still served.
+    std::thread::sleep(Duration::from_millis(1000));
+    let s = busy.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(s["stdout"]["text"], "kept\n", "{s}");
+}

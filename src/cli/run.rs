@@ -425,7 +425,12 @@ fn record_exit(
             s.keep_ok = false;
             Ok(s)
         }
-        (Err((_, f)), _) => Err(f),
+        (Err((_, f)), written) => {
+            if let Err(e) = written {
+                eprintln!("spawnd: the exit record could not be written either: {e}");
+            }
+            Err(f)
+        }
     }
 }
 
@@ -519,7 +524,12 @@ fn read_credentials(
                 Reason::InvalidCredentials,
                 &plan.connector,
                 requested.clone(),
-                vec![format!("binding:{}", binding.source)],
+                // The kind of source only: its path or helper arguments stay
+                // with the operator.
+                vec![format!(
+                    "binding:{}",
+                    binding.source.to_string().split(':').next().unwrap_or("")
+                )],
                 format!("{} key {}: {e}", plan.connector, entry.key),
             )
         })?;

@@ -148,8 +148,39 @@ pub(super) fn conclude(json: bool, data: Value) -> Success {
             );
         }
     }
+    // The child ran, but its exit record could not be written: that is the
+    // audit unavailable (5), whatever the child's code, here and through a daemon.
+    let audit_failed = data["audit_error"].is_string();
+    if audit_failed && !json {
+        eprintln!(
+            "spawnd: the exit record could not be written: {}",
+            data["audit_error"].as_str().unwrap_or_default()
+        );
+    }
     let mut success = Success::new(data, String::new());
-    success.exit = exit;
-    success.keep_ok = true;
+    success.exit = if audit_failed { 5 } else { exit };
+    success.keep_ok = !audit_failed;
     success
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_child_and_an_unwritten_exit_record_is_5() {
+        let code = |data: Value| conclude(true, data).exit;
+        assert_eq!(code(json!({"exit_code": 7})), 7);
+        assert_eq!(code(json!({"signal": 15})), 143);
+        assert_eq!(
+            code(json!({"exit_code": null, "timed_out": true, "signal": 9})),
+            124
+        );
+        assert_eq!(code(json!({"interrupted_by": 2, "signal": 9})), 130);
+        let failed = conclude(
+            true,
+            json!({"exit_code": 0, "audit_error": "No space left"}),
+        );
+        assert_eq!((failed.exit, failed.keep_ok), (5, false));
+    }
 }

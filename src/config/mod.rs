@@ -84,6 +84,8 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// How long a request line may take to arrive once its first byte has.
     pub frame_timeout_ms: u64,
+    /// How long a connection with no handle may stay silent.
+    pub idle_timeout_ms: u64,
 }
 
 /// `[sandbox]`.
@@ -328,6 +330,7 @@ impl Config {
                     .unwrap_or(256 << 20),
                 shutdown_grace_ms: raw.server.shutdown_grace_ms.unwrap_or(10_000),
                 frame_timeout_ms: raw.server.frame_timeout_ms.unwrap_or(10_000).max(1),
+                idle_timeout_ms: raw.server.idle_timeout_ms.unwrap_or(120_000).max(1),
             },
             access,
             credentials,

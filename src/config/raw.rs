@@ -42,6 +42,7 @@ pub(super) struct RawServer {
     pub(super) max_buffered_output_bytes: Option<u64>,
     pub(super) shutdown_grace_ms: Option<u64>,
     pub(super) frame_timeout_ms: Option<u64>,
+    pub(super) idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

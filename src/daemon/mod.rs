@@ -89,7 +89,9 @@ impl Daemon {
                 pid = current.pid(),
                 "the spawner died; its sandboxes died with it; starting a new one"
             );
-            let fresh = Spawner::start_exec(&self.exe)
+            // `/proc/self/exe`: the binary this daemon runs, even if the
+            // file at its path has been replaced since (an upgrade).
+            let fresh = Spawner::start_exec(std::path::Path::new("/proc/self/exe"))
                 .map_err(|e| format!("the spawner died and a new one could not be started: {e}"))?;
             *current = Arc::new(fresh);
         }
@@ -342,8 +344,10 @@ async fn serve_connection(
 ) {
     let Some(peer) = peer_of(&stream) else { return };
     let (read, mut write) = stream.into_split();
-    let max = daemon.loaded().config.server.max_frame_bytes as usize;
-    let frame_timeout = Duration::from_millis(daemon.loaded().config.server.frame_timeout_ms);
+    let server = daemon.loaded().config.server.clone();
+    let max = server.max_frame_bytes as usize;
+    let frame_timeout = Duration::from_millis(server.frame_timeout_ms);
+    let idle_timeout = Duration::from_millis(server.idle_timeout_ms);
     let mut lines = FramedRead::new(read, LinesCodec::new_with_max_length(max));
     let mut conn = Connection {
         daemon,
@@ -353,26 +357,38 @@ async fn serve_connection(
     // When the bytes of an unfinished request line were first seen: a peer
     // that trickles them (one byte a second) is cut off after `frame_timeout`.
     let mut partial_since: Option<std::time::Instant> = None;
+    // A connection that holds no handle and says nothing is closed after
+    // `idle_timeout`, so silent peers cannot hold every slot.
+    let mut last_request = std::time::Instant::now();
     loop {
         let now = std::time::Instant::now();
-        if lines.read_buffer().is_empty() {
+        conn.handles.expire();
+        let closing = if lines.read_buffer().is_empty() {
             partial_since = None;
-        } else if now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout {
-            let e = RpcError::new(
-                rpc::INVALID_REQUEST,
+            (conn.handles.is_empty() && now.duration_since(last_request) >= idle_timeout).then(
+                || {
+                    format!(
+                        "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
+                        idle_timeout.as_millis()
+                    )
+                },
+            )
+        } else {
+            (now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout).then(|| {
                 format!(
                     "no complete request line within {} ms ([server] frame_timeout_ms); closing",
                     frame_timeout.as_millis()
-                ),
-            );
-            let _ = write
-                .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
-                .await;
+                )
+            })
+        };
+        if let Some(why) = closing {
+            let e = RpcError::new(rpc::INVALID_REQUEST, why);
+            let _ = send_line(&mut write, &rpc::failure(&Value::Null, &e)).await;
             break;
         }
         let recheck = match partial_since {
             Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
-            None => frame_timeout / 4,
+            None => (frame_timeout / 4).min(idle_timeout / 4),
         };
         let frame = tokio::select! {
             frame = lines.next() => frame,
@@ -380,6 +396,9 @@ async fn serve_connection(
             _ = tokio::time::sleep(recheck.max(Duration::from_millis(5))) => continue,
         };
         let Some(frame) = frame else { break };
+        // A whole line arrived: its timer ends here, and time spent
+        // answering it never counts against the next one.
+        partial_since = None;
         let (reply, close) = match frame {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => (conn.answer(&line).await, false),
@@ -392,12 +411,9 @@ async fn serve_connection(
             }
             Err(LinesCodecError::Io(_)) => break,
         };
+        last_request = std::time::Instant::now();
         if let Some(reply) = reply {
-            if write
-                .write_all(format!("{reply}\n").as_bytes())
-                .await
-                .is_err()
-            {
+            if send_line(&mut write, &reply).await.is_err() {
                 break;
             }
         }
@@ -406,6 +422,23 @@ async fn serve_connection(
         }
     }
     conn.handles.close();
+}
+
+/// How long an answer may take to be written: a peer that stops reading is
+/// disconnected rather than holding the answer in memory.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Writes one answer line (the line, then its newline: no copy of a large answer).
+async fn send_line(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    line: &str,
+) -> std::io::Result<()> {
+    tokio::time::timeout(WRITE_TIMEOUT, async {
+        write.write_all(line.as_bytes()).await?;
+        write.write_all(b"\n").await
+    })
+    .await
+    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
 }
 
 /// A connection's state.

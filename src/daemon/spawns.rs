@@ -175,8 +175,13 @@ impl Handles {
         })
     }
 
+    /// Whether the connection holds no handle.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     /// Drops finished handles past their lifetime.
-    fn expire(&mut self) {
+    pub fn expire(&mut self) {
         self.map
             .retain(|_, h| h.with(|s| s.ended_at.is_none_or(|t| t.elapsed() < HANDLE_LIFETIME)));
     }

@@ -55,7 +55,20 @@ pub(super) fn with_identity<T>(
         .map_err(|e| StepError::new(format!("setgroups for uid {}", who.uid), e.into()))?;
     nix::unistd::setfsgid(Gid::from_raw(who.gid));
     nix::unistd::setfsuid(Uid::from_raw(who.uid));
-    let result = f();
+    // setfs*id cannot report failure; asking again returns the id in force.
+    let took = nix::unistd::setfsuid(Uid::from_raw(who.uid)).as_raw() == who.uid
+        && nix::unistd::setfsgid(Gid::from_raw(who.gid)).as_raw() == who.gid;
+    let result = if took {
+        f()
+    } else {
+        Err(StepError::new(
+            format!(
+                "switch to the caller's file-system identity (uid {}, gid {})",
+                who.uid, who.gid
+            ),
+            std::io::Error::from_raw_os_error(libc::EPERM),
+        ))
+    };
     nix::unistd::setfsuid(Uid::from_raw(0));
     nix::unistd::setfsgid(Gid::from_raw(0));
     // setfs*id return the previous value: a second call says whether it took.

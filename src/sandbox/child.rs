@@ -79,6 +79,11 @@ pub struct ScopeId {
     pub dev: u64,
     /// Inode number.
     pub ino: u64,
+    /// The descriptor the scope was opened (and, as root for another user,
+    /// checked) through, held until the child has re-opened and compared
+    /// it: while it is open, no other file can take this inode number, so a
+    /// matching device and inode is this very file.
+    pub pinned: OwnedFd,
 }
 
 /// Signals init forwards to the program.
@@ -118,6 +123,8 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     wait_for_parent(&s.sync)?;
     let scope_fds = build_root_in_child(s.spec, &s.scopes)?;
+    // Verified and mounted: the pins are no longer needed.
+    s.scopes.clear();
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     if !s.loopback_ready {
         set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
@@ -192,6 +199,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .iter_mut()
         .chain([&mut s.program, &mut s.sync, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
+        .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
     {
         lift(fd)?;
     }
@@ -200,6 +208,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .iter()
         .chain([&s.program, &s.sync, &s.status])
         .chain(s.cgroup_tasks.iter())
+        .chain(s.scopes.iter().map(|scope| &scope.pinned))
         .map(|fd| fd.as_raw_fd() as u32)
         .collect();
     keep.sort_unstable();

@@ -305,19 +305,30 @@ pub fn launch_order(
         }
         Some(caller) => {
             let need = required_access(&order.spec);
-            let scopes = with_identity(caller, || {
-                create_write_scopes(&order.spec, None)?;
-                order
+            let (created, scopes) = with_identity(caller, || {
+                let created = create_write_scopes(&order.spec, None)?;
+                let scopes = order
                     .spec
                     .scopes
                     .iter()
                     .zip(need)
                     .map(|(p, n)| identify_scope(p, Some((n, caller.uid))))
-                    .collect::<Result<Vec<_>, _>>()
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((created, scopes))
             })?;
             if (order.uid, order.gid) != (caller.uid, caller.gid) {
-                // `run_as`: the created scopes belong to the child's identity.
-                create_write_scopes(&order.spec, Some((order.uid, order.gid)))?;
+                // `run_as`: the directories just created, as the caller,
+                // belong to the child's identity.
+                for dir in &created {
+                    nix::unistd::fchownat(
+                        dir,
+                        "",
+                        Some(nix::unistd::Uid::from_raw(order.uid)),
+                        Some(nix::unistd::Gid::from_raw(order.gid)),
+                        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+                    )
+                    .map_err(nix_prep("chown a created fs_write scope to run_as"))?;
+                }
             }
             scopes
         }

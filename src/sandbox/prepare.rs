@@ -69,6 +69,7 @@ pub(super) fn identify_scope(
         canonical,
         dev: st.st_dev,
         ino: st.st_ino,
+        pinned: fd,
     })
 }
 
@@ -76,12 +77,15 @@ pub(super) fn identify_scope(
 /// identity — walking from `/` without following any symlink.
 /// With `owner` None the directories keep the owner of the identity in force
 /// (the caller's, when created as the caller).
+/// Returns a descriptor for each, so a later owner change applies to exactly
+/// these directories.
 pub(super) fn create_write_scopes(
     spec: &SandboxSpec,
     owner: Option<(u32, u32)>,
-) -> Result<(), StepError> {
+) -> Result<Vec<std::os::fd::OwnedFd>, StepError> {
+    let mut created = Vec::new();
     if spec.create_write_scopes.is_empty() {
-        return Ok(());
+        return Ok(created);
     }
     let root = open(
         "/",
@@ -102,8 +106,9 @@ pub(super) fn create_write_scopes(
             )
             .map_err(nix_prep(format!("chown {}", dir.display())))?;
         }
+        created.push(fd);
     }
-    Ok(())
+    Ok(created)
 }
 
 pub(super) fn is_script(program: &File) -> bool {

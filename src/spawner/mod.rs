@@ -131,10 +131,7 @@ impl Spawner {
         let sock = spawner.reader_sock.try_clone()?;
         std::thread::Builder::new()
             .name("spawner-replies".into())
-            .spawn(move || {
-                route_replies(sock, routes);
-                gone.store(true, Ordering::Release);
-            })?;
+            .spawn(move || route_replies(sock, routes, gone))?;
         Ok(spawner)
     }
 
@@ -170,6 +167,10 @@ impl Spawner {
             .lock()
             .map_err(|_| SpawnerError::Unavailable("routes lock poisoned".into()))?
             .insert(id, tx);
+        if !self.is_alive() {
+            self.forget(id);
+            return Err(SpawnerError::Unavailable("the spawner went away".into()));
+        }
         let (kind, mut fds) = match stdin {
             RemoteStdin::Null => (StdinKind::Null, vec![program.as_fd()]),
             RemoteStdin::Pipe => (StdinKind::Pipe, vec![program.as_fd()]),
@@ -269,7 +270,7 @@ pub fn serve_on_fd3(parent: u32) -> i32 {
 
 /// Reads replies and hands each to the caller waiting for its sandbox; when
 /// the spawner is gone, every waiter learns it (its channel closes).
-fn route_replies(sock: UnixStream, routes: Routes) {
+fn route_replies(sock: UnixStream, routes: Routes, gone: Arc<AtomicBool>) {
     while let Ok(Some((reply, fds))) = wire::recv::<Reply>(&sock) {
         let id = reply.id();
         let last = matches!(reply, Reply::Exited { .. } | Reply::Failed { .. });
@@ -284,6 +285,9 @@ fn route_replies(sock: UnixStream, routes: Routes) {
             let _ = tx.send((reply, fds));
         }
     }
+    // Marked gone first: a launch that registers after the clear below sees
+    // it and fails instead of waiting for a reply that will never come.
+    gone.store(true, Ordering::Release);
     if let Ok(mut map) = routes.lock() {
         map.clear();
     }
