@@ -874,14 +874,20 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
     };
     chmod(&base, 0o755);
     chmod(&readable.join("file"), 0o644);
+    // A program only root may execute.
+    let private = base.join("private-true");
+    std::fs::copy("/usr/bin/true", &private).unwrap();
+    chmod(&private, 0o700);
     let manifest = base.join("scopes.toml");
     std::fs::write(
         &manifest,
         format!(
             "[connector]\nname = \"local://test/scopes\"\nversion = \"1.0.0\"\n\n\
-             [capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\n\
+             [capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}, {{ path = \"{}\" }}]\n\
              fs_read = [\"{}\"]\nfs_write = [\"{}\"]\nenv_set = {{ PATH = \"/usr/bin:/bin\" }}\n\n\
-             [capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n",
+             [capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n\n\
+             [capabilities.spawn.operations.private]\nargv = [\"private-true\"]\n",
+            private.display(),
             readable.display(),
             writable.display()
         ),
@@ -973,6 +979,33 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
         let (code, out, err) = run(harness::As::Root, false);
         assert_eq!((code, out.as_str()), (Some(0), "scoped data\n"), "{err}");
     }
+    // Nor does spawnd run a program the caller could not execute (the
+    // scopes open to nobody again).
+    std::os::unix::fs::chown(&writable, Some(65534), Some(65534)).unwrap();
+    chmod(&writable, 0o700);
+    let private_run = |who: harness::As| {
+        let mut cmd = match who {
+            harness::As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&w.spawnd);
+                c
+            }
+            _ => Command::new(&w.spawnd),
+        };
+        cmd.args(["run", "--socket"])
+            .arg(&d.socket)
+            .args(["--connector", "local://test/scopes", "--op", "private"])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = private_run(nobody);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(5), "{said}");
+    assert!(said.contains("may not execute"), "{said}");
+    assert_eq!(private_run(harness::As::Root).status.code(), Some(0));
 }
 
 #[test]

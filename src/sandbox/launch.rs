@@ -314,6 +314,28 @@ pub fn launch_order(
                     .zip(need)
                     .map(|(p, n)| identify_scope(p, Some((n, caller.uid))))
                     .collect::<Result<Vec<_>, _>>()?;
+                // The program too: the caller must be able to execute the
+                // file spawnd opened (and read it, for a `#!` script whose
+                // interpreter reads it through a descriptor).
+                let mut need = nix::unistd::AccessFlags::X_OK;
+                if is_script(&program) {
+                    need |= nix::unistd::AccessFlags::R_OK;
+                }
+                nix::unistd::faccessat(
+                    &program,
+                    "",
+                    need,
+                    nix::fcntl::AtFlags::AT_EMPTY_PATH | nix::fcntl::AtFlags::AT_EACCESS,
+                )
+                .map_err(|e| {
+                    StepError::new(
+                        format!(
+                            "the program: the caller (uid {}) may not execute it, and spawnd runs nothing the caller could not run itself",
+                            caller.uid
+                        ),
+                        e.into(),
+                    )
+                })?;
                 Ok((created, scopes))
             })?;
             if (order.uid, order.gid) != (caller.uid, caller.gid) {
