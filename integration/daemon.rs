@@ -791,15 +791,7 @@ fn the_daemon_works_under_the_shipped_units_capabilities_and_no_new_privileges()
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
     // Root and an unprivileged peer, each through `run --socket`.
     for who in [harness::As::Root, harness::As::Nobody] {
-        let mut cmd = match who {
-            harness::As::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(&w.spawnd);
-                c
-            }
-            _ => Command::new(&w.spawnd),
-        };
+        let mut cmd = daemon_harness::spawnd_as(who);
         let out = cmd
             .args(["run", "--socket"])
             .arg(&d.socket)
@@ -897,15 +889,7 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
     let extra = "[[access]]\nconnector = \"local://test/scopes\"\nuids = [65534]\n";
     let d = Daemon::start_with_manifests("scopes", extra, &[&manifest]);
     let run = |who: harness::As, write: bool| {
-        let mut cmd = match who {
-            harness::As::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(&w.spawnd);
-                c
-            }
-            _ => Command::new(&w.spawnd),
-        };
+        let mut cmd = daemon_harness::spawnd_as(who);
         let out = cmd
             .args(["run", "--socket"])
             .arg(&d.socket)
@@ -984,15 +968,7 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
     std::os::unix::fs::chown(&writable, Some(65534), Some(65534)).unwrap();
     chmod(&writable, 0o700);
     let private_run = |who: harness::As| {
-        let mut cmd = match who {
-            harness::As::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(&w.spawnd);
-                c
-            }
-            _ => Command::new(&w.spawnd),
-        };
+        let mut cmd = daemon_harness::spawnd_as(who);
         cmd.args(["run", "--socket"])
             .arg(&d.socket)
             .args(["--connector", "local://test/scopes", "--op", "private"])

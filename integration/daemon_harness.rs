@@ -155,3 +155,16 @@ pub fn b64(v: &Value) -> String {
 }
 
 pub const CONNECTOR: &str = "local://test/escape";
+
+/// The spawnd binary as root, or as nobody (65534, no groups) through `setpriv`.
+pub fn spawnd_as(who: crate::harness::As) -> Command {
+    match who {
+        crate::harness::As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&world().spawnd);
+            c
+        }
+        _ => Command::new(&world().spawnd),
+    }
+}

@@ -68,6 +68,24 @@ fn wait_running(token: &str) {
     }
 }
 
+/// The daemon's last word on a connection: an error naming `key`, after a
+/// time within `window`, and then the end of the stream.
+fn assert_told_and_closed(
+    answer: &str,
+    stream: &mut UnixStream,
+    key: &str,
+    took: Duration,
+    window: std::ops::Range<Duration>,
+) {
+    let v: Value = serde_json::from_str(answer).unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains(key), "{v}");
+    assert!(window.contains(&took), "{took:?}");
+    let mut rest = Vec::new();
+    let n = std::io::Read::read_to_end(stream, &mut rest).unwrap();
+    assert_eq!(n, 0, "the connection stays open");
+}
+
 fn handle_of(answer: &Value) -> String {
     answer["handle"]
         .as_str()
@@ -426,23 +444,13 @@ fn a_client_trickling_bytes_is_cut_off_while_others_are_served() {
         }
     }
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&slow), &mut answer).unwrap();
-    let v: Value = serde_json::from_str(&answer).unwrap();
-    assert_eq!(v["error"]["code"], -32600, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("frame_timeout_ms"),
-        "{v}"
+    assert_told_and_closed(
+        &answer,
+        &mut slow,
+        "frame_timeout_ms",
+        started.elapsed(),
+        Duration::from_millis(1500)..Duration::from_secs(4),
     );
-    let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
-        "{took:?}"
-    );
-    let mut rest = Vec::new();
-    let closed = std::io::Read::read_to_end(&mut slow, &mut rest).map(|_| rest.is_empty());
-    assert!(matches!(closed, Ok(true)), "the connection stays open");
     assert!(served_meanwhile);
 }
 
@@ -577,23 +585,12 @@ fn a_silent_connection_without_handles_is_closed_and_one_with_a_handle_is_kept()
     ));
     let mut answer = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&silent), &mut answer).unwrap();
-    let v: Value = serde_json::from_str(&answer).unwrap();
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("idle_timeout_ms"),
-        "{v}"
-    );
-    let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(800) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
-    let mut rest = Vec::new();
-    assert_eq!(
-        std::io::Read::read_to_end(&mut silent, &mut rest).unwrap(),
-        0
+    assert_told_and_closed(
+        &answer,
+        &mut silent,
+        "idle_timeout_ms",
+        started.elapsed(),
+        Duration::from_millis(800)..Duration::from_secs(3),
     );
     // The connection holding a (finished, unreleased) handle is still served.
     std::thread::sleep(Duration::from_millis(1000));

@@ -37,11 +37,14 @@ pub fn manifest(data: &[u8]) {
     }
 }
 
-fn rule(choice: u8) -> Option<ParamRule> {
+/// A placeholder rule picked by `choice` from a small palette over a tiny
+/// alphabet (so literals, values and patterns collide as often as possible);
+/// shared with the template's property tests.
+pub(crate) fn rule(choice: u8) -> Option<ParamRule> {
     let base = ParamRule::default();
     let values = |vs: &[&str]| Some(vs.iter().map(|v| v.to_string()).collect());
     let pattern = |p: &str| Pattern::new(p).ok();
-    Some(match choice % 10 {
+    Some(match choice % 11 {
         0 => return None,
         1 => ParamRule {
             allow_dash: true,
@@ -76,6 +79,10 @@ fn rule(choice: u8) -> Option<ParamRule> {
         },
         8 => ParamRule {
             default: Some("a".into()),
+            ..base
+        },
+        9 => ParamRule {
+            values: values(&["x", "xa", "a"]),
             ..base
         },
         _ => ParamRule { max_len: 2, ..base },

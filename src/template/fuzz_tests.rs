@@ -32,52 +32,9 @@ const SHAPES: [&str; 12] = [
 
 const VALUES: [&str; 10] = ["", "a", "ab", "-a", "x", "a:x", "-x", ":", "xa", "a-x"];
 
+/// The rule palette the `template` fuzz target uses too (choices 0–9 here).
 fn rule(choice: u8) -> Option<ParamRule> {
-    let base = ParamRule::default();
-    let values = |vs: &[&str]| Some(vs.iter().map(|v| v.to_string()).collect());
-    let pattern = |p: &str| Pattern::new(p).ok();
-    Some(match choice {
-        0 => return None,
-        1 => ParamRule {
-            allow_dash: true,
-            ..base
-        },
-        2 => ParamRule {
-            allow_empty: true,
-            ..base
-        },
-        3 => ParamRule {
-            values: values(&["a", "ab"]),
-            ..base
-        },
-        4 => ParamRule {
-            values: values(&["-a", "x"]),
-            allow_dash: true,
-            ..base
-        },
-        5 => ParamRule {
-            pattern: pattern("[a:]+"),
-            ..base
-        },
-        6 => ParamRule {
-            pattern: pattern("[ax]+"),
-            allow_dash: true,
-            ..base
-        },
-        7 => ParamRule {
-            pattern: pattern("a*"),
-            allow_empty: true,
-            ..base
-        },
-        8 => ParamRule {
-            default: Some("a".into()),
-            ..base
-        },
-        _ => ParamRule {
-            values: values(&["x", "xa", "a"]),
-            ..base
-        },
-    })
+    crate::fuzzing::rule(choice)
 }
 
 fn token_text(shape: u8, a: u8, b: u8) -> String {
