@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::args::{Cli, RunArgs};
-use super::check::{decide_with, denial_failure, prepare, Prepared};
+use super::check::{decide_with, prepare, Prepared};
 use super::output::{Failure, Success};
+use super::run_audit::{open_audit, record_denial, record_exit};
 use super::run_report::{report, Ran};
-use crate::audit::{events, AuditLog, Kind};
+use crate::audit::{events, Kind};
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::Access;
@@ -325,111 +326,6 @@ impl<'s> Launching<'s> {
                     )
                 })
                 .map_err(|e| e.to_string()),
-        }
-    }
-}
-
-/// Records a refusal and returns it as the failure to report (or the audit
-/// failure, when the refusal could not be recorded).
-fn record_denial(
-    audit: &AuditLog,
-    mut denial: Box<crate::policy::Denial>,
-    caller: &crate::policy::Caller,
-    request: &crate::policy::Request,
-) -> Failure {
-    let op = match &request.kind {
-        crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
-        crate::policy::RequestKind::Raw { .. } => None,
-    };
-    match audit.append(Kind::Denial, None, events::denial(&denial, caller, op)) {
-        Ok(recorded) => {
-            tracing::info!(audit_id = %recorded.audit_id, connector = %denial.connector, reason = denial.reason.as_str(), "spawn denied");
-            denial.audit_id = Some(recorded.audit_id);
-            denial_failure(&denial)
-        }
-        Err(e) => Failure::new(5, format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")),
-    }
-}
-
-/// The daemon's answer for a connector it has not loaded: the gate's
-/// `connector_unknown`, audited like every denial.
-pub(crate) fn refuse_unloaded(
-    config: &crate::config::Config,
-    caller: &crate::policy::Caller,
-    connector: &str,
-    request: &crate::policy::Request,
-) -> Failure {
-    let audit = match open_audit(config) {
-        Ok(a) => a,
-        Err(f) => return f,
-    };
-    let bound = std::collections::BTreeSet::new();
-    let access = Access::Local;
-    let ctx = crate::policy::GateContext {
-        connector,
-        manifest: None,
-        disabled: false,
-        access: &access,
-        bound_credentials: &bound,
-        require_program_hash: config.sandbox.require_program_hash,
-    };
-    match crate::policy::decide(&ctx, caller, request, &mut ProgramOpener::default()) {
-        Decision::Denied(denial) => record_denial(&audit, denial, caller, request),
-        Decision::Allowed(_) => Failure::new(10, "the gate allowed a connector that is not loaded"),
-    }
-}
-
-/// The audit log from the config; without one nothing runs.
-fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
-    let path = config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
-    let log = AuditLog::open(path)
-        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?
-        .with_rotation(config.audit.rotate_bytes);
-    Ok(match super::context::load_audit_key(config)? {
-        Some(key) => log.with_key(key),
-        None => log,
-    })
-}
-
-/// Writes the exit record of a run (or of its failed setup) and links it to the result.
-fn record_exit(
-    audit: &AuditLog,
-    audit_id: &str,
-    caller: &crate::policy::Caller,
-    reported: Result<Success, (&str, Failure)>,
-) -> Result<Success, Failure> {
-    let mut body = match &reported {
-        Ok(s) => events::exit(&s.data),
-        Err((key, f)) => {
-            let mut m = serde_json::Map::new();
-            m.insert((*key).to_string(), json!(f.message));
-            m
-        }
-    };
-    body.insert(
-        "caller".into(),
-        json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
-    );
-    tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
-    let written = audit.append(Kind::Exit, Some(audit_id), body);
-    match (reported, written) {
-        (Ok(mut s), Ok(_)) => {
-            s.data["audit_id"] = json!(audit_id);
-            Ok(s)
-        }
-        (Ok(mut s), Err(e)) => {
-            eprintln!("spawnd: the exit record could not be written: {e}");
-            s.data["audit_id"] = json!(audit_id);
-            s.data["audit_error"] = json!(e.to_string());
-            s.exit = 5;
-            s.keep_ok = false;
-            Ok(s)
-        }
-        (Err((_, f)), written) => {
-            if let Err(e) = written {
-                eprintln!("spawnd: the exit record could not be written either: {e}");
-            }
-            Err(f)
         }
     }
 }

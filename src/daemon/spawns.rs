@@ -385,7 +385,12 @@ async fn unknown_connector(
     let daemon = Arc::clone(daemon);
     let (caller, connector, request) = (caller.clone(), connector.to_string(), request.clone());
     tokio::task::spawn_blocking(move || {
-        crate::cli::run::refuse_unloaded(&daemon.loaded().config, &caller, &connector, &request)
+        crate::cli::run_audit::refuse_unloaded(
+            &daemon.loaded().config,
+            &caller,
+            &connector,
+            &request,
+        )
     })
     .await
     .map_or_else(|e| RpcError::new(-32603, e.to_string()), rpc_error)
