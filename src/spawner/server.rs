@@ -204,9 +204,6 @@ fn reap(sock: &UnixStream, slots: &mut HashMap<u64, Slot>) -> std::io::Result<()
             .cgroup
             .as_ref()
             .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
-        if let Some(cg) = r.cgroup {
-            cg.remove();
-        }
         let exit = ExitReport {
             init_status: reaped.status,
             cpu_ms: reaped.cpu_ms,
@@ -214,7 +211,13 @@ fn reap(sock: &UnixStream, slots: &mut HashMap<u64, Slot>) -> std::io::Result<()
             cgroup_peak_bytes,
             oom_killed,
         };
-        send(sock, &Reply::Exited { id, exit }, &[])?;
+        let sent = send(sock, &Reply::Exited { id, exit }, &[]);
+        // The (empty) cgroups go after the report: the caller is not kept
+        // waiting for their removal.
+        if let Some(cg) = r.cgroup {
+            cg.remove();
+        }
+        sent?;
     }
     Ok(())
 }
