@@ -559,6 +559,14 @@ fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("Landlock"));
+    // Allowed by the gate, yet not run: both are on record.
+    let log = std::fs::read_to_string(w.audit_log(As::Root)).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("\"kind\":\"exit\"")
+            && l.contains("setup_failed")
+            && l.contains("spawnd requires at least 99")),
+        "no exit record for the unstarted spawn"
+    );
 }
 
 /// Found in review: a symlink planted in a writable scope by one run must not

@@ -111,6 +111,33 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
     }
     let gated = started.elapsed();
+    // Allowed, but it cannot be started (a missing kernel layer, a bad
+    // scope, …): still on record, as its decision and an exit saying why
+    // nothing ran.
+    let unstarted = |failure: Failure| -> Failure {
+        let planned = json!({ "not_started": failure.message });
+        match audit.append(
+            Kind::Decision,
+            None,
+            events::decision(&plan, &prepared.caller, &planned),
+        ) {
+            Ok(decided) => record_exit(
+                &audit,
+                &decided.audit_id,
+                &prepared.caller,
+                Err(("setup_failed", failure)),
+            )
+            .err()
+            .unwrap_or_else(|| Failure::new(10, "an unstarted spawn reported success")),
+            Err(e) => Failure::new(
+                5,
+                format!(
+                    "audit unavailable: {e}; and nothing was run: {}",
+                    failure.message
+                ),
+            ),
+        }
+    };
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let required = prepared
         .config
@@ -118,11 +145,11 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         .landlock_min_abi
         .max(LANDLOCK_ABI_REQUIRED);
     if landlock_abi < required {
-        return Err(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run")));
+        return Err(unstarted(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
     let identity = Identity::choose(prepared);
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
-        .map_err(|e| Failure::config(e.to_string()))?;
+        .map_err(|e| unstarted(Failure::config(e.to_string())))?;
     let credentials = read_credentials(prepared, &plan)
         .map_err(|d| record_denial(&audit, d, &prepared.caller, &prepared.request))?;
     // Kept (in wiped memory) to redact the values from the output.
@@ -133,12 +160,12 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     let home = &prepared.caller.home;
     let declared = ScopePath::parse(&plan.program.declared)
         .map(|p| p.expand(home))
-        .map_err(|e| Failure::new(10, e.to_string()))?;
+        .map_err(|e| unstarted(Failure::new(10, e.to_string())))?;
     let program = opener
         .take(&declared)
-        .ok_or_else(|| Failure::new(10, "the program opened by the gate was lost"))?;
-    let filter =
-        compile(&default_policy()).map_err(|e| Failure::new(10, format!("seccomp filter: {e}")))?;
+        .ok_or_else(|| unstarted(Failure::new(10, "the program opened by the gate was lost")))?;
+    let filter = compile(&default_policy())
+        .map_err(|e| unstarted(Failure::new(10, format!("seccomp filter: {e}"))))?;
     let (stdin, pump) = (x.stdin, x.pump);
     let request = LaunchRequest {
         plan: &plan,
