@@ -462,12 +462,10 @@ fn sigterm_lets_running_spawns_finish() {
     let status = d.child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(stopped.elapsed() < Duration::from_secs(5));
-    let audit = std::fs::read_to_string(&d.audit).unwrap();
     assert!(
-        audit
-            .lines()
-            .any(|l| l.contains("\"kind\":\"exit\"") && l.contains("\"exit_code\":0")),
-        "{audit}"
+        daemon_harness::audit_has(&d.audit, &["\"kind\":\"exit\"", "\"exit_code\":0"]),
+        "{}",
+        std::fs::read_to_string(&d.audit).unwrap()
     );
 }
 
@@ -1060,12 +1058,10 @@ fn sigterm_kills_what_outlives_the_grace_period_and_records_it() {
         "{took:?}"
     );
     assert!(harness::host_processes_with(token).is_empty());
-    let audit = std::fs::read_to_string(&d.audit).unwrap();
     assert!(
-        audit
-            .lines()
-            .any(|l| l.contains("\"kind\":\"exit\"") && l.contains("\"signal\":9")),
-        "{audit}"
+        daemon_harness::audit_has(&d.audit, &["\"kind\":\"exit\"", "\"signal\":9"]),
+        "{}",
+        std::fs::read_to_string(&d.audit).unwrap()
     );
 }
 

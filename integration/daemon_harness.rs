@@ -140,6 +140,17 @@ impl Client {
         a
     }
 
+    /// Runs `script` through the test connector's `sh` operation and waits
+    /// for its result (the `spawn_status` of the ended spawn).
+    pub fn run_sh(&mut self, script: &str) -> Value {
+        let h = self.ok(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "args": {"script": script}}),
+        )["handle"]
+            .clone();
+        self.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}))
+    }
+
     pub fn ok(&mut self, method: &str, params: Value) -> Value {
         let a = self.call(method, params);
         assert!(a.get("error").is_none(), "{method}: {a}");
@@ -167,4 +178,12 @@ pub fn spawnd_as(who: crate::harness::As) -> Command {
         }
         _ => Command::new(&world().spawnd),
     }
+}
+
+/// Whether some record of the audit log at `path` contains every one of `needles`.
+pub fn audit_has(path: &std::path::Path, needles: &[&str]) -> bool {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| needles.iter().all(|n| l.contains(n)))
 }

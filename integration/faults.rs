@@ -340,11 +340,7 @@ fn a_hanging_credential_helper_is_cut_off_while_others_are_served() {
     // Meanwhile another caller is served at once.
     let mut other = d.client();
     let quick = Instant::now();
-    let h2 = handle_of(&other.ok(
-        "spawn_op",
-        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo served"}}),
-    ));
-    let done = other.ok("spawn_status", json!({"handle": h2, "wait_ms": 10000}));
+    let done = other.run_sh("echo served");
     assert_eq!(done["stdout"]["text"], "served\n");
     assert!(quick.elapsed() < Duration::from_secs(3));
     let a = waiting.join().unwrap();
@@ -398,11 +394,7 @@ fn the_spawner_killed_mid_run_ends_its_spawns_with_an_error_and_a_new_one_serves
         c.ok("spawn_release", json!({ "handle": h }));
     }
     // The next request gets a new spawner.
-    let h = handle_of(&c.ok(
-        "spawn_op",
-        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo again"}}),
-    ));
-    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    let done = c.run_sh("echo again");
     assert_eq!(done["stdout"]["text"], "again\n", "{done}");
     assert_chain_verifies(&d.audit);
     let audit = std::fs::read_to_string(&d.audit).unwrap();
@@ -430,11 +422,7 @@ fn a_client_trickling_bytes_is_cut_off_while_others_are_served() {
         if !served_meanwhile {
             // Another client is answered while the slow one dribbles.
             let mut c = d.client();
-            let h = handle_of(&c.ok(
-                "spawn_op",
-                json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo fine"}}),
-            ));
-            let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+            let s = c.run_sh("echo fine");
             assert_eq!(s["stdout"]["text"], "fine\n");
             served_meanwhile = true;
         }
@@ -531,11 +519,7 @@ fn kill_9_of_the_daemon_during_50_runs_then_a_restart_serves_and_the_chain_verif
     // A new daemon on the same socket and log serves at once.
     let again = Daemon::start("massacre", "");
     let mut c = again.client();
-    let h = handle_of(&c.ok(
-        "spawn_op",
-        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo back"}}),
-    ));
-    let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    let s = c.run_sh("echo back");
     assert_eq!(s["stdout"]["text"], "back\n");
     assert_chain_verifies(&again.audit);
 }
@@ -554,11 +538,7 @@ fn a_child_that_never_reads_a_large_stdin_neither_blocks_the_daemon_nor_its_resu
         json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 0.3; echo done"}, "stdin_b64": stdin}),
     ));
     let mut other = d.client();
-    let h2 = handle_of(&other.ok(
-        "spawn_op",
-        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "echo other"}}),
-    ));
-    let s2 = other.ok("spawn_status", json!({"handle": h2, "wait_ms": 10000}));
+    let s2 = other.run_sh("echo other");
     assert_eq!(s2["stdout"]["text"], "other\n");
     let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
     assert_eq!(
