@@ -21,6 +21,7 @@ use crate::policy::Decision;
 use crate::probe::{probe_cgroups, LANDLOCK_ABI_REQUIRED};
 use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
+use crate::sandbox::blank::Blank;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{compile, default_policy};
@@ -45,6 +46,14 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         ),
         false => None,
     };
+    // The sandbox's namespaces are made now, on the other core, while this
+    // process reads the config and manifest, hashes the program and asks the
+    // gate (a denial kills it unused). If that cannot be done, the launch
+    // clones again after the gate and reports the error in its place.
+    let ahead = match spawner {
+        None => Blank::make_in_background().ok(),
+        Some(_) => None,
+    };
     let prepared = prepare(cli, args)?;
     let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
     execute(Execution {
@@ -56,6 +65,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         live: (!cli.json).then(|| Box::new(Terminal) as Box<dyn LiveOutput + Send>),
         json: cli.json,
         spawner: spawner.as_ref(),
+        ahead,
         on_started: None,
         signals_end_the_run: true,
     })
@@ -81,6 +91,8 @@ pub(crate) struct Execution<'a> {
     pub json: bool,
     /// Launch through this spawner instead of in this process.
     pub spawner: Option<&'a Spawner>,
+    /// For a launch in this process: a sandbox made ahead to use.
+    pub ahead: Option<Blank>,
     /// Called once the program has started: its audit id and a pidfd for its init.
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
@@ -182,6 +194,7 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         // SPEC §4: as root acting for another user, scopes are checked as that user.
         check_as: (identity.privileged && prepared.caller.uid != 0)
             .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
+        ahead: x.ahead,
     };
     for missing in &spec.missing_read_scopes {
         if !x.json {

@@ -16,10 +16,10 @@ use nix::unistd::pipe2;
 
 use super::as_caller::{required_access, with_identity, CallerCreds};
 use super::cgroup::{SpawnCgroup, V1Roots};
-use super::child::{init_main, ChildSetup};
+use super::blank::Blank;
+use super::child::{init_main, ChildParts, CHILD_FIXED_FDS};
 use super::prepare::{
-    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep, rlimits,
-    to_cstrings, write_id_maps,
+    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep, write_id_maps,
 };
 use super::seccomp::Filter;
 use super::spec::SandboxSpec;
@@ -27,6 +27,7 @@ use super::sys::clone_process;
 use super::StepError;
 use crate::manifest::Limits;
 use crate::plan::SpawnPlan;
+use crate::spawner::wire::MAX_FRAME_FDS;
 
 /// How memory and process counts are limited.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -83,6 +84,9 @@ pub struct LaunchRequest<'a> {
     pub credentials: Vec<(String, crate::vault::Secret)>,
     /// See [`LaunchOrder::check_as`].
     pub check_as: Option<CallerCreds>,
+    /// A sandbox whose namespaces were made before the request, to use
+    /// instead of cloning now.
+    pub ahead: Option<Blank>,
 }
 
 /// Everything a launch needs, owned and serializable: what `launch` works
@@ -261,7 +265,7 @@ fn abort(running: Running, fallback: StepError) -> StepError {
 }
 
 /// The namespaces every sandbox gets at clone time (cgroup is unshared once inside its cgroup).
-const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+pub(super) const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET
@@ -271,26 +275,19 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     let order = req.order()?;
-    launch_order(&order, req.program, req.stdin, None)
-}
-
-/// A network namespace made ahead of the request (see
-/// `spawner::netns`): the sandbox is cloned inside it, and this process
-/// returns to `home` right after. Used once, by one sandbox.
-pub struct PremadeNetns<'a> {
-    /// The fresh namespace, its loopback up.
-    pub ns: OwnedFd,
-    /// This process's own network namespace.
-    pub home: std::os::fd::BorrowedFd<'a>,
+    launch_order(&order, req.program, req.stdin, req.ahead)
 }
 
 /// Starts the sandbox an order describes, for the program file the gate
-/// hashed; in a fresh network namespace made at `clone`, or in `netns`.
+/// hashed: in `ahead`, a sandbox whose namespaces were made before the
+/// request, or else in namespaces made now by `clone`. A `Blank` that died
+/// meanwhile is reaped and replaced by a fresh clone; either way the sandbox
+/// is the same.
 pub fn launch_order(
     order: &LaunchOrder,
     program: File,
     stdin: StdinSource,
-    netns: Option<PremadeNetns<'_>>,
+    ahead: Option<Blank>,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
     let scopes = match &order.check_as {
@@ -355,6 +352,16 @@ pub fn launch_order(
             scopes
         }
     };
+    if scopes.len() + CHILD_FIXED_FDS + 2 > MAX_FRAME_FDS {
+        return Err(StepError::new(
+            format!(
+                "{} scopes: a sandbox takes at most {}",
+                scopes.len(),
+                MAX_FRAME_FDS - CHILD_FIXED_FDS - 2
+            ),
+            std::io::Error::from_raw_os_error(libc::E2BIG),
+        ));
+    }
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
@@ -376,8 +383,6 @@ pub fn launch_order(
         }
     };
     let script = is_script(&program);
-    let argv = to_cstrings(order.argv.iter().map(Vec::as_slice))?;
-    let envp = to_cstrings(order.env.0.iter().map(Vec::as_slice))?;
     let seccomp = Filter::from_bytes(&order.seccomp).ok_or_else(|| {
         StepError::new(
             "seccomp filter",
@@ -411,75 +416,54 @@ pub fn launch_order(
             return Err(e);
         }
     };
-    let setup = ChildSetup {
-        spec: &order.spec,
+    // Checked here, so that a sandbox made ahead never meets an error only
+    // the parent could report (a blank that fails to read its order just exits).
+    if order.argv.iter().chain(order.env.0.iter()).any(|a| a.contains(&0)) {
+        if let Some(cg) = cgroup {
+            cg.remove();
+        }
+        return Err(StepError::new(
+            "argv/env",
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    }
+    let parts = ChildParts {
         scopes,
         program: OwnedFd::from(program),
         script,
-        argv,
-        envp,
         stdio: [stdin_child, stdout_w, stderr_w],
         sync: sync_r,
         status: status_w,
         cgroup_tasks,
-        uid: order.uid,
-        gid: order.gid,
-        may_setgroups: order.privileged,
-        landlock_abi: order.landlock_abi,
-        seccomp: &seccomp.instructions,
-        rlimits: rlimits(&order.limits, &order.limits_via),
-        loopback_ready: netns.is_some(),
     };
     let cloned_at = std::time::Instant::now();
-    let flags = match &netns {
-        Some(premade) => {
-            if let Err(e) = nix::sched::setns(&premade.ns, nix::sched::CloneFlags::CLONE_NEWNET) {
-                if let Some(cg) = cgroup {
-                    cg.remove();
+    // Handed to the sandbox made ahead, or (none, or it died) cloned now.
+    let delivered = ahead.and_then(|mut blank| match blank.deliver(order, &parts) {
+        Ok(()) => Some(blank.into_pid()),
+        Err(_) => None,
+    });
+    let pid = match delivered {
+        Some(pid) => pid,
+        None => {
+            let setup = parts.into_setup(order, &seccomp.instructions, false)?;
+            let pid = match clone_process(NAMESPACES) {
+                Ok(pid) => pid,
+                Err(e) => {
+                    if let Some(cg) = cgroup {
+                        cg.remove();
+                    }
+                    return Err(clone_failed(e));
                 }
-                return Err(StepError::new(
-                    "setns(the network namespace made ahead)",
-                    e.into(),
-                ));
-            }
-            NAMESPACES & !libc::CLONE_NEWNET
-        }
-        None => NAMESPACES,
-    };
-    let cloned = clone_process(flags);
-    if let Some(premade) = &netns {
-        if !matches!(cloned, Ok(0)) {
-            // Back home at once: the next sandbox must not find this one's namespace.
-            if let Err(e) = nix::sched::setns(premade.home, nix::sched::CloneFlags::CLONE_NEWNET) {
-                eprintln!(
-                    "spawnd: spawner: cannot return to its own network namespace ({e}); exiting"
-                );
-                std::process::exit(70);
-            }
-        }
-    }
-    drop(netns);
-    let pid = match cloned {
-        Ok(pid) => pid,
-        Err(e) => {
-            if let Some(cg) = cgroup {
-                cg.remove();
-            }
-            let hint = match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
-                _ => "",
             };
-            return Err(StepError::new(
-                format!("clone(new user, mount, pid, net, ipc, uts namespaces){hint}"),
-                e,
-            ));
+            if pid == 0 {
+                drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
+                init_main(setup);
+            }
+            pid
         }
     };
-    if pid == 0 {
-        drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
-        init_main(setup);
-    }
-    drop(setup);
+    // The parent's copies of the child's ends went with `parts` (or the
+    // setup): only the sandbox holds them now.
     let running = Running {
         init_pid: pid,
         stdout: stdout_r,
@@ -511,10 +495,23 @@ pub fn launch_order(
     }
 }
 
+/// The error for a failed `clone` into the sandbox's namespaces, with a hint
+/// when user namespaces look unavailable.
+pub(super) fn clone_failed(e: std::io::Error) -> StepError {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
+        _ => "",
+    };
+    StepError::new(
+        format!("clone(new user, mount, pid, net, ipc, uts namespaces){hint}"),
+        e,
+    )
+}
+
 /// The child of a multi-threaded process may deadlock on a lock another thread
 /// held at `clone` (allocator, stdio), and `unshare(CLONE_NEWUSER)` fails there:
 /// refuse rather than risk it. The daemon launches from its single-threaded spawner.
-fn ensure_single_threaded() -> Result<(), StepError> {
+pub(super) fn ensure_single_threaded() -> Result<(), StepError> {
     let threads = thread_count().map_err(prep("read /proc/self/status"))?;
     if threads != 1 {
         return Err(StepError::new(

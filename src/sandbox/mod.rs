@@ -3,7 +3,9 @@
 //! * `spec` decides, as pure data, the fresh root's mounts and the Landlock rules;
 //! * `seccomp` compiles the syscall policy to BPF (pure; installed in the child);
 //! * `launch` (parent) opens scopes, makes pipes, clones into new user, mount,
-//!   pid, network, ipc and uts namespaces, maps ids, joins cgroups, releases;
+//!   pid, network, ipc and uts namespaces (or hands the order to a `blank`,
+//!   a sandbox whose namespaces were made before the request), maps ids,
+//!   joins cgroups, releases;
 //! * `child` (inside) builds the root (`mounts`), drops privileges
 //!   (`identity`), applies Landlock (`landlock`), forks the program and stays
 //!   as its init; the program installs seccomp last and executes the hashed fd.
@@ -21,6 +23,7 @@
 
 pub mod as_caller;
 mod beneath;
+pub mod blank;
 pub mod cgroup;
 mod child;
 mod identity;

@@ -21,7 +21,7 @@
 //! The client is thread-safe: a reader thread routes each reply to the
 //! caller waiting for that sandbox.
 
-mod netns;
+mod ahead;
 mod server;
 pub mod wire;
 

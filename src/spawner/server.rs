@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::netns::NetnsPool;
+use super::ahead::BlankPool;
 use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
 use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
@@ -50,10 +50,10 @@ pub fn serve(sock: UnixStream) -> i32 {
         return 70;
     };
     let mut slots: HashMap<u64, Slot> = HashMap::new();
-    let mut pool = NetnsPool::new();
+    let mut pool = Some(BlankPool::new());
     loop {
         // Idle with room in the pool: look, don't wait, and make one if nothing came.
-        let filling = pool.as_ref().is_some_and(NetnsPool::wants_more);
+        let filling = pool.as_ref().is_some_and(BlankPool::wants_more);
         let (sock_ready, chld_ready) = {
             let mut fds = [
                 PollFd::new(sock.as_fd(), PollFlags::POLLIN),
@@ -73,8 +73,8 @@ pub fn serve(sock: UnixStream) -> i32 {
             (ready(&fds[0]), ready(&fds[1]))
         };
         if filling && !sock_ready && !chld_ready {
-            if let Some(Err(e)) = pool.as_mut().map(NetnsPool::make_one) {
-                eprintln!("spawnd: spawner: network namespaces are made at clone from now on: {e}");
+            if let Some(Err(e)) = pool.as_mut().map(BlankPool::make_one) {
+                eprintln!("spawnd: spawner: sandboxes are made at request time from now on: {e}");
                 pool = None;
             }
             continue;
@@ -103,7 +103,7 @@ pub fn serve(sock: UnixStream) -> i32 {
 fn handle(
     sock: &UnixStream,
     slots: &mut HashMap<u64, Slot>,
-    pool: Option<&mut NetnsPool>,
+    pool: Option<&mut BlankPool>,
     request: Request,
     fds: Vec<OwnedFd>,
 ) -> std::io::Result<()> {
@@ -121,8 +121,8 @@ fn handle(
                     return failed(sock, id, "stdin file descriptor missing")
                 }
             };
-            let netns = pool.and_then(NetnsPool::take);
-            match launch_order(&order, File::from(program), source, netns) {
+            let ahead = pool.and_then(BlankPool::take);
+            match launch_order(&order, File::from(program), source, ahead) {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);
                     let pidfd = pidfd_open(init_pid);

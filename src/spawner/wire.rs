@@ -17,8 +17,11 @@ use crate::sandbox::sys::adopt_fd;
 
 /// Largest body accepted (an order's argv and env are far smaller).
 pub const MAX_BODY: usize = 16 << 20;
-/// Most descriptors one frame carries.
+/// Most descriptors one frame between the daemon and its spawner carries.
 pub const MAX_FDS: usize = 8;
+/// Most descriptors any frame carries: an order handed to a sandbox made
+/// ahead ([`crate::sandbox::blank`]) brings every scope's pinned descriptor.
+pub const MAX_FRAME_FDS: usize = 128;
 
 /// Where the child's stdin comes from (the descriptor, if any, travels with the frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +117,7 @@ pub fn send<T: Serialize>(
 ) -> std::io::Result<()> {
     let mut bytes = Zeroizing::new(Vec::with_capacity(64 << 10));
     serde_json::to_writer(&mut *bytes, body).map_err(std::io::Error::other)?;
-    if bytes.len() > MAX_BODY || fds.len() > MAX_FDS {
+    if bytes.len() > MAX_BODY || fds.len() > MAX_FRAME_FDS {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!(
@@ -149,12 +152,21 @@ pub fn send<T: Serialize>(
     writer.write_all(&bytes)
 }
 
-/// Receives one frame: `None` at end of stream.
+/// Receives one frame of at most [`MAX_FDS`] descriptors: `None` at end of stream.
 pub fn recv<T: serde::de::DeserializeOwned>(
     sock: &UnixStream,
 ) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
+    recv_up_to(sock, MAX_FDS)
+}
+
+/// Receives one frame of at most `max_fds` (≤ [`MAX_FRAME_FDS`]) descriptors:
+/// `None` at end of stream.
+pub fn recv_up_to<T: serde::de::DeserializeOwned>(
+    sock: &UnixStream,
+    max_fds: usize,
+) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
     let mut header = [0u8; 8];
-    let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_FRAME_FDS]);
     let (got, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut header)];
         match recvmsg::<()>(
@@ -183,7 +195,7 @@ pub fn recv<T: serde::de::DeserializeOwned>(
     reader.read_exact(&mut header[got..])?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let nfds = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
-    if len > MAX_BODY || nfds != fds.len() {
+    if len > MAX_BODY || nfds != fds.len() || nfds > max_fds.min(MAX_FRAME_FDS) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(

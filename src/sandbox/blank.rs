@@ -1,0 +1,204 @@
+//! Sandboxes made ahead of their request ("blanks"). Creating the user,
+//! mount, pid, network, ipc and uts namespaces is most of a sandbox's kernel
+//! work (about 0.6–1 ms here, the network namespace alone about 0.6), and
+//! none of it depends on the request. So the `clone` can happen before the
+//! request is known: `spawnd run` clones its blank first thing, while it
+//! parses the config and the manifest, hashes the program and asks the gate;
+//! the daemon's spawner keeps a few ready while idle.
+//!
+//! A blank is a process in fresh namespaces that has closed every descriptor
+//! but one end of a private socketpair and waits there, doing nothing else,
+//! for its order: the [`LaunchOrder`] and the descriptors of
+//! [`ChildParts`], as one [`crate::spawner::wire`] frame. From them it builds
+//! exactly the [`super::child::ChildSetup`] a child cloned at launch would
+//! have had, and goes on as that child would (ids mapped by the parent, root,
+//! Landlock, seccomp, the program on the second go-ahead). Each blank serves
+//! one sandbox and no more. The caller's ids are mapped after the order, so
+//! one blank fits any caller.
+//!
+//! A blank dies with its parent (parent-death signal, and its socket reads
+//! end-of-file), and dropping a [`Blank`] kills and reaps it.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::signal::Signal;
+
+use super::child::{init_main, ChildParts, PartsFacts};
+use super::launch::{clone_failed, ensure_single_threaded, LaunchOrder, NAMESPACES};
+use super::seccomp::Filter;
+use super::sys::{
+    clone_process, close_descriptor_range, close_descriptors_from, exit_immediately, fork_process,
+};
+use super::StepError;
+use crate::spawner::wire::{recv_up_to, send, MAX_FRAME_FDS};
+
+/// A sandbox made ahead, waiting for its order.
+pub struct Blank {
+    /// Its init's pid, until it is handed on (or killed).
+    pid: Option<i32>,
+    /// The parent's end of the order channel.
+    sock: UnixStream,
+    /// Made by a helper that has not yet been heard from.
+    maker: Option<Maker>,
+}
+
+/// The short-lived helper that clones a blank in the background, and the
+/// pipe on which it tells the blank's pid (or the clone's errno, negated).
+struct Maker {
+    pid: i32,
+    told: OwnedFd,
+}
+
+/// What an order frame's body holds.
+#[derive(serde::Serialize)]
+struct OrderOut<'a> {
+    order: &'a LaunchOrder,
+    parts: PartsFacts,
+}
+
+#[derive(serde::Deserialize)]
+struct OrderIn {
+    order: LaunchOrder,
+    parts: PartsFacts,
+}
+
+impl Blank {
+    /// Clones a blank into fresh namespaces. The caller must be single-threaded.
+    pub fn make() -> Result<Blank, StepError> {
+        ensure_single_threaded()?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|e| StepError::new("socketpair(the order channel)", e))?;
+        let pid = clone_process(NAMESPACES).map_err(clone_failed)?;
+        if pid == 0 {
+            drop(ours);
+            wait_for_order(OwnedFd::from(theirs));
+        }
+        Ok(Blank {
+            pid: Some(pid),
+            sock: ours,
+            maker: None,
+        })
+    }
+
+    /// Like [`Blank::make`], but the `clone` — whose namespace creation the
+    /// kernel does in the calling process, about 0.6 ms — runs in a helper
+    /// forked for it, on the other core, while this process goes on. The
+    /// helper clones with `CLONE_PARENT`, so the blank is this process's
+    /// child (reaped here, killed by its parent-death signal when this
+    /// process dies), tells its pid and exits.
+    pub fn make_in_background() -> Result<Blank, StepError> {
+        ensure_single_threaded()?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|e| StepError::new("socketpair(the order channel)", e))?;
+        let (told, tell) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| StepError::new("pipe2(the blank's pid)", e.into()))?;
+        let maker = fork_process().map_err(|e| StepError::new("fork(blank maker)", e))?;
+        if maker == 0 {
+            drop((ours, told));
+            let said: i64 = match clone_process(NAMESPACES | libc::CLONE_PARENT) {
+                Ok(0) => {
+                    drop(tell);
+                    wait_for_order(OwnedFd::from(theirs))
+                }
+                Ok(pid) => i64::from(pid),
+                Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL)),
+            };
+            let _ = nix::unistd::write(&tell, &said.to_le_bytes());
+            exit_immediately(0)
+        }
+        Ok(Blank {
+            pid: None,
+            sock: ours,
+            maker: Some(Maker { pid: maker, told }),
+        })
+    }
+
+    /// Its pid, as seen from here, once made (`None`: it could not be).
+    pub fn pid(&mut self) -> Option<i32> {
+        if let Some(maker) = self.maker.take() {
+            let mut said = [0u8; 8];
+            let mut got = 0;
+            while got < said.len() {
+                match nix::unistd::read(&maker.told, &mut said[got..]) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(nix::Error::EINTR) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(maker.pid), None);
+            let said = i64::from_le_bytes(said);
+            if got == 8 && said > 0 {
+                self.pid = i32::try_from(said).ok();
+            }
+        }
+        self.pid
+    }
+
+    /// Sends the order and the child's descriptors. On success the blank is
+    /// that sandbox's init; the caller's copies of `parts` may be closed.
+    pub(super) fn deliver(
+        &mut self,
+        order: &LaunchOrder,
+        parts: &ChildParts,
+    ) -> std::io::Result<()> {
+        if self.pid().is_none() {
+            return Err(std::io::Error::other("the blank could not be made"));
+        }
+        let body = OrderOut {
+            order,
+            parts: parts.facts(),
+        };
+        send(&self.sock, &body, &parts.fds())
+    }
+
+    /// The init's pid, now owned by whoever launched the order.
+    pub(super) fn into_pid(mut self) -> i32 {
+        self.pid.take().unwrap_or(0)
+    }
+}
+
+impl Drop for Blank {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            self.pid = None;
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+        }
+    }
+}
+
+/// The blank's side: nothing of the parent stays open but the channel; wait
+/// for one order, then become that sandbox's init. Never returns.
+fn wait_for_order(sock: OwnedFd) -> ! {
+    let raw = sock.as_raw_fd() as u32;
+    let closed = match raw {
+        0 => Ok(()),
+        n => close_descriptor_range(0, n - 1),
+    }
+    .and_then(|()| close_descriptors_from(raw + 1));
+    if closed.is_err() || nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() {
+        exit_immediately(126)
+    }
+    let sock = UnixStream::from(sock);
+    // End of file: the parent went away (or dropped the blank) before any order.
+    let Ok(Some((incoming, fds))) = recv_up_to::<OrderIn>(&sock, MAX_FRAME_FDS) else {
+        exit_immediately(125)
+    };
+    drop(sock);
+    let OrderIn { order, parts } = incoming;
+    let Some(parts) = ChildParts::from_fds(parts, fds) else {
+        exit_immediately(126)
+    };
+    let Some(filter) = Filter::from_bytes(&order.seccomp) else {
+        let _ = nix::unistd::write(&parts.status, b"Eseccomp filter: garbled order\n");
+        exit_immediately(126)
+    };
+    match parts.into_setup(&order, &filter.instructions, true) {
+        Ok(setup) => init_main(setup),
+        // The parent checked argv and env before sending: not reached.
+        Err(_) => exit_immediately(126),
+    }
+}
