@@ -106,6 +106,15 @@ pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + '
 pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
+    let identity = Identity::choose(prepared);
+    // A sandbox made ahead gets its ids now and builds the shared part of
+    // its root while the gate decides; one that cannot is not used.
+    let ahead = x.ahead.and_then(|mut blank| {
+        blank
+            .prepare((identity.uid, identity.gid, identity.privileged))
+            .ok()
+            .map(|()| blank)
+    });
     let audit = open_audit(&prepared.config)?;
     let mut opener = ProgramOpener::default();
     let mut plan = match decide_with(prepared, &mut opener, x.access) {
@@ -159,7 +168,6 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     if landlock_abi < required {
         return Err(unstarted(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
-    let identity = Identity::choose(prepared);
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
     let credentials = read_credentials(prepared, &plan)
@@ -194,7 +202,7 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         // SPEC §4: as root acting for another user, scopes are checked as that user.
         check_as: (identity.privileged && prepared.caller.uid != 0)
             .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
-        ahead: x.ahead,
+        ahead,
     };
     for missing in &spec.missing_read_scopes {
         if !x.json {
@@ -214,9 +222,10 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         "gid": identity.gid,
         "missing_read_scopes": spec.missing_read_scopes,
     });
-    // The decision is written now and made durable while the sandbox builds
-    // its root; the program starts only after the record is on disk, and if
+    // The sandbox builds its root while the decision is written and made
+    // durable; the program starts only once the record is on disk, and if
     // it cannot get there the sandbox is dropped (killed) with nothing run.
+    let launching = Launching::begin(request, x.spawner);
     let written = audit
         .write(
             Kind::Decision,
@@ -224,7 +233,6 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
-    let launching = Launching::begin(request, x.spawner);
     let committing = std::time::Instant::now();
     let decided = written
         .commit()

@@ -304,6 +304,21 @@ impl Config {
                 format!("`{}` must be absolute", bad.display()),
             ));
         }
+        // The sandbox makes its own /proc and /dev, and has no /sys (where
+        // its root is staged): binding the host's would undo that.
+        if let Some(bad) = system_paths.iter().find(|p| {
+            ["/proc", "/dev", "/sys"]
+                .iter()
+                .any(|m| p.starts_with(m) || Path::new(m).starts_with(p))
+        }) {
+            return Err(invalid(
+                "sandbox.system_paths",
+                format!(
+                    "`{}` is or contains /proc, /dev or /sys, which the sandbox makes itself (or leaves out); name paths such as /usr or /etc/ssl instead",
+                    bad.display()
+                ),
+            ));
+        }
         Ok(Config {
             source: path.map(Path::to_path_buf),
             audit: AuditConfig {

@@ -24,8 +24,9 @@ use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::Signal;
 
-use super::child::{init_main, ChildParts, PartsFacts};
+use super::child::{init_main, prepare_base, ChildParts, PartsFacts};
 use super::launch::{clone_failed, ensure_single_threaded, LaunchOrder, NAMESPACES};
+use super::prepare::write_id_maps;
 use super::seccomp::Filter;
 use super::sys::{
     clone_process, close_descriptor_range, close_descriptors_from, exit_immediately, fork_process,
@@ -41,6 +42,8 @@ pub struct Blank {
     sock: UnixStream,
     /// Made by a helper that has not yet been heard from.
     maker: Option<Maker>,
+    /// Whose ids were mapped in it, once prepared.
+    mapped: Option<MappedFor>,
 }
 
 /// The short-lived helper that clones a blank in the background, and the
@@ -50,18 +53,27 @@ struct Maker {
     told: OwnedFd,
 }
 
-/// What an order frame's body holds.
+/// A frame to a blank: empty to prepare (its ids are mapped: build the
+/// shared part of the root), or the order with the facts of its parts.
 #[derive(serde::Serialize)]
-struct OrderOut<'a> {
-    order: &'a LaunchOrder,
-    parts: PartsFacts,
+struct ToBlank<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<&'a LaunchOrder>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parts: Option<PartsFacts>,
 }
 
 #[derive(serde::Deserialize)]
-struct OrderIn {
-    order: LaunchOrder,
-    parts: PartsFacts,
+struct FromParent {
+    #[serde(default)]
+    order: Option<LaunchOrder>,
+    #[serde(default)]
+    parts: Option<PartsFacts>,
 }
+
+/// Who a blank's ids were mapped for: uid, gid, and whether the parent
+/// was privileged (which decides the map's shape).
+pub type MappedFor = (u32, u32, bool);
 
 impl Blank {
     /// Clones a blank into fresh namespaces. The caller must be single-threaded.
@@ -78,6 +90,7 @@ impl Blank {
             pid: Some(pid),
             sock: ours,
             maker: None,
+            mapped: None,
         })
     }
 
@@ -111,6 +124,7 @@ impl Blank {
             pid: None,
             sock: ours,
             maker: Some(Maker { pid: maker, told }),
+            mapped: None,
         })
     }
 
@@ -136,6 +150,31 @@ impl Blank {
         self.pid
     }
 
+    /// Maps the blank's ids for `who` and lets it build the shared part of
+    /// its root (/tmp, /dev, /proc, host name, loopback) while the request
+    /// is still being decided. It then serves only orders for `who`.
+    pub fn prepare(&mut self, who: MappedFor) -> Result<(), StepError> {
+        let pid = self.pid().ok_or_else(|| {
+            StepError::new(
+                "the sandbox made ahead",
+                std::io::Error::other("it could not be made"),
+            )
+        })?;
+        write_id_maps(pid, who.0, who.1, who.2)?;
+        self.mapped = Some(who);
+        let prepare = ToBlank {
+            order: None,
+            parts: None,
+        };
+        send(&self.sock, &prepare, &[])
+            .map_err(|e| StepError::new("prepare the sandbox made ahead", e))
+    }
+
+    /// Whose ids are mapped in it (`None`: not yet; they are mapped at launch).
+    pub fn mapped_for(&self) -> Option<MappedFor> {
+        self.mapped
+    }
+
     /// Sends the order and the child's descriptors. On success the blank is
     /// that sandbox's init; the caller's copies of `parts` may be closed.
     pub(super) fn deliver(
@@ -146,9 +185,9 @@ impl Blank {
         if self.pid().is_none() {
             return Err(std::io::Error::other("the blank could not be made"));
         }
-        let body = OrderOut {
-            order,
-            parts: parts.facts(),
+        let body = ToBlank {
+            order: Some(order),
+            parts: Some(parts.facts()),
         };
         send(&self.sock, &body, &parts.fds())
     }
@@ -183,12 +222,30 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         exit_immediately(126)
     }
     let sock = UnixStream::from(sock);
-    // End of file: the parent went away (or dropped the blank) before any order.
-    let Ok(Some((incoming, fds))) = recv_up_to::<OrderIn>(&sock, MAX_FRAME_FDS) else {
-        exit_immediately(125)
+    let mut staged = None;
+    let (order, parts, fds) = loop {
+        match recv_up_to::<FromParent>(&sock, MAX_FRAME_FDS) {
+            // Ids mapped: build what every sandbox shares, then wait on.
+            Ok(Some((
+                FromParent {
+                    order: None,
+                    parts: None,
+                },
+                fds,
+            ))) if fds.is_empty() && staged.is_none() => staged = Some(prepare_base()),
+            Ok(Some((
+                FromParent {
+                    order: Some(order),
+                    parts: Some(parts),
+                },
+                fds,
+            ))) => break (order, parts, fds),
+            // End of file: the parent went away (or dropped the blank)
+            // before any order; or it spoke out of turn.
+            _ => exit_immediately(125),
+        }
     };
     drop(sock);
-    let OrderIn { order, parts } = incoming;
     let Some(parts) = ChildParts::from_fds(parts, fds) else {
         exit_immediately(126)
     };
@@ -197,7 +254,10 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         exit_immediately(126)
     };
     match parts.into_setup(&order, &filter.instructions, true) {
-        Ok(setup) => init_main(setup),
+        Ok(mut setup) => {
+            setup.staged = staged;
+            init_main(setup)
+        }
         // The parent checked argv and env before sending: not reached.
         Err(_) => exit_immediately(126),
     }

@@ -23,7 +23,7 @@ use super::identity::drop_privileges_in_child;
 use super::launch::LaunchOrder;
 use super::prepare::{rlimits, to_cstrings};
 use super::landlock::restrict_current_process;
-use super::mounts::build_root_in_child;
+use super::mounts::{finish_root_in_child, stage_base_in_child, Staged};
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
@@ -70,6 +70,9 @@ pub struct ChildSetup<'a> {
     pub rlimits: Vec<(nix::sys::resource::Resource, u64)>,
     /// The namespaces were made ahead of the request (a [`super::blank::Blank`]).
     pub made_ahead: bool,
+    /// The shared part of the root, when a sandbox made ahead built it
+    /// before its order came (or the error it met doing so).
+    pub staged: Option<Result<Staged, StepError>>,
 }
 
 /// The descriptors and facts the parent prepares for one sandbox: built into
@@ -122,6 +125,7 @@ impl ChildParts {
             seccomp,
             rlimits: rlimits(&order.limits, &order.limits_via),
             made_ahead,
+            staged: None,
         })
     }
 
@@ -249,11 +253,13 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
         .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     wait_for_parent(&s.sync)?;
-    let scope_fds = build_root_in_child(s.spec, &s.scopes)?;
+    let staged = match s.staged.take() {
+        Some(made_ahead) => made_ahead?,
+        None => prepare_base()?,
+    };
+    let scope_fds = finish_root_in_child(staged, s.spec, &s.scopes)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
-    nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
-    set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
     prepare_cwd(s)?;
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
@@ -304,6 +310,16 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     Ok(Pid::from_raw(pid))
 }
 
+/// What every sandbox needs before its request is known, once its ids are
+/// mapped: the staged root with /tmp, /dev and /proc, its host name, its
+/// loopback up. A sandbox made ahead does this while it waits for its order.
+pub fn prepare_base() -> Result<Staged, StepError> {
+    let staged = stage_base_in_child()?;
+    nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
+    set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+    Ok(staged)
+}
+
 /// Lowest descriptor number init moves its own descriptors to, so that the
 /// program's dup2 onto 0..=4 can never overwrite one it still needs.
 const FD_FLOOR: i32 = 64;
@@ -325,6 +341,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain([&mut s.program, &mut s.sync, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
         .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
+        .chain(s.staged.iter_mut().flatten().map(Staged::fd_mut))
     {
         lift(fd)?;
     }
@@ -335,6 +352,12 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain(s.cgroup_tasks.iter())
         .chain(s.scopes.iter().map(|scope| &scope.pinned))
         .map(|fd| fd.as_raw_fd() as u32)
+        .chain(
+            s.staged
+                .iter_mut()
+                .flatten()
+                .map(|st| st.fd_mut().as_raw_fd() as u32),
+        )
         .collect();
     keep.sort_unstable();
     // Everything else — spawnd's stdio, anything spawnd's caller leaked — is

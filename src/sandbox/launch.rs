@@ -437,13 +437,19 @@ pub fn launch_order(
         cgroup_tasks,
     };
     let cloned_at = std::time::Instant::now();
-    // Handed to the sandbox made ahead, or (none, or it died) cloned now.
+    // Handed to the sandbox made ahead — unless it was prepared for someone
+    // else, or died — or else cloned now.
+    let me = (order.uid, order.gid, order.privileged);
+    let ahead = ahead.filter(|b| b.mapped_for().is_none_or(|who| who == me));
     let delivered = ahead.and_then(|mut blank| match blank.deliver(order, &parts) {
-        Ok(()) => Some(blank.into_pid()),
+        Ok(()) => {
+            let mapped = blank.mapped_for().is_some();
+            Some((blank.into_pid(), mapped))
+        }
         Err(_) => None,
     });
-    let pid = match delivered {
-        Some(pid) => pid,
+    let (pid, mapped) = match delivered {
+        Some(made_ahead) => made_ahead,
         None => {
             let setup = parts.into_setup(order, &seccomp.instructions, false)?;
             let pid = match clone_process(NAMESPACES) {
@@ -459,7 +465,7 @@ pub fn launch_order(
                 drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
                 init_main(setup);
             }
-            pid
+            (pid, false)
         }
     };
     // The parent's copies of the child's ends went with `parts` (or the
@@ -478,7 +484,11 @@ pub fn launch_order(
     };
     // The first go-ahead: ids mapped, the child builds its root (and moves
     // itself into its cgroups) while the caller commits the audit record.
-    let released = write_id_maps(pid, order.uid, order.gid, order.privileged).and_then(|()| {
+    let maps = match mapped {
+        true => Ok(()),
+        false => write_id_maps(pid, order.uid, order.gid, order.privileged),
+    };
+    let released = maps.and_then(|()| {
         nix::unistd::write(&running.parent_alive, b"m")
             .map(drop)
             .map_err(nix_prep("release the child"))

@@ -1,6 +1,9 @@
 //! The fresh root, built inside the child's own mount namespace: propagation
-//! cut from the host, a tmpfs staged on `/tmp`, every step of the spec mounted
-//! into it, then `pivot_root` into it and the old root detached. Everything
+//! cut from the host, a tmpfs staged on `/sys`, every step of the spec
+//! mounted into it — first the steps every sandbox shares
+//! ([`stage_base_in_child`], which a sandbox made ahead runs before its
+//! order), then the system paths and scopes ([`finish_root_in_child`]) —
+//! then `pivot_root` into it and the old root detached. Everything
 //! is nosuid and nodev (device nodes excepted) and noexec unless the spec
 //! grants execution.
 //!
@@ -20,12 +23,14 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
-use super::spec::{BindSource, MountKind, MountStep, SandboxSpec};
+use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec};
 use super::sys::{mount_setattr, mount_setattr_fd};
 use super::StepError;
 
-/// Where the new root is staged before `pivot_root` (inside our own mount namespace).
-const STAGE: &str = "/tmp";
+/// Where the new root is staged before `pivot_root`, inside our own mount
+/// namespace: a path no scope or system path may be on or under (the
+/// sandbox has no /sys), so staging hides nothing a bind still needs.
+const STAGE: &str = "/sys";
 /// Where the old root is parked during `pivot_root`.
 const OLD_ROOT: &str = ".oldroot";
 
@@ -44,12 +49,25 @@ fn io_step(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError 
     move |e| StepError::new(what, e)
 }
 
-/// Builds the root described by `spec` and pivots into it. Returns the
-/// verified scope descriptors (in `spec.scopes` order) for the Landlock rules.
-pub fn build_root_in_child(
-    spec: &SandboxSpec,
-    scopes: &[ScopeId],
-) -> Result<Vec<OwnedFd>, StepError> {
+/// A root being built: the staged tmpfs, with the steps every sandbox
+/// shares ([`base_mounts`]: /tmp, /dev, /dev/shm, /proc) in place.
+pub struct Staged {
+    stage: OwnedFd,
+    base: Vec<MountStep>,
+}
+
+impl Staged {
+    /// The staged root's descriptor (for init to keep it across its
+    /// descriptor clean-up).
+    pub fn fd_mut(&mut self) -> &mut OwnedFd {
+        &mut self.stage
+    }
+}
+
+/// Cuts propagation, stages a tmpfs and mounts the steps every sandbox
+/// shares. Needs the ids mapped (it creates mount points), nothing of the
+/// request: a sandbox made ahead does it before its order comes.
+pub fn stage_base_in_child() -> Result<Staged, StepError> {
     mount(
         None::<&str>,
         "/",
@@ -58,10 +76,6 @@ pub fn build_root_in_child(
         None::<&str>,
     )
     .map_err(step("mount(/, MS_REC|MS_PRIVATE)"))?;
-    let scope_fds = scopes
-        .iter()
-        .map(open_verified)
-        .collect::<Result<Vec<_>, _>>()?;
     let stage = Path::new(STAGE);
     mount(
         Some("tmpfs"),
@@ -77,14 +91,51 @@ pub fn build_root_in_child(
         nix::sys::stat::Mode::empty(),
     )
     .map_err(step("open new root"))?;
-    for m in &spec.mounts {
-        apply_step(&stage_fd, m, &scope_fds)?;
+    let base = base_mounts();
+    apply_steps(&stage_fd, &base, &[])?;
+    Ok(Staged {
+        stage: stage_fd,
+        base,
+    })
+}
+
+/// Mounts the rest of `spec` onto a staged root and pivots into it.
+/// Returns the verified scope descriptors (in `spec.scopes` order) for the
+/// Landlock rules.
+pub fn finish_root_in_child(
+    staged: Staged,
+    spec: &SandboxSpec,
+    scopes: &[ScopeId],
+) -> Result<Vec<OwnedFd>, StepError> {
+    let Staged { stage, base } = staged;
+    let Some(rest) = spec.mounts.strip_prefix(base.as_slice()) else {
+        return Err(StepError::new(
+            "the sandbox's mount table does not begin with the shared steps",
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    };
+    let scope_fds = scopes
+        .iter()
+        .map(open_verified)
+        .collect::<Result<Vec<_>, _>>()?;
+    apply_steps(&stage, rest, &scope_fds)?;
+    drop(stage);
+    pivot_into(Path::new(STAGE))?;
+    Ok(scope_fds)
+}
+
+/// Applies mount steps in order. Device nodes are bound without their own
+/// attribute call: one recursive call per directory holding them makes them
+/// all nosuid and noexec (they keep `dev`, the point of binding them).
+fn apply_steps(
+    stage: &OwnedFd,
+    steps: &[MountStep],
+    scope_fds: &[OwnedFd],
+) -> Result<(), StepError> {
+    for m in steps {
+        apply_step(stage, m, scope_fds)?;
     }
-    // Device nodes are bound without their own attribute call: one recursive
-    // call per directory holding them makes them all nosuid and noexec (they
-    // keep `dev`, the point of binding them; nothing else mounts below /dev).
-    let mut device_dirs: Vec<&Path> = spec
-        .mounts
+    let mut device_dirs: Vec<&Path> = steps
         .iter()
         .filter(|m| matches!(m.kind, MountKind::Device { .. }))
         .filter_map(|m| m.target.parent())
@@ -92,16 +143,14 @@ pub fn build_root_in_child(
     device_dirs.dedup();
     for dir in device_dirs {
         restrict_mount(
-            &stage_fd,
+            stage,
             relative(dir),
             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
             true,
             &dir.display().to_string(),
         )?;
     }
-    drop(stage_fd);
-    pivot_into(stage)?;
-    Ok(scope_fds)
+    Ok(())
 }
 
 /// Opens a scope in this mount namespace (a bind needs a mount of our own) and

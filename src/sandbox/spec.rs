@@ -198,7 +198,9 @@ pub fn build_spec(
     Ok(spec)
 }
 
-fn base_mounts() -> Vec<MountStep> {
+/// The mount steps every sandbox begins with, whatever its request: the
+/// private /tmp, the minimal /dev and /dev/shm, its own /proc.
+pub fn base_mounts() -> Vec<MountStep> {
     let mut m = vec![
         MountStep {
             target: "/tmp".into(),
