@@ -46,12 +46,43 @@ pub struct Blank {
     mapped: Option<MappedFor>,
 }
 
-/// The short-lived helper that clones a blank in the background, and the
-/// pipe on which it tells the blank's pid (or the clone's errno, negated).
+/// The short-lived helper that clones a blank in the background: the pipe
+/// on which it reports ([`report`]) and the one on which it is told whose
+/// ids to map.
 struct Maker {
     pid: i32,
     told: OwnedFd,
+    who: Option<OwnedFd>,
 }
+
+/// A maker's report: the blank's pid (or the clone's errno, negated), and
+/// whether it mapped the ids and told the blank to prepare.
+fn report(pid: i64, prepared: bool) -> [u8; 9] {
+    let mut r = [0u8; 9];
+    r[..8].copy_from_slice(&pid.to_le_bytes());
+    r[8] = u8::from(prepared);
+    r
+}
+
+/// Reads exactly `buf.len()` bytes; false at end of file or error first.
+fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        match nix::unistd::read(fd, &mut buf[got..]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(nix::Error::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// The frame that tells a blank its ids are mapped.
+const PREPARE: ToBlank<'static> = ToBlank {
+    order: None,
+    parts: None,
+};
 
 /// A frame to a blank: empty to prepare (its ids are mapped: build the
 /// shared part of the root), or the order with the facts of its parts.
@@ -99,52 +130,78 @@ impl Blank {
     /// forked for it, on the other core, while this process goes on. The
     /// helper clones with `CLONE_PARENT`, so the blank is this process's
     /// child (reaped here, killed by its parent-death signal when this
-    /// process dies), tells its pid and exits.
+    /// process dies). It then waits to be told whose ids to map
+    /// ([`Blank::prepare`]), maps them and tells the blank to prepare —
+    /// so this process never waits for the clone — reports and exits.
     pub fn make_in_background() -> Result<Blank, StepError> {
         ensure_single_threaded()?;
         let (ours, theirs) = UnixStream::pair()
             .map_err(|e| StepError::new("socketpair(the order channel)", e))?;
-        let (told, tell) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| StepError::new("pipe2(the blank's pid)", e.into()))?;
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| StepError::new("pipe2(the blank maker)", e.into()))
+        };
+        let (told, tell) = pipe()?;
+        let (whose, who) = pipe()?;
         let maker = fork_process().map_err(|e| StepError::new("fork(blank maker)", e))?;
         if maker == 0 {
-            drop((ours, told));
-            let said: i64 = match clone_process(NAMESPACES | libc::CLONE_PARENT) {
+            drop((told, who));
+            let pid = match clone_process(NAMESPACES | libc::CLONE_PARENT) {
                 Ok(0) => {
-                    drop(tell);
+                    drop((tell, whose, ours));
                     wait_for_order(OwnedFd::from(theirs))
                 }
-                Ok(pid) => i64::from(pid),
-                Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL)),
+                Ok(pid) => pid,
+                Err(e) => {
+                    let errno = -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL));
+                    let _ = nix::unistd::write(&tell, &report(errno, false));
+                    exit_immediately(0)
+                }
             };
-            let _ = nix::unistd::write(&tell, &said.to_le_bytes());
+            drop(theirs);
+            // Whose ids: 9 bytes (uid, gid, privileged), or end of file.
+            let mut said = [0u8; 9];
+            let prepared = read_full(&whose, &mut said) && {
+                let who = (
+                    u32::from_le_bytes([said[0], said[1], said[2], said[3]]),
+                    u32::from_le_bytes([said[4], said[5], said[6], said[7]]),
+                    said[8] == 1,
+                );
+                write_id_maps(pid, who.0, who.1, who.2).is_ok()
+                    && send(&ours, &PREPARE, &[]).is_ok()
+            };
+            let _ = nix::unistd::write(&tell, &report(i64::from(pid), prepared));
             exit_immediately(0)
         }
         Ok(Blank {
             pid: None,
             sock: ours,
-            maker: Some(Maker { pid: maker, told }),
+            maker: Some(Maker {
+                pid: maker,
+                told,
+                who: Some(who),
+            }),
             mapped: None,
         })
     }
 
     /// Its pid, as seen from here, once made (`None`: it could not be).
+    /// Waits for a maker to report (telling it no one's ids, if not yet told).
     pub fn pid(&mut self) -> Option<i32> {
-        if let Some(maker) = self.maker.take() {
-            let mut said = [0u8; 8];
-            let mut got = 0;
-            while got < said.len() {
-                match nix::unistd::read(&maker.told, &mut said[got..]) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(nix::Error::EINTR) => {}
-                    Err(_) => break,
-                }
-            }
+        if let Some(mut maker) = self.maker.take() {
+            drop(maker.who.take());
+            let mut said = [0u8; 9];
+            let complete = read_full(&maker.told, &mut said);
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(maker.pid), None);
-            let said = i64::from_le_bytes(said);
-            if got == 8 && said > 0 {
-                self.pid = i32::try_from(said).ok();
+            let pid = i64::from_le_bytes([
+                said[0], said[1], said[2], said[3], said[4], said[5], said[6], said[7],
+            ]);
+            if complete && pid > 0 {
+                self.pid = i32::try_from(pid).ok();
+            }
+            // The maps were asked for; they are there only if the maker says so.
+            if !(complete && said[8] == 1) {
+                self.mapped = None;
             }
         }
         self.pid
@@ -152,8 +209,19 @@ impl Blank {
 
     /// Maps the blank's ids for `who` and lets it build the shared part of
     /// its root (/tmp, /dev, /proc, host name, loopback) while the request
-    /// is still being decided. It then serves only orders for `who`.
+    /// is still being decided. It then serves only orders for `who`. A
+    /// blank still being made is told through its maker, without waiting.
     pub fn prepare(&mut self, who: MappedFor) -> Result<(), StepError> {
+        if let Some(pipe) = self.maker.as_mut().and_then(|m| m.who.take()) {
+            let mut said = [0u8; 9];
+            said[..4].copy_from_slice(&who.0.to_le_bytes());
+            said[4..8].copy_from_slice(&who.1.to_le_bytes());
+            said[8] = u8::from(who.2);
+            nix::unistd::write(&pipe, &said)
+                .map_err(|e| StepError::new("tell the blank maker whose ids", e.into()))?;
+            self.mapped = Some(who);
+            return Ok(());
+        }
         let pid = self.pid().ok_or_else(|| {
             StepError::new(
                 "the sandbox made ahead",
@@ -162,11 +230,7 @@ impl Blank {
         })?;
         write_id_maps(pid, who.0, who.1, who.2)?;
         self.mapped = Some(who);
-        let prepare = ToBlank {
-            order: None,
-            parts: None,
-        };
-        send(&self.sock, &prepare, &[])
+        send(&self.sock, &PREPARE, &[])
             .map_err(|e| StepError::new("prepare the sandbox made ahead", e))
     }
 
