@@ -33,8 +33,32 @@ use crate::supervise::{LiveOutput, Terminal, Watched};
 use crate::vault::{read_secret, Secret};
 use std::os::fd::{AsFd, OwnedFd};
 
-/// `spawnd run`.
-pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+/// Whether these raw arguments ask for a local `spawnd run` (not through a
+/// daemon or a spawner, not for help), so that its sandbox can be made in
+/// the background before they are parsed. Only a guess to save time: the
+/// parsed command decides, and an unused blank is simply killed.
+pub fn wants_blank(raw: &[String]) -> bool {
+    let mut words = raw.iter().skip(1);
+    let command = loop {
+        match words.next().map(String::as_str) {
+            Some("--json" | "--verbose" | "-v") => {}
+            Some("--mode" | "--config" | "--log-format") => {
+                words.next();
+            }
+            Some(w) if w.starts_with("--") && w.contains('=') => {}
+            other => break other,
+        }
+    };
+    command == Some("run")
+        && !raw.iter().any(|a| {
+            matches!(a.as_str(), "--via-spawner" | "--help" | "-h")
+                || a == "--socket"
+                || a.starts_with("--socket=")
+        })
+}
+
+/// `spawnd run`; `ahead` is a sandbox already being made for it.
+pub fn run(cli: &Cli, args: &RunArgs, ahead: Option<Blank>) -> Result<Success, Failure> {
     if let Some(socket) = &args.socket {
         return super::remote::run_remote(cli, args, socket);
     }
@@ -46,12 +70,12 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         ),
         false => None,
     };
-    // The sandbox's namespaces are made now, on the other core, while this
+    // The sandbox's namespaces are being made, on the other core, while this
     // process reads the config and manifest, hashes the program and asks the
-    // gate (a denial kills it unused). If that cannot be done, the launch
+    // gate (a denial kills it unused). If that could not be done, the launch
     // clones again after the gate and reports the error in its place.
     let ahead = match spawner {
-        None => Blank::make_in_background().ok(),
+        None => ahead,
         Some(_) => None,
     };
     let prepared = prepare(cli, args)?;
