@@ -28,7 +28,7 @@ use crate::sandbox::seccomp::{compile, default_policy};
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
 use crate::spawner::{RemoteLaunched, RemoteStdin, Spawner, SpawnerError};
-use crate::supervise::{supervise, Supervision};
+use crate::supervise::{supervise_to_report, Supervision};
 use crate::supervise::{LiveOutput, Terminal, Watched};
 use crate::vault::{read_secret, Secret};
 use std::os::fd::{AsFd, OwnedFd};
@@ -289,8 +289,8 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         redact,
         signals_end_the_run: x.signals_end_the_run,
     };
-    let outcome = match supervise(running, supervision) {
-        Ok(outcome) => outcome,
+    let (outcome, leaving) = match supervise_to_report(running, supervision) {
+        Ok(ended) => ended,
         Err(e) => {
             // Lost after the program started (its spawner died, say): the
             // sandbox is gone, and the exit record says what happened.
@@ -334,12 +334,20 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
             timings,
         },
     );
-    record_exit(
+    // Recorded while the kernel still tears the namespaces down; init is
+    // reaped (and its cgroups removed) once the record is durable.
+    let recorded = record_exit(
         &audit,
         &decided.audit_id,
         &prepared.caller,
         reported.map_err(|f| ("setup_failed", f)),
-    )
+    );
+    if let Some(leaving) = leaving {
+        if let Err(e) = leaving.reap() {
+            tracing::warn!("reaping the sandbox's init: {e}");
+        }
+    }
+    recorded
 }
 
 /// A sandbox building its root — launched here, or by a spawner — whose

@@ -192,7 +192,13 @@ impl Blank {
             drop(maker.who.take());
             let mut said = [0u8; 9];
             let complete = read_full(&maker.told, &mut said);
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(maker.pid), None);
+            // It exits right after reporting; not waited for here (tearing
+            // down its copy of this process takes a while): reaped if already
+            // gone, else a zombie until this short-lived process exits.
+            let _ = nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(maker.pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
             let pid = i64::from_le_bytes([
                 said[0], said[1], said[2], said[3], said[4], said[5], said[6], said[7],
             ]);

@@ -494,8 +494,24 @@ fn supervise_program(s: &ChildSetup<'_>, program: Pid) -> ! {
 fn finish(s: &ChildSetup<'_>, raw_status: i32) -> ! {
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     while waitpid(None, Some(WaitPidFlag::__WALL)).is_ok() {}
+    // Everything is reaped: what the program's processes used, so spawnd
+    // can record the exit while the kernel still tears the namespaces down.
+    let (cpu_us, max_rss_kib) = nix::sys::resource::getrusage(
+        nix::sys::resource::UsageWho::RUSAGE_CHILDREN,
+    )
+    .map_or((0, 0), |u| {
+        let us = |t: nix::sys::time::TimeVal| {
+            (t.tv_sec().max(0) as u64) * 1_000_000 + t.tv_usec().max(0) as u64
+        };
+        (
+            us(u.user_time()) + us(u.system_time()),
+            u.max_rss().max(0) as u64,
+        )
+    });
     let mut message = vec![b'W'];
     message.extend_from_slice(&raw_status.to_le_bytes());
+    message.extend_from_slice(&cpu_us.to_le_bytes());
+    message.extend_from_slice(&max_rss_kib.to_le_bytes());
     report(&s.status, &message);
     exit_immediately(0)
 }

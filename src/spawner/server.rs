@@ -53,7 +53,7 @@ pub fn serve(sock: UnixStream) -> i32 {
     let mut pool = Some(BlankPool::new());
     loop {
         // Idle with room in the pool: look, don't wait, and make one if nothing came.
-        let filling = pool.as_ref().is_some_and(BlankPool::wants_more);
+        let filling = pool.as_ref().is_some_and(BlankPool::wants_work);
         let (sock_ready, chld_ready) = {
             let mut fds = [
                 PollFd::new(sock.as_fd(), PollFlags::POLLIN),
@@ -73,7 +73,7 @@ pub fn serve(sock: UnixStream) -> i32 {
             (ready(&fds[0]), ready(&fds[1]))
         };
         if filling && !sock_ready && !chld_ready {
-            if let Some(Err(e)) = pool.as_mut().map(BlankPool::make_one) {
+            if let Some(Err(e)) = pool.as_mut().map(BlankPool::work) {
                 eprintln!("spawnd: spawner: sandboxes are made at request time from now on: {e}");
                 pool = None;
             }
@@ -121,7 +121,7 @@ fn handle(
                     return failed(sock, id, "stdin file descriptor missing")
                 }
             };
-            let ahead = pool.and_then(BlankPool::take);
+            let ahead = pool.and_then(|p| p.take((order.uid, order.gid, order.privileged)));
             match launch_order(&order, File::from(program), source, ahead) {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);

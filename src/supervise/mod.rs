@@ -59,6 +59,11 @@ pub trait SandboxEnd {
     fn signal(&self, signal: Signal);
     /// Waits until init is reaped; reads and removes its cgroups.
     fn reap(self: Box<Self>) -> std::io::Result<Ended>;
+    /// The cgroup readings (peak memory, OOM kill) available before init is
+    /// reaped, when this end can give them; `None` means reap first.
+    fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
+        None
+    }
 }
 
 /// How a sandbox's init ended, with what it used.
@@ -111,6 +116,26 @@ impl SandboxEnd for LocalEnd {
     fn reap(self: Box<Self>) -> std::io::Result<Ended> {
         let LocalEnd { init, cgroup, .. } = *self;
         reap_init(init.as_raw(), cgroup)
+    }
+
+    fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
+        Some(
+            self.cgroup
+                .as_ref()
+                .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed())),
+        )
+    }
+}
+
+/// A sandbox whose program has ended and been reported, and whose init is
+/// still leaving (the kernel tears its namespaces down meanwhile): reap it
+/// once the exit is on record.
+pub struct Leaving<'a>(Box<dyn SandboxEnd + 'a>);
+
+impl Leaving<'_> {
+    /// Waits for init and removes its cgroups.
+    pub fn reap(self) -> std::io::Result<()> {
+        self.0.reap().map(drop)
     }
 }
 
@@ -217,7 +242,7 @@ pub struct Outcome {
     pub stderr: Captured,
     /// Landlock as reported from inside: (abi, tcp denied, scoped).
     pub landlock: Option<Applied>,
-    /// User+system CPU time of the whole sandbox.
+    /// User+system CPU time of the program and every process it started.
     pub cpu_ms: u64,
     /// Peak memory (cgroup), else the largest resident set.
     pub peak_memory_bytes: u64,
@@ -310,7 +335,22 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
 }
 
 /// Drives the sandbox to its end.
-pub fn supervise(running: Watched<'_>, mut sup: Supervision) -> std::io::Result<Outcome> {
+pub fn supervise(running: Watched<'_>, sup: Supervision) -> std::io::Result<Outcome> {
+    let (outcome, leaving) = supervise_to_report(running, sup)?;
+    if let Some(leaving) = leaving {
+        leaving.reap()?;
+    }
+    Ok(outcome)
+}
+
+/// Drives the sandbox until its outcome is known. When init has reported
+/// the program's end and usage, and the cgroups can be read before init is
+/// reaped, init is returned still [`Leaving`]: the caller records the exit
+/// while the kernel tears the namespaces down, then reaps it.
+pub fn supervise_to_report<'a>(
+    running: Watched<'a>,
+    mut sup: Supervision,
+) -> std::io::Result<(Outcome, Option<Leaving<'a>>)> {
     // The daemon's own signals are its business (reload, shutdown): a
     // supervisor there must not take them from the process.
     let signals: SigSet = match sup.signals_end_the_run {
@@ -326,11 +366,11 @@ pub fn supervise(running: Watched<'_>, mut sup: Supervision) -> std::io::Result<
     result
 }
 
-fn supervise_blocked(
-    running: Watched<'_>,
+fn supervise_blocked<'a>(
+    running: Watched<'a>,
     sup: &mut Supervision,
     signals: &SigSet,
-) -> std::io::Result<Outcome> {
+) -> std::io::Result<(Outcome, Option<Leaving<'a>>)> {
     let started = running.released_at;
     let (mut setup_done, mut program_done) = (None, None);
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
@@ -435,7 +475,27 @@ fn supervise_blocked(
             }
         }
     }
-    let reaped = end.reap()?;
+    // The program's end and usage as init reported them; the cgroups read
+    // now when they can be, else after init is reaped (its wait status then
+    // also stands in for a missing report).
+    let (mut ending, mut landlock, usage) = parse_status(&status_bytes, 0);
+    let (init_usage, cgroup_readings, leaving) = match (usage, end.readings_before_reap()) {
+        (Some(_), Some(readings)) => (None, readings, Some(Leaving(end))),
+        _ => {
+            let reaped = end.reap()?;
+            (ending, landlock, _) = parse_status(&status_bytes, reaped.init_status);
+            (
+                Some(reaped),
+                (reaped.cgroup_peak_bytes, reaped.oom_killed),
+                None,
+            )
+        }
+    };
+    let (cpu_ms, max_rss_bytes) = match (usage, init_usage) {
+        (Some(u), _) => (u.cpu_ms, u.max_rss_bytes),
+        (None, Some(r)) => (r.cpu_ms, r.max_rss_bytes),
+        (None, None) => (0, 0),
+    };
     let ended = Instant::now();
     let duration = ended - started;
     let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
@@ -447,9 +507,8 @@ fn supervise_blocked(
         program_us: us(setup_done, program_done),
         teardown_us: us(program_done, ended),
     };
-    let (peak_cg, oom) = (reaped.cgroup_peak_bytes, reaped.oom_killed);
-    let (ending, landlock) = parse_status(&status_bytes, reaped.init_status);
-    Ok(Outcome {
+    let (peak_cg, oom) = cgroup_readings;
+    let outcome = Outcome {
         ending,
         timed_out,
         interrupted_by,
@@ -457,11 +516,12 @@ fn supervise_blocked(
         stdout: out.finish(),
         stderr: err.finish(),
         landlock,
-        cpu_ms: reaped.cpu_ms,
-        peak_memory_bytes: peak_cg.unwrap_or(reaped.max_rss_bytes),
+        cpu_ms,
+        peak_memory_bytes: peak_cg.unwrap_or(max_rss_bytes),
         oom_killed: oom,
         phases,
-    })
+    };
+    Ok((outcome, leaving))
 }
 
 /// Reads what is available; returns true at EOF.

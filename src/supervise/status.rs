@@ -1,6 +1,7 @@
 //! The status pipe from inside the sandbox: `E<step>: <error>` when setup or
-//! exec failed, `L<abi> <tcp> <scoped>` once Landlock is in force, and
-//! `W<i32 wait status>` when the program ended. A record reported twice or an
+//! exec failed, `L<abi> <tcp> <scoped> <ahead>` once Landlock is in force,
+//! and `W<i32 wait status><u64 cpu µs><u64 max rss KiB>` (little-endian)
+//! when the program ended and init has reaped everything. A record reported twice or an
 //! unknown one means the pipe cannot be trusted, and the run is failed.
 
 use super::Ending;
@@ -21,8 +22,25 @@ pub struct Applied {
     pub netns_made_ahead: bool,
 }
 
-pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<Applied>) {
+/// What the program's processes used, as init measured once it had reaped
+/// them all (`getrusage(RUSAGE_CHILDREN)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramUsage {
+    /// User + system CPU time, ms.
+    pub cpu_ms: u64,
+    /// The largest resident set among them, bytes.
+    pub max_rss_bytes: u64,
+}
+
+/// Bytes after a `W` tag.
+const W_LEN: usize = 4 + 8 + 8;
+
+pub(super) fn parse_status(
+    bytes: &[u8],
+    init_status: i32,
+) -> (Ending, Option<Applied>, Option<ProgramUsage>) {
     let mut landlock = None;
+    let mut usage = None;
     let mut ending = None;
     let mut rest = bytes;
     let garbled = |what: &str| {
@@ -38,16 +56,25 @@ pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<Ap
             _ => false,
         };
         if repeated {
-            return (garbled("a status reported twice"), None);
+            return (garbled("a status reported twice"), None, None);
         }
         match tag {
-            b'W' if tail.len() >= 4 => {
+            b'W' if tail.len() >= W_LEN => {
                 let raw = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+                let u64_at = |i: usize| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&tail[i..i + 8]);
+                    u64::from_le_bytes(b)
+                };
+                usage = Some(ProgramUsage {
+                    cpu_ms: u64_at(4) / 1000,
+                    max_rss_bytes: u64_at(12).saturating_mul(1024),
+                });
                 // A setup or exec error reported before wins over the exit status that follows it.
                 if !matches!(ending, Some(Ending::SetupFailed(_))) {
                     ending = Some(decode_wait(raw));
                 }
-                rest = &tail[4..];
+                rest = &tail[W_LEN..];
             }
             b'E' | b'L' => {
                 let end = tail.iter().position(|b| *b == b'\n').unwrap_or(tail.len());
@@ -67,7 +94,7 @@ pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<Ap
                 }
                 rest = tail.get(end + 1..).unwrap_or_default();
             }
-            _ => return (garbled("unknown record"), None),
+            _ => return (garbled("unknown record"), None, None),
         }
     }
     let ending = ending.unwrap_or_else(|| match decode_wait(init_status) {
@@ -78,7 +105,7 @@ pub(super) fn parse_status(bytes: &[u8], init_status: i32) -> (Ending, Option<Ap
         }
         other => other,
     });
-    (ending, landlock)
+    (ending, landlock, usage)
 }
 
 fn decode_wait(raw: i32) -> Ending {
@@ -95,11 +122,19 @@ fn decode_wait(raw: i32) -> Ending {
 mod tests {
     use super::*;
 
+    /// A `W` record: wait status, CPU µs, max RSS KiB.
+    fn w(status: i32, cpu_us: u64, rss_kib: u64) -> Vec<u8> {
+        let mut v = vec![b'W'];
+        v.extend_from_slice(&status.to_le_bytes());
+        v.extend_from_slice(&cpu_us.to_le_bytes());
+        v.extend_from_slice(&rss_kib.to_le_bytes());
+        v
+    }
+
     #[test]
     fn the_status_pipe_decodes_exit_signal_setup_errors_and_landlock() {
         let mut bytes = b"L7 1 1 0\n".to_vec();
-        bytes.push(b'W');
-        bytes.extend_from_slice(&(3i32 << 8).to_le_bytes());
+        bytes.extend_from_slice(&w(3 << 8, 2_500, 1_024));
         assert_eq!(
             parse_status(&bytes, 0),
             (
@@ -109,26 +144,31 @@ mod tests {
                     tcp_denied: true,
                     scoped: true,
                     netns_made_ahead: false
+                }),
+                Some(ProgramUsage {
+                    cpu_ms: 2,
+                    max_rss_bytes: 1 << 20
                 })
             )
         );
-        let mut bytes = vec![b'W'];
-        bytes.extend_from_slice(&9i32.to_le_bytes());
-        assert_eq!(parse_status(&bytes, 0).0, Ending::Signaled(9));
+        assert_eq!(parse_status(&w(9, 0, 0), 0).0, Ending::Signaled(9));
+        // A short W record is garbled, not read past its end.
+        let mut short = vec![b'W'];
+        short.extend_from_slice(&9i32.to_le_bytes());
+        assert!(matches!(parse_status(&short, 0).0, Ending::SetupFailed(_)));
         assert_eq!(
             parse_status(b"Emount(/usr): EPERM\n", 126 << 8).0,
             Ending::SetupFailed("mount(/usr): EPERM".into())
         );
         assert_eq!(parse_status(b"", 9).0, Ending::Signaled(9));
-        let mut forged = vec![b'W'];
-        forged.extend_from_slice(&0i32.to_le_bytes());
+        let mut forged = w(0, 0, 0);
         forged.push(b'Z');
         assert!(matches!(parse_status(&forged, 0).0, Ending::SetupFailed(_)));
-        let mut twice = forged[..5].to_vec();
-        twice.extend_from_slice(&forged[..5]);
+        let mut twice = w(0, 0, 0);
+        twice.extend_from_slice(&w(0, 0, 0));
         assert!(matches!(parse_status(&twice, 0).0, Ending::SetupFailed(_)));
-        let mut exec_failed = b"L7 1 1 0\nEexecveat(program, AT_EMPTY_PATH): EACCES\nW".to_vec();
-        exec_failed.extend_from_slice(&(127i32 << 8).to_le_bytes());
+        let mut exec_failed = b"L7 1 1 0\nEexecveat(program, AT_EMPTY_PATH): EACCES\n".to_vec();
+        exec_failed.extend_from_slice(&w(127 << 8, 0, 0));
         assert!(matches!(
             parse_status(&exec_failed, 0).0,
             Ending::SetupFailed(_)
