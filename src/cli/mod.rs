@@ -30,11 +30,6 @@ pub use output::{error_code, Failure, Success};
 pub fn main() -> i32 {
     let started = Instant::now();
     let raw_args: Vec<String> = std::env::args().collect();
-    // First thing, before the arguments are even parsed: a local `run` gets
-    // its sandbox's namespaces made in the background (see `run::run`).
-    let ahead = run::wants_blank(&raw_args)
-        .then(crate::sandbox::blank::Blank::make_in_background)
-        .and_then(Result::ok);
     let cli = match Cli::try_parse_from(&raw_args) {
         Ok(cli) => cli,
         Err(e) => return report_usage_error(e, &raw_args, started),
@@ -45,7 +40,7 @@ pub fn main() -> i32 {
     }
     let command = command_name(&cli.command);
     let mode = cli.mode.unwrap_or_default().to_string();
-    let result = dispatch(&cli, ahead);
+    let result = dispatch(&cli);
     output::emit(
         result,
         cli.json,
@@ -115,10 +110,10 @@ fn command_name(command: &Command) -> &'static str {
     }
 }
 
-fn dispatch(cli: &Cli, ahead: Option<crate::sandbox::blank::Blank>) -> Result<Success, Failure> {
+fn dispatch(cli: &Cli) -> Result<Success, Failure> {
     match &cli.command {
         Command::Check(args) => check::run_check(cli, args),
-        Command::Run(args) => run::run(cli, args, ahead),
+        Command::Run(args) => run::run(cli, args),
         Command::Manifest(ManifestCommand::Lint { file }) => manifest_cmd::lint(cli, file),
         Command::Manifest(ManifestCommand::Explain { file }) => manifest_cmd::explain(cli, file),
         Command::Manifest(ManifestCommand::Pin { file }) => manifest_cmd::pin(cli, file),

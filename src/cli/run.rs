@@ -21,7 +21,6 @@ use crate::policy::Decision;
 use crate::probe::{probe_cgroups, LANDLOCK_ABI_REQUIRED};
 use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
-use crate::sandbox::blank::Blank;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{compile, default_policy};
@@ -33,32 +32,8 @@ use crate::supervise::{LiveOutput, Terminal, Watched};
 use crate::vault::{read_secret, Secret};
 use std::os::fd::{AsFd, OwnedFd};
 
-/// Whether these raw arguments ask for a local `spawnd run` (not through a
-/// daemon or a spawner, not for help), so that its sandbox can be made in
-/// the background before they are parsed. Only a guess to save time: the
-/// parsed command decides, and an unused blank is simply killed.
-pub fn wants_blank(raw: &[String]) -> bool {
-    let mut words = raw.iter().skip(1);
-    let command = loop {
-        match words.next().map(String::as_str) {
-            Some("--json" | "--verbose" | "-v") => {}
-            Some("--mode" | "--config" | "--log-format") => {
-                words.next();
-            }
-            Some(w) if w.starts_with("--") && w.contains('=') => {}
-            other => break other,
-        }
-    };
-    command == Some("run")
-        && !raw.iter().any(|a| {
-            matches!(a.as_str(), "--via-spawner" | "--help" | "-h")
-                || a == "--socket"
-                || a.starts_with("--socket=")
-        })
-}
-
-/// `spawnd run`; `ahead` is a sandbox already being made for it.
-pub fn run(cli: &Cli, args: &RunArgs, ahead: Option<Blank>) -> Result<Success, Failure> {
+/// `spawnd run`.
+pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     if let Some(socket) = &args.socket {
         return super::remote::run_remote(cli, args, socket);
     }
@@ -69,14 +44,6 @@ pub fn run(cli: &Cli, args: &RunArgs, ahead: Option<Blank>) -> Result<Success, F
                 .map_err(|e| Failure::new(5, format!("spawner: {e}; nothing was run")))?,
         ),
         false => None,
-    };
-    // The sandbox's namespaces are being made, on the other core, while this
-    // process reads the config and manifest, hashes the program and asks the
-    // gate (a denial kills it unused). If that could not be done, the launch
-    // clones again after the gate and reports the error in its place.
-    let ahead = match spawner {
-        None => ahead,
-        Some(_) => None,
     };
     let prepared = prepare(cli, args)?;
     let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
@@ -89,7 +56,6 @@ pub fn run(cli: &Cli, args: &RunArgs, ahead: Option<Blank>) -> Result<Success, F
         live: (!cli.json).then(|| Box::new(Terminal) as Box<dyn LiveOutput + Send>),
         json: cli.json,
         spawner: spawner.as_ref(),
-        ahead,
         on_started: None,
         signals_end_the_run: true,
     })
@@ -115,8 +81,6 @@ pub(crate) struct Execution<'a> {
     pub json: bool,
     /// Launch through this spawner instead of in this process.
     pub spawner: Option<&'a Spawner>,
-    /// For a launch in this process: a sandbox made ahead to use.
-    pub ahead: Option<Blank>,
     /// Called once the program has started: its audit id and a pidfd for its init.
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
@@ -131,14 +95,6 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
     let identity = Identity::choose(prepared);
-    // A sandbox made ahead gets its ids now and builds the shared part of
-    // its root while the gate decides; one that cannot is not used.
-    let ahead = x.ahead.and_then(|mut blank| {
-        blank
-            .prepare((identity.uid, identity.gid, identity.privileged))
-            .ok()
-            .map(|()| blank)
-    });
     let audit = open_audit(&prepared.config)?;
     let mut opener = ProgramOpener::default();
     let mut plan = match decide_with(prepared, &mut opener, x.access) {
@@ -226,7 +182,6 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         // SPEC §4: as root acting for another user, scopes are checked as that user.
         check_as: (identity.privileged && prepared.caller.uid != 0)
             .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
-        ahead,
     };
     for missing in &spec.missing_read_scopes {
         if !x.json {

@@ -315,7 +315,6 @@ pub async fn spawn(
             live: Some(Box::new(HandleSink(Arc::clone(&thread_handle)))),
             json: true,
             spawner: Some(&spawner),
-            ahead: None,
             signals_end_the_run: false,
             on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
                 if let Ok(mut g) = on_started_handle.pidfd.lock() {

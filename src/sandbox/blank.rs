@@ -1,20 +1,25 @@
-//! Sandboxes made ahead of their request ("blanks"). Creating the user,
-//! mount, pid, network, ipc and uts namespaces is most of a sandbox's kernel
-//! work (about 0.6–1 ms here, the network namespace alone about 0.6), and
-//! none of it depends on the request. So the `clone` can happen before the
-//! request is known: `spawnd run` clones its blank first thing, while it
-//! parses the config and the manifest, hashes the program and asks the gate;
-//! the daemon's spawner keeps a few ready while idle.
+//! Sandboxes made ahead of their request ("blanks"), for the daemon's
+//! spawner. Creating the user, mount, pid, network, ipc and uts namespaces
+//! is most of a sandbox's kernel work (about 0.5–0.7 ms here, the network
+//! namespace alone about 0.3–0.6), and none of it depends on the request; nor
+//! does the shared part of the root (/tmp, /dev, /proc), once the ids are
+//! mapped. So the spawner does both while it is idle ([`crate::spawner`]'s
+//! pool), and a request only hands over its order.
 //!
 //! A blank is a process in fresh namespaces that has closed every descriptor
-//! but one end of a private socketpair and waits there, doing nothing else,
-//! for its order: the [`LaunchOrder`] and the descriptors of
+//! but one end of a private socketpair and waits there for, at most, one
+//! "prepare" (its ids were mapped for an identity: build the shared part of
+//! the root) and then its order: the [`LaunchOrder`] and the descriptors of
 //! [`ChildParts`], as one [`crate::spawner::wire`] frame. From them it builds
 //! exactly the [`super::child::ChildSetup`] a child cloned at launch would
-//! have had, and goes on as that child would (ids mapped by the parent, root,
-//! Landlock, seccomp, the program on the second go-ahead). Each blank serves
-//! one sandbox and no more. The caller's ids are mapped after the order, so
-//! one blank fits any caller.
+//! have had, and goes on as that child would (root, identity, Landlock,
+//! seccomp, the program on the second go-ahead). Each blank serves one
+//! sandbox and no more; a prepared one serves only its identity.
+//!
+//! `spawnd run` does not use blanks: the kernel does a clone's namespace work
+//! in the calling process, so a one-shot process gains nothing by cloning
+//! earlier, and a helper to clone in the background costs a fork of its own
+//! (measured: no faster, more CPU).
 //!
 //! A blank dies with its parent (parent-death signal, and its socket reads
 //! end-of-file), and dropping a [`Blank`] kills and reaps it.
@@ -28,9 +33,7 @@ use super::child::{init_main, prepare_base, ChildParts, PartsFacts};
 use super::launch::{clone_failed, ensure_single_threaded, LaunchOrder, NAMESPACES};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
-use super::sys::{
-    clone_process, close_descriptor_range, close_descriptors_from, exit_immediately, fork_process,
-};
+use super::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 use super::StepError;
 use crate::spawner::wire::{recv_up_to, send, MAX_FRAME_FDS};
 
@@ -40,42 +43,8 @@ pub struct Blank {
     pid: Option<i32>,
     /// The parent's end of the order channel.
     sock: UnixStream,
-    /// Made by a helper that has not yet been heard from.
-    maker: Option<Maker>,
     /// Whose ids were mapped in it, once prepared.
     mapped: Option<MappedFor>,
-}
-
-/// The short-lived helper that clones a blank in the background: the pipe
-/// on which it reports ([`report`]) and the one on which it is told whose
-/// ids to map.
-struct Maker {
-    pid: i32,
-    told: OwnedFd,
-    who: Option<OwnedFd>,
-}
-
-/// A maker's report: the blank's pid (or the clone's errno, negated), and
-/// whether it mapped the ids and told the blank to prepare.
-fn report(pid: i64, prepared: bool) -> [u8; 9] {
-    let mut r = [0u8; 9];
-    r[..8].copy_from_slice(&pid.to_le_bytes());
-    r[8] = u8::from(prepared);
-    r
-}
-
-/// Reads exactly `buf.len()` bytes; false at end of file or error first.
-fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> bool {
-    let mut got = 0;
-    while got < buf.len() {
-        match nix::unistd::read(fd, &mut buf[got..]) {
-            Ok(0) => return false,
-            Ok(n) => got += n,
-            Err(nix::Error::EINTR) => {}
-            Err(_) => return false,
-        }
-    }
-    true
 }
 
 /// The frame that tells a blank its ids are mapped.
@@ -120,118 +89,23 @@ impl Blank {
         Ok(Blank {
             pid: Some(pid),
             sock: ours,
-            maker: None,
             mapped: None,
         })
     }
 
-    /// Like [`Blank::make`], but the `clone` — whose namespace creation the
-    /// kernel does in the calling process, about 0.6 ms — runs in a helper
-    /// forked for it, on the other core, while this process goes on. The
-    /// helper clones with `CLONE_PARENT`, so the blank is this process's
-    /// child (reaped here, killed by its parent-death signal when this
-    /// process dies). It then waits to be told whose ids to map
-    /// ([`Blank::prepare`]), maps them and tells the blank to prepare —
-    /// so this process never waits for the clone — reports and exits.
-    pub fn make_in_background() -> Result<Blank, StepError> {
-        ensure_single_threaded()?;
-        let (ours, theirs) = UnixStream::pair()
-            .map_err(|e| StepError::new("socketpair(the order channel)", e))?;
-        let pipe = || {
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .map_err(|e| StepError::new("pipe2(the blank maker)", e.into()))
-        };
-        let (told, tell) = pipe()?;
-        let (whose, who) = pipe()?;
-        let maker = fork_process().map_err(|e| StepError::new("fork(blank maker)", e))?;
-        if maker == 0 {
-            drop((told, who));
-            let pid = match clone_process(NAMESPACES | libc::CLONE_PARENT) {
-                Ok(0) => {
-                    drop((tell, whose, ours));
-                    wait_for_order(OwnedFd::from(theirs))
-                }
-                Ok(pid) => pid,
-                Err(e) => {
-                    let errno = -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL));
-                    let _ = nix::unistd::write(&tell, &report(errno, false));
-                    exit_immediately(0)
-                }
-            };
-            drop(theirs);
-            // Whose ids: 9 bytes (uid, gid, privileged), or end of file.
-            let mut said = [0u8; 9];
-            let prepared = read_full(&whose, &mut said) && {
-                let who = (
-                    u32::from_le_bytes([said[0], said[1], said[2], said[3]]),
-                    u32::from_le_bytes([said[4], said[5], said[6], said[7]]),
-                    said[8] == 1,
-                );
-                write_id_maps(pid, who.0, who.1, who.2).is_ok()
-                    && send(&ours, &PREPARE, &[]).is_ok()
-            };
-            let _ = nix::unistd::write(&tell, &report(i64::from(pid), prepared));
-            exit_immediately(0)
-        }
-        Ok(Blank {
-            pid: None,
-            sock: ours,
-            maker: Some(Maker {
-                pid: maker,
-                told,
-                who: Some(who),
-            }),
-            mapped: None,
-        })
-    }
-
-    /// Its pid, as seen from here, once made (`None`: it could not be).
-    /// Waits for a maker to report (telling it no one's ids, if not yet told).
-    pub fn pid(&mut self) -> Option<i32> {
-        if let Some(mut maker) = self.maker.take() {
-            drop(maker.who.take());
-            let mut said = [0u8; 9];
-            let complete = read_full(&maker.told, &mut said);
-            // It exits right after reporting; not waited for here (tearing
-            // down its copy of this process takes a while): reaped if already
-            // gone, else a zombie until this short-lived process exits.
-            let _ = nix::sys::wait::waitpid(
-                nix::unistd::Pid::from_raw(maker.pid),
-                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-            );
-            let pid = i64::from_le_bytes([
-                said[0], said[1], said[2], said[3], said[4], said[5], said[6], said[7],
-            ]);
-            if complete && pid > 0 {
-                self.pid = i32::try_from(pid).ok();
-            }
-            // The maps were asked for; they are there only if the maker says so.
-            if !(complete && said[8] == 1) {
-                self.mapped = None;
-            }
-        }
+    /// Its pid, as seen from here (`None` once handed on).
+    pub fn pid(&self) -> Option<i32> {
         self.pid
     }
 
     /// Maps the blank's ids for `who` and lets it build the shared part of
-    /// its root (/tmp, /dev, /proc, host name, loopback) while the request
-    /// is still being decided. It then serves only orders for `who`. A
-    /// blank still being made is told through its maker, without waiting.
+    /// its root (/tmp, /dev, /proc, host name, loopback) before any request
+    /// comes. It then serves only orders for `who`.
     pub fn prepare(&mut self, who: MappedFor) -> Result<(), StepError> {
-        if let Some(pipe) = self.maker.as_mut().and_then(|m| m.who.take()) {
-            let mut said = [0u8; 9];
-            said[..4].copy_from_slice(&who.0.to_le_bytes());
-            said[4..8].copy_from_slice(&who.1.to_le_bytes());
-            said[8] = u8::from(who.2);
-            nix::unistd::write(&pipe, &said)
-                .map_err(|e| StepError::new("tell the blank maker whose ids", e.into()))?;
-            self.mapped = Some(who);
-            return Ok(());
-        }
         let pid = self.pid().ok_or_else(|| {
             StepError::new(
-                "the sandbox made ahead",
-                std::io::Error::other("it could not be made"),
+                "prepare the sandbox made ahead",
+                std::io::Error::other("it was handed on already"),
             )
         })?;
         write_id_maps(pid, who.0, who.1, who.2)?;
@@ -247,14 +121,7 @@ impl Blank {
 
     /// Sends the order and the child's descriptors. On success the blank is
     /// that sandbox's init; the caller's copies of `parts` may be closed.
-    pub(super) fn deliver(
-        &mut self,
-        order: &LaunchOrder,
-        parts: &ChildParts,
-    ) -> std::io::Result<()> {
-        if self.pid().is_none() {
-            return Err(std::io::Error::other("the blank could not be made"));
-        }
+    pub(super) fn deliver(&self, order: &LaunchOrder, parts: &ChildParts) -> std::io::Result<()> {
         let body = ToBlank {
             order: Some(order),
             parts: Some(parts.facts()),

@@ -84,9 +84,6 @@ pub struct LaunchRequest<'a> {
     pub credentials: Vec<(String, crate::vault::Secret)>,
     /// See [`LaunchOrder::check_as`].
     pub check_as: Option<CallerCreds>,
-    /// A sandbox whose namespaces were made before the request, to use
-    /// instead of cloning now.
-    pub ahead: Option<Blank>,
 }
 
 /// Everything a launch needs, owned and serializable: what `launch` works
@@ -275,7 +272,7 @@ pub(super) const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     let order = req.order()?;
-    launch_order(&order, req.program, req.stdin, req.ahead)
+    launch_order(&order, req.program, req.stdin, None)
 }
 
 /// Starts the sandbox an order describes, for the program file the gate
@@ -441,7 +438,7 @@ pub fn launch_order(
     // else, or died — or else cloned now.
     let me = (order.uid, order.gid, order.privileged);
     let ahead = ahead.filter(|b| b.mapped_for().is_none_or(|who| who == me));
-    let delivered = ahead.and_then(|mut blank| match blank.deliver(order, &parts) {
+    let delivered = ahead.and_then(|blank| match blank.deliver(order, &parts) {
         Ok(()) => {
             let mapped = blank.mapped_for().is_some();
             Some((blank.into_pid(), mapped))
