@@ -24,7 +24,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec};
-use super::sys::{mount_setattr, mount_setattr_fd};
+use super::sys::{detach_mount_in_background, mount_setattr, mount_setattr_fd};
 use super::StepError;
 
 /// Where the new root is staged before `pivot_root`, inside our own mount
@@ -33,6 +33,8 @@ use super::StepError;
 const STAGE: &str = "/sys";
 /// Where the old root is parked during `pivot_root`.
 const OLD_ROOT: &str = ".oldroot";
+/// The same, as the path the unmount helper is given after the pivot.
+const OLD_ROOT_INSIDE: &std::ffi::CStr = c"/.oldroot";
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
@@ -314,9 +316,29 @@ fn pivot_into(stage: &Path) -> Result<(), StepError> {
     std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
     nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
     nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
+    // The old root is detached by a helper (see `detach_mount_in_background`)
+    // so the kernel's grace-period wait after a detach is not this
+    // process's; once the mount point can be removed, the host's tree is
+    // gone from this namespace. Init reaps the helper with its other children.
     let old_inside: PathBuf = Path::new("/").join(OLD_ROOT);
-    umount2(&old_inside, MntFlags::MNT_DETACH).map_err(step("umount2(old root, MNT_DETACH)"))?;
-    std::fs::remove_dir(&old_inside).map_err(io_step("rmdir old root"))?;
+    match detach_mount_in_background(OLD_ROOT_INSIDE) {
+        Ok(_) => {}
+        Err(_) => umount2(&old_inside, MntFlags::MNT_DETACH)
+            .map_err(step("umount2(old root, MNT_DETACH)"))?,
+    }
+    let waiting = std::time::Instant::now();
+    loop {
+        match std::fs::remove_dir(&old_inside) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                if waiting.elapsed() > std::time::Duration::from_secs(5) {
+                    return Err(StepError::new("detach the old root (still mounted after 5 s)", e));
+                }
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(StepError::new("rmdir old root", e)),
+        }
+    }
     let root = CString::new(Path::new("/").as_os_str().as_bytes()).unwrap_or_default();
     mount_setattr(
         &root,
