@@ -26,7 +26,7 @@ use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSo
 use crate::sandbox::seccomp::{compile, default_policy};
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
-use crate::spawner::{RemoteLaunched, RemoteStdin, Spawner, SpawnerError};
+use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
 use crate::supervise::{supervise_to_report, Supervision};
 use crate::supervise::{LiveOutput, Terminal, Watched};
 use crate::vault::{read_secret, Secret};
@@ -310,9 +310,8 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
 enum Launching<'s> {
     Local(Result<Launched, crate::sandbox::StepError>),
     Remote {
-        launched: Result<RemoteLaunched<'s>, SpawnerError>,
+        pending: Result<PendingLaunch<'s>, SpawnerError>,
         begun: std::time::Instant,
-        built: std::time::Instant,
     },
 }
 
@@ -322,22 +321,20 @@ impl<'s> Launching<'s> {
             return Launching::Local(launch(request));
         };
         let begun = std::time::Instant::now();
-        let launched = match request.order() {
+        // Sent, not waited for: the spawner launches while the caller
+        // writes and flushes the decision record.
+        let pending = match request.order() {
             Ok(order) => {
                 let stdin = match &request.stdin {
                     StdinSource::Null => RemoteStdin::Null,
                     StdinSource::File(f) => RemoteStdin::File(f.as_fd()),
                     StdinSource::Pipe => RemoteStdin::Pipe,
                 };
-                spawner.launch(order, &request.program, stdin)
+                spawner.launch_begin(order, &request.program, stdin)
             }
             Err(e) => Err(SpawnerError::Setup(e.to_string())),
         };
-        Launching::Remote {
-            launched,
-            begun,
-            built: std::time::Instant::now(),
-        }
+        Launching::Remote { pending, begun }
     }
 
     /// Releases the program; for a remote sandbox, also a pidfd for its init.
@@ -347,13 +344,11 @@ impl<'s> Launching<'s> {
                 .and_then(Launched::start_program)
                 .map(|r| (Watched::from(r), None))
                 .map_err(|e| e.to_string()),
-            Launching::Remote {
-                launched,
-                begun,
-                built,
-            } => launched
-                .and_then(RemoteLaunched::start_program)
-                .map(|s| {
+            Launching::Remote { pending, begun } => pending
+                .and_then(PendingLaunch::finish)
+                .map(|launched| (launched, std::time::Instant::now()))
+                .and_then(|(launched, built)| launched.start_program().map(|s| (s, built)))
+                .map(|(s, built)| {
                     let pidfd = s.pidfd.try_clone().ok();
                     (
                         s.into_watched(begun, built, std::time::Instant::now()),

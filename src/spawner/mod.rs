@@ -161,6 +161,19 @@ impl Spawner {
         program: &File,
         stdin: RemoteStdin<'_>,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
+        self.launch_begin(order, program, stdin)?.finish()
+    }
+
+    /// Sends the launch and returns without waiting for the spawner, so the
+    /// caller can make its audit record durable meanwhile;
+    /// [`PendingLaunch::finish`] waits. Dropped unfinished, the sandbox is
+    /// aborted.
+    pub fn launch_begin(
+        &self,
+        order: LaunchOrder,
+        program: &File,
+        stdin: RemoteStdin<'_>,
+    ) -> Result<PendingLaunch<'_>, SpawnerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = channel();
         self.routes
@@ -188,6 +201,48 @@ impl Spawner {
             self.forget(id);
             return Err(e);
         }
+        Ok(PendingLaunch {
+            spawner: self,
+            id,
+            rx: Some(rx),
+        })
+    }
+}
+
+/// A launch sent to the spawner whose reply has not been read.
+pub struct PendingLaunch<'s> {
+    spawner: &'s Spawner,
+    id: u64,
+    rx: Option<Receiver<(Reply, Vec<OwnedFd>)>>,
+}
+
+impl<'s> PendingLaunch<'s> {
+    /// Waits for the spawner: the sandbox building its root, or why not.
+    pub fn finish(mut self) -> Result<RemoteLaunched<'s>, SpawnerError> {
+        let (spawner, id) = (self.spawner, self.id);
+        let Some(rx) = self.rx.take() else {
+            return Err(SpawnerError::Unavailable("finished already".into()));
+        };
+        spawner.launched(id, rx)
+    }
+}
+
+impl Drop for PendingLaunch<'_> {
+    fn drop(&mut self) {
+        if self.rx.take().is_some() {
+            // Never used: whatever the spawner made is killed, its reply dropped.
+            let _ = self.spawner.send(&Request::Abort { id: self.id }, &[]);
+            self.spawner.forget(self.id);
+        }
+    }
+}
+
+impl Spawner {
+    fn launched(
+        &self,
+        id: u64,
+        rx: Receiver<(Reply, Vec<OwnedFd>)>,
+    ) -> Result<RemoteLaunched<'_>, SpawnerError> {
         match self.reply(id, &rx)? {
             (Reply::Launched { init_pid, .. }, fds) => {
                 let mut fds = fds.into_iter();
