@@ -27,7 +27,7 @@ use crate::sandbox::seccomp::{compile, default_policy};
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
-use crate::supervise::{supervise_to_report, Supervision};
+use crate::supervise::{supervise_to_report, Leaving, Supervision};
 use crate::supervise::{LiveOutput, Terminal, Watched};
 use crate::vault::{read_secret, Secret};
 use std::os::fd::{AsFd, OwnedFd};
@@ -90,8 +90,32 @@ pub(crate) struct Execution<'a> {
 /// Told the audit id and a pidfd for init once a program has started.
 pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
 
-/// Runs an [`Execution`] to its result.
+/// Runs an [`Execution`] to its result, init reaped.
 pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
+    let (result, leaving) = execute_until_recorded(x);
+    if let Some(leaving) = leaving {
+        if let Err(e) = leaving.reap() {
+            tracing::warn!("reaping the sandbox's init: {e}");
+        }
+    }
+    result
+}
+
+/// Runs an [`Execution`] until its exit is on record. Init may still be
+/// leaving (the kernel tearing its namespaces down): the caller reaps it,
+/// after handing the result on if it likes.
+pub(crate) fn execute_until_recorded<'a>(
+    x: Execution<'a>,
+) -> (Result<Success, Failure>, Option<Leaving<'a>>) {
+    let mut leaving = None;
+    let result = execute_inner(x, &mut leaving);
+    (result, leaving)
+}
+
+fn execute_inner<'a>(
+    x: Execution<'a>,
+    leaving_out: &mut Option<Leaving<'a>>,
+) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
     let identity = Identity::choose(prepared);
@@ -290,19 +314,14 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
         },
     );
     // Recorded while the kernel still tears the namespaces down; init is
-    // reaped (and its cgroups removed) once the record is durable.
-    let recorded = record_exit(
+    // reaped (and its cgroups removed) after the record is durable.
+    *leaving_out = leaving;
+    record_exit(
         &audit,
         &decided.audit_id,
         &prepared.caller,
         reported.map_err(|f| ("setup_failed", f)),
-    );
-    if let Some(leaving) = leaving {
-        if let Err(e) = leaving.reap() {
-            tracing::warn!("reaping the sandbox's init: {e}");
-        }
-    }
-    recorded
+    )
 }
 
 /// A sandbox building its root — launched here, or by a spawner — whose

@@ -1,5 +1,5 @@
 //! `spawn` and `spawn_op`, and the handle methods. A request goes through the
-//! same [`execute`] as `spawnd run` — the gate, the audit records, the sandbox
+//! same [`execute_until_recorded`] as `spawnd run` — the gate, the audit records, the sandbox
 //! (always through the spawner), supervision — on a blocking thread; the
 //! answer is the handle once the program has started, or the JSON-RPC error
 //! (a denial creates no handle). Output lands in the handle's buffers as it
@@ -34,7 +34,7 @@ use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
 use crate::cli::check::Prepared;
 use crate::cli::output::Failure;
-use crate::cli::run::{execute, Execution};
+use crate::cli::run::{execute_until_recorded, Execution};
 use crate::policy::{Access, Caller, Request};
 use crate::sandbox::launch::StdinSource;
 use crate::supervise::LiveOutput;
@@ -306,7 +306,7 @@ pub async fn spawn(
         };
         let started_tx = Mutex::new(Some(started_tx));
         let on_started_handle = Arc::clone(&thread_handle);
-        let result = execute(Execution {
+        let (result, leaving) = execute_until_recorded(Execution {
             prepared: &prepared,
             access: &access,
             stdin: source,
@@ -359,6 +359,12 @@ pub async fn spawn(
             }
         });
         thread_handle.changed.notify_waiters();
+        // The caller has its result; init finishes leaving meanwhile.
+        if let Some(leaving) = leaving {
+            if let Err(e) = leaving.reap() {
+                tracing::warn!("reaping a sandbox's init: {e}");
+            }
+        }
     });
     match started_rx.await {
         Ok(Ok(())) => {

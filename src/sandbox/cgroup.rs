@@ -33,6 +33,42 @@ fn write(path: &Path, value: &str) -> std::io::Result<()> {
 
 /// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
 /// what a `kill -9` of spawnd left behind. Busy or foreign ones are left alone.
+/// The memory controller's peak usage file (cgroup v1).
+const PEAK: &str = "memory.max_usage_in_bytes";
+/// Its OOM report (cgroup v1).
+const OOM: &str = "memory.oom_control";
+
+fn parse_peak(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
+}
+
+fn parse_oom_killed(text: &str) -> bool {
+    text.lines().any(|l| {
+        l.strip_prefix("oom_kill ")
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    })
+}
+
+/// Peak memory and whether the OOM killer acted, read through an open
+/// memory cgroup directory ([`SpawnCgroup::open_memory_dir`]).
+pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> (Option<u64>, bool) {
+    let read = |name: &str| -> Option<String> {
+        let fd = nix::fcntl::openat(
+            dir,
+            name,
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()?;
+        std::io::read_to_string(std::fs::File::from(fd)).ok()
+    };
+    (
+        read(PEAK).as_deref().and_then(parse_peak),
+        read(OOM).as_deref().is_some_and(parse_oom_killed),
+    )
+}
+
 fn sweep_stale(roots: &V1Roots) {
     for root in [&roots.memory, &roots.pids] {
         for entry in std::fs::read_dir(root.join("spawnd"))
@@ -99,22 +135,18 @@ impl SpawnCgroup {
 
     /// Peak memory use in bytes.
     pub fn peak_memory(&self) -> Option<u64> {
-        std::fs::read_to_string(self.memory.join("memory.max_usage_in_bytes"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        parse_peak(&std::fs::read_to_string(self.memory.join(PEAK)).ok()?)
     }
 
     /// Whether the kernel's OOM killer acted in this cgroup.
     pub fn oom_killed(&self) -> bool {
-        let text =
-            std::fs::read_to_string(self.memory.join("memory.oom_control")).unwrap_or_default();
-        text.lines().any(|l| {
-            l.strip_prefix("oom_kill ")
-                .and_then(|n| n.trim().parse::<u64>().ok())
-                .is_some_and(|n| n > 0)
-        })
+        parse_oom_killed(&std::fs::read_to_string(self.memory.join(OOM)).unwrap_or_default())
+    }
+
+    /// The memory cgroup's directory, opened for [`readings_at`] by a
+    /// process that does not own the cgroup (the daemon, for its spawner's).
+    pub fn open_memory_dir(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        Ok(std::fs::File::open(&self.memory)?.into())
     }
 
     /// Removes both cgroups (retrying while the kernel finishes tearing the processes down).

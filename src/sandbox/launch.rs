@@ -217,6 +217,15 @@ impl Launched {
             .map(|r| [r.stdout.as_fd(), r.stderr.as_fd(), r.status.as_fd()])
     }
 
+    /// The memory cgroup's directory, opened (see
+    /// [`SpawnCgroup::open_memory_dir`]); `None` without cgroups.
+    pub fn open_cgroup_memory_dir(&self) -> Option<std::io::Result<OwnedFd>> {
+        self.running
+            .as_ref()
+            .and_then(|r| r.cgroup.as_ref())
+            .map(SpawnCgroup::open_memory_dir)
+    }
+
     /// Takes the write end of the stdin pipe (`StdinSource::Pipe`): whoever
     /// feeds stdin must hold the only copy, so closing it ends the input.
     pub fn take_stdin(&mut self) -> Option<OwnedFd> {

@@ -244,7 +244,9 @@ impl Spawner {
         rx: Receiver<(Reply, Vec<OwnedFd>)>,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
         match self.reply(id, &rx)? {
-            (Reply::Launched { init_pid, .. }, fds) => {
+            (Reply::Launched {
+                init_pid, cgroup, ..
+            }, fds) => {
                 let mut fds = fds.into_iter();
                 let (Some(stdout), Some(stderr), Some(status), Some(pidfd)) =
                     (fds.next(), fds.next(), fds.next(), fds.next())
@@ -262,6 +264,8 @@ impl Spawner {
                         stdout,
                         stderr,
                         status,
+                        cgroup_memory: if cgroup { fds.next() } else { None },
+                        has_cgroup: cgroup,
                         stdin: fds.next(),
                         pidfd,
                         replies: rx,
@@ -364,12 +368,18 @@ pub struct RemoteSandbox<'s> {
     pub stdin: Option<OwnedFd>,
     /// A pidfd for init: signals reach this sandbox and no later process.
     pub pidfd: OwnedFd,
+    /// The memory cgroup's directory, when it has cgroups.
+    cgroup_memory: Option<OwnedFd>,
+    /// Whether it has cgroups.
+    has_cgroup: bool,
     replies: Receiver<(Reply, Vec<OwnedFd>)>,
 }
 
 /// The supervisor's handle on a remote sandbox's init.
 struct RemoteEnd<'s> {
     pidfd: OwnedFd,
+    cgroup_memory: Option<OwnedFd>,
+    has_cgroup: bool,
     replies: Receiver<(Reply, Vec<OwnedFd>)>,
     _spawner: &'s Spawner,
 }
@@ -377,6 +387,16 @@ struct RemoteEnd<'s> {
 impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
     fn signal(&self, signal: nix::sys::signal::Signal) {
         let _ = pidfd_send_signal(self.pidfd.as_fd(), signal as i32);
+    }
+
+    /// Read through the directory the spawner sent, so the exit can be
+    /// recorded before the spawner has reaped init.
+    fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
+        match (&self.cgroup_memory, self.has_cgroup) {
+            (Some(dir), _) => Some(crate::sandbox::cgroup::readings_at(dir.as_fd())),
+            (None, false) => Some((None, false)),
+            (None, true) => None,
+        }
     }
 
     fn reap(self: Box<Self>) -> std::io::Result<ExitReport> {
@@ -414,6 +434,8 @@ impl<'s> RemoteSandbox<'s> {
             released_at,
             end: Box::new(RemoteEnd {
                 pidfd: self.pidfd,
+                cgroup_memory: self.cgroup_memory,
+                has_cgroup: self.has_cgroup,
                 replies: self.replies,
                 _spawner: self.spawner,
             }),

@@ -127,21 +127,35 @@ fn handle(
                     let init_pid = launched.init_pid().unwrap_or(0);
                     let pidfd = pidfd_open(init_pid);
                     let stdin_w = launched.take_stdin();
+                    let memory_dir = launched.open_cgroup_memory_dir().transpose();
                     let pipes = launched.pipes();
-                    match (pidfd, pipes) {
-                        (Ok(pidfd), Some([out, err, status])) => {
+                    match (pidfd, pipes, memory_dir) {
+                        (Ok(pidfd), Some([out, err, status]), Ok(memory_dir)) => {
                             let mut list: Vec<BorrowedFd<'_>> =
                                 vec![out, err, status, pidfd.as_fd()];
+                            if let Some(dir) = &memory_dir {
+                                list.push(dir.as_fd());
+                            }
                             if let Some(w) = &stdin_w {
                                 list.push(w.as_fd());
                             }
-                            send(sock, &Reply::Launched { id, init_pid }, &list)?;
+                            let cgroup = memory_dir.is_some();
+                            send(
+                                sock,
+                                &Reply::Launched {
+                                    id,
+                                    init_pid,
+                                    cgroup,
+                                },
+                                &list,
+                            )?;
                             drop(list);
                             slots.insert(id, Slot::Launched(launched));
                             Ok(())
                         }
-                        (Err(e), _) => failed(sock, id, &format!("pidfd_open(init): {e}")),
-                        (_, None) => failed(sock, id, "sandbox pipes missing"),
+                        (Err(e), _, _) => failed(sock, id, &format!("pidfd_open(init): {e}")),
+                        (_, None, _) => failed(sock, id, "sandbox pipes missing"),
+                        (_, _, Err(e)) => failed(sock, id, &format!("open the memory cgroup: {e}")),
                     }
                 }
                 Err(e) => failed(sock, id, &e.to_string()),

@@ -66,12 +66,17 @@ pub enum Request {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Reply {
     /// The sandbox exists (descriptors: stdout, stderr and status read ends,
-    /// a pidfd for init, then the stdin pipe's write end for `StdinKind::Pipe`).
+    /// a pidfd for init, the memory cgroup's directory when `cgroup`, then
+    /// the stdin pipe's write end for `StdinKind::Pipe`).
     Launched {
         /// Which sandbox.
         id: u64,
         /// Init's pid, as the daemon sees it.
         init_pid: i32,
+        /// Whether the sandbox has cgroups: then the memory cgroup's
+        /// directory follows the pidfd, for readings before init is reaped.
+        #[serde(default)]
+        cgroup: bool,
     },
     /// The program was released.
     Started {
@@ -226,6 +231,7 @@ mod tests {
             &Reply::Launched {
                 id: 7,
                 init_pid: 42,
+                cgroup: true,
             },
             &[file.as_fd(), file.as_fd()],
         )
@@ -236,7 +242,8 @@ mod tests {
             reply,
             Reply::Launched {
                 id: 7,
-                init_pid: 42
+                init_pid: 42,
+                cgroup: true
             }
         ));
         assert_eq!(fds.len(), 2);
