@@ -52,8 +52,11 @@ pub fn serve(sock: UnixStream) -> i32 {
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let mut pool = Some(BlankPool::new());
     loop {
-        // Idle with room in the pool: look, don't wait, and make one if nothing came.
-        let filling = pool.as_ref().is_some_and(BlankPool::wants_work);
+        // Idle with work for the pool: look, don't wait, and do a step of it
+        // if nothing came. Not while a sandbox waits for its go-ahead: a
+        // clone (half a millisecond) would hold up its `Start`.
+        let awaiting_start = slots.values().any(|s| matches!(s, Slot::Launched(_)));
+        let filling = !awaiting_start && pool.as_ref().is_some_and(BlankPool::wants_work);
         let (sock_ready, chld_ready) = {
             let mut fds = [
                 PollFd::new(sock.as_fd(), PollFlags::POLLIN),
