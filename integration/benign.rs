@@ -169,6 +169,46 @@ fn isolation_is_reported(who: As) {
     assert_eq!(iso["limits_via"], expected, "{iso}");
 }
 
+/// The mount table inside holds only what the sandbox was given: its root
+/// is a tmpfs, the old root (detached by a helper, off the critical path)
+/// is gone, and no host mount shows.
+fn the_mount_table_holds_only_the_sandbox(who: As) {
+    let data = result(&world().run(who, "sh", &[("script", "cat /proc/self/mountinfo")], &[]));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let text = data["stdout"]["text"].as_str().unwrap_or("");
+    let mounts: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            Some((left.split(' ').nth(4)?, right.split(' ').next()?))
+        })
+        .collect();
+    assert_eq!(mounts.first(), Some(&("/", "tmpfs")), "{text}");
+    assert!(!text.contains("oldroot"), "{text}");
+    for (point, _) in &mounts {
+        let shown = ["/", "/tmp", "/dev", "/dev/shm", "/proc"].contains(point)
+            || point.starts_with("/dev/")
+            || ["/usr", "/etc", "/lib", "/bin", "/sbin", "/opt"]
+                .iter()
+                .any(|p| point.starts_with(p))
+            || point.starts_with(world().dir.to_str().unwrap());
+        assert!(shown, "unexpected mount {point}: {text}");
+    }
+}
+
+/// The CPU time and peak memory of the program's processes come back
+/// (init reports them as it ends, so the exit is recorded while the kernel
+/// still tears the namespaces down).
+fn usage_is_reported(who: As) {
+    let code = "import time\nt=time.process_time()\nx=bytearray(64<<20)\nwhile time.process_time()-t<0.3: pass\nprint(len(x))";
+    let data = result(&world().run(who, "py", &[("code", code)], &[]));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let cpu = data["cpu_ms"].as_u64().unwrap();
+    assert!((250..5000).contains(&cpu), "cpu_ms {cpu}: {data}");
+    let peak = data["peak_memory_bytes"].as_u64().unwrap();
+    assert!(peak >= 64 << 20, "peak_memory_bytes {peak}: {data}");
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -178,6 +218,8 @@ macro_rules! both {
 }
 
 both!(
+    the_mount_table_holds_only_the_sandbox,
+    usage_is_reported,
     git_status_works,
     tar_writes_into_the_write_scope,
     python_computes,

@@ -197,9 +197,12 @@ fn bad_frames_get_errors_and_the_daemon_keeps_serving() {
     c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"spawn_status\",\"params\":{}}\n");
     assert_eq!(c.answer().unwrap()["error"]["code"], -32602);
     // Over the cap: an error, then the connection is closed.
+    // One write (it fits the socket buffer whole): the daemon may close as
+    // soon as it has read past the cap, and a second write would then race it.
     let mut big = d.client();
-    big.send_raw(&vec![b'x'; 10_000]);
-    big.send_raw(b"\n");
+    let mut frame = vec![b'x'; 10_000];
+    frame.push(b'\n');
+    big.send_raw(&frame);
     assert_eq!(big.answer().unwrap()["error"]["code"], -32600);
     assert!(big.answer().is_none(), "closed after an oversized frame");
     // A line cut off by the end of the stream: an error, nothing run.
@@ -1106,4 +1109,51 @@ print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), seen.len(), "shared: {seen:?}");
+}
+
+#[test]
+fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
+    // Idle blanks are prepared (ids mapped, shared root built) for whoever
+    // ran last; a caller of another identity must get a sandbox of its own
+    // identity all the same, every time the caller changes.
+    let w = world();
+    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n");
+    let d = Daemon::start("identities", &extra);
+    let order = [
+        harness::As::Root,
+        harness::As::Nobody,
+        harness::As::Nobody,
+        harness::As::Root,
+        harness::As::Nobody,
+        harness::As::Root,
+    ];
+    for (i, who) in order.into_iter().enumerate() {
+        // Time for the idle spawner to prepare its pool for the last caller.
+        std::thread::sleep(Duration::from_millis(250));
+        let out = daemon_harness::spawnd_as(who)
+            .args(["run", "--json", "--socket"])
+            .arg(&d.socket)
+            .args(["--connector", CONNECTOR, "--op", "sh", "--arg"])
+            .arg("script=id -u; id -g; cat /proc/self/uid_map")
+            .current_dir(&w.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let data = &v["data"];
+        assert_eq!(data["exit_code"], 0, "#{i} {who:?}: {v}");
+        let id = if who.is_root() { "0" } else { "65534" };
+        let text = data["stdout"]["text"].as_str().unwrap();
+        let mut lines = text.lines();
+        assert_eq!(
+            (lines.next(), lines.next()),
+            (Some(id), Some(id)),
+            "#{i} {who:?}: {text}"
+        );
+        // The map holds root (to build the root) and the caller, no one else.
+        let mapped: Vec<&str> = lines.filter_map(|l| l.split_whitespace().next()).collect();
+        let expected: Vec<&str> = if who.is_root() { vec!["0"] } else { vec!["0", "65534"] };
+        assert_eq!(mapped, expected, "#{i} {who:?}: {text}");
+    }
 }

@@ -10,17 +10,29 @@ use crate::config::{default_audit_path, Config};
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 
+/// The invoking user's home directory from the password database, looked up
+/// once per process (the config's default audit path and the caller both
+/// need it): `Ok(None)` when the user has no entry.
+fn invoking_home() -> Result<Option<PathBuf>, nix::Error> {
+    static HOME: std::sync::OnceLock<Result<Option<PathBuf>, nix::Error>> =
+        std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        nix::unistd::User::from_uid(nix::unistd::getuid()).map(|u| u.map(|u| u.dir))
+    })
+    .clone()
+}
+
 /// The invoking user, with the home directory from the password database.
 pub fn current_caller() -> Result<Caller, Failure> {
     let uid = nix::unistd::getuid();
-    let user = nix::unistd::User::from_uid(uid)
+    let home = invoking_home()
         .map_err(|e| Failure::config(format!("getpwuid({uid}): {e}")))?
         .ok_or_else(|| Failure::config(format!("uid {uid} has no entry in the password database, so `~` cannot be expanded; run as a user with a home directory")))?;
     Ok(Caller {
         uid: uid.as_raw(),
         gid: nix::unistd::getgid().as_raw(),
         pid: Some(std::process::id()),
-        home: user.dir,
+        home,
     })
 }
 
@@ -41,10 +53,7 @@ pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
 /// Loads the config at `path`, or the defaults without one.
 pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let uid = nix::unistd::getuid().as_raw();
-    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.dir);
+    let home = invoking_home().ok().flatten();
     let xdg = std::env::var("XDG_STATE_HOME").ok();
     let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
     match path {

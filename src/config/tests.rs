@@ -97,3 +97,14 @@ fn default_audit_location_follows_the_spec() {
 fn run_as_root_is_refused() {
     assert!(Config::parse(Path::new("c"), "[sandbox]\nrun_as = \"0:0\"\n", None).is_err());
 }
+
+#[test]
+fn system_paths_may_not_bring_in_proc_dev_or_sys() {
+    for bad in ["/proc", "/dev/shm", "/sys/fs", "/"] {
+        let text = format!("[sandbox]\nsystem_paths = [\"/usr\", \"{bad}\"]\n");
+        let e = Config::parse(Path::new("c"), &text, None).unwrap_err();
+        assert!(e.to_string().contains("makes itself"), "{bad}: {e}");
+    }
+    let ok = "[sandbox]\nsystem_paths = [\"/usr\", \"/etc/ssl\", \"/devices-not\"]\n";
+    assert!(Config::parse(Path::new("c"), ok, None).is_ok());
+}

@@ -137,7 +137,7 @@ pub enum SpecError {
 
 /// Paths the sandbox builds itself; no scope may sit on or under them.
 const MANAGED: &[&str] = &["/proc", "/dev", "/sys"];
-/// Where the new root is staged and where the sandbox's private /tmp lives.
+/// Where the sandbox's private /tmp lives.
 const STAGED_TMP: &str = "/tmp";
 /// The fresh working directory when neither request nor manifest names one.
 pub const FRESH_CWD: &str = "/tmp/work";
@@ -166,8 +166,9 @@ pub fn build_spec(
         {
             return Err(SpecError::ManagedPath(scope.clone(), managed));
         }
-        // The root is staged on /tmp and the sandbox's /tmp is private: a scope
-        // at /tmp or above it would bind the staging tree (found in review).
+        // The sandbox's /tmp is private: a scope at /tmp or above it would
+        // bind the host's over it (found in review, when the root was still
+        // staged on /tmp; it is staged on /sys now, itself refused above).
         // Scopes below /tmp (`/tmp/x`) are bound from the host as usual.
         if Path::new(STAGED_TMP).starts_with(scope) {
             return Err(SpecError::ManagedPath(scope.clone(), STAGED_TMP));
