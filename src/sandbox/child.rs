@@ -23,7 +23,7 @@ use super::identity::drop_privileges_in_child;
 use super::launch::LaunchOrder;
 use super::prepare::{rlimits, to_cstrings};
 use super::landlock::restrict_current_process;
-use super::mounts::{finish_root_in_child, stage_base_in_child, Staged};
+use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
@@ -257,7 +257,10 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         Some(made_ahead) => made_ahead?,
         None => prepare_base()?,
     };
-    let scope_fds = finish_root_in_child(staged, s.spec, &s.scopes)?;
+    let Rooted {
+        scope_fds,
+        detaching,
+    } = finish_root_in_child(staged, s.spec, &s.scopes)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
     prepare_cwd(s)?;
@@ -286,6 +289,12 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     // The second go-ahead: the program may start (spawnd has made its audit
     // record durable meanwhile). Without it — spawnd gone — nothing runs.
     wait_for_parent(&s.sync)?;
+    // The old root's detach (done by then, as a rule): its helper is reaped
+    // now, so nothing of it is left when the program starts.
+    if let Some(helper) = detaching {
+        waitpid(Pid::from_raw(helper), Some(WaitPidFlag::__WALL))
+            .map_err(|e| StepError::new("wait for the old root's detach", e.into()))?;
+    }
     report(
         &s.status,
         format!(

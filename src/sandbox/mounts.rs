@@ -101,14 +101,22 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
     })
 }
 
+/// A root in place: the verified scope descriptors (in `spec.scopes`
+/// order) for the Landlock rules, and the helper still finishing the old
+/// root's detach, which init must reap before the program starts.
+pub struct Rooted {
+    /// The scopes, verified.
+    pub scope_fds: Vec<OwnedFd>,
+    /// The unmount helper's pid (see [`detach_mount_in_background`]).
+    pub detaching: Option<i32>,
+}
+
 /// Mounts the rest of `spec` onto a staged root and pivots into it.
-/// Returns the verified scope descriptors (in `spec.scopes` order) for the
-/// Landlock rules.
 pub fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
     scopes: &[ScopeId],
-) -> Result<Vec<OwnedFd>, StepError> {
+) -> Result<Rooted, StepError> {
     let Staged { stage, base } = staged;
     let Some(rest) = spec.mounts.strip_prefix(base.as_slice()) else {
         return Err(StepError::new(
@@ -122,8 +130,11 @@ pub fn finish_root_in_child(
         .collect::<Result<Vec<_>, _>>()?;
     apply_steps(&stage, rest, &scope_fds)?;
     drop(stage);
-    pivot_into(Path::new(STAGE))?;
-    Ok(scope_fds)
+    let detaching = pivot_into(Path::new(STAGE))?;
+    Ok(Rooted {
+        scope_fds,
+        detaching,
+    })
 }
 
 /// Applies mount steps in order. Device nodes are bound without their own
@@ -311,7 +322,9 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
     }
 }
 
-fn pivot_into(stage: &Path) -> Result<(), StepError> {
+/// Pivots into the staged root; returns the pid of the helper detaching
+/// the old one, if one does.
+fn pivot_into(stage: &Path) -> Result<Option<i32>, StepError> {
     let old = stage.join(OLD_ROOT);
     std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
     nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
@@ -319,13 +332,17 @@ fn pivot_into(stage: &Path) -> Result<(), StepError> {
     // The old root is detached by a helper (see `detach_mount_in_background`)
     // so the kernel's grace-period wait after a detach is not this
     // process's; once the mount point can be removed, the host's tree is
-    // gone from this namespace. Init reaps the helper with its other children.
+    // gone from this namespace. Init reaps the helper before the program
+    // starts, so no process the program could see is left of it.
     let old_inside: PathBuf = Path::new("/").join(OLD_ROOT);
-    match detach_mount_in_background(OLD_ROOT_INSIDE) {
-        Ok(_) => {}
-        Err(_) => umount2(&old_inside, MntFlags::MNT_DETACH)
-            .map_err(step("umount2(old root, MNT_DETACH)"))?,
-    }
+    let detaching = match detach_mount_in_background(OLD_ROOT_INSIDE) {
+        Ok(helper) => helper,
+        Err(_) => {
+            umount2(&old_inside, MntFlags::MNT_DETACH)
+                .map_err(step("umount2(old root, MNT_DETACH)"))?;
+            None
+        }
+    };
     let waiting = std::time::Instant::now();
     loop {
         match std::fs::remove_dir(&old_inside) {
@@ -346,5 +363,6 @@ fn pivot_into(stage: &Path) -> Result<(), StepError> {
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
         0,
     )
-    .map_err(io_step("make / read-only"))
+    .map_err(io_step("make / read-only"))?;
+    Ok(detaching)
 }
