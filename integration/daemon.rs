@@ -1153,7 +1153,11 @@ fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
         );
         // The map holds root (to build the root) and the caller, no one else.
         let mapped: Vec<&str> = lines.filter_map(|l| l.split_whitespace().next()).collect();
-        let expected: Vec<&str> = if who.is_root() { vec!["0"] } else { vec!["0", "65534"] };
+        let expected: Vec<&str> = if who.is_root() {
+            vec!["0"]
+        } else {
+            vec!["0", "65534"]
+        };
         assert_eq!(mapped, expected, "#{i} {who:?}: {text}");
     }
 }

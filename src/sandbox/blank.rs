@@ -79,8 +79,8 @@ impl Blank {
     /// Clones a blank into fresh namespaces. The caller must be single-threaded.
     pub fn make() -> Result<Blank, StepError> {
         ensure_single_threaded()?;
-        let (ours, theirs) = UnixStream::pair()
-            .map_err(|e| StepError::new("socketpair(the order channel)", e))?;
+        let (ours, theirs) =
+            UnixStream::pair().map_err(|e| StepError::new("socketpair(the order channel)", e))?;
         let pid = clone_process(NAMESPACES).map_err(clone_failed)?;
         if pid == 0 {
             drop(ours);

@@ -20,10 +20,10 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::identity::drop_privileges_in_child;
-use super::launch::LaunchOrder;
-use super::prepare::{rlimits, to_cstrings};
 use super::landlock::restrict_current_process;
+use super::launch::LaunchOrder;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
+use super::prepare::{rlimits, to_cstrings};
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
@@ -166,7 +166,9 @@ impl ChildParts {
         let stdio = [next()?, next()?, next()?];
         let sync = next()?;
         let status = next()?;
-        let cgroup_tasks = (0..facts.cgroups).map(|_| next()).collect::<Option<Vec<_>>>()?;
+        let cgroup_tasks = (0..facts.cgroups)
+            .map(|_| next())
+            .collect::<Option<Vec<_>>>()?;
         let scopes = facts
             .scopes
             .into_iter()

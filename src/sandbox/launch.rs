@@ -15,8 +15,8 @@ use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
 use super::as_caller::{required_access, with_identity, CallerCreds};
-use super::cgroup::{SpawnCgroup, V1Roots};
 use super::blank::Blank;
+use super::cgroup::{SpawnCgroup, V1Roots};
 use super::child::{init_main, ChildParts, CHILD_FIXED_FDS};
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep, write_id_maps,
@@ -424,7 +424,12 @@ pub fn launch_order(
     };
     // Checked here, so that a sandbox made ahead never meets an error only
     // the parent could report (a blank that fails to read its order just exits).
-    if order.argv.iter().chain(order.env.0.iter()).any(|a| a.contains(&0)) {
+    if order
+        .argv
+        .iter()
+        .chain(order.env.0.iter())
+        .any(|a| a.contains(&0))
+    {
         if let Some(cg) = cgroup {
             cg.remove();
         }

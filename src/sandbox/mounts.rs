@@ -349,7 +349,10 @@ fn pivot_into(stage: &Path) -> Result<Option<i32>, StepError> {
             Ok(()) => break,
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 if waiting.elapsed() > std::time::Duration::from_secs(5) {
-                    return Err(StepError::new("detach the old root (still mounted after 5 s)", e));
+                    return Err(StepError::new(
+                        "detach the old root (still mounted after 5 s)",
+                        e,
+                    ));
                 }
                 std::thread::yield_now();
             }

@@ -244,9 +244,12 @@ impl Spawner {
         rx: Receiver<(Reply, Vec<OwnedFd>)>,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
         match self.reply(id, &rx)? {
-            (Reply::Launched {
-                init_pid, cgroup, ..
-            }, fds) => {
+            (
+                Reply::Launched {
+                    init_pid, cgroup, ..
+                },
+                fds,
+            ) => {
                 let mut fds = fds.into_iter();
                 let (Some(stdout), Some(stderr), Some(status), Some(pidfd)) =
                     (fds.next(), fds.next(), fds.next(), fds.next())
