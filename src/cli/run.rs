@@ -225,10 +225,10 @@ fn execute_inner<'a>(
         "gid": identity.gid,
         "missing_read_scopes": spec.missing_read_scopes,
     });
-    // The sandbox builds its root while the decision is written and made
-    // durable; the program starts only once the record is on disk, and if
-    // it cannot get there the sandbox is dropped (killed) with nothing run.
-    let launching = Launching::begin(request, x.spawner);
+    // The decision is written first (nothing on the host changes before it
+    // is), then made durable while the sandbox builds its root; the program
+    // starts only once the record is on disk, and if it cannot get there the
+    // sandbox is dropped (killed) with nothing run.
     let written = audit
         .write(
             Kind::Decision,
@@ -236,6 +236,7 @@ fn execute_inner<'a>(
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+    let launching = Launching::begin(request, x.spawner);
     let committing = std::time::Instant::now();
     let decided = written
         .commit()

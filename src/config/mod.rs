@@ -298,10 +298,14 @@ impl Config {
             .sandbox
             .system_paths
             .unwrap_or_else(|| DEFAULT_SYSTEM_PATHS.iter().map(PathBuf::from).collect());
-        if let Some(bad) = system_paths.iter().find(|p| !p.is_absolute()) {
+        if let Some(bad) = system_paths.iter().find(|p| {
+            !p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+        }) {
             return Err(invalid(
                 "sandbox.system_paths",
-                format!("`{}` must be absolute", bad.display()),
+                format!("`{}` must be absolute, without `..`", bad.display()),
             ));
         }
         // The sandbox makes its own /proc and /dev, and has no /sys (where

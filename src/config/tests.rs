@@ -105,6 +105,13 @@ fn system_paths_may_not_bring_in_proc_dev_or_sys() {
         let e = Config::parse(Path::new("c"), &text, None).unwrap_err();
         assert!(e.to_string().contains("makes itself"), "{bad}: {e}");
     }
+    let e = Config::parse(
+        Path::new("c"),
+        "[sandbox]\nsystem_paths = [\"/usr/../proc\"]\n",
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("without `..`"), "{e}");
     let ok = "[sandbox]\nsystem_paths = [\"/usr\", \"/etc/ssl\", \"/devices-not\"]\n";
     assert!(Config::parse(Path::new("c"), ok, None).is_ok());
 }

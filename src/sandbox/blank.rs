@@ -169,7 +169,12 @@ fn wait_for_order(sock: OwnedFd) -> ! {
                     parts: None,
                 },
                 fds,
-            ))) if fds.is_empty() && staged.is_none() => staged = Some(prepare_base()),
+            ))) if fds.is_empty() && staged.is_none() => match prepare_base() {
+                Ok(base) => staged = Some(Ok(base)),
+                // Not usable: gone before its order, which then goes to a
+                // fresh clone (its delivery fails).
+                Err(_) => exit_immediately(125),
+            },
             Ok(Some((
                 FromParent {
                     order: Some(order),

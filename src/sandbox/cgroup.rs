@@ -31,8 +31,6 @@ fn write(path: &Path, value: &str) -> std::io::Result<()> {
     })
 }
 
-/// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
-/// what a `kill -9` of spawnd left behind. Busy or foreign ones are left alone.
 /// The memory controller's peak usage file (cgroup v1).
 const PEAK: &str = "memory.max_usage_in_bytes";
 /// Its OOM report (cgroup v1).
@@ -69,6 +67,8 @@ pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> (Option<u64>, bool) {
     )
 }
 
+/// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
+/// what a `kill -9` of spawnd left behind. Busy or foreign ones are left alone.
 fn sweep_stale(roots: &V1Roots) {
     for root in [&roots.memory, &roots.pids] {
         for entry in std::fs::read_dir(root.join("spawnd"))

@@ -66,18 +66,13 @@ impl Staged {
     }
 }
 
-/// Cuts propagation, stages a tmpfs and mounts the steps every sandbox
-/// shares. Needs the ids mapped (it creates mount points), nothing of the
+/// Stages a tmpfs and mounts the steps every sandbox shares. Needs the ids mapped (it creates mount points), nothing of the
 /// request: a sandbox made ahead does it before its order comes.
 pub fn stage_base_in_child() -> Result<Staged, StepError> {
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(step("mount(/, MS_REC|MS_PRIVATE)"))?;
+    // The host's mounts stay as the namespace copied them (slaves of the
+    // host's shared ones) until the order comes, so a sandbox made ahead
+    // still sees the host as it is then; the staged tmpfs, mounted on a
+    // slave, propagates nowhere.
     let stage = Path::new(STAGE);
     mount(
         Some("tmpfs"),
@@ -118,6 +113,15 @@ pub fn finish_root_in_child(
     scopes: &[ScopeId],
 ) -> Result<Rooted, StepError> {
     let Staged { stage, base } = staged;
+    // From here on nothing the host mounts or unmounts reaches the sandbox.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(step("mount(/, MS_REC|MS_PRIVATE)"))?;
     let Some(rest) = spec.mounts.strip_prefix(base.as_slice()) else {
         return Err(StepError::new(
             "the sandbox's mount table does not begin with the shared steps",
@@ -343,11 +347,36 @@ fn pivot_into(stage: &Path) -> Result<Option<i32>, StepError> {
             None
         }
     };
+    let mut detaching = detaching;
     let waiting = std::time::Instant::now();
     loop {
         match std::fs::remove_dir(&old_inside) {
             Ok(()) => break,
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                // A helper that has exited without detaching failed: its exit
+                // code is umount2's errno.
+                if let Some(pid) = detaching {
+                    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+                    match waitpid(
+                        nix::unistd::Pid::from_raw(pid),
+                        Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+                    ) {
+                        Ok(WaitStatus::StillAlive) => {}
+                        Ok(WaitStatus::Exited(_, 0)) => detaching = None,
+                        Ok(WaitStatus::Exited(_, errno)) => {
+                            return Err(StepError::new(
+                                "umount2(old root, MNT_DETACH)",
+                                std::io::Error::from_raw_os_error(errno),
+                            ))
+                        }
+                        other => {
+                            return Err(StepError::new(
+                                format!("the old root's unmount helper: {other:?}"),
+                                std::io::Error::from_raw_os_error(libc::ECHILD),
+                            ))
+                        }
+                    }
+                }
                 if waiting.elapsed() > std::time::Duration::from_secs(5) {
                     return Err(StepError::new(
                         "detach the old root (still mounted after 5 s)",

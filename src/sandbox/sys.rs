@@ -83,7 +83,8 @@ pub fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
 ///
 /// The helper makes its two system calls directly (no libc wrapper, so it
 /// never writes the errno it shares with the caller) and touches nothing
-/// else. On other architectures than x86_64 the unmount is done here.
+/// else; its exit code is umount2's errno (0 on success). On other
+/// architectures than x86_64 the unmount is done here.
 pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc::pid_t>> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -94,19 +95,21 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
             // 'static string, valid for the whole process), and exit ends
             // this task alone. Neither touches memory the caller uses.
             unsafe {
+                let ret: i64;
                 std::arch::asm!(
                     "syscall",
-                    inlateout("rax") libc::SYS_umount2 => _,
+                    inlateout("rax") libc::SYS_umount2 => ret,
                     in("rdi") arg,
-                    in("rsi") libc::MNT_DETACH,
+                    in("rsi") libc::MNT_DETACH as i64,
                     lateout("rcx") _,
                     lateout("r11") _,
                     options(nostack),
                 );
+                // Exit code: 0, or umount2's errno.
                 std::arch::asm!(
                     "syscall",
                     in("rax") libc::SYS_exit,
-                    in("rdi") 0,
+                    in("rdi") if ret < 0 { -ret } else { 0 },
                     options(noreturn, nostack),
                 );
             }

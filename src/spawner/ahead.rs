@@ -5,20 +5,37 @@
 //! request ran as (its ids mapped, the shared part of the root built), since
 //! a daemon's callers are mostly one connector runtime; a request for
 //! another identity takes an unprepared blank, or clones. Each blank serves
-//! exactly one sandbox: two sandboxes never share a namespace. When a blank
-//! cannot be made (user namespaces gone, say), the pool stops filling and
-//! every launch clones at request time, which reports the same error.
+//! exactly one sandbox: two sandboxes never share a namespace. Blanks older
+//! than [`MAX_AGE`] are replaced. When a blank cannot be made (user
+//! namespaces gone, say), making pauses for [`RETRY_AFTER`] and launches
+//! clone at request time, which reports the same error.
+
+use std::time::{Duration, Instant};
 
 use crate::sandbox::blank::{Blank, MappedFor};
 
 /// How many blanks are kept ready.
 pub const POOL_SIZE: usize = 4;
 
+/// How long a blank is kept: the host's mounts it sees stay current (they
+/// are slaves of the host's until its order comes), but a fresh one is
+/// cheap while idle.
+pub const MAX_AGE: Duration = Duration::from_secs(60);
+/// How long making blanks pauses after a failure.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Preparing stops after this many failures in a row (blanks are then
+/// used unprepared) until one succeeds.
+const MAX_PREPARE_FAILURES: u32 = 3;
+
 /// The ready blanks, oldest first.
 pub struct BlankPool {
-    ready: Vec<Blank>,
+    ready: Vec<(Blank, Instant)>,
     /// Whom the last request ran as: whom idle blanks are prepared for.
     last: Option<MappedFor>,
+    /// No blank is made before this (after a failure).
+    paused_until: Option<Instant>,
+    /// Preparations that failed in a row.
+    prepare_failures: u32,
 }
 
 impl BlankPool {
@@ -27,54 +44,94 @@ impl BlankPool {
         BlankPool {
             ready: Vec::with_capacity(POOL_SIZE),
             last: None,
+            paused_until: None,
+            prepare_failures: 0,
         }
     }
 
-    /// Whether there is idle work: a blank to make, or one to prepare.
+    /// Whether there is idle work: a blank to make, prepare or replace.
     pub fn wants_work(&self) -> bool {
-        self.ready.len() < POOL_SIZE || self.unprepared().is_some() || self.stale().is_some()
+        let may_make = self.paused_until.is_none_or(|t| Instant::now() >= t);
+        (may_make && self.ready.len() < POOL_SIZE)
+            || self.unprepared().is_some()
+            || self.stale().is_some()
     }
 
     fn unprepared(&self) -> Option<usize> {
         self.last?;
-        self.ready.iter().position(|b| b.mapped_for().is_none())
-    }
-
-    fn stale(&self) -> Option<usize> {
-        let last = self.last?;
+        if self.prepare_failures >= MAX_PREPARE_FAILURES {
+            return None;
+        }
         self.ready
             .iter()
-            .position(|b| b.mapped_for().is_some_and(|who| who != last))
+            .position(|(b, _)| b.mapped_for().is_none())
     }
 
-    /// One step of idle work: prepare an unprepared blank for the last
-    /// identity, else replace one prepared for another, else make one.
+    /// A blank prepared for someone other than the last caller, or too old.
+    fn stale(&self) -> Option<usize> {
+        self.ready.iter().position(|(b, made)| {
+            made.elapsed() > MAX_AGE
+                || b.mapped_for()
+                    .is_some_and(|who| self.last.is_some_and(|last| who != last))
+        })
+    }
+
+    /// One step of idle work: drop a stale blank, else prepare one for the
+    /// last identity, else make one. A failure to make pauses making for
+    /// [`RETRY_AFTER`] (launches clone at request time meanwhile) and is
+    /// returned to be logged.
     pub fn work(&mut self) -> Result<(), String> {
+        if let Some(i) = self.stale() {
+            drop(self.ready.remove(i));
+            return Ok(());
+        }
         if let (Some(i), Some(who)) = (self.unprepared(), self.last) {
-            if self.ready[i].prepare(who).is_err() {
-                // It died, or its ids could not be mapped: not usable.
-                drop(self.ready.remove(i));
+            match self.ready[i].0.prepare(who) {
+                Ok(()) => self.prepare_failures = 0,
+                Err(_) => {
+                    // It died, or its ids could not be mapped: not usable.
+                    self.prepare_failures += 1;
+                    drop(self.ready.remove(i));
+                }
             }
             return Ok(());
         }
-        if let Some(i) = self.stale() {
-            drop(self.ready.remove(i));
-        }
         if self.ready.len() < POOL_SIZE {
-            self.ready.push(Blank::make().map_err(|e| e.to_string())?);
+            match Blank::make() {
+                Ok(blank) => {
+                    self.paused_until = None;
+                    self.ready.push((blank, Instant::now()));
+                }
+                Err(e) => {
+                    self.paused_until = Some(Instant::now() + RETRY_AFTER);
+                    return Err(e.to_string());
+                }
+            }
         }
         Ok(())
     }
 
     /// The blank to launch `who`'s order in: one prepared for `who`, else an
-    /// unprepared one (its ids are mapped at launch). Remembers `who`.
+    /// unprepared one (its ids are mapped at launch). Remembers `who`; when
+    /// none fits, blanks prepared for others are dropped at once (their
+    /// namespaces count against the user's limits while a clone is made).
     pub fn take(&mut self, who: MappedFor) -> Option<Blank> {
         self.last = Some(who);
-        let i = self
+        let found = self
             .ready
             .iter()
-            .position(|b| b.mapped_for() == Some(who))
-            .or_else(|| self.ready.iter().position(|b| b.mapped_for().is_none()))?;
-        Some(self.ready.remove(i))
+            .position(|(b, _)| b.mapped_for() == Some(who))
+            .or_else(|| {
+                self.ready
+                    .iter()
+                    .position(|(b, _)| b.mapped_for().is_none())
+            });
+        match found {
+            Some(i) => Some(self.ready.remove(i).0),
+            None => {
+                self.ready.clear();
+                None
+            }
+        }
     }
 }

@@ -77,8 +77,7 @@ pub fn serve(sock: UnixStream) -> i32 {
         };
         if filling && !sock_ready && !chld_ready {
             if let Some(Err(e)) = pool.as_mut().map(BlankPool::work) {
-                eprintln!("spawnd: spawner: sandboxes are made at request time from now on: {e}");
-                pool = None;
+                eprintln!("spawnd: spawner: sandboxes cannot be made ahead ({e}); made at request time, retried in {} s", super::ahead::RETRY_AFTER.as_secs());
             }
             continue;
         }
