@@ -18,7 +18,8 @@ pub struct Applied {
     pub tcp_denied: bool,
     /// Abstract unix sockets and signals scoped.
     pub scoped: bool,
-    /// The network namespace was made ahead (by the spawner), not at clone.
+    /// The sandbox's namespaces, network namespace included, were made
+    /// ahead of the request (a spawner's blank), not at launch.
     pub netns_made_ahead: bool,
 }
 
