@@ -29,8 +29,9 @@ use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::Signal;
 
-use super::child::{init_main, prepare_base, ChildParts, PartsFacts};
+use super::child::{init_main, prepare_base};
 use super::launch::{clone_failed, ensure_single_threaded, LaunchOrder, NAMESPACES};
+use super::parts::{ChildParts, PartsFacts};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
 use super::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};

@@ -17,7 +17,8 @@ use nix::unistd::pipe2;
 use super::as_caller::{required_access, with_identity, CallerCreds};
 use super::blank::Blank;
 use super::cgroup::{SpawnCgroup, V1Roots};
-use super::child::{init_main, ChildParts, CHILD_FIXED_FDS};
+use super::child::init_main;
+use super::parts::ChildParts;
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep, write_id_maps,
 };
@@ -296,6 +297,19 @@ pub fn launch_order(
     ahead: Option<Blank>,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
+    // Checked first, so that a sandbox made ahead never meets an error only
+    // the parent could report (a blank that fails to read its order just exits).
+    if order
+        .argv
+        .iter()
+        .chain(order.env.0.iter())
+        .any(|a| a.contains(&0))
+    {
+        return Err(StepError::new(
+            "argv/env",
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    }
     let scopes = match &order.check_as {
         None => {
             create_write_scopes(&order.spec, Some((order.uid, order.gid)))?;
@@ -358,16 +372,6 @@ pub fn launch_order(
             scopes
         }
     };
-    if scopes.len() + CHILD_FIXED_FDS + 2 > MAX_FRAME_FDS {
-        return Err(StepError::new(
-            format!(
-                "{} scopes: a sandbox takes at most {}",
-                scopes.len(),
-                MAX_FRAME_FDS - CHILD_FIXED_FDS - 2
-            ),
-            std::io::Error::from_raw_os_error(libc::E2BIG),
-        ));
-    }
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
@@ -422,22 +426,6 @@ pub fn launch_order(
             return Err(e);
         }
     };
-    // Checked here, so that a sandbox made ahead never meets an error only
-    // the parent could report (a blank that fails to read its order just exits).
-    if order
-        .argv
-        .iter()
-        .chain(order.env.0.iter())
-        .any(|a| a.contains(&0))
-    {
-        if let Some(cg) = cgroup {
-            cg.remove();
-        }
-        return Err(StepError::new(
-            "argv/env",
-            std::io::Error::from_raw_os_error(libc::EINVAL),
-        ));
-    }
     let parts = ChildParts {
         scopes,
         program: OwnedFd::from(program),
@@ -449,9 +437,11 @@ pub fn launch_order(
     };
     let cloned_at = std::time::Instant::now();
     // Handed to the sandbox made ahead — unless it was prepared for someone
-    // else, or died — or else cloned now.
+    // else, the descriptors do not fit one frame, or it died — or else
+    // cloned now.
     let me = (order.uid, order.gid, order.privileged);
-    let ahead = ahead.filter(|b| b.mapped_for().is_none_or(|who| who == me));
+    let fits = parts.fds().len() <= MAX_FRAME_FDS;
+    let ahead = ahead.filter(|b| fits && b.mapped_for().is_none_or(|who| who == me));
     let delivered = ahead.and_then(|blank| match blank.deliver(order, &parts) {
         Ok(()) => {
             let mapped = blank.mapped_for().is_some();

@@ -30,6 +30,7 @@ mod identity;
 pub mod landlock;
 pub mod launch;
 mod mounts;
+mod parts;
 mod prepare;
 pub mod seccomp;
 pub mod spec;

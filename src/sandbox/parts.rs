@@ -1,0 +1,143 @@
+//! What the parent hands a sandbox's init besides the order: the
+//! descriptors (program, stdio, go-ahead and status pipes, cgroup `tasks`
+//! files, the scopes' pins) and the facts that go with them. A child cloned
+//! at launch gets them in its copy of memory; a sandbox made ahead
+//! ([`super::blank`]) gets them in one frame, descriptors by `SCM_RIGHTS`,
+//! and rebuilds the same [`ChildSetup`] from them.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::child::{ChildSetup, ScopeId};
+use super::launch::LaunchOrder;
+use super::prepare::{rlimits, to_cstrings};
+use super::seccomp::SockFilter;
+use super::StepError;
+
+/// The descriptors and facts the parent prepares for one sandbox: built into
+/// a [`ChildSetup`] by a child cloned now, or sent (with the order) to a
+/// sandbox made ahead, which builds the same setup from them.
+pub struct ChildParts {
+    /// The scopes as resolved by the parent, in `spec.scopes` order.
+    pub scopes: Vec<ScopeId>,
+    /// The hashed program.
+    pub program: OwnedFd,
+    /// Whether the program is a `#!` script.
+    pub script: bool,
+    /// The child's stdin, stdout and stderr.
+    pub stdio: [OwnedFd; 3],
+    /// Read end of the go-ahead pipe.
+    pub sync: OwnedFd,
+    /// Write end of the status pipe.
+    pub status: OwnedFd,
+    /// The per-spawn cgroups' `tasks` files.
+    pub cgroup_tasks: Vec<OwnedFd>,
+}
+
+/// Descriptors every sandbox is handed besides its cgroups and scopes:
+/// program, stdin, stdout, stderr, sync, status.
+const CHILD_FIXED_FDS: usize = 6;
+
+impl ChildParts {
+    /// The child's setup for `order`, with `seccomp` compiled from it.
+    pub fn into_setup<'a>(
+        self,
+        order: &'a LaunchOrder,
+        seccomp: &'a [SockFilter],
+        made_ahead: bool,
+    ) -> Result<ChildSetup<'a>, StepError> {
+        Ok(ChildSetup {
+            spec: &order.spec,
+            scopes: self.scopes,
+            program: self.program,
+            script: self.script,
+            argv: to_cstrings(order.argv.iter().map(Vec::as_slice))?,
+            envp: to_cstrings(order.env.0.iter().map(Vec::as_slice))?,
+            stdio: self.stdio,
+            sync: self.sync,
+            status: self.status,
+            cgroup_tasks: self.cgroup_tasks,
+            uid: order.uid,
+            gid: order.gid,
+            may_setgroups: order.privileged,
+            landlock_abi: order.landlock_abi,
+            seccomp,
+            rlimits: rlimits(&order.limits, &order.limits_via),
+            made_ahead,
+            staged: None,
+        })
+    }
+
+    /// Every descriptor, in the order [`ChildParts::from_fds`] takes them back.
+    pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        let mut v = vec![self.program.as_fd()];
+        v.extend(self.stdio.iter().map(AsFd::as_fd));
+        v.push(self.sync.as_fd());
+        v.push(self.status.as_fd());
+        v.extend(self.cgroup_tasks.iter().map(AsFd::as_fd));
+        v.extend(self.scopes.iter().map(|s| s.pinned.as_fd()));
+        v
+    }
+
+    /// What travels with the descriptors: the scopes' identities, whether
+    /// the program is a script, how many cgroups.
+    pub fn facts(&self) -> PartsFacts {
+        PartsFacts {
+            scopes: self
+                .scopes
+                .iter()
+                .map(|s| (s.canonical.clone(), s.dev, s.ino))
+                .collect(),
+            script: self.script,
+            cgroups: self.cgroup_tasks.len(),
+        }
+    }
+
+    /// The parts again, from [`ChildParts::facts`] and the descriptors of
+    /// [`ChildParts::fds`] as received.
+    pub fn from_fds(facts: PartsFacts, fds: Vec<OwnedFd>) -> Option<ChildParts> {
+        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + facts.scopes.len() {
+            return None;
+        }
+        let mut fds = fds.into_iter();
+        let mut next = || fds.next();
+        let program = next()?;
+        let stdio = [next()?, next()?, next()?];
+        let sync = next()?;
+        let status = next()?;
+        let cgroup_tasks = (0..facts.cgroups)
+            .map(|_| next())
+            .collect::<Option<Vec<_>>>()?;
+        let scopes = facts
+            .scopes
+            .into_iter()
+            .map(|(canonical, dev, ino)| {
+                next().map(|pinned| ScopeId {
+                    canonical,
+                    dev,
+                    ino,
+                    pinned,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(ChildParts {
+            scopes,
+            program,
+            script: facts.script,
+            stdio,
+            sync,
+            status,
+            cgroup_tasks,
+        })
+    }
+}
+
+/// The plain facts of [`ChildParts`], sent beside its descriptors.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct PartsFacts {
+    /// Each scope's canonical path, device and inode, in `spec.scopes` order.
+    pub scopes: Vec<(std::path::PathBuf, u64, u64)>,
+    /// Whether the program is a `#!` script.
+    pub script: bool,
+    /// How many cgroup `tasks` descriptors come after the fixed ones.
+    pub cgroups: usize,
+}
