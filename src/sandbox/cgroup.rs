@@ -143,6 +143,11 @@ impl SpawnCgroup {
         parse_oom_killed(&std::fs::read_to_string(self.memory.join(OOM)).unwrap_or_default())
     }
 
+    /// Peak memory and whether the OOM killer acted, together.
+    pub fn readings(&self) -> (Option<u64>, bool) {
+        (self.peak_memory(), self.oom_killed())
+    }
+
     /// The memory cgroup's directory, opened for [`readings_at`] by a
     /// process that does not own the cgroup (the daemon, for its spawner's).
     pub fn open_memory_dir(&self) -> std::io::Result<std::os::fd::OwnedFd> {

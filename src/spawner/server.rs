@@ -16,6 +16,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::ahead::BlankPool;
 use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
+use crate::sandbox::cgroup::SpawnCgroup;
 use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
 
@@ -219,7 +220,7 @@ fn reap(sock: &UnixStream, slots: &mut HashMap<u64, Slot>) -> std::io::Result<()
         let (cgroup_peak_bytes, oom_killed) = r
             .cgroup
             .as_ref()
-            .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
+            .map_or((None, false), SpawnCgroup::readings);
         let exit = ExitReport {
             init_status: reaped.status,
             cpu_ms: reaped.cpu_ms,

@@ -84,9 +84,8 @@ pub struct Ended {
 /// Waits for `pid` (a child of this process), then reads and removes its cgroups.
 pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<Ended> {
     let reaped = wait_with_usage(pid)?;
-    let (cgroup_peak_bytes, oom_killed) = cgroup
-        .as_ref()
-        .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed()));
+    let (cgroup_peak_bytes, oom_killed) =
+        cgroup.as_ref().map_or((None, false), SpawnCgroup::readings);
     if let Some(cg) = cgroup {
         cg.remove();
     }
@@ -122,7 +121,7 @@ impl SandboxEnd for LocalEnd {
         Some(
             self.cgroup
                 .as_ref()
-                .map_or((None, false), |cg| (cg.peak_memory(), cg.oom_killed())),
+                .map_or((None, false), SpawnCgroup::readings),
         )
     }
 }
