@@ -322,5 +322,12 @@ fn a_script_runs_when_its_interpreter_is_executable_and_not_otherwise() {
         "{}",
         String::from_utf8_lossy(&refused.stdout)
     );
-    assert!(!String::from_utf8_lossy(&refused.stdout).contains("ESCAPED"));
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert!(!said.contains("ESCAPED"));
+    // The program's process reports the step that failed, with the error
+    // (it borrows init's memory until exec, so it formats without allocating).
+    assert!(
+        said.contains("execveat(program, AT_EMPTY_PATH): Permission denied (os error 13)"),
+        "{said}"
+    );
 }

@@ -1,14 +1,17 @@
 //! Inside the sandbox. The cloned child becomes pid 1 of the new pid
 //! namespace and runs `init_main`: it waits for the parent to map its ids,
 //! builds the root, drops privileges, applies Landlock and installs the
-//! seccomp filter as the last step of its setup, then forks the program
+//! seccomp filter as the last step of its setup, then starts the program
 //! (which inherits all of it) and stays as a tiny init that reaps every process and forwards SIGTERM,
 //! SIGINT and SIGHUP to the program. When the program ends, init kills what is
 //! left, reports the wait status and exits — which ends the namespace.
 //!
 //! The program's own process — already under the filter, so even its last
 //! steps are — sets up its descriptors, session and limits and executes the
-//! hashed descriptor.
+//! hashed descriptor. It is started the way `posix_spawn` starts a child
+//! ([`super::sys::start_program`]): it borrows init's memory until it
+//! executes, so nothing of init's address space is copied only to be thrown
+//! away by exec.
 //! Everything that fails is reported to the parent over the status pipe as
 //! `E<step>: <error>`; the exit status travels as `W<i32 wait status>`.
 
@@ -25,9 +28,8 @@ use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
-    adopt_fd, borrow_fd, close_descriptor_range, close_descriptors_from, dup_onto,
-    exit_immediately, fork_process, install_seccomp_filter_on_current_thread,
-    reset_signal_dispositions, set_loopback_up,
+    adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
+    install_seccomp_filter_on_current_thread, set_loopback_up, start_program, ProgramStart,
 };
 use super::StepError;
 
@@ -183,10 +185,16 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     }
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)
         .map_err(|e| StepError::new("sigprocmask", e.into()))?;
-    let pid = fork_process().map_err(|e| StepError::new("fork program", e))?;
-    if pid == 0 {
-        program_main(s);
-    }
+    let start = ProgramStart::new(
+        &s.argv,
+        &s.envp,
+        [s.stdio[0].as_fd(), s.stdio[1].as_fd(), s.stdio[2].as_fd()],
+        s.program.as_fd(),
+        s.status.as_fd(),
+        s.script,
+        &s.rlimits,
+    );
+    let pid = start_program(&start).map_err(|e| StepError::new("start the program", e))?;
     Ok(Pid::from_raw(pid))
 }
 
@@ -284,65 +292,6 @@ fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
     }
     nix::unistd::chdir(&s.spec.cwd)
         .map_err(|e| StepError::new(format!("chdir({})", s.spec.cwd.display()), e.into()))
-}
-
-/// The program's process (under init's seccomp filter): descriptors, session, limits, exec.
-fn program_main(s: &ChildSetup<'_>) -> ! {
-    let result = (|| -> Result<(), StepError> {
-        // A clean slate, whatever spawnd (or the daemon's spawner) blocked or
-        // ignored: every signal unblocked and at its default action (an
-        // ignored SIGPIPE would otherwise survive exec).
-        reset_signal_dispositions().map_err(|e| StepError::new("reset signal actions", e))?;
-        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-            .map_err(|e| StepError::new("clear signal mask", e.into()))?;
-        nix::unistd::setsid().map_err(|e| StepError::new("setsid", e.into()))?;
-        for (target, fd) in s.stdio.iter().enumerate() {
-            dup_onto(fd.as_fd(), target as i32)
-                .map_err(|e| StepError::new(format!("dup2(stdio {target})"), e))?;
-        }
-        // The program descriptor goes to 3 (kept across exec only for a script),
-        // the status pipe to 4 (close-on-exec), everything else is closed.
-        dup_onto(s.program.as_fd(), 3).map_err(|e| StepError::new("dup2(program, 3)", e))?;
-        dup_onto(s.status.as_fd(), 4).map_err(|e| StepError::new("dup2(status, 4)", e))?;
-        close_descriptors_from(5).map_err(|e| StepError::new("close_range(5..)", e))?;
-        set_cloexec(3, !s.script)?;
-        set_cloexec(4, true)?;
-        for (resource, value) in &s.rlimits {
-            nix::sys::resource::setrlimit(*resource, *value, *value).map_err(|e| {
-                StepError::new(format!("setrlimit({resource:?}, {value})"), e.into())
-            })?;
-        }
-        // fd 3 is the hashed program; AT_EMPTY_PATH executes the descriptor itself.
-        let err = nix::unistd::execveat(
-            borrow_fd(3),
-            c"",
-            &s.argv,
-            &s.envp,
-            nix::fcntl::AtFlags::AT_EMPTY_PATH,
-        )
-        .err();
-        Err(StepError::new(
-            "execveat(program, AT_EMPTY_PATH)",
-            err.map_or_else(std::io::Error::last_os_error, Into::into),
-        ))
-    })();
-    let message = match result {
-        Ok(()) => "Eexecveat returned\n".to_string(),
-        Err(e) => format!("E{e}\n"),
-    };
-    let _ = nix::unistd::write(borrow_fd(4), message.as_bytes());
-    exit_immediately(127)
-}
-
-fn set_cloexec(fd: i32, on: bool) -> Result<(), StepError> {
-    let flags = if on {
-        nix::fcntl::FdFlag::FD_CLOEXEC
-    } else {
-        nix::fcntl::FdFlag::empty()
-    };
-    nix::fcntl::fcntl(borrow_fd(fd), nix::fcntl::FcntlArg::F_SETFD(flags))
-        .map(drop)
-        .map_err(|e| StepError::new(format!("fcntl({fd}, F_SETFD)"), e.into()))
 }
 
 /// Init's loop: reap everything, forward signals, report the program's status.
