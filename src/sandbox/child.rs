@@ -104,7 +104,7 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
         exit_immediately(126)
     }
     match init_steps(&mut setup) {
-        Ok(program_pid) => supervise_program(&setup, program_pid),
+        Ok(program_pid) => supervise_program(setup, program_pid),
         Err(e) => {
             report(&setup.status, format!("E{e}\n").as_bytes());
             exit_immediately(126)
@@ -295,7 +295,7 @@ fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
 }
 
 /// Init's loop: reap everything, forward signals, report the program's status.
-fn supervise_program(s: &ChildSetup<'_>, program: Pid) -> ! {
+fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
     let mut waited = SigSet::empty();
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         waited.add(*sig);
@@ -320,7 +320,7 @@ fn supervise_program(s: &ChildSetup<'_>, program: Pid) -> ! {
 }
 
 /// The program ended: kill what it left behind, report, and exit (ending the namespace).
-fn finish(s: &ChildSetup<'_>, raw_status: i32) -> ! {
+fn finish(s: ChildSetup<'_>, raw_status: i32) -> ! {
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     while waitpid(None, Some(WaitPidFlag::__WALL)).is_ok() {}
     // Everything is reaped: what the program's processes used, so spawnd
@@ -341,6 +341,11 @@ fn finish(s: &ChildSetup<'_>, raw_status: i32) -> ! {
     message.extend_from_slice(&raw_status.to_le_bytes());
     message.extend_from_slice(&cpu_us.to_le_bytes());
     message.extend_from_slice(&max_rss_kib.to_le_bytes());
-    report(&s.status, &message);
+    // Init's own ends of the program's stdio go before the report: nothing in
+    // the sandbox holds them any more, so spawnd sees the output end with the
+    // report and need not wait for init's exit.
+    let ChildSetup { stdio, status, .. } = s;
+    drop(stdio);
+    report(&status, &message);
     exit_immediately(0)
 }

@@ -460,7 +460,11 @@ fn supervise_blocked<'a>(
                     if program_done.is_none() && status_bytes.contains(&b'W') {
                         program_done = Some(Instant::now());
                     }
-                    if eof {
+                    // Init's report of the program's end is its last word,
+                    // sent once it has closed its ends of the output pipes:
+                    // from then on only the output's end is awaited.
+                    let reported = parse_status(&status_bytes, 0).2.is_some();
+                    if eof || reported {
                         status = None;
                         drain_until = Some(Instant::now() + DRAIN_AFTER_INIT);
                     }
