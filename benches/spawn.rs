@@ -95,8 +95,7 @@ fn main() {
         format!("[audit]\npath = \"{}\"\n", audit.display()),
     )
     .expect("config");
-    let spawnd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
-    assert!(spawnd.exists(), "build first: cargo build --release");
+    let spawnd = support::spawnd();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let bwrap_args = s(&[
         "--unshare-all",

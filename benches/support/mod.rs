@@ -49,11 +49,10 @@ argv = "head -c {bytes} /dev/zero"
 pattern = "[0-9]{1,12}"
 "#;
 
-/// The release binary the benchmarks measure.
+/// The binary the benchmarks measure: Cargo builds it with the bench
+/// profile (release settings) before the benchmark.
 pub fn spawnd() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/spawnd");
-    assert!(p.exists(), "build first: cargo build --release");
-    p
+    PathBuf::from(env!("CARGO_BIN_EXE_spawnd"))
 }
 
 /// One JSON-RPC connection.
