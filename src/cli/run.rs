@@ -400,12 +400,18 @@ impl Identity {
         // daemon would otherwise parse mountinfo for every spawn.
         static V1_MOUNTS: std::sync::OnceLock<(Option<PathBuf>, Option<PathBuf>)> =
             std::sync::OnceLock::new();
-        let (memory, pids) = V1_MOUNTS.get_or_init(|| {
-            let cg = probe_cgroups(true);
-            (cg.v1_memory, cg.v1_pids)
-        });
-        let limits_via = match (auto && privileged, memory.clone(), pids.clone()) {
-            (true, Some(memory), Some(pids)) => LimitsVia::CgroupV1(V1Roots { memory, pids }),
+        // Only looked for when they could be used (root, `limits = "auto"`).
+        let v1_mounts = || {
+            V1_MOUNTS.get_or_init(|| {
+                let cg = probe_cgroups(true);
+                (cg.v1_memory, cg.v1_pids)
+            })
+        };
+        let limits_via = match (auto && privileged).then(v1_mounts) {
+            Some((Some(memory), Some(pids))) => LimitsVia::CgroupV1(V1Roots {
+                memory: memory.clone(),
+                pids: pids.clone(),
+            }),
             _ => LimitsVia::Rlimits,
         };
         let (uid, gid) = if !privileged {
