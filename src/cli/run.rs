@@ -23,7 +23,7 @@ use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
-use crate::sandbox::seccomp::{compile, default_policy};
+use crate::sandbox::seccomp::default_filter;
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
@@ -188,7 +188,7 @@ fn execute_inner<'a>(
     let program = opener
         .take(&declared)
         .ok_or_else(|| unstarted(Failure::new(10, "the program opened by the gate was lost")))?;
-    let filter = compile(&default_policy())
+    let filter = default_filter()
         .map_err(|e| unstarted(Failure::new(10, format!("seccomp filter: {e}"))))?;
     let (stdin, pump) = (x.stdin, x.pump);
     let request = LaunchRequest {
@@ -200,7 +200,7 @@ fn execute_inner<'a>(
         gid: identity.gid,
         privileged: identity.privileged,
         landlock_abi,
-        seccomp: &filter,
+        seccomp: filter,
         limits_via: identity.limits_via.clone(),
         credentials,
         // SPEC §4: as root acting for another user, scopes are checked as that user.
@@ -309,7 +309,7 @@ fn execute_inner<'a>(
             plan: &plan,
             spec: &spec,
             id: &identity,
-            filter: &filter,
+            filter,
             outcome,
             timings,
         },

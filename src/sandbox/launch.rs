@@ -109,6 +109,7 @@ pub struct LaunchOrder {
     /// Landlock ABI to enforce.
     pub landlock_abi: u32,
     /// The compiled seccomp filter, as [`Filter::to_bytes`].
+    #[serde(with = "crate::spawner::wire::base64_bytes")]
     pub seccomp: Vec<u8>,
     /// Memory/process limit mechanism.
     pub limits_via: LimitsVia,

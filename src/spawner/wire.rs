@@ -2,7 +2,12 @@
 //! stream socketpair: an 8-byte header (body length, descriptor count, both
 //! little-endian u32) sent with the descriptors attached (`SCM_RIGHTS`), then
 //! the JSON body. Bodies may hold credential values: they are built in and
-//! read into buffers that are wiped when dropped.
+//! read into buffers that are wiped when dropped (a body that outgrows its
+//! buffer moves to a larger one and the old one is wiped), and the messages
+//! are externally tagged, so a body is decoded straight into its types with
+//! no intermediate copy. Byte strings that are large and never secret (the
+//! compiled seccomp filter) travel as base64 text rather than as arrays of
+//! numbers.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -37,7 +42,7 @@ pub enum StdinKind {
 
 /// Daemon → spawner.
 #[derive(Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Request {
     /// Create a sandbox (descriptors: the hashed program, then a stdin file).
     /// Its init builds the root and waits for `Start`.
@@ -63,7 +68,7 @@ pub enum Request {
 
 /// Spawner → daemon.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Reply {
     /// The sandbox exists (descriptors: stdout, stderr and status read ends,
     /// a pidfd for init, the memory cgroup's directory when `cgroup`, then
@@ -120,8 +125,9 @@ pub fn send<T: Serialize>(
     body: &T,
     fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
-    let mut bytes = Zeroizing::new(Vec::with_capacity(64 << 10));
-    serde_json::to_writer(&mut *bytes, body).map_err(std::io::Error::other)?;
+    let mut body_buf = WipingBuffer(Zeroizing::new(Vec::with_capacity(1 << 10)));
+    serde_json::to_writer(&mut body_buf, body).map_err(std::io::Error::other)?;
+    let bytes = body_buf.0;
     if bytes.len() > MAX_BODY || fds.len() > MAX_FRAME_FDS {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -155,6 +161,47 @@ pub fn send<T: Serialize>(
     let mut writer = sock;
     writer.write_all(&header[sent..])?;
     writer.write_all(&bytes)
+}
+
+/// A growable byte buffer that wipes what it leaves behind: when a write
+/// does not fit, the bytes move to a buffer twice as large and the old one
+/// is zeroed as it is dropped (a plain `Vec` would free it as it was).
+struct WipingBuffer(Zeroizing<Vec<u8>>);
+
+impl Write for WipingBuffer {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let needed = self.0.len() + data.len();
+        if needed > self.0.capacity() {
+            let mut larger = Zeroizing::new(Vec::with_capacity(needed.next_power_of_two()));
+            larger.extend_from_slice(&self.0);
+            self.0 = larger;
+        }
+        self.0.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `#[serde(with = "base64_bytes")]`: a byte string as standard base64 text.
+pub mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `bytes` as one base64 string.
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    /// Reads a base64 string back into bytes.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// Receives one frame of at most [`MAX_FDS`] descriptors: `None` at end of stream.
@@ -256,6 +303,43 @@ mod tests {
         assert!(matches!(reply, Reply::Started { id: 7 }) && fds.is_empty());
         drop(a);
         assert!(recv::<Reply>(&b).unwrap().is_none(), "end of stream");
+    }
+
+    #[test]
+    fn a_body_larger_than_the_first_buffer_arrives_whole() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let error = "x".repeat(100_000);
+        send(
+            &a,
+            &Reply::Failed {
+                id: 3,
+                error: error.clone(),
+            },
+            &[],
+        )
+        .unwrap();
+        match recv::<Reply>(&b).unwrap().unwrap() {
+            (Reply::Failed { id: 3, error: got }, fds) => {
+                assert_eq!(got, error);
+                assert!(fds.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bytes_travel_as_base64_text() {
+        #[derive(Serialize, Deserialize)]
+        struct Carrier {
+            #[serde(with = "base64_bytes")]
+            bytes: Vec<u8>,
+        }
+        let all: Vec<u8> = (0..=255).collect();
+        let text = serde_json::to_string(&Carrier { bytes: all.clone() }).unwrap();
+        assert!(text.starts_with("{\"bytes\":\"AAECAwQF"), "{text}");
+        let back: Carrier = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.bytes, all);
+        assert!(serde_json::from_str::<Carrier>(r#"{"bytes":"not base64!"}"#).is_err());
     }
 
     #[test]

@@ -155,6 +155,16 @@ pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
     Ok(Filter { instructions })
 }
 
+/// [`default_policy`] compiled, once per process (the daemon would otherwise
+/// rebuild the same program for every spawn).
+pub fn default_filter() -> Result<&'static Filter, CompileError> {
+    static COMPILED: std::sync::OnceLock<Result<Filter, CompileError>> = std::sync::OnceLock::new();
+    COMPILED
+        .get_or_init(|| compile(&default_policy()))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// spawnd's default policy: unlisted syscalls are allowed, the table in
 /// [`syscalls`] refuses or restricts the rest.
 pub fn default_policy() -> Policy {
