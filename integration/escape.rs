@@ -103,6 +103,18 @@ as_root_and_nobody! {
         let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
         assert!(!text.contains("ESCAPED"), "{text}");
     };
+    s9_the_sandboxs_own_init_catches_no_signal_the_program_could_send => |who| {
+        // Init waits for signals with sigwait and catches none: no handler the
+        // program could trigger (with kill(1, …) or a SIGIO aimed at pid 1)
+        // to interrupt init's waits, so the kernel drops what it sends.
+        let script = "grep '^SigCgt' /proc/1/status; kill -SEGV 1; kill -BUS 1; kill -USR1 1; echo still-here";
+        let out = world().run(who, "sh", &[("script", script)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
+        assert!(text.contains("SigCgt:\t0000000000000000"), "{text}");
+        assert!(text.contains("still-here"), "{text}");
+        assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    };
 
     // F — filesystem
     f_host_files_outside_the_scopes_cannot_be_read => |who| {

@@ -54,6 +54,14 @@ pub struct Unsynced {
 }
 
 impl Unsynced {
+    /// Starts writing the record to disk without waiting, so that the
+    /// [`Unsynced::commit`] that follows other work waits less. Only a head
+    /// start: the record is durable once `commit` returns, and not before.
+    pub fn start_flush(&self) {
+        use std::os::fd::AsFd;
+        let _ = crate::sandbox::sys::start_writeback(self.file.as_fd());
+    }
+
     /// Waits until the record is on disk.
     pub fn commit(self) -> Result<Appended, AuditError> {
         self.file.sync_data().map_err(|source| AuditError {

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::args::{Cli, RunArgs};
 use super::check::{decide_with, prepare, Prepared};
 use super::output::{Failure, Success};
-use super::run_audit::{open_audit, record_denial, record_exit};
+use super::run_audit::{open_audit, record_denial, record_exit, record_exit_meanwhile};
 use super::run_report::{report, Ran};
 use crate::audit::{events, Kind};
 use crate::manifest::ScopePath;
@@ -92,13 +92,18 @@ pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + '
 
 /// Runs an [`Execution`] to its result, init reaped.
 pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
-    let (result, leaving) = execute_until_recorded(x);
+    let mut leaving = None;
+    let result = execute_inner(x, &mut leaving, true);
     if let Some(leaving) = leaving {
-        if let Err(e) = leaving.reap() {
-            tracing::warn!("reaping the sandbox's init: {e}");
-        }
+        reap(leaving);
     }
     result
+}
+
+fn reap(leaving: Leaving<'_>) {
+    if let Err(e) = leaving.reap() {
+        tracing::warn!("reaping the sandbox's init: {e}");
+    }
 }
 
 /// Runs an [`Execution`] until its exit is on record. Init may still be
@@ -108,13 +113,17 @@ pub(crate) fn execute_until_recorded<'a>(
     x: Execution<'a>,
 ) -> (Result<Success, Failure>, Option<Leaving<'a>>) {
     let mut leaving = None;
-    let result = execute_inner(x, &mut leaving);
+    let result = execute_inner(x, &mut leaving, false);
     (result, leaving)
 }
 
+/// With `reap_while_flushing`, init is reaped while the exit record goes to
+/// disk (`run`: nothing waits for the result meanwhile); without, it is
+/// handed back in `leaving_out` for the caller to reap once the result is out.
 fn execute_inner<'a>(
     x: Execution<'a>,
     leaving_out: &mut Option<Leaving<'a>>,
+    reap_while_flushing: bool,
 ) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
@@ -236,6 +245,7 @@ fn execute_inner<'a>(
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+    written.start_flush();
     let launching = Launching::begin(request, x.spawner);
     let committing = std::time::Instant::now();
     let decided = written
@@ -315,13 +325,23 @@ fn execute_inner<'a>(
         },
     );
     // Recorded while the kernel still tears the namespaces down; init is
-    // reaped (and its cgroups removed) after the record is durable.
-    *leaving_out = leaving;
-    record_exit(
+    // reaped (and its cgroups removed) while the record goes to disk, or
+    // after the caller has handed the result on.
+    let reported = reported.map_err(|f| ("setup_failed", f));
+    if !reap_while_flushing {
+        *leaving_out = leaving;
+        return record_exit(&audit, &decided.audit_id, &prepared.caller, reported);
+    }
+    record_exit_meanwhile(
         &audit,
         &decided.audit_id,
         &prepared.caller,
-        reported.map_err(|f| ("setup_failed", f)),
+        reported,
+        || {
+            if let Some(leaving) = leaving {
+                reap(leaving);
+            }
+        },
     )
 }
 

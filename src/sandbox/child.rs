@@ -29,7 +29,8 @@ use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
 use super::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
-    install_seccomp_filter_on_current_thread, set_loopback_up, start_program, ProgramStart,
+    install_seccomp_filter_on_current_thread, restore_default_action, set_loopback_up,
+    start_program, ProgramStart,
 };
 use super::StepError;
 
@@ -99,6 +100,19 @@ fn report(status: &OwnedFd, message: &[u8]) {
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
+    // The handlers Rust's runtime installed for SIGSEGV and SIGBUS (stack
+    // overflow reports) go: with no handler, the kernel drops these signals
+    // when a process of the sandbox sends them to its pid 1, so the program
+    // cannot interrupt init (say, in the wait that precedes its report).
+    for signo in [libc::SIGSEGV, libc::SIGBUS] {
+        if let Err(e) = restore_default_action(signo) {
+            report(
+                &setup.status,
+                format!("Esigaction(SIG_DFL): {e}\n").as_bytes(),
+            );
+            exit_immediately(126)
+        }
+    }
     if let Err(e) = keep_only_own_descriptors(&mut setup) {
         report(&setup.status, format!("E{e}\n").as_bytes());
         exit_immediately(126)
@@ -322,7 +336,9 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
 /// The program ended: kill what it left behind, report, and exit (ending the namespace).
 fn finish(s: ChildSetup<'_>, raw_status: i32) -> ! {
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    while waitpid(None, Some(WaitPidFlag::__WALL)).is_ok() {}
+    // Until ECHILD: an interrupted wait (EINTR) must not end the loop, or
+    // the report could leave before every process is reaped.
+    while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None, Some(WaitPidFlag::__WALL)) {}
     // Everything is reaped: what the program's processes used, so spawnd
     // can record the exit while the kernel still tears the namespaces down.
     let (cpu_us, max_rss_kib) = nix::sys::resource::getrusage(

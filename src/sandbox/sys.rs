@@ -538,8 +538,8 @@ pub struct ProgramStart<'a> {
     status: RawFd,
     /// Descriptor 3 stays open across exec (a `#!` script's interpreter reads it).
     script: bool,
-    /// `setrlimit` calls, soft = hard.
-    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
+    /// `setrlimit` calls, soft = hard, each with the step name it reports.
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit, &'static str)>,
     /// The CStrings the pointers point into outlive this value.
     _strings: std::marker::PhantomData<&'a CStr>,
 }
@@ -578,6 +578,7 @@ impl<'a> ProgramStart<'a> {
                             rlim_cur: value,
                             rlim_max: value,
                         },
+                        setrlimit_step(resource),
                     )
                 })
                 .collect(),
@@ -614,12 +615,13 @@ impl<'a> ProgramStart<'a> {
         if unsafe { libc::setsid() } < 0 {
             return ("setsid", errno(), self.status);
         }
-        for (target, &fd) in self.stdio.iter().enumerate() {
+        const STDIO_STEPS: [&str; 3] = ["dup2(stdio 0)", "dup2(stdio 1)", "dup2(stdio 2)"];
+        for ((target, &fd), step) in self.stdio.iter().enumerate().zip(STDIO_STEPS) {
             // SAFETY: dup2 takes plain integers. Init keeps its own descriptors
             // at 64 and above, so placing 0..=4 replaces nothing it still
             // needs, and this process has its own table (no CLONE_FILES).
             if unsafe { libc::dup2(fd, target as libc::c_int) } < 0 {
-                return ("dup2(stdio)", errno(), self.status);
+                return (step, errno(), self.status);
             }
         }
         // SAFETY: as above.
@@ -644,10 +646,10 @@ impl<'a> ProgramStart<'a> {
         if unsafe { libc::fcntl(4, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
             return ("fcntl(4, F_SETFD)", errno(), 4);
         }
-        for (resource, limit) in &self.rlimits {
+        for (resource, limit, step) in &self.rlimits {
             // SAFETY: `limit` is a valid rlimit the kernel only reads.
             if unsafe { libc::setrlimit(*resource, limit) } < 0 {
-                return ("setrlimit", errno(), 4);
+                return (step, errno(), 4);
             }
         }
         // SAFETY: descriptor 3 is the hashed program; `argv` and `envp` are
@@ -666,6 +668,14 @@ impl<'a> ProgramStart<'a> {
         };
         ("execveat(program, AT_EMPTY_PATH)", errno(), 4)
     }
+}
+
+/// Puts `signo` back to its default action (SIG_DFL).
+pub fn restore_default_action(signo: libc::c_int) -> io::Result<()> {
+    if raw_set_default_action(signo) < 0 {
+        return Err(last_error("rt_sigaction(SIG_DFL)"));
+    }
+    Ok(())
 }
 
 /// `rt_sigaction(signo, SIG_DFL)` through the raw system call, which also
@@ -698,6 +708,22 @@ fn raw_set_default_action(signo: libc::c_int) -> libc::c_long {
     }
 }
 
+/// The step name a failed `setrlimit` of `resource` reports.
+fn setrlimit_step(resource: nix::sys::resource::Resource) -> &'static str {
+    use nix::sys::resource::Resource;
+    match resource {
+        Resource::RLIMIT_AS => "setrlimit(RLIMIT_AS)",
+        Resource::RLIMIT_CORE => "setrlimit(RLIMIT_CORE)",
+        Resource::RLIMIT_CPU => "setrlimit(RLIMIT_CPU)",
+        Resource::RLIMIT_DATA => "setrlimit(RLIMIT_DATA)",
+        Resource::RLIMIT_FSIZE => "setrlimit(RLIMIT_FSIZE)",
+        Resource::RLIMIT_NOFILE => "setrlimit(RLIMIT_NOFILE)",
+        Resource::RLIMIT_NPROC => "setrlimit(RLIMIT_NPROC)",
+        Resource::RLIMIT_STACK => "setrlimit(RLIMIT_STACK)",
+        _ => "setrlimit",
+    }
+}
+
 /// Writes `E<step>: <strerror> (os error N)` to `fd` from a stack buffer (the
 /// same text a `StepError` shows), allocating nothing.
 fn report_step_failure(fd: RawFd, step: &str, errno: libc::c_int) {
@@ -711,12 +737,20 @@ fn report_step_failure(fd: RawFd, step: &str, errno: libc::c_int) {
     push(b"E");
     push(step.as_bytes());
     push(b": ");
-    let mut text = [0u8; 128];
-    // SAFETY: strerror_r (the POSIX one, in the libc crate) writes at most
-    // `text.len()` bytes, NUL included, into the local buffer.
-    if unsafe { libc::strerror_r(errno, text.as_mut_ptr().cast(), text.len()) } == 0 {
-        let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
-        push(&text[..end]);
+    extern "C" {
+        /// glibc ≥ 2.32: the English description of an errno, a static
+        /// string (NULL when unknown). Unlike strerror_r it neither goes
+        /// through gettext nor takes the locale's locks.
+        fn strerrordesc_np(errnum: libc::c_int) -> *const libc::c_char;
+    }
+    // SAFETY: strerrordesc_np only reads its argument and returns a pointer
+    // to a NUL-terminated string in glibc's read-only data, or NULL.
+    let text = unsafe { strerrordesc_np(errno) };
+    if text.is_null() {
+        push(b"Unknown error ");
+    } else {
+        // SAFETY: non-NULL: a static NUL-terminated string (see above).
+        push(unsafe { CStr::from_ptr(text) }.to_bytes());
         push(b" ");
     }
     push(b"(os error ");
@@ -771,8 +805,19 @@ pub fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
     // SAFETY: the lowest page of the mapping above becomes a guard, so an
     // overflow faults instead of writing into init's memory.
     let guarded = unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) };
+    // Every signal blocked across the clone (as posix_spawn does): until
+    // the new process has reset each action to its default, no handler
+    // inherited from init may run in it. The process clears its mask itself.
+    let mut unblocked = nix::sys::signal::SigSet::empty();
+    let all_blocked = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::all()),
+        Some(&mut unblocked),
+    );
     let pid = if guarded < 0 {
         Err(last_error("mprotect(the stack's guard page)"))
+    } else if let Err(e) = all_blocked {
+        Err(io::Error::from(e))
     } else {
         let top = (base as usize + GUARD + STACK) & !15;
         // SAFETY: the new process runs `program_process` on the stack above
@@ -795,6 +840,13 @@ pub fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
             Ok(pid)
         }
     };
+    if all_blocked.is_ok() {
+        let _ = nix::sys::signal::pthread_sigmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&unblocked),
+            None,
+        );
+    }
     // SAFETY: the program has executed (its own memory now) or exited, so
     // nothing uses the stack any more; unmapping what mmap returned above.
     unsafe { libc::munmap(base, GUARD + STACK) };
@@ -865,6 +917,19 @@ pub fn adopt_inherited_fd3() -> io::Result<std::os::fd::OwnedFd> {
         return Err(last_error("fcntl(3, FD_CLOEXEC)"));
     }
     Ok(fd)
+}
+
+/// `sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`: starts writing the
+/// file's dirty pages to disk and returns without waiting. Not durability —
+/// an `fdatasync` that follows has less left to wait for.
+pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: sync_file_range takes a descriptor open for the call's
+    // duration and plain integers; it reads and writes no memory of ours.
+    let ret = unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    if ret < 0 {
+        return Err(last_error("sync_file_range"));
+    }
+    Ok(())
 }
 
 /// Makes the allocator hand large blocks (1 MiB and up: hash buffers, big
