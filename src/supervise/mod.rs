@@ -315,7 +315,10 @@ impl Stream {
 
     fn finish(mut self) -> Captured {
         let _ = self.end();
-        let truncated = self.truncated;
+        // Still open: the drain after init's end stopped before the end of
+        // the stream (a process outside the sandbox holds the pipe), so
+        // what was kept is not all that was written.
+        let truncated = self.truncated || self.fd.is_some();
         Captured {
             kept: self.kept,
             total: self.total,
@@ -600,6 +603,28 @@ mod tests {
             (&b"abcd"[..], 7, true)
         );
         assert_eq!(c.sha256, Sha256Digest(Sha256::digest(b"abcd").into()));
+    }
+
+    #[test]
+    fn a_stream_cut_short_before_its_end_is_flagged_truncated() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100, redact::Redactor::new([]));
+        set_nonblocking(s.fd.as_ref().unwrap().as_fd()).unwrap();
+        nix::unistd::write(&w, b"partial").unwrap();
+        let mut buf = [0u8; 64];
+        drain(&mut s, &mut buf, 0, &mut None);
+        // The writer still holds the pipe: no end of stream yet.
+        assert!(s.fd.is_some());
+        let c = s.finish();
+        assert_eq!((c.kept.as_slice(), c.truncated), (&b"partial"[..], true));
+
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100, redact::Redactor::new([]));
+        nix::unistd::write(&w, b"whole").unwrap();
+        drop(w);
+        drain(&mut s, &mut buf, 0, &mut None);
+        let c = s.finish();
+        assert_eq!((c.kept.as_slice(), c.truncated), (&b"whole"[..], false));
     }
 
     #[test]
