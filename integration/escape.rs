@@ -96,6 +96,12 @@ as_root_and_nobody! {
         }
     };
     s20_the_program_has_no_privileges_and_runs_filtered => |who| blocked(who, "no-new-privs-and-caps", &[]);
+    s21_the_program_cannot_change_its_inits_limits_but_may_change_its_own => |who| {
+        blocked(who, "prlimit-init", &[]);
+        let out = world().run(who, "sh", &[("script", "ulimit -n 100 && ulimit -n")], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["data"]["stdout"]["text"], "100\n", "{v}");
+    };
     s9_the_sandboxs_own_init_cannot_be_hijacked_through_proc => |who| {
         let script = "exec 3>/proc/1/mem && echo ESCAPED-mem; readlink /proc/1/fd/0 && echo ESCAPED-fd; cat /proc/1/environ && echo ESCAPED-environ; grep -q 'Seccomp:.2' /proc/1/status || echo ESCAPED-unfiltered-init; true";
         let out = world().run(who, "sh", &[("script", script)], &[]);

@@ -263,6 +263,39 @@ pub fn prctl_set_ptracer_any(args: &Args<'_>) -> Result<Verdict, UsageError> {
 
 /// prctl(PR_SET_MM, PR_SET_MM_MAP_SIZE): reachable means option 35 is not
 /// filtered (the same entry point rewrites the memory map for CRIU).
+pub fn prlimit_init(args: &Args<'_>) -> Result<Verdict, UsageError> {
+    args.at_most(0)?;
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through the pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut current) } != 0 {
+        return Ok(judge(
+            "getrlimit(RLIMIT_CORE)",
+            Err(sys::Errno::last()),
+            &[],
+        ));
+    }
+    // Init's RLIMIT_CORE set to the value this process has (init's own is the
+    // same or higher, so a success changes nothing that matters): the call
+    // is what is judged.
+    // SAFETY: prlimit64 reads one rlimit through the pointer; no old value.
+    let ret = unsafe {
+        libc::prlimit64(
+            1,
+            libc::RLIMIT_CORE,
+            &current as *const libc::rlimit as *const libc::rlimit64,
+            std::ptr::null_mut(),
+        )
+    };
+    Ok(judge(
+        "prlimit64(1 (init), RLIMIT_CORE, …)",
+        cvt(ret).map(|_| "0".to_string()),
+        DENIED,
+    ))
+}
+
 pub fn prctl_set_mm(args: &Args<'_>) -> Result<Verdict, UsageError> {
     args.at_most(0)?;
     let mut size: u32 = 0;

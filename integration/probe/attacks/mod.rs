@@ -99,6 +99,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("open-tree", 'S', "", "open_tree(\"/\", OPEN_TREE_CLONE) (a detached copy, closed at once); blocked on EPERM/ENOSYS", mounts::open_tree),
     attack("fsopen", 'S', "", "fsopen(\"tmpfs\") (a filesystem context, never mounted); blocked on EPERM/ENOSYS", mounts::fsopen),
     attack("prctl-set-ptracer-any", 'S', "", "prctl(PR_SET_PTRACER, ANY), reset after; blocked on EPERM/ENOSYS, or EINVAL (no Yama LSM: no control on the dev VM)", kernel::prctl_set_ptracer_any),
+    attack("prlimit-init", 'S', "", "prlimit64(1, RLIMIT_CORE, the caller's own value): init shares the program's uid, so only the filter stands between the program and init's limits; blocked on EPERM/EACCES/ENOSYS", kernel::prlimit_init),
     attack("prctl-set-mm", 'S', "", "prctl(PR_SET_MM, PR_SET_MM_MAP_SIZE) (the unprivileged checkpoint/restore entry, read-only); blocked on EPERM/ENOSYS", kernel::prctl_set_mm),
     attack("init-module", 'S', "", "finit_module(/dev/null): can never load anything; escaped if past the privilege check (EINVAL/ENOEXEC); blocked on EPERM/ENOSYS. No control without CONFIG_MODULES (ENOSYS on the dev VM)", privileged::init_module),
     attack("kexec-load", 'S', "", "kexec_load with 17 segments (> KEXEC_SEGMENT_MAX: never loads); escaped on EINVAL (past the privilege check); blocked on EPERM/ENOSYS. No control without CONFIG_KEXEC (dev VM)", privileged::kexec_load),

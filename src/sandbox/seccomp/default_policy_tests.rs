@@ -132,6 +132,7 @@ fn the_table_lists_exactly_the_refused_syscalls_of_the_task() {
         "memfd_create",
         "personality",
         "prctl",
+        "prlimit64",
         "socket",
         "socketpair",
     ];
@@ -319,6 +320,21 @@ fn personality_allows_only_the_default_and_the_query() {
     assert_eq!(arg0(nr, flag(libc::READ_IMPLIES_EXEC)), EPERM);
     assert_eq!(arg0(nr, flag(libc::ADDR_NO_RANDOMIZE)), EPERM);
     assert_eq!(arg0(nr, 0x0008), EPERM, "PER_LINUX32 and other personas");
+}
+
+#[test]
+fn prlimit64_reaches_only_the_callers_own_limits() {
+    let nr = libc::SYS_prlimit64;
+    // getrlimit/setrlimit: pid 0, whatever the other arguments.
+    assert_eq!(call(nr, [0, 7, 0, 0x1000, 0, 0]), ALLOW);
+    assert_eq!(call(nr, [0, 7, 0x1000, 0, 0, 0]), ALLOW);
+    // Another process (init is pid 1), also with high bits set or as a read.
+    for pid in [1, 2, 1 << 32 | 1, u64::from(u32::MAX)] {
+        assert_eq!(call(nr, [pid, 7, 0x1000, 0, 0, 0]), EPERM, "pid {pid:#x}");
+        assert_eq!(call(nr, [pid, 7, 0, 0x1000, 0, 0]), EPERM, "pid {pid:#x}");
+    }
+    // The kernel reads the pid as an int: high bits over a 0 are pid 0.
+    assert_eq!(call(nr, [1 << 32, 7, 0x1000, 0, 0, 0]), ALLOW);
 }
 
 #[test]

@@ -176,6 +176,11 @@ pub const CONDITIONAL: &[(&str, i64, &[Condition], Action)] = &[
         ],
         EPERM,
     ),
+    // A process changes or reads only its own limits (pid 0), never another
+    // one's: not the sandbox's init (pid 1, same uid, so the kernel would
+    // allow it), whose end the program could otherwise provoke and pass
+    // off as a lost sandbox. setrlimit and getrlimit go through pid 0.
+    rule!(SYS_prlimit64, &[allow(0, ArgTest::Equals(0))], EPERM),
     // S18: rewriting the memory map, choosing a ptracer, securebits.
     rule!(
         SYS_prctl,
