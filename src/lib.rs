@@ -13,7 +13,7 @@
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
 //! * [`program`], [`config`], [`probe`] and [`cli`] do I/O at the edges.
-//! * [`sandbox`] is the only module allowed `unsafe_code`, all of it in `sandbox/sys.rs`.
+//! * [`sandbox`] is the only module allowed `unsafe_code`, all of it in `sandbox/sys/`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]

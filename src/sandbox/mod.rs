@@ -7,10 +7,12 @@
 //!   a sandbox whose namespaces were made before the request), maps ids,
 //!   joins cgroups, releases;
 //! * `child` (inside) builds the root (`mounts`), drops privileges
-//!   (`identity`), applies Landlock (`landlock`), forks the program and stays
-//!   as its init; the program installs seccomp last and executes the hashed fd.
+//!   (`identity`), applies Landlock (`landlock`) and seccomp last, starts the
+//!   program (which inherits all of it and executes the hashed fd) and stays
+//!   as its init.
 //!
-//! All of spawnd's `unsafe_code` lives in `sys.rs`, one wrapper per system call.
+//! All of spawnd's `unsafe_code` lives in `sys/`: one wrapper per system
+//! call, and the program's start (`sys/program.rs`).
 //!
 //! Where forking happens: `launch` must run in a single-threaded process (a
 //! child cloned from a multi-threaded one may deadlock on a lock another
