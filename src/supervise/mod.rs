@@ -14,7 +14,6 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
-use sha2::{Digest, Sha256};
 
 use crate::manifest::Sha256Digest;
 use crate::sandbox::cgroup::SpawnCgroup;
@@ -23,8 +22,10 @@ use crate::sandbox::sys::wait_with_usage;
 
 pub mod redact;
 mod status;
+mod stream;
 use status::parse_status;
 pub use status::Applied;
+use stream::{drain, Stream};
 
 /// How long a program gets between SIGTERM and SIGKILL after its wall time.
 pub const GRACE: Duration = Duration::from_millis(1500);
@@ -265,69 +266,6 @@ pub struct Phases {
     pub teardown_us: u64,
 }
 
-struct Stream {
-    fd: Option<OwnedFd>,
-    cap: u64,
-    kept: Vec<u8>,
-    total: u64,
-    truncated: bool,
-    hasher: Sha256,
-    redactor: redact::Redactor,
-}
-
-impl Stream {
-    fn new(fd: OwnedFd, cap: u64, redactor: redact::Redactor) -> Stream {
-        Stream {
-            fd: Some(fd),
-            cap,
-            kept: Vec::new(),
-            total: 0,
-            truncated: false,
-            hasher: Sha256::new(),
-            redactor,
-        }
-    }
-
-    /// Takes a chunk the child wrote; returns the bytes kept now (redacted,
-    /// within the cap) for live forwarding.
-    fn take(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.total += chunk.len() as u64;
-        let released = self.redactor.push(chunk);
-        self.keep(released)
-    }
-
-    /// The end of the stream: whatever the redactor held back.
-    fn end(&mut self) -> Vec<u8> {
-        let released = self.redactor.finish();
-        self.keep(released)
-    }
-
-    fn keep(&mut self, mut bytes: Vec<u8>) -> Vec<u8> {
-        let room = self.cap.saturating_sub(self.kept.len() as u64) as usize;
-        if bytes.len() > room {
-            self.truncated = true;
-            bytes.truncate(room);
-        }
-        self.kept.extend_from_slice(&bytes);
-        self.hasher.update(&bytes);
-        bytes
-    }
-
-    fn finish(mut self) -> Captured {
-        let _ = self.end();
-        // Still open: the drain after init's end stopped before the end of
-        // the stream (a process outside the sandbox holds the pipe), so
-        // what was kept is not all that was written.
-        let truncated = self.truncated || self.fd.is_some();
-        Captured {
-            kept: self.kept,
-            total: self.total,
-            truncated,
-            sha256: Sha256Digest(self.hasher.finalize().into()),
-        }
-    }
-}
-
 fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
     let flags =
         OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL).map_err(std::io::Error::from)?);
@@ -544,38 +482,6 @@ fn read_some(fd: Option<&OwnedFd>, buf: &mut [u8], into: &mut Vec<u8>) -> bool {
     }
 }
 
-fn drain(
-    stream: &mut Stream,
-    buf: &mut [u8],
-    which: u8,
-    live: &mut Option<Box<dyn LiveOutput + Send>>,
-) {
-    let Some(fd) = stream.fd.take() else { return };
-    loop {
-        match nix::unistd::read(&fd, buf) {
-            Ok(0) => {
-                let kept = stream.end();
-                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
-                    sink.chunk(which, &kept);
-                }
-                return;
-            }
-            Ok(n) => {
-                let kept = stream.take(&buf[..n]);
-                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
-                    sink.chunk(which, &kept);
-                }
-            }
-            Err(nix::Error::EAGAIN) => {
-                stream.fd = Some(fd);
-                return;
-            }
-            Err(nix::Error::EINTR) => continue,
-            Err(_) => return,
-        }
-    }
-}
-
 /// Copies the stdin source into the child's stdin pipe on its own thread, so
 /// a source that blocks (a terminal, a slow pipe) or a child that never reads
 /// can never stall supervision. The thread ends at EOF or when the child
@@ -585,63 +491,4 @@ fn feed_stdin_in_background(mut source: Box<dyn Read + Send>, pipe: OwnedFd) {
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut source, &mut sink);
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn streams_keep_the_cap_hash_what_is_kept_and_count_everything() {
-        let (r, _w) = nix::unistd::pipe().unwrap();
-        let mut s = Stream::new(r, 4, redact::Redactor::new([]));
-        assert_eq!(s.take(b"abc"), b"abc");
-        assert_eq!(s.take(b"defg"), b"d");
-        let c = s.finish();
-        assert_eq!(
-            (c.kept.as_slice(), c.total, c.truncated),
-            (&b"abcd"[..], 7, true)
-        );
-        assert_eq!(c.sha256, Sha256Digest(Sha256::digest(b"abcd").into()));
-    }
-
-    #[test]
-    fn a_stream_cut_short_before_its_end_is_flagged_truncated() {
-        let (r, w) = nix::unistd::pipe().unwrap();
-        let mut s = Stream::new(r, 100, redact::Redactor::new([]));
-        set_nonblocking(s.fd.as_ref().unwrap().as_fd()).unwrap();
-        nix::unistd::write(&w, b"partial").unwrap();
-        let mut buf = [0u8; 64];
-        drain(&mut s, &mut buf, 0, &mut None);
-        // The writer still holds the pipe: no end of stream yet.
-        assert!(s.fd.is_some());
-        let c = s.finish();
-        assert_eq!((c.kept.as_slice(), c.truncated), (&b"partial"[..], true));
-
-        let (r, w) = nix::unistd::pipe().unwrap();
-        let mut s = Stream::new(r, 100, redact::Redactor::new([]));
-        nix::unistd::write(&w, b"whole").unwrap();
-        drop(w);
-        drain(&mut s, &mut buf, 0, &mut None);
-        let c = s.finish();
-        assert_eq!((c.kept.as_slice(), c.truncated), (&b"whole"[..], false));
-    }
-
-    #[test]
-    fn secrets_are_redacted_before_the_cap_and_the_hash() {
-        let (r, _w) = nix::unistd::pipe().unwrap();
-        let mut s = Stream::new(r, 100, redact::Redactor::new([("TOKEN", &b"s3cr3t"[..])]));
-        let mut live = s.take(b"x=s3c");
-        live.extend(s.take(b"r3t;"));
-        assert_eq!(live, b"x=[REDACTED:TOKEN];");
-        let c = s.finish();
-        assert_eq!(
-            (c.kept.as_slice(), c.total),
-            (&b"x=[REDACTED:TOKEN];"[..], 9)
-        );
-        assert_eq!(
-            c.sha256,
-            Sha256Digest(Sha256::digest(b"x=[REDACTED:TOKEN];").into())
-        );
-    }
 }

@@ -1,0 +1,170 @@
+//! One captured output stream: what is kept (redacted, within its cap, hashed
+//! as kept), what was written in all, and whether anything was cut; and the
+//! draining of its pipe as output arrives.
+
+use std::os::fd::OwnedFd;
+
+use sha2::{Digest, Sha256};
+
+use super::redact;
+use super::{Captured, LiveOutput};
+use crate::manifest::Sha256Digest;
+
+/// A stream being captured; its pipe is `None` once it has ended.
+pub(super) struct Stream {
+    pub(super) fd: Option<OwnedFd>,
+    cap: u64,
+    kept: Vec<u8>,
+    total: u64,
+    truncated: bool,
+    hasher: Sha256,
+    redactor: redact::Redactor,
+}
+
+impl Stream {
+    pub(super) fn new(fd: OwnedFd, cap: u64, redactor: redact::Redactor) -> Stream {
+        Stream {
+            fd: Some(fd),
+            cap,
+            kept: Vec::new(),
+            total: 0,
+            truncated: false,
+            hasher: Sha256::new(),
+            redactor,
+        }
+    }
+
+    /// Takes a chunk the child wrote; returns the bytes kept now (redacted,
+    /// within the cap) for live forwarding.
+    fn take(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.total += chunk.len() as u64;
+        let released = self.redactor.push(chunk);
+        self.keep(released)
+    }
+
+    /// The end of the stream: whatever the redactor held back.
+    fn end(&mut self) -> Vec<u8> {
+        let released = self.redactor.finish();
+        self.keep(released)
+    }
+
+    fn keep(&mut self, mut bytes: Vec<u8>) -> Vec<u8> {
+        let room = self.cap.saturating_sub(self.kept.len() as u64) as usize;
+        if bytes.len() > room {
+            self.truncated = true;
+            bytes.truncate(room);
+        }
+        self.kept.extend_from_slice(&bytes);
+        self.hasher.update(&bytes);
+        bytes
+    }
+
+    pub(super) fn finish(mut self) -> Captured {
+        let _ = self.end();
+        // Still open: the drain after init's end stopped before the end of
+        // the stream (a process outside the sandbox holds the pipe), so
+        // what was kept is not all that was written.
+        let truncated = self.truncated || self.fd.is_some();
+        Captured {
+            kept: self.kept,
+            total: self.total,
+            truncated,
+            sha256: Sha256Digest(self.hasher.finalize().into()),
+        }
+    }
+}
+
+/// Reads what the pipe holds now, keeps it and forwards it live; at the end
+/// of the stream, flushes what the redactor held back and drops the pipe.
+pub(super) fn drain(
+    stream: &mut Stream,
+    buf: &mut [u8],
+    which: u8,
+    live: &mut Option<Box<dyn LiveOutput + Send>>,
+) {
+    let Some(fd) = stream.fd.take() else { return };
+    loop {
+        match nix::unistd::read(&fd, buf) {
+            Ok(0) => {
+                let kept = stream.end();
+                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
+                    sink.chunk(which, &kept);
+                }
+                return;
+            }
+            Ok(n) => {
+                let kept = stream.take(&buf[..n]);
+                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
+                    sink.chunk(which, &kept);
+                }
+            }
+            Err(nix::Error::EAGAIN) => {
+                stream.fd = Some(fd);
+                return;
+            }
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervise::set_nonblocking;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn streams_keep_the_cap_hash_what_is_kept_and_count_everything() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 4, redact::Redactor::new([]));
+        assert_eq!(s.take(b"abc"), b"abc");
+        assert_eq!(s.take(b"defg"), b"d");
+        let c = s.finish();
+        assert_eq!(
+            (c.kept.as_slice(), c.total, c.truncated),
+            (&b"abcd"[..], 7, true)
+        );
+        assert_eq!(c.sha256, Sha256Digest(Sha256::digest(b"abcd").into()));
+    }
+
+    #[test]
+    fn a_stream_cut_short_before_its_end_is_flagged_truncated() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100, redact::Redactor::new([]));
+        set_nonblocking(s.fd.as_ref().unwrap().as_fd()).unwrap();
+        nix::unistd::write(&w, b"partial").unwrap();
+        let mut buf = [0u8; 64];
+        drain(&mut s, &mut buf, 0, &mut None);
+        // The writer still holds the pipe: no end of stream yet.
+        assert!(s.fd.is_some());
+        let c = s.finish();
+        assert_eq!((c.kept.as_slice(), c.truncated), (&b"partial"[..], true));
+
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100, redact::Redactor::new([]));
+        nix::unistd::write(&w, b"whole").unwrap();
+        drop(w);
+        drain(&mut s, &mut buf, 0, &mut None);
+        let c = s.finish();
+        assert_eq!((c.kept.as_slice(), c.truncated), (&b"whole"[..], false));
+    }
+
+    #[test]
+    fn secrets_are_redacted_before_the_cap_and_the_hash() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100, redact::Redactor::new([("TOKEN", &b"s3cr3t"[..])]));
+        let mut live = s.take(b"x=s3c");
+        live.extend(s.take(b"r3t;"));
+        assert_eq!(live, b"x=[REDACTED:TOKEN];");
+        let c = s.finish();
+        assert_eq!(
+            (c.kept.as_slice(), c.total),
+            (&b"x=[REDACTED:TOKEN];"[..], 9)
+        );
+        assert_eq!(
+            c.sha256,
+            Sha256Digest(Sha256::digest(b"x=[REDACTED:TOKEN];").into())
+        );
+    }
+}
