@@ -262,14 +262,16 @@ fn exec_in_child(
         // NULL-terminated pointer arrays that outlive the call.
         Program::Path(_) => unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) },
         // SAFETY: as above; the empty path with AT_EMPTY_PATH executes `fd`.
+        // (The raw system call: musl has no execveat wrapper.)
         Program::Fd(fd) => unsafe {
-            libc::execveat(
+            libc::syscall(
+                libc::SYS_execveat,
                 fd,
                 c"".as_ptr(),
-                argv.as_ptr().cast(),
-                envp.as_ptr().cast(),
+                argv.as_ptr(),
+                envp.as_ptr(),
                 libc::AT_EMPTY_PATH,
-            )
+            ) as libc::c_int
         },
     };
     let errno = Errno::last().0;

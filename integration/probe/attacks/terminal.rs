@@ -81,7 +81,7 @@ fn inject(args: &Args<'_>, high_bits: bool) -> Result<Verdict, UsageError> {
 }
 
 fn push_byte(fd: RawFd, byte: u8, high_bits: bool) -> Result<i64, Errno> {
-    let cmd: u64 = libc::TIOCSTI | if high_bits { 1 << 32 } else { 0 };
+    let cmd: u64 = libc::TIOCSTI as u64 | if high_bits { 1 << 32 } else { 0 };
     // SAFETY: TIOCSTI reads one byte from the pointer, which points at `byte`;
     // the raw syscall passes the full 64-bit cmd the kernel truncates to 32.
     cvt(unsafe { libc::syscall(libc::SYS_ioctl, fd, cmd, &byte as *const u8) })

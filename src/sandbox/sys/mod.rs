@@ -352,13 +352,13 @@ fn ifflags_up(fd: RawFd) -> io::Result<()> {
     }
     // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `req`,
     // a valid, exclusively borrowed ifreq.
-    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) } < 0 {
         return Err(last_error("ioctl(SIOCGIFFLAGS, lo)"));
     }
     // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS filled in.
     unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
     // SAFETY: SIOCSIFFLAGS reads the name and flags from `req`.
-    if unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) } < 0 {
         return Err(last_error("ioctl(SIOCSIFFLAGS, lo up)"));
     }
     Ok(())
@@ -586,12 +586,30 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// output) straight back to the kernel when freed, and keeps it to a few
 /// arenas however many threads come and go, so a long-running daemon's
 /// resident memory follows what it holds rather than what it once held.
+///
+/// Only glibc's allocator needs telling. The musl build (the default, see
+/// `.cargo/config.toml`) uses dlmalloc: one heap, segments unmapped once
+/// empty, the top trimmed past 2 MiB.
 pub fn bound_allocator_retention() {
+    #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets glibc allocator parameters; it is called at
     // the daemon's start, before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
         libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Makes the global allocator usable in a child created by `fork` while
+/// another thread held its lock: the lock is taken before the fork and
+/// released on both sides. Call first thing in `main`, single-threaded.
+/// (glibc's allocator does this by itself.)
+pub fn allocator_survives_fork() {
+    #[cfg(target_env = "musl")]
+    // SAFETY: called at the start of `main`, before any other thread exists;
+    // it registers pthread_atfork handlers around dlmalloc's global lock.
+    unsafe {
+        dlmalloc::enable_alloc_after_fork()
     }
 }
 

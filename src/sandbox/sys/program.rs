@@ -29,7 +29,7 @@ pub struct ProgramStart<'a> {
     /// Descriptor 3 stays open across exec (a `#!` script's interpreter reads it).
     script: bool,
     /// `setrlimit` calls, soft = hard, each with the step name it reports.
-    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit, &'static str)>,
+    rlimits: Vec<(libc::c_int, libc::rlimit, &'static str)>,
     /// The CStrings the pointers point into outlive this value.
     _strings: std::marker::PhantomData<&'a CStr>,
 }
@@ -63,7 +63,7 @@ impl<'a> ProgramStart<'a> {
                 .iter()
                 .map(|&(resource, value)| {
                     (
-                        resource as libc::__rlimit_resource_t,
+                        resource as libc::c_int,
                         libc::rlimit {
                             rlim_cur: value,
                             rlim_max: value,
@@ -138,7 +138,7 @@ impl<'a> ProgramStart<'a> {
         }
         for (resource, limit, step) in &self.rlimits {
             // SAFETY: `limit` is a valid rlimit the kernel only reads.
-            if unsafe { libc::setrlimit(*resource, limit) } < 0 {
+            if unsafe { libc::setrlimit(*resource as _, limit) } < 0 {
                 return (step, errno(), 4);
             }
         }
@@ -214,6 +214,29 @@ fn setrlimit_step(resource: nix::sys::resource::Resource) -> &'static str {
     }
 }
 
+/// The C library's description of `errno`, the text Rust's `io::Error` shows:
+/// a pointer to a static NUL-terminated string, or NULL. Safe in the child
+/// that shares init's memory: neither variant allocates or takes a lock.
+#[cfg(target_env = "musl")]
+fn errno_description(errno: libc::c_int) -> *const libc::c_char {
+    // SAFETY: musl's strerror only indexes its static message table (the C
+    // locale: no translation, no lock) and returns a pointer into it.
+    unsafe { libc::strerror(errno) }
+}
+
+/// See the musl variant. glibc's strerror may go through gettext and take
+/// locks, so this uses strerrordesc_np (glibc ≥ 2.32): the English text, a
+/// static string, NULL when unknown.
+#[cfg(not(target_env = "musl"))]
+fn errno_description(errno: libc::c_int) -> *const libc::c_char {
+    extern "C" {
+        fn strerrordesc_np(errnum: libc::c_int) -> *const libc::c_char;
+    }
+    // SAFETY: strerrordesc_np only reads its argument and returns a pointer
+    // to a NUL-terminated string in glibc's read-only data, or NULL.
+    unsafe { strerrordesc_np(errno) }
+}
+
 /// Writes `E<step>: <strerror> (os error N)` to `fd` from a stack buffer (the
 /// same text a `StepError` shows), allocating nothing.
 fn report_step_failure(fd: RawFd, step: &str, errno: libc::c_int) {
@@ -227,19 +250,12 @@ fn report_step_failure(fd: RawFd, step: &str, errno: libc::c_int) {
     push(b"E");
     push(step.as_bytes());
     push(b": ");
-    extern "C" {
-        /// glibc ≥ 2.32: the English description of an errno, a static
-        /// string (NULL when unknown). Unlike strerror_r it neither goes
-        /// through gettext nor takes the locale's locks.
-        fn strerrordesc_np(errnum: libc::c_int) -> *const libc::c_char;
-    }
-    // SAFETY: strerrordesc_np only reads its argument and returns a pointer
-    // to a NUL-terminated string in glibc's read-only data, or NULL.
-    let text = unsafe { strerrordesc_np(errno) };
+    let text = errno_description(errno);
     if text.is_null() {
         push(b"Unknown error ");
     } else {
-        // SAFETY: non-NULL: a static NUL-terminated string (see above).
+        // SAFETY: non-NULL: a static NUL-terminated string (see
+        // `errno_description`).
         push(unsafe { CStr::from_ptr(text) }.to_bytes());
         push(b" ");
     }
