@@ -9,6 +9,8 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
+#[cfg(target_env = "musl")]
+pub mod heap;
 mod program;
 pub use program::{restore_default_action, start_program, ProgramStart};
 
@@ -587,9 +589,8 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// arenas however many threads come and go, so a long-running daemon's
 /// resident memory follows what it holds rather than what it once held.
 ///
-/// Only glibc's allocator needs telling. The musl build (the default, see
-/// `.cargo/config.toml`) uses dlmalloc: one heap, segments unmapped once
-/// empty, the top trimmed past 2 MiB.
+/// Only glibc's allocator needs telling: the musl build (the default, see
+/// `.cargo/config.toml`) uses [`heap::Heap`], which does the same by itself.
 pub fn bound_allocator_retention() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets glibc allocator parameters; it is called at
@@ -597,19 +598,6 @@ pub fn bound_allocator_retention() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
         libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
-/// Makes the global allocator usable in a child created by `fork` while
-/// another thread held its lock: the lock is taken before the fork and
-/// released on both sides. Call first thing in `main`, single-threaded.
-/// (glibc's allocator does this by itself.)
-pub fn allocator_survives_fork() {
-    #[cfg(target_env = "musl")]
-    // SAFETY: called at the start of `main`, before any other thread exists;
-    // it registers pthread_atfork handlers around dlmalloc's global lock.
-    unsafe {
-        dlmalloc::enable_alloc_after_fork()
     }
 }
 
