@@ -1,6 +1,8 @@
 //! The only module with `unsafe`: thin wrappers over system calls that
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), and
-//! in `program.rs` the start of the sandboxed program. Each wrapper
+//! in `program.rs` the start of the sandboxed program; for the static musl
+//! build, the allocator (`heap.rs`) and `memcpy`/`memmove` (`memcopy.rs`).
+//! Each wrapper
 //! returns `io::Result` with an error that names the call, and each `unsafe`
 //! block says why it is sound.
 #![allow(unsafe_code)]
@@ -11,6 +13,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 #[cfg(target_env = "musl")]
 pub mod heap;
+#[cfg(all(target_env = "musl", target_arch = "x86_64"))]
+mod memcopy;
 mod program;
 pub use program::{restore_default_action, start_program, ProgramStart};
 
