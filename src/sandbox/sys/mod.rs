@@ -2,9 +2,8 @@
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), and
 //! in `program.rs` the start of the sandboxed program; for the static musl
 //! build, the allocator (`heap.rs`) and `memcpy`/`memmove` (`memcopy.rs`).
-//! Each wrapper
-//! returns `io::Result` with an error that names the call, and each `unsafe`
-//! block says why it is sound.
+//! Each wrapper returns `io::Result` with an error that names the call, and
+//! each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
