@@ -8,9 +8,13 @@
 //! a long-running daemon's resident memory follows what it holds, as with
 //! glibc's `M_MMAP_THRESHOLD`.
 //!
-//! Fork: the lock is a futex in this process's memory. spawnd clones only
-//! while single-threaded (sandboxes, spawners), and the daemon's threads start
-//! helper programs through `posix_spawn`, whose child allocates nothing.
+//! Fork: the lock is a futex in this process's memory, so a child forked
+//! while another thread held it would wait forever on its first allocation.
+//! spawnd clones only while single-threaded (sandboxes, spawners, blanks);
+//! the daemon's threads start credential helpers through `posix_spawn`, and
+//! restart a spawner through `Command` with a `pre_exec` step
+//! (`pass_fd_as_3`) that allocates nothing — no code between a fork and an
+//! exec in a multi-threaded spawnd may allocate.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
@@ -35,10 +39,36 @@ impl Heap {
         }
     }
 
-    fn small(&self) -> std::sync::MutexGuard<'_, Dlmalloc> {
-        // A panic cannot happen while the lock is held (dlmalloc does not
-        // unwind), so a poisoned lock is still consistent.
-        self.small.lock().unwrap_or_else(|e| e.into_inner())
+    fn small(&self) -> Locked<'_> {
+        // Poisoned only by a panic under the lock, which aborts (below).
+        Locked(self.small.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// dlmalloc under the lock. dlmalloc asserts its invariants (a corrupted
+/// heap panics); unwinding out of the allocator is undefined behaviour, and
+/// the panic's own allocation would wait on this lock forever, so a panic
+/// while it is held aborts the process.
+struct Locked<'a>(std::sync::MutexGuard<'a, Dlmalloc>);
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::process::abort();
+        }
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Dlmalloc;
+    fn deref(&self) -> &Dlmalloc {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Dlmalloc {
+        &mut self.0
     }
 }
 
@@ -197,18 +227,41 @@ mod tests {
 
     #[test]
     fn a_freed_large_block_goes_back_to_the_kernel() {
-        let heap = Heap::new();
-        let layout = Layout::from_size_align(4 << 20, 16).unwrap();
-        // SAFETY: a valid layout, freed with it.
-        unsafe {
-            let p = heap.alloc(layout);
-            assert!(!p.is_null());
-            p.write_bytes(1, layout.size());
-            heap.dealloc(p, layout);
-            // The pages are unmapped: mincore on them fails with ENOMEM.
-            let mut vec = [0u8; 1];
-            let rc = libc::mincore(p.cast(), PAGE, vec.as_mut_ptr());
-            assert_eq!(rc, -1);
+        // In a forked child, the only thread there: no other thread of the
+        // test harness can map something into the freed range before it is
+        // checked. The mapped path makes system calls only (no lock).
+        // SAFETY: fork; the child makes system calls and writes to its own
+        // mapping only, then leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io_error());
+        if pid == 0 {
+            let heap = Heap::new();
+            let layout = Layout::from_size_align(4 << 20, 16).unwrap();
+            // SAFETY: a valid layout, freed with it; mincore only reads the
+            // page table for the range.
+            let unmapped = unsafe {
+                let p = heap.alloc(layout);
+                if p.is_null() {
+                    libc::_exit(2);
+                }
+                p.write_bytes(1, layout.size());
+                heap.dealloc(p, layout);
+                let mut vec = [0u8; 1];
+                libc::mincore(p.cast(), PAGE, vec.as_mut_ptr()) == -1
+            };
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(if unmapped { 0 } else { 1 }) };
         }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the freed block's pages are still mapped (status {status:#x})"
+        );
+    }
+
+    fn io_error() -> std::io::Error {
+        std::io::Error::last_os_error()
     }
 }

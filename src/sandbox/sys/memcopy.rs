@@ -7,9 +7,9 @@
 //! glibc's for such sizes: measured under the daemon's load test, 2.8% of all
 //! CPU time was musl's memcpy (known elsewhere too: astral-sh/uv#10610).
 //!
-//! Here a copy of up to 32 bytes is two loads and two stores (of 16, 8, 4 or 1
-//! bytes, the second pair overlapping the first); longer forward copies are
-//! one `rep movsb` (fast on CPUs with ERMS/FSRM, correct on all); a
+//! Here a copy of up to 64 bytes is loads then stores (of 2×32, 2×16, 2×8,
+//! 2×4 or 3×1 bytes, the second half overlapping the first); longer forward
+//! copies are one `rep movsb` (fast on CPUs with ERMS/FSRM, correct on all); a
 //! `memmove` whose destination overlaps the source from above copies 16-byte
 //! chunks from the end. Every load and store is inline assembly, so the
 //! compiler can neither turn this code back into a call to `memcpy` nor
@@ -21,8 +21,9 @@
 
 use std::arch::asm;
 
-/// Copies up to this many bytes with loads and stores alone.
-const SMALL: usize = 32;
+/// Copies up to this many bytes with loads and stores alone (`rep movsb`
+/// has a start-up cost on CPUs without FSRM).
+const SMALL: usize = 64;
 
 /// Copies `n` bytes (at most [`SMALL`]): every load before any store, so the
 /// regions may overlap.
@@ -31,7 +32,30 @@ const SMALL: usize = 32;
 /// `src` readable and `dest` writable for `n` bytes.
 #[inline(always)]
 unsafe fn small(dest: *mut u8, src: *const u8, n: usize) {
-    if n >= 16 {
+    if n >= 32 {
+        // SAFETY: 32 <= n: the first and the last 32 bytes lie within both
+        // regions (the caller's promise).
+        unsafe {
+            asm!(
+                "movups {a}, [{s}]",
+                "movups {b}, [{s} + 16]",
+                "movups {c}, [{s} + {n} - 32]",
+                "movups {e}, [{s} + {n} - 16]",
+                "movups [{d}], {a}",
+                "movups [{d} + 16], {b}",
+                "movups [{d} + {n} - 32], {c}",
+                "movups [{d} + {n} - 16], {e}",
+                s = in(reg) src,
+                d = in(reg) dest,
+                n = in(reg) n,
+                a = out(xmm_reg) _,
+                b = out(xmm_reg) _,
+                c = out(xmm_reg) _,
+                e = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            )
+        }
+    } else if n >= 16 {
         // SAFETY: 16 <= n: [src, src+16) and [src+n-16, src+n) lie within the
         // source, likewise for dest (the caller's promise).
         unsafe {

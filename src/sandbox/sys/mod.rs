@@ -544,7 +544,10 @@ pub fn pass_fd_as_3(cmd: &mut std::process::Command, fd: RawFd) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec. It calls
     // only dup2 and fcntl, which are async-signal-safe, and allocates nothing
-    // (`last_os_error` builds an error from errno alone).
+    // (`last_os_error` builds an error from errno alone). It must stay so:
+    // the daemon is multi-threaded when it restarts a spawner, and in the
+    // forked child the allocator's lock may be held by a thread that is gone
+    // (see `heap.rs`).
     unsafe {
         cmd.pre_exec(move || {
             if fd == 3 {
