@@ -11,7 +11,7 @@ use serde_json::json;
 use super::args::{Cli, RunArgs};
 use super::check::{decide_with, prepare, Prepared};
 use super::output::{Failure, Success};
-use super::run_audit::{open_audit, record_denial, record_exit, record_exit_meanwhile};
+use super::run_audit::{open_audit, record_denial, record_exit};
 use super::run_report::{report, Ran};
 use crate::audit::{events, Kind};
 use crate::manifest::ScopePath;
@@ -90,10 +90,12 @@ pub(crate) struct Execution<'a> {
 /// Told the audit id and a pidfd for init once a program has started.
 pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
 
-/// Runs an [`Execution`] to its result, init reaped.
+/// Runs an [`Execution`] to its result, init reaped. The exit record goes to
+/// disk first, while the kernel tears init's namespaces down on another
+/// core; waiting for init before the flush would put the two in a row.
 pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     let mut leaving = None;
-    let result = execute_inner(x, &mut leaving, true);
+    let result = execute_inner(x, &mut leaving);
     if let Some(leaving) = leaving {
         reap(leaving);
     }
@@ -113,17 +115,15 @@ pub(crate) fn execute_until_recorded<'a>(
     x: Execution<'a>,
 ) -> (Result<Success, Failure>, Option<Leaving<'a>>) {
     let mut leaving = None;
-    let result = execute_inner(x, &mut leaving, false);
+    let result = execute_inner(x, &mut leaving);
     (result, leaving)
 }
 
-/// With `reap_while_flushing`, init is reaped while the exit record goes to
-/// disk (`run`: nothing waits for the result meanwhile); without, it is
-/// handed back in `leaving_out` for the caller to reap once the result is out.
+/// Init, still leaving once its exit is on record, is handed back in
+/// `leaving_out` for the caller to reap.
 fn execute_inner<'a>(
     x: Execution<'a>,
     leaving_out: &mut Option<Leaving<'a>>,
-    reap_while_flushing: bool,
 ) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
@@ -324,25 +324,11 @@ fn execute_inner<'a>(
             timings,
         },
     );
-    // Recorded while the kernel still tears the namespaces down; init is
-    // reaped (and its cgroups removed) while the record goes to disk, or
-    // after the caller has handed the result on.
+    // Recorded while the kernel still tears the namespaces down; the caller
+    // reaps init (and removes its cgroups) afterwards.
     let reported = reported.map_err(|f| ("setup_failed", f));
-    if !reap_while_flushing {
-        *leaving_out = leaving;
-        return record_exit(&audit, &decided.audit_id, &prepared.caller, reported);
-    }
-    record_exit_meanwhile(
-        &audit,
-        &decided.audit_id,
-        &prepared.caller,
-        reported,
-        || {
-            if let Some(leaving) = leaving {
-                reap(leaving);
-            }
-        },
-    )
+    *leaving_out = leaving;
+    record_exit(&audit, &decided.audit_id, &prepared.caller, reported)
 }
 
 /// A sandbox building its root — launched here, or by a spawner — whose

@@ -80,18 +80,6 @@ pub(super) fn record_exit(
     caller: &crate::policy::Caller,
     reported: Result<Success, (&str, Failure)>,
 ) -> Result<Success, Failure> {
-    record_exit_meanwhile(audit, audit_id, caller, reported, || {})
-}
-
-/// [`record_exit`], doing `meanwhile` while the written record goes to disk
-/// (the result is returned only once it is there).
-pub(super) fn record_exit_meanwhile(
-    audit: &AuditLog,
-    audit_id: &str,
-    caller: &crate::policy::Caller,
-    reported: Result<Success, (&str, Failure)>,
-    meanwhile: impl FnOnce(),
-) -> Result<Success, Failure> {
     let mut body = match &reported {
         Ok(s) => events::exit(&s.data),
         Err((key, f)) => {
@@ -105,12 +93,9 @@ pub(super) fn record_exit_meanwhile(
         json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
     );
     tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
-    let written = audit.write(Kind::Exit, Some(audit_id), body);
-    if let Ok(w) = &written {
-        w.start_flush();
-    }
-    meanwhile();
-    let written = written.and_then(|w| w.commit());
+    let written = audit
+        .write(Kind::Exit, Some(audit_id), body)
+        .and_then(|w| w.commit());
     match (reported, written) {
         (Ok(mut s), Ok(_)) => {
             s.data["audit_id"] = json!(audit_id);
