@@ -16,6 +16,9 @@ use crate::sandbox::blank::{Blank, MappedFor};
 
 /// How many blanks are kept ready.
 pub const POOL_SIZE: usize = 4;
+/// Below this many ready blanks, the pool is filled even while sandboxes
+/// run; above it, only while none does (see [`BlankPool::wants_work`]).
+pub const LOW_WATER: usize = 2;
 
 /// How long a blank is kept: the host's mounts it sees stay current (they
 /// are slaves of the host's until its order comes), but a fresh one is
@@ -50,7 +53,14 @@ impl BlankPool {
     }
 
     /// Whether there is idle work: a blank to make, prepare or replace.
-    pub fn wants_work(&self) -> bool {
+    /// With sandboxes `running`, only when fewer than [`LOW_WATER`] blanks
+    /// are ready: making one takes a core for half a millisecond, which on
+    /// a small machine is taken from the programs running and from the
+    /// daemon answering them.
+    pub fn wants_work(&self, running: bool) -> bool {
+        if running && self.ready.len() >= LOW_WATER {
+            return false;
+        }
         let may_make = self.paused_until.is_none_or(|t| Instant::now() >= t);
         (may_make && self.ready.len() < POOL_SIZE)
             || self.unprepared().is_some()

@@ -57,7 +57,8 @@ pub fn serve(sock: UnixStream) -> i32 {
         // if nothing came. Not while a sandbox waits for its go-ahead: a
         // clone (half a millisecond) would hold up its `Start`.
         let awaiting_start = slots.values().any(|s| matches!(s, Slot::Launched(_)));
-        let filling = !awaiting_start && pool.as_ref().is_some_and(BlankPool::wants_work);
+        let running = !slots.is_empty();
+        let filling = !awaiting_start && pool.as_ref().is_some_and(|p| p.wants_work(running));
         let (sock_ready, chld_ready) = {
             let mut fds = [
                 PollFd::new(sock.as_fd(), PollFlags::POLLIN),
