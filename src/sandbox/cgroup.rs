@@ -49,8 +49,10 @@ fn parse_oom_killed(text: &str) -> bool {
 }
 
 /// Peak memory and whether the OOM killer acted, read through an open
-/// memory cgroup directory ([`SpawnCgroup::open_memory_dir`]).
-pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> (Option<u64>, bool) {
+/// memory cgroup directory ([`SpawnCgroup::open_memory_dir`]); `None` when
+/// either file cannot be read — the cgroup's owner removed it meanwhile —
+/// so the caller takes the owner's own readings instead of guessing.
+pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, bool)> {
     let read = |name: &str| -> Option<String> {
         let fd = nix::fcntl::openat(
             dir,
@@ -61,10 +63,9 @@ pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> (Option<u64>, bool) {
         .ok()?;
         std::io::read_to_string(std::fs::File::from(fd)).ok()
     };
-    (
-        read(PEAK).as_deref().and_then(parse_peak),
-        read(OOM).as_deref().is_some_and(parse_oom_killed),
-    )
+    let peak = read(PEAK)?;
+    let oom = read(OOM)?;
+    Some((parse_peak(&peak), parse_oom_killed(&oom)))
 }
 
 /// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
@@ -164,5 +165,41 @@ impl SpawnCgroup {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{readings_at, OOM, PEAK};
+    use std::os::fd::AsFd;
+
+    fn dir_with(files: &[(&str, &str)]) -> (tempfile::TempDir, std::fs::File) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write");
+        }
+        let fd = std::fs::File::open(dir.path()).expect("open");
+        (dir, fd)
+    }
+
+    #[test]
+    fn readings_come_from_both_files() {
+        let (_d, fd) = dir_with(&[
+            (PEAK, "524288\n"),
+            (OOM, "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"),
+        ]);
+        assert_eq!(readings_at(fd.as_fd()), Some((Some(524288), true)));
+        let (_d, fd) = dir_with(&[(PEAK, "4096\n"), (OOM, "oom_kill 0\n")]);
+        assert_eq!(readings_at(fd.as_fd()), Some((Some(4096), false)));
+    }
+
+    /// A cgroup removed before it was read gives no readings (not "no OOM
+    /// kill"), so the daemon waits for the spawner's own.
+    #[test]
+    fn a_cgroup_gone_gives_no_readings() {
+        let (_d, fd) = dir_with(&[(PEAK, "4096\n")]);
+        assert_eq!(readings_at(fd.as_fd()), None);
+        let (_d, fd) = dir_with(&[]);
+        assert_eq!(readings_at(fd.as_fd()), None);
     }
 }

@@ -393,10 +393,11 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
     }
 
     /// Read through the directory the spawner sent, so the exit can be
-    /// recorded before the spawner has reaped init.
+    /// recorded before the spawner has reaped init; if the spawner removed
+    /// the cgroup first, its exit report carries the readings.
     fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
         match (&self.cgroup_memory, self.has_cgroup) {
-            (Some(dir), _) => Some(crate::sandbox::cgroup::readings_at(dir.as_fd())),
+            (Some(dir), _) => crate::sandbox::cgroup::readings_at(dir.as_fd()),
             (None, false) => Some((None, false)),
             (None, true) => None,
         }
