@@ -68,6 +68,24 @@ pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, boo
     Some((parse_peak(&peak), parse_oom_killed(&oom)))
 }
 
+/// How often a long-lived process (the daemon's spawner) sweeps: every
+/// create did, listing both hierarchies and checking each entry's pid,
+/// though only a `kill -9` of some spawnd leaves anything behind.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`sweep_stale`] on a process's first create, then at most every [`SWEEP_EVERY`].
+fn sweep_stale_now_and_then(roots: &V1Roots) {
+    static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+        *last = Some(std::time::Instant::now());
+        drop(last);
+        sweep_stale(roots);
+    }
+}
+
 /// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
 /// what a `kill -9` of spawnd left behind. Busy or foreign ones are left alone.
 fn sweep_stale(roots: &V1Roots) {
@@ -96,7 +114,7 @@ impl SpawnCgroup {
         memory_bytes: u64,
         processes: u64,
     ) -> std::io::Result<SpawnCgroup> {
-        sweep_stale(roots);
+        sweep_stale_now_and_then(roots);
         let memory = roots.memory.join("spawnd").join(name);
         let pids = roots.pids.join("spawnd").join(name);
         for dir in [&memory, &pids] {

@@ -65,6 +65,11 @@ pub trait SandboxEnd {
     fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
         None
     }
+    /// Reaps init once its exit is on record (the readings were taken):
+    /// [`SandboxEnd::reap`] without reading the cgroups again.
+    fn reap_recorded(self: Box<Self>) -> std::io::Result<()> {
+        self.reap().map(drop)
+    }
 }
 
 /// How a sandbox's init ended, with what it used.
@@ -125,6 +130,15 @@ impl SandboxEnd for LocalEnd {
                 .map_or((None, false), SpawnCgroup::readings),
         )
     }
+
+    fn reap_recorded(self: Box<Self>) -> std::io::Result<()> {
+        let LocalEnd { init, cgroup, .. } = *self;
+        wait_with_usage(init.as_raw())?;
+        if let Some(cg) = cgroup {
+            cg.remove();
+        }
+        Ok(())
+    }
 }
 
 /// A sandbox whose program has ended and been reported, and whose init is
@@ -135,7 +149,7 @@ pub struct Leaving<'a>(Box<dyn SandboxEnd + 'a>);
 impl Leaving<'_> {
     /// Waits for init and removes its cgroups.
     pub fn reap(self) -> std::io::Result<()> {
-        self.0.reap().map(drop)
+        self.0.reap_recorded()
     }
 }
 
