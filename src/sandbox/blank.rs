@@ -30,11 +30,12 @@ use std::os::unix::net::UnixStream;
 use nix::sys::signal::Signal;
 
 use super::child::{init_main, prepare_base};
-use super::launch::{clone_failed, ensure_single_threaded, LaunchOrder, NAMESPACES};
+use super::launch::{clone_failed, LaunchOrder, NAMESPACES};
 use super::parts::{ChildParts, PartsFacts};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
 use super::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
+use super::threads::ensure_single_threaded;
 use super::StepError;
 use crate::spawner::wire::{recv_up_to, send, MAX_FRAME_FDS};
 

@@ -37,6 +37,7 @@ mod prepare;
 pub mod seccomp;
 pub mod spec;
 pub mod sys;
+pub mod threads;
 
 use std::fmt;
 

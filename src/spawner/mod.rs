@@ -75,7 +75,7 @@ impl Spawner {
     /// Forks the spawner. Call it while the process is still single-threaded
     /// (before an async runtime starts); it refuses otherwise.
     pub fn start() -> std::io::Result<Spawner> {
-        let threads = crate::sandbox::launch::thread_count()?;
+        let threads = crate::sandbox::threads::thread_count()?;
         if threads != 1 {
             return Err(std::io::Error::other(format!(
                 "the spawner must be forked before any thread starts (this process has {threads})"
