@@ -14,6 +14,7 @@ pub(crate) mod output;
 mod remote;
 pub(crate) mod run;
 pub(crate) mod run_audit;
+mod run_launch;
 mod run_report;
 
 use std::time::Instant;

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use super::output::{Failure, Success};
-use super::run::Identity;
+use super::run_launch::Identity;
 use crate::plan::SpawnPlan;
 use crate::sandbox::spec::SandboxSpec;
 use crate::supervise::{Captured, Ending, Outcome};

@@ -1,0 +1,121 @@
+//! Where `spawnd run`'s sandbox is launched (here, or by the daemon's
+//! spawner) and as whom: [`Launching`], the sandbox building its root while
+//! the decision record goes to disk, and [`Identity`], the child's ids and
+//! how its memory and processes are limited (SPEC §4).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+
+use super::check::Prepared;
+use crate::probe::probe_cgroups;
+use crate::sandbox::cgroup::V1Roots;
+use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
+use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
+use crate::supervise::Watched;
+
+/// A sandbox building its root — launched here, or by a spawner — whose
+/// program waits for the decision record to be durable. Dropped, it is killed.
+pub(super) enum Launching<'s> {
+    Local(Result<Launched, crate::sandbox::StepError>),
+    Remote {
+        pending: Result<PendingLaunch<'s>, SpawnerError>,
+        begun: std::time::Instant,
+    },
+}
+
+impl<'s> Launching<'s> {
+    pub(super) fn begin(request: LaunchRequest<'_>, spawner: Option<&'s Spawner>) -> Launching<'s> {
+        let Some(spawner) = spawner else {
+            return Launching::Local(launch(request));
+        };
+        let begun = std::time::Instant::now();
+        // Sent, not waited for: the spawner launches while the caller
+        // writes and flushes the decision record.
+        let pending = match request.order() {
+            Ok(order) => {
+                let stdin = match &request.stdin {
+                    StdinSource::Null => RemoteStdin::Null,
+                    StdinSource::File(f) => RemoteStdin::File(f.as_fd()),
+                    StdinSource::Pipe => RemoteStdin::Pipe,
+                };
+                spawner.launch_begin(order, &request.program, stdin)
+            }
+            Err(e) => Err(SpawnerError::Setup(e.to_string())),
+        };
+        Launching::Remote { pending, begun }
+    }
+
+    /// Releases the program; for a remote sandbox, also a pidfd for its init.
+    pub(super) fn start_program(self) -> Result<(Watched<'s>, Option<OwnedFd>), String> {
+        match self {
+            Launching::Local(launched) => launched
+                .and_then(Launched::start_program)
+                .map(|r| (Watched::from(r), None))
+                .map_err(|e| e.to_string()),
+            Launching::Remote { pending, begun } => pending
+                .and_then(PendingLaunch::finish)
+                .map(|launched| (launched, std::time::Instant::now()))
+                .and_then(|(launched, built)| launched.start_program().map(|s| (s, built)))
+                .map(|(s, built)| {
+                    let pidfd = s.pidfd.try_clone().ok();
+                    (
+                        s.into_watched(begun, built, std::time::Instant::now()),
+                        pidfd,
+                    )
+                })
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Who the child is and how its memory and processes are limited.
+pub(super) struct Identity {
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) privileged: bool,
+    pub(super) limits_via: LimitsVia,
+}
+
+impl Identity {
+    /// SPEC §4: the caller's uid/gid (spawnd's own when unprivileged), or the
+    /// operator's `run_as`; a root caller without cgroups runs as 65534, since
+    /// RLIMIT_NPROC does not bind uid 0.
+    pub(super) fn choose(p: &Prepared) -> Identity {
+        let euid = nix::unistd::geteuid().as_raw();
+        let privileged = euid == 0;
+        let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
+        // Where the v1 controllers are mounted, read once per process: the
+        // daemon would otherwise parse mountinfo for every spawn.
+        static V1_MOUNTS: std::sync::OnceLock<(Option<PathBuf>, Option<PathBuf>)> =
+            std::sync::OnceLock::new();
+        // Only looked for when they could be used (root, `limits = "auto"`).
+        let v1_mounts = || {
+            V1_MOUNTS.get_or_init(|| {
+                let cg = probe_cgroups(true);
+                (cg.v1_memory, cg.v1_pids)
+            })
+        };
+        let limits_via = match (auto && privileged).then(v1_mounts) {
+            Some((Some(memory), Some(pids))) => LimitsVia::CgroupV1(V1Roots {
+                memory: memory.clone(),
+                pids: pids.clone(),
+            }),
+            _ => LimitsVia::Rlimits,
+        };
+        let (uid, gid) = if !privileged {
+            (euid, nix::unistd::getegid().as_raw())
+        } else if let Some(pair) = p.config.sandbox.run_as {
+            pair
+        } else if p.caller.uid == 0 && matches!(limits_via, LimitsVia::Rlimits) {
+            (65534, 65534)
+        } else {
+            (p.caller.uid, p.caller.gid)
+        };
+        Identity {
+            uid,
+            gid,
+            privileged,
+            limits_via,
+        }
+    }
+}
