@@ -1,9 +1,10 @@
 //! The append-only audit file. Every append takes an exclusive `flock` on a
 //! lock file beside the log (so `run` and `serve` can share it), reads the
 //! head (`<log>.head`: the last `seq` and `hash`), chains the new record to
-//! it, writes one JSON line and updates the head; the `fsync`
-//! comes after the lock is released, so concurrent writers commit together,
-//! and `append` returns only once its record is durable. `write` and
+//! it, writes one JSON line and updates the head; the `fdatasync` comes
+//! after the lock is released, and one serves every thread of the process
+//! whose record was written before it began ([`super::group_sync`]);
+//! `append` returns only once its record is durable. `write` and
 //! [`Unsynced::commit`] split that in two, so a caller can do other work (a
 //! sandbox building its root) while the disk flushes — the record is still
 //! durable before the program starts.
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use serde_json::{json, Map, Value};
 
+use super::group_sync::{self, Ticket};
 use super::record::{seal, Kind, GENESIS};
 
 /// Why a record could not be made durable.
@@ -51,6 +53,7 @@ pub struct Unsynced {
     file: File,
     path: PathBuf,
     appended: Appended,
+    ticket: Ticket,
 }
 
 impl Unsynced {
@@ -62,9 +65,10 @@ impl Unsynced {
         let _ = crate::sandbox::sys::start_writeback(self.file.as_fd());
     }
 
-    /// Waits until the record is on disk.
+    /// Waits until the record is on disk (synced here, or by another
+    /// thread's sync of the same file that began after it was written).
     pub fn commit(self) -> Result<Appended, AuditError> {
-        self.file.sync_data().map_err(|source| AuditError {
+        group_sync::commit(&self.file, self.ticket).map_err(|source| AuditError {
             path: self.path,
             what: "fsync".into(),
             source,
@@ -254,9 +258,11 @@ impl AuditLog {
         }
         let id = audit_id.map_or_else(random_id, str::to_string);
         let next = self.write_record(&mut file, &head, kind, &id, body)?;
-        // Group commit: the record and the head are written under the lock (so
-        // the chain stays in order); the fsync happens after it is released, so
-        // concurrent writers' flushes share the same journal commits.
+        let ticket = group_sync::written(&file).map_err(|e| self.err("stat", e))?;
+        // The record and the head are written under the lock (so the chain
+        // stays in order); the sync happens after it is released, and within
+        // this process one sync serves every record written before it began
+        // (group commit, `group_sync`).
         drop(lock);
         Ok(Unsynced {
             file,
@@ -265,6 +271,7 @@ impl AuditLog {
                 seq: next.seq,
                 audit_id: id,
             },
+            ticket,
         })
     }
 

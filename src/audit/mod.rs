@@ -5,6 +5,7 @@
 //! hold argv shapes with placeholder names, env key names, and hashes.
 
 pub mod events;
+pub mod group_sync;
 pub mod log;
 pub mod ocsf;
 pub mod record;

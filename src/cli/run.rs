@@ -244,8 +244,11 @@ fn execute_inner<'a>(
             events::decision(&plan, &prepared.caller, &planned),
         )
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
-    written.start_flush();
+    // The launch goes first (a clone here, or an order to the spawner), the
+    // flush right after it: the disk works while the sandbox builds its root,
+    // and starting the write-back does not hold the launch up.
     let launching = Launching::begin(request, x.spawner);
+    written.start_flush();
     let committing = std::time::Instant::now();
     let decided = written
         .commit()

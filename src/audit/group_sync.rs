@@ -1,0 +1,192 @@
+//! Group commit inside one process. The daemon appends from many threads at
+//! once (decisions, denials, exits), and each record must be on disk before
+//! what it allows happens. One `fdatasync` makes durable everything written
+//! to the file before it started, so when several threads wait for records
+//! of the same file, one of them (the leader) syncs for all: the others wait
+//! for its result instead of each flushing the disk (on this machine's ext4
+//! a flush is a data write, an inode write and a cache flush, one after the
+//! other, and each a trap to the hypervisor).
+//!
+//! Correctness rests on two facts: a record's [`Ticket`] is taken after its
+//! `write` returned, and the leader reads the count of tickets before its
+//! `fdatasync` starts — so every ticket it covers names data already in the
+//! page cache of the same inode (tickets are per inode: a rotated log starts
+//! a new epoch). A failed sync covers nobody: the waiters try again, each
+//! leading in turn, and see the error themselves.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// A record written to the file this ticket names, waiting to be durable.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket {
+    epoch: u64,
+    /// This record's place among the epoch's writes (0: sync alone).
+    n: u64,
+}
+
+struct State {
+    /// Which file (device, inode) the counts are about.
+    file: Option<(u64, u64)>,
+    /// Bumped whenever `file` changes.
+    epoch: u64,
+    /// Tickets handed out in this epoch.
+    written: u64,
+    /// Tickets known to be durable.
+    synced: u64,
+    /// A sync is under way.
+    leading: bool,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    file: None,
+    epoch: 0,
+    written: 0,
+    synced: 0,
+    leading: false,
+});
+static DONE: Condvar = Condvar::new();
+
+fn state() -> Option<MutexGuard<'static, State>> {
+    // Poisoned only by a panic under the lock; then every record syncs alone.
+    STATE.lock().ok()
+}
+
+/// Takes a ticket for a record whose write to `file` has returned.
+pub fn written(file: &File) -> std::io::Result<Ticket> {
+    let meta = file.metadata()?;
+    let key = (meta.dev(), meta.ino());
+    let Some(mut s) = state() else {
+        return Ok(Ticket { epoch: 0, n: 0 });
+    };
+    if s.file != Some(key) {
+        if s.leading {
+            // Another file is being synced (the log was just rotated): alone.
+            return Ok(Ticket { epoch: 0, n: 0 });
+        }
+        s.file = Some(key);
+        s.epoch += 1;
+        s.written = 0;
+        s.synced = 0;
+    }
+    s.written += 1;
+    Ok(Ticket {
+        epoch: s.epoch,
+        n: s.written,
+    })
+}
+
+/// Returns once the ticket's record is durable: synced by this thread (as
+/// leader, through `file`) or by another thread's sync of the same file.
+pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
+    if ticket.n == 0 {
+        return file.sync_data();
+    }
+    let Some(mut s) = state() else {
+        return file.sync_data();
+    };
+    loop {
+        if s.epoch != ticket.epoch {
+            drop(s);
+            return file.sync_data();
+        }
+        if s.synced >= ticket.n {
+            return Ok(());
+        }
+        if s.leading {
+            s = match DONE.wait(s) {
+                Ok(s) => s,
+                Err(_) => return file.sync_data(),
+            };
+            continue;
+        }
+        s.leading = true;
+        let covers = s.written;
+        drop(s);
+        let synced = file.sync_data();
+        let Some(mut again) = state() else {
+            DONE.notify_all();
+            return synced.and_then(|()| file.sync_data());
+        };
+        again.leading = false;
+        if synced.is_ok() {
+            again.synced = again.synced.max(covers);
+        }
+        DONE.notify_all();
+        synced?;
+        s = again;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_ticket_is_durable_after_commit_and_later_tickets_are_not_covered_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(b"one\n").unwrap();
+        let first = written(&f).unwrap();
+        commit(&f, first).unwrap();
+        {
+            // (Other tests share the state: only this epoch's counts are ours.)
+            let s = state().unwrap();
+            assert!(s.epoch != first.epoch || s.synced >= first.n);
+        }
+        f.write_all(b"two\n").unwrap();
+        let second = written(&f).unwrap();
+        assert!(second.n == 0 || second.n > first.n || second.epoch != first.epoch);
+        {
+            let s = state().unwrap();
+            assert!(s.epoch != second.epoch || second.n == 0 || s.synced < second.n || s.leading);
+        }
+        commit(&f, second).unwrap();
+    }
+
+    #[test]
+    fn many_threads_share_syncs_and_all_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        File::create(&path).unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for j in 0..50 {
+                        let mut f = std::fs::OpenOptions::new()
+                            .append(true)
+                            .open(&path)
+                            .unwrap();
+                        writeln!(f, "{i} {j}").unwrap();
+                        let t = written(&f).unwrap();
+                        commit(&f, t).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 400);
+    }
+
+    #[test]
+    fn another_file_starts_a_new_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = File::create(dir.path().join("a")).unwrap();
+        let b = File::create(dir.path().join("b")).unwrap();
+        let ta = written(&a).unwrap();
+        let tb = written(&b).unwrap();
+        // Counted tickets of two files never share an epoch (a ticket is
+        // uncounted, n = 0, when another test's sync of a third file runs).
+        assert!(ta.n == 0 || tb.n == 0 || ta.epoch != tb.epoch);
+        // The older ticket is no longer counted: it syncs alone, and succeeds.
+        commit(&a, ta).unwrap();
+        commit(&b, tb).unwrap();
+    }
+}
