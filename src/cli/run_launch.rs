@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use super::check::Prepared;
-use crate::probe::probe_cgroups;
+use crate::probe::v1_controller_mounts;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
@@ -89,12 +89,7 @@ impl Identity {
         static V1_MOUNTS: std::sync::OnceLock<(Option<PathBuf>, Option<PathBuf>)> =
             std::sync::OnceLock::new();
         // Only looked for when they could be used (root, `limits = "auto"`).
-        let v1_mounts = || {
-            V1_MOUNTS.get_or_init(|| {
-                let cg = probe_cgroups(true);
-                (cg.v1_memory, cg.v1_pids)
-            })
-        };
+        let v1_mounts = || V1_MOUNTS.get_or_init(v1_controller_mounts);
         let limits_via = match (auto && privileged).then(v1_mounts) {
             Some((Some(memory), Some(pids))) => LimitsVia::CgroupV1(V1Roots {
                 memory: memory.clone(),
