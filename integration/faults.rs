@@ -1,8 +1,9 @@
 //! Fault injection: the audit disk filling or turning read-only mid-run, a
 //! credential helper that hangs or prints garbage, the spawner killed
 //! mid-run, a client that trickles one byte at a time, a thousand connections
-//! opened and dropped, and `kill -9` of the daemon during 50 concurrent runs
-//! followed by a restart. Each ends with no sandboxed process left, the audit
+//! opened and dropped, `kill -9` of the daemon during 50 concurrent runs
+//! followed by a restart, and `kill -9` of `spawnd run`, whose cgroups the
+//! next run sweeps. Each ends with no sandboxed process left, the audit
 //! chain verifying, nothing leaked, and a clear error for whoever was refused.
 
 #[path = "daemon_harness.rs"]
@@ -226,6 +227,56 @@ fn the_audit_disk_filling_mid_run_is_reported_and_the_chain_still_verifies() {
         .unwrap();
     assert_eq!(again.status.code(), Some(0));
     assert_chain_verifies(&log);
+}
+
+/// The per-spawn cgroups (`<spawnd pid>-<n>`) of spawnd process `pid`.
+fn cgroups_of(pid: u32) -> Vec<PathBuf> {
+    ["/sys/fs/cgroup/memory/spawnd", "/sys/fs/cgroup/pids/spawnd"]
+        .iter()
+        .flat_map(|root| std::fs::read_dir(root).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{pid}-")))
+        })
+        .collect()
+}
+
+#[test]
+fn cgroups_left_by_a_kill_9_of_spawnd_run_are_swept_by_the_next_run() {
+    let log = world().path("outside/cgroup-sweep.jsonl");
+    let token = "cgroup-sweep-after-kill-9-7e2";
+    let mut run = start_run(
+        &log,
+        "cgroup-sweep",
+        &format!("exec -a {} sleep 30", unquoted(token)),
+    );
+    wait_running(token);
+    let left = cgroups_of(run.id());
+    assert_eq!(
+        left.len(),
+        2,
+        "a root run makes a memory and a pids cgroup: {left:?}"
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert_gone_within(token, Duration::from_secs(2));
+    assert!(
+        left.iter().all(|p| p.exists()),
+        "nobody removed them yet: {left:?}"
+    );
+    let next = start_run(&log, "cgroup-sweep", "true")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(
+        next.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&next.stderr)
+    );
+    let still: Vec<_> = left.iter().filter(|p| p.exists()).collect();
+    assert!(still.is_empty(), "stale cgroups not swept: {still:?}");
 }
 
 #[test]

@@ -22,7 +22,8 @@ use crate::policy::Decision;
 use crate::probe::LANDLOCK_ABI_REQUIRED;
 use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
-use crate::sandbox::launch::{LaunchRequest, StdinSource};
+use crate::sandbox::cgroup::sweep_stale_now_and_then;
+use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::default_filter;
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
@@ -249,6 +250,11 @@ fn execute_inner<'a>(
     // and starting the write-back does not hold the launch up.
     let launching = Launching::begin(request, x.spawner);
     written.start_flush();
+    // Stale cgroups (a `kill -9`'d spawnd's) are swept here, beside the
+    // sandbox building its root; the spawner sweeps its own way.
+    if let (None, LimitsVia::CgroupV1(roots)) = (x.spawner, &identity.limits_via) {
+        sweep_stale_now_and_then(roots);
+    }
     let committing = std::time::Instant::now();
     let decided = written
         .commit()

@@ -73,8 +73,11 @@ pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, boo
 /// though only a `kill -9` of some spawnd leaves anything behind.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// [`sweep_stale`] on a process's first create, then at most every [`SWEEP_EVERY`].
-fn sweep_stale_now_and_then(roots: &V1Roots) {
+/// [`sweep_stale`] on a process's first call, then at most every
+/// [`SWEEP_EVERY`]. Callers sweep once their sandbox is launched (`run`
+/// while the sandbox builds its root, the spawner once its reply is sent),
+/// so no launch waits for it.
+pub fn sweep_stale_now_and_then(roots: &V1Roots) {
     static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
     let mut last = LAST
         .lock()
@@ -114,7 +117,6 @@ impl SpawnCgroup {
         memory_bytes: u64,
         processes: u64,
     ) -> std::io::Result<SpawnCgroup> {
-        sweep_stale_now_and_then(roots);
         let memory = roots.memory.join("spawnd").join(name);
         let pids = roots.pids.join("spawnd").join(name);
         for dir in [&memory, &pids] {

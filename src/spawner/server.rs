@@ -16,8 +16,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::ahead::BlankPool;
 use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
-use crate::sandbox::cgroup::SpawnCgroup;
-use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
+use crate::sandbox::cgroup::{sweep_stale_now_and_then, SpawnCgroup};
+use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSource};
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
 
 enum Slot {
@@ -155,6 +155,11 @@ fn handle(
                             )?;
                             drop(list);
                             slots.insert(id, Slot::Launched(launched));
+                            // With the reply on its way, stale cgroups (a
+                            // `kill -9`'d spawnd's) are swept, now and then.
+                            if let LimitsVia::CgroupV1(roots) = &order.limits_via {
+                                sweep_stale_now_and_then(roots);
+                            }
                             Ok(())
                         }
                         (Err(e), _, _) => failed(sock, id, &format!("pidfd_open(init): {e}")),
