@@ -4,13 +4,20 @@
 //! before it does anything else, so every process of the sandbox is counted; the peak memory and OOM kills are read back afterwards.
 //! Without them the launcher falls back to rlimits and says so.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-/// A pair of per-spawn cgroups.
+use nix::fcntl::OFlag;
+
+/// A pair of per-spawn cgroups, with their directories open: every file in
+/// them is reached from those (a fresh cgroup's files miss the dentry cache,
+/// so each full path walk from `/` cost a slow lookup more).
 #[derive(Debug)]
 pub struct SpawnCgroup {
     memory: PathBuf,
     pids: PathBuf,
+    memory_dir: OwnedFd,
+    pids_dir: OwnedFd,
 }
 
 /// Where the v1 hierarchies are mounted.
@@ -22,12 +29,42 @@ pub struct V1Roots {
     pub pids: PathBuf,
 }
 
-fn write(path: &Path, value: &str) -> std::io::Result<()> {
-    std::fs::write(path, value).map_err(|e| {
+/// Opens `name` in the cgroup directory `dir` (shown as `shown` in errors).
+fn open_in(dir: &OwnedFd, shown: &Path, name: &str, flags: OFlag) -> std::io::Result<OwnedFd> {
+    nix::fcntl::openat(
+        dir,
+        name,
+        flags | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| {
+        let e = std::io::Error::from(e);
         std::io::Error::new(
             e.kind(),
-            format!("write {value:?} to {}: {e}", path.display()),
+            format!("open {}: {e}", shown.join(name).display()),
         )
+    })
+}
+
+fn write_in(dir: &OwnedFd, shown: &Path, name: &str, value: &str) -> std::io::Result<()> {
+    let fd = open_in(dir, shown, name, OFlag::O_WRONLY)?;
+    std::io::Write::write_all(&mut std::fs::File::from(fd), value.as_bytes()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("write {value:?} to {}: {e}", shown.join(name).display()),
+        )
+    })
+}
+
+fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
+    nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| {
+        let e = std::io::Error::from(e);
+        std::io::Error::new(e.kind(), format!("open {}: {e}", dir.display()))
     })
 }
 
@@ -119,18 +156,38 @@ impl SpawnCgroup {
     ) -> std::io::Result<SpawnCgroup> {
         let memory = roots.memory.join("spawnd").join(name);
         let pids = roots.pids.join("spawnd").join(name);
-        for dir in [&memory, &pids] {
+        let made = |dir: &Path| -> std::io::Result<OwnedFd> {
             std::fs::create_dir_all(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display()))
             })?;
-        }
-        let cg = SpawnCgroup { memory, pids };
-        write(
-            &cg.memory.join("memory.limit_in_bytes"),
+            open_dir(dir).inspect_err(|_| {
+                let _ = std::fs::remove_dir(dir);
+            })
+        };
+        let memory_dir = made(&memory)?;
+        let pids_dir = made(&pids).inspect_err(|_| {
+            let _ = std::fs::remove_dir(&memory);
+        })?;
+        let cg = SpawnCgroup {
+            memory,
+            pids,
+            memory_dir,
+            pids_dir,
+        };
+        let limited = write_in(
+            &cg.memory_dir,
+            &cg.memory,
+            "memory.limit_in_bytes",
             &memory_bytes.to_string(),
-        )?;
-        write(&cg.pids.join("pids.max"), &processes.to_string())?;
-        Ok(cg)
+        )
+        .and_then(|()| write_in(&cg.pids_dir, &cg.pids, "pids.max", &processes.to_string()));
+        match limited {
+            Ok(()) => Ok(cg),
+            Err(e) => {
+                cg.remove();
+                Err(e)
+            }
+        }
     }
 
     /// Opens both cgroups' `tasks` files for writing, here, with spawnd's
@@ -138,41 +195,26 @@ impl SpawnCgroup {
     /// A thread moving itself skips the kernel's global threadgroup lock,
     /// whose first use after a quiet spell waits for an RCU grace period
     /// (8–20 ms measured here) — moving the child by pid from outside does.
-    pub fn open_tasks(&self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
-        [&self.memory, &self.pids]
-            .into_iter()
-            .map(|dir| {
-                let path = dir.join("tasks");
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map(std::os::fd::OwnedFd::from)
-                    .map_err(|e| {
-                        std::io::Error::new(e.kind(), format!("open {}: {e}", path.display()))
-                    })
-            })
-            .collect()
+    pub fn open_tasks(&self) -> std::io::Result<Vec<OwnedFd>> {
+        [
+            (&self.memory_dir, &self.memory),
+            (&self.pids_dir, &self.pids),
+        ]
+        .into_iter()
+        .map(|(dir, shown)| open_in(dir, shown, "tasks", OFlag::O_WRONLY))
+        .collect()
     }
 
-    /// Peak memory use in bytes.
-    pub fn peak_memory(&self) -> Option<u64> {
-        parse_peak(&std::fs::read_to_string(self.memory.join(PEAK)).ok()?)
-    }
-
-    /// Whether the kernel's OOM killer acted in this cgroup.
-    pub fn oom_killed(&self) -> bool {
-        parse_oom_killed(&std::fs::read_to_string(self.memory.join(OOM)).unwrap_or_default())
-    }
-
-    /// Peak memory and whether the OOM killer acted, together.
+    /// Peak memory and whether the OOM killer acted, together (no peak and
+    /// no OOM kill when the files cannot be read).
     pub fn readings(&self) -> (Option<u64>, bool) {
-        (self.peak_memory(), self.oom_killed())
+        readings_at(self.memory_dir.as_fd()).unwrap_or((None, false))
     }
 
-    /// The memory cgroup's directory, opened for [`readings_at`] by a
-    /// process that does not own the cgroup (the daemon, for its spawner's).
-    pub fn open_memory_dir(&self) -> std::io::Result<std::os::fd::OwnedFd> {
-        Ok(std::fs::File::open(&self.memory)?.into())
+    /// The memory cgroup's directory, for [`readings_at`] in a process that
+    /// does not own the cgroup (the daemon, for its spawner's).
+    pub fn open_memory_dir(&self) -> std::io::Result<OwnedFd> {
+        self.memory_dir.try_clone()
     }
 
     /// Removes both cgroups (retrying while the kernel finishes tearing the processes down).
