@@ -106,11 +106,13 @@ pub struct Rooted {
     pub detaching: Option<i32>,
 }
 
-/// Mounts the rest of `spec` onto a staged root and pivots into it.
+/// Mounts the rest of `spec` onto a staged root and pivots into it; runs
+/// `meanwhile` while the old root is being detached.
 pub fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
     scopes: &[ScopeId],
+    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Rooted, StepError> {
     let Staged { stage, base } = staged;
     // From here on nothing the host mounts or unmounts reaches the sandbox.
@@ -134,7 +136,7 @@ pub fn finish_root_in_child(
         .collect::<Result<Vec<_>, _>>()?;
     apply_steps(&stage, rest, &scope_fds)?;
     drop(stage);
-    let detaching = pivot_into(Path::new(STAGE))?;
+    let detaching = pivot_into(Path::new(STAGE), meanwhile)?;
     Ok(Rooted {
         scope_fds,
         detaching,
@@ -328,7 +330,10 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
 
 /// Pivots into the staged root; returns the pid of the helper detaching
 /// the old one, if one does.
-fn pivot_into(stage: &Path) -> Result<Option<i32>, StepError> {
+fn pivot_into(
+    stage: &Path,
+    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
+) -> Result<Option<i32>, StepError> {
     let old = stage.join(OLD_ROOT);
     std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
     nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
@@ -347,6 +352,7 @@ fn pivot_into(stage: &Path) -> Result<Option<i32>, StepError> {
             None
         }
     };
+    meanwhile()?;
     let mut detaching = detaching;
     let waiting = std::time::Instant::now();
     loop {
