@@ -103,6 +103,26 @@ fn python_computes(who: As) {
     );
 }
 
+/// The sandbox's own loopback is up (brought up at launch, or ahead):
+/// a datagram to itself on 127.0.0.1 arrives.
+fn its_own_loopback_works(who: As) {
+    let data = result(&world().run(
+        who,
+        "py",
+        &[(
+            "code",
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('127.0.0.1',0)); s.sendto(b'ping',s.getsockname()); print(s.recv(4).decode())",
+        )],
+        &[],
+    ));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert_eq!(
+        data["stdout"]["text"].as_str().map(str::trim),
+        Some("ping"),
+        "{data}"
+    );
+}
+
 fn dynamic_programs_find_their_libraries(who: As) {
     let data = result(&world().run(
         who,
@@ -223,6 +243,7 @@ both!(
     git_status_works,
     tar_writes_into_the_write_scope,
     python_computes,
+    its_own_loopback_works,
     dynamic_programs_find_their_libraries,
     exit_codes_and_signals_come_back,
     signals_start_at_their_defaults,
