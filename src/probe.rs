@@ -260,9 +260,10 @@ pub fn probe_cgroups(root: bool) -> Cgroups {
 
 /// Where the v1 `memory` and `pids` controllers are mounted. The usual
 /// places (`/sys/fs/cgroup/memory`, `/sys/fs/cgroup/pids`) are checked first,
-/// with a `statfs` and the controller's own file each, which spares a
-/// one-shot `spawnd run` reading and parsing the whole mount table (about
-/// 50 µs here); anywhere else, the mount table says.
+/// with a `statfs` and a file only that controller has (the pids controller
+/// has none in its root, so `spawnd/pids.max`, which spawnd's first run
+/// there made); that spares a one-shot `spawnd run` reading and parsing the
+/// whole mount table (about 50 µs here). Otherwise the mount table says.
 pub fn v1_controller_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
     let usual = |dir: &str, own_file: &str| {
         let dir = Path::new(dir);
@@ -272,7 +273,7 @@ pub fn v1_controller_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
     };
     match (
         usual("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
-        usual("/sys/fs/cgroup/pids", "pids.max"),
+        usual("/sys/fs/cgroup/pids", "spawnd/pids.max"),
     ) {
         (Some(memory), Some(pids)) => (Some(memory), Some(pids)),
         _ => {
