@@ -78,7 +78,7 @@ impl Stream {
 /// of the stream, flushes what the redactor held back and drops the pipe.
 pub(super) fn drain(
     stream: &mut Stream,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     which: u8,
     live: &mut Option<Box<dyn LiveOutput + Send>>,
 ) {
@@ -97,6 +97,7 @@ pub(super) fn drain(
                 if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
                     sink.chunk(which, &kept);
                 }
+                super::grow_if_filled(buf, n);
             }
             Err(nix::Error::EAGAIN) => {
                 stream.fd = Some(fd);
@@ -134,7 +135,7 @@ mod tests {
         let mut s = Stream::new(r, 100, redact::Redactor::new([]));
         set_nonblocking(s.fd.as_ref().unwrap().as_fd()).unwrap();
         nix::unistd::write(&w, b"partial").unwrap();
-        let mut buf = [0u8; 64];
+        let mut buf = vec![0u8; 64];
         drain(&mut s, &mut buf, 0, &mut None);
         // The writer still holds the pipe: no end of stream yet.
         assert!(s.fd.is_some());
@@ -148,6 +149,20 @@ mod tests {
         drain(&mut s, &mut buf, 0, &mut None);
         let c = s.finish();
         assert_eq!((c.kept.as_slice(), c.truncated), (&b"whole"[..], false));
+    }
+
+    #[test]
+    fn a_small_read_buffer_grows_once_a_read_fills_it_and_nothing_is_lost() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 100_000, redact::Redactor::new([]));
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        nix::unistd::write(&w, &data).unwrap();
+        drop(w);
+        let mut buf = vec![0u8; super::super::FIRST_CHUNK];
+        drain(&mut s, &mut buf, 0, &mut None);
+        assert_eq!(buf.len(), super::super::CHUNK);
+        let c = s.finish();
+        assert_eq!((c.kept.as_slice(), c.truncated), (&data[..], false));
     }
 
     #[test]
