@@ -224,6 +224,10 @@ as_root_and_nobody! {
         let r = world().attack(who, "memory-bomb", &["1024"]);
         let killed = r.envelope["data"]["signal"] == 9;
         assert!(killed || r.probe["outcome"] == "blocked", "memory bomb survived: {}", r.envelope["data"]);
+        // Under cgroups, the kernel's OOM killer did it, and the result says so.
+        if killed && r.envelope["data"]["isolation"]["limits_via"] == "cgroup_v1" {
+            assert_eq!(r.envelope["data"]["oom_killed"], true, "{}", r.envelope["data"]);
+        }
     };
     r64_no_core_dump_is_written => |who| {
         let w = world();

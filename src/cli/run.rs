@@ -248,13 +248,14 @@ fn execute_inner<'a>(
     // The launch goes first (a clone here, or an order to the spawner), the
     // flush right after it: the disk works while the sandbox builds its root,
     // and starting the write-back does not hold the launch up.
-    let launching = Launching::begin(request, x.spawner);
+    let mut launching = Launching::begin(request, x.spawner);
     written.start_flush();
     // Stale cgroups (a `kill -9`'d spawnd's) are swept here, beside the
     // sandbox building its root; the spawner sweeps its own way.
     if let (None, LimitsVia::CgroupV1(roots)) = (x.spawner, &identity.limits_via) {
         sweep_stale_now_and_then(roots);
     }
+    launching.meanwhile();
     let committing = std::time::Instant::now();
     let decided = written
         .commit()

@@ -45,6 +45,14 @@ impl<'s> Launching<'s> {
         Launching::Remote { pending, begun }
     }
 
+    /// Work that would otherwise wait for the program's end, done while the
+    /// caller waits for the disk: opening the cgroup's reading files.
+    pub(super) fn meanwhile(&mut self) {
+        if let Launching::Local(Ok(launched)) = self {
+            launched.open_cgroup_readings();
+        }
+    }
+
     /// Releases the program; for a remote sandbox, also a pidfd for its init.
     pub(super) fn start_program(self) -> Result<(Watched<'s>, Option<OwnedFd>), String> {
         match self {

@@ -18,6 +18,8 @@ pub struct SpawnCgroup {
     pids: PathBuf,
     memory_dir: OwnedFd,
     pids_dir: OwnedFd,
+    /// The peak and OOM files, opened ahead ([`SpawnCgroup::open_readings`]).
+    readings_files: Option<(std::fs::File, std::fs::File)>,
 }
 
 /// Where the v1 hierarchies are mounted.
@@ -173,6 +175,7 @@ impl SpawnCgroup {
             pids,
             memory_dir,
             pids_dir,
+            readings_files: None,
         };
         let limited = write_in(
             &cg.memory_dir,
@@ -205,10 +208,36 @@ impl SpawnCgroup {
         .collect()
     }
 
+    /// Opens the files [`SpawnCgroup::readings`] reads, so that their
+    /// lookups (a fresh cgroup's files are not in the dentry cache yet)
+    /// happen while the caller waits anyway, not after the program ended.
+    /// Best effort: without them, `readings` opens them itself.
+    pub fn open_readings(&mut self) {
+        let open = |name| {
+            open_in(&self.memory_dir, &self.memory, name, OFlag::O_RDONLY).map(std::fs::File::from)
+        };
+        if let (Ok(peak), Ok(oom)) = (open(PEAK), open(OOM)) {
+            self.readings_files = Some((peak, oom));
+        }
+    }
+
     /// Peak memory and whether the OOM killer acted, together (no peak and
     /// no OOM kill when the files cannot be read).
     pub fn readings(&self) -> (Option<u64>, bool) {
-        readings_at(self.memory_dir.as_fd()).unwrap_or((None, false))
+        let Some((peak, oom)) = &self.readings_files else {
+            return readings_at(self.memory_dir.as_fd()).unwrap_or((None, false));
+        };
+        // Read from the start each time: the kernel renders them anew.
+        let read = |f: &std::fs::File| -> Option<String> {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 256];
+            let n = f.read_at(&mut buf, 0).ok()?;
+            String::from_utf8(buf[..n].to_vec()).ok()
+        };
+        (
+            read(peak).as_deref().and_then(parse_peak),
+            read(oom).as_deref().is_some_and(parse_oom_killed),
+        )
     }
 
     /// The memory cgroup's directory, for [`readings_at`] in a process that

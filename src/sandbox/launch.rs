@@ -220,6 +220,14 @@ impl Launched {
             .map(|r| [r.stdout.as_fd(), r.stderr.as_fd(), r.status.as_fd()])
     }
 
+    /// Opens the memory cgroup's peak and OOM files now (see
+    /// [`SpawnCgroup::open_readings`]); nothing without cgroups.
+    pub fn open_cgroup_readings(&mut self) {
+        if let Some(cg) = self.running.as_mut().and_then(|r| r.cgroup.as_mut()) {
+            cg.open_readings();
+        }
+    }
+
     /// The memory cgroup's directory, opened (see
     /// [`SpawnCgroup::open_memory_dir`]); `None` without cgroups.
     pub fn open_cgroup_memory_dir(&self) -> Option<std::io::Result<OwnedFd>> {
