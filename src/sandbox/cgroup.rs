@@ -19,7 +19,7 @@ pub struct SpawnCgroup {
     memory_dir: OwnedFd,
     pids_dir: OwnedFd,
     /// The peak and OOM files, opened ahead ([`SpawnCgroup::open_readings`]).
-    readings_files: Option<(std::fs::File, std::fs::File)>,
+    readings: Option<Readings>,
 }
 
 /// Where the v1 hierarchies are mounted.
@@ -87,24 +87,56 @@ fn parse_oom_killed(text: &str) -> bool {
     })
 }
 
-/// Peak memory and whether the OOM killer acted, read through an open
-/// memory cgroup directory ([`SpawnCgroup::open_memory_dir`]); `None` when
-/// either file cannot be read — the cgroup's owner removed it meanwhile —
-/// so the caller takes the owner's own readings instead of guessing.
+/// A memory cgroup's peak and OOM files, opened ahead of their reading:
+/// a fresh cgroup's files miss the dentry cache, so opening them costs a
+/// slow lookup each, better paid while the program runs than after it.
+#[derive(Debug)]
+pub struct Readings {
+    peak: std::fs::File,
+    oom: std::fs::File,
+}
+
+impl Readings {
+    /// Opens both files in the memory cgroup directory `dir`.
+    pub fn open_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<Readings> {
+        let open = |name: &str| {
+            nix::fcntl::openat(
+                dir,
+                name,
+                OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()
+            .map(std::fs::File::from)
+        };
+        Some(Readings {
+            peak: open(PEAK)?,
+            oom: open(OOM)?,
+        })
+    }
+
+    /// Peak memory and whether the OOM killer acted; `None` when either
+    /// file cannot be read — the cgroup's owner removed it meanwhile — so
+    /// the caller takes the owner's own readings instead of guessing.
+    pub fn read(&self) -> Option<(Option<u64>, bool)> {
+        // From the start each time: the kernel renders them anew.
+        let read = |f: &std::fs::File| -> Option<String> {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 256];
+            let n = f.read_at(&mut buf, 0).ok()?;
+            String::from_utf8(buf[..n].to_vec()).ok()
+        };
+        let peak = read(&self.peak)?;
+        let oom = read(&self.oom)?;
+        Some((parse_peak(&peak), parse_oom_killed(&oom)))
+    }
+}
+
+/// [`Readings`] opened and read at once, through an open memory cgroup
+/// directory ([`SpawnCgroup::open_memory_dir`]); `None` as for
+/// [`Readings::read`].
 pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, bool)> {
-    let read = |name: &str| -> Option<String> {
-        let fd = nix::fcntl::openat(
-            dir,
-            name,
-            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .ok()?;
-        std::io::read_to_string(std::fs::File::from(fd)).ok()
-    };
-    let peak = read(PEAK)?;
-    let oom = read(OOM)?;
-    Some((parse_peak(&peak), parse_oom_killed(&oom)))
+    Readings::open_at(dir)?.read()
 }
 
 /// How often a long-lived process (the daemon's spawner) sweeps: every
@@ -175,7 +207,7 @@ impl SpawnCgroup {
             pids,
             memory_dir,
             pids_dir,
-            readings_files: None,
+            readings: None,
         };
         let limited = write_in(
             &cg.memory_dir,
@@ -213,31 +245,17 @@ impl SpawnCgroup {
     /// happen while the caller waits anyway, not after the program ended.
     /// Best effort: without them, `readings` opens them itself.
     pub fn open_readings(&mut self) {
-        let open = |name| {
-            open_in(&self.memory_dir, &self.memory, name, OFlag::O_RDONLY).map(std::fs::File::from)
-        };
-        if let (Ok(peak), Ok(oom)) = (open(PEAK), open(OOM)) {
-            self.readings_files = Some((peak, oom));
-        }
+        self.readings = Readings::open_at(self.memory_dir.as_fd());
     }
 
     /// Peak memory and whether the OOM killer acted, together (no peak and
     /// no OOM kill when the files cannot be read).
     pub fn readings(&self) -> (Option<u64>, bool) {
-        let Some((peak, oom)) = &self.readings_files else {
-            return readings_at(self.memory_dir.as_fd()).unwrap_or((None, false));
-        };
-        // Read from the start each time: the kernel renders them anew.
-        let read = |f: &std::fs::File| -> Option<String> {
-            use std::os::unix::fs::FileExt;
-            let mut buf = [0u8; 256];
-            let n = f.read_at(&mut buf, 0).ok()?;
-            String::from_utf8(buf[..n].to_vec()).ok()
-        };
-        (
-            read(peak).as_deref().and_then(parse_peak),
-            read(oom).as_deref().is_some_and(parse_oom_killed),
-        )
+        match &self.readings {
+            Some(r) => r.read(),
+            None => readings_at(self.memory_dir.as_fd()),
+        }
+        .unwrap_or((None, false))
     }
 
     /// The memory cgroup's directory, for [`readings_at`] in a process that
@@ -282,6 +300,20 @@ mod tests {
         assert_eq!(readings_at(fd.as_fd()), Some((Some(524288), true)));
         let (_d, fd) = dir_with(&[(PEAK, "4096\n"), (OOM, "oom_kill 0\n")]);
         assert_eq!(readings_at(fd.as_fd()), Some((Some(4096), false)));
+    }
+
+    /// Files opened ahead are read from their start each time, so a
+    /// reading reflects the file as it is then, not as it was at open.
+    #[test]
+    fn readings_opened_ahead_read_the_files_as_they_are_then() {
+        let (dir, fd) = dir_with(&[(PEAK, "4096\n"), (OOM, "oom_kill 0\n")]);
+        let opened = super::Readings::open_at(fd.as_fd()).expect("both files");
+        assert_eq!(opened.read(), Some((Some(4096), false)));
+        std::fs::write(dir.path().join(PEAK), "8192\n").unwrap();
+        std::fs::write(dir.path().join(OOM), "oom_kill 1\n").unwrap();
+        assert_eq!(opened.read(), Some((Some(8192), true)));
+        let (_d, fd) = dir_with(&[(PEAK, "4096\n")]);
+        assert!(super::Readings::open_at(fd.as_fd()).is_none());
     }
 
     /// A cgroup removed before it was read gives no readings (not "no OOM

@@ -382,6 +382,8 @@ pub struct RemoteSandbox<'s> {
 struct RemoteEnd<'s> {
     pidfd: OwnedFd,
     cgroup_memory: Option<OwnedFd>,
+    /// Its peak and OOM files, opened while the program runs.
+    readings: Option<crate::sandbox::cgroup::Readings>,
     has_cgroup: bool,
     replies: Receiver<(Reply, Vec<OwnedFd>)>,
     _spawner: &'s Spawner,
@@ -397,7 +399,10 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
     /// the cgroup first, its exit report carries the readings.
     fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
         match (&self.cgroup_memory, self.has_cgroup) {
-            (Some(dir), _) => crate::sandbox::cgroup::readings_at(dir.as_fd()),
+            (Some(dir), _) => match &self.readings {
+                Some(opened) => opened.read(),
+                None => crate::sandbox::cgroup::readings_at(dir.as_fd()),
+            },
             (None, false) => Some((None, false)),
             (None, true) => None,
         }
@@ -438,6 +443,12 @@ impl<'s> RemoteSandbox<'s> {
             released_at,
             end: Box::new(RemoteEnd {
                 pidfd: self.pidfd,
+                // Opened now, while the program runs (best effort: without
+                // them, the readings open the files themselves).
+                readings: self
+                    .cgroup_memory
+                    .as_ref()
+                    .and_then(|dir| crate::sandbox::cgroup::Readings::open_at(dir.as_fd())),
                 cgroup_memory: self.cgroup_memory,
                 has_cgroup: self.has_cgroup,
                 replies: self.replies,
