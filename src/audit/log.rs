@@ -16,7 +16,7 @@
 //! reported in a `note` record and chained past — never silently dropped.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -131,10 +131,11 @@ pub fn now_rfc3339_millis() -> String {
     now.format(&fmt).unwrap_or_default()
 }
 
-fn random_id() -> String {
+/// A fresh audit id: 64 bits from `getrandom(2)` (no descriptor needed).
+fn random_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 8];
-    let _ = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    hex::encode(bytes)
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("getrandom: {e}")))?;
+    Ok(hex::encode(bytes))
 }
 
 impl AuditLog {
@@ -254,9 +255,13 @@ impl AuditLog {
         }
         for note in notes {
             let body = note.as_object().cloned().unwrap_or_default();
-            head = self.write_record(&mut file, &head, Kind::Note, &random_id(), body)?;
+            let id = random_id().map_err(|e| self.err("make an audit id", e))?;
+            head = self.write_record(&mut file, &head, Kind::Note, &id, body)?;
         }
-        let id = audit_id.map_or_else(random_id, str::to_string);
+        let id = match audit_id {
+            Some(id) => id.to_string(),
+            None => random_id().map_err(|e| self.err("make an audit id", e))?,
+        };
         let next = self.write_record(&mut file, &head, kind, &id, body)?;
         let ticket = group_sync::written(&file).map_err(|e| self.err("stat", e))?;
         // The record and the head are written under the lock (so the chain

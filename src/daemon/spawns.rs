@@ -19,7 +19,6 @@
 //! streams from the buffers.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -157,10 +156,13 @@ impl LiveOutput for HandleSink {
     }
 }
 
-/// A connection's handles.
+/// A connection's handles, and the caller its peer stands for.
 #[derive(Default)]
 pub struct Handles {
     map: HashMap<String, Arc<Handle>>,
+    /// Looked up in the password database on the connection's first spawn
+    /// (the peer's credentials are fixed at connect): not once per request.
+    caller: Option<Caller>,
 }
 
 impl Handles {
@@ -197,10 +199,18 @@ impl Handles {
     }
 }
 
-fn new_handle_name() -> String {
+/// A fresh, unguessable handle name: 128 bits from the kernel's CSPRNG
+/// (`getrandom(2)`; no descriptor, so it works when the daemon is out of
+/// them). Without randomness, no handle (and no spawn).
+fn new_handle_name() -> Result<String, RpcError> {
     let mut bytes = [0u8; 16];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    format!("h-{}", hex::encode(bytes))
+    getrandom::fill(&mut bytes).map_err(|e| {
+        RpcError::new(
+            -32603,
+            format!("no randomness for a handle name (getrandom: {e}); nothing was run"),
+        )
+    })?;
+    Ok(format!("h-{}", hex::encode(bytes)))
 }
 
 /// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
@@ -244,7 +254,10 @@ pub async fn spawn(
         stdin,
         timeout_ms,
     } = request_from(method, params)?;
-    let caller = caller_of(peer)?;
+    let caller = match &handles.caller {
+        Some(known) => known.clone(),
+        None => handles.caller.insert(caller_of(peer)?).clone(),
+    };
     let loaded = daemon.loaded();
     let Some(manifest) = loaded.manifests.get(&connector).cloned() else {
         return Err(unknown_connector(daemon, &caller, &connector, &request).await);
@@ -281,6 +294,7 @@ pub async fn spawn(
     let spawner = daemon
         .spawner()
         .map_err(|e| RpcError::new(rpc::SANDBOX_UNAVAILABLE, format!("{e}; nothing was run")))?;
+    let name = new_handle_name()?;
     let handle = Handle::new();
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
@@ -372,7 +386,6 @@ pub async fn spawn(
                 list.retain(|w| w.strong_count() > 0);
                 list.push(Arc::downgrade(&handle));
             }
-            let name = new_handle_name();
             handles.map.insert(name.clone(), handle);
             Ok(json!({"handle": name}))
         }
@@ -502,4 +515,20 @@ pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Val
     let name = string_param(params, "handle")?;
     handles.map.remove(name);
     Ok(json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handle_names_are_128_random_bits_and_do_not_repeat() {
+        let names: std::collections::HashSet<String> = (0..1000)
+            .map(|_| super::new_handle_name().expect("getrandom"))
+            .collect();
+        assert_eq!(names.len(), 1000);
+        for n in &names {
+            let hex = n.strip_prefix("h-").expect("prefix");
+            assert_eq!(hex.len(), 32, "{n}");
+            assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()), "{n}");
+        }
+    }
 }
