@@ -1,7 +1,8 @@
 //! Audit append throughput (not a timed test): durable appends per second by
 //! one writer and by 8 concurrent writers sharing one log. Each append returns
-//! only after its fsync; with group commit the concurrent writers' flushes
-//! share journal commits, so throughput should rise with concurrency.
+//! only after its record is on disk; with group commit (`audit::group_sync`)
+//! one writer's `fdatasync` serves every record written before it began, so
+//! throughput should rise with concurrency.
 //!
 //! Run: `cargo bench --bench audit`.
 
