@@ -7,16 +7,26 @@
 //! a flush is a data write, an inode write and a cache flush, one after the
 //! other, and each a trap to the hypervisor).
 //!
-//! Correctness rests on two facts: a record's [`Ticket`] is taken after its
-//! `write` returned, and the leader reads the count of tickets before its
-//! `fdatasync` starts — so every ticket it covers names data already in the
-//! page cache of the same inode (tickets are per inode: a rotated log starts
-//! a new epoch). A failed sync covers nobody: the waiters try again, each
-//! leading in turn, and see the error themselves.
+//! Why a covered record is durable:
+//! - A record's [`Ticket`] is taken after its `write` returned and while the
+//!   writer still holds the log's `flock`, so tickets come in the order the
+//!   records were written; the leader reads the count of tickets before its
+//!   `fdatasync` starts, so every ticket it covers names data already in the
+//!   page cache of the same inode (tickets are per inode: a rotated log
+//!   starts a new epoch).
+//! - Write-back errors are reported once per open file description. Every
+//!   sync of an epoch goes through one description, a duplicate of the
+//!   epoch's first writer's, which was opened before any record the epoch
+//!   covers was written: it sees every error on them, even one another
+//!   process's sync has already reported (a description opened later would
+//!   not).
+//! - A failed sync ends the epoch and covers nobody: every waiting record
+//!   then syncs through its own description, opened before its write, and
+//!   sees the error itself.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A record written to the file this ticket names, waiting to be durable.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +39,9 @@ pub struct Ticket {
 struct State {
     /// Which file (device, inode) the counts are about.
     file: Option<(u64, u64)>,
-    /// Bumped whenever `file` changes.
+    /// The description every sync of this epoch goes through.
+    syncer: Option<Arc<File>>,
+    /// Bumped whenever `file` changes, and when a sync fails.
     epoch: u64,
     /// Tickets handed out in this epoch.
     written: u64,
@@ -41,6 +53,7 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State {
     file: None,
+    syncer: None,
     epoch: 0,
     written: 0,
     synced: 0,
@@ -53,19 +66,26 @@ fn state() -> Option<MutexGuard<'static, State>> {
     STATE.lock().ok()
 }
 
-/// Takes a ticket for a record whose write to `file` has returned.
+const ALONE: Ticket = Ticket { epoch: 0, n: 0 };
+
+/// Takes a ticket for a record whose write to `file` has returned; call it
+/// while still holding the log's lock (see the module documentation).
 pub fn written(file: &File) -> std::io::Result<Ticket> {
     let meta = file.metadata()?;
     let key = (meta.dev(), meta.ino());
     let Some(mut s) = state() else {
-        return Ok(Ticket { epoch: 0, n: 0 });
+        return Ok(ALONE);
     };
     if s.file != Some(key) {
         if s.leading {
             // Another file is being synced (the log was just rotated): alone.
-            return Ok(Ticket { epoch: 0, n: 0 });
+            return Ok(ALONE);
         }
+        let Ok(syncer) = file.try_clone() else {
+            return Ok(ALONE);
+        };
         s.file = Some(key);
+        s.syncer = Some(Arc::new(syncer));
         s.epoch += 1;
         s.written = 0;
         s.synced = 0;
@@ -78,7 +98,8 @@ pub fn written(file: &File) -> std::io::Result<Ticket> {
 }
 
 /// Returns once the ticket's record is durable: synced by this thread (as
-/// leader, through `file`) or by another thread's sync of the same file.
+/// leader, through the epoch's description) or by another thread's sync of
+/// the same file; `file` is the record's own, for syncing alone.
 pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
     if ticket.n == 0 {
         return file.sync_data();
@@ -101,17 +122,28 @@ pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
             };
             continue;
         }
+        let Some(syncer) = s.syncer.clone() else {
+            drop(s);
+            return file.sync_data();
+        };
         s.leading = true;
         let covers = s.written;
         drop(s);
-        let synced = file.sync_data();
+        let synced = syncer.sync_data();
         let Some(mut again) = state() else {
             DONE.notify_all();
             return synced.and_then(|()| file.sync_data());
         };
         again.leading = false;
-        if synced.is_ok() {
-            again.synced = again.synced.max(covers);
+        match &synced {
+            Ok(()) => again.synced = again.synced.max(covers),
+            Err(_) => {
+                // Nobody is covered: the epoch ends, and each waiter syncs
+                // through its own description (and meets the error there).
+                again.file = None;
+                again.syncer = None;
+                again.epoch += 1;
+            }
         }
         DONE.notify_all();
         synced?;
@@ -173,6 +205,23 @@ mod tests {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 400);
+    }
+
+    /// A sync that fails covers nobody: the epoch ends, and a record of it
+    /// still waiting syncs alone and gets its own error. (A pipe stands in
+    /// for a failing disk: `fdatasync` on it is EINVAL.)
+    #[test]
+    fn a_failed_sync_ends_the_epoch_and_covers_nobody() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let (r, w) = (File::from(r), File::from(w));
+        let first = written(&w).unwrap();
+        let second = written(&r).unwrap();
+        assert!(commit(&w, first).is_err());
+        if first.n > 0 {
+            let s = state().unwrap();
+            assert_ne!(s.epoch, first.epoch, "the failed sync ended its epoch");
+        }
+        assert!(commit(&r, second).is_err());
     }
 
     #[test]
