@@ -58,6 +58,27 @@ fn write_in(dir: &OwnedFd, shown: &Path, name: &str, value: &str) -> std::io::Re
     })
 }
 
+/// Makes `dir` anew (and `spawnd/` above it on first use). One that exists
+/// already was left by a `kill -9`'d spawnd that had this pid: it is
+/// removed and made again, so no peak usage or OOM count of that run is
+/// read as this one's (rmdir fails, and so does the launch, if anything
+/// still runs in it).
+fn fresh_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::create_dir(dir)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_dir(dir)?;
+            std::fs::create_dir(dir)
+        }
+        other => other,
+    }
+}
+
 fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
     nix::fcntl::open(
         dir,
@@ -191,7 +212,7 @@ impl SpawnCgroup {
         let memory = roots.memory.join("spawnd").join(name);
         let pids = roots.pids.join("spawnd").join(name);
         let made = |dir: &Path| -> std::io::Result<OwnedFd> {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            fresh_dir(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display()))
             })?;
             open_dir(dir).inspect_err(|_| {
@@ -314,6 +335,19 @@ mod tests {
         assert_eq!(opened.read(), Some((Some(8192), true)));
         let (_d, fd) = dir_with(&[(PEAK, "4096\n")]);
         assert!(super::Readings::open_at(fd.as_fd()).is_none());
+    }
+
+    /// A per-spawn directory is always made anew: a missing `spawnd/` is
+    /// made, an empty leftover is replaced, and one that cannot be removed
+    /// (a cgroup with processes in it; here, a file) fails the launch.
+    #[test]
+    fn per_spawn_directories_are_made_anew() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let dir = d.path().join("spawnd").join("123-0");
+        super::fresh_dir(&dir).expect("parent made on first use");
+        super::fresh_dir(&dir).expect("an empty leftover is replaced");
+        std::fs::write(dir.join("busy"), "").expect("write");
+        assert!(super::fresh_dir(&dir).is_err());
     }
 
     /// A cgroup removed before it was read gives no readings (not "no OOM
