@@ -255,7 +255,7 @@ fn execute_inner<'a>(
     if let (None, LimitsVia::CgroupV1(roots)) = (x.spawner, &identity.limits_via) {
         sweep_stale_now_and_then(roots);
     }
-    launching.meanwhile();
+    launching.open_cgroup_readings();
     let committing = std::time::Instant::now();
     let decided = written
         .commit()

@@ -45,9 +45,10 @@ impl<'s> Launching<'s> {
         Launching::Remote { pending, begun }
     }
 
-    /// Work that would otherwise wait for the program's end, done while the
-    /// caller waits for the disk: opening the cgroup's reading files.
-    pub(super) fn meanwhile(&mut self) {
+    /// Opens the memory cgroup's reading files now, while the caller waits
+    /// for the disk, rather than after the program's end (a local launch;
+    /// a spawner's sandbox has its files opened by the daemon's side).
+    pub(super) fn open_cgroup_readings(&mut self) {
         if let Launching::Local(Ok(launched)) = self {
             launched.open_cgroup_readings();
         }

@@ -148,9 +148,11 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),
     };
-    let mut meanwhile = || match loopback_up {
-        true => Ok(()),
-        false => set_loopback_up().map_err(|e| StepError::new("bring lo up", e)),
+    let mut meanwhile = || {
+        if loopback_up {
+            return Ok(());
+        }
+        set_loopback_up().map_err(|e| StepError::new("bring lo up", e))
     };
     let Rooted {
         scope_fds,
