@@ -15,6 +15,7 @@
 //! if any of them is bad, the old ones stay in force and the log says why
 //! (the socket and limits chosen at start stay as they are).
 
+mod handles;
 pub mod manifests;
 pub mod request;
 pub mod rpc;

@@ -5,8 +5,8 @@
 //! (a denial creates no handle). Output lands in the handle's buffers as it
 //! arrives; status and reads can wait for change without polling.
 //!
-//! Handles are 128-bit random strings, owned by the connection that made
-//! them (another connection gets "not found"), at most
+//! Handles ([`super::handles`]) are 128-bit random strings, owned by the
+//! connection that made them (another connection gets "not found"), at most
 //! [`MAX_HANDLES_PER_CONNECTION`] per connection; a finished one is kept
 //! until `spawn_release` or [`HANDLE_LIFETIME`], and a connection's running
 //! sandboxes are killed when it closes.
@@ -18,16 +18,15 @@
 //! The result keeps no second copy of the output: `spawn_status` renders the
 //! streams from the buffers.
 
-use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use tokio::sync::Notify;
 
+use super::handles::{new_handle_name, HandleSink, Reservation};
+pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::request::{caller_of, request_from, SpawnCall};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
@@ -36,182 +35,6 @@ use crate::cli::output::Failure;
 use crate::cli::run::{execute_until_recorded, Execution};
 use crate::policy::{Access, Caller, Request};
 use crate::sandbox::launch::StdinSource;
-use crate::supervise::LiveOutput;
-
-/// Handles one connection may hold at once.
-pub const MAX_HANDLES_PER_CONNECTION: usize = 64;
-/// How long a finished handle is kept without `spawn_release`.
-pub const HANDLE_LIFETIME: Duration = Duration::from_secs(600);
-/// The longest `wait_ms` honoured.
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// One spawn's shared state.
-pub struct Handle {
-    state: Mutex<HandleState>,
-    changed: Notify,
-    /// A pidfd for the sandbox's init (for `spawn_kill`).
-    pidfd: Mutex<Option<OwnedFd>>,
-}
-
-/// Bytes of the daemon-wide output budget held by one handle; returned on drop.
-pub struct Reservation {
-    pool: Arc<AtomicU64>,
-    bytes: u64,
-}
-
-impl Reservation {
-    /// Takes `bytes` from `pool` unless that would pass `limit`.
-    fn take(pool: &Arc<AtomicU64>, bytes: u64, limit: u64) -> Option<Reservation> {
-        pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(bytes).filter(|total| *total <= limit)
-        })
-        .ok()
-        .map(|_| Reservation {
-            pool: Arc::clone(pool),
-            bytes,
-        })
-    }
-
-    /// Gives back what is no longer needed beyond `bytes`.
-    fn shrink_to(&mut self, bytes: u64) {
-        if bytes < self.bytes {
-            self.pool.fetch_sub(self.bytes - bytes, Ordering::AcqRel);
-            self.bytes = bytes;
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.pool.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
-}
-
-#[derive(Default)]
-struct HandleState {
-    output: [Vec<u8>; 2],
-    /// This handle's share of the output budget.
-    reservation: Option<Reservation>,
-    /// The `run --json` result data, once the sandbox is gone.
-    result: Option<Value>,
-    /// An error after the program started (supervision or audit failure).
-    error: Option<String>,
-    ended_at: Option<Instant>,
-    started_at: Option<Instant>,
-}
-
-impl Handle {
-    fn new() -> Arc<Handle> {
-        Arc::new(Handle {
-            state: Mutex::new(HandleState::default()),
-            changed: Notify::new(),
-            pidfd: Mutex::new(None),
-        })
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut HandleState) -> T) -> T {
-        let mut guard = match self.state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        f(&mut guard)
-    }
-
-    fn finished(&self) -> bool {
-        self.with(|s| s.ended_at.is_some())
-    }
-
-    /// Waits until the state changes or `wait` passes (no polling).
-    async fn wait_change(&self, wait: Duration, done: impl Fn(&HandleState) -> bool) {
-        let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
-        loop {
-            let notified = self.changed.notified();
-            if self.with(|s| done(s)) {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return;
-            }
-        }
-    }
-
-    /// Kills the sandbox (SIGKILL to its init, through a pidfd).
-    pub fn kill(&self) {
-        if let Ok(guard) = self.pidfd.lock() {
-            if let Some(fd) = guard.as_ref() {
-                let _ = crate::sandbox::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
-            }
-        }
-    }
-}
-
-/// Output into a handle's buffers, waking whoever waits.
-struct HandleSink(Arc<Handle>);
-
-impl LiveOutput for HandleSink {
-    fn chunk(&mut self, which: u8, kept: &[u8]) {
-        self.0
-            .with(|s| s.output[usize::from(which.min(1))].extend_from_slice(kept));
-        self.0.changed.notify_waiters();
-    }
-}
-
-/// A connection's handles, and the caller its peer stands for.
-#[derive(Default)]
-pub struct Handles {
-    map: HashMap<String, Arc<Handle>>,
-    /// Looked up in the password database on the connection's first spawn
-    /// (the peer's credentials are fixed at connect): not once per request.
-    caller: Option<Caller>,
-}
-
-impl Handles {
-    fn get(&self, params: &Map<String, Value>) -> Result<Arc<Handle>, RpcError> {
-        let name = string_param(params, "handle")?;
-        self.map.get(name).cloned().ok_or_else(|| {
-            RpcError::with_data(
-                rpc::NOT_FOUND,
-                "no such handle on this connection",
-                json!({"handle": name}),
-            )
-        })
-    }
-
-    /// Whether the connection holds no handle.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    /// Drops finished handles past their lifetime.
-    pub fn expire(&mut self) {
-        self.map
-            .retain(|_, h| h.with(|s| s.ended_at.is_none_or(|t| t.elapsed() < HANDLE_LIFETIME)));
-    }
-
-    /// The connection closed: kill what still runs.
-    pub fn close(&mut self) {
-        for h in self.map.values() {
-            if !h.finished() {
-                h.kill();
-            }
-        }
-        self.map.clear();
-    }
-}
-
-/// A fresh, unguessable handle name: 128 bits from the kernel's CSPRNG
-/// (`getrandom(2)`; no descriptor, so it works when the daemon is out of
-/// them). Without randomness, no handle (and no spawn).
-fn new_handle_name() -> Result<String, RpcError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        RpcError::new(
-            -32603,
-            format!("no randomness for a handle name (getrandom: {e}); nothing was run"),
-        )
-    })?;
-    Ok(format!("h-{}", hex::encode(bytes)))
-}
 
 /// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
 fn rpc_error(f: Failure) -> RpcError {
@@ -515,20 +338,4 @@ pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Val
     let name = string_param(params, "handle")?;
     handles.map.remove(name);
     Ok(json!({}))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn handle_names_are_128_random_bits_and_do_not_repeat() {
-        let names: std::collections::HashSet<String> = (0..1000)
-            .map(|_| super::new_handle_name().expect("getrandom"))
-            .collect();
-        assert_eq!(names.len(), 1000);
-        for n in &names {
-            let hex = n.strip_prefix("h-").expect("prefix");
-            assert_eq!(hex.len(), 32, "{n}");
-            assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()), "{n}");
-        }
-    }
 }

@@ -1,0 +1,210 @@
+//! Handles: a spawn's shared state (its output buffers, result, share of
+//! the daemon's output budget, a pidfd for `spawn_kill`), the per-connection
+//! map of them, and their names — 128 random bits, owned by the connection
+//! that made them, at most [`MAX_HANDLES_PER_CONNECTION`] per connection, a
+//! finished one kept until `spawn_release` or [`HANDLE_LIFETIME`]. The
+//! methods that use them are in [`super::spawns`].
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
+
+use super::rpc::{self, string_param, RpcError};
+use crate::policy::Caller;
+use crate::supervise::LiveOutput;
+
+/// Handles one connection may hold at once.
+pub const MAX_HANDLES_PER_CONNECTION: usize = 64;
+/// How long a finished handle is kept without `spawn_release`.
+pub const HANDLE_LIFETIME: Duration = Duration::from_secs(600);
+/// The longest `wait_ms` honoured.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// One spawn's shared state.
+pub struct Handle {
+    state: Mutex<HandleState>,
+    pub(super) changed: Notify,
+    /// A pidfd for the sandbox's init (for `spawn_kill`).
+    pub(super) pidfd: Mutex<Option<OwnedFd>>,
+}
+
+/// Bytes of the daemon-wide output budget held by one handle; returned on drop.
+pub struct Reservation {
+    pool: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Reservation {
+    /// Takes `bytes` from `pool` unless that would pass `limit`.
+    pub(super) fn take(pool: &Arc<AtomicU64>, bytes: u64, limit: u64) -> Option<Reservation> {
+        pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|total| *total <= limit)
+        })
+        .ok()
+        .map(|_| Reservation {
+            pool: Arc::clone(pool),
+            bytes,
+        })
+    }
+
+    /// Gives back what is no longer needed beyond `bytes`.
+    pub(super) fn shrink_to(&mut self, bytes: u64) {
+        if bytes < self.bytes {
+            self.pool.fetch_sub(self.bytes - bytes, Ordering::AcqRel);
+            self.bytes = bytes;
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.pool.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+#[derive(Default)]
+pub(super) struct HandleState {
+    pub(super) output: [Vec<u8>; 2],
+    /// This handle's share of the output budget.
+    pub(super) reservation: Option<Reservation>,
+    /// The `run --json` result data, once the sandbox is gone.
+    pub(super) result: Option<Value>,
+    /// An error after the program started (supervision or audit failure).
+    pub(super) error: Option<String>,
+    pub(super) ended_at: Option<Instant>,
+    pub(super) started_at: Option<Instant>,
+}
+
+impl Handle {
+    pub(super) fn new() -> Arc<Handle> {
+        Arc::new(Handle {
+            state: Mutex::new(HandleState::default()),
+            changed: Notify::new(),
+            pidfd: Mutex::new(None),
+        })
+    }
+
+    pub(super) fn with<T>(&self, f: impl FnOnce(&mut HandleState) -> T) -> T {
+        let mut guard = match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    pub(super) fn finished(&self) -> bool {
+        self.with(|s| s.ended_at.is_some())
+    }
+
+    /// Waits until the state changes or `wait` passes (no polling).
+    pub(super) async fn wait_change(&self, wait: Duration, done: impl Fn(&HandleState) -> bool) {
+        let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
+        loop {
+            let notified = self.changed.notified();
+            if self.with(|s| done(s)) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Kills the sandbox (SIGKILL to its init, through a pidfd).
+    pub fn kill(&self) {
+        if let Ok(guard) = self.pidfd.lock() {
+            if let Some(fd) = guard.as_ref() {
+                let _ = crate::sandbox::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Output into a handle's buffers, waking whoever waits.
+pub(super) struct HandleSink(pub(super) Arc<Handle>);
+
+impl LiveOutput for HandleSink {
+    fn chunk(&mut self, which: u8, kept: &[u8]) {
+        self.0
+            .with(|s| s.output[usize::from(which.min(1))].extend_from_slice(kept));
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// A connection's handles, and the caller its peer stands for.
+#[derive(Default)]
+pub struct Handles {
+    pub(super) map: HashMap<String, Arc<Handle>>,
+    /// Looked up in the password database on the connection's first spawn
+    /// (the peer's credentials are fixed at connect): not once per request.
+    pub(super) caller: Option<Caller>,
+}
+
+impl Handles {
+    pub(super) fn get(&self, params: &Map<String, Value>) -> Result<Arc<Handle>, RpcError> {
+        let name = string_param(params, "handle")?;
+        self.map.get(name).cloned().ok_or_else(|| {
+            RpcError::with_data(
+                rpc::NOT_FOUND,
+                "no such handle on this connection",
+                json!({"handle": name}),
+            )
+        })
+    }
+
+    /// Whether the connection holds no handle.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Drops finished handles past their lifetime.
+    pub fn expire(&mut self) {
+        self.map
+            .retain(|_, h| h.with(|s| s.ended_at.is_none_or(|t| t.elapsed() < HANDLE_LIFETIME)));
+    }
+
+    /// The connection closed: kill what still runs.
+    pub fn close(&mut self) {
+        for h in self.map.values() {
+            if !h.finished() {
+                h.kill();
+            }
+        }
+        self.map.clear();
+    }
+}
+
+/// A fresh, unguessable handle name: 128 bits from the kernel's CSPRNG
+/// (`getrandom(2)`; no descriptor, so it works when the daemon is out of
+/// them). Without randomness, no handle (and no spawn).
+pub(super) fn new_handle_name() -> Result<String, RpcError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        RpcError::new(
+            -32603,
+            format!("no randomness for a handle name (getrandom: {e}); nothing was run"),
+        )
+    })?;
+    Ok(format!("h-{}", hex::encode(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handle_names_are_128_random_bits_and_do_not_repeat() {
+        let names: std::collections::HashSet<String> = (0..1000)
+            .map(|_| super::new_handle_name().expect("getrandom"))
+            .collect();
+        assert_eq!(names.len(), 1000);
+        for n in &names {
+            let hex = n.strip_prefix("h-").expect("prefix");
+            assert_eq!(hex.len(), 32, "{n}");
+            assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()), "{n}");
+        }
+    }
+}
