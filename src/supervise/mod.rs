@@ -25,22 +25,10 @@ mod status;
 mod stream;
 use status::parse_status;
 pub use status::Applied;
-use stream::{drain, Stream};
+use stream::{drain, read_some, Stream, FIRST_CHUNK};
 
 /// How long a program gets between SIGTERM and SIGKILL after its wall time.
 pub const GRACE: Duration = Duration::from_millis(1500);
-/// The read buffer's size for output that comes in bulk.
-const CHUNK: usize = 64 * 1024;
-/// Its size until a read fills it: a sandbox that writes little never pays
-/// for zeroing (and faulting in) 64 KiB, 16 page faults, ~50 µs here.
-const FIRST_CHUNK: usize = 4 * 1024;
-
-/// Grows the read buffer to [`CHUNK`] once a read has filled it.
-fn grow_if_filled(buf: &mut Vec<u8>, n: usize) {
-    if n == buf.len() && buf.len() < CHUNK {
-        buf.resize(CHUNK, 0);
-    }
-}
 /// How long output is still drained once init has exited.
 const DRAIN_AFTER_INIT: Duration = Duration::from_millis(250);
 
@@ -491,23 +479,6 @@ fn supervise_blocked<'a>(
         phases,
     };
     Ok((outcome, leaving))
-}
-
-/// Reads what is available; returns true at EOF.
-fn read_some(fd: Option<&OwnedFd>, buf: &mut Vec<u8>, into: &mut Vec<u8>) -> bool {
-    let Some(fd) = fd else { return true };
-    loop {
-        match nix::unistd::read(fd, buf) {
-            Ok(0) => return true,
-            Ok(n) => {
-                into.extend_from_slice(&buf[..n]);
-                grow_if_filled(buf, n);
-            }
-            Err(nix::Error::EAGAIN) => return false,
-            Err(nix::Error::EINTR) => continue,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// Copies the stdin source into the child's stdin pipe on its own thread, so
