@@ -160,9 +160,9 @@ pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, boo
     Readings::open_at(dir)?.read()
 }
 
-/// How often a long-lived process (the daemon's spawner) sweeps: every
-/// create did, listing both hierarchies and checking each entry's pid,
-/// though only a `kill -9` of some spawnd leaves anything behind.
+/// How often a long-lived process (the daemon's spawner) sweeps: a sweep
+/// lists both hierarchies and checks each entry's pid, and only a `kill -9`
+/// of some spawnd leaves anything behind, so once per launch is too often.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// [`sweep_stale`] on a process's first call, then at most every
