@@ -1161,3 +1161,84 @@ fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
         assert_eq!(mapped, expected, "#{i} {who:?}: {text}");
     }
 }
+
+/// The per-spawn cgroups of the spawner of daemon `d` (`<spawner pid>-<n>`).
+fn spawner_cgroups(d: &Daemon) -> Vec<String> {
+    let pid = d.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let spawner = children.split_whitespace().next().expect("the spawner");
+    let mut names: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/memory/spawnd")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{spawner}-")))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The spawner gives an ended sandbox's cgroups to a later sandbox only as
+/// good as new: its peak reset, never after an OOM kill, never with the page
+/// cache the last one wrote still charged to it. Each reading is the later
+/// sandbox's own.
+#[test]
+fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
+    let d = Daemon::start("cgroup-reuse", "");
+    let mut c = d.client();
+    let mut run = |op: &str, args: Value| -> Value {
+        let h = c.ok(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": op, "args": args}),
+        )["handle"]
+            .clone();
+        c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}))
+    };
+    let peak = |v: &Value| v["peak_memory_bytes"].as_u64().unwrap();
+    // Python's first start brings its files into the page cache, charged to
+    // that sandbox's cgroup: a new pair is made after it.
+    let warm = run("py", json!({"code": "pass"}));
+    assert_eq!(warm["isolation"]["limits_via"], "cgroup_v1", "{warm}");
+    run("true", json!({}));
+    let pair = spawner_cgroups(&d);
+    assert_eq!(pair.len(), 1, "{pair:?}");
+
+    // A peak of 96 MiB, all freed at exit: the pair serves the next sandbox
+    // (no new one is made), with its peak reset.
+    let big = run("py", json!({"code": "b = b'x' * (96 << 20)"}));
+    assert_eq!(big["exit_code"], 0, "{big}");
+    assert!(peak(&big) >= 96 << 20, "{big}");
+    // Kernel objects are freed after an RCU grace period: give them time.
+    std::thread::sleep(Duration::from_millis(100));
+    let after_big = run("true", json!({}));
+    assert!(peak(&after_big) < 16 << 20, "peak left over: {after_big}");
+    assert_eq!(spawner_cgroups(&d), pair, "the pair was not used again");
+
+    // Killed by the OOM killer: the next sandbox gets a new pair.
+    let bomb = run("py", json!({"code": "b = b'x' * (512 << 20)"}));
+    assert_eq!(bomb["oom_killed"], true, "{bomb}");
+    let after_bomb = run("true", json!({}));
+    assert_eq!(after_bomb["oom_killed"], false, "{after_bomb}");
+    let new_pair = spawner_cgroups(&d);
+    assert_ne!(new_pair, pair, "a pair that saw an OOM kill was used again");
+
+    // 8 MB written to disk stay cached and charged to the writer's cgroup:
+    // the next sandbox gets a new pair, its peak its own.
+    let file = world().path("rw/cgroup-reuse-cache");
+    let wrote = run(
+        "sh",
+        json!({"script": format!("head -c 8000000 /dev/urandom > {}", file.display())}),
+    );
+    assert_eq!(wrote["exit_code"], 0, "{wrote}");
+    std::thread::sleep(Duration::from_millis(100));
+    let after_write = run("true", json!({}));
+    assert!(
+        peak(&after_write) < 4 << 20,
+        "cache left over: {after_write}"
+    );
+    assert_ne!(
+        spawner_cgroups(&d),
+        new_pair,
+        "a pair still charged was used again"
+    );
+    let _ = std::fs::remove_file(file);
+}

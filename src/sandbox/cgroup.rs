@@ -3,11 +3,22 @@
 //! init process moves itself into both (through `tasks` files spawnd opened)
 //! before it does anything else, so every process of the sandbox is counted; the peak memory and OOM kills are read back afterwards.
 //! Without them the launcher falls back to rlimits and says so.
+//!
+//! A long-lived spawner keeps the cgroups of ended sandboxes in a
+//! [`CgroupPool`] and gives one to a later sandbox once it is as good as
+//! new: no task in it, its OOM count still zero, almost nothing still
+//! charged to it, its peak reset and its limits written again. Making and
+//! removing two cgroups per sandbox (and the kernel's offlining work after
+//! each removal) was about a tenth of the daemon's CPU under load. A reader
+//! outside the spawner (the daemon reading peak and OOM count through the
+//! directory it was sent) holds a shared `flock` on it until it is done
+//! ([`hold_for_reading`]); a cgroup so held is not given out again.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::OFlag;
+use nix::fcntl::{Flock, FlockArg, OFlag};
 
 /// A pair of per-spawn cgroups, with their directories open: every file in
 /// them is reached from those (a fresh cgroup's files miss the dentry cache,
@@ -93,6 +104,12 @@ fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
 
 /// The memory controller's peak usage file (cgroup v1).
 const PEAK: &str = "memory.max_usage_in_bytes";
+/// Its page counts (cgroup v1).
+const STAT: &str = "memory.stat";
+/// What kernel objects are charged to it (cgroup v1).
+const KERNEL: &str = "memory.kmem.usage_in_bytes";
+/// The pids controller's count of tasks.
+const PIDS_NOW: &str = "pids.current";
 /// Its OOM report (cgroup v1).
 const OOM: &str = "memory.oom_control";
 
@@ -100,12 +117,14 @@ fn parse_peak(text: &str) -> Option<u64> {
     text.trim().parse().ok()
 }
 
+/// The OOM killer's count in a v1 `memory.oom_control` (`None` without one).
+fn oom_kills(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
+}
+
 fn parse_oom_killed(text: &str) -> bool {
-    text.lines().any(|l| {
-        l.strip_prefix("oom_kill ")
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .is_some_and(|n| n > 0)
-    })
+    oom_kills(text).is_some_and(|n| n > 0)
 }
 
 /// A memory cgroup's peak and OOM files, opened ahead of their reading:
@@ -280,9 +299,65 @@ impl SpawnCgroup {
     }
 
     /// The memory cgroup's directory, for [`readings_at`] in a process that
-    /// does not own the cgroup (the daemon, for its spawner's).
+    /// does not own the cgroup (the daemon, for its spawner's). Opened
+    /// anew, not duplicated: the reader's [`hold_for_reading`] lock must be
+    /// its own, as `flock` locks belong to an open file description.
     pub fn open_memory_dir(&self) -> std::io::Result<OwnedFd> {
-        self.memory_dir.try_clone()
+        open_in(
+            &self.memory_dir,
+            &self.memory,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        )
+    }
+
+    /// Makes an ended sandbox's cgroups ready for another one, if they are as
+    /// good as new (see [`Reuse`]): the peak is reset to the current charge
+    /// and the limits are written again.
+    fn reuse(&self, memory_bytes: u64, processes: u64) -> std::io::Result<Reuse> {
+        // Exclusive while checking and resetting: a reader of the last
+        // sandbox's readings still holds its shared lock.
+        let held = match Flock::lock(
+            self.memory_dir.try_clone()?,
+            FlockArg::LockExclusiveNonblock,
+        ) {
+            Ok(held) => held,
+            Err((_, nix::Error::EWOULDBLOCK)) => return Ok(Reuse::Busy),
+            Err((_, e)) => return Err(e.into()),
+        };
+        let tasks = read_in(&self.pids_dir, &self.pids, PIDS_NOW)?;
+        let pages = left_in_memory_stat(&read_in(&self.memory_dir, &self.memory, STAT)?);
+        let kernel = read_in(&self.memory_dir, &self.memory, KERNEL)?;
+        let oom_kills = oom_kills(&read_in(&self.memory_dir, &self.memory, OOM)?);
+        let as_new = tasks.trim() == "0"
+            && pages.is_some_and(|b| b <= REUSE_MAX_PAGES)
+            && kernel
+                .trim()
+                .parse::<u64>()
+                .is_ok_and(|b| b <= REUSE_MAX_KERNEL)
+            && oom_kills == Some(0);
+        if !as_new {
+            return Ok(Reuse::Spent);
+        }
+        write_in(&self.memory_dir, &self.memory, PEAK, "0")?;
+        write_in(
+            &self.memory_dir,
+            &self.memory,
+            "memory.limit_in_bytes",
+            &memory_bytes.to_string(),
+        )?;
+        write_in(
+            &self.pids_dir,
+            &self.pids,
+            "pids.max",
+            &processes.to_string(),
+        )?;
+        drop(held);
+        Ok(Reuse::Reused)
+    }
+
+    fn under(&self, roots: &V1Roots) -> bool {
+        self.memory.starts_with(&roots.memory) && self.pids.starts_with(&roots.pids)
     }
 
     /// Removes both cgroups (retrying while the kernel finishes tearing the processes down).
@@ -294,6 +369,132 @@ impl SpawnCgroup {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
+        }
+    }
+}
+
+/// What an ended sandbox may have left charged to its memory cgroup, for
+/// the cgroup to serve another: pages (page cache, anonymous, swap; 4 KiB
+/// measured after a Python start) and kernel objects, most of which the
+/// kernel frees only after an RCU grace period (0.15–0.3 MiB measured just
+/// after a Python sandbox ended, 8 KiB 10 ms later). More is what the
+/// sandbox's files brought into the page cache or the inodes it created,
+/// which would count against the next sandbox's limit and peak: such a
+/// cgroup is removed instead, and the charges go to its parent. The pages
+/// the kernel charges ahead for each CPU ("stock") are not counted: a new
+/// cgroup has them as soon as anything runs in it.
+const REUSE_MAX_PAGES: u64 = 256 << 10;
+/// See [`REUSE_MAX_PAGES`].
+const REUSE_MAX_KERNEL: u64 = 1 << 20;
+
+/// Bytes of page cache, anonymous memory and swap in a v1 `memory.stat`
+/// (this cgroup's own lines, not the `total_` ones); `None` if it lacks them.
+fn left_in_memory_stat(text: &str) -> Option<u64> {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+    };
+    Some(field("cache")? + field("rss")? + field("swap").unwrap_or(0))
+}
+
+/// Whether an ended sandbox's cgroups can serve another.
+#[derive(Debug, PartialEq, Eq)]
+enum Reuse {
+    /// Reset and ready.
+    Reused,
+    /// A reader still holds the readings: not yet.
+    Busy,
+    /// A task is left, an OOM kill happened, too much is still charged, or
+    /// the files that say so could not be read.
+    Spent,
+}
+
+/// Reads a small file in an open cgroup directory.
+fn read_in(dir: &OwnedFd, shown: &Path, name: &str) -> std::io::Result<String> {
+    let fd = open_in(dir, shown, name, OFlag::O_RDONLY)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
+    Ok(text)
+}
+
+/// Takes a shared lock on a memory cgroup's directory (opened by
+/// [`SpawnCgroup::open_memory_dir`]), held as long as the descriptor: while
+/// it is held, the spawner does not give the cgroup to another sandbox.
+/// `None` when it cannot be taken (the readings then come from the
+/// spawner's exit report).
+pub fn hold_for_reading(dir: OwnedFd) -> Option<Flock<OwnedFd>> {
+    Flock::lock(dir, FlockArg::LockSharedNonblock).ok()
+}
+
+/// The cgroups of ended sandboxes, kept for later ones (see the module
+/// documentation). Dropping the pool removes them.
+#[derive(Debug, Default)]
+pub struct CgroupPool {
+    idle: VecDeque<SpawnCgroup>,
+}
+
+impl CgroupPool {
+    /// How many idle cgroup pairs are kept; more are removed.
+    pub const KEEP: usize = 16;
+    /// How many idle pairs a launch looks at before making a new one.
+    const LOOK_AT: usize = 2;
+
+    /// An empty pool.
+    pub fn new() -> CgroupPool {
+        CgroupPool::default()
+    }
+
+    /// An idle pair as good as new with these limits, or else a new pair
+    /// named `name()`.
+    pub fn take(
+        &mut self,
+        roots: &V1Roots,
+        name: impl FnOnce() -> String,
+        memory_bytes: u64,
+        processes: u64,
+    ) -> std::io::Result<SpawnCgroup> {
+        for _ in 0..Self::LOOK_AT.min(self.idle.len()) {
+            let Some(cg) = self.idle.pop_front() else {
+                break;
+            };
+            if !cg.under(roots) {
+                cg.remove();
+                continue;
+            }
+            match cg.reuse(memory_bytes, processes) {
+                Ok(Reuse::Reused) => return Ok(cg),
+                Ok(Reuse::Busy) => self.idle.push_back(cg),
+                Ok(Reuse::Spent) | Err(_) => cg.remove(),
+            }
+        }
+        SpawnCgroup::create(roots, &name(), memory_bytes, processes)
+    }
+
+    /// Keeps an ended sandbox's cgroups (its init reaped, its readings
+    /// taken), or removes them when the pool is full.
+    pub fn give_back(&mut self, cg: SpawnCgroup) {
+        if self.idle.len() < Self::KEEP {
+            self.idle.push_back(cg);
+        } else {
+            cg.remove();
+        }
+    }
+
+    /// How many idle pairs are kept now.
+    pub fn idle(&self) -> usize {
+        self.idle.len()
+    }
+}
+
+impl Drop for CgroupPool {
+    fn drop(&mut self) {
+        for cg in self.idle.drain(..) {
+            cg.remove();
         }
     }
 }
@@ -348,6 +549,84 @@ mod tests {
         super::fresh_dir(&dir).expect("an empty leftover is replaced");
         std::fs::write(dir.join("busy"), "").expect("write");
         assert!(super::fresh_dir(&dir).is_err());
+    }
+
+    /// A pair of fake cgroup directories with the files `reuse` reads and
+    /// writes; `memory_files` overrides the memory side's.
+    fn fake_pair(memory_files: &[(&str, &str)]) -> (tempfile::TempDir, super::SpawnCgroup) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (memory, pids) = (d.path().join("memory"), d.path().join("pids"));
+        std::fs::create_dir(&memory).unwrap();
+        std::fs::create_dir(&pids).unwrap();
+        let defaults = [
+            (PEAK, "9"),
+            (OOM, "oom_kill 0\n"),
+            (super::STAT, "cache 4096\nrss 0\ntotal_cache 99999999\n"),
+            (super::KERNEL, "8192\n"),
+            ("memory.limit_in_bytes", "0000000"),
+        ];
+        for (name, text) in defaults.iter().chain(memory_files) {
+            std::fs::write(memory.join(name), text).unwrap();
+        }
+        std::fs::write(pids.join(super::PIDS_NOW), "0\n").unwrap();
+        std::fs::write(pids.join("pids.max"), "0").unwrap();
+        let cg = super::SpawnCgroup {
+            memory_dir: super::open_dir(&memory).unwrap(),
+            pids_dir: super::open_dir(&pids).unwrap(),
+            memory,
+            pids,
+            readings: None,
+        };
+        (d, cg)
+    }
+
+    /// A pair as good as new is reset for its next sandbox: peak restarted,
+    /// limits written again.
+    #[test]
+    fn an_idle_pair_as_good_as_new_is_reset_for_the_next_sandbox() {
+        let (_d, cg) = fake_pair(&[]);
+        assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::Reuse::Reused);
+        let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(cg.memory.join(PEAK)), "0");
+        assert_eq!(read(cg.memory.join("memory.limit_in_bytes")), "1048576");
+        assert_eq!(read(cg.pids.join("pids.max")), "7");
+    }
+
+    /// While a reader holds the last sandbox's readings, the pair is not
+    /// given out; once it lets go, it is.
+    #[test]
+    fn a_pair_whose_readings_are_held_is_not_given_out() {
+        let (_d, cg) = fake_pair(&[]);
+        let held = super::hold_for_reading(cg.open_memory_dir().unwrap()).expect("shared lock");
+        assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::Reuse::Busy);
+        assert_eq!(std::fs::read_to_string(cg.memory.join(PEAK)).unwrap(), "9");
+        drop(held);
+        assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::Reuse::Reused);
+    }
+
+    /// A task left, an OOM kill, cached pages or kernel objects above the
+    /// bounds, or a file that does not say: not given out again.
+    #[test]
+    fn a_pair_with_anything_left_is_spent() {
+        for files in [
+            &[(OOM, "oom_kill 1\n")][..],
+            &[(super::STAT, "cache 8003584\nrss 0\n")],
+            &[(super::STAT, "cache 0\nrss 300000\n")],
+            &[(super::STAT, "cache 0\nrss 0\nswap 300000\n")],
+            &[(super::STAT, "total_cache 0\n")],
+            &[(super::KERNEL, "2000000\n")],
+            &[(OOM, "")],
+        ] {
+            let (_d, cg) = fake_pair(files);
+            assert_eq!(
+                cg.reuse(1 << 20, 7).unwrap(),
+                super::Reuse::Spent,
+                "{files:?}"
+            );
+        }
+        let (_d, cg) = fake_pair(&[]);
+        std::fs::write(cg.pids.join(super::PIDS_NOW), "1\n").unwrap();
+        assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::Reuse::Spent);
     }
 
     /// A cgroup removed before it was read gives no readings (not "no OOM

@@ -16,7 +16,7 @@ use nix::unistd::pipe2;
 
 use super::as_caller::{required_access, with_identity, CallerCreds};
 use super::blank::Blank;
-use super::cgroup::{SpawnCgroup, V1Roots};
+use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots};
 use super::child::init_main;
 use super::parts::ChildParts;
 use super::prepare::{
@@ -292,19 +292,21 @@ pub(super) const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Starts the sandbox. Nothing of the program runs before every layer is in place.
 pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
     let order = req.order()?;
-    launch_order(&order, req.program, req.stdin, None)
+    launch_order(&order, req.program, req.stdin, None, None)
 }
 
 /// Starts the sandbox an order describes, for the program file the gate
 /// hashed: in `ahead`, a sandbox whose namespaces were made before the
 /// request, or else in namespaces made now by `clone`. A `Blank` that died
 /// meanwhile is reaped and replaced by a fresh clone; either way the sandbox
-/// is the same.
+/// is the same. Its cgroups (with cgroup limits) come from `cgroups` when
+/// given, else are made for it.
 pub fn launch_order(
     order: &LaunchOrder,
     program: File,
     stdin: StdinSource,
     ahead: Option<Blank>,
+    cgroups: Option<&mut CgroupPool>,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
     // Checked first, so that a sandbox made ahead never meets an error only
@@ -410,15 +412,15 @@ pub fn launch_order(
         )
     })?;
     let cgroup = match &order.limits_via {
-        LimitsVia::CgroupV1(roots) => Some(
-            SpawnCgroup::create(
-                roots,
-                &format!("{}-{}", std::process::id(), unique()),
-                order.limits.max_memory_bytes,
-                order.limits.max_processes,
-            )
-            .map_err(prep("create cgroups"))?,
-        ),
+        LimitsVia::CgroupV1(roots) => {
+            let name = || format!("{}-{}", std::process::id(), unique());
+            let (memory, processes) = (order.limits.max_memory_bytes, order.limits.max_processes);
+            let made = match cgroups {
+                Some(pool) => pool.take(roots, name, memory, processes),
+                None => SpawnCgroup::create(roots, &name(), memory, processes),
+            };
+            Some(made.map_err(prep("create cgroups"))?)
+        }
         LimitsVia::Rlimits => None,
     };
     let cgroup_tasks = match &cgroup {

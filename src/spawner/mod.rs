@@ -259,6 +259,8 @@ impl Spawner {
                         "launched without its descriptors".into(),
                     ));
                 };
+                let cgroup_memory = if cgroup { fds.next() } else { None };
+                let stdin = fds.next();
                 Ok(RemoteLaunched {
                     inner: Some(RemoteSandbox {
                         spawner: self,
@@ -267,9 +269,13 @@ impl Spawner {
                         stdout,
                         stderr,
                         status,
-                        cgroup_memory: if cgroup { fds.next() } else { None },
+                        // Held until the readings are taken (the spawner
+                        // gives the cgroup out again only then); without
+                        // the lock, the exit report brings them.
+                        cgroup_memory: cgroup_memory
+                            .and_then(crate::sandbox::cgroup::hold_for_reading),
                         has_cgroup: cgroup,
-                        stdin: fds.next(),
+                        stdin,
                         pidfd,
                         replies: rx,
                     }),
@@ -372,7 +378,7 @@ pub struct RemoteSandbox<'s> {
     /// A pidfd for init: signals reach this sandbox and no later process.
     pub pidfd: OwnedFd,
     /// The memory cgroup's directory, when it has cgroups.
-    cgroup_memory: Option<OwnedFd>,
+    cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
     /// Whether it has cgroups.
     has_cgroup: bool,
     replies: Receiver<(Reply, Vec<OwnedFd>)>,
@@ -381,7 +387,7 @@ pub struct RemoteSandbox<'s> {
 /// The supervisor's handle on a remote sandbox's init.
 struct RemoteEnd<'s> {
     pidfd: OwnedFd,
-    cgroup_memory: Option<OwnedFd>,
+    cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
     /// Its peak and OOM files, opened while the program runs.
     readings: Option<crate::sandbox::cgroup::Readings>,
     has_cgroup: bool,

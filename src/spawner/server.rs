@@ -16,7 +16,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::ahead::BlankPool;
 use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
-use crate::sandbox::cgroup::{sweep_stale_now_and_then, SpawnCgroup};
+use crate::sandbox::cgroup::{sweep_stale_now_and_then, CgroupPool, SpawnCgroup};
 use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSource};
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
 
@@ -52,6 +52,7 @@ pub fn serve(sock: UnixStream) -> i32 {
     };
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let mut pool = Some(BlankPool::new());
+    let mut cgroups = CgroupPool::new();
     loop {
         // Idle with work for the pool: look, don't wait, and do a step of it
         // if nothing came. Not while a sandbox waits for its go-ahead: a
@@ -85,14 +86,15 @@ pub fn serve(sock: UnixStream) -> i32 {
         }
         if chld_ready {
             while let Ok(Some(_)) = sigfd.read_signal() {}
-            if reap(&sock, &mut slots).is_err() {
+            if reap(&sock, &mut slots, &mut cgroups).is_err() {
                 return 0;
             }
         }
         if sock_ready {
             match recv::<Request>(&sock) {
                 Ok(Some((request, fds))) => {
-                    if handle(&sock, &mut slots, pool.as_mut(), request, fds).is_err() {
+                    if handle(&sock, &mut slots, pool.as_mut(), &mut cgroups, request, fds).is_err()
+                    {
                         return 0;
                     }
                 }
@@ -108,6 +110,7 @@ fn handle(
     sock: &UnixStream,
     slots: &mut HashMap<u64, Slot>,
     pool: Option<&mut BlankPool>,
+    cgroups: &mut CgroupPool,
     request: Request,
     fds: Vec<OwnedFd>,
 ) -> std::io::Result<()> {
@@ -126,7 +129,7 @@ fn handle(
                 }
             };
             let ahead = pool.and_then(|p| p.take((order.uid, order.gid, order.privileged)));
-            match launch_order(&order, File::from(program), source, ahead) {
+            match launch_order(&order, File::from(program), source, ahead, Some(cgroups)) {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);
                     let pidfd = pidfd_open(init_pid);
@@ -205,10 +208,14 @@ fn failed(sock: &UnixStream, id: u64, error: &str) -> std::io::Result<()> {
 }
 
 /// Reaps every released sandbox whose init has ended, reads its cgroup and
-/// reports it. Only inits of released sandboxes are waited for: one still
+/// reports it (the cgroups then go back to the pool). Only inits of released sandboxes are waited for: one still
 /// building its root is reaped by its abort, never here, so a pid is never
 /// waited for twice (and never reused while the daemon might signal it).
-fn reap(sock: &UnixStream, slots: &mut HashMap<u64, Slot>) -> std::io::Result<()> {
+fn reap(
+    sock: &UnixStream,
+    slots: &mut HashMap<u64, Slot>,
+    cgroups: &mut CgroupPool,
+) -> std::io::Result<()> {
     let running: Vec<(u64, i32)> = slots
         .iter()
         .filter_map(|(id, slot)| match slot {
@@ -235,10 +242,10 @@ fn reap(sock: &UnixStream, slots: &mut HashMap<u64, Slot>) -> std::io::Result<()
             oom_killed,
         };
         let sent = send(sock, &Reply::Exited { id, exit }, &[]);
-        // The (empty) cgroups go after the report: the caller is not kept
-        // waiting for their removal.
+        // The (empty) cgroups go back after the report: the caller is not
+        // kept waiting.
         if let Some(cg) = r.cgroup {
-            cg.remove();
+            cgroups.give_back(cg);
         }
         sent?;
     }
