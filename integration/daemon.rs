@@ -1196,19 +1196,25 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     let peak = |v: &Value| v["peak_memory_bytes"].as_u64().unwrap();
     // Python's first start brings its files into the page cache, charged to
     // that sandbox's cgroup: a new pair is made after it.
+    // A pair is not given out while the daemon may still read it (until the
+    // spawner's exit report arrived, just after the result): each step that
+    // expects the last pair back waits a little first.
+    let settle = || std::thread::sleep(Duration::from_millis(100));
     let warm = run("py", json!({"code": "pass"}));
     assert_eq!(warm["isolation"]["limits_via"], "cgroup_v1", "{warm}");
+    settle();
     run("true", json!({}));
     let pair = spawner_cgroups(&d);
     assert_eq!(pair.len(), 1, "{pair:?}");
 
     // A peak of 96 MiB, all freed at exit: the pair serves the next sandbox
     // (no new one is made), with its peak reset.
+    settle();
     let big = run("py", json!({"code": "b = b'x' * (96 << 20)"}));
     assert_eq!(big["exit_code"], 0, "{big}");
     assert!(peak(&big) >= 96 << 20, "{big}");
-    // Kernel objects are freed after an RCU grace period: give them time.
-    std::thread::sleep(Duration::from_millis(100));
+    // (Kernel objects, too, are freed only after an RCU grace period.)
+    settle();
     let after_big = run("true", json!({}));
     assert!(peak(&after_big) < 16 << 20, "peak left over: {after_big}");
     assert_eq!(spawner_cgroups(&d), pair, "the pair was not used again");
@@ -1229,7 +1235,7 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
         json!({"script": format!("head -c 8000000 /dev/urandom > {}", file.display())}),
     );
     assert_eq!(wrote["exit_code"], 0, "{wrote}");
-    std::thread::sleep(Duration::from_millis(100));
+    settle();
     let after_write = run("true", json!({}));
     assert!(
         peak(&after_write) < 4 << 20,

@@ -13,6 +13,13 @@
 //! outside the spawner (the daemon reading peak and OOM count through the
 //! directory it was sent) holds a shared `flock` on it until it is done
 //! ([`hold_for_reading`]); a cgroup so held is not given out again.
+//!
+//! What "as good as new" leaves out: counters nothing reads (`memory.failcnt`,
+//! `memory.kmem.max_usage_in_bytes`, `pids.events`) keep counting from the
+//! first sandbox; and a charge made after the check by a kernel object that
+//! outlived its sandbox's processes (an inotify queue handed to another
+//! sandbox, say) counts against the next tenant, where it went to the parent
+//! before. A `kill -9`'d spawner leaves its idle pairs to [`sweep_stale`].
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
@@ -552,7 +559,9 @@ mod tests {
     }
 
     /// A pair of fake cgroup directories with the files `reuse` reads and
-    /// writes; `memory_files` overrides the memory side's.
+    /// writes; `memory_files` overrides the memory side's. Writes into
+    /// cgroup files replace their value without truncating, so in these
+    /// regular files each value written has the width of the one it replaces.
     fn fake_pair(memory_files: &[(&str, &str)]) -> (tempfile::TempDir, super::SpawnCgroup) {
         let d = tempfile::tempdir().expect("tempdir");
         let (memory, pids) = (d.path().join("memory"), d.path().join("pids"));
@@ -602,6 +611,30 @@ mod tests {
         assert_eq!(std::fs::read_to_string(cg.memory.join(PEAK)).unwrap(), "9");
         drop(held);
         assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::Reuse::Reused);
+    }
+
+    /// The pool gives out no pair a reader holds: it stays for later, and
+    /// a new pair is made instead (here that fails: the fake root is no
+    /// cgroup hierarchy, so the limit files are missing).
+    #[test]
+    fn the_pool_skips_a_held_pair_and_keeps_it() {
+        let (d, cg) = fake_pair(&[]);
+        let held = super::hold_for_reading(cg.open_memory_dir().unwrap()).expect("shared lock");
+        let roots = super::V1Roots {
+            memory: d.path().to_path_buf(),
+            pids: d.path().to_path_buf(),
+        };
+        let mut pool = super::CgroupPool::new();
+        pool.give_back(cg);
+        let made = pool.take(&roots, || "new-0".into(), 1 << 20, 7);
+        assert!(made.is_err(), "a new pair was attempted");
+        assert_eq!(pool.idle(), 1, "the held pair is kept");
+        drop(held);
+        let again = pool
+            .take(&roots, || "new-1".into(), 1 << 20, 7)
+            .expect("reused");
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(again.memory, d.path().join("memory"));
     }
 
     /// A task left, an OOM kill, cached pages or kernel objects above the
