@@ -1,0 +1,204 @@
+//! A long-lived spawner keeps the cgroups of ended sandboxes in a
+//! [`CgroupPool`] and gives one to a later sandbox once it is as good as
+//! new: no task in it, its OOM count still zero, almost nothing still
+//! charged to it, its peak reset and its limits written again. Making and
+//! removing two cgroups per sandbox (and the kernel's offlining work after
+//! each removal) was about a tenth of the daemon's CPU under load. A reader
+//! outside the spawner (the daemon reading peak and OOM count through the
+//! directory it was sent) holds a shared `flock` on it until it is done
+//! ([`hold_for_reading`]); a cgroup so held is not given out again.
+//!
+//! What "as good as new" leaves out: counters nothing reads (`memory.failcnt`,
+//! `memory.kmem.max_usage_in_bytes`, `pids.events`) keep counting from the
+//! first sandbox; and a charge made after the check by a kernel object that
+//! outlived its sandbox's processes (an inotify queue handed to another
+//! sandbox, say) counts against the next tenant, where it went to the parent
+//! before. A `kill -9`'d spawner leaves its idle pairs to the stale sweep
+//! (`sweep_stale`).
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg, OFlag};
+
+use super::{
+    oom_kills, open_in, write_in, SpawnCgroup, V1Roots, KERNEL, OOM, PEAK, PIDS_NOW, STAT,
+};
+
+/// What an ended sandbox may have left charged to its memory cgroup, for
+/// the cgroup to serve another: pages (page cache, anonymous, swap; 4 KiB
+/// measured after a Python start) and kernel objects, most of which the
+/// kernel frees only after an RCU grace period (0.15–0.3 MiB measured just
+/// after a Python sandbox ended, 8 KiB 10 ms later). More is what the
+/// sandbox's files brought into the page cache or the inodes it created,
+/// which would count against the next sandbox's limit and peak: such a
+/// cgroup is removed instead, and the charges go to its parent. The pages
+/// the kernel charges ahead for each CPU ("stock") are not counted: a new
+/// cgroup has them as soon as anything runs in it.
+const REUSE_MAX_PAGES: u64 = 256 << 10;
+/// See [`REUSE_MAX_PAGES`].
+const REUSE_MAX_KERNEL: u64 = 1 << 20;
+
+/// Bytes of page cache, anonymous memory and swap in a v1 `memory.stat`
+/// (this cgroup's own lines, not the `total_` ones); `None` if it lacks them.
+fn left_in_memory_stat(text: &str) -> Option<u64> {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+    };
+    Some(field("cache")? + field("rss")? + field("swap").unwrap_or(0))
+}
+
+/// Whether an ended sandbox's cgroups can serve another.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Reuse {
+    /// Reset and ready.
+    Reused,
+    /// A reader still holds the readings: not yet.
+    Busy,
+    /// A task is left, an OOM kill happened, too much is still charged, or
+    /// the files that say so could not be read.
+    Spent,
+}
+
+/// Reads a small file in an open cgroup directory.
+fn read_in(dir: &OwnedFd, shown: &Path, name: &str) -> std::io::Result<String> {
+    let fd = open_in(dir, shown, name, OFlag::O_RDONLY)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
+    Ok(text)
+}
+
+/// Takes a shared lock on a memory cgroup's directory (opened by
+/// [`SpawnCgroup::open_memory_dir`]), held as long as the descriptor: while
+/// it is held, the spawner does not give the cgroup to another sandbox.
+/// `None` when it cannot be taken (the readings then come from the
+/// spawner's exit report).
+pub fn hold_for_reading(dir: OwnedFd) -> Option<Flock<OwnedFd>> {
+    Flock::lock(dir, FlockArg::LockSharedNonblock).ok()
+}
+
+/// The cgroups of ended sandboxes, kept for later ones (see the module
+/// documentation). Dropping the pool removes them.
+#[derive(Debug, Default)]
+pub struct CgroupPool {
+    idle: VecDeque<SpawnCgroup>,
+}
+
+impl CgroupPool {
+    /// How many idle cgroup pairs are kept; more are removed.
+    pub const KEEP: usize = 16;
+    /// How many idle pairs a launch looks at before making a new one.
+    const LOOK_AT: usize = 2;
+
+    /// An empty pool.
+    pub fn new() -> CgroupPool {
+        CgroupPool::default()
+    }
+
+    /// An idle pair as good as new with these limits, or else a new pair
+    /// named `name()`.
+    pub fn take(
+        &mut self,
+        roots: &V1Roots,
+        name: impl FnOnce() -> String,
+        memory_bytes: u64,
+        processes: u64,
+    ) -> std::io::Result<SpawnCgroup> {
+        for _ in 0..Self::LOOK_AT.min(self.idle.len()) {
+            let Some(cg) = self.idle.pop_front() else {
+                break;
+            };
+            if !cg.under(roots) {
+                cg.remove();
+                continue;
+            }
+            match cg.reuse(memory_bytes, processes) {
+                Ok(Reuse::Reused) => return Ok(cg),
+                Ok(Reuse::Busy) => self.idle.push_back(cg),
+                Ok(Reuse::Spent) | Err(_) => cg.remove(),
+            }
+        }
+        SpawnCgroup::create(roots, &name(), memory_bytes, processes)
+    }
+
+    /// Keeps an ended sandbox's cgroups (its init reaped, its readings
+    /// taken), or removes them when the pool is full.
+    pub fn give_back(&mut self, cg: SpawnCgroup) {
+        if self.idle.len() < Self::KEEP {
+            self.idle.push_back(cg);
+        } else {
+            cg.remove();
+        }
+    }
+
+    /// How many idle pairs are kept now.
+    pub fn idle(&self) -> usize {
+        self.idle.len()
+    }
+}
+
+impl Drop for CgroupPool {
+    fn drop(&mut self) {
+        for cg in self.idle.drain(..) {
+            cg.remove();
+        }
+    }
+}
+
+impl SpawnCgroup {
+    /// Makes an ended sandbox's cgroups ready for another one, if they are as
+    /// good as new (see [`Reuse`]): the peak is reset to the current charge
+    /// and the limits are written again.
+    pub(super) fn reuse(&self, memory_bytes: u64, processes: u64) -> std::io::Result<Reuse> {
+        // Exclusive while checking and resetting: a reader of the last
+        // sandbox's readings still holds its shared lock.
+        let held = match Flock::lock(
+            self.memory_dir.try_clone()?,
+            FlockArg::LockExclusiveNonblock,
+        ) {
+            Ok(held) => held,
+            Err((_, nix::Error::EWOULDBLOCK)) => return Ok(Reuse::Busy),
+            Err((_, e)) => return Err(e.into()),
+        };
+        let tasks = read_in(&self.pids_dir, &self.pids, PIDS_NOW)?;
+        let pages = left_in_memory_stat(&read_in(&self.memory_dir, &self.memory, STAT)?);
+        let kernel = read_in(&self.memory_dir, &self.memory, KERNEL)?;
+        let oom_kills = oom_kills(&read_in(&self.memory_dir, &self.memory, OOM)?);
+        let as_new = tasks.trim() == "0"
+            && pages.is_some_and(|b| b <= REUSE_MAX_PAGES)
+            && kernel
+                .trim()
+                .parse::<u64>()
+                .is_ok_and(|b| b <= REUSE_MAX_KERNEL)
+            && oom_kills == Some(0);
+        if !as_new {
+            return Ok(Reuse::Spent);
+        }
+        write_in(&self.memory_dir, &self.memory, PEAK, "0")?;
+        write_in(
+            &self.memory_dir,
+            &self.memory,
+            "memory.limit_in_bytes",
+            &memory_bytes.to_string(),
+        )?;
+        write_in(
+            &self.pids_dir,
+            &self.pids,
+            "pids.max",
+            &processes.to_string(),
+        )?;
+        drop(held);
+        Ok(Reuse::Reused)
+    }
+
+    fn under(&self, roots: &V1Roots) -> bool {
+        self.memory.starts_with(&roots.memory) && self.pids.starts_with(&roots.pids)
+    }
+}
