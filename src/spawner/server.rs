@@ -208,9 +208,10 @@ fn failed(sock: &UnixStream, id: u64, error: &str) -> std::io::Result<()> {
 }
 
 /// Reaps every released sandbox whose init has ended, reads its cgroup and
-/// reports it (the cgroups then go back to the pool). Only inits of released sandboxes are waited for: one still
-/// building its root is reaped by its abort, never here, so a pid is never
-/// waited for twice (and never reused while the daemon might signal it).
+/// reports it; the cgroups then go back to the pool. Only inits of released
+/// sandboxes are waited for: one still building its root is reaped by its
+/// abort, never here, so a pid is never waited for twice (and never reused
+/// while the daemon might signal it).
 fn reap(
     sock: &UnixStream,
     slots: &mut HashMap<u64, Slot>,

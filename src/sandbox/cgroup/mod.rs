@@ -154,17 +154,23 @@ impl Readings {
     /// file cannot be read — the cgroup's owner removed it meanwhile — so
     /// the caller takes the owner's own readings instead of guessing.
     pub fn read(&self) -> Option<(Option<u64>, bool)> {
-        // From the start each time: the kernel renders them anew.
-        let read = |f: &std::fs::File| -> Option<String> {
-            use std::os::unix::fs::FileExt;
-            let mut buf = [0u8; 256];
-            let n = f.read_at(&mut buf, 0).ok()?;
-            String::from_utf8(buf[..n].to_vec()).ok()
-        };
-        let peak = read(&self.peak)?;
-        let oom = read(&self.oom)?;
+        let peak = read_from_start(&self.peak)?;
+        let oom = read_from_start(&self.oom)?;
         Some((parse_peak(&peak), parse_oom_killed(&oom)))
     }
+
+    /// The OOM killer's count (`None` when unreadable or missing).
+    fn oom_kills(&self) -> Option<u64> {
+        oom_kills(&read_from_start(&self.oom)?)
+    }
+}
+
+/// A cgroup file read from its start (the kernel renders it anew each time).
+fn read_from_start(f: &std::fs::File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 256];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    String::from_utf8(buf[..n].to_vec()).ok()
 }
 
 /// [`Readings`] opened and read at once, through an open memory cgroup

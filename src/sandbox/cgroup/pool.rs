@@ -129,9 +129,13 @@ impl CgroupPool {
     }
 
     /// Keeps an ended sandbox's cgroups (its init reaped, its readings
-    /// taken), or removes them when the pool is full.
-    pub fn give_back(&mut self, cg: SpawnCgroup) {
+    /// taken), or removes them when the pool is full. A kept pair keeps its
+    /// peak and OOM files open, for every later sandbox's readings and check.
+    pub fn give_back(&mut self, mut cg: SpawnCgroup) {
         if self.idle.len() < Self::KEEP {
+            if cg.readings.is_none() {
+                cg.open_readings();
+            }
             self.idle.push_back(cg);
         } else {
             cg.remove();
@@ -170,7 +174,10 @@ impl SpawnCgroup {
         let tasks = read_in(&self.pids_dir, &self.pids, PIDS_NOW)?;
         let pages = left_in_memory_stat(&read_in(&self.memory_dir, &self.memory, STAT)?);
         let kernel = read_in(&self.memory_dir, &self.memory, KERNEL)?;
-        let oom_kills = oom_kills(&read_in(&self.memory_dir, &self.memory, OOM)?);
+        let oom_kills = match &self.readings {
+            Some(opened) => opened.oom_kills(),
+            None => oom_kills(&read_in(&self.memory_dir, &self.memory, OOM)?),
+        };
         let as_new = tasks.trim() == "0"
             && pages.is_some_and(|b| b <= REUSE_MAX_PAGES)
             && kernel

@@ -150,6 +150,14 @@ fn a_pair_with_anything_left_is_spent() {
     let (_d, cg) = fake_pair(&[]);
     std::fs::write(cg.pids.join(super::PIDS_NOW), "1\n").unwrap();
     assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::pool::Reuse::Spent);
+    // With its OOM file kept open (a pooled pair), the count is read there.
+    let (_d, mut cg) = fake_pair(&[(OOM, "oom_kill 1\n")]);
+    cg.open_readings();
+    assert!(cg.readings.is_some());
+    assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::pool::Reuse::Spent);
+    let (_d, mut cg) = fake_pair(&[]);
+    cg.open_readings();
+    assert_eq!(cg.reuse(1 << 20, 7).unwrap(), super::pool::Reuse::Reused);
 }
 
 /// A cgroup removed before it was read gives no readings (not "no OOM
