@@ -86,16 +86,16 @@ fn tar_writes_into_the_write_scope(who: As) {
     assert!(String::from_utf8_lossy(&list.stdout).contains("readable.txt"));
 }
 
+/// The result of `python3 -c code` in the sandbox (the `py` operation).
+fn python(who: As, code: &str) -> Value {
+    result(&world().run(who, "py", &[("code", code)], &[]))
+}
+
 fn python_computes(who: As) {
-    let data = result(&world().run(
+    let data = python(
         who,
-        "py",
-        &[(
-            "code",
-            "import json, hashlib; print(sum(range(10)), hashlib.sha256(b'x').hexdigest()[:8])",
-        )],
-        &[],
-    ));
+        "import json, hashlib; print(sum(range(10)), hashlib.sha256(b'x').hexdigest()[:8])",
+    );
     assert_eq!(
         data["stdout"]["text"].as_str().map(str::trim),
         Some("45 2d711642"),
@@ -106,15 +106,10 @@ fn python_computes(who: As) {
 /// The sandbox's own loopback is up (brought up at launch, or ahead):
 /// a datagram to itself on 127.0.0.1 arrives.
 fn its_own_loopback_works(who: As) {
-    let data = result(&world().run(
+    let data = python(
         who,
-        "py",
-        &[(
-            "code",
-            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('127.0.0.1',0)); s.sendto(b'ping',s.getsockname()); print(s.recv(4).decode())",
-        )],
-        &[],
-    ));
+        "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('127.0.0.1',0)); s.sendto(b'ping',s.getsockname()); print(s.recv(4).decode())",
+    );
     assert_eq!(data["exit_code"], 0, "{data}");
     assert_eq!(
         data["stdout"]["text"].as_str().map(str::trim),
@@ -221,7 +216,7 @@ fn the_mount_table_holds_only_the_sandbox(who: As) {
 /// still tears the namespaces down).
 fn usage_is_reported(who: As) {
     let code = "import time\nt=time.process_time()\nx=bytearray(64<<20)\nwhile time.process_time()-t<0.3: pass\nprint(len(x))";
-    let data = result(&world().run(who, "py", &[("code", code)], &[]));
+    let data = python(who, code);
     assert_eq!(data["exit_code"], 0, "{data}");
     let cpu = data["cpu_ms"].as_u64().unwrap();
     assert!((250..5000).contains(&cpu), "cpu_ms {cpu}: {data}");
