@@ -22,8 +22,8 @@ use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use super::identity::drop_privileges_in_child;
-use super::landlock::restrict_current_process;
+use super::identity::{drop_bounding_set, drop_privileges_in_child};
+use super::landlock::prepare_restriction;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::SandboxSpec;
@@ -140,27 +140,46 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
         .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     wait_for_parent(&s.sync)?;
-    // A sandbox made ahead has its loopback up already; one launched now
-    // brings it up while the old root is being detached (the kernel's work
-    // of a `SIOCSIFFLAGS` on a new namespace's lo, ~70 µs here, then
-    // overlaps the detach on the other core instead of adding to it).
-    let (staged, loopback_up) = match s.staged.take() {
+    // A sandbox made ahead has its loopback up and its bounding set empty
+    // already; one launched now does both while the old root is being
+    // detached (the kernel's work of a `SIOCSIFFLAGS` on a new namespace's
+    // lo, ~70 µs here, then overlaps the detach on the other core instead of
+    // adding to it). So does what needs the new root but not the old one's
+    // end: the working directory and the Landlock ruleset (only enforcing
+    // it must wait, as Landlock forbids the mount changes still to come).
+    let (staged, prepared_ahead) = match s.staged.take() {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),
     };
-    let mut meanwhile = || {
-        if loopback_up {
-            return Ok(());
+    let mut restriction = None;
+    let setup: &ChildSetup<'_> = s;
+    let mut meanwhile = |scope_fds: &[OwnedFd]| {
+        if !prepared_ahead {
+            set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+            drop_bounding_set()?;
         }
-        set_loopback_up().map_err(|e| StepError::new("bring lo up", e))
+        prepare_cwd(setup)?;
+        restriction = Some(prepare_restriction(
+            &setup.spec.landlock,
+            scope_fds,
+            setup.program.as_fd(),
+            setup.landlock_abi,
+        )?);
+        Ok(())
     };
     let Rooted {
         scope_fds,
         detaching,
-    } = finish_root_in_child(staged, s.spec, &s.scopes, &mut meanwhile)?;
-    // Verified and mounted: the pins are no longer needed.
+    } = finish_root_in_child(staged, setup.spec, &setup.scopes, &mut meanwhile)?;
+    // Verified, mounted and in the ruleset: the descriptors are no longer needed.
+    drop(scope_fds);
     s.scopes.clear();
-    prepare_cwd(s)?;
+    let Some(restriction) = restriction else {
+        return Err(StepError::new(
+            "landlock ruleset",
+            std::io::Error::other("not built while the old root detached"),
+        ));
+    };
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
     // the parent did not die in between (it holds the sync pipe open until the end).
@@ -169,13 +188,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     if parent_gone(&s.sync) {
         exit_immediately(125);
     }
-    let applied = restrict_current_process(
-        &s.spec.landlock,
-        &scope_fds,
-        s.program.as_fd(),
-        s.landlock_abi,
-    )?;
-    drop(scope_fds);
+    let applied = restriction.restrict_self()?;
     // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
     // stay closed to the program, and the same seccomp filter binds init too,
     // so it cannot be turned into an unfiltered helper.
@@ -226,10 +239,11 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
 
 /// What every sandbox needs before its request is known, once its ids are
 /// mapped: the staged root with /tmp, /dev and /proc, its host name, its
-/// loopback up. A sandbox made ahead does this while it waits for its order.
+/// loopback up, its bounding set empty. A sandbox made ahead does this while it waits for its order.
 pub fn prepare_base() -> Result<Staged, StepError> {
     let staged = stage_and_name()?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+    drop_bounding_set()?;
     Ok(staged)
 }
 

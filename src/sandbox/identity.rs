@@ -11,16 +11,24 @@ use super::StepError;
 /// Upper bound when probing the bounding set (the kernel answers EINVAL past the last capability).
 const CAP_PROBE_LIMIT: u32 = 64;
 
-/// Drops every privilege and becomes `uid`/`gid`. `may_setgroups` is false in a
-/// user namespace created by an unprivileged parent (`setgroups` is denied there).
-pub fn drop_privileges_in_child(uid: u32, gid: u32, may_setgroups: bool) -> Result<(), StepError> {
+/// Empties the bounding set (one `prctl` per capability, about 40). The
+/// capabilities in effect stay, so mounting goes on; a sandbox made ahead
+/// does this before its order comes, any other while its old root detaches.
+pub fn drop_bounding_set() -> Result<(), StepError> {
     for cap in 0..CAP_PROBE_LIMIT {
         match drop_bounding_capability(cap) {
             Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
             Err(e) => return Err(StepError::new("drop bounding set", e)),
         }
     }
+    Ok(())
+}
+
+/// Drops every remaining privilege and becomes `uid`/`gid`; the bounding set
+/// must be empty already ([`drop_bounding_set`]). `may_setgroups` is false in a
+/// user namespace created by an unprivileged parent (`setgroups` is denied there).
+pub fn drop_privileges_in_child(uid: u32, gid: u32, may_setgroups: bool) -> Result<(), StepError> {
     if may_setgroups {
         setgroups(&[]).map_err(|e| StepError::new("setgroups([])", e.into()))?;
     }

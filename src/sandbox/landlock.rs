@@ -5,11 +5,11 @@
 //! detected ABI is a hard requirement: the kernel enforces all of it or the
 //! spawn fails — there is no silent best effort.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use landlock::{
     Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::Serialize;
 
@@ -47,23 +47,24 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
     }
 }
 
-/// Restricts the calling process (and everything it will execute).
-pub fn restrict_current_process(
+/// A ruleset built and waiting to be enforced: everything of the
+/// restriction that may happen while the process still changes its mounts
+/// (Landlock forbids that once enforced), so init builds it while its old
+/// root detaches.
+pub struct PreparedRestriction {
+    ruleset: RulesetCreated,
+    applied: LandlockApplied,
+}
+
+/// Builds the ruleset for `rules` (scopes by their verified descriptors,
+/// other paths opened now) and the program's descriptor.
+pub fn prepare_restriction(
     rules: &[LandlockRule],
     scope_fds: &[std::os::fd::OwnedFd],
     program: BorrowedFd<'_>,
     kernel_abi: u32,
-) -> Result<LandlockApplied, StepError> {
+) -> Result<PreparedRestriction, StepError> {
     let abi = ABI::from(kernel_abi as i32);
-    let fail = |what: &str| {
-        let what = what.to_string();
-        move |e: landlock::RulesetError| {
-            StepError::new(
-                format!("landlock {what}"),
-                std::io::Error::other(e.to_string()),
-            )
-        }
-    };
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
@@ -81,17 +82,17 @@ pub fn restrict_current_process(
             .map_err(fail("scope signals and abstract sockets"))?;
     }
     let mut created = ruleset.create().map_err(fail("create ruleset"))?;
+    let is_dir = |fd: BorrowedFd<'_>| {
+        nix::sys::stat::fstat(fd)
+            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            .unwrap_or(false)
+    };
     for rule in rules {
         let rights_for = |is_dir: bool| rights(rule.access, abi, is_dir);
         created = match rule.scope.and_then(|i| scope_fds.get(i)) {
-            Some(fd) => {
-                let is_dir = nix::sys::stat::fstat(fd)
-                    .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-                    .unwrap_or(false);
-                created
-                    .add_rule(PathBeneath::new(fd, rights_for(is_dir)))
-                    .map_err(fail(&format!("rule for scope {}", rule.path.display())))?
-            }
+            Some(fd) => created
+                .add_rule(PathBeneath::new(fd, rights_for(is_dir(fd.as_fd()))))
+                .map_err(fail(&format!("rule for scope {}", rule.path.display())))?,
             None => {
                 let fd = match PathFd::new(&rule.path) {
                     Ok(fd) => fd,
@@ -103,8 +104,9 @@ pub fn restrict_current_process(
                         ))
                     }
                 };
+                let dir = is_dir(fd.as_fd());
                 created
-                    .add_rule(PathBeneath::new(fd, rights_for(rule.path.is_dir())))
+                    .add_rule(PathBeneath::new(fd, rights_for(dir)))
                     .map_err(fail(&format!("rule for {}", rule.path.display())))?
             }
         };
@@ -113,16 +115,41 @@ pub fn restrict_current_process(
     created = created
         .add_rule(PathBeneath::new(program, program_rights))
         .map_err(fail("rule for the program"))?;
-    let status = created.restrict_self().map_err(fail("restrict_self"))?;
-    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
-        return Err(StepError::new(
-            "landlock restrict_self",
-            std::io::Error::other(format!("not fully enforced: {:?}", status.ruleset)),
-        ));
-    }
-    Ok(LandlockApplied {
-        abi: kernel_abi,
-        tcp_denied,
-        scoped,
+    Ok(PreparedRestriction {
+        ruleset: created,
+        applied: LandlockApplied {
+            abi: kernel_abi,
+            tcp_denied,
+            scoped,
+        },
     })
+}
+
+impl PreparedRestriction {
+    /// Enforces the ruleset on the calling process (and everything it will
+    /// execute); every feature of the ABI must be enforced in full.
+    pub fn restrict_self(self) -> Result<LandlockApplied, StepError> {
+        let status = self
+            .ruleset
+            .restrict_self()
+            .map_err(fail("restrict_self"))?;
+        if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
+            return Err(StepError::new(
+                "landlock restrict_self",
+                std::io::Error::other(format!("not fully enforced: {:?}", status.ruleset)),
+            ));
+        }
+        Ok(self.applied)
+    }
+}
+
+/// A Landlock error as a step error naming `what`.
+fn fail(what: &str) -> impl Fn(landlock::RulesetError) -> StepError {
+    let what = what.to_string();
+    move |e| {
+        StepError::new(
+            format!("landlock {what}"),
+            std::io::Error::other(e.to_string()),
+        )
+    }
 }
