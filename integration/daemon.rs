@@ -1248,3 +1248,81 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     );
     let _ = std::fs::remove_file(file);
 }
+
+/// An idle blank mounts the last request's system paths before its order
+/// comes. After a reload that changes `[sandbox] system_paths`, a program
+/// sees the paths in force, never a blank's stale binds: one mounted for
+/// the old paths is not used, and blanks are prepared again for the new.
+#[test]
+fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
+    let w = world();
+    let extra = w.path("daemon-system-extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(extra.join("marker"), "here\n").unwrap();
+    let section = |with_extra: bool| {
+        let mut paths: Vec<String> = spawnd::config::DEFAULT_SYSTEM_PATHS
+            .iter()
+            .map(|p| format!("{p:?}"))
+            .collect();
+        if with_extra {
+            paths.push(format!("{:?}", extra.display().to_string()));
+        }
+        format!("[sandbox]\nsystem_paths = [{}]\n", paths.join(", "))
+    };
+    // Info lines on stderr: the test waits for the one saying the reload is done.
+    let log_info = ["env".to_string(), "RUST_LOG=spawnd=info".to_string()];
+    let mut d = Daemon::start_under("system-paths", &section(false), &[], &log_info);
+    let config = w.path("daemon-system-paths").join("config.toml");
+    let original = std::fs::read_to_string(&config).unwrap();
+    let mut log = BufReader::new(d.child.stderr.take().unwrap());
+    let pid = nix::unistd::Pid::from_raw(d.child.id() as i32);
+    let mut reload = |with_extra: bool| {
+        let text = original.replace(&section(false), &section(with_extra));
+        std::fs::write(&config, text).unwrap();
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        let mut line = String::new();
+        while !line.contains("reloaded") {
+            line.clear();
+            assert!(
+                log.read_line(&mut line).unwrap() > 0,
+                "the daemon's log ended"
+            );
+            assert!(!line.contains("refused"), "{line}");
+        }
+    };
+    let mut c = d.client();
+    let script = format!("cat {}/marker 2>/dev/null || echo absent", extra.display());
+    // `ahead`: the run must find a blank made ahead (and, the pool having had
+    // time to prepare, one mounted for the paths of the run before it).
+    let sees = |c: &mut Client, ahead: bool| {
+        // Time for the idle spawner to prepare blanks for this request's paths.
+        std::thread::sleep(Duration::from_millis(300));
+        let done = c.run_sh(&script);
+        assert_eq!(done["exit_code"], 0, "{done}");
+        if ahead {
+            assert_eq!(
+                done["isolation"]["network_namespace"],
+                "fresh, made ahead of the request; loopback only",
+                "{done}"
+            );
+        }
+        done["stdout"]["text"].as_str().unwrap().trim().to_string()
+    };
+    // The first run after a change finds only blanks mounted for the old
+    // paths: none fits, and it clones. The next ones find blanks mounted for
+    // the new paths.
+    let expect = |c: &mut Client, expected: &str| {
+        for run in 0..3 {
+            assert_eq!(
+                sees(c, run > 0),
+                expected,
+                "run {run} after the last change"
+            );
+        }
+    };
+    expect(&mut c, "absent");
+    reload(true);
+    expect(&mut c, "here");
+    reload(false);
+    expect(&mut c, "absent");
+}

@@ -9,7 +9,8 @@
 //! A blank is a process in fresh namespaces that has closed every descriptor
 //! but one end of a private socketpair and waits there for, at most, one
 //! "prepare" (its ids were mapped for an identity: build the shared part of
-//! the root) and then its order: the [`LaunchOrder`] and the descriptors of
+//! the root, and bind the system paths the last request had, which a
+//! daemon's requests share as they come from one config) and then its order: the [`LaunchOrder`] and the descriptors of
 //! [`ChildParts`], as one [`crate::spawner::wire`] frame. From them it builds
 //! exactly the [`super::child::ChildSetup`] a child cloned at launch would
 //! have had, and goes on as that child would (root, identity, Landlock,
@@ -34,6 +35,7 @@ use super::launch::{clone_failed, LaunchOrder, NAMESPACES};
 use super::parts::{ChildParts, PartsFacts};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
+use super::spec::MountStep;
 use super::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 use super::threads::ensure_single_threaded;
 use super::StepError;
@@ -47,13 +49,9 @@ pub struct Blank {
     sock: UnixStream,
     /// Whose ids were mapped in it, once prepared.
     mapped: Option<MappedFor>,
+    /// The system-path steps it was told to mount after the shared ones.
+    system: Vec<MountStep>,
 }
-
-/// The frame that tells a blank its ids are mapped.
-const PREPARE: ToBlank<'static> = ToBlank {
-    order: None,
-    parts: None,
-};
 
 /// A frame to a blank: empty to prepare (its ids are mapped: build the
 /// shared part of the root), or the order with the facts of its parts.
@@ -63,6 +61,9 @@ struct ToBlank<'a> {
     order: Option<&'a LaunchOrder>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parts: Option<PartsFacts>,
+    /// With a prepare: the system-path steps to mount after the shared ones.
+    #[serde(skip_serializing_if = "<[MountStep]>::is_empty")]
+    system: &'a [MountStep],
 }
 
 #[derive(serde::Deserialize)]
@@ -71,6 +72,8 @@ struct FromParent {
     order: Option<LaunchOrder>,
     #[serde(default)]
     parts: Option<PartsFacts>,
+    #[serde(default)]
+    system: Vec<MountStep>,
 }
 
 /// Who a blank's ids were mapped for: uid, gid, and whether the parent
@@ -92,6 +95,7 @@ impl Blank {
             pid: Some(pid),
             sock: ours,
             mapped: None,
+            system: Vec::new(),
         })
     }
 
@@ -101,9 +105,11 @@ impl Blank {
     }
 
     /// Maps the blank's ids for `who` and lets it build the shared part of
-    /// its root (/tmp, /dev, /proc, host name, loopback) before any request
-    /// comes. It then serves only orders for `who`.
-    pub fn prepare(&mut self, who: MappedFor) -> Result<(), StepError> {
+    /// its root (/tmp, /dev, /proc, host name, loopback) and bind `system`
+    /// (system paths: binds by path and symbolic links) before any request
+    /// comes. It then serves only orders for `who` whose mount steps go on
+    /// with `system` ([`Blank::fits`]).
+    pub fn prepare(&mut self, who: MappedFor, system: &[MountStep]) -> Result<(), StepError> {
         let pid = self.pid().ok_or_else(|| {
             StepError::new(
                 "prepare the sandbox made ahead",
@@ -112,7 +118,13 @@ impl Blank {
         })?;
         write_id_maps(pid, who.0, who.1, who.2)?;
         self.mapped = Some(who);
-        send(&self.sock, &PREPARE, &[])
+        self.system = system.to_vec();
+        let prepare = ToBlank {
+            order: None,
+            parts: None,
+            system,
+        };
+        send(&self.sock, &prepare, &[])
             .map_err(|e| StepError::new("prepare the sandbox made ahead", e))
     }
 
@@ -121,12 +133,32 @@ impl Blank {
         self.mapped
     }
 
+    /// The system-path steps it mounted ahead (empty unless prepared).
+    pub fn system_steps(&self) -> &[MountStep] {
+        &self.system
+    }
+
+    /// Whether an order for `who` with these mount steps can go to this
+    /// blank: unprepared (nothing mounted yet), or prepared for `who` with
+    /// steps that begin the order's after the shared ones.
+    pub fn fits(&self, who: MappedFor, mounts: &[MountStep]) -> bool {
+        match self.mapped {
+            None => true,
+            Some(mapped) => {
+                mapped == who
+                    && super::spec::after_base(mounts)
+                        .is_some_and(|rest| rest.starts_with(&self.system))
+            }
+        }
+    }
+
     /// Sends the order and the child's descriptors. On success the blank is
     /// that sandbox's init; the caller's copies of `parts` may be closed.
     pub(super) fn deliver(&self, order: &LaunchOrder, parts: &ChildParts) -> std::io::Result<()> {
         let body = ToBlank {
             order: Some(order),
             parts: Some(parts.facts()),
+            system: &[],
         };
         send(&self.sock, &body, &parts.fds())
     }
@@ -169,9 +201,10 @@ fn wait_for_order(sock: OwnedFd) -> ! {
                 FromParent {
                     order: None,
                     parts: None,
+                    system,
                 },
                 fds,
-            ))) if fds.is_empty() && staged.is_none() => match prepare_base() {
+            ))) if fds.is_empty() && staged.is_none() => match prepare_base(&system) {
                 Ok(base) => staged = Some(Ok(base)),
                 // Not usable: gone before its order, which then goes to a
                 // fresh clone (its delivery fails).
@@ -181,6 +214,7 @@ fn wait_for_order(sock: OwnedFd) -> ! {
                 FromParent {
                     order: Some(order),
                     parts: Some(parts),
+                    system: _,
                 },
                 fds,
             ))) => break (order, parts, fds),

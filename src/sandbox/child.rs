@@ -26,7 +26,7 @@ use super::identity::{drop_bounding_set, drop_privileges_in_child};
 use super::landlock::prepare_restriction;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
-use super::spec::SandboxSpec;
+use super::spec::{MountStep, SandboxSpec};
 use super::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, restore_default_action, set_loopback_up,
@@ -238,10 +238,13 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
 }
 
 /// What every sandbox needs before its request is known, once its ids are
-/// mapped: the staged root with /tmp, /dev and /proc, its host name, its
-/// loopback up, its bounding set empty. A sandbox made ahead does this while it waits for its order.
-pub fn prepare_base() -> Result<Staged, StepError> {
-    let staged = stage_and_name()?;
+/// mapped: the staged root with /tmp, /dev and /proc and then `system` (the
+/// system paths the daemon's last request had), its host name, its loopback
+/// up, its bounding set empty. A sandbox made ahead does this while it
+/// waits for its order.
+pub fn prepare_base(system: &[MountStep]) -> Result<Staged, StepError> {
+    let mut staged = stage_and_name()?;
+    staged.mount_more(system)?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
     drop_bounding_set()?;
     Ok(staged)

@@ -453,7 +453,7 @@ pub fn launch_order(
     // cloned now.
     let me = (order.uid, order.gid, order.privileged);
     let fits = parts.fds().len() <= MAX_FRAME_FDS;
-    let ahead = ahead.filter(|b| fits && b.mapped_for().is_none_or(|who| who == me));
+    let ahead = ahead.filter(|b| fits && b.fits(me, &order.spec.mounts));
     let delivered = ahead.and_then(|blank| match blank.deliver(order, &parts) {
         Ok(()) => {
             let mapped = blank.mapped_for().is_some();

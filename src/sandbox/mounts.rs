@@ -1,8 +1,9 @@
 //! The fresh root, built inside the child's own mount namespace: propagation
 //! cut from the host, a tmpfs staged on `/sys`, every step of the spec
 //! mounted into it — first the steps every sandbox shares
-//! ([`stage_base_in_child`], which a sandbox made ahead runs before its
-//! order), then the system paths and scopes ([`finish_root_in_child`]) —
+//! ([`stage_base_in_child`]), then the system paths (a sandbox made ahead
+//! does both before its order, [`Staged::mount_more`]), then the scopes
+//! ([`finish_root_in_child`]) —
 //! then `pivot_root` into it and the old root detached. Everything
 //! is nosuid and nodev (device nodes excepted) and noexec unless the spec
 //! grants execution.
@@ -59,6 +60,14 @@ pub struct Staged {
 }
 
 impl Staged {
+    /// Mounts `steps` (system paths: binds by path and symbolic links) after
+    /// the ones staged; an order's mount steps must then go on with them.
+    pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
+        apply_steps(&self.stage, steps, &[])?;
+        self.base.extend_from_slice(steps);
+        Ok(())
+    }
+
     /// The staged root's descriptor (for init to keep it across its
     /// descriptor clean-up).
     pub fn fd_mut(&mut self) -> &mut OwnedFd {

@@ -199,6 +199,33 @@ pub fn build_spec(
     Ok(spec)
 }
 
+/// A sandbox's mount steps after the shared ones ([`base_mounts`]), or
+/// `None` when they do not begin with them.
+pub fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
+    mounts.strip_prefix(base_mounts().as_slice())
+}
+
+/// The system-path steps a sandbox's mounts go on with after the shared
+/// ones (binds by path and symbolic links, before any scope): what a
+/// daemon's requests share, so a sandbox made ahead can mount them early.
+pub fn system_steps(mounts: &[MountStep]) -> &[MountStep] {
+    let rest = after_base(mounts).unwrap_or_default();
+    let n = rest
+        .iter()
+        .take_while(|m| {
+            matches!(
+                m.kind,
+                MountKind::Symlink { .. }
+                    | MountKind::Bind {
+                        source: BindSource::System(_),
+                        ..
+                    }
+            )
+        })
+        .count();
+    &rest[..n]
+}
+
 /// The mount steps every sandbox begins with, whatever its request: the
 /// private /tmp, the minimal /dev and /dev/shm, its own /proc.
 pub fn base_mounts() -> Vec<MountStep> {

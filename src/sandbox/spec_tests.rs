@@ -224,3 +224,27 @@ fn scopes_at_or_above_the_staging_tmp_or_on_the_fresh_cwd_are_refused() {
     };
     assert!(build_spec(&plan(fs, CwdPlan::FreshTemp), &[], &host).is_ok());
 }
+
+#[test]
+fn system_steps_are_the_system_paths_between_the_shared_steps_and_the_scopes() {
+    let fs = FsPlan {
+        read: vec!["/home/u/code".into()],
+        ..FsPlan::default()
+    };
+    let spec = build_spec(&plan(fs, CwdPlan::FreshTemp), &system(), &host).unwrap();
+    let after = after_base(&spec.mounts).expect("begins with the shared steps");
+    assert_eq!(after.len(), spec.mounts.len() - base_mounts().len());
+    let targets: Vec<&Path> = system_steps(&spec.mounts)
+        .iter()
+        .map(|m| m.target.as_path())
+        .collect();
+    // /lib64 is missing on this host: left out; the scope comes after.
+    assert_eq!(
+        targets,
+        ["/usr", "/lib", "/bin", "/etc/ld.so.cache"].map(Path::new)
+    );
+    assert_eq!(after[targets.len()].target, Path::new("/home/u/code"));
+    // Without the shared steps first, nothing is the system's.
+    assert!(after_base(&spec.mounts[1..]).is_none());
+    assert!(system_steps(&spec.mounts[1..]).is_empty());
+}

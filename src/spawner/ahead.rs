@@ -2,9 +2,10 @@
 //! idle, the spawner clones a few blanks, so a request usually finds its
 //! namespaces (user, mount, pid, network, ipc, uts) already made and only
 //! hands over its order. Blanks are then prepared for the identity the last
-//! request ran as (its ids mapped, the shared part of the root built), since
-//! a daemon's callers are mostly one connector runtime; a request for
-//! another identity takes an unprepared blank, or clones. Each blank serves
+//! request ran as (its ids mapped, the shared part of the root built, the
+//! system paths of the last request bound), since a daemon's callers are
+//! mostly one connector runtime under one config; a request for another
+//! identity or with other system paths takes an unprepared blank, or clones. Each blank serves
 //! exactly one sandbox: two sandboxes never share a namespace. Blanks older
 //! than [`MAX_AGE`] are replaced. When a blank cannot be made (user
 //! namespaces gone, say), making pauses for [`RETRY_AFTER`] and launches
@@ -13,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sandbox::blank::{Blank, MappedFor};
+use crate::sandbox::spec::{system_steps, MountStep};
 
 /// How many blanks are kept ready.
 pub const POOL_SIZE: usize = 4;
@@ -35,6 +37,8 @@ pub struct BlankPool {
     ready: Vec<(Blank, Instant)>,
     /// Whom the last request ran as: whom idle blanks are prepared for.
     last: Option<MappedFor>,
+    /// The system-path steps of the last request: what idle blanks mount.
+    system: Vec<MountStep>,
     /// No blank is made before this (after a failure).
     paused_until: Option<Instant>,
     /// Preparations that failed in a row.
@@ -47,6 +51,7 @@ impl BlankPool {
         BlankPool {
             ready: Vec::with_capacity(POOL_SIZE),
             last: None,
+            system: Vec::new(),
             paused_until: None,
             prepare_failures: 0,
         }
@@ -77,12 +82,14 @@ impl BlankPool {
             .position(|(b, _)| b.mapped_for().is_none())
     }
 
-    /// A blank prepared for someone other than the last caller, or too old.
+    /// A blank prepared for someone other than the last caller or with
+    /// other system paths than the last request's, or too old.
     fn stale(&self) -> Option<usize> {
         self.ready.iter().position(|(b, made)| {
             made.elapsed() > MAX_AGE
-                || b.mapped_for()
-                    .is_some_and(|who| self.last.is_some_and(|last| who != last))
+                || b.mapped_for().is_some_and(|who| {
+                    self.last.is_some_and(|last| who != last) || b.system_steps() != self.system
+                })
         })
     }
 
@@ -96,7 +103,7 @@ impl BlankPool {
             return Ok(());
         }
         if let (Some(i), Some(who)) = (self.unprepared(), self.last) {
-            match self.ready[i].0.prepare(who) {
+            match self.ready[i].0.prepare(who, &self.system) {
                 Ok(()) => self.prepare_failures = 0,
                 Err(_) => {
                     // It died, or its ids could not be mapped: not usable.
@@ -121,16 +128,21 @@ impl BlankPool {
         Ok(())
     }
 
-    /// The blank to launch `who`'s order in: one prepared for `who`, else an
-    /// unprepared one (its ids are mapped at launch). Remembers `who`; when
+    /// The blank to launch `who`'s order (with these mount steps) in: one
+    /// prepared for it ([`Blank::fits`]), else an unprepared one (its ids are
+    /// mapped at launch). Remembers `who` and the order's system paths; when
     /// none fits, blanks prepared for others are dropped at once (their
     /// namespaces count against the user's limits while a clone is made).
-    pub fn take(&mut self, who: MappedFor) -> Option<Blank> {
+    pub fn take(&mut self, who: MappedFor, mounts: &[MountStep]) -> Option<Blank> {
         self.last = Some(who);
+        let system = system_steps(mounts);
+        if self.system != system {
+            self.system = system.to_vec();
+        }
         let found = self
             .ready
             .iter()
-            .position(|(b, _)| b.mapped_for() == Some(who))
+            .position(|(b, _)| b.mapped_for().is_some() && b.fits(who, mounts))
             .or_else(|| {
                 self.ready
                     .iter()

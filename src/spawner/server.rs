@@ -128,7 +128,8 @@ fn handle(
                     return failed(sock, id, "stdin file descriptor missing")
                 }
             };
-            let ahead = pool.and_then(|p| p.take((order.uid, order.gid, order.privileged)));
+            let ahead = pool
+                .and_then(|p| p.take((order.uid, order.gid, order.privileged), &order.spec.mounts));
             match launch_order(&order, File::from(program), source, ahead, Some(cgroups)) {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);
