@@ -1326,3 +1326,28 @@ fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
     reload(false);
     expect(&mut c, "absent");
 }
+
+/// A blank puts every signal action back to its default while it waits (the
+/// program's start does not reset them again): the program starts with
+/// none blocked or ignored, whatever the spawner it was cloned from had.
+#[test]
+fn a_program_in_a_sandbox_made_ahead_starts_with_signals_at_their_defaults() {
+    let d = Daemon::start("signals", "");
+    let mut c = d.client();
+    for _ in 0..2 {
+        // Time for the idle spawner to fill and prepare its pool.
+        std::thread::sleep(Duration::from_millis(300));
+        let done = c.run_sh(
+            "yes | head -n 1; echo \"yes=${PIPESTATUS[0]}\"; grep -E '^Sig(Blk|Ign)' /proc/self/status",
+        );
+        assert_eq!(
+            done["isolation"]["network_namespace"],
+            "fresh, made ahead of the request; loopback only",
+            "{done}"
+        );
+        let text = done["stdout"]["text"].as_str().unwrap_or("");
+        assert!(text.contains("yes=141"), "{done}");
+        assert!(text.contains("SigBlk:\t0000000000000000"), "{text}");
+        assert!(text.contains("SigIgn:\t0000000000000000"), "{text}");
+    }
+}

@@ -30,7 +30,7 @@ use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::Signal;
 
-use super::child::{init_main, prepare_base};
+use super::child::{default_signal_actions, init_main, prepare_base};
 use super::launch::{clone_failed, LaunchOrder, NAMESPACES};
 use super::parts::{ChildParts, PartsFacts};
 use super::prepare::write_id_maps;
@@ -189,7 +189,10 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         n => close_descriptor_range(0, n - 1),
     }
     .and_then(|()| close_descriptors_from(raw + 1));
-    if closed.is_err() || nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() {
+    if closed.is_err()
+        || nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+        || default_signal_actions().is_err()
+    {
         exit_immediately(126)
     }
     let sock = UnixStream::from(sock);

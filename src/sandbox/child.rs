@@ -29,7 +29,7 @@ use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
 use super::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
-    install_seccomp_filter_on_current_thread, restore_default_action, set_loopback_up,
+    install_seccomp_filter_on_current_thread, restore_every_default_action, set_loopback_up,
     start_program, ProgramStart,
 };
 use super::StepError;
@@ -100,16 +100,10 @@ fn report(status: &OwnedFd, message: &[u8]) {
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
-    // The handlers Rust's runtime installed for SIGSEGV and SIGBUS (stack
-    // overflow reports) go: with no handler, the kernel drops these signals
-    // when a process of the sandbox sends them to its pid 1, so the program
-    // cannot interrupt init (say, in the wait that precedes its report).
-    for signo in [libc::SIGSEGV, libc::SIGBUS] {
-        if let Err(e) = restore_default_action(signo) {
-            report(
-                &setup.status,
-                format!("Esigaction(SIG_DFL): {e}\n").as_bytes(),
-            );
+    // A sandbox made ahead did this while it waited for its order.
+    if !setup.made_ahead {
+        if let Err(e) = default_signal_actions() {
+            report(&setup.status, format!("E{e}\n").as_bytes());
             exit_immediately(126)
         }
     }
@@ -124,6 +118,24 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
             exit_immediately(126)
         }
     }
+}
+
+/// Puts every signal action back to its default, and blocks SIGPIPE. Init
+/// needs no handler (it takes its signals with `sigwait`), so the program
+/// inherits none and none ignored, without a reset of its own between clone
+/// and exec; and the handlers Rust's runtime installed for SIGSEGV and SIGBUS
+/// (stack overflow reports) go: with no handler, the kernel drops these
+/// signals when a process of the sandbox sends them to its pid 1, so the
+/// program cannot interrupt init (say, in the wait that precedes its report).
+/// SIGPIPE is blocked rather than ignored (an ignored signal would survive
+/// exec): a write to a closed pipe fails with EPIPE instead of killing init;
+/// the program's mask is cleared before it executes.
+pub fn default_signal_actions() -> Result<(), StepError> {
+    restore_every_default_action().map_err(|e| StepError::new("sigaction(SIG_DFL)", e))?;
+    let mut pipe = SigSet::empty();
+    pipe.add(Signal::SIGPIPE);
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&pipe), None)
+        .map_err(|e| StepError::new("sigprocmask(block SIGPIPE)", e.into()))
 }
 
 /// The init process's setup, in order; returns the program's pid.

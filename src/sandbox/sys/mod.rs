@@ -18,7 +18,7 @@ mod memcopy;
 mod mount;
 mod program;
 pub use mount::{detach_mount_in_background, mount_setattr, mount_setattr_fd};
-pub use program::{restore_default_action, start_program, ProgramStart};
+pub use program::{restore_every_default_action, start_program, ProgramStart};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;

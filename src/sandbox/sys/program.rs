@@ -80,17 +80,10 @@ impl<'a> ProgramStart<'a> {
     /// failure: the step and errno, and the descriptor to report them on.
     fn run(&self) -> (&'static str, libc::c_int, RawFd) {
         let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        // A clean slate, whatever init (or spawnd before it) blocked or
-        // ignored: every signal at its default action (an ignored SIGPIPE
-        // would otherwise survive exec), then none blocked.
-        for signo in 1..=64 {
-            if signo == libc::SIGKILL || signo == libc::SIGSTOP {
-                continue;
-            }
-            if raw_set_default_action(signo) < 0 {
-                return ("reset signal actions", errno(), self.status);
-            }
-        }
+        // A clean slate: every action is at its default already (init put
+        // them there, `child::default_signal_actions`, and installs none), so
+        // nothing init inherited runs a handler here or stays ignored after
+        // exec; what init blocked is unblocked now.
         // SAFETY: sigemptyset initializes the local set; sigprocmask reads it
         // and writes no old mask (null). Both touch only this stack frame.
         let ret = unsafe {
@@ -160,10 +153,16 @@ impl<'a> ProgramStart<'a> {
     }
 }
 
-/// Puts `signo` back to its default action (SIG_DFL).
-pub fn restore_default_action(signo: libc::c_int) -> io::Result<()> {
-    if raw_set_default_action(signo) < 0 {
-        return Err(last_error("rt_sigaction(SIG_DFL)"));
+/// Puts every signal but SIGKILL and SIGSTOP back to its default action
+/// (SIG_DFL), the real-time ones included.
+pub fn restore_every_default_action() -> io::Result<()> {
+    for signo in 1..=64 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        if raw_set_default_action(signo) < 0 {
+            return Err(last_error(&format!("rt_sigaction({signo}, SIG_DFL)")));
+        }
     }
     Ok(())
 }
