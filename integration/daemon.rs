@@ -1351,3 +1351,69 @@ fn a_program_in_a_sandbox_made_ahead_starts_with_signals_at_their_defaults() {
         assert!(text.contains("SigIgn:\t0000000000000000"), "{text}");
     }
 }
+
+/// Threat 39, raced: while init is still detaching the host's root (kept at
+/// `/.oldroot` until the detach is done), a link in a writable scope that
+/// its owner keeps swapping between a real directory and `/.oldroot` must
+/// never give a program a working directory inside the host's root. Found
+/// in review when init chdir'ed before the detach was done; a sandbox made
+/// ahead won that race almost every time.
+#[test]
+fn a_working_directory_never_lands_in_the_host_root_being_detached() {
+    let w = world();
+    let base = w.dir.join("rw").join("cwdrace");
+    std::fs::create_dir_all(base.join("real/etc")).unwrap();
+    std::fs::write(base.join("real/etc/inside-marker"), "").unwrap();
+    let link = base.join("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("real", &link).unwrap();
+    let d = Daemon::start("cwd-race", "");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, base) = (stop.clone(), base.clone());
+        std::thread::spawn(move || {
+            let (tmp, link) = (base.join("link.new"), base.join("link"));
+            let mut flip = false;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let target = if flip { "/.oldroot" } else { "real" };
+                let _ = std::fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(target, &tmp).unwrap();
+                std::fs::rename(&tmp, &link).unwrap();
+                flip = !flip;
+            }
+        })
+    };
+    let mut c = d.client();
+    let cwd = link.join("etc").display().to_string();
+    let (mut inside, mut refused) = (0, 0);
+    for _ in 0..60 {
+        // Time for the idle spawner to prepare a blank: the fastest path.
+        std::thread::sleep(Duration::from_millis(30));
+        let a = c.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "cwd": cwd,
+                   "args": {"script": "test -e passwd && echo HOST-ROOT; ls"}}),
+        );
+        let Some(h) = a["result"]["handle"].as_str() else {
+            refused += 1;
+            continue;
+        };
+        let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+        let text = done["stdout"]["text"].as_str().unwrap_or("").to_string();
+        assert!(
+            !text.contains("HOST-ROOT"),
+            "the host's root as cwd: {done}"
+        );
+        if text.contains("inside-marker") {
+            inside += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        inside > 0,
+        "no spawn ran in the real directory ({refused} refused)"
+    );
+}

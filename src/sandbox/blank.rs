@@ -197,6 +197,7 @@ fn wait_for_order(sock: OwnedFd) -> ! {
     }
     let sock = UnixStream::from(sock);
     let mut staged = None;
+    let mut emptied = None;
     let (order, parts, fds) = loop {
         match recv_up_to::<FromParent>(&sock, MAX_FRAME_FDS) {
             // Ids mapped: build what every sandbox shares, then wait on.
@@ -208,7 +209,10 @@ fn wait_for_order(sock: OwnedFd) -> ! {
                 },
                 fds,
             ))) if fds.is_empty() && staged.is_none() => match prepare_base(&system) {
-                Ok(base) => staged = Some(Ok(base)),
+                Ok((base, bounding)) => {
+                    staged = Some(Ok(base));
+                    emptied = Some(bounding);
+                }
                 // Not usable: gone before its order, which then goes to a
                 // fresh clone (its delivery fails).
                 Err(_) => exit_immediately(125),
@@ -237,6 +241,7 @@ fn wait_for_order(sock: OwnedFd) -> ! {
     match parts.into_setup(&order, &filter.instructions, true) {
         Ok(mut setup) => {
             setup.staged = staged;
+            setup.bounding_emptied = emptied;
             init_main(setup)
         }
         // The parent checked argv and env before sending: not reached.

@@ -22,7 +22,7 @@ use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use super::identity::{drop_bounding_set, drop_privileges_in_child};
+use super::identity::{drop_bounding_set, drop_privileges_in_child, BoundingSetEmpty};
 use super::landlock::prepare_restriction;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
@@ -74,6 +74,9 @@ pub struct ChildSetup<'a> {
     /// The shared part of the root, when a sandbox made ahead built it
     /// before its order came (or the error it met doing so).
     pub staged: Option<Result<Staged, StepError>>,
+    /// The bounding set, when a sandbox made ahead emptied it before its
+    /// order came.
+    pub bounding_emptied: Option<BoundingSetEmpty>,
 }
 
 /// A scope as the parent resolved it: where it is and what it is.
@@ -156,43 +159,47 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     // already; one launched now does both while the old root is being
     // detached (the kernel's work of a `SIOCSIFFLAGS` on a new namespace's
     // lo, ~70 µs here, then overlaps the detach on the other core instead of
-    // adding to it). So does what needs the new root but not the old one's
-    // end: the working directory and the Landlock ruleset (only enforcing
-    // it must wait, as Landlock forbids the mount changes still to come).
+    // adding to it). Nothing that resolves a path goes there: until the
+    // detach is done, the host's root is at the old root's mount point, and
+    // a link the owner of a writable scope swaps in could lead a working
+    // directory or a Landlock rule into it (found in review).
     let (staged, prepared_ahead) = match s.staged.take() {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),
     };
-    let mut restriction = None;
-    let setup: &ChildSetup<'_> = s;
-    let mut meanwhile = |scope_fds: &[OwnedFd]| {
+    let mut emptied = s.bounding_emptied.take();
+    let mut meanwhile = || {
         if !prepared_ahead {
             set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
-            drop_bounding_set()?;
         }
-        prepare_cwd(setup)?;
-        restriction = Some(prepare_restriction(
-            &setup.spec.landlock,
-            scope_fds,
-            setup.program.as_fd(),
-            setup.landlock_abi,
-        )?);
+        if emptied.is_none() {
+            emptied = Some(drop_bounding_set()?);
+        }
         Ok(())
     };
     let Rooted {
         scope_fds,
         detaching,
-    } = finish_root_in_child(staged, setup.spec, &setup.scopes, &mut meanwhile)?;
-    // Verified, mounted and in the ruleset: the descriptors are no longer needed.
-    drop(scope_fds);
+    } = finish_root_in_child(staged, s.spec, &s.scopes, &mut meanwhile)?;
+    // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
-    let Some(restriction) = restriction else {
+    prepare_cwd(s)?;
+    // Built before the identity changes (opening a rule's path as root here
+    // only adds a rule, never access); enforced after it.
+    let restriction = prepare_restriction(
+        &s.spec.landlock,
+        &scope_fds,
+        s.program.as_fd(),
+        s.landlock_abi,
+    )?;
+    drop(scope_fds);
+    let Some(emptied) = emptied else {
         return Err(StepError::new(
-            "landlock ruleset",
-            std::io::Error::other("not built while the old root detached"),
+            "drop bounding set",
+            std::io::Error::other("not done while the old root detached"),
         ));
     };
-    drop_privileges_in_child(s.uid, s.gid, s.may_setgroups)?;
+    drop_privileges_in_child(s.uid, s.gid, s.may_setgroups, emptied)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
     // the parent did not die in between (it holds the sync pipe open until the end).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -254,12 +261,12 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
 /// system paths the daemon's last request had), its host name, its loopback
 /// up, its bounding set empty. A sandbox made ahead does this while it
 /// waits for its order.
-pub fn prepare_base(system: &[MountStep]) -> Result<Staged, StepError> {
+pub fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), StepError> {
     let mut staged = stage_and_name()?;
     staged.mount_more(system)?;
     set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
-    drop_bounding_set()?;
-    Ok(staged)
+    let emptied = drop_bounding_set()?;
+    Ok((staged, emptied))
 }
 
 /// The staged root with its shared steps, and the host name.

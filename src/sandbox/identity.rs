@@ -11,24 +11,37 @@ use super::StepError;
 /// Upper bound when probing the bounding set (the kernel answers EINVAL past the last capability).
 const CAP_PROBE_LIMIT: u32 = 64;
 
+/// Proof that this process's bounding set was emptied: only
+/// [`drop_bounding_set`] makes one, and [`drop_privileges_in_child`] takes it.
+#[derive(Debug)]
+pub struct BoundingSetEmpty(());
+
 /// Empties the bounding set (one `prctl` per capability, about 40). The
 /// capabilities in effect stay, so mounting goes on; a sandbox made ahead
 /// does this before its order comes, any other while its old root detaches.
-pub fn drop_bounding_set() -> Result<(), StepError> {
+pub fn drop_bounding_set() -> Result<BoundingSetEmpty, StepError> {
     for cap in 0..CAP_PROBE_LIMIT {
         match drop_bounding_capability(cap) {
             Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(BoundingSetEmpty(())),
             Err(e) => return Err(StepError::new("drop bounding set", e)),
         }
     }
-    Ok(())
+    Err(StepError::new(
+        "drop bounding set",
+        std::io::Error::other(format!("more than {CAP_PROBE_LIMIT} capabilities")),
+    ))
 }
 
-/// Drops every remaining privilege and becomes `uid`/`gid`; the bounding set
-/// must be empty already ([`drop_bounding_set`]). `may_setgroups` is false in a
-/// user namespace created by an unprivileged parent (`setgroups` is denied there).
-pub fn drop_privileges_in_child(uid: u32, gid: u32, may_setgroups: bool) -> Result<(), StepError> {
+/// Drops every remaining privilege and becomes `uid`/`gid`, the bounding set
+/// being empty already (`_emptied`). `may_setgroups` is false in a user
+/// namespace created by an unprivileged parent (`setgroups` is denied there).
+pub fn drop_privileges_in_child(
+    uid: u32,
+    gid: u32,
+    may_setgroups: bool,
+    _emptied: BoundingSetEmpty,
+) -> Result<(), StepError> {
     if may_setgroups {
         setgroups(&[]).map_err(|e| StepError::new("setgroups([])", e.into()))?;
     }

@@ -116,13 +116,14 @@ pub struct Rooted {
 }
 
 /// Mounts the rest of `spec` onto a staged root and pivots into it; runs
-/// `meanwhile`, given the verified scope descriptors, in the new root while
-/// the old one is being detached.
+/// `meanwhile` while the old root is being detached. `meanwhile` must not
+/// resolve paths: the host's root is still reachable at the old root's
+/// mount point until the detach is done.
 pub fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
     scopes: &[ScopeId],
-    meanwhile: &mut dyn FnMut(&[OwnedFd]) -> Result<(), StepError>,
+    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Rooted, StepError> {
     let Staged { stage, base } = staged;
     // From here on nothing the host mounts or unmounts reaches the sandbox.
@@ -146,7 +147,7 @@ pub fn finish_root_in_child(
         .collect::<Result<Vec<_>, _>>()?;
     apply_steps(&stage, rest, &scope_fds)?;
     drop(stage);
-    let detaching = pivot_into(Path::new(STAGE), &mut || meanwhile(&scope_fds))?;
+    let detaching = pivot_into(Path::new(STAGE), meanwhile)?;
     Ok(Rooted {
         scope_fds,
         detaching,

@@ -64,6 +64,7 @@ impl ChildParts {
             rlimits: rlimits(&order.limits, &order.limits_via),
             made_ahead,
             staged: None,
+            bounding_emptied: None,
         })
     }
 

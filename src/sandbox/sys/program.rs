@@ -310,9 +310,10 @@ pub fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
     // SAFETY: the lowest page of the mapping above becomes a guard, so an
     // overflow faults instead of writing into init's memory.
     let guarded = unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) };
-    // Every signal blocked across the clone (as posix_spawn does): until
-    // the new process has reset each action to its default, no handler
-    // inherited from init may run in it. The process clears its mask itself.
+    // Every signal blocked across the clone (as posix_spawn does): init's
+    // actions are all at their defaults (`child::default_signal_actions`),
+    // and none is delivered to the new process before it has its own
+    // descriptors in place. The process clears its mask itself.
     let mut unblocked = nix::sys::signal::SigSet::empty();
     let all_blocked = nix::sys::signal::pthread_sigmask(
         nix::sys::signal::SigmaskHow::SIG_SETMASK,
