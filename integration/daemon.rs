@@ -1417,3 +1417,62 @@ fn a_working_directory_never_lands_in_the_host_root_being_detached() {
         "no spawn ran in the real directory ({refused} refused)"
     );
 }
+
+/// Binds a blank made ahead are slaves of the host's mounts until its order
+/// comes: a mount the host makes beneath a system path meanwhile arrives in
+/// the blank without the bind's attributes. At the order they are applied
+/// again, so the program sees it read-only, nosuid and nodev like the rest
+/// of the system paths. (The daemon runs in a mount namespace of its own
+/// whose mounts are shared, as on a systemd host.)
+#[test]
+fn a_host_mount_under_a_system_path_made_ahead_gets_the_binds_attributes() {
+    let w = world();
+    let sys = w.path("daemon-propagation-sys");
+    std::fs::create_dir_all(sys.join("late")).unwrap();
+    let mut paths: Vec<String> = spawnd::config::DEFAULT_SYSTEM_PATHS
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect();
+    paths.push(format!("{:?}", sys.display().to_string()));
+    let extra = format!("[sandbox]\nsystem_paths = [{}]\n", paths.join(", "));
+    let wrap = ["unshare", "--mount", "--propagation", "shared"].map(String::from);
+    let d = Daemon::start_under("propagation", &extra, &[], &wrap);
+    let mut c = d.client();
+    let late = sys.join("late").display().to_string();
+    let script = format!("grep ' {late} ' /proc/self/mountinfo || echo not-mounted");
+    // A first run, so that the idle blanks are prepared with these paths.
+    assert_eq!(c.run_sh(&script)["exit_code"], 0);
+    std::thread::sleep(Duration::from_millis(300));
+    // The host (the daemon's namespace) mounts beneath a system path.
+    let mounted = Command::new("nsenter")
+        .args(["--target", &d.child.id().to_string(), "--mount", "--"])
+        .args([
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "rw,suid,dev,exec",
+            "late",
+            &late,
+        ])
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let done = c.run_sh(&script);
+    assert_eq!(
+        done["isolation"]["network_namespace"], "fresh, made ahead of the request; loopback only",
+        "{done}"
+    );
+    let line = done["stdout"]["text"].as_str().unwrap_or("").to_string();
+    assert!(
+        !line.contains("not-mounted"),
+        "the host's mount did not arrive: {done}"
+    );
+    let options = line.split_whitespace().nth(5).unwrap_or("");
+    for want in ["ro", "nosuid", "nodev"] {
+        assert!(
+            options.split(',').any(|o| o == want),
+            "{want} missing: {line}"
+        );
+    }
+}

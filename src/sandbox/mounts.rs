@@ -57,6 +57,8 @@ fn io_step(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError 
 pub struct Staged {
     stage: OwnedFd,
     base: Vec<MountStep>,
+    /// Where in `base` the steps of [`Staged::mount_more`] begin.
+    more_from: usize,
 }
 
 impl Staged {
@@ -64,6 +66,7 @@ impl Staged {
     /// the ones staged; an order's mount steps must then go on with them.
     pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
         apply_steps(&self.stage, steps, &[])?;
+        self.more_from = self.base.len();
         self.base.extend_from_slice(steps);
         Ok(())
     }
@@ -99,9 +102,11 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
     .map_err(step("open new root"))?;
     let base = base_mounts();
     apply_steps(&stage_fd, &base, &[])?;
+    let more_from = base.len();
     Ok(Staged {
         stage: stage_fd,
         base,
+        more_from,
     })
 }
 
@@ -125,7 +130,11 @@ pub fn finish_root_in_child(
     scopes: &[ScopeId],
     meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Rooted, StepError> {
-    let Staged { stage, base } = staged;
+    let Staged {
+        stage,
+        base,
+        more_from,
+    } = staged;
     // From here on nothing the host mounts or unmounts reaches the sandbox.
     mount(
         None::<&str>,
@@ -135,6 +144,20 @@ pub fn finish_root_in_child(
         None::<&str>,
     )
     .map_err(step("mount(/, MS_REC|MS_PRIVATE)"))?;
+    // Binds made ahead were slaves of the host's mounts until now: what the
+    // host mounted beneath them meanwhile came in without their attributes.
+    // They are applied again, over everything now beneath them.
+    for m in base.get(more_from..).unwrap_or_default() {
+        if let MountKind::Bind { writable, exec, .. } = m.kind {
+            restrict_mount(
+                &stage,
+                relative(&m.target),
+                bind_attrs(writable, exec),
+                true,
+                &m.target.display().to_string(),
+            )?;
+        }
+    }
     let Some(rest) = spec.mounts.strip_prefix(base.as_slice()) else {
         return Err(StepError::new(
             "the sandbox's mount table does not begin with the shared steps",
@@ -327,16 +350,22 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
                 None,
                 &shown,
             )?;
-            let mut attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-            if !writable {
-                attrs |= MOUNT_ATTR_RDONLY;
-            }
-            if !exec {
-                attrs |= MOUNT_ATTR_NOEXEC;
-            }
-            restrict_mount(stage, rel, attrs, true, &shown)
+            restrict_mount(stage, rel, bind_attrs(*writable, *exec), true, &shown)
         }
     }
+}
+
+/// A bind's attributes: never suid or devices; read-only unless writable,
+/// no execution unless granted.
+fn bind_attrs(writable: bool, exec: bool) -> u64 {
+    let mut attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if !writable {
+        attrs |= MOUNT_ATTR_RDONLY;
+    }
+    if !exec {
+        attrs |= MOUNT_ATTR_NOEXEC;
+    }
+    attrs
 }
 
 /// Pivots into the staged root; returns the pid of the helper detaching
