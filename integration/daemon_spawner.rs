@@ -1,0 +1,428 @@
+//! The daemon's spawner and what it keeps from one request for the next:
+//! sandboxes made ahead ("blanks": namespaces, ids mapped, the shared root
+//! and system paths bound before the order) and cgroups used again. None of
+//! it may carry anything of one sandbox into another, or let a blank's
+//! early work (done before the order, while the host's root is still there)
+//! reach into a program's sandbox.
+
+#[path = "daemon_harness.rs"]
+mod daemon_harness;
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use daemon_harness::{Client, Daemon, CONNECTOR};
+use harness::world;
+use serde_json::{json, Value};
+
+#[test]
+fn network_namespaces_made_ahead_are_fresh_up_and_never_shared() {
+    let d = Daemon::start("netns", "");
+    // Let the idle spawner fill its pool.
+    std::thread::sleep(Duration::from_millis(300));
+    let code = "import os,socket,time\n\
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+s.bind(('127.0.0.1',0)); s.sendto(b'ping',s.getsockname())\n\
+print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
+    let mut c = d.client();
+    let handles: Vec<String> = (0..3)
+        .map(|_| {
+            c.ok(
+                "spawn_op",
+                json!({"connector": CONNECTOR, "op": "py", "args": {"code": code}}),
+            )["handle"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for h in handles {
+        let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}));
+        assert_eq!(done["exit_code"], 0, "{done}");
+        assert_eq!(
+            done["isolation"]["network_namespace"],
+            "fresh, made ahead of the request; loopback only",
+            "{done}"
+        );
+        let text = done["stdout"]["text"].as_str().unwrap().to_string();
+        let (ns, reply) = text.trim().split_once(' ').unwrap();
+        assert_eq!(reply, "ping", "loopback is up: {text}");
+        seen.push(ns.to_string());
+    }
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    seen.push(host.display().to_string());
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "shared: {seen:?}");
+}
+
+#[test]
+fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
+    // Idle blanks are prepared (ids mapped, shared root built) for whoever
+    // ran last; a caller of another identity must get a sandbox of its own
+    // identity all the same, every time the caller changes.
+    let w = world();
+    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n");
+    let d = Daemon::start("identities", &extra);
+    let order = [
+        harness::As::Root,
+        harness::As::Nobody,
+        harness::As::Nobody,
+        harness::As::Root,
+        harness::As::Nobody,
+        harness::As::Root,
+    ];
+    for (i, who) in order.into_iter().enumerate() {
+        // Time for the idle spawner to prepare its pool for the last caller.
+        std::thread::sleep(Duration::from_millis(250));
+        let out = daemon_harness::spawnd_as(who)
+            .args(["run", "--json", "--socket"])
+            .arg(&d.socket)
+            .args(["--connector", CONNECTOR, "--op", "sh", "--arg"])
+            .arg("script=id -u; id -g; cat /proc/self/uid_map")
+            .current_dir(&w.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let data = &v["data"];
+        assert_eq!(data["exit_code"], 0, "#{i} {who:?}: {v}");
+        let id = if who.is_root() { "0" } else { "65534" };
+        let text = data["stdout"]["text"].as_str().unwrap();
+        let mut lines = text.lines();
+        assert_eq!(
+            (lines.next(), lines.next()),
+            (Some(id), Some(id)),
+            "#{i} {who:?}: {text}"
+        );
+        // The map holds root (to build the root) and the caller, no one else.
+        let mapped: Vec<&str> = lines.filter_map(|l| l.split_whitespace().next()).collect();
+        let expected: Vec<&str> = if who.is_root() {
+            vec!["0"]
+        } else {
+            vec!["0", "65534"]
+        };
+        assert_eq!(mapped, expected, "#{i} {who:?}: {text}");
+    }
+}
+
+/// The per-spawn cgroups of the spawner of daemon `d` (`<spawner pid>-<n>`).
+fn spawner_cgroups(d: &Daemon) -> Vec<String> {
+    let pid = d.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let spawner = children.split_whitespace().next().expect("the spawner");
+    let mut names: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/memory/spawnd")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{spawner}-")))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The spawner gives an ended sandbox's cgroups to a later sandbox only as
+/// good as new: its peak reset, never after an OOM kill, never with the page
+/// cache the last one wrote still charged to it. Each reading is the later
+/// sandbox's own.
+#[test]
+fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
+    let d = Daemon::start("cgroup-reuse", "");
+    let mut c = d.client();
+    let mut run = |op: &str, args: Value| -> Value {
+        let h = c.ok(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": op, "args": args}),
+        )["handle"]
+            .clone();
+        c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}))
+    };
+    let peak = |v: &Value| v["peak_memory_bytes"].as_u64().unwrap();
+    // Python's first start brings its files into the page cache, charged to
+    // that sandbox's cgroup: a new pair is made after it.
+    // A pair is not given out while the daemon may still read it (until the
+    // spawner's exit report arrived, just after the result): each step that
+    // expects the last pair back waits a little first.
+    let settle = || std::thread::sleep(Duration::from_millis(100));
+    let warm = run("py", json!({"code": "pass"}));
+    assert_eq!(warm["isolation"]["limits_via"], "cgroup_v1", "{warm}");
+    settle();
+    run("true", json!({}));
+    let pair = spawner_cgroups(&d);
+    assert_eq!(pair.len(), 1, "{pair:?}");
+
+    // A peak of 96 MiB, all freed at exit: the pair serves the next sandbox
+    // (no new one is made), with its peak reset.
+    settle();
+    let big = run("py", json!({"code": "b = b'x' * (96 << 20)"}));
+    assert_eq!(big["exit_code"], 0, "{big}");
+    assert!(peak(&big) >= 96 << 20, "{big}");
+    // (Kernel objects, too, are freed only after an RCU grace period.)
+    settle();
+    let after_big = run("true", json!({}));
+    assert!(peak(&after_big) < 16 << 20, "peak left over: {after_big}");
+    assert_eq!(spawner_cgroups(&d), pair, "the pair was not used again");
+
+    // Killed by the OOM killer: the next sandbox gets a new pair.
+    let bomb = run("py", json!({"code": "b = b'x' * (512 << 20)"}));
+    assert_eq!(bomb["oom_killed"], true, "{bomb}");
+    let after_bomb = run("true", json!({}));
+    assert_eq!(after_bomb["oom_killed"], false, "{after_bomb}");
+    let new_pair = spawner_cgroups(&d);
+    assert_ne!(new_pair, pair, "a pair that saw an OOM kill was used again");
+
+    // 8 MB written to disk stay cached and charged to the writer's cgroup:
+    // the next sandbox gets a new pair, its peak its own.
+    let file = world().path("rw/cgroup-reuse-cache");
+    let wrote = run(
+        "sh",
+        json!({"script": format!("head -c 8000000 /dev/urandom > {}", file.display())}),
+    );
+    assert_eq!(wrote["exit_code"], 0, "{wrote}");
+    settle();
+    let after_write = run("true", json!({}));
+    assert!(
+        peak(&after_write) < 4 << 20,
+        "cache left over: {after_write}"
+    );
+    assert_ne!(
+        spawner_cgroups(&d),
+        new_pair,
+        "a pair still charged was used again"
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+/// An idle blank mounts the last request's system paths before its order
+/// comes. After a reload that changes `[sandbox] system_paths`, a program
+/// sees the paths in force, never a blank's stale binds: one mounted for
+/// the old paths is not used, and blanks are prepared again for the new.
+#[test]
+fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
+    let w = world();
+    let extra = w.path("daemon-system-extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(extra.join("marker"), "here\n").unwrap();
+    let section = |with_extra: bool| {
+        let mut paths: Vec<String> = spawnd::config::DEFAULT_SYSTEM_PATHS
+            .iter()
+            .map(|p| format!("{p:?}"))
+            .collect();
+        if with_extra {
+            paths.push(format!("{:?}", extra.display().to_string()));
+        }
+        format!("[sandbox]\nsystem_paths = [{}]\n", paths.join(", "))
+    };
+    // Info lines on stderr: the test waits for the one saying the reload is done.
+    let log_info = ["env".to_string(), "RUST_LOG=spawnd=info".to_string()];
+    let mut d = Daemon::start_under("system-paths", &section(false), &[], &log_info);
+    let config = w.path("daemon-system-paths").join("config.toml");
+    let original = std::fs::read_to_string(&config).unwrap();
+    let mut log = BufReader::new(d.child.stderr.take().unwrap());
+    let pid = nix::unistd::Pid::from_raw(d.child.id() as i32);
+    let mut reload = |with_extra: bool| {
+        let text = original.replace(&section(false), &section(with_extra));
+        std::fs::write(&config, text).unwrap();
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        let mut line = String::new();
+        while !line.contains("reloaded") {
+            line.clear();
+            assert!(
+                log.read_line(&mut line).unwrap() > 0,
+                "the daemon's log ended"
+            );
+            assert!(!line.contains("refused"), "{line}");
+        }
+    };
+    let mut c = d.client();
+    let script = format!("cat {}/marker 2>/dev/null || echo absent", extra.display());
+    // `ahead`: the run must find a blank made ahead (and, the pool having had
+    // time to prepare, one mounted for the paths of the run before it).
+    let sees = |c: &mut Client, ahead: bool| {
+        // Time for the idle spawner to prepare blanks for this request's paths.
+        std::thread::sleep(Duration::from_millis(300));
+        let done = c.run_sh(&script);
+        assert_eq!(done["exit_code"], 0, "{done}");
+        if ahead {
+            assert_eq!(
+                done["isolation"]["network_namespace"],
+                "fresh, made ahead of the request; loopback only",
+                "{done}"
+            );
+        }
+        done["stdout"]["text"].as_str().unwrap().trim().to_string()
+    };
+    // The first run after a change finds only blanks mounted for the old
+    // paths: none fits, and it clones. The next ones find blanks mounted for
+    // the new paths.
+    let expect = |c: &mut Client, expected: &str| {
+        for run in 0..3 {
+            assert_eq!(
+                sees(c, run > 0),
+                expected,
+                "run {run} after the last change"
+            );
+        }
+    };
+    expect(&mut c, "absent");
+    reload(true);
+    expect(&mut c, "here");
+    reload(false);
+    expect(&mut c, "absent");
+}
+
+/// A blank puts every signal action back to its default while it waits (the
+/// program's start does not reset them again): the program starts with
+/// none blocked or ignored, whatever the spawner it was cloned from had.
+#[test]
+fn a_program_in_a_sandbox_made_ahead_starts_with_signals_at_their_defaults() {
+    let d = Daemon::start("signals", "");
+    let mut c = d.client();
+    for _ in 0..2 {
+        // Time for the idle spawner to fill and prepare its pool.
+        std::thread::sleep(Duration::from_millis(300));
+        let done = c.run_sh(
+            "yes | head -n 1; echo \"yes=${PIPESTATUS[0]}\"; grep -E '^Sig(Blk|Ign)' /proc/self/status",
+        );
+        assert_eq!(
+            done["isolation"]["network_namespace"],
+            "fresh, made ahead of the request; loopback only",
+            "{done}"
+        );
+        let text = done["stdout"]["text"].as_str().unwrap_or("");
+        assert!(text.contains("yes=141"), "{done}");
+        assert!(text.contains("SigBlk:\t0000000000000000"), "{text}");
+        assert!(text.contains("SigIgn:\t0000000000000000"), "{text}");
+    }
+}
+
+/// Threat 39, raced: while init is still detaching the host's root (kept at
+/// `/.oldroot` until the detach is done), a link in a writable scope that
+/// its owner keeps swapping between a real directory and `/.oldroot` must
+/// never give a program a working directory inside the host's root. Found
+/// in review when init chdir'ed before the detach was done; a sandbox made
+/// ahead won that race almost every time.
+#[test]
+fn a_working_directory_never_lands_in_the_host_root_being_detached() {
+    let w = world();
+    let base = w.dir.join("rw").join("cwdrace");
+    std::fs::create_dir_all(base.join("real/etc")).unwrap();
+    std::fs::write(base.join("real/etc/inside-marker"), "").unwrap();
+    let link = base.join("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("real", &link).unwrap();
+    let d = Daemon::start("cwd-race", "");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, base) = (stop.clone(), base.clone());
+        std::thread::spawn(move || {
+            let (tmp, link) = (base.join("link.new"), base.join("link"));
+            let mut flip = false;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let target = if flip { "/.oldroot" } else { "real" };
+                let _ = std::fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(target, &tmp).unwrap();
+                std::fs::rename(&tmp, &link).unwrap();
+                flip = !flip;
+            }
+        })
+    };
+    let mut c = d.client();
+    let cwd = link.join("etc").display().to_string();
+    let (mut inside, mut refused) = (0, 0);
+    for _ in 0..60 {
+        // Time for the idle spawner to prepare a blank: the fastest path.
+        std::thread::sleep(Duration::from_millis(30));
+        let a = c.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "cwd": cwd,
+                   "args": {"script": "test -e passwd && echo HOST-ROOT; ls"}}),
+        );
+        let Some(h) = a["result"]["handle"].as_str() else {
+            refused += 1;
+            continue;
+        };
+        let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+        let text = done["stdout"]["text"].as_str().unwrap_or("").to_string();
+        assert!(
+            !text.contains("HOST-ROOT"),
+            "the host's root as cwd: {done}"
+        );
+        if text.contains("inside-marker") {
+            inside += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        inside > 0,
+        "no spawn ran in the real directory ({refused} refused)"
+    );
+}
+
+/// Binds a blank made ahead are slaves of the host's mounts until its order
+/// comes: a mount the host makes beneath a system path meanwhile arrives in
+/// the blank without the bind's attributes. At the order they are applied
+/// again, so the program sees it read-only, nosuid and nodev like the rest
+/// of the system paths. (The daemon runs in a mount namespace of its own
+/// whose mounts are shared, as on a systemd host.)
+#[test]
+fn a_host_mount_under_a_system_path_made_ahead_gets_the_binds_attributes() {
+    let w = world();
+    let sys = w.path("daemon-propagation-sys");
+    std::fs::create_dir_all(sys.join("late")).unwrap();
+    let mut paths: Vec<String> = spawnd::config::DEFAULT_SYSTEM_PATHS
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect();
+    paths.push(format!("{:?}", sys.display().to_string()));
+    let extra = format!("[sandbox]\nsystem_paths = [{}]\n", paths.join(", "));
+    let wrap = ["unshare", "--mount", "--propagation", "shared"].map(String::from);
+    let d = Daemon::start_under("propagation", &extra, &[], &wrap);
+    let mut c = d.client();
+    let late = sys.join("late").display().to_string();
+    let script = format!("grep ' {late} ' /proc/self/mountinfo || echo not-mounted");
+    // A first run, so that the idle blanks are prepared with these paths.
+    assert_eq!(c.run_sh(&script)["exit_code"], 0);
+    std::thread::sleep(Duration::from_millis(300));
+    // The host (the daemon's namespace) mounts beneath a system path.
+    let mounted = Command::new("nsenter")
+        .args(["--target", &d.child.id().to_string(), "--mount", "--"])
+        .args([
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "rw,suid,dev,exec",
+            "late",
+            &late,
+        ])
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let done = c.run_sh(&script);
+    assert_eq!(
+        done["isolation"]["network_namespace"], "fresh, made ahead of the request; loopback only",
+        "{done}"
+    );
+    let line = done["stdout"]["text"].as_str().unwrap_or("").to_string();
+    assert!(
+        !line.contains("not-mounted"),
+        "the host's mount did not arrive: {done}"
+    );
+    let options = line.split_whitespace().nth(5).unwrap_or("");
+    for want in ["ro", "nosuid", "nodev"] {
+        assert!(
+            options.split(',').any(|o| o == want),
+            "{want} missing: {line}"
+        );
+    }
+}
