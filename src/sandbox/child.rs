@@ -184,15 +184,6 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
     prepare_cwd(s)?;
-    // Built before the identity changes (opening a rule's path as root here
-    // only adds a rule, never access); enforced after it.
-    let restriction = prepare_restriction(
-        &s.spec.landlock,
-        &scope_fds,
-        s.program.as_fd(),
-        s.landlock_abi,
-    )?;
-    drop(scope_fds);
     let Some(emptied) = emptied else {
         return Err(StepError::new(
             "drop bounding set",
@@ -207,6 +198,15 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     if parent_gone(&s.sync) {
         exit_immediately(125);
     }
+    // The rules' paths are opened as the program's identity, as the
+    // program would open them.
+    let restriction = prepare_restriction(
+        &s.spec.landlock,
+        &scope_fds,
+        s.program.as_fd(),
+        s.landlock_abi,
+    )?;
+    drop(scope_fds);
     let applied = restriction.restrict_self()?;
     // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
     // stay closed to the program, and the same seccomp filter binds init too,
