@@ -10,8 +10,9 @@
 //! but one end of a private socketpair and waits there for, at most, one
 //! "prepare" (its ids were mapped for an identity: build the shared part of
 //! the root, and bind the system paths the last request had, which a
-//! daemon's requests share as they come from one config) and then its order: the [`LaunchOrder`] and the descriptors of
-//! [`ChildParts`], as one [`crate::spawner::wire`] frame. From them it builds
+//! daemon's requests share as they come from one config) and then its
+//! order: the [`LaunchOrder`] and the descriptors of [`ChildParts`], as one
+//! [`crate::spawner::wire`] frame. From them it builds
 //! exactly the [`super::child::ChildSetup`] a child cloned at launch would
 //! have had, and goes on as that child would (root, identity, Landlock,
 //! seccomp, the program on the second go-ahead). Each blank serves one

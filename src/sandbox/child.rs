@@ -23,7 +23,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::identity::{drop_bounding_set, drop_privileges_in_child, BoundingSetEmpty};
-use super::landlock::prepare_restriction;
+use super::landlock::restrict_current_process;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
@@ -198,16 +198,13 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     if parent_gone(&s.sync) {
         exit_immediately(125);
     }
-    // The rules' paths are opened as the program's identity, as the
-    // program would open them.
-    let restriction = prepare_restriction(
+    let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
         s.program.as_fd(),
         s.landlock_abi,
     )?;
     drop(scope_fds);
-    let applied = restriction.restrict_self()?;
     // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
     // stay closed to the program, and the same seccomp filter binds init too,
     // so it cannot be turned into an unfiltered helper.

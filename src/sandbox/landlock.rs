@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use landlock::{
     Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::Serialize;
 
@@ -47,23 +47,15 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
     }
 }
 
-/// A ruleset built and waiting to be enforced: everything of the
-/// restriction that may happen while the process still changes its mounts
-/// (Landlock forbids that once enforced), so init builds it while its old
-/// root detaches.
-pub struct PreparedRestriction {
-    ruleset: RulesetCreated,
-    applied: LandlockApplied,
-}
-
-/// Builds the ruleset for `rules` (scopes by their verified descriptors,
-/// other paths opened now) and the program's descriptor.
-pub fn prepare_restriction(
+/// Restricts the calling process (and everything it will execute) to
+/// `rules` (scopes by their verified descriptors, other paths opened now)
+/// and the program's descriptor.
+pub fn restrict_current_process(
     rules: &[LandlockRule],
     scope_fds: &[std::os::fd::OwnedFd],
     program: BorrowedFd<'_>,
     kernel_abi: u32,
-) -> Result<PreparedRestriction, StepError> {
+) -> Result<LandlockApplied, StepError> {
     let abi = ABI::from(kernel_abi as i32);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -115,32 +107,18 @@ pub fn prepare_restriction(
     created = created
         .add_rule(PathBeneath::new(program, program_rights))
         .map_err(fail("rule for the program"))?;
-    Ok(PreparedRestriction {
-        ruleset: created,
-        applied: LandlockApplied {
-            abi: kernel_abi,
-            tcp_denied,
-            scoped,
-        },
-    })
-}
-
-impl PreparedRestriction {
-    /// Enforces the ruleset on the calling process (and everything it will
-    /// execute); every feature of the ABI must be enforced in full.
-    pub fn restrict_self(self) -> Result<LandlockApplied, StepError> {
-        let status = self
-            .ruleset
-            .restrict_self()
-            .map_err(fail("restrict_self"))?;
-        if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
-            return Err(StepError::new(
-                "landlock restrict_self",
-                std::io::Error::other(format!("not fully enforced: {:?}", status.ruleset)),
-            ));
-        }
-        Ok(self.applied)
+    let status = created.restrict_self().map_err(fail("restrict_self"))?;
+    if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
+        return Err(StepError::new(
+            "landlock restrict_self",
+            std::io::Error::other(format!("not fully enforced: {:?}", status.ruleset)),
+        ));
     }
+    Ok(LandlockApplied {
+        abi: kernel_abi,
+        tcp_denied,
+        scoped,
+    })
 }
 
 /// A Landlock error as a step error naming `what`.

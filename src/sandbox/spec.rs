@@ -202,7 +202,9 @@ pub fn build_spec(
 /// A sandbox's mount steps after the shared ones ([`base_mounts`]), or
 /// `None` when they do not begin with them.
 pub fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
-    mounts.strip_prefix(base_mounts().as_slice())
+    // Asked several times per launch in the spawner: built once.
+    static BASE: std::sync::OnceLock<Vec<MountStep>> = std::sync::OnceLock::new();
+    mounts.strip_prefix(BASE.get_or_init(base_mounts).as_slice())
 }
 
 /// The system-path steps a sandbox's mounts go on with after the shared
