@@ -15,18 +15,19 @@
 //! through a writable scope an earlier run could have planted links in.
 //! Mounts go onto the opened descriptors, never onto path strings.
 
-use std::ffi::CString;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::mount::{mount, MsFlags};
 
 use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec};
-use super::sys::{detach_mount_in_background, mount_setattr, mount_setattr_fd};
+use super::sys::mount_setattr_fd;
 use super::StepError;
+
+mod pivot;
+use pivot::pivot_into;
 
 /// Where the new root is staged before `pivot_root`, inside our own mount
 /// namespace: a path no scope or system path may be on or under (the
@@ -366,81 +367,4 @@ fn bind_attrs(writable: bool, exec: bool) -> u64 {
         attrs |= MOUNT_ATTR_NOEXEC;
     }
     attrs
-}
-
-/// Pivots into the staged root; returns the pid of the helper detaching
-/// the old one, if one does.
-fn pivot_into(
-    stage: &Path,
-    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
-) -> Result<Option<i32>, StepError> {
-    let old = stage.join(OLD_ROOT);
-    std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
-    nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
-    nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
-    // The old root is detached by a helper (see `detach_mount_in_background`)
-    // so the kernel's grace-period wait after a detach is not this
-    // process's; once the mount point can be removed, the host's tree is
-    // gone from this namespace. Init reaps the helper before the program
-    // starts, so no process the program could see is left of it.
-    let old_inside: PathBuf = Path::new("/").join(OLD_ROOT);
-    let detaching = match detach_mount_in_background(OLD_ROOT_INSIDE) {
-        Ok(helper) => helper,
-        Err(_) => {
-            umount2(&old_inside, MntFlags::MNT_DETACH)
-                .map_err(step("umount2(old root, MNT_DETACH)"))?;
-            None
-        }
-    };
-    meanwhile()?;
-    let mut detaching = detaching;
-    let waiting = std::time::Instant::now();
-    loop {
-        match std::fs::remove_dir(&old_inside) {
-            Ok(()) => break,
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                // A helper that has exited without detaching failed: its exit
-                // code is umount2's errno.
-                if let Some(pid) = detaching {
-                    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-                    match waitpid(
-                        nix::unistd::Pid::from_raw(pid),
-                        Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
-                    ) {
-                        Ok(WaitStatus::StillAlive) => {}
-                        Ok(WaitStatus::Exited(_, 0)) => detaching = None,
-                        Ok(WaitStatus::Exited(_, errno)) => {
-                            return Err(StepError::new(
-                                "umount2(old root, MNT_DETACH)",
-                                std::io::Error::from_raw_os_error(errno),
-                            ))
-                        }
-                        other => {
-                            return Err(StepError::new(
-                                format!("the old root's unmount helper: {other:?}"),
-                                std::io::Error::from_raw_os_error(libc::ECHILD),
-                            ))
-                        }
-                    }
-                }
-                if waiting.elapsed() > std::time::Duration::from_secs(5) {
-                    return Err(StepError::new(
-                        "detach the old root (still mounted after 5 s)",
-                        e,
-                    ));
-                }
-                std::thread::yield_now();
-            }
-            Err(e) => return Err(StepError::new("rmdir old root", e)),
-        }
-    }
-    let root = CString::new(Path::new("/").as_os_str().as_bytes()).unwrap_or_default();
-    mount_setattr(
-        &root,
-        false,
-        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-        0,
-    )
-    .map_err(io_step("make / read-only"))?;
-    Ok(detaching)
 }

@@ -1,0 +1,92 @@
+//! The last step of a root: `pivot_root` into the staged tmpfs, and the
+//! host's old root detached by a helper (see [`detach_mount_in_background`])
+//! while init goes on, until the mount point can be removed.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{umount2, MntFlags};
+
+use super::super::sys::{detach_mount_in_background, mount_setattr};
+use super::{
+    io_step, step, StepError, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY, OLD_ROOT, OLD_ROOT_INSIDE,
+};
+
+/// Pivots into the staged root; returns the pid of the helper detaching
+/// the old one, if one does.
+pub(super) fn pivot_into(
+    stage: &Path,
+    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
+) -> Result<Option<i32>, StepError> {
+    let old = stage.join(OLD_ROOT);
+    std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
+    nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
+    nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
+    // The old root is detached by a helper (see `detach_mount_in_background`)
+    // so the kernel's grace-period wait after a detach is not this
+    // process's; once the mount point can be removed, the host's tree is
+    // gone from this namespace. Init reaps the helper before the program
+    // starts, so no process the program could see is left of it.
+    let old_inside: PathBuf = Path::new("/").join(OLD_ROOT);
+    let detaching = match detach_mount_in_background(OLD_ROOT_INSIDE) {
+        Ok(helper) => helper,
+        Err(_) => {
+            umount2(&old_inside, MntFlags::MNT_DETACH)
+                .map_err(step("umount2(old root, MNT_DETACH)"))?;
+            None
+        }
+    };
+    meanwhile()?;
+    let mut detaching = detaching;
+    let waiting = std::time::Instant::now();
+    loop {
+        match std::fs::remove_dir(&old_inside) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                // A helper that has exited without detaching failed: its exit
+                // code is umount2's errno.
+                if let Some(pid) = detaching {
+                    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+                    match waitpid(
+                        nix::unistd::Pid::from_raw(pid),
+                        Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+                    ) {
+                        Ok(WaitStatus::StillAlive) => {}
+                        Ok(WaitStatus::Exited(_, 0)) => detaching = None,
+                        Ok(WaitStatus::Exited(_, errno)) => {
+                            return Err(StepError::new(
+                                "umount2(old root, MNT_DETACH)",
+                                std::io::Error::from_raw_os_error(errno),
+                            ))
+                        }
+                        other => {
+                            return Err(StepError::new(
+                                format!("the old root's unmount helper: {other:?}"),
+                                std::io::Error::from_raw_os_error(libc::ECHILD),
+                            ))
+                        }
+                    }
+                }
+                if waiting.elapsed() > std::time::Duration::from_secs(5) {
+                    return Err(StepError::new(
+                        "detach the old root (still mounted after 5 s)",
+                        e,
+                    ));
+                }
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(StepError::new("rmdir old root", e)),
+        }
+    }
+    let root = CString::new(Path::new("/").as_os_str().as_bytes()).unwrap_or_default();
+    mount_setattr(
+        &root,
+        false,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+        0,
+    )
+    .map_err(io_step("make / read-only"))?;
+    Ok(detaching)
+}
