@@ -36,6 +36,21 @@ impl Daemon {
         more: &[&std::path::Path],
         wrap: &[String],
     ) -> Daemon {
+        Daemon::start_full(name, extra, more, wrap, None)
+    }
+
+    /// The daemon with its audit log at `audit` (else in its own directory).
+    pub fn start_logging_to(name: &str, audit: &std::path::Path) -> Daemon {
+        Daemon::start_full(name, "", &[], &[], Some(audit.to_path_buf()))
+    }
+
+    fn start_full(
+        name: &str,
+        extra: &str,
+        more: &[&std::path::Path],
+        wrap: &[String],
+        audit: Option<PathBuf>,
+    ) -> Daemon {
         let w = world();
         let dir = w.path(&format!("daemon-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -43,7 +58,7 @@ impl Daemon {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let socket = dir.join("spawnd.sock");
-        let audit = dir.join("audit.jsonl");
+        let audit = audit.unwrap_or_else(|| dir.join("audit.jsonl"));
         let config = dir.join("config.toml");
         std::fs::write(
             &config,

@@ -1,4 +1,5 @@
-//! Fault injection: the audit disk filling or turning read-only mid-run, a
+//! Fault injection: the audit disk filling or turning read-only mid-run, or
+//! failing to flush the daemon's exit record after its answer, a
 //! credential helper that hangs or prints garbage, the spawner killed
 //! mid-run, a client that trickles one byte at a time, a thousand connections
 //! opened and dropped, `kill -9` of the daemon during 50 concurrent runs
@@ -139,6 +140,100 @@ impl Drop for SmallDisk {
     }
 }
 
+/// An ext4 file system on a loop device whose backing image is a sparse
+/// file on a small tmpfs, to make a disk fail under a file *after* the
+/// file's writes were accepted into the page cache.
+struct FailingDisk {
+    backing: SmallDisk,
+    image: PathBuf,
+    mount: PathBuf,
+}
+
+impl FailingDisk {
+    fn mount(name: &str) -> FailingDisk {
+        let backing = SmallDisk::mount(&format!("{name}-backing"), "8m");
+        let image = backing.0.join("disk.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let made = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-b", "4096", "-O", "^has_journal"])
+            .args(["-E", "lazy_itable_init=1,nodiscard"])
+            .arg(&image)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfs.ext4 {}", image.display());
+        let mount = world().path(&format!("outside/{name}"));
+        std::fs::create_dir_all(&mount).unwrap();
+        let ok = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mount)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount {} through a loop device", image.display());
+        FailingDisk {
+            backing,
+            image,
+            mount,
+        }
+    }
+
+    /// From now on, writing `file`'s last block (or any new one) back to the
+    /// device fails: that block is cut out of the image and the tmpfs under
+    /// it is filled, so the loop device cannot store it again. (Filling
+    /// alone is not enough: the loop device reports a write that stores only
+    /// its first, already allocated, pages as a success.)
+    fn fail_writes_to(&self, file: &Path) {
+        let out = Command::new("filefrag")
+            .arg("-v")
+            .arg(file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        // " 0:   0..   0:   1578..   1578:   1:   last,eof"
+        let last = text
+            .lines()
+            .find(|l| l.contains("last"))
+            .unwrap_or_else(|| panic!("no last extent: {text}"));
+        let block: u64 = last
+            .split(':')
+            .nth(2)
+            .unwrap()
+            .split("..")
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let cut = Command::new("fallocate")
+            .args([
+                "--punch-hole",
+                "--offset",
+                &(block * 4096).to_string(),
+                "--length",
+                "4096",
+            ])
+            .arg(&self.image)
+            .status()
+            .unwrap();
+        assert!(
+            cut.success(),
+            "fallocate --punch-hole {}",
+            self.image.display()
+        );
+        self.backing.fill();
+    }
+}
+
+impl Drop for FailingDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+    }
+}
+
 /// `spawnd run --json` of `script` as root with the audit log at `log`, started.
 fn start_run(log: &Path, name: &str, script: &str) -> std::process::Child {
     let w = world();
@@ -227,6 +322,78 @@ fn the_audit_disk_filling_mid_run_is_reported_and_the_chain_still_verifies() {
         .unwrap();
     assert_eq!(again.status.code(), Some(0));
     assert_chain_verifies(&log);
+}
+
+#[test]
+fn an_exit_record_the_disk_fails_to_flush_after_its_answer_stops_every_later_spawn() {
+    let disk = FailingDisk::mount("exit-flush");
+    let log = disk.mount.join("audit.jsonl");
+    let mut d = Daemon::start_logging_to("exit-flush", &log);
+    let mut c = d.client();
+    assert_eq!(c.run_sh("true")["exit_code"], 0);
+    let token = "exit-flush-run-5d2";
+    let h = handle_of(&c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": format!("exec -a {} sleep 1", unquoted(token))}}),
+    ));
+    wait_running(token);
+    // The decision is on disk; now the disk fails before the exit record.
+    disk.fail_writes_to(&log);
+    // The caller still gets its result: the exit record is written (into
+    // the page cache) before the answer and flushed after it.
+    let s = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(s["state"], "exited", "{s}");
+    assert_eq!(s["exit_code"], 0, "{s}");
+    // The flush fails just after; from then on `health` says so and nothing
+    // runs, even once the disk has room again, until spawnd restarts.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let health = loop {
+        let health = c.ok("health", json!({}));
+        if health["audit"]["available"] == false || Instant::now() > deadline {
+            break health;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(health["status"], "error", "{health}");
+    let detail = health["audit"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("exit record could not be made durable"),
+        "{health}"
+    );
+    let refused = |c: &mut Client| {
+        let a = c.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "touch /tmp/never-after-exit-flush"}}),
+        );
+        assert_eq!(a["error"]["code"], -32006, "{a}");
+        let message = a["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("exit record could not be made durable"),
+            "{a}"
+        );
+        assert!(message.contains("restarted"), "{a}");
+    };
+    refused(&mut c);
+    std::fs::remove_file(disk.backing.0.join("filler")).unwrap();
+    refused(&mut c);
+    assert!(!Path::new("/tmp/never-after-exit-flush").exists());
+    // Restarted on the repaired disk, spawnd serves; the chain verifies, with
+    // an exit record for every decision.
+    drop(c);
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    d = Daemon::start_logging_to("exit-flush", &log);
+    let again = d.client().run_sh("echo again");
+    assert_eq!(again["stdout"]["text"], "again\n", "{again}");
+    assert_chain_verifies(&log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let count = |kind: &str| {
+        text.lines()
+            .filter(|l| l.contains(&format!("\"kind\":\"{kind}\"")))
+            .count()
+    };
+    assert_eq!((count("decision"), count("exit")), (3, 3), "{text}");
+    drop(d);
 }
 
 /// The per-spawn cgroups (`<spawnd pid>-<n>`) of spawnd process `pid`.

@@ -100,6 +100,19 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
     report
 }
 
+impl HealthReport {
+    /// The audit location failed after the probe's check (a record could
+    /// not be made durable): nothing runs any more.
+    pub fn audit_lost(&mut self, why: String) {
+        self.audit = Layer {
+            available: false,
+            detail: why.clone(),
+        };
+        self.reasons.push(why);
+        self.status = Status::Error;
+    }
+}
+
 /// Sets status and reasons from the layers: the worst finding wins.
 fn grade(r: &mut HealthReport) {
     let mut worst = Status::Healthy;

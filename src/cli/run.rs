@@ -11,10 +11,10 @@ use serde_json::json;
 use super::args::{Cli, RunArgs};
 use super::check::{decide_with, prepare, Prepared};
 use super::output::{Failure, Success};
-use super::run_audit::{open_audit, record_denial, record_exit};
+use super::run_audit::{exit_record_lost, open_audit, record_denial, record_exit, write_exit};
 use super::run_launch::{Identity, Launching};
 use super::run_report::{report, Ran};
-use crate::audit::{events, Kind};
+use crate::audit::{events, Kind, Unsynced};
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::Access;
@@ -91,11 +91,22 @@ pub(crate) struct Execution<'a> {
 /// Told the audit id and a pidfd for init once a program has started.
 pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
 
-/// Runs an [`Execution`] to its result, init reaped. The exit record goes to
-/// disk first, while the kernel tears init's namespaces down on another
-/// core; waiting for init before the flush would put the two in a row.
+/// Runs an [`Execution`] to its result, exit record durable, init reaped.
+/// The exit record goes to disk first, while the kernel tears init's
+/// namespaces down on another core; waiting for init before the flush would
+/// put the two in a row.
 pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
-    let (result, leaving) = execute_until_recorded(x);
+    let Ended {
+        mut result,
+        exit_record,
+        leaving,
+    } = execute_until_written(x);
+    if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
+        match result.as_mut() {
+            Ok(s) => exit_record_lost(s, &e),
+            Err(_) => eprintln!("spawnd: the exit record could not be written either: {e}"),
+        }
+    }
     if let Some(leaving) = leaving {
         reap(leaving);
     }
@@ -108,22 +119,38 @@ fn reap(leaving: Leaving<'_>) {
     }
 }
 
-/// Runs an [`Execution`] until its exit is on record. Init may still be
-/// leaving (the kernel tearing its namespaces down): the caller reaps it,
-/// after handing the result on if it likes.
-pub(crate) fn execute_until_recorded<'a>(
-    x: Execution<'a>,
-) -> (Result<Success, Failure>, Option<Leaving<'a>>) {
-    let mut leaving = None;
-    let result = execute_inner(x, &mut leaving);
-    (result, leaving)
+/// An [`Execution`] whose program has ended and whose exit record is written.
+pub(crate) struct Ended<'a> {
+    /// What to report (its `audit_id` names the records).
+    pub result: Result<Success, Failure>,
+    /// The exit record of a program that ran, in the log and chained but not
+    /// yet known to be on disk: commit it before relying on the trail. (Every
+    /// other exit record — setup failed, sandbox lost — is already durable.)
+    pub exit_record: Option<Unsynced>,
+    /// Init, maybe still leaving (the kernel tearing its namespaces down):
+    /// the caller reaps it, after handing the result on if it likes.
+    pub leaving: Option<Leaving<'a>>,
 }
 
-/// Init, still leaving once its exit is on record, is handed back in
-/// `leaving_out` for the caller to reap.
+/// Runs an [`Execution`] until its exit record is written (not yet flushed).
+pub(crate) fn execute_until_written(x: Execution<'_>) -> Ended<'_> {
+    let mut leaving = None;
+    let mut exit_record = None;
+    let result = execute_inner(x, &mut leaving, &mut exit_record);
+    Ended {
+        result,
+        exit_record,
+        leaving,
+    }
+}
+
+/// Init, still leaving once its exit is written, is handed back in
+/// `leaving_out` for the caller to reap, and the unflushed exit record of a
+/// program that ran in `exit_out`.
 fn execute_inner<'a>(
     x: Execution<'a>,
     leaving_out: &mut Option<Leaving<'a>>,
+    exit_out: &mut Option<Unsynced>,
 ) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
@@ -337,7 +364,9 @@ fn execute_inner<'a>(
     // reaps init (and removes its cgroups) afterwards.
     let reported = reported.map_err(|f| ("setup_failed", f));
     *leaving_out = leaving;
-    record_exit(&audit, &decided.audit_id, &prepared.caller, reported)
+    let (result, written) = write_exit(&audit, &decided.audit_id, &prepared.caller, reported);
+    *exit_out = written;
+    result
 }
 
 fn host_kind(path: &Path) -> HostKind {

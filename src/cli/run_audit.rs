@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::check::denial_failure;
 use super::output::{Failure, Success};
-use crate::audit::{events, AuditLog, Kind};
+use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
 use crate::policy::{Access, Decision};
 use crate::program::ProgramOpener;
 
@@ -73,13 +73,38 @@ pub(super) fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Fai
     })
 }
 
-/// Writes the exit record of a run (or of its failed setup) and links it to the result.
+/// Writes the exit record of a run (or of its failed setup), makes it
+/// durable and links it to the result.
 pub(super) fn record_exit(
     audit: &AuditLog,
     audit_id: &str,
     caller: &crate::policy::Caller,
     reported: Result<Success, (&str, Failure)>,
 ) -> Result<Success, Failure> {
+    let (result, written) = write_exit(audit, audit_id, caller, reported);
+    match (result, written.map(Unsynced::commit)) {
+        (Ok(mut s), Some(Err(e))) => {
+            exit_record_lost(&mut s, &e);
+            Ok(s)
+        }
+        (Err(f), Some(Err(e))) => {
+            eprintln!("spawnd: the exit record could not be written either: {e}");
+            Err(f)
+        }
+        (result, _) => result,
+    }
+}
+
+/// Writes the exit record of a run and links it to the result, without
+/// waiting for the disk: the record is in the log, chained, and durable once
+/// the returned [`Unsynced`] is committed (`None`: the write itself failed,
+/// and the result says so).
+pub(crate) fn write_exit(
+    audit: &AuditLog,
+    audit_id: &str,
+    caller: &crate::policy::Caller,
+    reported: Result<Success, (&str, Failure)>,
+) -> (Result<Success, Failure>, Option<Unsynced>) {
     let mut body = match &reported {
         Ok(s) => events::exit(&s.data),
         Err((key, f)) => {
@@ -93,27 +118,30 @@ pub(super) fn record_exit(
         json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
     );
     tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
-    let written = audit
-        .write(Kind::Exit, Some(audit_id), body)
-        .and_then(|w| w.commit());
+    let written = audit.write(Kind::Exit, Some(audit_id), body);
     match (reported, written) {
-        (Ok(mut s), Ok(_)) => {
+        (Ok(mut s), Ok(w)) => {
             s.data["audit_id"] = json!(audit_id);
-            Ok(s)
+            (Ok(s), Some(w))
         }
         (Ok(mut s), Err(e)) => {
-            eprintln!("spawnd: the exit record could not be written: {e}");
             s.data["audit_id"] = json!(audit_id);
-            s.data["audit_error"] = json!(e.to_string());
-            s.exit = 5;
-            s.keep_ok = false;
-            Ok(s)
+            exit_record_lost(&mut s, &e);
+            (Ok(s), None)
         }
-        (Err((_, f)), written) => {
-            if let Err(e) = written {
-                eprintln!("spawnd: the exit record could not be written either: {e}");
-            }
-            Err(f)
+        (Err((_, f)), Ok(w)) => (Err(f), Some(w)),
+        (Err((_, f)), Err(e)) => {
+            eprintln!("spawnd: the exit record could not be written either: {e}");
+            (Err(f), None)
         }
     }
+}
+
+/// Marks a result whose exit record could not be written or made durable:
+/// exit 5 and `audit_error`, whatever the program did.
+pub(crate) fn exit_record_lost(s: &mut Success, e: &AuditError) {
+    eprintln!("spawnd: the exit record could not be written: {e}");
+    s.data["audit_error"] = json!(e.to_string());
+    s.exit = 5;
+    s.keep_ok = false;
 }

@@ -74,6 +74,10 @@ pub struct Daemon {
     pub buffered: Arc<std::sync::atomic::AtomicU64>,
     /// Permits for `health` and `connectors_status`.
     side_work: Semaphore,
+    /// Set when an exit record could not be made durable after its caller
+    /// had the result: from then on nothing runs (fail closed) until spawnd
+    /// is restarted, and `health` says why.
+    audit_failed: std::sync::OnceLock<String>,
 }
 
 impl Daemon {
@@ -130,6 +134,19 @@ impl Daemon {
         }
     }
 
+    /// An exit record could not be made durable: stops every later spawn.
+    pub fn audit_failed(&self, e: &crate::audit::AuditError) {
+        tracing::error!(error = %e, "an exit record could not be made durable; refusing every spawn until spawnd is restarted");
+        let _ = self.audit_failed.set(format!(
+            "audit unavailable: an exit record could not be made durable ({e}); spawnd refuses every spawn until it is restarted with a working audit location; nothing was run"
+        ));
+    }
+
+    /// Why nothing may run, once an exit record could not be made durable.
+    pub fn audit_failure(&self) -> Option<String> {
+        self.audit_failed.get().cloned()
+    }
+
     /// Kills every sandbox still running (their exit records follow).
     fn kill_all(&self) {
         let list = match self.started.lock() {
@@ -178,6 +195,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         started: std::sync::Mutex::new(Vec::new()),
         buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         side_work: Semaphore::new(SIDE_WORK),
+        audit_failed: std::sync::OnceLock::new(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -514,6 +532,10 @@ impl Connection {
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;
+        let mut report = report;
+        if let Some(why) = self.daemon.audit_failure() {
+            report.audit_lost(why);
+        }
         let mut v = serde_json::to_value(&report).unwrap_or_default();
         v["protocol_version"] = json!(PROTOCOL_VERSION);
         v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid});

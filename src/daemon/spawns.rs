@@ -1,5 +1,5 @@
 //! `spawn` and `spawn_op`, and the handle methods. A request goes through the
-//! same [`execute_until_recorded`] as `spawnd run` — the gate, the audit records, the sandbox
+//! same [`execute_until_written`] as `spawnd run` — the gate, the audit records, the sandbox
 //! (always through the spawner), supervision — on a blocking thread; the
 //! answer is the handle once the program has started, or the JSON-RPC error
 //! (a denial creates no handle). Output lands in the handle's buffers as it
@@ -32,7 +32,7 @@ use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
 use crate::cli::check::Prepared;
 use crate::cli::output::Failure;
-use crate::cli::run::{execute_until_recorded, Execution};
+use crate::cli::run::{execute_until_written, Ended, Execution};
 use crate::policy::{Access, Caller, Request};
 use crate::sandbox::launch::StdinSource;
 
@@ -62,6 +62,9 @@ pub async fn spawn(
     method: &str,
     params: &Map<String, Value>,
 ) -> Result<Value, RpcError> {
+    if let Some(why) = daemon.audit_failure() {
+        return Err(RpcError::new(rpc::AUDIT_UNAVAILABLE, why));
+    }
     handles.expire();
     if handles.map.len() >= MAX_HANDLES_PER_CONNECTION {
         return Err(RpcError::new(
@@ -122,6 +125,7 @@ pub async fn spawn(
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
     let thread_handle = Arc::clone(&handle);
+    let thread_daemon = Arc::clone(daemon);
     let access = Access::Rules {
         rules: loaded.config.access.clone(),
         daemon_uid: nix::unistd::geteuid().as_raw(),
@@ -143,7 +147,11 @@ pub async fn spawn(
         };
         let started_tx = Mutex::new(Some(started_tx));
         let on_started_handle = Arc::clone(&thread_handle);
-        let (result, leaving) = execute_until_recorded(Execution {
+        let Ended {
+            result,
+            exit_record,
+            leaving,
+        } = execute_until_written(Execution {
             prepared: &prepared,
             access: &access,
             stdin: source,
@@ -196,7 +204,13 @@ pub async fn spawn(
             }
         });
         thread_handle.changed.notify_waiters();
-        // The caller has its result; init finishes leaving meanwhile.
+        // The caller has its result; the exit record, already in the log
+        // and chained, is flushed now (SPEC §7 orders only decisions and
+        // denials before what they allow), while init finishes leaving. The
+        // permit is held until then, so a shutdown waits for the flush.
+        if let Some(Err(e)) = exit_record.map(crate::audit::Unsynced::commit) {
+            thread_daemon.audit_failed(&e);
+        }
         if let Some(leaving) = leaving {
             if let Err(e) = leaving.reap() {
                 tracing::warn!("reaping a sandbox's init: {e}");
