@@ -208,6 +208,20 @@ impl Launched {
         }
     }
 
+    /// The write end of init's go-ahead pipe, for whoever is to release the
+    /// program (the daemon, given a copy by its spawner): one byte starts it.
+    pub fn go_ahead(&self) -> Option<BorrowedFd<'_>> {
+        self.running.as_ref().map(|r| r.parent_alive.as_fd())
+    }
+
+    /// The program was released by writing to a copy of [`Launched::go_ahead`]
+    /// elsewhere: the sandbox is running from now on.
+    pub fn released_elsewhere(mut self) -> Option<Running> {
+        let mut running = self.running.take()?;
+        running.released_at = std::time::Instant::now();
+        Some(running)
+    }
+
     /// The init process's pid, as seen from here.
     pub fn init_pid(&self) -> Option<i32> {
         self.running.as_ref().map(|r| r.init_pid)

@@ -251,8 +251,8 @@ impl Spawner {
                 fds,
             ) => {
                 let mut fds = fds.into_iter();
-                let (Some(stdout), Some(stderr), Some(status), Some(pidfd)) =
-                    (fds.next(), fds.next(), fds.next(), fds.next())
+                let (Some(stdout), Some(stderr), Some(status), Some(pidfd), Some(go_ahead)) =
+                    (fds.next(), fds.next(), fds.next(), fds.next(), fds.next())
                 else {
                     self.forget(id);
                     return Err(SpawnerError::Unavailable(
@@ -277,6 +277,7 @@ impl Spawner {
                         has_cgroup: cgroup,
                         stdin,
                         pidfd,
+                        go_ahead: Some(go_ahead),
                         replies: rx,
                     }),
                 })
@@ -377,6 +378,8 @@ pub struct RemoteSandbox<'s> {
     pub stdin: Option<OwnedFd>,
     /// A pidfd for init: signals reach this sandbox and no later process.
     pub pidfd: OwnedFd,
+    /// The write end of init's go-ahead pipe, until the program is released.
+    go_ahead: Option<OwnedFd>,
     /// The memory cgroup's directory, when it has cgroups.
     cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
     /// Whether it has cgroups.
@@ -498,22 +501,35 @@ impl<'s> RemoteLaunched<'s> {
         self.inner.as_mut().and_then(|s| s.stdin.take())
     }
 
-    /// Releases the program (call once its audit record is durable).
+    /// Releases the program (call once its audit record is durable): one
+    /// byte down init's go-ahead pipe, straight from here, and then the
+    /// spawner is told, so it reaps init from now on.
     pub fn start_program(mut self) -> Result<RemoteSandbox<'s>, SpawnerError> {
-        let Some(sandbox) = self.inner.take() else {
+        let Some(mut sandbox) = self.inner.take() else {
             return Err(SpawnerError::Unavailable("already started".into()));
         };
-        sandbox
-            .spawner
-            .send(&Request::Start { id: sandbox.id }, &[])?;
-        loop {
-            match sandbox.replies.recv() {
-                Ok((Reply::Started { .. }, _)) => return Ok(sandbox),
-                Ok((Reply::Failed { error, .. }, _)) => return Err(SpawnerError::Setup(error)),
-                Ok(_) => continue,
-                Err(_) => return Err(SpawnerError::Unavailable("the spawner went away".into())),
-            }
+        let Some(go_ahead) = sandbox.go_ahead.take() else {
+            return Err(SpawnerError::Unavailable("already started".into()));
+        };
+        // Written before the spawner knows: if this fails (init died), the
+        // sandbox is aborted as if never started.
+        if let Err(e) = nix::unistd::write(&go_ahead, b"c") {
+            let _ = sandbox
+                .spawner
+                .send(&Request::Abort { id: sandbox.id }, &[]);
+            sandbox.spawner.forget(sandbox.id);
+            return Err(SpawnerError::Setup(format!("release the program: {e}")));
         }
+        drop(go_ahead);
+        // The program runs now. A spawner gone by this point took the
+        // sandbox with it, which supervision reports as a sandbox lost.
+        if let Err(e) = sandbox
+            .spawner
+            .send(&Request::Started { id: sandbox.id }, &[])
+        {
+            tracing::warn!("telling the spawner a program started: {e}");
+        }
+        Ok(sandbox)
     }
 }
 

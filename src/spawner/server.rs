@@ -21,7 +21,7 @@ use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSo
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
 
 enum Slot {
-    /// Building its root; the program waits for `Start`.
+    /// Building its root; the program waits for the daemon's go-ahead.
     Launched(Launched),
     /// The program was released; reaped on SIGCHLD.
     Running(Running),
@@ -56,7 +56,8 @@ pub fn serve(sock: UnixStream) -> i32 {
     loop {
         // Idle with work for the pool: look, don't wait, and do a step of it
         // if nothing came. Not while a sandbox waits for its go-ahead: a
-        // clone (half a millisecond) would hold up its `Start`.
+        // clone (half a millisecond of kernel work) would take the CPU its
+        // init and program need, on a machine with few cores.
         let awaiting_start = slots.values().any(|s| matches!(s, Slot::Launched(_)));
         let running = !slots.is_empty();
         let filling = !awaiting_start && pool.as_ref().is_some_and(|p| p.wants_work(running));
@@ -137,10 +138,11 @@ fn handle(
                     let stdin_w = launched.take_stdin();
                     let memory_dir = launched.open_cgroup_memory_dir().transpose();
                     let pipes = launched.pipes();
-                    match (pidfd, pipes, memory_dir) {
-                        (Ok(pidfd), Some([out, err, status]), Ok(memory_dir)) => {
+                    let go_ahead = launched.go_ahead();
+                    match (pidfd, pipes.zip(go_ahead), memory_dir) {
+                        (Ok(pidfd), Some(([out, err, status], go_ahead)), Ok(memory_dir)) => {
                             let mut list: Vec<BorrowedFd<'_>> =
-                                vec![out, err, status, pidfd.as_fd()];
+                                vec![out, err, status, pidfd.as_fd(), go_ahead];
                             if let Some(dir) = &memory_dir {
                                 list.push(dir.as_fd());
                             }
@@ -174,13 +176,16 @@ fn handle(
                 Err(e) => failed(sock, id, &e.to_string()),
             }
         }
-        Request::Start { id } => match slots.remove(&id) {
-            Some(Slot::Launched(launched)) => match launched.start_program() {
-                Ok(running) => {
+        // The daemon wrote the go-ahead itself; an init that has already
+        // ended (its SIGCHLD came while it was not yet ours to reap) is
+        // reaped now.
+        Request::Started { id } => match slots.remove(&id) {
+            Some(Slot::Launched(launched)) => match launched.released_elsewhere() {
+                Some(running) => {
                     slots.insert(id, Slot::Running(running));
-                    send(sock, &Reply::Started { id }, &[])
+                    reap(sock, slots, cgroups)
                 }
-                Err(e) => failed(sock, id, &e.to_string()),
+                None => failed(sock, id, "released twice"),
             },
             Some(running @ Slot::Running(_)) => {
                 slots.insert(id, running);

@@ -45,7 +45,8 @@ pub enum StdinKind {
 #[serde(rename_all = "snake_case")]
 pub enum Request {
     /// Create a sandbox (descriptors: the hashed program, then a stdin file).
-    /// Its init builds the root and waits for `Start`.
+    /// Its init builds the root and waits for its go-ahead byte, which the
+    /// daemon writes itself (see `Launched`).
     Launch {
         /// The daemon's number for this sandbox.
         id: u64,
@@ -54,8 +55,9 @@ pub enum Request {
         /// Where stdin comes from.
         stdin: StdinKind,
     },
-    /// The audit record is durable: let the program start.
-    Start {
+    /// The daemon has released the program (written the go-ahead byte):
+    /// from now on its init is reaped here. No reply.
+    Started {
         /// Which sandbox.
         id: u64,
     },
@@ -71,8 +73,11 @@ pub enum Request {
 #[serde(rename_all = "snake_case")]
 pub enum Reply {
     /// The sandbox exists (descriptors: stdout, stderr and status read ends,
-    /// a pidfd for init, the memory cgroup's directory when `cgroup`, then
-    /// the stdin pipe's write end for `StdinKind::Pipe`).
+    /// a pidfd for init, the write end of init's go-ahead pipe, the memory
+    /// cgroup's directory when `cgroup`, then the stdin pipe's write end for
+    /// `StdinKind::Pipe`). The daemon releases the program by writing one
+    /// byte to the go-ahead pipe itself, once its audit record is durable —
+    /// a trip through the spawner less — and then tells it `Started`.
     Launched {
         /// Which sandbox.
         id: u64,
@@ -82,11 +87,6 @@ pub enum Reply {
         /// directory follows the pidfd, for readings before init is reaped.
         #[serde(default)]
         cgroup: bool,
-    },
-    /// The program was released.
-    Started {
-        /// Which sandbox.
-        id: u64,
     },
     /// A step failed; nothing of the program ran.
     Failed {
@@ -108,10 +108,7 @@ impl Reply {
     /// The sandbox a reply is about.
     pub fn id(&self) -> u64 {
         match self {
-            Reply::Launched { id, .. }
-            | Reply::Started { id }
-            | Reply::Failed { id, .. }
-            | Reply::Exited { id, .. } => *id,
+            Reply::Launched { id, .. } | Reply::Failed { id, .. } | Reply::Exited { id, .. } => *id,
         }
     }
 }
@@ -283,7 +280,15 @@ mod tests {
             &[file.as_fd(), file.as_fd()],
         )
         .unwrap();
-        send(&a, &Reply::Started { id: 7 }, &[]).unwrap();
+        send(
+            &a,
+            &Reply::Failed {
+                id: 7,
+                error: "e".into(),
+            },
+            &[],
+        )
+        .unwrap();
         let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
         assert!(matches!(
             reply,
@@ -300,7 +305,7 @@ mod tests {
         std::io::Read::read_to_string(&mut received, &mut text).unwrap();
         assert_eq!(text, "through SCM_RIGHTS");
         let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
-        assert!(matches!(reply, Reply::Started { id: 7 }) && fds.is_empty());
+        assert!(matches!(reply, Reply::Failed { id: 7, .. }) && fds.is_empty());
         drop(a);
         assert!(recv::<Reply>(&b).unwrap().is_none(), "end of stream");
     }
