@@ -2,13 +2,15 @@
 //! process may deadlock on a lock another thread held (the allocator, stdio),
 //! and `unshare(CLONE_NEWUSER)` fails there with EINVAL. So `spawnd serve`
 //! forks a **spawner** first, before its runtime starts any thread: a
-//! single-threaded copy of itself that creates every sandbox (`launch`),
-//! releases each program when told, and reaps each init. The daemon talks to
-//! it over a private socketpair ([`wire`]): the launch order — argv, the exact
-//! env with credential values, the sandbox spec, the seccomp filter — goes in
-//! the frame body, never through argv or an environment; descriptors (the
-//! hashed program, a stdin file; back: the output pipes, a pidfd for init,
-//! the stdin pipe) go with `SCM_RIGHTS`.
+//! single-threaded copy of itself that creates every sandbox (`launch`)
+//! and reaps each init; the daemon releases each program itself, through a
+//! copy of init's go-ahead pipe the spawner hands it with the sandbox. The
+//! daemon talks to it over a private socketpair ([`wire`]): the launch order
+//! — argv, the exact env with credential values, the sandbox spec, the
+//! seccomp filter — goes in the frame body, never through argv or an
+//! environment; descriptors (the hashed program, a stdin file; back: the
+//! output pipes, a pidfd for init, the go-ahead pipe, the stdin pipe) go
+//! with `SCM_RIGHTS`.
 //!
 //! The alternative — re-executing spawnd as a helper for each spawn — pays a
 //! whole exec of spawnd's binary per spawn (about 2 ms here: `perf stat -r 300
@@ -17,6 +19,14 @@
 //! returns while init builds its root, and the program starts only on
 //! [`RemoteLaunched::start_program`], once the caller's audit record is
 //! durable; dropping a `RemoteLaunched` kills the sandbox.
+//!
+//! One consequence of the daemon holding a copy of the go-ahead pipe: init's
+//! check that its parent is still there (a hang-up on that pipe, after it
+//! changed uid) no longer sees a spawner that died while the daemon lives.
+//! Init's parent-death signal, set again right before, still kills it; only
+//! a spawner dying in the few instructions between the two goes unnoticed,
+//! and then the program runs fully confined but its init is reaped by
+//! whoever adopts it, while the daemon reports the sandbox lost.
 //!
 //! The client is thread-safe: a reader thread routes each reply to the
 //! caller waiting for that sandbox.
