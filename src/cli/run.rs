@@ -59,6 +59,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         spawner: spawner.as_ref(),
         on_started: None,
         signals_end_the_run: true,
+        audit_failed: None,
     })
 }
 
@@ -86,6 +87,10 @@ pub(crate) struct Execution<'a> {
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
     pub signals_end_the_run: bool,
+    /// Set (by the daemon) once an audit record of another spawn could not
+    /// be made durable: checked again after this spawn's decision is on
+    /// disk, so nothing starts after the trail broke.
+    pub audit_failed: Option<&'a std::sync::OnceLock<String>>,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -125,7 +130,8 @@ pub(crate) struct Ended<'a> {
     pub result: Result<Success, Failure>,
     /// The exit record of a program that ran, in the log and chained but not
     /// yet known to be on disk: commit it before relying on the trail. (Every
-    /// other exit record — setup failed, sandbox lost — is already durable.)
+    /// other exit record — setup failed, sandbox lost — has been flushed
+    /// already, and a failure to write or flush it is in `result`.)
     pub exit_record: Option<Unsynced>,
     /// Init, maybe still leaving (the kernel tearing its namespaces down):
     /// the caller reaps it, after handing the result on if it likes.
@@ -288,6 +294,17 @@ fn execute_inner<'a>(
         .commit()
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
     let audit_commit = committing.elapsed();
+    // Another spawn's record failed to flush while this one was gated: a
+    // flush error is reported once per open file, so this commit may have
+    // succeeded over a hole. Nothing starts (the sandbox is dropped).
+    if let Some(why) = x.audit_failed.and_then(std::sync::OnceLock::get) {
+        return record_exit(
+            &audit,
+            &decided.audit_id,
+            &prepared.caller,
+            Err(("setup_failed", Failure::new(5, why.clone()))),
+        );
+    }
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
     let running = match launching.start_program() {
         Ok((running, pidfd)) => {

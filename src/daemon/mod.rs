@@ -74,10 +74,11 @@ pub struct Daemon {
     pub buffered: Arc<std::sync::atomic::AtomicU64>,
     /// Permits for `health` and `connectors_status`.
     side_work: Semaphore,
-    /// Set when an exit record could not be made durable after its caller
-    /// had the result: from then on nothing runs (fail closed) until spawnd
-    /// is restarted, and `health` says why.
-    audit_failed: std::sync::OnceLock<String>,
+    /// Set when an audit record could not be written or made durable (an
+    /// exit record's flush fails after its caller had the result): from then
+    /// on nothing runs (fail closed) until spawnd is restarted, and
+    /// `health` says why.
+    pub audit_failed: std::sync::OnceLock<String>,
 }
 
 impl Daemon {
@@ -134,15 +135,16 @@ impl Daemon {
         }
     }
 
-    /// An exit record could not be made durable: stops every later spawn.
-    pub fn audit_failed(&self, e: &crate::audit::AuditError) {
-        tracing::error!(error = %e, "an exit record could not be made durable; refusing every spawn until spawnd is restarted");
+    /// An audit record could not be written or made durable (`e` says
+    /// which and why): stops every later spawn.
+    pub fn audit_failed(&self, e: &str) {
+        tracing::error!(error = %e, "an audit record could not be made durable; refusing every spawn until spawnd is restarted");
         let _ = self.audit_failed.set(format!(
-            "audit unavailable: an exit record could not be made durable ({e}); spawnd refuses every spawn until it is restarted with a working audit location; nothing was run"
+            "audit unavailable: a record could not be made durable ({e}); spawnd refuses every spawn until it is restarted with a working audit location; nothing was run"
         ));
     }
 
-    /// Why nothing may run, once an exit record could not be made durable.
+    /// Why nothing may run, once an audit record could not be made durable.
     pub fn audit_failure(&self) -> Option<String> {
         self.audit_failed.get().cloned()
     }

@@ -161,6 +161,7 @@ pub async fn spawn(
             json: true,
             spawner: Some(&spawner),
             signals_end_the_run: false,
+            audit_failed: Some(&thread_daemon.audit_failed),
             on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
                 if let Ok(mut g) = on_started_handle.pidfd.lock() {
                     *g = pidfd;
@@ -171,6 +172,22 @@ pub async fn spawn(
                 }
             })),
         });
+        // A record whose flush failed stops the daemon (fail closed): the
+        // kernel reports a write-back error once per open file, so a later
+        // flush may succeed over the lost record. (Errors that come back on
+        // every try — no room, no permission, no location — need no flag.)
+        let flush_failed = |m: &str| m.contains(": fsync: ");
+        let audit_broke = match &result {
+            Err(f) if flush_failed(&f.message) => Some(f.message.clone()),
+            Ok(s) => s.data["audit_error"]
+                .as_str()
+                .filter(|m| flush_failed(m))
+                .map(str::to_string),
+            Err(_) => None,
+        };
+        if let Some(why) = audit_broke {
+            thread_daemon.audit_failed(&why);
+        }
         let early = started_tx.lock().ok().and_then(|mut g| g.take());
         match (result, early) {
             // Refused or failed before the program started: the caller gets the error.
@@ -209,7 +226,7 @@ pub async fn spawn(
         // denials before what they allow), while init finishes leaving. The
         // permit is held until then, so a shutdown waits for the flush.
         if let Some(Err(e)) = exit_record.map(crate::audit::Unsynced::commit) {
-            thread_daemon.audit_failed(&e);
+            thread_daemon.audit_failed(&e.to_string());
         }
         if let Some(leaving) = leaving {
             if let Err(e) = leaving.reap() {

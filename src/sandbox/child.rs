@@ -215,7 +215,8 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     install_seccomp_filter_on_current_thread(s.seccomp)
         .map_err(|e| StepError::new("seccomp (init)", e))?;
     // The second go-ahead: the program may start (spawnd has made its audit
-    // record durable meanwhile). Without it — spawnd gone — nothing runs.
+    // record durable meanwhile). Without it — spawnd gone, or the sandbox
+    // aborted — nothing runs.
     wait_for_parent(&s.sync)?;
     // The old root's detach (done by then, as a rule): its helper is reaped
     // now, so nothing of it is left when the program starts. (Starting the

@@ -170,7 +170,9 @@ pub struct Running {
     /// The per-spawn cgroups, if any.
     pub cgroup: Option<SpawnCgroup>,
     /// The sync pipe's write end, held open for the sandbox's lifetime: init
-    /// checks it after changing uid to learn whether spawnd is still alive.
+    /// checks it after changing uid to learn whether spawnd is still alive
+    /// (in the daemon, the daemon holds a copy until the release: see
+    /// `crate::spawner`).
     pub parent_alive: OwnedFd,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,

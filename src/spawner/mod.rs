@@ -21,12 +21,15 @@
 //! durable; dropping a `RemoteLaunched` kills the sandbox.
 //!
 //! One consequence of the daemon holding a copy of the go-ahead pipe: init's
-//! check that its parent is still there (a hang-up on that pipe, after it
-//! changed uid) no longer sees a spawner that died while the daemon lives.
-//! Init's parent-death signal, set again right before, still kills it; only
-//! a spawner dying in the few instructions between the two goes unnoticed,
-//! and then the program runs fully confined but its init is reaped by
-//! whoever adopts it, while the daemon reports the sandbox lost.
+//! check that its parent is still there (a hang-up on that pipe) no longer
+//! sees a spawner that died while the daemon lives. Init's parent-death
+//! signal covers nearly all of that; a spawner dying in one of two short
+//! windows goes unnoticed — after `Launched` but before init first sets the
+//! signal, or between init's change of uid and setting it again. Then the
+//! program still runs fully confined, under the daemon's pidfd and wall
+//! time, but its init is reaped by whoever adopts it and the daemon
+//! reports the sandbox lost. (A release pipe of the daemon's own, apart
+//! from the spawner's, would close these windows.)
 //!
 //! The client is thread-safe: a reader thread routes each reply to the
 //! caller waiting for that sandbox.
@@ -537,7 +540,10 @@ impl<'s> RemoteLaunched<'s> {
             .spawner
             .send(&Request::Started { id: sandbox.id }, &[])
         {
-            tracing::warn!("telling the spawner a program started: {e}");
+            // The spawner would never reap this init: end the sandbox now
+            // (supervision then reports it killed).
+            tracing::error!("telling the spawner a program started: {e}; killing the sandbox");
+            let _ = sandbox.signal(nix::sys::signal::Signal::SIGKILL);
         }
         Ok(sandbox)
     }

@@ -1,7 +1,8 @@
 //! The spawner process: single-threaded, forked from the daemon before any
 //! other thread exists. It waits on two things — frames from the daemon and
 //! SIGCHLD — and does only what needs a single-threaded parent: `launch`
-//! (clone into the namespaces), the program go-ahead, and reaping. Output,
+//! (clone into the namespaces) and reaping; the daemon releases each
+//! program itself and then says `Started`. Output,
 //! timeouts and results stay with the daemon. When the daemon goes away, the
 //! spawner exits, and its sandboxes die with it (their parent-death signal).
 

@@ -56,7 +56,8 @@ pub enum Request {
         stdin: StdinKind,
     },
     /// The daemon has released the program (written the go-ahead byte):
-    /// from now on its init is reaped here. No reply.
+    /// from now on its init is reaped here. No reply, unless it names no
+    /// sandbox waiting for its release (then `Failed`).
     Started {
         /// Which sandbox.
         id: u64,
