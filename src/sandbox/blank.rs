@@ -58,22 +58,18 @@ pub struct Blank {
 /// shared part of the root), or the order with the facts of its parts.
 #[derive(serde::Serialize)]
 struct ToBlank<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<&'a LaunchOrder>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     parts: Option<PartsFacts>,
     /// With a prepare: the system-path steps to mount after the shared ones.
-    #[serde(skip_serializing_if = "<[MountStep]>::is_empty")]
     system: &'a [MountStep],
 }
 
+/// [`ToBlank`] as received (every field is always sent: the frames are
+/// postcard, which has no field names to leave out).
 #[derive(serde::Deserialize)]
 struct FromParent {
-    #[serde(default)]
     order: Option<LaunchOrder>,
-    #[serde(default)]
     parts: Option<PartsFacts>,
-    #[serde(default)]
     system: Vec<MountStep>,
 }
 

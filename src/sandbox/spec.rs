@@ -34,7 +34,7 @@ pub enum BindSource {
 
 /// One step of building the fresh root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
+#[serde(rename_all = "snake_case")]
 pub enum MountKind {
     /// A private tmpfs.
     Tmpfs {

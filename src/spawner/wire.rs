@@ -1,13 +1,16 @@
-//! Frames between the daemon and its spawner over a private `AF_UNIX`
-//! stream socketpair: an 8-byte header (body length, descriptor count, both
-//! little-endian u32) sent with the descriptors attached (`SCM_RIGHTS`), then
-//! the JSON body. Bodies may hold credential values: they are built in and
-//! read into buffers that are wiped when dropped (a body that outgrows its
-//! buffer moves to a larger one and the old one is wiped), and the messages
-//! are externally tagged, so a body is decoded straight into its types with
-//! no intermediate copy. Byte strings that are large and never secret (the
-//! compiled seccomp filter) travel as base64 text rather than as arrays of
-//! numbers.
+//! Frames between the daemon and its spawner (and the spawner and a sandbox
+//! made ahead) over a private `AF_UNIX` stream socketpair: an 8-byte header
+//! (body length, descriptor count, both little-endian u32) and the body, in
+//! one message with the descriptors attached (`SCM_RIGHTS`). Bodies are
+//! [postcard](https://docs.rs/postcard): both ends are this binary, and a
+//! launch order decodes in about a third of the time JSON took (16 against
+//! 41 µs for the spawner here, and as much again in the sandbox), on the
+//! path from request to program. Bodies may hold credential values: they
+//! are built in and read into buffers that are wiped when dropped (a body
+//! that outgrows its buffer moves to a larger one and the old one is wiped),
+//! and are decoded straight into their types with no intermediate copy, so
+//! every enum is externally tagged (postcard has no field names to look
+//! ahead for).
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -124,7 +127,7 @@ pub fn send<T: Serialize>(
     fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
     let mut body_buf = WipingBuffer(Zeroizing::new(Vec::with_capacity(1 << 10)));
-    serde_json::to_writer(&mut body_buf, body).map_err(std::io::Error::other)?;
+    postcard::to_io(body, &mut body_buf).map_err(std::io::Error::other)?;
     let bytes = body_buf.0;
     if bytes.len() > MAX_BODY || fds.len() > MAX_FRAME_FDS {
         return Err(std::io::Error::new(
@@ -142,11 +145,15 @@ pub fn send<T: Serialize>(
     let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
     let control = [ControlMessage::ScmRights(&raw)];
     let control: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &control };
+    // Header and body in one message: the receiver wakes once for the
+    // whole frame (sent in two writes, a fast receiver woke for the header,
+    // found the body not there yet and slept again — a second wake of a
+    // process on the other core, ~50 µs on this VM, in every frame).
     let mut sent = 0;
     while sent == 0 {
         sent = match sendmsg::<()>(
             sock.as_raw_fd(),
-            &[IoSlice::new(&header)],
+            &[IoSlice::new(&header), IoSlice::new(&bytes)],
             control,
             MsgFlags::MSG_NOSIGNAL,
             None,
@@ -156,9 +163,15 @@ pub fn send<T: Serialize>(
             Err(e) => return Err(e.into()),
         };
     }
+    // What did not fit in the socket's buffer follows (the descriptors went
+    // with the first byte).
     let mut writer = sock;
-    writer.write_all(&header[sent..])?;
-    writer.write_all(&bytes)
+    if sent < header.len() {
+        writer.write_all(&header[sent..])?;
+        writer.write_all(&bytes)
+    } else {
+        writer.write_all(&bytes[sent - header.len()..])
+    }
 }
 
 /// A growable byte buffer that wipes what it leaves behind: when a write
@@ -256,7 +269,7 @@ pub fn recv_up_to<T: serde::de::DeserializeOwned>(
     }
     let mut body = Zeroizing::new(vec![0u8; len]);
     reader.read_exact(&mut body)?;
-    let value = serde_json::from_slice(&body)
+    let value = postcard::from_bytes(&body)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     Ok(Some((value, fds)))
 }
