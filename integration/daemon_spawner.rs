@@ -148,7 +148,10 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     // that sandbox's cgroup: a new pair is made after it.
     // A pair is not given out while the daemon may still read it (until the
     // spawner's exit report arrived, just after the result): each step that
-    // expects the last pair back waits a little first.
+    // expects the last pair back waits a little first. (Without the wait, a
+    // sandbox would get a new pair, and since the spawner checks idle pairs
+    // and removes spent ones while it waits, the pair listing would not show
+    // which pair served whom.)
     let settle = || std::thread::sleep(Duration::from_millis(100));
     let warm = run("py", json!({"code": "pass"}));
     assert_eq!(warm["isolation"]["limits_via"], "cgroup_v1", "{warm}");
@@ -169,7 +172,11 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     assert!(peak(&after_big) < 16 << 20, "peak left over: {after_big}");
     assert_eq!(spawner_cgroups(&d), pair, "the pair was not used again");
 
-    // Killed by the OOM killer: the next sandbox gets a new pair.
+    // Killed by the OOM killer: the next sandbox gets a new pair. (Settled
+    // first, so that the bomb gets the pair: one still held by the daemon
+    // would send it to a new pair, which the spawner checks and removes
+    // while idle, and the next sandbox could then get the old pair back.)
+    settle();
     let bomb = run("py", json!({"code": "b = b'x' * (512 << 20)"}));
     assert_eq!(bomb["oom_killed"], true, "{bomb}");
     let after_bomb = run("true", json!({}));
@@ -180,6 +187,7 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     // 8 MB written to disk stay cached and charged to the writer's cgroup:
     // the next sandbox gets a new pair, its peak its own.
     let file = world().path("rw/cgroup-reuse-cache");
+    settle();
     let wrote = run(
         "sh",
         json!({"script": format!("head -c 8000000 /dev/urandom > {}", file.display())}),

@@ -62,15 +62,18 @@ pub fn serve(sock: UnixStream) -> i32 {
         let awaiting_start = slots.values().any(|s| matches!(s, Slot::Launched(_)));
         let running = !slots.is_empty();
         let filling = !awaiting_start && pool.as_ref().is_some_and(|p| p.wants_work(running));
+        // Checking a kept cgroup pair is short; it goes first, when due.
+        let check_in = cgroups.work_due_in().filter(|_| !awaiting_start);
+        let checking = check_in.is_some_and(|d| d.is_zero());
         let (sock_ready, chld_ready) = {
             let mut fds = [
                 PollFd::new(sock.as_fd(), PollFlags::POLLIN),
                 PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
             ];
-            let timeout = if filling {
-                PollTimeout::ZERO
-            } else {
-                PollTimeout::NONE
+            let timeout = match (filling || checking, check_in) {
+                (true, _) => PollTimeout::ZERO,
+                (false, Some(later)) => PollTimeout::from(later.as_millis().clamp(1, 1000) as u16),
+                (false, None) => PollTimeout::NONE,
             };
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
@@ -80,6 +83,11 @@ pub fn serve(sock: UnixStream) -> i32 {
             let ready = |p: &PollFd<'_>| p.revents().is_some_and(|r| !r.is_empty());
             (ready(&fds[0]), ready(&fds[1]))
         };
+        let due = check_in.is_some() && cgroups.work_due_in().is_some_and(|d| d.is_zero());
+        if due && !sock_ready && !chld_ready {
+            cgroups.work();
+            continue;
+        }
         if filling && !sock_ready && !chld_ready {
             if let Some(Err(e)) = pool.as_mut().map(BlankPool::work) {
                 eprintln!("spawnd: spawner: sandboxes cannot be made ahead ({e}); made at request time, retried in {} s", super::ahead::RETRY_AFTER.as_secs());

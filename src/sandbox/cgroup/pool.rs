@@ -8,6 +8,10 @@
 //! directory it was sent) holds a shared `flock` on it until it is done
 //! ([`hold_for_reading`]); a cgroup so held is not given out again.
 //!
+//! Pairs are checked while the spawner is idle, for the limits the last
+//! launch asked for ([`CgroupPool::work`]), so the check is not on the way
+//! from request to program; one not checked yet is checked when taken.
+//!
 //! What "as good as new" leaves out: counters nothing reads (`memory.failcnt`,
 //! `memory.kmem.max_usage_in_bytes`, `pids.events`) keep counting from the
 //! first sandbox; and a charge made after the check by a kernel object that
@@ -86,9 +90,29 @@ pub fn hold_for_reading(dir: OwnedFd) -> Option<Flock<OwnedFd>> {
 
 /// The cgroups of ended sandboxes, kept for later ones (see the module
 /// documentation). Dropping the pool removes them.
+///
+/// A kept pair is checked and reset while the spawner is idle
+/// ([`CgroupPool::work`]), with the limits the last launch asked for, so a
+/// launch that asks for the same takes it as it is: the check (about 50 µs
+/// of cgroup file reads and writes here) is then off the way from request
+/// to program. A pair not yet checked (a reader still held it, or no idle
+/// time came) is checked when taken, as before.
 #[derive(Debug, Default)]
 pub struct CgroupPool {
-    idle: VecDeque<SpawnCgroup>,
+    idle: VecDeque<Kept>,
+    /// The limits the last launch asked for (memory bytes, processes).
+    last_limits: Option<(u64, u64)>,
+    /// When an unchecked pair is worth a look (set when one comes back; put
+    /// off while the daemon still reads the one to check; cleared when none
+    /// is left).
+    look_at: Option<std::time::Instant>,
+}
+
+/// An idle pair, and the limits it was made ready for, once checked.
+#[derive(Debug)]
+struct Kept {
+    cg: SpawnCgroup,
+    ready_for: Option<(u64, u64)>,
 }
 
 impl CgroupPool {
@@ -96,6 +120,9 @@ impl CgroupPool {
     pub const KEEP: usize = 16;
     /// How many idle pairs a launch looks at before making a new one.
     const LOOK_AT: usize = 2;
+    /// How long a pair the daemon still reads waits before another look
+    /// (it lets go once it has the sandbox's end, within milliseconds).
+    const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 
     /// An empty pool.
     pub fn new() -> CgroupPool {
@@ -111,17 +138,25 @@ impl CgroupPool {
         memory_bytes: u64,
         processes: u64,
     ) -> std::io::Result<SpawnCgroup> {
+        self.last_limits = Some((memory_bytes, processes));
         for _ in 0..Self::LOOK_AT.min(self.idle.len()) {
-            let Some(cg) = self.idle.pop_front() else {
+            let Some(Kept { cg, ready_for }) = self.idle.pop_front() else {
                 break;
             };
             if !cg.under(roots) {
                 cg.remove();
                 continue;
             }
-            match cg.reuse(memory_bytes, processes) {
+            let reused = match ready_for {
+                Some(limits) if limits == (memory_bytes, processes) => Ok(Reuse::Reused),
+                Some(_) => cg
+                    .write_limits(memory_bytes, processes)
+                    .map(|()| Reuse::Reused),
+                None => cg.reuse(memory_bytes, processes),
+            };
+            match reused {
                 Ok(Reuse::Reused) => return Ok(cg),
-                Ok(Reuse::Busy) => self.idle.push_back(cg),
+                Ok(Reuse::Busy) => self.idle.push_back(Kept { cg, ready_for }),
                 Ok(Reuse::Spent) | Err(_) => cg.remove(),
             }
         }
@@ -136,9 +171,46 @@ impl CgroupPool {
             if cg.readings.is_none() {
                 cg.open_readings();
             }
-            self.idle.push_back(cg);
+            self.idle.push_back(Kept {
+                cg,
+                ready_for: None,
+            });
+            self.look_at = Some(std::time::Instant::now());
         } else {
             cg.remove();
+        }
+    }
+
+    /// How long until an idle pair is due for its check
+    /// ([`CgroupPool::work`]): `None` when none waits (or no launch has
+    /// said which limits to check for yet), zero when one is due now.
+    pub fn work_due_in(&self) -> Option<std::time::Duration> {
+        self.last_limits?;
+        self.look_at
+            .map(|t| t.saturating_duration_since(std::time::Instant::now()))
+    }
+
+    /// Checks and resets one idle pair for the last launch's limits (a spent
+    /// one is removed). One the daemon still reads is looked at again a
+    /// little later.
+    pub fn work(&mut self) {
+        let Some((memory, processes)) = self.last_limits else {
+            return;
+        };
+        let Some(at) = self.idle.iter().position(|k| k.ready_for.is_none()) else {
+            self.look_at = None;
+            return;
+        };
+        match self.idle[at].cg.reuse(memory, processes) {
+            Ok(Reuse::Reused) => self.idle[at].ready_for = Some((memory, processes)),
+            Ok(Reuse::Busy) => {
+                self.look_at = Some(std::time::Instant::now() + Self::BUSY_RETRY);
+            }
+            Ok(Reuse::Spent) | Err(_) => {
+                if let Some(spent) = self.idle.remove(at) {
+                    spent.cg.remove();
+                }
+            }
         }
     }
 
@@ -150,8 +222,8 @@ impl CgroupPool {
 
 impl Drop for CgroupPool {
     fn drop(&mut self) {
-        for cg in self.idle.drain(..) {
-            cg.remove();
+        for kept in self.idle.drain(..) {
+            kept.cg.remove();
         }
     }
 }
@@ -189,6 +261,13 @@ impl SpawnCgroup {
             return Ok(Reuse::Spent);
         }
         write_in(&self.memory_dir, &self.memory, PEAK, "0")?;
+        self.write_limits(memory_bytes, processes)?;
+        drop(held);
+        Ok(Reuse::Reused)
+    }
+
+    /// Writes the memory and process limits.
+    fn write_limits(&self, memory_bytes: u64, processes: u64) -> std::io::Result<()> {
         write_in(
             &self.memory_dir,
             &self.memory,
@@ -200,9 +279,7 @@ impl SpawnCgroup {
             &self.pids,
             "pids.max",
             &processes.to_string(),
-        )?;
-        drop(held);
-        Ok(Reuse::Reused)
+        )
     }
 
     fn under(&self, roots: &V1Roots) -> bool {

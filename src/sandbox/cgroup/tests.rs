@@ -169,3 +169,54 @@ fn a_cgroup_gone_gives_no_readings() {
     let (_d, fd) = dir_with(&[]);
     assert_eq!(readings_at(fd.as_fd()), None);
 }
+
+/// A pair that comes back is checked and reset while the spawner is idle,
+/// for the limits the last launch asked for; a launch asking for the same
+/// takes it without reading or writing a cgroup file, and one asking for
+/// others gets only the limits written. A pair a reader holds is looked at
+/// again a little later.
+#[test]
+fn an_idle_pair_is_checked_ahead_for_the_last_limits() {
+    use std::time::Duration;
+    let (d, cg) = fake_pair(&[]);
+    let roots = super::V1Roots {
+        memory: d.path().to_path_buf(),
+        pids: d.path().to_path_buf(),
+    };
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
+    let mut pool = super::CgroupPool::new();
+    pool.give_back(cg);
+    assert_eq!(pool.work_due_in(), None, "no limits known before a launch");
+    let first = pool.take(&roots, || "new-0".into(), 1 << 20, 7).unwrap();
+    let memory = first.memory.clone();
+    let held = super::hold_for_reading(first.open_memory_dir().unwrap()).expect("shared lock");
+    std::fs::write(memory.join(PEAK), "9").unwrap();
+    pool.give_back(first);
+    assert_eq!(pool.work_due_in(), Some(Duration::ZERO));
+    pool.work();
+    assert_eq!(read(memory.join(PEAK)), "9", "untouched while held");
+    assert!(
+        pool.work_due_in().is_some_and(|d| !d.is_zero()),
+        "looked at again later, not in a loop"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(pool.work_due_in(), Some(Duration::ZERO));
+    pool.work();
+    assert_eq!(read(memory.join(PEAK)), "0", "checked and reset ahead");
+    pool.work();
+    assert_eq!(pool.work_due_in(), None, "nothing left to check");
+    // Same limits: taken as it is (the files are not written again).
+    std::fs::write(memory.join(PEAK), "5").unwrap();
+    let taken = pool.take(&roots, || "new-1".into(), 1 << 20, 7).unwrap();
+    assert_eq!(taken.memory, memory);
+    assert_eq!(read(memory.join(PEAK)), "5", "no second reset");
+    // Other limits: only the limits are written.
+    pool.give_back(taken);
+    pool.work();
+    std::fs::write(memory.join(PEAK), "5").unwrap();
+    let again = pool.take(&roots, || "new-2".into(), 2 << 20, 9).unwrap();
+    assert_eq!(read(again.memory.join("memory.limit_in_bytes")), "2097152");
+    assert_eq!(read(again.pids.join("pids.max")), "9");
+    assert_eq!(read(memory.join(PEAK)), "5", "no second reset");
+}
