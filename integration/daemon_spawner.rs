@@ -172,20 +172,26 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     assert!(peak(&after_big) < 16 << 20, "peak left over: {after_big}");
     assert_eq!(spawner_cgroups(&d), pair, "the pair was not used again");
 
-    // Killed by the OOM killer: the next sandbox gets a new pair. (Settled
-    // first, so that the bomb gets the pair: one still held by the daemon
-    // would send it to a new pair, which the spawner checks and removes
-    // while idle, and the next sandbox could then get the old pair back.)
+    // Killed by the OOM killer: the pair is never given out again. (Each
+    // step settles first, so that it gets the pair the step before used: a
+    // pair the daemon still holds would send it to a new one.)
     settle();
     let bomb = run("py", json!({"code": "b = b'x' * (512 << 20)"}));
     assert_eq!(bomb["oom_killed"], true, "{bomb}");
+    settle();
+    assert!(
+        !spawner_cgroups(&d).contains(&pair[0]),
+        "a pair that saw an OOM kill is kept: {:?}",
+        spawner_cgroups(&d)
+    );
     let after_bomb = run("true", json!({}));
     assert_eq!(after_bomb["oom_killed"], false, "{after_bomb}");
     let new_pair = spawner_cgroups(&d);
+    assert_eq!(new_pair.len(), 1, "{new_pair:?}");
     assert_ne!(new_pair, pair, "a pair that saw an OOM kill was used again");
 
     // 8 MB written to disk stay cached and charged to the writer's cgroup:
-    // the next sandbox gets a new pair, its peak its own.
+    // that pair is not given out again; the next sandbox's peak is its own.
     let file = world().path("rw/cgroup-reuse-cache");
     settle();
     let wrote = run(
@@ -194,14 +200,18 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     );
     assert_eq!(wrote["exit_code"], 0, "{wrote}");
     settle();
+    assert!(
+        !spawner_cgroups(&d).contains(&new_pair[0]),
+        "a pair still charged is kept: {:?}",
+        spawner_cgroups(&d)
+    );
     let after_write = run("true", json!({}));
     assert!(
         peak(&after_write) < 4 << 20,
         "cache left over: {after_write}"
     );
-    assert_ne!(
-        spawner_cgroups(&d),
-        new_pair,
+    assert!(
+        !spawner_cgroups(&d).contains(&new_pair[0]),
         "a pair still charged was used again"
     );
     let _ = std::fs::remove_file(file);

@@ -269,8 +269,14 @@ pub fn recv_up_to<T: serde::de::DeserializeOwned>(
     }
     let mut body = Zeroizing::new(vec![0u8; len]);
     reader.read_exact(&mut body)?;
-    let value = postcard::from_bytes(&body)
+    let (value, rest) = postcard::take_from_bytes(&body)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    if !rest.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad frame: {} bytes after its body", rest.len()),
+        ));
+    }
     Ok(Some((value, fds)))
 }
 
@@ -322,6 +328,25 @@ mod tests {
         assert!(matches!(reply, Reply::Failed { id: 7, .. }) && fds.is_empty());
         drop(a);
         assert!(recv::<Reply>(&b).unwrap().is_none(), "end of stream");
+    }
+
+    /// A body with bytes after its value is refused, as a frame out of step.
+    #[test]
+    fn a_body_with_bytes_after_its_value_is_refused() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut body = postcard::to_allocvec(&Reply::Failed {
+            id: 1,
+            error: "e".into(),
+        })
+        .unwrap();
+        body.push(0);
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&0u32.to_le_bytes());
+        frame.extend_from_slice(&body);
+        std::io::Write::write_all(&mut &a, &frame).unwrap();
+        let err = recv::<Reply>(&b).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        assert!(err.to_string().contains("after its body"), "{err}");
     }
 
     #[test]

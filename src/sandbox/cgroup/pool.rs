@@ -147,10 +147,16 @@ impl CgroupPool {
                 cg.remove();
                 continue;
             }
+            // A pair checked ahead has its peak reset once more, so that
+            // nothing charged since the check (a kernel object outliving its
+            // sandbox, say) shows in the next sandbox's peak.
             let reused = match ready_for {
-                Some(limits) if limits == (memory_bytes, processes) => Ok(Reuse::Reused),
+                Some(limits) if limits == (memory_bytes, processes) => {
+                    cg.reset_peak().map(|()| Reuse::Reused)
+                }
                 Some(_) => cg
-                    .write_limits(memory_bytes, processes)
+                    .reset_peak()
+                    .and_then(|()| cg.write_limits(memory_bytes, processes))
                     .map(|()| Reuse::Reused),
                 None => cg.reuse(memory_bytes, processes),
             };
@@ -260,10 +266,15 @@ impl SpawnCgroup {
         if !as_new {
             return Ok(Reuse::Spent);
         }
-        write_in(&self.memory_dir, &self.memory, PEAK, "0")?;
+        self.reset_peak()?;
         self.write_limits(memory_bytes, processes)?;
         drop(held);
         Ok(Reuse::Reused)
+    }
+
+    /// Restarts the peak from the current charge.
+    fn reset_peak(&self) -> std::io::Result<()> {
+        write_in(&self.memory_dir, &self.memory, PEAK, "0")
     }
 
     /// Writes the memory and process limits.

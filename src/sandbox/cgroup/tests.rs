@@ -172,8 +172,8 @@ fn a_cgroup_gone_gives_no_readings() {
 
 /// A pair that comes back is checked and reset while the spawner is idle,
 /// for the limits the last launch asked for; a launch asking for the same
-/// takes it without reading or writing a cgroup file, and one asking for
-/// others gets only the limits written. A pair a reader holds is looked at
+/// takes it with only its peak restarted, and one asking for others gets
+/// the limits written too. A pair a reader holds is looked at
 /// again a little later.
 #[test]
 fn an_idle_pair_is_checked_ahead_for_the_last_limits() {
@@ -206,11 +206,14 @@ fn an_idle_pair_is_checked_ahead_for_the_last_limits() {
     assert_eq!(read(memory.join(PEAK)), "0", "checked and reset ahead");
     pool.work();
     assert_eq!(pool.work_due_in(), None, "nothing left to check");
-    // Same limits: taken as it is (the files are not written again).
+    // Same limits: taken without another check, its peak restarted (the
+    // check reads the stat files; here they would now say "spent").
+    std::fs::write(memory.join(super::STAT), "cache 8003584\nrss 0\n").unwrap();
     std::fs::write(memory.join(PEAK), "5").unwrap();
     let taken = pool.take(&roots, || "new-1".into(), 1 << 20, 7).unwrap();
     assert_eq!(taken.memory, memory);
-    assert_eq!(read(memory.join(PEAK)), "5", "no second reset");
+    assert_eq!(read(memory.join(PEAK)), "0", "peak restarted");
+    std::fs::write(memory.join(super::STAT), "cache 4096\nrss 0\n").unwrap();
     // Other limits: only the limits are written.
     pool.give_back(taken);
     pool.work();
@@ -218,5 +221,5 @@ fn an_idle_pair_is_checked_ahead_for_the_last_limits() {
     let again = pool.take(&roots, || "new-2".into(), 2 << 20, 9).unwrap();
     assert_eq!(read(again.memory.join("memory.limit_in_bytes")), "2097152");
     assert_eq!(read(again.pids.join("pids.max")), "9");
-    assert_eq!(read(memory.join(PEAK)), "5", "no second reset");
+    assert_eq!(read(memory.join(PEAK)), "0", "peak restarted");
 }
