@@ -221,6 +221,7 @@ pub async fn spawn(
             }
         });
         thread_handle.changed.notify_waiters();
+        drop(thread_handle);
         // The caller has its result; the exit record, already in the log
         // and chained, is flushed now (SPEC §7 orders only decisions and
         // denials before what they allow), while init finishes leaving. The
@@ -361,9 +362,14 @@ pub fn kill(handles: &Handles, params: &Map<String, Value>) -> Result<Value, Rpc
 }
 
 /// `spawn_release`: kills a running sandbox and frees the handle at once.
+/// A finished one gives its output reservation back here, not when the last
+/// reference goes (the spawn's own thread may still be flushing its exit
+/// record or reaping init).
 pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let h = handles.get(params)?;
-    if !h.finished() {
+    if h.finished() {
+        drop(h.with(|s| s.reservation.take()));
+    } else {
         h.kill();
     }
     let name = string_param(params, "handle")?;
