@@ -1,0 +1,124 @@
+//! Frames through a real socketpair: bodies, descriptors, limits.
+
+use super::*;
+use std::os::fd::AsFd;
+
+#[test]
+fn a_frame_carries_its_body_and_descriptors() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let file = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut &file, b"through SCM_RIGHTS").unwrap();
+    send(
+        &a,
+        &Reply::Launched {
+            id: 7,
+            init_pid: 42,
+            cgroup: true,
+        },
+        &[file.as_fd(), file.as_fd()],
+    )
+    .unwrap();
+    send(
+        &a,
+        &Reply::Failed {
+            id: 7,
+            error: "e".into(),
+        },
+        &[],
+    )
+    .unwrap();
+    let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
+    assert!(matches!(
+        reply,
+        Reply::Launched {
+            id: 7,
+            init_pid: 42,
+            cgroup: true
+        }
+    ));
+    assert_eq!(fds.len(), 2);
+    let mut text = String::new();
+    let mut received = std::fs::File::from(fds.into_iter().next().unwrap());
+    std::io::Seek::rewind(&mut received).unwrap();
+    std::io::Read::read_to_string(&mut received, &mut text).unwrap();
+    assert_eq!(text, "through SCM_RIGHTS");
+    let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
+    assert!(matches!(reply, Reply::Failed { id: 7, .. }) && fds.is_empty());
+    drop(a);
+    assert!(recv::<Reply>(&b).unwrap().is_none(), "end of stream");
+}
+
+/// A body with bytes after its value is refused, as a frame out of step.
+#[test]
+fn a_body_with_bytes_after_its_value_is_refused() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let mut body = postcard::to_allocvec(&Reply::Failed {
+        id: 1,
+        error: "e".into(),
+    })
+    .unwrap();
+    body.push(0);
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&0u32.to_le_bytes());
+    frame.extend_from_slice(&body);
+    std::io::Write::write_all(&mut &a, &frame).unwrap();
+    let err = recv::<Reply>(&b).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    assert!(err.to_string().contains("after its body"), "{err}");
+}
+
+#[test]
+fn a_body_larger_than_the_first_buffer_arrives_whole() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let error = "x".repeat(100_000);
+    send(
+        &a,
+        &Reply::Failed {
+            id: 3,
+            error: error.clone(),
+        },
+        &[],
+    )
+    .unwrap();
+    match recv::<Reply>(&b).unwrap().unwrap() {
+        (Reply::Failed { id: 3, error: got }, fds) => {
+            assert_eq!(got, error);
+            assert!(fds.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bytes_travel_as_base64_text() {
+    #[derive(Serialize, Deserialize)]
+    struct Carrier {
+        #[serde(with = "base64_bytes")]
+        bytes: Vec<u8>,
+    }
+    let all: Vec<u8> = (0..=255).collect();
+    let text = serde_json::to_string(&Carrier { bytes: all.clone() }).unwrap();
+    assert!(text.starts_with("{\"bytes\":\"AAECAwQF"), "{text}");
+    let back: Carrier = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.bytes, all);
+    assert!(serde_json::from_str::<Carrier>(r#"{"bytes":"not base64!"}"#).is_err());
+}
+
+#[test]
+fn a_lying_header_is_refused() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&((MAX_BODY as u32) + 1).to_le_bytes());
+    std::io::Write::write_all(&mut &a, &header).unwrap();
+    assert!(recv::<Reply>(&b).is_err());
+    let (a, b) = UnixStream::pair().unwrap();
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&2u32.to_le_bytes());
+    header[4..].copy_from_slice(&3u32.to_le_bytes());
+    std::io::Write::write_all(&mut &a, &header).unwrap();
+    std::io::Write::write_all(&mut &a, b"{}").unwrap();
+    assert!(
+        recv::<Reply>(&b).is_err(),
+        "descriptors announced but not sent"
+    );
+}
