@@ -97,10 +97,37 @@ pub fn written(file: &File) -> std::io::Result<Ticket> {
     })
 }
 
+/// The first sync of this process that failed. A write-back error is
+/// reported once per open file, so a later sync may succeed over the record
+/// the failed one lost: from then on this process starts nothing more
+/// ([`stopped_by_a_failed_sync`]).
+static FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Why nothing may start any more in this process, once one of its audit
+/// syncs failed (see [`FAILED`]); `None` while every sync has succeeded.
+pub fn stopped_by_a_failed_sync() -> Option<String> {
+    FAILED.get().map(|e| {
+        format!(
+            "audit unavailable: a record could not be made durable (fdatasync of the audit log: {e}); spawnd refuses every spawn until it is restarted with a working audit location; nothing was run"
+        )
+    })
+}
+
 /// Returns once the ticket's record is durable: synced by this thread (as
 /// leader, through the epoch's description) or by another thread's sync of
-/// the same file; `file` is the record's own, for syncing alone.
+/// the same file; `file` is the record's own, for syncing alone. A failure
+/// is also kept for [`stopped_by_a_failed_sync`].
 pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
+    let synced = commit_ticket(file, ticket);
+    if let Err(e) = &synced {
+        if FAILED.set(e.to_string()).is_ok() {
+            tracing::error!(error = %e, "an audit record could not be made durable; this process starts nothing more");
+        }
+    }
+    synced
+}
+
+fn commit_ticket(file: &File, ticket: Ticket) -> std::io::Result<()> {
     if ticket.n == 0 {
         return file.sync_data();
     }

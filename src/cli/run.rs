@@ -59,7 +59,6 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         spawner: spawner.as_ref(),
         on_started: None,
         signals_end_the_run: true,
-        audit_failed: None,
     })
 }
 
@@ -87,10 +86,6 @@ pub(crate) struct Execution<'a> {
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
     pub signals_end_the_run: bool,
-    /// Set (by the daemon) once an audit record of another spawn could not
-    /// be made durable: checked again after this spawn's decision is on
-    /// disk, so nothing starts after the trail broke.
-    pub audit_failed: Option<&'a std::sync::OnceLock<String>>,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -294,15 +289,16 @@ fn execute_inner<'a>(
         .commit()
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
     let audit_commit = committing.elapsed();
-    // Another spawn's record failed to flush while this one was gated: a
-    // flush error is reported once per open file, so this commit may have
-    // succeeded over a hole. Nothing starts (the sandbox is dropped).
-    if let Some(why) = x.audit_failed.and_then(std::sync::OnceLock::get) {
+    // Another spawn's record (the daemon's threads) failed to flush while
+    // this one was gated: a flush error is reported once per open file, so
+    // this commit may have succeeded over a hole. Nothing starts (the
+    // sandbox is dropped).
+    if let Some(why) = crate::audit::group_sync::stopped_by_a_failed_sync() {
         return record_exit(
             &audit,
             &decided.audit_id,
             &prepared.caller,
-            Err(("setup_failed", Failure::new(5, why.clone()))),
+            Err(("setup_failed", Failure::new(5, why))),
         );
     }
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");

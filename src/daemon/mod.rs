@@ -74,11 +74,6 @@ pub struct Daemon {
     pub buffered: Arc<std::sync::atomic::AtomicU64>,
     /// Permits for `health` and `connectors_status`.
     side_work: Semaphore,
-    /// Set when an audit record could not be written or made durable (an
-    /// exit record's flush fails after its caller had the result): from then
-    /// on nothing runs (fail closed) until spawnd is restarted, and
-    /// `health` says why.
-    pub audit_failed: std::sync::OnceLock<String>,
 }
 
 impl Daemon {
@@ -135,18 +130,11 @@ impl Daemon {
         }
     }
 
-    /// An audit record could not be written or made durable (`e` says
-    /// which and why): stops every later spawn.
-    pub fn audit_failed(&self, e: &str) {
-        tracing::error!(error = %e, "an audit record could not be made durable; refusing every spawn until spawnd is restarted");
-        let _ = self.audit_failed.set(format!(
-            "audit unavailable: a record could not be made durable ({e}); spawnd refuses every spawn until it is restarted with a working audit location; nothing was run"
-        ));
-    }
-
-    /// Why nothing may run, once an audit record could not be made durable.
+    /// Why nothing may run any more: an audit record's flush failed (an
+    /// exit record's may fail after its caller had the result). Fail
+    /// closed until spawnd is restarted; `health` says why.
     pub fn audit_failure(&self) -> Option<String> {
-        self.audit_failed.get().cloned()
+        crate::audit::group_sync::stopped_by_a_failed_sync()
     }
 
     /// Kills every sandbox still running (their exit records follow).
@@ -197,7 +185,6 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         started: std::sync::Mutex::new(Vec::new()),
         buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         side_work: Semaphore::new(SIDE_WORK),
-        audit_failed: std::sync::OnceLock::new(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

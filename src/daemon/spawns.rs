@@ -125,7 +125,6 @@ pub async fn spawn(
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
     let thread_handle = Arc::clone(&handle);
-    let thread_daemon = Arc::clone(daemon);
     let access = Access::Rules {
         rules: loaded.config.access.clone(),
         daemon_uid: nix::unistd::geteuid().as_raw(),
@@ -161,7 +160,6 @@ pub async fn spawn(
             json: true,
             spawner: Some(&spawner),
             signals_end_the_run: false,
-            audit_failed: Some(&thread_daemon.audit_failed),
             on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
                 if let Ok(mut g) = on_started_handle.pidfd.lock() {
                     *g = pidfd;
@@ -172,22 +170,6 @@ pub async fn spawn(
                 }
             })),
         });
-        // A record whose flush failed stops the daemon (fail closed): the
-        // kernel reports a write-back error once per open file, so a later
-        // flush may succeed over the lost record. (Errors that come back on
-        // every try — no room, no permission, no location — need no flag.)
-        let flush_failed = |m: &str| m.contains(": fsync: ");
-        let audit_broke = match &result {
-            Err(f) if flush_failed(&f.message) => Some(f.message.clone()),
-            Ok(s) => s.data["audit_error"]
-                .as_str()
-                .filter(|m| flush_failed(m))
-                .map(str::to_string),
-            Err(_) => None,
-        };
-        if let Some(why) = audit_broke {
-            thread_daemon.audit_failed(&why);
-        }
         let early = started_tx.lock().ok().and_then(|mut g| g.take());
         match (result, early) {
             // Refused or failed before the program started: the caller gets the error.
@@ -225,9 +207,10 @@ pub async fn spawn(
         // The caller has its result; the exit record, already in the log
         // and chained, is flushed now (SPEC §7 orders only decisions and
         // denials before what they allow), while init finishes leaving. The
-        // permit is held until then, so a shutdown waits for the flush.
+        // permit is held until then, so a shutdown waits for the flush. A
+        // failed flush stops every later spawn (`group_sync` keeps it).
         if let Some(Err(e)) = exit_record.map(crate::audit::Unsynced::commit) {
-            thread_daemon.audit_failed(&e.to_string());
+            tracing::error!("the exit record of a finished spawn: {e}");
         }
         if let Some(leaving) = leaving {
             if let Err(e) = leaving.reap() {
