@@ -1,7 +1,9 @@
 //! The append-only audit file. Every append takes an exclusive `flock` on a
 //! lock file beside the log (so `run` and `serve` can share it), reads the
 //! head (`<log>.head`: the last `seq` and `hash`), chains the new record to
-//! it, writes one JSON line and updates the head; the `fdatasync` comes
+//! it, writes one JSON line and updates the head. (The log's last record is
+//! read back too, unless the log and the head file are exactly as this
+//! process's last append left them: see `LastAppend`.) The `fdatasync` comes
 //! after the lock is released, and one serves every thread of the process
 //! whose record was written before it began ([`super::group_sync`]);
 //! `append` returns only once its record is durable. `write` and
@@ -17,7 +19,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -102,23 +104,54 @@ pub fn head_path(log: &Path) -> PathBuf {
 
 /// Reads a head file (`None` when it does not exist).
 pub fn read_head(log: &Path) -> std::io::Result<Option<Head>> {
-    match std::fs::read_to_string(head_path(log)) {
-        Ok(text) => {
-            let invalid =
-                |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
-            let v: Value =
-                serde_json::from_str(&text).map_err(|e| invalid(&format!("head file: {e}")))?;
-            let seq = v["seq"]
-                .as_u64()
-                .ok_or_else(|| invalid("head file without seq"))?;
-            let hash = v["hash"]
-                .as_str()
-                .ok_or_else(|| invalid("head file without hash"))?
-                .to_string();
-            Ok(Some(Head { seq, hash }))
-        }
+    match std::fs::read(head_path(log)) {
+        Ok(bytes) => parse_head(&bytes).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// A head file's content as a [`Head`] (`InvalidData` when garbled).
+fn parse_head(bytes: &[u8]) -> std::io::Result<Head> {
+    let invalid = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let v: Value =
+        serde_json::from_slice(bytes).map_err(|e| invalid(&format!("head file: {e}")))?;
+    let seq = v["seq"]
+        .as_u64()
+        .ok_or_else(|| invalid("head file without seq"))?;
+    let hash = v["hash"]
+        .as_str()
+        .ok_or_else(|| invalid("head file without hash"))?
+        .to_string();
+    Ok(Head { seq, hash })
+}
+
+/// What this process's last append left behind: the log file (device,
+/// inode) and its length, and the head file's exact bytes. An append that
+/// finds, under the lock, the same log file at that length and the head file
+/// still holding those bytes knows how the log ends without reading its tail
+/// back (a daemon appends twice per spawn). Any difference — another
+/// writer, a rotation, a torn line, a head rewritten or garbled — means the
+/// full reading, with its notes.
+struct LastAppend {
+    log: PathBuf,
+    file: (u64, u64),
+    len: u64,
+    head: Head,
+    head_bytes: Vec<u8>,
+}
+
+static LAST_APPEND: std::sync::Mutex<Option<LastAppend>> = std::sync::Mutex::new(None);
+
+/// Takes the last append's state (leaving none behind, so that an append
+/// that fails half-way is never trusted).
+fn take_last_append() -> Option<LastAppend> {
+    LAST_APPEND.lock().ok()?.take()
+}
+
+fn keep_last_append(last: LastAppend) {
+    if let Ok(mut slot) = LAST_APPEND.lock() {
+        *slot = Some(last);
     }
 }
 
@@ -225,16 +258,75 @@ impl AuditLog {
             .append(true)
             .open(&self.path)
             .map_err(|e| self.err("open for appending", e))?;
+        let before = file.metadata().map_err(|e| self.err("stat the log", e))?;
+        let at = (before.dev(), before.ino());
+        let head_bytes = match std::fs::read(head_path(&self.path)) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.err("read the head file", e)),
+        };
+        let known = take_last_append().filter(|last| {
+            last.log == self.path
+                && last.file == at
+                && last.len == before.len()
+                && head_bytes.as_deref() == Some(last.head_bytes.as_slice())
+        });
+        let mut written = 0u64;
+        let mut head = match known {
+            Some(last) => last.head,
+            None => self.chain_from_disk(&mut file, head_bytes.as_deref(), &mut written)?,
+        };
+        let id = match audit_id {
+            Some(id) => id.to_string(),
+            None => random_id().map_err(|e| self.err("make an audit id", e))?,
+        };
+        let (next, head_text) =
+            self.write_record(&mut file, &head, kind, &id, body, &mut written)?;
+        head = next;
+        keep_last_append(LastAppend {
+            log: self.path.clone(),
+            file: at,
+            len: before.len() + written,
+            head: head.clone(),
+            head_bytes: head_text,
+        });
+        let ticket = group_sync::written(&file).map_err(|e| self.err("stat", e))?;
+        // The record and the head are written under the lock (so the chain
+        // stays in order); the sync happens after it is released, and within
+        // this process one sync serves every record written before it began
+        // (group commit, `group_sync`).
+        drop(lock);
+        Ok(Unsynced {
+            file,
+            path: self.path.clone(),
+            appended: Appended {
+                seq: head.seq,
+                audit_id: id,
+            },
+            ticket,
+        })
+    }
+
+    /// Where the chain continues when this process does not know how the
+    /// log ends: from the head file or the log's last complete record,
+    /// whichever is further along, after noting a torn last line or a
+    /// garbled head file. `written` counts the bytes appended.
+    fn chain_from_disk(
+        &self,
+        file: &mut File,
+        head_bytes: Option<&[u8]>,
+        written: &mut u64,
+    ) -> Result<Head, AuditError> {
         let genesis = Head {
             seq: 0,
             hash: GENESIS.into(),
         };
-        let (recorded, garbled) = match read_head(&self.path) {
-            Ok(head) => (head.unwrap_or(genesis), None),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => (genesis, Some(e.to_string())),
-            Err(e) => return Err(self.err("read the head file", e)),
+        let (recorded, garbled) = match head_bytes.map(parse_head) {
+            None => (genesis, None),
+            Some(Ok(head)) => (head, None),
+            Some(Err(e)) => (genesis, Some(e.to_string())),
         };
-        let tail = read_tail(&file).map_err(|e| self.err("read the last record", e))?;
+        let tail = read_tail(file).map_err(|e| self.err("read the last record", e))?;
         // The chain continues from whichever is further along: the head file,
         // or the log's last complete record (a crash between writing a record
         // and updating the head leaves the head behind — found by the kill -9
@@ -248,6 +340,7 @@ impl AuditLog {
         if let Some(torn) = tail.torn {
             file.write_all(b"\n")
                 .map_err(|e| self.err("close a torn line", e))?;
+            *written += 1;
             notes.push(json!({"note": "torn line left by an interrupted write; chained past", "torn_at_byte": torn.0, "torn_bytes": torn.1}));
         }
         if let Some(why) = garbled {
@@ -256,30 +349,15 @@ impl AuditLog {
         for note in notes {
             let body = note.as_object().cloned().unwrap_or_default();
             let id = random_id().map_err(|e| self.err("make an audit id", e))?;
-            head = self.write_record(&mut file, &head, Kind::Note, &id, body)?;
+            head = self
+                .write_record(file, &head, Kind::Note, &id, body, written)?
+                .0;
         }
-        let id = match audit_id {
-            Some(id) => id.to_string(),
-            None => random_id().map_err(|e| self.err("make an audit id", e))?,
-        };
-        let next = self.write_record(&mut file, &head, kind, &id, body)?;
-        let ticket = group_sync::written(&file).map_err(|e| self.err("stat", e))?;
-        // The record and the head are written under the lock (so the chain
-        // stays in order); the sync happens after it is released, and within
-        // this process one sync serves every record written before it began
-        // (group commit, `group_sync`).
-        drop(lock);
-        Ok(Unsynced {
-            file,
-            path: self.path.clone(),
-            appended: Appended {
-                seq: next.seq,
-                audit_id: id,
-            },
-            ticket,
-        })
+        Ok(head)
     }
 
+    /// Appends one record after `head` and updates the head file: the new
+    /// head and the head file's bytes. `written` counts the bytes appended.
     fn write_record(
         &self,
         file: &mut File,
@@ -287,7 +365,8 @@ impl AuditLog {
         kind: Kind,
         id: &str,
         body: Map<String, Value>,
-    ) -> Result<Head, AuditError> {
+        written: &mut u64,
+    ) -> Result<(Head, Vec<u8>), AuditError> {
         let seq = head.seq + 1;
         let key = self.key.as_deref().map(Vec::as_slice);
         let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body, key);
@@ -296,16 +375,17 @@ impl AuditLog {
             .map_err(|e| self.err("encode", std::io::Error::other(e)))?;
         line.push(b'\n');
         file.write_all(&line).map_err(|e| self.err("write", e))?;
+        *written += line.len() as u64;
         let new_head = Head { seq, hash };
-        self.write_head(&new_head)?;
-        Ok(new_head)
+        let text = self.write_head(&new_head)?;
+        Ok((new_head, text))
     }
 
     /// Overwrites the head file in place with a fixed-width line: one small
     /// write inside the first sector, no rename (which costs ext4 a flush of
     /// the new file each time). A torn or garbled head is reported and
     /// chained past by the next append, never trusted.
-    fn write_head(&self, head: &Head) -> Result<(), AuditError> {
+    fn write_head(&self, head: &Head) -> Result<Vec<u8>, AuditError> {
         use std::os::unix::fs::FileExt;
         let mut text = json!({"seq": head.seq, "hash": head.hash}).to_string();
         while text.len() + 1 < HEAD_WIDTH {
@@ -324,7 +404,8 @@ impl AuditLog {
                 n if n == text.len() as u64 => Ok(()),
                 _ => f.set_len(text.len() as u64),
             })
-            .map_err(|e| self.err("write the head file", e))
+            .map_err(|e| self.err("write the head file", e))?;
+        Ok(text.into_bytes())
     }
 }
 

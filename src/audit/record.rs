@@ -39,9 +39,17 @@ impl Kind {
 /// The canonical bytes of a record: its JSON without `hash` (serde_json's
 /// map is ordered, so keys come out sorted).
 pub fn canonical(record: &Map<String, Value>) -> Vec<u8> {
-    let mut without = record.clone();
-    without.remove("hash");
-    serde_json::to_vec(&Value::Object(without)).unwrap_or_default()
+    serde_json::to_vec(&WithoutHash(record)).unwrap_or_default()
+}
+
+/// A record's object without its `hash`, serialized in place (no copy of
+/// the record: the daemon seals two per spawn).
+struct WithoutHash<'a>(&'a Map<String, Value>);
+
+impl serde::Serialize for WithoutHash<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(k, _)| k.as_str() != "hash"))
+    }
 }
 
 /// The chain hash of a record: `sha256:` of the canonical form, or, with the

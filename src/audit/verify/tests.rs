@@ -240,3 +240,35 @@ fn a_written_record_is_chained_before_it_is_committed() {
     let v = verify(&path, None).unwrap();
     assert_eq!((v.tamper, v.last_seq), (None, 3));
 }
+
+/// An append from another process (`spawnd run` beside the daemon) moves the
+/// log on: this process's next append must chain after it, not after what
+/// it wrote itself last.
+#[test]
+fn an_append_from_another_writer_is_chained_after() {
+    let (_d, path) = log_with(2);
+    let head = crate::audit::log::read_head(&path).unwrap().unwrap();
+    let theirs = crate::audit::record::seal(
+        Kind::Decision,
+        head.seq + 1,
+        "2026-01-01T00:00:00.000Z",
+        "0123456789abcdef",
+        &head.hash,
+        body("theirs"),
+        None,
+    );
+    let mut line = serde_json::to_string(&Value::Object(theirs)).unwrap();
+    line.push('\n');
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(line.as_bytes())
+        .unwrap();
+    AuditLog::open(&path)
+        .unwrap()
+        .append(Kind::Decision, None, body("ours"))
+        .unwrap();
+    let v = verify(&path, None).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 4), "{v:?}");
+}
