@@ -790,6 +790,17 @@ fn the_daemon_works_under_the_shipped_units_capabilities_and_no_new_privileges()
     let d = Daemon::start_under("unitcaps", &extra, &[], &wrap);
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // The unit keeps CAP_SYS_NICE: the spawner runs ahead of the daemon.
+    let stat = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let daemon = d.child.id().to_string();
+    let children =
+        std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children")).unwrap();
+    let spawner = children.split_whitespace().next().expect("a spawner");
+    assert_eq!(
+        nice_in_stat(&stat(spawner)),
+        (nice_in_stat(&stat(&daemon)) - 5).max(-20),
+        "the spawner's priority under the unit's capabilities"
+    );
     // Root and an unprivileged peer, each through `run --socket`.
     for who in [harness::As::Root, harness::As::Nobody] {
         let mut cmd = daemon_harness::spawnd_as(who);
@@ -1066,4 +1077,48 @@ fn sigterm_kills_what_outlives_the_grace_period_and_records_it() {
         "{}",
         std::fs::read_to_string(&d.audit).unwrap()
     );
+}
+
+/// Field 19 of `/proc/PID/stat` (the text after the command's parenthesis).
+fn nice_in_stat(stat: &str) -> i32 {
+    let after = &stat[stat.rfind(')').expect("a stat line") + 1..];
+    after.split_whitespace().nth(16).unwrap().parse().unwrap()
+}
+
+/// The spawner runs ahead of the daemon (a lower nice value: it is the one
+/// serial stage under load), and no sandbox keeps that: the program runs at
+/// the daemon's own priority, whether its sandbox was made at the request
+/// or ahead of it.
+#[test]
+fn the_spawner_runs_ahead_and_its_programs_at_the_daemons_priority() {
+    let _w = world();
+    let d = Daemon::start("priority", "");
+    let stat = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let daemon_nice = nice_in_stat(&stat(d.child.id()));
+    let spawner: u32 =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", d.child.id()))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .expect("the daemon has its spawner")
+            .parse()
+            .unwrap();
+    assert_eq!(
+        nice_in_stat(&stat(spawner)),
+        (daemon_nice - 5).max(-20),
+        "the spawner's priority"
+    );
+    let mut c = d.client();
+    for _ in 0..3 {
+        let r = c.run_sh("cat /proc/self/stat");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        let text = r["stdout"]["text"].as_str().unwrap();
+        assert_eq!(
+            nice_in_stat(text),
+            daemon_nice,
+            "the program's priority: {r}"
+        );
+        // Time for a sandbox to be made ahead before the next request.
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -34,6 +34,7 @@ pub mod launch;
 mod mounts;
 mod parts;
 mod prepare;
+pub mod priority;
 pub mod seccomp;
 pub mod spec;
 pub mod sys;

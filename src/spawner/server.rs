@@ -51,6 +51,13 @@ pub fn serve(sock: UnixStream) -> i32 {
     else {
         return 70;
     };
+    // Ahead of the daemon's threads and the sandboxes being built, when
+    // allowed (see `sandbox::priority`); without CAP_SYS_NICE, as before.
+    if let Err(e) = crate::sandbox::priority::raise_for_spawner() {
+        if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
+            eprintln!("spawnd: spawner: cannot raise its priority: {e}");
+        }
+    }
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let mut pool = Some(BlankPool::new());
     let mut cgroups = CgroupPool::new();

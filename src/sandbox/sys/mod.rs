@@ -392,6 +392,31 @@ pub fn exit_immediately(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// The calling thread's nice value (`getpriority(PRIO_PROCESS, 0)`).
+pub fn nice_value() -> io::Result<i32> {
+    // SAFETY: errno is this thread's; getpriority reads no memory of ours.
+    // -1 is a valid nice value, so errno, cleared first, tells an error.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            return Err(last_error("getpriority"));
+        }
+        Ok(nice)
+    }
+}
+
+/// Sets the calling thread's nice value (`setpriority(PRIO_PROCESS, 0, nice)`):
+/// raising it (a lower priority) is always allowed; lowering it takes
+/// `CAP_SYS_NICE` or a `RLIMIT_NICE` that allows it.
+pub fn set_nice_value(nice: i32) -> io::Result<()> {
+    // SAFETY: a system call on this thread's own priority; no memory passed.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } < 0 {
+        return Err(last_error("setpriority"));
+    }
+    Ok(())
+}
+
 /// `fork()`, for the sandbox's init process (single-threaded by construction).
 pub fn fork_process() -> io::Result<libc::pid_t> {
     clone_process(0)
