@@ -103,6 +103,11 @@ fn report(status: &OwnedFd, message: &[u8]) {
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
+    // Not a moment at the spawner's raised priority (see `priority`).
+    if let Err(e) = super::priority::back_to_base() {
+        report(&setup.status, format!("E{e}\n").as_bytes());
+        exit_immediately(126)
+    }
     // A sandbox made ahead did this while it waited for its order.
     if !setup.made_ahead {
         if let Err(e) = default_signal_actions() {
