@@ -1122,3 +1122,65 @@ fn the_spawner_runs_ahead_and_its_programs_at_the_daemons_priority() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Found in review: a sandbox whose setup fails inside it (here, a scope
+/// swapped for another directory between the daemon's check and the
+/// sandbox's mount) has usually left the go-ahead pipe broken by the time
+/// the daemon releases the program; the daemon must still report the
+/// sandbox's own reason, as in-process `run` does, not the pipe.
+#[test]
+fn a_setup_failure_inside_the_sandbox_keeps_its_reason_through_the_daemon() {
+    let w = world();
+    let nest = w.path("rw/swap-daemon");
+    let _ = std::fs::remove_dir_all(&nest);
+    std::fs::create_dir_all(nest.join("a")).unwrap();
+    std::fs::create_dir_all(nest.join("b")).unwrap();
+    let manifest = w.path("outside/swap-daemon.toml");
+    std::fs::write(&manifest, format!(
+        "[connector]\nname = \"local://t/swap-daemon\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\nfs_read = [\"{n}/a\"]\n[capabilities.spawn.operations.x]\nargv = \"true\"\n",
+        n = nest.display()
+    )).unwrap();
+    let d = Daemon::start_with_manifests("swap", "", &[manifest.as_path()]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, a, b, t) = (stop.clone(), nest.join("a"), nest.join("b"), nest.join("t"));
+        // Not atomic: the scope is missing now and then, which the daemon
+        // takes as a missing read scope (not mounted), never an error.
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::rename(&a, &t).unwrap();
+                std::fs::rename(&b, &a).unwrap();
+                std::fs::rename(&t, &b).unwrap();
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        })
+    };
+    let m = manifest.display().to_string();
+    let (mut inside, mut runs) = (0, 0);
+    let started = Instant::now();
+    while inside < 5 && started.elapsed() < Duration::from_secs(60) {
+        runs += 1;
+        let out = run_cli(
+            Some(&d.socket),
+            &["--json", "--manifest", &m, "--op", "x"],
+            b"",
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if out.status.code() == Some(0) {
+            continue;
+        }
+        assert!(
+            !text.contains("release the program"),
+            "the sandbox's reason is lost: {text}"
+        );
+        if text.contains("changed between check and mount") {
+            inside += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        inside >= 5,
+        "only {inside} of {runs} runs failed inside the sandbox"
+    );
+}

@@ -286,15 +286,20 @@ fn abort(running: Running, fallback: StepError) -> StepError {
     while let Ok(n @ 1..) = nix::unistd::read(&running.status, &mut buf) {
         report.extend_from_slice(&buf[..n]);
     }
-    match report.iter().position(|b| *b == b'E') {
-        Some(at) => {
-            let text = String::from_utf8_lossy(&report[at + 1..])
-                .trim_end()
-                .to_string();
-            StepError::new(text, std::io::Error::other("reported by the sandbox"))
-        }
-        None => fallback,
-    }
+    reported_failure(&report).unwrap_or(fallback)
+}
+
+/// The setup failure a dead init reported on its status pipe (its `E` line),
+/// from everything read there.
+pub fn reported_failure(report: &[u8]) -> Option<StepError> {
+    let at = report.iter().position(|b| *b == b'E')?;
+    let text = String::from_utf8_lossy(&report[at + 1..])
+        .trim_end()
+        .to_string();
+    Some(StepError::new(
+        text,
+        std::io::Error::other("reported by the sandbox"),
+    ))
 }
 
 /// The namespaces every sandbox gets at clone time (cgroup is unshared once inside its cgroup).

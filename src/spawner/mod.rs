@@ -267,6 +267,8 @@ impl Spawner {
                 let (Some(stdout), Some(stderr), Some(status), Some(pidfd), Some(go_ahead)) =
                     (fds.next(), fds.next(), fds.next(), fds.next(), fds.next())
                 else {
+                    // Whatever the spawner made is killed, not left waiting.
+                    let _ = self.send(&Request::Abort { id }, &[]);
                     self.forget(id);
                     return Err(SpawnerError::Unavailable(
                         "launched without its descriptors".into(),
@@ -498,6 +500,31 @@ impl RemoteSandbox<'_> {
     }
 }
 
+/// What an init that is gone reported on its status pipe: read until the
+/// pipe ends (its other holders, the sandbox's last processes, are being
+/// killed with it), for at most a second.
+fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut report = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let timeout = PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::ZERO);
+        let mut fds = [PollFd::new(status.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(1..) => match nix::unistd::read(status, &mut buf) {
+                Ok(n @ 1..) => report.extend_from_slice(&buf[..n]),
+                _ => break,
+            },
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    crate::sandbox::launch::reported_failure(&report)
+}
+
 /// A sandbox building its root; its program waits for [`RemoteLaunched::start_program`].
 pub struct RemoteLaunched<'s> {
     inner: Option<RemoteSandbox<'s>>,
@@ -525,13 +552,16 @@ impl<'s> RemoteLaunched<'s> {
             return Err(SpawnerError::Unavailable("already started".into()));
         };
         // Written before the spawner knows: if this fails (init died), the
-        // sandbox is aborted as if never started.
+        // sandbox is aborted as if never started, with init's own reason
+        // when it reported one (a setup step that failed).
         if let Err(e) = nix::unistd::write(&go_ahead, b"c") {
+            let reason = reported_by_dead_init(&sandbox.status)
+                .map_or_else(|| format!("release the program: {e}"), |r| r.to_string());
             let _ = sandbox
                 .spawner
                 .send(&Request::Abort { id: sandbox.id }, &[]);
             sandbox.spawner.forget(sandbox.id);
-            return Err(SpawnerError::Setup(format!("release the program: {e}")));
+            return Err(SpawnerError::Setup(reason));
         }
         drop(go_ahead);
         // The program runs now. A spawner gone by this point took the
