@@ -186,7 +186,11 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         n => close_descriptor_range(0, n - 1),
     }
     .and_then(|()| close_descriptors_from(raw + 1));
+    // Back to the daemon's priority from the start, not only once the order
+    // comes (see `super::priority`): nothing of a sandbox runs at the
+    // spawner's.
     if closed.is_err()
+        || super::priority::back_to_base().is_err()
         || nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
         || default_signal_actions().is_err()
     {

@@ -292,10 +292,10 @@ fn abort(running: Running, fallback: StepError) -> StepError {
 /// The setup failure a dead init reported on its status pipe (its `E` line),
 /// from everything read there.
 pub fn reported_failure(report: &[u8]) -> Option<StepError> {
-    let at = report.iter().position(|b| *b == b'E')?;
-    let text = String::from_utf8_lossy(&report[at + 1..])
-        .trim_end()
-        .to_string();
+    let line = report
+        .split(|b| *b == b'\n')
+        .find_map(|line| line.strip_prefix(b"E"))?;
+    let text = String::from_utf8_lossy(line).trim_end().to_string();
     Some(StepError::new(
         text,
         std::io::Error::other("reported by the sandbox"),

@@ -13,12 +13,12 @@
 //! but speed.
 //!
 //! A sandbox must not inherit the boost: a program would otherwise run ahead
-//! of everything else on the host. So the first thing every init does once
-//! it has its order — before the request's setup, long before the program
-//! exists — is to set its nice value back to the daemon's
+//! of everything else on the host. So the first thing every init does — before
+//! the request's setup, long before the program exists — is to set its nice
+//! value back to the daemon's
 //! ([`back_to_base`]); a raise is always allowed, and if it fails all the
-//! same, nothing runs. (A sandbox made ahead prepares its base, spawnd's
-//! own code with nothing of a request in it, at the spawner's priority.)
+//! same, nothing runs. A sandbox made ahead does the same as its first
+//! step, before it prepares its base and waits for an order.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 

@@ -500,9 +500,9 @@ impl RemoteSandbox<'_> {
     }
 }
 
-/// What an init that is gone reported on its status pipe: read until the
-/// pipe ends (its other holders, the sandbox's last processes, are being
-/// killed with it), for at most a second.
+/// What an init that is gone reported on its status pipe: read until its
+/// `E` line is complete or the pipe ends (its other holders, the sandbox's
+/// last processes, are being killed with it), for at most a second.
 fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
@@ -514,7 +514,17 @@ fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> 
         let mut fds = [PollFd::new(status.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, timeout) {
             Ok(1..) => match nix::unistd::read(status, &mut buf) {
-                Ok(n @ 1..) => report.extend_from_slice(&buf[..n]),
+                Ok(n @ 1..) => {
+                    report.extend_from_slice(&buf[..n]);
+                    let complete = report
+                        .split(|b| *b == b'\n')
+                        .rev()
+                        .skip(1)
+                        .any(|line| line.starts_with(b"E"));
+                    if complete {
+                        break;
+                    }
+                }
                 _ => break,
             },
             Ok(_) => break,
@@ -555,8 +565,12 @@ impl<'s> RemoteLaunched<'s> {
         // sandbox is aborted as if never started, with init's own reason
         // when it reported one (a setup step that failed).
         if let Err(e) = nix::unistd::write(&go_ahead, b"c") {
-            let reason = reported_by_dead_init(&sandbox.status)
-                .map_or_else(|| format!("release the program: {e}"), |r| r.to_string());
+            let reported = match e {
+                nix::errno::Errno::EPIPE => reported_by_dead_init(&sandbox.status),
+                _ => None,
+            };
+            let reason =
+                reported.map_or_else(|| format!("release the program: {e}"), |r| r.to_string());
             let _ = sandbox
                 .spawner
                 .send(&Request::Abort { id: sandbox.id }, &[]);
