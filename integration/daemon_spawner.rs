@@ -320,6 +320,57 @@ fn a_program_in_a_sandbox_made_ahead_starts_with_signals_at_their_defaults() {
     }
 }
 
+/// A sandbox made ahead clones the old root's unmount helper while it waits
+/// for its order; the helper does its work at the pivot and is gone before
+/// the program starts: the program sees init and itself, nothing else, and
+/// no `/.oldroot`.
+#[test]
+fn the_unmount_helper_made_ahead_is_gone_before_the_program_starts() {
+    let d = Daemon::start("helperahead", "");
+    let children = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let spawner = children(d.child.id())[0];
+    let mut c = d.client();
+    // Sandboxes are prepared ahead for the identity of the last request.
+    c.run_sh("true");
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(300));
+        // Every sandbox waiting for its order has its helper, waiting too.
+        let blanks = children(spawner);
+        assert!(!blanks.is_empty(), "no sandbox made ahead");
+        for blank in blanks {
+            assert_eq!(children(blank).len(), 1, "sandbox made ahead {blank}");
+        }
+        let done =
+            c.run_sh("echo self=$$; for p in /proc/[0-9]*; do echo pid=${p#/proc/}; done; ls -a /");
+        assert_eq!(
+            done["isolation"]["network_namespace"],
+            "fresh, made ahead of the request; loopback only",
+            "{done}"
+        );
+        let text = done["stdout"]["text"].as_str().unwrap_or("");
+        let me = text
+            .lines()
+            .find_map(|l| l.strip_prefix("self="))
+            .expect("the program's pid");
+        let pids: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("pid="))
+            .collect();
+        let mut expected = vec!["1", me];
+        expected.sort_unstable();
+        let mut seen = pids.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, expected, "{text}");
+        assert!(!text.lines().any(|l| l.contains("oldroot")), "{text}");
+    }
+}
+
 /// Threat 39, raced: while init is still detaching the host's root (kept at
 /// `/.oldroot` until the detach is done), a link in a writable scope that
 /// its owner keeps swapping between a real directory and `/.oldroot` must

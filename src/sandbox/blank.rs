@@ -210,7 +210,10 @@ fn wait_for_order(sock: OwnedFd) -> ! {
                 },
                 fds,
             ))) if fds.is_empty() && staged.is_none() => match prepare_base(&system) {
-                Ok((base, bounding)) => {
+                Ok((mut base, bounding)) => {
+                    // If this fails, init clones one at the pivot, as a
+                    // sandbox made at the request does.
+                    let _ = base.clone_detach_helper_ahead();
                     staged = Some(Ok(base));
                     emptied = Some(bounding);
                 }

@@ -302,7 +302,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain([&mut s.program, &mut s.sync, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
         .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
-        .chain(s.staged.iter_mut().flatten().map(Staged::fd_mut))
+        .chain(s.staged.iter_mut().flatten().flat_map(Staged::fds_mut))
     {
         lift(fd)?;
     }
@@ -317,7 +317,8 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
             s.staged
                 .iter_mut()
                 .flatten()
-                .map(|st| st.fd_mut().as_raw_fd() as u32),
+                .flat_map(Staged::fds_mut)
+                .map(|fd| fd.as_raw_fd() as u32),
         )
         .collect();
     keep.sort_unstable();

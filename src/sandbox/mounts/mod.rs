@@ -23,7 +23,7 @@ use nix::mount::{mount, MsFlags};
 use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec};
-use super::sys::mount_setattr_fd;
+use super::sys::{detach_mount_when_told, mount_setattr_fd, WaitingDetach};
 use super::StepError;
 
 mod pivot;
@@ -60,6 +60,8 @@ pub struct Staged {
     base: Vec<MountStep>,
     /// Where in `base` the steps of [`Staged::mount_more`] begin.
     more_from: usize,
+    /// The old root's unmount helper, cloned ahead (a sandbox made ahead).
+    detach: Option<WaitingDetach>,
 }
 
 impl Staged {
@@ -72,10 +74,20 @@ impl Staged {
         Ok(())
     }
 
-    /// The staged root's descriptor (for init to keep it across its
+    /// Clones the old root's unmount helper now, to wait until the pivot
+    /// ([`detach_mount_when_told`]): a sandbox made ahead does it while it
+    /// waits for its order, so the clone is not on the way to the program.
+    pub fn clone_detach_helper_ahead(&mut self) -> Result<(), StepError> {
+        let helper = detach_mount_when_told(OLD_ROOT_INSIDE)
+            .map_err(|e| StepError::new("clone the old root's unmount helper ahead", e))?;
+        self.detach = Some(helper);
+        Ok(())
+    }
+
+    /// The descriptors a staged root holds (for init to keep them across its
     /// descriptor clean-up).
-    pub fn fd_mut(&mut self) -> &mut OwnedFd {
-        &mut self.stage
+    pub fn fds_mut(&mut self) -> impl Iterator<Item = &mut OwnedFd> {
+        std::iter::once(&mut self.stage).chain(self.detach.as_mut().map(|d| &mut d.trigger))
     }
 }
 
@@ -108,6 +120,7 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
         stage: stage_fd,
         base,
         more_from,
+        detach: None,
     })
 }
 
@@ -135,6 +148,7 @@ pub fn finish_root_in_child(
         stage,
         base,
         more_from,
+        detach,
     } = staged;
     // From here on nothing the host mounts or unmounts reaches the sandbox.
     mount(
@@ -171,7 +185,7 @@ pub fn finish_root_in_child(
         .collect::<Result<Vec<_>, _>>()?;
     apply_steps(&stage, rest, &scope_fds)?;
     drop(stage);
-    let detaching = pivot_into(Path::new(STAGE), meanwhile)?;
+    let detaching = pivot_into(Path::new(STAGE), detach, meanwhile)?;
     Ok(Rooted {
         scope_fds,
         detaching,

@@ -8,16 +8,17 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{umount2, MntFlags};
 
-use super::super::sys::{detach_mount_in_background, mount_setattr};
+use super::super::sys::{detach_mount_in_background, mount_setattr, WaitingDetach};
 use super::{
     io_step, step, StepError, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
     MOUNT_ATTR_RDONLY, OLD_ROOT, OLD_ROOT_INSIDE,
 };
 
 /// Pivots into the staged root; returns the pid of the helper detaching
-/// the old one, if one does.
+/// the old one, if one does (`ahead`: one cloned before, waiting for word).
 pub(super) fn pivot_into(
     stage: &Path,
+    ahead: Option<WaitingDetach>,
     meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Option<i32>, StepError> {
     let old = stage.join(OLD_ROOT);
@@ -30,13 +31,23 @@ pub(super) fn pivot_into(
     // gone from this namespace. Init reaps the helper before the program
     // starts, so no process the program could see is left of it.
     let old_inside: PathBuf = Path::new("/").join(OLD_ROOT);
-    let detaching = match detach_mount_in_background(OLD_ROOT_INSIDE) {
-        Ok(helper) => helper,
-        Err(_) => {
-            umount2(&old_inside, MntFlags::MNT_DETACH)
-                .map_err(step("umount2(old root, MNT_DETACH)"))?;
-            None
+    // A helper cloned ahead resolves the path from its own root, which the
+    // pivot has just moved to the new root like this process's (pivot_root
+    // moves every process whose root was the old one).
+    let detaching = match ahead {
+        Some(WaitingDetach { pid, trigger }) => {
+            nix::unistd::write(&trigger, b"u")
+                .map_err(step("start the old root's unmount helper made ahead"))?;
+            Some(pid)
         }
+        None => match detach_mount_in_background(OLD_ROOT_INSIDE) {
+            Ok(helper) => helper,
+            Err(_) => {
+                umount2(&old_inside, MntFlags::MNT_DETACH)
+                    .map_err(step("umount2(old root, MNT_DETACH)"))?;
+                None
+            }
+        },
     };
     meanwhile()?;
     let mut detaching = detaching;

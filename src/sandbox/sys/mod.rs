@@ -17,7 +17,10 @@ pub mod heap;
 mod memcopy;
 mod mount;
 mod program;
-pub use mount::{detach_mount_in_background, mount_setattr, mount_setattr_fd};
+pub use mount::{
+    detach_mount_in_background, detach_mount_when_told, mount_setattr, mount_setattr_fd,
+    WaitingDetach,
+};
 pub use program::{restore_every_default_action, start_program, ProgramStart};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.

@@ -78,6 +78,149 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
     }
 }
 
+/// A helper cloned ahead of time, like [`detach_mount_in_background`]'s, that
+/// waits for one byte on its pipe and then unmounts its path (`MNT_DETACH`):
+/// a sandbox made ahead clones it while it waits for its order, so the clone
+/// is off the way from request to program. Writing one byte to `trigger`
+/// starts the unmount; closing `trigger` unwritten lets the helper go
+/// without unmounting (exit code ECANCELED). Its exit code is otherwise
+/// umount2's errno (0 on success), as with the other helper.
+pub struct WaitingDetach {
+    /// The helper's pid (the caller reaps it).
+    pub pid: libc::pid_t,
+    /// The write end of its pipe.
+    pub trigger: std::os::fd::OwnedFd,
+}
+
+/// What the waiting helper gets: only it touches this memory after the clone.
+#[cfg(target_arch = "x86_64")]
+#[repr(C)]
+struct WaitingArgs {
+    path: *const libc::c_char,
+    read_fd: libc::c_int,
+    write_fd: libc::c_int,
+    byte: u8,
+}
+
+/// A raw three-argument system call (no libc wrapper: no errno, which the
+/// helper would share with its parent). Returns the kernel's value
+/// (negative errno on failure).
+///
+/// # Safety
+/// The arguments must be valid for system call `nr`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn raw_syscall3(nr: i64, a: i64, b: i64, c: i64) -> i64 {
+    let ret: i64;
+    // SAFETY: the caller's promise; the kernel clobbers rcx and r11 only.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Clones a [`WaitingDetach`] helper for `path`.
+#[cfg(target_arch = "x86_64")]
+pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    const STACK: usize = 16 * 1024;
+    extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
+        let args = arg.cast::<WaitingArgs>();
+        // SAFETY: `args` is the helper's own leaked `WaitingArgs` (nothing
+        // else touches it after the clone); every call is a raw system call
+        // on this task's copy of the descriptor table, on the 'static path,
+        // or into `args.byte`; exit ends this task alone.
+        unsafe {
+            let _ = raw_syscall3(libc::SYS_close, (*args).write_fd as i64, 0, 0);
+            let got = loop {
+                let n = raw_syscall3(
+                    libc::SYS_read,
+                    (*args).read_fd as i64,
+                    std::ptr::addr_of_mut!((*args).byte) as i64,
+                    1,
+                );
+                if n != -(libc::EINTR as i64) {
+                    break n;
+                }
+            };
+            let code = if got == 1 {
+                let ret = raw_syscall3(
+                    libc::SYS_umount2,
+                    (*args).path as i64,
+                    libc::MNT_DETACH as i64,
+                    0,
+                );
+                if ret < 0 {
+                    -ret
+                } else {
+                    0
+                }
+            } else {
+                libc::ECANCELED as i64
+            };
+            std::arch::asm!(
+                "syscall",
+                in("rax") libc::SYS_exit,
+                in("rdi") code,
+                options(noreturn, nostack),
+            );
+        }
+    }
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(last_error("pipe2(the unmount helper's trigger)"));
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The helper's stack and arguments live as long as the process (small,
+    // and the helper may be waiting for long).
+    let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK].into_boxed_slice());
+    let top = (stack.as_mut_ptr() as usize + STACK) & !15;
+    let args: &'static mut WaitingArgs = Box::leak(Box::new(WaitingArgs {
+        path: path.as_ptr(),
+        read_fd: read_end.as_raw_fd(),
+        write_fd: write_end.as_raw_fd(),
+        byte: 0,
+    }));
+    // SAFETY: as in `detach_mount_in_background`: the helper runs on its own
+    // stack in a process sharing this address space (CLONE_VM, reaped with
+    // waitpid) and touches only its stack, its own `args` and the 'static
+    // path, through raw system calls; it has its own copy of the descriptor
+    // table, so closing descriptors on either side affects only that side.
+    let pid = unsafe {
+        libc::clone(
+            helper,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::SIGCHLD,
+            (args as *mut WaitingArgs).cast(),
+        )
+    };
+    if pid < 0 {
+        return Err(last_error("clone(CLONE_VM, the waiting unmount helper)"));
+    }
+    drop(read_end);
+    Ok(WaitingDetach {
+        pid,
+        trigger: write_end,
+    })
+}
+
+/// Not built on other architectures: their sandboxes unmount in init.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn detach_mount_when_told(_path: &'static CStr) -> io::Result<WaitingDetach> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 #[repr(C)]
 struct MountAttr {
     attr_set: u64,
