@@ -78,6 +78,9 @@ impl Staged {
     /// ([`detach_mount_when_told`]): a sandbox made ahead does it while it
     /// waits for its order, so the clone is not on the way to the program.
     pub fn clone_detach_helper_ahead(&mut self) -> Result<(), StepError> {
+        // Its working directory is a copy of this one's: at the root, which
+        // the pivot moves along, not in a host directory it would keep.
+        nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
         let helper = detach_mount_when_told(OLD_ROOT_INSIDE)
             .map_err(|e| StepError::new("clone the old root's unmount helper ahead", e))?;
         self.detach = Some(helper);

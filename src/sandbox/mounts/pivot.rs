@@ -35,19 +35,28 @@ pub(super) fn pivot_into(
     // pivot has just moved to the new root like this process's (pivot_root
     // moves every process whose root was the old one).
     let detaching = match ahead {
-        Some(WaitingDetach { pid, trigger }) => {
-            nix::unistd::write(&trigger, b"u")
-                .map_err(step("start the old root's unmount helper made ahead"))?;
+        Some(WaitingDetach { pid, trigger }) if nix::unistd::write(&trigger, b"u").is_ok() => {
             Some(pid)
         }
-        None => match detach_mount_in_background(OLD_ROOT_INSIDE) {
-            Ok(helper) => helper,
-            Err(_) => {
-                umount2(&old_inside, MntFlags::MNT_DETACH)
-                    .map_err(step("umount2(old root, MNT_DETACH)"))?;
-                None
+        ahead => {
+            // A helper made ahead that is gone (killed) is reaped, and the
+            // detach goes the way of a sandbox made at the request.
+            if let Some(gone) = ahead {
+                drop(gone.trigger);
+                let _ = nix::sys::wait::waitpid(
+                    nix::unistd::Pid::from_raw(gone.pid),
+                    Some(nix::sys::wait::WaitPidFlag::__WALL),
+                );
             }
-        },
+            match detach_mount_in_background(OLD_ROOT_INSIDE) {
+                Ok(helper) => helper,
+                Err(_) => {
+                    umount2(&old_inside, MntFlags::MNT_DETACH)
+                        .map_err(step("umount2(old root, MNT_DETACH)"))?;
+                    None
+                }
+            }
+        }
     };
     meanwhile()?;
     let mut detaching = detaching;

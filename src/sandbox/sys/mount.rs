@@ -53,7 +53,8 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
         // the helper may still be waiting in the kernel when the caller goes on.
         let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK].into_boxed_slice());
         let top = (stack.as_mut_ptr() as usize + STACK) & !15;
-        // SAFETY: glibc's clone runs `helper` on the stack given, in a new
+        // SAFETY: libc's clone (musl's in the static build: it aligns the
+        // stack and touches no TLS in the child) runs `helper` on the stack given, in a new
         // process sharing this address space (CLONE_VM, not CLONE_THREAD: it
         // is reaped with waitpid). `helper` only makes raw system calls on its
         // own stack and the 'static path, so sharing memory cannot race with
@@ -79,7 +80,8 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
 }
 
 /// A helper cloned ahead of time, like [`detach_mount_in_background`]'s, that
-/// waits for one byte on its pipe and then unmounts its path (`MNT_DETACH`):
+/// closes every descriptor but its pipe's read end, waits for one byte on
+/// it and then unmounts its path (`MNT_DETACH`):
 /// a sandbox made ahead clones it while it waits for its order, so the clone
 /// is off the way from request to program. Writing one byte to `trigger`
 /// starts the unmount; closing `trigger` unwritten lets the helper go
@@ -139,7 +141,14 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
         // on this task's copy of the descriptor table, on the 'static path,
         // or into `args.byte`; exit ends this task alone.
         unsafe {
-            let _ = raw_syscall3(libc::SYS_close, (*args).write_fd as i64, 0, 0);
+            // Only the pipe's read end stays in this copy of the table: no
+            // copy of the blank's order socket (or anything else open at the
+            // clone) outlives the blank by the helper's few last moments.
+            let keep = (*args).read_fd as i64;
+            if keep > 0 {
+                let _ = raw_syscall3(libc::SYS_close_range, 0, keep - 1, 0);
+            }
+            let _ = raw_syscall3(libc::SYS_close_range, keep + 1, u32::MAX as i64, 0);
             let got = loop {
                 let n = raw_syscall3(
                     libc::SYS_read,
@@ -159,7 +168,7 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
                     0,
                 );
                 if ret < 0 {
-                    -ret
+                    ret.wrapping_neg()
                 } else {
                     0
                 }
