@@ -86,7 +86,10 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
 /// is off the way from request to program. Writing one byte to `trigger`
 /// starts the unmount; closing `trigger` unwritten lets the helper go
 /// without unmounting (exit code ECANCELED). Its exit code is otherwise
-/// umount2's errno (0 on success), as with the other helper.
+/// umount2's errno (0 on success), as with the other helper. It stays in
+/// the cgroups of whoever cloned it (init moves only itself into the
+/// sandbox's): it runs no code of a request, and init reaps it before the
+/// program starts.
 pub struct WaitingDetach {
     /// The helper's pid (the caller reaps it).
     pub pid: libc::pid_t,
