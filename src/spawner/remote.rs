@@ -1,0 +1,237 @@
+//! The daemon's handles on a sandbox its spawner made: [`RemoteLaunched`]
+//! while init builds the root (the program waits for its release), then
+//! [`RemoteSandbox`], which supervision drives like a local one.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::mpsc::Receiver;
+
+use super::wire::{ExitReport, Reply, Request};
+use super::{Spawner, SpawnerError};
+use crate::sandbox::sys::pidfd_send_signal;
+
+/// A sandbox the spawner made, in either state.
+pub struct RemoteSandbox<'s> {
+    pub(super) spawner: &'s Spawner,
+    pub(super) id: u64,
+    /// Init's pid (as the daemon sees it).
+    pub init_pid: i32,
+    /// Read end of the program's stdout.
+    pub stdout: OwnedFd,
+    /// Read end of its stderr.
+    pub stderr: OwnedFd,
+    /// Read end of the status pipe (`L…`, `E…`, `W…`, as in `supervise`).
+    pub status: OwnedFd,
+    /// Write end of the stdin pipe, for [`super::RemoteStdin::Pipe`].
+    pub stdin: Option<OwnedFd>,
+    /// A pidfd for init: signals reach this sandbox and no later process.
+    pub pidfd: OwnedFd,
+    /// The write end of init's go-ahead pipe, until the program is released.
+    pub(super) go_ahead: Option<OwnedFd>,
+    /// The memory cgroup's directory, when it has cgroups.
+    pub(super) cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
+    /// Whether it has cgroups.
+    pub(super) has_cgroup: bool,
+    pub(super) replies: Receiver<(Reply, Vec<OwnedFd>)>,
+}
+
+/// The supervisor's handle on a remote sandbox's init.
+struct RemoteEnd<'s> {
+    pidfd: OwnedFd,
+    cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
+    /// Its peak and OOM files, opened while the program runs.
+    readings: Option<crate::sandbox::cgroup::Readings>,
+    has_cgroup: bool,
+    replies: Receiver<(Reply, Vec<OwnedFd>)>,
+    _spawner: &'s Spawner,
+}
+
+impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = pidfd_send_signal(self.pidfd.as_fd(), signal as i32);
+    }
+
+    /// Read through the directory the spawner sent, so the exit can be
+    /// recorded before the spawner has reaped init; if the spawner removed
+    /// the cgroup first, its exit report carries the readings.
+    fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
+        match (&self.cgroup_memory, self.has_cgroup) {
+            (Some(dir), _) => match &self.readings {
+                Some(opened) => opened.read(),
+                None => crate::sandbox::cgroup::readings_at(dir.as_fd()),
+            },
+            (None, false) => Some((None, false)),
+            (None, true) => None,
+        }
+    }
+
+    fn reap(self: Box<Self>) -> std::io::Result<ExitReport> {
+        loop {
+            match self.replies.recv() {
+                Ok((Reply::Exited { exit, .. }, _)) => return Ok(exit),
+                Ok(_) => continue,
+                Err(_) => {
+                    return Err(std::io::Error::other(
+                        "the spawner went away before init was reaped",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl<'s> RemoteSandbox<'s> {
+    /// Hands the sandbox to the supervisor; `launched_at`, `replied_at` and
+    /// `released_at` stand for the clone, id-mapping and release instants
+    /// the spawner does not report.
+    pub fn into_watched(
+        self,
+        launched_at: std::time::Instant,
+        replied_at: std::time::Instant,
+        released_at: std::time::Instant,
+    ) -> crate::supervise::Watched<'s> {
+        crate::supervise::Watched {
+            stdout: self.stdout,
+            stderr: self.stderr,
+            status: self.status,
+            stdin: self.stdin,
+            cloned_at: launched_at,
+            mapped_at: replied_at,
+            released_at,
+            end: Box::new(RemoteEnd {
+                pidfd: self.pidfd,
+                // Opened now, while the program runs (best effort: without
+                // them, the readings open the files themselves).
+                readings: self
+                    .cgroup_memory
+                    .as_ref()
+                    .and_then(|dir| crate::sandbox::cgroup::Readings::open_at(dir.as_fd())),
+                cgroup_memory: self.cgroup_memory,
+                has_cgroup: self.has_cgroup,
+                replies: self.replies,
+                _spawner: self.spawner,
+            }),
+        }
+    }
+}
+
+impl RemoteSandbox<'_> {
+    /// Sends `signal` to init (SIGKILL ends the whole sandbox: init is pid 1).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
+        pidfd_send_signal(self.pidfd.as_fd(), signal as i32)
+    }
+
+    /// Blocks until the spawner has reaped init.
+    pub fn wait(&self) -> Result<ExitReport, SpawnerError> {
+        loop {
+            match self.replies.recv() {
+                Ok((Reply::Exited { exit, .. }, _)) => return Ok(exit),
+                Ok(_) => continue,
+                Err(_) => return Err(SpawnerError::Unavailable("the spawner went away".into())),
+            }
+        }
+    }
+}
+
+/// What an init that is gone reported on its status pipe: read until its
+/// `E` line is complete or the pipe ends (its other holders, the sandbox's
+/// last processes, are being killed with it), for at most a second.
+fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut report = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let timeout = PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::ZERO);
+        let mut fds = [PollFd::new(status.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(1..) => match nix::unistd::read(status, &mut buf) {
+                Ok(n @ 1..) => {
+                    report.extend_from_slice(&buf[..n]);
+                    let complete = report
+                        .split(|b| *b == b'\n')
+                        .rev()
+                        .skip(1)
+                        .any(|line| line.starts_with(b"E"));
+                    if complete {
+                        break;
+                    }
+                }
+                _ => break,
+            },
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    crate::sandbox::launch::reported_failure(&report)
+}
+
+/// A sandbox building its root; its program waits for [`RemoteLaunched::start_program`].
+pub struct RemoteLaunched<'s> {
+    pub(super) inner: Option<RemoteSandbox<'s>>,
+}
+
+impl<'s> RemoteLaunched<'s> {
+    /// The sandbox (its pipes can be read already: a setup failure arrives on `status`).
+    pub fn sandbox(&self) -> Option<&RemoteSandbox<'s>> {
+        self.inner.as_ref()
+    }
+
+    /// Takes the stdin pipe's write end.
+    pub fn take_stdin(&mut self) -> Option<OwnedFd> {
+        self.inner.as_mut().and_then(|s| s.stdin.take())
+    }
+
+    /// Releases the program (call once its audit record is durable): one
+    /// byte down init's go-ahead pipe, straight from here, and then the
+    /// spawner is told, so it reaps init from now on.
+    pub fn start_program(mut self) -> Result<RemoteSandbox<'s>, SpawnerError> {
+        let Some(mut sandbox) = self.inner.take() else {
+            return Err(SpawnerError::Unavailable("already started".into()));
+        };
+        let Some(go_ahead) = sandbox.go_ahead.take() else {
+            return Err(SpawnerError::Unavailable("already started".into()));
+        };
+        // Written before the spawner knows: if this fails (init died), the
+        // sandbox is aborted as if never started, with init's own reason
+        // when it reported one (a setup step that failed).
+        if let Err(e) = nix::unistd::write(&go_ahead, b"c") {
+            let reported = match e {
+                nix::errno::Errno::EPIPE => reported_by_dead_init(&sandbox.status),
+                _ => None,
+            };
+            let reason =
+                reported.map_or_else(|| format!("release the program: {e}"), |r| r.to_string());
+            let _ = sandbox
+                .spawner
+                .send(&Request::Abort { id: sandbox.id }, &[]);
+            sandbox.spawner.forget(sandbox.id);
+            return Err(SpawnerError::Setup(reason));
+        }
+        drop(go_ahead);
+        // The program runs now. A spawner gone by this point took the
+        // sandbox with it, which supervision reports as a sandbox lost.
+        if let Err(e) = sandbox
+            .spawner
+            .send(&Request::Started { id: sandbox.id }, &[])
+        {
+            // The spawner would never reap this init: end the sandbox now
+            // (supervision then reports it killed).
+            tracing::error!("telling the spawner a program started: {e}; killing the sandbox");
+            let _ = sandbox.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+        Ok(sandbox)
+    }
+}
+
+impl Drop for RemoteLaunched<'_> {
+    fn drop(&mut self) {
+        if let Some(sandbox) = self.inner.take() {
+            let _ = sandbox
+                .spawner
+                .send(&Request::Abort { id: sandbox.id }, &[]);
+            sandbox.spawner.forget(sandbox.id);
+        }
+    }
+}
