@@ -1,7 +1,8 @@
 //! The only module with `unsafe`: thin wrappers over system calls that
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), and
 //! in `program.rs` the start of the sandboxed program, in `mount.rs` the
-//! mount calls; for the static musl build, the allocator (`heap.rs`) and
+//! mount calls and the old root's unmount helpers, in `nice.rs` a thread's
+//! nice value; for the static musl build, the allocator (`heap.rs`) and
 //! `memcpy`/`memmove` (`memcopy.rs`).
 //! Each wrapper returns `io::Result` with an error that names the call, and
 //! each `unsafe` block says why it is sound.
@@ -16,11 +17,13 @@ pub mod heap;
 #[cfg(all(target_env = "musl", target_arch = "x86_64"))]
 mod memcopy;
 mod mount;
+mod nice;
 mod program;
 pub use mount::{
     detach_mount_in_background, detach_mount_when_told, mount_setattr, mount_setattr_fd,
     WaitingDetach,
 };
+pub use nice::{nice_value, set_nice_value};
 pub use program::{restore_every_default_action, start_program, ProgramStart};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
@@ -393,31 +396,6 @@ pub fn add_user_key(description: &CStr, value: &[u8]) -> io::Result<()> {
 pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust-managed state.
     unsafe { libc::_exit(code) }
-}
-
-/// The calling thread's nice value (`getpriority(PRIO_PROCESS, 0)`).
-pub fn nice_value() -> io::Result<i32> {
-    // SAFETY: errno is this thread's; getpriority reads no memory of ours.
-    // -1 is a valid nice value, so errno, cleared first, tells an error.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if nice == -1 && *libc::__errno_location() != 0 {
-            return Err(last_error("getpriority"));
-        }
-        Ok(nice)
-    }
-}
-
-/// Sets the calling thread's nice value (`setpriority(PRIO_PROCESS, 0, nice)`):
-/// raising it (a lower priority) is always allowed; lowering it takes
-/// `CAP_SYS_NICE` or a `RLIMIT_NICE` that allows it.
-pub fn set_nice_value(nice: i32) -> io::Result<()> {
-    // SAFETY: a system call on this thread's own priority; no memory passed.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } < 0 {
-        return Err(last_error("setpriority"));
-    }
-    Ok(())
 }
 
 /// `fork()`, for the sandbox's init process (single-threaded by construction).
