@@ -25,10 +25,12 @@
 //! sees a spawner that died while the daemon lives. Init's parent-death
 //! signal covers nearly all of that; a spawner dying in one of two short
 //! windows goes unnoticed — after `Launched` but before init first sets the
-//! signal, or between init's change of uid and setting it again. Then the
-//! program still runs fully confined, under the daemon's pidfd and wall
-//! time, but its init is reaped by whoever adopts it and the daemon
-//! reports the sandbox lost. (A release pipe of the daemon's own, apart
+//! signal, or between init's change of uid and setting it again. The daemon
+//! releases no program whose spawner it knows to be gone (its socket
+//! closed); one that dies in the instant between that check and the release
+//! leaves a program that still runs fully confined, under the daemon's
+//! pidfd and wall time, but whose init is reaped by whoever adopts it, and
+//! the daemon reports the sandbox lost. (A release pipe of the daemon's own, apart
 //! from the spawner's, would close these windows.)
 //!
 //! The client is thread-safe: a reader thread routes each reply to the

@@ -193,6 +193,15 @@ impl<'s> RemoteLaunched<'s> {
         let Some(go_ahead) = sandbox.go_ahead.take() else {
             return Err(SpawnerError::Unavailable("already started".into()));
         };
+        // A spawner known to be gone would never reap this init, and init
+        // may have missed its death (see the module `crate::spawner`):
+        // nothing is released, and the sandbox is killed.
+        if !sandbox.spawner.is_alive() {
+            let _ = sandbox.signal(nix::sys::signal::Signal::SIGKILL);
+            return Err(SpawnerError::Unavailable(
+                "the spawner went away before the program was released".into(),
+            ));
+        }
         // Written before the spawner knows: if this fails (init died), the
         // sandbox is aborted as if never started, with init's own reason
         // when it reported one (a setup step that failed).
