@@ -25,7 +25,6 @@
 //!   sees the error itself.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A record written to the file this ticket names, waiting to be durable.
@@ -68,21 +67,20 @@ fn state() -> Option<MutexGuard<'static, State>> {
 
 const ALONE: Ticket = Ticket { epoch: 0, n: 0 };
 
-/// Takes a ticket for a record whose write to `file` has returned; call it
-/// while still holding the log's lock (see the module documentation).
-pub fn written(file: &File) -> std::io::Result<Ticket> {
-    let meta = file.metadata()?;
-    let key = (meta.dev(), meta.ino());
+/// Takes a ticket for a record whose write to `file` (device and inode
+/// `key`, as the writer stat'ed it) has returned; call it while still
+/// holding the log's lock (see the module documentation).
+pub fn written(file: &File, key: (u64, u64)) -> Ticket {
     let Some(mut s) = state() else {
-        return Ok(ALONE);
+        return ALONE;
     };
     if s.file != Some(key) {
         if s.leading {
             // Another file is being synced (the log was just rotated): alone.
-            return Ok(ALONE);
+            return ALONE;
         }
         let Ok(syncer) = file.try_clone() else {
-            return Ok(ALONE);
+            return ALONE;
         };
         s.file = Some(key);
         s.syncer = Some(Arc::new(syncer));
@@ -91,10 +89,10 @@ pub fn written(file: &File) -> std::io::Result<Ticket> {
         s.synced = 0;
     }
     s.written += 1;
-    Ok(Ticket {
+    Ticket {
         epoch: s.epoch,
         n: s.written,
-    })
+    }
 }
 
 /// The first sync of this process that failed. A write-back error is
@@ -182,6 +180,13 @@ fn commit_ticket(file: &File, ticket: Ticket) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A ticket for `file`, keyed as the log's writer keys it.
+    fn written_to(file: &File) -> Ticket {
+        let meta = file.metadata().unwrap();
+        written(file, (meta.dev(), meta.ino()))
+    }
 
     #[test]
     fn a_ticket_is_durable_after_commit_and_later_tickets_are_not_covered_early() {
@@ -189,7 +194,7 @@ mod tests {
         let path = dir.path().join("log");
         let mut f = File::create(&path).unwrap();
         f.write_all(b"one\n").unwrap();
-        let first = written(&f).unwrap();
+        let first = written_to(&f);
         commit(&f, first).unwrap();
         {
             // (Other tests share the state: only this epoch's counts are ours.)
@@ -197,7 +202,7 @@ mod tests {
             assert!(s.epoch != first.epoch || s.synced >= first.n);
         }
         f.write_all(b"two\n").unwrap();
-        let second = written(&f).unwrap();
+        let second = written_to(&f);
         assert!(second.n == 0 || second.n > first.n || second.epoch != first.epoch);
         {
             let s = state().unwrap();
@@ -221,7 +226,7 @@ mod tests {
                             .open(&path)
                             .unwrap();
                         writeln!(f, "{i} {j}").unwrap();
-                        let t = written(&f).unwrap();
+                        let t = written_to(&f);
                         commit(&f, t).unwrap();
                     }
                 })
@@ -241,8 +246,8 @@ mod tests {
     fn a_failed_sync_ends_the_epoch_and_covers_nobody() {
         let (r, w) = nix::unistd::pipe().unwrap();
         let (r, w) = (File::from(r), File::from(w));
-        let first = written(&w).unwrap();
-        let second = written(&r).unwrap();
+        let first = written_to(&w);
+        let second = written_to(&r);
         assert!(commit(&w, first).is_err());
         if first.n > 0 {
             let s = state().unwrap();
@@ -256,8 +261,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = File::create(dir.path().join("a")).unwrap();
         let b = File::create(dir.path().join("b")).unwrap();
-        let ta = written(&a).unwrap();
-        let tb = written(&b).unwrap();
+        let ta = written_to(&a);
+        let tb = written_to(&b);
         // Counted tickets of two files never share an epoch (a ticket is
         // uncounted, n = 0, when another test's sync of a third file runs).
         assert!(ta.n == 0 || tb.n == 0 || ta.epoch != tb.epoch);

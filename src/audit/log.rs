@@ -107,8 +107,15 @@ pub fn head_path(log: &Path) -> PathBuf {
 
 /// Reads a head file (`None` when it does not exist).
 pub fn read_head(log: &Path) -> std::io::Result<Option<Head>> {
+    read_head_bytes(log)?
+        .map(|bytes| parse_head(&bytes))
+        .transpose()
+}
+
+/// A head file's bytes (`None` when it does not exist).
+fn read_head_bytes(log: &Path) -> std::io::Result<Option<Vec<u8>>> {
     match std::fs::read(head_path(log)) {
-        Ok(bytes) => parse_head(&bytes).map(Some),
+        Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
@@ -263,11 +270,8 @@ impl AuditLog {
             .map_err(|e| self.err("open for appending", e))?;
         let before = file.metadata().map_err(|e| self.err("stat the log", e))?;
         let at = (before.dev(), before.ino());
-        let head_bytes = match std::fs::read(head_path(&self.path)) {
-            Ok(bytes) => Some(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(self.err("read the head file", e)),
-        };
+        let head_bytes =
+            read_head_bytes(&self.path).map_err(|e| self.err("read the head file", e))?;
         let known = take_last_append().filter(|last| {
             last.log == self.path
                 && last.file == at
@@ -293,7 +297,7 @@ impl AuditLog {
             head: head.clone(),
             head_bytes: head_text,
         });
-        let ticket = group_sync::written(&file).map_err(|e| self.err("stat", e))?;
+        let ticket = group_sync::written(&file, at);
         // The record and the head are written under the lock (so the chain
         // stays in order); the sync happens after it is released, and within
         // this process one sync serves every record written before it began

@@ -103,14 +103,11 @@ fn report(status: &OwnedFd, message: &[u8]) {
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
-    // Not a moment at the spawner's raised priority (see `priority`).
-    if let Err(e) = super::priority::back_to_base() {
-        report(&setup.status, format!("E{e}\n").as_bytes());
-        exit_immediately(126)
-    }
-    // A sandbox made ahead did this while it waited for its order.
+    // A sandbox made ahead did these first thing, while it waited for its
+    // order: not a moment at the spawner's raised priority (see
+    // `priority`), and every signal action at its default.
     if !setup.made_ahead {
-        if let Err(e) = default_signal_actions() {
+        if let Err(e) = super::priority::back_to_base().and_then(|()| default_signal_actions()) {
             report(&setup.status, format!("E{e}\n").as_bytes());
             exit_immediately(126)
         }

@@ -23,53 +23,21 @@ use super::last_error;
 pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc::pid_t>> {
     #[cfg(target_arch = "x86_64")]
     {
-        const STACK: usize = 16 * 1024;
         extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
-            // SAFETY: two raw system calls with register arguments only:
-            // umount2 reads the NUL-terminated path `arg` points to (a
-            // 'static string, valid for the whole process), and exit ends
-            // this task alone. Neither touches memory the caller uses.
-            unsafe {
-                let ret: i64;
-                std::arch::asm!(
-                    "syscall",
-                    inlateout("rax") libc::SYS_umount2 => ret,
-                    in("rdi") arg,
-                    in("rsi") libc::MNT_DETACH as i64,
-                    lateout("rcx") _,
-                    lateout("r11") _,
-                    options(nostack),
-                );
-                // Exit code: 0, or umount2's errno.
-                std::arch::asm!(
-                    "syscall",
-                    in("rax") libc::SYS_exit,
-                    in("rdi") if ret < 0 { -ret } else { 0 },
-                    options(noreturn, nostack),
-                );
-            }
+            // SAFETY: umount2 reads the NUL-terminated path `arg` points to
+            // (a 'static string), and exit ends this task alone; neither
+            // touches memory the caller uses.
+            unsafe { exit_task(raw_detach(arg.cast())) }
         }
-        // The helper's stack lives as long as the process: it is small, and
-        // the helper may still be waiting in the kernel when the caller goes on.
-        let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK].into_boxed_slice());
-        let top = (stack.as_mut_ptr() as usize + STACK) & !15;
-        // SAFETY: libc's clone (musl's in the static build: it aligns the
-        // stack and touches no TLS in the child) runs `helper` on the stack given, in a new
-        // process sharing this address space (CLONE_VM, not CLONE_THREAD: it
-        // is reaped with waitpid). `helper` only makes raw system calls on its
-        // own stack and the 'static path, so sharing memory cannot race with
-        // anything the caller does; SIGCHLD tells the caller when it ends.
+        // SAFETY: `helper` makes only raw system calls, on its own stack and
+        // the 'static path.
         let pid = unsafe {
-            libc::clone(
+            clone_vm_helper(
                 helper,
-                top as *mut libc::c_void,
-                libc::CLONE_VM | libc::SIGCHLD,
                 path.as_ptr() as *mut libc::c_void,
-            )
+                "clone(CLONE_VM, the unmount helper)",
+            )?
         };
-        if pid < 0 {
-            return Err(last_error("clone(CLONE_VM, the unmount helper)"));
-        }
         Ok(Some(pid))
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -103,11 +71,10 @@ pub struct WaitingDetach {
 struct WaitingArgs {
     path: *const libc::c_char,
     read_fd: libc::c_int,
-    write_fd: libc::c_int,
     byte: u8,
 }
 
-/// A raw three-argument system call (no libc wrapper: no errno, which the
+/// A raw three-argument system call (no libc wrapper: no errno, which a
 /// helper would share with its parent). Returns the kernel's value
 /// (negative errno on failure).
 ///
@@ -132,11 +99,80 @@ unsafe fn raw_syscall3(nr: i64, a: i64, b: i64, c: i64) -> i64 {
     ret
 }
 
+/// `umount2(path, MNT_DETACH)` as a raw call: 0, or the errno.
+///
+/// # Safety
+/// `path` must point to a NUL-terminated string.
+#[cfg(target_arch = "x86_64")]
+unsafe fn raw_detach(path: *const libc::c_char) -> i64 {
+    // SAFETY: the caller's promise; umount2 only reads the path.
+    let ret = unsafe { raw_syscall3(libc::SYS_umount2, path as i64, libc::MNT_DETACH as i64, 0) };
+    if ret < 0 {
+        ret.wrapping_neg()
+    } else {
+        0
+    }
+}
+
+/// Ends the calling task alone (`exit`, not `exit_group`) with `code`.
+///
+/// # Safety
+/// Only for a helper task made by [`clone_vm_helper`]: nothing runs after it.
+#[cfg(target_arch = "x86_64")]
+unsafe fn exit_task(code: i64) -> ! {
+    // SAFETY: the caller's promise; exit does not return.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            in("rax") libc::SYS_exit,
+            in("rdi") code,
+            options(noreturn, nostack),
+        )
+    }
+}
+
+/// Clones `helper(arg)` into a process sharing this address space
+/// (CLONE_VM, not CLONE_THREAD: reaped with waitpid, SIGCHLD when it ends),
+/// on a 16 KiB stack of its own that lives as long as the process (the
+/// helper may wait in the kernel long after the caller went on). `what`
+/// names the call in an error.
+///
+/// # Safety
+/// `helper` must touch nothing but its own stack, `arg` (which nothing else
+/// may touch after the clone) and 'static data, and only through raw
+/// system calls ([`raw_syscall3`], [`exit_task`]): it shares the caller's
+/// memory, errno and TLS.
+#[cfg(target_arch = "x86_64")]
+unsafe fn clone_vm_helper(
+    helper: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    what: &str,
+) -> io::Result<libc::pid_t> {
+    const STACK: usize = 16 * 1024;
+    let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK].into_boxed_slice());
+    let top = (stack.as_mut_ptr() as usize + STACK) & !15;
+    // SAFETY: libc's clone (musl's in the static build: it aligns the stack
+    // and touches no TLS in the child) runs `helper` on the stack given; the
+    // caller's promise keeps sharing memory from racing with anything the
+    // caller does.
+    let pid = unsafe {
+        libc::clone(
+            helper,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::SIGCHLD,
+            arg,
+        )
+    };
+    if pid < 0 {
+        return Err(last_error(what));
+    }
+    Ok(pid)
+}
+
 /// Clones a [`WaitingDetach`] helper for `path`.
 #[cfg(target_arch = "x86_64")]
 pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> {
     use std::os::fd::{FromRawFd, OwnedFd};
-    const STACK: usize = 16 * 1024;
     extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
         let args = arg.cast::<WaitingArgs>();
         // SAFETY: `args` is the helper's own leaked `WaitingArgs` (nothing
@@ -144,9 +180,10 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
         // on this task's copy of the descriptor table, on the 'static path,
         // or into `args.byte`; exit ends this task alone.
         unsafe {
-            // Only the pipe's read end stays in this copy of the table: no
-            // copy of the blank's order socket (or anything else open at the
-            // clone) outlives the blank by the helper's few last moments.
+            // Only the pipe's read end stays in this copy of the table (the
+            // write end too is closed, so a dropped trigger reads as EOF): no
+            // copy of the blank's order socket, or of anything else open at
+            // the clone, outlives the blank by the helper's last moments.
             let keep = (*args).read_fd as i64;
             if keep > 0 {
                 let _ = raw_syscall3(libc::SYS_close_range, 0, keep - 1, 0);
@@ -155,7 +192,7 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
             let got = loop {
                 let n = raw_syscall3(
                     libc::SYS_read,
-                    (*args).read_fd as i64,
+                    keep,
                     std::ptr::addr_of_mut!((*args).byte) as i64,
                     1,
                 );
@@ -163,27 +200,11 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
                     break n;
                 }
             };
-            let code = if got == 1 {
-                let ret = raw_syscall3(
-                    libc::SYS_umount2,
-                    (*args).path as i64,
-                    libc::MNT_DETACH as i64,
-                    0,
-                );
-                if ret < 0 {
-                    ret.wrapping_neg()
-                } else {
-                    0
-                }
+            exit_task(if got == 1 {
+                raw_detach((*args).path)
             } else {
                 libc::ECANCELED as i64
-            };
-            std::arch::asm!(
-                "syscall",
-                in("rax") libc::SYS_exit,
-                in("rdi") code,
-                options(noreturn, nostack),
-            );
+            })
         }
     }
     let mut fds = [0 as libc::c_int; 2];
@@ -194,32 +215,22 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
     // SAFETY: both descriptors were just created and are owned by nothing else.
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // The helper's stack and arguments live as long as the process (small,
-    // and the helper may be waiting for long).
-    let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK].into_boxed_slice());
-    let top = (stack.as_mut_ptr() as usize + STACK) & !15;
+    // Lives as long as the process, like the stack.
     let args: &'static mut WaitingArgs = Box::leak(Box::new(WaitingArgs {
         path: path.as_ptr(),
         read_fd: read_end.as_raw_fd(),
-        write_fd: write_end.as_raw_fd(),
         byte: 0,
     }));
-    // SAFETY: as in `detach_mount_in_background`: the helper runs on its own
-    // stack in a process sharing this address space (CLONE_VM, reaped with
-    // waitpid) and touches only its stack, its own `args` and the 'static
-    // path, through raw system calls; it has its own copy of the descriptor
+    // SAFETY: `helper` makes only raw system calls, on its own stack, its
+    // own `args` and the 'static path; it has its own copy of the descriptor
     // table, so closing descriptors on either side affects only that side.
     let pid = unsafe {
-        libc::clone(
+        clone_vm_helper(
             helper,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::SIGCHLD,
             (args as *mut WaitingArgs).cast(),
-        )
+            "clone(CLONE_VM, the waiting unmount helper)",
+        )?
     };
-    if pid < 0 {
-        return Err(last_error("clone(CLONE_VM, the waiting unmount helper)"));
-    }
     drop(read_end);
     Ok(WaitingDetach {
         pid,
