@@ -73,6 +73,7 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         gid: 1000,
         pid: None,
         home: "/home/bench".into(),
+        other_user_namespace: false,
     };
     let bound = BTreeSet::new();
     let name = m.connector.name.to_string();
@@ -119,6 +120,7 @@ fn main() {
             gid: 1000,
             pid: None,
             home: "/home/bench".into(),
+            other_user_namespace: false,
         };
         let bound = BTreeSet::new();
         let ctx = GateContext {

@@ -229,6 +229,18 @@ as_root_and_nobody! {
             assert_eq!(r.envelope["data"]["oom_killed"], true, "{}", r.envelope["data"]);
         }
     };
+    r56_the_private_tmpfs_mounts_hold_no_more_than_the_memory_limit => |who| {
+        // The manifest's limit is 256 MiB: /tmp and /dev/shm together hold
+        // at most that (tmpfs pages are memory that rlimits do not count).
+        let code = "import os\ndef fill(d):\n    n = 0\n    try:\n        with open(d + '/fill', 'wb', buffering=0) as f:\n            while n < 1024:\n                f.write(b'x' * (1 << 20)); n += 1\n    except OSError:\n        pass\n    os.unlink(d + '/fill')\n    return n\nprint(fill('/tmp'), fill('/dev/shm'))\n";
+        let out = world().run(who, "py", &[("code", code)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
+        let mib: Vec<u64> = text.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+        assert_eq!(mib.len(), 2, "{v}");
+        assert!(mib[0] > 0 && mib[1] > 0, "{v}");
+        assert!(mib[0] + mib[1] <= 256, "tmpfs held {mib:?} MiB under a 256 MiB limit: {v}");
+    };
     r64_no_core_dump_is_written => |who| {
         let w = world();
         let r = world().attack(who, "core-dump", &[&p(w, "rw")]);

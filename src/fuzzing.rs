@@ -188,6 +188,7 @@ pub fn rpc_request(data: &[u8]) {
         gid: 1000,
         pid: Some(4242),
         home: "/home/fuzz".into(),
+        other_user_namespace: false,
     };
     let bound = BTreeSet::new();
     let ctx = GateContext {

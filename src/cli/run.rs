@@ -477,14 +477,10 @@ fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
                         format!("--stdin-file {}: {e}", p.display()),
                     )
                 })?;
-            let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
-            // Only a regular file is handed over as is; anything else (a tty, a
-            // device, a fifo) is copied through a pipe so the child never holds it.
-            if regular {
-                Ok((StdinSource::File(file), None))
-            } else {
-                Ok((StdinSource::Pipe, Some(Box::new(file))))
-            }
+            // Copied through a pipe, whatever it is (a regular file, a tty, a
+            // fifo): the child never holds the host file's descriptor, through
+            // which it could change the file's mode or times (SPEC §4).
+            Ok((StdinSource::Pipe, Some(Box::new(file))))
         }
     }
 }

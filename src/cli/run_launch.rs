@@ -3,7 +3,7 @@
 //! the decision record goes to disk, and [`Identity`], the child's ids and
 //! how its memory and processes are limited (SPEC §4).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use super::check::Prepared;
@@ -35,7 +35,6 @@ impl<'s> Launching<'s> {
             Ok(order) => {
                 let stdin = match &request.stdin {
                     StdinSource::Null => RemoteStdin::Null,
-                    StdinSource::File(f) => RemoteStdin::File(f.as_fd()),
                     StdinSource::Pipe => RemoteStdin::Pipe,
                 };
                 spawner.launch_begin(order, &request.program, stdin)
@@ -77,6 +76,10 @@ impl<'s> Launching<'s> {
     }
 }
 
+/// The identity a root caller's program runs as when `[sandbox] run_as` is
+/// not set: the kernel's overflow ids, `nobody`/`nogroup` on most systems.
+pub(super) const NOBODY: (u32, u32) = (65534, 65534);
+
 /// Who the child is and how its memory and processes are limited.
 pub(super) struct Identity {
     pub(super) uid: u32,
@@ -87,8 +90,10 @@ pub(super) struct Identity {
 
 impl Identity {
     /// SPEC §4: the caller's uid/gid (spawnd's own when unprivileged), or the
-    /// operator's `run_as`; a root caller without cgroups runs as 65534, since
-    /// RLIMIT_NPROC does not bind uid 0.
+    /// operator's `run_as`. A root caller's program never runs as host uid 0:
+    /// it would own every root-owned file it can see, and chmod, utime and
+    /// xattrs on them are outside Landlock's reach; it runs as `run_as`, or
+    /// [`NOBODY`] when the operator set none.
     pub(super) fn choose(p: &Prepared) -> Identity {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = euid == 0;
@@ -110,8 +115,8 @@ impl Identity {
             (euid, nix::unistd::getegid().as_raw())
         } else if let Some(pair) = p.config.sandbox.run_as {
             pair
-        } else if p.caller.uid == 0 && matches!(limits_via, LimitsVia::Rlimits) {
-            (65534, 65534)
+        } else if p.caller.uid == 0 {
+            NOBODY
         } else {
             (p.caller.uid, p.caller.gid)
         };

@@ -142,7 +142,7 @@ fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<
     let mut seq = s.serialize_seq(Some(rules.len()))?;
     for r in rules {
         seq.serialize_element(
-            &serde_json::json!({"connector": r.connector, "uids": r.uids, "gids": r.gids}),
+            &serde_json::json!({"connector": r.connector, "uids": r.uids, "gids": r.gids, "other_user_namespaces": r.other_user_namespaces}),
         )?;
     }
     seq.end()
@@ -222,6 +222,7 @@ impl Config {
                     connector: fqn("access.connector", &a.connector)?,
                     uids: a.uids.clone(),
                     gids: a.gids.clone(),
+                    other_user_namespaces: a.other_user_namespaces,
                 })
             })
             .collect::<Result<_, ConfigError>>()?;

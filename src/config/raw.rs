@@ -53,6 +53,8 @@ pub(super) struct RawAccess {
     pub(super) uids: Vec<u32>,
     #[serde(default)]
     pub(super) gids: Vec<u32>,
+    #[serde(default)]
+    pub(super) other_user_namespaces: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -17,6 +17,7 @@
 
 mod handles;
 pub mod manifests;
+mod peer;
 pub mod request;
 pub mod rpc;
 pub mod spawns;
@@ -35,6 +36,8 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::config::Config;
 use crate::spawner::Spawner;
+use peer::peer_of;
+pub use peer::Peer;
 use rpc::{Call, RpcError};
 
 /// The protocol version `health` reports.
@@ -154,17 +157,6 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// `health` and `connectors_status` (each probes or hashes programs) running
 /// at once; more callers wait their turn.
 pub const SIDE_WORK: usize = 2;
-
-/// The peer of a connection, from `SO_PEERCRED`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
-    /// Its uid.
-    pub uid: u32,
-    /// Its primary gid.
-    pub gid: u32,
-    /// Its pid (as the daemon sees it), when the kernel told.
-    pub pid: Option<i32>,
-}
 
 /// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
 /// forks the spawner first). `socket` overrides `[server] socket`.
@@ -331,15 +323,6 @@ async fn refuse_overloaded(mut stream: UnixStream, max: usize) {
     let _ = stream
         .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
         .await;
-}
-
-fn peer_of(stream: &UnixStream) -> Option<Peer> {
-    let cred = stream.peer_cred().ok()?;
-    Some(Peer {
-        uid: cred.uid(),
-        gid: cred.gid(),
-        pid: cred.pid(),
-    })
 }
 
 /// One connection: read a line, answer it, until the peer closes. A frame
@@ -527,7 +510,7 @@ impl Connection {
         }
         let mut v = serde_json::to_value(&report).unwrap_or_default();
         v["protocol_version"] = json!(PROTOCOL_VERSION);
-        v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid});
+        v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid, "other_user_namespace": self.peer.other_user_namespace});
         Ok(v)
     }
 }

@@ -27,6 +27,7 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
         gid: peer.gid,
         pid: peer.pid.and_then(|p| u32::try_from(p).ok()),
         home: user.dir,
+        other_user_namespace: peer.other_user_namespace,
     })
 }
 

@@ -97,6 +97,16 @@ impl ScopePath {
         system_path_overlap(path)
     }
 
+    /// True when this scope lies strictly inside `outer`, both written the
+    /// same way (absolute, or `~/`); by components, never as strings.
+    pub fn lies_inside(&self, outer: &ScopePath) -> bool {
+        match (self, outer) {
+            (ScopePath::Absolute(p), ScopePath::Absolute(o))
+            | (ScopePath::Home(p), ScopePath::Home(o)) => p != o && p.starts_with(o),
+            _ => false,
+        }
+    }
+
     /// The last component as declared (`/usr/bin/git` → `git`).
     pub fn file_name(&self) -> Option<&str> {
         match self {

@@ -157,3 +157,28 @@ pub(super) fn check_broad_scopes(c: &mut Checker, read: &[ScopePath], write: &[S
         }
     }
 }
+
+/// SPEC §4: a read-only or executable scope strictly inside a writable one
+/// is refused (the same path listed both ways is simply writable). Only the mount point itself is protected from rename: the
+/// program could move a directory above it away (`rename(".git",
+/// ".git-moved")`) and create its own files at the declared path on the
+/// host. Compared in the form written (absolute with absolute, `~/` with
+/// `~/`); the spawn-time check (`crate::sandbox::spec`) compares the
+/// expanded paths, so a mix of the two forms is caught there.
+pub(super) fn check_nested_scopes(c: &mut Checker, s: &RawSpawn, write: &[ScopePath]) {
+    for (field, paths) in [("fs_read", &s.fs_read), ("fs_exec", &s.fs_exec)] {
+        for spanned in paths {
+            let Ok(inner) = ScopePath::parse(spanned.get_ref()) else {
+                continue;
+            };
+            if let Some(outer) = write.iter().find(|w| inner.lies_inside(w)) {
+                c.error(
+                    spanned.span(),
+                    &format!("capabilities.spawn.{field}"),
+                    format!("`{inner}` lies inside the writable scope `{outer}`: the program could rename a directory above it and put its own files at this path on the host"),
+                    "narrow fs_write to directories beside it, or drop it from this list",
+                );
+            }
+        }
+    }
+}

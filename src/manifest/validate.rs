@@ -15,8 +15,8 @@ use super::model::{
 use super::ops::validate_operations;
 use super::raw::{RawLimits, RawManifest, RawSpawn};
 use super::scopes::{
-    check_broad_scopes, check_cwd_in_scopes, check_env_list, check_env_set, check_path,
-    check_scopes,
+    check_broad_scopes, check_cwd_in_scopes, check_env_list, check_env_set, check_nested_scopes,
+    check_path, check_scopes,
 };
 
 /// Operator choices that shape validation.
@@ -321,6 +321,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     let (programs, operations) =
         validate_operations(c, s, spawn.span(), base_limits.unwrap_or_default())?;
     check_broad_scopes(c, &fs_read, &fs_write);
+    check_nested_scopes(c, s, &fs_write);
     Some(SpawnGrant {
         programs,
         operations,

@@ -84,6 +84,10 @@ pub struct Caller {
     pub pid: Option<u32>,
     /// Home directory from the password database (for `~`).
     pub home: PathBuf,
+    /// The daemon's peer runs in another user namespace than the daemon (a
+    /// container, or a program inside a sandbox), or that could not be
+    /// ruled out; always false for a local invocation.
+    pub other_user_namespace: bool,
 }
 
 /// An `[[access]]` rule of the operator config.
@@ -95,6 +99,10 @@ pub struct AccessRule {
     pub uids: Vec<u32>,
     /// Primary groups that may act for it.
     pub gids: Vec<u32>,
+    /// These users and groups may act for it also from another user
+    /// namespace than the daemon's (SPEC §4; without it such a peer is
+    /// refused, root and the daemon's own uid included).
+    pub other_user_namespaces: bool,
 }
 
 /// Who may act for which connector.
@@ -117,16 +125,25 @@ impl Access {
         let Access::Rules { rules, daemon_uid } = self else {
             return Ok(());
         };
-        if caller.uid == 0 || caller.uid == *daemon_uid {
+        // A peer in another user namespace (a sandboxed program that reached
+        // the socket) gets nothing from being root or the daemon's own uid.
+        let foreign = caller.other_user_namespace;
+        if !foreign && (caller.uid == 0 || caller.uid == *daemon_uid) {
             return Ok(());
         }
         let mut granted = Vec::new();
         for rule in rules.iter().filter(|r| &r.connector == connector) {
+            if foreign && !rule.other_user_namespaces {
+                continue;
+            }
             if rule.uids.contains(&caller.uid) || rule.gids.contains(&caller.gid) {
                 return Ok(());
             }
             granted.extend(rule.uids.iter().map(|u| format!("uid:{u}")));
             granted.extend(rule.gids.iter().map(|g| format!("gid:{g}")));
+        }
+        if foreign {
+            granted.push("peers in the daemon's own user namespace".to_string());
         }
         Err(granted)
     }

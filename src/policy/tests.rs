@@ -288,6 +288,7 @@ fn connector_state_and_caller_come_first() {
             connector: m.connector.name.clone(),
             uids,
             gids: vec![],
+            other_user_namespaces: false,
         }],
         daemon_uid: 999,
     };
@@ -319,4 +320,38 @@ fn d4_an_action_subset_must_permit_the_spawn() {
     let mut req = Request::op("status", &[]);
     req.action = Some(vec!["spawn".into()]);
     allowed(&decide_m(M0, &req));
+}
+
+#[test]
+fn a_peer_in_another_user_namespace_needs_a_rule_that_says_so() {
+    let m = manifest(M0);
+    let fqn = m.connector.name.clone();
+    let foreign = |uid: u32| Caller {
+        uid,
+        other_user_namespace: true,
+        ..caller()
+    };
+    let rules = |other_user_namespaces: bool| Access::Rules {
+        rules: vec![AccessRule {
+            connector: fqn.clone(),
+            uids: vec![1000],
+            gids: vec![],
+            other_user_namespaces,
+        }],
+        daemon_uid: 999,
+    };
+    // Root and the daemon's own uid gain nothing from another namespace.
+    for uid in [0, 999, 1000] {
+        let refused = rules(false).allows(&foreign(uid), &fqn).unwrap_err();
+        assert!(
+            refused.iter().any(|g| g.contains("own user namespace")),
+            "{refused:?}"
+        );
+    }
+    assert!(rules(true).allows(&foreign(1000), &fqn).is_ok());
+    assert!(rules(true).allows(&foreign(0), &fqn).is_err());
+    // The same peers in the daemon's namespace, as before.
+    let here = |uid: u32| Caller { uid, ..caller() };
+    assert!(rules(false).allows(&here(0), &fqn).is_ok());
+    assert!(rules(false).allows(&here(999), &fqn).is_ok());
 }

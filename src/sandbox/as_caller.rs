@@ -111,12 +111,75 @@ pub(super) fn required_access(spec: &SandboxSpec) -> Vec<AccessFlags> {
     need
 }
 
+/// Whose access a failed check speaks of.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Checked {
+    /// The caller the scope was opened as.
+    Caller(u32),
+    /// The identity the program runs as (a root caller's, or `run_as`).
+    Child(u32),
+}
+
+impl Checked {
+    fn refusal(self, what: &str, subject: &str) -> String {
+        match self {
+            Checked::Caller(uid) => format!(
+                "{subject}: the caller (uid {uid}) may not {what} it, and spawnd binds nothing the caller could not open itself"
+            ),
+            Checked::Child(uid) => format!(
+                "{subject}: the program runs as uid {uid} ([sandbox] run_as, or 65534 when a root caller's program has none), which may not {what} it; give uid {uid} that access or choose another run_as"
+            ),
+        }
+    }
+}
+
+/// When spawnd is root and the program runs as another identity than the
+/// one the scopes were opened as (a root caller's program, or `run_as`),
+/// that identity must have the declared access to each scope's own inode
+/// and may execute the program (read it, for a `#!` script). The path to a
+/// scope is not walked: the sandbox builds its own. Without this check the
+/// program would meet EACCES with no word of why.
+pub(super) fn check_as_child(
+    scopes: &[super::child::ScopeId],
+    need: &[AccessFlags],
+    program: std::os::fd::BorrowedFd<'_>,
+    script: bool,
+    uid: u32,
+    gid: u32,
+) -> Result<(), StepError> {
+    let child = CallerCreds {
+        uid,
+        gid,
+        groups: vec![gid],
+    };
+    with_identity(&child, || {
+        for (scope, need) in scopes.iter().zip(need) {
+            let fd = std::os::fd::AsFd::as_fd(&scope.pinned);
+            check_scope(fd, &scope.canonical, *need, Checked::Child(uid))?;
+        }
+        let mut need = AccessFlags::X_OK;
+        if script {
+            need |= AccessFlags::R_OK;
+        }
+        nix::unistd::faccessat(
+            program,
+            "",
+            need,
+            nix::fcntl::AtFlags::AT_EMPTY_PATH | nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .map_err(|e| {
+            let what = if script { "read+execute" } else { "execute" };
+            StepError::new(Checked::Child(uid).refusal(what, "the program"), e.into())
+        })
+    })
+}
+
 /// Checks that the identity now in force may `need` on the scope opened as `fd`.
 pub(super) fn check_scope(
     fd: std::os::fd::BorrowedFd<'_>,
     path: &std::path::Path,
     need: AccessFlags,
-    uid: u32,
+    who: Checked,
 ) -> Result<(), StepError> {
     nix::unistd::faccessat(
         fd,
@@ -136,10 +199,7 @@ pub(super) fn check_scope(
         .collect::<Vec<_>>()
         .join("+");
         StepError::new(
-            format!(
-                "scope {}: the caller (uid {uid}) may not {what} it, and spawnd binds nothing the caller could not open itself",
-                path.display()
-            ),
+            who.refusal(&what, &format!("scope {}", path.display())),
             e.into(),
         )
     })

@@ -205,7 +205,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
-        s.program.as_fd(),
+        (!s.script).then(|| s.program.as_fd()),
         s.landlock_abi,
     )?;
     drop(scope_fds);

@@ -49,11 +49,13 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 
 /// Restricts the calling process (and everything it will execute) to
 /// `rules` (scopes by their verified descriptors, other paths opened now)
-/// and the program's descriptor.
+/// and the program's descriptor. A `#!` script's program is its sealed
+/// memfd copy and gets no rule: Landlock refuses rules on files of the
+/// kernel's internal mounts, and does not govern access to them.
 pub fn restrict_current_process(
     rules: &[LandlockRule],
     scope_fds: &[std::os::fd::OwnedFd],
-    program: BorrowedFd<'_>,
+    program: Option<BorrowedFd<'_>>,
     kernel_abi: u32,
 ) -> Result<LandlockApplied, StepError> {
     let abi = ABI::from(kernel_abi as i32);
@@ -103,10 +105,12 @@ pub fn restrict_current_process(
             }
         };
     }
-    let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
-    created = created
-        .add_rule(PathBeneath::new(program, program_rights))
-        .map_err(fail("rule for the program"))?;
+    if let Some(program) = program {
+        let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
+        created = created
+            .add_rule(PathBeneath::new(program, program_rights))
+            .map_err(fail("rule for the program"))?;
+    }
     let status = created.restrict_self().map_err(fail("restrict_self"))?;
     if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
         return Err(StepError::new(

@@ -14,13 +14,14 @@ use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
-use super::as_caller::{required_access, with_identity, CallerCreds};
+use super::as_caller::{check_as_child, required_access, with_identity, CallerCreds};
 use super::blank::Blank;
 use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots};
 use super::child::init_main;
 use super::parts::ChildParts;
 use super::prepare::{
-    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep, write_id_maps,
+    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep,
+    sealed_script_copy, write_id_maps,
 };
 use super::seccomp::Filter;
 use super::spec::SandboxSpec;
@@ -54,9 +55,9 @@ impl LimitsVia {
 pub enum StdinSource {
     /// `/dev/null`.
     Null,
-    /// A regular file, handed over as is (read-only).
-    File(File),
-    /// Bytes spawnd writes into a pipe (its own stdin, or request bytes).
+    /// Bytes spawnd writes into a pipe (its own stdin, a `--stdin-file`, or
+    /// request bytes). Never a host file's own descriptor: the program could
+    /// `fchmod` or `futimens` the file through it (SPEC §4).
     Pipe,
 }
 
@@ -97,6 +98,8 @@ pub struct LaunchOrder {
     pub spec: SandboxSpec,
     /// argv, `argv[0]` included.
     pub argv: Vec<Vec<u8>>,
+    /// The digest the gate decided on: a `#!` script's sealed copy must have it.
+    pub program_sha256: [u8; 32],
     /// `KEY=VALUE` entries, exactly the plan's, credentials included.
     pub env: EnvEntries,
     /// The plan's limits.
@@ -142,6 +145,7 @@ impl LaunchRequest<'_> {
                 .iter()
                 .map(|a| a.as_bytes().to_vec())
                 .collect(),
+            program_sha256: self.plan.program.sha256.0,
             env: EnvEntries(env_entries(self.plan, &self.credentials)?),
             limits: self.plan.limits,
             uid: self.uid,
@@ -405,6 +409,20 @@ pub fn launch_order(
             scopes
         }
     };
+    let checked_as = match &order.check_as {
+        Some(caller) => (caller.uid, caller.gid),
+        None => (0, 0),
+    };
+    if order.privileged && (order.uid, order.gid) != checked_as {
+        check_as_child(
+            &scopes,
+            &required_access(&order.spec),
+            program.as_fd(),
+            is_script(&program),
+            order.uid,
+            order.gid,
+        )?;
+    }
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
@@ -419,13 +437,16 @@ pub fn launch_order(
             .map_err(nix_prep("open(/dev/null)"))?,
             None,
         ),
-        StdinSource::File(f) => (OwnedFd::from(f), None),
         StdinSource::Pipe => {
             let (r, w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdin)"))?;
             (r, Some(w))
         }
     };
     let script = is_script(&program);
+    let program = match script {
+        true => sealed_script_copy(&program, &order.program_sha256)?,
+        false => program,
+    };
     let seccomp = Filter::from_bytes(&order.seccomp).ok_or_else(|| {
         StepError::new(
             "seccomp filter",

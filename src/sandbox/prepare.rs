@@ -47,7 +47,12 @@ pub(super) fn identify_scope(
         StepError::new(step, e.into())
     })?;
     if let Some((need, uid)) = check {
-        super::as_caller::check_scope(std::os::fd::AsFd::as_fd(&fd), path, need, uid)?;
+        super::as_caller::check_scope(
+            std::os::fd::AsFd::as_fd(&fd),
+            path,
+            need,
+            super::as_caller::Checked::Caller(uid),
+        )?;
     }
     let st = nix::sys::stat::fstat(&fd).map_err(nix_prep(format!("fstat({})", path.display())))?;
     let canonical = std::fs::read_link(format!(
@@ -114,6 +119,60 @@ pub(super) fn create_write_scopes(
 pub(super) fn is_script(program: &File) -> bool {
     let mut head = [0u8; 2];
     matches!(program.read_at(&mut head, 0), Ok(2)) && &head == b"#!"
+}
+
+/// A `#!` script reaches its interpreter as `/dev/fd/3`, the descriptor the
+/// kernel executed. The host file's own descriptor there would let the
+/// program `fchmod` or `futimens` its script on the host (SPEC §4), so the
+/// script runs from a copy: a memfd written here, sealed against every
+/// change of its bytes and size, and hashed as it is written. The copy must
+/// have the digest the gate decided on, else nothing runs: what was hashed
+/// is what runs even if the file changed in place meanwhile.
+pub(super) fn sealed_script_copy(script: &File, decided: &[u8; 32]) -> Result<File, StepError> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    use sha2::Digest;
+    let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    // MFD_EXEC: executable even where `vm.memfd_noexec` makes memfds
+    // non-executable by default; kernels before 6.3 do not know the flag.
+    let memfd = memfd_create(
+        c"spawnd-script",
+        flags | MFdFlags::from_bits_retain(libc::MFD_EXEC as libc::c_uint),
+    )
+    .or_else(|e| match e {
+        nix::Error::EINVAL => memfd_create(c"spawnd-script", flags),
+        e => Err(e),
+    })
+    .map_err(nix_prep("memfd_create(the script's copy)"))?;
+    let copy = File::from(memfd);
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut offset = 0u64;
+    loop {
+        let n = match script.read_at(&mut buf, offset) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(StepError::new("read the script to copy it", e)),
+        };
+        let chunk = &buf[..n];
+        hasher.update(chunk);
+        copy.write_all_at(chunk, offset)
+            .map_err(prep("write the script's copy"))?;
+        offset += n as u64;
+    }
+    if hasher.finalize().as_slice() != decided {
+        return Err(StepError::new(
+            "the script changed after the gate hashed it; nothing of it ran",
+            std::io::Error::from_raw_os_error(libc::ESTALE),
+        ));
+    }
+    let seals = SealFlag::F_SEAL_SEAL
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_WRITE;
+    fcntl(&copy, FcntlArg::F_ADD_SEALS(seals)).map_err(nix_prep("seal the script's copy"))?;
+    Ok(copy)
 }
 
 pub(super) fn to_cstrings<'b>(

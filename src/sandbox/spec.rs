@@ -122,6 +122,33 @@ pub struct SandboxSpec {
     pub missing_read_scopes: Vec<PathBuf>,
     /// `fs_write` scopes that do not exist and must be created first.
     pub create_write_scopes: Vec<PathBuf>,
+    /// The sizes the private /tmp and /dev/shm are given for this request.
+    pub tmpfs: TmpfsSizes,
+}
+
+/// The size caps of the private /tmp and /dev/shm, from the memory limit.
+/// They are mounted at [`TMPFS_BYTES`] with the shared steps (a sandbox made
+/// ahead knows no request) and resized when the request comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TmpfsSizes {
+    /// /tmp.
+    pub tmp: u64,
+    /// /dev/shm.
+    pub shm: u64,
+}
+
+impl TmpfsSizes {
+    /// Together they hold at most `max_memory_bytes`: tmpfs pages are memory
+    /// that rlimits do not count (a cgroup's memory controller does, so
+    /// there the limit binds them twice over). /dev/shm gets a quarter, at
+    /// most 64 MiB (docker's default), /tmp the rest; each at least 1 MiB,
+    /// since a size of 0 would mean no cap at all.
+    pub fn for_memory_limit(max_memory_bytes: u64) -> TmpfsSizes {
+        const MIB: u64 = 1 << 20;
+        let shm = (max_memory_bytes / 4).clamp(MIB, 64 * MIB);
+        let tmp = max_memory_bytes.saturating_sub(shm).max(MIB);
+        TmpfsSizes { tmp, shm }
+    }
 }
 
 /// Why a plan cannot be turned into a sandbox.
@@ -130,6 +157,9 @@ pub enum SpecError {
     /// A scope overlaps a path the sandbox manages itself.
     #[error("scope {0} overlaps {1}, which the sandbox provides itself; declare a path outside /proc, /dev and /sys")]
     ManagedPath(PathBuf, &'static str),
+    /// A read-only or executable scope lies inside a writable one.
+    #[error("scope {0} lies inside the writable scope {1}: the program could rename a directory above it and put its own files at this path on the host; narrow fs_write to directories beside it, or drop {0}")]
+    NestedInWritable(PathBuf, PathBuf),
     /// The working directory does not exist.
     #[error("the working directory {0} does not exist on the host; create it or request another")]
     MissingCwd(PathBuf),
@@ -141,7 +171,8 @@ const MANAGED: &[&str] = &["/proc", "/dev", "/sys"];
 const STAGED_TMP: &str = "/tmp";
 /// The fresh working directory when neither request nor manifest names one.
 pub const FRESH_CWD: &str = "/tmp/work";
-/// Size cap of the private /tmp and /dev/shm.
+/// Size cap of the private /tmp and /dev/shm as the shared steps mount them,
+/// before the request's [`TmpfsSizes`] apply.
 pub const TMPFS_BYTES: u64 = 256 << 20;
 /// The device nodes of the minimal /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
@@ -177,6 +208,18 @@ pub fn build_spec(
             return Err(SpecError::ManagedPath(scope.clone(), FRESH_CWD));
         }
     }
+    // SPEC §4: the expanded paths, so `~/` and absolute scopes are compared
+    // too (the manifest's lint compares each form with itself).
+    for inner in plan.fs.read.iter().chain(&plan.fs.exec) {
+        if let Some(outer) = plan
+            .fs
+            .write
+            .iter()
+            .find(|w| inner != *w && inner.starts_with(w))
+        {
+            return Err(SpecError::NestedInWritable(inner.clone(), outer.clone()));
+        }
+    }
     let mut spec = SandboxSpec {
         scopes: Vec::new(),
         mounts: base_mounts(),
@@ -185,6 +228,7 @@ pub fn build_spec(
         fresh_cwd: true,
         missing_read_scopes: Vec::new(),
         create_write_scopes: Vec::new(),
+        tmpfs: TmpfsSizes::for_memory_limit(plan.limits.max_memory_bytes),
     };
     add_system_paths(&mut spec, system_paths, host);
     add_scopes(&mut spec, plan, host);

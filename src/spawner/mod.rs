@@ -80,11 +80,9 @@ pub struct Spawner {
 }
 
 /// Where a remote sandbox's stdin comes from.
-pub enum RemoteStdin<'a> {
+pub enum RemoteStdin {
     /// `/dev/null`.
     Null,
-    /// A readable file (handed over as is).
-    File(BorrowedFd<'a>),
     /// A pipe; its write end comes back in [`RemoteSandbox::stdin`].
     Pipe,
 }
@@ -177,7 +175,7 @@ impl Spawner {
         &self,
         order: LaunchOrder,
         program: &File,
-        stdin: RemoteStdin<'_>,
+        stdin: RemoteStdin,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
         self.launch_begin(order, program, stdin)?.finish()
     }
@@ -190,7 +188,7 @@ impl Spawner {
         &self,
         order: LaunchOrder,
         program: &File,
-        stdin: RemoteStdin<'_>,
+        stdin: RemoteStdin,
     ) -> Result<PendingLaunch<'_>, SpawnerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = channel();
@@ -205,7 +203,6 @@ impl Spawner {
         let (kind, mut fds) = match stdin {
             RemoteStdin::Null => (StdinKind::Null, vec![program.as_fd()]),
             RemoteStdin::Pipe => (StdinKind::Pipe, vec![program.as_fd()]),
-            RemoteStdin::File(f) => (StdinKind::File, vec![program.as_fd(), f]),
         };
         let request = Request::Launch {
             id,

@@ -134,16 +134,12 @@ fn handle(
     match request {
         Request::Launch { id, order, stdin } => {
             let mut fds = fds.into_iter();
-            let (Some(program), stdin_fd) = (fds.next(), fds.next()) else {
+            let Some(program) = fds.next() else {
                 return failed(sock, id, "launch without the program's descriptor");
             };
-            let source = match (stdin, stdin_fd) {
-                (StdinKind::Null, _) => StdinSource::Null,
-                (StdinKind::Pipe, _) => StdinSource::Pipe,
-                (StdinKind::File, Some(fd)) => StdinSource::File(File::from(fd)),
-                (StdinKind::File, None) => {
-                    return failed(sock, id, "stdin file descriptor missing")
-                }
+            let source = match stdin {
+                StdinKind::Null => StdinSource::Null,
+                StdinKind::Pipe => StdinSource::Pipe,
             };
             let ahead = pool
                 .and_then(|p| p.take((order.uid, order.gid, order.privileged), &order.spec.mounts));

@@ -37,8 +37,6 @@ pub const MAX_FRAME_FDS: usize = 128;
 pub enum StdinKind {
     /// `/dev/null`.
     Null,
-    /// The frame's second descriptor, a readable file.
-    File,
     /// A pipe the spawner makes; its write end comes back with `Launched`.
     Pipe,
 }
@@ -47,7 +45,7 @@ pub enum StdinKind {
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Request {
-    /// Create a sandbox (descriptors: the hashed program, then a stdin file).
+    /// Create a sandbox (descriptor: the hashed program).
     /// Its init builds the root and waits for its go-ahead byte, which the
     /// daemon writes itself (see `Launched`).
     Launch {

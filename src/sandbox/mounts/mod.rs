@@ -22,7 +22,7 @@ use nix::mount::{mount, MsFlags};
 
 use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
-use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec};
+use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
 use super::sys::{detach_mount_when_told, mount_setattr_fd, WaitingDetach};
 use super::StepError;
 
@@ -187,6 +187,7 @@ pub fn finish_root_in_child(
         .map(open_verified)
         .collect::<Result<Vec<_>, _>>()?;
     apply_steps(&stage, rest, &scope_fds)?;
+    resize_tmpfs(&stage, spec.tmpfs)?;
     drop(stage);
     let detaching = pivot_into(Path::new(STAGE), detach, meanwhile)?;
     Ok(Rooted {
@@ -195,9 +196,11 @@ pub fn finish_root_in_child(
     })
 }
 
-/// Applies mount steps in order. Device nodes are bound without their own
-/// attribute call: one recursive call per directory holding them makes them
-/// all nosuid and noexec (they keep `dev`, the point of binding them).
+/// Applies mount steps in order. Each device node's bind is then made
+/// read-only, nosuid and noexec (it keeps `dev`, the point of binding it):
+/// the device stays readable and writable (a read-only mount does not stop
+/// writes to a device), but its inode — the host's own node — cannot be
+/// chmod'ed, chown'ed or touched.
 fn apply_steps(
     stage: &OwnedFd,
     steps: &[MountStep],
@@ -206,20 +209,16 @@ fn apply_steps(
     for m in steps {
         apply_step(stage, m, scope_fds)?;
     }
-    let mut device_dirs: Vec<&Path> = steps
-        .iter()
-        .filter(|m| matches!(m.kind, MountKind::Device { .. }))
-        .filter_map(|m| m.target.parent())
-        .collect();
-    device_dirs.dedup();
-    for dir in device_dirs {
-        restrict_mount(
-            stage,
-            relative(dir),
-            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-            true,
-            &dir.display().to_string(),
-        )?;
+    for m in steps {
+        if matches!(m.kind, MountKind::Device { .. }) {
+            restrict_mount(
+                stage,
+                relative(&m.target),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+                false,
+                &m.target.display().to_string(),
+            )?;
+        }
     }
     Ok(())
 }
@@ -243,6 +242,50 @@ fn open_verified(scope: &ScopeId) -> Result<OwnedFd, StepError> {
         ));
     }
     Ok(fd)
+}
+
+/// The SysV IPC limits of the sandbox's own IPC namespace, written through
+/// its fresh `/proc` before that turns read-only. The kernel's defaults let
+/// one namespace hold far more memory than any spawn's limit, in objects
+/// that outlive their processes and that rlimits do not count:
+/// - `shm_rmid_forced`: a shared memory segment is destroyed once no process
+///   has it attached, so its pages are always in some process's address
+///   space (and so under `RLIMIT_AS`, or in the cgroup);
+/// - at most 64 segments, 16 message queues of 16 KiB (256 KiB in all), and
+///   32 semaphore sets with 8000 semaphores in all.
+///
+/// A value the kernel refuses stops the setup: nothing runs with the defaults.
+fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
+    for (key, value) in [
+        ("sys/kernel/shm_rmid_forced", "1"),
+        ("sys/kernel/shmmni", "64"),
+        ("sys/kernel/msgmni", "16"),
+        ("sys/kernel/msgmnb", "16384"),
+        ("sys/kernel/sem", "250 8000 32 32"),
+    ] {
+        std::fs::write(proc_root.join(key), value)
+            .map_err(|e| StepError::new(format!("write {value:?} to /proc/{key}"), e))?;
+    }
+    Ok(())
+}
+
+/// Gives the private /tmp and /dev/shm the request's sizes: the shared steps
+/// mounted them before any request was known. A remount must repeat the
+/// flags the tmpfs was mounted with, or it would drop them.
+fn resize_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes) -> Result<(), StepError> {
+    for (target, size) in [("tmp", sizes.tmp), ("dev/shm", sizes.shm)] {
+        let root = open_beneath(stage, Path::new(target), Create::Nothing)?;
+        let data = format!("size={size}");
+        mount(
+            None::<&str>,
+            &fd_path(&root),
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some(data.as_str()),
+        )
+        .map_err(step(format!("mount(/{target}, MS_REMOUNT, {data})")))?;
+    }
+    Ok(())
 }
 
 fn relative(target: &Path) -> &Path {
@@ -315,6 +358,12 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
             // refused (seccomp refuses memfd_create without MFD_NOEXEC_SEAL too).
             // Written now, before the whole of /proc becomes read-only.
             let _ = std::fs::write(Path::new(STAGE).join(rel).join("sys/vm/memfd_noexec"), "2");
+            // Only the namespace's uid 0 may write the IPC limits: an
+            // unprivileged spawnd maps nothing but its own uid, and there
+            // the seccomp filter refuses SysV IPC objects instead.
+            if nix::unistd::geteuid().is_root() {
+                limit_sysv_ipc(&Path::new(STAGE).join(rel))?;
+            }
             // Read-only as a whole (threats F33: a child mapped to host root
             // would otherwise pass the permission checks of /proc/sys,
             // sysrq-trigger and the like); Landlock refuses writes there too.

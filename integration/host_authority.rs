@@ -1,0 +1,267 @@
+//! What a sandboxed program can do to the host files and services it can
+//! see, beyond what its scopes grant: own them through host uid 0, change
+//! the modes and times of device nodes, of its `--stdin-file` or of its own
+//! `#!` script, undo a read-only scope nested in a writable one, or ask the
+//! daemon for another connector's spawn. Each is judged from outside: the
+//! host file's mode and ctime, lint's and run's answers, the daemon's reply
+//! and its audit log. With spawnd as root, as nobody and through the
+//! spawner where it applies.
+
+#[path = "daemon_harness.rs"]
+mod daemon_harness;
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use daemon_harness::{Daemon, CONNECTOR};
+use harness::{world, As};
+use serde_json::{json, Value};
+
+/// A host file's mode and change time: what a chmod, chown or utime moves.
+#[derive(Debug, PartialEq, Eq)]
+struct Stamp {
+    mode: u32,
+    ctime: (i64, i64),
+}
+
+fn stamp(path: &Path) -> Stamp {
+    let m = std::fs::metadata(path).unwrap();
+    Stamp {
+        mode: m.mode() & 0o7777,
+        ctime: (m.ctime(), m.ctime_nsec()),
+    }
+}
+
+fn uid_of(who: As) -> u32 {
+    if who.is_root() {
+        0
+    } else {
+        65534
+    }
+}
+
+fn chown_to(path: &Path, who: As) {
+    let id = uid_of(who);
+    std::os::unix::fs::chown(path, Some(id), Some(id)).unwrap();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A directory of the test world for one test and identity.
+fn scratch(name: &str, who: As) -> PathBuf {
+    let dir = world().path(&format!("outside/{name}-{who:?}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    chmod(&dir, 0o755);
+    dir
+}
+
+/// Writes a manifest (connector header added) readable by every identity.
+fn manifest(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("manifest.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[connector]\nname = \"local://test/host-authority\"\nversion = \"1.0.0\"\n\n{body}"
+        ),
+    )
+    .unwrap();
+    chmod(&path, 0o644);
+    path
+}
+
+/// `spawnd run --json` of `op` in `manifest` as `who`.
+fn run(who: As, manifest: &Path, op: &str, args: &[(&str, &str)], extra: &[&str]) -> Output {
+    let w = world();
+    let mut cmd = who.spawnd_run(&w.spawnd);
+    cmd.args(["--json", "--manifest"])
+        .arg(manifest)
+        .args(["--op", op, "--config"])
+        .arg(w.config(who));
+    for (k, v) in args {
+        cmd.arg("--arg").arg(format!("{k}={v}"));
+    }
+    cmd.args(extra)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&w.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "spawnd printed no JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn stdout_text(v: &Value) -> &str {
+    v["data"]["stdout"]["text"].as_str().unwrap_or("")
+}
+
+const PYTHON_OP: &str = r#"[capabilities.spawn.operations.py]
+argv = ["python3", "-I", "-c", "{code}"]
+[capabilities.spawn.operations.py.params.code]
+max_len = 8192
+"#;
+
+macro_rules! for_each {
+    ($($name:ident: [$($who:ident),+] => $body:expr;)*) => {
+        $( mod $name {
+            use super::*;
+            $( #[test] #[allow(non_snake_case)] fn $who() { let f: fn(As) = $body; f(As::$who) } )+
+        } )*
+    };
+}
+
+for_each! {
+    // A root caller's program runs as 65534 (no run_as set), in cgroup mode
+    // too: a root-owned copy of python3 cannot make itself set-uid root on
+    // the host through /proc/self/exe.
+    a_root_callers_program_never_runs_as_host_uid_0: [Root, RootViaSpawner] => |who| {
+        let dir = scratch("root-exe", who);
+        let python = dir.join("python3");
+        std::fs::copy("/usr/bin/python3", &python).unwrap();
+        chmod(&python, 0o755);
+        let m = manifest(&dir, &format!(
+            "[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n\n{PYTHON_OP}",
+            python.display()
+        ));
+        let before = stamp(&python);
+        let code = "import os\nprint(os.getuid(), os.geteuid(), os.getgid())\ntry:\n    os.fchmod(os.open('/proc/self/exe', os.O_RDONLY), 0o4755)\n    print('ESCAPED')\nexcept OSError as e:\n    print('refused', e.errno)\n";
+        let v = json_of(&run(who, &m, "py", &[("code", code)], &[]));
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!(v["data"]["isolation"]["uid"], 65534, "{v}");
+        assert!(stdout_text(&v).starts_with("65534 65534 65534\n"), "{v}");
+        assert!(!stdout_text(&v).contains("ESCAPED"), "{v}");
+        assert_eq!(stamp(&python), before, "the host's copy of python3 was changed");
+    };
+
+    // The /dev nodes are the host's own inodes, bound read-only: usable,
+    // but their mode and times cannot change.
+    device_nodes_are_usable_but_their_host_inodes_cannot_change: [Root, Nobody, RootViaSpawner] => |who| {
+        let before = stamp(Path::new("/dev/full"));
+        let code = "import os\nfor name, f in [('chmod', lambda: os.chmod('/dev/full', 0o666)), ('utime', lambda: os.utime('/dev/full'))]:\n    try:\n        f(); print('ESCAPED', name)\n    except OSError as e:\n        print('refused', name, e.errno)\nprint('wrote', os.write(os.open('/dev/null', os.O_WRONLY), b'x'))\nprint('read', len(os.read(os.open('/dev/zero', os.O_RDONLY), 4)))\n";
+        let out = world().run(who, "py", &[("code", code)], &[]);
+        let v = json_of(&out);
+        let text = stdout_text(&v);
+        assert!(!text.contains("ESCAPED"), "{v}");
+        assert!(text.contains("wrote 1\nread 4\n"), "{v}");
+        assert_eq!(stamp(Path::new("/dev/full")), before, "the host's /dev/full was changed");
+    };
+
+    // `--stdin-file` reaches the program through a pipe, never as the host
+    // file's descriptor (through which fchmod and futimens would work).
+    the_stdin_file_cannot_be_changed_through_descriptor_0: [Root, Nobody, RootViaSpawner] => |who| {
+        let dir = scratch("stdin-file", who);
+        let file = dir.join("input.txt");
+        std::fs::write(&file, "fed through stdin\n").unwrap();
+        chown_to(&file, who);
+        chmod(&file, 0o644);
+        let before = stamp(&file);
+        let code = "import os, sys\nfor name, f in [('fchmod', lambda: os.fchmod(0, 0o6777)), ('futimens', lambda: os.utime(0))]:\n    try:\n        f()\n    except OSError as e:\n        print('refused', name, e.errno)\nprint(sys.stdin.read(), end='')\n";
+        let v = json_of(&run(who, &world().manifest, "py", &[("code", code)], &["--stdin-file", &file.display().to_string()]));
+        assert!(stdout_text(&v).ends_with("fed through stdin\n"), "{v}");
+        assert_eq!(stamp(&file), before, "the host's --stdin-file was changed");
+    };
+
+    // A `#!` script runs from a sealed copy: its interpreter reads the same
+    // bytes through /dev/fd/3, but the host's script cannot be changed or
+    // written through it.
+    a_script_cannot_change_its_own_host_file: [Root, Nobody, RootViaSpawner] => |who| {
+        let dir = scratch("script", who);
+        let script = dir.join("self.py");
+        std::fs::write(&script, "#!/usr/bin/python3\nimport os, sys\nprint('argv0', sys.argv[0])\nfor name, f in [('fchmod', lambda: os.fchmod(3, 0o777)), ('futimens', lambda: os.utime(3)), ('write', lambda: os.write(os.open('/dev/fd/3', os.O_WRONLY), b'x'))]:\n    try:\n        f()\n    except OSError as e:\n        print('refused', name, e.errno)\nprint('reads itself', open(sys.argv[0]).read().startswith('#!/usr/bin/python3'))\n").unwrap();
+        chown_to(&script, who);
+        chmod(&script, 0o755);
+        let m = manifest(&dir, &format!(
+            "[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n\n[capabilities.spawn.operations.self]\nargv = \"self.py\"\n",
+            script.display()
+        ));
+        let before = stamp(&script);
+        let v = json_of(&run(who, &m, "self", &[], &[]));
+        assert_eq!(v["data"]["exit_code"], 0, "{v}");
+        assert!(stdout_text(&v).contains("reads itself True"), "{v}");
+        assert!(stdout_text(&v).contains("refused write"), "{v}");
+        assert_eq!(stamp(&script), before, "the host's script was changed");
+        assert!(std::fs::read_to_string(&script).unwrap().starts_with("#!/usr/bin/python3\nimport os"));
+    };
+
+    // A read-only scope inside a writable one could be renamed away with a
+    // directory above it: lint and run refuse the layout, and nothing runs.
+    a_read_scope_nested_in_a_write_scope_is_refused: [Root, Nobody] => |who| {
+        let dir = scratch("nested", who);
+        let repo = dir.join("repo");
+        std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+        for d in [&repo, &repo.join(".git"), &repo.join(".git/hooks")] {
+            chown_to(d, who);
+        }
+        let m = manifest(&dir, &format!(
+            "[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nfs_write = [\"{repo}\"]\nfs_read = [\"{repo}/.git/hooks\"]\n\n{PYTHON_OP}",
+            repo = repo.display()
+        ));
+        let lint = Command::new(&world().spawnd).args(["manifest", "lint"]).arg(&m).output().unwrap();
+        let said = String::from_utf8_lossy(&lint.stderr);
+        assert_eq!(lint.status.code(), Some(4), "{said}");
+        assert!(said.contains("lies inside the writable scope"), "{said}");
+        assert!(said.contains("capabilities.spawn.fs_read"), "{said}");
+        let code = "import os\nos.rename('.git', '.git-moved')\nos.makedirs('.git/hooks')\nopen('.git/hooks/pre-commit', 'w').write('ESCAPED')\n";
+        let out = run(who, &m, "py", &[("code", code)], &["--cwd", &repo.display().to_string()]);
+        assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(repo.join(".git/hooks").is_dir() && !repo.join(".git-moved").exists());
+        assert!(!repo.join(".git/hooks/pre-commit").exists());
+    };
+}
+
+/// A peer in another user namespace — mapped to host root, as a rootless
+/// container's or a sandbox's could be — gets nothing from being uid 0
+/// there: refused as `caller_not_allowed`, and audited, while the same
+/// request from the daemon's own namespace runs.
+#[test]
+fn the_daemon_refuses_a_peer_in_another_user_namespace() {
+    let d = Daemon::start("userns-peer", "");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "spawn_op", "params": {"connector": CONNECTOR, "op": "true", "args": {}}});
+    let client = format!(
+        "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect({socket:?})\ns.sendall({line:?}.encode() + b'\\n')\nprint(s.makefile().readline(), end='')\n",
+        socket = d.socket.display().to_string(),
+        line = request.to_string(),
+    );
+    let answer = |wrap: &[&str]| -> Value {
+        let out = Command::new(wrap[0])
+            .args(&wrap[1..])
+            .args(["python3", "-c", &client])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let here = answer(&["env"]);
+    assert!(here["result"]["handle"].is_string(), "{here}");
+    let foreign = answer(&["unshare", "--user", "--map-root-user"]);
+    assert_eq!(foreign["error"]["code"], -32001, "{foreign}");
+    assert_eq!(
+        foreign["error"]["data"]["reason"], "caller_not_allowed",
+        "{foreign}"
+    );
+    let granted = foreign["error"]["data"]["granted"].to_string();
+    assert!(granted.contains("own user namespace"), "{foreign}");
+    assert!(daemon_harness::audit_has(
+        &d.audit,
+        &["caller_not_allowed", "\"uid\":0"]
+    ));
+}
