@@ -813,8 +813,8 @@ fn the_daemon_works_under_the_shipped_units_capabilities_and_no_new_privileges()
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        // A root caller's child is uid 0 of its own user namespace, with no capabilities.
-        let expected_uid = if who.is_root() { "0" } else { "65534" };
+        // A root caller's child runs as 65534 (SPEC §4: never host uid 0).
+        let expected_uid = "65534";
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             format!("{expected_uid}\nhello\n4\n"),
@@ -936,12 +936,16 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
     assert!(writable.join("written").exists());
 
     // A read scope nobody may not list, one it cannot reach, a write scope it
-    // may not write: each refused, naming the scope, nothing run.
-    let cases: [(&dyn Fn(), &std::path::Path, &str); 3] = [
+    // may not write: each refused, naming the scope, nothing run. Root's
+    // program runs as 65534 (SPEC §4): it is refused where 65534 may not use
+    // a scope's own inode, and allowed where only the path to it is closed
+    // (the sandbox makes its own path).
+    let cases: [(&dyn Fn(), &std::path::Path, &str, bool); 3] = [
         (
             &|| chmod(&readable, 0o700),
             &readable,
             "may not read+search/execute",
+            false,
         ),
         (
             &|| {
@@ -950,6 +954,7 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
             },
             &readable,
             "must be able to reach it",
+            true,
         ),
         (
             &|| {
@@ -959,9 +964,10 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
             },
             &writable,
             "may not read+write+search/execute",
+            false,
         ),
     ];
-    for (arrange, scope, says) in cases {
+    for (arrange, scope, says, root_may) in cases {
         arrange();
         let _ = std::fs::remove_file(writable.join("written"));
         let (code, out, err) = run(nobody, true);
@@ -971,9 +977,16 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
             "{err}"
         );
         assert!(!writable.join("written").exists());
-        // Root may: it is the caller, and could open them itself.
         let (code, out, err) = run(harness::As::Root, false);
-        assert_eq!((code, out.as_str()), (Some(0), "scoped data\n"), "{err}");
+        if root_may {
+            assert_eq!((code, out.as_str()), (Some(0), "scoped data\n"), "{err}");
+        } else {
+            assert_eq!(code, Some(5), "{out}{err}");
+            assert!(
+                err.contains("the program runs as uid 65534") && err.contains(says),
+                "{err}"
+            );
+        }
     }
     // Nor does spawnd run a program the caller could not execute (the
     // scopes open to nobody again).
@@ -993,7 +1006,11 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(5), "{said}");
     assert!(said.contains("may not execute"), "{said}");
-    assert_eq!(private_run(harness::As::Root).status.code(), Some(0));
+    // Nor for root, whose program would run as 65534.
+    let refused = private_run(harness::As::Root);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(5), "{said}");
+    assert!(said.contains("the program runs as uid 65534"), "{said}");
 }
 
 #[test]

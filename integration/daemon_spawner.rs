@@ -65,22 +65,22 @@ print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
 fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
     // Idle blanks are prepared (ids mapped, shared root built) for whoever
     // ran last; a caller of another identity must get a sandbox of its own
-    // identity all the same, every time the caller changes.
+    // identity all the same, every time the caller changes. Callers: root
+    // (whose program runs as 65534), nobody, and uid 1.
     let w = world();
-    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n");
+    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534, 1]\n");
     let d = Daemon::start("identities", &extra);
-    let order = [
-        harness::As::Root,
-        harness::As::Nobody,
-        harness::As::Nobody,
-        harness::As::Root,
-        harness::As::Nobody,
-        harness::As::Root,
-    ];
-    for (i, who) in order.into_iter().enumerate() {
+    let order = [0u32, 65534, 65534, 1, 0, 1, 65534, 0];
+    for (i, caller) in order.into_iter().enumerate() {
         // Time for the idle spawner to prepare its pool for the last caller.
         std::thread::sleep(Duration::from_millis(250));
-        let out = daemon_harness::spawnd_as(who)
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={caller}"))
+            .arg(format!("--regid={caller}"))
+            .arg("--clear-groups")
+            .arg(&w.spawnd);
+        let who = caller;
+        let out = cmd
             .args(["run", "--json", "--socket"])
             .arg(&d.socket)
             .args(["--connector", CONNECTOR, "--op", "sh", "--arg"])
@@ -93,7 +93,12 @@ fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         let data = &v["data"];
         assert_eq!(data["exit_code"], 0, "#{i} {who:?}: {v}");
-        let id = if who.is_root() { "0" } else { "65534" };
+        let id = if caller == 0 {
+            "65534".to_string()
+        } else {
+            caller.to_string()
+        };
+        let id = id.as_str();
         let text = data["stdout"]["text"].as_str().unwrap();
         let mut lines = text.lines();
         assert_eq!(
@@ -101,14 +106,10 @@ fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
             (Some(id), Some(id)),
             "#{i} {who:?}: {text}"
         );
-        // The map holds root (to build the root) and the caller, no one else.
+        // The map holds root (to build the root) and the program's
+        // identity, no one else.
         let mapped: Vec<&str> = lines.filter_map(|l| l.split_whitespace().next()).collect();
-        let expected: Vec<&str> = if who.is_root() {
-            vec!["0"]
-        } else {
-            vec!["0", "65534"]
-        };
-        assert_eq!(mapped, expected, "#{i} {who:?}: {text}");
+        assert_eq!(mapped, ["0", id], "#{i} {who:?}: {text}");
     }
 }
 

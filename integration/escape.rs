@@ -604,23 +604,39 @@ fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
 }
 
 /// Found in review: a symlink planted in a writable scope by one run must not
-/// redirect a scope (or a mount target) of a later run to host paths.
+/// redirect a scope (or a mount target) of a later run to host paths. The
+/// later run is another connector's, whose read scopes lie where the first
+/// one could write (a read scope nested in the same manifest's write scope
+/// is refused outright).
 fn assert_planted_symlinks_do_not_redirect_later_runs(who: As) {
     let w = world();
     let nest = w.path(&format!("rw/nest-{who:?}"));
     let _ = std::fs::remove_dir_all(&nest);
     std::fs::create_dir_all(&nest).unwrap();
     std::fs::set_permissions(&nest, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
-    let manifest = w.path(&format!("outside/nest-{who:?}.toml"));
-    std::fs::write(&manifest, format!(
-        "[connector]\nname = \"local://t/nest\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\nfs_write = [\"{n}\"]\nfs_read = [\"{n}/sub\", \"{n}/deep/er\"]\n[capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n",
-        n = nest.display()
-    )).unwrap();
-    let run = |script: &str| {
+    let manifest_with = |name: &str, scopes: &str| {
+        let path = w.path(&format!("outside/{name}-{who:?}.toml"));
+        std::fs::write(&path, format!(
+            "[connector]\nname = \"local://t/{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\n{scopes}\n[capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n",
+        )).unwrap();
+        path
+    };
+    let planter = manifest_with(
+        "nest-planter",
+        &format!("fs_write = [\"{}\"]", nest.display()),
+    );
+    let reader = manifest_with(
+        "nest-reader",
+        &format!(
+            "fs_read = [\"{n}/sub\", \"{n}/deep/er\"]",
+            n = nest.display()
+        ),
+    );
+    let run = |manifest: &std::path::Path, script: &str| {
         let mut cmd = who.spawnd_run(&w.spawnd);
         cmd.env("SPAWND_CONFIG", w.config(who))
             .args(["--json", "--manifest"])
-            .arg(&manifest)
+            .arg(manifest)
             .args(["--op", "sh", "--arg", &format!("script={script}")])
             .output()
             .unwrap()
@@ -631,17 +647,20 @@ fn assert_planted_symlinks_do_not_redirect_later_runs(who: As) {
         o = outside.display(),
         n = nest.display()
     );
-    let first = run(&plant);
+    let first = run(&planter, &plant);
     assert_eq!(
         first.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&first.stdout)
     );
-    let second = run(&format!(
-        "cat {n}/sub/secret.txt; cat {n}/deep/er/shadow; ls {n}/deep/er",
-        n = nest.display()
-    ));
+    let second = run(
+        &reader,
+        &format!(
+            "cat {n}/sub/secret.txt; cat {n}/deep/er/shadow; ls {n}/deep/er",
+            n = nest.display()
+        ),
+    );
     let text = String::from_utf8_lossy(&second.stdout);
     assert!(
         !text.contains("host secret") && !text.contains("root:"),

@@ -36,10 +36,13 @@ argv = "git show {ref}"
 /// Found in review: `~/` write scopes are checked after expansion, for this caller.
 #[test]
 fn a_home_write_scope_that_lands_on_a_system_path_is_refused() {
-    let text = M0.replace(
-        "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
-        "fs_write = [\"~\"]",
-    );
+    // (`fs_read = ["~/code/"]` would lie inside it: refused on its own.)
+    let text = M0
+        .replace(
+            "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
+            "fs_write = [\"~\"]",
+        )
+        .replace("fs_read = [\"~/code/\"]", "fs_read = []");
     let m = manifest(&text);
     for home in ["/", "/usr/sbin", "/var/lib/daemon"] {
         let name = m.connector.name.to_string();
