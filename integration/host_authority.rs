@@ -197,6 +197,15 @@ for_each! {
         assert!(std::fs::read_to_string(&script).unwrap().starts_with("#!/usr/bin/python3\nimport os"));
     };
 
+    // Init is a clone of spawnd: its command line (the config path, `--env`
+    // values) must not be readable at /proc/1/cmdline.
+    inits_command_line_shows_nothing_of_spawnds: [Root, Nobody, RootViaSpawner] => |who| {
+        let code = "print(repr(open('/proc/1/cmdline', 'rb').read().rstrip(bytes(1))))";
+        let out = world().run(who, "py", &[("code", code)], &["--env", "SENTINEL=sentinel-value-on-the-command-line"]);
+        let v = json_of(&out);
+        assert_eq!(stdout_text(&v), "b'spawnd-init'\n", "{v}");
+    };
+
     // A read-only scope inside a writable one could be renamed away with a
     // directory above it: lint and run refuse the layout, and nothing runs.
     a_read_scope_nested_in_a_write_scope_is_refused: [Root, Nobody] => |who| {

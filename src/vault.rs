@@ -77,6 +77,35 @@ pub enum VaultError {
     Nul(String),
 }
 
+/// Appends `more` to `buf`. When `buf` must grow, its bytes move to a larger
+/// buffer and the old one is wiped: a plain `Vec` would hand it back to the
+/// allocator with the bytes still in it.
+pub fn extend_wiped(buf: &mut Zeroizing<Vec<u8>>, more: &[u8]) {
+    let needed = buf.len() + more.len();
+    if needed > buf.capacity() {
+        let mut grown = Zeroizing::new(Vec::with_capacity(needed.max(2 * buf.capacity())));
+        grown.extend_from_slice(buf);
+        // The old buffer is dropped here, and zeroed as it goes.
+        *buf = grown;
+    }
+    buf.extend_from_slice(more);
+}
+
+/// Everything `reader` gives, in wiped memory (see [`extend_wiped`]); the
+/// read buffer is wiped too.
+fn read_wiped(mut reader: impl std::io::Read) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    let mut out = Zeroizing::new(Vec::new());
+    let mut chunk = Zeroizing::new([0u8; 4096]);
+    loop {
+        match reader.read(&mut chunk[..]) {
+            Ok(0) => return Ok(out),
+            Ok(n) => extend_wiped(&mut out, &chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// How long an `exec:` helper may take.
 pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -148,11 +177,7 @@ fn run_helper(
         .stderr
         .take()
         .ok_or_else(|| fail("no stderr".into()))?;
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Zeroizing::new(Vec::new());
-        let _ = stdout.read_to_end(&mut buf);
-        buf
-    });
+    let out_reader = std::thread::spawn(move || read_wiped(&mut stdout).unwrap_or_default());
     let err_reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = (&mut stderr).take(4096).read_to_end(&mut buf);
@@ -191,9 +216,26 @@ fn run_helper(
     Ok(trim_newline(value))
 }
 
+/// Opened once, without following a symbolic link at the last component,
+/// checked through that descriptor (a regular file, spawnd's own, private)
+/// and read through it: nothing can be swapped between the check and the read.
 fn read_private_file(path: &Path) -> Result<Secret, VaultError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display().to_string();
-    let meta = std::fs::metadata(path).map_err(|e| VaultError::Unreadable(shown.clone(), e))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| VaultError::Unreadable(shown.clone(), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| VaultError::Unreadable(shown.clone(), e))?;
+    if !meta.file_type().is_file() {
+        return Err(VaultError::Unreadable(
+            shown,
+            std::io::Error::other("not a regular file"),
+        ));
+    }
     let me = nix::unistd::geteuid().as_raw();
     if meta.mode() & 0o077 != 0 || meta.uid() != me {
         return Err(VaultError::Exposed {
@@ -203,8 +245,8 @@ fn read_private_file(path: &Path) -> Result<Secret, VaultError> {
             expected: me,
         });
     }
-    let bytes = std::fs::read(path).map_err(|e| VaultError::Unreadable(shown, e))?;
-    Ok(trim_newline(Zeroizing::new(bytes)))
+    let bytes = read_wiped(&file).map_err(|e| VaultError::Unreadable(shown, e))?;
+    Ok(trim_newline(bytes))
 }
 
 #[cfg(test)]
@@ -271,6 +313,33 @@ mod tests {
         let s = read_secret(&CredentialSource::File(f.path().into())).unwrap();
         assert_eq!(s.expose(), b"s3cret\n");
         assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_symlink_to_a_credential_file_is_refused_and_a_directory_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        std::fs::write(&real, "s3cret").unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = read_secret(&CredentialSource::File(link)).unwrap_err();
+        assert!(matches!(e, VaultError::Unreadable(..)), "{e}");
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let e = read_secret(&CredentialSource::File(d.path().into())).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn growing_a_wiped_buffer_keeps_every_byte() {
+        let mut buf = Zeroizing::new(Vec::new());
+        let mut want = Vec::new();
+        for i in 0..2000u32 {
+            let piece = i.to_le_bytes();
+            extend_wiped(&mut buf, &piece);
+            want.extend_from_slice(&piece);
+        }
+        assert_eq!(&buf[..], &want[..]);
     }
 
     #[test]

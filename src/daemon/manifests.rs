@@ -1,10 +1,13 @@
 //! The manifests `spawnd serve` serves: `[server] manifests` (files, or
-//! directories of `*.toml`), each checked for who can change it.
+//! directories of `*.toml`), each checked for who can change it: the file
+//! and the directory holding it. A file is opened once, without following a
+//! symbolic link, checked through that descriptor and read through it, so
+//! the bytes parsed are the bytes of the file that was checked.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::manifest::Manifest;
+use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 
 /// The manifests the daemon serves, by connector name.
 pub type Manifests = BTreeMap<String, Manifest>;
@@ -30,9 +33,13 @@ pub fn load_manifests(config: &crate::config::Config) -> Result<Manifests, Strin
     }
     let me = nix::unistd::geteuid().as_raw();
     let mut out = Manifests::new();
+    let options = LoadOptions {
+        max_wall_time_ms: config.sandbox.max_wall_time_ms,
+    };
     for file in files {
-        check_ownership(&file, me)?;
-        let manifest = crate::cli::context::load_manifest(&file, config).map_err(|f| f.message)?;
+        let text = read_checked(&file, me)?;
+        let manifest = parse_manifest(&file.display().to_string(), &text, options)
+            .map_err(|e| e.to_string())?;
         let name = manifest.connector.name.to_string();
         if out.contains_key(&name) {
             return Err(format!(
@@ -45,22 +52,94 @@ pub fn load_manifests(config: &crate::config::Config) -> Result<Manifests, Strin
     Ok(out)
 }
 
-fn check_ownership(file: &Path, me: u32) -> Result<(), String> {
+/// The text of a manifest file whose file and directory only root or
+/// spawnd's user can change.
+fn read_checked(file: &Path, me: u32) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = file.display();
+    let mut opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(file)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => format!(
+                "{shown} is a symbolic link; list the file it points to in [server] manifests"
+            ),
+            _ => format!("{shown}: {e}"),
+        })?;
+    let meta = opened.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    check_ownership(&meta, &shown.to_string(), me)?;
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    let dir_meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    check_ownership(
+        &dir_meta,
+        &format!("{} (holding {shown})", dir.display()),
+        me,
+    )?;
+    let mut text = String::new();
+    opened
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read manifest {shown}: {e}"))?;
+    Ok(text)
+}
+
+/// Only root or spawnd's user may change it: owned by one of them, writable
+/// by neither group nor others.
+fn check_ownership(meta: &std::fs::Metadata, shown: &str, me: u32) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
     if meta.mode() & 0o022 != 0 {
         return Err(format!(
-            "{} is writable by group or others (mode {:o}); chmod go-w it",
-            file.display(),
+            "{shown} is writable by group or others (mode {:o}); chmod go-w it",
             meta.mode() & 0o7777
         ));
     }
     if meta.uid() != 0 && meta.uid() != me {
         return Err(format!(
-            "{} is owned by uid {}, neither root nor spawnd's user ({me})",
-            file.display(),
+            "{shown} is owned by uid {}, neither root nor spawnd's user ({me})",
             meta.uid()
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn chmod(p: &Path, mode: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_is_read_only_from_a_file_and_directory_no_one_else_can_change() {
+        let me = nix::unistd::geteuid().as_raw();
+        let d = tempfile::tempdir().unwrap();
+        chmod(d.path(), 0o755);
+        let file = d.path().join("m.toml");
+        std::fs::write(&file, "text").unwrap();
+        chmod(&file, 0o644);
+        assert_eq!(read_checked(&file, me).unwrap(), "text");
+        // Through a symbolic link: refused, not followed.
+        let link = d.path().join("link.toml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let e = read_checked(&link, me).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        // A directory others may write to: they could swap the file.
+        chmod(d.path(), 0o777);
+        let e = read_checked(&file, me).unwrap_err();
+        assert!(
+            e.contains("holding") && e.contains("writable by group or others"),
+            "{e}"
+        );
+        chmod(d.path(), 0o755);
+        chmod(&file, 0o664);
+        let e = read_checked(&file, me).unwrap_err();
+        assert!(e.contains("writable by group or others"), "{e}");
+    }
 }

@@ -227,23 +227,48 @@ fn listener(daemon: &Daemon, path: &Path) -> Result<(UnixListener, Option<PathBu
         }
         let _ = std::fs::remove_file(path);
     }
-    let l = UnixListener::bind(path)
-        .map_err(|e| ServeError(format!("bind {}: {e}", path.display())))?;
-    std::fs::set_permissions(
-        path,
-        std::fs::Permissions::from_mode(daemon.loaded().config.server.socket_mode),
-    )
-    .map_err(|e| ServeError(format!("chmod {}: {e}", path.display())))?;
-    if let Some(group) = &daemon.loaded().config.server.socket_group {
-        let gid = nix::unistd::Group::from_name(group)
-            .ok()
-            .flatten()
-            .ok_or_else(|| ServeError(format!("[server] socket_group {group:?}: no such group")))?
-            .gid;
-        nix::unistd::chown(path, None, Some(gid))
-            .map_err(|e| ServeError(format!("chgrp {group} {}: {e}", path.display())))?;
-    }
+    let l = bind_with_final_mode(daemon, path)?;
     Ok((l, Some(path.to_path_buf())))
+}
+
+/// Binds the socket where no one else can reach it — in a fresh 0700
+/// directory beside `path` — gives it its mode and group there, and only
+/// then renames it into place: it is never reachable with the mode the
+/// umask gave it.
+fn bind_with_final_mode(daemon: &Daemon, path: &Path) -> Result<UnixListener, ServeError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let staging = dir.join(format!(".spawnd-bind-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&staging)
+        .map_err(|e| ServeError(format!("create {}: {e}", staging.display())))?;
+    let bound = staging.join("spawnd.sock");
+    let made = (|| {
+        let l = UnixListener::bind(&bound)
+            .map_err(|e| ServeError(format!("bind {}: {e}", path.display())))?;
+        std::fs::set_permissions(
+            &bound,
+            std::fs::Permissions::from_mode(daemon.loaded().config.server.socket_mode),
+        )
+        .map_err(|e| ServeError(format!("chmod {}: {e}", path.display())))?;
+        if let Some(group) = &daemon.loaded().config.server.socket_group {
+            let gid = nix::unistd::Group::from_name(group)
+                .ok()
+                .flatten()
+                .ok_or_else(|| {
+                    ServeError(format!("[server] socket_group {group:?}: no such group"))
+                })?
+                .gid;
+            nix::unistd::chown(&bound, None, Some(gid))
+                .map_err(|e| ServeError(format!("chgrp {group} {}: {e}", path.display())))?;
+        }
+        std::fs::rename(&bound, path)
+            .map_err(|e| ServeError(format!("move the socket to {}: {e}", path.display())))?;
+        Ok(l)
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    made
 }
 
 async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError> {

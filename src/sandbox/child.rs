@@ -29,8 +29,8 @@ use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
 use super::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
-    install_seccomp_filter_on_current_thread, restore_every_default_action, set_loopback_up,
-    start_program, ProgramStart,
+    install_seccomp_filter_on_current_thread, replace_command_line, restore_every_default_action,
+    set_loopback_up, start_program, ProgramStart,
 };
 use super::StepError;
 
@@ -47,7 +47,7 @@ pub struct ChildSetup<'a> {
     /// argv, `argv[0]` included.
     pub argv: Vec<CString>,
     /// `KEY=VALUE` entries, exactly the plan's.
-    pub envp: Vec<CString>,
+    pub envp: super::prepare::WipedCStrings,
     /// The child's stdin, stdout and stderr.
     pub stdio: [OwnedFd; 3],
     /// Read end of the parent's go-ahead pipe: one byte once the ids are mapped,
@@ -111,6 +111,15 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
             report(&setup.status, format!("E{e}\n").as_bytes());
             exit_immediately(126)
         }
+    }
+    // `/proc/1/cmdline` in the sandbox would show spawnd's own command line
+    // (its config path, `--env` values): init's becomes its name alone.
+    if let Err(e) = replace_command_line(b"spawnd-init") {
+        report(
+            &setup.status,
+            format!("Ereplace the command line: {e}\n").as_bytes(),
+        );
+        exit_immediately(126)
     }
     if let Err(e) = keep_only_own_descriptors(&mut setup) {
         report(&setup.status, format!("E{e}\n").as_bytes());

@@ -334,6 +334,9 @@ pub fn launch_order(
     cgroups: Option<&mut CgroupPool>,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
+    // Read here, once per process, so the clone inherits the answer (see
+    // `init_main`, which hides spawnd's command line).
+    let _ = super::sys::command_line_area();
     // Checked first, so that a sandbox made ahead never meets an error only
     // the parent could report (a blank that fails to read its order just exits).
     if order

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use super::child::{ChildSetup, ScopeId};
 use super::launch::LaunchOrder;
-use super::prepare::{rlimits, to_cstrings};
+use super::prepare::{rlimits, to_cstrings, WipedCStrings};
 use super::seccomp::SockFilter;
 use super::StepError;
 
@@ -51,7 +51,7 @@ impl ChildParts {
             program: self.program,
             script: self.script,
             argv: to_cstrings(order.argv.iter().map(Vec::as_slice))?,
-            envp: to_cstrings(order.env.0.iter().map(Vec::as_slice))?,
+            envp: WipedCStrings::new(to_cstrings(order.env.0.iter().map(Vec::as_slice))?),
             stdio: self.stdio,
             sync: self.sync,
             status: self.status,

@@ -175,6 +175,33 @@ pub(super) fn sealed_script_copy(script: &File, decided: &[u8; 32]) -> Result<Fi
     Ok(copy)
 }
 
+/// C strings that may hold credential values (the program's environment):
+/// their bytes are zeroed when dropped, so a spawner that outlives the
+/// launch keeps no copy in freed memory for later forks to inherit.
+pub struct WipedCStrings(Vec<CString>);
+
+impl WipedCStrings {
+    pub(super) fn new(items: Vec<CString>) -> WipedCStrings {
+        WipedCStrings(items)
+    }
+}
+
+impl std::ops::Deref for WipedCStrings {
+    type Target = [CString];
+    fn deref(&self) -> &[CString] {
+        &self.0
+    }
+}
+
+impl Drop for WipedCStrings {
+    fn drop(&mut self) {
+        for item in self.0.drain(..) {
+            // The same allocation, handed back without a copy.
+            zeroize::Zeroize::zeroize(&mut item.into_bytes_with_nul());
+        }
+    }
+}
+
 pub(super) fn to_cstrings<'b>(
     items: impl Iterator<Item = &'b [u8]>,
 ) -> Result<Vec<CString>, StepError> {

@@ -350,7 +350,9 @@ fn supervise_blocked<'a>(
     // stop after a short drain instead of waiting for it.
     let mut drain_until: Option<Instant> = None;
     let (mut timed_out, mut interrupted_by) = (false, None);
-    let mut buf = vec![0u8; FIRST_CHUNK];
+    // The child's raw output, credential values and all, passes through it:
+    // wiped when the supervision ends.
+    let mut buf = zeroize::Zeroizing::new(vec![0u8; FIRST_CHUNK]);
     while out.fd.is_some() || err.fd.is_some() || status.is_some() {
         let now = Instant::now();
         if drain_until.is_some_and(|t| now >= t) {

@@ -43,7 +43,7 @@ impl Redactor {
         if self.secrets.is_empty() {
             return chunk.to_vec();
         }
-        self.pending.extend_from_slice(chunk);
+        crate::vault::extend_wiped(&mut self.pending, chunk);
         let mut out = Vec::with_capacity(self.pending.len());
         let mut i = 0;
         let buf = &self.pending;

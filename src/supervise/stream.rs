@@ -80,10 +80,13 @@ pub(super) const CHUNK: usize = 64 * 1024;
 /// for zeroing (and faulting in) 64 KiB, 16 page faults, ~50 µs here.
 pub(super) const FIRST_CHUNK: usize = 4 * 1024;
 
-/// Grows the read buffer to [`CHUNK`] once a read has filled it.
+/// Grows the read buffer to [`CHUNK`] once a read has filled it. The old
+/// buffer held raw output (credential values too): it is wiped, not left to
+/// the allocator as a reallocation would.
 fn grow_if_filled(buf: &mut Vec<u8>, n: usize) {
     if n == buf.len() && buf.len() < CHUNK {
-        buf.resize(CHUNK, 0);
+        let old = std::mem::replace(buf, vec![0u8; CHUNK]);
+        zeroize::Zeroize::zeroize(&mut { old });
     }
 }
 

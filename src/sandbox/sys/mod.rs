@@ -307,6 +307,43 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
     Ok(adopt_fd(ret as RawFd))
 }
 
+/// Where this process's command line lives: `arg_start` and `arg_end` of
+/// `/proc/self/stat`, read once. A clone inherits the answer along with the
+/// memory it describes, so a parent that asked before cloning spares its
+/// children the reading.
+pub fn command_line_area() -> Option<(usize, usize)> {
+    static AREA: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    *AREA.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name's closing parenthesis start at field
+        // 3 (state); arg_start and arg_end are fields 48 and 49.
+        let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(45);
+        let start = fields.next()?.parse().ok()?;
+        let end = fields.next()?.parse().ok()?;
+        (start < end).then_some((start, end))
+    })
+}
+
+/// Replaces this process's command line — what `/proc/PID/cmdline` shows —
+/// with `name`, the rest of the area zeroed (truncated if the area is
+/// shorter). The memory is this process's own; other processes see only
+/// the new bytes.
+pub fn replace_command_line(name: &[u8]) -> io::Result<()> {
+    let (start, end) = command_line_area()
+        .ok_or_else(|| io::Error::other("no command line area in /proc/self/stat"))?;
+    let len = end - start;
+    // SAFETY: [start, end) is this process's argument area as the kernel
+    // reports it: mapped and writable (the initial stack), of `len` bytes.
+    // No Rust reference to it is alive (std copies arguments out when asked),
+    // and the caller is single-threaded, so nothing reads it meanwhile.
+    unsafe {
+        let area = start as *mut u8;
+        std::ptr::write_bytes(area, 0, len);
+        std::ptr::copy_nonoverlapping(name.as_ptr(), area, name.len().min(len.saturating_sub(1)));
+    }
+    Ok(())
+}
+
 /// `SO_PEERPIDFD` from `<asm-generic/socket.h>` (Linux 6.5).
 const SO_PEERPIDFD: libc::c_int = 77;
 /// `PIDFD_GET_USER_NAMESPACE` from `<linux/pidfd.h>`: `_IO(0xFF, 9)` (Linux 6.11).
