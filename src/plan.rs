@@ -95,4 +95,8 @@ pub struct FsPlan {
     pub write: Vec<PathBuf>,
     /// Executable.
     pub exec: Vec<PathBuf>,
+    /// Unix sockets the program may connect to (`unix_sockets`): with any,
+    /// `socket(AF_UNIX)` is allowed, and each is bound in where no scope
+    /// shows it already.
+    pub unix_sockets: Vec<PathBuf>,
 }

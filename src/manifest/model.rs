@@ -235,6 +235,8 @@ pub struct Operation {
     pub program: usize,
     /// Effective limits (connector's, tightened by the operation's).
     pub limits: Limits,
+    /// Unix sockets it may connect to: the connector's and its own.
+    pub unix_sockets: Vec<ScopePath>,
 }
 
 /// `[capabilities.spawn]`, validated.
@@ -256,6 +258,8 @@ pub struct SpawnGrant {
     pub fs_write: Vec<ScopePath>,
     /// Executable scopes.
     pub fs_exec: Vec<ScopePath>,
+    /// Unix sockets every operation may connect to.
+    pub unix_sockets: Vec<ScopePath>,
     /// Working-directory policy.
     pub cwd: Option<ScopePath>,
     /// Connector-wide limits.

@@ -9,6 +9,7 @@ use toml::Spanned;
 
 use super::limits::Limits;
 use super::model::{Operation, Program, Sha256Digest, ValueKind};
+use super::paths::ScopePath;
 use super::raw::{RawArgv, RawArgvItem, RawOperation, RawParam, RawProgram, RawSpawn};
 use super::scopes::check_path;
 use super::validate::{check_limits, Checker};
@@ -23,6 +24,7 @@ pub(super) fn validate_operations(
     s: &RawSpawn,
     spawn_span: Range<usize>,
     base: Limits,
+    base_sockets: &[ScopePath],
 ) -> Option<(Vec<Program>, BTreeMap<String, Operation>)> {
     let programs = check_programs(c, s.programs.as_ref(), spawn_span.clone());
     let empty = BTreeMap::new();
@@ -33,7 +35,8 @@ pub(super) fn validate_operations(
     }
     let mut operations = BTreeMap::new();
     for (name, op) in ops {
-        if let Some(op) = check_operation(c, name, op, programs.as_deref().unwrap_or(&[]), &base) {
+        let programs = programs.as_deref().unwrap_or(&[]);
+        if let Some(op) = check_operation(c, name, op, programs, &base, base_sockets) {
             operations.insert(name.get_ref().clone(), op);
         }
     }
@@ -119,6 +122,7 @@ fn check_operation(
     op: &Spanned<RawOperation>,
     programs: &[Program],
     base: &Limits,
+    base_sockets: &[ScopePath],
 ) -> Option<Operation> {
     let key = format!("capabilities.spawn.operations.{}", name.get_ref());
     if !is_valid_op_name(name.get_ref()) {
@@ -165,6 +169,13 @@ fn check_operation(
         None => *base,
         Some(l) => check_limits(c, l, &format!("{key}.limits"), base, true)?,
     };
+    let mut unix_sockets = base_sockets.to_vec();
+    for path in &raw.unix_sockets {
+        let socket = check_path(c, path, &format!("{key}.unix_sockets"))?;
+        if !unix_sockets.contains(&socket) {
+            unix_sockets.push(socket);
+        }
+    }
     Some(Operation {
         name: name.get_ref().clone(),
         template,
@@ -175,6 +186,7 @@ fn check_operation(
         mode,
         program,
         limits,
+        unix_sockets,
     })
 }
 

@@ -136,6 +136,9 @@ pub struct RawSpawn {
     /// Executable scopes (extension).
     #[serde(default)]
     pub fs_exec: Vec<Spanned<String>>,
+    /// Unix sockets every operation may connect to (extension).
+    #[serde(default)]
+    pub unix_sockets: Vec<Spanned<String>>,
     /// Working-directory policy.
     pub cwd: Option<Spanned<String>>,
     /// Connector-wide limits.
@@ -167,6 +170,10 @@ pub struct RawOperation {
     pub params: BTreeMap<Spanned<String>, Spanned<RawParam>>,
     /// Limits that tighten the connector's.
     pub limits: Option<Spanned<RawLimits>>,
+    /// Unix sockets this operation may connect to besides the connector's
+    /// (extension).
+    #[serde(default)]
+    pub unix_sockets: Vec<Spanned<String>>,
 }
 
 /// An argv template in either form.

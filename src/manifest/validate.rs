@@ -297,6 +297,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     let fs_read = check_scopes(c, &s.fs_read, "fs_read");
     let fs_write = check_scopes(c, &s.fs_write, "fs_write");
     let fs_exec = check_scopes(c, &s.fs_exec, "fs_exec");
+    let unix_sockets = check_scopes(c, &s.unix_sockets, "unix_sockets");
     for (scope, spanned) in fs_write.iter().zip(&s.fs_write) {
         if let Some(sys) = scope.touches_system_path() {
             c.error(
@@ -318,8 +319,14 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         || Some(Limits::default()),
         |l| check_limits(c, l, "capabilities.spawn.limits", &Limits::default(), false),
     );
-    let (programs, operations) =
-        validate_operations(c, s, spawn.span(), base_limits.unwrap_or_default())?;
+    let (programs, operations) = validate_operations(
+        c,
+        s,
+        spawn.span(),
+        base_limits.unwrap_or_default(),
+        &unix_sockets,
+    )?;
+    warn_of_unix_sockets(c, &operations);
     check_broad_scopes(c, &fs_read, &fs_write);
     check_nested_scopes(c, s, &fs_write);
     Some(SpawnGrant {
@@ -331,9 +338,29 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         fs_read,
         fs_write,
         fs_exec,
+        unix_sockets,
         cwd,
         limits: base_limits?,
     })
+}
+
+/// `unix_sockets` is the one way a program reaches a host service: say what
+/// it grants, once per manifest.
+fn warn_of_unix_sockets(
+    c: &mut Checker,
+    operations: &std::collections::BTreeMap<String, super::model::Operation>,
+) {
+    let granted: Vec<&str> = operations
+        .values()
+        .filter(|op| !op.unix_sockets.is_empty())
+        .map(|op| op.name.as_str())
+        .collect();
+    if !granted.is_empty() {
+        c.warn(
+            "capabilities.spawn.unix_sockets",
+            format!("operations {} may create unix sockets and connect to the sockets listed; Landlock (to ABI 7) does not govern connect(), so they can also reach any other socket inside their scopes, and the service behind a socket acts with its own authority", granted.join(", ")),
+        );
+    }
 }
 
 /// Checks a limits table; with `tighten_only`, each value must not exceed `base`.

@@ -56,7 +56,12 @@ fn gate(
         .template
         .substitute(&args, &op.params)
         .map_err(|e| arg_denial(ctx, op, &e))?;
-    let fs = expand_scopes(ctx, spawn, caller)?;
+    let mut fs = expand_scopes(ctx, spawn, caller)?;
+    fs.unix_sockets = op
+        .unix_sockets
+        .iter()
+        .map(|s| s.expand(&caller.home))
+        .collect();
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
@@ -240,6 +245,7 @@ fn expand_scopes(
         read: expand(&spawn.fs_read),
         write: expand(&spawn.fs_write),
         exec: expand(&spawn.fs_exec),
+        unix_sockets: Vec::new(),
     };
     if let Some((path, sys)) = fs
         .write

@@ -405,6 +405,20 @@ fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> 
             *scopes.entry(p.clone()).or_insert(false) |= writable;
         }
     }
+    // A granted unix socket no scope shows is bound in by itself, read-only
+    // (connecting to a socket needs no write access to its mount).
+    for socket in &plan.fs.unix_sockets {
+        let shown = plan
+            .fs
+            .read
+            .iter()
+            .chain(&plan.fs.exec)
+            .chain(&plan.fs.write)
+            .any(|s| socket.starts_with(s));
+        if !shown {
+            scopes.entry(socket.clone()).or_insert(false);
+        }
+    }
     let mut entries: Vec<(PathBuf, bool)> = scopes.into_iter().collect();
     entries.sort_by_key(|(p, _)| p.components().count());
     for (path, writable) in entries {

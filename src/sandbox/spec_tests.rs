@@ -100,6 +100,7 @@ fn scopes_mount_shallowest_first_with_write_and_exec_as_declared() {
         ],
         write: vec!["/home/u/code/out".into(), "/home/u/cache".into()],
         exec: vec!["/home/u/code/sub".into()],
+        ..Default::default()
     };
     let spec = build_spec(
         &plan(fs, CwdPlan::Dir("/home/u/code".into())),
