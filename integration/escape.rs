@@ -694,9 +694,10 @@ fn f33_a_tmp_scope_is_refused_and_sensitive_proc_entries_are_read_only() {
 }
 
 // ---------------------------------------------------------------------------
-// Set-id modes, the newer syscalls and unix sockets: the default-deny seccomp
-// filter, checked from outside the sandbox where it matters (the host file's
-// mode, the host listener's queue), as root, as nobody and via the spawner.
+// Set-id modes (threats 71), the newer syscalls and host unix sockets
+// (threats 72): the default-deny seccomp filter, checked from outside the
+// sandbox where it matters (the host file's mode, the host listener's
+// queue), as root, as nobody and via the spawner.
 // ---------------------------------------------------------------------------
 
 mod setid_new_syscalls_and_unix_sockets {

@@ -8,12 +8,13 @@
 //!
 //! The program kills calls from any architecture but x86_64 and any x32
 //! number, dispatches on ranges of syscall numbers with a binary search
-//! tree, and checks the low 32 bits of arguments where a rule has conditions.
-//! The default policy denies by default: a number no rule decides gets ENOSYS. Every
-//! compiled program is verified by the interpreter's checker before it is
-//! returned, and [`interp::run`] executes it on a [`SeccompData`] so tests
-//! can compare it with [`Policy::evaluate`] value for value. The filter's
-//! [`Filter::id`] is a SHA-256 of its bytes, for audit records.
+//! tree, and checks the low 32 bits of arguments where a rule has
+//! conditions. The default policy denies by default: a number no rule
+//! decides gets ENOSYS. Every compiled program is verified by the
+//! interpreter's checker before it is returned, and [`interp::run`] executes
+//! it on a [`SeccompData`] so tests can compare it with [`Policy::evaluate`]
+//! value for value. The filter's [`Filter::id`] is a SHA-256 of its bytes,
+//! for audit records.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -188,6 +189,7 @@ pub fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileErro
     type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
     static DEFAULT: Compiled = std::sync::OnceLock::new();
     static WITH_UNIX_SOCKETS: Compiled = std::sync::OnceLock::new();
+    // Destructured, so that an option added later cannot share a cache.
     let FilterOptions { allow_unix_sockets } = options;
     let cache = if allow_unix_sockets {
         &WITH_UNIX_SOCKETS

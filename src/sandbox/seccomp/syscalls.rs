@@ -5,7 +5,7 @@
 //! gets ENOSYS, so a call added by a later kernel is never allowed unseen and
 //! libcs fall back to the older calls they know. Each row says why; rows
 //! that answer threats name them (threats.md group S, T1–T3, N49/N53/N54,
-//! F30, X38).
+//! F30, 71, 72).
 //!
 //! An allowed call is still bounded by the other layers: namespaces, the
 //! mounts and Landlock, no capabilities, no new privileges.
@@ -137,7 +137,7 @@ pub const PER_LINUX: u32 = 0;
 /// `personality(0xffffffff)` only queries the current persona.
 pub const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 
-/// `S_ISUID | S_ISGID`: the mode bits no program may set (SPEC §4, X38).
+/// `S_ISUID | S_ISGID`: the mode bits no program may set (SPEC §4, threats 71).
 pub const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 /// The open flags under which the kernel reads the mode: `O_CREAT`, and
 /// `__O_TMPFILE`, the bit of `O_TMPFILE` that is not `O_DIRECTORY` (testing
@@ -175,7 +175,7 @@ const IP_ONLY: &[Condition] = &[
 
 /// socket(2) in the default filter.
 pub static SOCKET_WITHOUT_UNIX: Row = checked(
-    "N45, N49, N53, N54: only inet and inet6 sockets; AF_UNIX only where a manifest grants socket paths",
+    "72, N49, N53, N54: only inet and inet6 sockets; AF_UNIX only where a manifest grants socket paths",
     &["socket"],
     IP_ONLY,
     EPERM,
@@ -376,7 +376,7 @@ pub const ROWS: &[Row] = &[
         &["clone3"],
     ),
     absent(
-        "X38: openat2's mode is in a struct the filter cannot read; callers fall back to openat",
+        "71: openat2's mode is in a struct the filter cannot read; callers fall back to openat",
         &["openat2"],
     ),
     absent(
@@ -430,25 +430,25 @@ pub const ROWS: &[Row] = &[
         EPERM,
     ),
     checked(
-        "X38: no set-id mode from creat, chmod, fchmod, mkdir or mknod (mode is argument 1)",
+        "71: no set-id mode from creat, chmod, fchmod, mkdir or mknod (mode is argument 1)",
         &["creat", "chmod", "fchmod", "mkdir", "mknod"],
         &[no_setid_mode(1)],
         Action::Allow,
     ),
     checked(
-        "X38: no set-id mode from the *at forms (mode is argument 2)",
+        "71: no set-id mode from the *at forms (mode is argument 2)",
         &["fchmodat", "fchmodat2", "mkdirat", "mknodat"],
         &[no_setid_mode(2)],
         Action::Allow,
     ),
     checked(
-        "X38: open creating (O_CREAT or O_TMPFILE) with a set-id mode",
+        "71: open creating (O_CREAT or O_TMPFILE) with a set-id mode",
         &["open"],
         &no_setid_creation(1, 2),
         Action::Allow,
     ),
     checked(
-        "X38: openat creating (O_CREAT or O_TMPFILE) with a set-id mode",
+        "71: openat creating (O_CREAT or O_TMPFILE) with a set-id mode",
         &["openat"],
         &no_setid_creation(2, 3),
         Action::Allow,
