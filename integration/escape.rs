@@ -790,5 +790,23 @@ mod setid_new_syscalls_and_unix_sockets {
             );
             r.assert_blocked();
         };
+        n_a_host_datagram_socket_in_a_read_scope_gets_nothing_from_a_socketpair => |who| {
+            let w = world();
+            let path = w.path(&format!("ro/host-{}-{who:?}.dgram", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let host = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+            host.set_nonblocking(true).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let r = w.attack(who, "unix-dgram-pair-sendto", &[&path.display().to_string()]);
+            let mut buf = [0u8; 64];
+            let received = host.recv(&mut buf);
+            let _ = std::fs::remove_file(&path);
+            assert!(
+                matches!(&received, Err(e) if e.kind() == ErrorKind::WouldBlock),
+                "the host datagram socket received from the sandbox: {received:?}; probe: {}",
+                r.probe
+            );
+            r.assert_blocked();
+        };
     }
 }

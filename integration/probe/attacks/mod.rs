@@ -145,6 +145,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("tcp-bind", 'N', "PORT", "bind 0.0.0.0:PORT and listen, closed at once; escaped if both succeed", net::tcp_bind),
     attack("unix-connect", 'N', "PATH", "connect to the UNIX socket PATH; escaped if it connects; blocked on ENOENT/EACCES/EPERM/ECONNREFUSED", net::unix_connect),
     attack("abstract-connect", 'N', "NAME", "connect to the abstract UNIX socket @NAME; escaped if it connects; blocked on ECONNREFUSED/EPERM", net::abstract_connect),
+    attack("unix-dgram-pair-sendto", 'N', "PATH", "socketpair(AF_UNIX, SOCK_DGRAM), one end disconnected with connect(AF_UNSPEC), then sendto the UNIX socket PATH (a host datagram service) without socket(AF_UNIX); escaped if the datagram is sent; blocked on EPERM/EACCES (socketpair or sendto), ENOENT/ECONNREFUSED/ENOTDIR", modes::unix_dgram_pair_sendto),
     attack("netlink-socket", 'N', "", "socket(AF_NETLINK, NETLINK_ROUTE); blocked on EPERM/EACCES/EAFNOSUPPORT", net::netlink_socket),
     attack("packet-socket", 'N', "", "socket(AF_PACKET, SOCK_RAW); blocked on EPERM/EACCES/EAFNOSUPPORT", net::packet_socket),
     attack("vsock-socket", 'N', "", "socket(AF_VSOCK) (never connects); blocked on EPERM/EACCES/EAFNOSUPPORT", net::vsock_socket),

@@ -366,3 +366,56 @@ fn root_mount_id() -> u64 {
         0
     }
 }
+
+/// A datagram socketpair end, disconnected with `connect(AF_UNSPEC)`, sends
+/// one datagram to the unix socket PATH: the way to a host datagram service
+/// (a syslog or journal socket) without `socket(AF_UNIX)`.
+pub fn unix_dgram_pair_sendto(args: &Args<'_>) -> Result<Verdict, UsageError> {
+    args.at_most(1)?;
+    let path = args.required(0, "PATH")?;
+    let mut findings = Findings::new();
+    let mut pair = [-1; 2];
+    // SAFETY: plain integers and a writable array of two descriptors.
+    let made = cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    });
+    if let Err(e) = made {
+        findings.check("socketpair(AF_UNIX, SOCK_DGRAM)", Err(e), &[EPERM, EACCES]);
+        return Ok(findings.verdict());
+    }
+    let (end, _other) = (owned(pair[0]), owned(pair[1]));
+    // SAFETY: sockaddr is plain data; all zero is AF_UNSPEC.
+    let unspec: libc::sockaddr = unsafe { std::mem::zeroed() };
+    let len = std::mem::size_of::<libc::sockaddr>() as libc::socklen_t;
+    // SAFETY: the probe's own socket and a sockaddr of the length passed.
+    let disconnected = cvt(unsafe { libc::connect(end.as_raw_fd(), &unspec, len) });
+    if let Err(e) = disconnected {
+        findings.note(format!("connect(AF_UNSPEC): {e}"));
+    }
+    let target = match std::os::unix::net::SocketAddr::from_pathname(path) {
+        Ok(target) => target,
+        Err(e) => return Ok(Verdict::unclear(format!("{path}: {e}"))),
+    };
+    let socket = std::os::unix::net::UnixDatagram::from(end);
+    let sent = socket
+        .send_to_addr(b"spawnd-probe", &target)
+        .map(|n| format!("{n} bytes sent"))
+        .map_err(Errno::from);
+    findings.check(
+        &format!("sendto(unix:{path})"),
+        sent,
+        &[
+            libc::ENOENT,
+            EACCES,
+            EPERM,
+            libc::ECONNREFUSED,
+            libc::ENOTDIR,
+        ],
+    );
+    Ok(findings.verdict())
+}
