@@ -503,21 +503,24 @@ fn ioctl_refuses_terminal_injection_even_with_high_bits_set() {
 }
 
 #[test]
-fn socketpair_and_socket_with_unix_sockets_allow_only_unix_and_ip_families() {
+fn socket_allows_only_ip_families_by_default_and_unix_too_when_granted() {
     let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
-    let cases = [
-        (filter(), libc::SYS_socketpair),
-        (with_unix, libc::SYS_socketpair),
-        (with_unix, libc::SYS_socket),
-    ];
-    for (filter, nr) in cases {
-        let arg0 = |value: u64| {
-            let data = SeccompData::native(i32::try_from(nr).unwrap(), [value, 0, 0, 0, 0, 0]);
-            verdict_of(filter, data)
-        };
-        for family in [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6].map(flag) {
-            assert_eq!(arg0(family), ALLOW, "nr {nr} family {family}");
-            assert_eq!(arg0(family | 1 << 32), ALLOW, "nr {nr} family {family}");
+    let socket = |filter: &Filter, family: u64| {
+        let data = SeccompData::native(
+            i32::try_from(libc::SYS_socket).unwrap(),
+            [family, 1, 0, 0, 0, 0],
+        );
+        verdict_of(filter, data)
+    };
+    let unix = flag(libc::AF_UNIX);
+    assert_eq!(socket(filter(), unix), EPERM);
+    assert_eq!(socket(filter(), unix | 1 << 32), EPERM);
+    assert_eq!(socket(with_unix, unix), ALLOW);
+    assert_eq!(socket(with_unix, unix | 1 << 32), ALLOW);
+    for filter in [filter(), with_unix] {
+        for family in [libc::AF_INET, libc::AF_INET6].map(flag) {
+            assert_eq!(socket(filter, family), ALLOW, "family {family}");
+            assert_eq!(socket(filter, family | 1 << 32), ALLOW, "family {family}");
         }
         for family in [
             libc::AF_NETLINK,
@@ -527,11 +530,11 @@ fn socketpair_and_socket_with_unix_sockets_allow_only_unix_and_ip_families() {
         ]
         .map(flag)
         {
-            assert_eq!(arg0(family), EPERM, "nr {nr} family {family}");
-            assert_eq!(arg0(family | 1 << 32), EPERM, "nr {nr} family {family}");
+            assert_eq!(socket(filter, family), EPERM, "family {family}");
+            assert_eq!(socket(filter, family | 1 << 32), EPERM, "family {family}");
         }
         assert_eq!(
-            arg0(flag(libc::AF_INET) << 32),
+            socket(filter, flag(libc::AF_INET) << 32),
             EPERM,
             "AF_UNSPEC in the low half"
         );
@@ -539,23 +542,58 @@ fn socketpair_and_socket_with_unix_sockets_allow_only_unix_and_ip_families() {
 }
 
 #[test]
-fn socket_refuses_af_unix_by_default_but_not_socketpair() {
+fn socketpair_makes_connected_unix_pairs_and_datagram_pairs_only_when_granted() {
+    let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
+    let pair = |filter: &Filter, family: u64, kind: u64| {
+        let data = SeccompData::native(
+            i32::try_from(libc::SYS_socketpair).unwrap(),
+            [family, kind, 0, 0, 0, 0],
+        );
+        verdict_of(filter, data)
+    };
     let unix = flag(libc::AF_UNIX);
-    assert_eq!(arg0(libc::SYS_socket, unix), EPERM);
-    assert_eq!(arg0(libc::SYS_socket, unix | 1 << 32), EPERM);
-    assert_eq!(arg0(libc::SYS_socketpair, unix), ALLOW);
-    for family in [libc::AF_INET, libc::AF_INET6].map(flag) {
-        assert_eq!(arg0(libc::SYS_socket, family), ALLOW, "family {family}");
-        assert_eq!(arg0(libc::SYS_socket, family | 1 << 32), ALLOW);
+    let creation_flags = [
+        0,
+        flag(libc::SOCK_CLOEXEC),
+        flag(libc::SOCK_NONBLOCK),
+        flag(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK),
+    ];
+    for extra in creation_flags {
+        for kind in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET].map(flag) {
+            for filter in [filter(), with_unix] {
+                assert_eq!(pair(filter, unix, kind | extra), ALLOW, "{kind:#x}");
+                assert_eq!(pair(filter, unix | 1 << 32, kind | extra | 1 << 40), ALLOW);
+            }
+        }
+        let dgram = flag(libc::SOCK_DGRAM) | extra;
+        assert_eq!(pair(filter(), unix, dgram), EPERM, "{dgram:#x}");
+        assert_eq!(pair(filter(), unix, dgram | 1 << 32), EPERM, "{dgram:#x}");
+        assert_eq!(pair(with_unix, unix, dgram), ALLOW, "{dgram:#x}");
     }
-    for family in [libc::AF_NETLINK, libc::AF_PACKET, libc::AF_VSOCK].map(flag) {
-        assert_eq!(arg0(libc::SYS_socket, family), EPERM, "family {family}");
+    // A stream type with a bit the kernel does not know is no stream pair.
+    assert_eq!(pair(filter(), unix, flag(libc::SOCK_STREAM) | 0x100), EPERM);
+    for filter in [filter(), with_unix] {
+        // No family but AF_UNIX makes pairs here; the rest are refused.
+        for family in [
+            libc::AF_UNSPEC,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+            libc::AF_TIPC,
+            libc::AF_VSOCK,
+        ]
+        .map(flag)
+        {
+            let stream = flag(libc::SOCK_STREAM);
+            assert_eq!(pair(filter, family, stream), EPERM, "family {family}");
+            assert_eq!(pair(filter, family | 1 << 32, stream), EPERM);
+        }
+        assert_eq!(pair(filter, unix << 32, flag(libc::SOCK_STREAM)), EPERM);
     }
-    assert_eq!(arg0(libc::SYS_socket, flag(libc::AF_INET) << 32), EPERM);
 }
 
 #[test]
-fn the_two_filters_differ_only_in_socket_and_are_each_compiled_once() {
+fn the_two_filters_differ_only_in_socket_and_socketpair_and_are_each_compiled_once() {
     let (default, with_unix) = (
         filter_for(FilterOptions::DEFAULT).unwrap(),
         filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap(),
@@ -578,7 +616,7 @@ fn the_two_filters_differ_only_in_socket_and_are_each_compiled_once() {
         .filter(|(x, y)| x != y)
         .map(|(x, _)| x.name)
         .collect();
-    assert_eq!(differing, ["socket"]);
+    assert_eq!(differing, ["socket", "socketpair"]);
 }
 
 /// The mode-setting calls: (name, index of the mode argument).

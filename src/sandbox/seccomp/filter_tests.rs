@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 use super::abi::{self, SeccompData};
 use super::bpf::op;
 use super::syscalls::{ENOSYS, EPERM};
-use super::{compile, default_policy, interp, Filter, Policy, SyscallRule};
+use super::{
+    compile, default_policy, filter_for, interp, Filter, FilterOptions, Policy, SyscallRule,
+};
 
 fn filter() -> &'static Filter {
     static FILTER: OnceLock<Filter> = OnceLock::new();
@@ -98,6 +100,17 @@ fn the_program_length_is_reported_and_small() {
     );
     assert!(!filter().is_empty());
     assert_eq!(filter().to_bytes().len(), len * 8);
+    let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
+    println!(
+        "with unix sockets: {} instructions, id {}",
+        with_unix.len(),
+        with_unix.id()
+    );
+    assert!(
+        with_unix.len() > 100 && with_unix.len() < 200,
+        "{}",
+        with_unix.len()
+    );
 }
 
 #[test]

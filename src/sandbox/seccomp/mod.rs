@@ -165,19 +165,22 @@ pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
 /// Each combination compiles to one program, cached for the process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FilterOptions {
-    /// `socket(AF_UNIX, …)` is allowed: for a manifest that grants the socket
-    /// paths its program needs. Otherwise it gets EPERM, so no host service
-    /// is reachable through a socket a scope happens to expose (SPEC §4).
-    /// `socketpair(AF_UNIX, …)` is allowed either way.
+    /// `socket(AF_UNIX, …)` and datagram `socketpair(AF_UNIX, …)` are
+    /// allowed: for a manifest that grants the socket paths its program
+    /// needs. Otherwise both get EPERM, so no host service is reachable
+    /// through a socket a scope happens to expose (SPEC §4); stream and
+    /// seqpacket socketpairs, which stay connected to each other, are
+    /// allowed either way.
     pub allow_unix_sockets: bool,
 }
 
 impl FilterOptions {
-    /// `socket(AF_UNIX)` refused: [`default_filter`].
+    /// `socket(AF_UNIX)` and datagram socketpairs refused: [`default_filter`].
     pub const DEFAULT: FilterOptions = FilterOptions {
         allow_unix_sockets: false,
     };
-    /// `socket(AF_UNIX)` allowed, for a manifest that grants socket paths.
+    /// `socket(AF_UNIX)` and any unix socketpair allowed, for a manifest that
+    /// grants socket paths.
     pub const WITH_UNIX_SOCKETS: FilterOptions = FilterOptions {
         allow_unix_sockets: true,
     };

@@ -158,19 +158,47 @@ const fn no_setid_creation(flags: u8, mode: u8) -> [Condition; 2] {
     ]
 }
 
-/// socketpair's families (N49, N53, N54): AF_NETLINK, AF_PACKET, AF_VSOCK
-/// and the rest are refused.
+/// socket's families by default: no AF_UNIX either, so no host service is
+/// reachable through a socket a scope exposes (SPEC §4, threats 72).
+const IP_ONLY: &[Condition] = &[
+    allow_if(0, ArgTest::Equals(libc::AF_INET as u32)),
+    allow_if(0, ArgTest::Equals(libc::AF_INET6 as u32)),
+];
+
+/// socket's families when unix sockets are granted (N49, N53, N54):
+/// AF_NETLINK, AF_PACKET, AF_VSOCK and the rest are refused.
 const UNIX_AND_IP: &[Condition] = &[
     allow_if(0, ArgTest::Equals(libc::AF_UNIX as u32)),
     allow_if(0, ArgTest::Equals(libc::AF_INET as u32)),
     allow_if(0, ArgTest::Equals(libc::AF_INET6 as u32)),
 ];
 
-/// socket's families by default: no AF_UNIX either, so no host service is
-/// reachable through a socket a scope exposes (SPEC §4).
-const IP_ONLY: &[Condition] = &[
-    allow_if(0, ArgTest::Equals(libc::AF_INET as u32)),
-    allow_if(0, ArgTest::Equals(libc::AF_INET6 as u32)),
+/// A socketpair type with its creation flags, as the kernel takes it.
+const fn pair_type(kind: libc::c_int, flags: libc::c_int) -> Condition {
+    allow_if(1, ArgTest::Equals((kind | flags) as u32))
+}
+
+/// socketpair by default: AF_UNIX pairs that stay connected to each other
+/// for life, SOCK_STREAM and SOCK_SEQPACKET (with or without SOCK_NONBLOCK
+/// and SOCK_CLOEXEC). A SOCK_DGRAM end can be disconnected with
+/// `connect(AF_UNSPEC)` and then send to any pathname socket, a way to a
+/// host datagram service without `socket(AF_UNIX)` (threats 72). The family
+/// comes first: anything but AF_UNIX is refused (no other family makes
+/// pairs but AF_TIPC, and AF_UNSPEC makes none).
+const CONNECTED_UNIX_PAIRS: &[Condition] = &[
+    refuse_if(0, ArgTest::AnyBitsSet(!(libc::AF_UNIX as u32))),
+    refuse_if(0, ArgTest::Equals(libc::AF_UNSPEC as u32)),
+    pair_type(libc::SOCK_STREAM, 0),
+    pair_type(libc::SOCK_STREAM, libc::SOCK_CLOEXEC),
+    pair_type(libc::SOCK_STREAM, libc::SOCK_NONBLOCK),
+    pair_type(libc::SOCK_STREAM, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK),
+    pair_type(libc::SOCK_SEQPACKET, 0),
+    pair_type(libc::SOCK_SEQPACKET, libc::SOCK_CLOEXEC),
+    pair_type(libc::SOCK_SEQPACKET, libc::SOCK_NONBLOCK),
+    pair_type(
+        libc::SOCK_SEQPACKET,
+        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+    ),
 ];
 
 /// socket(2) in the default filter.
@@ -189,7 +217,24 @@ pub static SOCKET_WITH_UNIX: Row = checked(
     EPERM,
 );
 
-/// Every syscall but `socket`, whose row depends on [`FilterOptions`].
+/// socketpair(2) in the default filter.
+pub static SOCKETPAIR_CONNECTED: Row = checked(
+    "72: unix stream and seqpacket pairs only; a datagram end can be disconnected and reach host sockets",
+    &["socketpair"],
+    CONNECTED_UNIX_PAIRS,
+    EPERM,
+);
+
+/// socketpair(2) when the spawn's manifest grants unix sockets.
+pub static SOCKETPAIR_UNIX: Row = checked(
+    "unix pairs of any type (the manifest grants socket paths)",
+    &["socketpair"],
+    &[allow_if(0, ArgTest::Equals(libc::AF_UNIX as u32))],
+    EPERM,
+);
+
+/// Every syscall but `socket` and `socketpair`, whose rows depend on
+/// [`FilterOptions`].
 pub const ROWS: &[Row] = &[
     // Allowed: what any command-line program needs.
     allow(
@@ -424,12 +469,6 @@ pub const ROWS: &[Row] = &[
         Action::Allow,
     ),
     checked(
-        "N49, N53, N54: socketpair makes only connected pairs; unix, inet and inet6",
-        &["socketpair"],
-        UNIX_AND_IP,
-        EPERM,
-    ),
-    checked(
         "71: no set-id mode from creat, chmod, fchmod, mkdir or mknod (mode is argument 1)",
         &["creat", "chmod", "fchmod", "mkdir", "mknod"],
         &[no_setid_mode(1)],
@@ -495,12 +534,12 @@ pub const ROWS: &[Row] = &[
 
 /// Every row for a spawn with `options`.
 pub fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
-    let socket = if options.allow_unix_sockets {
-        &SOCKET_WITH_UNIX
+    let sockets: [&'static Row; 2] = if options.allow_unix_sockets {
+        [&SOCKET_WITH_UNIX, &SOCKETPAIR_UNIX]
     } else {
-        &SOCKET_WITHOUT_UNIX
+        [&SOCKET_WITHOUT_UNIX, &SOCKETPAIR_CONNECTED]
     };
-    ROWS.iter().chain(std::iter::once(socket))
+    ROWS.iter().chain(sockets)
 }
 
 /// The decision for the syscall `name`, if a row names it.
