@@ -1,10 +1,12 @@
-//! X and S: set-id file modes (threats 71) and the newer syscalls a
-//! default-deny filter answers. SPEC §4: a program can never set a set-uid
-//! or set-gid bit, so every way to give a file in a writable scope such a
-//! mode is tried: chmod, fchmod, fchmodat and fchmodat2 on a file the probe
-//! made, and creating with such a mode through open, openat, creat,
+//! X, S and N: set-id file modes (threats 71), the newer syscalls a
+//! default-deny filter answers, and a unix socket made without
+//! `socket(AF_UNIX)` (threats 72). SPEC §4: a program can never set a
+//! set-uid or set-gid bit, so every way to give a file in a writable scope
+//! such a mode is tried: chmod, fchmod, fchmodat and fchmodat2 on a file the
+//! probe made, and creating with such a mode through open, openat, creat,
 //! O_TMPFILE (then linked), mknod and mkdir. Then openat2 (its mode sits in
-//! a struct seccomp cannot read), memfd_secret, and listmount/statmount.
+//! a struct seccomp cannot read), memfd_secret, listmount/statmount, and a
+//! datagram socketpair end disconnected to send to a host socket.
 //!
 //! Every call is made through `syscall(2)` with the number it names, so the
 //! libc's choice of wrapper (musl's open is SYS_open, glibc's is SYS_openat)

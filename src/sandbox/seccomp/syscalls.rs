@@ -183,8 +183,8 @@ const fn pair_type(kind: libc::c_int, flags: libc::c_int) -> Condition {
 /// and SOCK_CLOEXEC). A SOCK_DGRAM end can be disconnected with
 /// `connect(AF_UNSPEC)` and then send to any pathname socket, a way to a
 /// host datagram service without `socket(AF_UNIX)` (threats 72). The family
-/// comes first: anything but AF_UNIX is refused (no other family makes
-/// pairs but AF_TIPC, and AF_UNSPEC makes none).
+/// comes first: anything but AF_UNIX is refused (inet families make no
+/// pairs, AF_TIPC is refused to `socket` as well, AF_UNSPEC is no family).
 const CONNECTED_UNIX_PAIRS: &[Condition] = &[
     refuse_if(0, ArgTest::AnyBitsSet(!(libc::AF_UNIX as u32))),
     refuse_if(0, ArgTest::Equals(libc::AF_UNSPEC as u32)),
