@@ -723,3 +723,121 @@ fn f33_a_tmp_scope_is_refused_and_sensitive_proc_entries_are_read_only() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Set-id modes (threats 71), the newer syscalls and host unix sockets
+// (threats 72): the default-deny seccomp filter, checked from outside the
+// sandbox where it matters (the host file's mode, the host listener's
+// queue), as root, as nobody and via the spawner.
+// ---------------------------------------------------------------------------
+
+mod setid_new_syscalls_and_unix_sockets {
+    use super::*;
+    use std::io::ErrorKind;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    const SETID: u32 = 0o6000;
+
+    /// A name prefix for one identity's files in `rw/`, unique to this test process.
+    fn tag(who: As, what: &str) -> String {
+        format!("setid-{what}-{who:?}-{}", std::process::id())
+    }
+
+    /// The host's view of what the probe left in `rw/` under `tag`: (name, mode).
+    fn tagged_modes(w: &World, tag: &str) -> Vec<(String, u32)> {
+        std::fs::read_dir(w.path("rw"))
+            .unwrap()
+            .flatten()
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with(tag))
+            .map(|entry| {
+                let mode = std::fs::symlink_metadata(entry.path()).unwrap().mode();
+                (entry.file_name().to_string_lossy().into_owned(), mode)
+            })
+            .collect()
+    }
+
+    fn remove_tagged(w: &World, tag: &str) {
+        for (name, _) in tagged_modes(w, tag) {
+            let path = w.path(&format!("rw/{name}"));
+            let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir(&path));
+        }
+    }
+
+    as_root_and_nobody! {
+        x_chmod_and_fchmod_cannot_set_a_setid_bit_on_a_file_in_a_write_scope => |who| {
+            let w = world();
+            let tag = tag(who, "chmod");
+            let file = w.path(&format!("rw/{tag}"));
+            let r = w.attack(who, "setid-chmod", &[&file.display().to_string()]);
+            let made = tagged_modes(w, &tag);
+            remove_tagged(w, &tag);
+            assert_eq!(made.len(), 1, "the probe's file is missing: {made:?}; probe: {}", r.probe);
+            let (_, mode) = made[0];
+            assert_eq!(mode & SETID, 0, "the host file's mode is {mode:o}; probe: {}", r.probe);
+            r.assert_blocked();
+        };
+        x_no_file_or_directory_is_created_with_a_setid_bit => |who| {
+            let w = world();
+            let tag = tag(who, "create");
+            remove_tagged(w, &tag);
+            let r = w.attack(who, "setid-create", &[&p(w, "rw"), &tag]);
+            let made = tagged_modes(w, &tag);
+            remove_tagged(w, &tag);
+            for (name, mode) in &made {
+                assert_eq!(mode & SETID, 0, "{name} has mode {mode:o} on the host; probe: {}", r.probe);
+            }
+            r.assert_blocked();
+        };
+        s_openat2_gets_enosys_so_callers_fall_back_to_openat => |who| {
+            let w = world();
+            let tag = tag(who, "openat2");
+            remove_tagged(w, &tag);
+            let r = w.attack(who, "openat2-create", &[&p(w, "rw"), &tag]);
+            let made = tagged_modes(w, &tag);
+            remove_tagged(w, &tag);
+            assert!(made.is_empty(), "openat2 created {made:?}; probe: {}", r.probe);
+            r.assert_blocked();
+            assert!(r.probe["detail"].as_str().unwrap_or("").contains("ENOSYS"), "{}", r.probe);
+        };
+        s_memfd_secret_listmount_and_statmount_are_refused => |who| {
+            blocked(who, "memfd-secret", &[]);
+            blocked(who, "listmount-statmount", &[]);
+        };
+        n_a_host_unix_listener_in_a_read_scope_gets_no_connection => |who| {
+            let w = world();
+            let path = w.path(&format!("ro/host-{}-{who:?}.sock", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let listener = UnixListener::bind(&path).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            // Connectable by any uid: only the sandbox stands in the way.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let r = w.attack(who, "unix-connect", &[&path.display().to_string()]);
+            let accepted = listener.accept();
+            let _ = std::fs::remove_file(&path);
+            assert!(
+                matches!(&accepted, Err(e) if e.kind() == ErrorKind::WouldBlock),
+                "the host listener got a connection from the sandbox: {accepted:?}; probe: {}",
+                r.probe
+            );
+            r.assert_blocked();
+        };
+        n_a_host_datagram_socket_in_a_read_scope_gets_nothing_from_a_socketpair => |who| {
+            let w = world();
+            let path = w.path(&format!("ro/host-{}-{who:?}.dgram", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let host = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+            host.set_nonblocking(true).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let r = w.attack(who, "unix-dgram-pair-sendto", &[&path.display().to_string()]);
+            let mut buf = [0u8; 64];
+            let received = host.recv(&mut buf);
+            let _ = std::fs::remove_file(&path);
+            assert!(
+                matches!(&received, Err(e) if e.kind() == ErrorKind::WouldBlock),
+                "the host datagram socket received from the sandbox: {received:?}; probe: {}",
+                r.probe
+            );
+            r.assert_blocked();
+        };
+    }
+}

@@ -12,6 +12,7 @@ mod fs_write;
 mod info;
 mod kernel;
 mod lifecycle;
+mod modes;
 mod mounts;
 mod net;
 mod privileged;
@@ -111,6 +112,9 @@ pub static ATTACKS: &[Attack] = &[
     attack("swapon", 'S', "", "swapon(a path that does not exist); blocked only on EPERM/ENOSYS (ENOENT means it was allowed)", privileged::swapon),
     attack("no-new-privs-and-caps", 'S', "", "reads /proc/self/status: escaped if NoNewPrivs != 1, any of CapInh/CapPrm/CapEff/CapBnd/CapAmb != 0, or Seccomp != 2", privileged::no_new_privs_and_caps),
     attack("chroot", 'S', "", "chroot(\"/\") in a child (needs CAP_SYS_CHROOT); blocked on EPERM/EACCES/ENOSYS", abi::chroot),
+    attack("openat2-create", 'S', "DIR TAG", "openat2 creating DIR/TAG-openat2 with mode 04755 (seccomp cannot read the mode inside struct open_how); blocked only on ENOSYS, the answer that makes libcs fall back to openat", modes::openat2_create),
+    attack("memfd-secret", 'S', "", "memfd_secret(O_CLOEXEC), closed at once; blocked on EPERM/ENOSYS. No control without CONFIG_SECRETMEM or with secretmem disabled (ENOSYS)", modes::memfd_secret),
+    attack("listmount-statmount", 'S', "", "listmount(LSMT_ROOT) and statmount of the root mount (read only); blocked if both get EPERM/ENOSYS. No control before Linux 6.8 (ENOSYS)", modes::listmount_statmount),
     // F: filesystem
     attack("read-host-file", 'F', "PATH", "open(PATH, O_RDONLY) and read 1 byte; blocked if open fails (EACCES/EPERM/ENOENT/...)", fs_read::read_host_file),
     attack("list-host-dir", 'F', "PATH", "lists directory PATH; escaped if it lists at least one entry; blocked if it cannot be opened or is empty", fs_read::list_host_dir),
@@ -132,6 +136,8 @@ pub static ATTACKS: &[Attack] = &[
     // X: exec and identity
     attack("setuid-binary", 'X', "PATH", "executes `PATH -u` (e.g. a 4755 root-owned copy of id) and reads its final credentials; escaped if its euid became 0 or it gained capabilities the probe lacks. Control: run as a non-root user", exec::setuid_binary),
     attack("exec-outside", 'X', "PATH [ARG...]", "executes PATH (outside the scopes) in a child; escaped if the exec succeeded; blocked on EACCES/EPERM/ENOENT", exec::exec_outside),
+    attack("setid-chmod", 'X', "FILE", "creates FILE 0644 (replacing it), then chmod 04755, fchmod 02755, fchmodat 06755 and fchmodat2 04755 (raw syscalls); escaped if FILE ends with a set-id bit; blocked if each call is refused (EPERM/EACCES; ENOSYS for fchmodat2 on kernels before 6.6). FILE is left for the suite to check from outside", modes::setid_chmod),
+    attack("setid-create", 'X', "DIR TAG", "creates DIR/TAG-{open,openat,creat,mknod,mknodat,mkdir,mkdirat} with set-id modes (raw syscalls), and an O_TMPFILE file with 04755 linked to DIR/TAG-tmpfile through /proc/self/fd; escaped if anything has a set-id bit; blocked if every call is refused (EPERM/EACCES). Inconclusive when a call goes through without the bits (the kernel drops them from mkdir's mode itself). What was made is left for the suite", modes::setid_create),
     // N: IPC and network
     attack("tcp-connect", 'N', "IP:PORT", "TCP connect (3 s timeout); escaped if it connects", net::tcp_connect),
     attack("tcp-connect-external", 'N', "", "TCP connect to 1.1.1.1:443 and [2606:4700::1111]:443; blocked only if each fails with ENETUNREACH/EPERM/EACCES (or no IPv6 at all)", net::tcp_connect_external),
@@ -139,6 +145,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("tcp-bind", 'N', "PORT", "bind 0.0.0.0:PORT and listen, closed at once; escaped if both succeed", net::tcp_bind),
     attack("unix-connect", 'N', "PATH", "connect to the UNIX socket PATH; escaped if it connects; blocked on ENOENT/EACCES/EPERM/ECONNREFUSED", net::unix_connect),
     attack("abstract-connect", 'N', "NAME", "connect to the abstract UNIX socket @NAME; escaped if it connects; blocked on ECONNREFUSED/EPERM", net::abstract_connect),
+    attack("unix-dgram-pair-sendto", 'N', "PATH", "socketpair(AF_UNIX, SOCK_DGRAM), one end disconnected with connect(AF_UNSPEC), then sendto the UNIX socket PATH (a host datagram service) without socket(AF_UNIX); escaped if the datagram is sent; blocked on EPERM/EACCES (socketpair or sendto), ENOENT/ECONNREFUSED/ENOTDIR", modes::unix_dgram_pair_sendto),
     attack("netlink-socket", 'N', "", "socket(AF_NETLINK, NETLINK_ROUTE); blocked on EPERM/EACCES/EAFNOSUPPORT", net::netlink_socket),
     attack("packet-socket", 'N', "", "socket(AF_PACKET, SOCK_RAW); blocked on EPERM/EACCES/EAFNOSUPPORT", net::packet_socket),
     attack("vsock-socket", 'N', "", "socket(AF_VSOCK) (never connects); blocked on EPERM/EACCES/EAFNOSUPPORT", net::vsock_socket),

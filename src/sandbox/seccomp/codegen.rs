@@ -1,9 +1,12 @@
 //! Turns checked policy rules into a classic-BPF program. The shape is fixed:
-//! a prologue kills foreign architectures and x32 numbers, a binary search
-//! tree on the syscall number (`jge` on sorted numbers, `jeq` at the leaves)
-//! dispatches to a per-syscall handler or straight to a return, handlers test
-//! the low 32 bits of arguments, and one `ret` per distinct action ends the
-//! program. Everything jumps forward, so the program is loop-free.
+//! a prologue kills foreign architectures and x32 numbers; the numbers left,
+//! `0..X32_SYSCALL_BIT`, are cut into ranges of consecutive numbers that go
+//! to the same place (a rule's handler or `ret`, or the default's `ret`), and
+//! a binary search tree of `jge` on the ranges' starts dispatches to them;
+//! handlers test the low 32 bits of arguments, and one `ret` per distinct
+//! action ends the program. A table that decides every number costs no more
+//! than its runs of equal decisions. Everything jumps forward, so the
+//! program is loop-free.
 
 use super::abi;
 use super::bpf::{JumpOp, Label, ProgramBuilder, SockFilter};
@@ -18,19 +21,16 @@ pub(super) fn generate(
 ) -> Result<Vec<SockFilter>, CompileError> {
     let mut gen = Codegen::default();
     gen.prologue()?;
-    let entries: Vec<(u32, Label)> = rules
-        .iter()
-        .map(|rule| (rule.nr, gen.dispatch_target(rule)))
-        .collect();
-    let default_label = gen.return_label(default);
-    gen.tree(&entries, default_label)?;
+    let ranges = gen.ranges(default, rules);
+    gen.tree(&ranges)?;
     gen.handlers()?;
     gen.returns()?;
     Ok(gen.builder.finish()?)
 }
 
 /// Argument tests shared by every syscall whose rule has the same conditions
-/// (socket and socketpair), so each distinct handler is emitted once.
+/// (chmod, fchmod, creat, mkdir and mknod test one mode argument alike), so
+/// each distinct handler is emitted once.
 #[derive(Clone, Copy, Debug)]
 struct Handler<'a> {
     name: &'static str,
@@ -97,25 +97,69 @@ impl<'a> Codegen<'a> {
         label
     }
 
-    /// Binary search on the sorted numbers with A = nr: `jge` splits the
-    /// range in halves, a leaf checks its one number with `jeq`.
-    fn tree(&mut self, entries: &[(u32, Label)], default: Label) -> Result<(), CompileError> {
-        match entries {
-            [] => self.builder.jump(default),
-            [(nr, target)] => self.builder.jump_if(JumpOp::Eq, *nr, *target, default),
+    /// Where each number of `0..X32_SYSCALL_BIT` goes, as `(first number,
+    /// target)` ranges in order, each running to the next one's start, with
+    /// neighbours that share a target merged. `rules` are sorted by number
+    /// without duplicates; numbers between them take `default`.
+    fn ranges(&mut self, default: Action, rules: &[CheckedRule<'a>]) -> Vec<(u32, Label)> {
+        let default = self.return_label(default);
+        let mut ranges: Vec<(u32, Label)> = Vec::new();
+        let mut add = |start: u32, target: Label| {
+            if ranges.last().map(|&(_, last)| last) != Some(target) {
+                ranges.push((start, target));
+            }
+        };
+        let mut next = 0;
+        for rule in rules {
+            if rule.nr > next {
+                add(next, default);
+            }
+            add(rule.nr, self.dispatch_target(rule));
+            next = rule.nr + 1;
+        }
+        if next < abi::X32_SYSCALL_BIT {
+            add(next, default);
+        }
+        ranges
+    }
+
+    /// Binary search on the ranges with A = nr: `jge` on the first number of
+    /// the upper half splits them, and a half that is one range is its target.
+    fn tree(&mut self, ranges: &[(u32, Label)]) -> Result<(), CompileError> {
+        match ranges {
+            // `ranges` always covers 0; were it ever empty, fail closed.
+            [] => {
+                let kill = self.return_label(Action::KillProcess);
+                self.builder.jump(kill);
+                Ok(())
+            }
+            [(_, target)] => {
+                self.builder.jump(*target);
+                Ok(())
+            }
             _ => {
-                let (left, right) = entries.split_at(entries.len() / 2);
-                let (left_label, right_label) =
-                    (self.builder.new_label(), self.builder.new_label());
+                let (low, high) = ranges.split_at(ranges.len() / 2);
+                let (low_label, high_label) = (self.subtree(low), self.subtree(high));
                 self.builder
-                    .jump_if(JumpOp::Ge, right[0].0, right_label, left_label);
-                self.builder.bind(left_label)?;
-                self.tree(left, default)?;
-                self.builder.bind(right_label)?;
-                self.tree(right, default)?;
+                    .jump_if(JumpOp::Ge, high[0].0, high_label, low_label);
+                for (half, label) in [(low, low_label), (high, high_label)] {
+                    if half.len() > 1 {
+                        self.builder.bind(label)?;
+                        self.tree(half)?;
+                    }
+                }
+                Ok(())
             }
         }
-        Ok(())
+    }
+
+    /// The label a split jumps to for `ranges`: the target of a single range,
+    /// else a fresh label for the subtree.
+    fn subtree(&mut self, ranges: &[(u32, Label)]) -> Label {
+        match ranges {
+            [(_, target)] => *target,
+            _ => self.builder.new_label(),
+        }
     }
 
     fn handlers(&mut self) -> Result<(), CompileError> {
@@ -148,11 +192,12 @@ impl<'a> Codegen<'a> {
             } else {
                 self.builder.new_label()
             };
-            let (op, k) = match condition.test {
-                ArgTest::Equals(value) => (JumpOp::Eq, value),
-                ArgTest::AnyBitsSet(mask) => (JumpOp::Set, mask),
+            let (op, k, on_true, on_false) = match condition.test {
+                ArgTest::Equals(value) => (JumpOp::Eq, value, hit, miss),
+                ArgTest::AnyBitsSet(mask) => (JumpOp::Set, mask, hit, miss),
+                ArgTest::NoBitsSet(mask) => (JumpOp::Set, mask, miss, hit),
             };
-            self.builder.jump_if(op, k, hit, miss);
+            self.builder.jump_if(op, k, on_true, on_false);
             if !last {
                 self.builder.bind(miss)?;
             }

@@ -1,13 +1,17 @@
 //! Table tests of the compiled default policy, run through the interpreter:
-//! every listed syscall gets its action, common syscalls stay allowed, each
+//! every number up to past the newest gets the decision the table made for
+//! it (and ENOSYS where it made none), common syscalls stay allowed, each
 //! argument rule is probed on both sides (high argument bits included), and
 //! foreign architectures and x32 numbers are killed.
 
 use std::sync::OnceLock;
 
 use super::abi::{self, SeccompData};
-use super::syscalls::{self, ENOSYS, EPERM};
-use super::{compile, default_policy, interp, Action, Filter};
+use super::syscalls::{self, Decision, ENOSYS, EPERM, OPEN_CREATE_FLAGS, SETID_BITS};
+use super::x86_64::{NEWEST, SYSCALLS};
+use super::{
+    compile, default_policy, filter_for, interp, policy_for, Action, Filter, FilterOptions,
+};
 
 const ALLOW: Action = Action::Allow;
 const KILL: Action = Action::KillProcess;
@@ -18,8 +22,21 @@ fn filter() -> &'static Filter {
 }
 
 fn verdict_for(data: SeccompData) -> Action {
-    let value = interp::run(&filter().instructions, &data).unwrap();
+    verdict_of(filter(), data)
+}
+
+fn verdict_of(filter: &Filter, data: SeccompData) -> Action {
+    let value = interp::run(&filter.instructions, &data).unwrap();
     Action::from_seccomp_ret(value).unwrap()
+}
+
+/// The x86_64 number of the syscall the kernel calls `name`.
+fn nr_of(name: &str) -> i64 {
+    let &(nr, _) = SYSCALLS
+        .iter()
+        .find(|&&(_, known)| known == name)
+        .unwrap_or_else(|| panic!("{name} is not in the x86_64 table"));
+    i64::from(nr)
 }
 
 fn call(nr: i64, args: [u64; 6]) -> Action {
@@ -102,41 +119,249 @@ const TASK_REFUSED: &[&str] = &[
     "process_madvise",
     "migrate_pages",
     "move_pages",
+    // Default deny: each decided, with its reason in the table.
+    "process_mrelease",
+    "open_tree_attr",
+    "listns",
+    "fanotify_mark",
+    "chroot",
+    "sethostname",
+    "setdomainname",
+    "memfd_secret",
+    "lsm_set_self_attr",
 ];
 
+/// The syscalls the task answers with ENOSYS, as if the kernel lacked them.
+const TASK_ABSENT: &[&str] = &[
+    "clone3",
+    "openat2",
+    "listmount",
+    "statmount",
+    "lsm_get_self_attr",
+    "lsm_list_modules",
+    "cachestat",
+    "file_getattr",
+    "file_setattr",
+    "ustat",
+    "sysfs",
+    "_sysctl",
+    "create_module",
+    "get_kernel_syms",
+    "query_module",
+    "getpmsg",
+    "putpmsg",
+    "afs_syscall",
+    "tuxcall",
+    "security",
+    "set_thread_area",
+    "get_thread_area",
+    "epoll_ctl_old",
+    "epoll_wait_old",
+    "vserver",
+];
+
+/// The syscalls decided by their arguments.
+const TASK_CHECKED: &[&str] = &[
+    "chmod",
+    "clone",
+    "creat",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "ioctl",
+    "memfd_create",
+    "mkdir",
+    "mkdirat",
+    "mknod",
+    "mknodat",
+    "open",
+    "openat",
+    "personality",
+    "prctl",
+    "prlimit64",
+    "socket",
+    "socketpair",
+];
+
+/// The names of the default policy's rules whose fixed action is `action`.
+fn fixed(action: Action) -> Vec<&'static str> {
+    let mut names: Vec<&str> = default_policy()
+        .rules
+        .iter()
+        .filter(|rule| rule.conditions.is_empty() && rule.otherwise == action)
+        .map(|rule| rule.name)
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+fn sorted(names: &[&'static str]) -> Vec<&'static str> {
+    let mut names = names.to_vec();
+    names.sort_unstable();
+    names
+}
+
 #[test]
-fn the_table_lists_exactly_the_refused_syscalls_of_the_task() {
-    let mut expected = TASK_REFUSED.to_vec();
+fn the_table_lists_exactly_the_refused_absent_and_checked_syscalls_of_the_task() {
     let policy = default_policy();
-    let mut refused: Vec<&str> = policy
+    assert_eq!(policy.default, ENOSYS);
+    assert_eq!(fixed(EPERM), sorted(TASK_REFUSED));
+    assert_eq!(fixed(ENOSYS), sorted(TASK_ABSENT));
+    let mut checked: Vec<&str> = policy
         .rules
         .iter()
-        .filter(|rule| rule.conditions.is_empty() && rule.otherwise == EPERM)
+        .filter(|rule| !rule.conditions.is_empty())
         .map(|rule| rule.name)
         .collect();
-    expected.sort_unstable();
-    refused.sort_unstable();
-    assert_eq!(refused, expected);
-    assert_eq!(policy.default, ALLOW);
-    let mut others: Vec<&str> = policy
-        .rules
-        .iter()
-        .filter(|rule| !(rule.conditions.is_empty() && rule.otherwise == EPERM))
-        .map(|rule| rule.name)
-        .collect();
-    others.sort_unstable();
-    let conditional = [
-        "clone",
-        "clone3",
-        "ioctl",
-        "memfd_create",
-        "personality",
-        "prctl",
-        "prlimit64",
-        "socket",
-        "socketpair",
-    ];
-    assert_eq!(others, conditional);
+    checked.sort_unstable();
+    assert_eq!(checked, sorted(TASK_CHECKED));
+    // Everything else in the table is allowed, each by a row that says why.
+    let allowed = fixed(Action::Allow);
+    assert_eq!(
+        allowed.len() + TASK_REFUSED.len() + TASK_ABSENT.len() + TASK_CHECKED.len(),
+        SYSCALLS.len()
+    );
+}
+
+#[test]
+fn every_x86_64_syscall_has_exactly_one_row_and_every_row_names_a_real_syscall() {
+    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+        let rows: Vec<_> = syscalls::rows(options).collect();
+        for &(nr, name) in SYSCALLS {
+            let deciding = rows.iter().filter(|row| row.names.contains(&name)).count();
+            assert_eq!(deciding, 1, "{name} ({nr}) is decided by {deciding} rows");
+        }
+        for row in &rows {
+            assert!(!row.why.is_empty(), "{:?}", row.names);
+            for name in row.names {
+                assert!(
+                    SYSCALLS.iter().any(|&(_, known)| known == *name),
+                    "row {:?} names {name}, which x86_64 does not have",
+                    row.why
+                );
+            }
+        }
+        assert_eq!(policy_for(options).rules.len(), SYSCALLS.len());
+    }
+}
+
+/// What the table says `name` gets for `args`, worked out from its row
+/// alone (not from the compiled program or `Policy::evaluate`).
+fn expected_from_the_table(options: FilterOptions, name: &str, args: [u64; 6]) -> Action {
+    match syscalls::decision(options, name) {
+        None => panic!("{name} has no decision"),
+        Some(Decision::Allow) => Action::Allow,
+        Some(Decision::Refuse) => EPERM,
+        Some(Decision::Absent) => ENOSYS,
+        Some(Decision::Checked {
+            conditions,
+            otherwise,
+        }) => conditions
+            .iter()
+            .find(|c| c.test.matches(args[usize::from(c.arg)]))
+            .map_or(otherwise, |c| c.action),
+    }
+}
+
+/// Argument sets that cross every test the table makes: zeros, all ones,
+/// the set-id bits, creating flags, and each alone in the high half.
+fn probing_args() -> Vec<[u64; 6]> {
+    let setid = u64::from(SETID_BITS);
+    let create = u64::from(OPEN_CREATE_FLAGS);
+    let mut sets = vec![[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]];
+    for value in [setid, create, setid | create, 1, 2, 10] {
+        sets.push([value; 6]);
+        sets.push([value << 32; 6]);
+        sets.push([0, value, value, value, 0, 0]);
+    }
+    sets.push([0, create, setid, 0, 0, 0]);
+    sets.push([0, 0, create, setid, 0, 0]);
+    sets
+}
+
+#[test]
+fn every_number_to_1023_gets_its_deliberate_decision_and_x32_numbers_are_killed() {
+    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+        let filter = filter_for(options).unwrap();
+        for nr in 0..=1023u32 {
+            let name = SYSCALLS
+                .iter()
+                .find(|&&(known, _)| known == nr)
+                .map(|&(_, name)| name);
+            for args in probing_args() {
+                let call = SeccompData::native(i32::try_from(nr).unwrap(), args);
+                let expected = match name {
+                    Some(name) => expected_from_the_table(options, name, args),
+                    // Unassigned, x32-only (512–547) or newer than the table.
+                    None => ENOSYS,
+                };
+                assert_eq!(
+                    verdict_of(filter, call),
+                    expected,
+                    "nr {nr} {name:?} {args:x?}"
+                );
+                let x32 =
+                    SeccompData::native(i32::try_from(nr | abi::X32_SYSCALL_BIT).unwrap(), args);
+                assert_eq!(verdict_of(filter, x32), KILL, "x32 nr {nr}");
+            }
+        }
+    }
+}
+
+#[test]
+fn numbers_past_the_newest_known_get_enosys_so_libcs_fall_back() {
+    assert_eq!(NEWEST, 470);
+    for nr in [
+        NEWEST + 1,
+        NEWEST + 2,
+        511,
+        512,
+        547,
+        548,
+        1000,
+        0x3fff_ffff,
+    ] {
+        for args in [[0; 6], [u64::MAX; 6]] {
+            let data = SeccompData::native(i32::try_from(nr).unwrap(), args);
+            assert_eq!(verdict_for(data), ENOSYS, "nr {nr}");
+        }
+    }
+    // The unassigned gap below 424 too.
+    for nr in 337..424 {
+        assert_eq!(call(nr, [0; 6]), ENOSYS, "nr {nr}");
+    }
+}
+
+#[test]
+fn the_newest_risky_calls_are_refused_each_as_decided() {
+    for (name, action) in [
+        ("memfd_secret", EPERM),
+        ("process_mrelease", EPERM),
+        ("open_tree_attr", EPERM),
+        ("lsm_set_self_attr", EPERM),
+        ("listns", EPERM),
+        ("listmount", ENOSYS),
+        ("statmount", ENOSYS),
+        ("lsm_get_self_attr", ENOSYS),
+        ("lsm_list_modules", ENOSYS),
+        ("cachestat", ENOSYS),
+        ("file_getattr", ENOSYS),
+        ("file_setattr", ENOSYS),
+        ("openat2", ENOSYS),
+    ] {
+        for args in [[0; 6], [u64::MAX; 6]] {
+            assert_eq!(call(nr_of(name), args), action, "{name}");
+        }
+    }
+    for name in [
+        "mseal",
+        "map_shadow_stack",
+        "futex_wait",
+        "setxattrat",
+        "uretprobe",
+    ] {
+        assert_eq!(call(nr_of(name), [0; 6]), ALLOW, "{name}");
+    }
 }
 
 #[test]
@@ -158,9 +383,13 @@ fn libc_gives_the_x86_64_syscall_numbers() {
 
 #[test]
 fn every_refused_syscall_gets_eperm_whatever_its_arguments() {
-    for &(name, nr) in syscalls::REFUSED {
+    let refused = syscalls::ROWS
+        .iter()
+        .filter(|row| row.decision == Decision::Refuse)
+        .flat_map(|row| row.names);
+    for name in refused {
         for args in [[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]] {
-            assert_eq!(call(nr, args), EPERM, "{name}");
+            assert_eq!(call(nr_of(name), args), EPERM, "{name}");
         }
     }
 }
@@ -174,11 +403,15 @@ fn clone3_gets_enosys_so_glibc_falls_back_to_clone() {
 }
 
 #[test]
-fn common_unlisted_syscalls_are_allowed() {
+fn common_syscalls_are_allowed() {
+    // open and openat are allowed unless they create with a set-id mode
+    // (below), so all-ones arguments do not apply to them.
+    for nr in [libc::SYS_open, libc::SYS_openat] {
+        assert_eq!(call(nr, [0; 6]), ALLOW, "nr {nr}");
+    }
     let common = [
         libc::SYS_read,
         libc::SYS_write,
-        libc::SYS_openat,
         libc::SYS_close,
         libc::SYS_execve,
         libc::SYS_execveat,
@@ -270,11 +503,24 @@ fn ioctl_refuses_terminal_injection_even_with_high_bits_set() {
 }
 
 #[test]
-fn socket_and_socketpair_allow_only_unix_and_ip_families() {
-    for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        for family in [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6].map(flag) {
-            assert_eq!(arg0(nr, family), ALLOW, "nr {nr} family {family}");
-            assert_eq!(arg0(nr, family | 1 << 32), ALLOW, "nr {nr} family {family}");
+fn socket_allows_only_ip_families_by_default_and_unix_too_when_granted() {
+    let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
+    let socket = |filter: &Filter, family: u64| {
+        let data = SeccompData::native(
+            i32::try_from(libc::SYS_socket).unwrap(),
+            [family, 1, 0, 0, 0, 0],
+        );
+        verdict_of(filter, data)
+    };
+    let unix = flag(libc::AF_UNIX);
+    assert_eq!(socket(filter(), unix), EPERM);
+    assert_eq!(socket(filter(), unix | 1 << 32), EPERM);
+    assert_eq!(socket(with_unix, unix), ALLOW);
+    assert_eq!(socket(with_unix, unix | 1 << 32), ALLOW);
+    for filter in [filter(), with_unix] {
+        for family in [libc::AF_INET, libc::AF_INET6].map(flag) {
+            assert_eq!(socket(filter, family), ALLOW, "family {family}");
+            assert_eq!(socket(filter, family | 1 << 32), ALLOW, "family {family}");
         }
         for family in [
             libc::AF_NETLINK,
@@ -284,14 +530,184 @@ fn socket_and_socketpair_allow_only_unix_and_ip_families() {
         ]
         .map(flag)
         {
-            assert_eq!(arg0(nr, family), EPERM, "nr {nr} family {family}");
-            assert_eq!(arg0(nr, family | 1 << 32), EPERM, "nr {nr} family {family}");
+            assert_eq!(socket(filter, family), EPERM, "family {family}");
+            assert_eq!(socket(filter, family | 1 << 32), EPERM, "family {family}");
         }
         assert_eq!(
-            arg0(nr, flag(libc::AF_INET) << 32),
+            socket(filter, flag(libc::AF_INET) << 32),
             EPERM,
             "AF_UNSPEC in the low half"
         );
+    }
+}
+
+#[test]
+fn socketpair_makes_connected_unix_pairs_and_datagram_pairs_only_when_granted() {
+    let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
+    let pair = |filter: &Filter, family: u64, kind: u64| {
+        let data = SeccompData::native(
+            i32::try_from(libc::SYS_socketpair).unwrap(),
+            [family, kind, 0, 0, 0, 0],
+        );
+        verdict_of(filter, data)
+    };
+    let unix = flag(libc::AF_UNIX);
+    let creation_flags = [
+        0,
+        flag(libc::SOCK_CLOEXEC),
+        flag(libc::SOCK_NONBLOCK),
+        flag(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK),
+    ];
+    for extra in creation_flags {
+        for kind in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET].map(flag) {
+            for filter in [filter(), with_unix] {
+                assert_eq!(pair(filter, unix, kind | extra), ALLOW, "{kind:#x}");
+                assert_eq!(pair(filter, unix | 1 << 32, kind | extra | 1 << 40), ALLOW);
+            }
+        }
+        let dgram = flag(libc::SOCK_DGRAM) | extra;
+        assert_eq!(pair(filter(), unix, dgram), EPERM, "{dgram:#x}");
+        assert_eq!(pair(filter(), unix, dgram | 1 << 32), EPERM, "{dgram:#x}");
+        assert_eq!(pair(with_unix, unix, dgram), ALLOW, "{dgram:#x}");
+    }
+    // A stream type with a bit the kernel does not know is no stream pair.
+    assert_eq!(pair(filter(), unix, flag(libc::SOCK_STREAM) | 0x100), EPERM);
+    for filter in [filter(), with_unix] {
+        // No family but AF_UNIX makes pairs here; the rest are refused.
+        for family in [
+            libc::AF_UNSPEC,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+            libc::AF_TIPC,
+            libc::AF_VSOCK,
+        ]
+        .map(flag)
+        {
+            let stream = flag(libc::SOCK_STREAM);
+            assert_eq!(pair(filter, family, stream), EPERM, "family {family}");
+            assert_eq!(pair(filter, family | 1 << 32, stream), EPERM);
+        }
+        assert_eq!(pair(filter, unix << 32, flag(libc::SOCK_STREAM)), EPERM);
+    }
+}
+
+#[test]
+fn the_two_filters_differ_only_in_socket_and_socketpair_and_are_each_compiled_once() {
+    let (default, with_unix) = (
+        filter_for(FilterOptions::DEFAULT).unwrap(),
+        filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap(),
+    );
+    assert_ne!(default.id(), with_unix.id());
+    assert!(std::ptr::eq(default, super::default_filter().unwrap()));
+    assert!(std::ptr::eq(
+        with_unix,
+        filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap()
+    ));
+    assert_eq!(FilterOptions::default(), FilterOptions::DEFAULT);
+    let (a, b) = (
+        policy_for(FilterOptions::DEFAULT),
+        policy_for(FilterOptions::WITH_UNIX_SOCKETS),
+    );
+    let differing: Vec<&str> = a
+        .rules
+        .iter()
+        .zip(&b.rules)
+        .filter(|(x, y)| x != y)
+        .map(|(x, _)| x.name)
+        .collect();
+    assert_eq!(differing, ["socket", "socketpair"]);
+}
+
+/// The mode-setting calls: (name, index of the mode argument).
+const MODE_SETTERS: &[(&str, usize)] = &[
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("creat", 1),
+    ("mkdir", 1),
+    ("mknod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+    ("mkdirat", 2),
+    ("mknodat", 2),
+];
+
+#[test]
+fn no_call_sets_or_creates_a_setid_mode_even_with_high_bits() {
+    let reg = u64::from(libc::S_IFREG);
+    for &(name, mode_arg) in MODE_SETTERS {
+        let with_mode = |mode: u64| {
+            let mut args = [3, 0, 0, 0, 0, 0];
+            args[mode_arg] = mode;
+            call(nr_of(name), args)
+        };
+        for mode in [0o4755, 0o2755, 0o6000, 0o4000, 0o2000, reg | 0o4755] {
+            assert_eq!(with_mode(mode), EPERM, "{name} {mode:o}");
+            assert_eq!(
+                with_mode(mode | 0xffff_ffff << 32),
+                EPERM,
+                "{name} {mode:o}"
+            );
+        }
+        for mode in [0, 0o755, 0o1777, 0o777, reg | 0o644, 0o4000 << 32] {
+            assert_eq!(with_mode(mode), ALLOW, "{name} {mode:o}");
+        }
+    }
+}
+
+#[test]
+fn open_and_openat_refuse_a_setid_mode_only_when_they_create() {
+    let flag32 = |value: libc::c_int| u64::from(value as u32);
+    let (creat, excl, tmpfile, dir, wronly) = (
+        flag32(libc::O_CREAT),
+        flag32(libc::O_EXCL),
+        flag32(libc::O_TMPFILE),
+        flag32(libc::O_DIRECTORY),
+        flag32(libc::O_WRONLY),
+    );
+    // __O_TMPFILE is O_TMPFILE without O_DIRECTORY; the filter tests that bit.
+    assert_eq!(u64::from(OPEN_CREATE_FLAGS), creat | (tmpfile & !dir));
+    assert_eq!(tmpfile & dir, dir, "O_TMPFILE includes O_DIRECTORY");
+    for (name, flags_arg) in [("open", 1), ("openat", 2)] {
+        let open = |flags: u64, mode: u64| {
+            let mut args = [3, 0, 0, 0, 0, 0];
+            args[flags_arg] = flags;
+            args[flags_arg + 1] = mode;
+            call(nr_of(name), args)
+        };
+        for flags in [
+            creat,
+            creat | excl | wronly,
+            tmpfile | wronly,
+            tmpfile & !dir,
+        ] {
+            for mode in [0o4755, 0o2755, 0o6644, 0o4000 | 0xffff_ffff << 32] {
+                assert_eq!(open(flags, mode), EPERM, "{name} {flags:o} {mode:o}");
+                assert_eq!(
+                    open(flags | 1 << 40, mode),
+                    EPERM,
+                    "{name} {flags:o} {mode:o}"
+                );
+            }
+            assert_eq!(open(flags, 0o644), ALLOW, "{name} {flags:o}");
+            assert_eq!(
+                open(flags, 0o4000 << 32),
+                ALLOW,
+                "{name}: mode is a umode_t"
+            );
+        }
+        // Opening without creating: the kernel never reads the mode.
+        for flags in [
+            0,
+            wronly,
+            dir,
+            dir | wronly,
+            excl,
+            creat << 32,
+            tmpfile << 32,
+        ] {
+            assert_eq!(open(flags, 0o4755), ALLOW, "{name} {flags:o}");
+        }
     }
 }
 

@@ -1,14 +1,17 @@
 //! Tests of the compiled default program as a whole: its shape (arch check,
-//! x32 check, then a binary search tree whose depth bounds the cost of every
-//! unlisted syscall), its reported length, and its id, which is stable for
-//! the same policy and changes when any rule does.
+//! x32 check, then a binary search tree on ranges of numbers whose depth
+//! bounds the cost of every syscall without argument tests), its reported
+//! length, and its id, which is stable for the same policy and changes when
+//! any rule does.
 
 use std::sync::OnceLock;
 
 use super::abi::{self, SeccompData};
 use super::bpf::op;
 use super::syscalls::{ENOSYS, EPERM};
-use super::{compile, default_policy, interp, Filter};
+use super::{
+    compile, default_policy, filter_for, interp, Filter, FilterOptions, Policy, SyscallRule,
+};
 
 fn filter() -> &'static Filter {
     static FILTER: OnceLock<Filter> = OnceLock::new();
@@ -36,25 +39,51 @@ fn the_program_checks_arch_then_x32_then_dispatches_with_a_tree() {
         op::JGE_K,
         "the dispatch starts with a split"
     );
-    // Unlisted and fixed-action syscalls cost the 4-instruction prologue,
-    // ceil(log2(58)) = 6 splits, one jeq and the ret; a linear chain would
-    // need up to 58 comparisons.
+    // Syscalls without argument tests cost the 4-instruction prologue,
+    // ceil(log2(ranges)) splits and the ret, where the ranges are the runs
+    // of consecutive numbers that go to the same place.
     let policy = default_policy();
-    let splits = usize::BITS - (policy.rules.len() - 1).leading_zeros();
-    let budget = 4 + usize::try_from(splits).unwrap() + 1 + 1;
+    let ranges = dispatch_ranges(&policy);
+    let splits = usize::BITS - (ranges - 1).leading_zeros();
+    let budget = 4 + usize::try_from(splits).unwrap() + 1;
+    assert!(budget <= 13, "{ranges} ranges: the tree is {splits} deep");
     let conditional: Vec<i64> = policy
         .rules
         .iter()
         .filter(|rule| !rule.conditions.is_empty())
         .map(|rule| rule.nr)
         .collect();
-    for nr in 0..460 {
+    for nr in 0..1024 {
         let data = SeccompData::native(nr, [0; 6]);
         let (_, steps) = interp::run_counting_steps(program, &data).unwrap();
         if !conditional.contains(&i64::from(nr)) {
             assert!(steps <= budget, "nr {nr}: {steps} steps, budget {budget}");
         }
     }
+}
+
+/// How many runs of consecutive numbers in `0..X32_SYSCALL_BIT` share a
+/// destination: one rule's conditions and action, or the default.
+fn dispatch_ranges(policy: &Policy) -> usize {
+    let mut rules: Vec<&SyscallRule> = policy.rules.iter().collect();
+    rules.sort_by_key(|rule| rule.nr);
+    let place = |rule: Option<&SyscallRule>| match rule {
+        Some(rule) if !rule.conditions.is_empty() => (rule.conditions.clone(), rule.otherwise),
+        Some(rule) => (Vec::new(), rule.otherwise),
+        None => (Vec::new(), policy.default),
+    };
+    let mut places = Vec::new();
+    let mut next = 0;
+    for rule in rules {
+        if rule.nr > next {
+            places.push(place(None));
+        }
+        places.push(place(Some(rule)));
+        next = rule.nr + 1;
+    }
+    places.push(place(None));
+    places.dedup();
+    places.len()
 }
 
 #[test]
@@ -71,6 +100,17 @@ fn the_program_length_is_reported_and_small() {
     );
     assert!(!filter().is_empty());
     assert_eq!(filter().to_bytes().len(), len * 8);
+    let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
+    println!(
+        "with unix sockets: {} instructions, id {}",
+        with_unix.len(),
+        with_unix.id()
+    );
+    assert!(
+        with_unix.len() > 100 && with_unix.len() < 200,
+        "{}",
+        with_unix.len()
+    );
 }
 
 #[test]
@@ -85,7 +125,13 @@ fn the_id_is_stable_and_changes_with_any_rule() {
         .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
 
     let mut enosys_ptrace = default_policy();
-    enosys_ptrace.rules[0].otherwise = ENOSYS;
+    let ptrace = enosys_ptrace
+        .rules
+        .iter_mut()
+        .find(|rule| rule.name == "ptrace")
+        .unwrap();
+    assert_eq!(ptrace.otherwise, EPERM);
+    ptrace.otherwise = ENOSYS;
     let mut open_ioctl = default_policy();
     let ioctl = open_ioctl
         .rules

@@ -1,17 +1,20 @@
 //! spawnd's seccomp filter, as pure data: a syscall [`Policy`] (the default
-//! one is a table in `syscalls.rs`) is compiled into a classic-BPF program
+//! one decides every syscall by name in `syscalls.rs`, numbered for x86_64
+//! by `x86_64.rs`) is compiled into a classic-BPF program
 //! ([`Filter`]) that the sandbox installs in the child as its very last step
 //! before exec. Nothing in this module talks to the kernel: installing is
 //! the sandbox layer's job, which can pass `Filter::instructions` (laid out
 //! as `struct sock_filter`) to `seccomp(SECCOMP_SET_MODE_FILTER)`.
 //!
 //! The program kills calls from any architecture but x86_64 and any x32
-//! number, dispatches on the syscall number with a binary search tree, and
-//! checks the low 32 bits of arguments where a rule has conditions. Every
-//! compiled program is verified by the interpreter's checker before it is
-//! returned, and [`interp::run`] executes it on a [`SeccompData`] so tests
-//! can compare it with [`Policy::evaluate`] value for value. The filter's
-//! [`Filter::id`] is a SHA-256 of its bytes, for audit records.
+//! number, dispatches on ranges of syscall numbers with a binary search
+//! tree, and checks the low 32 bits of arguments where a rule has
+//! conditions. The default policy denies by default: a number no rule
+//! decides gets ENOSYS. Every compiled program is verified by the
+//! interpreter's checker before it is returned, and [`interp::run`] executes
+//! it on a [`SeccompData`] so tests can compare it with [`Policy::evaluate`]
+//! value for value. The filter's [`Filter::id`] is a SHA-256 of its bytes,
+//! for audit records.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -33,6 +36,7 @@ mod codegen;
 pub mod interp;
 mod policy;
 pub mod syscalls;
+pub mod x86_64;
 
 #[cfg(test)]
 mod bpf_tests;
@@ -42,6 +46,8 @@ mod default_policy_tests;
 mod filter_tests;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod x86_64_tests;
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -155,21 +161,68 @@ pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
     Ok(Filter { instructions })
 }
 
-/// [`default_policy`] compiled, once per process (the daemon would otherwise
-/// rebuild the same program for every spawn).
-pub fn default_filter() -> Result<&'static Filter, CompileError> {
-    static COMPILED: std::sync::OnceLock<Result<Filter, CompileError>> = std::sync::OnceLock::new();
-    COMPILED
-        .get_or_init(|| compile(&default_policy()))
+/// What a spawn may choose about its filter; the default is the strictest.
+/// Each combination compiles to one program, cached for the process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FilterOptions {
+    /// `socket(AF_UNIX, …)` and datagram `socketpair(AF_UNIX, …)` are
+    /// allowed: for a manifest that grants the socket paths its program
+    /// needs. Otherwise both get EPERM, so no host service is reachable
+    /// through a socket a scope happens to expose (SPEC §4); stream and
+    /// seqpacket socketpairs, which stay connected to each other, are
+    /// allowed either way.
+    pub allow_unix_sockets: bool,
+}
+
+impl FilterOptions {
+    /// `socket(AF_UNIX)` and datagram socketpairs refused: [`default_filter`].
+    pub const DEFAULT: FilterOptions = FilterOptions {
+        allow_unix_sockets: false,
+    };
+    /// `socket(AF_UNIX)` and any unix socketpair allowed, for a manifest that
+    /// grants socket paths.
+    pub const WITH_UNIX_SOCKETS: FilterOptions = FilterOptions {
+        allow_unix_sockets: true,
+    };
+}
+
+/// [`policy_for`]`(options)` compiled, once per process and options (the
+/// daemon would otherwise rebuild the same program for every spawn).
+pub fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
+    type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
+    static DEFAULT: Compiled = std::sync::OnceLock::new();
+    static WITH_UNIX_SOCKETS: Compiled = std::sync::OnceLock::new();
+    // Destructured, so that an option added later cannot share a cache.
+    let FilterOptions { allow_unix_sockets } = options;
+    let cache = if allow_unix_sockets {
+        &WITH_UNIX_SOCKETS
+    } else {
+        &DEFAULT
+    };
+    cache
+        .get_or_init(|| compile(&policy_for(options)))
         .as_ref()
         .map_err(Clone::clone)
 }
 
-/// spawnd's default policy: unlisted syscalls are allowed, the table in
-/// [`syscalls`] refuses or restricts the rest.
-pub fn default_policy() -> Policy {
+/// The filter for a spawn that asks for nothing: [`FilterOptions::DEFAULT`].
+pub fn default_filter() -> Result<&'static Filter, CompileError> {
+    filter_for(FilterOptions::DEFAULT)
+}
+
+/// spawnd's policy for x86_64 with `options`: the decision [`syscalls`]
+/// makes for each syscall of [`x86_64::SYSCALLS`], and ENOSYS for every
+/// number they do not assign (the unassigned gaps, the x32-only 512–547 when
+/// called without the x32 bit, and anything newer than the table), so libcs
+/// fall back to calls the filter knows.
+pub fn policy_for(options: FilterOptions) -> Policy {
     Policy {
-        default: Action::Allow,
-        rules: syscalls::default_rules(),
+        default: syscalls::ENOSYS,
+        rules: syscalls::rules(options, x86_64::SYSCALLS),
     }
+}
+
+/// [`policy_for`]`(`[`FilterOptions::DEFAULT`]`)`.
+pub fn default_policy() -> Policy {
+    policy_for(FilterOptions::DEFAULT)
 }

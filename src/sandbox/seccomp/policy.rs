@@ -50,6 +50,9 @@ pub enum ArgTest {
     Equals(u32),
     /// The low 32 bits share at least one set bit with this mask (`BPF_JSET`).
     AnyBitsSet(u32),
+    /// The low 32 bits share no set bit with this mask (`BPF_JSET` with its
+    /// branches swapped).
+    NoBitsSet(u32),
 }
 
 impl ArgTest {
@@ -59,6 +62,7 @@ impl ArgTest {
         match self {
             ArgTest::Equals(value) => low == value,
             ArgTest::AnyBitsSet(mask) => low & mask != 0,
+            ArgTest::NoBitsSet(mask) => low & mask == 0,
         }
     }
 }
@@ -229,6 +233,8 @@ mod tests {
         assert!(ArgTest::Equals(0x5412).matches(0x5412 | 1 << 32));
         assert!(!ArgTest::AnyBitsSet(0x10).matches(0x10 << 32));
         assert!(ArgTest::AnyBitsSet(0x18).matches(0x8));
+        assert!(ArgTest::NoBitsSet(0x40).matches(0x40 << 32 | 0x80));
+        assert!(!ArgTest::NoBitsSet(0x40).matches(0x40 | 1 << 32));
     }
 
     #[test]

@@ -8,7 +8,10 @@ use proptest::prelude::*;
 
 use super::abi::{self, SeccompData};
 use super::bpf::SockFilter;
-use super::{compile, default_policy, interp, Action, ArgTest, Condition, Policy, SyscallRule};
+use super::{
+    compile, default_policy, interp, policy_for, Action, ArgTest, Condition, FilterOptions, Policy,
+    SyscallRule,
+};
 
 /// The constants rules compare against, so random arguments hit them often.
 fn interesting_values(policy: &Policy) -> Vec<u32> {
@@ -16,7 +19,9 @@ fn interesting_values(policy: &Policy) -> Vec<u32> {
     for condition in policy.rules.iter().flat_map(|rule| &rule.conditions) {
         match condition.test {
             ArgTest::Equals(value) => values.extend([value, value ^ 1]),
-            ArgTest::AnyBitsSet(mask) => values.extend([mask, mask & mask.wrapping_neg(), !mask]),
+            ArgTest::AnyBitsSet(mask) | ArgTest::NoBitsSet(mask) => {
+                values.extend([mask, mask & mask.wrapping_neg(), !mask])
+            }
         }
     }
     values
@@ -63,6 +68,7 @@ fn condition() -> impl Strategy<Value = Condition> {
     let test = prop_oneof![
         prop_oneof![0u32..8, any::<u32>()].prop_map(ArgTest::Equals),
         any::<u32>().prop_map(ArgTest::AnyBitsSet),
+        any::<u32>().prop_map(ArgTest::NoBitsSet),
     ];
     (0u8..6, test, action()).prop_map(|(arg, test, action)| Condition::new(arg, test, action))
 }
@@ -127,16 +133,36 @@ fn agrees(
 
 #[test]
 fn the_default_program_agrees_with_the_table_for_every_number() {
-    let policy = default_policy();
-    let program = compile(&policy).unwrap().instructions;
-    let values = interesting_values(&policy);
-    let numbers = (0..1024).chain([-1, i32::MIN, i32::MAX, 0x4000_0000, 0x4000_0029]);
-    for nr in numbers {
-        for (index, &low) in values.iter().enumerate() {
-            let high = u64::try_from(index).unwrap() << 32;
-            let data = SeccompData::native(nr, [low.into(), u64::from(low) | high, 0, 0, 0, 0]);
-            let got = interp::run(&program, &data).unwrap();
-            assert_eq!(got, policy.evaluate(&data).seccomp_ret(), "{data:?}");
+    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+        let policy = policy_for(options);
+        let program = compile(&policy).unwrap().instructions;
+        let values = interesting_values(&policy);
+        let checked: Vec<i64> = policy
+            .rules
+            .iter()
+            .filter(|rule| !rule.conditions.is_empty())
+            .map(|rule| rule.nr)
+            .collect();
+        let numbers = (0..1024).chain([-1, i32::MIN, i32::MAX, 0x4000_0000, 0x4000_0029]);
+        for nr in numbers {
+            // Calls with argument tests get every pair of interesting values
+            // (a flags test and a mode test decide open together); the rest one each.
+            let pairs: Vec<(u32, u32)> = if checked.contains(&i64::from(nr)) {
+                values
+                    .iter()
+                    .flat_map(|&a| values.iter().map(move |&b| (a, b)))
+                    .collect()
+            } else {
+                values.iter().map(|&v| (v, v)).collect()
+            };
+            for (index, (a, b)) in pairs.into_iter().enumerate() {
+                let high = u64::try_from(index % 7).unwrap() << 32;
+                let (a, b) = (u64::from(a), u64::from(b));
+                let args = [a, b | high, a | high, b, a, b | high];
+                let data = SeccompData::native(nr, args);
+                let got = interp::run(&program, &data).unwrap();
+                assert_eq!(got, policy.evaluate(&data).seccomp_ret(), "{data:?}");
+            }
         }
     }
 }

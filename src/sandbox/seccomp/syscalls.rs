@@ -1,108 +1,124 @@
-//! spawnd's default syscall policy for x86_64, as data. It is a deny-list on
-//! top of the other layers (namespaces, Landlock, no capabilities, no new
-//! privileges), so unlisted syscalls are allowed. Each group of entries
-//! names the threats it answers (threats.md group S, T1–T3, N49/N53/N54,
-//! F30). Numbers come from `libc::SYS_*`; syscalls libc does not define for
-//! x86_64 (create_module, get_kernel_syms, query_module) are absent from the
-//! kernel too, which answers ENOSYS for them.
+//! spawnd's default syscall policy as data: a decision for every syscall,
+//! named as the kernel names it, whatever its number on an architecture (the
+//! numbers are in `x86_64.rs`). It is default-deny: a number that no row
+//! decides, and any number above the newest the architecture's table knows,
+//! gets ENOSYS, so a call added by a later kernel is never allowed unseen and
+//! libcs fall back to the older calls they know. Each row says why; rows
+//! that answer threats name them (threats.md group S, T1–T3, N49/N53/N54,
+//! F30, 71, 72).
+//!
+//! An allowed call is still bounded by the other layers: namespaces, the
+//! mounts and Landlock, no capabilities, no new privileges.
 
 use super::policy::{Action, ArgTest, Condition, SyscallRule};
+use super::FilterOptions;
 
 /// The errno for refused syscalls: the call exists, it is just not allowed.
 pub const EPERM: Action = Action::Errno(libc::EPERM as u16);
-/// The errno for clone3, so glibc falls back to clone, whose flags a filter
-/// can see (clone3 hides them in a struct: threats S6).
+/// The errno for calls answered as if the kernel lacked them, so libcs fall
+/// back to an older call whose arguments the filter can see (clone3 hides
+/// its flags in a struct: threats S6).
 pub const ENOSYS: Action = Action::Errno(libc::ENOSYS as u16);
 
-/// `(libc name, number)` pairs for `libc::SYS_*` constants, so a name and its
-/// number cannot drift apart; rules drop the `SYS_` prefix.
-macro_rules! syscalls {
-    ($($name:ident),* $(,)?) => {
-        [$((stringify!($name), libc::$name)),*]
-    };
+/// What the policy does with one syscall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// The call runs.
+    Allow,
+    /// EPERM whatever the arguments.
+    Refuse,
+    /// ENOSYS whatever the arguments.
+    Absent,
+    /// Argument tests on the low 32 bits, tried in order; the first that
+    /// holds decides, and `otherwise` when none does.
+    Checked {
+        /// The tests, first match wins.
+        conditions: &'static [Condition],
+        /// The action when no test holds.
+        otherwise: Action,
+    },
 }
 
-/// Syscalls refused with EPERM whatever their arguments.
-pub const REFUSED: &[(&str, i64)] = &syscalls![
-    // S9: reading or stealing from other processes.
-    SYS_ptrace,
-    SYS_process_vm_readv,
-    SYS_process_vm_writev,
-    SYS_pidfd_getfd,
-    // S16, F35: the mount family, old and new API.
-    SYS_mount,
-    SYS_umount2,
-    SYS_pivot_root,
-    SYS_open_tree,
-    SYS_move_mount,
-    SYS_fsopen,
-    SYS_fsconfig,
-    SYS_fsmount,
-    SYS_fspick,
-    SYS_mount_setattr,
-    // S7, S8: new or other namespaces.
-    SYS_unshare,
-    SYS_setns,
-    // S14: kernel keyrings are not namespaced.
-    SYS_keyctl,
-    SYS_add_key,
-    SYS_request_key,
-    // S10–S13: kernel attack surface.
-    SYS_bpf,
-    SYS_perf_event_open,
-    SYS_userfaultfd,
-    SYS_io_uring_setup,
-    SYS_io_uring_enter,
-    SYS_io_uring_register,
-    // S19: privileged leftovers.
-    SYS_init_module,
-    SYS_finit_module,
-    SYS_delete_module,
-    SYS_kexec_load,
-    SYS_kexec_file_load,
-    SYS_open_by_handle_at,
-    SYS_name_to_handle_at,
-    SYS_iopl,
-    SYS_ioperm,
-    SYS_acct,
-    SYS_swapon,
-    SYS_swapoff,
-    SYS_reboot,
-    // Clocks are global; adjtimex is refused whole rather than by mode.
-    SYS_settimeofday,
-    SYS_clock_settime,
-    SYS_clock_adjtime,
-    SYS_adjtimex,
-    SYS_syslog,
-    SYS_vhangup,
-    SYS_quotactl,
-    SYS_quotactl_fd,
-    SYS_lookup_dcookie,
-    SYS_uselib,
-    SYS_fanotify_init,
-    SYS_nfsservctl,
-    // Found in review: reach into other processes of the same uid (init) or
-    // widen kernel attack surface, and no ordinary CLI needs them.
-    SYS_kcmp,
-    SYS_modify_ldt,
-    SYS_process_madvise,
-    SYS_migrate_pages,
-    SYS_move_pages,
-];
-
-/// One `CONDITIONAL` entry, named after its `libc::SYS_*` constant.
-macro_rules! rule {
-    ($name:ident, $conditions:expr, $otherwise:expr $(,)?) => {
-        (stringify!($name), libc::$name, $conditions, $otherwise)
-    };
+impl Decision {
+    /// The rule for the syscall `name`, numbered `nr` on the architecture.
+    pub fn rule(self, name: &'static str, nr: u32) -> SyscallRule {
+        let nr = i64::from(nr);
+        match self {
+            Decision::Allow => SyscallRule::always(name, nr, Action::Allow),
+            Decision::Refuse => SyscallRule::always(name, nr, EPERM),
+            Decision::Absent => SyscallRule::always(name, nr, ENOSYS),
+            Decision::Checked {
+                conditions,
+                otherwise,
+            } => SyscallRule {
+                name,
+                nr,
+                conditions: conditions.to_vec(),
+                otherwise,
+            },
+        }
+    }
 }
 
-/// Syscalls answered with ENOSYS, as if the kernel lacked them.
-pub const NOT_IMPLEMENTED: &[(&str, i64)] = &syscalls![
-    // S6: clone3 hides its flags in a struct the filter cannot read; glibc
-    // falls back to clone on ENOSYS, whose flags are checked below.
-    SYS_clone3,
-];
+/// One row of the table: the syscalls it names get its decision, for the
+/// reason it gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Row {
+    /// Why, in one line.
+    pub why: &'static str,
+    /// The decision.
+    pub decision: Decision,
+    /// Kernel names of the syscalls.
+    pub names: &'static [&'static str],
+}
+
+const fn allow(why: &'static str, names: &'static [&'static str]) -> Row {
+    Row {
+        why,
+        decision: Decision::Allow,
+        names,
+    }
+}
+
+const fn refuse(why: &'static str, names: &'static [&'static str]) -> Row {
+    Row {
+        why,
+        decision: Decision::Refuse,
+        names,
+    }
+}
+
+const fn absent(why: &'static str, names: &'static [&'static str]) -> Row {
+    Row {
+        why,
+        decision: Decision::Absent,
+        names,
+    }
+}
+
+const fn checked(
+    why: &'static str,
+    names: &'static [&'static str],
+    conditions: &'static [Condition],
+    otherwise: Action,
+) -> Row {
+    Row {
+        why,
+        decision: Decision::Checked {
+            conditions,
+            otherwise,
+        },
+        names,
+    }
+}
+
+const fn refuse_if(arg: u8, test: ArgTest) -> Condition {
+    Condition::new(arg, test, EPERM)
+}
+
+const fn allow_if(arg: u8, test: ArgTest) -> Condition {
+    Condition::new(arg, test, Action::Allow)
+}
 
 /// Every `CLONE_NEW*` flag: creating any namespace is refused (S6, S7).
 /// On legacy clone the low byte is the exit signal, so CLONE_NEWTIME (0x80)
@@ -121,100 +137,424 @@ pub const PER_LINUX: u32 = 0;
 /// `personality(0xffffffff)` only queries the current persona.
 pub const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 
-const fn refuse(arg: u8, test: ArgTest) -> Condition {
-    Condition::new(arg, test, EPERM)
+/// `S_ISUID | S_ISGID`: the mode bits no program may set (SPEC §4, threats 71).
+pub const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+/// The open flags under which the kernel reads the mode: `O_CREAT`, and
+/// `__O_TMPFILE`, the bit of `O_TMPFILE` that is not `O_DIRECTORY` (testing
+/// all of `O_TMPFILE` would also match a plain `O_DIRECTORY` open).
+pub const OPEN_CREATE_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
+
+/// A mode argument without set-id bits.
+const fn no_setid_mode(arg: u8) -> Condition {
+    refuse_if(arg, ArgTest::AnyBitsSet(SETID_BITS))
 }
 
-const fn allow(arg: u8, test: ArgTest) -> Condition {
-    Condition::new(arg, test, Action::Allow)
+/// open/openat: flags that create nothing leave the mode unread; otherwise
+/// the mode may not carry set-id bits.
+const fn no_setid_creation(flags: u8, mode: u8) -> [Condition; 2] {
+    [
+        allow_if(flags, ArgTest::NoBitsSet(OPEN_CREATE_FLAGS)),
+        no_setid_mode(mode),
+    ]
 }
 
-/// Only these socket families (N49, N53, N54): AF_NETLINK, AF_PACKET,
-/// AF_VSOCK and the rest are refused.
-const SOCKET_FAMILIES: &[Condition] = &[
-    allow(0, ArgTest::Equals(libc::AF_UNIX as u32)),
-    allow(0, ArgTest::Equals(libc::AF_INET as u32)),
-    allow(0, ArgTest::Equals(libc::AF_INET6 as u32)),
+/// socket's families by default: no AF_UNIX either, so no host service is
+/// reachable through a socket a scope exposes (SPEC §4, threats 72).
+const IP_ONLY: &[Condition] = &[
+    allow_if(0, ArgTest::Equals(libc::AF_INET as u32)),
+    allow_if(0, ArgTest::Equals(libc::AF_INET6 as u32)),
 ];
 
-/// Syscalls decided by their arguments: `(libc name, number, conditions
-/// tried in order, action when none holds)`. Arguments are compared on their
-/// low 32 bits only (T2).
-pub const CONDITIONAL: &[(&str, i64, &[Condition], Action)] = &[
-    // S6, S7: fork and pthread_create keep working; new namespaces do not.
-    rule!(
-        SYS_clone,
-        &[refuse(0, ArgTest::AnyBitsSet(CLONE_NAMESPACE_FLAGS))],
+/// socket's families when unix sockets are granted (N49, N53, N54):
+/// AF_NETLINK, AF_PACKET, AF_VSOCK and the rest are refused.
+const UNIX_AND_IP: &[Condition] = &[
+    allow_if(0, ArgTest::Equals(libc::AF_UNIX as u32)),
+    allow_if(0, ArgTest::Equals(libc::AF_INET as u32)),
+    allow_if(0, ArgTest::Equals(libc::AF_INET6 as u32)),
+];
+
+/// A socketpair type with its creation flags, as the kernel takes it.
+const fn pair_type(kind: libc::c_int, flags: libc::c_int) -> Condition {
+    allow_if(1, ArgTest::Equals((kind | flags) as u32))
+}
+
+/// socketpair by default: AF_UNIX pairs that stay connected to each other
+/// for life, SOCK_STREAM and SOCK_SEQPACKET (with or without SOCK_NONBLOCK
+/// and SOCK_CLOEXEC). A SOCK_DGRAM end can be disconnected with
+/// `connect(AF_UNSPEC)` and then send to any pathname socket, a way to a
+/// host datagram service without `socket(AF_UNIX)` (threats 72). The family
+/// comes first: anything but AF_UNIX is refused (inet families make no
+/// pairs, AF_TIPC is refused to `socket` as well, AF_UNSPEC is no family).
+const CONNECTED_UNIX_PAIRS: &[Condition] = &[
+    refuse_if(0, ArgTest::AnyBitsSet(!(libc::AF_UNIX as u32))),
+    refuse_if(0, ArgTest::Equals(libc::AF_UNSPEC as u32)),
+    pair_type(libc::SOCK_STREAM, 0),
+    pair_type(libc::SOCK_STREAM, libc::SOCK_CLOEXEC),
+    pair_type(libc::SOCK_STREAM, libc::SOCK_NONBLOCK),
+    pair_type(libc::SOCK_STREAM, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK),
+    pair_type(libc::SOCK_SEQPACKET, 0),
+    pair_type(libc::SOCK_SEQPACKET, libc::SOCK_CLOEXEC),
+    pair_type(libc::SOCK_SEQPACKET, libc::SOCK_NONBLOCK),
+    pair_type(
+        libc::SOCK_SEQPACKET,
+        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+    ),
+];
+
+/// socket(2) in the default filter.
+pub static SOCKET_WITHOUT_UNIX: Row = checked(
+    "72, N49, N53, N54: only inet and inet6 sockets; AF_UNIX only where a manifest grants socket paths",
+    &["socket"],
+    IP_ONLY,
+    EPERM,
+);
+
+/// socket(2) when the spawn's manifest grants unix sockets.
+pub static SOCKET_WITH_UNIX: Row = checked(
+    "N49, N53, N54: unix, inet and inet6 sockets (the manifest grants socket paths)",
+    &["socket"],
+    UNIX_AND_IP,
+    EPERM,
+);
+
+/// socketpair(2) in the default filter.
+pub static SOCKETPAIR_CONNECTED: Row = checked(
+    "72: unix stream and seqpacket pairs only; a datagram end can be disconnected and reach host sockets",
+    &["socketpair"],
+    CONNECTED_UNIX_PAIRS,
+    EPERM,
+);
+
+/// socketpair(2) when the spawn's manifest grants unix sockets.
+pub static SOCKETPAIR_UNIX: Row = checked(
+    "unix pairs of any type (the manifest grants socket paths)",
+    &["socketpair"],
+    &[allow_if(0, ArgTest::Equals(libc::AF_UNIX as u32))],
+    EPERM,
+);
+
+/// Every syscall but `socket` and `socketpair`, whose rows depend on
+/// [`FilterOptions`].
+pub const ROWS: &[Row] = &[
+    // Allowed: what any command-line program needs.
+    allow(
+        "files: read, write, walk, link and rename what the mounts and Landlock expose",
+        &[
+            "read", "write", "close", "stat", "fstat", "lstat", "newfstatat", "statx", "lseek",
+            "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev", "preadv2",
+            "pwritev2", "access", "faccessat", "faccessat2", "dup", "dup2", "dup3", "fcntl",
+            "flock", "fsync", "fdatasync", "sync", "syncfs", "sync_file_range", "truncate",
+            "ftruncate", "fallocate", "fadvise64", "readahead", "getdents", "getdents64",
+            "getcwd", "chdir", "fchdir", "rename", "renameat", "renameat2", "rmdir", "link",
+            "linkat", "unlink", "unlinkat", "symlink", "symlinkat", "readlink", "readlinkat",
+            "statfs", "fstatfs", "umask", "utime", "utimes", "futimesat", "utimensat",
+            "sendfile", "splice", "tee", "vmsplice", "copy_file_range", "close_range", "pipe",
+            "pipe2", "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+        ],
+    ),
+    allow(
+        "ownership: without capabilities only to the caller's own ids, and the kernel clears set-id bits",
+        &["chown", "fchown", "lchown", "fchownat"],
+    ),
+    allow(
+        "extended attributes: user.* where writable; security.* and trusted.* need capabilities",
+        &[
+            "setxattr", "lsetxattr", "fsetxattr", "getxattr", "lgetxattr", "fgetxattr",
+            "listxattr", "llistxattr", "flistxattr", "removexattr", "lremovexattr",
+            "fremovexattr", "setxattrat", "getxattrat", "listxattrat", "removexattrat",
+        ],
+    ),
+    allow(
+        "the process's own memory (locking bounded by RLIMIT_MEMLOCK)",
+        &[
+            "mmap", "mprotect", "munmap", "brk", "mremap", "msync", "mincore", "madvise",
+            "mlock", "munlock", "mlockall", "munlockall", "mlock2", "mbind", "set_mempolicy",
+            "get_mempolicy", "set_mempolicy_home_node", "remap_file_pages", "pkey_mprotect",
+            "pkey_alloc", "pkey_free", "membarrier", "mseal", "map_shadow_stack",
+        ],
+    ),
+    allow(
+        "signals, clocks and timers: signals reach only the sandbox's pid namespace",
+        &[
+            "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending",
+            "rt_sigtimedwait", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "rt_sigsuspend",
+            "sigaltstack", "kill", "tkill", "tgkill", "pause", "nanosleep", "clock_nanosleep",
+            "getitimer", "setitimer", "alarm", "timer_create", "timer_settime",
+            "timer_gettime", "timer_getoverrun", "timer_delete", "timerfd_create",
+            "timerfd_settime", "timerfd_gettime", "signalfd", "signalfd4", "restart_syscall",
+            "clock_gettime", "clock_getres", "gettimeofday", "time",
+        ],
+    ),
+    allow(
+        "processes and threads of the sandbox's own pid namespace (clone is checked below)",
+        &[
+            "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4", "waitid",
+            "set_tid_address", "set_robust_list", "get_robust_list", "futex", "futex_waitv",
+            "futex_wake", "futex_wait", "futex_requeue", "arch_prctl", "rseq", "gettid",
+            "getpid", "getppid", "pidfd_open", "pidfd_send_signal", "sched_yield",
+            "sched_setaffinity", "sched_getaffinity", "sched_setparam", "sched_getparam",
+            "sched_setscheduler", "sched_getscheduler", "sched_get_priority_max",
+            "sched_get_priority_min", "sched_rr_get_interval", "sched_setattr",
+            "sched_getattr", "getcpu", "getpriority", "setpriority", "ioprio_set",
+            "ioprio_get", "getrlimit", "setrlimit", "getrusage", "times", "sysinfo", "uname",
+        ],
+    ),
+    allow(
+        "identity: without capabilities a process only moves between ids it already has",
+        &[
+            "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid", "getgroups",
+            "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setfsuid",
+            "setfsgid", "setgroups", "capget", "capset", "setpgid", "getpgid", "getpgrp",
+            "setsid", "getsid",
+        ],
+    ),
+    allow(
+        "waiting for events",
+        &[
+            "poll", "ppoll", "select", "pselect6", "epoll_create", "epoll_create1",
+            "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2",
+        ],
+    ),
+    allow(
+        "sockets once made: the network namespace has only loopback, Landlock denies TCP bind and connect",
+        &[
+            "connect", "accept", "accept4", "bind", "listen", "shutdown", "getsockname",
+            "getpeername", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
+            "setsockopt", "getsockopt",
+        ],
+    ),
+    allow(
+        "System V and POSIX IPC, private to the sandbox's ipc namespace (N48)",
+        &[
+            "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+            "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
+            "mq_timedreceive", "mq_notify", "mq_getsetattr",
+        ],
+    ),
+    allow(
+        "the old asynchronous I/O interface (io_uring is refused)",
+        &[
+            "io_setup", "io_destroy", "io_getevents", "io_submit", "io_cancel", "io_pgetevents",
+        ],
+    ),
+    allow(
+        "randomness, and narrowing itself further with its own seccomp or Landlock layer",
+        &[
+            "getrandom", "seccomp", "landlock_create_ruleset", "landlock_add_rule",
+            "landlock_restrict_self",
+        ],
+    ),
+    allow(
+        "issued only from the trampoline the kernel maps when a host tracer sets a uprobe; refusing them would crash a traced program",
+        &["uretprobe", "uprobe"],
+    ),
+    // Refused with EPERM.
+    refuse(
+        "S9: reading or stealing from other processes",
+        &["ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd"],
+    ),
+    refuse(
+        "S9: reaps the memory of another process while it is being killed",
+        &["process_mrelease"],
+    ),
+    refuse(
+        "S16, F35: the mount family, old and new API (open_tree_attr clones a tree with new attributes)",
+        &[
+            "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen", "fsconfig",
+            "fsmount", "fspick", "mount_setattr", "open_tree_attr",
+        ],
+    ),
+    refuse("S7, S8: new or other namespaces", &["unshare", "setns"]),
+    refuse(
+        "S7: lists the namespaces of the system by id; no program needs that",
+        &["listns"],
+    ),
+    refuse(
+        "S14: kernel keyrings are not namespaced",
+        &["keyctl", "add_key", "request_key"],
+    ),
+    refuse(
+        "S10–S13: kernel attack surface",
+        &[
+            "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+            "io_uring_register",
+        ],
+    ),
+    refuse(
+        "S19: privileged leftovers",
+        &[
+            "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+            "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm", "acct", "swapon",
+            "swapoff", "reboot", "syslog", "vhangup", "quotactl", "quotactl_fd",
+            "lookup_dcookie", "uselib", "fanotify_init", "nfsservctl",
+        ],
+    ),
+    refuse(
+        "S19: fanotify marks are useless without fanotify_init, which is refused",
+        &["fanotify_mark"],
+    ),
+    refuse(
+        "S16, S19: root, host and domain names need capabilities the program never has",
+        &["chroot", "sethostname", "setdomainname"],
+    ),
+    refuse(
+        "clocks are global; adjtimex is refused whole rather than by mode",
+        &["settimeofday", "clock_settime", "clock_adjtime", "adjtimex"],
+    ),
+    refuse(
+        "reach into other processes of the same uid (init) or widen kernel attack surface",
+        &[
+            "kcmp", "modify_ldt", "process_madvise", "migrate_pages", "move_pages",
+        ],
+    ),
+    refuse(
+        "memory taken out of the kernel's own mappings and pinned outside memory accounting; no program needs it",
+        &["memfd_secret"],
+    ),
+    refuse(
+        "changes the process's LSM label, which the read-only /proc stops through /proc/self/attr",
+        &["lsm_set_self_attr"],
+    ),
+    // Answered with ENOSYS, as if the kernel lacked them.
+    absent(
+        "S6: clone3 hides its flags in a struct; glibc falls back to clone, whose flags are checked",
+        &["clone3"],
+    ),
+    absent(
+        "71: openat2's mode is in a struct the filter cannot read; callers fall back to openat",
+        &["openat2"],
+    ),
+    absent(
+        "mount listing, and listmount reaches other namespaces by id; libmount falls back to /proc/self/mountinfo",
+        &["listmount", "statmount"],
+    ),
+    absent(
+        "LSM attributes of the process; libraries fall back to /proc/self/attr",
+        &["lsm_get_self_attr", "lsm_list_modules"],
+    ),
+    absent(
+        "page-cache residency of any readable file tells what the host reads; tools fall back to mincore",
+        &["cachestat"],
+    ),
+    absent(
+        "inode flags and project ids by path; tools fall back to the FS_IOC_FS[GS]ETXATTR ioctls",
+        &["file_getattr", "file_setattr"],
+    ),
+    absent(
+        "obsolete: statfs and /proc/filesystems replace them",
+        &["ustat", "sysfs"],
+    ),
+    absent(
+        "removed from the kernel or never implemented on x86_64, which answers ENOSYS itself",
+        &[
+            "_sysctl", "create_module", "get_kernel_syms", "query_module", "getpmsg",
+            "putpmsg", "afs_syscall", "tuxcall", "security", "set_thread_area",
+            "get_thread_area", "epoll_ctl_old", "epoll_wait_old", "vserver",
+        ],
+    ),
+    // Decided by their arguments.
+    checked(
+        "S6, S7: fork and pthread_create keep working; new namespaces do not",
+        &["clone"],
+        &[refuse_if(0, ArgTest::AnyBitsSet(CLONE_NAMESPACE_FLAGS))],
         Action::Allow,
     ),
-    // T1, T3: terminal input injection and console selection.
-    rule!(
-        SYS_ioctl,
+    checked(
+        "T1, T3: terminal input injection and console selection",
+        &["ioctl"],
         &[
-            refuse(1, ArgTest::Equals(libc::TIOCSTI as u32)),
-            refuse(1, ArgTest::Equals(libc::TIOCLINUX as u32)),
+            refuse_if(1, ArgTest::Equals(libc::TIOCSTI as u32)),
+            refuse_if(1, ArgTest::Equals(libc::TIOCLINUX as u32)),
         ],
         Action::Allow,
     ),
-    rule!(SYS_socket, SOCKET_FAMILIES, EPERM),
-    rule!(SYS_socketpair, SOCKET_FAMILIES, EPERM),
-    // F30: memfds must be sealed non-executable, so no fileless exec.
-    rule!(
-        SYS_memfd_create,
+    checked(
+        "71: no set-id mode from creat, chmod, fchmod, mkdir or mknod (mode is argument 1)",
+        &["creat", "chmod", "fchmod", "mkdir", "mknod"],
+        &[no_setid_mode(1)],
+        Action::Allow,
+    ),
+    checked(
+        "71: no set-id mode from the *at forms (mode is argument 2)",
+        &["fchmodat", "fchmodat2", "mkdirat", "mknodat"],
+        &[no_setid_mode(2)],
+        Action::Allow,
+    ),
+    checked(
+        "71: open creating (O_CREAT or O_TMPFILE) with a set-id mode",
+        &["open"],
+        &no_setid_creation(1, 2),
+        Action::Allow,
+    ),
+    checked(
+        "71: openat creating (O_CREAT or O_TMPFILE) with a set-id mode",
+        &["openat"],
+        &no_setid_creation(2, 3),
+        Action::Allow,
+    ),
+    checked(
+        "F30: memfds must be sealed non-executable, so no fileless exec",
+        &["memfd_create"],
         &[
-            refuse(1, ArgTest::AnyBitsSet(libc::MFD_EXEC)),
-            allow(1, ArgTest::AnyBitsSet(libc::MFD_NOEXEC_SEAL)),
+            refuse_if(1, ArgTest::AnyBitsSet(libc::MFD_EXEC)),
+            allow_if(1, ArgTest::AnyBitsSet(libc::MFD_NOEXEC_SEAL)),
         ],
         EPERM,
     ),
-    // S15: no READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE; query and default only.
-    rule!(
-        SYS_personality,
+    checked(
+        "S15: no READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE; query and default only",
+        &["personality"],
         &[
-            allow(0, ArgTest::Equals(PER_LINUX)),
-            allow(0, ArgTest::Equals(PERSONALITY_QUERY)),
+            allow_if(0, ArgTest::Equals(PER_LINUX)),
+            allow_if(0, ArgTest::Equals(PERSONALITY_QUERY)),
         ],
         EPERM,
     ),
     // A process changes or reads only its own limits (pid 0), never another
     // one's: not the sandbox's init (pid 1, same uid, so the kernel would
-    // allow it), whose end the program could otherwise provoke and pass
-    // off as a lost sandbox. setrlimit and getrlimit go through pid 0.
-    rule!(SYS_prlimit64, &[allow(0, ArgTest::Equals(0))], EPERM),
-    // S18: rewriting the memory map, choosing a ptracer, securebits.
-    rule!(
-        SYS_prctl,
+    // allow it), whose end the program could otherwise provoke and pass off
+    // as a lost sandbox. setrlimit and getrlimit go through pid 0.
+    checked(
+        "a process's own limits only, never its init's",
+        &["prlimit64"],
+        &[allow_if(0, ArgTest::Equals(0))],
+        EPERM,
+    ),
+    checked(
+        "S18: rewriting the memory map, choosing a ptracer, securebits",
+        &["prctl"],
         &[
-            refuse(0, ArgTest::Equals(libc::PR_SET_MM as u32)),
-            refuse(0, ArgTest::Equals(libc::PR_SET_PTRACER as u32)),
-            refuse(0, ArgTest::Equals(libc::PR_SET_SECUREBITS as u32)),
+            refuse_if(0, ArgTest::Equals(libc::PR_SET_MM as u32)),
+            refuse_if(0, ArgTest::Equals(libc::PR_SET_PTRACER as u32)),
+            refuse_if(0, ArgTest::Equals(libc::PR_SET_SECUREBITS as u32)),
         ],
         Action::Allow,
     ),
 ];
 
-/// The rules of spawnd's default policy, built from the tables above.
-pub fn default_rules() -> Vec<SyscallRule> {
-    let fixed = |action: Action| {
-        move |&(name, nr): &(&'static str, i64)| SyscallRule::always(short(name), nr, action)
+/// Every row for a spawn with `options`.
+pub fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
+    let sockets: [&'static Row; 2] = if options.allow_unix_sockets {
+        [&SOCKET_WITH_UNIX, &SOCKETPAIR_UNIX]
+    } else {
+        [&SOCKET_WITHOUT_UNIX, &SOCKETPAIR_CONNECTED]
     };
-    let conditional = CONDITIONAL
-        .iter()
-        .map(|&(name, nr, conditions, otherwise)| SyscallRule {
-            name: short(name),
-            nr,
-            conditions: conditions.to_vec(),
-            otherwise,
-        });
-    REFUSED
-        .iter()
-        .map(fixed(EPERM))
-        .chain(NOT_IMPLEMENTED.iter().map(fixed(ENOSYS)))
-        .chain(conditional)
-        .collect()
+    ROWS.iter().chain(sockets)
 }
 
-/// `"SYS_ptrace"` → `"ptrace"`.
-fn short(libc_name: &'static str) -> &'static str {
-    libc_name.strip_prefix("SYS_").unwrap_or(libc_name)
+/// The decision for the syscall `name`, if a row names it.
+pub fn decision(options: FilterOptions, name: &str) -> Option<Decision> {
+    rows(options)
+        .find(|row| row.names.contains(&name))
+        .map(|row| row.decision)
+}
+
+/// One rule for each syscall of `table` (an architecture's `(number, name)`
+/// pairs) that a row decides. A name no row decides gets no rule, and so the
+/// policy's default, ENOSYS: the table's tests make sure there is none.
+pub fn rules(options: FilterOptions, table: &[(u32, &'static str)]) -> Vec<SyscallRule> {
+    table
+        .iter()
+        .filter_map(|&(nr, name)| decision(options, name).map(|d| d.rule(name, nr)))
+        .collect()
 }
