@@ -241,6 +241,20 @@ as_root_and_nobody! {
         assert!(mib[0] > 0 && mib[1] > 0, "{v}");
         assert!(mib[0] + mib[1] <= 256, "tmpfs held {mib:?} MiB under a 256 MiB limit: {v}");
     };
+    r56_sysv_shared_memory_never_outlives_its_last_attach => |who| {
+        // As root, spawnd writes the sandbox's IPC limits (a detached
+        // segment is destroyed at once); without root it cannot, and SysV
+        // IPC objects are refused instead.
+        let code = "import ctypes, ctypes.util, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\nshm = libc.shmget(0, 1 << 20, 0o1600)\nif shm < 0:\n    print('shmget refused', ctypes.get_errno())\nelse:\n    addr = libc.shmat(shm, None, 0)\n    ctypes.memset(addr, 1, 1 << 20)\n    libc.shmdt(ctypes.c_void_p(addr))\n    buf = ctypes.create_string_buffer(256)\n    print('kept' if libc.shmctl(shm, 2, buf) == 0 else 'gone')\nprint('msgget', 'refused' if libc.msgget(0, 0o1600) < 0 else 'made')\n";
+        let out = world().run(who, "py", &[("code", code)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
+        if who.is_root() {
+            assert_eq!(text, "gone\nmsgget made\n", "{v}");
+        } else {
+            assert_eq!(text, format!("shmget refused {}\nmsgget refused\n", libc::EPERM), "{v}");
+        }
+    };
     r64_no_core_dump_is_written => |who| {
         let w = world();
         let r = world().attack(who, "core-dump", &[&p(w, "rw")]);

@@ -248,7 +248,7 @@ fn the_daemon_refuses_a_peer_in_another_user_namespace() {
     let answer = |wrap: &[&str]| -> Value {
         let out = Command::new(wrap[0])
             .args(&wrap[1..])
-            .args(["python3", "-c", &client])
+            .args(["/usr/bin/python3", "-c", &client])
             .output()
             .unwrap();
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -273,4 +273,64 @@ fn the_daemon_refuses_a_peer_in_another_user_namespace() {
         &d.audit,
         &["caller_not_allowed", "\"uid\":0"]
     ));
+}
+
+/// The confused deputy: a sandboxed program that can reach the daemon's
+/// socket (here granted outright with `unix_sockets`) asks it for a spawn
+/// of a connector its caller may use. The daemon sees a peer in another
+/// user namespace and refuses; no spawn of that connector is recorded for
+/// it. The same request from the host's namespace, as the same uid, runs.
+#[test]
+fn a_sandboxed_program_gets_no_spawn_out_of_the_daemon() {
+    let d = Daemon::start(
+        "deputy",
+        &format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n"),
+    );
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "spawn_op", "params": {"connector": CONNECTOR, "op": "true", "args": {}}});
+    let client = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({socket:?})\ns.sendall({line:?}.encode() + b'\\n')\nprint(s.makefile().readline(), end='')\n",
+        socket = d.socket.display().to_string(),
+        line = request.to_string(),
+    );
+    for who in [As::Root, As::Nobody, As::RootViaSpawner] {
+        let dir = scratch("deputy", who);
+        let m = manifest(
+            &dir,
+            &format!(
+                "[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nunix_sockets = [\"{}\"]\n\n{PYTHON_OP}",
+                d.socket.display()
+            ),
+        );
+        let before = std::fs::read_to_string(&d.audit)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        let v = json_of(&run(who, &m, "py", &[("code", &client)], &[]));
+        let answer: Value = serde_json::from_str(stdout_text(&v))
+            .unwrap_or_else(|e| panic!("{who:?}: no answer from the daemon ({e}): {v}"));
+        assert_eq!(
+            answer["error"]["data"]["reason"], "caller_not_allowed",
+            "{who:?}: {answer}"
+        );
+        let log = std::fs::read_to_string(&d.audit).unwrap_or_default();
+        let new: Vec<&str> = log.lines().skip(before).collect();
+        assert!(
+            !new.iter().any(|l| l.contains("\"kind\":\"decision\"")),
+            "{who:?}: the daemon decided a spawn for a sandboxed peer: {new:?}"
+        );
+    }
+    // The same uid from the daemon's own namespace may.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            &client,
+        ])
+        .output()
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(answer["result"]["handle"].is_string(), "{answer}");
 }

@@ -24,7 +24,7 @@ use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
-use crate::sandbox::seccomp::default_filter;
+use crate::sandbox::seccomp::{filter_for, FilterOptions};
 use crate::sandbox::spec::{build_spec, HostKind};
 use crate::sandbox::sys::landlock_abi_version;
 use crate::spawner::Spawner;
@@ -225,7 +225,10 @@ fn execute_inner<'a>(
     let program = opener
         .take(&declared)
         .ok_or_else(|| unstarted(Failure::new(10, "the program opened by the gate was lost")))?;
-    let filter = default_filter()
+    // Unix sockets where the manifest grants socket paths; SysV IPC objects
+    // where spawnd, as root, writes the sandbox's IPC limits.
+    let options = FilterOptions::for_spawn(!plan.fs.unix_sockets.is_empty(), identity.privileged);
+    let filter = filter_for(options)
         .map_err(|e| unstarted(Failure::new(10, format!("seccomp filter: {e}"))))?;
     let (stdin, pump) = (x.stdin, x.pump);
     let request = LaunchRequest {

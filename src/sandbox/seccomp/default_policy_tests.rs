@@ -225,7 +225,7 @@ fn the_table_lists_exactly_the_refused_absent_and_checked_syscalls_of_the_task()
 
 #[test]
 fn every_x86_64_syscall_has_exactly_one_row_and_every_row_names_a_real_syscall() {
-    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+    for options in FilterOptions::VARIANTS {
         let rows: Vec<_> = syscalls::rows(options).collect();
         for &(nr, name) in SYSCALLS {
             let deciding = rows.iter().filter(|row| row.names.contains(&name)).count();
@@ -281,7 +281,7 @@ fn probing_args() -> Vec<[u64; 6]> {
 
 #[test]
 fn every_number_to_1023_gets_its_deliberate_decision_and_x32_numbers_are_killed() {
-    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+    for options in FilterOptions::VARIANTS {
         let filter = filter_for(options).unwrap();
         for nr in 0..=1023u32 {
             let name = SYSCALLS
@@ -617,6 +617,37 @@ fn the_two_filters_differ_only_in_socket_and_socketpair_and_are_each_compiled_on
         .map(|(x, _)| x.name)
         .collect();
     assert_eq!(differing, ["socket", "socketpair"]);
+}
+
+#[test]
+fn without_root_sysv_ipc_objects_are_refused_and_nothing_else_changes() {
+    let strict = FilterOptions::for_spawn(false, false);
+    let (a, b) = (policy_for(FilterOptions::DEFAULT), policy_for(strict));
+    let differing: Vec<&str> = a
+        .rules
+        .iter()
+        .zip(&b.rules)
+        .filter(|(x, y)| x != y)
+        .map(|(x, _)| x.name)
+        .collect();
+    assert_eq!(differing, ["shmget", "semget", "msgget"]);
+    let filter = filter_for(strict).unwrap();
+    for name in ["shmget", "semget", "msgget"] {
+        let data = || SeccompData::native(nr_of(name) as i32, [0, 4096, 0o1600, 0, 0, 0]);
+        assert_eq!(verdict_of(filter, data()), EPERM, "{name}");
+        assert_eq!(
+            verdict_of(super::default_filter().unwrap(), data()),
+            ALLOW,
+            "{name}"
+        );
+    }
+    // Each of the four combinations is its own program, compiled once.
+    let ids: std::collections::BTreeSet<String> = FilterOptions::VARIANTS
+        .iter()
+        .map(|o| filter_for(*o).unwrap().id())
+        .collect();
+    assert_eq!(ids.len(), 4);
+    assert!(std::ptr::eq(filter, filter_for(strict).unwrap()));
 }
 
 /// The mode-setting calls: (name, index of the mode argument).

@@ -161,9 +161,11 @@ pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
     Ok(Filter { instructions })
 }
 
-/// What a spawn may choose about its filter; the default is the strictest.
-/// Each combination compiles to one program, cached for the process.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// What a spawn may choose about its filter ([`FilterOptions::for_spawn`]).
+/// The default refuses unix sockets and allows SysV IPC objects (the
+/// sandbox's IPC limits hold them when spawnd is root). Each combination
+/// compiles to one program, cached for the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FilterOptions {
     /// `socket(AF_UNIX, …)` and datagram `socketpair(AF_UNIX, …)` are
     /// allowed: for a manifest that grants the socket paths its program
@@ -172,33 +174,68 @@ pub struct FilterOptions {
     /// seqpacket socketpairs, which stay connected to each other, are
     /// allowed either way.
     pub allow_unix_sockets: bool,
+    /// `shmget`, `semget` and `msgget` may make SysV IPC objects: only where
+    /// the sandbox's IPC namespace has the limits spawnd writes there (as
+    /// root: see `crate::sandbox::mounts`). Otherwise they get EPERM, since
+    /// the kernel's defaults let one namespace hold more memory than any
+    /// spawn's limit, in objects that outlive their processes.
+    pub allow_sysv_ipc: bool,
+}
+
+impl Default for FilterOptions {
+    fn default() -> FilterOptions {
+        FilterOptions::DEFAULT
+    }
 }
 
 impl FilterOptions {
     /// `socket(AF_UNIX)` and datagram socketpairs refused: [`default_filter`].
     pub const DEFAULT: FilterOptions = FilterOptions {
         allow_unix_sockets: false,
+        allow_sysv_ipc: true,
     };
     /// `socket(AF_UNIX)` and any unix socketpair allowed, for a manifest that
     /// grants socket paths.
     pub const WITH_UNIX_SOCKETS: FilterOptions = FilterOptions {
         allow_unix_sockets: true,
+        allow_sysv_ipc: true,
     };
+    /// Every combination, for tests that walk them all.
+    pub const VARIANTS: [FilterOptions; 4] = [
+        FilterOptions::DEFAULT,
+        FilterOptions::WITH_UNIX_SOCKETS,
+        FilterOptions {
+            allow_unix_sockets: false,
+            allow_sysv_ipc: false,
+        },
+        FilterOptions {
+            allow_unix_sockets: true,
+            allow_sysv_ipc: false,
+        },
+    ];
+
+    /// The options for a spawn: unix sockets where its manifest grants
+    /// socket paths, SysV IPC objects where spawnd (`privileged`) writes
+    /// the sandbox's IPC limits.
+    pub fn for_spawn(grants_unix_sockets: bool, privileged: bool) -> FilterOptions {
+        FilterOptions {
+            allow_unix_sockets: grants_unix_sockets,
+            allow_sysv_ipc: privileged,
+        }
+    }
 }
 
 /// [`policy_for`]`(options)` compiled, once per process and options (the
 /// daemon would otherwise rebuild the same program for every spawn).
 pub fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
     type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
-    static DEFAULT: Compiled = std::sync::OnceLock::new();
-    static WITH_UNIX_SOCKETS: Compiled = std::sync::OnceLock::new();
+    static CACHE: [Compiled; 4] = [const { std::sync::OnceLock::new() }; 4];
     // Destructured, so that an option added later cannot share a cache.
-    let FilterOptions { allow_unix_sockets } = options;
-    let cache = if allow_unix_sockets {
-        &WITH_UNIX_SOCKETS
-    } else {
-        &DEFAULT
-    };
+    let FilterOptions {
+        allow_unix_sockets,
+        allow_sysv_ipc,
+    } = options;
+    let cache = &CACHE[usize::from(allow_unix_sockets) | usize::from(allow_sysv_ipc) << 1];
     cache
         .get_or_init(|| compile(&policy_for(options)))
         .as_ref()

@@ -133,7 +133,7 @@ fn agrees(
 
 #[test]
 fn the_default_program_agrees_with_the_table_for_every_number() {
-    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+    for options in FilterOptions::VARIANTS {
         let policy = policy_for(options);
         let program = compile(&policy).unwrap().instructions;
         let values = interesting_values(&policy);

@@ -233,8 +233,21 @@ pub static SOCKETPAIR_UNIX: Row = checked(
     EPERM,
 );
 
-/// Every syscall but `socket` and `socketpair`, whose rows depend on
-/// [`FilterOptions`].
+/// SysV IPC objects where the sandbox's IPC namespace has its limits.
+pub static SYSV_IPC_OBJECTS: Row = allow(
+    "N48: SysV IPC objects, within the limits written into the sandbox's ipc namespace",
+    &["shmget", "semget", "msgget"],
+);
+
+/// SysV IPC objects where the limits could not be written (spawnd is not
+/// root, so the sandbox maps no uid 0 that could write them).
+pub static NO_SYSV_IPC_OBJECTS: Row = refuse(
+    "R56: SysV IPC objects, whose kernel default limits no memory limit bounds (spawnd without root cannot lower them)",
+    &["shmget", "semget", "msgget"],
+);
+
+/// Every syscall but `socket`, `socketpair`, `shmget`, `semget` and
+/// `msgget`, whose rows depend on [`FilterOptions`].
 pub const ROWS: &[Row] = &[
     // Allowed: what any command-line program needs.
     allow(
@@ -324,11 +337,11 @@ pub const ROWS: &[Row] = &[
         ],
     ),
     allow(
-        "System V and POSIX IPC, private to the sandbox's ipc namespace (N48)",
+        "System V and POSIX IPC, private to the sandbox's ipc namespace (N48); SysV objects are made by the rows below",
         &[
-            "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
-            "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
-            "mq_timedreceive", "mq_notify", "mq_getsetattr",
+            "shmat", "shmctl", "shmdt", "semop", "semctl", "semtimedop", "msgsnd", "msgrcv",
+            "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+            "mq_getsetattr",
         ],
     ),
     allow(
@@ -539,7 +552,12 @@ pub fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
     } else {
         [&SOCKET_WITHOUT_UNIX, &SOCKETPAIR_CONNECTED]
     };
-    ROWS.iter().chain(sockets)
+    let sysv: &'static Row = if options.allow_sysv_ipc {
+        &SYSV_IPC_OBJECTS
+    } else {
+        &NO_SYSV_IPC_OBJECTS
+    };
+    ROWS.iter().chain(sockets).chain(std::iter::once(sysv))
 }
 
 /// The decision for the syscall `name`, if a row names it.
