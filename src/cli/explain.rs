@@ -118,6 +118,13 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
                 .unwrap_or_default();
             let _ = writeln!(out, "      {{{name}}}: {what}{}", describe_param(op, name));
         }
+        if !op.unix_sockets.is_empty() {
+            let _ = writeln!(
+                out,
+                "      MAY connect to the unix sockets {} — and so reach the services behind them, which act with their own authority; Landlock does not govern connect(), so any other socket inside its scopes is reachable too",
+                list(&op.unix_sockets)
+            );
+        }
         if op.limits != s.limits {
             let _ = writeln!(
                 out,
@@ -130,7 +137,12 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
     explain_env(s, out);
     let l = &s.limits;
     let _ = writeln!(out, "\nLimits: {} ms wall time; stdout kept up to {} bytes, stderr {} bytes; memory {} bytes; {} processes; files up to {} bytes; {} open files.", l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files);
-    out.push_str("\nThe sandbox adds, whatever the manifest says: no network (only its own loopback), no other files, no privilege gain (no setuid, no capabilities), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.\n");
+    let sockets = if s.operations.values().any(|op| !op.unix_sockets.is_empty()) {
+        "no host services but the unix sockets listed above"
+    } else {
+        "no host services (no unix socket can be made)"
+    };
+    let _ = writeln!(out, "\nThe sandbox adds, whatever the manifest says: no network (only its own loopback), {sockets}, no other files, no privilege gain (no setuid or setgid bits, no capabilities, never host uid 0), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.");
 }
 
 fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {
