@@ -1498,3 +1498,46 @@ fn health_and_connectors_status_follow_access() {
     let all = allowed.client().ok("connectors_status", json!({}));
     assert_eq!(all["connectors"].as_object().unwrap().len(), 2, "{all}");
 }
+
+#[test]
+fn counted_refusals_reach_the_log_when_their_window_closes_and_when_the_daemon_stops() {
+    let mut d = Daemon::start("refusal-windows", "refusal_window_ms = 1000\n");
+    let three = "import socket,sys,json,time\ndef conn(n,pause):\n    s=socket.socket(socket.AF_UNIX)\n    s.connect(sys.argv[1])\n    f=s.makefile('rb')\n    for i in range(n):\n        s.sendall(json.dumps({'jsonrpc':'2.0','id':i,'method':'spawn_op','params':{'connector':'local://nobody/x','op':'sh'}}).encode()+b'\\n')\n        print(f.readline().decode().strip())\n    time.sleep(pause)\n    s.close()\nconn(3,0)\nconn(3,0)\nconn(3,2.5)\n";
+    // Three connections in one window: the first one's end writes its
+    // repeats, the second's does not (reconnecting forces no record), and
+    // the window's end writes the rest while the third is still open.
+    let answers = python_as_nobody(&d.socket, three);
+    assert_eq!(answers.len(), 9);
+    let records = audit_records(&d.audit);
+    assert_eq!(
+        refusals_of_nobody(&records, "connector_unknown"),
+        9,
+        "{records:#?}"
+    );
+    assert!(records.len() <= 5, "{records:#?}");
+    // Repeats still counted when the daemon stops are written before it exits.
+    let again = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nf=s.makefile('rb')\nfor i in range(5):\n    s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}\\n')\n    print(f.readline().decode().strip())\n";
+    let answers = python_as_nobody(&d.socket, again);
+    assert!(answers
+        .iter()
+        .all(|a| a["error"]["data"]["reason"] == "caller_not_allowed"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.child.wait().unwrap().success());
+    let records = audit_records(&d.audit);
+    assert_eq!(
+        refusals_of_nobody(&records, "caller_not_allowed"),
+        5,
+        "{records:#?}"
+    );
+    assert_eq!(refusals_of_nobody(&records, "connector_unknown"), 9);
+    let verify = Command::new(&world().spawnd)
+        .args(["audit", "verify"])
+        .arg(&d.audit)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+}

@@ -181,6 +181,8 @@ pub struct Repeats {
     ops: BTreeSet<String>,
     pids: BTreeSet<u32>,
     samples_truncated: bool,
+    /// Repeats that named a (valid) connector, and an op.
+    named: (u64, u64),
     /// Per invalid field: how many, and the longest.
     invalid: BTreeMap<&'static str, (u64, usize)>,
 }
@@ -203,6 +205,7 @@ impl Repeats {
             ops: BTreeSet::new(),
             pids: BTreeSet::new(),
             samples_truncated: false,
+            named: (0, 0),
             invalid: BTreeMap::new(),
         }
     }
@@ -225,6 +228,8 @@ impl Repeats {
         };
         sample(&mut self.connectors, &refusal.connector);
         sample(&mut self.ops, &refusal.op);
+        self.named.0 += u64::from(refusal.connector.is_some());
+        self.named.1 += u64::from(refusal.op.is_some());
         if let Some(pid) = pid {
             if self.pids.len() < SAMPLES {
                 self.pids.insert(pid);
@@ -242,8 +247,8 @@ impl Repeats {
     /// The record's body: a denial whose `repeats` says how many, when and
     /// what. `connector` and `op` are set when every repeat named the same.
     pub fn record_body(&self) -> Map<String, Value> {
-        let only = |set: &BTreeSet<String>| {
-            (set.len() == 1 && !self.samples_truncated)
+        let only = |set: &BTreeSet<String>, named: u64| {
+            (set.len() == 1 && !self.samples_truncated && named == self.count)
                 .then(|| set.iter().next().cloned())
                 .flatten()
         };
@@ -259,9 +264,9 @@ impl Repeats {
             .collect();
         let body = json!({
             "decision": "denied",
-            "connector": only(&self.connectors),
+            "connector": only(&self.connectors, self.named.0),
             "caller": caller_json(self.key.uid, self.key.gid, self.pid),
-            "op": only(&self.ops),
+            "op": only(&self.ops, self.named.1),
             "class": self.class,
             "boundary_detail": self.boundary_detail,
             "reason": self.key.reason,
@@ -676,11 +681,32 @@ mod tests {
         }
         assert_eq!(written.len(), 1, "only the first connection's end writes");
         assert_eq!(written[0].record_body()["connector"], "local://a/b");
-        written.extend(t.connection_closed(1000, 1000));
-        written.extend(t.drain());
+        assert_eq!(written[0].record_body()["op"], "sh");
+        // A repeat naming no connector (a `health` refused): none is named.
+        let d = crate::policy::Denial::new(
+            crate::policy::Reason::ConnectorUnknown,
+            "",
+            "method:health",
+            vec![],
+            "refused",
+        );
+        let later = start + Duration::from_secs(1);
+        t.note(
+            &p,
+            &Refusal::denied("health", &d, None),
+            later,
+            "t",
+            &mut id,
+        );
+        counted += 1;
+        let mixed = t.drain();
+        assert_eq!(mixed[0].record_body()["connector"], Value::Null);
+        assert_eq!(mixed[0].record_body()["op"], Value::Null);
+        written.extend(mixed);
+        assert!(t.connection_closed(1000, 1000).is_empty());
         assert_eq!(written.len(), 2);
         assert_eq!(written.iter().map(|r| r.count).sum::<u64>(), counted);
-        assert_eq!(counted, 49);
+        assert_eq!(counted, 50);
         assert!(t.drain().is_empty());
     }
 
