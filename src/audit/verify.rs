@@ -57,10 +57,11 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
     // Where the walk starts: the genesis, or (the oldest files removed by
     // retention) the oldest file's first record, checked against the
     // retention notes once the chain after it has verified.
+    // A first record claiming seq 0 is no start: the walk from the genesis
+    // reports it.
     let start = match files.first() {
-        Some(oldest) if files.len() > 1 => {
-            super::log::first_record(oldest)?.filter(|(seq, prev)| !(*seq == 1 && prev == GENESIS))
-        }
+        Some(oldest) if files.len() > 1 => super::log::first_record(oldest)?
+            .filter(|(seq, prev)| *seq > 1 || (*seq == 1 && prev != GENESIS)),
         _ => None,
     };
     if let Some((seq, first_prev)) = &start {

@@ -346,3 +346,27 @@ fn files_a_retention_note_names_but_a_crash_left_still_verify() {
     }
     panic!("no rotation removed a file");
 }
+
+/// An oldest file whose first record claims seq 0 or 1 with a foreign
+/// `prev` is no retention start: it is reported, never trusted.
+#[test]
+fn a_forged_start_of_the_oldest_file_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap().with_rotation(600);
+    for i in 0..12 {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    let oldest = crate::audit::log::rotated_files(&path)[0].1.clone();
+    let text = std::fs::read_to_string(&oldest).unwrap();
+    for forged in ["\"seq\":0", "\"seq\":1,\"prev\":\"sha256:00\""] {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let mut first: Map<String, Value> = serde_json::from_str(&lines[0]).unwrap();
+        let patch: Map<String, Value> = serde_json::from_str(&format!("{{{forged}}}")).unwrap();
+        first.extend(patch);
+        lines[0] = Value::Object(first).to_string();
+        write_lines(&oldest, &lines);
+        assert!(verify(&path, None).unwrap().tamper.is_some(), "{forged}");
+    }
+}
