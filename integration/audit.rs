@@ -362,3 +362,95 @@ fn a_full_audit_location_runs_nothing() {
     let _ = std::fs::remove_file(&marker);
     assert_runs_nothing(As::Root, &cfg, &marker);
 }
+
+// ---------------------------------------------------------------------------
+// Audit hardening: human output escapes control characters, and rotated
+// files are kept only as many as `[audit] keep_rotated` says.
+// ---------------------------------------------------------------------------
+
+/// A log written by hand whose fields hold newlines and terminal escapes (a
+/// record from before names were validated, or a file edited by someone):
+/// `tail` and `query` print one line per record and no control byte.
+#[test]
+fn tail_and_query_print_control_characters_escaped_one_line_per_record() {
+    let (_cfg, log) = audit_config("escapes");
+    let hostile = serde_json::json!({
+        "v": 1, "kind": "denial", "seq": 1, "ts": "2026-01-01T00:00:00.000Z\r",
+        "audit_id": "00000000000000aa", "prev": "x", "hash": "y",
+        "connector": "local://a/b\n2026-01-01T00:00:00.000Z #99 local://test/escape allowed sh \u{1b}[31mforged\u{1b}[0m",
+        "op": "sh\u{1b}]0;title\u{7}", "reason": "connector_unknown\u{9b}2J", "decision": "denied",
+    });
+    let note = serde_json::json!({
+        "v": 1, "kind": "note", "seq": 2, "ts": "2026-01-01T00:00:00.001Z",
+        "audit_id": "00000000000000ab", "prev": "y", "hash": "z", "note": "a\nb\u{8}\u{7f}",
+    });
+    std::fs::write(&log, format!("{hostile}\n{note}\n")).unwrap();
+    let l = log.to_str().unwrap();
+    for args in [
+        vec!["audit", "tail", l],
+        vec!["audit", "query", l],
+        vec!["audit", "query", "--kind", "denial", l],
+    ] {
+        let out = spawnd(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?} printed a control character: {text:?}"
+        );
+        let expected = if args.contains(&"denial") { 1 } else { 2 };
+        assert_eq!(text.lines().count(), expected, "{args:?}: {text}");
+        assert!(text.contains("\\u{1b}[31mforged"), "{args:?}: {text}");
+    }
+}
+
+/// `keep_rotated = 2`: however often the log rotates, two rotated files stay,
+/// the chain over what remains verifies, and removing one more is caught.
+#[test]
+fn only_keep_rotated_files_remain_and_what_remains_verifies() {
+    let w = world();
+    let (cfg, log) = audit_config("retention");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[audit]\npath = \"{}\"\nrotate_bytes = 1500\nkeep_rotated = 2\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    for i in 0..24 {
+        let out = w.run(
+            As::Root,
+            "probe0",
+            &[("attack", "whoami"), ("nope", &format!("{i}"))],
+            &["--config", cfg.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+    }
+    let dir = log.parent().unwrap();
+    let mut rotated: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.strip_prefix("audit.jsonl.")
+                .is_some_and(|s| s.parse::<u64>().is_ok())
+        })
+        .collect();
+    rotated.sort_by_key(|n| n.rsplit('.').next().unwrap().parse::<u64>().unwrap());
+    assert_eq!(rotated.len(), 2, "{rotated:?}");
+    assert_ne!(rotated[0], "audit.jsonl.1", "the oldest files were removed");
+    let l = log.to_str().unwrap();
+    let verified = spawnd(&["audit", "verify", "--json", l]);
+    let v: Value = serde_json::from_slice(&verified.stdout).unwrap();
+    assert_eq!(verified.status.code(), Some(0), "{v}");
+    assert!(v["data"]["first_seq"].as_u64().unwrap() > 1, "{v}");
+    // Removing the oldest remaining file is not retention: it is caught.
+    std::fs::remove_file(dir.join(&rotated[0])).unwrap();
+    let tampered = spawnd(&["audit", "verify", "--json", l]);
+    assert_eq!(
+        tampered.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&tampered.stdout)
+    );
+}

@@ -549,3 +549,86 @@ fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
         Some(6)
     );
 }
+
+// ---------------------------------------------------------------------------
+// Audit hardening: text a manifest or a caller supplies reaches a terminal
+// with its control characters escaped, and cannot add lines of its own.
+// ---------------------------------------------------------------------------
+
+fn has_control(text: &[u8]) -> bool {
+    String::from_utf8_lossy(text)
+        .chars()
+        .any(|c| c.is_control() && c != '\n')
+}
+
+#[test]
+fn explain_escapes_control_characters_from_the_manifest() {
+    let s = Scratch::new();
+    let m = s.write(
+        "hostile.toml",
+        r#"[connector]
+name = "local://test/hostile"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{ path = "/usr/bin/true" }]
+env_set = { LANG = "C\u001b[2J" }
+
+[capabilities.spawn.operations.t]
+argv = "true {x}"
+description = "harmless\nFiles:\n  may write:   nothing\u001b[8m"
+
+[capabilities.spawn.operations.t.params.x]
+values = ["a\rb", "c"]
+description = "x\u009b31m"
+"#,
+    );
+    let out = spawnd(&["manifest", "explain", m.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !has_control(&out.stdout),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("  may write:"))
+            .count(),
+        1,
+        "a description forged a line: {text}"
+    );
+}
+
+#[test]
+fn error_messages_escape_control_characters() {
+    let s = Scratch::new();
+    let m = s.write(
+        "bad.toml",
+        "[connector]\nname = \"local://test/bad\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\n[capabilities.spawn.operations.\"t\\u001b[2J\\nspawnd: ok\"]\nargv = \"true\"\n",
+    );
+    let out = spawnd(&["manifest", "lint", m.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        !has_control(&out.stderr) && !has_control(&out.stdout),
+        "{:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An op name that could never be declared is a usage error, not a
+    // denial, and is not echoed raw.
+    let tools = s.manifest(None);
+    let out = spawnd(&[
+        "check",
+        "--manifest",
+        tools.to_str().unwrap(),
+        "--op",
+        "log\u{1b}[2J",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(!has_control(&out.stderr), "{out:?}");
+}

@@ -1262,3 +1262,299 @@ fn a_setup_failure_inside_the_sandbox_keeps_its_reason_through_the_daemon() {
         "only {inside} of {runs} runs failed inside the sandbox"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Audit hardening: peers that `[[access]]` does not allow can neither flood
+// nor forge the audit log, and `health` / `connectors_status` follow
+// `[[access]]` like every other method.
+// ---------------------------------------------------------------------------
+
+/// Runs `script` (Python, standard library only) as nobody (uid 65534, gid
+/// 65534, no groups) with the daemon's socket path as its first argument, and
+/// returns what it printed: one JSON answer per line.
+fn python_as_nobody(socket: &std::path::Path, script: &str) -> Vec<Value> {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .arg(socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Sends each request of `requests` (JSON lines) as nobody and returns the answers.
+fn calls_as_nobody(socket: &std::path::Path, requests: &[Value]) -> Vec<Value> {
+    let lines: Vec<String> = requests.iter().map(Value::to_string).collect();
+    let script = format!(
+        "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nf=s.makefile('rb')\nfor line in {lines:?}:\n    s.sendall(line.encode()+b'\\n')\n    sys.stdout.write(f.readline().decode())\n"
+    );
+    python_as_nobody(socket, &script)
+}
+
+/// The audit records of a log.
+fn audit_records(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// How many refusals of `reason` to uid 65534 the log accounts for: one per
+/// record, or the count a record of repeats carries.
+fn refusals_of_nobody(records: &[Value], reason: &str) -> u64 {
+    records
+        .iter()
+        .filter(|r| r["reason"] == reason && r["caller"]["uid"] == 65534)
+        .map(|r| r["repeats"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
+#[test]
+fn a_stranger_flooding_refusals_grows_the_audit_log_by_a_bounded_amount_and_nothing_is_lost() {
+    let d = Daemon::start("flood", "");
+    // 30 frames naming a 1 MB connector, 300 naming connectors nobody
+    // loaded, 30 for a loaded connector nobody let this peer use.
+    let script = format!(
+        "import socket,sys,json\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nf=s.makefile('rb')\ndef call(i,params):\n    s.sendall(json.dumps({{'jsonrpc':'2.0','id':i,'method':'spawn_op','params':params}}).encode()+b'\\n')\n    a=json.loads(f.readline())\n    print(json.dumps({{'id':i,'code':a.get('error',{{}}).get('code'),'audit_id':a.get('error',{{}}).get('data',{{}}).get('audit_id')}}))\nbig='local://a/'+'x'*1000000\nfor i in range(30):\n    call(i,{{'connector':big,'op':'sh'}})\nfor i in range(300):\n    call(100+i,{{'connector':'local://nobody/c%d'%i,'op':'sh'}})\nfor i in range(30):\n    call(1000+i,{{'connector':{CONNECTOR:?},'op':'true'}})\ns.close()\n"
+    );
+    let answers = python_as_nobody(&d.socket, &script);
+    assert_eq!(answers.len(), 360);
+    // The connection is closed: the counts of the repeats reach the log.
+    let started = Instant::now();
+    let complete = |r: &[Value]| {
+        refusals_of_nobody(r, "params_invalid") == 30
+            && refusals_of_nobody(r, "connector_unknown") == 300
+            && refusals_of_nobody(r, "caller_not_allowed") == 30
+    };
+    while !complete(&audit_records(&d.audit)) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let size = std::fs::metadata(&d.audit).unwrap().len();
+    assert!(
+        size < 32 << 10,
+        "360 refusals grew the audit log by {size} bytes"
+    );
+    let records = audit_records(&d.audit);
+    assert!(complete(&records), "{records:#?}");
+    let codes = |from: u64, to: u64| {
+        answers
+            .iter()
+            .filter(|a| (from..to).contains(&a["id"].as_u64().unwrap()))
+            .map(|a| a["code"].as_i64().unwrap_or(0))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(
+        codes(0, 30),
+        [-32602].into(),
+        "an invalid FQN is invalid params"
+    );
+    assert_eq!(
+        codes(100, 400),
+        [-32002].into(),
+        "an unknown connector is not found"
+    );
+    assert_eq!(codes(1000, 1030), [-32001].into(), "a stranger is denied");
+    let text = std::fs::read_to_string(&d.audit).unwrap();
+    assert!(
+        !text.contains("xxxxxxxxxxxxxxxx"),
+        "the invalid name was copied"
+    );
+    let invalid = records
+        .iter()
+        .find(|r| r["reason"] == "params_invalid" && r["repeats"].is_null())
+        .unwrap();
+    assert_eq!(invalid["invalid"]["field"], "connector", "{invalid}");
+    assert_eq!(invalid["invalid"]["bytes"], 1_000_010, "{invalid}");
+    // Every refusal the peer got names a record that exists.
+    let ids: std::collections::BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| r["audit_id"].as_str())
+        .collect();
+    for a in &answers {
+        if let Some(id) = a["audit_id"].as_str() {
+            assert!(ids.contains(id), "{a} names no record");
+        }
+    }
+    let verify = Command::new(&world().spawnd)
+        .args(["audit", "verify"])
+        .arg(&d.audit)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+}
+
+#[test]
+fn a_connector_name_with_newlines_and_escape_codes_forges_no_audit_line() {
+    let d = Daemon::start("forge", "");
+    let mut c = d.client();
+    let forged = "local://a/b\n2026-01-01T00:00:00.000Z #99 local://test/escape allowed sh \u{1b}[31mforged\u{1b}[0m\r";
+    let first = c.call(
+        "spawn_op",
+        json!({"connector": forged, "op": "sh", "args": {"script": "true"}}),
+    );
+    let second = c.call(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh\n#98 \u{1b}[2J", "args": {}}),
+    );
+    drop(c);
+    // Both refusals are accounted for (the second may be counted in a
+    // record of repeats, written once the connection is closed).
+    let accounted = |records: &[Value]| -> u64 {
+        records
+            .iter()
+            .filter(|r| r["kind"] == "denial")
+            .map(|r| r["repeats"]["count"].as_u64().unwrap_or(1))
+            .sum()
+    };
+    let started = Instant::now();
+    while accounted(&audit_records(&d.audit)) < 2 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let records = audit_records(&d.audit).len();
+    assert!(records >= 1);
+    let log = d.audit.to_str().unwrap();
+    for args in [
+        vec!["audit", "tail", "-n", "100", log],
+        vec!["audit", "query", log],
+    ] {
+        let out = Command::new(&world().spawnd).args(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.bytes().any(|b| b.is_ascii_control() && b != b'\n'),
+            "{args:?} printed a control byte: {text:?}"
+        );
+        assert_eq!(text.lines().count(), records, "{args:?}: {text}");
+    }
+    // Neither name is valid: refused as invalid params, never copied.
+    assert_eq!(first["error"]["code"], -32602, "{first}");
+    assert_eq!(second["error"]["code"], -32602, "{second}");
+    let text = std::fs::read_to_string(&d.audit).unwrap();
+    assert!(!text.contains("#99") && !text.contains("#98"), "{text}");
+}
+
+#[test]
+fn health_and_connectors_status_follow_access() {
+    let w = world();
+    let dir = w.path("daemon-side-access");
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join("other.toml");
+    std::fs::write(
+        &other,
+        "[connector]\nname = \"local://status/other\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\n[capabilities.spawn.operations.t]\nargv = \"true\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    // A stranger: no rule names uid or gid 65534.
+    let d = Daemon::start_with_manifests("side-stranger", "", &[other.as_path()]);
+    let answers = calls_as_nobody(
+        &d.socket,
+        &[
+            json!({"jsonrpc": "2.0", "id": 1, "method": "health"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "connectors_status"}),
+        ],
+    );
+    for a in &answers {
+        assert_eq!(a["error"]["code"], -32001, "{a}");
+        assert_eq!(a["error"]["data"]["reason"], "caller_not_allowed", "{a}");
+        assert!(a.get("result").is_none(), "{a}");
+    }
+    let started = Instant::now();
+    while refusals_of_nobody(&audit_records(&d.audit), "caller_not_allowed") < 2
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        refusals_of_nobody(&audit_records(&d.audit), "caller_not_allowed"),
+        2,
+        "{:#?}",
+        audit_records(&d.audit)
+    );
+    // Allowed for one connector: health answers, and the status lists that one only.
+    let allowed = Daemon::start_with_manifests(
+        "side-allowed",
+        "[[access]]\nconnector = \"local://status/other\"\nuids = [65534]\n",
+        &[other.as_path()],
+    );
+    let answers = calls_as_nobody(
+        &allowed.socket,
+        &[
+            json!({"jsonrpc": "2.0", "id": 1, "method": "health"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "connectors_status"}),
+        ],
+    );
+    assert_eq!(
+        answers[0]["result"]["protocol_version"], 1,
+        "{}",
+        answers[0]
+    );
+    let listed: Vec<&String> = answers[1]["result"]["connectors"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{}", answers[1]))
+        .keys()
+        .collect();
+    assert_eq!(listed, ["local://status/other"], "{}", answers[1]);
+    // Root still sees every connector.
+    let all = allowed.client().ok("connectors_status", json!({}));
+    assert_eq!(all["connectors"].as_object().unwrap().len(), 2, "{all}");
+}
+
+#[test]
+fn counted_refusals_reach_the_log_when_their_window_closes_and_when_the_daemon_stops() {
+    let mut d = Daemon::start("refusal-windows", "refusal_window_ms = 1000\n");
+    let three = "import socket,sys,json,time\ndef conn(n,pause):\n    s=socket.socket(socket.AF_UNIX)\n    s.connect(sys.argv[1])\n    f=s.makefile('rb')\n    for i in range(n):\n        s.sendall(json.dumps({'jsonrpc':'2.0','id':i,'method':'spawn_op','params':{'connector':'local://nobody/x','op':'sh'}}).encode()+b'\\n')\n        print(f.readline().decode().strip())\n    time.sleep(pause)\n    s.close()\nconn(3,0)\nconn(3,0)\nconn(3,2.5)\n";
+    // Three connections in one window: the first one's end writes its
+    // repeats, the second's does not (reconnecting forces no record), and
+    // the window's end writes the rest while the third is still open.
+    let answers = python_as_nobody(&d.socket, three);
+    assert_eq!(answers.len(), 9);
+    let records = audit_records(&d.audit);
+    assert_eq!(
+        refusals_of_nobody(&records, "connector_unknown"),
+        9,
+        "{records:#?}"
+    );
+    assert!(records.len() <= 5, "{records:#?}");
+    // Repeats still counted when the daemon stops are written before it exits.
+    let again = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nf=s.makefile('rb')\nfor i in range(5):\n    s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}\\n')\n    print(f.readline().decode().strip())\n";
+    let answers = python_as_nobody(&d.socket, again);
+    assert!(answers
+        .iter()
+        .all(|a| a["error"]["data"]["reason"] == "caller_not_allowed"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.child.wait().unwrap().success());
+    let records = audit_records(&d.audit);
+    assert_eq!(
+        refusals_of_nobody(&records, "caller_not_allowed"),
+        5,
+        "{records:#?}"
+    );
+    assert_eq!(refusals_of_nobody(&records, "connector_unknown"), 9);
+    let verify = Command::new(&world().spawnd)
+        .args(["audit", "verify"])
+        .arg(&d.audit)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+}

@@ -15,11 +15,18 @@ use serde_json::{json, Map, Value};
 use crate::config::Config;
 use crate::manifest::Manifest;
 
-/// The status of every manifest, by connector name, and when it was taken.
-pub fn status(config: &Config, manifests: &BTreeMap<String, Manifest>, home: &Path) -> Value {
+/// The status of every manifest `shown` keeps (the daemon: the connectors
+/// the peer may act for), by connector name, and when it was taken.
+pub fn status(
+    config: &Config,
+    manifests: &BTreeMap<String, Manifest>,
+    home: &Path,
+    shown: &dyn Fn(&Manifest) -> bool,
+) -> Value {
     let captured_at = crate::audit::log::now_rfc3339_millis();
     let connectors: Map<String, Value> = manifests
         .iter()
+        .filter(|(_, m)| shown(m))
         .map(|(name, m)| (name.clone(), one(config, m, home)))
         .collect();
     let block = format!(

@@ -9,7 +9,7 @@
 //!         ─► sandbox ─► supervise ─► audit ─► response
 //! ```
 //!
-//! * [`manifest`], [`template`], [`policy`] and [`plan`] are pure: no kernel,
+//! * [`manifest`], [`template`], [`policy`], [`plan`] and [`printable`] are pure: no kernel,
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
 //! * [`program`], [`config`], [`probe`] and [`cli`] do I/O at the edges.
@@ -29,6 +29,7 @@ pub mod fuzzing;
 pub mod manifest;
 pub mod plan;
 pub mod policy;
+pub mod printable;
 pub mod probe;
 pub mod program;
 pub mod sandbox;

@@ -16,6 +16,14 @@
 //! report (the chain continues from the log's last complete record; a garbled
 //! head gets a `note` record). A torn last line left by a crash is detected,
 //! reported in a `note` record and chained past — never silently dropped.
+//!
+//! Rotation (`with_rotation`) renames a full log to `<log>.N`; retention
+//! (`with_retention`) then removes the oldest rotated files beyond the number
+//! kept. Before any is removed, a `note` record naming them and where the
+//! remaining chain starts (`chain_starts_at`: the `seq` and `prev` of the
+//! oldest kept record) is written and made durable, so `verify` can tell
+//! retention from deletion; a crash between the two leaves files `verify`
+//! still walks.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -87,6 +95,7 @@ pub struct AuditLog {
     path: PathBuf,
     key: Option<zeroize::Zeroizing<Vec<u8>>>,
     rotate_bytes: Option<u64>,
+    keep_rotated: Option<u32>,
 }
 
 /// The last record's `seq` and `hash`, as the head file keeps them.
@@ -175,7 +184,7 @@ pub fn now_rfc3339_millis() -> String {
 }
 
 /// A fresh audit id: 64 bits from `getrandom(2)` (no descriptor needed).
-fn random_id() -> std::io::Result<String> {
+pub fn new_audit_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("getrandom: {e}")))?;
     Ok(hex::encode(bytes))
@@ -189,6 +198,7 @@ impl AuditLog {
             path: path.to_path_buf(),
             key: None,
             rotate_bytes: None,
+            keep_rotated: None,
         };
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new()
@@ -216,6 +226,13 @@ impl AuditLog {
     /// becomes `<log>.N` (N counting up) and the chain continues across files.
     pub fn with_rotation(mut self, bytes: u64) -> AuditLog {
         self.rotate_bytes = Some(bytes.max(1));
+        self
+    }
+
+    /// Keeps at most `keep` (at least 1) rotated files: at each rotation the
+    /// oldest beyond that are removed, after a durable `note` record says so.
+    pub fn with_retention(mut self, keep: u32) -> AuditLog {
+        self.keep_rotated = Some(keep.max(1));
         self
     }
 
@@ -262,7 +279,7 @@ impl AuditLog {
             .map_err(|e| self.err("open the lock file", e))?;
         let lock = Flock::lock(lock_file, FlockArg::LockExclusive)
             .map_err(|(_, e)| self.err("flock", e.into()))?;
-        self.rotate_if_full().map_err(|e| self.err("rotate", e))?;
+        let retention = self.rotate_if_full().map_err(|e| self.err("rotate", e))?;
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -283,9 +300,12 @@ impl AuditLog {
             Some(last) => last.head,
             None => self.chain_from_disk(&mut file, head_bytes.as_deref(), &mut written)?,
         };
+        if let Some(retention) = retention {
+            head = self.remove_old_rotated(&mut file, at, &head, retention, &mut written)?;
+        }
         let id = match audit_id {
             Some(id) => id.to_string(),
-            None => random_id().map_err(|e| self.err("make an audit id", e))?,
+            None => new_audit_id().map_err(|e| self.err("make an audit id", e))?,
         };
         let (next, head_text) =
             self.write_record(&mut file, &head, kind, &id, body, &mut written)?;
@@ -355,7 +375,7 @@ impl AuditLog {
         }
         for note in notes {
             let body = note.as_object().cloned().unwrap_or_default();
-            let id = random_id().map_err(|e| self.err("make an audit id", e))?;
+            let id = new_audit_id().map_err(|e| self.err("make an audit id", e))?;
             head = self
                 .write_record(file, &head, Kind::Note, &id, body, written)?
                 .0;
@@ -421,12 +441,14 @@ impl AuditLog {
 const HEAD_WIDTH: usize = 160;
 
 impl AuditLog {
-    fn rotate_if_full(&self) -> std::io::Result<()> {
+    /// Renames a full log to `<log>.N` and starts an empty one; with
+    /// retention, says which rotated files are now beyond the number kept.
+    fn rotate_if_full(&self) -> std::io::Result<Option<Retention>> {
         let Some(limit) = self.rotate_bytes else {
-            return Ok(());
+            return Ok(None);
         };
         if std::fs::metadata(&self.path)?.len() < limit {
-            return Ok(());
+            return Ok(None);
         }
         let next = rotated_files(&self.path).last().map_or(1, |(n, _)| n + 1);
         std::fs::rename(&self.path, rotated_name(&self.path, next))?;
@@ -435,8 +457,105 @@ impl AuditLog {
             .create(true)
             .mode(0o640)
             .open(&self.path)?
-            .sync_all()
+            .sync_all()?;
+        Ok(self
+            .keep_rotated
+            .and_then(|keep| Retention::plan(&self.path, keep as usize)))
     }
+
+    /// Writes the retention `note`, makes it durable, then removes the
+    /// files it names. Returns the new head.
+    fn remove_old_rotated(
+        &self,
+        file: &mut File,
+        at: (u64, u64),
+        head: &Head,
+        retention: Retention,
+        written: &mut u64,
+    ) -> Result<Head, AuditError> {
+        let names: Vec<String> = retention
+            .remove
+            .iter()
+            .map(|p| {
+                p.file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+            })
+            .collect();
+        let body = json!({
+            "note": format!("rotated files removed ([audit] keep_rotated = {})", retention.keep),
+            "removed_files": names,
+            "chain_starts_at": {"seq": retention.starts_at.0, "prev": retention.starts_at.1},
+        });
+        let id = new_audit_id().map_err(|e| self.err("make an audit id", e))?;
+        let (next, _) = self.write_record(
+            file,
+            head,
+            Kind::Note,
+            &id,
+            body.as_object().cloned().unwrap_or_default(),
+            written,
+        )?;
+        // The note is on disk before any file it names is gone: a crash in
+        // between leaves files that `verify` still walks, never a gap.
+        group_sync::commit(file, group_sync::written(file, at))
+            .map_err(|e| self.err("fsync the retention note", e))?;
+        for old in &retention.remove {
+            if let Err(e) = std::fs::remove_file(old) {
+                tracing::warn!(file = %old.display(), error = %e, "audit retention: cannot remove a rotated file; it stays");
+            }
+        }
+        Ok(next)
+    }
+}
+
+/// Rotated files to remove and where the chain then starts.
+struct Retention {
+    keep: usize,
+    remove: Vec<PathBuf>,
+    /// `seq` and `prev` of the first record of the oldest file kept.
+    starts_at: (u64, String),
+}
+
+impl Retention {
+    /// The files beyond `keep`, oldest first, or `None` when there are none
+    /// or the first record of the oldest one kept cannot be read (nothing
+    /// is removed then: `verify` could not tell retention from deletion).
+    fn plan(log: &Path, keep: usize) -> Option<Retention> {
+        let files = rotated_files(log);
+        let excess = files.len().checked_sub(keep).filter(|n| *n > 0)?;
+        let oldest_kept = &files[excess].1;
+        let starts_at = match first_record(oldest_kept) {
+            Ok(Some(start)) => start,
+            Ok(None) | Err(_) => {
+                tracing::warn!(file = %oldest_kept.display(), "audit retention: the first record of the oldest file kept is unreadable; no rotated file is removed");
+                return None;
+            }
+        };
+        Some(Retention {
+            keep,
+            remove: files[..excess].iter().map(|(_, p)| p.clone()).collect(),
+            starts_at,
+        })
+    }
+}
+
+/// The longest first line [`first_record`] reads.
+const FIRST_LINE_MAX: u64 = 16 << 20;
+
+/// `seq` and `prev` of a file's first record (`None`: not a record).
+pub fn first_record(path: &Path) -> std::io::Result<Option<(u64, String)>> {
+    use std::io::{BufRead, Read};
+    let mut line = Vec::new();
+    std::io::BufReader::new(File::open(path)?.take(FIRST_LINE_MAX)).read_until(b'\n', &mut line)?;
+    let Ok(Value::Object(record)) = serde_json::from_slice::<Value>(&line) else {
+        return Ok(None);
+    };
+    Ok(record.get("seq").and_then(Value::as_u64).zip(
+        record
+            .get("prev")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    ))
 }
 
 /// `<log>.N`.

@@ -3,6 +3,12 @@
 //! hash does not match), deleted (a `seq` is missing), inserted or reordered
 //! (`seq` or `prev` out of line), truncated (the head file knows more records
 //! than the log holds) — and reports a torn last line as a warning.
+//!
+//! When the oldest rotated files were removed by retention (`[audit]
+//! keep_rotated`), the walk starts at the oldest file left, from its first
+//! record's `seq` and `prev`; that start must be one a retention `note` in
+//! the walked chain names (`chain_starts_at`), else the records before it
+//! were deleted and the log is reported tampered.
 
 use std::path::Path;
 
@@ -30,6 +36,9 @@ pub struct Verified {
     pub records: u64,
     /// The last good `seq`.
     pub last_seq: u64,
+    /// The `seq` the walk started at: 1, or later when retention removed
+    /// the oldest rotated files (0 for an empty log).
+    pub first_seq: u64,
     /// The first problem, if any.
     pub tamper: Option<Tamper>,
     /// Warnings (a torn last line, a head behind the log after a crash).
@@ -45,6 +54,21 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
         .map(|(_, p)| p)
         .collect();
     files.push(path.to_path_buf());
+    // Where the walk starts: the genesis, or (the oldest files removed by
+    // retention) the oldest file's first record, checked against the
+    // retention notes once the chain after it has verified.
+    // A first record claiming seq 0 is no start: the walk from the genesis
+    // reports it.
+    let start = match files.first() {
+        Some(oldest) if files.len() > 1 => super::log::first_record(oldest)?
+            .filter(|(seq, prev)| *seq > 1 || (*seq == 1 && prev != GENESIS)),
+        _ => None,
+    };
+    if let Some((seq, first_prev)) = &start {
+        out.last_seq = seq - 1;
+        prev.clone_from(first_prev);
+    }
+    let mut starts_noted = Vec::new();
     let count = files.len();
     for (i, file) in files.iter().enumerate() {
         let text = std::fs::read(file)?;
@@ -53,9 +77,41 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
         } else {
             String::new()
         };
-        if !verify_file(&text, &label, i + 1 == count, key, &mut prev, &mut out) {
+        let newest = i + 1 == count;
+        if !verify_file(
+            &text,
+            &label,
+            newest,
+            key,
+            &mut prev,
+            &mut out,
+            &mut starts_noted,
+        ) {
             return Ok(out);
         }
+    }
+    out.first_seq = match (&start, out.records) {
+        (_, 0) => 0,
+        (None, _) => 1,
+        (Some((seq, _)), _) => *seq,
+    };
+    if let Some((seq, first_prev)) = start {
+        if !starts_noted.contains(&(seq, first_prev)) {
+            let why = format!(
+                "{}: the log starts at seq {seq} and no retention note names that start: record(s) before it deleted",
+                files[0].display()
+            );
+            let missing_from = starts_noted
+                .iter()
+                .map(|(s, _)| *s)
+                .filter(|s| *s < seq)
+                .max()
+                .unwrap_or(1);
+            return Ok(fail_at(out, missing_from, 1, &why));
+        }
+        out.warnings.push(format!(
+            "records before seq {seq} were removed by retention ([audit] keep_rotated)"
+        ));
     }
     check_head(path, &prev, &mut out)?;
     Ok(out)
@@ -66,11 +122,13 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
 pub fn verify_bytes(text: &[u8], key: Option<&[u8]>) -> Verified {
     let mut out = Verified::default();
     let mut prev = GENESIS.to_string();
-    verify_file(text, "", true, key, &mut prev, &mut out);
+    verify_file(text, "", true, key, &mut prev, &mut out, &mut Vec::new());
+    out.first_seq = u64::from(out.records > 0);
     out
 }
 
 /// Walks one file of the chain; false once a problem is recorded in `out`.
+/// The chain starts a verified retention note names are added to `starts_noted`.
 fn verify_file(
     text: &[u8],
     label: &str,
@@ -78,6 +136,7 @@ fn verify_file(
     key: Option<&[u8]>,
     prev: &mut String,
     out: &mut Verified,
+    starts_noted: &mut Vec<(u64, String)>,
 ) -> bool {
     let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
     let ends_with_newline = text.last().is_none_or(|b| *b == b'\n');
@@ -143,11 +202,26 @@ fn verify_file(
             *out = fail_at(std::mem::take(out), seq, line_no, &format!("{label}{why}"));
             return false;
         }
+        if let Some(start) = retention_start(&record) {
+            starts_noted.push(start);
+        }
         *prev = hash;
         out.records += 1;
         out.last_seq = seq;
     }
     true
+}
+
+/// The `chain_starts_at` of a retention note.
+fn retention_start(record: &Map<String, Value>) -> Option<(u64, String)> {
+    if record.get("kind").and_then(Value::as_str) != Some("note") {
+        return None;
+    }
+    let at = record.get("chain_starts_at")?;
+    Some((
+        at.get("seq")?.as_u64()?,
+        at.get("prev")?.as_str()?.to_string(),
+    ))
 }
 
 fn next_is_torn_note(lines: &[&[u8]], i: usize) -> bool {

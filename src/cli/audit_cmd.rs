@@ -9,6 +9,7 @@ use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
 use crate::audit::ocsf::to_ocsf;
 use crate::audit::verify as verify_chain;
+use crate::printable::printable;
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
 pub fn verify_log(file: &Path, key: Option<&[u8]>) -> Result<Success, Failure> {
@@ -114,16 +115,18 @@ fn matches(r: &Map<String, Value>, f: &AuditFilter) -> bool {
         && f.until.as_deref().is_none_or(|t| ts < t)
 }
 
-/// One human line per record.
+/// One human line per record. Every field is escaped ([`printable`]): a
+/// record can hold text a caller or an editor of the file chose, and it must
+/// not add a line or reach the terminal as control codes.
 fn one_line(r: &Map<String, Value>) -> String {
-    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    let s = |k: &str| printable(r.get(k).and_then(Value::as_str).unwrap_or("-")).into_owned();
     let what = match s("kind").as_str() {
         "decision" => format!(
             "allowed {} {}",
             s("op"),
-            r.get("argv_shape").and_then(Value::as_str).unwrap_or("")
+            printable(r.get("argv_shape").and_then(Value::as_str).unwrap_or(""))
         ),
-        "denial" => format!("DENIED {} ({})", s("op"), s("reason")),
+        "denial" => format!("DENIED {} ({}){}", s("op"), s("reason"), refusal_detail(r)),
         "exit" => match (
             r.get("exit_code").and_then(Value::as_i64),
             r.get("signal").and_then(Value::as_i64),
@@ -150,6 +153,36 @@ fn one_line(r: &Map<String, Value>) -> String {
         what,
         s("audit_id")
     )
+}
+
+/// What a daemon's refusal record adds to its line: the method refused
+/// (other than a spawn), the field found invalid and its length, and for a
+/// record of repeats how many it counts.
+fn refusal_detail(r: &Map<String, Value>) -> String {
+    let mut out = String::new();
+    if let Some(m) = r.get("method").and_then(Value::as_str) {
+        if m != "spawn" && m != "spawn_op" {
+            out.push_str(&format!(" method {}", printable(m)));
+        }
+    }
+    if let (Some(field), Some(bytes)) = (
+        r.get("invalid")
+            .and_then(|i| i.get("field"))
+            .and_then(Value::as_str),
+        r.get("invalid")
+            .and_then(|i| i.get("bytes"))
+            .and_then(Value::as_u64),
+    ) {
+        out.push_str(&format!(" invalid {} of {bytes} bytes", printable(field)));
+    }
+    if let Some(count) = r
+        .get("repeats")
+        .and_then(|x| x.get("count"))
+        .and_then(Value::as_u64)
+    {
+        out.push_str(&format!(" x{count} repeats"));
+    }
+    out
 }
 
 fn listing(records: &[&Map<String, Value>]) -> Success {

@@ -73,6 +73,11 @@ pub fn request_of(
     args: &RunArgs,
     manifest: Option<&Manifest>,
 ) -> Result<Request, Failure> {
+    // An operation name no manifest could declare is a usage error, refused
+    // before anything records it.
+    if let Some(op) = &args.op {
+        crate::manifest::check_op_name(op).map_err(|why| Failure::usage(format!("--op: {why}")))?;
+    }
     let (kind, mut env, envelope_cwd) = match (&args.op, &args.envelope) {
         (Some(op), None) => (
             RequestKind::Op {

@@ -1,10 +1,18 @@
 //! `manifest explain`: a manifest in plain words for a security reviewer —
 //! what may run, with which arguments, what it may read, write and execute,
-//! what it gets in its environment, and what it can never do.
+//! what it gets in its environment, and what it can never do. Everything
+//! the manifest wrote (names, descriptions, patterns, values, paths) goes
+//! through [`p`]: a manifest under review is not trusted to be harmless to
+//! the reviewer's terminal, nor to add lines to the explanation.
 
-use std::fmt::Write;
+use std::fmt::{Display, Write};
 
 use crate::manifest::{Manifest, ScopePath, SpawnGrant, ValueKind};
+
+/// Text from the manifest, escaped to stay within its line.
+fn p(text: impl Display) -> String {
+    crate::printable::printable(&text.to_string()).into_owned()
+}
 
 /// The explanation text.
 pub fn explain_text(m: &Manifest) -> String {
@@ -13,12 +21,15 @@ pub fn explain_text(m: &Manifest) -> String {
     let _ = writeln!(
         out,
         "Connector {} version {} (manifest sha256 {}).",
-        c.name, c.version, m.digest
+        p(&c.name),
+        p(&c.version),
+        m.digest
     );
-    if let Some(p) = &c.provenance_hash {
+    if let Some(hash) = &c.provenance_hash {
         let _ = writeln!(
             out,
-            "Publisher's provenance hash: {p} (recorded, not checked by spawnd)."
+            "Publisher's provenance hash: {} (recorded, not checked by spawnd).",
+            p(hash)
         );
     }
     explain_informational(m, &mut out);
@@ -29,7 +40,7 @@ pub fn explain_text(m: &Manifest) -> String {
         Some(s) => explain_spawn(s, &mut out),
     }
     for w in &m.warnings {
-        let _ = writeln!(out, "Warning: {}: {}", w.key, w.message);
+        let _ = writeln!(out, "Warning: {}: {}", p(&w.key), p(&w.message));
     }
     out
 }
@@ -40,33 +51,35 @@ fn explain_informational(m: &Manifest, out: &mut String) {
         let _ = writeln!(
             out,
             "The connector itself may reach {} (its own grant; spawned programs get no network).",
-            i.network_hosts.join(", ")
+            p(i.network_hosts.join(", "))
         );
     }
     if let Some(kind) = &i.credential_kind {
         let scope = i
             .credential_scope
             .as_deref()
-            .map(|s| format!(" with scope \"{s}\""))
+            .map(|s| format!(" with scope \"{}\"", p(s)))
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "It needs a credential of kind {kind}{scope}; the operator binds it."
+            "It needs a credential of kind {}{scope}; the operator binds it.",
+            p(kind)
         );
     }
     if let Some(h) = &i.credential_header {
         let _ = writeln!(
             out,
-            "The connector runtime injects it as the HTTP header `{h}`."
+            "The connector runtime injects it as the HTTP header `{}`.",
+            p(h)
         );
     }
     if let Some(o) = &i.oauth2 {
         let _ = writeln!(
             out,
             "OAuth app: token endpoint {}, client id {}, scopes [{}]{}.",
-            o.token_url.as_deref().unwrap_or("(none)"),
-            o.client_id.as_deref().unwrap_or("(none)"),
-            o.scopes.join(", "),
+            p(o.token_url.as_deref().unwrap_or("(none)")),
+            p(o.client_id.as_deref().unwrap_or("(none)")),
+            p(o.scopes.join(", ")),
             if o.has_client_secret {
                 "; a client secret is bound into the manifest"
             } else {
@@ -75,48 +88,49 @@ fn explain_informational(m: &Manifest, out: &mut String) {
         );
     }
     if !i.intents.is_empty() {
-        let _ = writeln!(out, "It provides: {}.", i.intents.join(", "));
+        let _ = writeln!(out, "It provides: {}.", p(i.intents.join(", ")));
     }
 }
 
 fn list(scopes: &[ScopePath]) -> String {
-    scopes
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    scopes.iter().map(p).collect::<Vec<_>>().join(", ")
 }
 
 fn explain_spawn(s: &SpawnGrant, out: &mut String) {
     out.push_str(
         "\nPrograms it may run (each opened once, hashed, and executed from that same file):\n",
     );
-    for p in &s.programs {
-        let pin = p.hash.map_or(
+    for program in &s.programs {
+        let pin = program.hash.map_or(
             "NOT pinned: whatever is at that path runs".to_string(),
             |h| format!("only if its bytes hash to {h}"),
         );
-        let _ = writeln!(out, "  {} — {pin}", p.path);
+        let _ = writeln!(out, "  {} — {pin}", p(&program.path));
     }
     out.push_str("\nOperations (argv is fixed except for the {placeholders}; each value stays one argument, never split or shell-evaluated):\n");
     for op in s.operations.values() {
         let _ = writeln!(
             out,
             "  {} [mode {}]: {}",
-            op.name,
+            p(&op.name),
             op.mode,
-            op.template.shape()
+            p(op.template.shape())
         );
         if let Some(d) = &op.description {
-            let _ = writeln!(out, "      {d}");
+            let _ = writeln!(out, "      {}", p(d));
         }
         for name in op.template.placeholders() {
             let what = op
                 .param_descriptions
                 .get(name)
-                .map(|d| format!("{d} — "))
+                .map(|d| format!("{} — ", p(d)))
                 .unwrap_or_default();
-            let _ = writeln!(out, "      {{{name}}}: {what}{}", describe_param(op, name));
+            let _ = writeln!(
+                out,
+                "      {{{}}}: {what}{}",
+                p(name),
+                describe_param(op, name)
+            );
         }
         if !op.unix_sockets.is_empty() {
             let _ = writeln!(
@@ -148,11 +162,11 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
 fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {
     let rule = op.params.get(name).cloned().unwrap_or_default();
     let mut parts = Vec::new();
-    if let Some(p) = &rule.pattern {
-        parts.push(format!("must match /{}/", p.as_str()));
+    if let Some(pattern) = &rule.pattern {
+        parts.push(format!("must match /{}/", p(pattern.as_str())));
     }
     if let Some(v) = &rule.values {
-        parts.push(format!("one of {}", v.join(", ")));
+        parts.push(format!("one of {}", p(v.join(", "))));
     }
     parts.push(format!("at most {} bytes", rule.max_len));
     if !rule.allow_empty {
@@ -165,7 +179,7 @@ fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {
         parts.push("a path without `..`, absolute ones only inside the scopes".into());
     }
     if let Some(d) = &rule.default {
-        parts.push(format!("defaults to \"{d}\""));
+        parts.push(format!("defaults to \"{}\"", p(d)));
     }
     parts.join("; ")
 }
@@ -202,7 +216,7 @@ fn explain_fs(s: &SpawnGrant, out: &mut String) {
     );
     let cwd = s.cwd.as_ref().map_or(
         "a fresh temporary directory, removed afterwards".to_string(),
-        |c| c.to_string(),
+        p,
     );
     let _ = writeln!(out, "  starts in:   {cwd}");
 }
@@ -220,18 +234,22 @@ fn explain_env(s: &SpawnGrant, out: &mut String) {
         if passed.is_empty() {
             "nothing".to_string()
         } else {
-            passed
+            p(passed
                 .iter()
                 .map(|k| k.as_str())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "))
         }
     );
     if !s.env_set.is_empty() {
-        let fixed: Vec<String> = s.env_set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let fixed: Vec<String> = s
+            .env_set
+            .iter()
+            .map(|(k, v)| format!("{}={}", p(k), p(v)))
+            .collect();
         let _ = writeln!(out, "  fixed:           {}", fixed.join(", "));
     }
     if !s.credential_env_keys.is_empty() {
-        let _ = writeln!(out, "  secrets:         {} (filled by spawnd from the operator's binding, never by the caller; redacted from output)", s.credential_env_keys.join(", "));
+        let _ = writeln!(out, "  secrets:         {} (filled by spawnd from the operator's binding, never by the caller; redacted from output)", p(s.credential_env_keys.join(", ")));
     }
 }

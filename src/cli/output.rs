@@ -1,9 +1,14 @@
 //! The one place that turns a command's outcome into output and an exit code:
 //! human text, or the `{ok, tool, command, data | error, meta}` envelope of the
-//! connector CLI contract (SPEC §10).
+//! connector CLI contract (SPEC §10). Human text reaches the terminal with
+//! its control characters escaped, line by line ([`printable_lines`]); a
+//! command that puts outside text into one line escapes it there
+//! ([`crate::printable::printable`]), so that it cannot add lines either.
 
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use crate::printable::printable_lines;
 
 /// A command that failed, with everything needed to report it.
 #[derive(Debug)]
@@ -130,7 +135,7 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
         }
         Ok(s) => {
             if !s.human.is_empty() {
-                print_line(s.human.trim_end());
+                print_line(&printable_lines(s.human.trim_end()));
             }
             s.exit
         }
@@ -146,7 +151,7 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
             f.exit
         }
         Err(f) => {
-            eprintln!("spawnd: {}", f.message.trim_end());
+            eprintln!("spawnd: {}", printable_lines(f.message.trim_end()));
             f.exit
         }
     }

@@ -27,7 +27,11 @@ const READ_LEN: u64 = 1 << 20;
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
     let (connector, manifest) = match (&args.connector, &args.manifest) {
-        (Some(fqn), _) => (fqn.clone(), None),
+        (Some(fqn), _) => {
+            crate::manifest::Fqn::parse(fqn)
+                .map_err(|why| Failure::usage(format!("--connector is not a valid FQN: {why}")))?;
+            (fqn.clone(), None)
+        }
         (None, Some(path)) => {
             let m = load_manifest(path, &load_config(cli)?)?;
             (m.connector.name.to_string(), Some(m))

@@ -104,7 +104,10 @@ pub(crate) fn execute(x: Execution<'_>) -> Result<Success, Failure> {
     if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
         match result.as_mut() {
             Ok(s) => exit_record_lost(s, &e),
-            Err(_) => eprintln!("spawnd: the exit record could not be written either: {e}"),
+            Err(_) => eprintln!(
+                "spawnd: the exit record could not be written either: {}",
+                crate::printable::printable(&e.to_string())
+            ),
         }
     }
     if let Some(leaving) = leaving {
@@ -251,7 +254,7 @@ fn execute_inner<'a>(
         if !x.json {
             eprintln!(
                 "spawnd: fs_read scope {} does not exist; left out",
-                missing.display()
+                crate::printable::printable(&missing.display().to_string())
             );
         }
     }

@@ -1,15 +1,13 @@
 //! The audit records of a run: the denial written before a refusal is
-//! returned, the exit record written when the sandbox is gone (or its setup
-//! failed, or it was lost), and the refusal of a connector the daemon has
-//! not loaded. `spawnd run` and the daemon share them.
+//! returned, and the exit record written when the sandbox is gone (or its
+//! setup failed, or it was lost). `spawnd run` and the daemon share them.
 
 use serde_json::json;
 
 use super::check::denial_failure;
 use super::output::{Failure, Success};
 use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
-use crate::policy::{Access, Decision};
-use crate::program::ProgramOpener;
+use crate::printable::printable;
 
 /// Records a refusal and returns it as the failure to report (or the audit
 /// failure, when the refusal could not be recorded).
@@ -33,40 +31,13 @@ pub(super) fn record_denial(
     }
 }
 
-/// The daemon's answer for a connector it has not loaded: the gate's
-/// `connector_unknown`, audited like every denial.
-pub(crate) fn refuse_unloaded(
-    config: &crate::config::Config,
-    caller: &crate::policy::Caller,
-    connector: &str,
-    request: &crate::policy::Request,
-) -> Failure {
-    let audit = match open_audit(config) {
-        Ok(a) => a,
-        Err(f) => return f,
-    };
-    let bound = std::collections::BTreeSet::new();
-    let access = Access::Local;
-    let ctx = crate::policy::GateContext {
-        connector,
-        manifest: None,
-        disabled: false,
-        access: &access,
-        bound_credentials: &bound,
-        require_program_hash: config.sandbox.require_program_hash,
-    };
-    match crate::policy::decide(&ctx, caller, request, &mut ProgramOpener::default()) {
-        Decision::Denied(denial) => record_denial(&audit, denial, caller, request),
-        Decision::Allowed(_) => Failure::new(10, "the gate allowed a connector that is not loaded"),
-    }
-}
-
 /// The audit log from the config; without one nothing runs.
-pub(super) fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
+pub(crate) fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
     let path = config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?
-        .with_rotation(config.audit.rotate_bytes);
+        .with_rotation(config.audit.rotate_bytes)
+        .with_retention(config.audit.keep_rotated);
     Ok(match super::context::load_audit_key(config)? {
         Some(key) => log.with_key(key),
         None => log,
@@ -88,7 +59,10 @@ pub(super) fn record_exit(
             Ok(s)
         }
         (Err(f), Some(Err(e))) => {
-            eprintln!("spawnd: the exit record could not be written either: {e}");
+            eprintln!(
+                "spawnd: the exit record could not be written either: {}",
+                printable(&e.to_string())
+            );
             Err(f)
         }
         (result, _) => result,
@@ -131,7 +105,10 @@ pub(crate) fn write_exit(
         }
         (Err((_, f)), Ok(w)) => (Err(f), Some(w)),
         (Err((_, f)), Err(e)) => {
-            eprintln!("spawnd: the exit record could not be written either: {e}");
+            eprintln!(
+                "spawnd: the exit record could not be written either: {}",
+                printable(&e.to_string())
+            );
             (Err(f), None)
         }
     }
@@ -140,7 +117,10 @@ pub(crate) fn write_exit(
 /// Marks a result whose exit record could not be written or made durable:
 /// exit 5 and `audit_error`, whatever the program did.
 pub(crate) fn exit_record_lost(s: &mut Success, e: &AuditError) {
-    eprintln!("spawnd: the exit record could not be written: {e}");
+    eprintln!(
+        "spawnd: the exit record could not be written: {}",
+        printable(&e.to_string())
+    );
     s.data["audit_error"] = json!(e.to_string());
     s.exit = 5;
     s.keep_ok = false;

@@ -154,7 +154,7 @@ pub(super) fn conclude(json: bool, data: Value) -> Success {
     if audit_failed && !json {
         eprintln!(
             "spawnd: the exit record could not be written: {}",
-            data["audit_error"].as_str().unwrap_or_default()
+            crate::printable::printable(data["audit_error"].as_str().unwrap_or_default())
         );
     }
     let mut success = Success::new(data, String::new());

@@ -58,6 +58,9 @@ pub struct AuditConfig {
     pub path: Option<PathBuf>,
     /// Rotate when the file exceeds this size.
     pub rotate_bytes: u64,
+    /// Rotated files kept; at each rotation the oldest beyond this are
+    /// removed (and a `note` record says so, so that `verify` still holds).
+    pub keep_rotated: u32,
     /// Key for a keyed (HMAC) chain.
     pub hmac_key_file: Option<PathBuf>,
 }
@@ -86,6 +89,10 @@ pub struct ServerConfig {
     pub frame_timeout_ms: u64,
     /// How long a connection with no handle may stay silent.
     pub idle_timeout_ms: u64,
+    /// The window in which a peer's repeated refusals of one reason (a
+    /// stranger's, an unknown connector, invalid names) are counted in one
+    /// record rather than written one by one.
+    pub refusal_window_ms: u64,
 }
 
 /// `[sandbox]`.
@@ -147,6 +154,13 @@ fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<
     }
     seq.end()
 }
+
+/// `[audit] keep_rotated` when the config does not say: with the default
+/// `rotate_bytes`, about 1 GiB of audit history besides the live file.
+pub const DEFAULT_KEEP_ROTATED: u32 = 10;
+
+/// `[server] refusal_window_ms` when the config does not say.
+pub const DEFAULT_REFUSAL_WINDOW_MS: u64 = 60_000;
 
 /// The default read-only system runtime (SPEC §9).
 pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
@@ -266,6 +280,23 @@ impl Config {
                 format!("must be between 1 and {WALL_TIME_HARD_CEILING_MS}"),
             ));
         }
+        let keep_rotated = raw.audit.keep_rotated.unwrap_or(DEFAULT_KEEP_ROTATED);
+        if keep_rotated == 0 {
+            return Err(invalid(
+                "audit.keep_rotated",
+                "must be at least 1: the file just rotated is kept until the next rotation (raise it to keep more history)".into(),
+            ));
+        }
+        let refusal_window_ms = raw
+            .server
+            .refusal_window_ms
+            .unwrap_or(DEFAULT_REFUSAL_WINDOW_MS);
+        if !(100..=3_600_000).contains(&refusal_window_ms) {
+            return Err(invalid(
+                "server.refusal_window_ms",
+                "must be between 100 and 3600000 (one hour)".into(),
+            ));
+        }
         let run_as = raw
             .sandbox
             .run_as
@@ -329,6 +360,7 @@ impl Config {
             audit: AuditConfig {
                 path: raw.audit.path.or(default_audit),
                 rotate_bytes: raw.audit.rotate_bytes.unwrap_or(100 << 20),
+                keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
             },
             server: ServerConfig {
@@ -351,6 +383,7 @@ impl Config {
                 shutdown_grace_ms: raw.server.shutdown_grace_ms.unwrap_or(10_000),
                 frame_timeout_ms: raw.server.frame_timeout_ms.unwrap_or(10_000).max(1),
                 idle_timeout_ms: raw.server.idle_timeout_ms.unwrap_or(120_000).max(1),
+                refusal_window_ms,
             },
             access,
             credentials,

@@ -27,6 +27,7 @@ pub(super) struct RawConfig {
 pub(super) struct RawAudit {
     pub(super) path: Option<PathBuf>,
     pub(super) rotate_bytes: Option<u64>,
+    pub(super) keep_rotated: Option<u32>,
     pub(super) hmac_key_file: Option<PathBuf>,
 }
 
@@ -43,6 +44,7 @@ pub(super) struct RawServer {
     pub(super) shutdown_grace_ms: Option<u64>,
     pub(super) frame_timeout_ms: Option<u64>,
     pub(super) idle_timeout_ms: Option<u64>,
+    pub(super) refusal_window_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -115,3 +115,33 @@ fn system_paths_may_not_bring_in_proc_dev_or_sys() {
     let ok = "[sandbox]\nsystem_paths = [\"/usr\", \"/etc/ssl\", \"/devices-not\"]\n";
     assert!(Config::parse(Path::new("c"), ok, None).is_ok());
 }
+
+#[test]
+fn keep_rotated_and_the_refusal_window_have_defaults_and_bounds() {
+    let c = Config::parse(Path::new("c.toml"), "", None).unwrap();
+    assert_eq!(
+        (c.audit.keep_rotated, c.server.refusal_window_ms),
+        (DEFAULT_KEEP_ROTATED, DEFAULT_REFUSAL_WINDOW_MS)
+    );
+    let c = Config::parse(
+        Path::new("c.toml"),
+        "[audit]\nkeep_rotated = 2\n[server]\nrefusal_window_ms = 1000\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (c.audit.keep_rotated, c.server.refusal_window_ms),
+        (2, 1000)
+    );
+    for bad in [
+        "[audit]\nkeep_rotated = 0\n",
+        "[audit]\nkeep_rotated = -1\n",
+        "[server]\nrefusal_window_ms = 10\n",
+        "[server]\nrefusal_window_ms = 3600001\n",
+    ] {
+        assert!(
+            Config::parse(Path::new("c.toml"), bad, None).is_err(),
+            "{bad}"
+        );
+    }
+}

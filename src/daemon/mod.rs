@@ -14,10 +14,19 @@
 //! every exit record is written. SIGHUP re-reads the config and manifests;
 //! if any of them is bad, the old ones stay in force and the log says why
 //! (the socket and limits chosen at start stay as they are).
+//!
+//! Every method follows `[[access]]`: a spawn is refused unless the peer may
+//! act for its connector, `health` and `connectors_status` unless it may act
+//! for some connector (root and spawnd's own uid always may), and
+//! `connectors_status` lists only the connectors it may act for. Refusals a
+//! stranger can repeat at will are recorded once per window with a count
+//! ([`refusals`]); a window's count is written when it closes (checked every
+//! second), when a connection of that peer ends, and when the daemon stops.
 
 mod handles;
 pub mod manifests;
 mod peer;
+pub mod refusals;
 pub mod request;
 pub mod rpc;
 pub mod spawns;
@@ -77,6 +86,8 @@ pub struct Daemon {
     pub buffered: Arc<std::sync::atomic::AtomicU64>,
     /// Permits for `health` and `connectors_status`.
     side_work: Semaphore,
+    /// Refusals counted per peer and window.
+    refusals: std::sync::Mutex<refusals::Tallies>,
 }
 
 impl Daemon {
@@ -168,6 +179,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
     let socket = socket.unwrap_or_else(|| config.server.socket.clone());
+    let window = Duration::from_millis(config.server.refusal_window_ms);
     let daemon = Arc::new(Daemon {
         loaded: std::sync::RwLock::new(Arc::new(Loaded { config, manifests })),
         reload,
@@ -177,6 +189,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         started: std::sync::Mutex::new(Vec::new()),
         buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         side_work: Semaphore::new(SIDE_WORK),
+        refusals: std::sync::Mutex::new(refusals::Tallies::new(window)),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -283,10 +296,15 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let slots = Arc::new(Semaphore::new(max));
     // Told to connections at the end: answer what is in hand, read no more.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Windows of counted refusals are closed (and their counts written)
+    // within a second of their end.
+    let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(socket = %path.display(), max_connections = max, "serving");
     loop {
         tokio::select! {
+            _ = sweep.tick() => refusals::close_due(&daemon).await,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 match Arc::clone(&slots).try_acquire_owned() {
@@ -336,6 +354,7 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     // Every spawn has ended: connections answer what they are answering and close.
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(max as u32)).await;
+    refusals::close_all(&daemon).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -438,6 +457,7 @@ async fn serve_connection(
         }
     }
     conn.handles.close();
+    refusals::connection_closed(&conn.daemon, &conn.peer).await;
 }
 
 /// How long an answer may take to be written: a peer that stops reading is
@@ -481,8 +501,14 @@ impl Connection {
 
     async fn dispatch(&mut self, call: Call) -> Result<Value, RpcError> {
         match call.method.as_str() {
-            "health" => self.health().await,
-            "connectors_status" => self.connectors_status().await,
+            "health" => {
+                self.may_ask("health").await?;
+                self.health().await
+            }
+            "connectors_status" => {
+                self.may_ask("connectors_status").await?;
+                self.connectors_status().await
+            }
             "spawn" | "spawn_op" => {
                 spawns::spawn(
                     &self.daemon,
@@ -505,6 +531,42 @@ impl Connection {
         }
     }
 
+    /// The access rules in force.
+    fn access(&self) -> crate::policy::Access {
+        crate::policy::Access::Rules {
+            rules: self.daemon.loaded().config.access.clone(),
+            daemon_uid: nix::unistd::geteuid().as_raw(),
+        }
+    }
+
+    /// Refuses (`caller_not_allowed`, recorded once per window) a peer that
+    /// may act for no connector.
+    async fn may_ask(&self, method: &'static str) -> Result<(), RpcError> {
+        if self
+            .access()
+            .allows_some(&request::access_caller(&self.peer))
+        {
+            return Ok(());
+        }
+        let denial = crate::policy::Denial::new(
+            crate::policy::Reason::CallerNotAllowed,
+            "",
+            format!("method:{method}"),
+            vec![],
+            format!(
+                "uid {} (gid {}) may not use this daemon: no [[access]] rule names it; the operator grants it with an [[access]] entry",
+                self.peer.uid, self.peer.gid
+            ),
+        );
+        let error = RpcError::with_data(
+            rpc::CAPABILITY_DENIED,
+            crate::cli::check::denial_failure(&denial).message,
+            serde_json::to_value(&denial).unwrap_or_default(),
+        );
+        let refusal = refusals::Refusal::denied(method, &denial, None);
+        Err(refusals::refuse(&self.daemon, &self.peer, refusal, error).await)
+    }
+
     async fn connectors_status(&self) -> Result<Value, RpcError> {
         let _turn = self.daemon.side_work.acquire().await;
         let daemon = Arc::clone(&self.daemon);
@@ -513,9 +575,13 @@ impl Connection {
             .flatten()
             .map(|u| u.dir)
             .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+        let access = self.access();
+        let caller = request::access_caller(&self.peer);
         tokio::task::spawn_blocking(move || {
             let loaded = daemon.loaded();
-            crate::connectors::status(&loaded.config, &loaded.manifests, &home)
+            let may_act_for =
+                |m: &crate::manifest::Manifest| access.allows(&caller, &m.connector.name).is_ok();
+            crate::connectors::status(&loaded.config, &loaded.manifests, &home, &may_act_for)
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))

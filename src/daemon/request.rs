@@ -1,15 +1,97 @@
 //! A JSON-RPC `spawn`/`spawn_op` call turned into the gate's `Request`, and
-//! its peer into the gate's `Caller`.
+//! its peer into the gate's `Caller`. The connector and op names are checked
+//! first ([`check_names`]): one no manifest could declare is refused before
+//! anything holds, answers or records it.
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use serde_json::{Map, Value};
 
+use super::refusals::InvalidField;
 use super::rpc::{self, string_param, RpcError};
 use super::Peer;
-use crate::manifest::Tier;
+use crate::manifest::{check_op_name, Fqn, Tier};
 use crate::policy::{Caller, Request, RequestKind};
+
+/// The peer as the access rules see it (uid and gid; its home is not
+/// looked up, and not needed to decide who may ask).
+pub fn access_caller(peer: &Peer) -> Caller {
+    Caller {
+        uid: peer.uid,
+        gid: peer.gid,
+        pid: peer.pid.and_then(|p| u32::try_from(p).ok()),
+        home: std::path::PathBuf::new(),
+        other_user_namespace: peer.other_user_namespace,
+    }
+}
+
+/// A name in a call that no manifest could declare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidName {
+    /// Which field, and its length.
+    pub field: InvalidField,
+    /// Why, without the name itself.
+    pub why: String,
+    /// The connector, when it is valid (the op was not).
+    pub connector: Option<String>,
+}
+
+impl InvalidName {
+    /// The answer: -32602, its `data` naming the field and its length.
+    pub fn error(&self) -> RpcError {
+        RpcError::with_data(
+            rpc::INVALID_PARAMS,
+            format!(
+                "{} is not a valid {} ({} bytes): {}",
+                self.field.field,
+                if self.field.field == "op" {
+                    "operation name"
+                } else {
+                    "connector FQN"
+                },
+                self.field.bytes,
+                self.why
+            ),
+            serde_json::json!({"field": self.field.field, "bytes": self.field.bytes}),
+        )
+    }
+}
+
+/// Checks the `connector` (an FQN, as a manifest's `[connector] name`) and,
+/// for `spawn_op`, the `op` (as operations are named in manifests) of a
+/// call. A field that is absent or not a string is left to [`request_from`].
+pub fn check_names(method: &str, params: &Map<String, Value>) -> Result<(), InvalidName> {
+    let connector = match params.get("connector") {
+        Some(Value::String(c)) => match Fqn::parse(c) {
+            Ok(_) => Some(c.clone()),
+            Err(why) => {
+                return Err(InvalidName {
+                    field: InvalidField {
+                        field: "connector",
+                        bytes: c.len(),
+                    },
+                    why,
+                    connector: None,
+                })
+            }
+        },
+        _ => None,
+    };
+    if method == "spawn_op" {
+        if let Some(Value::String(op)) = params.get("op") {
+            check_op_name(op).map_err(|why| InvalidName {
+                field: InvalidField {
+                    field: "op",
+                    bytes: op.len(),
+                },
+                why,
+                connector,
+            })?;
+        }
+    }
+    Ok(())
+}
 
 /// The caller a peer stands for (its home from the password database).
 pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {

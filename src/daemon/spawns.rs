@@ -5,6 +5,11 @@
 //! (a denial creates no handle). Output lands in the handle's buffers as it
 //! arrives; status and reads can wait for change without polling.
 //!
+//! Before that pipeline, three refusals are decided here and recorded once
+//! per window ([`super::refusals`]): a connector or op name no manifest
+//! could declare, a connector that is not loaded, and a peer `[[access]]`
+//! does not allow to act for the connector.
+//!
 //! Handles ([`super::handles`]) are 128-bit random strings, owned by the
 //! connection that made them (another connection gets "not found"), at most
 //! [`MAX_HANDLES_PER_CONNECTION`] per connection; a finished one is kept
@@ -27,13 +32,16 @@ use serde_json::{json, Map, Value};
 
 use super::handles::{new_handle_name, HandleSink, Reservation};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
-use super::request::{caller_of, request_from, SpawnCall};
+use super::refusals::{self, Refusal};
+use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
-use crate::cli::check::Prepared;
+use crate::cli::check::{denial_failure, Prepared};
 use crate::cli::output::Failure;
 use crate::cli::run::{execute_until_written, Ended, Execution};
-use crate::policy::{Access, Caller, Request};
+use crate::manifest::Manifest;
+use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
+use crate::program::ProgramOpener;
 use crate::sandbox::launch::StdinSource;
 
 /// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
@@ -74,19 +82,60 @@ pub async fn spawn(
             ),
         ));
     }
+    let method: &'static str = if method == "spawn_op" {
+        "spawn_op"
+    } else {
+        "spawn"
+    };
+    if let Err(bad) = check_names(method, params) {
+        let refusal = Refusal::invalid(method, bad.field, bad.connector.clone(), None);
+        return Err(refusals::refuse(daemon, peer, refusal, bad.error()).await);
+    }
     let SpawnCall {
         connector,
         request,
         stdin,
         timeout_ms,
     } = request_from(method, params)?;
+    let loaded = daemon.loaded();
+    let access = Access::Rules {
+        rules: loaded.config.access.clone(),
+        daemon_uid: nix::unistd::geteuid().as_raw(),
+    };
+    let manifest = loaded.manifests.get(&connector).cloned();
+    let stranger = match &manifest {
+        None => true,
+        Some(m) => access
+            .allows(&access_caller(peer), &m.connector.name)
+            .is_err(),
+    };
+    if stranger {
+        let denial = refused_before_the_program(
+            &loaded.config,
+            manifest.as_ref(),
+            &access,
+            peer,
+            &connector,
+            &request,
+        );
+        let op = match &request.kind {
+            RequestKind::Op { name, .. } => Some(name.clone()),
+            RequestKind::Raw { .. } => None,
+        };
+        let refusal = Refusal::denied(method, &denial, op);
+        return Err(
+            refusals::refuse(daemon, peer, refusal, rpc_error(denial_failure(&denial))).await,
+        );
+    }
+    let Some(manifest) = manifest else {
+        return Err(RpcError::new(
+            -32603,
+            "a connector that is not loaded passed the gate",
+        ));
+    };
     let caller = match &handles.caller {
         Some(known) => known.clone(),
         None => handles.caller.insert(caller_of(peer)?).clone(),
-    };
-    let loaded = daemon.loaded();
-    let Some(manifest) = loaded.manifests.get(&connector).cloned() else {
-        return Err(unknown_connector(daemon, &caller, &connector, &request).await);
     };
     // Reserve the most output this spawn can leave in its handle.
     let caps = manifest.spawn.as_ref().map_or(0, |g| {
@@ -125,10 +174,6 @@ pub async fn spawn(
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
     let thread_handle = Arc::clone(&handle);
-    let access = Access::Rules {
-        rules: loaded.config.access.clone(),
-        daemon_uid: nix::unistd::geteuid().as_raw(),
-    };
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let prepared = Prepared {
@@ -232,25 +277,46 @@ pub async fn spawn(
     }
 }
 
-/// A connector that is not loaded: refused by the gate and audited like any denial.
-async fn unknown_connector(
-    daemon: &Arc<Daemon>,
-    caller: &Caller,
+/// The gate's denial of a request that stops at the connector or the caller
+/// (no manifest loaded, or a peer the access rules refuse): the same checks
+/// in the same order as every request, and none of them looks at the
+/// program.
+fn refused_before_the_program(
+    config: &crate::config::Config,
+    manifest: Option<&Manifest>,
+    access: &Access,
+    peer: &Peer,
     connector: &str,
     request: &Request,
-) -> RpcError {
-    let daemon = Arc::clone(daemon);
-    let (caller, connector, request) = (caller.clone(), connector.to_string(), request.clone());
-    tokio::task::spawn_blocking(move || {
-        crate::cli::run_audit::refuse_unloaded(
-            &daemon.loaded().config,
-            &caller,
-            &connector,
-            &request,
-        )
-    })
-    .await
-    .map_or_else(|e| RpcError::new(-32603, e.to_string()), rpc_error)
+) -> Box<crate::policy::Denial> {
+    let bound = manifest
+        .map(|m| config.bound_credentials(m))
+        .unwrap_or_default();
+    let ctx = GateContext {
+        connector,
+        manifest,
+        disabled: manifest.is_some_and(|m| config.is_disabled(&m.connector.name)),
+        access,
+        bound_credentials: &bound,
+        require_program_hash: config.sandbox.require_program_hash,
+    };
+    match crate::policy::decide(
+        &ctx,
+        &access_caller(peer),
+        request,
+        &mut ProgramOpener::default(),
+    ) {
+        Decision::Denied(denial) => denial,
+        // Not reached: the caller of this function found the connector
+        // unloaded or the peer not allowed, and the gate checks both first.
+        Decision::Allowed(_) => crate::policy::Denial::new(
+            crate::policy::Reason::CallerNotAllowed,
+            connector,
+            format!("caller:uid={},gid={}", peer.uid, peer.gid),
+            vec![],
+            "refused: the peer may not act for this connector",
+        ),
+    }
 }
 
 /// `spawn_status`.

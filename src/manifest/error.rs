@@ -43,23 +43,25 @@ impl ManifestError {
     }
 }
 
+/// One line per problem: keys and messages may quote the manifest's text,
+/// so each part is escaped ([`crate::printable`]) and cannot add a line.
 impl fmt::Display for ManifestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::printable::printable;
         let n = self.problems.len();
-        write!(
-            f,
-            "{} has {n} problem{}",
-            self.file,
-            if n == 1 { "" } else { "s" }
-        )?;
+        let file = printable(&self.file);
+        write!(f, "{file} has {n} problem{}", if n == 1 { "" } else { "s" })?;
         for p in &self.problems {
             write!(
                 f,
-                "\n  {}:{}:{}: {}: {}",
-                self.file, p.line, p.column, p.key, p.message
+                "\n  {file}:{}:{}: {}: {}",
+                p.line,
+                p.column,
+                printable(&p.key),
+                printable(&p.message)
             )?;
             if let Some(hint) = &p.hint {
-                write!(f, "\n    hint: {hint}")?;
+                write!(f, "\n    hint: {}", printable(hint))?;
             }
         }
         Ok(())

@@ -16,9 +16,9 @@ pub use error::{line_column, ManifestError, Problem};
 pub use limits::{LimitSpec, Limits, LIMIT_SPECS};
 pub use model::{
     ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Operation, Program, Sha256Digest,
-    SpawnGrant, Tier, ValueKind, Warning, FQN_SCHEMES,
+    SpawnGrant, Tier, ValueKind, Warning, FQN_SCHEMES, MAX_FQN_BYTES,
 };
-pub use ops::MAX_VALUE_LEN;
+pub use ops::{check_op_name, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
 pub use paths::{system_path_overlap, PathProblem, ScopePath, SYSTEM_PATHS};
 pub use validate::{parse_manifest, LoadOptions};
 

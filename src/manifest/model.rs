@@ -19,15 +19,28 @@ pub struct Fqn(String);
 /// Publication schemes spawnd knows (`local` is for operator-written manifests).
 pub const FQN_SCHEMES: &[&str] = &["github", "gitlab", "local"];
 
+/// The longest FQN, in bytes: room for any owner, repository and subpath a
+/// forge allows, and a bound on what a caller's request can make spawnd
+/// hold, answer or record.
+pub const MAX_FQN_BYTES: usize = 256;
+
 impl Fqn {
-    /// Parses and checks an FQN.
+    /// Parses and checks an FQN. An error never repeats more than a bounded,
+    /// escaped part of `text`.
     pub fn parse(text: &str) -> Result<Fqn, String> {
+        if text.len() > MAX_FQN_BYTES {
+            return Err(format!(
+                "is {} bytes long; an FQN has at most {MAX_FQN_BYTES}",
+                text.len()
+            ));
+        }
         let (scheme, rest) = text
             .split_once("://")
             .ok_or("must look like `scheme://owner/repo`, e.g. `github://acme/gitcrawl`")?;
         if !FQN_SCHEMES.contains(&scheme) {
             return Err(format!(
-                "unknown scheme `{scheme}`; use one of {}",
+                "unknown scheme `{}`; use one of {}",
+                crate::printable::printable(scheme),
                 FQN_SCHEMES.join(", ")
             ));
         }
@@ -44,7 +57,8 @@ impl Fqn {
         };
         if let Some(bad) = segments.iter().find(|s| !ok(s)) {
             return Err(format!(
-                "segment `{bad}` must be non-empty letters, digits, `.`, `_` or `-`"
+                "segment `{}` must be non-empty letters, digits, `.`, `_` or `-`",
+                crate::printable::printable(bad)
             ));
         }
         Ok(Fqn(text.to_string()))

@@ -110,10 +110,28 @@ fn check_programs(
     ok.then_some(out)
 }
 
-fn is_valid_op_name(name: &str) -> bool {
+/// The longest operation name, in bytes.
+pub const MAX_OP_NAME_BYTES: usize = 64;
+
+/// Checks an operation name: `[a-z][a-z0-9_-]*`, at most
+/// [`MAX_OP_NAME_BYTES`]. The manifest loader holds declared names to it, and
+/// the CLI and the daemon hold requested ones to it before anything is
+/// recorded (a name that fails can name no operation). The error never
+/// repeats the name.
+pub fn check_op_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_OP_NAME_BYTES {
+        return Err(format!(
+            "an operation name has at most {MAX_OP_NAME_BYTES} bytes (this one has {})",
+            name.len()
+        ));
+    }
     let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+    let well_formed = matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !well_formed {
+        return Err("an operation name must match [a-z][a-z0-9_-]*".into());
+    }
+    Ok(())
 }
 
 fn check_operation(
@@ -125,13 +143,13 @@ fn check_operation(
     base_sockets: &[ScopePath],
 ) -> Option<Operation> {
     let key = format!("capabilities.spawn.operations.{}", name.get_ref());
-    if !is_valid_op_name(name.get_ref()) {
+    if let Err(why) = check_op_name(name.get_ref()) {
         c.error(
             name.span(),
             &key,
             format!(
-                "operation name must match [a-z][a-z0-9_-]* (got `{}`)",
-                name.get_ref()
+                "{why} (got `{}`)",
+                crate::printable::printable(name.get_ref())
             ),
             "use lowercase letters, digits, `_` and `-`, starting with a letter",
         );

@@ -41,13 +41,19 @@ pub(super) fn arg_denial(ctx: &GateContext, op: &Operation, e: &ArgError) -> Box
             .collect::<Vec<_>>()
     };
     match e {
-        ArgError::Unknown { name } => Denial::new(
-            Reason::ArgUnknown,
-            c,
-            format!("arg:{name}"),
-            placeholders(),
-            format!("operation `{}` has no placeholder `{name}`: {e}", op.name),
-        ),
+        ArgError::Unknown { name } => {
+            let name = shown(name);
+            Denial::new(
+                Reason::ArgUnknown,
+                c,
+                format!("arg:{name}"),
+                placeholders(),
+                format!(
+                    "operation `{}` has no placeholder `{name}`: unknown argument `{name}`: the template has no placeholder {{{name}}}",
+                    op.name
+                ),
+            )
+        }
         ArgError::Missing { placeholder }
         | ArgError::PartialGroup {
             missing: placeholder,
@@ -232,6 +238,8 @@ pub(super) fn check_env(
                 "an env key is not a valid name ([A-Za-z_][A-Za-z0-9_]*); it is not repeated here in case it carries a value",
             ));
         }
+        // A key is a valid name, but of any length: it is echoed as `shown`.
+        let key_shown = shown(key);
         let reserved_why = if spawn.credential_env_keys.contains(key) {
             Some("is a credential key: spawnd fills it from the operator's binding, never from the caller".to_string())
         } else if spawn.env_set.contains_key(key) {
@@ -243,18 +251,20 @@ pub(super) fn check_env(
             return Err(Denial::new(
                 Reason::EnvReserved,
                 ctx.connector,
-                format!("env:{key}"),
+                format!("env:{key_shown}"),
                 grantable(),
-                format!("env key {key} {why}"),
+                format!("env key {key_shown} {why}"),
             ));
         }
         if !spawn.env_passthrough.contains(key) {
             return Err(Denial::new(
                 Reason::EnvNotDeclared,
                 ctx.connector,
-                format!("env:{key}"),
+                format!("env:{key_shown}"),
                 grantable(),
-                format!("env key {key} is not in env_passthrough; the manifest must declare it"),
+                format!(
+                    "env key {key_shown} is not in env_passthrough; the manifest must declare it"
+                ),
             ));
         }
         if value.contains('\0') {

@@ -8,13 +8,15 @@ use super::reason::Reason;
 use crate::plan::SpawnPlan;
 
 /// A caller-supplied string as it may appear in a denial (program, cwd, op
-/// name — never a placeholder or env value): control characters escaped, at
-/// most 200 characters, so it cannot forge lines in a terminal or a log.
+/// name, arg or env key — never a placeholder or env value): control
+/// characters escaped ([`crate::printable`]), at most 200 characters, so it
+/// cannot forge lines in a terminal or a log, nor grow a record.
 pub fn shown(text: &str) -> String {
-    let escaped: String = text.chars().flat_map(char::escape_debug).collect();
+    let head: String = text.chars().take(201).collect();
+    let escaped = crate::printable::printable(&head);
     match escaped.char_indices().nth(200) {
         Some((cut, _)) => format!("{}…", &escaped[..cut]),
-        None => escaped,
+        None => escaped.into_owned(),
     }
 }
 

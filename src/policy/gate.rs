@@ -124,6 +124,9 @@ fn check_caller(
     })
 }
 
+/// How many entries of a refused action subset a denial repeats.
+const MAX_ACTION_ENTRIES_SHOWN: usize = 16;
+
 /// The action's capability subset, checked before and after the op is known.
 struct ActionSubset<'r>(Option<&'r [String]>);
 
@@ -169,9 +172,20 @@ impl<'r> ActionSubset<'r> {
         let requested = if op.is_empty() {
             "spawn".to_string()
         } else {
-            format!("spawn:{op}")
+            format!("spawn:{}", shown(op))
         };
-        Denial::new(Reason::ActionDenied, ctx.connector, requested, self.0.unwrap_or(&[]).to_vec(), "the action's capability subset does not permit this spawn; the action file must list `spawn` or `spawn:<op>`")
+        // The entries are the caller's: echoed as `shown`, and at most
+        // MAX_ACTION_ENTRIES_SHOWN of them.
+        let entries = self.0.unwrap_or(&[]);
+        let mut granted: Vec<String> = entries
+            .iter()
+            .take(MAX_ACTION_ENTRIES_SHOWN)
+            .map(|e| shown(e))
+            .collect();
+        if entries.len() > MAX_ACTION_ENTRIES_SHOWN {
+            granted.push(format!("… ({} entries in all)", entries.len()));
+        }
+        Denial::new(Reason::ActionDenied, ctx.connector, requested, granted, "the action's capability subset does not permit this spawn; the action file must list `spawn` or `spawn:<op>`")
     }
 }
 

@@ -149,6 +149,22 @@ impl Access {
     }
 }
 
+impl Access {
+    /// Whether `caller` may act for some connector (root, the daemon's own
+    /// uid, or a rule naming its uid or gid): who may ask the daemon
+    /// anything at all (`health`, `connectors_status`).
+    pub fn allows_some(&self, caller: &Caller) -> bool {
+        let Access::Rules { rules, daemon_uid } = self else {
+            return true;
+        };
+        caller.uid == 0
+            || caller.uid == *daemon_uid
+            || rules
+                .iter()
+                .any(|r| r.uids.contains(&caller.uid) || r.gids.contains(&caller.gid))
+    }
+}
+
 /// The operator's side of a decision.
 #[derive(Debug, Clone)]
 pub struct GateContext<'a> {

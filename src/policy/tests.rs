@@ -355,3 +355,28 @@ fn a_peer_in_another_user_namespace_needs_a_rule_that_says_so() {
     assert!(rules(false).allows(&here(0), &fqn).is_ok());
     assert!(rules(false).allows(&here(999), &fqn).is_ok());
 }
+
+/// Names a caller chose (arg and env keys, action entries) reach a denial
+/// escaped and bounded: they cannot forge lines or grow its record.
+#[test]
+fn caller_chosen_names_in_a_denial_are_escaped_and_bounded() {
+    let long = format!("x\u{1b}[2J\n{}", "k".repeat(100_000));
+    let mut req = Request::op("status", &[]);
+    req.action = Some((0..1000).map(|_| long.clone()).collect());
+    let d = decide_m(M0, &req);
+    assert_reason(&d, Reason::ActionDenied, "action");
+    let granted = &denied(&d).granted;
+    assert!(granted.len() <= 17, "{}", granted.len());
+    assert!(granted
+        .iter()
+        .all(|g| g.len() < 1024 && !g.contains('\u{1b}') && !g.contains('\n')));
+    let d = decide_m(M0, &Request::op("status", &[(long.as_str(), "v")]));
+    assert_reason(&d, Reason::ArgUnknown, "envelope");
+    let d = denied(&d);
+    assert!(
+        d.requested.len() < 1024 && d.message.len() < 4096,
+        "{}",
+        d.requested.len()
+    );
+    assert!(!d.requested.contains('\n') && !d.message.contains('\u{1b}'));
+}

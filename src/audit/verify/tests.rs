@@ -272,3 +272,101 @@ fn an_append_from_another_writer_is_chained_after() {
     let v = verify(&path, None).unwrap();
     assert_eq!((v.tamper.clone(), v.last_seq), (None, 4), "{v:?}");
 }
+
+/// Retention removes the oldest rotated files after a note naming them and
+/// where the chain now starts: what remains verifies from there.
+#[test]
+fn retention_keeps_the_newest_rotated_files_and_what_remains_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path)
+        .unwrap()
+        .with_rotation(600)
+        .with_retention(2);
+    for i in 0..40 {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    let rotated = crate::audit::log::rotated_files(&path);
+    assert_eq!(rotated.len(), 2, "{rotated:?}");
+    assert!(rotated[0].0 > 1, "the oldest were removed: {rotated:?}");
+    let v = verify(&path, None).unwrap();
+    assert_eq!(v.tamper, None, "{v:?}");
+    assert!(v.first_seq > 1, "{v:?}");
+    assert!(
+        v.warnings
+            .iter()
+            .any(|w| w.contains("removed by retention")),
+        "{:?}",
+        v.warnings
+    );
+    let all: String = rotated
+        .iter()
+        .map(|(_, p)| std::fs::read_to_string(p).unwrap())
+        .chain(std::iter::once(std::fs::read_to_string(&path).unwrap()))
+        .collect();
+    assert!(all.contains("\"chain_starts_at\""), "a note says so");
+    // Removing the oldest file left is deletion, not retention.
+    std::fs::remove_file(&rotated[0].1).unwrap();
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert!(t.reason.contains("deleted"), "{t:?}");
+}
+
+/// A crash between the retention note and the removal leaves files the
+/// note names: they still verify (the walk starts earlier).
+#[test]
+fn files_a_retention_note_names_but_a_crash_left_still_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path)
+        .unwrap()
+        .with_rotation(600)
+        .with_retention(1);
+    for i in 0..40 {
+        let saved: Vec<(std::path::PathBuf, Vec<u8>)> = crate::audit::log::rotated_files(&path)
+            .into_iter()
+            .map(|(_, p)| {
+                let bytes = std::fs::read(&p).unwrap();
+                (p, bytes)
+            })
+            .collect();
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+        let removed: Vec<_> = saved.iter().filter(|(p, _)| !p.exists()).collect();
+        if i > 20 && !removed.is_empty() {
+            // As if the removal had not happened: the note is on disk, the files too.
+            for (p, bytes) in removed {
+                std::fs::write(p, bytes).unwrap();
+            }
+            let v = verify(&path, None).unwrap();
+            assert_eq!(v.tamper, None, "{:?}", v.warnings);
+            assert!(v.first_seq > 1, "{v:?}");
+            return;
+        }
+    }
+    panic!("no rotation removed a file");
+}
+
+/// An oldest file whose first record claims seq 0 or 1 with a foreign
+/// `prev` is no retention start: it is reported, never trusted.
+#[test]
+fn a_forged_start_of_the_oldest_file_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap().with_rotation(600);
+    for i in 0..12 {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    let oldest = crate::audit::log::rotated_files(&path)[0].1.clone();
+    let text = std::fs::read_to_string(&oldest).unwrap();
+    for forged in ["\"seq\":0", "\"seq\":1,\"prev\":\"sha256:00\""] {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let mut first: Map<String, Value> = serde_json::from_str(&lines[0]).unwrap();
+        let patch: Map<String, Value> = serde_json::from_str(&format!("{{{forged}}}")).unwrap();
+        first.extend(patch);
+        lines[0] = Value::Object(first).to_string();
+        write_lines(&oldest, &lines);
+        assert!(verify(&path, None).unwrap().tamper.is_some(), "{forged}");
+    }
+}
