@@ -334,3 +334,50 @@ fn a_sandboxed_program_gets_no_spawn_out_of_the_daemon() {
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(answer["result"]["handle"].is_string(), "{answer}");
 }
+
+/// A scope holding a socket reaches nothing by itself (socket(AF_UNIX) is
+/// refused), but lint says it is there, and says what `unix_sockets` grants.
+#[test]
+fn lint_names_sockets_in_scopes_and_what_unix_sockets_grants() {
+    let dir = scratch("lint-sockets", As::Root);
+    let scope = dir.join("scope");
+    std::fs::create_dir_all(scope.join("deep")).unwrap();
+    let _listener =
+        std::os::unix::net::UnixListener::bind(scope.join("deep/service.sock")).unwrap();
+    let lint = |body: &str| {
+        let m = manifest(&dir, body);
+        let out = Command::new(&world().spawnd)
+            .args(["manifest", "lint"])
+            .arg(&m)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plain = lint(&format!(
+        "[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nfs_read = [\"{}\"]\n\n{PYTHON_OP}",
+        scope.display()
+    ));
+    assert!(
+        plain.contains("holds unix sockets") && plain.contains("service.sock"),
+        "{plain}"
+    );
+    let granted = lint(&format!(
+        "[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nunix_sockets = [\"{}\"]\n\n{PYTHON_OP}",
+        scope.join("deep/service.sock").display()
+    ));
+    assert!(granted.contains("may create unix sockets"), "{granted}");
+    // Without the grant, the sandboxed program cannot even make the socket.
+    let m = manifest(&dir, &format!(
+        "[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nfs_read = [\"{}\"]\n\n{PYTHON_OP}",
+        scope.display()
+    ));
+    let code = format!("import socket\ntry:\n    socket.socket(socket.AF_UNIX).connect({:?})\n    print('ESCAPED')\nexcept OSError as e:\n    print('refused', e.errno)\n", scope.join("deep/service.sock").display().to_string());
+    let v = json_of(&run(As::Root, &m, "py", &[("code", &code)], &[]));
+    assert_eq!(stdout_text(&v), format!("refused {}\n", libc::EPERM), "{v}");
+}

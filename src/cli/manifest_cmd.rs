@@ -15,7 +15,11 @@ use crate::program::hash_path;
 /// `manifest lint`: exit 0 when valid (warnings allowed), 4 with every problem otherwise.
 pub fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
-    let manifest = load_manifest(file, &config)?;
+    let mut manifest = load_manifest(file, &config)?;
+    if let (Some(spawn), Ok(caller)) = (&manifest.spawn, current_caller()) {
+        let found = sockets_in_scopes(spawn, &caller.home);
+        manifest.warnings.extend(found);
+    }
     let mut text = format!(
         "{}: valid ({} {})",
         file.display(),
@@ -34,6 +38,59 @@ pub fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {
         json!({"file": file, "valid": true, "connector": manifest.connector.name, "operations": ops, "warnings": manifest.warnings}),
         text,
     ))
+}
+
+/// Entries looked at per scope when looking for unix sockets in it.
+const SOCKET_SCAN_ENTRIES: usize = 20_000;
+
+/// A warning for each scope that holds unix sockets (for the user who
+/// lints, `~` being their home): a scope never makes a socket reachable by
+/// itself, but once an operation lists any in `unix_sockets`, Landlock does
+/// not stop it connecting to these too. Symbolic links are not followed,
+/// and each scope is searched for at most [`SOCKET_SCAN_ENTRIES`] entries.
+fn sockets_in_scopes(
+    spawn: &crate::manifest::SpawnGrant,
+    home: &Path,
+) -> Vec<crate::manifest::Warning> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut warnings = Vec::new();
+    for (field, scopes) in [
+        ("fs_read", &spawn.fs_read),
+        ("fs_write", &spawn.fs_write),
+        ("fs_exec", &spawn.fs_exec),
+    ] {
+        for scope in scopes {
+            let mut pending = vec![scope.expand(home)];
+            let (mut seen, mut sockets) = (0usize, Vec::new());
+            while let Some(path) = pending.pop() {
+                if seen >= SOCKET_SCAN_ENTRIES {
+                    break;
+                }
+                seen += 1;
+                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                    continue;
+                };
+                if meta.file_type().is_socket() {
+                    sockets.push(path);
+                } else if meta.is_dir() {
+                    if let Ok(entries) = std::fs::read_dir(&path) {
+                        pending.extend(entries.flatten().map(|e| e.path()));
+                    }
+                }
+            }
+            if let Some(first) = sockets.first() {
+                let more = match sockets.len() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n - 1),
+                };
+                warnings.push(crate::manifest::Warning {
+                    key: format!("capabilities.spawn.{field}"),
+                    message: format!("`{scope}` holds unix sockets ({}{more}); a program cannot connect to them unless its operation lists unix_sockets, and once it lists any, it can connect to these as well", first.display()),
+                });
+            }
+        }
+    }
+    warnings
 }
 
 /// `manifest explain`: what the manifest lets a program do, in plain words.
