@@ -374,10 +374,20 @@ fn lint_names_sockets_in_scopes_and_what_unix_sockets_grants() {
     assert!(granted.contains("may create unix sockets"), "{granted}");
     // explain says so too, where it used to promise "no network" alone.
     let m = dir.join("manifest.toml");
-    let explained = Command::new(&world().spawnd).args(["manifest", "explain"]).arg(&m).output().unwrap();
+    let explained = Command::new(&world().spawnd)
+        .args(["manifest", "explain"])
+        .arg(&m)
+        .output()
+        .unwrap();
     let explained = String::from_utf8_lossy(&explained.stdout);
-    assert!(explained.contains("MAY connect to the unix sockets"), "{explained}");
-    assert!(explained.contains("no host services but the unix sockets listed above"), "{explained}");
+    assert!(
+        explained.contains("MAY connect to the unix sockets"),
+        "{explained}"
+    );
+    assert!(
+        explained.contains("no host services but the unix sockets listed above"),
+        "{explained}"
+    );
     // Without the grant, the sandboxed program cannot even make the socket.
     let m = manifest(&dir, &format!(
         "[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nfs_read = [\"{}\"]\n\n{PYTHON_OP}",
