@@ -252,8 +252,12 @@ fn execute_inner<'a>(
     };
     for missing in &spec.missing_read_scopes {
         if !x.json {
+            let what = match plan.fs.unix_sockets.contains(missing) {
+                true => "unix socket",
+                false => "fs_read scope",
+            };
             eprintln!(
-                "spawnd: fs_read scope {} does not exist; left out",
+                "spawnd: {what} {} does not exist; left out",
                 crate::printable::printable(&missing.display().to_string())
             );
         }

@@ -29,8 +29,10 @@ pub struct LandlockApplied {
 
 fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
     let read = AccessFs::ReadFile | AccessFs::ReadDir;
+    // Connecting to a socket (ResolveUnix, ABI 9) is no scope's right: only
+    // the sockets a manifest lists get it ([`Access::UnixSocket`]).
     let write = AccessFs::from_write(abi)
-        & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
+        & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev | AccessFs::ResolveUnix);
     let all = AccessFs::from_all(abi);
     let set = match access {
         Access::Read => read,
@@ -38,6 +40,7 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
         Access::ReadWrite => read | write,
         Access::ReadWriteExec => read | write | AccessFs::Execute,
         Access::Device => AccessFs::ReadFile | AccessFs::WriteFile,
+        Access::UnixSocket => AccessFs::ResolveUnix.into(),
     };
     let set = set & all;
     if is_dir {
@@ -82,6 +85,10 @@ pub fn restrict_current_process(
             .unwrap_or(false)
     };
     for rule in rules {
+        // A right this ABI does not know (a socket's, below ABI 9) is no rule.
+        if rights(rule.access, abi, true).is_empty() {
+            continue;
+        }
         let rights_for = |is_dir: bool| rights(rule.access, abi, is_dir);
         created = match rule.scope.and_then(|i| scope_fds.get(i)) {
             Some(fd) => created
@@ -133,5 +140,25 @@ fn fail(what: &str) -> impl Fn(landlock::RulesetError) -> StepError {
             format!("landlock {what}"),
             std::io::Error::other(e.to_string()),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_granted_socket_may_be_connected_to_where_landlock_governs_it() {
+        for access in [Access::Read, Access::ReadWrite, Access::ReadWriteExec] {
+            assert!(!rights(access, ABI::V9, true).contains(AccessFs::ResolveUnix));
+        }
+        assert_eq!(
+            rights(Access::UnixSocket, ABI::V9, false),
+            BitFlags::from(AccessFs::ResolveUnix)
+        );
+        // Below ABI 9 there is nothing to grant, and no rule is made.
+        assert!(rights(Access::UnixSocket, ABI::V7, false).is_empty());
+        // Writing still creates sockets and everything else it did.
+        assert!(rights(Access::ReadWrite, ABI::V9, true).contains(AccessFs::MakeSock));
     }
 }

@@ -91,6 +91,9 @@ pub enum Access {
     ReadWriteExec,
     /// Read and write existing files only (device nodes).
     Device,
+    /// Connect to this pathname socket: a `unix_sockets` grant. Landlock
+    /// governs connecting from ABI 9; below, there is nothing to grant.
+    UnixSocket,
 }
 
 /// A Landlock rule.
@@ -456,6 +459,18 @@ fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> 
             },
         });
         spec.scopes.push(path);
+    }
+    // Where Landlock governs connect() (ABI 9), only the granted sockets may
+    // be connected to, wherever they are: no scope's rights include it.
+    for socket in &plan.fs.unix_sockets {
+        if spec.missing_read_scopes.contains(socket) {
+            continue;
+        }
+        spec.landlock.push(LandlockRule {
+            scope: spec.scopes.iter().position(|s| s == socket),
+            path: socket.clone(),
+            access: Access::UnixSocket,
+        });
     }
 }
 

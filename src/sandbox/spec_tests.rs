@@ -249,3 +249,59 @@ fn system_steps_are_the_system_paths_between_the_shared_steps_and_the_scopes() {
     assert!(after_base(&spec.mounts[1..]).is_none());
     assert!(system_steps(&spec.mounts[1..]).is_empty());
 }
+
+#[test]
+fn a_granted_socket_is_bound_in_unless_a_scope_shows_it_and_gets_the_only_connect_right() {
+    let fs = FsPlan {
+        read: vec!["/home/u/code".into()],
+        unix_sockets: vec![
+            "/home/u/code/agent.sock".into(),
+            "/home/u/.gitconfig".into(),
+            "/run/gone.sock".into(),
+        ],
+        ..FsPlan::default()
+    };
+    let spec = build_spec(&plan(fs, CwdPlan::FreshTemp), &system(), &host).unwrap();
+    // The one inside a scope is not bound again; the other is, read-only;
+    // a missing one is left out and noted.
+    assert!(!spec
+        .scopes
+        .contains(&PathBuf::from("/home/u/code/agent.sock")));
+    let bound = spec
+        .mounts
+        .iter()
+        .find(|m| m.target == Path::new("/home/u/.gitconfig"))
+        .map(|m| m.kind.clone());
+    assert!(
+        matches!(
+            bound,
+            Some(MountKind::Bind {
+                writable: false,
+                exec: false,
+                dir: false,
+                ..
+            })
+        ),
+        "{bound:?}"
+    );
+    assert!(spec
+        .missing_read_scopes
+        .contains(&PathBuf::from("/run/gone.sock")));
+    let connect: Vec<(&Path, Option<usize>)> = spec
+        .landlock
+        .iter()
+        .filter(|r| r.access == Access::UnixSocket)
+        .map(|r| (r.path.as_path(), r.scope))
+        .collect();
+    let index = spec
+        .scopes
+        .iter()
+        .position(|s| s == Path::new("/home/u/.gitconfig"));
+    assert_eq!(
+        connect,
+        [
+            (Path::new("/home/u/code/agent.sock"), None),
+            (Path::new("/home/u/.gitconfig"), index)
+        ]
+    );
+}
