@@ -157,11 +157,13 @@ impl Access {
         let Access::Rules { rules, daemon_uid } = self else {
             return true;
         };
-        caller.uid == 0
-            || caller.uid == *daemon_uid
-            || rules
-                .iter()
-                .any(|r| r.uids.contains(&caller.uid) || r.gids.contains(&caller.gid))
+        // As in `allows`: from another user namespace, only a rule that says so.
+        let foreign = caller.other_user_namespace;
+        (!foreign && (caller.uid == 0 || caller.uid == *daemon_uid))
+            || rules.iter().any(|r| {
+                (!foreign || r.other_user_namespaces)
+                    && (r.uids.contains(&caller.uid) || r.gids.contains(&caller.gid))
+            })
     }
 }
 

@@ -350,6 +350,10 @@ fn a_peer_in_another_user_namespace_needs_a_rule_that_says_so() {
     }
     assert!(rules(true).allows(&foreign(1000), &fqn).is_ok());
     assert!(rules(true).allows(&foreign(0), &fqn).is_err());
+    // Nor may they ask anything else (health, connectors_status).
+    assert!(!rules(false).allows_some(&foreign(0)));
+    assert!(!rules(false).allows_some(&foreign(1000)));
+    assert!(rules(true).allows_some(&foreign(1000)));
     // The same peers in the daemon's namespace, as before.
     let here = |uid: u32| Caller { uid, ..caller() };
     assert!(rules(false).allows(&here(0), &fqn).is_ok());
