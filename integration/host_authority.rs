@@ -397,3 +397,29 @@ fn lint_names_sockets_in_scopes_and_what_unix_sockets_grants() {
     let v = json_of(&run(As::Root, &m, "py", &[("code", &code)], &[]));
     assert_eq!(stdout_text(&v), format!("refused {}\n", libc::EPERM), "{v}");
 }
+
+/// `unix_sockets` binds what it lists read-only: it must not become a way to
+/// bind anything else — not the host's /proc or /run, not a plain file.
+#[test]
+fn unix_sockets_binds_nothing_but_sockets() {
+    let dir = scratch("not-a-socket", As::Root);
+    let file = dir.join("plain.txt");
+    std::fs::write(&file, "not a socket\n").unwrap();
+    for (listed, code, says) in [
+        ("/proc".to_string(), 4, "overlaps /proc"),
+        ("/dev/shm".to_string(), 4, "overlaps /dev"),
+        (file.display().to_string(), 5, "is not a socket"),
+    ] {
+        let m = manifest(
+            &dir,
+            &format!("[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nunix_sockets = [\"{listed}\"]\n\n{PYTHON_OP}"),
+        );
+        let out = run(As::Root, &m, "py", &[("code", "print('ran')")], &[]);
+        let v = json_of(&out);
+        assert_eq!(out.status.code(), Some(code), "{listed}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap_or("").contains(says),
+            "{listed}: {v}"
+        );
+    }
+}

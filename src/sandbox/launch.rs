@@ -412,6 +412,7 @@ pub fn launch_order(
             scopes
         }
     };
+    check_sockets_are_sockets(&order.spec, &scopes)?;
     let checked_as = match &order.check_as {
         Some(caller) => (caller.uid, caller.gid),
         None => (0, 0),
@@ -561,6 +562,32 @@ pub fn launch_order(
         }
         Err(e) => Err(abort(running, e)),
     }
+}
+
+/// A `unix_sockets` entry bound by itself must be a socket: the grant binds
+/// the path read-only, and must not become a way to bind anything else.
+fn check_sockets_are_sockets(
+    spec: &SandboxSpec,
+    scopes: &[super::child::ScopeId],
+) -> Result<(), StepError> {
+    for rule in &spec.landlock {
+        let (super::spec::Access::UnixSocket, Some(i)) = (rule.access, rule.scope) else {
+            continue;
+        };
+        let Some(scope) = scopes.get(i) else { continue };
+        let st = nix::sys::stat::fstat(&scope.pinned)
+            .map_err(nix_prep(format!("fstat({})", rule.path.display())))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+            return Err(StepError::new(
+                format!(
+                    "unix_sockets entry {} is not a socket; list only sockets there",
+                    rule.path.display()
+                ),
+                std::io::Error::from_raw_os_error(libc::ENOTSOCK),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The error for a failed `clone` into the sandbox's namespaces, with a hint

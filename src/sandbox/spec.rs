@@ -193,6 +193,7 @@ pub fn build_spec(
         .iter()
         .chain(&plan.fs.write)
         .chain(&plan.fs.exec)
+        .chain(&plan.fs.unix_sockets)
     {
         if let Some(managed) = MANAGED
             .iter()
