@@ -423,3 +423,49 @@ fn unix_sockets_binds_nothing_but_sockets() {
         );
     }
 }
+
+/// `run_as` is root callers' identity: another caller's program runs as its
+/// caller, so it gets nothing `run_as` owns. Only `run_as_everyone` makes
+/// every program `run_as` (and the README says what that grants).
+#[test]
+fn run_as_is_for_root_callers_unless_the_operator_says_everyone() {
+    for (extra, expected) in [
+        ("[sandbox]\nrun_as = \"1:1\"\n", ["1", "65534"]),
+        (
+            "[sandbox]\nrun_as = \"1:1\"\nrun_as_everyone = true\n",
+            ["1", "1"],
+        ),
+    ] {
+        let d = Daemon::start(
+            if expected[1] == "1" {
+                "run-as-everyone"
+            } else {
+                "run-as-root"
+            },
+            &format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n{extra}"),
+        );
+        for (who, want) in [(As::Root, expected[0]), (As::Nobody, expected[1])] {
+            let out = daemon_harness::spawnd_as(who)
+                .args(["run", "--socket"])
+                .arg(&d.socket)
+                .args([
+                    "--connector",
+                    CONNECTOR,
+                    "--op",
+                    "sh",
+                    "--arg",
+                    "script=id -u",
+                ])
+                .current_dir("/")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                format!("{want}\n"),
+                "{who:?} with {extra}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

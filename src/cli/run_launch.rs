@@ -89,11 +89,11 @@ pub(super) struct Identity {
 }
 
 impl Identity {
-    /// SPEC §4: the caller's uid/gid (spawnd's own when unprivileged), or the
-    /// operator's `run_as`. A root caller's program never runs as host uid 0:
-    /// it would own every root-owned file it can see, and chmod, utime and
-    /// xattrs on them are outside Landlock's reach; it runs as `run_as`, or
-    /// [`NOBODY`] when the operator set none.
+    /// SPEC §4: the caller's uid/gid (spawnd's own when unprivileged). A root
+    /// caller's program never runs as host uid 0: it would own every
+    /// root-owned file it can see, and chmod, utime and xattrs on them are
+    /// outside Landlock's reach; it runs as `run_as`, or [`NOBODY`] when the
+    /// operator set none. `run_as_everyone` makes `run_as` every caller's.
     pub(super) fn choose(p: &Prepared) -> Identity {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = euid == 0;
@@ -111,12 +111,13 @@ impl Identity {
             }),
             _ => LimitsVia::Rlimits,
         };
+        let sandbox = &p.config.sandbox;
         let (uid, gid) = if !privileged {
             (euid, nix::unistd::getegid().as_raw())
-        } else if let Some(pair) = p.config.sandbox.run_as {
-            pair
         } else if p.caller.uid == 0 {
-            NOBODY
+            sandbox.run_as.unwrap_or(NOBODY)
+        } else if let (true, Some(pair)) = (sandbox.run_as_everyone, sandbox.run_as) {
+            pair
         } else {
             (p.caller.uid, p.caller.gid)
         };

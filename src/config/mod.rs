@@ -100,8 +100,12 @@ pub struct ServerConfig {
 pub struct SandboxConfig {
     /// Read-only system runtime bound into every sandbox.
     pub system_paths: Vec<PathBuf>,
-    /// A fixed identity for every child.
+    /// The identity a root caller's program runs as (65534:65534 if unset).
     pub run_as: Option<(u32, u32)>,
+    /// `run_as` for every caller's program, not only root's. The program
+    /// may then use whatever that identity may inside the scopes, which can
+    /// be more than its caller may (files that identity owns).
+    pub run_as_everyone: bool,
     /// Refuse programs without a pinned hash.
     pub require_program_hash: bool,
     /// The wall-time ceiling a manifest may ask for.
@@ -310,6 +314,13 @@ impl Config {
                 })
             })
             .transpose()?;
+        let run_as_everyone = raw.sandbox.run_as_everyone.unwrap_or(false);
+        if run_as_everyone && run_as.is_none() {
+            return Err(invalid(
+                "sandbox.run_as_everyone",
+                "needs [sandbox] run_as: the identity every program would run as".into(),
+            ));
+        }
         if run_as.is_some_and(|(u, g)| u == 0 || g == 0) {
             return Err(invalid(
                 "sandbox.run_as",
@@ -391,6 +402,7 @@ impl Config {
             sandbox: SandboxConfig {
                 system_paths,
                 run_as,
+                run_as_everyone,
                 require_program_hash: raw.sandbox.require_program_hash.unwrap_or(false),
                 max_wall_time_ms,
                 landlock_min_abi: raw.sandbox.landlock_min_abi.unwrap_or(1).max(1),

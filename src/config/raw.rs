@@ -78,6 +78,7 @@ pub(super) struct RawDisable {
 pub(super) struct RawSandbox {
     pub(super) system_paths: Option<Vec<PathBuf>>,
     pub(super) run_as: Option<String>,
+    pub(super) run_as_everyone: Option<bool>,
     pub(super) require_program_hash: Option<bool>,
     pub(super) max_wall_time_ms: Option<u64>,
     pub(super) landlock_min_abi: Option<u32>,
