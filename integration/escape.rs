@@ -255,6 +255,20 @@ as_root_and_nobody! {
             assert_eq!(text, format!("shmget refused {}\nmsgget refused\n", libc::EPERM), "{v}");
         }
     };
+    r56_memfds_hold_no_memory_beyond_the_limit => |who| {
+        // 300 MiB in sealed memfds under a 256 MiB limit: a memory cgroup
+        // counts their pages (the program is killed, or its writes fail);
+        // under rlimits, which would not, memfds cannot be made at all.
+        let code = "import os\nheld = []\ntry:\n    for i in range(30):\n        fd = os.memfd_create('m', os.MFD_CLOEXEC | 8)\n        os.write(fd, b'x' * (10 << 20))\n        held.append(fd)\n    print('HELD', 10 * len(held))\nexcept OSError as e:\n    print('refused', e.errno, 'after', 10 * len(held))\n";
+        let out = world().run(who, "py", &[("code", code)], &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let data = &v["data"];
+        let text = data["stdout"]["text"].as_str().unwrap_or("");
+        assert!(!text.contains("HELD"), "300 MiB held in memfds under a 256 MiB limit: {v}");
+        if data["isolation"]["limits_via"] == "rlimits" {
+            assert_eq!(text, format!("refused {} after 0\n", libc::EPERM), "{v}");
+        }
+    };
     r64_no_core_dump_is_written => |who| {
         let w = world();
         let r = world().attack(who, "core-dump", &[&p(w, "rw")]);

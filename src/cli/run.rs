@@ -229,8 +229,13 @@ fn execute_inner<'a>(
         .take(&declared)
         .ok_or_else(|| unstarted(Failure::new(10, "the program opened by the gate was lost")))?;
     // Unix sockets where the manifest grants socket paths; SysV IPC objects
-    // where spawnd, as root, writes the sandbox's IPC limits.
-    let options = FilterOptions::for_spawn(!plan.fs.unix_sockets.is_empty(), identity.privileged);
+    // where spawnd, as root, writes the sandbox's IPC limits; memfds where a
+    // memory cgroup counts them.
+    let options = FilterOptions::for_spawn(
+        !plan.fs.unix_sockets.is_empty(),
+        identity.privileged,
+        matches!(identity.limits_via, LimitsVia::CgroupV1(_)),
+    );
     let filter = filter_for(options)
         .map_err(|e| unstarted(Failure::new(10, format!("seccomp filter: {e}"))))?;
     let (stdin, pump) = (x.stdin, x.pump);

@@ -621,7 +621,7 @@ fn the_two_filters_differ_only_in_socket_and_socketpair_and_are_each_compiled_on
 
 #[test]
 fn without_root_sysv_ipc_objects_are_refused_and_nothing_else_changes() {
-    let strict = FilterOptions::for_spawn(false, false);
+    let strict = FilterOptions::for_spawn(false, false, true);
     let (a, b) = (policy_for(FilterOptions::DEFAULT), policy_for(strict));
     let differing: Vec<&str> = a
         .rules
@@ -641,13 +641,31 @@ fn without_root_sysv_ipc_objects_are_refused_and_nothing_else_changes() {
             "{name}"
         );
     }
-    // Each of the four combinations is its own program, compiled once.
+    // Each of the eight combinations is its own program, compiled once.
     let ids: std::collections::BTreeSet<String> = FilterOptions::VARIANTS
         .iter()
         .map(|o| filter_for(*o).unwrap().id())
         .collect();
-    assert_eq!(ids.len(), 4);
+    assert_eq!(ids.len(), 8);
     assert!(std::ptr::eq(filter, filter_for(strict).unwrap()));
+}
+
+#[test]
+fn without_a_memory_cgroup_memfds_are_refused_and_nothing_else_changes() {
+    let rlimits = FilterOptions::for_spawn(false, true, false);
+    let (a, b) = (policy_for(FilterOptions::DEFAULT), policy_for(rlimits));
+    let differing: Vec<&str> = a
+        .rules
+        .iter()
+        .zip(&b.rules)
+        .filter(|(x, y)| x != y)
+        .map(|(x, _)| x.name)
+        .collect();
+    assert_eq!(differing, ["memfd_create"]);
+    let sealed = u64::from(libc::MFD_NOEXEC_SEAL | libc::MFD_CLOEXEC);
+    let data = || SeccompData::native(nr_of("memfd_create") as i32, [0, sealed, 0, 0, 0, 0]);
+    assert_eq!(verdict_of(filter_for(rlimits).unwrap(), data()), EPERM);
+    assert_eq!(verdict_of(super::default_filter().unwrap(), data()), ALLOW);
 }
 
 /// The mode-setting calls: (name, index of the mode argument).

@@ -180,6 +180,11 @@ pub struct FilterOptions {
     /// the kernel's defaults let one namespace hold more memory than any
     /// spawn's limit, in objects that outlive their processes.
     pub allow_sysv_ipc: bool,
+    /// `memfd_create` (sealed non-executable) is allowed: only where a
+    /// memory cgroup counts a memfd's pages. `RLIMIT_AS` counts them only
+    /// while they are mapped, so under rlimits a program could hold any
+    /// amount of memory in memfds; there they get EPERM.
+    pub allow_memfd: bool,
 }
 
 impl Default for FilterOptions {
@@ -193,34 +198,42 @@ impl FilterOptions {
     pub const DEFAULT: FilterOptions = FilterOptions {
         allow_unix_sockets: false,
         allow_sysv_ipc: true,
+        allow_memfd: true,
     };
     /// `socket(AF_UNIX)` and any unix socketpair allowed, for a manifest that
     /// grants socket paths.
     pub const WITH_UNIX_SOCKETS: FilterOptions = FilterOptions {
         allow_unix_sockets: true,
         allow_sysv_ipc: true,
+        allow_memfd: true,
     };
     /// Every combination, for tests that walk them all.
-    pub const VARIANTS: [FilterOptions; 4] = [
-        FilterOptions::DEFAULT,
-        FilterOptions::WITH_UNIX_SOCKETS,
-        FilterOptions {
-            allow_unix_sockets: false,
-            allow_sysv_ipc: false,
-        },
-        FilterOptions {
-            allow_unix_sockets: true,
-            allow_sysv_ipc: false,
-        },
-    ];
+    pub const VARIANTS: [FilterOptions; 8] = {
+        let mut all = [FilterOptions::DEFAULT; 8];
+        let mut i = 0;
+        while i < 8 {
+            all[i] = FilterOptions {
+                allow_unix_sockets: i & 1 != 0,
+                allow_sysv_ipc: i & 2 != 0,
+                allow_memfd: i & 4 != 0,
+            };
+            i += 1;
+        }
+        all
+    };
 
     /// The options for a spawn: unix sockets where its manifest grants
     /// socket paths, SysV IPC objects where spawnd (`privileged`) writes
-    /// the sandbox's IPC limits.
-    pub fn for_spawn(grants_unix_sockets: bool, privileged: bool) -> FilterOptions {
+    /// the sandbox's IPC limits, memfds where a memory cgroup counts them.
+    pub fn for_spawn(
+        grants_unix_sockets: bool,
+        privileged: bool,
+        memory_cgroup: bool,
+    ) -> FilterOptions {
         FilterOptions {
             allow_unix_sockets: grants_unix_sockets,
             allow_sysv_ipc: privileged,
+            allow_memfd: memory_cgroup,
         }
     }
 }
@@ -229,13 +242,16 @@ impl FilterOptions {
 /// daemon would otherwise rebuild the same program for every spawn).
 pub fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
     type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
-    static CACHE: [Compiled; 4] = [const { std::sync::OnceLock::new() }; 4];
+    static CACHE: [Compiled; 8] = [const { std::sync::OnceLock::new() }; 8];
     // Destructured, so that an option added later cannot share a cache.
     let FilterOptions {
         allow_unix_sockets,
         allow_sysv_ipc,
+        allow_memfd,
     } = options;
-    let cache = &CACHE[usize::from(allow_unix_sockets) | usize::from(allow_sysv_ipc) << 1];
+    let cache = &CACHE[usize::from(allow_unix_sockets)
+        | usize::from(allow_sysv_ipc) << 1
+        | usize::from(allow_memfd) << 2];
     cache
         .get_or_init(|| compile(&policy_for(options)))
         .as_ref()

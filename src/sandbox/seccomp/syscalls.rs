@@ -246,8 +246,26 @@ pub static NO_SYSV_IPC_OBJECTS: Row = refuse(
     &["shmget", "semget", "msgget"],
 );
 
-/// Every syscall but `socket`, `socketpair`, `shmget`, `semget` and
-/// `msgget`, whose rows depend on [`FilterOptions`].
+/// memfd_create(2) where a memory cgroup counts a memfd's pages.
+pub static MEMFD_SEALED: Row = checked(
+    "F30: memfds must be sealed non-executable, so no fileless exec",
+    &["memfd_create"],
+    &[
+        refuse_if(1, ArgTest::AnyBitsSet(libc::MFD_EXEC)),
+        allow_if(1, ArgTest::AnyBitsSet(libc::MFD_NOEXEC_SEAL)),
+    ],
+    EPERM,
+);
+
+/// memfd_create(2) where memory is limited by rlimits, which do not count a
+/// memfd's pages (they are only in an address space while mapped).
+pub static NO_MEMFD: Row = refuse(
+    "R56, 74: memfd pages are memory RLIMIT_AS does not count; without a memory cgroup, no memfds",
+    &["memfd_create"],
+);
+
+/// Every syscall but `socket`, `socketpair`, `shmget`, `semget`, `msgget`
+/// and `memfd_create`, whose rows depend on [`FilterOptions`].
 pub const ROWS: &[Row] = &[
     // Allowed: what any command-line program needs.
     allow(
@@ -506,15 +524,6 @@ pub const ROWS: &[Row] = &[
         Action::Allow,
     ),
     checked(
-        "F30: memfds must be sealed non-executable, so no fileless exec",
-        &["memfd_create"],
-        &[
-            refuse_if(1, ArgTest::AnyBitsSet(libc::MFD_EXEC)),
-            allow_if(1, ArgTest::AnyBitsSet(libc::MFD_NOEXEC_SEAL)),
-        ],
-        EPERM,
-    ),
-    checked(
         "S15: no READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE; query and default only",
         &["personality"],
         &[
@@ -557,7 +566,12 @@ pub fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
     } else {
         &NO_SYSV_IPC_OBJECTS
     };
-    ROWS.iter().chain(sockets).chain(std::iter::once(sysv))
+    let memfd: &'static Row = if options.allow_memfd {
+        &MEMFD_SEALED
+    } else {
+        &NO_MEMFD
+    };
+    ROWS.iter().chain(sockets).chain([sysv, memfd])
 }
 
 /// The decision for the syscall `name`, if a row names it.
