@@ -151,13 +151,16 @@ for_each! {
     // but their mode and times cannot change.
     device_nodes_are_usable_but_their_host_inodes_cannot_change: [Root, Nobody, RootViaSpawner] => |who| {
         let before = stamp(Path::new("/dev/full"));
-        let code = "import os\nfor name, f in [('chmod', lambda: os.chmod('/dev/full', 0o666)), ('utime', lambda: os.utime('/dev/full'))]:\n    try:\n        f(); print('ESCAPED', name)\n    except OSError as e:\n        print('refused', name, e.errno)\nprint('wrote', os.write(os.open('/dev/null', os.O_WRONLY), b'x'))\nprint('read', len(os.read(os.open('/dev/zero', os.O_RDONLY), 4)))\n";
+        let null_before = stamp(Path::new("/dev/null"));
+        // Descriptor 0 is /dev/null when no stdin is given: the sandbox's own.
+        let code = "import os\nfor name, f in [('chmod', lambda: os.chmod('/dev/full', 0o666)), ('utime', lambda: os.utime('/dev/full')), ('futimens0', lambda: os.utime(0))]:\n    try:\n        f(); print('ESCAPED', name)\n    except OSError as e:\n        print('refused', name, e.errno)\nprint('wrote', os.write(os.open('/dev/null', os.O_WRONLY), b'x'))\nprint('read', len(os.read(os.open('/dev/zero', os.O_RDONLY), 4)))\n";
         let out = world().run(who, "py", &[("code", code)], &[]);
         let v = json_of(&out);
         let text = stdout_text(&v);
         assert!(!text.contains("ESCAPED"), "{v}");
         assert!(text.contains("wrote 1\nread 4\n"), "{v}");
         assert_eq!(stamp(Path::new("/dev/full")), before, "the host's /dev/full was changed");
+        assert_eq!(stamp(Path::new("/dev/null")), null_before, "the host's /dev/null was touched through fd 0");
     };
 
     // `--stdin-file` reaches the program through a pipe, never as the host

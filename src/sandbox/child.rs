@@ -44,6 +44,9 @@ pub struct ChildSetup<'a> {
     pub program: OwnedFd,
     /// Whether the program is a `#!` script (its descriptor stays open as fd 3).
     pub script: bool,
+    /// Whether stdin is `/dev/null`: opened by init inside the sandbox
+    /// ([`use_own_dev_null`]), `stdio[0]` being a placeholder until then.
+    pub stdin_null: bool,
     /// argv, `argv[0]` included.
     pub argv: Vec<CString>,
     /// `KEY=VALUE` entries, exactly the plan's.
@@ -195,6 +198,9 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
     prepare_cwd(s)?;
+    if s.stdin_null {
+        use_own_dev_null(s)?;
+    }
     let Some(emptied) = emptied else {
         return Err(StepError::new(
             "drop bounding set",
@@ -285,6 +291,24 @@ fn stage_and_name() -> Result<Staged, StepError> {
     let staged = stage_base_in_child()?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     Ok(staged)
+}
+
+/// The program's stdin becomes the sandbox's own `/dev/null`, a read-only
+/// bind: the host's node, opened by the parent, would let the program
+/// change the host inode's times through descriptor 0 (`futimens`). Moved
+/// to [`FD_FLOOR`] or above like init's other descriptors.
+fn use_own_dev_null(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+    use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
+    let opened = open(
+        "/dev/null",
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| StepError::new("open the sandbox's /dev/null", e.into()))?;
+    let moved = fcntl(&opened, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
+        .map_err(|e| StepError::new("move the sandbox's /dev/null", e.into()))?;
+    s.stdio[0] = adopt_fd(moved);
+    Ok(())
 }
 
 /// Lowest descriptor number init moves its own descriptors to, so that the

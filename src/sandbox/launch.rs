@@ -488,6 +488,7 @@ pub fn launch_order(
         scopes,
         program: OwnedFd::from(program),
         script,
+        stdin_null: stdin_parent.is_none(),
         stdio: [stdin_child, stdout_w, stderr_w],
         sync: sync_r,
         status: status_w,

@@ -23,6 +23,9 @@ pub struct ChildParts {
     pub program: OwnedFd,
     /// Whether the program is a `#!` script.
     pub script: bool,
+    /// Whether stdin is `/dev/null`: init opens the sandbox's own (a
+    /// read-only bind), and `stdio[0]` is only a placeholder.
+    pub stdin_null: bool,
     /// The child's stdin, stdout and stderr.
     pub stdio: [OwnedFd; 3],
     /// Read end of the go-ahead pipe.
@@ -50,6 +53,7 @@ impl ChildParts {
             scopes: self.scopes,
             program: self.program,
             script: self.script,
+            stdin_null: self.stdin_null,
             argv: to_cstrings(order.argv.iter().map(Vec::as_slice))?,
             envp: WipedCStrings::new(to_cstrings(order.env.0.iter().map(Vec::as_slice))?),
             stdio: self.stdio,
@@ -89,6 +93,7 @@ impl ChildParts {
                 .map(|s| (s.canonical.clone(), s.dev, s.ino))
                 .collect(),
             script: self.script,
+            stdin_null: self.stdin_null,
             cgroups: self.cgroup_tasks.len(),
         }
     }
@@ -124,6 +129,7 @@ impl ChildParts {
             scopes,
             program,
             script: facts.script,
+            stdin_null: facts.stdin_null,
             stdio,
             sync,
             status,
@@ -139,6 +145,8 @@ pub struct PartsFacts {
     pub scopes: Vec<(std::path::PathBuf, u64, u64)>,
     /// Whether the program is a `#!` script.
     pub script: bool,
+    /// Whether stdin is `/dev/null`.
+    pub stdin_null: bool,
     /// How many cgroup `tasks` descriptors come after the fixed ones.
     pub cgroups: usize,
 }
