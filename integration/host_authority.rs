@@ -147,6 +147,28 @@ for_each! {
         assert_eq!(stamp(&python), before, "the host's copy of python3 was changed");
     };
 
+    // A program the child's identity owns is executed from a read-only
+    // bind of itself: /proc/self/exe cannot change the host file's mode or
+    // times (its bytes: Landlock and ETXTBSY).
+    a_program_cannot_change_its_own_host_binary: [Root, Nobody, RootViaSpawner] => |who| {
+        let dir = scratch("own-exe", who);
+        let python = dir.join("python3");
+        std::fs::copy("/usr/bin/python3", &python).unwrap();
+        std::os::unix::fs::chown(&python, Some(65534), Some(65534)).unwrap();
+        chmod(&python, 0o755);
+        let m = manifest(&dir, &format!(
+            "[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n\n{PYTHON_OP}",
+            python.display()
+        ));
+        let before = stamp(&python);
+        let code = "import os\nprint(os.readlink('/proc/self/exe'))\nfor name, f in [('chmod', lambda: os.chmod('/proc/self/exe', 0o777)), ('utime', lambda: os.utime('/proc/self/exe')), ('chmod-path', lambda: os.chmod(os.readlink('/proc/self/exe'), 0o777))]:\n    try:\n        f(); print('ESCAPED', name)\n    except OSError as e:\n        print('refused', name, e.errno)\n";
+        let v = json_of(&run(who, &m, "py", &[("code", code)], &[]));
+        assert_eq!(v["data"]["exit_code"], 0, "{v}");
+        assert!(stdout_text(&v).starts_with(&format!("{}\n", python.display())), "{v}");
+        assert!(!stdout_text(&v).contains("ESCAPED"), "{v}");
+        assert_eq!(stamp(&python), before, "the host's program file was changed");
+    };
+
     // The /dev nodes are the host's own inodes, bound read-only: usable,
     // but their mode and times cannot change.
     device_nodes_are_usable_but_their_host_inodes_cannot_change: [Root, Nobody, RootViaSpawner] => |who| {

@@ -201,6 +201,9 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     if s.stdin_null {
         use_own_dev_null(s)?;
     }
+    if !s.script {
+        execute_from_the_sandbox(s)?;
+    }
     let Some(emptied) = emptied else {
         return Err(StepError::new(
             "drop bounding set",
@@ -291,6 +294,44 @@ fn stage_and_name() -> Result<Staged, StepError> {
     let staged = stage_base_in_child()?;
     nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
     Ok(staged)
+}
+
+/// The program is executed from its path inside the sandbox — a read-only,
+/// executable mount — rather than through the descriptor the parent opened
+/// on the host's mount: there `/proc/self/exe` would be the host's file,
+/// whose mode and times a program owning it could change. It must be the
+/// very file the gate hashed (same device and inode), else nothing runs. A
+/// `#!` script runs from its sealed copy instead.
+fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+    use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
+    let root = open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| StepError::new("open the sandbox's root", e.into()))?;
+    let rel = s.spec.program.strip_prefix("/").unwrap_or(&s.spec.program);
+    let inside = super::beneath::open_beneath(&root, rel, super::beneath::Create::Nothing)?;
+    let identity = |fd: std::os::fd::BorrowedFd<'_>, what: &str| {
+        nix::sys::stat::fstat(fd)
+            .map(|st| (st.st_dev, st.st_ino))
+            .map_err(|e| StepError::new(format!("fstat({what})"), e.into()))
+    };
+    if identity(inside.as_fd(), "the program inside")?
+        != identity(s.program.as_fd(), "the program")?
+    {
+        return Err(StepError::new(
+            format!(
+                "{} inside the sandbox is not the file the gate hashed",
+                s.spec.program.display()
+            ),
+            std::io::Error::from_raw_os_error(libc::ESTALE),
+        ));
+    }
+    let moved = fcntl(&inside, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
+        .map_err(|e| StepError::new("move the program's descriptor", e.into()))?;
+    s.program = adopt_fd(moved);
+    Ok(())
 }
 
 /// The program's stdin becomes the sandbox's own `/dev/null`, a read-only

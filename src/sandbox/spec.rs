@@ -127,6 +127,14 @@ pub struct SandboxSpec {
     pub create_write_scopes: Vec<PathBuf>,
     /// The sizes the private /tmp and /dev/shm are given for this request.
     pub tmpfs: TmpfsSizes,
+    /// Where the program is inside the sandbox, on a read-only mount that
+    /// allows execution: init executes it from there (after checking it is
+    /// the file the gate hashed), so `/proc/self/exe` is never the host's
+    /// writable file, whose mode and times the program could change.
+    pub program: PathBuf,
+    /// The index in `scopes` of the program's own read-only bind, when no
+    /// system path shows it already.
+    pub program_scope: Option<usize>,
 }
 
 /// The size caps of the private /tmp and /dev/shm, from the memory limit.
@@ -233,9 +241,12 @@ pub fn build_spec(
         missing_read_scopes: Vec::new(),
         create_write_scopes: Vec::new(),
         tmpfs: TmpfsSizes::for_memory_limit(plan.limits.max_memory_bytes),
+        program: plan.program.resolved.clone(),
+        program_scope: None,
     };
     add_system_paths(&mut spec, system_paths, host);
     add_scopes(&mut spec, plan, host);
+    add_program(&mut spec, system_paths, host);
     if let CwdPlan::Dir(dir) = &plan.cwd {
         let created = spec.create_write_scopes.iter().any(|w| dir.starts_with(w));
         if host(dir) != HostKind::Dir && !created {
@@ -393,6 +404,30 @@ fn add_system_paths(
             kind,
         });
     }
+}
+
+/// The program, bound read-only and executable at its own path (last, so
+/// it lands on top of any scope holding it), unless a system path shows it:
+/// those are read-only and executable already.
+fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&Path) -> HostKind) {
+    let shown = system_paths
+        .iter()
+        .any(|p| spec.program.starts_with(p) && matches!(host(p), HostKind::Dir | HostKind::File));
+    if shown {
+        return;
+    }
+    let index = spec.scopes.len();
+    spec.mounts.push(MountStep {
+        target: spec.program.clone(),
+        kind: MountKind::Bind {
+            source: BindSource::Scope(index),
+            dir: false,
+            writable: false,
+            exec: true,
+        },
+    });
+    spec.scopes.push(spec.program.clone());
+    spec.program_scope = Some(index);
 }
 
 /// Scopes are mounted shallowest first, so a nested scope lands on top of its parent.
