@@ -305,11 +305,27 @@ fn the_daemon_refuses_a_peer_in_another_user_namespace() {
 /// of a connector its caller may use. The daemon sees a peer in another
 /// user namespace and refuses; no spawn of that connector is recorded for
 /// it. The same request from the host's namespace, as the same uid, runs.
+/// Also with a daemon that may not look at other users' namespaces (no
+/// `CAP_SYS_PTRACE`, as under the shipped unit): it compares their id maps.
 #[test]
 fn a_sandboxed_program_gets_no_spawn_out_of_the_daemon() {
-    let d = Daemon::start(
-        "deputy",
+    a_sandboxed_program_gets_no_spawn_out_of(&[], "deputy");
+}
+
+#[test]
+fn a_sandboxed_program_gets_no_spawn_out_of_a_daemon_without_ptrace_access() {
+    a_sandboxed_program_gets_no_spawn_out_of(
+        &["setpriv".into(), "--bounding-set=-sys_ptrace".into()],
+        "deputy-no-ptrace",
+    );
+}
+
+fn a_sandboxed_program_gets_no_spawn_out_of(wrap: &[String], name: &str) {
+    let d = Daemon::start_under(
+        name,
         &format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n"),
+        &[],
+        wrap,
     );
     let request = json!({"jsonrpc": "2.0", "id": 1, "method": "spawn_op", "params": {"connector": CONNECTOR, "op": "true", "args": {}}});
     let client = format!(
@@ -318,7 +334,7 @@ fn a_sandboxed_program_gets_no_spawn_out_of_the_daemon() {
         line = request.to_string(),
     );
     for who in [As::Root, As::Nobody, As::RootViaSpawner] {
-        let dir = scratch("deputy", who);
+        let dir = scratch(name, who);
         let m = manifest(
             &dir,
             &format!(

@@ -6,13 +6,20 @@
 //! otherwise a sandboxed program could ask the daemon, as its own caller,
 //! for a spawn of another connector and its credential.
 //!
-//! The namespace is read race-free: through a pidfd for the very process
-//! that connected (`SO_PEERPIDFD`, Linux 6.5), whose user namespace the
-//! kernel hands over (`PIDFD_GET_USER_NAMESPACE`, Linux 6.11). Anything
-//! else counts as another namespace — fail closed: a kernel without either
-//! call (a pidfd taken by pid could name a process that reused the pid),
-//! and an unprivileged daemon that may not look at another user's process
-//! (such a peer needs a rule with `other_user_namespaces`).
+//! The namespace is read race-free, through a pidfd for the very process
+//! that connected (`SO_PEERPIDFD`, Linux 6.5; without it, fail closed: a
+//! pidfd taken by pid could name a process that reused the pid):
+//! - the kernel hands over its user namespace (`PIDFD_GET_USER_NAMESPACE`,
+//!   Linux 6.11), compared with the daemon's;
+//! - where that is refused (it needs ptrace access to the peer: the shipped
+//!   unit has no `CAP_SYS_PTRACE`, and an unprivileged daemon may not look
+//!   at another user's process), its `/proc/PID/uid_map` and `gid_map`,
+//!   readable by everyone and shown relative to the reader's namespace,
+//!   must read exactly as the daemon's own — which a namespace below it
+//!   cannot (only root could map every id) — and the pidfd must still name
+//!   a live process once they were read, so the pid was not reused.
+//!
+//! Anything that cannot be read counts as another namespace: fail closed.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
@@ -42,23 +49,41 @@ pub fn peer_of(stream: &UnixStream) -> Option<Peer> {
         uid: cred.uid(),
         gid: cred.gid(),
         pid: cred.pid(),
-        other_user_namespace: !in_own_user_namespace(stream.as_fd()),
+        other_user_namespace: !in_own_user_namespace(stream.as_fd(), cred.pid()),
     })
 }
 
 /// Whether the process that connected `socket` shares the daemon's user
 /// namespace (see the module doc for how it is read).
-fn in_own_user_namespace(socket: BorrowedFd<'_>) -> bool {
+fn in_own_user_namespace(socket: BorrowedFd<'_>, pid: Option<i32>) -> bool {
     let Ok(own) = std::fs::metadata("/proc/self/ns/user") else {
         return false;
     };
     let Ok(pidfd) = peer_pidfd(socket) else {
         return false;
     };
-    let Ok(ns) = pidfd_user_namespace(pidfd.as_fd()) else {
-        return false;
-    };
-    nix::sys::stat::fstat(&ns).is_ok_and(|st| (st.st_dev, st.st_ino) == (own.dev(), own.ino()))
+    if let Ok(ns) = pidfd_user_namespace(pidfd.as_fd()) {
+        return nix::sys::stat::fstat(&ns)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == (own.dev(), own.ino()));
+    }
+    let Some(pid) = pid else { return false };
+    let maps_match = ["uid_map", "gid_map"].iter().all(|map| {
+        match (
+            std::fs::read(format!("/proc/{pid}/{map}")),
+            std::fs::read(format!("/proc/self/{map}")),
+        ) {
+            (Ok(theirs), Ok(ours)) => theirs == ours,
+            _ => false,
+        }
+    });
+    maps_match && still_running(pidfd.as_fd())
+}
+
+/// A pidfd polls readable once its process has exited.
+fn still_running(pidfd: BorrowedFd<'_>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(pidfd, PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
 }
 
 #[cfg(test)]

@@ -108,11 +108,6 @@ pub(super) fn required_access(spec: &SandboxSpec) -> Vec<AccessFlags> {
             }
         }
     }
-    // The program's own bind: executing it is what is asked (reading a
-    // `#!` script is checked with the program, see `check_as_child`).
-    if let Some(n) = spec.program_scope.and_then(|i| need.get_mut(i)) {
-        *n = AccessFlags::X_OK;
-    }
     need
 }
 

@@ -194,7 +194,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     let Rooted {
         scope_fds,
         detaching,
-    } = finish_root_in_child(staged, s.spec, &s.scopes, &mut meanwhile)?;
+    } = finish_root_in_child(staged, s.spec, &s.scopes, s.program.as_fd(), &mut meanwhile)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
     prepare_cwd(s)?;
@@ -296,12 +296,15 @@ fn stage_and_name() -> Result<Staged, StepError> {
     Ok(staged)
 }
 
-/// The program is executed from its path inside the sandbox — a read-only,
-/// executable mount — rather than through the descriptor the parent opened
-/// on the host's mount: there `/proc/self/exe` would be the host's file,
-/// whose mode and times a program owning it could change. It must be the
-/// very file the gate hashed (same device and inode), else nothing runs. A
-/// `#!` script runs from its sealed copy instead.
+/// The program is executed from its path inside the sandbox — a system
+/// path, or its own read-only bind ([`super::spec::MountKind::Program`]) —
+/// rather than through the descriptor the parent opened on the host's
+/// mount: there `/proc/self/exe` would be the host's file, whose mode and
+/// times a program owning it could change. Only if that path holds the
+/// very file the gate hashed (same device and inode); if the file was
+/// replaced meanwhile, the hashed descriptor runs, as what was hashed must,
+/// and the file it exposes is no longer at that path. A `#!` script runs
+/// from its sealed copy instead.
 fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
     let root = open(
@@ -311,22 +314,17 @@ fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     )
     .map_err(|e| StepError::new("open the sandbox's root", e.into()))?;
     let rel = s.spec.program.strip_prefix("/").unwrap_or(&s.spec.program);
-    let inside = super::beneath::open_beneath(&root, rel, super::beneath::Create::Nothing)?;
-    let identity = |fd: std::os::fd::BorrowedFd<'_>, what: &str| {
-        nix::sys::stat::fstat(fd)
-            .map(|st| (st.st_dev, st.st_ino))
-            .map_err(|e| StepError::new(format!("fstat({what})"), e.into()))
+    let Ok(inside) = super::beneath::open_beneath(&root, rel, super::beneath::Create::Nothing)
+    else {
+        return Ok(());
     };
-    if identity(inside.as_fd(), "the program inside")?
-        != identity(s.program.as_fd(), "the program")?
-    {
-        return Err(StepError::new(
-            format!(
-                "{} inside the sandbox is not the file the gate hashed",
-                s.spec.program.display()
-            ),
-            std::io::Error::from_raw_os_error(libc::ESTALE),
-        ));
+    let identity = |fd: std::os::fd::BorrowedFd<'_>| {
+        nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino))
+    };
+    let hashed =
+        identity(s.program.as_fd()).map_err(|e| StepError::new("fstat(the program)", e.into()))?;
+    if identity(inside.as_fd()).ok() != Some(hashed) {
+        return Ok(());
     }
     let moved = fcntl(&inside, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
         .map_err(|e| StepError::new("move the program's descriptor", e.into()))?;

@@ -55,6 +55,10 @@ pub enum MountKind {
         /// Its target.
         target: PathBuf,
     },
+    /// The program file itself, bound read-only (executable) at its path,
+    /// if that path still holds the file the gate hashed; if it was replaced
+    /// meanwhile, nothing is bound and init runs the hashed descriptor.
+    Program,
     /// A bind mount.
     Bind {
         /// Where from.
@@ -128,13 +132,11 @@ pub struct SandboxSpec {
     /// The sizes the private /tmp and /dev/shm are given for this request.
     pub tmpfs: TmpfsSizes,
     /// Where the program is inside the sandbox, on a read-only mount that
-    /// allows execution: init executes it from there (after checking it is
-    /// the file the gate hashed), so `/proc/self/exe` is never the host's
-    /// writable file, whose mode and times the program could change.
+    /// allows execution (a system path, or [`MountKind::Program`]): init
+    /// executes it from there when it is the file the gate hashed, so
+    /// `/proc/self/exe` is not the host's writable file, whose mode and
+    /// times a program owning it could change.
     pub program: PathBuf,
-    /// The index in `scopes` of the program's own read-only bind, when no
-    /// system path shows it already.
-    pub program_scope: Option<usize>,
 }
 
 /// The size caps of the private /tmp and /dev/shm, from the memory limit.
@@ -242,7 +244,6 @@ pub fn build_spec(
         create_write_scopes: Vec::new(),
         tmpfs: TmpfsSizes::for_memory_limit(plan.limits.max_memory_bytes),
         program: plan.program.resolved.clone(),
-        program_scope: None,
     };
     add_system_paths(&mut spec, system_paths, host);
     add_scopes(&mut spec, plan, host);
@@ -413,21 +414,12 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
     let shown = system_paths
         .iter()
         .any(|p| spec.program.starts_with(p) && matches!(host(p), HostKind::Dir | HostKind::File));
-    if shown {
-        return;
+    if !shown {
+        spec.mounts.push(MountStep {
+            target: spec.program.clone(),
+            kind: MountKind::Program,
+        });
     }
-    let index = spec.scopes.len();
-    spec.mounts.push(MountStep {
-        target: spec.program.clone(),
-        kind: MountKind::Bind {
-            source: BindSource::Scope(index),
-            dir: false,
-            writable: false,
-            exec: true,
-        },
-    });
-    spec.scopes.push(spec.program.clone());
-    spec.program_scope = Some(index);
 }
 
 /// Scopes are mounted shallowest first, so a nested scope lands on top of its parent.

@@ -15,7 +15,7 @@
 //! through a writable scope an earlier run could have planted links in.
 //! Mounts go onto the opened descriptors, never onto path strings.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::mount::{mount, MsFlags};
@@ -68,7 +68,7 @@ impl Staged {
     /// Mounts `steps` (system paths: binds by path and symbolic links) after
     /// the ones staged; an order's mount steps must then go on with them.
     pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
-        apply_steps(&self.stage, steps, &[])?;
+        apply_steps(&self.stage, steps, &[], None)?;
         self.more_from = self.base.len();
         self.base.extend_from_slice(steps);
         Ok(())
@@ -117,7 +117,7 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
     )
     .map_err(step("open new root"))?;
     let base = base_mounts();
-    apply_steps(&stage_fd, &base, &[])?;
+    apply_steps(&stage_fd, &base, &[], None)?;
     let more_from = base.len();
     Ok(Staged {
         stage: stage_fd,
@@ -140,11 +140,13 @@ pub struct Rooted {
 /// Mounts the rest of `spec` onto a staged root and pivots into it; runs
 /// `meanwhile` while the old root is being detached. `meanwhile` must not
 /// resolve paths: the host's root is still reachable at the old root's
-/// mount point until the detach is done.
+/// mount point until the detach is done. `program` is the descriptor the
+/// gate hashed ([`MountKind::Program`] binds only that file).
 pub fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
     scopes: &[ScopeId],
+    program: BorrowedFd<'_>,
     meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Rooted, StepError> {
     let Staged {
@@ -186,7 +188,7 @@ pub fn finish_root_in_child(
         .iter()
         .map(open_verified)
         .collect::<Result<Vec<_>, _>>()?;
-    apply_steps(&stage, rest, &scope_fds)?;
+    apply_steps(&stage, rest, &scope_fds, Some(program))?;
     resize_tmpfs(&stage, spec.tmpfs)?;
     drop(stage);
     let detaching = pivot_into(Path::new(STAGE), detach, meanwhile)?;
@@ -205,9 +207,10 @@ fn apply_steps(
     stage: &OwnedFd,
     steps: &[MountStep],
     scope_fds: &[OwnedFd],
+    program: Option<BorrowedFd<'_>>,
 ) -> Result<(), StepError> {
     for m in steps {
-        apply_step(stage, m, scope_fds)?;
+        apply_step(stage, m, scope_fds, program)?;
     }
     for m in steps {
         if matches!(m.kind, MountKind::Device { .. }) {
@@ -288,6 +291,55 @@ fn resize_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes) -> Result<(), StepError> {
     Ok(())
 }
 
+/// Binds the program file read-only (and executable) at its path, opened
+/// here in this mount namespace, if that is still the file the gate hashed
+/// (`program`, same device and inode). If the path was replaced meanwhile,
+/// nothing is bound: init then runs the hashed descriptor, and the file it
+/// could reach through `/proc/self/exe` is no longer at that path.
+fn bind_program(
+    stage: &OwnedFd,
+    rel: &Path,
+    path: &Path,
+    program: Option<BorrowedFd<'_>>,
+) -> Result<(), StepError> {
+    use nix::fcntl::{open, OFlag};
+    let shown = path.display().to_string();
+    let Some(program) = program else {
+        return Err(StepError::new(
+            format!("bind the program {shown}: no descriptor"),
+            std::io::Error::from_raw_os_error(libc::EBADF),
+        ));
+    };
+    let identity = |fd: BorrowedFd<'_>| nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino));
+    let hashed = identity(program).map_err(step("fstat(the program)"))?;
+    let Ok(here) = open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return Ok(());
+    };
+    if identity(here.as_fd()).ok() != Some(hashed) {
+        return Ok(());
+    }
+    let target = open_beneath(stage, rel, Create::File(0o644))?;
+    mount_onto(
+        &fd_path(&here),
+        &target,
+        MsFlags::MS_BIND,
+        None,
+        None,
+        &shown,
+    )?;
+    restrict_mount(
+        stage,
+        rel,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        false,
+        &shown,
+    )
+}
+
 fn relative(target: &Path) -> &Path {
     target.strip_prefix("/").unwrap_or(target)
 }
@@ -318,7 +370,12 @@ fn restrict_mount(
     mount_setattr_fd(&root, recursive, attrs, 0).map_err(io_step(format!("mount_setattr({shown})")))
 }
 
-fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(), StepError> {
+fn apply_step(
+    stage: &OwnedFd,
+    m: &MountStep,
+    scope_fds: &[OwnedFd],
+    program: Option<BorrowedFd<'_>>,
+) -> Result<(), StepError> {
     let rel = relative(&m.target);
     let shown = m.target.display().to_string();
     match &m.kind {
@@ -373,6 +430,7 @@ fn apply_step(stage: &OwnedFd, m: &MountStep, scope_fds: &[OwnedFd]) -> Result<(
             let target = open_beneath(stage, rel, Create::File(0o644))?;
             mount_onto(host, &target, MsFlags::MS_BIND, None, None, &shown)
         }
+        MountKind::Program => bind_program(stage, rel, &m.target, program),
         MountKind::Symlink { target: link } => {
             let parent = rel.parent().unwrap_or(Path::new(""));
             let name = rel.file_name().ok_or_else(|| {
