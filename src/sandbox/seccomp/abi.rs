@@ -1,15 +1,66 @@
-//! The kernel's seccomp ABI for x86_64, as plain Rust data: the layout of
-//! `struct seccomp_data` that a filter reads, the audit architecture values,
-//! the x32 syscall bit and the encoding of filter return values. Nothing here
-//! talks to the kernel; the numbers are those of `<linux/seccomp.h>` and
-//! `<linux/audit.h>` (libc does not export the audit arch values).
+//! The kernel's seccomp ABI for the architectures spawnd filters (x86_64 and
+//! aarch64), as plain Rust data: the [`Arch`]es and their audit architecture
+//! values, the layout of `struct seccomp_data` that a filter reads, the x32
+//! syscall bit and the encoding of filter return values. Nothing here talks
+//! to the kernel; the numbers are those of `<linux/seccomp.h>` and
+//! `<linux/audit.h>` (libc does not export the audit arch values). Both
+//! architectures are little endian, so one layout serves both.
 
 /// `AUDIT_ARCH_X86_64`: `EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
 pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 /// `AUDIT_ARCH_I386`: what `seccomp_data.arch` holds for an `int 0x80` call.
 pub const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+/// `AUDIT_ARCH_AARCH64`: `EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
+pub const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
+/// `AUDIT_ARCH_ARM`: what `seccomp_data.arch` holds for a 32-bit (compat)
+/// call on an aarch64 kernel.
+pub const AUDIT_ARCH_ARM: u32 = 0x4000_0028;
 /// `__X32_SYSCALL_BIT`: x32 syscalls are native numbers with this bit set.
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// An architecture spawnd has a syscall table and a filter for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Arch {
+    /// x86_64's native 64-bit ABI; x32 numbers are killed.
+    X86_64,
+    /// aarch64's native ABI, which numbers its calls by the generic table.
+    Aarch64,
+}
+
+impl Arch {
+    /// Every architecture, for tests that walk them all.
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+    /// The architecture spawnd is built for: its filter is the one installed.
+    #[cfg(target_arch = "x86_64")]
+    pub const NATIVE: Arch = Arch::X86_64;
+    /// The architecture spawnd is built for: its filter is the one installed.
+    #[cfg(target_arch = "aarch64")]
+    pub const NATIVE: Arch = Arch::Aarch64;
+
+    /// The `seccomp_data.arch` value of the architecture's native calls.
+    pub const fn audit_arch(self) -> u32 {
+        match self {
+            Arch::X86_64 => AUDIT_ARCH_X86_64,
+            Arch::Aarch64 => AUDIT_ARCH_AARCH64,
+        }
+    }
+
+    /// Whether a native-arch call can carry [`X32_SYSCALL_BIT`] to select
+    /// another ABI (x86_64's x32). aarch64 has no such bit: its 32-bit calls
+    /// arrive as [`AUDIT_ARCH_ARM`] and fail the arch check.
+    pub const fn has_x32_bit(self) -> bool {
+        matches!(self, Arch::X86_64)
+    }
+
+    /// The architecture's name as Rust's `target_arch` spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+}
 
 /// Byte offset of `nr` in `struct seccomp_data`.
 pub const OFFSET_NR: u32 = 0;
@@ -35,7 +86,8 @@ pub const SECCOMP_RET_DATA: u32 = libc::SECCOMP_RET_DATA;
 /// `MAX_ERRNO`: the kernel clamps larger errno data to this value.
 pub const MAX_ERRNO: u16 = 4095;
 
-/// Offset of the LOW 32 bits of `args[index]`. x86_64 is little endian, so the
+/// Offset of the LOW 32 bits of `args[index]`. x86_64 and aarch64 are little
+/// endian, so the
 /// low half of the 64-bit argument comes first. The kernel truncates `int`
 /// and `unsigned int` arguments to these bits, so this is the half a rule
 /// must compare (snapd CVE-2019-7303: `TIOCSTI | 1 << 32` still injects).
@@ -62,14 +114,24 @@ pub struct SeccompData {
 }
 
 impl SeccompData {
-    /// A native x86_64 call of `nr` with `args` (instruction pointer zero).
-    pub const fn native(nr: i32, args: [u64; ARG_COUNT]) -> Self {
+    /// A native call of `nr` on `arch` with `args` (instruction pointer zero).
+    pub const fn call(arch: Arch, nr: i32, args: [u64; ARG_COUNT]) -> Self {
         Self {
             nr,
-            arch: AUDIT_ARCH_X86_64,
+            arch: arch.audit_arch(),
             instruction_pointer: 0,
             args,
         }
+    }
+
+    /// A native x86_64 call of `nr` with `args` (instruction pointer zero).
+    pub const fn x86_64(nr: i32, args: [u64; ARG_COUNT]) -> Self {
+        Self::call(Arch::X86_64, nr, args)
+    }
+
+    /// A native aarch64 call of `nr` with `args` (instruction pointer zero).
+    pub const fn aarch64(nr: i32, args: [u64; ARG_COUNT]) -> Self {
+        Self::call(Arch::Aarch64, nr, args)
     }
 
     /// The struct as the kernel lays it out in memory (little endian), which
@@ -93,7 +155,7 @@ mod tests {
     #[test]
     fn argument_offsets_point_at_the_low_half_of_each_argument() {
         let data =
-            SeccompData::native(1, [0x1111_1111_0000_0000 | 0x5412, 0, 0, 0, 0, 7 << 32 | 9]);
+            SeccompData::x86_64(1, [0x1111_1111_0000_0000 | 0x5412, 0, 0, 0, 0, 7 << 32 | 9]);
         let bytes = data.to_bytes();
         let word = |offset: u32| {
             let at = offset as usize;
@@ -104,6 +166,33 @@ mod tests {
         assert_eq!(word(OFFSET_NR), 1);
         assert_eq!(word(OFFSET_ARCH), AUDIT_ARCH_X86_64);
         assert_eq!(arg_low_offset(6), None);
+    }
+
+    #[test]
+    fn audit_arch_values_are_the_elf_machine_with_the_64bit_and_le_flags() {
+        const AUDIT_ARCH_64BIT: u32 = 0x8000_0000;
+        const AUDIT_ARCH_LE: u32 = 0x4000_0000;
+        const EM_X86_64: u32 = 62;
+        const EM_AARCH64: u32 = 183;
+        const EM_ARM: u32 = 40;
+        assert_eq!(
+            AUDIT_ARCH_X86_64,
+            EM_X86_64 | AUDIT_ARCH_64BIT | AUDIT_ARCH_LE
+        );
+        assert_eq!(
+            AUDIT_ARCH_AARCH64,
+            EM_AARCH64 | AUDIT_ARCH_64BIT | AUDIT_ARCH_LE
+        );
+        assert_eq!(AUDIT_ARCH_ARM, EM_ARM | AUDIT_ARCH_LE);
+        assert_eq!(Arch::X86_64.audit_arch(), AUDIT_ARCH_X86_64);
+        assert_eq!(Arch::Aarch64.audit_arch(), AUDIT_ARCH_AARCH64);
+        assert_eq!(SeccompData::aarch64(56, [0; 6]).arch, AUDIT_ARCH_AARCH64);
+        assert!(Arch::X86_64.has_x32_bit() && !Arch::Aarch64.has_x32_bit());
+    }
+
+    #[test]
+    fn the_native_arch_is_the_build_target() {
+        assert_eq!(Arch::NATIVE.name(), std::env::consts::ARCH);
     }
 
     #[test]

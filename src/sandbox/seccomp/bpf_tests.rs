@@ -4,12 +4,12 @@
 
 use std::mem::{align_of, offset_of, size_of};
 
-use super::abi::SeccompData;
+use super::abi::{Arch, SeccompData};
 use super::bpf::{op, BpfError, JumpOp, ProgramBuilder, SockFilter};
 use super::{compile, interp, Action, ArgTest, Condition, Policy, SyscallRule};
 
 fn run_with_nr(program: &[SockFilter], nr: i32) -> u32 {
-    interp::run(program, &SeccompData::native(nr, [0; 6])).unwrap()
+    interp::run(program, &SeccompData::x86_64(nr, [0; 6])).unwrap()
 }
 
 #[test]
@@ -115,6 +115,7 @@ fn a_policy_too_big_for_short_jumps_still_compiles_right() {
         })
         .collect();
     let policy = Policy {
+        arch: Arch::X86_64,
         default: Action::Errno(38),
         rules,
     };
@@ -127,7 +128,7 @@ fn a_policy_too_big_for_short_jumps_still_compiles_right() {
             u64::try_from(nr).unwrap(),
             1 << 32 | u64::try_from(nr).unwrap(),
         ] {
-            let data = SeccompData::native(nr, [0, 0, arg, 0, 0, 0]);
+            let data = SeccompData::x86_64(nr, [0, 0, arg, 0, 0, 0]);
             let got = interp::run(&filter.instructions, &data).unwrap();
             assert_eq!(got, policy.evaluate(&data).seccomp_ret(), "{data:?}");
         }

@@ -1,26 +1,28 @@
 //! Turns checked policy rules into a classic-BPF program. The shape is fixed:
-//! a prologue kills foreign architectures and x32 numbers; the numbers left,
-//! `0..X32_SYSCALL_BIT`, are cut into ranges of consecutive numbers that go
-//! to the same place (a rule's handler or `ret`, or the default's `ret`), and
-//! a binary search tree of `jge` on the ranges' starts dispatches to them;
+//! a prologue kills foreign architectures (and, on x86_64, x32 numbers); the
+//! numbers left are cut into ranges of consecutive numbers that go to the
+//! same place (a rule's handler or `ret`, or the default's `ret`), the last
+//! range running to the top of the 32-bit number space, and a binary search
+//! tree of `jge` on the ranges' starts dispatches to them;
 //! handlers test the low 32 bits of arguments, and one `ret` per distinct
 //! action ends the program. A table that decides every number costs no more
 //! than its runs of equal decisions. Everything jumps forward, so the
 //! program is loop-free.
 
-use super::abi;
+use super::abi::{self, Arch};
 use super::bpf::{JumpOp, Label, ProgramBuilder, SockFilter};
 use super::policy::{Action, ArgTest, CheckedRule, Condition};
 use super::CompileError;
 
-/// The program for `rules` (sorted by number, no duplicates) with `default`
-/// for every syscall they do not list.
+/// The program for `arch`'s calls: `rules` (sorted by number, no
+/// duplicates) with `default` for every syscall they do not list.
 pub(super) fn generate(
+    arch: Arch,
     default: Action,
     rules: &[CheckedRule<'_>],
 ) -> Result<Vec<SockFilter>, CompileError> {
     let mut gen = Codegen::default();
-    gen.prologue()?;
+    gen.prologue(arch)?;
     let ranges = gen.ranges(default, rules);
     gen.tree(&ranges)?;
     gen.handlers()?;
@@ -48,21 +50,25 @@ struct Codegen<'a> {
 }
 
 impl<'a> Codegen<'a> {
-    /// Kill calls from any other architecture (i386 `int 0x80`, …) and x32
-    /// numbers before looking at the number: the same number means another
-    /// syscall under another ABI (threats S5). Leaves `nr` in A.
-    fn prologue(&mut self) -> Result<(), CompileError> {
+    /// Kill calls from any other architecture (i386 `int 0x80` on x86_64,
+    /// 32-bit arm on aarch64, …) and, on x86_64, x32 numbers before looking
+    /// at the number: the same number means another syscall under another
+    /// ABI (threats S5). Leaves `nr` in A.
+    fn prologue(&mut self, arch: Arch) -> Result<(), CompileError> {
         let kill = self.return_label(Action::KillProcess);
         let native = self.builder.new_label();
         self.builder.load_word(abi::OFFSET_ARCH);
         self.builder
-            .jump_if(JumpOp::Eq, abi::AUDIT_ARCH_X86_64, native, kill);
+            .jump_if(JumpOp::Eq, arch.audit_arch(), native, kill);
         self.builder.bind(native)?;
-        let plain = self.builder.new_label();
         self.builder.load_word(abi::OFFSET_NR);
-        self.builder
-            .jump_if(JumpOp::Ge, abi::X32_SYSCALL_BIT, kill, plain);
-        Ok(self.builder.bind(plain)?)
+        if arch.has_x32_bit() {
+            let plain = self.builder.new_label();
+            self.builder
+                .jump_if(JumpOp::Ge, abi::X32_SYSCALL_BIT, kill, plain);
+            self.builder.bind(plain)?;
+        }
+        Ok(())
     }
 
     /// Where the tree sends a listed syscall: its action's `ret` when the
@@ -97,10 +103,12 @@ impl<'a> Codegen<'a> {
         label
     }
 
-    /// Where each number of `0..X32_SYSCALL_BIT` goes, as `(first number,
-    /// target)` ranges in order, each running to the next one's start, with
+    /// Where each number goes, as `(first number, target)` ranges in order,
+    /// each running to the next one's start and the last to `u32::MAX`, with
     /// neighbours that share a target merged. `rules` are sorted by number
-    /// without duplicates; numbers between them take `default`.
+    /// without duplicates, all below `X32_SYSCALL_BIT`; numbers between and
+    /// above them take `default` (on x86_64 the prologue has already killed
+    /// those from `X32_SYSCALL_BIT` up).
     fn ranges(&mut self, default: Action, rules: &[CheckedRule<'a>]) -> Vec<(u32, Label)> {
         let default = self.return_label(default);
         let mut ranges: Vec<(u32, Label)> = Vec::new();

@@ -1,4 +1,5 @@
-//! Table tests of the compiled default policy, run through the interpreter:
+//! Table tests of the compiled default policy for x86_64 (the build target
+//! here, so `libc::SYS_*` are its numbers), run through the interpreter:
 //! every number up to past the newest gets the decision the table made for
 //! it (and ENOSYS where it made none), common syscalls stay allowed, each
 //! argument rule is probed on both sides (high argument bits included), and
@@ -7,7 +8,8 @@
 use std::sync::OnceLock;
 
 use super::abi::{self, SeccompData};
-use super::syscalls::{self, Decision, ENOSYS, EPERM, OPEN_CREATE_FLAGS, SETID_BITS};
+use super::syscalls::{self, Decision, ENOSYS, EPERM, OPEN_CREATE_FLAGS};
+use super::table_probes::{expected_from_the_table, probing_args};
 use super::x86_64::{NEWEST, SYSCALLS};
 use super::{
     compile, default_policy, filter_for, interp, policy_for, Action, Filter, FilterOptions,
@@ -40,7 +42,7 @@ fn nr_of(name: &str) -> i64 {
 }
 
 fn call(nr: i64, args: [u64; 6]) -> Action {
-    verdict_for(SeccompData::native(i32::try_from(nr).unwrap(), args))
+    verdict_for(SeccompData::x86_64(i32::try_from(nr).unwrap(), args))
 }
 
 fn arg0(nr: i64, value: u64) -> Action {
@@ -245,40 +247,6 @@ fn every_x86_64_syscall_has_exactly_one_row_and_every_row_names_a_real_syscall()
     }
 }
 
-/// What the table says `name` gets for `args`, worked out from its row
-/// alone (not from the compiled program or `Policy::evaluate`).
-fn expected_from_the_table(options: FilterOptions, name: &str, args: [u64; 6]) -> Action {
-    match syscalls::decision(options, name) {
-        None => panic!("{name} has no decision"),
-        Some(Decision::Allow) => Action::Allow,
-        Some(Decision::Refuse) => EPERM,
-        Some(Decision::Absent) => ENOSYS,
-        Some(Decision::Checked {
-            conditions,
-            otherwise,
-        }) => conditions
-            .iter()
-            .find(|c| c.test.matches(args[usize::from(c.arg)]))
-            .map_or(otherwise, |c| c.action),
-    }
-}
-
-/// Argument sets that cross every test the table makes: zeros, all ones,
-/// the set-id bits, creating flags, and each alone in the high half.
-fn probing_args() -> Vec<[u64; 6]> {
-    let setid = u64::from(SETID_BITS);
-    let create = u64::from(OPEN_CREATE_FLAGS);
-    let mut sets = vec![[0; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]];
-    for value in [setid, create, setid | create, 1, 2, 10] {
-        sets.push([value; 6]);
-        sets.push([value << 32; 6]);
-        sets.push([0, value, value, value, 0, 0]);
-    }
-    sets.push([0, create, setid, 0, 0, 0]);
-    sets.push([0, 0, create, setid, 0, 0]);
-    sets
-}
-
 #[test]
 fn every_number_to_1023_gets_its_deliberate_decision_and_x32_numbers_are_killed() {
     for options in FilterOptions::VARIANTS {
@@ -289,7 +257,7 @@ fn every_number_to_1023_gets_its_deliberate_decision_and_x32_numbers_are_killed(
                 .find(|&&(known, _)| known == nr)
                 .map(|&(_, name)| name);
             for args in probing_args() {
-                let call = SeccompData::native(i32::try_from(nr).unwrap(), args);
+                let call = SeccompData::x86_64(i32::try_from(nr).unwrap(), args);
                 let expected = match name {
                     Some(name) => expected_from_the_table(options, name, args),
                     // Unassigned, x32-only (512–547) or newer than the table.
@@ -301,7 +269,7 @@ fn every_number_to_1023_gets_its_deliberate_decision_and_x32_numbers_are_killed(
                     "nr {nr} {name:?} {args:x?}"
                 );
                 let x32 =
-                    SeccompData::native(i32::try_from(nr | abi::X32_SYSCALL_BIT).unwrap(), args);
+                    SeccompData::x86_64(i32::try_from(nr | abi::X32_SYSCALL_BIT).unwrap(), args);
                 assert_eq!(verdict_of(filter, x32), KILL, "x32 nr {nr}");
             }
         }
@@ -322,7 +290,7 @@ fn numbers_past_the_newest_known_get_enosys_so_libcs_fall_back() {
         0x3fff_ffff,
     ] {
         for args in [[0; 6], [u64::MAX; 6]] {
-            let data = SeccompData::native(i32::try_from(nr).unwrap(), args);
+            let data = SeccompData::x86_64(i32::try_from(nr).unwrap(), args);
             assert_eq!(verdict_for(data), ENOSYS, "nr {nr}");
         }
     }
@@ -506,7 +474,7 @@ fn ioctl_refuses_terminal_injection_even_with_high_bits_set() {
 fn socket_allows_only_ip_families_by_default_and_unix_too_when_granted() {
     let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
     let socket = |filter: &Filter, family: u64| {
-        let data = SeccompData::native(
+        let data = SeccompData::x86_64(
             i32::try_from(libc::SYS_socket).unwrap(),
             [family, 1, 0, 0, 0, 0],
         );
@@ -545,7 +513,7 @@ fn socket_allows_only_ip_families_by_default_and_unix_too_when_granted() {
 fn socketpair_makes_connected_unix_pairs_and_datagram_pairs_only_when_granted() {
     let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
     let pair = |filter: &Filter, family: u64, kind: u64| {
-        let data = SeccompData::native(
+        let data = SeccompData::x86_64(
             i32::try_from(libc::SYS_socketpair).unwrap(),
             [family, kind, 0, 0, 0, 0],
         );
@@ -633,7 +601,7 @@ fn without_root_sysv_ipc_objects_are_refused_and_nothing_else_changes() {
     assert_eq!(differing, ["shmget", "semget", "msgget"]);
     let filter = filter_for(strict).unwrap();
     for name in ["shmget", "semget", "msgget"] {
-        let data = || SeccompData::native(nr_of(name) as i32, [0, 4096, 0o1600, 0, 0, 0]);
+        let data = || SeccompData::x86_64(nr_of(name) as i32, [0, 4096, 0o1600, 0, 0, 0]);
         assert_eq!(verdict_of(filter, data()), EPERM, "{name}");
         assert_eq!(
             verdict_of(super::default_filter().unwrap(), data()),
@@ -663,7 +631,7 @@ fn without_a_memory_cgroup_memfds_are_refused_and_nothing_else_changes() {
         .collect();
     assert_eq!(differing, ["memfd_create"]);
     let sealed = u64::from(libc::MFD_NOEXEC_SEAL | libc::MFD_CLOEXEC);
-    let data = || SeccompData::native(nr_of("memfd_create") as i32, [0, sealed, 0, 0, 0, 0]);
+    let data = || SeccompData::x86_64(nr_of("memfd_create") as i32, [0, sealed, 0, 0, 0, 0]);
     assert_eq!(verdict_of(filter_for(rlimits).unwrap(), data()), EPERM);
     assert_eq!(verdict_of(super::default_filter().unwrap(), data()), ALLOW);
 }
@@ -839,23 +807,23 @@ fn foreign_architectures_and_x32_numbers_are_killed() {
     for nr in [0, 102, 359, socket.try_into().unwrap()] {
         let i386 = SeccompData {
             arch: abi::AUDIT_ARCH_I386,
-            ..SeccompData::native(nr, [2, 1, 0, 0, 0, 0])
+            ..SeccompData::x86_64(nr, [2, 1, 0, 0, 0, 0])
         };
         assert_eq!(verdict_for(i386), KILL, "i386 nr {nr}");
         let other = SeccompData {
             arch: 0,
-            ..SeccompData::native(nr, [0; 6])
+            ..SeccompData::x86_64(nr, [0; 6])
         };
         assert_eq!(verdict_for(other), KILL, "arch 0 nr {nr}");
     }
     let x32_socket = i32::try_from(abi::X32_SYSCALL_BIT | socket).unwrap();
     assert_eq!(
-        verdict_for(SeccompData::native(x32_socket, [2, 1, 0, 0, 0, 0])),
+        verdict_for(SeccompData::x86_64(x32_socket, [2, 1, 0, 0, 0, 0])),
         KILL
     );
-    assert_eq!(verdict_for(SeccompData::native(0x4000_0000, [0; 6])), KILL);
+    assert_eq!(verdict_for(SeccompData::x86_64(0x4000_0000, [0; 6])), KILL);
     assert_eq!(
-        verdict_for(SeccompData::native(-1, [0; 6])),
+        verdict_for(SeccompData::x86_64(-1, [0; 6])),
         KILL,
         "negative numbers compare as unsigned"
     );

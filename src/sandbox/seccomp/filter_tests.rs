@@ -1,17 +1,21 @@
-//! Tests of the compiled default program as a whole: its shape (arch check,
-//! x32 check, then a binary search tree on ranges of numbers whose depth
-//! bounds the cost of every syscall without argument tests), its reported
-//! length, and its id, which is stable for the same policy and changes when
-//! any rule does.
+//! Tests of the compiled default programs as a whole: their shape (arch
+//! check, on x86_64 the x32 check, then a binary search tree on ranges of
+//! numbers whose depth bounds the cost of every syscall without argument
+//! tests), their reported length, and the id, which is stable for the same
+//! policy and changes when any rule does.
 
 use std::sync::OnceLock;
 
-use super::abi::{self, SeccompData};
+use super::abi::{self, Arch, SeccompData};
 use super::bpf::op;
 use super::syscalls::{ENOSYS, EPERM};
 use super::{
-    compile, default_policy, filter_for, interp, Filter, FilterOptions, Policy, SyscallRule,
+    compile, filter_for_arch, interp, policy_for_arch, Filter, FilterOptions, Policy, SyscallRule,
 };
+
+fn default_policy() -> Policy {
+    policy_for_arch(Arch::X86_64, FilterOptions::DEFAULT)
+}
 
 fn filter() -> &'static Filter {
     static FILTER: OnceLock<Filter> = OnceLock::new();
@@ -54,7 +58,49 @@ fn the_program_checks_arch_then_x32_then_dispatches_with_a_tree() {
         .map(|rule| rule.nr)
         .collect();
     for nr in 0..1024 {
-        let data = SeccompData::native(nr, [0; 6]);
+        let data = SeccompData::x86_64(nr, [0; 6]);
+        let (_, steps) = interp::run_counting_steps(program, &data).unwrap();
+        if !conditional.contains(&i64::from(nr)) {
+            assert!(steps <= budget, "nr {nr}: {steps} steps, budget {budget}");
+        }
+    }
+}
+
+#[test]
+fn the_aarch64_program_checks_arch_then_dispatches_with_a_tree() {
+    let policy = policy_for_arch(Arch::Aarch64, FilterOptions::DEFAULT);
+    let program = &compile(&policy).unwrap().instructions;
+    assert_eq!(
+        (program[0].code, program[0].k),
+        (op::LD_W_ABS, abi::OFFSET_ARCH)
+    );
+    assert_eq!(
+        (program[1].code, program[1].k),
+        (op::JEQ_K, abi::AUDIT_ARCH_AARCH64)
+    );
+    assert_eq!(
+        (program[2].code, program[2].k),
+        (op::LD_W_ABS, abi::OFFSET_NR)
+    );
+    assert_eq!(
+        program[3].code,
+        op::JGE_K,
+        "no x32 check: the dispatch starts with a split"
+    );
+    assert_ne!(program[3].k, abi::X32_SYSCALL_BIT);
+    // The 3-instruction prologue, the splits and the ret.
+    let ranges = dispatch_ranges(&policy);
+    let splits = usize::BITS - (ranges - 1).leading_zeros();
+    let budget = 3 + usize::try_from(splits).unwrap() + 1;
+    assert!(budget <= 12, "{ranges} ranges: the tree is {splits} deep");
+    let conditional: Vec<i64> = policy
+        .rules
+        .iter()
+        .filter(|rule| !rule.conditions.is_empty())
+        .map(|rule| rule.nr)
+        .collect();
+    for nr in 0..1024 {
+        let data = SeccompData::aarch64(nr, [0; 6]);
         let (_, steps) = interp::run_counting_steps(program, &data).unwrap();
         if !conditional.contains(&i64::from(nr)) {
             assert!(steps <= budget, "nr {nr}: {steps} steps, budget {budget}");
@@ -100,7 +146,7 @@ fn the_program_length_is_reported_and_small() {
     );
     assert!(!filter().is_empty());
     assert_eq!(filter().to_bytes().len(), len * 8);
-    let with_unix = filter_for(FilterOptions::WITH_UNIX_SOCKETS).unwrap();
+    let with_unix = filter_for_arch(Arch::X86_64, FilterOptions::WITH_UNIX_SOCKETS).unwrap();
     println!(
         "with unix sockets: {} instructions, id {}",
         with_unix.len(),
@@ -111,6 +157,23 @@ fn the_program_length_is_reported_and_small() {
         "{}",
         with_unix.len()
     );
+    for options in [FilterOptions::DEFAULT, FilterOptions::WITH_UNIX_SOCKETS] {
+        let aarch64 = filter_for_arch(Arch::Aarch64, options).unwrap();
+        println!(
+            "aarch64 {options:?}: {} instructions, id {}",
+            aarch64.len(),
+            aarch64.id()
+        );
+        assert!(
+            aarch64.len() > 80 && aarch64.len() < 200,
+            "{}",
+            aarch64.len()
+        );
+        assert_ne!(
+            aarch64.id(),
+            filter_for_arch(Arch::X86_64, options).unwrap().id()
+        );
+    }
 }
 
 #[test]

@@ -170,21 +170,21 @@ mod tests {
             ret(4),
             ret(5),
         ];
-        let with_arg = |arg| run(&program, &SeccompData::native(0, [arg, 0, 0, 0, 0, 0])).unwrap();
+        let with_arg = |arg| run(&program, &SeccompData::x86_64(0, [arg, 0, 0, 0, 0, 0])).unwrap();
         assert_eq!(with_arg(0x10), 2);
         assert_eq!(with_arg(6), 3);
         assert_eq!(with_arg(5), 5);
         assert_eq!(with_arg(4), 4);
         let foreign = SeccompData {
             arch: 3,
-            ..SeccompData::native(0, [0; 6])
+            ..SeccompData::x86_64(0, [0; 6])
         };
         assert_eq!(run(&program, &foreign).unwrap(), 1);
     }
 
     #[test]
     fn programs_the_kernel_would_refuse_are_errors() {
-        let data = SeccompData::native(0, [0; 6]);
+        let data = SeccompData::x86_64(0, [0; 6]);
         assert_eq!(run(&[], &data), Err(InterpError::Empty));
         assert_eq!(
             run(&vec![ret(0); MAX_INSTRUCTIONS + 1], &data),
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn an_unreached_bad_instruction_is_still_refused() {
-        let data = SeccompData::native(0, [0; 6]);
+        let data = SeccompData::x86_64(0, [0; 6]);
         let program = [ret(7), SockFilter::stmt(0xffff, 0), ret(0)];
         assert_eq!(
             run(&program, &data),

@@ -1,35 +1,40 @@
 //! spawnd's seccomp filter, as pure data: a syscall [`Policy`] (the default
-//! one decides every syscall by name in `syscalls.rs`, numbered for x86_64
-//! by `x86_64.rs`) is compiled into a classic-BPF program
-//! ([`Filter`]) that the sandbox installs in the child as its very last step
-//! before exec. Nothing in this module talks to the kernel: installing is
-//! the sandbox layer's job, which can pass `Filter::instructions` (laid out
-//! as `struct sock_filter`) to `seccomp(SECCOMP_SET_MODE_FILTER)`.
+//! one decides every syscall by name in `syscalls.rs`, numbered per
+//! architecture by `x86_64.rs` and `aarch64.rs`) is compiled into a
+//! classic-BPF program ([`Filter`]) that the sandbox installs in the child as
+//! its very last step before exec. Nothing in this module talks to the
+//! kernel: installing is the sandbox layer's job, which can pass
+//! `Filter::instructions` (laid out as `struct sock_filter`) to
+//! `seccomp(SECCOMP_SET_MODE_FILTER)`.
 //!
-//! The program kills calls from any architecture but x86_64 and any x32
-//! number, dispatches on ranges of syscall numbers with a binary search
-//! tree, and checks the low 32 bits of arguments where a rule has
-//! conditions. The default policy denies by default: a number no rule
-//! decides gets ENOSYS. Every compiled program is verified by the
-//! interpreter's checker before it is returned, and [`interp::run`] executes
-//! it on a [`SeccompData`] so tests can compare it with [`Policy::evaluate`]
-//! value for value. The filter's [`Filter::id`] is a SHA-256 of its bytes,
-//! for audit records.
+//! Each program is for one [`Arch`]: it kills calls from any other
+//! architecture (and on x86_64 any x32 number), dispatches on ranges of
+//! syscall numbers with a binary search tree, and checks the low 32 bits of
+//! arguments where a rule has conditions. [`filter_for`] compiles the policy
+//! of the architecture spawnd is built for ([`Arch::NATIVE`]);
+//! [`policy_for_arch`] and [`filter_for_arch`] build either one on any host,
+//! so both are tested everywhere. The default policy denies by default: a
+//! number no rule decides gets ENOSYS. Every compiled program is verified by
+//! the interpreter's checker before it is returned, and [`interp::run`]
+//! executes it on a [`SeccompData`] so tests can compare it with
+//! [`Policy::evaluate`] value for value. The filter's [`Filter::id`] is a
+//! SHA-256 of its bytes, for audit records.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-// The syscall numbers come from libc for the build target, and the program
-// checks for AUDIT_ARCH_X86_64: on any other target (x32 included, whose
-// libc numbers carry the x32 bit) the two would disagree.
+// The filter installed is the build target's (`Arch::NATIVE`); there is a
+// syscall table for x86_64 and aarch64 only. x32 is refused too: its libc
+// issues x32 numbers, which the x86_64 filter kills.
 #[cfg(not(all(
     target_os = "linux",
-    target_arch = "x86_64",
+    any(target_arch = "x86_64", target_arch = "aarch64"),
     target_pointer_width = "64"
 )))]
-compile_error!("spawnd's seccomp filter is written for x86_64 Linux only");
+compile_error!("spawnd's seccomp filter is written for x86_64 and aarch64 Linux only");
 
+pub mod aarch64;
 pub mod abi;
 pub mod bpf;
 mod codegen;
@@ -39,20 +44,28 @@ pub mod syscalls;
 pub mod x86_64;
 
 #[cfg(test)]
-mod bpf_tests;
+mod aarch64_policy_tests;
 #[cfg(test)]
+mod aarch64_tests;
+#[cfg(test)]
+mod bpf_tests;
+// The x86_64 policy's table tests name calls by `libc::SYS_*`, which are the
+// build target's numbers: they run where those are x86_64's.
+#[cfg(all(test, target_arch = "x86_64"))]
 mod default_policy_tests;
 #[cfg(test)]
 mod filter_tests;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
+mod table_probes;
+#[cfg(all(test, target_arch = "x86_64"))]
 mod x86_64_tests;
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-pub use abi::SeccompData;
+pub use abi::{Arch, SeccompData};
 pub use bpf::SockFilter;
 pub use interp::InterpError;
 pub use policy::{Action, ArgTest, Condition, Policy, SyscallRule};
@@ -156,7 +169,7 @@ pub enum CompileError {
 /// Compiles `policy` into a checked seccomp program.
 pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
     let rules = policy.checked_rules()?;
-    let instructions = codegen::generate(policy.default, &rules)?;
+    let instructions = codegen::generate(policy.arch, policy.default, &rules)?;
     interp::check(&instructions)?;
     Ok(Filter { instructions })
 }
@@ -238,22 +251,36 @@ impl FilterOptions {
     }
 }
 
-/// [`policy_for`]`(options)` compiled, once per process and options (the
-/// daemon would otherwise rebuild the same program for every spawn).
+/// [`policy_for`]`(options)` compiled: the filter spawnd installs, for the
+/// architecture it is built for.
 pub fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
+    filter_for_arch(Arch::NATIVE, options)
+}
+
+/// [`policy_for_arch`]`(arch, options)` compiled, once per process, arch
+/// and options (the daemon would otherwise rebuild the same program for
+/// every spawn).
+pub fn filter_for_arch(
+    arch: Arch,
+    options: FilterOptions,
+) -> Result<&'static Filter, CompileError> {
     type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
-    static CACHE: [Compiled; 8] = [const { std::sync::OnceLock::new() }; 8];
-    // Destructured, so that an option added later cannot share a cache.
+    static CACHE: [[Compiled; 8]; 2] = [const { [const { std::sync::OnceLock::new() }; 8] }; 2];
+    // Destructured, so that an option or arch added later cannot share a cache.
     let FilterOptions {
         allow_unix_sockets,
         allow_sysv_ipc,
         allow_memfd,
     } = options;
-    let cache = &CACHE[usize::from(allow_unix_sockets)
+    let by_arch = match arch {
+        Arch::X86_64 => &CACHE[0],
+        Arch::Aarch64 => &CACHE[1],
+    };
+    let cache = &by_arch[usize::from(allow_unix_sockets)
         | usize::from(allow_sysv_ipc) << 1
         | usize::from(allow_memfd) << 2];
     cache
-        .get_or_init(|| compile(&policy_for(options)))
+        .get_or_init(|| compile(&policy_for_arch(arch, options)))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -263,15 +290,34 @@ pub fn default_filter() -> Result<&'static Filter, CompileError> {
     filter_for(FilterOptions::DEFAULT)
 }
 
-/// spawnd's policy for x86_64 with `options`: the decision [`syscalls`]
-/// makes for each syscall of [`x86_64::SYSCALLS`], and ENOSYS for every
-/// number they do not assign (the unassigned gaps, the x32-only 512–547 when
-/// called without the x32 bit, and anything newer than the table), so libcs
-/// fall back to calls the filter knows.
+/// spawnd's policy with `options` for the architecture it is built for:
+/// [`policy_for_arch`]`(`[`Arch::NATIVE`]`, options)`.
 pub fn policy_for(options: FilterOptions) -> Policy {
+    policy_for_arch(Arch::NATIVE, options)
+}
+
+/// spawnd's policy for `arch` with `options`: the decision [`syscalls`]
+/// makes for each syscall of the architecture's table
+/// ([`syscall_table`]), and ENOSYS for every number the table does not
+/// assign (the unassigned gaps, x86_64's x32-only 512–547 when called
+/// without the x32 bit, and anything newer than the table), so libcs fall
+/// back to calls the filter knows. The rules test the same argument index
+/// on both architectures: every checked call takes its arguments in the
+/// same order on x86_64 and aarch64 (clone's flags are argument 0 on both,
+/// only its later pointer arguments differ).
+pub fn policy_for_arch(arch: Arch, options: FilterOptions) -> Policy {
     Policy {
+        arch,
         default: syscalls::ENOSYS,
-        rules: syscalls::rules(options, x86_64::SYSCALLS),
+        rules: syscalls::rules(options, syscall_table(arch)),
+    }
+}
+
+/// `(number, kernel name)` for every syscall `arch` assigns, in order.
+pub fn syscall_table(arch: Arch) -> &'static [(u32, &'static str)] {
+    match arch {
+        Arch::X86_64 => x86_64::SYSCALLS,
+        Arch::Aarch64 => aarch64::SYSCALLS,
     }
 }
 

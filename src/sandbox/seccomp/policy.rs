@@ -4,7 +4,7 @@
 //! the compiled BPF program must agree with, and the validation that turns a
 //! `Policy` into the sorted, range-checked rules the code generator reads.
 
-use super::abi::{self, SeccompData};
+use super::abi::{self, Arch, SeccompData};
 use super::CompileError;
 
 /// What the filter does with a syscall.
@@ -91,7 +91,7 @@ impl Condition {
 pub struct SyscallRule {
     /// The syscall's name, for messages (`"ptrace"`).
     pub name: &'static str,
-    /// The x86_64 syscall number (`libc::SYS_*`).
+    /// The syscall number on the policy's architecture.
     pub nr: i64,
     /// Argument conditions, first match wins.
     pub conditions: Vec<Condition>,
@@ -111,10 +111,14 @@ impl SyscallRule {
     }
 }
 
-/// A whole seccomp policy. Calls from another architecture and x32 calls are
-/// always killed; listed syscalls follow their rule; the rest get `default`.
+/// A whole seccomp policy for one architecture. Calls from another
+/// architecture (and, on x86_64, x32 calls) are always killed; listed
+/// syscalls follow their rule; the rest get `default`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Policy {
+    /// The architecture whose calls the policy decides, and whose numbers
+    /// its rules carry.
+    pub arch: Arch,
     /// The action for syscalls no rule lists.
     pub default: Action,
     /// One rule per syscall number; order does not matter.
@@ -125,9 +129,13 @@ impl Policy {
     /// The reference meaning of the policy, written as a plain linear scan:
     /// the compiled filter must return `evaluate(data).seccomp_ret()` for
     /// every input. The syscall number is compared unsigned, as BPF does, so
-    /// negative numbers fall into the x32 range and are killed.
+    /// on x86_64 negative numbers fall into the x32 range and are killed; on
+    /// aarch64 they match no rule and get `default`.
     pub fn evaluate(&self, data: &SeccompData) -> Action {
-        if data.arch != abi::AUDIT_ARCH_X86_64 || data.nr as u32 >= abi::X32_SYSCALL_BIT {
+        if data.arch != self.arch.audit_arch() {
+            return Action::KillProcess;
+        }
+        if self.arch.has_x32_bit() && data.nr as u32 >= abi::X32_SYSCALL_BIT {
             return Action::KillProcess;
         }
         let Some(rule) = self.rules.iter().find(|rule| rule.nr == i64::from(data.nr)) else {
@@ -249,10 +257,11 @@ mod tests {
             otherwise: Action::Errno(2),
         };
         let policy = Policy {
+            arch: Arch::X86_64,
             default: Action::Allow,
             rules: vec![rule],
         };
-        let call = |nr, arg1| policy.evaluate(&SeccompData::native(nr, [0, arg1, 0, 0, 0, 0]));
+        let call = |nr, arg1| policy.evaluate(&SeccompData::x86_64(nr, [0, arg1, 0, 0, 0, 0]));
         assert_eq!(call(7, 3), Action::Errno(1));
         assert_eq!(call(7, 5), Action::KillProcess);
         assert_eq!(call(7, 4), Action::Errno(2));
@@ -261,8 +270,55 @@ mod tests {
     }
 
     #[test]
+    fn evaluate_kills_the_other_architecture_and_x32_numbers_only_on_x86_64() {
+        let policy = |arch| Policy {
+            arch,
+            default: Action::Errno(38),
+            rules: vec![SyscallRule::always("demo", 7, Action::Allow)],
+        };
+        let (x86_64, aarch64) = (policy(Arch::X86_64), policy(Arch::Aarch64));
+        let args = [0; 6];
+        assert_eq!(
+            x86_64.evaluate(&SeccompData::x86_64(7, args)),
+            Action::Allow
+        );
+        assert_eq!(
+            aarch64.evaluate(&SeccompData::aarch64(7, args)),
+            Action::Allow
+        );
+        assert_eq!(
+            x86_64.evaluate(&SeccompData::aarch64(7, args)),
+            Action::KillProcess
+        );
+        assert_eq!(
+            aarch64.evaluate(&SeccompData::x86_64(7, args)),
+            Action::KillProcess
+        );
+        let arm = SeccompData {
+            arch: abi::AUDIT_ARCH_ARM,
+            ..SeccompData::aarch64(7, args)
+        };
+        assert_eq!(aarch64.evaluate(&arm), Action::KillProcess);
+        // No x32 ABI on aarch64: a number with that bit is just unknown.
+        let high = 0x4000_0007;
+        assert_eq!(
+            x86_64.evaluate(&SeccompData::x86_64(high, args)),
+            Action::KillProcess
+        );
+        assert_eq!(
+            aarch64.evaluate(&SeccompData::aarch64(high, args)),
+            Action::Errno(38)
+        );
+        assert_eq!(
+            aarch64.evaluate(&SeccompData::aarch64(-1, args)),
+            Action::Errno(38)
+        );
+    }
+
+    #[test]
     fn checking_refuses_bad_numbers_indexes_errnos_and_duplicates() {
         let bad = |rule: SyscallRule| Policy {
+            arch: Arch::X86_64,
             default: Action::Allow,
             rules: vec![rule],
         };
@@ -290,6 +346,7 @@ mod tests {
             CompileError::ArgumentIndexOutOfRange { arg: 6, .. }
         ));
         let twice = Policy {
+            arch: Arch::X86_64,
             default: Action::Allow,
             rules: vec![
                 SyscallRule::always("a", 5, Action::Allow),
@@ -301,6 +358,7 @@ mod tests {
             CompileError::DuplicateSyscall { nr: 5, .. }
         ));
         let default = Policy {
+            arch: Arch::X86_64,
             default: Action::Errno(5000),
             rules: vec![],
         };

@@ -1,16 +1,17 @@
 //! Property tests: the compiled program and the policy's linear reference
 //! meaning ([`Policy::evaluate`]) agree on every input, for the default
-//! policy and for random policies large enough to need long jumps; the
+//! policy of each architecture and for random policies of either large
+//! enough to need long jumps; the
 //! interpreter always terminates and never errors on compiled programs, and
 //! never panics on arbitrary instruction soup.
 
 use proptest::prelude::*;
 
-use super::abi::{self, SeccompData};
+use super::abi::{self, Arch, SeccompData};
 use super::bpf::SockFilter;
 use super::{
-    compile, default_policy, interp, policy_for, Action, ArgTest, Condition, FilterOptions, Policy,
-    SyscallRule,
+    compile, default_policy, interp, policy_for_arch, Action, ArgTest, Condition, FilterOptions,
+    Policy, SyscallRule,
 };
 
 /// The constants rules compare against, so random arguments hit them often.
@@ -39,7 +40,9 @@ fn arg(values: Vec<u32>) -> impl Strategy<Value = u64> {
 fn arch() -> impl Strategy<Value = u32> {
     prop_oneof![
         8 => Just(abi::AUDIT_ARCH_X86_64),
+        8 => Just(abi::AUDIT_ARCH_AARCH64),
         1 => Just(abi::AUDIT_ARCH_I386),
+        1 => Just(abi::AUDIT_ARCH_ARM),
         1 => any::<u32>(),
     ]
 }
@@ -80,7 +83,9 @@ fn policy() -> impl Strategy<Value = Policy> {
         prop::collection::btree_set(prop_oneof![9 => 0i64..500, 1 => 0i64..0x4000_0000], 0..300);
     let rule_parts =
         prop::collection::vec((prop::collection::vec(condition(), 0..4), action()), 300);
-    (numbers, rule_parts, action()).prop_map(|(numbers, parts, default)| Policy {
+    let arch = prop::sample::select(Arch::ALL.to_vec());
+    (arch, numbers, rule_parts, action()).prop_map(|(arch, numbers, parts, default)| Policy {
+        arch,
         default,
         rules: numbers
             .into_iter()
@@ -133,8 +138,11 @@ fn agrees(
 
 #[test]
 fn the_default_program_agrees_with_the_table_for_every_number() {
-    for options in FilterOptions::VARIANTS {
-        let policy = policy_for(options);
+    for (arch, options) in Arch::ALL
+        .into_iter()
+        .flat_map(|arch| FilterOptions::VARIANTS.map(|options| (arch, options)))
+    {
+        let policy = policy_for_arch(arch, options);
         let program = compile(&policy).unwrap().instructions;
         let values = interesting_values(&policy);
         let checked: Vec<i64> = policy
@@ -159,7 +167,7 @@ fn the_default_program_agrees_with_the_table_for_every_number() {
                 let high = u64::try_from(index % 7).unwrap() << 32;
                 let (a, b) = (u64::from(a), u64::from(b));
                 let args = [a, b | high, a | high, b, a, b | high];
-                let data = SeccompData::native(nr, args);
+                let data = SeccompData::call(arch, nr, args);
                 let got = interp::run(&program, &data).unwrap();
                 assert_eq!(got, policy.evaluate(&data).seccomp_ret(), "{data:?}");
             }
@@ -173,6 +181,15 @@ proptest! {
         data in data(0i32..500, interesting_values(&default_policy())),
     ) {
         let policy = default_policy();
+        let program = compile(&policy).unwrap().instructions;
+        agrees(&program, &policy, &data)?;
+    }
+
+    #[test]
+    fn the_aarch64_program_agrees_with_the_table_on_random_calls(
+        data in data(0i32..500, interesting_values(&policy_for_arch(Arch::Aarch64, FilterOptions::DEFAULT))),
+    ) {
+        let policy = policy_for_arch(Arch::Aarch64, FilterOptions::DEFAULT);
         let program = compile(&policy).unwrap().instructions;
         agrees(&program, &policy, &data)?;
     }

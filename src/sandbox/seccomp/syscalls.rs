@@ -1,6 +1,8 @@
 //! spawnd's default syscall policy as data: a decision for every syscall,
 //! named as the kernel names it, whatever its number on an architecture (the
-//! numbers are in `x86_64.rs`). It is default-deny: a number that no row
+//! numbers are in `x86_64.rs` and `aarch64.rs`; a row may name calls one
+//! architecture lacks, such as x86_64's `open` or `fork`). Every argument
+//! index a row tests holds on both architectures. It is default-deny: a number that no row
 //! decides, and any number above the newest the architecture's table knows,
 //! gets ENOSYS, so a call added by a later kernel is never allowed unseen and
 //! libcs fall back to the older calls they know. Each row says why; rows
@@ -484,6 +486,8 @@ pub const ROWS: &[Row] = &[
         ],
     ),
     // Decided by their arguments.
+    // The flags are clone's argument 0 on x86_64 and on aarch64 (whose
+    // CLONE_BACKWARDS order only swaps the tls and child_tid pointers).
     checked(
         "S6, S7: fork and pthread_create keep working; new namespaces do not",
         &["clone"],
