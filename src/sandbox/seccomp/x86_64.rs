@@ -5,9 +5,9 @@
 //! the x32 bit the filter kills it. Numbers 337–423 are unassigned on
 //! x86_64 (kept free for the 32-bit architectures' time64 calls).
 //!
-//! Names, not numbers, carry the policy (`syscalls.rs`), so another
-//! architecture is one more table like this one. The numbers are checked
-//! against `libc::SYS_*` wherever libc names the call.
+//! Names, not numbers, carry the policy (`syscalls.rs`); `aarch64.rs` is the
+//! same kind of table for aarch64. On an x86_64 build the numbers are
+//! checked against `libc::SYS_*` wherever libc names the call.
 
 /// The highest number in [`SYSCALLS`]. Numbers above it get ENOSYS.
 pub const NEWEST: u32 = 470;
