@@ -53,7 +53,8 @@ fn isolation_json(
         "root": "fresh tmpfs, pivot_root, read-only",
         "network_namespace": network,
         "landlock": landlock,
-        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": "x86_64 only"},
+        // The one architecture whose calls the filter admits; it kills all others.
+        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": crate::sandbox::seccomp::Arch::NATIVE.name()},
         "no_new_privs": true,
         "capabilities": "none (all sets and the bounding set empty)",
         "uid": id.uid,
