@@ -24,6 +24,7 @@ pub mod cli;
 pub mod config;
 pub mod connectors;
 pub mod daemon;
+pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod manifest;

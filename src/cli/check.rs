@@ -11,10 +11,10 @@ use serde_json::json;
 use super::args::{Cli, RunArgs};
 use super::context::{current_caller, load_config, load_manifest};
 use super::output::{Failure, Success};
-use crate::config::Config;
+use crate::exec::{decide_local, denial_failure, Prepared};
 use crate::manifest::Manifest;
 use crate::plan::{CwdPlan, SpawnPlan};
-use crate::policy::{decide, Access, Caller, Decision, GateContext, Request, RequestKind};
+use crate::policy::{Decision, Request, RequestKind};
 use crate::program::ProgramOpener;
 
 /// A raw envelope file (the ADR's schema; unknown keys refused, names exact).
@@ -34,18 +34,6 @@ pub struct EnvelopeFile {
     pub stdin: Option<String>,
     /// Stdin as base64.
     pub stdin_b64: Option<String>,
-}
-
-/// Everything the gate needs for one CLI invocation.
-pub struct Prepared {
-    /// The operator config.
-    pub config: Config,
-    /// The manifest.
-    pub manifest: Manifest,
-    /// The invoking user.
-    pub caller: Caller,
-    /// The request.
-    pub request: Request,
 }
 
 /// Loads config and manifest and builds the request from `run`/`check` arguments.
@@ -197,37 +185,6 @@ fn merge_cli_env(
     Ok(())
 }
 
-/// Decides a prepared request for a local invocation.
-pub fn decide_local(p: &Prepared, opener: &mut ProgramOpener) -> Decision {
-    decide_with(p, opener, &Access::Local)
-}
-
-/// The gate for `p` under `access` (the daemon's `[[access]]` rules).
-pub fn decide_with(p: &Prepared, opener: &mut ProgramOpener, access: &Access) -> Decision {
-    let connector = p.manifest.connector.name.to_string();
-    let bound = p.config.bound_credentials(&p.manifest);
-    let ctx = GateContext {
-        connector: &connector,
-        manifest: Some(&p.manifest),
-        disabled: p.config.is_disabled(&p.manifest.connector.name),
-        access,
-        bound_credentials: &bound,
-        require_program_hash: p.config.sandbox.require_program_hash,
-    };
-    let started = std::time::Instant::now();
-    let decision = decide(&ctx, &p.caller, &p.request, opener);
-    let elapsed_us = started.elapsed().as_micros() as u64;
-    match &decision {
-        Decision::Allowed(plan) => {
-            tracing::debug!(connector = %plan.connector, op = %plan.op, program = %plan.program.resolved.display(), sha256 = %plan.program.sha256, elapsed_us, "gate allowed")
-        }
-        Decision::Denied(d) => {
-            tracing::debug!(connector = %d.connector, reason = d.reason.as_str(), requested = %d.requested, elapsed_us, "gate denied")
-        }
-    }
-    decision
-}
-
 /// `spawnd check`.
 pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     if args.socket.is_some() {
@@ -246,16 +203,6 @@ pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         }
         Decision::Denied(denial) => Err(denial_failure(&denial)),
     }
-}
-
-/// A denial as a failure: exit code, a message naming the reason, the denial object as details.
-pub fn denial_failure(denial: &crate::policy::Denial) -> Failure {
-    let mut message = format!("denied ({}): {}", denial.reason.as_str(), denial.message);
-    message.push_str(&format!("\n  requested: {}", denial.requested));
-    if !denial.granted.is_empty() {
-        message.push_str(&format!("\n  granted:   {}", denial.granted.join(", ")));
-    }
-    Failure::new(denial.exit_code(), message).with_details(denial)
 }
 
 fn allowed_json(plan: &SpawnPlan) -> serde_json::Value {

@@ -10,6 +10,8 @@ use crate::config::{default_audit_path, Config};
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 
+pub use crate::exec::load_audit_key;
+
 /// The invoking user's home directory from the password database, looked up
 /// once per process (the config's default audit path and the caller both
 /// need it): `Ok(None)` when the user has no entry.
@@ -90,15 +92,4 @@ pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> 
         "manifest loaded"
     );
     Ok(manifest)
-}
-
-/// The operator's HMAC key for the audit chain (`[audit] hmac_key_file`), if set:
-/// a file owned by spawnd's user and readable by no one else.
-pub fn load_audit_key(config: &Config) -> Result<Option<Vec<u8>>, Failure> {
-    let Some(path) = &config.audit.hmac_key_file else {
-        return Ok(None);
-    };
-    let secret = crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
-        .map_err(|e| Failure::new(5, format!("audit unavailable: the HMAC key: {e}")))?;
-    Ok(Some(secret.expose().to_vec()))
 }

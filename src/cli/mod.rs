@@ -13,11 +13,7 @@ mod manifest_cmd;
 pub(crate) mod output;
 mod remote;
 pub(crate) mod run;
-pub(crate) mod run_audit;
-mod run_launch;
-mod run_report;
-
-use std::time::Instant;
+pub(crate) use std::time::Instant;
 
 use clap::Parser;
 

@@ -15,7 +15,7 @@ use super::args::{Cli, RunArgs};
 use super::check::request_of;
 use super::context::{load_config, load_manifest};
 use super::output::{Failure, Success};
-use super::run_report::conclude;
+use crate::exec::conclude;
 use crate::policy::{Request, RequestKind};
 use crate::supervise::{LiveOutput, Terminal};
 

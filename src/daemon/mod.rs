@@ -560,7 +560,7 @@ impl Connection {
         );
         let error = RpcError::with_data(
             rpc::CAPABILITY_DENIED,
-            crate::cli::check::denial_failure(&denial).message,
+            crate::exec::denial_failure(&denial).message,
             serde_json::to_value(&denial).unwrap_or_default(),
         );
         let refusal = refusals::Refusal::denied(method, &denial, None);

@@ -36,9 +36,7 @@ use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
-use crate::cli::check::{denial_failure, Prepared};
-use crate::cli::output::Failure;
-use crate::cli::run::{execute_until_written, Ended, Execution};
+use crate::exec::{denial_failure, execute_until_written, Ended, Execution, Failure, Prepared};
 use crate::manifest::Manifest;
 use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
@@ -182,7 +180,7 @@ pub async fn spawn(
             caller,
             request,
         };
-        let (source, pump): (StdinSource, crate::cli::run::Pump) = match stdin {
+        let (source, pump): (StdinSource, crate::exec::Pump) = match stdin {
             Some(bytes) => (
                 StdinSource::Pipe,
                 Some(Box::new(std::io::Cursor::new(bytes))),

@@ -1,11 +1,10 @@
 //! The audit records of a run: the denial written before a refusal is
 //! returned, and the exit record written when the sandbox is gone (or its
-//! setup failed, or it was lost). `spawnd run` and the daemon share them.
+//! setup failed, or it was lost); and opening the log itself.
 
 use serde_json::json;
 
-use super::check::denial_failure;
-use super::output::{Failure, Success};
+use super::outcome::{denial_failure, Failure, Success};
 use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
 use crate::printable::printable;
 
@@ -32,13 +31,13 @@ pub(super) fn record_denial(
 }
 
 /// The audit log from the config; without one nothing runs.
-pub(crate) fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
+pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
     let path = config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
         .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?
         .with_rotation(config.audit.rotate_bytes)
         .with_retention(config.audit.keep_rotated);
-    Ok(match super::context::load_audit_key(config)? {
+    Ok(match load_audit_key(config)? {
         Some(key) => log.with_key(key),
         None => log,
     })
@@ -73,7 +72,7 @@ pub(super) fn record_exit(
 /// waiting for the disk: the record is in the log, chained, and durable once
 /// the returned [`Unsynced`] is committed (`None`: the write itself failed,
 /// and the result says so).
-pub(crate) fn write_exit(
+pub(super) fn write_exit(
     audit: &AuditLog,
     audit_id: &str,
     caller: &crate::policy::Caller,
@@ -116,7 +115,7 @@ pub(crate) fn write_exit(
 
 /// Marks a result whose exit record could not be written or made durable:
 /// exit 5 and `audit_error`, whatever the program did.
-pub(crate) fn exit_record_lost(s: &mut Success, e: &AuditError) {
+pub(super) fn exit_record_lost(s: &mut Success, e: &AuditError) {
     eprintln!(
         "spawnd: the exit record could not be written: {}",
         printable(&e.to_string())
@@ -124,4 +123,15 @@ pub(crate) fn exit_record_lost(s: &mut Success, e: &AuditError) {
     s.data["audit_error"] = json!(e.to_string());
     s.exit = 5;
     s.keep_ok = false;
+}
+
+/// The operator's HMAC key for the audit chain (`[audit] hmac_key_file`), if set:
+/// a file owned by spawnd's user and readable by no one else.
+pub fn load_audit_key(config: &crate::config::Config) -> Result<Option<Vec<u8>>, Failure> {
+    let Some(path) = &config.audit.hmac_key_file else {
+        return Ok(None);
+    };
+    let secret = crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
+        .map_err(|e| Failure::new(5, format!("audit unavailable: the HMAC key: {e}")))?;
+    Ok(Some(secret.expose().to_vec()))
 }

@@ -1,12 +1,12 @@
-//! The result of `spawnd run`: the SPEC §10 `data` object (exit, signal,
+//! The result of a spawn: the SPEC §10 `data` object (exit, signal,
 //! timing, what isolation was applied, each stream as text or base64 with its
 //! byte counts and sha256), spawnd's own notes on stderr, and the exit code
 //! (the child's, 128+N after signal N, 124 after the wall time).
 
 use serde_json::{json, Value};
 
-use super::output::{Failure, Success};
-use super::run_launch::Identity;
+use super::launching::Identity;
+use super::outcome::{Failure, Success};
 use crate::plan::SpawnPlan;
 use crate::sandbox::spec::SandboxSpec;
 use crate::supervise::{Captured, Ending, Outcome};
@@ -110,7 +110,7 @@ pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
 /// The exit code a run's `data` stands for (the child's code, 128+N after
 /// signal N, 124 after the wall time), with spawnd's notes on stderr for a
 /// human reader. In-process `run` and `run --socket` end here alike.
-pub(super) fn conclude(json: bool, data: Value) -> Success {
+pub fn conclude(json: bool, data: Value) -> Success {
     let number = |key: &str| data[key].as_i64().and_then(|n| i32::try_from(n).ok());
     let timed_out = data["timed_out"] == json!(true);
     let exit = match (

@@ -1,12 +1,12 @@
-//! Where `spawnd run`'s sandbox is launched (here, or by the daemon's
-//! spawner) and as whom: [`Launching`], the sandbox building its root while
+//! Where a spawn's sandbox is launched (in this process, or by the
+//! daemon's spawner) and as whom: [`Launching`], the sandbox building its root while
 //! the decision record goes to disk, and [`Identity`], the child's ids and
 //! how its memory and processes are limited (SPEC §4).
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use super::check::Prepared;
+use super::prepared::Prepared;
 use crate::probe::v1_controller_mounts;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
