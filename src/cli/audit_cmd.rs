@@ -1,5 +1,6 @@
 //! `spawnd audit verify`.
 
+use crate::exec::FailureKind;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -14,12 +15,9 @@ use crate::printable::printable;
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
 pub fn verify_log(file: &Path, key: Option<&[u8]>) -> Result<Success, Failure> {
     let report = verify_chain(file, key).map_err(|e| {
-        Failure::new(
-            if e.kind() == std::io::ErrorKind::NotFound {
-                6
-            } else {
-                4
-            },
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
             format!("cannot read audit log {}: {e}", file.display()),
         )
     })?;
@@ -75,12 +73,9 @@ fn log_path(cli: &Cli, file: Option<&Path>) -> Result<PathBuf, Failure> {
 
 fn read_records(path: &Path) -> Result<Vec<Map<String, Value>>, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::new(
-            if e.kind() == std::io::ErrorKind::NotFound {
-                6
-            } else {
-                4
-            },
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
             format!("cannot read audit log {}: {e}", path.display()),
         )
     })?;

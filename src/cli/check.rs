@@ -2,6 +2,7 @@
 //! the gate, and print the decision with the exact argv. Nothing runs and
 //! nothing is audited.
 
+use crate::exec::FailureKind;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -132,12 +133,9 @@ pub fn parse_args(raw: &[String]) -> Result<BTreeMap<String, String>, Failure> {
 
 fn read_envelope(path: &Path) -> Result<EnvelopeFile, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::new(
-            if e.kind() == std::io::ErrorKind::NotFound {
-                6
-            } else {
-                2
-            },
+        Failure::from_io(
+            &e,
+            FailureKind::Usage,
             format!("cannot read envelope {}: {e}", path.display()),
         )
     })?;
@@ -253,9 +251,11 @@ mod tests {
         assert_eq!(parsed["a"], "b=c");
         assert_eq!(parsed["x"], "");
         assert_eq!(
-            parse_args(&["a=1".into(), "a=2".into()]).unwrap_err().exit,
+            parse_args(&["a=1".into(), "a=2".into()])
+                .unwrap_err()
+                .exit(),
             2
         );
-        assert_eq!(parse_args(&["novalue".into()]).unwrap_err().exit, 2);
+        assert_eq!(parse_args(&["novalue".into()]).unwrap_err().exit(), 2);
     }
 }

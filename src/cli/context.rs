@@ -61,10 +61,10 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
     match path {
         Some(path) => Config::load(path, default_audit).map_err(|e| {
-            let exit = if matches!(e, crate::config::ConfigError::Read { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound) { 6 } else { 4 };
-            Failure::new(exit, e.to_string())
+            let kind = if matches!(e, crate::config::ConfigError::Read { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound) { crate::exec::FailureKind::NotFound } else { crate::exec::FailureKind::Config };
+            Failure::new(kind, e.to_string())
         }),
-        None => Config::defaults(default_audit).map_err(|e| Failure::new(10, e.to_string())),
+        None => Config::defaults(default_audit).map_err(|e| Failure::internal(e.to_string())),
     }
 }
 

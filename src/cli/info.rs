@@ -1,5 +1,6 @@
 //! `spawnd hash`, `capabilities`, `health` and `config show`.
 
+use crate::exec::FailureKind;
 use std::path::Path;
 
 use serde_json::json;
@@ -15,12 +16,9 @@ use crate::program::hash_path;
 /// `spawnd hash FILE`.
 pub fn hash(file: &Path) -> Result<Success, Failure> {
     let meta = std::fs::metadata(file).map_err(|e| {
-        Failure::new(
-            if e.kind() == std::io::ErrorKind::NotFound {
-                6
-            } else {
-                4
-            },
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
             format!("cannot stat {}: {e}", file.display()),
         )
     })?;
@@ -105,7 +103,7 @@ pub fn capabilities() -> Success {
 pub fn health(cli: &Cli) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::new(10, format!("cannot find spawnd's own binary: {e}")))?;
+        .map_err(|e| Failure::internal(format!("cannot find spawnd's own binary: {e}")))?;
     let report = probe(&exe, config.audit.path.as_deref());
     let status = serde_json::to_value(report.status).unwrap_or_default();
     let mut text = status.as_str().unwrap_or("error").to_string();

@@ -1,5 +1,6 @@
 //! `spawnd manifest lint | explain | pin`.
 
+use crate::exec::FailureKind;
 use std::path::Path;
 
 use serde_json::json;
@@ -107,12 +108,9 @@ pub fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
 /// `manifest pin`: fill in or update each program's hash, keeping comments and layout.
 pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| {
-        Failure::new(
-            if e.kind() == std::io::ErrorKind::NotFound {
-                6
-            } else {
-                4
-            },
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
             format!("cannot read manifest {}: {e}", file.display()),
         )
     })?;
@@ -127,12 +125,9 @@ pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
         let resolved = scope.expand(&home);
         let digest = hash_path(&resolved)
             .map_err(|e| {
-                Failure::new(
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        6
-                    } else {
-                        4
-                    },
+                Failure::from_io(
+                    &e,
+                    FailureKind::Config,
                     format!("cannot hash {}: {e}", resolved.display()),
                 )
             })?

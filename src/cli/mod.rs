@@ -149,12 +149,17 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
                 Box::new(move || context::load_config_from(path.as_deref()).map_err(|f| f.message));
             crate::daemon::serve(config, reload, socket.clone())
                 .map(|()| Success::new(serde_json::Value::Null, ""))
-                .map_err(|e| Failure::new(5, format!("serve: {e}")))
+                .map_err(|e| {
+                    Failure::new(
+                        crate::exec::FailureKind::DaemonUnavailable,
+                        format!("serve: {e}"),
+                    )
+                })
         }
         Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
         Command::ProbeUserns => match crate::probe::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
-            Err(e) => Err(Failure::new(5, e)),
+            Err(e) => Err(Failure::sandbox_unavailable(e)),
         },
     }
 }

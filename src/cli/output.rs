@@ -77,15 +77,15 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
                 "ok": false,
                 "tool": "spawnd",
                 "command": meta.command,
-                "error": {"code": error_code(f.exit), "message": f.message, "details": f.details},
+                "error": {"code": error_code(f.exit()), "message": f.message, "details": f.details},
                 "meta": meta_json(meta),
             });
             print_line(&envelope.to_string());
-            f.exit
+            f.exit()
         }
         Err(f) => {
             eprintln!("spawnd: {}", printable_lines(f.message.trim_end()));
-            f.exit
+            f.exit()
         }
     }
 }

@@ -4,6 +4,7 @@
 //! (or comes back as the `--json` result), and the exit code follows the child
 //! exactly as in-process `run` does; a refusal carries the daemon's denial.
 
+use crate::exec::FailureKind;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -50,7 +51,7 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     let handle = client.call(method, params)?["handle"]
         .as_str()
         .map(str::to_string)
-        .ok_or_else(|| Failure::new(10, format!("the daemon's {method} answer has no handle")))?;
+        .ok_or_else(|| Failure::internal(format!("the daemon's {method} answer has no handle")))?;
     if !cli.json {
         client.stream(&handle, &mut Terminal)?;
     }
@@ -64,7 +65,7 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     let _ = client.call("spawn_release", json!({ "handle": handle }));
     if status["state"] == json!("failed") {
         let why = status["error"].as_str().unwrap_or("the spawn failed");
-        return Err(Failure::new(5, why.to_string()));
+        return Err(Failure::sandbox_unavailable(why.to_string()));
     }
     if let Some(fields) = status.as_object_mut() {
         fields.remove("state");
@@ -82,12 +83,11 @@ fn read_stdin(path: Option<&Path>) -> Result<Option<Vec<u8>>, Failure> {
         std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes).map(|_| ()))
     };
     read.map_err(|e| {
-        let exit = if e.kind() == std::io::ErrorKind::NotFound {
-            6
-        } else {
-            2
-        };
-        Failure::new(exit, format!("--stdin-file {}: {e}", path.display()))
+        Failure::from_io(
+            &e,
+            FailureKind::Usage,
+            format!("--stdin-file {}: {e}", path.display()),
+        )
     })?;
     Ok(Some(bytes))
 }
@@ -145,7 +145,7 @@ impl Client {
     fn connect(socket: &Path) -> Result<Client, Failure> {
         let stream = UnixStream::connect(socket).map_err(|e| {
             Failure::new(
-                5,
+                FailureKind::DaemonUnavailable,
                 format!(
                     "daemon unavailable at {}: {e}; start it with `spawnd serve` or drop --socket to run in this process",
                     socket.display()
@@ -154,7 +154,7 @@ impl Client {
         })?;
         let writer = stream
             .try_clone()
-            .map_err(|e| Failure::new(10, format!("socket: {e}")))?;
+            .map_err(|e| Failure::internal(format!("socket: {e}")))?;
         Ok(Client {
             reader: BufReader::new(stream),
             writer,
@@ -169,7 +169,7 @@ impl Client {
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let lost = |e: std::io::Error| {
             Failure::new(
-                5,
+                FailureKind::DaemonUnavailable,
                 format!("the daemon closed the connection during {method}: {e}"),
             )
         };
@@ -182,12 +182,12 @@ impl Client {
             return Err(lost(std::io::ErrorKind::UnexpectedEof.into()));
         }
         let mut v: Value = serde_json::from_str(&answer)
-            .map_err(|e| Failure::new(10, format!("the daemon's answer to {method}: {e}")))?;
+            .map_err(|e| Failure::internal(format!("the daemon's answer to {method}: {e}")))?;
         if v["id"] != json!(id) {
-            return Err(Failure::new(
-                10,
-                format!("the daemon answered id {} to request {id}", v["id"]),
-            ));
+            return Err(Failure::internal(format!(
+                "the daemon answered id {} to request {id}",
+                v["id"]
+            )));
         }
         if let Some(e) = v.get("error") {
             return Err(failure_of(e));
@@ -218,7 +218,7 @@ impl Client {
                 )?;
                 let data = base64::engine::general_purpose::STANDARD
                     .decode(r["data_b64"].as_str().unwrap_or_default())
-                    .map_err(|e| Failure::new(10, format!("the daemon's output: {e}")))?;
+                    .map_err(|e| Failure::internal(format!("the daemon's output: {e}")))?;
                 if !data.is_empty() {
                     got = true;
                     offset[w] += data.len() as u64;
@@ -235,19 +235,12 @@ impl Client {
 /// A JSON-RPC error as spawnd's failure: the exit code of SPEC §10 for its
 /// code, the daemon's message, and the denial object as details.
 fn failure_of(error: &Value) -> Failure {
-    let exit = match error["code"].as_i64().unwrap_or(0) {
-        -32001 => 3,
-        -32002 => 6,
-        -32005 => 4,
-        -32003 | -32004 | -32006 => 5,
-        -32700 | -32600 | -32601 | -32602 => 2,
-        _ => 10,
-    };
+    let kind = crate::daemon::rpc::kind_of(error["code"].as_i64().unwrap_or(0));
     let message = error["message"]
         .as_str()
         .unwrap_or("the daemon refused the request")
         .to_string();
-    let mut failure = Failure::new(exit, message);
+    let mut failure = Failure::new(kind, message);
     if let Some(data) = error.get("data").filter(|d| !d.is_null()) {
         failure.details = Some(data.clone());
     }
@@ -322,7 +315,7 @@ mod tests {
         ];
         for (code, exit) in cases {
             let f = failure_of(&json!({"code": code, "message": "m", "data": {"reason": "r"}}));
-            assert_eq!(f.exit, exit, "code {code}");
+            assert_eq!(f.exit(), exit, "code {code}");
             assert_eq!(f.details, Some(json!({"reason": "r"})));
         }
     }

@@ -3,6 +3,7 @@
 //! streams live and spawnd exits with the child's code (128+N after signal N,
 //! 124 after a timeout); spawnd's own messages go to stderr prefixed `spawnd:`.
 
+use crate::exec::FailureKind;
 use std::path::Path;
 
 use super::args::{Cli, RunArgs};
@@ -20,13 +21,13 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         return super::remote::run_remote(cli, args, socket);
     }
     // Forked first, while this process has one thread, as the daemon does.
-    let spawner = match args.via_spawner {
-        true => Some(
-            Spawner::start()
-                .map_err(|e| Failure::new(5, format!("spawner: {e}; nothing was run")))?,
-        ),
-        false => None,
-    };
+    let spawner =
+        match args.via_spawner {
+            true => Some(Spawner::start().map_err(|e| {
+                Failure::sandbox_unavailable(format!("spawner: {e}; nothing was run"))
+            })?),
+            false => None,
+        };
     let prepared = prepare(cli, args)?;
     let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
     execute(Execution {
@@ -68,12 +69,9 @@ fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
                     Ok(f)
                 })
                 .map_err(|e| {
-                    Failure::new(
-                        if e.kind() == std::io::ErrorKind::NotFound {
-                            6
-                        } else {
-                            2
-                        },
+                    Failure::from_io(
+                        &e,
+                        FailureKind::Usage,
                         format!("--stdin-file {}: {e}", p.display()),
                     )
                 })?;

@@ -2,6 +2,7 @@
 //! line, no batches, `id` a string, number or null (absent: a notification,
 //! which gets no answer), and the error codes of SPEC §10.
 
+use crate::exec::FailureKind;
 use serde_json::{json, Map, Value};
 
 /// -32700: the line is not JSON.
@@ -24,6 +25,37 @@ pub const SANDBOX_UNAVAILABLE: i64 = -32004;
 pub const CREDENTIAL: i64 = -32005;
 /// -32006: the audit trail could not be written.
 pub const AUDIT_UNAVAILABLE: i64 = -32006;
+/// Internal error (standard).
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// The JSON-RPC code of a failure of `kind` (docs/daemon.md, "Errors").
+/// Config and credential problems share exit 4's code.
+pub fn code_of(kind: FailureKind) -> i64 {
+    match kind {
+        FailureKind::Usage => INVALID_PARAMS,
+        FailureKind::Denied => CAPABILITY_DENIED,
+        FailureKind::Config | FailureKind::Credential => CREDENTIAL,
+        FailureKind::SandboxUnavailable | FailureKind::Lost => SANDBOX_UNAVAILABLE,
+        FailureKind::AuditUnavailable => AUDIT_UNAVAILABLE,
+        FailureKind::DaemonUnavailable => OVERLOADED,
+        FailureKind::NotFound => NOT_FOUND,
+        FailureKind::Internal => INTERNAL_ERROR,
+    }
+}
+
+/// The kind of failure a client reports for an error `code` of the daemon.
+pub fn kind_of(code: i64) -> FailureKind {
+    match code {
+        CAPABILITY_DENIED => FailureKind::Denied,
+        NOT_FOUND => FailureKind::NotFound,
+        CREDENTIAL => FailureKind::Credential,
+        OVERLOADED => FailureKind::DaemonUnavailable,
+        SANDBOX_UNAVAILABLE => FailureKind::SandboxUnavailable,
+        AUDIT_UNAVAILABLE => FailureKind::AuditUnavailable,
+        PARSE_ERROR | INVALID_REQUEST | METHOD_NOT_FOUND | INVALID_PARAMS => FailureKind::Usage,
+        _ => FailureKind::Internal,
+    }
+}
 
 /// A JSON-RPC error.
 #[derive(Debug, Clone, PartialEq)]
@@ -212,5 +244,37 @@ mod tests {
         assert_eq!(v["error"]["code"], NOT_FOUND);
         assert_eq!(v["error"]["data"]["handle"], "h");
         assert!(!e.contains('\n'));
+    }
+}
+
+#[cfg(test)]
+mod failure_code_tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_kind_has_one_code_that_a_client_reads_back() {
+        let kinds = [
+            FailureKind::Usage,
+            FailureKind::Denied,
+            FailureKind::Config,
+            FailureKind::Credential,
+            FailureKind::SandboxUnavailable,
+            FailureKind::AuditUnavailable,
+            FailureKind::Lost,
+            FailureKind::DaemonUnavailable,
+            FailureKind::NotFound,
+            FailureKind::Internal,
+        ];
+        for kind in kinds {
+            let back = kind_of(code_of(kind));
+            // The exit code survives the trip; config shares credential's
+            // code, and a lost sandbox the unavailable one.
+            assert_eq!(back.exit_code(), kind.exit_code(), "{kind:?} -> {back:?}");
+        }
+        assert_eq!(code_of(FailureKind::AuditUnavailable), AUDIT_UNAVAILABLE);
+        assert_eq!(
+            code_of(FailureKind::SandboxUnavailable),
+            SANDBOX_UNAVAILABLE
+        );
     }
 }

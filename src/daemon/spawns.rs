@@ -44,17 +44,8 @@ use crate::sandbox::launch::StdinSource;
 
 /// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
 fn rpc_error(f: Failure) -> RpcError {
-    let code = match f.exit {
-        3 => rpc::CAPABILITY_DENIED,
-        4 => rpc::CREDENTIAL,
-        5 if f.message.starts_with("audit unavailable") => rpc::AUDIT_UNAVAILABLE,
-        5 => rpc::SANDBOX_UNAVAILABLE,
-        6 => rpc::NOT_FOUND,
-        2 => rpc::INVALID_PARAMS,
-        _ => -32603,
-    };
     RpcError {
-        code,
+        code: rpc::code_of(f.kind),
         message: f.message,
         data: f.details,
     }

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-pub use outcome::{denial_failure, Failure, Success};
+pub use outcome::{denial_failure, Failure, FailureKind, Success};
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use report::conclude;
@@ -174,14 +174,11 @@ fn execute_inner<'a>(
                 Err(("setup_failed", failure)),
             )
             .err()
-            .unwrap_or_else(|| Failure::new(10, "an unstarted spawn reported success")),
-            Err(e) => Failure::new(
-                5,
-                format!(
-                    "audit unavailable: {e}; and nothing was run: {}",
-                    failure.message
-                ),
-            ),
+            .unwrap_or_else(|| Failure::internal("an unstarted spawn reported success")),
+            Err(e) => Failure::audit_unavailable(format!(
+                "audit unavailable: {e}; and nothing was run: {}",
+                failure.message
+            )),
         }
     };
     let landlock_abi = landlock_abi_version().unwrap_or(0);
@@ -191,7 +188,7 @@ fn execute_inner<'a>(
         .landlock_min_abi
         .max(LANDLOCK_ABI_REQUIRED);
     if landlock_abi < required {
-        return Err(unstarted(Failure::new(5, format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
+        return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
     let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
@@ -205,10 +202,10 @@ fn execute_inner<'a>(
     let home = &prepared.caller.home;
     let declared = ScopePath::parse(&plan.program.declared)
         .map(|p| p.expand(home))
-        .map_err(|e| unstarted(Failure::new(10, e.to_string())))?;
+        .map_err(|e| unstarted(Failure::internal(e.to_string())))?;
     let program = opener
         .take(&declared)
-        .ok_or_else(|| unstarted(Failure::new(10, "the program opened by the gate was lost")))?;
+        .ok_or_else(|| unstarted(Failure::internal("the program opened by the gate was lost")))?;
     // Unix sockets where the manifest grants socket paths; SysV IPC objects
     // where spawnd, as root, writes the sandbox's IPC limits; memfds where a
     // memory cgroup counts them.
@@ -218,7 +215,7 @@ fn execute_inner<'a>(
         matches!(identity.limits_via, LimitsVia::CgroupV1(_)),
     );
     let filter = filter_for(options)
-        .map_err(|e| unstarted(Failure::new(10, format!("seccomp filter: {e}"))))?;
+        .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
     let (stdin, pump) = (x.stdin, x.pump);
     let request = LaunchRequest {
         plan: &plan,
@@ -268,7 +265,9 @@ fn execute_inner<'a>(
             None,
             events::decision(&plan, &prepared.caller, &planned),
         )
-        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+        .map_err(|e| {
+            Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
+        })?;
     // The launch goes first (a clone here, or an order to the spawner), the
     // flush right after it: the disk works while the sandbox builds its root,
     // and starting the write-back does not hold the launch up.
@@ -281,9 +280,9 @@ fn execute_inner<'a>(
     }
     launching.open_cgroup_readings();
     let committing = std::time::Instant::now();
-    let decided = written
-        .commit()
-        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?;
+    let decided = written.commit().map_err(|e| {
+        Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
+    })?;
     let audit_commit = committing.elapsed();
     // Another spawn's record (the daemon's threads) failed to flush while
     // this one was gated: a flush error is reported once per open file, so
@@ -294,7 +293,7 @@ fn execute_inner<'a>(
             &audit,
             &decided.audit_id,
             &prepared.caller,
-            Err(("setup_failed", Failure::new(5, why))),
+            Err(("setup_failed", Failure::audit_unavailable(why))),
         );
     }
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
@@ -306,7 +305,8 @@ fn execute_inner<'a>(
             running
         }
         Err(e) => {
-            let failure = Failure::new(5, format!("sandbox setup failed: {e}; nothing was run"));
+            let failure =
+                Failure::sandbox_unavailable(format!("sandbox setup failed: {e}; nothing was run"));
             return record_exit(
                 &audit,
                 &decided.audit_id,
@@ -329,10 +329,9 @@ fn execute_inner<'a>(
         Err(e) => {
             // Lost after the program started (its spawner died, say): the
             // sandbox is gone, and the exit record says what happened.
-            let failure = Failure::new(
-                5,
-                format!("the sandbox was lost while its program ran: {e}; it was killed"),
-            );
+            let failure = Failure::lost(format!(
+                "the sandbox was lost while its program ran: {e}; it was killed"
+            ));
             return record_exit(
                 &audit,
                 &decided.audit_id,

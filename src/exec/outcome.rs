@@ -1,16 +1,60 @@
 //! What one spawn (or any command) ends in: a [`Success`] with its data and
-//! exit code, or a [`Failure`] with its exit code, message and details. The
+//! exit code, or a [`Failure`] with its kind, message and details. The
 //! CLI prints them (`crate::cli::output`); the daemon turns them into
 //! JSON-RPC answers.
 
 use serde::Serialize;
 use serde_json::Value;
 
+/// Why a command failed: the one fact its exit code
+/// ([`FailureKind::exit_code`]) and, over the daemon's socket, its JSON-RPC
+/// code (`crate::daemon::rpc::code_of`) derive from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The command line or the call is malformed.
+    Usage,
+    /// The gate refused the request (a denial).
+    Denied,
+    /// A config or manifest problem.
+    Config,
+    /// A credential binding is missing or cannot be read.
+    Credential,
+    /// A kernel layer is missing or the sandbox's setup failed: nothing ran.
+    SandboxUnavailable,
+    /// The audit log cannot be written: nothing ran (or was recorded).
+    AuditUnavailable,
+    /// The sandbox was lost while its program ran (its spawner died).
+    Lost,
+    /// The daemon cannot be reached, is overloaded, or cannot start.
+    DaemonUnavailable,
+    /// A connector, operation, file or handle that does not exist.
+    NotFound,
+    /// Something that should not happen.
+    Internal,
+}
+
+impl FailureKind {
+    /// The process exit code (docs/cli.md, "Exit codes").
+    pub fn exit_code(self) -> i32 {
+        match self {
+            FailureKind::Usage => 2,
+            FailureKind::Denied => 3,
+            FailureKind::Config | FailureKind::Credential => 4,
+            FailureKind::SandboxUnavailable
+            | FailureKind::AuditUnavailable
+            | FailureKind::Lost
+            | FailureKind::DaemonUnavailable => 5,
+            FailureKind::NotFound => 6,
+            FailureKind::Internal => 10,
+        }
+    }
+}
+
 /// A command that failed, with everything needed to report it.
 #[derive(Debug)]
 pub struct Failure {
-    /// Process exit code (SPEC §10).
-    pub exit: i32,
+    /// Why.
+    pub kind: FailureKind,
     /// One line (or a few) for humans.
     pub message: String,
     /// Structured details (the denial object, manifest problems, …).
@@ -18,28 +62,66 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// A failure with exit code `exit`.
-    pub fn new(exit: i32, message: impl Into<String>) -> Failure {
+    /// A failure of `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
         Failure {
-            exit,
+            kind,
             message: message.into(),
             details: None,
         }
     }
 
-    /// Usage error (2).
+    /// The process exit code.
+    pub fn exit(&self) -> i32 {
+        self.kind.exit_code()
+    }
+
+    /// Usage error.
     pub fn usage(message: impl Into<String>) -> Failure {
-        Failure::new(2, message)
+        Failure::new(FailureKind::Usage, message)
     }
 
-    /// Config, manifest or credential problem (4).
+    /// Config or manifest problem.
     pub fn config(message: impl Into<String>) -> Failure {
-        Failure::new(4, message)
+        Failure::new(FailureKind::Config, message)
     }
 
-    /// Not found (6).
+    /// Not found.
     pub fn not_found(message: impl Into<String>) -> Failure {
-        Failure::new(6, message)
+        Failure::new(FailureKind::NotFound, message)
+    }
+
+    /// A kernel layer missing or the sandbox setup failing.
+    pub fn sandbox_unavailable(message: impl Into<String>) -> Failure {
+        Failure::new(FailureKind::SandboxUnavailable, message)
+    }
+
+    /// The audit log cannot be written.
+    pub fn audit_unavailable(message: impl Into<String>) -> Failure {
+        Failure::new(FailureKind::AuditUnavailable, message)
+    }
+
+    /// The sandbox was lost while its program ran.
+    pub fn lost(message: impl Into<String>) -> Failure {
+        Failure::new(FailureKind::Lost, message)
+    }
+
+    /// Something that should not happen.
+    pub fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(FailureKind::Internal, message)
+    }
+
+    /// Not found when `e` says so, else a failure of `otherwise`.
+    pub fn from_io(
+        e: &std::io::Error,
+        otherwise: FailureKind,
+        message: impl Into<String>,
+    ) -> Failure {
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound => FailureKind::NotFound,
+            _ => otherwise,
+        };
+        Failure::new(kind, message)
     }
 
     /// Attaches structured details.
@@ -81,5 +163,10 @@ pub fn denial_failure(denial: &crate::policy::Denial) -> Failure {
     if !denial.granted.is_empty() {
         message.push_str(&format!("\n  granted:   {}", denial.granted.join(", ")));
     }
-    Failure::new(denial.exit_code(), message).with_details(denial)
+    let kind = match denial.exit_code() {
+        4 => FailureKind::Credential,
+        6 => FailureKind::NotFound,
+        _ => FailureKind::Denied,
+    };
+    Failure::new(kind, message).with_details(denial)
 }

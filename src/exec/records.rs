@@ -26,15 +26,17 @@ pub(super) fn record_denial(
             denial.audit_id = Some(recorded.audit_id);
             denial_failure(&denial)
         }
-        Err(e) => Failure::new(5, format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")),
+        Err(e) => Failure::audit_unavailable(format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")),
     }
 }
 
 /// The audit log from the config; without one nothing runs.
 pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
-    let path = config.audit.path.as_deref().ok_or_else(|| Failure::new(5, "audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
+    let path = config.audit.path.as_deref().ok_or_else(|| Failure::audit_unavailable("audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
-        .map_err(|e| Failure::new(5, format!("audit unavailable: {e}; nothing was run")))?
+        .map_err(|e| {
+            Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
+        })?
         .with_rotation(config.audit.rotate_bytes)
         .with_retention(config.audit.keep_rotated);
     Ok(match load_audit_key(config)? {
@@ -132,6 +134,6 @@ pub fn load_audit_key(config: &crate::config::Config) -> Result<Option<Vec<u8>>,
         return Ok(None);
     };
     let secret = crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
-        .map_err(|e| Failure::new(5, format!("audit unavailable: the HMAC key: {e}")))?;
+        .map_err(|e| Failure::audit_unavailable(format!("audit unavailable: the HMAC key: {e}")))?;
     Ok(Some(secret.expose().to_vec()))
 }

@@ -78,7 +78,11 @@ pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
         timings,
     } = ran;
     let (exit_code, signal) = match &o.ending {
-        Ending::SetupFailed(why) => return Err(Failure::new(5, format!("spawn_sandbox_unavailable: sandbox setup failed: {why}; nothing of the program ran"))),
+        Ending::SetupFailed(why) => {
+            return Err(Failure::sandbox_unavailable(format!(
+            "spawn_sandbox_unavailable: sandbox setup failed: {why}; nothing of the program ran"
+        )))
+        }
         Ending::Exited(c) => (Some(*c), None),
         Ending::Signaled(s) => (None, Some(*s)),
     };
