@@ -1,6 +1,6 @@
 //! The one place that turns a command's outcome into output and an exit code:
 //! human text, or the `{ok, tool, command, data | error, meta}` envelope of the
-//! connector CLI contract (SPEC §10). Human text reaches the terminal with
+//! connector CLI contract (docs/cli.md). Human text reaches the terminal with
 //! its control characters escaped, line by line ([`printable_lines`]); a
 //! command that puts outside text into one line escapes it there
 //! ([`crate::printable::printable`]), so that it cannot add lines either.
@@ -13,7 +13,7 @@ use crate::printable::printable_lines;
 /// A command that failed, with everything needed to report it.
 #[derive(Debug)]
 pub struct Failure {
-    /// Process exit code (SPEC §10).
+    /// Process exit code (docs/cli.md).
     pub exit: i32,
     /// One line (or a few) for humans.
     pub message: String,
