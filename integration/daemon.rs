@@ -937,7 +937,7 @@ fn as_root_the_daemon_checks_each_scope_as_the_calling_user() {
 
     // A read scope nobody may not list, one it cannot reach, a write scope it
     // may not write: each refused, naming the scope, nothing run. Root's
-    // program runs as 65534 (SPEC §4): it is refused where 65534 may not use
+    // program runs as 65534 (docs/sandbox.md): it is refused where 65534 may not use
     // a scope's own inode, and allowed where only the path to it is closed
     // (the sandbox makes its own path).
     let cases: [(&dyn Fn(), &std::path::Path, &str, bool); 3] = [

@@ -467,7 +467,7 @@ fn unix_sockets_binds_nothing_but_sockets() {
 
 /// `run_as` is root callers' identity: another caller's program runs as its
 /// caller, so it gets nothing `run_as` owns. Only `run_as_everyone` makes
-/// every program `run_as` (and the README says what that grants).
+/// every program `run_as` (and docs/operations.md says what that grants).
 #[test]
 fn run_as_is_for_root_callers_unless_the_operator_says_everyone() {
     for (extra, expected) in [

@@ -1,4 +1,4 @@
-//! Program identity (SPEC §3): open the declared program once, refuse anything
+//! Program identity (docs/security.md, "The gate"): open the declared program once, refuse anything
 //! but a regular file, refuse setuid/setgid and file capabilities, and hash the
 //! bytes through that same descriptor. The descriptor is kept so the launcher
 //! executes exactly what was hashed (no check-then-exec by path).

@@ -1,5 +1,5 @@
 //! Credentials: the `Secret` type (never printed, wiped on drop) and reading
-//! an operator binding's value at spawn time (SPEC §5):
+//! an operator binding's value at spawn time (docs/operations.md, "Credentials"):
 //! - `file:PATH`: a file owned by spawnd's user and readable by no one else;
 //! - `systemd:NAME`: `$CREDENTIALS_DIRECTORY/NAME` (`LoadCredential=`);
 //! - `keyring:DESC`: a `user` key in the Linux kernel keyring, found with

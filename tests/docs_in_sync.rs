@@ -1,16 +1,20 @@
-//! The README's tables of reserved env keys and denial reasons must list every
-//! entry of the code's tables, so documentation cannot drift from behaviour.
+//! The docs' reference tables must list every entry of the code's tables, so
+//! documentation cannot drift from behaviour: reserved env keys in
+//! `docs/manifest.md`, denial reasons in `docs/cli.md`, operator config keys
+//! in `docs/operations.md`.
 
 use spawnd::manifest::env_keys::RESERVED_ENV;
 use spawnd::policy::REASONS;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+/// The text of `docs/NAME`.
+fn doc(name: &str) -> String {
+    let path = format!("{}/docs/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 #[test]
-fn every_reserved_env_key_is_in_the_readme() {
-    let text = readme();
+fn every_reserved_env_key_is_in_the_manifest_doc() {
+    let text = doc("manifest.md");
     for entry in RESERVED_ENV {
         let shown = if entry.prefix {
             format!("`{}*`", entry.key)
@@ -19,14 +23,14 @@ fn every_reserved_env_key_is_in_the_readme() {
         };
         assert!(
             text.contains(&format!("| {shown} | {} |", entry.why)),
-            "README lacks the row for {shown}"
+            "docs/manifest.md lacks the row for {shown}"
         );
     }
 }
 
 #[test]
-fn every_denial_reason_is_in_the_readme() {
-    let text = readme();
+fn every_denial_reason_is_in_the_cli_doc() {
+    let text = doc("cli.md");
     for r in REASONS {
         let row = format!(
             "| `{}` | `{}` | `{}` | {} |",
@@ -35,7 +39,7 @@ fn every_denial_reason_is_in_the_readme() {
             r.detail,
             r.when
         );
-        assert!(text.contains(&row), "README lacks the row {row}");
+        assert!(text.contains(&row), "docs/cli.md lacks the row {row}");
     }
 }
 
@@ -66,8 +70,8 @@ fn config_fields() -> Vec<(&'static str, String)> {
 }
 
 #[test]
-fn every_operator_config_key_is_in_the_readme() {
-    let text = readme();
+fn every_operator_config_key_is_in_the_operations_doc() {
+    let text = doc("operations.md");
     let section = &text[text.find("## Operator config").expect("the section")..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     let fields = config_fields();
@@ -79,6 +83,9 @@ fn every_operator_config_key_is_in_the_readme() {
                     || row.contains(&format!("`{table} {key}`,"))
                     || row.contains(&format!(" `{key}`")))
         });
-        assert!(documented, "README's operator config lacks {table} {key}");
+        assert!(
+            documented,
+            "docs/operations.md's operator config lacks {table} {key}"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! The audit trail (SPEC §7): one append-only JSON-lines file, every record
+//! The audit trail (docs/audit.md): one append-only JSON-lines file, every record
 //! hash-chained to the one before and made durable before the decision takes
 //! effect (`log`), the record format and chain (`record`), and verification
 //! (`verify`). Values of arguments and env keys are never written: records

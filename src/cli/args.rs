@@ -1,4 +1,4 @@
-//! Command-line syntax (SPEC §8), declared with clap. Help text teaches by example.
+//! Command-line syntax (docs/cli.md), declared with clap. Help text teaches by example.
 
 use std::path::PathBuf;
 
@@ -23,7 +23,8 @@ Examples:
 
 Exit codes: 0 ok, 2 usage, 3 denied, 4 config/manifest/credential, 5 kernel layer or
 audit unavailable, 6 not found, 10 internal. Every command takes --json for the
-{ok, tool, command, data|error, meta} envelope.";
+{ok, tool, command, data|error, meta} envelope. Reference: docs/ in the source,
+docs/cli.md for commands, exit codes and denial reasons.";
 
 /// spawnd: run local CLIs for untrusted callers, inside what a manifest declares.
 #[derive(Debug, Parser)]
@@ -98,7 +99,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         manifest: Vec<PathBuf>,
     },
-    /// Run the supervisor daemon: JSON-RPC 2.0 over a Unix socket (SPEC §6).
+    /// Run the supervisor daemon: JSON-RPC 2.0 over a Unix socket (docs/daemon.md).
     #[command(
         after_help = "Examples:\n  spawnd serve --config /etc/spawnd/config.toml\n  spawnd serve --socket /tmp/spawnd.sock\n  printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}' | socat - UNIX-CONNECT:/run/spawnd/spawnd.sock\n\nThe socket is systemd's (LISTEN_FDS) or `[server] socket` (mode `socket_mode`,\ngroup `socket_group`). SIGTERM or SIGINT stops accepting and lets open\nconnections finish (up to 10 s)."
     )]

@@ -1,6 +1,6 @@
 //! The one place that turns a command's outcome into output and an exit code:
 //! human text, or the `{ok, tool, command, data | error, meta}` envelope of the
-//! connector CLI contract (SPEC §10). Human text reaches the terminal with
+//! connector CLI contract (docs/cli.md). Human text reaches the terminal with
 //! its control characters escaped, line by line ([`printable_lines`]); a
 //! command that puts outside text into one line escapes it there
 //! ([`crate::printable::printable`]), so that it cannot add lines either.

@@ -1,5 +1,5 @@
 //! `spawnd run --socket S`: the request `run` would make, sent to a daemon
-//! (`spawnd serve`) over its JSON-RPC socket (SPEC §6) instead of run in this
+//! (`spawnd serve`) over its JSON-RPC socket (docs/daemon.md) instead of run in this
 //! process. The daemon's loaded manifest and config apply. Output streams live
 //! (or comes back as the `--json` result), and the exit code follows the child
 //! exactly as in-process `run` does; a refusal carries the daemon's denial.
@@ -162,7 +162,7 @@ impl Client {
         })
     }
 
-    /// The result of `method`, or its error as spawnd's failure (SPEC §10).
+    /// The result of `method`, or its error as spawnd's failure (docs/cli.md).
     fn call(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
         let id = self.next_id;
         self.next_id += 1;
@@ -232,7 +232,7 @@ impl Client {
     }
 }
 
-/// A JSON-RPC error as spawnd's failure: the exit code of SPEC §10 for its
+/// A JSON-RPC error as spawnd's failure: the exit code of docs/cli.md for its
 /// code, the daemon's message, and the denial object as details.
 fn failure_of(error: &Value) -> Failure {
     let kind = crate::daemon::rpc::kind_of(error["code"].as_i64().unwrap_or(0));

@@ -77,7 +77,7 @@ fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {
                 })?;
             // Copied through a pipe, whatever it is (a regular file, a tty, a
             // fifo): the child never holds the host file's descriptor, through
-            // which it could change the file's mode or times (SPEC §4).
+            // which it could change the file's mode or times (docs/sandbox.md).
             Ok((StdinSource::Pipe, Some(Box::new(file))))
         }
     }

@@ -1,4 +1,4 @@
-//! The operator config (SPEC §9): one TOML file, every key optional, unknown
+//! The operator config (docs/operations.md): one TOML file, every key optional, unknown
 //! keys refused. Parsed into typed values here; reading the file and choosing
 //! the default audit location are the only I/O, at the edges of this module.
 //! Credential sources are locators (`file:…`, `exec:…`), never secret values.
@@ -166,7 +166,7 @@ pub const DEFAULT_KEEP_ROTATED: u32 = 10;
 /// `[server] refusal_window_ms` when the config does not say.
 pub const DEFAULT_REFUSAL_WINDOW_MS: u64 = 60_000;
 
-/// The default read-only system runtime (SPEC §9).
+/// The default read-only system runtime (docs/operations.md).
 pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
     "/usr",
     "/lib",
@@ -176,7 +176,7 @@ pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
     "/etc/ld.so.cache",
 ];
 
-/// Where the audit log lives when the config does not say (SPEC §9).
+/// Where the audit log lives when the config does not say (docs/operations.md).
 pub fn default_audit_path(
     uid: u32,
     xdg_state_home: Option<&str>,

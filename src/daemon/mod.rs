@@ -1,6 +1,6 @@
 //! `spawnd serve`: the supervisor daemon. Connector runtimes do not fork;
 //! they ask spawnd over a Unix socket, JSON-RPC 2.0 one object per line
-//! (SPEC §6), and read results by handle.
+//! (docs/daemon.md), and read results by handle.
 //!
 //! Process layout: before anything else, `serve` forks the single-threaded
 //! [`crate::spawner`] (sandboxes are cloned only there); then it starts a

@@ -1,6 +1,6 @@
-//! JSON-RPC 2.0 framing rules of SPEC §6, as pure functions: one object per
+//! JSON-RPC 2.0 framing rules of docs/daemon.md, as pure functions: one object per
 //! line, no batches, `id` a string, number or null (absent: a notification,
-//! which gets no answer), and the error codes of SPEC §10.
+//! which gets no answer), and its error codes.
 
 use crate::exec::FailureKind;
 use serde_json::{json, Map, Value};

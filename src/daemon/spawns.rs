@@ -42,7 +42,7 @@ use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
 use crate::sandbox::launch::StdinSource;
 
-/// A failure of the shared pipeline, as a JSON-RPC error (SPEC §10 codes).
+/// A failure of the shared pipeline, as a JSON-RPC error (the codes of docs/daemon.md).
 fn rpc_error(f: Failure) -> RpcError {
     RpcError {
         code: rpc::code_of(f.kind),
@@ -239,8 +239,8 @@ pub async fn spawn(
         thread_handle.changed.notify_waiters();
         drop(thread_handle);
         // The caller has its result; the exit record, already in the log
-        // and chained, is flushed now (SPEC §7 orders only decisions and
-        // denials before what they allow), while init finishes leaving. The
+        // and chained, is flushed now (docs/audit.md: only decisions and denials must
+        // be durable before what they allow), while init finishes leaving. The
         // permit is held until then, so a shutdown waits for the flush. A
         // failed flush stops every later spawn (`group_sync` keeps it).
         if let Some(Err(e)) = exit_record.map(crate::audit::Unsynced::commit) {

@@ -1,7 +1,7 @@
 //! Where a spawn's sandbox is launched (in this process, or by the
 //! daemon's spawner) and as whom: [`Launching`], the sandbox building its root while
 //! the decision record goes to disk, and [`Identity`], the child's ids and
-//! how its memory and processes are limited (SPEC §4).
+//! how its memory and processes are limited (docs/sandbox.md).
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;

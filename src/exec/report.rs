@@ -1,4 +1,4 @@
-//! The result of a spawn: the SPEC §10 `data` object (exit, signal,
+//! The result of a spawn: the `data` object of docs/cli.md (exit, signal,
 //! timing, what isolation was applied, each stream as text or base64 with its
 //! byte counts and sha256), spawnd's own notes on stderr, and the exit code
 //! (the child's, 128+N after signal N, 124 after the wall time).

@@ -2,8 +2,8 @@
 //! keys no manifest may pass to a child. Each reserved key turns data into code:
 //! it makes the dynamic loader, a shell or an interpreter load or run something
 //! the caller chose. A child that receives one is no longer running the program
-//! that was hashed. The README's "Reserved environment keys" section mirrors
-//! this table (a test keeps the two in step).
+//! that was hashed. The "Reserved environment keys" table of docs/manifest.md
+//! mirrors this one (tests/docs_in_sync.rs keeps the two in step).
 
 /// A reserved key or key prefix and why it is reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,7 +37,7 @@ pub struct LimitSpec {
     pub ceiling: u64,
 }
 
-/// Defaults and ceilings (SPEC §2). The wall-time ceiling here is the operator's
+/// Defaults and ceilings (docs/manifest.md). The wall-time ceiling here is the operator's
 /// default; `[sandbox] max_wall_time_ms` can raise it.
 pub const LIMIT_SPECS: [LimitSpec; 7] = [
     LimitSpec {

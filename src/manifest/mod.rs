@@ -1,4 +1,4 @@
-//! Connector manifests (SPEC §2): strict TOML parsing into raw types, then
+//! Connector manifests (docs/manifest.md): strict TOML parsing into raw types, then
 //! validation into a typed [`Manifest`]. Pure: no file I/O here beyond what the
 //! caller hands in as text (`load_file` is the one thin reader at the edge).
 

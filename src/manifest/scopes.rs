@@ -32,7 +32,7 @@ pub(super) fn check_env_list(
             );
             ok = false;
         } else if let Some(r) = reserved(key) {
-            c.error(k.span(), &key_path, format!("`{key}` is reserved: {}", r.why), "no manifest may pass loader or interpreter keys; see the README's reserved-key table");
+            c.error(k.span(), &key_path, format!("`{key}` is reserved: {}", r.why), "no manifest may pass loader or interpreter keys; see the reserved keys in docs/manifest.md");
             ok = false;
         } else if field == "env_passthrough" && REDIRECTING_ENV.contains(&key.as_str()) {
             seen.insert(key.clone());

@@ -53,7 +53,7 @@ fn i1_cwd_and_a_real_hash_are_valid_but_an_elided_hash_is_not() {
     );
     let m = load(&text).unwrap();
     assert_eq!(m.spawn.unwrap().programs[0].hash.unwrap().to_string(), HASH);
-    // Reference: "sha256:abc123" is valid. spawnd (SPEC §2): 64 lowercase hex required.
+    // Reference: "sha256:abc123" is valid. spawnd (docs/manifest.md): 64 lowercase hex required.
     expect_error(
         &good_spawn(
             "[{ path = \"/usr/bin/git\", hash = \"sha256:abc123\" }]",

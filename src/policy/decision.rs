@@ -1,5 +1,5 @@
 //! The gate's answer: a `SpawnPlan`, or a `Denial` carrying the full denial
-//! object of SPEC §3. Messages name what was refused and how to get it allowed,
+//! object of docs/cli.md. Messages name what was refused and how to get it allowed,
 //! and never contain a value the caller supplied for a placeholder or env key.
 
 use serde::Serialize;
@@ -107,7 +107,7 @@ impl Denial {
         self
     }
 
-    /// The process exit code for this denial (SPEC §10).
+    /// The process exit code for this denial (docs/cli.md).
     pub fn exit_code(&self) -> i32 {
         match self.reason {
             Reason::ConnectorUnknown | Reason::OpUnknown => 6,

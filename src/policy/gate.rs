@@ -1,4 +1,4 @@
-//! The gate (SPEC §3): one function from (context, caller, request) to a
+//! The gate (docs/security.md, "The gate"): one function from (context, caller, request) to a
 //! `Decision`. Checks run in the order the SPEC fixes and the first failure
 //! gives the reason. Pure apart from the `ProgramInspector` it is handed.
 

@@ -1,4 +1,4 @@
-//! The spawn gate (SPEC §3): requests, the pure decision function, decisions
+//! The spawn gate (docs/security.md, "The gate"): requests, the pure decision function, decisions
 //! and denial reasons. Nothing here touches the kernel; the program file is
 //! looked at only through the `ProgramInspector` the caller passes in.
 

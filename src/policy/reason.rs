@@ -1,6 +1,7 @@
-//! The one table of denial reasons (SPEC §10): each reason's wire name, its
-//! `boundary_detail`, its error class and when it is given. The README's reason
-//! table is generated from this one (`spawnd capabilities --json` prints it too).
+//! The one table of denial reasons (docs/cli.md): each reason's wire name, its
+//! `boundary_detail`, its error class and when it is given. The reason table of
+//! docs/cli.md mirrors this one (tests/docs_in_sync.rs keeps the two in step),
+//! and `spawnd capabilities --json` prints it.
 
 use serde::Serialize;
 

@@ -57,7 +57,7 @@ pub enum StdinSource {
     Null,
     /// Bytes spawnd writes into a pipe (its own stdin, a `--stdin-file`, or
     /// request bytes). Never a host file's own descriptor: the program could
-    /// `fchmod` or `futimens` the file through it (SPEC §4).
+    /// `fchmod` or `futimens` the file through it (docs/sandbox.md).
     Pipe,
 }
 
@@ -118,7 +118,7 @@ pub struct LaunchOrder {
     /// Memory/process limit mechanism.
     pub limits_via: LimitsVia,
     /// As root for another user: create, open and check every scope as this
-    /// caller (SPEC §4), so nothing is bound that the caller could not open.
+    /// caller (docs/sandbox.md), so nothing is bound that the caller could not open.
     #[serde(default)]
     pub check_as: Option<CallerCreds>,
 }

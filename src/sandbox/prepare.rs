@@ -123,7 +123,7 @@ pub(super) fn is_script(program: &File) -> bool {
 
 /// A `#!` script reaches its interpreter as `/dev/fd/3`, the descriptor the
 /// kernel executed. The host file's own descriptor there would let the
-/// program `fchmod` or `futimens` its script on the host (SPEC §4), so the
+/// program `fchmod` or `futimens` its script on the host (docs/sandbox.md), so the
 /// script runs from a copy: a memfd written here, sealed against every
 /// change of its bytes and size, and hashed as it is written. The copy must
 /// have the digest the gate decided on, else nothing runs: what was hashed

@@ -1,5 +1,5 @@
 //! Replacing credential values in captured output with `[REDACTED:KEY]`
-//! before anyone sees or hashes it (SPEC §5). Streaming: a value split across
+//! before anyone sees or hashes it (docs/operations.md, "Credentials"). Streaming: a value split across
 //! reads is still found, because bytes that could begin one are held back
 //! until the next read (or the end) decides. The values live in wiped memory.
 

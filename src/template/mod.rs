@@ -1,5 +1,5 @@
 //! Operation templates: the `argv` of a manifest operation, with `{name}`
-//! placeholders and `[ … ]` optional groups (SPEC §2). This module parses a
+//! placeholders and `[ … ]` optional groups (docs/manifest.md). This module parses a
 //! template, proves it unambiguous for a set of [`Params`], substitutes
 //! arguments into an argv (for `spawn_op`) and matches a raw argv back to
 //! arguments (for a raw `spawn`), applying the same value rules both ways.

@@ -183,7 +183,7 @@ pub struct FilterOptions {
     /// `socket(AF_UNIX, …)` and datagram `socketpair(AF_UNIX, …)` are
     /// allowed: for a manifest that grants the socket paths its program
     /// needs. Otherwise both get EPERM, so no host service is reachable
-    /// through a socket a scope happens to expose (SPEC §4); stream and
+    /// through a socket a scope happens to expose (docs/sandbox.md); stream and
     /// seqpacket socketpairs, which stay connected to each other, are
     /// allowed either way.
     pub allow_unix_sockets: bool,
