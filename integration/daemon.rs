@@ -1201,7 +1201,7 @@ fn the_spawner_runs_ahead_and_its_programs_at_the_daemons_priority() {
     }
 }
 
-/// Found in review: a sandbox whose setup fails inside it (here, a scope
+/// A sandbox whose setup fails inside it (here, a scope
 /// swapped for another directory between the daemon's check and the
 /// sandbox's mount) has usually left the go-ahead pipe broken by the time
 /// the daemon releases the program; the daemon must still report the

@@ -364,7 +364,7 @@ fn r59_killing_spawnd_kills_its_spawner_and_the_sandbox() {
     assert_killing_spawnd_kills_the_sandbox(As::RootViaSpawner, &[], "via-spawner");
 }
 
-/// Found in review: changing uid clears the parent-death signal; it is set again.
+/// Changing uid clears the parent-death signal; it is set again.
 #[test]
 fn r59_killing_spawnd_kills_the_sandbox_when_the_child_runs_as_another_uid() {
     let w = world();
@@ -376,7 +376,7 @@ fn r59_killing_spawnd_kills_the_sandbox_when_the_child_runs_as_another_uid() {
     );
 }
 
-/// Found in review: a stdin source that never delivers must not stall the timeout.
+/// A stdin source that never delivers must not stall the timeout.
 #[test]
 fn r57_a_stdin_that_never_ends_does_not_stall_the_wall_time() {
     let w = world();
@@ -631,7 +631,7 @@ fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
     );
 }
 
-/// Found in review: a symlink planted in a writable scope by one run must not
+/// A symlink planted in a writable scope by one run must not
 /// redirect a scope (or a mount target) of a later run to host paths. The
 /// later run is another connector's, whose read scopes lie where the first
 /// one could write (a read scope nested in the same manifest's write scope
@@ -712,7 +712,7 @@ fn f22_planted_symlinks_do_not_redirect_later_runs_as_nobody() {
     assert_planted_symlinks_do_not_redirect_later_runs(As::Nobody);
 }
 
-/// Found in the second review: a scope at `/tmp` bound the staging root and
+/// A scope at `/tmp` bound the staging root and
 /// undid Landlock's write limits; it is refused. /proc's sensitive entries are
 /// read-only and memfds are noexec by default in every sandbox.
 #[test]

@@ -23,6 +23,6 @@ pub use paths::{system_path_overlap, PathProblem, ScopePath, SYSTEM_PATHS};
 pub use validate::{parse_manifest, LoadOptions};
 
 #[cfg(test)]
-mod tests;
+mod stricter_than_adr_tests;
 #[cfg(test)]
-mod tests_spawnd;
+mod tests;

@@ -17,10 +17,10 @@ pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
 
 #[cfg(test)]
+mod hostile_request_tests;
+#[cfg(test)]
+mod reference_behaviour_tests;
+#[cfg(test)]
 mod test_support;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_r;
-#[cfg(test)]
-mod tests_review;

@@ -176,7 +176,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     // adding to it). Nothing that resolves a path goes there: until the
     // detach is done, the host's root is at the old root's mount point, and
     // a link the owner of a writable scope swaps in could lead a working
-    // directory or a Landlock rule into it (found in review).
+    // directory or a Landlock rule into it.
     let (staged, prepared_ahead) = match s.staged.take() {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),

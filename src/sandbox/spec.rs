@@ -212,9 +212,8 @@ pub fn build_spec(
             return Err(SpecError::ManagedPath(scope.clone(), managed));
         }
         // The sandbox's /tmp is private: a scope at /tmp or above it would
-        // bind the host's over it (found in review, when the root was still
-        // staged on /tmp; it is staged on /sys now, itself refused above).
-        // Scopes below /tmp (`/tmp/x`) are bound from the host as usual.
+        // bind the host's over it. Scopes below /tmp (`/tmp/x`) are bound
+        // from the host as usual.
         if Path::new(STAGED_TMP).starts_with(scope) {
             return Err(SpecError::ManagedPath(scope.clone(), STAGED_TMP));
         }

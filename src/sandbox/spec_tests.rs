@@ -203,7 +203,7 @@ fn scopes_over_managed_paths_and_missing_cwds_are_refused() {
     );
 }
 
-/// Found in review: a `/tmp` scope bound the staging root; `/tmp/work` was chowned.
+/// A `/tmp` scope would bind the host's over the staging root, and `/tmp/work` is spawnd's own.
 #[test]
 fn scopes_at_or_above_the_staging_tmp_or_on_the_fresh_cwd_are_refused() {
     for bad in ["/tmp", "/", "/tmp/work", "/tmp/work/x"] {

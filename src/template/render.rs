@@ -281,7 +281,7 @@ mod leading_dash_tests {
     use super::super::{ParamRule, Pattern};
     use super::*;
 
-    /// Found in review: `{scope}-{name}` with an empty scope renders `-` and
+    /// `{scope}-{name}` with an empty scope renders `-` and
     /// then the caller's name, an option the caller chose.
     #[test]
     fn a_caller_value_in_an_element_that_renders_with_a_leading_dash_is_refused() {

@@ -1,11 +1,11 @@
-//! Gate cases found by the adversarial review of the first release, each a
-//! regression test: raw-envelope shadowing, home write scopes that land on
-//! system paths, malformed env keys and control characters in echoed values.
+//! The gate against hostile requests: a raw envelope that a broad operation
+//! would shadow, home write scopes that land on system paths, malformed env
+//! keys, and control characters or unbounded names echoed into denials.
 
 use super::test_support::*;
 use super::*;
 
-/// Found in review: a broad operation declared beside a narrow one must not
+/// A broad operation declared beside a narrow one must not
 /// shadow it for raw envelopes (wrong mode or action refusal).
 #[test]
 fn a_raw_argv_takes_the_first_matching_operation_that_is_permitted() {
@@ -33,7 +33,7 @@ argv = "git show {ref}"
     assert_reason(&d, Reason::ModeInsufficient, "action");
 }
 
-/// Found in review: `~/` write scopes are checked after expansion, for this caller.
+/// `~/` write scopes are checked after expansion, for this caller.
 #[test]
 fn a_home_write_scope_that_lands_on_a_system_path_is_refused() {
     // (`fs_read = ["~/code/"]` would lie inside it: refused on its own.)

@@ -144,7 +144,7 @@ fn caller_chosen_home_or_path_is_allowed_with_a_warning() {
     );
 }
 
-/// Found in review: the manifest's cwd must lie in a scope written the same way.
+/// The manifest's cwd must lie in a scope written the same way.
 #[test]
 fn a_manifest_cwd_outside_every_scope_is_refused() {
     for cwd in ["/etc", "/home/alr/code", "~/elsewhere"] {
@@ -156,7 +156,7 @@ fn a_manifest_cwd_outside_every_scope_is_refused() {
     assert!(load(&good_spawn(PROGRAMS, LOG_OP, ENV, "cwd = \"~/code/sub\"")).is_ok());
 }
 
-/// Found in review: a path value must be the path the program opens.
+/// A path value must be the path the program opens.
 #[test]
 fn a_path_placeholder_after_a_directory_literal_is_refused() {
     for argv in ["cat /srv/{p}", "cat --file=~/{p}", "cat x/{p}"] {
