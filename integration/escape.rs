@@ -70,7 +70,9 @@ as_root_and_nobody! {
     t4_no_process_outside_the_sandbox_can_be_signalled => |who| blocked(who, "kill-parent-group", &[]);
 
     // S — syscall filter
+    #[cfg(target_arch = "x86_64")]
     s5_x32_syscalls_are_killed => |who| blocked(who, "x32-syscall", &[]);
+    #[cfg(target_arch = "x86_64")]
     s5_i386_int80_is_killed => |who| blocked(who, "int80-i386", &[]);
     s6_clone3_with_a_new_user_namespace_is_refused => |who| blocked(who, "clone3-newuser", &[]);
     s6_clone_with_a_new_user_namespace_is_refused => |who| blocked(who, "clone-newuser", &[]);
@@ -91,9 +93,12 @@ as_root_and_nobody! {
     s16_the_mount_family_is_refused => |who| { for a in ["mount-tmpfs", "umount-root", "pivot-root", "open-tree", "fsopen"] { blocked(who, a, &[]); } };
     s18_dangerous_prctl_options_are_refused => |who| { blocked(who, "prctl-set-ptracer-any", &[]); blocked(who, "prctl-set-mm", &[]); };
     s19_privileged_leftovers_are_refused => |who| {
-        for a in ["init-module", "kexec-load", "open-by-handle-at", "iopl", "reboot", "settimeofday", "acct", "swapon"] {
+        for a in ["init-module", "kexec-load", "open-by-handle-at", "reboot", "settimeofday", "acct", "swapon"] {
             blocked(who, a, &[]);
         }
+        // Port I/O privileges: an x86 call, absent elsewhere.
+        #[cfg(target_arch = "x86_64")]
+        blocked(who, "iopl", &[]);
     };
     s20_the_program_has_no_privileges_and_runs_filtered => |who| blocked(who, "no-new-privs-and-caps", &[]);
     s21_the_program_cannot_change_its_inits_limits_but_may_change_its_own => |who| {

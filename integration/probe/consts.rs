@@ -4,8 +4,10 @@
 use libc::{c_int, c_long, c_uint, c_ulong};
 
 /// Bit that marks an x32-ABI system call number on x86_64.
+#[cfg(target_arch = "x86_64")]
 pub const X32_SYSCALL_BIT: c_long = 0x4000_0000;
 /// `getpid` in the i386 system call table (reached through `int 0x80`).
+#[cfg(target_arch = "x86_64")]
 pub const I386_GETPID: i32 = 20;
 
 /// `TIOCLINUX` subcode that only reads the keyboard shift state.

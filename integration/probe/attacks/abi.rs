@@ -1,13 +1,15 @@
 //! S: system-call ABI and namespace attacks (threats 5-8): foreign-ABI entry
-//! points that a filter checking only x86_64 numbers would miss, and every
-//! way to make or join a namespace. Each runs in a forked child, so a SIGSYS
-//! kill or a namespace change never touches the probe itself.
+//! points that a filter checking only x86_64 numbers would miss (x32 and
+//! i386: x86_64 builds only), and every way to make or join a namespace. Each
+//! runs in a forked child, so a SIGSYS kill or a namespace change never
+//! touches the probe itself.
 
 use std::os::fd::AsRawFd;
 
 use libc::{c_long, EACCES, ENOSPC, ENOSYS, EPERM, EUSERS};
 
 use crate::child::{exit_now, in_child, wait, ChildReport, Exit, Reply};
+#[cfg(target_arch = "x86_64")]
 use crate::consts::{I386_GETPID, X32_SYSCALL_BIT};
 use crate::report::{judge, Args, UsageError, Verdict};
 use crate::sys::{self, cvt, Errno};
@@ -47,6 +49,7 @@ pub(super) fn judge_child(
 }
 
 /// getpid through the x32 ABI (nr | 0x40000000).
+#[cfg(target_arch = "x86_64")]
 pub fn x32_syscall(args: &Args<'_>) -> Result<Verdict, UsageError> {
     args.at_most(0)?;
     let report = in_child(|| {
@@ -57,6 +60,7 @@ pub fn x32_syscall(args: &Args<'_>) -> Result<Verdict, UsageError> {
 }
 
 /// getpid through the i386 `int 0x80` gate.
+#[cfg(target_arch = "x86_64")]
 pub fn int80_i386(args: &Args<'_>) -> Result<Verdict, UsageError> {
     args.at_most(0)?;
     let report = in_child(|| {

@@ -3,7 +3,8 @@
 //! filter, F filesystem, X exec/identity, N IPC/network, R resources).
 //!
 //! An `about` text that says "no control" names the reason the attack cannot
-//! succeed even unconfined as root on a machine like the dev VM.
+//! succeed even unconfined as root on a machine like the dev VM. The attacks
+//! on x86-only entry points (x32, i386, iopl) are in x86_64 builds only.
 
 mod abi;
 mod exec;
@@ -76,7 +77,9 @@ pub static ATTACKS: &[Attack] = &[
     attack("tioclinux", 'T', "", "ioctl(TIOCLINUX, TIOCL_GETSHIFTSTATE) (read-only) on fds 0-2, /dev/tty, /dev/tty0, /dev/console; blocked if all refuse (EPERM/ENOTTY/EBADF) or cannot be opened. Control needs a VT (/dev/tty0 as root)", terminal::tioclinux),
     attack("kill-parent-group", 'T', "", "kill(-1, 0): escaped if any process but itself (and its namespace's init) can be signalled, or its process group is led from outside its pid namespace (kill(0, sig) would reach the supervisor)", terminal::kill_parent_group),
     // S: syscall filter
+    #[cfg(target_arch = "x86_64")]
     attack("x32-syscall", 'S', "", "getpid with the x32 bit (nr | 0x40000000) in a child; blocked if the child dies by SIGSYS or gets ENOSYS/EPERM. No control on kernels without CONFIG_X86_X32_ABI (ENOSYS, e.g. the dev VM)", abi::x32_syscall),
+    #[cfg(target_arch = "x86_64")]
     attack("int80-i386", 'S', "", "i386 getpid through `int 0x80` in a child; blocked if the child dies by SIGSYS (or SIGSEGV: no ia32 emulation) or gets ENOSYS/EPERM", abi::int80_i386),
     attack("clone3-newuser", 'S', "", "raw clone3(CLONE_NEWUSER) in a child; blocked on ENOSYS/EPERM (or ENOSPC/EUSERS: namespace limit)", abi::clone3_newuser),
     attack("clone-newuser", 'S', "", "raw clone(CLONE_NEWUSER|SIGCHLD) in a child; blocked on EPERM/ENOSYS (or ENOSPC/EUSERS)", abi::clone_newuser),
@@ -105,6 +108,7 @@ pub static ATTACKS: &[Attack] = &[
     attack("init-module", 'S', "", "finit_module(/dev/null): can never load anything; escaped if past the privilege check (EINVAL/ENOEXEC); blocked on EPERM/ENOSYS. No control without CONFIG_MODULES (ENOSYS on the dev VM)", privileged::init_module),
     attack("kexec-load", 'S', "", "kexec_load with 17 segments (> KEXEC_SEGMENT_MAX: never loads); escaped on EINVAL (past the privilege check); blocked on EPERM/ENOSYS. No control without CONFIG_KEXEC (dev VM)", privileged::kexec_load),
     attack("open-by-handle-at", 'S', "", "name_to_handle_at(\"/\") then open_by_handle_at (\"shocker\"); escaped on an fd (or ESTALE/EINVAL past the privilege check); blocked on EPERM/EACCES/ENOSYS", privileged::open_by_handle_at),
+    #[cfg(target_arch = "x86_64")]
     attack("iopl", 'S', "", "iopl(3), dropped back to 0; blocked on EPERM/ENOSYS. No control without CONFIG_X86_IOPL_IOPERM (ENOSYS on the dev VM)", privileged::iopl),
     attack("reboot", 'S', "", "reboot(LINUX_REBOOT_CMD_CAD_OFF) only (never a real reboot), restored to CAD_ON if it was on; blocked on EPERM/ENOSYS or EINVAL (pid namespace ignores it)", privileged::reboot),
     attack("settimeofday", 'S', "", "settimeofday to the time read just before (a microseconds step); blocked on EPERM/ENOSYS", privileged::settimeofday),
@@ -136,8 +140,8 @@ pub static ATTACKS: &[Attack] = &[
     // X: exec and identity
     attack("setuid-binary", 'X', "PATH", "executes `PATH -u` (e.g. a 4755 root-owned copy of id) and reads its final credentials; escaped if its euid became 0 or it gained capabilities the probe lacks. Control: run as a non-root user", exec::setuid_binary),
     attack("exec-outside", 'X', "PATH [ARG...]", "executes PATH (outside the scopes) in a child; escaped if the exec succeeded; blocked on EACCES/EPERM/ENOENT", exec::exec_outside),
-    attack("setid-chmod", 'X', "FILE", "creates FILE 0644 (replacing it), then chmod 04755, fchmod 02755, fchmodat 06755 and fchmodat2 04755 (raw syscalls); escaped if FILE ends with a set-id bit; blocked if each call is refused (EPERM/EACCES; ENOSYS for fchmodat2 on kernels before 6.6). FILE is left for the suite to check from outside", modes::setid_chmod),
-    attack("setid-create", 'X', "DIR TAG", "creates DIR/TAG-{open,openat,creat,mknod,mknodat,mkdir,mkdirat} with set-id modes (raw syscalls), and an O_TMPFILE file with 04755 linked to DIR/TAG-tmpfile through /proc/self/fd; escaped if anything has a set-id bit; blocked if every call is refused (EPERM/EACCES). Inconclusive when a call goes through without the bits (the kernel drops them from mkdir's mode itself). What was made is left for the suite", modes::setid_create),
+    attack("setid-chmod", 'X', "FILE", "creates FILE 0644 (replacing it), then chmod 04755 (x86_64 only: aarch64 has no chmod), fchmod 02755, fchmodat 06755 and fchmodat2 04755 (raw syscalls); escaped if FILE ends with a set-id bit; blocked if each call is refused (EPERM/EACCES; ENOSYS for fchmodat2 on kernels before 6.6). FILE is left for the suite to check from outside", modes::setid_chmod),
+    attack("setid-create", 'X', "DIR TAG", "creates DIR/TAG-{open,openat,creat,mknod,mknodat,mkdir,mkdirat} (aarch64: the *at calls only, it has no others) with set-id modes (raw syscalls), and an O_TMPFILE file with 04755 linked to DIR/TAG-tmpfile through /proc/self/fd; escaped if anything has a set-id bit; blocked if every call is refused (EPERM/EACCES). Inconclusive when a call goes through without the bits (the kernel drops them from mkdir's mode itself). What was made is left for the suite", modes::setid_create),
     // N: IPC and network
     attack("tcp-connect", 'N', "IP:PORT", "TCP connect (3 s timeout); escaped if it connects", net::tcp_connect),
     attack("tcp-connect-external", 'N', "", "TCP connect to 1.1.1.1:443 and [2606:4700::1111]:443; blocked only if each fails with ENETUNREACH/EPERM/EACCES (or no IPv6 at all)", net::tcp_connect_external),

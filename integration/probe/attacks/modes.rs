@@ -10,10 +10,13 @@
 //!
 //! Every call is made through `syscall(2)` with the number it names, so the
 //! libc's choice of wrapper (musl's open is SYS_open, glibc's is SYS_openat)
-//! cannot hide one of them. Host safety: the probe creates only the names it
-//! is given (set-id bits on a file of its own uid grant nothing beyond that
-//! uid), and leaves them in place: the suite checks their modes from outside,
-//! where the set-id bit would matter, and removes them.
+//! cannot hide one of them. aarch64 has only the `*at` forms (no open, creat,
+//! chmod, mknod or mkdir numbers): there the probe makes those calls alone.
+//!
+//! Host safety: the probe creates only the names it is given (set-id bits on
+//! a file of its own uid grant nothing beyond that uid), and leaves them in
+//! place: the suite checks their modes from outside, where the set-id bit
+//! would matter, and removes them.
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -32,10 +35,18 @@ const SETID_REFUSED: &[i32] = &[EPERM, EACCES];
 /// Refusals of a call that seccomp or an older kernel does not offer.
 const UNAVAILABLE: &[i32] = &[EPERM, ENOSYS];
 
-/// `__NR_statmount` and `__NR_listmount` on x86_64 (Linux 6.8; libc does not name them).
+/// `__NR_statmount` and `__NR_listmount` (Linux 6.8; libc does not name
+/// them). Numbers from 424 on are the same on every architecture:
+/// arch/x86/entry/syscalls/syscall_64.tbl and
+/// include/uapi/asm-generic/unistd.h (arm64's table) agree.
 const SYS_STATMOUNT: c_long = 457;
 /// See [`SYS_STATMOUNT`].
 const SYS_LISTMOUNT: c_long = 458;
+/// `__NR_fchmodat2` (Linux 6.6), 452 in both tables named at
+/// [`SYS_STATMOUNT`]; libc names it for x86_64 but not for aarch64 musl.
+const SYS_FCHMODAT2: c_long = 452;
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(SYS_FCHMODAT2 == libc::SYS_fchmodat2);
 /// `LSMT_ROOT`: list the mounts below the caller's root.
 const LSMT_ROOT: u64 = u64::MAX;
 /// `STATMOUNT_SB_BASIC`: the superblock's device, magic and flags.
@@ -109,15 +120,14 @@ pub fn setid_chmod(args: &Args<'_>) -> Result<Verdict, UsageError> {
     let path = args.required(0, "FILE")?;
     let c = cstring(path);
     let _ = std::fs::remove_file(path);
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    #[cfg(target_arch = "x86_64")]
     // SAFETY: a NUL-terminated path, flags and a mode word.
-    let created = cvt(unsafe {
-        libc::syscall(
-            libc::SYS_open,
-            c.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o644,
-        )
-    });
+    let created = cvt(unsafe { libc::syscall(libc::SYS_open, c.as_ptr(), flags, 0o644) });
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: a NUL-terminated path, flags and a mode word.
+    let created =
+        cvt(unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c.as_ptr(), flags, 0o644) });
     let file = match created {
         Ok(fd) => File::from(owned(fd as i32)),
         Err(e) => return Ok(Verdict::unclear(format!("creating {path} 0644: {e}"))),
@@ -125,9 +135,13 @@ pub fn setid_chmod(args: &Args<'_>) -> Result<Verdict, UsageError> {
     let fd = file.as_raw_fd();
     let mut findings = Findings::new();
     findings.note(format!("created {path} 0644"));
-    // SAFETY: a NUL-terminated path and a mode word.
-    let ret = unsafe { libc::syscall(libc::SYS_chmod, c.as_ptr(), 0o4755) };
-    note_attempt(&mut findings, "chmod(04755)", cvt(ret), path, SETID_REFUSED);
+    // aarch64 has no chmod: its libc's chmod is fchmodat, tried below.
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: a NUL-terminated path and a mode word.
+        let ret = unsafe { libc::syscall(libc::SYS_chmod, c.as_ptr(), 0o4755) };
+        note_attempt(&mut findings, "chmod(04755)", cvt(ret), path, SETID_REFUSED);
+    }
     // SAFETY: the probe's own open descriptor and a mode word.
     let ret = unsafe { libc::syscall(libc::SYS_fchmod, fd, 0o2755) };
     note_attempt(
@@ -147,7 +161,7 @@ pub fn setid_chmod(args: &Args<'_>) -> Result<Verdict, UsageError> {
         SETID_REFUSED,
     );
     // SAFETY: a NUL-terminated path and plain integers.
-    let ret = unsafe { libc::syscall(libc::SYS_fchmodat2, libc::AT_FDCWD, c.as_ptr(), 0o4755, 0) };
+    let ret = unsafe { libc::syscall(SYS_FCHMODAT2, libc::AT_FDCWD, c.as_ptr(), 0o4755, 0) };
     // ENOSYS: a kernel before 6.6 has no fchmodat2.
     let refusals = &[EPERM, EACCES, ENOSYS];
     note_attempt(&mut findings, "fchmodat2(04755)", cvt(ret), path, refusals);
@@ -155,9 +169,13 @@ pub fn setid_chmod(args: &Args<'_>) -> Result<Verdict, UsageError> {
 }
 
 /// The calls that create a named file or directory with a set-id mode.
+#[cfg(target_arch = "x86_64")]
 const CREATING_CALLS: &[&str] = &[
     "open", "openat", "creat", "mknod", "mknodat", "mkdir", "mkdirat",
 ];
+/// The calls that create a named file or directory with a set-id mode.
+#[cfg(not(target_arch = "x86_64"))]
+const CREATING_CALLS: &[&str] = &["openat", "mknodat", "mkdirat"];
 
 /// `call` creating `path` with a set-id mode; a descriptor it returns is closed.
 fn create_setid(call: &str, path: &CStr) -> Result<i64, Errno> {
@@ -167,18 +185,22 @@ fn create_setid(call: &str, path: &CStr) -> Result<i64, Errno> {
     let at = libc::AT_FDCWD;
     // Every arm passes a NUL-terminated path and plain integers.
     let ret = match call {
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: as said above the match.
         "open" => unsafe { libc::syscall(libc::SYS_open, p, create, 0o4755) },
         // SAFETY: as said above the match.
         "openat" => unsafe { libc::syscall(libc::SYS_openat, at, p, create, 0o2755) },
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: as said above the match.
         "creat" => unsafe { libc::syscall(libc::SYS_creat, p, 0o4755) },
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: as said above the match.
         "mknod" => unsafe { libc::syscall(libc::SYS_mknod, p, regular | 0o4755, 0) },
         // SAFETY: as said above the match.
         "mknodat" => unsafe { libc::syscall(libc::SYS_mknodat, at, p, regular | 0o2755, 0) },
         // The kernel itself drops set-id bits from mkdir's mode; the filter
         // refuses the request all the same.
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: as said above the match.
         "mkdir" => unsafe { libc::syscall(libc::SYS_mkdir, p, 0o2755) },
         // SAFETY: as said above the match.

@@ -1,5 +1,5 @@
 //! S: privileged leftovers (threats 19-20): module loading, kexec, file
-//! handles, port I/O, reboot, the clock, accounting, swap, and the process's
+//! handles, port I/O (x86_64 only), reboot, the clock, accounting, swap, and the process's
 //! own NoNewPrivs/capability/seccomp state.
 //!
 //! Host safety: each call is shaped so that passing the privilege check
@@ -139,7 +139,8 @@ pub fn open_by_handle_at(args: &Args<'_>) -> Result<Verdict, UsageError> {
     Ok(findings.verdict())
 }
 
-/// iopl(3), dropped back to 0.
+/// iopl(3), dropped back to 0. x86 only: no other architecture has the call.
+#[cfg(target_arch = "x86_64")]
 pub fn iopl(args: &Args<'_>) -> Result<Verdict, UsageError> {
     args.at_most(0)?;
     // SAFETY: iopl takes a level; the probe performs no port I/O.

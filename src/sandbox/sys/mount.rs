@@ -1,5 +1,14 @@
 //! Mount system calls without a safe wrapper: `mount_setattr`, and the old
 //! root's lazy unmount in a helper process that shares the caller's memory.
+//!
+//! Per architecture: `mount_setattr` is the same everywhere. The unmount
+//! helpers make raw system calls in inline assembly, written for x86_64
+//! only. On aarch64, [`detach_mount_in_background`] unmounts in the caller
+//! (init waits out the kernel's grace period itself) and
+//! [`detach_mount_when_told`] reports `Unsupported`, so a sandbox made ahead
+//! has no helper waiting and init detaches at the pivot as a sandbox made at
+//! the request does. Either way a failed unmount is an error: the pivot
+//! fails and the program never starts with the host's root mounted.
 
 use std::ffi::CStr;
 use std::io;
@@ -18,8 +27,8 @@ use super::last_error;
 ///
 /// The helper makes its two system calls directly (no libc wrapper, so it
 /// never writes the errno it shares with the caller) and touches nothing
-/// else; its exit code is umount2's errno (0 on success). On other
-/// architectures than x86_64 the unmount is done here.
+/// else; its exit code is umount2's errno (0 on success). On aarch64 the
+/// unmount is done here, in the caller, and no pid is returned.
 pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc::pid_t>> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -238,7 +247,8 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
     })
 }
 
-/// Not built on other architectures: their sandboxes unmount in init.
+/// No helper outside x86_64 (its raw calls are x86_64 assembly): always
+/// `Unsupported`, and init unmounts the old root itself at the pivot.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn detach_mount_when_told(_path: &'static CStr) -> io::Result<WaitingDetach> {
     Err(io::Error::from(io::ErrorKind::Unsupported))

@@ -170,7 +170,12 @@ pub fn restore_every_default_action() -> io::Result<()> {
 /// `rt_sigaction(signo, SIG_DFL)` through the raw system call, which also
 /// reaches the real-time signals the C library reserves.
 fn raw_set_default_action(signo: libc::c_int) -> libc::c_long {
-    /// The kernel's `struct sigaction` on x86_64 (not the C library's).
+    /// The kernel's `struct sigaction` (not the C library's), the same on
+    /// x86_64 and aarch64: x86_64's own (arch/x86/include/uapi/asm/signal.h)
+    /// and arm64's, the generic one (include/uapi/asm-generic/signal.h) with
+    /// SA_RESTORER defined for AArch32 compatibility
+    /// (arch/arm64/include/uapi/asm/signal.h), both have the restorer between
+    /// the flags and the 8-byte mask.
     #[repr(C)]
     struct KernelSigaction {
         handler: usize,
