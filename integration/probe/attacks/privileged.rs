@@ -1,6 +1,6 @@
 //! S: privileged leftovers (threats 19-20): module loading, kexec, file
-//! handles, port I/O (x86_64 only), reboot, the clock, accounting, swap, and the process's
-//! own NoNewPrivs/capability/seccomp state.
+//! handles, port I/O (x86_64 only), reboot, the clock, accounting, swap,
+//! and the process's own NoNewPrivs/capability/seccomp state.
 //!
 //! Host safety: each call is shaped so that passing the privilege check
 //! changes nothing. finit_module gets /dev/null, kexec_load one segment too

@@ -2,8 +2,8 @@
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), and
 //! in `program.rs` the start of the sandboxed program, in `mount.rs` the
 //! mount calls and the old root's unmount helpers, in `nice.rs` a thread's
-//! nice value; for the static musl build, the allocator (`heap.rs`) and
-//! `memcpy`/`memmove` (`memcopy.rs`).
+//! nice value; for the static musl build, the allocator (`heap.rs`) and, on
+//! x86_64, `memcpy`/`memmove` (`memcopy.rs`; musl's own elsewhere).
 //! Each wrapper returns `io::Result` with an error that names the call, and
 //! each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
@@ -73,7 +73,9 @@ pub fn landlock_abi_version() -> io::Result<u32> {
 pub fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
     // SAFETY: the raw clone syscall with a null stack pointer duplicates the
     // calling thread exactly like fork(2); no memory is shared (no CLONE_VM)
-    // and the parent/child/TLS pointers are null, so the kernel writes nothing.
+    // and the parent/child/TLS pointers are null, so the kernel writes nothing
+    // (their order differs between x86_64 and aarch64, which takes the TLS
+    // before the child's tid: with every one null, the call is the same).
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -549,8 +551,9 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// arenas however many threads come and go, so a long-running daemon's
 /// resident memory follows what it holds rather than what it once held.
 ///
-/// Only glibc's allocator needs telling: the musl build (the default, see
-/// `.cargo/config.toml`) uses [`heap::Heap`], which does the same by itself.
+/// Only glibc's allocator needs telling: the musl build (the one the
+/// scripts make, see `scripts/static-target`) uses [`heap::Heap`], which
+/// does the same by itself.
 pub fn bound_allocator_retention() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets glibc allocator parameters; it is called at
