@@ -81,6 +81,8 @@ fn inject(args: &Args<'_>, high_bits: bool) -> Result<Verdict, UsageError> {
 }
 
 fn push_byte(fd: RawFd, byte: u8, high_bits: bool) -> Result<i64, Errno> {
+    // libc's TIOCSTI is a c_int for musl and a c_ulong for glibc.
+    #[allow(clippy::unnecessary_cast)]
     let cmd: u64 = libc::TIOCSTI as u64 | if high_bits { 1 << 32 } else { 0 };
     // SAFETY: TIOCSTI reads one byte from the pointer, which points at `byte`;
     // the raw syscall passes the full 64-bit cmd the kernel truncates to 32.
