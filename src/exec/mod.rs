@@ -21,7 +21,7 @@ pub use records::{load_audit_key, open_audit};
 pub use report::conclude;
 
 use launching::{Identity, Launching};
-use records::{exit_record_lost, record_denial, record_exit, write_exit};
+use records::{exit_record_lost, record_denial, record_failed_exit, record_unstarted, write_exit};
 use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
@@ -131,7 +131,7 @@ pub fn execute_until_written(x: Execution<'_>) -> Ended<'_> {
 
 /// Init, still leaving once its exit is written, is handed back in
 /// `leaving_out` for the caller to reap, and the unflushed exit record of a
-/// program that ran in `exit_out`.
+/// program that ran in `exit_out`. The pipeline, step by step.
 fn execute_inner<'a>(
     x: Execution<'a>,
     leaving_out: &mut Option<Leaving<'a>>,
@@ -142,45 +142,151 @@ fn execute_inner<'a>(
     let identity = Identity::choose(prepared);
     let audit = open_audit(&prepared.config)?;
     let mut opener = ProgramOpener::default();
-    let mut plan = match decide_with(prepared, &mut opener, x.access) {
-        Decision::Allowed(plan) => plan,
-        Decision::Denied(denial) => {
-            return Err(record_denial(
-                &audit,
-                denial,
-                &prepared.caller,
-                &prepared.request,
-            ))
-        }
-    };
-    if let Some(t) = x.timeout_ms {
-        plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
-    }
+    let plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
     let gated = started.elapsed();
-    // Allowed, but it cannot be started (a missing kernel layer, a bad
-    // scope, …): still on record, as its decision and an exit saying why
-    // nothing ran.
-    let unstarted = |failure: Failure| -> Failure {
-        let planned = json!({ "not_started": failure.message });
-        match audit.append(
-            Kind::Decision,
-            None,
-            events::decision(&plan, &prepared.caller, &planned),
-        ) {
-            Ok(decided) => record_exit(
-                &audit,
-                &decided.audit_id,
-                &prepared.caller,
-                Err(("setup_failed", failure)),
-            )
-            .err()
-            .unwrap_or_else(|| Failure::internal("an unstarted spawn reported success")),
-            Err(e) => Failure::audit_unavailable(format!(
-                "audit unavailable: {e}; and nothing was run: {}",
-                failure.message
-            )),
-        }
+    let parts = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
+    if !x.json {
+        note_missing_scopes(&parts.spec, &plan);
+    }
+    let prepared_sandbox = started.elapsed();
+    let SandboxParts {
+        spec,
+        filter,
+        landlock_abi,
+        program,
+        credentials,
+        redact,
+    } = parts;
+    let request = LaunchRequest {
+        plan: &plan,
+        spec: &spec,
+        program,
+        stdin: x.stdin,
+        uid: identity.uid,
+        gid: identity.gid,
+        privileged: identity.privileged,
+        landlock_abi,
+        seccomp: filter,
+        limits_via: identity.limits_via.clone(),
+        credentials,
+        // As root acting for another user, scopes are checked as that user.
+        check_as: (identity.privileged && prepared.caller.uid != 0)
+            .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
     };
+    let planned = json!({
+        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+        "landlock_abi": landlock_abi,
+        "seccomp_filter": filter.id(),
+        "limits_via": identity.limits_via.name(),
+        "uid": identity.uid,
+        "gid": identity.gid,
+        "missing_read_scopes": spec.missing_read_scopes,
+    });
+    let (decided, launching) = launch_once_decided(
+        &audit, prepared, &plan, &planned, request, &identity, x.spawner,
+    )?;
+    let caller = &prepared.caller;
+    let running = release(&audit, caller, &decided, launching, x.on_started)?;
+    let supervision = Supervision {
+        stdout_cap: plan.limits.max_stdout_bytes,
+        stderr_cap: plan.limits.max_stderr_bytes,
+        wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
+        live: x.live,
+        stdin: x.pump,
+        redact,
+        signals_end_the_run: x.signals_end_the_run,
+    };
+    let (outcome, leaving) = supervise_to_report(running, supervision).map_err(|e| {
+        // Lost after the program started (its spawner died, say): the
+        // sandbox is gone, and the exit record says what happened.
+        let failure = Failure::lost(format!(
+            "the sandbox was lost while its program ran: {e}; it was killed"
+        ));
+        record_failed_exit(&audit, &decided.audit_id, caller, "failed", failure)
+    })?;
+    tracing::debug!(
+        connector = %plan.connector,
+        op = %plan.op,
+        gate_us = gated.as_micros() as u64,
+        clone_us = outcome.phases.clone_and_release_us,
+        audit_commit_us = decided.commit_took.as_micros() as u64,
+        setup_us = outcome.phases.sandbox_setup_us,
+        program_us = outcome.phases.program_us,
+        teardown_us = outcome.phases.teardown_us,
+        "sandbox finished"
+    );
+    let timings = json!({
+        "gate_us": gated.as_micros() as u64,
+        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
+        "audit_commit_us": decided.commit_took.as_micros() as u64,
+        "phases": outcome.phases,
+    });
+    let ran = Ran {
+        plan: &plan,
+        spec: &spec,
+        id: &identity,
+        filter,
+        outcome,
+        timings,
+    };
+    // Recorded while the kernel still tears the namespaces down; the caller
+    // reaps init (and removes its cgroups) afterwards.
+    let reported = report(x.json, ran).map_err(|f| ("setup_failed", f));
+    *leaving_out = leaving;
+    let (result, written) = write_exit(&audit, &decided.audit_id, caller, reported);
+    *exit_out = written;
+    result
+}
+
+/// The gate's plan for the request (a `timeout_ms` tightens its wall time),
+/// or its denial, recorded.
+fn decide(
+    prepared: &Prepared,
+    audit: &crate::audit::AuditLog,
+    opener: &mut ProgramOpener,
+    access: &Access,
+    timeout_ms: Option<u64>,
+) -> Result<SpawnPlan, Failure> {
+    match decide_with(prepared, opener, access) {
+        Decision::Allowed(mut plan) => {
+            if let Some(t) = timeout_ms {
+                plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
+            }
+            Ok(*plan)
+        }
+        Decision::Denied(denial) => Err(record_denial(
+            audit,
+            denial,
+            &prepared.caller,
+            &prepared.request,
+        )),
+    }
+}
+
+/// What the launch needs besides the plan and the identity.
+struct SandboxParts {
+    spec: crate::sandbox::spec::SandboxSpec,
+    filter: &'static crate::sandbox::seccomp::Filter,
+    landlock_abi: u32,
+    program: std::fs::File,
+    credentials: Vec<(String, Secret)>,
+    /// The credential values again (in wiped memory), to redact the output.
+    redact: Vec<(String, Secret)>,
+}
+
+/// The kernel's Landlock ABI checked, the sandbox's spec built, the
+/// credentials read, the program the gate opened taken, the seccomp filter
+/// chosen. Allowed but unable to start (a missing layer, a bad scope, …),
+/// the spawn is still on record: its decision and an exit saying why
+/// nothing ran; a credential that cannot be read is a recorded denial.
+fn prepare_sandbox(
+    prepared: &Prepared,
+    audit: &crate::audit::AuditLog,
+    plan: &SpawnPlan,
+    identity: &Identity,
+    opener: &mut ProgramOpener,
+) -> Result<SandboxParts, Failure> {
+    let unstarted = |failure: Failure| record_unstarted(audit, plan, &prepared.caller, failure);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let required = prepared
         .config
@@ -190,18 +296,16 @@ fn execute_inner<'a>(
     if landlock_abi < required {
         return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
-    let spec = build_spec(&plan, &prepared.config.sandbox.system_paths, &host_kind)
+    let spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
-    let credentials = read_credentials(prepared, &plan)
-        .map_err(|d| record_denial(&audit, d, &prepared.caller, &prepared.request))?;
-    // Kept (in wiped memory) to redact the values from the output.
-    let redact: Vec<(String, Secret)> = credentials
+    let credentials = read_credentials(prepared, plan)
+        .map_err(|d| record_denial(audit, d, &prepared.caller, &prepared.request))?;
+    let redact = credentials
         .iter()
         .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
         .collect();
-    let home = &prepared.caller.home;
     let declared = ScopePath::parse(&plan.program.declared)
-        .map(|p| p.expand(home))
+        .map(|p| p.expand(&prepared.caller.home))
         .map_err(|e| unstarted(Failure::internal(e.to_string())))?;
     let program = opener
         .take(&declared)
@@ -216,66 +320,67 @@ fn execute_inner<'a>(
     );
     let filter = filter_for(options)
         .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
-    let (stdin, pump) = (x.stdin, x.pump);
-    let request = LaunchRequest {
-        plan: &plan,
-        spec: &spec,
-        program: program.file,
-        stdin,
-        uid: identity.uid,
-        gid: identity.gid,
-        privileged: identity.privileged,
+    Ok(SandboxParts {
+        spec,
+        filter,
         landlock_abi,
-        seccomp: filter,
-        limits_via: identity.limits_via.clone(),
+        program: program.file,
         credentials,
-        // SPEC §4: as root acting for another user, scopes are checked as that user.
-        check_as: (identity.privileged && prepared.caller.uid != 0)
-            .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
-    };
+        redact,
+    })
+}
+
+/// Says on stderr which read scopes and granted sockets do not exist.
+fn note_missing_scopes(spec: &crate::sandbox::spec::SandboxSpec, plan: &SpawnPlan) {
     for missing in &spec.missing_read_scopes {
-        if !x.json {
-            let what = match plan.fs.unix_sockets.contains(missing) {
-                true => "unix socket",
-                false => "fs_read scope",
-            };
-            eprintln!(
-                "spawnd: {what} {} does not exist; left out",
-                crate::printable::printable(&missing.display().to_string())
-            );
-        }
+        let what = match plan.fs.unix_sockets.contains(missing) {
+            true => "unix socket",
+            false => "fs_read scope",
+        };
+        eprintln!(
+            "spawnd: {what} {} does not exist; left out",
+            crate::printable::printable(&missing.display().to_string())
+        );
     }
-    let prepared_sandbox = started.elapsed();
-    let planned = json!({
-        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "landlock_abi": landlock_abi,
-        "seccomp_filter": filter.id(),
-        "limits_via": identity.limits_via.name(),
-        "uid": identity.uid,
-        "gid": identity.gid,
-        "missing_read_scopes": spec.missing_read_scopes,
-    });
-    // The decision is written first (nothing on the host changes before it
-    // is), then made durable while the sandbox builds its root; the program
-    // starts only once the record is on disk, and if it cannot get there the
-    // sandbox is dropped (killed) with nothing run.
+}
+
+/// A spawn whose decision record is on disk.
+struct Decided {
+    audit_id: String,
+    /// How long making the record durable took.
+    commit_took: std::time::Duration,
+}
+
+/// Writes the decision record, then launches the sandbox (a clone here, or
+/// an order to the spawner) while the record is made durable: the disk works
+/// while the sandbox builds its root, nothing on the host changes before
+/// the record is written, and if the record cannot reach the disk the
+/// sandbox is dropped (killed) with nothing run.
+fn launch_once_decided<'s>(
+    audit: &crate::audit::AuditLog,
+    prepared: &Prepared,
+    plan: &SpawnPlan,
+    planned: &serde_json::Value,
+    request: LaunchRequest<'_>,
+    identity: &Identity,
+    spawner: Option<&'s Spawner>,
+) -> Result<(Decided, Launching<'s>), Failure> {
     let written = audit
         .write(
             Kind::Decision,
             None,
-            events::decision(&plan, &prepared.caller, &planned),
+            events::decision(plan, &prepared.caller, planned),
         )
         .map_err(|e| {
             Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
         })?;
-    // The launch goes first (a clone here, or an order to the spawner), the
-    // flush right after it: the disk works while the sandbox builds its root,
-    // and starting the write-back does not hold the launch up.
-    let mut launching = Launching::begin(request, x.spawner);
+    // The launch first, the flush right after it: starting the write-back
+    // does not hold the launch up.
+    let mut launching = Launching::begin(request, spawner);
     written.start_flush();
     // Stale cgroups (a `kill -9`'d spawnd's) are swept here, beside the
     // sandbox building its root; the spawner sweeps its own way.
-    if let (None, LimitsVia::CgroupV1(roots)) = (x.spawner, &identity.limits_via) {
+    if let (None, LimitsVia::CgroupV1(roots)) = (spawner, &identity.limits_via) {
         sweep_stale_now_and_then(roots);
     }
     launching.open_cgroup_readings();
@@ -283,98 +388,58 @@ fn execute_inner<'a>(
     let decided = written.commit().map_err(|e| {
         Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
     })?;
-    let audit_commit = committing.elapsed();
+    let commit_took = committing.elapsed();
     // Another spawn's record (the daemon's threads) failed to flush while
     // this one was gated: a flush error is reported once per open file, so
     // this commit may have succeeded over a hole. Nothing starts (the
     // sandbox is dropped).
     if let Some(why) = crate::audit::group_sync::stopped_by_a_failed_sync() {
-        return record_exit(
-            &audit,
+        let failure = Failure::audit_unavailable(why);
+        return Err(record_failed_exit(
+            audit,
             &decided.audit_id,
             &prepared.caller,
-            Err(("setup_failed", Failure::audit_unavailable(why))),
-        );
+            "setup_failed",
+            failure,
+        ));
     }
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
-    let running = match launching.start_program() {
+    let decided = Decided {
+        audit_id: decided.audit_id,
+        commit_took,
+    };
+    Ok((decided, launching))
+}
+
+/// Releases the program (its decision is on disk); `on_started` learns its
+/// audit id and a pidfd for init. A setup that failed inside the sandbox is
+/// recorded as the spawn's exit.
+fn release<'s>(
+    audit: &crate::audit::AuditLog,
+    caller: &crate::policy::Caller,
+    decided: &Decided,
+    launching: Launching<'s>,
+    on_started: Option<OnStarted<'_>>,
+) -> Result<crate::supervise::Watched<'s>, Failure> {
+    match launching.start_program() {
         Ok((running, pidfd)) => {
-            if let Some(f) = x.on_started {
+            if let Some(f) = on_started {
                 f(&decided.audit_id, pidfd);
             }
-            running
+            Ok(running)
         }
         Err(e) => {
             let failure =
                 Failure::sandbox_unavailable(format!("sandbox setup failed: {e}; nothing was run"));
-            return record_exit(
-                &audit,
+            Err(record_failed_exit(
+                audit,
                 &decided.audit_id,
-                &prepared.caller,
-                Err(("setup_failed", failure)),
-            );
+                caller,
+                "setup_failed",
+                failure,
+            ))
         }
-    };
-    let supervision = Supervision {
-        stdout_cap: plan.limits.max_stdout_bytes,
-        stderr_cap: plan.limits.max_stderr_bytes,
-        wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
-        live: x.live,
-        stdin: pump,
-        redact,
-        signals_end_the_run: x.signals_end_the_run,
-    };
-    let (outcome, leaving) = match supervise_to_report(running, supervision) {
-        Ok(ended) => ended,
-        Err(e) => {
-            // Lost after the program started (its spawner died, say): the
-            // sandbox is gone, and the exit record says what happened.
-            let failure = Failure::lost(format!(
-                "the sandbox was lost while its program ran: {e}; it was killed"
-            ));
-            return record_exit(
-                &audit,
-                &decided.audit_id,
-                &prepared.caller,
-                Err(("failed", failure)),
-            );
-        }
-    };
-    tracing::debug!(
-        connector = %plan.connector,
-        op = %plan.op,
-        gate_us = gated.as_micros() as u64,
-        clone_us = outcome.phases.clone_and_release_us,
-        audit_commit_us = audit_commit.as_micros() as u64,
-        setup_us = outcome.phases.sandbox_setup_us,
-        program_us = outcome.phases.program_us,
-        teardown_us = outcome.phases.teardown_us,
-        "sandbox finished"
-    );
-    let timings = json!({
-        "gate_us": gated.as_micros() as u64,
-        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
-        "audit_commit_us": audit_commit.as_micros() as u64,
-        "phases": outcome.phases,
-    });
-    let reported = report(
-        x.json,
-        Ran {
-            plan: &plan,
-            spec: &spec,
-            id: &identity,
-            filter,
-            outcome,
-            timings,
-        },
-    );
-    // Recorded while the kernel still tears the namespaces down; the caller
-    // reaps init (and removes its cgroups) afterwards.
-    let reported = reported.map_err(|f| ("setup_failed", f));
-    *leaving_out = leaving;
-    let (result, written) = write_exit(&audit, &decided.audit_id, &prepared.caller, reported);
-    *exit_out = written;
-    result
+    }
 }
 
 fn host_kind(path: &Path) -> HostKind {

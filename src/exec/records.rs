@@ -45,9 +45,50 @@ pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
     })
 }
 
+/// An allowed spawn that could not start (a missing kernel layer, a bad
+/// scope, …) is still on record: its decision, and an exit saying why
+/// nothing ran. Returns the failure to report.
+pub(super) fn record_unstarted(
+    audit: &AuditLog,
+    plan: &crate::plan::SpawnPlan,
+    caller: &crate::policy::Caller,
+    failure: Failure,
+) -> Failure {
+    let planned = json!({ "not_started": failure.message });
+    match audit.append(
+        Kind::Decision,
+        None,
+        events::decision(plan, caller, &planned),
+    ) {
+        Ok(decided) => {
+            record_failed_exit(audit, &decided.audit_id, caller, "setup_failed", failure)
+        }
+        Err(e) => Failure::audit_unavailable(format!(
+            "audit unavailable: {e}; and nothing was run: {}",
+            failure.message
+        )),
+    }
+}
+
+/// The exit record of a spawn that failed (`key`: `setup_failed`, or
+/// `failed` for a sandbox lost while its program ran), durable; returns the
+/// failure to report.
+pub(super) fn record_failed_exit(
+    audit: &AuditLog,
+    audit_id: &str,
+    caller: &crate::policy::Caller,
+    key: &str,
+    failure: Failure,
+) -> Failure {
+    match record_exit(audit, audit_id, caller, Err((key, failure))) {
+        Err(f) => f,
+        Ok(_) => Failure::internal("a failed spawn's exit record reported success"),
+    }
+}
+
 /// Writes the exit record of a run (or of its failed setup), makes it
 /// durable and links it to the result.
-pub(super) fn record_exit(
+fn record_exit(
     audit: &AuditLog,
     audit_id: &str,
     caller: &crate::policy::Caller,
