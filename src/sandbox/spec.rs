@@ -140,8 +140,8 @@ pub struct SandboxSpec {
 }
 
 /// The size caps of the private /tmp and /dev/shm, from the memory limit.
-/// They are mounted at [`TMPFS_BYTES`] with the shared steps (a sandbox made
-/// ahead knows no request) and resized when the request comes.
+/// They are mounted at [`base_tmpfs_sizes`] with the shared steps (a sandbox
+/// made ahead knows no request) and resized when the request's differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TmpfsSizes {
     /// /tmp.
@@ -184,9 +184,12 @@ const MANAGED: &[&str] = &["/proc", "/dev", "/sys"];
 const STAGED_TMP: &str = "/tmp";
 /// The fresh working directory when neither request nor manifest names one.
 pub const FRESH_CWD: &str = "/tmp/work";
-/// Size cap of the private /tmp and /dev/shm as the shared steps mount them,
-/// before the request's [`TmpfsSizes`] apply.
-pub const TMPFS_BYTES: u64 = 256 << 20;
+/// The sizes the shared steps mount the private /tmp and /dev/shm at:
+/// those of the default memory limit, so a request with that limit needs
+/// no resize.
+pub fn base_tmpfs_sizes() -> TmpfsSizes {
+    TmpfsSizes::for_memory_limit(crate::manifest::Limits::default().max_memory_bytes)
+}
 /// The device nodes of the minimal /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
@@ -295,7 +298,7 @@ pub fn base_mounts() -> Vec<MountStep> {
             target: "/tmp".into(),
             kind: MountKind::Tmpfs {
                 mode: 0o1777,
-                size: TMPFS_BYTES,
+                size: base_tmpfs_sizes().tmp,
             },
         },
         MountStep {
@@ -329,7 +332,7 @@ pub fn base_mounts() -> Vec<MountStep> {
         target: "/dev/shm".into(),
         kind: MountKind::Tmpfs {
             mode: 0o1777,
-            size: TMPFS_BYTES,
+            size: base_tmpfs_sizes().shm,
         },
     });
     m.push(MountStep {

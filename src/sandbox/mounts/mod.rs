@@ -276,6 +276,9 @@ fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
 /// mounted them before any request was known. A remount must repeat the
 /// flags the tmpfs was mounted with, or it would drop them.
 fn resize_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes) -> Result<(), StepError> {
+    if sizes == super::spec::base_tmpfs_sizes() {
+        return Ok(());
+    }
     for (target, size) in [("tmp", sizes.tmp), ("dev/shm", sizes.shm)] {
         let root = open_beneath(stage, Path::new(target), Create::Nothing)?;
         let data = format!("size={size}");

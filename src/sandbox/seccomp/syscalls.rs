@@ -589,8 +589,17 @@ pub fn decision(options: FilterOptions, name: &str) -> Option<Decision> {
 /// pairs) that a row decides. A name no row decides gets no rule, and so the
 /// policy's default, ENOSYS: the table's tests make sure there is none.
 pub fn rules(options: FilterOptions, table: &[(u32, &'static str)]) -> Vec<SyscallRule> {
+    // Every name to its row's decision, the first row naming it winning as
+    // in [`decision`]: one pass over the rows instead of one per syscall
+    // (`spawnd run` compiles its filter in every process).
+    let mut by_name: std::collections::HashMap<&str, Decision> = std::collections::HashMap::new();
+    for row in rows(options) {
+        for name in row.names {
+            by_name.entry(name).or_insert(row.decision);
+        }
+    }
     table
         .iter()
-        .filter_map(|&(nr, name)| decision(options, name).map(|d| d.rule(name, nr)))
+        .filter_map(|&(nr, name)| by_name.get(name).map(|d| d.rule(name, nr)))
         .collect()
 }
