@@ -27,6 +27,7 @@ pub mod daemon;
 pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ipc;
 pub mod manifest;
 pub mod plan;
 pub mod policy;

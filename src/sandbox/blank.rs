@@ -12,7 +12,7 @@
 //! the root, and bind the system paths the last request had, which a
 //! daemon's requests share as they come from one config) and then its
 //! order: the [`LaunchOrder`] and the descriptors of [`ChildParts`], as one
-//! [`crate::spawner::wire`] frame. From them it builds
+//! [`crate::ipc`] frame. From them it builds
 //! exactly the [`super::child::ChildSetup`] a child cloned at launch would
 //! have had, and goes on as that child would (root, identity, Landlock,
 //! seccomp, the program on the second go-ahead). Each blank serves one
@@ -40,7 +40,7 @@ use super::spec::MountStep;
 use super::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 use super::threads::ensure_single_threaded;
 use super::StepError;
-use crate::spawner::wire::{recv_up_to, send, MAX_FRAME_FDS};
+use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
 
 /// A sandbox made ahead, waiting for its order.
 pub struct Blank {

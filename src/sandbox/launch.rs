@@ -28,9 +28,9 @@ use super::spec::SandboxSpec;
 use super::sys::clone_process;
 use super::threads::ensure_single_threaded;
 use super::StepError;
+use crate::ipc::MAX_FRAME_FDS;
 use crate::manifest::Limits;
 use crate::plan::SpawnPlan;
-use crate::spawner::wire::MAX_FRAME_FDS;
 
 /// How memory and process counts are limited.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -113,7 +113,7 @@ pub struct LaunchOrder {
     /// Landlock ABI to enforce.
     pub landlock_abi: u32,
     /// The compiled seccomp filter, as [`Filter::to_bytes`].
-    #[serde(with = "crate::spawner::wire::base64_bytes")]
+    #[serde(with = "crate::ipc::base64_bytes")]
     pub seccomp: Vec<u8>,
     /// Memory/process limit mechanism.
     pub limits_via: LimitsVia,

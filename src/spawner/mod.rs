@@ -166,7 +166,7 @@ impl Spawner {
             .sock
             .lock()
             .map_err(|_| SpawnerError::Unavailable("socket lock poisoned".into()))?;
-        wire::send(&sock, request, fds).map_err(|e| SpawnerError::Unavailable(e.to_string()))
+        crate::ipc::send(&sock, request, fds).map_err(|e| SpawnerError::Unavailable(e.to_string()))
     }
 
     /// Creates a sandbox for `order` and `program` (the file the gate hashed).
@@ -357,7 +357,7 @@ pub fn serve_on_fd3(parent: u32) -> i32 {
 /// Reads replies and hands each to the caller waiting for its sandbox; when
 /// the spawner is gone, every waiter learns it (its channel closes).
 fn route_replies(sock: UnixStream, routes: Routes, gone: Arc<AtomicBool>) {
-    while let Ok(Some((reply, fds))) = wire::recv::<Reply>(&sock) {
+    while let Ok(Some((reply, fds))) = crate::ipc::recv::<Reply>(&sock) {
         let id = reply.id();
         let last = matches!(reply, Reply::Exited { .. } | Reply::Failed { .. });
         let Ok(mut map) = routes.lock() else { return };

@@ -16,7 +16,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::ahead::BlankPool;
-use super::wire::{recv, send, ExitReport, Reply, Request, StdinKind};
+use super::wire::{ExitReport, Reply, Request, StdinKind};
+use crate::ipc::{recv, send};
 use crate::sandbox::cgroup::{sweep_stale_now_and_then, CgroupPool, SpawnCgroup};
 use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSource};
 use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};

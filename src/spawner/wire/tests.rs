@@ -1,7 +1,10 @@
 //! Frames through a real socketpair: bodies, descriptors, limits.
 
 use super::*;
+use crate::ipc::*;
+
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 
 #[test]
 fn a_frame_carries_its_body_and_descriptors() {
