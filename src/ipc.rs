@@ -91,13 +91,7 @@ struct WipingBuffer(Zeroizing<Vec<u8>>);
 
 impl Write for WipingBuffer {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let needed = self.0.len() + data.len();
-        if needed > self.0.capacity() {
-            let mut larger = Zeroizing::new(Vec::with_capacity(needed.next_power_of_two()));
-            larger.extend_from_slice(&self.0);
-            self.0 = larger;
-        }
-        self.0.extend_from_slice(data);
+        crate::vault::extend_wiped(&mut self.0, data);
         Ok(data.len())
     }
 

@@ -56,27 +56,41 @@ pub fn peer_of(stream: &UnixStream) -> Option<Peer> {
 /// Whether the process that connected `socket` shares the daemon's user
 /// namespace (see the module doc for how it is read).
 fn in_own_user_namespace(socket: BorrowedFd<'_>, pid: Option<i32>) -> bool {
-    let Ok(own) = std::fs::metadata("/proc/self/ns/user") else {
+    let Some(own) = own_user_namespace() else {
         return false;
     };
     let Ok(pidfd) = peer_pidfd(socket) else {
         return false;
     };
     if let Ok(ns) = pidfd_user_namespace(pidfd.as_fd()) {
-        return nix::sys::stat::fstat(&ns)
-            .is_ok_and(|st| (st.st_dev, st.st_ino) == (own.dev(), own.ino()));
+        return nix::sys::stat::fstat(&ns).is_ok_and(|st| (st.st_dev, st.st_ino) == own.id);
     }
     let Some(pid) = pid else { return false };
-    let maps_match = ["uid_map", "gid_map"].iter().all(|map| {
-        match (
-            std::fs::read(format!("/proc/{pid}/{map}")),
-            std::fs::read(format!("/proc/self/{map}")),
-        ) {
-            (Ok(theirs), Ok(ours)) => theirs == ours,
-            _ => false,
-        }
-    });
+    let maps_match = ["uid_map", "gid_map"]
+        .iter()
+        .zip([&own.uid_map, &own.gid_map])
+        .all(|(map, ours)| std::fs::read(format!("/proc/{pid}/{map}")).is_ok_and(|t| &t == ours));
     maps_match && still_running(pidfd.as_fd())
+}
+
+/// The daemon's own user namespace, read once: its identity and id maps.
+struct OwnNamespace {
+    id: (u64, u64),
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+fn own_user_namespace() -> Option<&'static OwnNamespace> {
+    static OWN: std::sync::OnceLock<Option<OwnNamespace>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        let ns = std::fs::metadata("/proc/self/ns/user").ok()?;
+        Some(OwnNamespace {
+            id: (ns.dev(), ns.ino()),
+            uid_map: std::fs::read("/proc/self/uid_map").ok()?,
+            gid_map: std::fs::read("/proc/self/gid_map").ok()?,
+        })
+    })
+    .as_ref()
 }
 
 /// A pidfd polls readable once its process has exited.

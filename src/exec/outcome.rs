@@ -1,14 +1,13 @@
 //! What one spawn (or any command) ends in: a [`Success`] with its data and
 //! exit code, or a [`Failure`] with its kind, message and details. The
-//! CLI prints them (`crate::cli::output`); the daemon turns them into
-//! JSON-RPC answers.
+//! CLI prints them; the daemon turns them into JSON-RPC answers.
 
 use serde::Serialize;
 use serde_json::Value;
 
 /// Why a command failed: the one fact its exit code
 /// ([`FailureKind::exit_code`]) and, over the daemon's socket, its JSON-RPC
-/// code (`crate::daemon::rpc::code_of`) derive from.
+/// code (computed by the daemon's protocol module) derive from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {
     /// The command line or the call is malformed.

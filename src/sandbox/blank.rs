@@ -3,8 +3,8 @@
 //! is most of a sandbox's kernel work (about 0.5–0.7 ms here, the network
 //! namespace alone about 0.3–0.6), and none of it depends on the request; nor
 //! does the shared part of the root (/tmp, /dev, /proc), once the ids are
-//! mapped. So the spawner does both while it is idle ([`crate::spawner`]'s
-//! pool), and a request only hands over its order.
+//! mapped. So a caller that launches many sandboxes (the daemon's spawner)
+//! makes blanks while it is idle, and a request only hands over its order.
 //!
 //! A blank is a process in fresh namespaces that has closed every descriptor
 //! but one end of a private socketpair and waits there for, at most, one

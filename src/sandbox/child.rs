@@ -213,8 +213,8 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups, emptied)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
     // the parent did not die in between (it holds the sync pipe open until the
-    // end; in the daemon, its copy in the daemon can hide a dead spawner
-    // until the program is released: see `crate::spawner`).
+    // end; when a spawner launched the sandbox, a copy its caller holds can
+    // hide a dead spawner until the program is released).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG) after setresuid", e.into()))?;
     if parent_gone(&s.sync) {

@@ -175,8 +175,8 @@ pub struct Running {
     pub cgroup: Option<SpawnCgroup>,
     /// The sync pipe's write end, held open for the sandbox's lifetime: init
     /// checks it after changing uid to learn whether spawnd is still alive
-    /// (in the daemon, the daemon holds a copy until the release: see
-    /// `crate::spawner`).
+    /// (when a spawner launched it, the spawner's caller holds a copy until
+    /// the release).
     pub parent_alive: OwnedFd,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,

@@ -18,7 +18,7 @@
 //! child cloned from a multi-threaded one may deadlock on a lock another
 //! thread held, and a new user namespace cannot be created there), and it
 //! refuses otherwise. `spawnd run` is single-threaded; the daemon forks a
-//! single-threaded spawner before its runtime starts ([`crate::spawner`]) and
+//! single-threaded spawner before its runtime starts and
 //! hands it each [`launch::LaunchOrder`] — plan, program descriptor, stdio and
 //! credential values — over a socketpair with `SCM_RIGHTS`, never through
 //! argv or an intermediate process's environment.

@@ -577,27 +577,25 @@ fn the_two_filters_differ_only_in_socket_and_socketpair_and_are_each_compiled_on
         policy_for(FilterOptions::DEFAULT),
         policy_for(FilterOptions::WITH_UNIX_SOCKETS),
     );
-    let differing: Vec<&str> = a
-        .rules
+    let differing = differing_rules(&a, &b);
+    assert_eq!(differing, ["socket", "socketpair"]);
+}
+
+/// The syscalls whose rules differ between two policies of one table.
+fn differing_rules(a: &super::Policy, b: &super::Policy) -> Vec<&'static str> {
+    a.rules
         .iter()
         .zip(&b.rules)
         .filter(|(x, y)| x != y)
         .map(|(x, _)| x.name)
-        .collect();
-    assert_eq!(differing, ["socket", "socketpair"]);
+        .collect()
 }
 
 #[test]
 fn without_root_sysv_ipc_objects_are_refused_and_nothing_else_changes() {
     let strict = FilterOptions::for_spawn(false, false, true);
     let (a, b) = (policy_for(FilterOptions::DEFAULT), policy_for(strict));
-    let differing: Vec<&str> = a
-        .rules
-        .iter()
-        .zip(&b.rules)
-        .filter(|(x, y)| x != y)
-        .map(|(x, _)| x.name)
-        .collect();
+    let differing = differing_rules(&a, &b);
     assert_eq!(differing, ["shmget", "semget", "msgget"]);
     let filter = filter_for(strict).unwrap();
     for name in ["shmget", "semget", "msgget"] {
@@ -622,13 +620,7 @@ fn without_root_sysv_ipc_objects_are_refused_and_nothing_else_changes() {
 fn without_a_memory_cgroup_memfds_are_refused_and_nothing_else_changes() {
     let rlimits = FilterOptions::for_spawn(false, true, false);
     let (a, b) = (policy_for(FilterOptions::DEFAULT), policy_for(rlimits));
-    let differing: Vec<&str> = a
-        .rules
-        .iter()
-        .zip(&b.rules)
-        .filter(|(x, y)| x != y)
-        .map(|(x, _)| x.name)
-        .collect();
+    let differing = differing_rules(&a, &b);
     assert_eq!(differing, ["memfd_create"]);
     let sealed = u64::from(libc::MFD_NOEXEC_SEAL | libc::MFD_CLOEXEC);
     let data = || SeccompData::x86_64(nr_of("memfd_create") as i32, [0, sealed, 0, 0, 0, 0]);
