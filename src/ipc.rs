@@ -20,7 +20,7 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 use serde::Serialize;
 use zeroize::Zeroizing;
 
-use crate::sandbox::sys::adopt_fd;
+use crate::sys::adopt_fd;
 
 /// Largest body accepted (an order's argv and env are far smaller).
 pub const MAX_BODY: usize = 16 << 20;

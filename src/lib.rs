@@ -13,7 +13,8 @@
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
 //! * [`program`], [`config`], [`probe`] and [`cli`] do I/O at the edges.
-//! * [`sandbox`] is the only module allowed `unsafe_code`, all of it in `sandbox/sys/`.
+//! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
+//!   and `landlock` do not offer safely, and the start of the sandboxed program.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
@@ -37,5 +38,6 @@ pub mod program;
 pub mod sandbox;
 pub mod spawner;
 pub mod supervise;
+pub mod sys;
 pub mod template;
 pub mod vault;

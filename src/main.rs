@@ -4,7 +4,7 @@
 /// In the static musl build, in place of musl's allocator (see the module).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOCATOR: spawnd::sandbox::sys::heap::Heap = spawnd::sandbox::sys::heap::Heap::new();
+static ALLOCATOR: spawnd::sys::heap::Heap = spawnd::sys::heap::Heap::new();
 
 fn main() {
     std::process::exit(spawnd::cli::main());

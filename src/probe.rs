@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use crate::sandbox::sys::landlock_abi_version;
+use crate::sys::landlock_abi_version;
 
 /// The lowest Landlock ABI spawnd runs with (1: files and execute).
 pub const LANDLOCK_ABI_REQUIRED: u32 = 1;

@@ -146,7 +146,7 @@ fn read_keyring(desc: &str) -> Result<Secret, VaultError> {
             std::io::Error::from_raw_os_error(libc::EINVAL),
         )
     })?;
-    crate::sandbox::sys::read_user_key(&c)
+    crate::sys::read_user_key(&c)
         .map(trim_newline)
         .map_err(|e| VaultError::Keyring(desc.to_string(), e))
 }
@@ -298,7 +298,7 @@ mod tests {
     fn a_keyring_key_is_read_and_a_missing_one_named() {
         let desc = format!("spawnd-test-{}", std::process::id());
         let c = std::ffi::CString::new(desc.clone()).unwrap();
-        crate::sandbox::sys::add_user_key(&c, b"from-the-keyring\n").unwrap();
+        crate::sys::add_user_key(&c, b"from-the-keyring\n").unwrap();
         let s = read_secret(&CredentialSource::Keyring(desc)).unwrap();
         assert_eq!(s.expose(), b"from-the-keyring");
         let e = read_secret(&CredentialSource::Keyring("spawnd-test-missing".into())).unwrap_err();

@@ -75,7 +75,7 @@ impl Unsynced {
     /// start: the record is durable once `commit` returns, and not before.
     pub fn start_flush(&self) {
         use std::os::fd::AsFd;
-        let _ = crate::sandbox::sys::start_writeback(self.file.as_fd());
+        let _ = crate::sys::start_writeback(self.file.as_fd());
     }
 
     /// Waits until the record is on disk (synced here, or by another

@@ -119,7 +119,7 @@ impl Handle {
     pub fn kill(&self) {
         if let Ok(guard) = self.pidfd.lock() {
             if let Some(fd) = guard.as_ref() {
-                let _ = crate::sandbox::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+                let _ = crate::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
             }
         }
     }

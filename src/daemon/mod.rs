@@ -174,7 +174,7 @@ pub const SIDE_WORK: usize = 2;
 pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
     let manifests =
         manifests::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
-    crate::sandbox::sys::bound_allocator_retention();
+    crate::sys::bound_allocator_retention();
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;

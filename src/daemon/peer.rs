@@ -26,7 +26,7 @@ use std::os::unix::fs::MetadataExt;
 
 use tokio::net::UnixStream;
 
-use crate::sandbox::sys::{peer_pidfd, pidfd_user_namespace};
+use crate::sys::{peer_pidfd, pidfd_user_namespace};
 
 /// The peer of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,9 +35,9 @@ use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{filter_for, FilterOptions};
 use crate::sandbox::spec::{build_spec, HostKind};
-use crate::sandbox::sys::landlock_abi_version;
 use crate::spawner::Spawner;
 use crate::supervise::{supervise_to_report, Leaving, LiveOutput, Supervision};
+use crate::sys::landlock_abi_version;
 use crate::vault::{read_secret, Secret};
 
 /// What feeds a stdin pipe.

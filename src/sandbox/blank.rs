@@ -37,10 +37,10 @@ use super::parts::{ChildParts, PartsFacts};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
 use super::spec::MountStep;
-use super::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 use super::threads::ensure_single_threaded;
 use super::StepError;
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
+use crate::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 
 /// A sandbox made ahead, waiting for its order.
 pub struct Blank {

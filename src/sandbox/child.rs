@@ -9,7 +9,7 @@
 //! The program's own process — already under the filter, so even its last
 //! steps are — sets up its descriptors, session and limits and executes the
 //! hashed descriptor. It is started the way `posix_spawn` starts a child
-//! ([`super::sys::start_program`]): it borrows init's memory until it
+//! ([`crate::sys::start_program`]): it borrows init's memory until it
 //! executes, so nothing of init's address space is copied only to be thrown
 //! away by exec.
 //! Everything that fails is reported to the parent over the status pipe as
@@ -27,12 +27,12 @@ use super::landlock::restrict_current_process;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
-use super::sys::{
+use super::StepError;
+use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, replace_command_line, restore_every_default_action,
     set_loopback_up, start_program, ProgramStart,
 };
-use super::StepError;
 
 /// Everything the child needs, prepared by the parent before `clone`.
 pub struct ChildSetup<'a> {

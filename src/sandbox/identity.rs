@@ -5,8 +5,8 @@
 
 use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
 
-use super::sys::{clear_ambient_capabilities, clear_capabilities, drop_bounding_capability};
 use super::StepError;
+use crate::sys::{clear_ambient_capabilities, clear_capabilities, drop_bounding_capability};
 
 /// Upper bound when probing the bounding set (the kernel answers EINVAL past the last capability).
 const CAP_PROBE_LIMIT: u32 = 64;

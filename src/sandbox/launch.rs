@@ -25,12 +25,12 @@ use super::prepare::{
 };
 use super::seccomp::Filter;
 use super::spec::SandboxSpec;
-use super::sys::clone_process;
 use super::threads::ensure_single_threaded;
 use super::StepError;
 use crate::ipc::MAX_FRAME_FDS;
 use crate::manifest::Limits;
 use crate::plan::SpawnPlan;
+use crate::sys::clone_process;
 
 /// How memory and process counts are limited.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -336,7 +336,7 @@ pub fn launch_order(
     ensure_single_threaded()?;
     // Read here, once per process, so the clone inherits the answer (see
     // `init_main`, which hides spawnd's command line).
-    let _ = super::sys::command_line_area();
+    let _ = crate::sys::command_line_area();
     // Checked first, so that a sandbox made ahead never meets an error only
     // the parent could report (a blank that fails to read its order just exits).
     if order

@@ -11,8 +11,8 @@
 //!   program (which inherits all of it and executes the hashed fd) and stays
 //!   as its init.
 //!
-//! All of spawnd's `unsafe_code` lives in `sys/`: one wrapper per system
-//! call, and the program's start (`sys/program.rs`).
+//! The system calls it needs beyond `nix` and `landlock` are in the crate's
+//! [`crate::sys`], the only module with `unsafe`.
 //!
 //! Where forking happens: `launch` must run in a single-threaded process (a
 //! child cloned from a multi-threaded one may deadlock on a lock another
@@ -37,7 +37,6 @@ mod prepare;
 pub mod priority;
 pub mod seccomp;
 pub mod spec;
-pub mod sys;
 pub mod threads;
 
 use std::fmt;

@@ -22,8 +22,8 @@
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::sys::{nice_value, set_nice_value};
 use super::StepError;
+use crate::sys::{nice_value, set_nice_value};
 
 /// How much higher than the daemon's the spawner's priority is (nice units).
 pub const SPAWNER_BOOST: i32 = 5;

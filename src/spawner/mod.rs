@@ -52,7 +52,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use crate::sandbox::launch::LaunchOrder;
-use crate::sandbox::sys::{exit_immediately, fork_process};
+use crate::sys::{exit_immediately, fork_process};
 use wire::{Reply, Request, StdinKind};
 
 /// Why the spawner could not do what was asked.
@@ -125,7 +125,7 @@ impl Spawner {
             .arg(std::process::id().to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
-        crate::sandbox::sys::pass_fd_as_3(&mut cmd, std::os::fd::AsRawFd::as_raw_fd(&theirs));
+        crate::sys::pass_fd_as_3(&mut cmd, std::os::fd::AsRawFd::as_raw_fd(&theirs));
         let child = cmd.spawn()?;
         drop(theirs);
         let pid = i32::try_from(child.id()).map_err(std::io::Error::other)?;
@@ -345,7 +345,7 @@ pub fn serve_on_fd3(parent: u32) -> i32 {
     if nix::unistd::getppid().as_raw() as u32 != parent {
         return 0;
     }
-    match crate::sandbox::sys::adopt_inherited_fd3() {
+    match crate::sys::adopt_inherited_fd3() {
         Ok(fd) => server::serve(UnixStream::from(fd)),
         Err(e) => {
             eprintln!("spawnd: __spawner: {e}");

@@ -7,7 +7,7 @@ use std::sync::mpsc::Receiver;
 
 use super::wire::{ExitReport, Reply, Request};
 use super::{Spawner, SpawnerError};
-use crate::sandbox::sys::pidfd_send_signal;
+use crate::sys::pidfd_send_signal;
 
 /// A sandbox the spawner made, in either state.
 pub struct RemoteSandbox<'s> {

@@ -20,7 +20,7 @@ use super::wire::{ExitReport, Reply, Request, StdinKind};
 use crate::ipc::{recv, send};
 use crate::sandbox::cgroup::{sweep_stale_now_and_then, CgroupPool, SpawnCgroup};
 use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSource};
-use crate::sandbox::sys::{pidfd_open, try_wait_with_usage};
+use crate::sys::{pidfd_open, try_wait_with_usage};
 
 enum Slot {
     /// Building its root; the program waits for the daemon's go-ahead.

@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use crate::manifest::Sha256Digest;
 use crate::sandbox::cgroup::SpawnCgroup;
 use crate::sandbox::launch::Running;
-use crate::sandbox::sys::wait_with_usage;
+use crate::sys::wait_with_usage;
 
 pub mod redact;
 mod status;

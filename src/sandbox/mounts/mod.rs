@@ -23,8 +23,8 @@ use nix::mount::{mount, MsFlags};
 use super::beneath::{fd_path, open_beneath, Create};
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
-use super::sys::{detach_mount_when_told, mount_setattr_fd, WaitingDetach};
 use super::StepError;
+use crate::sys::{detach_mount_when_told, mount_setattr_fd, WaitingDetach};
 
 mod pivot;
 use pivot::pivot_into;

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{umount2, MntFlags};
 
-use super::super::sys::{detach_mount_in_background, mount_setattr, WaitingDetach};
 use super::{
     io_step, step, StepError, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
     MOUNT_ATTR_RDONLY, OLD_ROOT, OLD_ROOT_INSIDE,
 };
+use crate::sys::{detach_mount_in_background, mount_setattr, WaitingDetach};
 
 /// Pivots into the staged root; returns the pid of the helper detaching
 /// the old one, if one does (`ahead`: one cloned before, waiting for word).

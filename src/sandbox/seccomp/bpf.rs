@@ -8,19 +8,7 @@
 
 use thiserror::Error;
 
-/// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SockFilter {
-    /// Opcode: class, size/operation and source bits.
-    pub code: u16,
-    /// Instructions to skip when a conditional jump's test holds.
-    pub jt: u8,
-    /// Instructions to skip when it does not.
-    pub jf: u8,
-    /// The constant operand (offset, value, or `ja`'s 32-bit skip).
-    pub k: u32,
-}
+pub use crate::sys::SockFilter;
 
 impl SockFilter {
     /// A non-jump instruction.

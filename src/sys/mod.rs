@@ -92,8 +92,19 @@ pub fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
     libc::pid_t::try_from(ret).map_err(|_| io::Error::other("clone: pid out of range"))
 }
 
-/// One classic-BPF instruction, laid out as the kernel's `struct sock_filter`.
-pub use super::seccomp::SockFilter;
+/// One classic BPF instruction (built by the sandbox's seccomp compiler), laid out as the kernel's `struct sock_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SockFilter {
+    /// Opcode: class, size/operation and source bits.
+    pub code: u16,
+    /// Instructions to skip when a conditional jump's test holds.
+    pub jt: u8,
+    /// Instructions to skip when it does not.
+    pub jf: u8,
+    /// The constant operand (offset, value, or `ja`'s 32-bit skip).
+    pub k: u32,
+}
 
 /// Installs a seccomp filter on the calling thread (`seccomp(SECCOMP_SET_MODE_FILTER)`).
 /// No-new-privileges must already be set.
