@@ -10,7 +10,7 @@
 //! the old one is wiped), and are decoded straight into their types with no
 //! intermediate copy, so every enum is externally tagged (postcard has no
 //! field names to look ahead for). What the frames say is the business of
-//! their two ends (`crate::spawner::wire`, `crate::sandbox::blank`).
+//! their two ends (`crate::spawner::wire`, `crate::sandbox::spare`).
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -27,7 +27,7 @@ pub const MAX_BODY: usize = 16 << 20;
 /// Most descriptors one frame between the daemon and its spawner carries.
 pub const MAX_FDS: usize = 8;
 /// Most descriptors any frame carries: an order handed to a sandbox made
-/// ahead ([`crate::sandbox::blank`]) brings every scope's pinned descriptor.
+/// ahead ([`crate::sandbox::spare`]) brings every scope's pinned descriptor.
 pub const MAX_FRAME_FDS: usize = 128;
 
 /// Sends one frame with `fds` attached.

@@ -12,7 +12,7 @@
 //! * [`manifest`], [`template`], [`policy`], [`plan`] and [`printable`] are pure: no kernel,
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
-//! * [`program`], [`config`], [`probe`] and [`cli`] do I/O at the edges.
+//! * [`program`], [`config`], [`kernel_features`] and [`cli`] do I/O at the edges.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
 #![deny(unsafe_code)]
@@ -29,11 +29,11 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ipc;
+pub mod kernel_features;
 pub mod manifest;
 pub mod plan;
 pub mod policy;
 pub mod printable;
-pub mod probe;
 pub mod program;
 pub mod sandbox;
 pub mod spawner;

@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["connectors"],
     &["spawner"],
     &["supervise"],
-    &["sandbox", "probe"],
+    &["sandbox", "kernel_features"],
     &["ipc"],
     &["audit", "vault"],
     &["config", "program"],

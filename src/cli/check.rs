@@ -38,7 +38,7 @@ pub struct EnvelopeFile {
 }
 
 /// Loads config and manifest and builds the request from `run`/`check` arguments.
-pub fn prepare(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
+pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
     let config = load_config(cli)?;
     let path = args
         .manifest
@@ -190,7 +190,7 @@ pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             "check runs the gate in this process; drop --socket (and use --manifest)",
         ));
     }
-    let prepared = prepare(cli, args)?;
+    let prepared = load_request(cli, args)?;
     let mut opener = ProgramOpener::default();
     match decide_local(&prepared, &mut opener) {
         Decision::Allowed(mut plan) => {

@@ -8,9 +8,9 @@ use serde_json::json;
 use super::args::Cli;
 use super::context::load_config;
 use super::output::{Failure, Success};
+use crate::kernel_features::{probe, Status};
 use crate::manifest::env_keys::RESERVED_ENV;
 use crate::policy::REASONS;
-use crate::probe::{probe, Status};
 use crate::program::hash_path;
 
 /// `spawnd hash FILE`.

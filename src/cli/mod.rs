@@ -157,7 +157,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
                 })
         }
         Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
-        Command::ProbeUserns => match crate::probe::userns_probe_helper() {
+        Command::ProbeUserns => match crate::kernel_features::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
             Err(e) => Err(Failure::sandbox_unavailable(e)),
         },

@@ -7,7 +7,7 @@ use crate::exec::FailureKind;
 use std::path::Path;
 
 use super::args::{Cli, RunArgs};
-use super::check::prepare;
+use super::check::load_request;
 use super::output::{Failure, Success};
 use crate::exec::{execute, Execution, Pump};
 use crate::policy::Access;
@@ -28,7 +28,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             })?),
             false => None,
         };
-    let prepared = prepare(cli, args)?;
+    let prepared = load_request(cli, args)?;
     let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
     execute(Execution {
         prepared: &prepared,

@@ -591,7 +591,7 @@ impl Connection {
         let _turn = self.daemon.side_work.acquire().await;
         let daemon = Arc::clone(&self.daemon);
         let report = tokio::task::spawn_blocking(move || {
-            crate::probe::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())
+            crate::kernel_features::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;

@@ -36,7 +36,7 @@ use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
-use crate::exec::{denial_failure, execute_until_written, Ended, Execution, Failure, Prepared};
+use crate::exec::{denial_failure, execute_until_written, Execution, Failure, Finished, Prepared};
 use crate::manifest::Manifest;
 use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
@@ -180,7 +180,7 @@ pub async fn spawn(
         };
         let started_tx = Mutex::new(Some(started_tx));
         let on_started_handle = Arc::clone(&thread_handle);
-        let Ended {
+        let Finished {
             result,
             exit_record,
             leaving,

@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use super::prepared::Prepared;
-use crate::probe::v1_controller_mounts;
+use crate::kernel_features::v1_controller_mounts;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};

@@ -25,10 +25,10 @@ use records::{exit_record_lost, record_denial, record_failed_exit, record_unstar
 use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
+use crate::kernel_features::LANDLOCK_ABI_REQUIRED;
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::{Access, Decision};
-use crate::probe::LANDLOCK_ABI_REQUIRED;
 use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::sweep_stale_now_and_then;
@@ -77,7 +77,7 @@ pub type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
 /// namespaces down on another core; waiting for init before the flush would
 /// put the two in a row.
 pub fn execute(x: Execution<'_>) -> Result<Success, Failure> {
-    let Ended {
+    let Finished {
         mut result,
         exit_record,
         leaving,
@@ -104,7 +104,7 @@ fn reap(leaving: Leaving<'_>) {
 }
 
 /// An [`Execution`] whose program has ended and whose exit record is written.
-pub struct Ended<'a> {
+pub struct Finished<'a> {
     /// What to report (its `audit_id` names the records).
     pub result: Result<Success, Failure>,
     /// The exit record of a program that ran, in the log and chained but not
@@ -118,11 +118,11 @@ pub struct Ended<'a> {
 }
 
 /// Runs an [`Execution`] until its exit record is written (not yet flushed).
-pub fn execute_until_written(x: Execution<'_>) -> Ended<'_> {
+pub fn execute_until_written(x: Execution<'_>) -> Finished<'_> {
     let mut leaving = None;
     let mut exit_record = None;
     let result = execute_inner(x, &mut leaving, &mut exit_record);
-    Ended {
+    Finished {
         result,
         exit_record,
         leaving,
@@ -144,9 +144,9 @@ fn execute_inner<'a>(
     let mut opener = ProgramOpener::default();
     let plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
     let gated = started.elapsed();
-    let parts = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
+    let ready = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
     if !x.json {
-        note_missing_scopes(&parts.spec, &plan);
+        note_missing_scopes(&ready.spec, &plan);
     }
     let prepared_sandbox = started.elapsed();
     let SandboxParts {
@@ -156,7 +156,7 @@ fn execute_inner<'a>(
         program,
         credentials,
         redact,
-    } = parts;
+    } = ready;
     let request = LaunchRequest {
         plan: &plan,
         spec: &spec,

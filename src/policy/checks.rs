@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::decision::{shown, Denial};
-use super::program::{ProgramFault, ProgramInspector};
+use super::inspector::{ProgramFault, ProgramInspector};
 use super::reason::Reason;
 use super::request::{Caller, GateContext};
 use crate::manifest::env_keys::{is_valid_key, reserved};

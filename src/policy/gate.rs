@@ -6,7 +6,7 @@ use super::checks::{
     arg_denial, check_bindings, check_cwd, check_env, check_path_values, check_program,
 };
 use super::decision::{shown, Decision, Denial};
-use super::program::ProgramInspector;
+use super::inspector::ProgramInspector;
 use super::raw::{choose_candidate, match_raw};
 use super::reason::Reason;
 use super::request::{Caller, GateContext, Request, RequestKind};

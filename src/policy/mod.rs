@@ -5,14 +5,14 @@
 mod checks;
 mod decision;
 mod gate;
-mod program;
+mod inspector;
 mod raw;
 mod reason;
 mod request;
 
 pub use decision::{Decision, Denial};
 pub use gate::decide;
-pub use program::{ProgramFacts, ProgramFault, ProgramInspector};
+pub use inspector::{ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
 

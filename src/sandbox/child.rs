@@ -72,12 +72,12 @@ pub struct ChildSetup<'a> {
     pub seccomp: &'a [SockFilter],
     /// Resource limits for the program: (resource, value).
     pub rlimits: Vec<(nix::sys::resource::Resource, u64)>,
-    /// The namespaces were made ahead of the request (a [`super::blank::Blank`]).
+    /// The namespaces were made before the request (a [`super::spare::Spare`]).
     pub made_ahead: bool,
-    /// The shared part of the root, when a sandbox made ahead built it
+    /// The shared part of the root, when a spare sandbox built it
     /// before its order came (or the error it met doing so).
     pub staged: Option<Result<Staged, StepError>>,
-    /// The bounding set, when a sandbox made ahead emptied it before its
+    /// The bounding set, when a spare sandbox emptied it before its
     /// order came.
     pub bounding_emptied: Option<BoundingSetEmpty>,
 }
@@ -106,7 +106,7 @@ fn report(status: &OwnedFd, message: &[u8]) {
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
-    // A sandbox made ahead did these first thing, while it waited for its
+    // A spare sandbox did these first thing, while it waited for its
     // order: not a moment at the spawner's raised priority (see
     // `priority`), and every signal action at its default.
     if !setup.made_ahead {
@@ -169,7 +169,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
         .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
     wait_for_parent(&s.sync)?;
-    // A sandbox made ahead has its loopback up and its bounding set empty
+    // A spare sandbox has its loopback up and its bounding set empty
     // already; one launched now does both while the old root is being
     // detached (the kernel's work of a `SIOCSIFFLAGS` on a new namespace's
     // lo, ~70 µs here, then overlaps the detach on the other core instead of
@@ -279,7 +279,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
 /// What every sandbox needs before its request is known, once its ids are
 /// mapped: the staged root with /tmp, /dev and /proc and then `system` (the
 /// system paths the daemon's last request had), its host name, its loopback
-/// up, its bounding set empty. A sandbox made ahead does this while it
+/// up, its bounding set empty. A spare sandbox does this while it
 /// waits for its order.
 pub fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), StepError> {
     let mut staged = stage_and_name()?;

@@ -17,7 +17,7 @@ const CAP_PROBE_LIMIT: u32 = 64;
 pub struct BoundingSetEmpty(());
 
 /// Empties the bounding set (one `prctl` per capability, about 40). The
-/// capabilities in effect stay, so mounting goes on; a sandbox made ahead
+/// capabilities in effect stay, so mounting goes on; a spare sandbox
 /// does this before its order comes, any other while its old root detaches.
 pub fn drop_bounding_set() -> Result<BoundingSetEmpty, StepError> {
     for cap in 0..CAP_PROBE_LIMIT {

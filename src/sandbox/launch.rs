@@ -15,15 +15,15 @@ use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
 use super::as_caller::{check_as_child, required_access, with_identity, CallerCreds};
-use super::blank::Blank;
 use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots};
 use super::child::init_main;
-use super::parts::ChildParts;
+use super::handover::Handover;
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep,
     sealed_script_copy, write_id_maps,
 };
 use super::seccomp::Filter;
+use super::spare::Spare;
 use super::spec::SandboxSpec;
 use super::threads::ensure_single_threaded;
 use super::StepError;
@@ -321,8 +321,8 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
 }
 
 /// Starts the sandbox an order describes, for the program file the gate
-/// hashed: in `ahead`, a sandbox whose namespaces were made before the
-/// request, or else in namespaces made now by `clone`. A `Blank` that died
+/// hashed: in `spare`, a sandbox whose namespaces were made before the
+/// request, or else in namespaces made now by `clone`. A `Spare` that died
 /// meanwhile is reaped and replaced by a fresh clone; either way the sandbox
 /// is the same. Its cgroups (with cgroup limits) come from `cgroups` when
 /// given, else are made for it.
@@ -330,15 +330,15 @@ pub fn launch_order(
     order: &LaunchOrder,
     program: File,
     stdin: StdinSource,
-    ahead: Option<Blank>,
+    spare: Option<Spare>,
     cgroups: Option<&mut CgroupPool>,
 ) -> Result<Launched, StepError> {
     ensure_single_threaded()?;
     // Read here, once per process, so the clone inherits the answer (see
     // `init_main`, which hides spawnd's command line).
     let _ = crate::sys::command_line_area();
-    // Checked first, so that a sandbox made ahead never meets an error only
-    // the parent could report (a blank that fails to read its order just exits).
+    // Checked first, so that a spare sandbox never meets an error only
+    // the parent could report (a spare that fails to read its order just exits).
     if order
         .argv
         .iter()
@@ -484,7 +484,7 @@ pub fn launch_order(
             return Err(e);
         }
     };
-    let parts = ChildParts {
+    let handover = Handover {
         scopes,
         program: OwnedFd::from(program),
         script,
@@ -495,23 +495,23 @@ pub fn launch_order(
         cgroup_tasks,
     };
     let cloned_at = std::time::Instant::now();
-    // Handed to the sandbox made ahead — unless it was prepared for someone
+    // Handed to the spare sandbox — unless it was prepared for someone
     // else, the descriptors do not fit one frame, or it died — or else
     // cloned now.
     let me = (order.uid, order.gid, order.privileged);
-    let fits = parts.fds().len() <= MAX_FRAME_FDS;
-    let ahead = ahead.filter(|b| fits && b.fits(me, &order.spec.mounts));
-    let delivered = ahead.and_then(|blank| match blank.deliver(order, &parts) {
+    let fits = handover.fds().len() <= MAX_FRAME_FDS;
+    let spare = spare.filter(|b| fits && b.fits(me, &order.spec.mounts));
+    let delivered = spare.and_then(|spare| match spare.deliver(order, &handover) {
         Ok(()) => {
-            let mapped = blank.mapped_for().is_some();
-            Some((blank.into_pid(), mapped))
+            let mapped = spare.mapped_for().is_some();
+            Some((spare.into_pid(), mapped))
         }
         Err(_) => None,
     });
     let (pid, mapped) = match delivered {
-        Some(made_ahead) => made_ahead,
+        Some(from_spare) => from_spare,
         None => {
-            let setup = parts.into_setup(order, &seccomp.instructions, false)?;
+            let setup = handover.into_setup(order, &seccomp.instructions, false)?;
             let pid = match clone_process(NAMESPACES) {
                 Ok(pid) => pid,
                 Err(e) => {
@@ -528,7 +528,7 @@ pub fn launch_order(
             (pid, false)
         }
     };
-    // The parent's copies of the child's ends went with `parts` (or the
+    // The parent's copies of the child's ends went with `handover` (or the
     // setup): only the sandbox holds them now.
     let running = Running {
         init_pid: pid,

@@ -3,7 +3,7 @@
 //! * `spec` decides, as pure data, the fresh root's mounts and the Landlock rules;
 //! * `seccomp` compiles the syscall policy to BPF (pure; installed in the child);
 //! * `launch` (parent) opens scopes, makes pipes, clones into new user, mount,
-//!   pid, network, ipc and uts namespaces (or hands the order to a `blank`,
+//!   pid, network, ipc and uts namespaces (or hands the order to a `spare`,
 //!   a sandbox whose namespaces were made before the request), maps ids,
 //!   joins cgroups, releases;
 //! * `child` (inside) builds the root (`mounts`), drops privileges
@@ -25,17 +25,17 @@
 
 pub mod as_caller;
 mod beneath;
-pub mod blank;
 pub mod cgroup;
 mod child;
+mod handover;
 mod identity;
 pub mod landlock;
 pub mod launch;
 mod mounts;
-mod parts;
 mod prepare;
 pub mod priority;
 pub mod seccomp;
+pub mod spare;
 pub mod spec;
 pub mod threads;
 

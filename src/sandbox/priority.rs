@@ -17,7 +17,7 @@
 //! the request's setup, long before the program exists — is to set its nice
 //! value back to the daemon's
 //! ([`back_to_base`]); a raise is always allowed, and if it fails all the
-//! same, nothing runs. A sandbox made ahead does the same as its first
+//! same, nothing runs. A spare sandbox does the same as its first
 //! step, before it prepares its base and waits for an order.
 
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -140,8 +140,8 @@ pub struct SandboxSpec {
 }
 
 /// The size caps of the private /tmp and /dev/shm, from the memory limit.
-/// They are mounted at [`base_tmpfs_sizes`] with the shared steps (a sandbox
-/// made ahead knows no request) and resized when the request's differ.
+/// They are mounted at [`base_tmpfs_sizes`] with the shared steps (a spare
+/// sandbox knows no request) and resized when the request's differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TmpfsSizes {
     /// /tmp.
@@ -271,7 +271,7 @@ pub fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
 
 /// The system-path steps a sandbox's mounts go on with after the shared
 /// ones (binds by path and symbolic links, before any scope): what a
-/// daemon's requests share, so a sandbox made ahead can mount them early.
+/// daemon's requests share, so a spare sandbox can mount them early.
 pub fn system_steps(mounts: &[MountStep]) -> &[MountStep] {
     let rest = after_base(mounts).unwrap_or_default();
     let n = rest

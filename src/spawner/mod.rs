@@ -36,9 +36,9 @@
 //! The client is thread-safe: a reader thread routes each reply to the
 //! caller waiting for that sandbox.
 
-mod ahead;
 mod remote;
 mod server;
+mod spares;
 pub mod wire;
 
 pub use remote::{RemoteLaunched, RemoteSandbox};

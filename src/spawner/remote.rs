@@ -5,8 +5,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Receiver;
 
-use super::wire::{ExitReport, Reply, Request};
+use super::wire::{Reply, Request};
 use super::{Spawner, SpawnerError};
+use crate::supervise::InitExit;
 use crate::sys::pidfd_send_signal;
 
 /// A sandbox the spawner made, in either state.
@@ -64,7 +65,7 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
         }
     }
 
-    fn reap(self: Box<Self>) -> std::io::Result<ExitReport> {
+    fn reap(self: Box<Self>) -> std::io::Result<InitExit> {
         loop {
             match self.replies.recv() {
                 Ok((Reply::Exited { exit, .. }, _)) => return Ok(exit),
@@ -121,7 +122,7 @@ impl RemoteSandbox<'_> {
     }
 
     /// Blocks until the spawner has reaped init.
-    pub fn wait(&self) -> Result<ExitReport, SpawnerError> {
+    pub fn wait(&self) -> Result<InitExit, SpawnerError> {
         loop {
             match self.replies.recv() {
                 Ok((Reply::Exited { exit, .. }, _)) => return Ok(exit),

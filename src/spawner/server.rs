@@ -15,11 +15,12 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::ahead::BlankPool;
-use super::wire::{ExitReport, Reply, Request, StdinKind};
+use super::spares::SparePool;
+use super::wire::{Reply, Request, StdinKind};
 use crate::ipc::{recv, send};
 use crate::sandbox::cgroup::{sweep_stale_now_and_then, CgroupPool, SpawnCgroup};
 use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSource};
+use crate::supervise::InitExit;
 use crate::sys::{pidfd_open, try_wait_with_usage};
 
 enum Slot {
@@ -60,7 +61,7 @@ pub fn serve(sock: UnixStream) -> i32 {
         }
     }
     let mut slots: HashMap<u64, Slot> = HashMap::new();
-    let mut pool = Some(BlankPool::new());
+    let mut pool = Some(SparePool::new());
     let mut cgroups = CgroupPool::new();
     loop {
         // Idle with work for the pool: look, don't wait, and do a step of it
@@ -97,8 +98,8 @@ pub fn serve(sock: UnixStream) -> i32 {
             continue;
         }
         if filling && !sock_ready && !chld_ready {
-            if let Some(Err(e)) = pool.as_mut().map(BlankPool::work) {
-                eprintln!("spawnd: spawner: sandboxes cannot be made ahead ({e}); made at request time, retried in {} s", super::ahead::RETRY_AFTER.as_secs());
+            if let Some(Err(e)) = pool.as_mut().map(SparePool::work) {
+                eprintln!("spawnd: spawner: spare sandboxes cannot be made ({e}); made at request time, retried in {} s", super::spares::RETRY_AFTER.as_secs());
             }
             continue;
         }
@@ -127,7 +128,7 @@ pub fn serve(sock: UnixStream) -> i32 {
 fn handle(
     sock: &UnixStream,
     slots: &mut HashMap<u64, Slot>,
-    pool: Option<&mut BlankPool>,
+    pool: Option<&mut SparePool>,
     cgroups: &mut CgroupPool,
     request: Request,
     fds: Vec<OwnedFd>,
@@ -142,9 +143,9 @@ fn handle(
                 StdinKind::Null => StdinSource::Null,
                 StdinKind::Pipe => StdinSource::Pipe,
             };
-            let ahead = pool
+            let spare = pool
                 .and_then(|p| p.take((order.uid, order.gid, order.privileged), &order.spec.mounts));
-            match launch_order(&order, File::from(program), source, ahead, Some(cgroups)) {
+            match launch_order(&order, File::from(program), source, spare, Some(cgroups)) {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);
                     let pidfd = pidfd_open(init_pid);
@@ -254,7 +255,7 @@ fn reap(
             .cgroup
             .as_ref()
             .map_or((None, false), SpawnCgroup::readings);
-        let exit = ExitReport {
+        let exit = InitExit {
             init_status: reaped.status,
             cpu_ms: reaped.cpu_ms,
             max_rss_bytes: reaped.max_rss_bytes,

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::sandbox::launch::LaunchOrder;
+use crate::supervise::InitExit;
 
 /// Where the child's stdin comes from (the descriptor, if any, travels with the frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,7 +78,7 @@ pub enum Reply {
         /// Which sandbox.
         id: u64,
         /// The usage and limits readings at the end.
-        exit: ExitReport,
+        exit: InitExit,
     },
 }
 
@@ -89,9 +90,6 @@ impl Reply {
         }
     }
 }
-
-/// What the spawner reports when it reaps a sandbox's init.
-pub use crate::supervise::Ended as ExitReport;
 
 #[cfg(test)]
 mod tests;

@@ -58,7 +58,7 @@ pub trait SandboxEnd {
     /// Sends `signal` to init (SIGKILL ends the whole pid namespace).
     fn signal(&self, signal: Signal);
     /// Waits until init is reaped; reads and removes its cgroups.
-    fn reap(self: Box<Self>) -> std::io::Result<Ended>;
+    fn reap(self: Box<Self>) -> std::io::Result<InitExit>;
     /// The cgroup readings (peak memory, OOM kill) available before init is
     /// reaped, when this end can give them; `None` means reap first.
     fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
@@ -73,7 +73,7 @@ pub trait SandboxEnd {
 
 /// How a sandbox's init ended, with what it used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Ended {
+pub struct InitExit {
     /// Init's raw wait status (the program's own travels on the status pipe).
     pub init_status: i32,
     /// CPU time of every process init reaped, in ms.
@@ -87,14 +87,14 @@ pub struct Ended {
 }
 
 /// Waits for `pid` (a child of this process), then reads and removes its cgroups.
-pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<Ended> {
+pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<InitExit> {
     let reaped = wait_with_usage(pid)?;
     let (cgroup_peak_bytes, oom_killed) =
         cgroup.as_ref().map_or((None, false), SpawnCgroup::readings);
     if let Some(cg) = cgroup {
         cg.remove();
     }
-    Ok(Ended {
+    Ok(InitExit {
         init_status: reaped.status,
         cpu_ms: reaped.cpu_ms,
         max_rss_bytes: reaped.max_rss_bytes,
@@ -117,7 +117,7 @@ impl SandboxEnd for LocalEnd {
         let _ = kill(self.init, signal);
     }
 
-    fn reap(self: Box<Self>) -> std::io::Result<Ended> {
+    fn reap(self: Box<Self>) -> std::io::Result<InitExit> {
         let LocalEnd { init, cgroup, .. } = *self;
         reap_init(init.as_raw(), cgroup)
     }

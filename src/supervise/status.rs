@@ -1,5 +1,5 @@
 //! The status pipe from inside the sandbox: `E<step>: <error>` when setup or
-//! exec failed, `L<abi> <tcp> <scoped> <ahead>` once Landlock is in force,
+//! exec failed, `L<abi> <tcp> <scoped> <spare>` once Landlock is in force,
 //! and `W<i32 wait status><u64 cpu µs><u64 max rss KiB>` (little-endian)
 //! when the program ended and init has reaped everything. A record reported twice or an
 //! unknown one means the pipe cannot be trusted, and the run is failed.
@@ -9,7 +9,7 @@ use super::Ending;
 /// Decodes the status pipe: `E<step>\n` setup errors, `L<abi> <tcp> <scoped>\n`, `W<i32>`.
 /// What init reported of the layers it applied: the Landlock ABI, whether
 /// TCP and abstract-socket/signal scoping are enforced, and whether the
-/// network namespace was made ahead of the request.
+/// network namespace was made before the request (a spare sandbox).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
     /// Landlock ABI enforced.
@@ -19,8 +19,8 @@ pub struct Applied {
     /// Abstract unix sockets and signals scoped.
     pub scoped: bool,
     /// The sandbox's namespaces, network namespace included, were made
-    /// ahead of the request (a spawner's blank), not at launch.
-    pub netns_made_ahead: bool,
+    /// before the request (a spare sandbox), not at launch.
+    pub netns_of_spare: bool,
 }
 
 /// What the program's processes used, as init measured once it had reaped
@@ -84,12 +84,12 @@ pub(super) fn parse_status(
                     ending.get_or_insert(Ending::SetupFailed(text));
                 } else {
                     let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
-                    if let [abi, tcp, scoped, ahead] = n.as_slice() {
+                    if let [abi, tcp, scoped, spare] = n.as_slice() {
                         landlock = Some(Applied {
                             abi: *abi,
                             tcp_denied: *tcp == 1,
                             scoped: *scoped == 1,
-                            netns_made_ahead: *ahead == 1,
+                            netns_of_spare: *spare == 1,
                         });
                     }
                 }
@@ -144,7 +144,7 @@ mod tests {
                     abi: 7,
                     tcp_denied: true,
                     scoped: true,
-                    netns_made_ahead: false
+                    netns_of_spare: false
                 }),
                 Some(ProgramUsage {
                     cpu_ms: 2,

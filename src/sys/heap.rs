@@ -10,7 +10,7 @@
 //!
 //! Fork: the lock is a futex in this process's memory, so a child forked
 //! while another thread held it would wait forever on its first allocation.
-//! spawnd clones only while single-threaded (sandboxes, spawners, blanks);
+//! spawnd clones only while single-threaded (sandboxes, spawners, spare sandboxes);
 //! the daemon's threads start credential helpers through `posix_spawn`, and
 //! restart a spawner through `Command` with a `pre_exec` step
 //! (`pass_fd_as_3`) that allocates nothing — no code between a fork and an

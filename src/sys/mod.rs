@@ -1,6 +1,6 @@
 //! The only module with `unsafe`: thin wrappers over system calls that
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), and
-//! in `program.rs` the start of the sandboxed program, in `mount.rs` the
+//! in `start.rs` the start of the sandboxed program, in `mount.rs` the
 //! mount calls and the old root's unmount helpers, in `nice.rs` a thread's
 //! nice value; for the static musl build, the allocator (`heap.rs`) and, on
 //! x86_64, `memcpy`/`memmove` (`memcopy.rs`; musl's own elsewhere).
@@ -18,13 +18,13 @@ pub mod heap;
 mod memcopy;
 mod mount;
 mod nice;
-mod program;
+mod start;
 pub use mount::{
     detach_mount_in_background, detach_mount_when_told, mount_setattr, mount_setattr_fd,
     WaitingDetach,
 };
 pub use nice::{nice_value, set_nice_value};
-pub use program::{restore_every_default_action, start_program, ProgramStart};
+pub use start::{restore_every_default_action, start_program, ProgramStart};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;

@@ -5,7 +5,7 @@
 //! helpers make raw system calls in inline assembly, written for x86_64
 //! only. On aarch64, [`detach_mount_in_background`] unmounts in the caller
 //! (init waits out the kernel's grace period itself) and
-//! [`detach_mount_when_told`] reports `Unsupported`, so a sandbox made ahead
+//! [`detach_mount_when_told`] reports `Unsupported`, so a spare sandbox
 //! has no helper waiting and init detaches at the pivot as a sandbox made at
 //! the request does. Either way a failed unmount is an error: the pivot
 //! fails and the program never starts with the host's root mounted.
@@ -59,7 +59,7 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
 /// A helper cloned ahead of time, like [`detach_mount_in_background`]'s, that
 /// closes every descriptor but its pipe's read end, waits for one byte on
 /// it and then unmounts its path (`MNT_DETACH`):
-/// a sandbox made ahead clones it while it waits for its order, so the clone
+/// a spare sandbox clones it while it waits for its order, so the clone
 /// is off the way from request to program. Writing one byte to `trigger`
 /// starts the unmount; closing `trigger` unwritten lets the helper go
 /// without unmounting (exit code ECANCELED). Its exit code is otherwise
@@ -191,8 +191,8 @@ pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> 
         unsafe {
             // Only the pipe's read end stays in this copy of the table (the
             // write end too is closed, so a dropped trigger reads as EOF): no
-            // copy of the blank's order socket, or of anything else open at
-            // the clone, outlives the blank by the helper's last moments.
+            // copy of the spare's order socket, or of anything else open at
+            // the clone, outlives the spare by the helper's last moments.
             let keep = (*args).read_fd as i64;
             if keep > 0 {
                 let _ = raw_syscall3(libc::SYS_close_range, 0, keep - 1, 0);

@@ -1,7 +1,7 @@
 //! The fresh root, built inside the child's own mount namespace: propagation
 //! cut from the host, a tmpfs staged on `/sys`, every step of the spec
 //! mounted into it — first the steps every sandbox shares
-//! ([`stage_base_in_child`]), then the system paths (a sandbox made ahead
+//! ([`stage_base_in_child`]), then the system paths (a spare sandbox
 //! does both before its order, [`Staged::mount_more`]), then the scopes
 //! ([`finish_root_in_child`]) —
 //! then `pivot_root` into it and the old root detached. Everything
@@ -60,7 +60,7 @@ pub struct Staged {
     base: Vec<MountStep>,
     /// Where in `base` the steps of [`Staged::mount_more`] begin.
     more_from: usize,
-    /// The old root's unmount helper, cloned ahead (a sandbox made ahead).
+    /// The old root's unmount helper, cloned ahead (a spare sandbox).
     detach: Option<WaitingDetach>,
 }
 
@@ -75,7 +75,7 @@ impl Staged {
     }
 
     /// Clones the old root's unmount helper now, to wait until the pivot
-    /// ([`detach_mount_when_told`]): a sandbox made ahead does it while it
+    /// ([`detach_mount_when_told`]): a spare sandbox does it while it
     /// waits for its order, so the clone is not on the way to the program.
     pub fn clone_detach_helper_ahead(&mut self) -> Result<(), StepError> {
         // Its working directory is a copy of this one's: at the root, which
@@ -95,10 +95,10 @@ impl Staged {
 }
 
 /// Stages a tmpfs and mounts the steps every sandbox shares. Needs the ids mapped (it creates mount points), nothing of the
-/// request: a sandbox made ahead does it before its order comes.
+/// request: a spare sandbox does it before its order comes.
 pub fn stage_base_in_child() -> Result<Staged, StepError> {
     // The host's mounts stay as the namespace copied them (slaves of the
-    // host's shared ones) until the order comes, so a sandbox made ahead
+    // host's shared ones) until the order comes, so a spare sandbox
     // still sees the host as it is then; the staged tmpfs, mounted on a
     // slave, propagates nowhere.
     let stage = Path::new(STAGE);

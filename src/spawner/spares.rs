@@ -1,54 +1,54 @@
-//! Sandboxes made ahead of requests ([`crate::sandbox::blank`]): while it is
-//! idle, the spawner clones a few blanks, so a request usually finds its
+//! Spare sandboxes ([`crate::sandbox::spare`]): while it is
+//! idle, the spawner clones a few spares, so a request usually finds its
 //! namespaces (user, mount, pid, network, ipc, uts) already made and only
-//! hands over its order. Blanks are then prepared for the identity the last
+//! hands over its order. Spares are then prepared for the identity the last
 //! request ran as (its ids mapped, the shared part of the root built, the
 //! system paths of the last request bound), since a daemon's callers are
 //! mostly one connector runtime under one config; a request for another
-//! identity or with other system paths takes an unprepared blank, or clones. Each blank serves
-//! exactly one sandbox: two sandboxes never share a namespace. Blanks older
-//! than [`MAX_AGE`] are replaced. When a blank cannot be made (user
+//! identity or with other system paths takes an unprepared spare, or clones. Each spare serves
+//! exactly one sandbox: two sandboxes never share a namespace. Spares older
+//! than [`MAX_AGE`] are replaced. When a spare cannot be made (user
 //! namespaces gone, say), making pauses for [`RETRY_AFTER`] and launches
 //! clone at request time, which reports the same error.
 
 use std::time::{Duration, Instant};
 
-use crate::sandbox::blank::{Blank, MappedFor};
+use crate::sandbox::spare::{MappedFor, Spare};
 use crate::sandbox::spec::{system_steps, MountStep};
 
-/// How many blanks are kept ready.
+/// How many spares are kept ready.
 pub const POOL_SIZE: usize = 4;
-/// Below this many ready blanks, the pool is filled even while sandboxes
-/// run; above it, only while none does (see [`BlankPool::wants_work`]).
+/// Below this many ready spares, the pool is filled even while sandboxes
+/// run; above it, only while none does (see [`SparePool::wants_work`]).
 pub const LOW_WATER: usize = 2;
 
-/// How long a blank is kept: the host's mounts it sees stay current (they
+/// How long a spare is kept: the host's mounts it sees stay current (they
 /// are slaves of the host's until its order comes), but a fresh one is
 /// cheap while idle.
 pub const MAX_AGE: Duration = Duration::from_secs(60);
-/// How long making blanks pauses after a failure.
+/// How long making spares pauses after a failure.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-/// Preparing stops after this many failures in a row (blanks are then
+/// Preparing stops after this many failures in a row (spares are then
 /// used unprepared) until one succeeds.
 const MAX_PREPARE_FAILURES: u32 = 3;
 
-/// The ready blanks, oldest first.
-pub struct BlankPool {
-    ready: Vec<(Blank, Instant)>,
-    /// Whom the last request ran as: whom idle blanks are prepared for.
+/// The ready spares, oldest first.
+pub struct SparePool {
+    ready: Vec<(Spare, Instant)>,
+    /// Whom the last request ran as: whom idle spares are prepared for.
     last: Option<MappedFor>,
-    /// The system-path steps of the last request: what idle blanks mount.
+    /// The system-path steps of the last request: what idle spares mount.
     system: Vec<MountStep>,
-    /// No blank is made before this (after a failure).
+    /// No spare is made before this (after a failure).
     paused_until: Option<Instant>,
     /// Preparations that failed in a row.
     prepare_failures: u32,
 }
 
-impl BlankPool {
+impl SparePool {
     /// An empty pool.
-    pub fn new() -> BlankPool {
-        BlankPool {
+    pub fn new() -> SparePool {
+        SparePool {
             ready: Vec::with_capacity(POOL_SIZE),
             last: None,
             system: Vec::new(),
@@ -57,8 +57,8 @@ impl BlankPool {
         }
     }
 
-    /// Whether there is idle work: a blank to make, prepare or replace.
-    /// With sandboxes `running`, only when fewer than [`LOW_WATER`] blanks
+    /// Whether there is idle work: a spare to make, prepare or replace.
+    /// With sandboxes `running`, only when fewer than [`LOW_WATER`] spares
     /// are ready: making one takes a core for half a millisecond, which on
     /// a small machine is taken from the programs running and from the
     /// daemon answering them.
@@ -82,7 +82,7 @@ impl BlankPool {
             .position(|(b, _)| b.mapped_for().is_none())
     }
 
-    /// A blank prepared for someone other than the last caller or with
+    /// A spare prepared for someone other than the last caller or with
     /// other system paths than the last request's, or too old.
     fn stale(&self) -> Option<usize> {
         self.ready.iter().position(|(b, made)| {
@@ -93,7 +93,7 @@ impl BlankPool {
         })
     }
 
-    /// One step of idle work: drop a stale blank, else prepare one for the
+    /// One step of idle work: drop a stale spare, else prepare one for the
     /// last identity, else make one. A failure to make pauses making for
     /// [`RETRY_AFTER`] (launches clone at request time meanwhile) and is
     /// returned to be logged.
@@ -103,7 +103,7 @@ impl BlankPool {
             return Ok(());
         }
         if let (Some(i), Some(who)) = (self.unprepared(), self.last) {
-            match self.ready[i].0.prepare(who, &self.system) {
+            match self.ready[i].0.make_ready_for(who, &self.system) {
                 Ok(()) => self.prepare_failures = 0,
                 Err(_) => {
                     // It died, or its ids could not be mapped: not usable.
@@ -114,10 +114,10 @@ impl BlankPool {
             return Ok(());
         }
         if self.ready.len() < POOL_SIZE {
-            match Blank::make() {
-                Ok(blank) => {
+            match Spare::make() {
+                Ok(spare) => {
                     self.paused_until = None;
-                    self.ready.push((blank, Instant::now()));
+                    self.ready.push((spare, Instant::now()));
                 }
                 Err(e) => {
                     self.paused_until = Some(Instant::now() + RETRY_AFTER);
@@ -128,12 +128,12 @@ impl BlankPool {
         Ok(())
     }
 
-    /// The blank to launch `who`'s order (with these mount steps) in: one
-    /// prepared for it ([`Blank::fits`]), else an unprepared one (its ids are
+    /// The spare to launch `who`'s order (with these mount steps) in: one
+    /// prepared for it ([`Spare::fits`]), else an unprepared one (its ids are
     /// mapped at launch). Remembers `who` and the order's system paths; when
-    /// none fits, blanks prepared for others are dropped at once (their
+    /// none fits, spares prepared for others are dropped at once (their
     /// namespaces count against the user's limits while a clone is made).
-    pub fn take(&mut self, who: MappedFor, mounts: &[MountStep]) -> Option<Blank> {
+    pub fn take(&mut self, who: MappedFor, mounts: &[MountStep]) -> Option<Spare> {
         self.last = Some(who);
         let system = system_steps(mounts);
         if self.system != system {

@@ -1,30 +1,30 @@
-//! Sandboxes made ahead of their request ("blanks"), for the daemon's
+//! Spare sandboxes, for the daemon's
 //! spawner. Creating the user, mount, pid, network, ipc and uts namespaces
 //! is most of a sandbox's kernel work (about 0.5–0.7 ms here, the network
 //! namespace alone about 0.3–0.6), and none of it depends on the request; nor
 //! does the shared part of the root (/tmp, /dev, /proc), once the ids are
 //! mapped. So a caller that launches many sandboxes (the daemon's spawner)
-//! makes blanks while it is idle, and a request only hands over its order.
+//! makes spares while it is idle, and a request only hands over its order.
 //!
-//! A blank is a process in fresh namespaces that has closed every descriptor
+//! A spare is a process in fresh namespaces that has closed every descriptor
 //! but one end of a private socketpair and waits there for, at most, one
 //! "prepare" (its ids were mapped for an identity: build the shared part of
 //! the root, and bind the system paths the last request had, which a
 //! daemon's requests share as they come from one config) and then its
-//! order: the [`LaunchOrder`] and the descriptors of [`ChildParts`], as one
+//! order: the [`LaunchOrder`] and the descriptors of [`Handover`], as one
 //! [`crate::ipc`] frame. From them it builds
 //! exactly the [`super::child::ChildSetup`] a child cloned at launch would
 //! have had, and goes on as that child would (root, identity, Landlock,
-//! seccomp, the program on the second go-ahead). Each blank serves one
+//! seccomp, the program on the second go-ahead). Each spare serves one
 //! sandbox and no more; a prepared one serves only its identity.
 //!
-//! `spawnd run` does not use blanks: the kernel does a clone's namespace work
+//! `spawnd run` does not use spares: the kernel does a clone's namespace work
 //! in the calling process, so a one-shot process gains nothing by cloning
 //! earlier, and a helper to clone in the background costs a fork of its own
 //! (measured: no faster, more CPU).
 //!
-//! A blank dies with its parent (parent-death signal, and its socket reads
-//! end-of-file), and dropping a [`Blank`] kills and reaps it.
+//! A spare dies with its parent (parent-death signal, and its socket reads
+//! end-of-file), and dropping a [`Spare`] kills and reaps it.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -32,8 +32,8 @@ use std::os::unix::net::UnixStream;
 use nix::sys::signal::Signal;
 
 use super::child::{default_signal_actions, init_main, prepare_base};
+use super::handover::{Handover, HandoverFacts};
 use super::launch::{clone_failed, LaunchOrder, NAMESPACES};
-use super::parts::{ChildParts, PartsFacts};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
 use super::spec::MountStep;
@@ -42,8 +42,8 @@ use super::StepError;
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
 use crate::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 
-/// A sandbox made ahead, waiting for its order.
-pub struct Blank {
+/// A spare sandbox, waiting for its order.
+pub struct Spare {
     /// Its init's pid, until it is handed on (or killed).
     pid: Option<i32>,
     /// The parent's end of the order channel.
@@ -54,32 +54,32 @@ pub struct Blank {
     system: Vec<MountStep>,
 }
 
-/// A frame to a blank: empty to prepare (its ids are mapped: build the
-/// shared part of the root), or the order with the facts of its parts.
+/// A frame to a spare: empty to prepare (its ids are mapped: build the
+/// shared part of the root), or the order with the facts of its handover.
 #[derive(serde::Serialize)]
-struct ToBlank<'a> {
+struct ToSpare<'a> {
     order: Option<&'a LaunchOrder>,
-    parts: Option<PartsFacts>,
+    handover: Option<HandoverFacts>,
     /// With a prepare: the system-path steps to mount after the shared ones.
     system: &'a [MountStep],
 }
 
-/// [`ToBlank`] as received (every field is always sent: the frames are
+/// [`ToSpare`] as received (every field is always sent: the frames are
 /// postcard, which has no field names to leave out).
 #[derive(serde::Deserialize)]
 struct FromParent {
     order: Option<LaunchOrder>,
-    parts: Option<PartsFacts>,
+    handover: Option<HandoverFacts>,
     system: Vec<MountStep>,
 }
 
-/// Who a blank's ids were mapped for: uid, gid, and whether the parent
+/// Who a spare's ids were mapped for: uid, gid, and whether the parent
 /// was privileged (which decides the map's shape).
 pub type MappedFor = (u32, u32, bool);
 
-impl Blank {
-    /// Clones a blank into fresh namespaces. The caller must be single-threaded.
-    pub fn make() -> Result<Blank, StepError> {
+impl Spare {
+    /// Clones a spare into fresh namespaces. The caller must be single-threaded.
+    pub fn make() -> Result<Spare, StepError> {
         ensure_single_threaded()?;
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| StepError::new("socketpair(the order channel)", e))?;
@@ -88,7 +88,7 @@ impl Blank {
             drop(ours);
             wait_for_order(OwnedFd::from(theirs));
         }
-        Ok(Blank {
+        Ok(Spare {
             pid: Some(pid),
             sock: ours,
             mapped: None,
@@ -101,28 +101,31 @@ impl Blank {
         self.pid
     }
 
-    /// Maps the blank's ids for `who` and lets it build the shared part of
+    /// Maps the spare's ids for `who` and lets it build the shared part of
     /// its root (/tmp, /dev, /proc, host name, loopback) and bind `system`
     /// (system paths: binds by path and symbolic links) before any request
     /// comes. It then serves only orders for `who` whose mount steps go on
-    /// with `system` ([`Blank::fits`]).
-    pub fn prepare(&mut self, who: MappedFor, system: &[MountStep]) -> Result<(), StepError> {
+    /// with `system` ([`Spare::fits`]).
+    pub fn make_ready_for(
+        &mut self,
+        who: MappedFor,
+        system: &[MountStep],
+    ) -> Result<(), StepError> {
         let pid = self.pid().ok_or_else(|| {
             StepError::new(
-                "prepare the sandbox made ahead",
+                "prepare the spare sandbox",
                 std::io::Error::other("it was handed on already"),
             )
         })?;
         write_id_maps(pid, who.0, who.1, who.2)?;
         self.mapped = Some(who);
         self.system = system.to_vec();
-        let prepare = ToBlank {
+        let prepare = ToSpare {
             order: None,
-            parts: None,
+            handover: None,
             system,
         };
-        send(&self.sock, &prepare, &[])
-            .map_err(|e| StepError::new("prepare the sandbox made ahead", e))
+        send(&self.sock, &prepare, &[]).map_err(|e| StepError::new("prepare the spare sandbox", e))
     }
 
     /// Whose ids are mapped in it (`None`: not yet; they are mapped at launch).
@@ -136,7 +139,7 @@ impl Blank {
     }
 
     /// Whether an order for `who` with these mount steps can go to this
-    /// blank: unprepared (nothing mounted yet), or prepared for `who` with
+    /// spare: unprepared (nothing mounted yet), or prepared for `who` with
     /// steps that begin the order's after the shared ones.
     pub fn fits(&self, who: MappedFor, mounts: &[MountStep]) -> bool {
         match self.mapped {
@@ -149,15 +152,15 @@ impl Blank {
         }
     }
 
-    /// Sends the order and the child's descriptors. On success the blank is
-    /// that sandbox's init; the caller's copies of `parts` may be closed.
-    pub(super) fn deliver(&self, order: &LaunchOrder, parts: &ChildParts) -> std::io::Result<()> {
-        let body = ToBlank {
+    /// Sends the order and the child's descriptors. On success the spare is
+    /// that sandbox's init; the caller's copies of `handover` may be closed.
+    pub(super) fn deliver(&self, order: &LaunchOrder, handover: &Handover) -> std::io::Result<()> {
+        let body = ToSpare {
             order: Some(order),
-            parts: Some(parts.facts()),
+            handover: Some(handover.facts()),
             system: &[],
         };
-        send(&self.sock, &body, &parts.fds())
+        send(&self.sock, &body, &handover.fds())
     }
 
     /// The init's pid, now owned by whoever launched the order.
@@ -166,7 +169,7 @@ impl Blank {
     }
 }
 
-impl Drop for Blank {
+impl Drop for Spare {
     fn drop(&mut self) {
         if let Some(pid) = self.pid() {
             self.pid = None;
@@ -177,7 +180,7 @@ impl Drop for Blank {
     }
 }
 
-/// The blank's side: nothing of the parent stays open but the channel; wait
+/// The spare's side: nothing of the parent stays open but the channel; wait
 /// for one order, then become that sandbox's init. Never returns.
 fn wait_for_order(sock: OwnedFd) -> ! {
     let raw = sock.as_raw_fd() as u32;
@@ -199,13 +202,13 @@ fn wait_for_order(sock: OwnedFd) -> ! {
     let sock = UnixStream::from(sock);
     let mut staged = None;
     let mut emptied = None;
-    let (order, parts, fds) = loop {
+    let (order, handover, fds) = loop {
         match recv_up_to::<FromParent>(&sock, MAX_FRAME_FDS) {
             // Ids mapped: build what every sandbox shares, then wait on.
             Ok(Some((
                 FromParent {
                     order: None,
-                    parts: None,
+                    handover: None,
                     system,
                 },
                 fds,
@@ -224,25 +227,25 @@ fn wait_for_order(sock: OwnedFd) -> ! {
             Ok(Some((
                 FromParent {
                     order: Some(order),
-                    parts: Some(parts),
+                    handover: Some(handover),
                     system: _,
                 },
                 fds,
-            ))) => break (order, parts, fds),
-            // End of file: the parent went away (or dropped the blank)
+            ))) => break (order, handover, fds),
+            // End of file: the parent went away (or dropped the spare)
             // before any order; or it spoke out of turn.
             _ => exit_immediately(125),
         }
     };
     drop(sock);
-    let Some(parts) = ChildParts::from_fds(parts, fds) else {
+    let Some(handover) = Handover::from_fds(handover, fds) else {
         exit_immediately(126)
     };
     let Some(filter) = Filter::from_bytes(&order.seccomp) else {
-        let _ = nix::unistd::write(&parts.status, b"Eseccomp filter: garbled order\n");
+        let _ = nix::unistd::write(&handover.status, b"Eseccomp filter: garbled order\n");
         exit_immediately(126)
     };
-    match parts.into_setup(&order, &filter.instructions, true) {
+    match handover.into_setup(&order, &filter.instructions, true) {
         Ok(mut setup) => {
             setup.staged = staged;
             setup.bounding_emptied = emptied;

@@ -1,8 +1,8 @@
 //! What the parent hands a sandbox's init besides the order: the
 //! descriptors (program, stdio, go-ahead and status pipes, cgroup `tasks`
 //! files, the scopes' pins) and the facts that go with them. A child cloned
-//! at launch gets them in its copy of memory; a sandbox made ahead
-//! ([`super::blank`]) gets them in one frame, descriptors by `SCM_RIGHTS`,
+//! at launch gets them in its copy of memory; a spare sandbox
+//! ([`super::spare`]) gets them in one frame, descriptors by `SCM_RIGHTS`,
 //! and rebuilds the same [`ChildSetup`] from them.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -15,8 +15,8 @@ use super::StepError;
 
 /// The descriptors and facts the parent prepares for one sandbox: built into
 /// a [`ChildSetup`] by a child cloned now, or sent (with the order) to a
-/// sandbox made ahead, which builds the same setup from them.
-pub struct ChildParts {
+/// spare sandbox, which builds the same setup from them.
+pub struct Handover {
     /// The scopes as resolved by the parent, in `spec.scopes` order.
     pub scopes: Vec<ScopeId>,
     /// The hashed program.
@@ -40,7 +40,7 @@ pub struct ChildParts {
 /// program, stdin, stdout, stderr, sync, status.
 const CHILD_FIXED_FDS: usize = 6;
 
-impl ChildParts {
+impl Handover {
     /// The child's setup for `order`, with `seccomp` compiled from it.
     pub fn into_setup<'a>(
         self,
@@ -72,7 +72,7 @@ impl ChildParts {
         })
     }
 
-    /// Every descriptor, in the order [`ChildParts::from_fds`] takes them back.
+    /// Every descriptor, in the order [`Handover::from_fds`] takes them back.
     pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         let mut v = vec![self.program.as_fd()];
         v.extend(self.stdio.iter().map(AsFd::as_fd));
@@ -85,8 +85,8 @@ impl ChildParts {
 
     /// What travels with the descriptors: the scopes' identities, whether
     /// the program is a script, how many cgroups.
-    pub fn facts(&self) -> PartsFacts {
-        PartsFacts {
+    pub fn facts(&self) -> HandoverFacts {
+        HandoverFacts {
             scopes: self
                 .scopes
                 .iter()
@@ -98,9 +98,9 @@ impl ChildParts {
         }
     }
 
-    /// The parts again, from [`ChildParts::facts`] and the descriptors of
-    /// [`ChildParts::fds`] as received.
-    pub fn from_fds(facts: PartsFacts, fds: Vec<OwnedFd>) -> Option<ChildParts> {
+    /// The handover again, from [`Handover::facts`] and the descriptors of
+    /// [`Handover::fds`] as received.
+    pub fn from_fds(facts: HandoverFacts, fds: Vec<OwnedFd>) -> Option<Handover> {
         if fds.len() != CHILD_FIXED_FDS + facts.cgroups + facts.scopes.len() {
             return None;
         }
@@ -125,7 +125,7 @@ impl ChildParts {
                 })
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(ChildParts {
+        Some(Handover {
             scopes,
             program,
             script: facts.script,
@@ -138,9 +138,9 @@ impl ChildParts {
     }
 }
 
-/// The plain facts of [`ChildParts`], sent beside its descriptors.
+/// The plain facts of [`Handover`], sent beside its descriptors.
 #[derive(serde::Serialize, serde::Deserialize)]
-pub struct PartsFacts {
+pub struct HandoverFacts {
     /// Each scope's canonical path, device and inode, in `spec.scopes` order.
     pub scopes: Vec<(std::path::PathBuf, u64, u64)>,
     /// Whether the program is a `#!` script.
