@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A second spawnd client, in Python with the standard library only (socket +
-json), driving every method of the daemon protocol (SPEC section 6). It proves
+json), driving every method of the daemon protocol (docs/daemon.md). It proves
 the protocol is language-neutral; integration/daemon.rs runs it.
 
 Usage: client.py SOCKET CONNECTOR   (the escape suite's test connector)

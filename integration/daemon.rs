@@ -813,7 +813,7 @@ fn the_daemon_works_under_the_shipped_units_capabilities_and_no_new_privileges()
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        // A root caller's child runs as 65534 (SPEC §4: never host uid 0).
+        // A root caller's child runs as 65534 (docs/sandbox.md: never host uid 0).
         let expected_uid = "65534";
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),

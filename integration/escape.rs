@@ -1,7 +1,7 @@
 //! The escape suite: hostile programs run through the real `spawnd run`, each
 //! attack checked from inside by `spawnd-probe` and, where it matters, from
 //! outside. Every attack runs twice: with spawnd as root and as the
-//! unprivileged user nobody (65534). Groups follow threats.md: T terminal,
+//! unprivileged user nobody (65534). Groups follow docs/security.md: T terminal,
 //! S syscall filter, F filesystem, X exec/identity, N IPC/network, R resources.
 
 #[path = "sandbox/harness.rs"]
@@ -758,8 +758,8 @@ fn f33_a_tmp_scope_is_refused_and_sensitive_proc_entries_are_read_only() {
 }
 
 // ---------------------------------------------------------------------------
-// Set-id modes (threats 71), the newer syscalls and host unix sockets
-// (threats 72): the default-deny seccomp filter, checked from outside the
+// Set-id modes, the newer syscalls and host unix sockets
+//: the default-deny seccomp filter, checked from outside the
 // sandbox where it matters (the host file's mode, the host listener's
 // queue), as root, as nobody and via the spawner.
 // ---------------------------------------------------------------------------

@@ -69,7 +69,7 @@ pub const INITIAL_UID_MAP: &str = "0 0 4294967295";
 /// the probe, a child or two); more than this means the host's pids show.
 pub const MAX_SANDBOX_PIDS: usize = 4;
 
-/// What a minimal sandbox /dev may hold (threats F32).
+/// What a minimal sandbox /dev may hold.
 pub const SANDBOX_DEV_ENTRIES: &[&str] = &[
     "null", "zero", "full", "random", "urandom", "shm", "fd", "stdin", "stdout", "stderr", "pts",
     "ptmx", "tty",

@@ -120,7 +120,7 @@ pub struct SandboxConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitsMode {
-    /// SPEC order: cgroup controllers when spawnd can use them, else rlimits.
+    /// The documented order (docs/operations.md): cgroup controllers when spawnd can use them, else rlimits.
     Auto,
     /// Always rlimits (`RLIMIT_AS`, `RLIMIT_NPROC`; a root caller then runs as 65534).
     /// Saves the cgroup v1 attach, which costs a kernel RCU grace period (up to

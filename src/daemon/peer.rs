@@ -1,7 +1,7 @@
 //! Who is on the other end of a connection: the uid, gid and pid from
 //! `SO_PEERCRED`, and whether the peer runs in another user namespace than
 //! the daemon's — a container, or a program inside a spawnd sandbox that
-//! can reach the socket through one of its scopes. SPEC §4: such a peer is
+//! can reach the socket through one of its scopes. docs/sandbox.md: such a peer is
 //! refused unless an `[[access]]` rule says `other_user_namespaces = true`;
 //! otherwise a sandboxed program could ask the daemon, as its own caller,
 //! for a spawn of another connector and its credential.

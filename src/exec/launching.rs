@@ -89,7 +89,7 @@ pub(super) struct Identity {
 }
 
 impl Identity {
-    /// SPEC §4: the caller's uid/gid (spawnd's own when unprivileged). A root
+    /// docs/sandbox.md: the caller's uid/gid (spawnd's own when unprivileged). A root
     /// caller's program never runs as host uid 0: it would own every
     /// root-owned file it can see, and chmod, utime and xattrs on them are
     /// outside Landlock's reach; it runs as `run_as`, or [`NOBODY`] when the

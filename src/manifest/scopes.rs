@@ -158,7 +158,7 @@ pub(super) fn check_broad_scopes(c: &mut Checker, read: &[ScopePath], write: &[S
     }
 }
 
-/// SPEC §4: a read-only or executable scope strictly inside a writable one
+/// docs/sandbox.md: a read-only or executable scope strictly inside a writable one
 /// is refused (the same path listed both ways is simply writable). Only the mount point itself is protected from rename: the
 /// program could move a directory above it away (`rename(".git",
 /// ".git-moved")`) and create its own files at the declared path on the

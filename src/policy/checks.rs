@@ -30,7 +30,7 @@ fn rule_summary(rule: Option<&ParamRule>) -> Vec<String> {
     out
 }
 
-/// Maps a template value error to the denial the SPEC names.
+/// Maps a template value error to the denial reason docs/cli.md names.
 pub(super) fn arg_denial(ctx: &GateContext, op: &Operation, e: &ArgError) -> Box<Denial> {
     let c = ctx.connector;
     let placeholders = || {

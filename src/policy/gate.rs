@@ -1,5 +1,5 @@
 //! The gate (docs/security.md, "The gate"): one function from (context, caller, request) to a
-//! `Decision`. Checks run in the order the SPEC fixes and the first failure
+//! `Decision`. Checks run in the order docs/cli.md gives (denial reasons) and the first failure
 //! gives the reason. Pure apart from the `ProgramInspector` it is handed.
 
 use super::checks::{

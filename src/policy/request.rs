@@ -100,7 +100,7 @@ pub struct AccessRule {
     /// Primary groups that may act for it.
     pub gids: Vec<u32>,
     /// These users and groups may act for it also from another user
-    /// namespace than the daemon's (SPEC §4; without it such a peer is
+    /// namespace than the daemon's (docs/daemon.md; without it such a peer is
     /// refused, root and the daemon's own uid included).
     pub other_user_namespaces: bool,
 }

@@ -1,5 +1,5 @@
 //! The gate, table-driven from the ADR reference vectors (sections A and H)
-//! and the SPEC's check order. `reference_behaviour_tests.rs` covers section R. Vectors that
+//! and the documented check order (docs/cli.md). `reference_behaviour_tests.rs` covers section R. Vectors that
 //! concern the sandbox, the daemon's handles or the audit trail (D, E, G, J–Q,
 //! R2–R5, R23–R34, R38) are not gate behaviour and are tested with those parts.
 

@@ -1,4 +1,4 @@
-//! SPEC §4: "spawnd binds nothing the caller could not open itself". When
+//! docs/sandbox.md: "spawnd binds nothing the caller could not open itself". When
 //! spawnd is root and acts for another user (the daemon's peers), the scopes
 //! are created, opened and checked with that user's file-system identity:
 //! fsuid, fsgid and supplementary groups switched for the duration (which also

@@ -224,7 +224,7 @@ pub fn build_spec(
             return Err(SpecError::ManagedPath(scope.clone(), FRESH_CWD));
         }
     }
-    // SPEC §4: the expanded paths, so `~/` and absolute scopes are compared
+    // docs/sandbox.md: the expanded paths, so `~/` and absolute scopes are compared
     // too (the manifest's lint compares each form with itself).
     for inner in plan.fs.read.iter().chain(&plan.fs.exec) {
         if let Some(outer) = plan

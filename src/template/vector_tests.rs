@@ -65,7 +65,7 @@ fn b1_to_b4_raw_argv_matching() {
 }
 
 /// The reference treats these as literal text; spawnd refuses them so a
-/// typo cannot silently become a literal (SPEC §2, TASK B5/B6).
+/// typo cannot silently become a literal (docs/manifest.md, template rules).
 #[test]
 fn b5_b6_malformed_braces_are_errors_in_spawnd() {
     assert_eq!(

@@ -1,4 +1,4 @@
-//! S: system-call ABI and namespace attacks (threats 5-8): foreign-ABI entry
+//! S: system-call ABI and namespace attacks: foreign-ABI entry
 //! points that a filter checking only x86_64 numbers would miss (x32 and
 //! i386: x86_64 builds only), and every way to make or join a namespace. Each
 //! runs in a forked child, so a SIGSYS kill or a namespace change never

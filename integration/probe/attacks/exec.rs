@@ -1,4 +1,4 @@
-//! X: exec and identity (threats 44, 29): setuid binaries and programs
+//! X: exec and identity: setuid binaries and programs
 //! outside the scopes. The executed program's credentials are read from
 //! /proc/<pid>/status after it exits and before it is reaped, so the verdict
 //! does not depend on what the program prints.

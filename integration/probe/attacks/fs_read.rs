@@ -1,4 +1,4 @@
-//! F: what the sandbox can see (threats 25-28, 32-33): host files and
+//! F: what the sandbox can see: host files and
 //! directories, host pids and roots through /proc, inherited descriptors,
 //! /dev and /sys. Nothing here writes.
 

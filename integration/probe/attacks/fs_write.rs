@@ -1,4 +1,4 @@
-//! F: writing where the sandbox must not (threats 24, 29-33, 36-37): read-only
+//! F: writing where the sandbox must not: read-only
 //! scopes, write-then-exec, fileless exec, device nodes, procfs writes,
 //! hardlinks out of read-only areas, and filling a disk.
 //!

@@ -1,4 +1,4 @@
-//! S: kernel attack surface a filter must close (threats 10-15, 18): io_uring,
+//! S: kernel attack surface a filter must close: io_uring,
 //! bpf, userfaultfd, perf events, keyrings, personality and dangerous prctl
 //! options. Every object created is closed or undone at once.
 

@@ -1,4 +1,4 @@
-//! R: resources and lifecycle (threats 55-60, 64): fork and memory bombs,
+//! R: resources and lifecycle: fork and memory bombs,
 //! output floods, daemons that outlive the run, hangs, ignored SIGTERM and
 //! core dumps. Every bomb has a hard upper bound and cleans up after itself;
 //! the attacks whose effect is only visible from outside (daemonize,

@@ -1,5 +1,5 @@
 //! The attack table: every attack's name, threat group, arguments, one-line
-//! description and function. Groups follow `threats.md` (T terminal, S syscall
+//! description and function. Groups follow docs/security.md (T terminal, S syscall
 //! filter, F filesystem, X exec/identity, N IPC/network, R resources).
 //!
 //! An `about` text that says "no control" names the reason the attack cannot
@@ -69,7 +69,7 @@ pub fn find(name: &str) -> Option<&'static Attack> {
     ATTACKS.iter().find(|attack| attack.name == name)
 }
 
-/// Every attack, grouped as in threats.md.
+/// Every attack, grouped as in docs/security.md.
 pub static ATTACKS: &[Attack] = &[
     // T: terminal and session
     attack("tiocsti", 'T', "[TEXT]", "ioctl(TIOCSTI) pushes TEXT (default \"x\") into the tty on fds 0-2 and /dev/tty (stops after the first success); blocked if every target refuses (EPERM/ENOTTY/EBADF/EIO) or cannot be opened. Control needs a tty on stdin (e.g. run under script(1))", terminal::tiocsti),

@@ -1,6 +1,6 @@
-//! X, S and N: set-id file modes (threats 71), the newer syscalls a
+//! X, S and N: set-id file modes, the newer syscalls a
 //! default-deny filter answers, and a unix socket made without
-//! `socket(AF_UNIX)` (threats 72). SPEC §4: a program can never set a
+//! `socket(AF_UNIX)`. docs/sandbox.md: a program can never set a
 //! set-uid or set-gid bit, so every way to give a file in a writable scope
 //! such a mode is tried: chmod, fchmod, fchmodat and fchmodat2 on a file the
 //! probe made, and creating with such a mode through open, openat, creat,

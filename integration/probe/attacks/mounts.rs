@@ -1,4 +1,4 @@
-//! S: the mount family (threats 16, 34, 35): mount, umount of the root,
+//! S: the mount family: mount, umount of the root,
 //! pivot_root, open_tree and fsopen.
 //!
 //! Host safety: a successful umount2("/") or pivot_root in the host's mount

@@ -1,4 +1,4 @@
-//! N: IPC and network (threats 45-54): TCP/UDP egress and host loopback,
+//! N: IPC and network: TCP/UDP egress and host loopback,
 //! UNIX and abstract sockets, socket families a sandbox never needs, signals
 //! to host pids, SysV shared memory and the UTS hostname.
 
@@ -33,7 +33,7 @@ const CONNECT_REFUSED: &[i32] = &[
     EACCES,
     EAFNOSUPPORT,
 ];
-/// Refusals that prove no packet left the namespace (threats N49).
+/// Refusals that prove no packet left the namespace.
 const EGRESS_REFUSED: &[i32] = &[ENETUNREACH, EADDRNOTAVAIL, EPERM, EACCES, EAFNOSUPPORT];
 /// How long a TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

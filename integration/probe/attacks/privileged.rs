@@ -1,4 +1,4 @@
-//! S: privileged leftovers (threats 19-20): module loading, kexec, file
+//! S: privileged leftovers: module loading, kexec, file
 //! handles, port I/O (x86_64 only), reboot, the clock, accounting, swap,
 //! and the process's own NoNewPrivs/capability/seccomp state.
 //!

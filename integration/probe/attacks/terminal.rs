@@ -1,4 +1,4 @@
-//! T: terminal and session attacks (threats 1-4): injecting input into a tty
+//! T: terminal and session attacks: injecting input into a tty
 //! the supervisor shares, reading the console, and signalling processes
 //! outside the sandbox through kill(-1) or a shared process group.
 

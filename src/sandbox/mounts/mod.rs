@@ -424,7 +424,7 @@ fn apply_step(
             if nix::unistd::geteuid().is_root() {
                 limit_sysv_ipc(&Path::new(STAGE).join(rel))?;
             }
-            // Read-only as a whole (threats F33: a child mapped to host root
+            // Read-only as a whole (a child mapped to host root
             // would otherwise pass the permission checks of /proc/sys,
             // sysrq-trigger and the like); Landlock refuses writes there too.
             restrict_mount(stage, rel, MOUNT_ATTR_RDONLY, false, &shown)

@@ -53,7 +53,7 @@ impl<'a> Codegen<'a> {
     /// Kill calls from any other architecture (i386 `int 0x80` on x86_64,
     /// 32-bit arm on aarch64, …) and, on x86_64, x32 numbers before looking
     /// at the number: the same number means another syscall under another
-    /// ABI (threats S5). Leaves `nr` in A.
+    /// ABI. Leaves `nr` in A.
     fn prologue(&mut self, arch: Arch) -> Result<(), CompileError> {
         let kill = self.return_label(Action::KillProcess);
         let native = self.builder.new_label();

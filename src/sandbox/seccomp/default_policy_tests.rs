@@ -63,8 +63,8 @@ fn flag(value: libc::c_int) -> u64 {
     u64::try_from(value).unwrap()
 }
 
-/// The syscalls the task refuses with EPERM whatever their arguments.
-const TASK_REFUSED: &[&str] = &[
+/// The syscalls the policy refuses with EPERM whatever their arguments.
+const EXPECTED_REFUSED: &[&str] = &[
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
@@ -133,8 +133,8 @@ const TASK_REFUSED: &[&str] = &[
     "lsm_set_self_attr",
 ];
 
-/// The syscalls the task answers with ENOSYS, as if the kernel lacked them.
-const TASK_ABSENT: &[&str] = &[
+/// The syscalls the policy answers with ENOSYS, as if the kernel lacked them.
+const EXPECTED_ABSENT: &[&str] = &[
     "clone3",
     "openat2",
     "listmount",
@@ -163,7 +163,7 @@ const TASK_ABSENT: &[&str] = &[
 ];
 
 /// The syscalls decided by their arguments.
-const TASK_CHECKED: &[&str] = &[
+const EXPECTED_CHECKED: &[&str] = &[
     "chmod",
     "clone",
     "creat",
@@ -207,8 +207,8 @@ fn sorted(names: &[&'static str]) -> Vec<&'static str> {
 fn the_table_lists_exactly_the_refused_absent_and_checked_syscalls_of_the_task() {
     let policy = default_policy();
     assert_eq!(policy.default, ENOSYS);
-    assert_eq!(fixed(EPERM), sorted(TASK_REFUSED));
-    assert_eq!(fixed(ENOSYS), sorted(TASK_ABSENT));
+    assert_eq!(fixed(EPERM), sorted(EXPECTED_REFUSED));
+    assert_eq!(fixed(ENOSYS), sorted(EXPECTED_ABSENT));
     let mut checked: Vec<&str> = policy
         .rules
         .iter()
@@ -216,11 +216,11 @@ fn the_table_lists_exactly_the_refused_absent_and_checked_syscalls_of_the_task()
         .map(|rule| rule.name)
         .collect();
     checked.sort_unstable();
-    assert_eq!(checked, sorted(TASK_CHECKED));
+    assert_eq!(checked, sorted(EXPECTED_CHECKED));
     // Everything else in the table is allowed, each by a row that says why.
     let allowed = fixed(Action::Allow);
     assert_eq!(
-        allowed.len() + TASK_REFUSED.len() + TASK_ABSENT.len() + TASK_CHECKED.len(),
+        allowed.len() + EXPECTED_REFUSED.len() + EXPECTED_ABSENT.len() + EXPECTED_CHECKED.len(),
         SYSCALLS.len()
     );
 }

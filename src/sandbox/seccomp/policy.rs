@@ -43,7 +43,7 @@ impl Action {
 
 /// A test on the LOW 32 bits of one syscall argument. The high half is never
 /// looked at: the kernel truncates `int`/`unsigned int` arguments, so a rule
-/// on the full 64 bits could be dodged by setting high bits (threats T2).
+/// on the full 64 bits could be dodged by setting high bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArgTest {
     /// The low 32 bits equal this value (`BPF_JEQ`).

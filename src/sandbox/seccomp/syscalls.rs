@@ -5,9 +5,8 @@
 //! index a row tests holds on both architectures. It is default-deny: a number that no row
 //! decides, and any number above the newest the architecture's table knows,
 //! gets ENOSYS, so a call added by a later kernel is never allowed unseen and
-//! libcs fall back to the older calls they know. Each row says why; rows
-//! that answer threats name them (threats.md group S, T1–T3, N49/N53/N54,
-//! F30, 71, 72).
+//! libcs fall back to the older calls they know. Each row says why; the
+//! escape suite (docs/security.md) attacks each group of rows from inside.
 //!
 //! An allowed call is still bounded by the other layers: namespaces, the
 //! mounts and Landlock, no capabilities, no new privileges.
@@ -19,7 +18,7 @@ use super::FilterOptions;
 pub const EPERM: Action = Action::Errno(libc::EPERM as u16);
 /// The errno for calls answered as if the kernel lacked them, so libcs fall
 /// back to an older call whose arguments the filter can see (clone3 hides
-/// its flags in a struct: threats S6).
+/// its flags in a struct).
 pub const ENOSYS: Action = Action::Errno(libc::ENOSYS as u16);
 
 /// What the policy does with one syscall.
@@ -139,7 +138,7 @@ pub const PER_LINUX: u32 = 0;
 /// `personality(0xffffffff)` only queries the current persona.
 pub const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 
-/// `S_ISUID | S_ISGID`: the mode bits no program may set (SPEC §4, threats 71).
+/// `S_ISUID | S_ISGID`: the mode bits no program may set (docs/security.md).
 pub const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 /// The open flags under which the kernel reads the mode: `O_CREAT`, and
 /// `__O_TMPFILE`, the bit of `O_TMPFILE` that is not `O_DIRECTORY` (testing
@@ -161,7 +160,7 @@ const fn no_setid_creation(flags: u8, mode: u8) -> [Condition; 2] {
 }
 
 /// socket's families by default: no AF_UNIX either, so no host service is
-/// reachable through a socket a scope exposes (SPEC §4, threats 72).
+/// reachable through a socket a scope exposes (docs/security.md).
 const IP_ONLY: &[Condition] = &[
     allow_if(0, ArgTest::Equals(libc::AF_INET as u32)),
     allow_if(0, ArgTest::Equals(libc::AF_INET6 as u32)),
@@ -184,7 +183,7 @@ const fn pair_type(kind: libc::c_int, flags: libc::c_int) -> Condition {
 /// for life, SOCK_STREAM and SOCK_SEQPACKET (with or without SOCK_NONBLOCK
 /// and SOCK_CLOEXEC). A SOCK_DGRAM end can be disconnected with
 /// `connect(AF_UNSPEC)` and then send to any pathname socket, a way to a
-/// host datagram service without `socket(AF_UNIX)` (threats 72). The family
+/// host datagram service without `socket(AF_UNIX)`. The family
 /// comes first: anything but AF_UNIX is refused (inet families make no
 /// pairs, AF_TIPC is refused to `socket` as well, AF_UNSPEC is no family).
 const CONNECTED_UNIX_PAIRS: &[Condition] = &[
