@@ -2,8 +2,9 @@
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), and
 //! in `start.rs` the start of the sandboxed program, in `mount.rs` the
 //! mount calls and the old root's unmount helpers, in `nice.rs` a thread's
-//! nice value; for the static musl build, the allocator (`heap.rs`) and, on
-//! x86_64, `memcpy`/`memmove` (`memcopy.rs`; musl's own elsewhere).
+//! nice value; for the static musl build, behind the binary's features
+//! `musl-dlmalloc` and `musl-small-memcpy` (on by default), the allocator
+//! (`heap.rs`) and, on x86_64, `memcpy`/`memmove` (`memcopy.rs`).
 //! Each wrapper returns `io::Result` with an error that names the call, and
 //! each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
@@ -12,9 +13,13 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
-#[cfg(target_env = "musl")]
+#[cfg(all(target_env = "musl", feature = "musl-dlmalloc"))]
 pub mod heap;
-#[cfg(all(target_env = "musl", target_arch = "x86_64"))]
+#[cfg(all(
+    target_env = "musl",
+    target_arch = "x86_64",
+    feature = "musl-small-memcpy"
+))]
 mod memcopy;
 mod mount;
 mod nice;
@@ -563,8 +568,9 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// resident memory follows what it holds rather than what it once held.
 ///
 /// Only glibc's allocator needs telling: the musl build (the one the
-/// scripts make, see `scripts/static-target`) uses [`heap::Heap`], which
-/// does the same by itself.
+/// scripts make, see `scripts/static-target`) uses `heap::Heap` (feature
+/// `musl-dlmalloc`), which does the same by itself, or musl's own allocator,
+/// which unmaps freed blocks of that size at once.
 pub fn bound_allocator_retention() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets glibc allocator parameters; it is called at
