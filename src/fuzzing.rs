@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use crate::audit::verify::verify_bytes;
-use crate::daemon::{request::request_from, rpc};
+use crate::daemon::request::request_from;
 use crate::manifest::{parse_manifest, LoadOptions, Manifest, LIMIT_SPECS};
 use crate::policy::{decide, Access, Caller, Decision, GateContext};
 use crate::program::ProgramOpener;
+use crate::rpc;
 use crate::template::{ParamRule, Params, Pattern, Template};
 
 /// Manifest parsing and validation on arbitrary text: never a panic; a

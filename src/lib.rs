@@ -22,6 +22,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod connectors;
 pub mod daemon;
@@ -35,6 +36,7 @@ pub mod plan;
 pub mod policy;
 pub mod printable;
 pub mod program;
+pub mod rpc;
 pub mod sandbox;
 pub mod spawner;
 pub mod supervise;

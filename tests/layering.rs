@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 /// `main`. `sys` is the kernel-facing bottom; `lib` only declares modules.
 const LAYERS: &[&[&str]] = &[
     &["main", "cli", "fuzzing"],
-    &["daemon"],
+    &["daemon", "client"],
+    &["rpc"],
     &["exec"],
     &["connectors"],
     &["spawner"],

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
-use super::rpc::{self, string_param, RpcError};
 use crate::policy::Caller;
+use crate::rpc::{self, string_param, RpcError};
 use crate::supervise::LiveOutput;
 
 /// Handles one connection may hold at once.

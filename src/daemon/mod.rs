@@ -28,7 +28,6 @@ pub mod manifests;
 mod peer;
 pub mod refusals;
 pub mod request;
-pub mod rpc;
 pub mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -44,10 +43,10 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::config::Config;
+use crate::rpc::{self, Call, RpcError};
 use crate::spawner::Spawner;
 use peer::peer_of;
 pub use peer::Peer;
-use rpc::{Call, RpcError};
 
 /// The protocol version `health` reports.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use super::rpc::{self, RpcError};
 use super::{Daemon, Peer};
 use crate::audit::Kind;
+use crate::rpc::{self, RpcError};
 
 /// Distinct connector names, operation names and pids a record of repeats lists.
 pub const SAMPLES: usize = 8;

@@ -9,10 +9,10 @@ use base64::Engine;
 use serde_json::{Map, Value};
 
 use super::refusals::InvalidField;
-use super::rpc::{self, string_param, RpcError};
 use super::Peer;
 use crate::manifest::{check_op_name, Fqn, Tier};
 use crate::policy::{Caller, Request, RequestKind};
+use crate::rpc::{self, string_param, RpcError};
 
 /// The peer as the access rules see it (uid and gid; its home is not
 /// looked up, and not needed to decide who may ask).

@@ -34,12 +34,12 @@ use super::handles::{new_handle_name, HandleSink, Reservation};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
-use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
 use crate::exec::{denial_failure, execute_until_written, Execution, Failure, Finished, Prepared};
 use crate::manifest::Manifest;
 use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
+use crate::rpc::{self, string_param, u64_param, RpcError};
 use crate::sandbox::launch::StdinSource;
 
 /// A failure of the shared pipeline, as a JSON-RPC error (the codes of docs/daemon.md).

@@ -1,6 +1,7 @@
-//! JSON-RPC 2.0 framing rules of docs/daemon.md, as pure functions: one object per
-//! line, no batches, `id` a string, number or null (absent: a notification,
-//! which gets no answer), and its error codes.
+//! The daemon protocol's JSON-RPC 2.0 rules (docs/daemon.md), as pure functions
+//! both ends use: one object per line, no batches, `id` a string, number or
+//! null (absent: a notification, which gets no answer), and the error codes,
+//! each the image of one [`FailureKind`] ([`code_of`], and back, [`kind_of`]).
 
 use crate::exec::FailureKind;
 use serde_json::{json, Map, Value};
