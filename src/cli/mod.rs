@@ -136,7 +136,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
                 config.server.manifests = manifest.clone();
             }
             let manifests =
-                crate::daemon::manifests::load_manifests(&config).map_err(Failure::config)?;
+                crate::config::manifests::load_manifests(&config).map_err(Failure::config)?;
             let caller = context::current_caller()?;
             let v = crate::connectors::status(&config, &manifests, &caller.home, &|_| true);
             let text = v["block"].as_str().unwrap_or_default().to_string();

@@ -13,6 +13,7 @@ use crate::manifest::{Fqn, Manifest};
 use crate::policy::AccessRule;
 
 mod credentials;
+pub mod manifests;
 mod raw;
 #[cfg(test)]
 mod tests;

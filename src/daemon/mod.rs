@@ -24,7 +24,7 @@
 //! second), when a connection of that peer ends, and when the daemon stops.
 
 mod handles;
-pub mod manifests;
+
 mod peer;
 pub mod refusals;
 pub mod request;
@@ -42,6 +42,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
+use crate::config::manifests::{load_manifests, Manifests};
 use crate::config::Config;
 use crate::rpc::{self, Call, RpcError};
 use crate::spawner::Spawner;
@@ -61,7 +62,7 @@ pub struct Loaded {
     /// The operator config.
     pub config: Config,
     /// The manifests served, by connector name.
-    pub manifests: manifests::Manifests,
+    pub manifests: Manifests,
 }
 
 /// Re-reads the config (from where it first came) for SIGHUP.
@@ -124,7 +125,7 @@ impl Daemon {
     /// ones stay in force and the error is logged.
     fn reload(&self) {
         let fresh = (self.reload)().and_then(|config| {
-            let manifests = manifests::load_manifests(&config)?;
+            let manifests = load_manifests(&config)?;
             Ok(Loaded { config, manifests })
         });
         match fresh {
@@ -171,8 +172,7 @@ pub const SIDE_WORK: usize = 2;
 /// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
 /// forks the spawner first). `socket` overrides `[server] socket`.
 pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
-    let manifests =
-        manifests::load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
+    let manifests = load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
     crate::sys::bound_allocator_retention();
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()

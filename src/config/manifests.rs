@@ -1,6 +1,7 @@
-//! The manifests `spawnd serve` serves: `[server] manifests` (files, or
-//! directories of `*.toml`), each checked for who can change it: the file
-//! and the directory holding it. A file is opened once, without following a
+//! The manifests `[server] manifests` names (files, or directories of
+//! `*.toml`): the ones `spawnd serve` serves and `spawnd connectors` shows.
+//! Each is checked for who can change it: the file and the directory
+//! holding it. A file is opened once, without following a
 //! symbolic link, checked through that descriptor and read through it, so
 //! the bytes parsed are the bytes of the file that was checked.
 
@@ -15,7 +16,7 @@ pub type Manifests = BTreeMap<String, Manifest>;
 /// Loads `[server] manifests` (files, or directories of `*.toml`). A file
 /// writable by group or others, or owned by neither root nor spawnd's user,
 /// is refused, and so is a second manifest with an FQN already loaded.
-pub fn load_manifests(config: &crate::config::Config) -> Result<Manifests, String> {
+pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in &config.server.manifests {
         if entry.is_dir() {
