@@ -46,7 +46,7 @@ fn isolation_json(
     let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "tcp_bind_connect_denied": a.tcp_denied, "abstract_unix_and_signal_scoped": a.scoped}));
     let network = match o.landlock {
         Some(a) if a.netns_of_spare => {
-            "fresh, made before the request (a spare sandbox); loopback only"
+            "fresh, made ahead of the request; loopback only"
         }
         _ => "fresh, made at clone; loopback only",
     };
