@@ -1156,21 +1156,21 @@ fn the_spawner_runs_ahead_and_its_programs_at_the_daemons_priority() {
             {
                 ahead += 1;
             }
-            // Time for a sandbox to be made ahead before the next request.
+            // Time for a spare sandbox to be made before the next request.
             std::thread::sleep(Duration::from_millis(200));
-            // Sandboxes made ahead wait at the daemon's priority too.
-            let blanks =
+            // Spare sandboxes wait at the daemon's priority too.
+            let spares =
                 std::fs::read_to_string(format!("/proc/{spawner}/task/{spawner}/children"))
                     .unwrap_or_default();
-            for blank in blanks.split_whitespace() {
-                if let Ok(s) = std::fs::read_to_string(format!("/proc/{blank}/stat")) {
-                    assert_eq!(nice_in_stat(&s), daemon_nice, "a sandbox made ahead: {s}");
+            for spare in spares.split_whitespace() {
+                if let Ok(s) = std::fs::read_to_string(format!("/proc/{spare}/stat")) {
+                    assert_eq!(nice_in_stat(&s), daemon_nice, "a spare sandbox: {s}");
                 }
             }
         }
         assert!(
             ahead > 0,
-            "no run of the {generation} spawner used a sandbox made ahead"
+            "no run of the {generation} spawner used a spare sandbox"
         );
         if generation == "forked" {
             nix::sys::signal::kill(

@@ -1,7 +1,7 @@
 //! The daemon's spawner and what it keeps from one request for the next:
-//! sandboxes made ahead ("blanks": namespaces, ids mapped, the shared root
+//! spare sandboxes (namespaces, ids mapped, the shared root
 //! and system paths bound before the order) and cgroups used again. None of
-//! it may carry anything of one sandbox into another, or let a blank's
+//! it may carry anything of one sandbox into another, or let a spare's
 //! early work (done before the order, while the host's root is still there)
 //! reach into a program's sandbox.
 
@@ -63,7 +63,7 @@ print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
 
 #[test]
 fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
-    // Idle blanks are prepared (ids mapped, shared root built) for whoever
+    // Idle spares are prepared (ids mapped, shared root built) for whoever
     // ran last; a caller of another identity must get a sandbox of its own
     // identity all the same, every time the caller changes. Callers: root
     // (whose program runs as 65534), nobody, and uid 1.
@@ -218,10 +218,10 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
     let _ = std::fs::remove_file(file);
 }
 
-/// An idle blank mounts the last request's system paths before its order
+/// An idle spare mounts the last request's system paths before its order
 /// comes. After a reload that changes `[sandbox] system_paths`, a program
-/// sees the paths in force, never a blank's stale binds: one mounted for
-/// the old paths is not used, and blanks are prepared again for the new.
+/// sees the paths in force, never a spare's stale binds: one mounted for
+/// the old paths is not used, and spares are prepared again for the new.
 #[test]
 fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
     let w = world();
@@ -261,10 +261,10 @@ fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
     };
     let mut c = d.client();
     let script = format!("cat {}/marker 2>/dev/null || echo absent", extra.display());
-    // `ahead`: the run must find a blank made ahead (and, the pool having had
+    // `ahead`: the run must find a spare (and, the pool having had
     // time to prepare, one mounted for the paths of the run before it).
     let sees = |c: &mut Client, ahead: bool| {
-        // Time for the idle spawner to prepare blanks for this request's paths.
+        // Time for the idle spawner to prepare spares for this request's paths.
         std::thread::sleep(Duration::from_millis(300));
         let done = c.run_sh(&script);
         assert_eq!(done["exit_code"], 0, "{done}");
@@ -277,8 +277,8 @@ fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
         }
         done["stdout"]["text"].as_str().unwrap().trim().to_string()
     };
-    // The first run after a change finds only blanks mounted for the old
-    // paths: none fits, and it clones. The next ones find blanks mounted for
+    // The first run after a change finds only spares mounted for the old
+    // paths: none fits, and it clones. The next ones find spares mounted for
     // the new paths.
     let expect = |c: &mut Client, expected: &str| {
         for run in 0..3 {
@@ -296,7 +296,7 @@ fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
     expect(&mut c, "absent");
 }
 
-/// A blank puts every signal action back to its default while it waits (the
+/// A spare puts every signal action back to its default while it waits (the
 /// program's start does not reset them again): the program starts with
 /// none blocked or ignored, whatever the spawner it was cloned from had.
 #[test]
@@ -345,27 +345,27 @@ fn the_unmount_helper_made_ahead_is_gone_before_the_program_starts() {
         let started = std::time::Instant::now();
         loop {
             std::thread::sleep(Duration::from_millis(100));
-            let blanks = children(spawner);
-            let helpers: Vec<Vec<u32>> = blanks.iter().map(|b| children(*b)).collect();
+            let spares = children(spawner);
+            let helpers: Vec<Vec<u32>> = spares.iter().map(|b| children(*b)).collect();
             let waiting = |p: &u32| {
                 std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
                     s.rfind(')')
                         .is_some_and(|i| s[i + 1..].trim_start().starts_with('S'))
                 })
             };
-            if !blanks.is_empty() && helpers.iter().all(|h| h.len() == 1 && waiting(&h[0])) {
+            if !spares.is_empty() && helpers.iter().all(|h| h.len() == 1 && waiting(&h[0])) {
                 break;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(5),
-                "sandboxes made ahead {blanks:?} and their children {helpers:?}"
+                "spare sandboxes {spares:?} and their children {helpers:?}"
             );
         }
         // Last round: helpers killed while they wait; init then detaches
         // the old root as a sandbox made at the request does.
         if round == 2 {
-            for blank in children(spawner) {
-                for helper in children(blank) {
+            for spare in children(spawner) {
+                for helper in children(spare) {
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(helper as i32),
                         nix::sys::signal::Signal::SIGKILL,
@@ -433,7 +433,7 @@ fn a_working_directory_never_lands_in_the_host_root_being_detached() {
     let cwd = link.join("etc").display().to_string();
     let (mut inside, mut refused) = (0, 0);
     for _ in 0..60 {
-        // Time for the idle spawner to prepare a blank: the fastest path.
+        // Time for the idle spawner to prepare a spare: the fastest path.
         std::thread::sleep(Duration::from_millis(30));
         let a = c.call(
             "spawn_op",
@@ -464,9 +464,9 @@ fn a_working_directory_never_lands_in_the_host_root_being_detached() {
     );
 }
 
-/// Binds a blank made ahead are slaves of the host's mounts until its order
+/// Binds a spare are slaves of the host's mounts until its order
 /// comes: a mount the host makes beneath a system path meanwhile arrives in
-/// the blank without the bind's attributes. At the order they are applied
+/// the spare without the bind's attributes. At the order they are applied
 /// again, so the program sees it read-only, nosuid and nodev like the rest
 /// of the system paths. (The daemon runs in a mount namespace of its own
 /// whose mounts are shared, as on a systemd host.)
@@ -486,7 +486,7 @@ fn a_host_mount_under_a_system_path_made_ahead_gets_the_binds_attributes() {
     let mut c = d.client();
     let late = sys.join("late").display().to_string();
     let script = format!("grep ' {late} ' /proc/self/mountinfo || echo not-mounted");
-    // A first run, so that the idle blanks are prepared with these paths.
+    // A first run, so that the idle spares are prepared with these paths.
     assert_eq!(c.run_sh(&script)["exit_code"], 0);
     std::thread::sleep(Duration::from_millis(300));
     // The host (the daemon's namespace) mounts beneath a system path.

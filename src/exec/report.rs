@@ -45,9 +45,7 @@ fn isolation_json(
 ) -> Value {
     let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "tcp_bind_connect_denied": a.tcp_denied, "abstract_unix_and_signal_scoped": a.scoped}));
     let network = match o.landlock {
-        Some(a) if a.netns_of_spare => {
-            "fresh, made ahead of the request; loopback only"
-        }
+        Some(a) if a.netns_of_spare => "fresh, made ahead of the request; loopback only",
         _ => "fresh, made at clone; loopback only",
     };
     json!({
