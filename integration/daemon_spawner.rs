@@ -19,7 +19,7 @@ use harness::world;
 use serde_json::{json, Value};
 
 #[test]
-fn network_namespaces_made_ahead_are_fresh_up_and_never_shared() {
+fn network_namespaces_of_spare_sandboxes_are_fresh_up_and_never_shared() {
     let d = Daemon::start("netns", "");
     // Let the idle spawner fill its pool.
     std::thread::sleep(Duration::from_millis(300));
@@ -62,7 +62,7 @@ print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
 }
 
 #[test]
-fn sandboxes_made_ahead_serve_only_the_identity_they_were_prepared_for() {
+fn spare_sandboxes_serve_only_the_identity_they_were_prepared_for() {
     // Idle spares are prepared (ids mapped, shared root built) for whoever
     // ran last; a caller of another identity must get a sandbox of its own
     // identity all the same, every time the caller changes. Callers: root
@@ -223,7 +223,7 @@ fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
 /// sees the paths in force, never a spare's stale binds: one mounted for
 /// the old paths is not used, and spares are prepared again for the new.
 #[test]
-fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
+fn spare_sandboxes_mount_the_system_paths_in_force() {
     let w = world();
     let extra = w.path("daemon-system-extra");
     std::fs::create_dir_all(&extra).unwrap();
@@ -261,14 +261,14 @@ fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
     };
     let mut c = d.client();
     let script = format!("cat {}/marker 2>/dev/null || echo absent", extra.display());
-    // `ahead`: the run must find a spare (and, the pool having had
+    // `spare`: the run must find a spare (and, the pool having had
     // time to prepare, one mounted for the paths of the run before it).
-    let sees = |c: &mut Client, ahead: bool| {
+    let sees = |c: &mut Client, spare: bool| {
         // Time for the idle spawner to prepare spares for this request's paths.
         std::thread::sleep(Duration::from_millis(300));
         let done = c.run_sh(&script);
         assert_eq!(done["exit_code"], 0, "{done}");
-        if ahead {
+        if spare {
             assert_eq!(
                 done["isolation"]["network_namespace"],
                 "fresh, made ahead of the request; loopback only",
@@ -300,7 +300,7 @@ fn sandboxes_made_ahead_mount_the_system_paths_in_force() {
 /// program's start does not reset them again): the program starts with
 /// none blocked or ignored, whatever the spawner it was cloned from had.
 #[test]
-fn a_program_in_a_sandbox_made_ahead_starts_with_signals_at_their_defaults() {
+fn a_program_in_a_spare_sandbox_starts_with_signals_at_their_defaults() {
     let d = Daemon::start("signals", "");
     let mut c = d.client();
     for _ in 0..2 {
