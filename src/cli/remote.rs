@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use super::args::{Cli, RunArgs};
 use super::check::request_of;
 use super::context::{load_config, load_manifest};
-use super::output::{Failure, Success};
+use super::output::{print_notice, Failure, Success};
 use crate::exec::conclude;
 use crate::policy::{Request, RequestKind};
 use crate::supervise::{LiveOutput, Terminal};
@@ -70,7 +70,7 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     if let Some(fields) = status.as_object_mut() {
         fields.remove("state");
     }
-    Ok(conclude(cli.json, status))
+    Ok(conclude(cli.json, status, &print_notice))
 }
 
 /// `--stdin-file F` (or `-`) read whole: it travels inside the request.

@@ -36,7 +36,9 @@ use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
 use super::rpc::{self, string_param, u64_param, RpcError};
 use super::{Daemon, Peer};
-use crate::exec::{denial_failure, execute_until_written, Execution, Failure, Finished, Prepared};
+use crate::exec::{
+    denial_failure, execute_until_written, Execution, Failure, Finished, Notice, Prepared,
+};
 use crate::manifest::Manifest;
 use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
@@ -194,6 +196,7 @@ pub async fn spawn(
             json: true,
             spawner: Some(&spawner),
             signals_end_the_run: false,
+            on_notice: &log_notice,
             on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
                 if let Ok(mut g) = on_started_handle.pidfd.lock() {
                     *g = pidfd;
@@ -263,6 +266,18 @@ pub async fn spawn(
         }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(RpcError::new(-32603, "the spawn ended before it reported")),
+    }
+}
+
+/// A notice of the pipeline, in the daemon's log (its stderr is the log's,
+/// plain or JSON, and nothing else writes there): an exit record lost is an
+/// error, anything else a warning.
+fn log_notice(notice: Notice) {
+    match notice {
+        Notice::ExitRecordLost { .. } | Notice::ExitRecordAlsoLost { .. } => {
+            tracing::error!("{notice}")
+        }
+        _ => tracing::warn!("{notice}"),
     }
 }
 

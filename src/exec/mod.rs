@@ -2,9 +2,11 @@
 //! daemon): the gate's decision, the decision record made durable while the
 //! sandbox builds its root, the program's release, its supervision, the
 //! exit record and the result. The front ends prepare the request
-//! ([`Prepared`]) and say where output goes; nothing here knows them.
+//! ([`Prepared`]) and say where output and [`Notice`]s go; nothing here
+//! knows them, and nothing here prints.
 
 mod launching;
+mod notice;
 mod outcome;
 mod prepared;
 mod records;
@@ -15,13 +17,14 @@ use std::path::Path;
 
 use serde_json::json;
 
+pub use notice::{Notice, OnNotice};
 pub use outcome::{denial_failure, Failure, FailureKind, Success};
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use report::conclude;
 
 use launching::{Identity, Launching};
-use records::{exit_record_lost, record_denial, record_failed_exit, record_unstarted, write_exit};
+use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
@@ -67,6 +70,9 @@ pub struct Execution<'a> {
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
     pub signals_end_the_run: bool,
+    /// Told each [`Notice`] as it arises (a scope left out, before the
+    /// sandbox is launched).
+    pub on_notice: OnNotice<'a>,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -77,19 +83,20 @@ pub type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
 /// namespaces down on another core; waiting for init before the flush would
 /// put the two in a row.
 pub fn execute(x: Execution<'_>) -> Result<Success, Failure> {
+    let on_notice = x.on_notice;
     let Finished {
         mut result,
         exit_record,
         leaving,
     } = execute_until_written(x);
     if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
-        match result.as_mut() {
+        let notice = match result.as_mut() {
             Ok(s) => exit_record_lost(s, &e),
-            Err(_) => eprintln!(
-                "spawnd: the exit record could not be written either: {}",
-                crate::printable::printable(&e.to_string())
-            ),
-        }
+            Err(_) => Notice::ExitRecordAlsoLost {
+                error: e.to_string(),
+            },
+        };
+        on_notice(notice);
     }
     if let Some(leaving) = leaving {
         reap(leaving);
@@ -140,13 +147,18 @@ fn execute_inner<'a>(
     let started = std::time::Instant::now();
     let prepared = x.prepared;
     let identity = Identity::choose(prepared);
-    let audit = open_audit(&prepared.config)?;
+    let log = open_audit(&prepared.config)?;
+    let audit = SpawnAudit {
+        log: &log,
+        caller: &prepared.caller,
+        on_notice: x.on_notice,
+    };
     let mut opener = ProgramOpener::default();
     let plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
     let gated = started.elapsed();
     let ready = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
     if !x.json {
-        note_missing_scopes(&ready.spec, &plan);
+        tell_missing_scopes(&ready.spec, &plan, x.on_notice);
     }
     let prepared_sandbox = started.elapsed();
     let SandboxParts {
@@ -182,11 +194,9 @@ fn execute_inner<'a>(
         "gid": identity.gid,
         "missing_read_scopes": spec.missing_read_scopes,
     });
-    let (decided, launching) = launch_once_decided(
-        &audit, prepared, &plan, &planned, request, &identity, x.spawner,
-    )?;
-    let caller = &prepared.caller;
-    let running = release(&audit, caller, &decided, launching, x.on_started)?;
+    let (decided, launching) =
+        launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
+    let running = release(&audit, &decided, launching, x.on_started)?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
@@ -202,7 +212,7 @@ fn execute_inner<'a>(
         let failure = Failure::lost(format!(
             "the sandbox was lost while its program ran: {e}; it was killed"
         ));
-        record_failed_exit(&audit, &decided.audit_id, caller, "failed", failure)
+        audit.record_failed_exit(&decided.audit_id, "failed", failure)
     })?;
     tracing::debug!(
         connector = %plan.connector,
@@ -231,9 +241,9 @@ fn execute_inner<'a>(
     };
     // Recorded while the kernel still tears the namespaces down; the caller
     // reaps init (and removes its cgroups) afterwards.
-    let reported = report(x.json, ran).map_err(|f| ("setup_failed", f));
+    let reported = report(x.json, ran, x.on_notice).map_err(|f| ("setup_failed", f));
     *leaving_out = leaving;
-    let (result, written) = write_exit(&audit, &decided.audit_id, caller, reported);
+    let (result, written) = audit.write_exit(&decided.audit_id, reported);
     *exit_out = written;
     result
 }
@@ -242,7 +252,7 @@ fn execute_inner<'a>(
 /// or its denial, recorded.
 fn decide(
     prepared: &Prepared,
-    audit: &crate::audit::AuditLog,
+    audit: &SpawnAudit<'_>,
     opener: &mut ProgramOpener,
     access: &Access,
     timeout_ms: Option<u64>,
@@ -254,12 +264,7 @@ fn decide(
             }
             Ok(*plan)
         }
-        Decision::Denied(denial) => Err(record_denial(
-            audit,
-            denial,
-            &prepared.caller,
-            &prepared.request,
-        )),
+        Decision::Denied(denial) => Err(audit.record_denial(denial, &prepared.request)),
     }
 }
 
@@ -281,12 +286,12 @@ struct SandboxParts {
 /// nothing ran; a credential that cannot be read is a recorded denial.
 fn prepare_sandbox(
     prepared: &Prepared,
-    audit: &crate::audit::AuditLog,
+    audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
     identity: &Identity,
     opener: &mut ProgramOpener,
 ) -> Result<SandboxParts, Failure> {
-    let unstarted = |failure: Failure| record_unstarted(audit, plan, &prepared.caller, failure);
+    let unstarted = |failure: Failure| audit.record_unstarted(plan, failure);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let required = prepared
         .config
@@ -298,8 +303,8 @@ fn prepare_sandbox(
     }
     let spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
-    let credentials = read_credentials(prepared, plan)
-        .map_err(|d| record_denial(audit, d, &prepared.caller, &prepared.request))?;
+    let credentials =
+        read_credentials(prepared, plan).map_err(|d| audit.record_denial(d, &prepared.request))?;
     let redact = credentials
         .iter()
         .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
@@ -330,17 +335,18 @@ fn prepare_sandbox(
     })
 }
 
-/// Says on stderr which read scopes and granted sockets do not exist.
-fn note_missing_scopes(spec: &crate::sandbox::spec::SandboxSpec, plan: &SpawnPlan) {
+/// Tells which read scopes and granted sockets do not exist (the sandbox
+/// leaves them out), before anything is launched.
+fn tell_missing_scopes(
+    spec: &crate::sandbox::spec::SandboxSpec,
+    plan: &SpawnPlan,
+    on_notice: OnNotice<'_>,
+) {
     for missing in &spec.missing_read_scopes {
-        let what = match plan.fs.unix_sockets.contains(missing) {
-            true => "unix socket",
-            false => "fs_read scope",
-        };
-        eprintln!(
-            "spawnd: {what} {} does not exist; left out",
-            crate::printable::printable(&missing.display().to_string())
-        );
+        on_notice(Notice::LeftOut {
+            path: missing.clone(),
+            unix_socket: plan.fs.unix_sockets.contains(missing),
+        });
     }
 }
 
@@ -357,8 +363,7 @@ struct Decided {
 /// the record is written, and if the record cannot reach the disk the
 /// sandbox is dropped (killed) with nothing run.
 fn launch_once_decided<'s>(
-    audit: &crate::audit::AuditLog,
-    prepared: &Prepared,
+    audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
     planned: &serde_json::Value,
     request: LaunchRequest<'_>,
@@ -366,10 +371,11 @@ fn launch_once_decided<'s>(
     spawner: Option<&'s Spawner>,
 ) -> Result<(Decided, Launching<'s>), Failure> {
     let written = audit
+        .log
         .write(
             Kind::Decision,
             None,
-            events::decision(plan, &prepared.caller, planned),
+            events::decision(plan, audit.caller, planned),
         )
         .map_err(|e| {
             Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
@@ -395,13 +401,7 @@ fn launch_once_decided<'s>(
     // sandbox is dropped).
     if let Some(why) = crate::audit::group_sync::stopped_by_a_failed_sync() {
         let failure = Failure::audit_unavailable(why);
-        return Err(record_failed_exit(
-            audit,
-            &decided.audit_id,
-            &prepared.caller,
-            "setup_failed",
-            failure,
-        ));
+        return Err(audit.record_failed_exit(&decided.audit_id, "setup_failed", failure));
     }
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
     let decided = Decided {
@@ -415,8 +415,7 @@ fn launch_once_decided<'s>(
 /// audit id and a pidfd for init. A setup that failed inside the sandbox is
 /// recorded as the spawn's exit.
 fn release<'s>(
-    audit: &crate::audit::AuditLog,
-    caller: &crate::policy::Caller,
+    audit: &SpawnAudit<'_>,
     decided: &Decided,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
@@ -431,13 +430,7 @@ fn release<'s>(
         Err(e) => {
             let failure =
                 Failure::sandbox_unavailable(format!("sandbox setup failed: {e}; nothing was run"));
-            Err(record_failed_exit(
-                audit,
-                &decided.audit_id,
-                caller,
-                "setup_failed",
-                failure,
-            ))
+            Err(audit.record_failed_exit(&decided.audit_id, "setup_failed", failure))
         }
     }
 }
