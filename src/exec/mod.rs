@@ -14,8 +14,9 @@ mod report;
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 pub use notice::{Notice, OnNotice};
 pub use outcome::{denial_failure, Failure, FailureKind, Success};
@@ -37,9 +38,11 @@ use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{filter_for, FilterOptions};
-use crate::sandbox::spec::{build_spec, HostKind};
+use crate::sandbox::spec::{build_spec, HostKind, SandboxSpec};
 use crate::spawner::Spawner;
-use crate::supervise::{supervise_to_report, Leaving, LiveOutput, Supervision};
+use crate::supervise::{
+    supervise_to_report, Leaving, LiveOutput, Outcome, Phases, Supervision, Watched,
+};
 use crate::sys::landlock_abi_version;
 use crate::vault::{read_secret, Secret};
 
@@ -156,81 +159,32 @@ fn execute_inner<'a>(
     let mut opener = ProgramOpener::default();
     let plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
     let gated = started.elapsed();
-    let ready = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
-    if !x.json {
-        tell_missing_scopes(&ready.spec, &plan, x.on_notice);
-    }
-    let prepared_sandbox = started.elapsed();
     let SandboxParts {
         spec,
-        filter,
-        landlock_abi,
-        program,
-        credentials,
+        launch,
         redact,
-    } = ready;
-    let request = LaunchRequest {
-        plan: &plan,
-        spec: &spec,
-        program,
-        stdin: x.stdin,
-        uid: identity.uid,
-        gid: identity.gid,
-        privileged: identity.privileged,
-        landlock_abi,
-        seccomp: filter,
-        limits_via: identity.limits_via.clone(),
-        credentials,
-        // As root acting for another user, scopes are checked as that user.
-        check_as: (identity.privileged && prepared.caller.uid != 0)
-            .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
-    };
-    let planned = json!({
-        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "landlock_abi": landlock_abi,
-        "seccomp_filter": filter.id(),
-        "limits_via": identity.limits_via.name(),
-        "uid": identity.uid,
-        "gid": identity.gid,
-        "missing_read_scopes": spec.missing_read_scopes,
-    });
+    } = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
+    if !x.json {
+        tell_missing_scopes(&spec, &plan, x.on_notice);
+    }
+    let prepared_sandbox = started.elapsed();
+    let filter = launch.filter;
+    let planned = planned_sandbox(&spec, &launch, &identity);
+    let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin);
     let (decided, launching) =
         launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
     let running = release(&audit, &decided, launching, x.on_started)?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
-        wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
+        wall_time: Duration::from_millis(plan.limits.wall_time_ms),
         live: x.live,
         stdin: x.pump,
         redact,
         signals_end_the_run: x.signals_end_the_run,
     };
-    let (outcome, leaving) = supervise_to_report(running, supervision).map_err(|e| {
-        // Lost after the program started (its spawner died, say): the
-        // sandbox is gone, and the exit record says what happened.
-        let failure = Failure::lost(format!(
-            "the sandbox was lost while its program ran: {e}; it was killed"
-        ));
-        audit.record_failed_exit(&decided.audit_id, "failed", failure)
-    })?;
-    tracing::debug!(
-        connector = %plan.connector,
-        op = %plan.op,
-        gate_us = gated.as_micros() as u64,
-        clone_us = outcome.phases.clone_and_release_us,
-        audit_commit_us = decided.commit_took.as_micros() as u64,
-        setup_us = outcome.phases.sandbox_setup_us,
-        program_us = outcome.phases.program_us,
-        teardown_us = outcome.phases.teardown_us,
-        "sandbox finished"
-    );
-    let timings = json!({
-        "gate_us": gated.as_micros() as u64,
-        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
-        "audit_commit_us": decided.commit_took.as_micros() as u64,
-        "phases": outcome.phases,
-    });
+    let (outcome, leaving) = supervise_released(&audit, &decided, running, supervision)?;
+    let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ran = Ran {
         plan: &plan,
         spec: &spec,
@@ -268,15 +222,21 @@ fn decide(
     }
 }
 
-/// What the launch needs besides the plan and the identity.
+/// What [`prepare_sandbox`] makes: the spec, what the launch takes, and
+/// what the supervision redacts.
 struct SandboxParts {
-    spec: crate::sandbox::spec::SandboxSpec,
+    spec: SandboxSpec,
+    launch: LaunchParts,
+    /// The credential values again (in wiped memory), to redact the output.
+    redact: Vec<(String, Secret)>,
+}
+
+/// What the launch takes besides the plan, the spec and the identity.
+struct LaunchParts {
     filter: &'static crate::sandbox::seccomp::Filter,
     landlock_abi: u32,
     program: std::fs::File,
     credentials: Vec<(String, Secret)>,
-    /// The credential values again (in wiped memory), to redact the output.
-    redact: Vec<(String, Secret)>,
 }
 
 /// The kernel's Landlock ABI checked, the sandbox's spec built, the
@@ -327,21 +287,63 @@ fn prepare_sandbox(
         .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
     Ok(SandboxParts {
         spec,
-        filter,
-        landlock_abi,
-        program: program.file,
-        credentials,
+        launch: LaunchParts {
+            filter,
+            landlock_abi,
+            program: program.file,
+            credentials,
+        },
         redact,
     })
 }
 
+/// What the decision record says the sandbox will be (its `planned`): the
+/// namespaces, Landlock ABI, seccomp filter, how limits apply, the ids, and
+/// the read scopes left out.
+fn planned_sandbox(spec: &SandboxSpec, launch: &LaunchParts, identity: &Identity) -> Value {
+    json!({
+        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+        "landlock_abi": launch.landlock_abi,
+        "seccomp_filter": launch.filter.id(),
+        "limits_via": identity.limits_via.name(),
+        "uid": identity.uid,
+        "gid": identity.gid,
+        "missing_read_scopes": spec.missing_read_scopes,
+    })
+}
+
+/// The order for the sandbox: the plan and spec, the program, credentials,
+/// filter and Landlock ABI prepared for it, run as `identity`.
+fn launch_request<'r>(
+    prepared: &Prepared,
+    plan: &'r SpawnPlan,
+    spec: &'r SandboxSpec,
+    launch: LaunchParts,
+    identity: &Identity,
+    stdin: StdinSource,
+) -> LaunchRequest<'r> {
+    let caller = &prepared.caller;
+    LaunchRequest {
+        plan,
+        spec,
+        program: launch.program,
+        stdin,
+        uid: identity.uid,
+        gid: identity.gid,
+        privileged: identity.privileged,
+        landlock_abi: launch.landlock_abi,
+        seccomp: launch.filter,
+        limits_via: identity.limits_via.clone(),
+        credentials: launch.credentials,
+        // As root acting for another user, scopes are checked as that user.
+        check_as: (identity.privileged && caller.uid != 0)
+            .then(|| CallerCreds::of(caller.uid, caller.gid)),
+    }
+}
+
 /// Tells which read scopes and granted sockets do not exist (the sandbox
 /// leaves them out), before anything is launched.
-fn tell_missing_scopes(
-    spec: &crate::sandbox::spec::SandboxSpec,
-    plan: &SpawnPlan,
-    on_notice: OnNotice<'_>,
-) {
+fn tell_missing_scopes(spec: &SandboxSpec, plan: &SpawnPlan, on_notice: OnNotice<'_>) {
     for missing in &spec.missing_read_scopes {
         on_notice(Notice::LeftOut {
             path: missing.clone(),
@@ -419,7 +421,7 @@ fn release<'s>(
     decided: &Decided,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
-) -> Result<crate::supervise::Watched<'s>, Failure> {
+) -> Result<Watched<'s>, Failure> {
     match launching.start_program() {
         Ok((running, pidfd)) => {
             if let Some(f) = on_started {
@@ -433,6 +435,51 @@ fn release<'s>(
             Err(audit.record_failed_exit(&decided.audit_id, "setup_failed", failure))
         }
     }
+}
+
+/// Supervises the released program until its outcome is known (init
+/// maybe still leaving). A sandbox lost meanwhile (its spawner died, say)
+/// is gone, and its exit record says so.
+fn supervise_released<'s>(
+    audit: &SpawnAudit<'_>,
+    decided: &Decided,
+    running: Watched<'s>,
+    supervision: Supervision,
+) -> Result<(Outcome, Option<Leaving<'s>>), Failure> {
+    supervise_to_report(running, supervision).map_err(|e| {
+        let failure = Failure::lost(format!(
+            "the sandbox was lost while its program ran: {e}; it was killed"
+        ));
+        audit.record_failed_exit(&decided.audit_id, "failed", failure)
+    })
+}
+
+/// Where the spawn's time went, from the gate to init's teardown: logged
+/// at debug level, and returned as the result's `timings`.
+fn time_spent(
+    plan: &SpawnPlan,
+    gated: Duration,
+    prepared_sandbox: Duration,
+    decided: &Decided,
+    phases: &Phases,
+) -> Value {
+    tracing::debug!(
+        connector = %plan.connector,
+        op = %plan.op,
+        gate_us = gated.as_micros() as u64,
+        clone_us = phases.clone_and_release_us,
+        audit_commit_us = decided.commit_took.as_micros() as u64,
+        setup_us = phases.sandbox_setup_us,
+        program_us = phases.program_us,
+        teardown_us = phases.teardown_us,
+        "sandbox finished"
+    );
+    json!({
+        "gate_us": gated.as_micros() as u64,
+        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
+        "audit_commit_us": decided.commit_took.as_micros() as u64,
+        "phases": phases,
+    })
 }
 
 fn host_kind(path: &Path) -> HostKind {
