@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 pub use crate::exec::{Failure, Success};
 
+use crate::exec::Notice;
 use crate::printable::printable_lines;
 
 /// Writes one line to stdout; a closed reader (`spawnd … | head`) is not an error.
@@ -16,6 +17,12 @@ pub fn print_line(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
+/// Shows a notice of the spawn pipeline to the person running spawnd: a line
+/// on stderr behind `spawnd:`, told apart from the child's streamed output.
+pub fn print_notice(notice: Notice) {
+    eprintln!("spawnd: {notice}");
 }
 
 /// The error code for an exit code.

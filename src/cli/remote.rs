@@ -12,7 +12,7 @@ use serde_json::json;
 use super::args::{Cli, RunArgs};
 use super::check::request_of;
 use super::context::{load_config, load_manifest};
-use super::output::{Failure, Success};
+use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, Client};
 use crate::exec::{conclude, FailureKind};
 use crate::supervise::Terminal;
@@ -62,7 +62,7 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     if let Some(fields) = status.as_object_mut() {
         fields.remove("state");
     }
-    Ok(conclude(cli.json, status))
+    Ok(conclude(cli.json, status, &print_notice))
 }
 
 /// `--stdin-file F` (or `-`) read whole: it travels inside the request.

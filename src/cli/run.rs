@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::args::{Cli, RunArgs};
 use super::check::load_request;
-use super::output::{Failure, Success};
+use super::output::{print_notice, Failure, Success};
 use crate::exec::{execute, Execution, Pump};
 use crate::policy::Access;
 use crate::sandbox::launch::StdinSource;
@@ -41,6 +41,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         spawner: spawner.as_ref(),
         on_started: None,
         signals_end_the_run: true,
+        on_notice: &print_notice,
     })
 }
 

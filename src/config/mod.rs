@@ -19,7 +19,7 @@ mod raw;
 mod tests;
 
 pub use credentials::{CredentialBinding, CredentialSource};
-use raw::RawConfig;
+use raw::{RawAccess, RawBinding, RawConfig, RawDisable, RawSandbox, RawServer};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -221,152 +221,25 @@ impl Config {
         Config::parse(path, &text, default_audit)
     }
 
+    /// The typed config from the raw one: the keys checked one step each,
+    /// in this order (the first bad key is the one reported), and the
+    /// defaults filled in.
     fn from_raw(
         path: Option<&Path>,
         raw: RawConfig,
         default_audit: Option<PathBuf>,
     ) -> Result<Config, ConfigError> {
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            path: path.unwrap_or(Path::new("<defaults>")).into(),
-            key: key.into(),
-            message,
-        };
-        let fqn =
-            |key: &str, s: &str| Fqn::parse(s).map_err(|m| invalid(key, format!("`{s}`: {m}")));
-        let access = raw
-            .access
-            .iter()
-            .map(|a| {
-                Ok(AccessRule {
-                    connector: fqn("access.connector", &a.connector)?,
-                    uids: a.uids.clone(),
-                    gids: a.gids.clone(),
-                    other_user_namespaces: a.other_user_namespaces,
-                })
-            })
-            .collect::<Result<_, ConfigError>>()?;
-        let credentials = raw
-            .credentials
-            .iter()
-            .map(|b| {
-                let source = CredentialSource::parse(&b.source)
-                    .map_err(|m| invalid("credentials.source", m))?;
-                Ok(CredentialBinding {
-                    connector: fqn("credentials.connector", &b.connector)?,
-                    key: b.key.clone(),
-                    source,
-                })
-            })
-            .collect::<Result<_, ConfigError>>()?;
-        let disabled = raw
-            .disable
-            .iter()
-            .map(|d| fqn("disable.connector", &d.connector))
-            .collect::<Result<_, _>>()?;
-        let socket_mode = match &raw.server.socket_mode {
-            None => 0o660,
-            Some(m) => u32::from_str_radix(m, 8)
-                .ok()
-                .filter(|m| *m <= 0o777)
-                .ok_or_else(|| {
-                    invalid(
-                        "server.socket_mode",
-                        format!("`{m}` is not an octal mode like \"0660\""),
-                    )
-                })?,
-        };
-        let max_wall_time_ms = raw
-            .sandbox
-            .max_wall_time_ms
-            .unwrap_or(LIMIT_SPECS[2].ceiling);
-        if max_wall_time_ms == 0 || max_wall_time_ms > WALL_TIME_HARD_CEILING_MS {
-            return Err(invalid(
-                "sandbox.max_wall_time_ms",
-                format!("must be between 1 and {WALL_TIME_HARD_CEILING_MS}"),
-            ));
-        }
-        let keep_rotated = raw.audit.keep_rotated.unwrap_or(DEFAULT_KEEP_ROTATED);
-        if keep_rotated == 0 {
-            return Err(invalid(
-                "audit.keep_rotated",
-                "must be at least 1: the file just rotated is kept until the next rotation (raise it to keep more history)".into(),
-            ));
-        }
-        let refusal_window_ms = raw
-            .server
-            .refusal_window_ms
-            .unwrap_or(DEFAULT_REFUSAL_WINDOW_MS);
-        if !(100..=3_600_000).contains(&refusal_window_ms) {
-            return Err(invalid(
-                "server.refusal_window_ms",
-                "must be between 100 and 3600000 (one hour)".into(),
-            ));
-        }
-        let run_as = raw
-            .sandbox
-            .run_as
-            .as_deref()
-            .map(|r| {
-                parse_uid_gid(r).ok_or_else(|| {
-                    invalid(
-                        "sandbox.run_as",
-                        format!("`{r}` must be \"UID:GID\" with numbers, e.g. \"65534:65534\""),
-                    )
-                })
-            })
-            .transpose()?;
-        let run_as_everyone = raw.sandbox.run_as_everyone.unwrap_or(false);
-        if run_as_everyone && run_as.is_none() {
-            return Err(invalid(
-                "sandbox.run_as_everyone",
-                "needs [sandbox] run_as: the identity every program would run as".into(),
-            ));
-        }
-        if run_as.is_some_and(|(u, g)| u == 0 || g == 0) {
-            return Err(invalid(
-                "sandbox.run_as",
-                "must be an unprivileged identity, not 0".into(),
-            ));
-        }
-        let limits = match raw.sandbox.limits.as_deref() {
-            None | Some("auto") => LimitsMode::Auto,
-            Some("rlimits") => LimitsMode::Rlimits,
-            Some(other) => {
-                return Err(invalid(
-                    "sandbox.limits",
-                    format!("`{other}` is not \"auto\" or \"rlimits\""),
-                ))
-            }
-        };
-        let system_paths = raw
-            .sandbox
-            .system_paths
-            .unwrap_or_else(|| DEFAULT_SYSTEM_PATHS.iter().map(PathBuf::from).collect());
-        if let Some(bad) = system_paths.iter().find(|p| {
-            !p.is_absolute()
-                || p.components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-        }) {
-            return Err(invalid(
-                "sandbox.system_paths",
-                format!("`{}` must be absolute, without `..`", bad.display()),
-            ));
-        }
-        // The sandbox makes its own /proc and /dev, and has no /sys (where
-        // its root is staged): binding the host's would undo that.
-        if let Some(bad) = system_paths.iter().find(|p| {
-            ["/proc", "/dev", "/sys"]
-                .iter()
-                .any(|m| p.starts_with(m) || Path::new(m).starts_with(p))
-        }) {
-            return Err(invalid(
-                "sandbox.system_paths",
-                format!(
-                    "`{}` is or contains /proc, /dev or /sys, which the sandbox makes itself (or leaves out); name paths such as /usr or /etc/ssl instead",
-                    bad.display()
-                ),
-            ));
-        }
+        let at = Origin(path);
+        let access = access_rules(&raw.access, &at)?;
+        let credentials = credential_bindings(&raw.credentials, &at)?;
+        let disabled = disabled_connectors(&raw.disable, &at)?;
+        let socket_mode = socket_mode(raw.server.socket_mode.as_deref(), &at)?;
+        let max_wall_time_ms = max_wall_time_ms(raw.sandbox.max_wall_time_ms, &at)?;
+        let keep_rotated = keep_rotated(raw.audit.keep_rotated, &at)?;
+        let refusal_window_ms = refusal_window_ms(raw.server.refusal_window_ms, &at)?;
+        let (run_as, run_as_everyone) = run_as(&raw.sandbox, &at)?;
+        let limits = limits_mode(raw.sandbox.limits.as_deref(), &at)?;
+        let system_paths = system_paths(raw.sandbox.system_paths, &at)?;
         Ok(Config {
             source: path.map(Path::to_path_buf),
             audit: AuditConfig {
@@ -375,28 +248,7 @@ impl Config {
                 keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
             },
-            server: ServerConfig {
-                socket: raw
-                    .server
-                    .socket
-                    .unwrap_or_else(|| "/run/spawnd/spawnd.sock".into()),
-                socket_mode,
-                socket_group: raw.server.socket_group,
-                manifests: raw
-                    .server
-                    .manifests
-                    .unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
-                max_connections: raw.server.max_connections.unwrap_or(256),
-                max_frame_bytes: raw.server.max_frame_bytes.unwrap_or(1 << 20),
-                max_buffered_output_bytes: raw
-                    .server
-                    .max_buffered_output_bytes
-                    .unwrap_or(256 << 20),
-                shutdown_grace_ms: raw.server.shutdown_grace_ms.unwrap_or(10_000),
-                frame_timeout_ms: raw.server.frame_timeout_ms.unwrap_or(10_000).max(1),
-                idle_timeout_ms: raw.server.idle_timeout_ms.unwrap_or(120_000).max(1),
-                refusal_window_ms,
-            },
+            server: server_config(raw.server, socket_mode, refusal_window_ms),
             access,
             credentials,
             disabled,
@@ -454,6 +306,213 @@ impl Config {
             }
         }
         bound
+    }
+}
+
+/// Where a config came from, for errors that name the file (or
+/// `<defaults>`) and the dotted key.
+struct Origin<'a>(Option<&'a Path>);
+
+impl Origin<'_> {
+    /// `key` is invalid: `message` says what is wrong and how to fix it.
+    fn invalid(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.0.unwrap_or(Path::new("<defaults>")).into(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The connector name `s`, given at `key`.
+    fn fqn(&self, key: &str, s: &str) -> Result<Fqn, ConfigError> {
+        Fqn::parse(s).map_err(|m| self.invalid(key, format!("`{s}`: {m}")))
+    }
+}
+
+/// `[[access]]`: who may act for which connector through the daemon.
+fn access_rules(raw: &[RawAccess], at: &Origin<'_>) -> Result<Vec<AccessRule>, ConfigError> {
+    raw.iter()
+        .map(|a| {
+            Ok(AccessRule {
+                connector: at.fqn("access.connector", &a.connector)?,
+                uids: a.uids.clone(),
+                gids: a.gids.clone(),
+                other_user_namespaces: a.other_user_namespaces,
+            })
+        })
+        .collect()
+}
+
+/// `[[credentials]]`: each binding's source parsed (a locator, never a
+/// value), then its connector.
+fn credential_bindings(
+    raw: &[RawBinding],
+    at: &Origin<'_>,
+) -> Result<Vec<CredentialBinding>, ConfigError> {
+    raw.iter()
+        .map(|b| {
+            let source = CredentialSource::parse(&b.source)
+                .map_err(|m| at.invalid("credentials.source", m))?;
+            Ok(CredentialBinding {
+                connector: at.fqn("credentials.connector", &b.connector)?,
+                key: b.key.clone(),
+                source,
+            })
+        })
+        .collect()
+}
+
+/// `[[disable]]`: the connectors the operator turned off.
+fn disabled_connectors(raw: &[RawDisable], at: &Origin<'_>) -> Result<Vec<Fqn>, ConfigError> {
+    raw.iter()
+        .map(|d| at.fqn("disable.connector", &d.connector))
+        .collect()
+}
+
+/// `[server] socket_mode`: an octal mode string, 0660 when unset.
+fn socket_mode(raw: Option<&str>, at: &Origin<'_>) -> Result<u32, ConfigError> {
+    let Some(m) = raw else { return Ok(0o660) };
+    u32::from_str_radix(m, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| {
+            at.invalid(
+                "server.socket_mode",
+                format!("`{m}` is not an octal mode like \"0660\""),
+            )
+        })
+}
+
+/// `[sandbox] max_wall_time_ms`: the manifests' wall-time ceiling, at most
+/// the hard ceiling no config can raise.
+fn max_wall_time_ms(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError> {
+    let max_wall_time_ms = raw.unwrap_or(LIMIT_SPECS[2].ceiling);
+    if max_wall_time_ms == 0 || max_wall_time_ms > WALL_TIME_HARD_CEILING_MS {
+        return Err(at.invalid(
+            "sandbox.max_wall_time_ms",
+            format!("must be between 1 and {WALL_TIME_HARD_CEILING_MS}"),
+        ));
+    }
+    Ok(max_wall_time_ms)
+}
+
+/// `[audit] keep_rotated`: at least the file just rotated.
+fn keep_rotated(raw: Option<u32>, at: &Origin<'_>) -> Result<u32, ConfigError> {
+    let keep_rotated = raw.unwrap_or(DEFAULT_KEEP_ROTATED);
+    if keep_rotated == 0 {
+        return Err(at.invalid(
+            "audit.keep_rotated",
+            "must be at least 1: the file just rotated is kept until the next rotation (raise it to keep more history)",
+        ));
+    }
+    Ok(keep_rotated)
+}
+
+/// `[server] refusal_window_ms`: between 100 ms and an hour.
+fn refusal_window_ms(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError> {
+    let refusal_window_ms = raw.unwrap_or(DEFAULT_REFUSAL_WINDOW_MS);
+    if !(100..=3_600_000).contains(&refusal_window_ms) {
+        return Err(at.invalid(
+            "server.refusal_window_ms",
+            "must be between 100 and 3600000 (one hour)",
+        ));
+    }
+    Ok(refusal_window_ms)
+}
+
+/// `[sandbox] run_as` and `run_as_everyone`: an unprivileged `UID:GID`, and
+/// whether it is every caller's (which needs `run_as`).
+fn run_as(raw: &RawSandbox, at: &Origin<'_>) -> Result<(Option<(u32, u32)>, bool), ConfigError> {
+    let run_as = raw
+        .run_as
+        .as_deref()
+        .map(|r| {
+            parse_uid_gid(r).ok_or_else(|| {
+                at.invalid(
+                    "sandbox.run_as",
+                    format!("`{r}` must be \"UID:GID\" with numbers, e.g. \"65534:65534\""),
+                )
+            })
+        })
+        .transpose()?;
+    let run_as_everyone = raw.run_as_everyone.unwrap_or(false);
+    if run_as_everyone && run_as.is_none() {
+        return Err(at.invalid(
+            "sandbox.run_as_everyone",
+            "needs [sandbox] run_as: the identity every program would run as",
+        ));
+    }
+    if run_as.is_some_and(|(u, g)| u == 0 || g == 0) {
+        return Err(at.invalid("sandbox.run_as", "must be an unprivileged identity, not 0"));
+    }
+    Ok((run_as, run_as_everyone))
+}
+
+/// `[sandbox] limits`: `auto` (the default) or `rlimits`.
+fn limits_mode(raw: Option<&str>, at: &Origin<'_>) -> Result<LimitsMode, ConfigError> {
+    match raw {
+        None | Some("auto") => Ok(LimitsMode::Auto),
+        Some("rlimits") => Ok(LimitsMode::Rlimits),
+        Some(other) => Err(at.invalid(
+            "sandbox.limits",
+            format!("`{other}` is not \"auto\" or \"rlimits\""),
+        )),
+    }
+}
+
+/// `[sandbox] system_paths`: absolute paths without `..`, none of them
+/// /proc, /dev or /sys or a parent of one; [`DEFAULT_SYSTEM_PATHS`] when
+/// unset.
+fn system_paths(raw: Option<Vec<PathBuf>>, at: &Origin<'_>) -> Result<Vec<PathBuf>, ConfigError> {
+    let system_paths =
+        raw.unwrap_or_else(|| DEFAULT_SYSTEM_PATHS.iter().map(PathBuf::from).collect());
+    if let Some(bad) = system_paths.iter().find(|p| {
+        !p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+    }) {
+        return Err(at.invalid(
+            "sandbox.system_paths",
+            format!("`{}` must be absolute, without `..`", bad.display()),
+        ));
+    }
+    // The sandbox makes its own /proc and /dev, and has no /sys (where
+    // its root is staged): binding the host's would undo that.
+    if let Some(bad) = system_paths.iter().find(|p| {
+        ["/proc", "/dev", "/sys"]
+            .iter()
+            .any(|m| p.starts_with(m) || Path::new(m).starts_with(p))
+    }) {
+        return Err(at.invalid(
+            "sandbox.system_paths",
+            format!(
+                "`{}` is or contains /proc, /dev or /sys, which the sandbox makes itself (or leaves out); name paths such as /usr or /etc/ssl instead",
+                bad.display()
+            ),
+        ));
+    }
+    Ok(system_paths)
+}
+
+/// `[server]` with its defaults filled in, `socket_mode` and
+/// `refusal_window_ms` already checked.
+fn server_config(raw: RawServer, socket_mode: u32, refusal_window_ms: u64) -> ServerConfig {
+    ServerConfig {
+        socket: raw
+            .socket
+            .unwrap_or_else(|| "/run/spawnd/spawnd.sock".into()),
+        socket_mode,
+        socket_group: raw.socket_group,
+        manifests: raw
+            .manifests
+            .unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
+        max_connections: raw.max_connections.unwrap_or(256),
+        max_frame_bytes: raw.max_frame_bytes.unwrap_or(1 << 20),
+        max_buffered_output_bytes: raw.max_buffered_output_bytes.unwrap_or(256 << 20),
+        shutdown_grace_ms: raw.shutdown_grace_ms.unwrap_or(10_000),
+        frame_timeout_ms: raw.frame_timeout_ms.unwrap_or(10_000).max(1),
+        idle_timeout_ms: raw.idle_timeout_ms.unwrap_or(120_000).max(1),
+        refusal_window_ms,
     }
 }
 

@@ -145,3 +145,14 @@ fn keep_rotated_and_the_refusal_window_have_defaults_and_bounds() {
         );
     }
 }
+
+#[test]
+fn of_several_bad_keys_the_first_checked_is_the_one_reported() {
+    let text = "[audit]\nkeep_rotated = 0\n[server]\nsocket_mode = \"0999\"\n[sandbox]\nlimits = \"cgroups\"\n";
+    let e = Config::parse(Path::new("c.toml"), text, None).unwrap_err();
+    assert!(e.to_string().contains("server.socket_mode"), "{e}");
+    let text =
+        "[sandbox]\nrun_as_everyone = true\nsystem_paths = [\"/proc\"]\nmax_wall_time_ms = 0\n";
+    let e = Config::parse(Path::new("c.toml"), text, None).unwrap_err();
+    assert!(e.to_string().contains("sandbox.max_wall_time_ms"), "{e}");
+}

@@ -29,18 +29,24 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::handles::{new_handle_name, HandleSink, Reservation};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
-use super::{Daemon, Peer};
-use crate::exec::{denial_failure, execute_until_written, Execution, Failure, Finished, Prepared};
+use super::{Daemon, Loaded, Peer};
+use crate::audit::Unsynced;
+use crate::exec::{
+    denial_failure, execute_until_written, Execution, Failure, Finished, Notice, Prepared, Success,
+};
 use crate::manifest::Manifest;
-use crate::policy::{Access, Decision, GateContext, Request, RequestKind};
+use crate::policy::{Access, Caller, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
 use crate::rpc::{self, string_param, u64_param, RpcError};
 use crate::sandbox::launch::StdinSource;
+use crate::spawner::Spawner;
+use crate::supervise::Leaving;
 
 /// A failure of the shared pipeline, as a JSON-RPC error (the codes of docs/daemon.md).
 fn rpc_error(f: Failure) -> RpcError {
@@ -62,91 +68,24 @@ pub async fn spawn(
     if let Some(why) = daemon.audit_failure() {
         return Err(RpcError::new(rpc::AUDIT_UNAVAILABLE, why));
     }
-    handles.expire();
-    if handles.map.len() >= MAX_HANDLES_PER_CONNECTION {
-        return Err(RpcError::new(
-            rpc::OVERLOADED,
-            format!(
-                "this connection holds {MAX_HANDLES_PER_CONNECTION} handles; spawn_release some"
-            ),
-        ));
-    }
+    make_room_for_a_handle(handles)?;
     let method: &'static str = if method == "spawn_op" {
         "spawn_op"
     } else {
         "spawn"
     };
-    if let Err(bad) = check_names(method, params) {
-        let refusal = Refusal::invalid(method, bad.field, bad.connector.clone(), None);
-        return Err(refusals::refuse(daemon, peer, refusal, bad.error()).await);
-    }
-    let SpawnCall {
-        connector,
-        request,
-        stdin,
-        timeout_ms,
-    } = request_from(method, params)?;
+    let call = spawn_call(daemon, peer, method, params).await?;
     let loaded = daemon.loaded();
     let access = Access::Rules {
         rules: loaded.config.access.clone(),
         daemon_uid: nix::unistd::geteuid().as_raw(),
     };
-    let manifest = loaded.manifests.get(&connector).cloned();
-    let stranger = match &manifest {
-        None => true,
-        Some(m) => access
-            .allows(&access_caller(peer), &m.connector.name)
-            .is_err(),
-    };
-    if stranger {
-        let denial = refused_before_the_program(
-            &loaded.config,
-            manifest.as_ref(),
-            &access,
-            peer,
-            &connector,
-            &request,
-        );
-        let op = match &request.kind {
-            RequestKind::Op { name, .. } => Some(name.clone()),
-            RequestKind::Raw { .. } => None,
-        };
-        let refusal = Refusal::denied(method, &denial, op);
-        return Err(
-            refusals::refuse(daemon, peer, refusal, rpc_error(denial_failure(&denial))).await,
-        );
-    }
-    let Some(manifest) = manifest else {
-        return Err(RpcError::new(
-            -32603,
-            "a connector that is not loaded passed the gate",
-        ));
-    };
+    let manifest = manifest_for_peer(daemon, peer, method, &loaded, &access, &call).await?;
     let caller = match &handles.caller {
         Some(known) => known.clone(),
         None => handles.caller.insert(caller_of(peer)?).clone(),
     };
-    // Reserve the most output this spawn can leave in its handle.
-    let caps = manifest.spawn.as_ref().map_or(0, |g| {
-        let limits = match &request.kind {
-            crate::policy::RequestKind::Op { name, .. } => {
-                g.operations.get(name).map_or(g.limits, |op| op.limits)
-            }
-            crate::policy::RequestKind::Raw { .. } => g.limits,
-        };
-        limits
-            .max_stdout_bytes
-            .saturating_add(limits.max_stderr_bytes)
-    });
-    let budget = loaded.config.server.max_buffered_output_bytes;
-    let reservation = Reservation::take(&daemon.buffered, caps, budget).ok_or_else(|| {
-        RpcError::new(
-            rpc::OVERLOADED,
-            format!(
-                "the daemon's buffered output would pass {budget} bytes ([server] max_buffered_output_bytes; this spawn may keep {caps}); spawn_release finished handles or try later"
-            ),
-        )
-    })?;
+    let reservation = reserve_output(daemon, &loaded.config, &manifest, &call.request)?;
     let permit = Arc::clone(&daemon.in_flight)
         .try_acquire_owned()
         .map_err(|_| {
@@ -161,98 +100,286 @@ pub async fn spawn(
     let name = new_handle_name()?;
     let handle = Handle::new();
     handle.with(|s| s.reservation = Some(reservation));
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), RpcError>>();
-    let thread_handle = Arc::clone(&handle);
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let prepared = Prepared {
-            config: loaded.config.clone(),
-            manifest,
-            caller,
-            request,
-        };
-        let (source, pump): (StdinSource, crate::exec::Pump) = match stdin {
-            Some(bytes) => (
-                StdinSource::Pipe,
-                Some(Box::new(std::io::Cursor::new(bytes))),
+    let (started_tx, started_rx) = oneshot::channel();
+    let job = Job {
+        loaded,
+        manifest,
+        caller,
+        call,
+        access,
+        spawner,
+        permit,
+        handle: Arc::clone(&handle),
+        started_tx,
+    };
+    tokio::task::spawn_blocking(move || run_job(job));
+    answer_once_started(daemon, handles, name, handle, started_rx).await
+}
+
+/// Drops the connection's finished handles past their lifetime, then
+/// refuses a new spawn if it still holds [`MAX_HANDLES_PER_CONNECTION`].
+fn make_room_for_a_handle(handles: &mut Handles) -> Result<(), RpcError> {
+    handles.expire();
+    if handles.map.len() >= MAX_HANDLES_PER_CONNECTION {
+        return Err(RpcError::new(
+            rpc::OVERLOADED,
+            format!(
+                "this connection holds {MAX_HANDLES_PER_CONNECTION} handles; spawn_release some"
             ),
-            None => (StdinSource::Null, None),
+        ));
+    }
+    Ok(())
+}
+
+/// The call's connector and request. A connector or op name no manifest
+/// could declare is refused before the rest of the call is read, and the
+/// refusal recorded once per window.
+async fn spawn_call(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    method: &'static str,
+    params: &Map<String, Value>,
+) -> Result<SpawnCall, RpcError> {
+    if let Err(bad) = check_names(method, params) {
+        let refusal = Refusal::invalid(method, bad.field, bad.connector.clone(), None);
+        return Err(refusals::refuse(daemon, peer, refusal, bad.error()).await);
+    }
+    request_from(method, params)
+}
+
+/// The loaded manifest of the call's connector, when the peer may act for
+/// it. A connector that is not loaded, or a peer the access rules refuse,
+/// gets the gate's denial, recorded once per window.
+async fn manifest_for_peer(
+    daemon: &Arc<Daemon>,
+    peer: &Peer,
+    method: &'static str,
+    loaded: &Loaded,
+    access: &Access,
+    call: &SpawnCall,
+) -> Result<Manifest, RpcError> {
+    let manifest = loaded.manifests.get(&call.connector).cloned();
+    let stranger = match &manifest {
+        None => true,
+        Some(m) => access
+            .allows(&access_caller(peer), &m.connector.name)
+            .is_err(),
+    };
+    if stranger {
+        let denial = refused_before_the_program(
+            &loaded.config,
+            manifest.as_ref(),
+            access,
+            peer,
+            &call.connector,
+            &call.request,
+        );
+        let op = match &call.request.kind {
+            RequestKind::Op { name, .. } => Some(name.clone()),
+            RequestKind::Raw { .. } => None,
         };
-        let started_tx = Mutex::new(Some(started_tx));
-        let on_started_handle = Arc::clone(&thread_handle);
-        let Finished {
-            result,
-            exit_record,
-            leaving,
-        } = execute_until_written(Execution {
-            prepared: &prepared,
-            access: &access,
-            stdin: source,
-            pump,
-            timeout_ms,
-            live: Some(Box::new(HandleSink(Arc::clone(&thread_handle)))),
-            json: true,
-            spawner: Some(&spawner),
-            signals_end_the_run: false,
-            on_started: Some(Box::new(|_audit_id: &str, pidfd: Option<OwnedFd>| {
-                if let Ok(mut g) = on_started_handle.pidfd.lock() {
-                    *g = pidfd;
-                }
-                on_started_handle.with(|s| s.started_at = Some(Instant::now()));
-                if let Some(tx) = started_tx.lock().ok().and_then(|mut g| g.take()) {
-                    let _ = tx.send(Ok(()));
-                }
-            })),
-        });
-        let early = started_tx.lock().ok().and_then(|mut g| g.take());
-        match (result, early) {
-            // Refused or failed before the program started: the caller gets the error.
-            (Err(f), Some(tx)) => {
-                let _ = tx.send(Err(rpc_error(f)));
-            }
-            (Ok(s), _) => thread_handle.with(|st| {
-                let mut data = s.data;
-                // The streams' bytes live once, in the buffers.
-                for key in ["stdout", "stderr"] {
-                    if let Some(stream) = data[key].as_object_mut() {
-                        stream.remove("text");
-                        stream.remove("base64");
-                    }
-                }
-                st.result = Some(data);
-            }),
-            (Err(f), None) => thread_handle.with(|st| st.error = Some(f.message)),
+        let refusal = Refusal::denied(method, &denial, op);
+        return Err(
+            refusals::refuse(daemon, peer, refusal, rpc_error(denial_failure(&denial))).await,
+        );
+    }
+    manifest.ok_or_else(|| RpcError::new(-32603, "a connector that is not loaded passed the gate"))
+}
+
+/// Reserves, from `[server] max_buffered_output_bytes`, the most output
+/// this spawn can leave in its handle: its operation's stdout and stderr
+/// caps. Past the budget the daemon is overloaded and nothing starts.
+fn reserve_output(
+    daemon: &Daemon,
+    config: &crate::config::Config,
+    manifest: &Manifest,
+    request: &Request,
+) -> Result<Reservation, RpcError> {
+    let caps = manifest.spawn.as_ref().map_or(0, |g| {
+        let limits = match &request.kind {
+            RequestKind::Op { name, .. } => g.operations.get(name).map_or(g.limits, |op| op.limits),
+            RequestKind::Raw { .. } => g.limits,
+        };
+        limits
+            .max_stdout_bytes
+            .saturating_add(limits.max_stderr_bytes)
+    });
+    let budget = config.server.max_buffered_output_bytes;
+    Reservation::take(&daemon.buffered, caps, budget).ok_or_else(|| {
+        RpcError::new(
+            rpc::OVERLOADED,
+            format!(
+                "the daemon's buffered output would pass {budget} bytes ([server] max_buffered_output_bytes; this spawn may keep {caps}); spawn_release finished handles or try later"
+            ),
+        )
+    })
+}
+
+/// Whether the program started, or the error that came first.
+type Started = oneshot::Sender<Result<(), RpcError>>;
+
+/// One admitted spawn, for its blocking thread: the request with the
+/// config, manifest and caller it is decided under, the permit and spawner
+/// its run holds, the handle its output and result go to, and who waits to
+/// hear that it started.
+struct Job {
+    loaded: Arc<Loaded>,
+    manifest: Manifest,
+    caller: Caller,
+    call: SpawnCall,
+    access: Access,
+    spawner: Arc<Spawner>,
+    permit: OwnedSemaphorePermit,
+    handle: Arc<Handle>,
+    started_tx: Started,
+}
+
+/// A spawn on its blocking thread, start to end: the same pipeline as
+/// `spawnd run` (always through the spawner) with output into the handle,
+/// the result handed on, the handle marked ended, then the exit record
+/// flushed and init reaped. The permit is held until then, so a shutdown
+/// waits for the flush.
+fn run_job(job: Job) {
+    let Job {
+        loaded,
+        manifest,
+        caller,
+        call,
+        access,
+        spawner,
+        permit: _permit,
+        handle,
+        started_tx,
+    } = job;
+    let SpawnCall {
+        request,
+        stdin,
+        timeout_ms,
+        ..
+    } = call;
+    let prepared = Prepared {
+        config: loaded.config.clone(),
+        manifest,
+        caller,
+        request,
+    };
+    let (source, pump): (StdinSource, crate::exec::Pump) = match stdin {
+        Some(bytes) => (
+            StdinSource::Pipe,
+            Some(Box::new(std::io::Cursor::new(bytes))),
+        ),
+        None => (StdinSource::Null, None),
+    };
+    let started_tx = Mutex::new(Some(started_tx));
+    let (started_handle, started_ref) = (Arc::clone(&handle), &started_tx);
+    let Finished {
+        result,
+        exit_record,
+        leaving,
+    } = execute_until_written(Execution {
+        prepared: &prepared,
+        access: &access,
+        stdin: source,
+        pump,
+        timeout_ms,
+        live: Some(Box::new(HandleSink(Arc::clone(&handle)))),
+        json: true,
+        spawner: Some(&spawner),
+        signals_end_the_run: false,
+        on_notice: &log_notice,
+        on_started: Some(Box::new(move |_audit_id: &str, pidfd: Option<OwnedFd>| {
+            mark_started(&started_handle, started_ref, pidfd)
+        })),
+    });
+    let early = started_tx.lock().ok().and_then(|mut g| g.take());
+    hand_over(&handle, result, early);
+    mark_ended(&handle);
+    drop(handle);
+    flush_exit_record_and_reap(exit_record, leaving);
+}
+
+/// The program has started: its init's pidfd kept for `spawn_kill`, the
+/// time noted, and the caller answered with the handle.
+fn mark_started(handle: &Handle, started_tx: &Mutex<Option<Started>>, pidfd: Option<OwnedFd>) {
+    if let Ok(mut g) = handle.pidfd.lock() {
+        *g = pidfd;
+    }
+    handle.with(|s| s.started_at = Some(Instant::now()));
+    if let Some(tx) = started_tx.lock().ok().and_then(|mut g| g.take()) {
+        let _ = tx.send(Ok(()));
+    }
+}
+
+/// Hands the pipeline's result on. Refused or failed before the program
+/// started (`early` still waits), the caller gets the error and no handle;
+/// afterwards the result, or the error, is the handle's.
+fn hand_over(handle: &Handle, result: Result<Success, Failure>, early: Option<Started>) {
+    match (result, early) {
+        (Err(f), Some(tx)) => {
+            let _ = tx.send(Err(rpc_error(f)));
         }
-        if let Ok(mut g) = thread_handle.pidfd.lock() {
-            *g = None;
+        (Ok(s), _) => handle.with(|st| {
+            let mut data = s.data;
+            // The streams' bytes live once, in the buffers.
+            for key in ["stdout", "stderr"] {
+                if let Some(stream) = data[key].as_object_mut() {
+                    stream.remove("text");
+                    stream.remove("base64");
+                }
+            }
+            st.result = Some(data);
+        }),
+        (Err(f), None) => handle.with(|st| st.error = Some(f.message)),
+    }
+}
+
+/// The sandbox is gone: no pidfd is left to kill through, the end is
+/// noted, the buffers and the handle's share of the output budget shrink to
+/// the bytes kept, and whoever waits on the handle is woken.
+fn mark_ended(handle: &Handle) {
+    if let Ok(mut g) = handle.pidfd.lock() {
+        *g = None;
+    }
+    handle.with(|s| {
+        s.ended_at = Some(Instant::now());
+        let kept = (s.output[0].len() + s.output[1].len()) as u64;
+        for buf in &mut s.output {
+            buf.shrink_to_fit();
         }
-        thread_handle.with(|s| {
-            s.ended_at = Some(Instant::now());
-            let kept = (s.output[0].len() + s.output[1].len()) as u64;
-            for buf in &mut s.output {
-                buf.shrink_to_fit();
-            }
-            if let Some(r) = s.reservation.as_mut() {
-                r.shrink_to(kept);
-            }
-        });
-        thread_handle.changed.notify_waiters();
-        drop(thread_handle);
-        // The caller has its result; the exit record, already in the log
-        // and chained, is flushed now (docs/audit.md: only decisions and denials must
-        // be durable before what they allow), while init finishes leaving. The
-        // permit is held until then, so a shutdown waits for the flush. A
-        // failed flush stops every later spawn (`group_sync` keeps it).
-        if let Some(Err(e)) = exit_record.map(crate::audit::Unsynced::commit) {
-            tracing::error!("the exit record of a finished spawn: {e}");
-        }
-        if let Some(leaving) = leaving {
-            if let Err(e) = leaving.reap() {
-                tracing::warn!("reaping a sandbox's init: {e}");
-            }
+        if let Some(r) = s.reservation.as_mut() {
+            r.shrink_to(kept);
         }
     });
-    match started_rx.await {
+    handle.changed.notify_waiters();
+}
+
+/// The caller has its result; the exit record, already in the log and
+/// chained, is flushed now (docs/audit.md: only decisions and denials must
+/// be durable before what they allow), while init finishes leaving, then
+/// init is reaped. A failed flush stops every later spawn (`group_sync`
+/// keeps it).
+fn flush_exit_record_and_reap(exit_record: Option<Unsynced>, leaving: Option<Leaving<'_>>) {
+    if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
+        tracing::error!("the exit record of a finished spawn: {e}");
+    }
+    if let Some(leaving) = leaving {
+        if let Err(e) = leaving.reap() {
+            tracing::warn!("reaping a sandbox's init: {e}");
+        }
+    }
+}
+
+/// The answer to `spawn`: the handle's name once the program has started
+/// (the handle kept on the connection, and among the daemon's started
+/// spawns for the shutdown's kill), or the error that came first.
+async fn answer_once_started(
+    daemon: &Daemon,
+    handles: &mut Handles,
+    name: String,
+    handle: Arc<Handle>,
+    started: oneshot::Receiver<Result<(), RpcError>>,
+) -> Result<Value, RpcError> {
+    match started.await {
         Ok(Ok(())) => {
             if let Ok(mut list) = daemon.started.lock() {
                 list.retain(|w| w.strong_count() > 0);
@@ -263,6 +390,18 @@ pub async fn spawn(
         }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(RpcError::new(-32603, "the spawn ended before it reported")),
+    }
+}
+
+/// A notice of the pipeline, in the daemon's log (its stderr is the log's,
+/// plain or JSON, and nothing else writes there): an exit record lost is an
+/// error, anything else a warning.
+fn log_notice(notice: Notice) {
+    match notice {
+        Notice::ExitRecordLost { .. } | Notice::ExitRecordAlsoLost { .. } => {
+            tracing::error!("{notice}")
+        }
+        _ => tracing::warn!("{notice}"),
     }
 }
 

@@ -2,9 +2,11 @@
 //! daemon): the gate's decision, the decision record made durable while the
 //! sandbox builds its root, the program's release, its supervision, the
 //! exit record and the result. The front ends prepare the request
-//! ([`Prepared`]) and say where output goes; nothing here knows them.
+//! ([`Prepared`]) and say where output and [`Notice`]s go; nothing here
+//! knows them, and nothing here prints.
 
 mod launching;
+mod notice;
 mod outcome;
 mod prepared;
 mod records;
@@ -12,16 +14,18 @@ mod report;
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
+pub use notice::{Notice, OnNotice};
 pub use outcome::{denial_failure, Failure, FailureKind, Success};
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use report::conclude;
 
 use launching::{Identity, Launching};
-use records::{exit_record_lost, record_denial, record_failed_exit, record_unstarted, write_exit};
+use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
@@ -34,9 +38,11 @@ use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::seccomp::{filter_for, FilterOptions};
-use crate::sandbox::spec::{build_spec, HostKind};
+use crate::sandbox::spec::{build_spec, HostKind, SandboxSpec};
 use crate::spawner::Spawner;
-use crate::supervise::{supervise_to_report, Leaving, LiveOutput, Supervision};
+use crate::supervise::{
+    supervise_to_report, Leaving, LiveOutput, Outcome, Phases, Supervision, Watched,
+};
 use crate::sys::landlock_abi_version;
 use crate::vault::{read_secret, Secret};
 
@@ -67,6 +73,9 @@ pub struct Execution<'a> {
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
     pub signals_end_the_run: bool,
+    /// Told each [`Notice`] as it arises (a scope left out, before the
+    /// sandbox is launched).
+    pub on_notice: OnNotice<'a>,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -77,19 +86,20 @@ pub type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
 /// namespaces down on another core; waiting for init before the flush would
 /// put the two in a row.
 pub fn execute(x: Execution<'_>) -> Result<Success, Failure> {
+    let on_notice = x.on_notice;
     let Finished {
         mut result,
         exit_record,
         leaving,
     } = execute_until_written(x);
     if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
-        match result.as_mut() {
+        let notice = match result.as_mut() {
             Ok(s) => exit_record_lost(s, &e),
-            Err(_) => eprintln!(
-                "spawnd: the exit record could not be written either: {}",
-                crate::printable::printable(&e.to_string())
-            ),
-        }
+            Err(_) => Notice::ExitRecordAlsoLost {
+                error: e.to_string(),
+            },
+        };
+        on_notice(notice);
     }
     if let Some(leaving) = leaving {
         reap(leaving);
@@ -140,87 +150,41 @@ fn execute_inner<'a>(
     let started = std::time::Instant::now();
     let prepared = x.prepared;
     let identity = Identity::choose(prepared);
-    let audit = open_audit(&prepared.config)?;
+    let log = open_audit(&prepared.config)?;
+    let audit = SpawnAudit {
+        log: &log,
+        caller: &prepared.caller,
+        on_notice: x.on_notice,
+    };
     let mut opener = ProgramOpener::default();
     let plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
     let gated = started.elapsed();
-    let ready = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
-    if !x.json {
-        note_missing_scopes(&ready.spec, &plan);
-    }
-    let prepared_sandbox = started.elapsed();
     let SandboxParts {
         spec,
-        filter,
-        landlock_abi,
-        program,
-        credentials,
+        launch,
         redact,
-    } = ready;
-    let request = LaunchRequest {
-        plan: &plan,
-        spec: &spec,
-        program,
-        stdin: x.stdin,
-        uid: identity.uid,
-        gid: identity.gid,
-        privileged: identity.privileged,
-        landlock_abi,
-        seccomp: filter,
-        limits_via: identity.limits_via.clone(),
-        credentials,
-        // As root acting for another user, scopes are checked as that user.
-        check_as: (identity.privileged && prepared.caller.uid != 0)
-            .then(|| CallerCreds::of(prepared.caller.uid, prepared.caller.gid)),
-    };
-    let planned = json!({
-        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "landlock_abi": landlock_abi,
-        "seccomp_filter": filter.id(),
-        "limits_via": identity.limits_via.name(),
-        "uid": identity.uid,
-        "gid": identity.gid,
-        "missing_read_scopes": spec.missing_read_scopes,
-    });
-    let (decided, launching) = launch_once_decided(
-        &audit, prepared, &plan, &planned, request, &identity, x.spawner,
-    )?;
-    let caller = &prepared.caller;
-    let running = release(&audit, caller, &decided, launching, x.on_started)?;
+    } = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
+    if !x.json {
+        tell_missing_scopes(&spec, &plan, x.on_notice);
+    }
+    let prepared_sandbox = started.elapsed();
+    let filter = launch.filter;
+    let planned = planned_sandbox(&spec, &launch, &identity);
+    let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin);
+    let (decided, launching) =
+        launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
+    let running = release(&audit, &decided, launching, x.on_started)?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
-        wall_time: std::time::Duration::from_millis(plan.limits.wall_time_ms),
+        wall_time: Duration::from_millis(plan.limits.wall_time_ms),
         live: x.live,
         stdin: x.pump,
         redact,
         signals_end_the_run: x.signals_end_the_run,
     };
-    let (outcome, leaving) = supervise_to_report(running, supervision).map_err(|e| {
-        // Lost after the program started (its spawner died, say): the
-        // sandbox is gone, and the exit record says what happened.
-        let failure = Failure::lost(format!(
-            "the sandbox was lost while its program ran: {e}; it was killed"
-        ));
-        record_failed_exit(&audit, &decided.audit_id, caller, "failed", failure)
-    })?;
-    tracing::debug!(
-        connector = %plan.connector,
-        op = %plan.op,
-        gate_us = gated.as_micros() as u64,
-        clone_us = outcome.phases.clone_and_release_us,
-        audit_commit_us = decided.commit_took.as_micros() as u64,
-        setup_us = outcome.phases.sandbox_setup_us,
-        program_us = outcome.phases.program_us,
-        teardown_us = outcome.phases.teardown_us,
-        "sandbox finished"
-    );
-    let timings = json!({
-        "gate_us": gated.as_micros() as u64,
-        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
-        "audit_commit_us": decided.commit_took.as_micros() as u64,
-        "phases": outcome.phases,
-    });
+    let (outcome, leaving) = supervise_released(&audit, &decided, running, supervision)?;
+    let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ran = Ran {
         plan: &plan,
         spec: &spec,
@@ -231,9 +195,9 @@ fn execute_inner<'a>(
     };
     // Recorded while the kernel still tears the namespaces down; the caller
     // reaps init (and removes its cgroups) afterwards.
-    let reported = report(x.json, ran).map_err(|f| ("setup_failed", f));
+    let reported = report(x.json, ran, x.on_notice).map_err(|f| ("setup_failed", f));
     *leaving_out = leaving;
-    let (result, written) = write_exit(&audit, &decided.audit_id, caller, reported);
+    let (result, written) = audit.write_exit(&decided.audit_id, reported);
     *exit_out = written;
     result
 }
@@ -242,7 +206,7 @@ fn execute_inner<'a>(
 /// or its denial, recorded.
 fn decide(
     prepared: &Prepared,
-    audit: &crate::audit::AuditLog,
+    audit: &SpawnAudit<'_>,
     opener: &mut ProgramOpener,
     access: &Access,
     timeout_ms: Option<u64>,
@@ -254,24 +218,25 @@ fn decide(
             }
             Ok(*plan)
         }
-        Decision::Denied(denial) => Err(record_denial(
-            audit,
-            denial,
-            &prepared.caller,
-            &prepared.request,
-        )),
+        Decision::Denied(denial) => Err(audit.record_denial(denial, &prepared.request)),
     }
 }
 
-/// What the launch needs besides the plan and the identity.
+/// What [`prepare_sandbox`] makes: the spec, what the launch takes, and
+/// what the supervision redacts.
 struct SandboxParts {
-    spec: crate::sandbox::spec::SandboxSpec,
+    spec: SandboxSpec,
+    launch: LaunchParts,
+    /// The credential values again (in wiped memory), to redact the output.
+    redact: Vec<(String, Secret)>,
+}
+
+/// What the launch takes besides the plan, the spec and the identity.
+struct LaunchParts {
     filter: &'static crate::sandbox::seccomp::Filter,
     landlock_abi: u32,
     program: std::fs::File,
     credentials: Vec<(String, Secret)>,
-    /// The credential values again (in wiped memory), to redact the output.
-    redact: Vec<(String, Secret)>,
 }
 
 /// The kernel's Landlock ABI checked, the sandbox's spec built, the
@@ -281,12 +246,12 @@ struct SandboxParts {
 /// nothing ran; a credential that cannot be read is a recorded denial.
 fn prepare_sandbox(
     prepared: &Prepared,
-    audit: &crate::audit::AuditLog,
+    audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
     identity: &Identity,
     opener: &mut ProgramOpener,
 ) -> Result<SandboxParts, Failure> {
-    let unstarted = |failure: Failure| record_unstarted(audit, plan, &prepared.caller, failure);
+    let unstarted = |failure: Failure| audit.record_unstarted(plan, failure);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let required = prepared
         .config
@@ -298,8 +263,8 @@ fn prepare_sandbox(
     }
     let spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
-    let credentials = read_credentials(prepared, plan)
-        .map_err(|d| record_denial(audit, d, &prepared.caller, &prepared.request))?;
+    let credentials =
+        read_credentials(prepared, plan).map_err(|d| audit.record_denial(d, &prepared.request))?;
     let redact = credentials
         .iter()
         .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
@@ -322,25 +287,68 @@ fn prepare_sandbox(
         .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
     Ok(SandboxParts {
         spec,
-        filter,
-        landlock_abi,
-        program: program.file,
-        credentials,
+        launch: LaunchParts {
+            filter,
+            landlock_abi,
+            program: program.file,
+            credentials,
+        },
         redact,
     })
 }
 
-/// Says on stderr which read scopes and granted sockets do not exist.
-fn note_missing_scopes(spec: &crate::sandbox::spec::SandboxSpec, plan: &SpawnPlan) {
+/// What the decision record says the sandbox will be (its `planned`): the
+/// namespaces, Landlock ABI, seccomp filter, how limits apply, the ids, and
+/// the read scopes left out.
+fn planned_sandbox(spec: &SandboxSpec, launch: &LaunchParts, identity: &Identity) -> Value {
+    json!({
+        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+        "landlock_abi": launch.landlock_abi,
+        "seccomp_filter": launch.filter.id(),
+        "limits_via": identity.limits_via.name(),
+        "uid": identity.uid,
+        "gid": identity.gid,
+        "missing_read_scopes": spec.missing_read_scopes,
+    })
+}
+
+/// The order for the sandbox: the plan and spec, the program, credentials,
+/// filter and Landlock ABI prepared for it, run as `identity`.
+fn launch_request<'r>(
+    prepared: &Prepared,
+    plan: &'r SpawnPlan,
+    spec: &'r SandboxSpec,
+    launch: LaunchParts,
+    identity: &Identity,
+    stdin: StdinSource,
+) -> LaunchRequest<'r> {
+    let caller = &prepared.caller;
+    LaunchRequest {
+        plan,
+        spec,
+        program: launch.program,
+        stdin,
+        uid: identity.uid,
+        gid: identity.gid,
+        privileged: identity.privileged,
+        landlock_abi: launch.landlock_abi,
+        seccomp: launch.filter,
+        limits_via: identity.limits_via.clone(),
+        credentials: launch.credentials,
+        // As root acting for another user, scopes are checked as that user.
+        check_as: (identity.privileged && caller.uid != 0)
+            .then(|| CallerCreds::of(caller.uid, caller.gid)),
+    }
+}
+
+/// Tells which read scopes and granted sockets do not exist (the sandbox
+/// leaves them out), before anything is launched.
+fn tell_missing_scopes(spec: &SandboxSpec, plan: &SpawnPlan, on_notice: OnNotice<'_>) {
     for missing in &spec.missing_read_scopes {
-        let what = match plan.fs.unix_sockets.contains(missing) {
-            true => "unix socket",
-            false => "fs_read scope",
-        };
-        eprintln!(
-            "spawnd: {what} {} does not exist; left out",
-            crate::printable::printable(&missing.display().to_string())
-        );
+        on_notice(Notice::LeftOut {
+            path: missing.clone(),
+            unix_socket: plan.fs.unix_sockets.contains(missing),
+        });
     }
 }
 
@@ -357,8 +365,7 @@ struct Decided {
 /// the record is written, and if the record cannot reach the disk the
 /// sandbox is dropped (killed) with nothing run.
 fn launch_once_decided<'s>(
-    audit: &crate::audit::AuditLog,
-    prepared: &Prepared,
+    audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
     planned: &serde_json::Value,
     request: LaunchRequest<'_>,
@@ -366,10 +373,11 @@ fn launch_once_decided<'s>(
     spawner: Option<&'s Spawner>,
 ) -> Result<(Decided, Launching<'s>), Failure> {
     let written = audit
+        .log
         .write(
             Kind::Decision,
             None,
-            events::decision(plan, &prepared.caller, planned),
+            events::decision(plan, audit.caller, planned),
         )
         .map_err(|e| {
             Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
@@ -395,13 +403,7 @@ fn launch_once_decided<'s>(
     // sandbox is dropped).
     if let Some(why) = crate::audit::group_sync::stopped_by_a_failed_sync() {
         let failure = Failure::audit_unavailable(why);
-        return Err(record_failed_exit(
-            audit,
-            &decided.audit_id,
-            &prepared.caller,
-            "setup_failed",
-            failure,
-        ));
+        return Err(audit.record_failed_exit(&decided.audit_id, "setup_failed", failure));
     }
     tracing::info!(audit_id = %decided.audit_id, connector = %plan.connector, op = %plan.op, sha256 = %plan.program.sha256, "spawn allowed");
     let decided = Decided {
@@ -415,12 +417,11 @@ fn launch_once_decided<'s>(
 /// audit id and a pidfd for init. A setup that failed inside the sandbox is
 /// recorded as the spawn's exit.
 fn release<'s>(
-    audit: &crate::audit::AuditLog,
-    caller: &crate::policy::Caller,
+    audit: &SpawnAudit<'_>,
     decided: &Decided,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
-) -> Result<crate::supervise::Watched<'s>, Failure> {
+) -> Result<Watched<'s>, Failure> {
     match launching.start_program() {
         Ok((running, pidfd)) => {
             if let Some(f) = on_started {
@@ -431,15 +432,54 @@ fn release<'s>(
         Err(e) => {
             let failure =
                 Failure::sandbox_unavailable(format!("sandbox setup failed: {e}; nothing was run"));
-            Err(record_failed_exit(
-                audit,
-                &decided.audit_id,
-                caller,
-                "setup_failed",
-                failure,
-            ))
+            Err(audit.record_failed_exit(&decided.audit_id, "setup_failed", failure))
         }
     }
+}
+
+/// Supervises the released program until its outcome is known (init
+/// maybe still leaving). A sandbox lost meanwhile (its spawner died, say)
+/// is gone, and its exit record says so.
+fn supervise_released<'s>(
+    audit: &SpawnAudit<'_>,
+    decided: &Decided,
+    running: Watched<'s>,
+    supervision: Supervision,
+) -> Result<(Outcome, Option<Leaving<'s>>), Failure> {
+    supervise_to_report(running, supervision).map_err(|e| {
+        let failure = Failure::lost(format!(
+            "the sandbox was lost while its program ran: {e}; it was killed"
+        ));
+        audit.record_failed_exit(&decided.audit_id, "failed", failure)
+    })
+}
+
+/// Where the spawn's time went, from the gate to init's teardown: logged
+/// at debug level, and returned as the result's `timings`.
+fn time_spent(
+    plan: &SpawnPlan,
+    gated: Duration,
+    prepared_sandbox: Duration,
+    decided: &Decided,
+    phases: &Phases,
+) -> Value {
+    tracing::debug!(
+        connector = %plan.connector,
+        op = %plan.op,
+        gate_us = gated.as_micros() as u64,
+        clone_us = phases.clone_and_release_us,
+        audit_commit_us = decided.commit_took.as_micros() as u64,
+        setup_us = phases.sandbox_setup_us,
+        program_us = phases.program_us,
+        teardown_us = phases.teardown_us,
+        "sandbox finished"
+    );
+    json!({
+        "gate_us": gated.as_micros() as u64,
+        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
+        "audit_commit_us": decided.commit_took.as_micros() as u64,
+        "phases": phases,
+    })
 }
 
 fn host_kind(path: &Path) -> HostKind {

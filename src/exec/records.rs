@@ -1,32 +1,161 @@
 //! The audit records of a run: the denial written before a refusal is
 //! returned, and the exit record written when the sandbox is gone (or its
-//! setup failed, or it was lost); and opening the log itself.
+//! setup failed, or it was lost); and opening the log itself. An exit record
+//! that cannot be written is a [`Notice`] as well as part of the result.
 
 use serde_json::json;
 
+use super::notice::{Notice, OnNotice};
 use super::outcome::{denial_failure, Failure, Success};
 use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
-use crate::printable::printable;
+use crate::policy::Caller;
 
-/// Records a refusal and returns it as the failure to report (or the audit
-/// failure, when the refusal could not be recorded).
-pub(super) fn record_denial(
-    audit: &AuditLog,
-    mut denial: Box<crate::policy::Denial>,
-    caller: &crate::policy::Caller,
-    request: &crate::policy::Request,
-) -> Failure {
-    let op = match &request.kind {
-        crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
-        crate::policy::RequestKind::Raw { .. } => None,
-    };
-    match audit.append(Kind::Denial, None, events::denial(&denial, caller, op)) {
-        Ok(recorded) => {
-            tracing::info!(audit_id = %recorded.audit_id, connector = %denial.connector, reason = denial.reason.as_str(), "spawn denied");
-            denial.audit_id = Some(recorded.audit_id);
-            denial_failure(&denial)
+/// One spawn's audit trail: the log, the caller every record names, and who
+/// is told when an exit record cannot be written (the result or failure is
+/// returned all the same).
+pub(super) struct SpawnAudit<'r> {
+    pub(super) log: &'r AuditLog,
+    pub(super) caller: &'r Caller,
+    pub(super) on_notice: OnNotice<'r>,
+}
+
+impl SpawnAudit<'_> {
+    /// Records a refusal and returns it as the failure to report (or the audit
+    /// failure, when the refusal could not be recorded).
+    pub(super) fn record_denial(
+        &self,
+        mut denial: Box<crate::policy::Denial>,
+        request: &crate::policy::Request,
+    ) -> Failure {
+        let op = match &request.kind {
+            crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
+            crate::policy::RequestKind::Raw { .. } => None,
+        };
+        let event = events::denial(&denial, self.caller, op);
+        match self.log.append(Kind::Denial, None, event) {
+            Ok(recorded) => {
+                tracing::info!(audit_id = %recorded.audit_id, connector = %denial.connector, reason = denial.reason.as_str(), "spawn denied");
+                denial.audit_id = Some(recorded.audit_id);
+                denial_failure(&denial)
+            }
+            Err(e) => Failure::audit_unavailable(format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")),
         }
-        Err(e) => Failure::audit_unavailable(format!("audit unavailable: {e}; the request was refused, and the refusal could not be recorded")),
+    }
+
+    /// An allowed spawn that could not start (a missing kernel layer, a bad
+    /// scope, …) is still on record: its decision, and an exit saying why
+    /// nothing ran. Returns the failure to report.
+    pub(super) fn record_unstarted(
+        &self,
+        plan: &crate::plan::SpawnPlan,
+        failure: Failure,
+    ) -> Failure {
+        let planned = json!({ "not_started": failure.message });
+        match self.log.append(
+            Kind::Decision,
+            None,
+            events::decision(plan, self.caller, &planned),
+        ) {
+            Ok(decided) => self.record_failed_exit(&decided.audit_id, "setup_failed", failure),
+            Err(e) => Failure::audit_unavailable(format!(
+                "audit unavailable: {e}; and nothing was run: {}",
+                failure.message
+            )),
+        }
+    }
+
+    /// The exit record of a spawn that failed (`key`: `setup_failed`, or
+    /// `failed` for a sandbox lost while its program ran), durable; returns the
+    /// failure to report.
+    pub(super) fn record_failed_exit(
+        &self,
+        audit_id: &str,
+        key: &str,
+        failure: Failure,
+    ) -> Failure {
+        match self.record_exit(audit_id, Err((key, failure))) {
+            Err(f) => f,
+            Ok(_) => Failure::internal("a failed spawn's exit record reported success"),
+        }
+    }
+
+    /// Writes the exit record of a run (or of its failed setup), makes it
+    /// durable and links it to the result.
+    fn record_exit(
+        &self,
+        audit_id: &str,
+        reported: Result<Success, (&str, Failure)>,
+    ) -> Result<Success, Failure> {
+        let (result, written) = self.write_exit(audit_id, reported);
+        match (result, written.map(Unsynced::commit)) {
+            (Ok(mut s), Some(Err(e))) => {
+                (self.on_notice)(exit_record_lost(&mut s, &e));
+                Ok(s)
+            }
+            (Err(f), Some(Err(e))) => {
+                (self.on_notice)(Notice::ExitRecordAlsoLost {
+                    error: e.to_string(),
+                });
+                Err(f)
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// Writes the exit record of a run and links it to the result, without
+    /// waiting for the disk: the record is in the log, chained, and durable once
+    /// the returned [`Unsynced`] is committed (`None`: the write itself failed,
+    /// and the result says so).
+    pub(super) fn write_exit(
+        &self,
+        audit_id: &str,
+        reported: Result<Success, (&str, Failure)>,
+    ) -> (Result<Success, Failure>, Option<Unsynced>) {
+        let caller = self.caller;
+        let mut body = match &reported {
+            Ok(s) => events::exit(&s.data),
+            Err((key, f)) => {
+                let mut m = serde_json::Map::new();
+                m.insert((*key).to_string(), json!(f.message));
+                m
+            }
+        };
+        body.insert(
+            "caller".into(),
+            json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
+        );
+        tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
+        let written = self.log.write(Kind::Exit, Some(audit_id), body);
+        match (reported, written) {
+            (Ok(mut s), Ok(w)) => {
+                s.data["audit_id"] = json!(audit_id);
+                (Ok(s), Some(w))
+            }
+            (Ok(mut s), Err(e)) => {
+                s.data["audit_id"] = json!(audit_id);
+                (self.on_notice)(exit_record_lost(&mut s, &e));
+                (Ok(s), None)
+            }
+            (Err((_, f)), Ok(w)) => (Err(f), Some(w)),
+            (Err((_, f)), Err(e)) => {
+                (self.on_notice)(Notice::ExitRecordAlsoLost {
+                    error: e.to_string(),
+                });
+                (Err(f), None)
+            }
+        }
+    }
+}
+
+/// Marks a result whose exit record could not be written or made durable:
+/// exit 5 and `audit_error`, whatever the program did. Returns the notice
+/// that says so.
+pub(super) fn exit_record_lost(s: &mut Success, e: &AuditError) -> Notice {
+    s.data["audit_error"] = json!(e.to_string());
+    s.exit = 5;
+    s.keep_ok = false;
+    Notice::ExitRecordLost {
+        error: e.to_string(),
     }
 }
 
@@ -43,129 +172,6 @@ pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
         Some(key) => log.with_key(key),
         None => log,
     })
-}
-
-/// An allowed spawn that could not start (a missing kernel layer, a bad
-/// scope, …) is still on record: its decision, and an exit saying why
-/// nothing ran. Returns the failure to report.
-pub(super) fn record_unstarted(
-    audit: &AuditLog,
-    plan: &crate::plan::SpawnPlan,
-    caller: &crate::policy::Caller,
-    failure: Failure,
-) -> Failure {
-    let planned = json!({ "not_started": failure.message });
-    match audit.append(
-        Kind::Decision,
-        None,
-        events::decision(plan, caller, &planned),
-    ) {
-        Ok(decided) => {
-            record_failed_exit(audit, &decided.audit_id, caller, "setup_failed", failure)
-        }
-        Err(e) => Failure::audit_unavailable(format!(
-            "audit unavailable: {e}; and nothing was run: {}",
-            failure.message
-        )),
-    }
-}
-
-/// The exit record of a spawn that failed (`key`: `setup_failed`, or
-/// `failed` for a sandbox lost while its program ran), durable; returns the
-/// failure to report.
-pub(super) fn record_failed_exit(
-    audit: &AuditLog,
-    audit_id: &str,
-    caller: &crate::policy::Caller,
-    key: &str,
-    failure: Failure,
-) -> Failure {
-    match record_exit(audit, audit_id, caller, Err((key, failure))) {
-        Err(f) => f,
-        Ok(_) => Failure::internal("a failed spawn's exit record reported success"),
-    }
-}
-
-/// Writes the exit record of a run (or of its failed setup), makes it
-/// durable and links it to the result.
-fn record_exit(
-    audit: &AuditLog,
-    audit_id: &str,
-    caller: &crate::policy::Caller,
-    reported: Result<Success, (&str, Failure)>,
-) -> Result<Success, Failure> {
-    let (result, written) = write_exit(audit, audit_id, caller, reported);
-    match (result, written.map(Unsynced::commit)) {
-        (Ok(mut s), Some(Err(e))) => {
-            exit_record_lost(&mut s, &e);
-            Ok(s)
-        }
-        (Err(f), Some(Err(e))) => {
-            eprintln!(
-                "spawnd: the exit record could not be written either: {}",
-                printable(&e.to_string())
-            );
-            Err(f)
-        }
-        (result, _) => result,
-    }
-}
-
-/// Writes the exit record of a run and links it to the result, without
-/// waiting for the disk: the record is in the log, chained, and durable once
-/// the returned [`Unsynced`] is committed (`None`: the write itself failed,
-/// and the result says so).
-pub(super) fn write_exit(
-    audit: &AuditLog,
-    audit_id: &str,
-    caller: &crate::policy::Caller,
-    reported: Result<Success, (&str, Failure)>,
-) -> (Result<Success, Failure>, Option<Unsynced>) {
-    let mut body = match &reported {
-        Ok(s) => events::exit(&s.data),
-        Err((key, f)) => {
-            let mut m = serde_json::Map::new();
-            m.insert((*key).to_string(), json!(f.message));
-            m
-        }
-    };
-    body.insert(
-        "caller".into(),
-        json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
-    );
-    tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
-    let written = audit.write(Kind::Exit, Some(audit_id), body);
-    match (reported, written) {
-        (Ok(mut s), Ok(w)) => {
-            s.data["audit_id"] = json!(audit_id);
-            (Ok(s), Some(w))
-        }
-        (Ok(mut s), Err(e)) => {
-            s.data["audit_id"] = json!(audit_id);
-            exit_record_lost(&mut s, &e);
-            (Ok(s), None)
-        }
-        (Err((_, f)), Ok(w)) => (Err(f), Some(w)),
-        (Err((_, f)), Err(e)) => {
-            eprintln!(
-                "spawnd: the exit record could not be written either: {}",
-                printable(&e.to_string())
-            );
-            (Err(f), None)
-        }
-    }
-}
-
-/// Marks a result whose exit record could not be written or made durable:
-/// exit 5 and `audit_error`, whatever the program did.
-pub(super) fn exit_record_lost(s: &mut Success, e: &AuditError) {
-    eprintln!(
-        "spawnd: the exit record could not be written: {}",
-        printable(&e.to_string())
-    );
-    s.data["audit_error"] = json!(e.to_string());
-    s.exit = 5;
-    s.keep_ok = false;
 }
 
 /// The operator's HMAC key for the audit chain (`[audit] hmac_key_file`), if set:

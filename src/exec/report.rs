@@ -1,11 +1,12 @@
 //! The result of a spawn: the `data` object of docs/cli.md (exit, signal,
 //! timing, what isolation was applied, each stream as text or base64 with its
-//! byte counts and sha256), spawnd's own notes on stderr, and the exit code
-//! (the child's, 128+N after signal N, 124 after the wall time).
+//! byte counts and sha256), the notices a person reading it should see, and
+//! the exit code (the child's, 128+N after signal N, 124 after the wall time).
 
 use serde_json::{json, Value};
 
 use super::launching::Identity;
+use super::notice::{Notice, OnNotice};
 use super::outcome::{Failure, Success};
 use crate::plan::SpawnPlan;
 use crate::sandbox::spec::SandboxSpec;
@@ -68,7 +69,11 @@ fn isolation_json(
     })
 }
 
-pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
+pub(super) fn report(
+    json: bool,
+    ran: Ran<'_>,
+    on_notice: OnNotice<'_>,
+) -> Result<Success, Failure> {
     let Ran {
         plan,
         spec,
@@ -108,13 +113,14 @@ pub(super) fn report(json: bool, ran: Ran<'_>) -> Result<Success, Failure> {
         "stdout": stream_json(&o.stdout),
         "stderr": stream_json(&o.stderr),
     });
-    Ok(conclude(json, data))
+    Ok(conclude(json, data, on_notice))
 }
 
 /// The exit code a run's `data` stands for (the child's code, 128+N after
-/// signal N, 124 after the wall time), with spawnd's notes on stderr for a
-/// human reader. In-process `run` and `run --socket` end here alike.
-pub fn conclude(json: bool, data: Value) -> Success {
+/// signal N, 124 after the wall time); for a human reader (not `json`),
+/// `on_notice` is told what the data says went wrong. In-process `run` and
+/// `run --socket` end here alike.
+pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
     let number = |key: &str| data[key].as_i64().and_then(|n| i32::try_from(n).ok());
     let timed_out = data["timed_out"] == json!(true);
     let exit = match (
@@ -133,34 +139,32 @@ pub fn conclude(json: bool, data: Value) -> Success {
         for name in ["stdout", "stderr"] {
             let c = &data[name];
             if c["truncated"] == json!(true) {
-                eprintln!(
-                    "spawnd: {name} truncated: kept {} of {} bytes (cap from the manifest)",
-                    c["bytes"], c["total_bytes"]
-                );
+                on_notice(Notice::Truncated {
+                    stream: name,
+                    kept: c["bytes"].clone(),
+                    total: c["total_bytes"].clone(),
+                });
             }
         }
         let limits = &data["isolation"]["limits"];
         if timed_out {
-            eprintln!(
-                "spawnd: wall time of {} ms exceeded; the sandbox was killed",
-                limits["wall_time_ms"]
-            );
+            on_notice(Notice::TimedOut {
+                wall_time_ms: limits["wall_time_ms"].clone(),
+            });
         }
         if data["oom_killed"] == json!(true) {
-            eprintln!(
-                "spawnd: the memory limit of {} bytes was reached; the kernel killed the program",
-                limits["max_memory_bytes"]
-            );
+            on_notice(Notice::OutOfMemory {
+                max_memory_bytes: limits["max_memory_bytes"].clone(),
+            });
         }
     }
     // The child ran, but its exit record could not be written: that is the
     // audit unavailable (5), whatever the child's code, here and through a daemon.
     let audit_failed = data["audit_error"].is_string();
     if audit_failed && !json {
-        eprintln!(
-            "spawnd: the exit record could not be written: {}",
-            crate::printable::printable(data["audit_error"].as_str().unwrap_or_default())
-        );
+        on_notice(Notice::ExitRecordLost {
+            error: data["audit_error"].as_str().unwrap_or_default().to_string(),
+        });
     }
     let mut success = Success::new(data, String::new());
     success.exit = if audit_failed { 5 } else { exit };
@@ -174,7 +178,7 @@ mod tests {
 
     #[test]
     fn exit_codes_follow_the_child_and_an_unwritten_exit_record_is_5() {
-        let code = |data: Value| conclude(true, data).exit;
+        let code = |data: Value| conclude(true, data, &|_| {}).exit;
         assert_eq!(code(json!({"exit_code": 7})), 7);
         assert_eq!(code(json!({"signal": 15})), 143);
         assert_eq!(
@@ -185,7 +189,42 @@ mod tests {
         let failed = conclude(
             true,
             json!({"exit_code": 0, "audit_error": "No space left"}),
+            &|_| {},
         );
         assert_eq!((failed.exit, failed.keep_ok), (5, false));
+    }
+
+    #[test]
+    fn a_human_reader_is_told_what_went_wrong_and_a_machine_reader_nothing() {
+        let data = json!({
+            "exit_code": null, "signal": 9, "timed_out": true, "oom_killed": true,
+            "audit_error": "No space left",
+            "stdout": {"truncated": true, "bytes": 4, "total_bytes": 9},
+            "stderr": {"truncated": false, "bytes": 0, "total_bytes": 0},
+            "isolation": {"limits": {"wall_time_ms": 500, "max_memory_bytes": 1024}},
+        });
+        let told = std::cell::RefCell::new(Vec::new());
+        conclude(false, data.clone(), &|n| told.borrow_mut().push(n));
+        assert_eq!(
+            told.take(),
+            [
+                Notice::Truncated {
+                    stream: "stdout",
+                    kept: json!(4),
+                    total: json!(9)
+                },
+                Notice::TimedOut {
+                    wall_time_ms: json!(500)
+                },
+                Notice::OutOfMemory {
+                    max_memory_bytes: json!(1024)
+                },
+                Notice::ExitRecordLost {
+                    error: "No space left".into()
+                },
+            ]
+        );
+        conclude(true, data, &|n| told.borrow_mut().push(n));
+        assert_eq!(told.take(), []);
     }
 }

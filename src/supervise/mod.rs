@@ -319,20 +319,21 @@ pub fn supervise_to_report<'a>(
     result
 }
 
+/// [`supervise_to_report`] with its signals blocked: the pipes set up, the
+/// sandbox watched until its pipes close, then its outcome.
 fn supervise_blocked<'a>(
     running: Watched<'a>,
     sup: &mut Supervision,
     signals: &SigSet,
 ) -> std::io::Result<(Outcome, Option<Leaving<'a>>)> {
     let started = running.released_at;
-    let (mut setup_done, mut program_done) = (None, None);
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
     let end = running.end;
     let redactor =
         || redact::Redactor::new(sup.redact.iter().map(|(k, v)| (k.as_str(), v.expose())));
-    let mut out = Stream::new(running.stdout, sup.stdout_cap, redactor());
-    let mut err = Stream::new(running.stderr, sup.stderr_cap, redactor());
-    let mut status = Some(running.status);
+    let out = Stream::new(running.stdout, sup.stdout_cap, redactor());
+    let err = Stream::new(running.stderr, sup.stderr_cap, redactor());
+    let status = Some(running.status);
     for fd in [out.fd.as_ref(), err.fd.as_ref(), status.as_ref()]
         .into_iter()
         .flatten()
@@ -342,14 +343,83 @@ fn supervise_blocked<'a>(
     if let (Some(source), Some(pipe)) = (sup.stdin.take(), running.stdin) {
         feed_stdin_in_background(source, pipe);
     }
+    let Seen {
+        out,
+        err,
+        status_bytes,
+        setup_done,
+        program_done,
+        timed_out,
+        interrupted_by,
+    } = watch(out, err, status, &*end, &sigfd, started, sup)?;
+    let ProgramEnd {
+        ending,
+        landlock,
+        cpu_ms,
+        peak_memory_bytes,
+        oom_killed,
+        leaving,
+    } = program_end(status_bytes, end)?;
+    let ended = Instant::now();
+    let duration = ended - started;
+    let phases = Phases::measured(
+        running.cloned_at,
+        running.mapped_at,
+        setup_done,
+        program_done,
+        ended,
+    );
+    let outcome = Outcome {
+        ending,
+        timed_out,
+        interrupted_by,
+        duration,
+        stdout: out.finish(),
+        stderr: err.finish(),
+        landlock,
+        cpu_ms,
+        peak_memory_bytes,
+        oom_killed,
+        phases,
+    };
+    Ok((outcome, leaving))
+}
+
+/// What the watch saw by the time the pipes closed (or the drain after
+/// init's last word ran out).
+struct Seen {
+    out: Stream,
+    err: Stream,
+    /// Everything init wrote on the status pipe.
+    status_bytes: Vec<u8>,
+    /// When init reported the sandbox set up (or its setup failed).
+    setup_done: Option<Instant>,
+    /// When init reported the program's end.
+    program_done: Option<Instant>,
+    timed_out: bool,
+    interrupted_by: Option<i32>,
+}
+
+/// Watches the sandbox until its pipes close: output drained as it
+/// arrives, init's reports read, the wall time enforced, and a signal to
+/// spawnd (when blocked for the run) turned into killing the sandbox.
+fn watch(
+    mut out: Stream,
+    mut err: Stream,
+    mut status: Option<OwnedFd>,
+    end: &dyn SandboxEnd,
+    sigfd: &SignalFd,
+    started: Instant,
+    sup: &mut Supervision,
+) -> std::io::Result<Seen> {
+    let (mut setup_done, mut program_done) = (None, None);
     let mut status_bytes = Vec::new();
-    let deadline = started + sup.wall_time;
-    let mut kill_at: Option<Instant> = None;
+    let mut wall = WallTime::new(started + sup.wall_time);
     // Once init is gone the pipes close within moments, unless another process
     // (e.g. a concurrent sandbox the child passed its fds to) holds them: then
     // stop after a short drain instead of waiting for it.
     let mut drain_until: Option<Instant> = None;
-    let (mut timed_out, mut interrupted_by) = (false, None);
+    let mut interrupted_by = None;
     // The child's raw output, credential values and all, passes through it:
     // wiped when the supervision ends.
     let mut buf = zeroize::Zeroizing::new(vec![0u8; FIRST_CHUNK]);
@@ -358,48 +428,14 @@ fn supervise_blocked<'a>(
         if drain_until.is_some_and(|t| now >= t) {
             break;
         }
-        if !timed_out && now >= deadline {
-            timed_out = true;
-            end.signal(Signal::SIGTERM);
-            kill_at = Some(now + GRACE);
-        }
-        if kill_at.is_some_and(|t| now >= t) {
-            end.signal(Signal::SIGKILL);
-            kill_at = None;
-        }
-        let far = now + Duration::from_secs(3600);
-        let next = [kill_at, drain_until, (!timed_out).then_some(deadline)]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(far);
-        let wait_ms = next.saturating_duration_since(now).as_millis().min(60_000) as u16;
-        let mut fds: Vec<PollFd> = Vec::with_capacity(4);
-        let mut slots = Vec::with_capacity(4);
-        for (slot, fd) in [
-            (0u8, out.fd.as_ref()),
-            (1, err.fd.as_ref()),
-            (2, status.as_ref()),
-        ] {
-            if let Some(fd) = fd {
-                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                slots.push(slot);
-            }
-        }
-        fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
-        slots.push(3);
-        match poll(&mut fds, PollTimeout::from(wait_ms)) {
-            Ok(_) => {}
+        wall.enforce(now, end);
+        let wait_ms = poll_wait_ms(now, [wall.next_signal(), drain_until]);
+        let pipes = [out.fd.as_ref(), err.fd.as_ref(), status.as_ref()];
+        let ready = match ready_slots(pipes, sigfd, wait_ms) {
+            Ok(ready) => ready,
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e.into()),
-        }
-        let ready: Vec<u8> = fds
-            .iter()
-            .zip(&slots)
-            .filter(|(p, _)| p.revents().is_some_and(|r| !r.is_empty()))
-            .map(|(_, s)| *s)
-            .collect();
-        drop(fds);
+        };
         for slot in ready {
             match slot {
                 0 => drain(&mut out, &mut buf, 0, &mut sup.live),
@@ -434,6 +470,108 @@ fn supervise_blocked<'a>(
             }
         }
     }
+    Ok(Seen {
+        out,
+        err,
+        status_bytes,
+        setup_done,
+        program_done,
+        timed_out: wall.timed_out,
+        interrupted_by,
+    })
+}
+
+/// The wall-time limit: SIGTERM to init at the deadline (init forwards
+/// it), SIGKILL, which ends the whole pid namespace, a [`GRACE`] later.
+struct WallTime {
+    deadline: Instant,
+    timed_out: bool,
+    kill_at: Option<Instant>,
+}
+
+impl WallTime {
+    fn new(deadline: Instant) -> WallTime {
+        WallTime {
+            deadline,
+            timed_out: false,
+            kill_at: None,
+        }
+    }
+
+    /// Sends init the signal that is due at `now`, if one is.
+    fn enforce(&mut self, now: Instant, end: &dyn SandboxEnd) {
+        if !self.timed_out && now >= self.deadline {
+            self.timed_out = true;
+            end.signal(Signal::SIGTERM);
+            self.kill_at = Some(now + GRACE);
+        }
+        if self.kill_at.is_some_and(|t| now >= t) {
+            end.signal(Signal::SIGKILL);
+            self.kill_at = None;
+        }
+    }
+
+    /// When the next signal is due, if one still is.
+    fn next_signal(&self) -> Option<Instant> {
+        [self.kill_at, (!self.timed_out).then_some(self.deadline)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// How long a poll at `now` may wait: until the earliest of `wakes`, and
+/// never more than a minute.
+fn poll_wait_ms(now: Instant, wakes: [Option<Instant>; 2]) -> u16 {
+    let far = now + Duration::from_secs(3600);
+    let next = wakes.into_iter().flatten().min().unwrap_or(far);
+    next.saturating_duration_since(now).as_millis().min(60_000) as u16
+}
+
+/// Waits up to `wait_ms` for the open pipes (slot 0 stdout, 1 stderr, 2
+/// status) and the signalfd (slot 3); returns the slots with something to
+/// read (or a hang-up, or an error), in that order.
+fn ready_slots(
+    pipes: [Option<&OwnedFd>; 3],
+    sigfd: &SignalFd,
+    wait_ms: u16,
+) -> nix::Result<Vec<u8>> {
+    let mut fds: Vec<PollFd> = Vec::with_capacity(4);
+    let mut slots = Vec::with_capacity(4);
+    for (slot, fd) in (0u8..).zip(pipes) {
+        if let Some(fd) = fd {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+            slots.push(slot);
+        }
+    }
+    fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+    slots.push(3);
+    poll(&mut fds, PollTimeout::from(wait_ms))?;
+    Ok(fds
+        .iter()
+        .zip(&slots)
+        .filter(|(p, _)| p.revents().is_some_and(|r| !r.is_empty()))
+        .map(|(_, s)| *s)
+        .collect())
+}
+
+/// How the program ended and what it used.
+struct ProgramEnd<'a> {
+    ending: Ending,
+    landlock: Option<Applied>,
+    cpu_ms: u64,
+    peak_memory_bytes: u64,
+    oom_killed: bool,
+    /// Init, still leaving, when it was not reaped here.
+    leaving: Option<Leaving<'a>>,
+}
+
+/// How the program ended and what it used, from init's reports on the
+/// status pipe; init is reaped here only when it must be for that.
+fn program_end<'a>(
+    status_bytes: Vec<u8>,
+    end: Box<dyn SandboxEnd + 'a>,
+) -> std::io::Result<ProgramEnd<'a>> {
     // The program's end and usage as init reported them; the cgroups read
     // now when they can be, else after init is reaped (its wait status then
     // also stands in for a missing report).
@@ -455,32 +593,38 @@ fn supervise_blocked<'a>(
         (None, Some(r)) => (r.cpu_ms, r.max_rss_bytes),
         (None, None) => (0, 0),
     };
-    let ended = Instant::now();
-    let duration = ended - started;
-    let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
-    let setup_done = setup_done.unwrap_or(ended);
-    let program_done = program_done.unwrap_or(ended);
-    let phases = Phases {
-        clone_and_release_us: us(running.cloned_at, running.mapped_at),
-        sandbox_setup_us: us(running.mapped_at, setup_done),
-        program_us: us(setup_done, program_done),
-        teardown_us: us(program_done, ended),
-    };
     let (peak_cg, oom) = cgroup_readings;
-    let outcome = Outcome {
+    Ok(ProgramEnd {
         ending,
-        timed_out,
-        interrupted_by,
-        duration,
-        stdout: out.finish(),
-        stderr: err.finish(),
         landlock,
         cpu_ms,
         peak_memory_bytes: peak_cg.unwrap_or(max_rss_bytes),
         oom_killed: oom,
-        phases,
-    };
-    Ok((outcome, leaving))
+        leaving,
+    })
+}
+
+impl Phases {
+    /// The phases between the marks of one spawn: `clone`, the ids mapped,
+    /// init's reports of the sandbox set up and of the program's end, and
+    /// `ended` (which also stands in for a report that never came).
+    fn measured(
+        cloned_at: Instant,
+        mapped_at: Instant,
+        setup_done: Option<Instant>,
+        program_done: Option<Instant>,
+        ended: Instant,
+    ) -> Phases {
+        let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
+        let setup_done = setup_done.unwrap_or(ended);
+        let program_done = program_done.unwrap_or(ended);
+        Phases {
+            clone_and_release_us: us(cloned_at, mapped_at),
+            sandbox_setup_us: us(mapped_at, setup_done),
+            program_us: us(setup_done, program_done),
+            teardown_us: us(program_done, ended),
+        }
+    }
 }
 
 /// Copies the stdin source into the child's stdin pipe on its own thread, so
@@ -492,4 +636,50 @@ fn feed_stdin_in_background(mut source: Box<dyn Read + Send>, pipe: OwnedFd) {
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut source, &mut sink);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A sandbox end that only notes the signals it is sent.
+    struct Noting(RefCell<Vec<Signal>>);
+
+    impl SandboxEnd for Noting {
+        fn signal(&self, signal: Signal) {
+            self.0.borrow_mut().push(signal);
+        }
+
+        fn reap(self: Box<Self>) -> std::io::Result<InitExit> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    #[test]
+    fn the_wall_time_sends_sigterm_at_the_deadline_then_sigkill_a_grace_later() {
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs(1);
+        let end = Noting(RefCell::default());
+        let mut wall = WallTime::new(deadline);
+        wall.enforce(t0, &end);
+        assert!(end.0.borrow().is_empty());
+        assert_eq!(wall.next_signal(), Some(deadline));
+        wall.enforce(deadline, &end);
+        assert!(wall.timed_out);
+        assert_eq!(*end.0.borrow(), [Signal::SIGTERM]);
+        assert_eq!(wall.next_signal(), Some(deadline + GRACE));
+        wall.enforce(deadline + GRACE, &end);
+        assert_eq!(*end.0.borrow(), [Signal::SIGTERM, Signal::SIGKILL]);
+        assert_eq!(wall.next_signal(), None);
+    }
+
+    #[test]
+    fn a_poll_waits_until_the_earliest_wake_and_at_most_a_minute() {
+        let t0 = Instant::now();
+        assert_eq!(poll_wait_ms(t0, [None, None]), 60_000);
+        let soon = Some(t0 + Duration::from_millis(250));
+        assert_eq!(poll_wait_ms(t0, [Some(t0 + GRACE), soon]), 250);
+        assert_eq!(poll_wait_ms(t0 + GRACE, [soon, None]), 0);
+    }
 }
