@@ -12,8 +12,9 @@
 //! ([`crate::sys::start_program`]): it borrows init's memory until it
 //! executes, so nothing of init's address space is copied only to be thrown
 //! away by exec.
-//! Everything that fails is reported to the parent over the status pipe as
-//! `E<step>: <error>`; the exit status travels as `W<i32 wait status>`.
+//! What init has to say goes to the parent over the status pipe
+//! ([`super::status_pipe`]): a failed step, the layers in force, and at the
+//! end the program's wait status and usage.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,11 +28,12 @@ use super::landlock::restrict_current_process;
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
+use super::status_pipe::{self, Applied, ProgramEnded, StatusKind};
 use super::StepError;
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, replace_command_line, restore_every_default_action,
-    set_loopback_up, start_program, ProgramStart,
+    set_loopback_up, start_program, ProgramStart, StatusPipe,
 };
 
 /// Everything the child needs, prepared by the parent before `clone`.
@@ -100,10 +102,6 @@ pub struct ScopeId {
 /// Signals init forwards to the program.
 const FORWARDED: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
 
-fn report(status: &OwnedFd, message: &[u8]) {
-    let _ = nix::unistd::write(status, message);
-}
-
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
     // A spare sandbox did these first thing, while it waited for its
@@ -111,27 +109,27 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
     // `priority`), and every signal action at its default.
     if !setup.made_ahead {
         if let Err(e) = super::priority::back_to_base().and_then(|()| default_signal_actions()) {
-            report(&setup.status, format!("E{e}\n").as_bytes());
+            status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
             exit_immediately(126)
         }
     }
     // `/proc/1/cmdline` in the sandbox would show spawnd's own command line
     // (its config path, `--env` values): init's becomes its name alone.
     if let Err(e) = replace_command_line(b"spawnd-init") {
-        report(
+        status_pipe::send(
             &setup.status,
-            format!("Ereplace the command line: {e}\n").as_bytes(),
+            &status_pipe::encode_failed(format_args!("replace the command line: {e}")),
         );
         exit_immediately(126)
     }
     if let Err(e) = keep_only_own_descriptors(&mut setup) {
-        report(&setup.status, format!("E{e}\n").as_bytes());
+        status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
         exit_immediately(126)
     }
     match init_steps(&mut setup) {
         Ok(program_pid) => supervise_program(setup, program_pid),
         Err(e) => {
-            report(&setup.status, format!("E{e}\n").as_bytes());
+            status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
             exit_immediately(126)
         }
     }
@@ -246,17 +244,13 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         waitpid(Pid::from_raw(helper), Some(WaitPidFlag::__WALL))
             .map_err(|e| StepError::new("wait for the old root's detach", e.into()))?;
     }
-    report(
-        &s.status,
-        format!(
-            "L{} {} {} {}\n",
-            applied.abi,
-            u8::from(applied.tcp_denied),
-            u8::from(applied.scoped),
-            u8::from(s.made_ahead)
-        )
-        .as_bytes(),
-    );
+    let layers = Applied {
+        abi: applied.abi,
+        tcp_denied: applied.tcp_denied,
+        scoped: applied.scoped,
+        netns_of_spare: s.made_ahead,
+    };
+    status_pipe::send(&s.status, &status_pipe::encode_layers(&layers));
     let mut blocked = SigSet::empty();
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         blocked.add(*sig);
@@ -268,7 +262,10 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         &s.envp,
         [s.stdio[0].as_fd(), s.stdio[1].as_fd(), s.stdio[2].as_fd()],
         s.program.as_fd(),
-        s.status.as_fd(),
+        StatusPipe {
+            fd: s.status.as_fd(),
+            failure_tag: StatusKind::Failed.tag(),
+        },
         s.script,
         &s.rlimits,
     );
@@ -482,15 +479,16 @@ fn finish(s: ChildSetup<'_>, raw_status: i32) -> ! {
             u.max_rss().max(0) as u64,
         )
     });
-    let mut message = vec![b'W'];
-    message.extend_from_slice(&raw_status.to_le_bytes());
-    message.extend_from_slice(&cpu_us.to_le_bytes());
-    message.extend_from_slice(&max_rss_kib.to_le_bytes());
+    let ended = status_pipe::encode_ended(&ProgramEnded {
+        wait_status: raw_status,
+        cpu_us,
+        max_rss_kib,
+    });
     // Init's own ends of the program's stdio go before the report: nothing in
     // the sandbox holds them any more, so spawnd sees the output end with the
     // report and need not wait for init's exit.
     let ChildSetup { stdio, status, .. } = s;
     drop(stdio);
-    report(&status, &message);
+    status_pipe::send(&status, &ended);
     exit_immediately(0)
 }

@@ -25,6 +25,7 @@ use super::prepare::{
 use super::seccomp::Filter;
 use super::spare::Spare;
 use super::spec::SandboxSpec;
+use super::status_pipe;
 use super::threads::ensure_single_threaded;
 use super::StepError;
 use crate::ipc::MAX_FRAME_FDS;
@@ -293,13 +294,10 @@ fn abort(running: Running, fallback: StepError) -> StepError {
     reported_failure(&report).unwrap_or(fallback)
 }
 
-/// The setup failure a dead init reported on its status pipe (its `E` line),
-/// from everything read there.
+/// The setup failure a dead init reported on its status pipe (its `Failed`
+/// line, [`status_pipe::reported_failure_text`]), from everything read there.
 pub fn reported_failure(report: &[u8]) -> Option<StepError> {
-    let line = report
-        .split(|b| *b == b'\n')
-        .find_map(|line| line.strip_prefix(b"E"))?;
-    let text = String::from_utf8_lossy(line).trim_end().to_string();
+    let text = status_pipe::reported_failure_text(report)?;
     Some(StepError::new(
         text,
         std::io::Error::other("reported by the sandbox"),

@@ -407,13 +407,13 @@ fn supervise_blocked<'a>(
                 2 => {
                     let eof = read_some(status.as_ref(), &mut buf, &mut status_bytes);
                     if setup_done.is_none()
-                        && status_bytes
-                            .first()
-                            .is_some_and(|b| *b == b'L' || *b == b'E')
+                        && crate::sandbox::status_pipe::setup_over(&status_bytes)
                     {
                         setup_done = Some(Instant::now());
                     }
-                    if program_done.is_none() && status_bytes.contains(&b'W') {
+                    if program_done.is_none()
+                        && crate::sandbox::status_pipe::end_arrived(&status_bytes)
+                    {
                         program_done = Some(Instant::now());
                     }
                     // Init's report of the program's end is its last word,

@@ -24,7 +24,7 @@ pub use mount::{
     WaitingDetach,
 };
 pub use nice::{nice_value, set_nice_value};
-pub use start::{restore_every_default_action, start_program, ProgramStart};
+pub use start::{restore_every_default_action, start_program, ProgramStart, StatusPipe};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
