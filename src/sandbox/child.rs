@@ -57,7 +57,7 @@ pub struct ChildSetup<'a> {
     pub stdio: [OwnedFd; 3],
     /// Read end of the parent's go-ahead pipe: one byte once the ids are mapped,
     /// one when the program may start (its audit record is on disk).
-    pub sync: OwnedFd,
+    pub go_ahead: OwnedFd,
     /// Write end of the status pipe.
     pub status: OwnedFd,
     /// The per-spawn cgroups' `tasks` files, opened by spawnd (empty with rlimits).
@@ -166,7 +166,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     s.cgroup_tasks.clear();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
         .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
-    wait_for_parent(&s.sync)?;
+    wait_for_go_ahead(&s.go_ahead)?;
     // A spare sandbox has its loopback up and its bounding set empty
     // already; one launched now does both while the old root is being
     // detached (the kernel's work of a `SIOCSIFFLAGS` on a new namespace's
@@ -210,12 +210,12 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     };
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups, emptied)?;
     // Changing uid clears the parent-death signal: set it again, then make sure
-    // the parent did not die in between (it holds the sync pipe open until the
+    // the parent did not die in between (it holds the go-ahead pipe open until the
     // end; when a spawner launched the sandbox, a copy its caller holds can
     // hide a dead spawner until the program is released).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG) after setresuid", e.into()))?;
-    if parent_gone(&s.sync) {
+    if parent_gone(&s.go_ahead) {
         exit_immediately(125);
     }
     let applied = restrict_current_process(
@@ -235,7 +235,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     // The second go-ahead: the program may start (spawnd has made its audit
     // record durable meanwhile). Without it — spawnd gone, or the sandbox
     // aborted — nothing runs.
-    wait_for_parent(&s.sync)?;
+    wait_for_go_ahead(&s.go_ahead)?;
     // The old root's detach (done by then, as a rule): its helper is reaped
     // now, so nothing of it is left when the program starts. (Starting the
     // program first saves ~0.1 ms, but the program could then signal the
@@ -365,7 +365,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     for fd in s
         .stdio
         .iter_mut()
-        .chain([&mut s.program, &mut s.sync, &mut s.status])
+        .chain([&mut s.program, &mut s.go_ahead, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
         .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
         .chain(s.staged.iter_mut().flatten().flat_map(Staged::fds_mut))
@@ -375,7 +375,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     let mut keep: Vec<u32> = s
         .stdio
         .iter()
-        .chain([&s.program, &s.sync, &s.status])
+        .chain([&s.program, &s.go_ahead, &s.status])
         .chain(s.cgroup_tasks.iter())
         .chain(s.scopes.iter().map(|scope| &scope.pinned))
         .map(|fd| fd.as_raw_fd() as u32)
@@ -402,19 +402,19 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     Ok(())
 }
 
-/// True when the parent's end of the sync pipe is closed (spawnd is gone).
-fn parent_gone(sync: &OwnedFd) -> bool {
+/// True when the parent's end of the go-ahead pipe is closed (spawnd is gone).
+fn parent_gone(go_ahead: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(sync.as_fd(), PollFlags::POLLIN)];
+    let mut fds = [PollFd::new(go_ahead.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP)))
 }
 
-fn wait_for_parent(sync: &OwnedFd) -> Result<(), StepError> {
+fn wait_for_go_ahead(go_ahead: &OwnedFd) -> Result<(), StepError> {
     let mut byte = [0u8; 1];
-    match nix::unistd::read(sync, &mut byte) {
+    match nix::unistd::read(go_ahead, &mut byte) {
         Ok(1) => Ok(()),
         Ok(_) => exit_immediately(125), // the parent went away before mapping us
-        Err(e) => Err(StepError::new("read(sync pipe)", e.into())),
+        Err(e) => Err(StepError::new("read(go-ahead pipe)", e.into())),
     }
 }
 

@@ -174,11 +174,11 @@ pub struct Running {
     pub stdin: Option<OwnedFd>,
     /// The per-spawn cgroups, if any.
     pub cgroup: Option<SpawnCgroup>,
-    /// The sync pipe's write end, held open for the sandbox's lifetime: init
+    /// The go-ahead pipe's write end, held open for the sandbox's lifetime: init
     /// checks it after changing uid to learn whether spawnd is still alive
     /// (when a spawner launched it, the spawner's caller holds a copy until
     /// the release).
-    pub parent_alive: OwnedFd,
+    pub go_ahead: OwnedFd,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,
     /// When the ids were mapped and the child went on to build its root.
@@ -203,7 +203,7 @@ impl Launched {
                 std::io::Error::other("already started"),
             ));
         };
-        match nix::unistd::write(&running.parent_alive, b"c") {
+        match nix::unistd::write(&running.go_ahead, b"c") {
             Ok(_) => {
                 running.released_at = std::time::Instant::now();
                 Ok(running)
@@ -218,7 +218,7 @@ impl Launched {
     /// The write end of init's go-ahead pipe, for whoever is to release the
     /// program (the daemon, given a copy by its spawner): one byte starts it.
     pub fn go_ahead(&self) -> Option<BorrowedFd<'_>> {
-        self.running.as_ref().map(|r| r.parent_alive.as_fd())
+        self.running.as_ref().map(|r| r.go_ahead.as_fd())
     }
 
     /// The program was released by writing to a copy of [`Launched::go_ahead`]
@@ -285,7 +285,7 @@ fn abort(running: Running, fallback: StepError) -> StepError {
     if let Some(cg) = running.cgroup {
         cg.remove();
     }
-    drop(running.parent_alive);
+    drop(running.go_ahead);
     let mut report = Vec::new();
     let mut buf = [0u8; 4096];
     while let Ok(n @ 1..) = nix::unistd::read(&running.status, &mut buf) {
@@ -428,7 +428,7 @@ pub fn launch_order(
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
-    let (sync_r, sync_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(sync)"))?;
+    let (go_ahead_r, go_ahead_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(go-ahead)"))?;
     let (stdin_child, stdin_parent) = match stdin {
         StdinSource::Null => (
             open(
@@ -488,7 +488,7 @@ pub fn launch_order(
         script,
         stdin_null: stdin_parent.is_none(),
         stdio: [stdin_child, stdout_w, stderr_w],
-        sync: sync_r,
+        go_ahead: go_ahead_r,
         status: status_w,
         cgroup_tasks,
     };
@@ -520,7 +520,7 @@ pub fn launch_order(
                 }
             };
             if pid == 0 {
-                drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
+                drop((stdout_r, stderr_r, status_r, go_ahead_w, stdin_parent));
                 init_main(setup);
             }
             (pid, false)
@@ -535,7 +535,7 @@ pub fn launch_order(
         status: status_r,
         stdin: stdin_parent,
         cgroup,
-        parent_alive: sync_w,
+        go_ahead: go_ahead_w,
         cloned_at,
         mapped_at: cloned_at,
         released_at: cloned_at,
@@ -547,7 +547,7 @@ pub fn launch_order(
         false => write_id_maps(pid, order.uid, order.gid, order.privileged),
     };
     let released = maps.and_then(|()| {
-        nix::unistd::write(&running.parent_alive, b"m")
+        nix::unistd::write(&running.go_ahead, b"m")
             .map(drop)
             .map_err(nix_prep("release the child"))
     });

@@ -107,8 +107,9 @@ pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<InitE
 struct LocalEnd {
     init: Pid,
     cgroup: Option<SpawnCgroup>,
-    /// Held until init is reaped (init watches it to learn spawnd is alive).
-    _parent_alive: OwnedFd,
+    /// The go-ahead pipe's write end, held until init is reaped (init watches
+    /// it to learn spawnd is alive).
+    _go_ahead: OwnedFd,
 }
 
 impl SandboxEnd for LocalEnd {
@@ -165,7 +166,7 @@ impl From<Running> for Watched<'static> {
             end: Box::new(LocalEnd {
                 init: Pid::from_raw(r.init_pid),
                 cgroup: r.cgroup,
-                _parent_alive: r.parent_alive,
+                _go_ahead: r.go_ahead,
             }),
         }
     }
