@@ -24,7 +24,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::identity::{drop_bounding_set, drop_privileges_in_child, BoundingSetEmpty};
-use super::landlock::restrict_current_process;
+use super::landlock::{restrict_current_process, LandlockApplied};
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
@@ -157,24 +157,52 @@ pub fn default_signal_actions() -> Result<(), StepError> {
 fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
-    // Into the cgroups first, so everything after is counted; the cgroup
-    // namespace is unshared once inside them, rooted there.
+    join_own_cgroups(s)?;
+    wait_for_go_ahead(&s.go_ahead)?;
+    let (rooted, emptied) = build_root(s)?;
+    prepare_cwd(s)?;
+    if s.stdin_null {
+        use_own_dev_null(s)?;
+    }
+    if !s.script {
+        execute_from_the_sandbox(s)?;
+    }
+    take_the_programs_identity(s, emptied)?;
+    let applied = confine_init(s, rooted.scope_fds)?;
+    // The second go-ahead: the program may start (spawnd has made its audit
+    // record durable meanwhile). Without it — spawnd gone, or the sandbox
+    // aborted — nothing runs.
+    wait_for_go_ahead(&s.go_ahead)?;
+    reap_detach_helper(rooted.detaching)?;
+    report_layers_in_force(s, &applied);
+    start_program_process(s)
+}
+
+/// Moves init into its cgroups first, so everything after is counted, then
+/// unshares the cgroup namespace, rooted there. The `tasks` files are
+/// closed once joined.
+fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     for tasks in &s.cgroup_tasks {
         nix::unistd::write(tasks, b"0")
             .map_err(|e| StepError::new("join the cgroup (write 0 to tasks)", e.into()))?;
     }
     s.cgroup_tasks.clear();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
-    wait_for_go_ahead(&s.go_ahead)?;
-    // A spare sandbox has its loopback up and its bounding set empty
-    // already; one launched now does both while the old root is being
-    // detached (the kernel's work of a `SIOCSIFFLAGS` on a new namespace's
-    // lo, ~70 µs here, then overlaps the detach on the other core instead of
-    // adding to it). Nothing that resolves a path goes there: until the
-    // detach is done, the host's root is at the old root's mount point, and
-    // a link the owner of a writable scope swaps in could lead a working
-    // directory or a Landlock rule into it.
+        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))
+}
+
+/// Builds the root (the staged base a spare sandbox made ahead, or made
+/// now), pivots into it and lets go of the scopes' pins; returns it with
+/// the proof that the bounding set is empty, emptied ahead or while the old
+/// root detached (`None`: it was not). A spare sandbox has its loopback up and its
+/// bounding set empty already; one launched now does both while the old
+/// root is being detached (the kernel's work of a `SIOCSIFFLAGS` on a new
+/// namespace's lo, ~70 µs here, then overlaps the detach on the other core
+/// instead of adding to it). Nothing that resolves a path goes there: until
+/// the detach is done, the host's root is at the old root's mount point,
+/// and a link the owner of a writable scope swaps in could lead a working
+/// directory or a Landlock rule into it.
+fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty>), StepError> {
     let (staged, prepared_ahead) = match s.staged.take() {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),
@@ -189,19 +217,23 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         }
         Ok(())
     };
-    let Rooted {
-        scope_fds,
-        detaching,
-    } = finish_root_in_child(staged, s.spec, &s.scopes, s.program.as_fd(), &mut meanwhile)?;
+    let rooted =
+        finish_root_in_child(staged, s.spec, &s.scopes, s.program.as_fd(), &mut meanwhile)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
-    prepare_cwd(s)?;
-    if s.stdin_null {
-        use_own_dev_null(s)?;
-    }
-    if !s.script {
-        execute_from_the_sandbox(s)?;
-    }
+    Ok((rooted, emptied))
+}
+
+/// Drops every privilege and takes the program's uid and gid, once the
+/// bounding set is empty. Changing uid clears the parent-death signal: it
+/// is set again, and then init makes sure the parent did not die in between
+/// (it holds the go-ahead pipe open until the end; when a spawner launched
+/// the sandbox, a copy its caller holds can hide a dead spawner until the
+/// program is released) — if it did, init exits.
+fn take_the_programs_identity(
+    s: &ChildSetup<'_>,
+    emptied: Option<BoundingSetEmpty>,
+) -> Result<(), StepError> {
     let Some(emptied) = emptied else {
         return Err(StepError::new(
             "drop bounding set",
@@ -209,15 +241,21 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         ));
     };
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups, emptied)?;
-    // Changing uid clears the parent-death signal: set it again, then make sure
-    // the parent did not die in between (it holds the go-ahead pipe open until the
-    // end; when a spawner launched the sandbox, a copy its caller holds can
-    // hide a dead spawner until the program is released).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG) after setresuid", e.into()))?;
     if parent_gone(&s.go_ahead) {
         exit_immediately(125);
     }
+    Ok(())
+}
+
+/// Confines init as the program will be: Landlock on the verified scopes
+/// (whose descriptors are closed then), and the seccomp filter as the last
+/// step. Init shares the program's uid, so it is made non-dumpable first:
+/// its /proc/1/{mem,fd,environ} stay closed to the program; and the same
+/// filter binds init too, so it cannot be turned into an unfiltered helper.
+/// Returns the Landlock layers in force.
+fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockApplied, StepError> {
     let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
@@ -225,32 +263,42 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         s.landlock_abi,
     )?;
     drop(scope_fds);
-    // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
-    // stay closed to the program, and the same seccomp filter binds init too,
-    // so it cannot be turned into an unfiltered helper.
     nix::sys::prctl::set_dumpable(false)
         .map_err(|e| StepError::new("prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
     install_seccomp_filter_on_current_thread(s.seccomp)
         .map_err(|e| StepError::new("seccomp (init)", e))?;
-    // The second go-ahead: the program may start (spawnd has made its audit
-    // record durable meanwhile). Without it — spawnd gone, or the sandbox
-    // aborted — nothing runs.
-    wait_for_go_ahead(&s.go_ahead)?;
-    // The old root's detach (done by then, as a rule): its helper is reaped
-    // now, so nothing of it is left when the program starts. (Starting the
-    // program first saves ~0.1 ms, but the program could then signal the
-    // helper, `kill(-1, 0)`: escape test T4 catches it.)
+    Ok(applied)
+}
+
+/// Reaps the old root's unmount helper (its detach is done by then, as a
+/// rule), so nothing of it is left when the program starts. (Starting the
+/// program first saves ~0.1 ms, but the program could then signal the
+/// helper, `kill(-1, 0)`: escape test T4 catches it.)
+fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
     if let Some(helper) = detaching {
         waitpid(Pid::from_raw(helper), Some(WaitPidFlag::__WALL))
             .map_err(|e| StepError::new("wait for the old root's detach", e.into()))?;
     }
+    Ok(())
+}
+
+/// Tells the parent the layers in force: Landlock's, and whether the
+/// namespaces were made ahead (a spare sandbox). Sent once, just before the
+/// program starts, so it also marks the end of the sandbox's setup.
+fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied) {
     let layers = Applied {
-        abi: applied.abi,
-        tcp_denied: applied.tcp_denied,
-        scoped: applied.scoped,
+        abi: landlock.abi,
+        tcp_denied: landlock.tcp_denied,
+        scoped: landlock.scoped,
         netns_of_spare: s.made_ahead,
     };
     status_pipe::send(&s.status, &status_pipe::encode_layers(&layers));
+}
+
+/// Starts the program's process ([`start_program`]) with the signals init
+/// forwards, and SIGCHLD, blocked in init from now on: it takes them with
+/// `sigwait` ([`supervise_program`]). Returns the program's pid.
+fn start_program_process(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     let mut blocked = SigSet::empty();
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         blocked.add(*sig);
