@@ -12,8 +12,9 @@
 //! ([`crate::sys::start_program`]): it borrows init's memory until it
 //! executes, so nothing of init's address space is copied only to be thrown
 //! away by exec.
-//! Everything that fails is reported to the parent over the status pipe as
-//! `E<step>: <error>`; the exit status travels as `W<i32 wait status>`.
+//! What init has to say goes to the parent over the status pipe
+//! ([`super::status_pipe`]): a failed step, the layers in force, and at the
+//! end the program's wait status and usage.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -23,15 +24,16 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::identity::{drop_bounding_set, drop_privileges_in_child, BoundingSetEmpty};
-use super::landlock::restrict_current_process;
+use super::landlock::{restrict_current_process, LandlockApplied};
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
+use super::status_pipe::{self, Applied, ProgramEnded, StatusKind};
 use super::StepError;
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, replace_command_line, restore_every_default_action,
-    set_loopback_up, start_program, ProgramStart,
+    set_loopback_up, start_program, ProgramStart, StatusPipe,
 };
 
 /// Everything the child needs, prepared by the parent before `clone`.
@@ -55,7 +57,7 @@ pub struct ChildSetup<'a> {
     pub stdio: [OwnedFd; 3],
     /// Read end of the parent's go-ahead pipe: one byte once the ids are mapped,
     /// one when the program may start (its audit record is on disk).
-    pub sync: OwnedFd,
+    pub go_ahead: OwnedFd,
     /// Write end of the status pipe.
     pub status: OwnedFd,
     /// The per-spawn cgroups' `tasks` files, opened by spawnd (empty with rlimits).
@@ -100,10 +102,6 @@ pub struct ScopeId {
 /// Signals init forwards to the program.
 const FORWARDED: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
 
-fn report(status: &OwnedFd, message: &[u8]) {
-    let _ = nix::unistd::write(status, message);
-}
-
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
     // A spare sandbox did these first thing, while it waited for its
@@ -111,27 +109,27 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
     // `priority`), and every signal action at its default.
     if !setup.made_ahead {
         if let Err(e) = super::priority::back_to_base().and_then(|()| default_signal_actions()) {
-            report(&setup.status, format!("E{e}\n").as_bytes());
+            status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
             exit_immediately(126)
         }
     }
     // `/proc/1/cmdline` in the sandbox would show spawnd's own command line
     // (its config path, `--env` values): init's becomes its name alone.
     if let Err(e) = replace_command_line(b"spawnd-init") {
-        report(
+        status_pipe::send(
             &setup.status,
-            format!("Ereplace the command line: {e}\n").as_bytes(),
+            &status_pipe::encode_failed(format_args!("replace the command line: {e}")),
         );
         exit_immediately(126)
     }
     if let Err(e) = keep_only_own_descriptors(&mut setup) {
-        report(&setup.status, format!("E{e}\n").as_bytes());
+        status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
         exit_immediately(126)
     }
     match init_steps(&mut setup) {
         Ok(program_pid) => supervise_program(setup, program_pid),
         Err(e) => {
-            report(&setup.status, format!("E{e}\n").as_bytes());
+            status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
             exit_immediately(126)
         }
     }
@@ -159,24 +157,52 @@ pub fn default_signal_actions() -> Result<(), StepError> {
 fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
-    // Into the cgroups first, so everything after is counted; the cgroup
-    // namespace is unshared once inside them, rooted there.
+    join_own_cgroups(s)?;
+    wait_for_go_ahead(&s.go_ahead)?;
+    let (rooted, emptied) = build_root(s)?;
+    prepare_cwd(s)?;
+    if s.stdin_null {
+        use_own_dev_null(s)?;
+    }
+    if !s.script {
+        execute_from_the_sandbox(s)?;
+    }
+    take_the_programs_identity(s, emptied)?;
+    let applied = confine_init(s, rooted.scope_fds)?;
+    // The second go-ahead: the program may start (spawnd has made its audit
+    // record durable meanwhile). Without it — spawnd gone, or the sandbox
+    // aborted — nothing runs.
+    wait_for_go_ahead(&s.go_ahead)?;
+    reap_detach_helper(rooted.detaching)?;
+    report_layers_in_force(s, &applied);
+    start_program_process(s)
+}
+
+/// Moves init into its cgroups first, so everything after is counted, then
+/// unshares the cgroup namespace, rooted there. The `tasks` files are
+/// closed once joined.
+fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     for tasks in &s.cgroup_tasks {
         nix::unistd::write(tasks, b"0")
             .map_err(|e| StepError::new("join the cgroup (write 0 to tasks)", e.into()))?;
     }
     s.cgroup_tasks.clear();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))?;
-    wait_for_parent(&s.sync)?;
-    // A spare sandbox has its loopback up and its bounding set empty
-    // already; one launched now does both while the old root is being
-    // detached (the kernel's work of a `SIOCSIFFLAGS` on a new namespace's
-    // lo, ~70 µs here, then overlaps the detach on the other core instead of
-    // adding to it). Nothing that resolves a path goes there: until the
-    // detach is done, the host's root is at the old root's mount point, and
-    // a link the owner of a writable scope swaps in could lead a working
-    // directory or a Landlock rule into it.
+        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))
+}
+
+/// Builds the root (the staged base a spare sandbox made ahead, or made
+/// now), pivots into it and lets go of the scopes' pins; returns it with
+/// the proof that the bounding set is empty, emptied ahead or while the old
+/// root detached (`None`: it was not). A spare sandbox has its loopback up and its
+/// bounding set empty already; one launched now does both while the old
+/// root is being detached (the kernel's work of a `SIOCSIFFLAGS` on a new
+/// namespace's lo, ~70 µs here, then overlaps the detach on the other core
+/// instead of adding to it). Nothing that resolves a path goes there: until
+/// the detach is done, the host's root is at the old root's mount point,
+/// and a link the owner of a writable scope swaps in could lead a working
+/// directory or a Landlock rule into it.
+fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty>), StepError> {
     let (staged, prepared_ahead) = match s.staged.take() {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),
@@ -191,19 +217,23 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         }
         Ok(())
     };
-    let Rooted {
-        scope_fds,
-        detaching,
-    } = finish_root_in_child(staged, s.spec, &s.scopes, s.program.as_fd(), &mut meanwhile)?;
+    let rooted =
+        finish_root_in_child(staged, s.spec, &s.scopes, s.program.as_fd(), &mut meanwhile)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
-    prepare_cwd(s)?;
-    if s.stdin_null {
-        use_own_dev_null(s)?;
-    }
-    if !s.script {
-        execute_from_the_sandbox(s)?;
-    }
+    Ok((rooted, emptied))
+}
+
+/// Drops every privilege and takes the program's uid and gid, once the
+/// bounding set is empty. Changing uid clears the parent-death signal: it
+/// is set again, and then init makes sure the parent did not die in between
+/// (it holds the go-ahead pipe open until the end; when a spawner launched
+/// the sandbox, a copy its caller holds can hide a dead spawner until the
+/// program is released) — if it did, init exits.
+fn take_the_programs_identity(
+    s: &ChildSetup<'_>,
+    emptied: Option<BoundingSetEmpty>,
+) -> Result<(), StepError> {
     let Some(emptied) = emptied else {
         return Err(StepError::new(
             "drop bounding set",
@@ -211,15 +241,21 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         ));
     };
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups, emptied)?;
-    // Changing uid clears the parent-death signal: set it again, then make sure
-    // the parent did not die in between (it holds the sync pipe open until the
-    // end; when a spawner launched the sandbox, a copy its caller holds can
-    // hide a dead spawner until the program is released).
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG) after setresuid", e.into()))?;
-    if parent_gone(&s.sync) {
+    if parent_gone(&s.go_ahead) {
         exit_immediately(125);
     }
+    Ok(())
+}
+
+/// Confines init as the program will be: Landlock on the verified scopes
+/// (whose descriptors are closed then), and the seccomp filter as the last
+/// step. Init shares the program's uid, so it is made non-dumpable first:
+/// its /proc/1/{mem,fd,environ} stay closed to the program; and the same
+/// filter binds init too, so it cannot be turned into an unfiltered helper.
+/// Returns the Landlock layers in force.
+fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockApplied, StepError> {
     let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
@@ -227,36 +263,42 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         s.landlock_abi,
     )?;
     drop(scope_fds);
-    // Init shares the program's uid: non-dumpable, its /proc/1/{mem,fd,environ}
-    // stay closed to the program, and the same seccomp filter binds init too,
-    // so it cannot be turned into an unfiltered helper.
     nix::sys::prctl::set_dumpable(false)
         .map_err(|e| StepError::new("prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
     install_seccomp_filter_on_current_thread(s.seccomp)
         .map_err(|e| StepError::new("seccomp (init)", e))?;
-    // The second go-ahead: the program may start (spawnd has made its audit
-    // record durable meanwhile). Without it — spawnd gone, or the sandbox
-    // aborted — nothing runs.
-    wait_for_parent(&s.sync)?;
-    // The old root's detach (done by then, as a rule): its helper is reaped
-    // now, so nothing of it is left when the program starts. (Starting the
-    // program first saves ~0.1 ms, but the program could then signal the
-    // helper, `kill(-1, 0)`: escape test T4 catches it.)
+    Ok(applied)
+}
+
+/// Reaps the old root's unmount helper (its detach is done by then, as a
+/// rule), so nothing of it is left when the program starts. (Starting the
+/// program first saves ~0.1 ms, but the program could then signal the
+/// helper, `kill(-1, 0)`: escape test T4 catches it.)
+fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
     if let Some(helper) = detaching {
         waitpid(Pid::from_raw(helper), Some(WaitPidFlag::__WALL))
             .map_err(|e| StepError::new("wait for the old root's detach", e.into()))?;
     }
-    report(
-        &s.status,
-        format!(
-            "L{} {} {} {}\n",
-            applied.abi,
-            u8::from(applied.tcp_denied),
-            u8::from(applied.scoped),
-            u8::from(s.made_ahead)
-        )
-        .as_bytes(),
-    );
+    Ok(())
+}
+
+/// Tells the parent the layers in force: Landlock's, and whether the
+/// namespaces were made ahead (a spare sandbox). Sent once, just before the
+/// program starts, so it also marks the end of the sandbox's setup.
+fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied) {
+    let layers = Applied {
+        abi: landlock.abi,
+        tcp_denied: landlock.tcp_denied,
+        scoped: landlock.scoped,
+        netns_of_spare: s.made_ahead,
+    };
+    status_pipe::send(&s.status, &status_pipe::encode_layers(&layers));
+}
+
+/// Starts the program's process ([`start_program`]) with the signals init
+/// forwards, and SIGCHLD, blocked in init from now on: it takes them with
+/// `sigwait` ([`supervise_program`]). Returns the program's pid.
+fn start_program_process(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
     let mut blocked = SigSet::empty();
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         blocked.add(*sig);
@@ -268,7 +310,10 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         &s.envp,
         [s.stdio[0].as_fd(), s.stdio[1].as_fd(), s.stdio[2].as_fd()],
         s.program.as_fd(),
-        s.status.as_fd(),
+        StatusPipe {
+            fd: s.status.as_fd(),
+            failure_tag: StatusKind::Failed.tag(),
+        },
         s.script,
         &s.rlimits,
     );
@@ -368,7 +413,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     for fd in s
         .stdio
         .iter_mut()
-        .chain([&mut s.program, &mut s.sync, &mut s.status])
+        .chain([&mut s.program, &mut s.go_ahead, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
         .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
         .chain(s.staged.iter_mut().flatten().flat_map(Staged::fds_mut))
@@ -378,7 +423,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     let mut keep: Vec<u32> = s
         .stdio
         .iter()
-        .chain([&s.program, &s.sync, &s.status])
+        .chain([&s.program, &s.go_ahead, &s.status])
         .chain(s.cgroup_tasks.iter())
         .chain(s.scopes.iter().map(|scope| &scope.pinned))
         .map(|fd| fd.as_raw_fd() as u32)
@@ -405,19 +450,19 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     Ok(())
 }
 
-/// True when the parent's end of the sync pipe is closed (spawnd is gone).
-fn parent_gone(sync: &OwnedFd) -> bool {
+/// True when the parent's end of the go-ahead pipe is closed (spawnd is gone).
+fn parent_gone(go_ahead: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(sync.as_fd(), PollFlags::POLLIN)];
+    let mut fds = [PollFd::new(go_ahead.as_fd(), PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP)))
 }
 
-fn wait_for_parent(sync: &OwnedFd) -> Result<(), StepError> {
+fn wait_for_go_ahead(go_ahead: &OwnedFd) -> Result<(), StepError> {
     let mut byte = [0u8; 1];
-    match nix::unistd::read(sync, &mut byte) {
+    match nix::unistd::read(go_ahead, &mut byte) {
         Ok(1) => Ok(()),
         Ok(_) => exit_immediately(125), // the parent went away before mapping us
-        Err(e) => Err(StepError::new("read(sync pipe)", e.into())),
+        Err(e) => Err(StepError::new("read(go-ahead pipe)", e.into())),
     }
 }
 
@@ -482,15 +527,16 @@ fn finish(s: ChildSetup<'_>, raw_status: i32) -> ! {
             u.max_rss().max(0) as u64,
         )
     });
-    let mut message = vec![b'W'];
-    message.extend_from_slice(&raw_status.to_le_bytes());
-    message.extend_from_slice(&cpu_us.to_le_bytes());
-    message.extend_from_slice(&max_rss_kib.to_le_bytes());
+    let ended = status_pipe::encode_ended(&ProgramEnded {
+        wait_status: raw_status,
+        cpu_us,
+        max_rss_kib,
+    });
     // Init's own ends of the program's stdio go before the report: nothing in
     // the sandbox holds them any more, so spawnd sees the output end with the
     // report and need not wait for init's exit.
     let ChildSetup { stdio, status, .. } = s;
     drop(stdio);
-    report(&status, &message);
+    status_pipe::send(&status, &ended);
     exit_immediately(0)
 }

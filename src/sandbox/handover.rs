@@ -29,7 +29,7 @@ pub struct Handover {
     /// The child's stdin, stdout and stderr.
     pub stdio: [OwnedFd; 3],
     /// Read end of the go-ahead pipe.
-    pub sync: OwnedFd,
+    pub go_ahead: OwnedFd,
     /// Write end of the status pipe.
     pub status: OwnedFd,
     /// The per-spawn cgroups' `tasks` files.
@@ -37,7 +37,7 @@ pub struct Handover {
 }
 
 /// Descriptors every sandbox is handed besides its cgroups and scopes:
-/// program, stdin, stdout, stderr, sync, status.
+/// program, stdin, stdout, stderr, go-ahead, status.
 const CHILD_FIXED_FDS: usize = 6;
 
 impl Handover {
@@ -57,7 +57,7 @@ impl Handover {
             argv: to_cstrings(order.argv.iter().map(Vec::as_slice))?,
             envp: WipedCStrings::new(to_cstrings(order.env.0.iter().map(Vec::as_slice))?),
             stdio: self.stdio,
-            sync: self.sync,
+            go_ahead: self.go_ahead,
             status: self.status,
             cgroup_tasks: self.cgroup_tasks,
             uid: order.uid,
@@ -76,7 +76,7 @@ impl Handover {
     pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         let mut v = vec![self.program.as_fd()];
         v.extend(self.stdio.iter().map(AsFd::as_fd));
-        v.push(self.sync.as_fd());
+        v.push(self.go_ahead.as_fd());
         v.push(self.status.as_fd());
         v.extend(self.cgroup_tasks.iter().map(AsFd::as_fd));
         v.extend(self.scopes.iter().map(|s| s.pinned.as_fd()));
@@ -108,7 +108,7 @@ impl Handover {
         let mut next = || fds.next();
         let program = next()?;
         let stdio = [next()?, next()?, next()?];
-        let sync = next()?;
+        let go_ahead = next()?;
         let status = next()?;
         let cgroup_tasks = (0..facts.cgroups)
             .map(|_| next())
@@ -131,7 +131,7 @@ impl Handover {
             script: facts.script,
             stdin_null: facts.stdin_null,
             stdio,
-            sync,
+            go_ahead,
             status,
             cgroup_tasks,
         })

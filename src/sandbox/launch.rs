@@ -16,7 +16,7 @@ use nix::unistd::pipe2;
 
 use super::as_caller::{check_as_child, required_access, with_identity, CallerCreds};
 use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots};
-use super::child::init_main;
+use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep,
@@ -25,6 +25,7 @@ use super::prepare::{
 use super::seccomp::Filter;
 use super::spare::Spare;
 use super::spec::SandboxSpec;
+use super::status_pipe;
 use super::threads::ensure_single_threaded;
 use super::StepError;
 use crate::ipc::MAX_FRAME_FDS;
@@ -173,11 +174,11 @@ pub struct Running {
     pub stdin: Option<OwnedFd>,
     /// The per-spawn cgroups, if any.
     pub cgroup: Option<SpawnCgroup>,
-    /// The sync pipe's write end, held open for the sandbox's lifetime: init
+    /// The go-ahead pipe's write end, held open for the sandbox's lifetime: init
     /// checks it after changing uid to learn whether spawnd is still alive
     /// (when a spawner launched it, the spawner's caller holds a copy until
     /// the release).
-    pub parent_alive: OwnedFd,
+    pub go_ahead: OwnedFd,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,
     /// When the ids were mapped and the child went on to build its root.
@@ -202,7 +203,7 @@ impl Launched {
                 std::io::Error::other("already started"),
             ));
         };
-        match nix::unistd::write(&running.parent_alive, b"c") {
+        match nix::unistd::write(&running.go_ahead, b"c") {
             Ok(_) => {
                 running.released_at = std::time::Instant::now();
                 Ok(running)
@@ -217,7 +218,7 @@ impl Launched {
     /// The write end of init's go-ahead pipe, for whoever is to release the
     /// program (the daemon, given a copy by its spawner): one byte starts it.
     pub fn go_ahead(&self) -> Option<BorrowedFd<'_>> {
-        self.running.as_ref().map(|r| r.parent_alive.as_fd())
+        self.running.as_ref().map(|r| r.go_ahead.as_fd())
     }
 
     /// The program was released by writing to a copy of [`Launched::go_ahead`]
@@ -284,7 +285,7 @@ fn abort(running: Running, fallback: StepError) -> StepError {
     if let Some(cg) = running.cgroup {
         cg.remove();
     }
-    drop(running.parent_alive);
+    drop(running.go_ahead);
     let mut report = Vec::new();
     let mut buf = [0u8; 4096];
     while let Ok(n @ 1..) = nix::unistd::read(&running.status, &mut buf) {
@@ -293,13 +294,10 @@ fn abort(running: Running, fallback: StepError) -> StepError {
     reported_failure(&report).unwrap_or(fallback)
 }
 
-/// The setup failure a dead init reported on its status pipe (its `E` line),
-/// from everything read there.
+/// The setup failure a dead init reported on its status pipe (its `Failed`
+/// line, [`status_pipe::reported_failure_text`]), from everything read there.
 pub fn reported_failure(report: &[u8]) -> Option<StepError> {
-    let line = report
-        .split(|b| *b == b'\n')
-        .find_map(|line| line.strip_prefix(b"E"))?;
-    let text = String::from_utf8_lossy(line).trim_end().to_string();
+    let text = status_pipe::reported_failure_text(report)?;
     Some(StepError::new(
         text,
         std::io::Error::other("reported by the sandbox"),
@@ -337,8 +335,61 @@ pub fn launch_order(
     // Read here, once per process, so the clone inherits the answer (see
     // `init_main`, which hides spawnd's command line).
     let _ = crate::sys::command_line_area();
-    // Checked first, so that a spare sandbox never meets an error only
-    // the parent could report (a spare that fails to read its order just exits).
+    check_no_nul_in_argv_or_env(order)?;
+    let scopes = open_scopes(order, &program)?;
+    check_sockets_are_sockets(&order.spec, &scopes)?;
+    check_as_run_as(order, &scopes, &program)?;
+    let (parent, child) = make_pipes(stdin)?;
+    let (program, script) = program_to_run(program, order)?;
+    let seccomp = seccomp_filter(order)?;
+    let (cgroup, cgroup_tasks) = cgroups_for(order, cgroups)?;
+    let handover = Handover {
+        scopes,
+        program: OwnedFd::from(program),
+        script,
+        stdin_null: parent.stdin.is_none(),
+        stdio: child.stdio,
+        go_ahead: child.go_ahead,
+        status: child.status,
+        cgroup_tasks,
+    };
+    let cloned_at = std::time::Instant::now();
+    let (pid, mapped, parent) = match deliver_to_spare(order, &handover, spare) {
+        Some((pid, mapped)) => (pid, mapped, parent),
+        None => {
+            let setup = handover.into_setup(order, &seccomp.instructions, false)?;
+            match clone_init(setup, parent) {
+                Ok((pid, parent)) => (pid, false, parent),
+                Err(e) => {
+                    if let Some(cg) = cgroup {
+                        cg.remove();
+                    }
+                    return Err(clone_failed(e));
+                }
+            }
+        }
+    };
+    // The parent's copies of the child's ends went with `handover` (or the
+    // setup): only the sandbox holds them now.
+    let running = Running {
+        init_pid: pid,
+        stdout: parent.stdout,
+        stderr: parent.stderr,
+        status: parent.status,
+        stdin: parent.stdin,
+        cgroup,
+        go_ahead: parent.go_ahead,
+        cloned_at,
+        mapped_at: cloned_at,
+        released_at: cloned_at,
+    };
+    first_go_ahead(running, order, mapped)
+}
+
+/// Refuses an argv or env entry with a NUL byte. Checked first, so that a
+/// spare sandbox never meets an error only the parent could report (a spare
+/// that fails to read its order just exits).
+fn check_no_nul_in_argv_or_env(order: &LaunchOrder) -> Result<(), StepError> {
     if order
         .argv
         .iter()
@@ -350,7 +401,14 @@ pub fn launch_order(
             std::io::Error::from_raw_os_error(libc::EINVAL),
         ));
     }
-    let scopes = match &order.check_as {
+    Ok(())
+}
+
+/// Creates the missing write scopes and opens every scope once (O_PATH), in
+/// `spec.scopes` order: as spawnd itself, or with an order that names
+/// `check_as`, as that caller ([`open_scopes_as_caller`]).
+fn open_scopes(order: &LaunchOrder, program: &File) -> Result<Vec<ScopeId>, StepError> {
+    match &order.check_as {
         None => {
             create_write_scopes(&order.spec, Some((order.uid, order.gid)))?;
             order
@@ -358,79 +416,158 @@ pub fn launch_order(
                 .scopes
                 .iter()
                 .map(|p| identify_scope(p, None))
-                .collect::<Result<Vec<_>, _>>()?
+                .collect::<Result<Vec<_>, _>>()
         }
-        Some(caller) => {
-            let need = required_access(&order.spec);
-            let (created, scopes) = with_identity(caller, || {
-                let created = create_write_scopes(&order.spec, None)?;
-                let scopes = order
-                    .spec
-                    .scopes
-                    .iter()
-                    .zip(need)
-                    .map(|(p, n)| identify_scope(p, Some((n, caller.uid))))
-                    .collect::<Result<Vec<_>, _>>()?;
-                // The program too: the caller must be able to execute the
-                // file spawnd opened (and read it, for a `#!` script whose
-                // interpreter reads it through a descriptor).
-                let mut need = nix::unistd::AccessFlags::X_OK;
-                if is_script(&program) {
-                    need |= nix::unistd::AccessFlags::R_OK;
-                }
-                nix::unistd::faccessat(
-                    &program,
-                    "",
-                    need,
-                    nix::fcntl::AtFlags::AT_EMPTY_PATH | nix::fcntl::AtFlags::AT_EACCESS,
-                )
-                .map_err(|e| {
-                    StepError::new(
-                        format!(
-                            "the program: the caller (uid {}) may not execute it, and spawnd runs nothing the caller could not run itself",
-                            caller.uid
-                        ),
-                        e.into(),
-                    )
-                })?;
-                Ok((created, scopes))
-            })?;
-            if (order.uid, order.gid) != (caller.uid, caller.gid) {
-                // `run_as`: the directories just created, as the caller,
-                // belong to the child's identity.
-                for dir in &created {
-                    nix::unistd::fchownat(
-                        dir,
-                        "",
-                        Some(nix::unistd::Uid::from_raw(order.uid)),
-                        Some(nix::unistd::Gid::from_raw(order.gid)),
-                        nix::fcntl::AtFlags::AT_EMPTY_PATH,
-                    )
-                    .map_err(nix_prep("chown a created fs_write scope to run_as"))?;
-                }
-            }
-            scopes
+        Some(caller) => open_scopes_as_caller(order, caller, program),
+    }
+}
+
+/// Root launching for another user: creates, opens and checks every scope
+/// as `caller`, who must also be able to execute the program
+/// ([`check_caller_may_execute`]), so nothing is bound or run that the caller
+/// could not open or run itself. Directories created for a `run_as` identity
+/// other than the caller's then go to that identity.
+fn open_scopes_as_caller(
+    order: &LaunchOrder,
+    caller: &CallerCreds,
+    program: &File,
+) -> Result<Vec<ScopeId>, StepError> {
+    let need = required_access(&order.spec);
+    let (created, scopes) = with_identity(caller, || {
+        let created = create_write_scopes(&order.spec, None)?;
+        let scopes = order
+            .spec
+            .scopes
+            .iter()
+            .zip(need)
+            .map(|(p, n)| identify_scope(p, Some((n, caller.uid))))
+            .collect::<Result<Vec<_>, _>>()?;
+        check_caller_may_execute(program, caller)?;
+        Ok((created, scopes))
+    })?;
+    if (order.uid, order.gid) != (caller.uid, caller.gid) {
+        // `run_as`: the directories just created, as the caller,
+        // belong to the child's identity.
+        for dir in &created {
+            nix::unistd::fchownat(
+                dir,
+                "",
+                Some(nix::unistd::Uid::from_raw(order.uid)),
+                Some(nix::unistd::Gid::from_raw(order.gid)),
+                nix::fcntl::AtFlags::AT_EMPTY_PATH,
+            )
+            .map_err(nix_prep("chown a created fs_write scope to run_as"))?;
         }
-    };
-    check_sockets_are_sockets(&order.spec, &scopes)?;
+    }
+    Ok(scopes)
+}
+
+/// The caller (whose identity this thread has taken) must be able to
+/// execute the file spawnd opened, and read it for a `#!` script, whose
+/// interpreter reads it through a descriptor.
+fn check_caller_may_execute(program: &File, caller: &CallerCreds) -> Result<(), StepError> {
+    let mut need = nix::unistd::AccessFlags::X_OK;
+    if is_script(program) {
+        need |= nix::unistd::AccessFlags::R_OK;
+    }
+    nix::unistd::faccessat(
+        program,
+        "",
+        need,
+        nix::fcntl::AtFlags::AT_EMPTY_PATH | nix::fcntl::AtFlags::AT_EACCESS,
+    )
+    .map_err(|e| {
+        StepError::new(
+            format!(
+                "the program: the caller (uid {}) may not execute it, and spawnd runs nothing the caller could not run itself",
+                caller.uid
+            ),
+            e.into(),
+        )
+    })
+}
+
+/// When spawnd is root and the program runs as another identity than the
+/// one the scopes were opened as, checks that identity's access to the
+/// scopes and the program ([`check_as_child`]), so a refusal is explained
+/// here rather than met as EACCES inside.
+fn check_as_run_as(
+    order: &LaunchOrder,
+    scopes: &[ScopeId],
+    program: &File,
+) -> Result<(), StepError> {
     let checked_as = match &order.check_as {
         Some(caller) => (caller.uid, caller.gid),
         None => (0, 0),
     };
     if order.privileged && (order.uid, order.gid) != checked_as {
         check_as_child(
-            &scopes,
+            scopes,
             &required_access(&order.spec),
             program.as_fd(),
-            is_script(&program),
+            is_script(program),
             order.uid,
             order.gid,
         )?;
     }
+    Ok(())
+}
+
+/// The file init executes, and whether it is a `#!` script: the program the
+/// gate hashed, or for a script its sealed copy, which must have the digest
+/// the gate decided on.
+fn program_to_run(program: File, order: &LaunchOrder) -> Result<(File, bool), StepError> {
+    let script = is_script(&program);
+    let program = match script {
+        true => sealed_script_copy(&program, &order.program_sha256)?,
+        false => program,
+    };
+    Ok((program, script))
+}
+
+/// The order's seccomp filter, read back from its bytes ([`Filter::to_bytes`]).
+fn seccomp_filter(order: &LaunchOrder) -> Result<Filter, StepError> {
+    Filter::from_bytes(&order.seccomp).ok_or_else(|| {
+        StepError::new(
+            "seccomp filter",
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        )
+    })
+}
+
+/// The parent's ends of a sandbox's pipes.
+struct ParentEnds {
+    /// Read end of the program's stdout.
+    stdout: OwnedFd,
+    /// Read end of its stderr.
+    stderr: OwnedFd,
+    /// Read end of the status pipe.
+    status: OwnedFd,
+    /// Write end of the go-ahead pipe.
+    go_ahead: OwnedFd,
+    /// Write end of the stdin pipe, for `StdinSource::Pipe`.
+    stdin: Option<OwnedFd>,
+}
+
+/// The child's ends of a sandbox's pipes, handed over to init.
+struct ChildEnds {
+    /// The program's stdin (`/dev/null`'s placeholder, or the pipe's read
+    /// end), stdout and stderr.
+    stdio: [OwnedFd; 3],
+    /// Write end of the status pipe.
+    status: OwnedFd,
+    /// Read end of the go-ahead pipe.
+    go_ahead: OwnedFd,
+}
+
+/// Makes the output, status and go-ahead pipes and the program's stdin (a
+/// pipe, or `/dev/null` as the placeholder init replaces with the sandbox's
+/// own), all close-on-exec.
+fn make_pipes(stdin: StdinSource) -> Result<(ParentEnds, ChildEnds), StepError> {
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
-    let (sync_r, sync_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(sync)"))?;
+    let (go_ahead_r, go_ahead_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(go-ahead)"))?;
     let (stdin_child, stdin_parent) = match stdin {
         StdinSource::Null => (
             open(
@@ -446,22 +583,33 @@ pub fn launch_order(
             (r, Some(w))
         }
     };
-    let script = is_script(&program);
-    let program = match script {
-        true => sealed_script_copy(&program, &order.program_sha256)?,
-        false => program,
+    let parent = ParentEnds {
+        stdout: stdout_r,
+        stderr: stderr_r,
+        status: status_r,
+        go_ahead: go_ahead_w,
+        stdin: stdin_parent,
     };
-    let seccomp = Filter::from_bytes(&order.seccomp).ok_or_else(|| {
-        StepError::new(
-            "seccomp filter",
-            std::io::Error::from_raw_os_error(libc::EINVAL),
-        )
-    })?;
+    let child = ChildEnds {
+        stdio: [stdin_child, stdout_w, stderr_w],
+        status: status_w,
+        go_ahead: go_ahead_r,
+    };
+    Ok((parent, child))
+}
+
+/// With cgroup limits, the sandbox's cgroups — from `pool` when given, else
+/// made now — and their `tasks` files, opened for init to join; with
+/// rlimits, none. Cgroups whose files cannot be opened are removed.
+fn cgroups_for(
+    order: &LaunchOrder,
+    pool: Option<&mut CgroupPool>,
+) -> Result<(Option<SpawnCgroup>, Vec<OwnedFd>), StepError> {
     let cgroup = match &order.limits_via {
         LimitsVia::CgroupV1(roots) => {
             let name = || format!("{}-{}", std::process::id(), unique());
             let (memory, processes) = (order.limits.max_memory_bytes, order.limits.max_processes);
-            let made = match cgroups {
+            let made = match pool {
                 Some(pool) => pool.take(roots, name, memory, processes),
                 None => SpawnCgroup::create(roots, &name(), memory, processes),
             };
@@ -475,81 +623,66 @@ pub fn launch_order(
             .map_err(prep("open the cgroups' tasks files")),
         None => Ok(Vec::new()),
     };
-    let cgroup_tasks = match cgroup_tasks {
-        Ok(fds) => fds,
+    match cgroup_tasks {
+        Ok(fds) => Ok((cgroup, fds)),
         Err(e) => {
             if let Some(cg) = cgroup {
                 cg.remove();
             }
-            return Err(e);
+            Err(e)
         }
-    };
-    let handover = Handover {
-        scopes,
-        program: OwnedFd::from(program),
-        script,
-        stdin_null: stdin_parent.is_none(),
-        stdio: [stdin_child, stdout_w, stderr_w],
-        sync: sync_r,
-        status: status_w,
-        cgroup_tasks,
-    };
-    let cloned_at = std::time::Instant::now();
-    // Handed to the spare sandbox — unless it was prepared for someone
-    // else, the descriptors do not fit one frame, or it died — or else
-    // cloned now.
+    }
+}
+
+/// Hands the order and `handover` to `spare`: its init's pid, and whether
+/// its ids are mapped already (it was prepared for this identity). `None`
+/// when there is no spare, or it was prepared for someone else, the
+/// descriptors do not fit one frame, or it died: the spare is then dropped
+/// (killed and reaped) and the sandbox is cloned now.
+fn deliver_to_spare(
+    order: &LaunchOrder,
+    handover: &Handover,
+    spare: Option<Spare>,
+) -> Option<(i32, bool)> {
     let me = (order.uid, order.gid, order.privileged);
     let fits = handover.fds().len() <= MAX_FRAME_FDS;
     let spare = spare.filter(|b| fits && b.fits(me, &order.spec.mounts));
-    let delivered = spare.and_then(|spare| match spare.deliver(order, &handover) {
+    spare.and_then(|spare| match spare.deliver(order, handover) {
         Ok(()) => {
             let mapped = spare.mapped_for().is_some();
             Some((spare.into_pid(), mapped))
         }
         Err(_) => None,
-    });
-    let (pid, mapped) = match delivered {
-        Some(from_spare) => from_spare,
-        None => {
-            let setup = handover.into_setup(order, &seccomp.instructions, false)?;
-            let pid = match clone_process(NAMESPACES) {
-                Ok(pid) => pid,
-                Err(e) => {
-                    if let Some(cg) = cgroup {
-                        cg.remove();
-                    }
-                    return Err(clone_failed(e));
-                }
-            };
-            if pid == 0 {
-                drop((stdout_r, stderr_r, status_r, sync_w, stdin_parent));
-                init_main(setup);
-            }
-            (pid, false)
-        }
-    };
-    // The parent's copies of the child's ends went with `handover` (or the
-    // setup): only the sandbox holds them now.
-    let running = Running {
-        init_pid: pid,
-        stdout: stdout_r,
-        stderr: stderr_r,
-        status: status_r,
-        stdin: stdin_parent,
-        cgroup,
-        parent_alive: sync_w,
-        cloned_at,
-        mapped_at: cloned_at,
-        released_at: cloned_at,
-    };
-    // The first go-ahead: ids mapped, the child builds its root (and moves
-    // itself into its cgroups) while the caller commits the audit record.
+    })
+}
+
+/// Clones init into the sandbox's namespaces. The child closes its copies
+/// of the parent's ends and runs `setup`, never returning; the parent gets
+/// init's pid and keeps its ends.
+fn clone_init(setup: ChildSetup<'_>, parent: ParentEnds) -> std::io::Result<(i32, ParentEnds)> {
+    let pid = clone_process(NAMESPACES)?;
+    if pid == 0 {
+        drop(parent);
+        init_main(setup);
+    }
+    Ok((pid, parent))
+}
+
+/// The first go-ahead: init's ids are mapped (unless a spare's were
+/// already), and one byte lets it build its root (and move itself into its
+/// cgroups) while the caller commits the audit record. If either fails, the
+/// sandbox is aborted.
+fn first_go_ahead(
+    running: Running,
+    order: &LaunchOrder,
+    mapped: bool,
+) -> Result<Launched, StepError> {
     let maps = match mapped {
         true => Ok(()),
-        false => write_id_maps(pid, order.uid, order.gid, order.privileged),
+        false => write_id_maps(running.init_pid, order.uid, order.gid, order.privileged),
     };
     let released = maps.and_then(|()| {
-        nix::unistd::write(&running.parent_alive, b"m")
+        nix::unistd::write(&running.go_ahead, b"m")
             .map(drop)
             .map_err(nix_prep("release the child"))
     });
@@ -567,10 +700,7 @@ pub fn launch_order(
 
 /// A `unix_sockets` entry bound by itself must be a socket: the grant binds
 /// the path read-only, and must not become a way to bind anything else.
-fn check_sockets_are_sockets(
-    spec: &SandboxSpec,
-    scopes: &[super::child::ScopeId],
-) -> Result<(), StepError> {
+fn check_sockets_are_sockets(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(), StepError> {
     for rule in &spec.landlock {
         let (super::spec::Access::UnixSocket, Some(i)) = (rule.access, rule.scope) else {
             continue;

@@ -9,7 +9,9 @@
 //! * `child` (inside) builds the root (`mounts`), drops privileges
 //!   (`identity`), applies Landlock (`landlock`) and seccomp last, starts the
 //!   program (which inherits all of it and executes the hashed fd) and stays
-//!   as its init.
+//!   as its init;
+//! * `status_pipe` is what init tells the parent (a failure, the layers in
+//!   force, the program's end): encoded inside, decoded by the supervisor.
 //!
 //! The system calls it needs beyond `nix` and `landlock` are in the crate's
 //! [`crate::sys`], the only module with `unsafe`.
@@ -37,6 +39,7 @@ pub mod priority;
 pub mod seccomp;
 pub mod spare;
 pub mod spec;
+pub mod status_pipe;
 pub mod threads;
 
 use std::fmt;

@@ -37,6 +37,7 @@ use super::launch::{clone_failed, LaunchOrder, NAMESPACES};
 use super::prepare::write_id_maps;
 use super::seccomp::Filter;
 use super::spec::MountStep;
+use super::status_pipe;
 use super::threads::ensure_single_threaded;
 use super::StepError;
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
@@ -242,7 +243,8 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         exit_immediately(126)
     };
     let Some(filter) = Filter::from_bytes(&order.seccomp) else {
-        let _ = nix::unistd::write(&handover.status, b"Eseccomp filter: garbled order\n");
+        let garbled = status_pipe::encode_failed("seccomp filter: garbled order");
+        status_pipe::send(&handover.status, &garbled);
         exit_immediately(126)
     };
     match handover.into_setup(&order, &filter.instructions, true) {

@@ -30,7 +30,7 @@
 //! closed); one that dies in the instant between that check and the release
 //! leaves a program that still runs fully confined, under the daemon's
 //! pidfd and wall time, but whose init is reaped by whoever adopts it, and
-//! the daemon reports the sandbox lost. (A release pipe of the daemon's own, apart
+//! the daemon reports the sandbox lost. (A go-ahead pipe of the daemon's own, apart
 //! from the spawner's, would close these windows.)
 //!
 //! The client is thread-safe: a reader thread routes each reply to the

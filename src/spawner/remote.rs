@@ -7,6 +7,7 @@ use std::sync::mpsc::Receiver;
 
 use super::wire::{Reply, Request};
 use super::{Spawner, SpawnerError};
+use crate::sandbox::status_pipe::failure_complete;
 use crate::supervise::InitExit;
 use crate::sys::pidfd_send_signal;
 
@@ -20,7 +21,7 @@ pub struct RemoteSandbox<'s> {
     pub stdout: OwnedFd,
     /// Read end of its stderr.
     pub stderr: OwnedFd,
-    /// Read end of the status pipe (`L…`, `E…`, `W…`, as in `supervise`).
+    /// Read end of the status pipe ([`crate::sandbox::status_pipe`]).
     pub status: OwnedFd,
     /// Write end of the stdin pipe, for [`super::RemoteStdin::Pipe`].
     pub stdin: Option<OwnedFd>,
@@ -134,7 +135,7 @@ impl RemoteSandbox<'_> {
 }
 
 /// What an init that is gone reported on its status pipe: read until its
-/// `E` line is complete or the pipe ends (its other holders, the sandbox's
+/// `Failed` line is complete or the pipe ends (its other holders, the sandbox's
 /// last processes, are being killed with it), for at most a second.
 fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -149,12 +150,7 @@ fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> 
             Ok(1..) => match nix::unistd::read(status, &mut buf) {
                 Ok(n @ 1..) => {
                     report.extend_from_slice(&buf[..n]);
-                    let complete = report
-                        .split(|b| *b == b'\n')
-                        .rev()
-                        .skip(1)
-                        .any(|line| line.starts_with(b"E"));
-                    if complete {
+                    if failure_complete(&report) {
                         break;
                     }
                 }

@@ -107,8 +107,9 @@ pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<InitE
 struct LocalEnd {
     init: Pid,
     cgroup: Option<SpawnCgroup>,
-    /// Held until init is reaped (init watches it to learn spawnd is alive).
-    _parent_alive: OwnedFd,
+    /// The go-ahead pipe's write end, held until init is reaped (init watches
+    /// it to learn spawnd is alive).
+    _go_ahead: OwnedFd,
 }
 
 impl SandboxEnd for LocalEnd {
@@ -165,7 +166,7 @@ impl From<Running> for Watched<'static> {
             end: Box::new(LocalEnd {
                 init: Pid::from_raw(r.init_pid),
                 cgroup: r.cgroup,
-                _parent_alive: r.parent_alive,
+                _go_ahead: r.go_ahead,
             }),
         }
     }
@@ -443,13 +444,13 @@ fn watch(
                 2 => {
                     let eof = read_some(status.as_ref(), &mut buf, &mut status_bytes);
                     if setup_done.is_none()
-                        && status_bytes
-                            .first()
-                            .is_some_and(|b| *b == b'L' || *b == b'E')
+                        && crate::sandbox::status_pipe::setup_over(&status_bytes)
                     {
                         setup_done = Some(Instant::now());
                     }
-                    if program_done.is_none() && status_bytes.contains(&b'W') {
+                    if program_done.is_none()
+                        && crate::sandbox::status_pipe::end_arrived(&status_bytes)
+                    {
                         program_done = Some(Instant::now());
                     }
                     // Init's report of the program's end is its last word,

@@ -32,7 +32,7 @@ pub use mount::{
     detach_mount_in_background, detach_mount_when_told, mount_setattr, mount_setattr_fd,
     WaitingDetach,
 };
-pub use start::{restore_every_default_action, start_program, ProgramStart};
+pub use start::{restore_every_default_action, start_program, ProgramStart, StatusPipe};
 
 pub use confine::*;
 pub use fds::*;

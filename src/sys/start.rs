@@ -10,6 +10,17 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use super::last_error;
 
+/// Init's status pipe, as the program's process reports a failed step on
+/// it: the descriptor, and the byte that starts a failure's line (given by
+/// init: the protocol is the sandbox's, above this module).
+#[derive(Clone, Copy)]
+pub struct StatusPipe<'a> {
+    /// The pipe's write end.
+    pub fd: BorrowedFd<'a>,
+    /// The first byte of a failure's line.
+    pub failure_tag: u8,
+}
+
 /// What the program's process does between its start and `execveat`, all of
 /// it prepared by init beforehand. That process shares init's memory until it
 /// executes (see [`start_program`]), so it only makes system calls with what
@@ -24,8 +35,10 @@ pub struct ProgramStart<'a> {
     /// The hashed program: becomes descriptor 3 and is executed.
     program: RawFd,
     /// Init's status pipe: becomes descriptor 4 (close-on-exec), where a
-    /// failed step is reported as `E<step>: <error>`.
+    /// failed step is reported as `<failure_tag><step>: <error>\n`.
     status: RawFd,
+    /// The first byte of a failure's line (see [`StatusPipe`]).
+    failure_tag: u8,
     /// Descriptor 3 stays open across exec (a `#!` script's interpreter reads it).
     script: bool,
     /// `setrlimit` calls, soft = hard, each with the step name it reports.
@@ -42,7 +55,7 @@ impl<'a> ProgramStart<'a> {
         envp: &'a [std::ffi::CString],
         stdio: [BorrowedFd<'a>; 3],
         program: BorrowedFd<'a>,
-        status: BorrowedFd<'a>,
+        status: StatusPipe<'a>,
         script: bool,
         rlimits: &[(nix::sys::resource::Resource, u64)],
     ) -> ProgramStart<'a> {
@@ -57,7 +70,8 @@ impl<'a> ProgramStart<'a> {
             envp: pointers(envp),
             stdio: stdio.map(|fd| fd.as_raw_fd()),
             program: program.as_raw_fd(),
-            status: status.as_raw_fd(),
+            status: status.fd.as_raw_fd(),
+            failure_tag: status.failure_tag,
             script,
             rlimits: rlimits
                 .iter()
@@ -241,9 +255,9 @@ fn errno_description(errno: libc::c_int) -> *const libc::c_char {
     unsafe { strerrordesc_np(errno) }
 }
 
-/// Writes `E<step>: <strerror> (os error N)` to `fd` from a stack buffer (the
-/// same text a `StepError` shows), allocating nothing.
-fn report_step_failure(fd: RawFd, step: &str, errno: libc::c_int) {
+/// Writes `<tag><step>: <strerror> (os error N)\n` to `fd` from a stack
+/// buffer (the same text a `StepError` shows), allocating nothing.
+fn report_step_failure(fd: RawFd, tag: u8, step: &str, errno: libc::c_int) {
     let mut line = [0u8; 256];
     let mut len = 0;
     let mut push = |bytes: &[u8]| {
@@ -251,7 +265,7 @@ fn report_step_failure(fd: RawFd, step: &str, errno: libc::c_int) {
         line[len..len + n].copy_from_slice(&bytes[..n]);
         len += n;
     };
-    push(b"E");
+    push(&[tag]);
     push(step.as_bytes());
     push(b": ");
     let text = errno_description(errno);
@@ -295,7 +309,7 @@ pub fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
         // alive and unchanged while init is suspended (CLONE_VFORK).
         let start = unsafe { &*(arg as *const ProgramStart<'_>) };
         let (step, errno, fd) = start.run();
-        report_step_failure(fd, step, errno);
+        report_step_failure(fd, start.failure_tag, step, errno);
         127
     }
     // SAFETY: a fresh private anonymous mapping, owned by this function.

@@ -16,7 +16,7 @@
 //! Mounts go onto the opened descriptors, never onto path strings.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
 
@@ -373,6 +373,8 @@ fn restrict_mount(
     mount_setattr_fd(&root, recursive, attrs, 0).map_err(io_step(format!("mount_setattr({shown})")))
 }
 
+/// Mounts one step of the spec onto the staged root, at its target reached
+/// beneath the stage (never through a link).
 fn apply_step(
     stage: &OwnedFd,
     m: &MountStep,
@@ -382,105 +384,161 @@ fn apply_step(
     let rel = relative(&m.target);
     let shown = m.target.display().to_string();
     match &m.kind {
-        MountKind::Tmpfs { mode, size } => {
-            let target = open_beneath(stage, rel, Create::Dir(0o755))?;
-            let data = format!("mode={mode:o},size={size}");
-            mount_onto(
-                Path::new("tmpfs"),
-                &target,
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                Some("tmpfs"),
-                Some(&data),
-                &shown,
-            )
-        }
-        MountKind::Proc => {
-            let target = open_beneath(stage, rel, Create::Dir(0o555))?;
-            mount_onto(
-                Path::new("proc"),
-                &target,
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                Some("proc"),
-                None,
-                &shown,
-            )
-            .map_err(|mut e| {
-                if e.source.raw_os_error() == Some(libc::EPERM) {
-                    e.step.push_str(
-                        " (the host's /proc has parts covered by other mounts, as systemd's \
-                         ProtectKernelTunables= or a container's masked paths do, and the kernel \
-                         then refuses a fresh /proc in a user namespace; run spawnd without them)",
-                    );
-                }
-                e
-            })?;
-            // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is
-            // refused (seccomp refuses memfd_create without MFD_NOEXEC_SEAL too).
-            // Written now, before the whole of /proc becomes read-only.
-            let _ = std::fs::write(Path::new(STAGE).join(rel).join("sys/vm/memfd_noexec"), "2");
-            // Only the namespace's uid 0 may write the IPC limits: an
-            // unprivileged spawnd maps nothing but its own uid, and there
-            // the seccomp filter refuses SysV IPC objects instead.
-            if nix::unistd::geteuid().is_root() {
-                limit_sysv_ipc(&Path::new(STAGE).join(rel))?;
-            }
-            // Read-only as a whole (a child mapped to host root
-            // would otherwise pass the permission checks of /proc/sys,
-            // sysrq-trigger and the like); Landlock refuses writes there too.
-            restrict_mount(stage, rel, MOUNT_ATTR_RDONLY, false, &shown)
-        }
-        MountKind::Device { host } => {
-            let target = open_beneath(stage, rel, Create::File(0o644))?;
-            mount_onto(host, &target, MsFlags::MS_BIND, None, None, &shown)
-        }
+        MountKind::Tmpfs { mode, size } => mount_tmpfs(stage, rel, *mode, *size, &shown),
+        MountKind::Proc => mount_proc(stage, rel, &shown),
+        MountKind::Device { host } => bind_device(stage, rel, host, &shown),
         MountKind::Program => bind_program(stage, rel, &m.target, program),
-        MountKind::Symlink { target: link } => {
-            let parent = rel.parent().unwrap_or(Path::new(""));
-            let name = rel.file_name().ok_or_else(|| {
-                StepError::new(
-                    format!("symlink {shown}"),
-                    std::io::Error::from_raw_os_error(libc::EINVAL),
-                )
-            })?;
-            let dir = open_beneath(stage, parent, Create::Dir(0o755))?;
-            nix::unistd::symlinkat(link.as_path(), &dir, name)
-                .map_err(step(format!("symlink({}, {shown})", link.display())))
-        }
+        MountKind::Symlink { target: link } => make_symlink(stage, rel, link, &shown),
         MountKind::Bind {
             source,
             dir,
             writable,
             exec,
         } => {
-            let from = match source {
-                BindSource::System(p) => p.clone(),
-                BindSource::Scope(i) => {
-                    let fd = scope_fds.get(*i).ok_or_else(|| {
-                        StepError::new(
-                            format!("scope descriptor {i} for {shown}"),
-                            std::io::Error::from_raw_os_error(libc::EBADF),
-                        )
-                    })?;
-                    fd_path(fd)
-                }
-            };
-            let create = if *dir {
-                Create::Dir(0o755)
-            } else {
-                Create::File(0o644)
-            };
-            let target = open_beneath(stage, rel, create)?;
-            mount_onto(
+            let from = bind_source(source, scope_fds, &shown)?;
+            bind_onto(
+                stage,
+                rel,
                 &from,
-                &target,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None,
-                None,
+                *dir,
+                bind_attrs(*writable, *exec),
                 &shown,
-            )?;
-            restrict_mount(stage, rel, bind_attrs(*writable, *exec), true, &shown)
+            )
         }
     }
+}
+
+/// A private tmpfs of `size` bytes whose root has `mode`: nosuid, nodev,
+/// noexec.
+fn mount_tmpfs(
+    stage: &OwnedFd,
+    rel: &Path,
+    mode: u32,
+    size: u64,
+    shown: &str,
+) -> Result<(), StepError> {
+    let target = open_beneath(stage, rel, Create::Dir(0o755))?;
+    let data = format!("mode={mode:o},size={size}");
+    mount_onto(
+        Path::new("tmpfs"),
+        &target,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("tmpfs"),
+        Some(&data),
+        shown,
+    )
+}
+
+/// The sandbox's own /proc (of its pid namespace), with memfds sealed
+/// noexec and, when the namespace's uid 0 may, the SysV IPC limits written
+/// ([`limit_sysv_ipc`]), then made read-only as a whole. The kernel refuses
+/// a fresh /proc in a user namespace when the host's has parts covered by
+/// other mounts: the error then says so.
+fn mount_proc(stage: &OwnedFd, rel: &Path, shown: &str) -> Result<(), StepError> {
+    let target = open_beneath(stage, rel, Create::Dir(0o555))?;
+    mount_onto(
+        Path::new("proc"),
+        &target,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("proc"),
+        None,
+        shown,
+    )
+    .map_err(|mut e| {
+        if e.source.raw_os_error() == Some(libc::EPERM) {
+            e.step.push_str(
+                " (the host's /proc has parts covered by other mounts, as systemd's \
+                 ProtectKernelTunables= or a container's masked paths do, and the kernel \
+                 then refuses a fresh /proc in a user namespace; run spawnd without them)",
+            );
+        }
+        e
+    })?;
+    // Per pid namespace: memfds are created noexec-sealed and MFD_EXEC is
+    // refused (seccomp refuses memfd_create without MFD_NOEXEC_SEAL too).
+    // Written now, before the whole of /proc becomes read-only.
+    let _ = std::fs::write(Path::new(STAGE).join(rel).join("sys/vm/memfd_noexec"), "2");
+    // Only the namespace's uid 0 may write the IPC limits: an
+    // unprivileged spawnd maps nothing but its own uid, and there
+    // the seccomp filter refuses SysV IPC objects instead.
+    if nix::unistd::geteuid().is_root() {
+        limit_sysv_ipc(&Path::new(STAGE).join(rel))?;
+    }
+    // Read-only as a whole (a child mapped to host root
+    // would otherwise pass the permission checks of /proc/sys,
+    // sysrq-trigger and the like); Landlock refuses writes there too.
+    restrict_mount(stage, rel, MOUNT_ATTR_RDONLY, false, shown)
+}
+
+/// Binds the host's device node `host` onto an empty file (its attributes
+/// are restricted after every step, see [`apply_steps`]).
+fn bind_device(stage: &OwnedFd, rel: &Path, host: &Path, shown: &str) -> Result<(), StepError> {
+    let target = open_beneath(stage, rel, Create::File(0o644))?;
+    mount_onto(host, &target, MsFlags::MS_BIND, None, None, shown)
+}
+
+/// Creates the symbolic link `link` at `rel`, in its parent directory
+/// reached beneath the stage.
+fn make_symlink(stage: &OwnedFd, rel: &Path, link: &Path, shown: &str) -> Result<(), StepError> {
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let name = rel.file_name().ok_or_else(|| {
+        StepError::new(
+            format!("symlink {shown}"),
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        )
+    })?;
+    let dir = open_beneath(stage, parent, Create::Dir(0o755))?;
+    nix::unistd::symlinkat(link, &dir, name)
+        .map_err(step(format!("symlink({}, {shown})", link.display())))
+}
+
+/// What a bind mounts: a system path as it is, or a scope through its
+/// verified descriptor (its magic link), so a path swapped in meanwhile is
+/// never what is bound.
+fn bind_source(
+    source: &BindSource,
+    scope_fds: &[OwnedFd],
+    shown: &str,
+) -> Result<PathBuf, StepError> {
+    match source {
+        BindSource::System(p) => Ok(p.clone()),
+        BindSource::Scope(i) => {
+            let fd = scope_fds.get(*i).ok_or_else(|| {
+                StepError::new(
+                    format!("scope descriptor {i} for {shown}"),
+                    std::io::Error::from_raw_os_error(libc::EBADF),
+                )
+            })?;
+            Ok(fd_path(fd))
+        }
+    }
+}
+
+/// Binds `from` (recursively) onto a directory or an empty file at `rel`,
+/// then gives the whole of it `attrs`.
+fn bind_onto(
+    stage: &OwnedFd,
+    rel: &Path,
+    from: &Path,
+    dir: bool,
+    attrs: u64,
+    shown: &str,
+) -> Result<(), StepError> {
+    let create = if dir {
+        Create::Dir(0o755)
+    } else {
+        Create::File(0o644)
+    };
+    let target = open_beneath(stage, rel, create)?;
+    mount_onto(
+        from,
+        &target,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None,
+        None,
+        shown,
+    )?;
+    restrict_mount(stage, rel, attrs, true, shown)
 }
 
 /// A bind's attributes: never suid or devices; read-only unless writable,

@@ -1,0 +1,457 @@
+//! The messages a sandbox's init sends its parent on the status pipe, each
+//! tagged by its first byte ([`StatusKind`]):
+//!
+//! - `E<step>: <error>\n` ([`StatusKind::Failed`]): a setup step or the
+//!   program's exec failed, so the program did not run;
+//! - `L<abi> <tcp> <scoped> <spare>\n` ([`StatusKind::Layers`]): the layers
+//!   in force (decimal numbers, the last three 0 or 1), sent once, just
+//!   before the program starts;
+//! - `W<i32 wait status><u64 cpu µs><u64 max rss KiB>` ([`StatusKind::Ended`]),
+//!   little-endian and of fixed length: the program ended and init has
+//!   reaped everything. Init's last word.
+//!
+//! The child side encodes ([`encode_failed`], [`encode_layers`],
+//! [`encode_ended`], written by [`send`]) on the stack unless a text is long,
+//! so a message with a short text allocates nothing. The program's own
+//! process, which shares init's memory until it executes, reports its
+//! failure through [`crate::sys::ProgramStart`], given the tag by init
+//! ([`StatusKind::tag`]): `sys` knows nothing of the crate above it.
+//!
+//! The parent side decodes: [`decode`] turns everything read into messages
+//! or refuses it as [`Garbled`]; [`setup_over`] and [`end_arrived`] mark the
+//! phases while the bytes arrive; [`reported_failure_text`] and
+//! [`failure_complete`] read the report of an init that died before its
+//! program started.
+
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
+use std::os::fd::AsFd;
+
+/// The tag of a [`StatusKind::Failed`] line.
+pub const FAILED_TAG: u8 = b'E';
+/// The tag of a [`StatusKind::Layers`] line.
+pub const LAYERS_TAG: u8 = b'L';
+/// The tag of a [`StatusKind::Ended`] record.
+pub const ENDED_TAG: u8 = b'W';
+
+/// The kind of a message, its tag byte as the discriminant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StatusKind {
+    /// `E<step>: <error>\n`: setup or exec failed.
+    Failed = FAILED_TAG,
+    /// `L<abi> <tcp> <scoped> <spare>\n`: the layers in force.
+    Layers = LAYERS_TAG,
+    /// `W` and 20 bytes: the program ended.
+    Ended = ENDED_TAG,
+}
+
+impl StatusKind {
+    /// The byte that starts a message of this kind.
+    pub const fn tag(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind a tag byte starts, if any.
+    pub const fn from_tag(tag: u8) -> Option<StatusKind> {
+        match tag {
+            FAILED_TAG => Some(StatusKind::Failed),
+            LAYERS_TAG => Some(StatusKind::Layers),
+            ENDED_TAG => Some(StatusKind::Ended),
+            _ => None,
+        }
+    }
+}
+
+/// What init reported of the layers it applied: the Landlock ABI, whether
+/// TCP and abstract-socket/signal scoping are enforced, and whether the
+/// network namespace was made before the request (a spare sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// Landlock ABI enforced.
+    pub abi: u32,
+    /// TCP bind and connect denied.
+    pub tcp_denied: bool,
+    /// Abstract unix sockets and signals scoped.
+    pub scoped: bool,
+    /// The sandbox's namespaces, network namespace included, were made
+    /// before the request (a spare sandbox), not at launch.
+    pub netns_of_spare: bool,
+}
+
+/// How the program ended and what its processes used, as init measured
+/// once it had reaped them all (`getrusage(RUSAGE_CHILDREN)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramEnded {
+    /// The program's raw wait status.
+    pub wait_status: i32,
+    /// User + system CPU time, µs.
+    pub cpu_us: u64,
+    /// The largest resident set among them, KiB.
+    pub max_rss_kib: u64,
+}
+
+/// One message, as decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusMessage<'a> {
+    /// Setup or exec failed: the step and its error, as init wrote them.
+    Failed(Cow<'a, str>),
+    /// The layers in force.
+    Layers(Applied),
+    /// The program ended.
+    Ended(ProgramEnded),
+}
+
+/// Why the bytes read cannot be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Garbled {
+    /// A message init sends once came twice.
+    Repeated,
+    /// A byte where a message should start is no tag, or an `Ended` record
+    /// is cut short.
+    UnknownRecord,
+}
+
+impl fmt::Display for Garbled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Garbled::Repeated => "a status reported twice",
+            Garbled::UnknownRecord => "unknown record",
+        })
+    }
+}
+
+/// Bytes of an `Ended` record after its tag.
+const ENDED_BODY: usize = 4 + 8 + 8;
+
+/// An encoded message: on the stack, or on the heap when its text does not
+/// fit there.
+pub struct Encoded {
+    stack: [u8; STACK_LINE],
+    len: usize,
+    heap: Option<Vec<u8>>,
+}
+
+/// How long a message may be and still be encoded on the stack.
+const STACK_LINE: usize = 512;
+
+impl Encoded {
+    fn new() -> Encoded {
+        Encoded {
+            stack: [0; STACK_LINE],
+            len: 0,
+            heap: None,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if let Some(heap) = &mut self.heap {
+            heap.extend_from_slice(bytes);
+        } else if let Some(room) = self.stack.get_mut(self.len..self.len + bytes.len()) {
+            room.copy_from_slice(bytes);
+            self.len += bytes.len();
+        } else {
+            let mut heap = self.stack[..self.len].to_vec();
+            heap.extend_from_slice(bytes);
+            self.heap = Some(heap);
+        }
+    }
+
+    /// The message's bytes, as they go down the pipe.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.heap {
+            Some(heap) => heap,
+            None => &self.stack[..self.len],
+        }
+    }
+}
+
+impl fmt::Write for Encoded {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// `E<text>\n`: a setup step or the exec failed (`text` is the step and
+/// its error, as a `StepError` shows them).
+pub fn encode_failed(text: impl fmt::Display) -> Encoded {
+    let mut line = Encoded::new();
+    line.push(&[StatusKind::Failed.tag()]);
+    // Writing into `Encoded` cannot fail; only a `Display` that fails could.
+    let _ = write!(line, "{text}");
+    line.push(b"\n");
+    line
+}
+
+/// `L<abi> <tcp> <scoped> <spare>\n`: the layers in force.
+pub fn encode_layers(applied: &Applied) -> Encoded {
+    let mut line = Encoded::new();
+    line.push(&[StatusKind::Layers.tag()]);
+    let _ = writeln!(
+        line,
+        "{} {} {} {}",
+        applied.abi,
+        u8::from(applied.tcp_denied),
+        u8::from(applied.scoped),
+        u8::from(applied.netns_of_spare)
+    );
+    line
+}
+
+/// `W<i32 wait status><u64 cpu µs><u64 max rss KiB>`, little-endian: the
+/// program ended.
+pub fn encode_ended(ended: &ProgramEnded) -> Encoded {
+    let mut record = Encoded::new();
+    record.push(&[StatusKind::Ended.tag()]);
+    record.push(&ended.wait_status.to_le_bytes());
+    record.push(&ended.cpu_us.to_le_bytes());
+    record.push(&ended.max_rss_kib.to_le_bytes());
+    record
+}
+
+/// Writes one message to the status pipe in one `write` (a pipe keeps it
+/// whole). A failed write is not reported: the pipe is init's only way to
+/// report anything, and the parent then learns from init's exit instead.
+pub fn send(status: impl AsFd, message: &Encoded) {
+    let _ = nix::unistd::write(status, message.as_bytes());
+}
+
+/// Everything read from the status pipe so far, as messages. A message
+/// init sends once (`Layers`, `Ended`) coming twice, or a byte that starts
+/// no message, garbles the whole: nothing of it can be trusted. A `Failed`
+/// or `Layers` line not yet ended by its newline runs to the end of the
+/// bytes; a `Layers` line whose four numbers do not read is left out.
+pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage<'_>>, Garbled> {
+    let mut messages = Vec::new();
+    let mut rest = bytes;
+    let (mut seen_ended, mut seen_layers) = (false, false);
+    while let Some((&tag, tail)) = rest.split_first() {
+        let kind = StatusKind::from_tag(tag);
+        let repeated = match kind {
+            Some(StatusKind::Ended) => std::mem::replace(&mut seen_ended, true),
+            Some(StatusKind::Layers) => std::mem::replace(&mut seen_layers, true),
+            _ => false,
+        };
+        if repeated {
+            return Err(Garbled::Repeated);
+        }
+        match kind {
+            Some(StatusKind::Ended) if tail.len() >= ENDED_BODY => {
+                messages.push(StatusMessage::Ended(decode_ended(&tail[..ENDED_BODY])));
+                rest = &tail[ENDED_BODY..];
+            }
+            Some(kind @ (StatusKind::Failed | StatusKind::Layers)) => {
+                let end = tail.iter().position(|b| *b == b'\n').unwrap_or(tail.len());
+                let text = String::from_utf8_lossy(&tail[..end]);
+                if kind == StatusKind::Failed {
+                    messages.push(StatusMessage::Failed(text));
+                } else if let Some(applied) = decode_layers(&text) {
+                    messages.push(StatusMessage::Layers(applied));
+                }
+                rest = tail.get(end + 1..).unwrap_or_default();
+            }
+            _ => return Err(Garbled::UnknownRecord),
+        }
+    }
+    Ok(messages)
+}
+
+/// An `Ended` record's body: exactly [`ENDED_BODY`] bytes.
+fn decode_ended(body: &[u8]) -> ProgramEnded {
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&body[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    ProgramEnded {
+        wait_status: i32::from_le_bytes([body[0], body[1], body[2], body[3]]),
+        cpu_us: u64_at(4),
+        max_rss_kib: u64_at(12),
+    }
+}
+
+/// A `Layers` line's text: four numbers, the flags true only when 1.
+fn decode_layers(text: &str) -> Option<Applied> {
+    let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
+    match n.as_slice() {
+        [abi, tcp, scoped, spare] => Some(Applied {
+            abi: *abi,
+            tcp_denied: *tcp == 1,
+            scoped: *scoped == 1,
+            netns_of_spare: *spare == 1,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether init's first message has begun and is one it sends once its
+/// setup is over: the layers in force, or a failure.
+pub fn setup_over(bytes: &[u8]) -> bool {
+    bytes.first().is_some_and(|b| {
+        matches!(
+            StatusKind::from_tag(*b),
+            Some(StatusKind::Layers | StatusKind::Failed)
+        )
+    })
+}
+
+/// Whether the `Ended` tag has arrived: the mark of the program's end,
+/// checked on every read. A `W` anywhere counts, in the text of an earlier
+/// `Failed` line too; only the phase timings read this mark.
+pub fn end_arrived(bytes: &[u8]) -> bool {
+    bytes.contains(&StatusKind::Ended.tag())
+}
+
+/// The text of the first `Failed` line in what an init that died before
+/// its program started wrote, its trailing whitespace trimmed. Read line by
+/// line: such an init wrote no `Ended` record.
+pub fn reported_failure_text(report: &[u8]) -> Option<String> {
+    let line = report
+        .split(|b| *b == b'\n')
+        .find_map(|line| line.strip_prefix(&[StatusKind::Failed.tag()]))?;
+    Some(String::from_utf8_lossy(line).trim_end().to_string())
+}
+
+/// Whether a `Failed` line has arrived whole (its newline too) in what an
+/// init that died before its program started wrote.
+pub fn failure_complete(report: &[u8]) -> bool {
+    report
+        .split(|b| *b == b'\n')
+        .rev()
+        .skip(1)
+        .any(|line| line.first() == Some(&StatusKind::Failed.tag()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ENDED_3: ProgramEnded = ProgramEnded {
+        wait_status: 3 << 8,
+        cpu_us: 2_500,
+        max_rss_kib: 1_024,
+    };
+
+    const LAYERS_7: Applied = Applied {
+        abi: 7,
+        tcp_denied: true,
+        scoped: true,
+        netns_of_spare: false,
+    };
+
+    /// The wire bytes, written out.
+    fn ended_bytes(status: i32, cpu_us: u64, rss_kib: u64) -> Vec<u8> {
+        let mut v = b"W".to_vec();
+        v.extend_from_slice(&status.to_le_bytes());
+        v.extend_from_slice(&cpu_us.to_le_bytes());
+        v.extend_from_slice(&rss_kib.to_le_bytes());
+        v
+    }
+
+    #[test]
+    fn each_kind_is_tagged_by_its_letter() {
+        for (kind, tag) in [
+            (StatusKind::Failed, b'E'),
+            (StatusKind::Layers, b'L'),
+            (StatusKind::Ended, b'W'),
+        ] {
+            assert_eq!(kind.tag(), tag);
+            assert_eq!(StatusKind::from_tag(tag), Some(kind));
+        }
+        assert_eq!(StatusKind::from_tag(b'Z'), None);
+    }
+
+    #[test]
+    fn the_encoders_write_the_wire_bytes() {
+        assert_eq!(
+            encode_failed("mount(/usr): EPERM").as_bytes(),
+            b"Emount(/usr): EPERM\n"
+        );
+        assert_eq!(encode_layers(&LAYERS_7).as_bytes(), b"L7 1 1 0\n");
+        let spare = Applied {
+            abi: 6,
+            tcp_denied: false,
+            scoped: true,
+            netns_of_spare: true,
+        };
+        assert_eq!(encode_layers(&spare).as_bytes(), b"L6 0 1 1\n");
+        assert_eq!(
+            encode_ended(&ENDED_3).as_bytes(),
+            ended_bytes(3 << 8, 2_500, 1_024).as_slice()
+        );
+    }
+
+    #[test]
+    fn a_failure_longer_than_the_stack_line_is_encoded_whole() {
+        let text = "x".repeat(3 * STACK_LINE);
+        let line = encode_failed(&text);
+        assert_eq!(line.as_bytes().len(), text.len() + 2);
+        assert_eq!(line.as_bytes()[0], b'E');
+        assert_eq!(line.as_bytes().last(), Some(&b'\n'));
+    }
+
+    #[test]
+    fn what_is_encoded_decodes_to_the_same_messages() {
+        let mut bytes = encode_layers(&LAYERS_7).as_bytes().to_vec();
+        bytes.extend_from_slice(encode_failed("execveat(program): EACCES").as_bytes());
+        bytes.extend_from_slice(encode_ended(&ENDED_3).as_bytes());
+        assert_eq!(
+            decode(&bytes),
+            Ok(vec![
+                StatusMessage::Layers(LAYERS_7),
+                StatusMessage::Failed("execveat(program): EACCES".into()),
+                StatusMessage::Ended(ENDED_3),
+            ])
+        );
+    }
+
+    #[test]
+    fn garbled_bytes_are_refused_whole() {
+        let mut twice = ended_bytes(0, 0, 0);
+        twice.extend_from_slice(&ended_bytes(0, 0, 0));
+        assert_eq!(decode(&twice), Err(Garbled::Repeated));
+        assert_eq!(decode(b"L7 1 1 0\nL7 1 1 0\n"), Err(Garbled::Repeated));
+        let mut forged = ended_bytes(0, 0, 0);
+        forged.push(b'Z');
+        assert_eq!(decode(&forged), Err(Garbled::UnknownRecord));
+        // A short `Ended` record is not read past its end.
+        assert_eq!(
+            decode(&ended_bytes(9, 0, 0)[..5]),
+            Err(Garbled::UnknownRecord)
+        );
+        // Failures may come more than once; the first is what counts above.
+        assert_eq!(decode(b"Ea\nEb\n").map(|m| m.len()), Ok(2));
+    }
+
+    #[test]
+    fn an_unfinished_line_runs_to_the_end_and_unreadable_layers_are_left_out() {
+        assert_eq!(
+            decode(b"Emount(/usr): EPE"),
+            Ok(vec![StatusMessage::Failed("mount(/usr): EPE".into())])
+        );
+        assert_eq!(decode(b"L7 1 x 0\n"), Ok(vec![]));
+    }
+
+    #[test]
+    fn the_phase_marks_read_the_first_tag_and_any_end_tag() {
+        assert!(setup_over(b"L7"));
+        assert!(setup_over(b"Ex"));
+        assert!(!setup_over(&ended_bytes(0, 0, 0)));
+        assert!(!setup_over(b""));
+        assert!(end_arrived(b"L7 1 1 0\nW"));
+        assert!(!end_arrived(b"L7 1 1 0\n"));
+    }
+
+    #[test]
+    fn a_dead_inits_failure_is_read_line_by_line() {
+        assert_eq!(
+            reported_failure_text(b"Emount(/usr): Operation not permitted (os error 1)  \n"),
+            Some("mount(/usr): Operation not permitted (os error 1)".into())
+        );
+        assert_eq!(reported_failure_text(b"L7 1 1 0\n"), None);
+        assert!(failure_complete(b"L7 1 1 0\nEmount: x\n"));
+        assert!(!failure_complete(b"Emount: x"));
+        assert!(!failure_complete(b"L7 1 1 0\n"));
+    }
+}
