@@ -355,7 +355,13 @@ pub fn launch_order(
     };
     let cloned_at = std::time::Instant::now();
     let (pid, mapped, parent) = match deliver_to_spare(order, &handover, spare) {
-        Some((pid, mapped)) => (pid, mapped, parent),
+        Some((pid, mapped)) => {
+            // The spare holds its own copies now. Ours go at once: were the
+            // first go-ahead to fail, `abort` reads the status pipe to its
+            // end, which never comes while this process holds a write end.
+            drop(handover);
+            (pid, mapped, parent)
+        }
         None => {
             let setup = handover.into_setup(order, &seccomp.instructions, false)?;
             match clone_init(setup, parent) {
@@ -370,7 +376,7 @@ pub fn launch_order(
         }
     };
     // The parent's copies of the child's ends went with `handover` (or the
-    // setup): only the sandbox holds them now.
+    // setup, which the clone consumed): only the sandbox holds them now.
     let running = Running {
         init_pid: pid,
         stdout: parent.stdout,
