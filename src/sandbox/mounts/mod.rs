@@ -296,8 +296,8 @@ fn resize_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes) -> Result<(), StepError> {
 
 /// Binds the program file read-only (and executable) at its path, opened
 /// here in this mount namespace, if that is still the file the gate hashed
-/// (`program`, same device and inode). If the path was replaced meanwhile,
-/// nothing is bound: init then runs the hashed descriptor, and the file it
+/// (`program`, same device and inode). If the path was replaced meanwhile
+/// (before the check, or between it and the bind), nothing is bound: init then runs the hashed descriptor, and the file it
 /// could reach through `/proc/self/exe` is no longer at that path.
 fn bind_program(
     stage: &OwnedFd,
@@ -326,14 +326,20 @@ fn bind_program(
         return Ok(());
     }
     let target = open_beneath(stage, rel, Create::File(0o644))?;
-    mount_onto(
+    match mount_onto(
         &fd_path(&here),
         &target,
         MsFlags::MS_BIND,
         None,
         None,
         &shown,
-    )?;
+    ) {
+        Ok(()) => {}
+        // Replaced after the check: the file `here` names is unlinked, and
+        // the bind finds no path through it. As above, nothing is bound.
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    }
     restrict_mount(
         stage,
         rel,
