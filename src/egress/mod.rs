@@ -6,8 +6,12 @@
 //! a fuzzer.
 //!
 //! * [`grant`]: a grant, `host:port`, parsed exactly from a manifest's text.
+//! * [`address_policy`]: which resolved addresses a grant may be dialed at
+//!   (never loopback, link-local, metadata…; private ranges only when the
+//!   operator allows them), and the CIDR type of the operator's lists.
 //! * [`fake_pool`]: the addresses granted names are answered with,
 //!   198.18.0.0/15, one per name, mapped both ways.
 
+pub mod address_policy;
 pub mod fake_pool;
 pub mod grant;
