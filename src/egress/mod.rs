@@ -11,7 +11,13 @@
 //!   operator allows them), and the CIDR type of the operator's lists.
 //! * [`fake_pool`]: the addresses granted names are answered with,
 //!   198.18.0.0/15, one per name, mapped both ways.
+//! * [`dns`]: the sandbox's DNS stub: strict query parsing, and answers
+//!   from the grants alone.
 
 pub mod address_policy;
+pub mod dns;
 pub mod fake_pool;
 pub mod grant;
+
+#[cfg(test)]
+mod dns_tests;
