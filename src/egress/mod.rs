@@ -13,8 +13,12 @@
 //!   198.18.0.0/15, one per name, mapped both ways.
 //! * [`dns`]: the sandbox's DNS stub: strict query parsing, and answers
 //!   from the grants alone.
+//! * [`client_hello`]: what a client's first bytes are (TLS or not, and the
+//!   SNI of a ClientHello), so a TLS connection to a granted name must name
+//!   that name.
 
 pub mod address_policy;
+pub mod client_hello;
 pub mod dns;
 pub mod fake_pool;
 pub mod grant;
