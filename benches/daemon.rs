@@ -48,7 +48,7 @@ fn garbage(socket: PathBuf, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
         while !stop.load(Ordering::Relaxed) {
             i += 1;
             // Every 50th frame is over the cap: the daemon answers and closes.
-            let frame: Vec<u8> = if i % 50 == 0 {
+            let frame: Vec<u8> = if i.is_multiple_of(50) {
                 vec![b'x'; 2 << 20]
             } else {
                 frames[i % frames.len()].to_vec()
@@ -85,7 +85,7 @@ fn load(
                 let mut wrong = Vec::new();
                 for i in 0..per_client {
                     let token = format!("c{k}-n{i}");
-                    let (op, args) = if i % 2 == 0 {
+                    let (op, args) = if i.is_multiple_of(2) {
                         ("true", json!({}))
                     } else {
                         ("echo", json!({ "token": token }))

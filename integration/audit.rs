@@ -303,7 +303,7 @@ fn killing_spawnd_mid_run_never_breaks_the_chain_or_loses_a_completed_run() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let out = child.wait_with_output().unwrap();
             let v: Value = serde_json::from_slice(&out.stdout).unwrap();
             completed.push(v["data"]["audit_id"].as_str().unwrap().to_string());

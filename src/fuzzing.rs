@@ -6,8 +6,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
+use hickory_proto::op::{Message, MessageType};
+
 use crate::audit::verify::verify_bytes;
 use crate::daemon::request::request_from;
+use crate::egress::client_hello::{classify, sni_matches, FirstFlight, MAX_FIRST_FLIGHT};
+use crate::egress::dns::{next_tcp_message, respond, Outcome, TcpMessage, Transport};
+use crate::egress::fake_pool::{in_fake_pool, GrantedNames};
+use crate::egress::grant::{Grant, Host};
 use crate::manifest::{parse_manifest, LoadOptions, Manifest, LIMIT_SPECS};
 use crate::policy::{decide, Access, Caller, Decision, GateContext};
 use crate::program::ProgramOpener;
@@ -213,6 +219,118 @@ pub fn audit_verify(data: &[u8]) {
         let v = verify_bytes(data, key);
         if v.tamper.is_none() {
             assert_eq!(v.records, v.last_seq);
+        }
+    }
+}
+
+/// Grant parsing on arbitrary text: never a panic; a grant that parses is
+/// exactly its canonical form (so never a wildcard or a wider grant), with
+/// a lowercase name of valid labels or a grantable address, and survives
+/// serde; a refusal points inside the text, says how to write it instead,
+/// and prints no control character.
+pub fn grant(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match Grant::parse(text) {
+        Ok(grant) => {
+            assert_eq!(grant.to_string(), text);
+            assert!(!text.contains('*'));
+            assert_ne!(grant.port(), 0);
+            match grant.host() {
+                Host::Name(name) => {
+                    assert!(name.len() <= 253 && name.contains('.'));
+                    assert!(name.split('.').all(|l| {
+                        (1..=63).contains(&l.len())
+                            && l.bytes()
+                                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    }));
+                }
+                Host::Ip(ip) => {
+                    assert!(!ip.is_unspecified());
+                    match ip {
+                        std::net::IpAddr::V4(v4) => assert!(!in_fake_pool(*v4)),
+                        std::net::IpAddr::V6(v6) => assert!(v6.to_ipv4_mapped().is_none()),
+                    }
+                }
+            }
+            let json = serde_json::to_string(&grant).unwrap_or_default();
+            assert_eq!(serde_json::from_str::<Grant>(&json).ok(), Some(grant));
+        }
+        Err(e) => {
+            assert!(e.at <= text.len());
+            assert!(!e.hint.is_empty());
+            let shown = e.to_string();
+            assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        }
+    }
+}
+
+fn granted_names() -> &'static GrantedNames {
+    static NAMES: OnceLock<GrantedNames> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let grants: Vec<Grant> = ["api.example.com:443", "a.b:1", "192.0.2.1:22"]
+            .iter()
+            .filter_map(|g| g.parse().ok())
+            .collect();
+        GrantedNames::new(&grants).unwrap_or_default()
+    })
+}
+
+/// A DNS message as the stub handles it, over UDP and as the first
+/// message of a TCP stream: never a panic; a reply is a response with the
+/// message's id that decodes, within the UDP size the stub allows; an
+/// answered name is lowercase LDH.
+pub fn dns_query(data: &[u8]) {
+    let mut messages = vec![(data, Transport::Udp)];
+    if let TcpMessage::Complete { message, consumed } = next_tcp_message(data) {
+        assert_eq!(consumed, message.len() + 2);
+        messages.push((message, Transport::Tcp));
+    }
+    for (message, transport) in messages {
+        let response = respond(message, granted_names(), transport);
+        if let Some(reply) = &response.reply {
+            assert_eq!(reply.get(..2), message.get(..2));
+            let Ok(decoded) = Message::from_vec(reply) else {
+                panic!("a reply that does not decode: {reply:?}");
+            };
+            assert_eq!(decoded.metadata.message_type, MessageType::Response);
+            if transport == Transport::Udp {
+                assert!(reply.len() <= 1232);
+            }
+        }
+        if let Outcome::Answered { name, .. } = &response.outcome {
+            assert!(name.len() <= 253);
+            assert!(name.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            }));
+        }
+    }
+}
+
+/// The first bytes of a connection: never a panic; a server name is
+/// lowercase printable ASCII without a trailing dot and matches itself;
+/// 16 KiB or more is never "need more"; and a decision, once made on a
+/// prefix, is the decision on the whole.
+pub fn client_hello(data: &[u8]) {
+    let whole = classify(data);
+    if let FirstFlight::Tls { sni: Some(sni) } = &whole {
+        assert!(!sni.is_empty() && !sni.ends_with('.') && sni.len() <= 255);
+        assert!(sni
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b.is_ascii_uppercase()));
+        assert!(sni_matches(sni, sni));
+    }
+    if data.len() >= MAX_FIRST_FLIGHT {
+        assert_ne!(whole, FirstFlight::NeedMore);
+    }
+    let step = (data.len() / 16).max(1);
+    for cut in (0..data.len()).step_by(step) {
+        let early = classify(&data[..cut]);
+        if early != FirstFlight::NeedMore {
+            assert_eq!(early, whole, "decided at {cut} of {}", data.len());
         }
     }
 }

@@ -12,6 +12,8 @@
 //! * [`manifest`], [`template`], [`policy`], [`plan`] and [`printable`] are pure: no kernel,
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
+//! * [`egress`] is the pure core of network grants, what spawnd decides a sandboxed
+//!   program may reach, on values and bytes alone.
 //! * [`program`], [`config`], [`kernel_features`] and [`cli`] do I/O at the edges.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
@@ -26,6 +28,7 @@ pub mod client;
 pub mod config;
 pub mod connectors;
 pub mod daemon;
+pub mod egress;
 pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;

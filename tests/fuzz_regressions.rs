@@ -6,11 +6,14 @@ use std::path::Path;
 
 type Check = fn(&[u8]);
 
-const TARGETS: [(&str, Check); 4] = [
+const TARGETS: [(&str, Check); 7] = [
     ("manifest", spawnd::fuzzing::manifest),
     ("template", spawnd::fuzzing::template),
     ("rpc_request", spawnd::fuzzing::rpc_request),
     ("audit_verify", spawnd::fuzzing::audit_verify),
+    ("grant", spawnd::fuzzing::grant),
+    ("dns_query", spawnd::fuzzing::dns_query),
+    ("client_hello", spawnd::fuzzing::client_hello),
 ];
 
 fn inputs(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy"],
     &["plan"],
     &["manifest"],
+    &["egress"],
     &["template", "printable"],
     &["sys"],
     &["lib"],

@@ -144,7 +144,7 @@ proptest! {
         let Ok(t) = Template::parse_tokens(&sources) else { return Ok(()) };
         let args = pick_args(&t, &params, &spec.2);
         let Ok(mut argv) = t.substitute(&args, &params) else { return Ok(()) };
-        if cut < argv.len() && cut % 2 == 0 {
+        if cut < argv.len() && cut.is_multiple_of(2) {
             argv.remove(cut);
         } else if let Some(element) = argv.get_mut(edit.max(1)) {
             element.insert(0, letter);

@@ -72,7 +72,7 @@ fn check_instruction(len: usize, pc: usize, insn: SockFilter) -> Result<(), Inte
     let lands = |skip: usize| pc.checked_add(1 + skip).is_some_and(|target| target < len);
     let in_range = match insn.code {
         op::LD_W_ABS => {
-            let fits = (insn.k as usize) < SECCOMP_DATA_SIZE && insn.k % 4 == 0;
+            let fits = (insn.k as usize) < SECCOMP_DATA_SIZE && insn.k.is_multiple_of(4);
             return if fits {
                 Ok(())
             } else {

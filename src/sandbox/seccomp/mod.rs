@@ -95,7 +95,7 @@ impl Filter {
 
     /// The inverse of [`Filter::to_bytes`]; `None` unless whole instructions.
     pub fn from_bytes(bytes: &[u8]) -> Option<Filter> {
-        if bytes.len() % 8 != 0 || bytes.is_empty() {
+        if !bytes.len().is_multiple_of(8) || bytes.is_empty() {
             return None;
         }
         let instructions = bytes
