@@ -632,3 +632,123 @@ fn error_messages_escape_control_characters() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(!has_control(&out.stderr), "{out:?}");
 }
+
+/// A manifest whose `fetch` operation is granted one host:port pair.
+fn network_manifest(s: &Scratch) -> PathBuf {
+    let tool = s.program("tool", 0o755);
+    let text = format!(
+        r#"[connector]
+name = "local://test/net"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{{ path = "{tool}" }}]
+network = ["api.example.com:443", "127.0.0.1:8080"]
+
+[capabilities.spawn.operations.fetch]
+argv = "tool fetch"
+network = ["api.example.com:443"]
+
+[capabilities.spawn.operations.offline]
+argv = "tool offline"
+network = []
+"#,
+        tool = tool.display()
+    );
+    s.write("net.toml", &text)
+}
+
+#[test]
+fn network_grants_are_shown_by_check_and_explain_and_lint_warns_of_host_loopback() {
+    let s = Scratch::new();
+    let m = network_manifest(&s);
+    let v = json_of(&check(&m, &["--op", "fetch"]));
+    assert_eq!(
+        v["data"]["network"],
+        serde_json::json!(["api.example.com:443"])
+    );
+    let v = json_of(&check(&m, &["--op", "offline"]));
+    assert_eq!(v["data"]["network"], serde_json::json!([]));
+    let text = spawnd(&["check", "--manifest", m.to_str().unwrap(), "--op", "fetch"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("network: api.example.com:443"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    let explained = spawnd(&["manifest", "explain", m.to_str().unwrap()]);
+    let explained = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.contains("exactly these host:port pairs")
+            && explained.contains("api.example.com:443, 127.0.0.1:8080")
+            && explained.contains("network: only api.example.com:443"),
+        "{explained}"
+    );
+    let lint = spawnd(&["manifest", "lint", "--json", m.to_str().unwrap()]);
+    let lint = String::from_utf8_lossy(&lint.stdout);
+    assert!(
+        lint.contains("127.0.0.1:8080") && lint.contains("loopback"),
+        "{lint}"
+    );
+}
+
+#[test]
+fn a_wildcard_grant_is_a_lint_error_at_its_line_and_column() {
+    let s = Scratch::new();
+    let m = network_manifest(&s);
+    let text = std::fs::read_to_string(&m).unwrap().replace(
+        "\"api.example.com:443\", \"127",
+        "\"*.example.com:443\", \"127",
+    );
+    let bad = s.write("bad.toml", &text);
+    let out = spawnd(&["manifest", "lint", bad.to_str().unwrap()]);
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{shown}");
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("network = [\"*"))
+        .unwrap()
+        + 1;
+    assert!(
+        shown.contains(&format!("bad.toml:{line}:13:")),
+        "line {line}, column 13: {shown}"
+    );
+}
+
+#[test]
+fn a_spawn_granted_network_is_refused_before_anything_runs_and_recorded() {
+    let s = Scratch::new();
+    let m = network_manifest(&s);
+    let log = s.path("audit.jsonl");
+    let config = s.write(
+        "config.toml",
+        &format!("[audit]\npath = \"{}\"\n", log.display()),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .env("SPAWND_CONFIG", &config)
+        .args([
+            "run",
+            "--json",
+            "--manifest",
+            m.to_str().unwrap(),
+            "--op",
+            "fetch",
+        ])
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(5), "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("api.example.com:443") && message.contains("nothing was run"),
+        "{v}"
+    );
+    let records = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        records.contains("api.example.com:443"),
+        "the refusal is on record: {records}"
+    );
+}

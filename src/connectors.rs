@@ -43,7 +43,14 @@ fn one(config: &Config, m: &Manifest, home: &Path) -> Value {
         .map(|s| {
             s.operations
                 .values()
-                .map(|op| json!({"name": op.name, "description": op.description, "mode": op.mode}))
+                .map(|op| {
+                    let mut o =
+                        json!({"name": op.name, "description": op.description, "mode": op.mode});
+                    if !op.network.is_empty() {
+                        o["network"] = json!(op.network);
+                    }
+                    o
+                })
                 .collect()
         })
         .unwrap_or_default();

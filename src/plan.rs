@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::egress::grant::Grant;
 use crate::manifest::{Limits, Sha256Digest, Tier};
 
 /// What will run, decided and resolved.
@@ -38,6 +39,8 @@ pub struct SpawnPlan {
     pub cwd: CwdPlan,
     /// Filesystem scopes, expanded for the caller.
     pub fs: FsPlan,
+    /// The `host:port` pairs the program may reach (the operation's).
+    pub network: Vec<Grant>,
     /// Limits in force.
     pub limits: Limits,
 }

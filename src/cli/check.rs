@@ -232,9 +232,18 @@ fn allowed_text(plan: &SpawnPlan) -> String {
     } else {
         "not pinned"
     };
+    let network = if plan.network.is_empty() {
+        "none (its own loopback only)".to_string()
+    } else {
+        plan.network
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let l = &plan.limits;
     format!(
-        "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\ncwd:     {cwd}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
+        "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\ncwd:     {cwd}\nnetwork: {network}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
         plan.connector, plan.version, plan.op, plan.op_mode, plan.program.declared, plan.program.resolved.display(), plan.program.sha256, plan.argv_shape,
         if env.is_empty() { "(none)".to_string() } else { env.join(", ") },
         l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files,

@@ -139,6 +139,9 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
                 list(&op.unix_sockets)
             );
         }
+        if op.network != s.network {
+            let _ = writeln!(out, "      network: only {}", grants(&op.network));
+        }
         if op.limits != s.limits {
             let _ = writeln!(
                 out,
@@ -147,6 +150,7 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
             );
         }
     }
+    explain_network(s, out);
     explain_fs(s, out);
     explain_env(s, out);
     let l = &s.limits;
@@ -156,7 +160,32 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
     } else {
         "no host services (no unix socket can be made)"
     };
-    let _ = writeln!(out, "\nThe sandbox adds, whatever the manifest says: no network (only its own loopback), {sockets}, no other files, no privilege gain (no setuid or setgid bits, no capabilities, never host uid 0), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.");
+    let network = if s.network.is_empty() {
+        "no network (only its own loopback)"
+    } else {
+        "no network but the host:port pairs listed above (and its own loopback)"
+    };
+    let _ = writeln!(out, "\nThe sandbox adds, whatever the manifest says: {network}, {sockets}, no other files, no privilege gain (no setuid or setgid bits, no capabilities, never host uid 0), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.");
+}
+
+/// Grants as `a:443, b:22`, or `nothing` for none.
+fn grants(list: &[crate::egress::grant::Grant]) -> String {
+    if list.is_empty() {
+        return "nothing".into();
+    }
+    list.iter().map(p).collect::<Vec<_>>().join(", ")
+}
+
+/// `network`: exactly the pairs, and what a pair means.
+fn explain_network(s: &SpawnGrant, out: &mut String) {
+    if s.network.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nNetwork: exactly these host:port pairs (names resolved by spawnd, never by the program; no other host, port or address): {}",
+        grants(&s.network)
+    );
 }
 
 fn describe_param(op: &crate::manifest::Operation, name: &str) -> String {

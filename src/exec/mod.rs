@@ -261,6 +261,9 @@ fn prepare_sandbox(
     if landlock_abi < required {
         return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
+    if !plan.network.is_empty() {
+        return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: operation `{}` is granted network access ({}), and this version of spawnd parses and shows network grants but does not yet relay connections for them; the program would have no network, so nothing was run (docs/manifest.md, Network)", plan.op, plan.network.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")))));
+    }
     let spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
     let credentials =

@@ -6,6 +6,7 @@ pub mod env_keys;
 mod error;
 pub mod limits;
 mod model;
+mod network;
 mod ops;
 pub mod paths;
 mod raw;
@@ -22,6 +23,8 @@ pub use ops::{check_op_name, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
 pub use paths::{system_path_overlap, PathProblem, ScopePath, SYSTEM_PATHS};
 pub use validate::{parse_manifest, LoadOptions};
 
+#[cfg(test)]
+mod network_tests;
 #[cfg(test)]
 mod stricter_than_adr_tests;
 #[cfg(test)]

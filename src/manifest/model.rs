@@ -1,6 +1,7 @@
 //! The validated manifest: every field typed, every bound checked. A value of
 //! these types can only be built by `validate`, so the gate never re-checks shape.
 
+use crate::egress::grant::Grant;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -251,6 +252,8 @@ pub struct Operation {
     pub limits: Limits,
     /// Unix sockets it may connect to: the connector's and its own.
     pub unix_sockets: Vec<ScopePath>,
+    /// The `host:port` pairs it may reach: its own list, or the connector's.
+    pub network: Vec<Grant>,
 }
 
 /// `[capabilities.spawn]`, validated.
@@ -274,6 +277,8 @@ pub struct SpawnGrant {
     pub fs_exec: Vec<ScopePath>,
     /// Unix sockets every operation may connect to.
     pub unix_sockets: Vec<ScopePath>,
+    /// The `host:port` pairs any operation may reach.
+    pub network: Vec<Grant>,
     /// Working-directory policy.
     pub cwd: Option<ScopePath>,
     /// Connector-wide limits.

@@ -9,10 +9,12 @@ use toml::Spanned;
 
 use super::limits::Limits;
 use super::model::{Operation, Program, Sha256Digest, ValueKind};
+use super::network::check_operation_grants;
 use super::paths::ScopePath;
 use super::raw::{RawArgv, RawArgvItem, RawOperation, RawParam, RawProgram, RawSpawn};
 use super::scopes::check_path;
 use super::validate::{check_limits, Checker};
+use crate::egress::grant::Grant;
 use crate::template::{ParamRule, Params, Pattern, Template, TokenSource};
 
 /// The longest value a param may allow: the kernel's limit for one argv string.
@@ -25,6 +27,7 @@ pub(super) fn validate_operations(
     spawn_span: Range<usize>,
     base: Limits,
     base_sockets: &[ScopePath],
+    base_network: &[Grant],
 ) -> Option<(Vec<Program>, BTreeMap<String, Operation>)> {
     let programs = check_programs(c, s.programs.as_ref(), spawn_span.clone());
     let empty = BTreeMap::new();
@@ -36,7 +39,8 @@ pub(super) fn validate_operations(
     let mut operations = BTreeMap::new();
     for (name, op) in ops {
         let programs = programs.as_deref().unwrap_or(&[]);
-        if let Some(op) = check_operation(c, name, op, programs, &base, base_sockets) {
+        if let Some(op) = check_operation(c, name, op, programs, &base, base_sockets, base_network)
+        {
             operations.insert(name.get_ref().clone(), op);
         }
     }
@@ -141,6 +145,7 @@ fn check_operation(
     programs: &[Program],
     base: &Limits,
     base_sockets: &[ScopePath],
+    base_network: &[Grant],
 ) -> Option<Operation> {
     let key = format!("capabilities.spawn.operations.{}", name.get_ref());
     if let Err(why) = check_op_name(name.get_ref()) {
@@ -194,6 +199,12 @@ fn check_operation(
             unix_sockets.push(socket);
         }
     }
+    let network = check_operation_grants(
+        c,
+        raw.network.as_ref(),
+        base_network,
+        &format!("{key}.network"),
+    );
     Some(Operation {
         name: name.get_ref().clone(),
         template,
@@ -205,6 +216,7 @@ fn check_operation(
         program,
         limits,
         unix_sockets,
+        network,
     })
 }
 

@@ -139,6 +139,9 @@ pub struct RawSpawn {
     /// Unix sockets every operation may connect to (extension).
     #[serde(default)]
     pub unix_sockets: Vec<Spanned<String>>,
+    /// `host:port` pairs the program may reach.
+    #[serde(default)]
+    pub network: Vec<Spanned<String>>,
     /// Working-directory policy.
     pub cwd: Option<Spanned<String>>,
     /// Connector-wide limits.
@@ -174,6 +177,9 @@ pub struct RawOperation {
     /// (extension).
     #[serde(default)]
     pub unix_sockets: Vec<Spanned<String>>,
+    /// The `host:port` pairs of the connector's this operation may reach
+    /// (absent: all of them).
+    pub network: Option<Vec<Spanned<String>>>,
 }
 
 /// An argv template in either form.

@@ -12,6 +12,7 @@ use super::limits::{Limits, LIMIT_SPECS, WALL_TIME_HARD_CEILING_MS};
 use super::model::{
     ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Sha256Digest, SpawnGrant, Warning,
 };
+use super::network::{check_grants, warn_of_special_literals};
 use super::ops::validate_operations;
 use super::raw::{RawLimits, RawManifest, RawSpawn};
 use super::scopes::{
@@ -298,6 +299,8 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     let fs_write = check_scopes(c, &s.fs_write, "fs_write");
     let fs_exec = check_scopes(c, &s.fs_exec, "fs_exec");
     let unix_sockets = check_scopes(c, &s.unix_sockets, "unix_sockets");
+    let network = check_grants(c, &s.network, "capabilities.spawn.network");
+    warn_of_special_literals(c, &network);
     for (scope, spanned) in fs_write.iter().zip(&s.fs_write) {
         if let Some(sys) = scope.touches_system_path() {
             c.error(
@@ -325,6 +328,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         spawn.span(),
         base_limits.unwrap_or_default(),
         &unix_sockets,
+        &network,
     )?;
     warn_of_unix_sockets(c, &operations);
     check_broad_scopes(c, &fs_read, &fs_write);
@@ -339,6 +343,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         fs_write,
         fs_exec,
         unix_sockets,
+        network,
         cwd,
         limits: base_limits?,
     })

@@ -80,6 +80,7 @@ fn gate(
         env_values,
         cwd,
         fs,
+        network: op.network.clone(),
         limits: op.limits,
     })
 }

@@ -76,8 +76,8 @@ pub(super) fn with_identity<T>(
         && nix::unistd::setfsgid(Gid::from_raw(0)).as_raw() == 0
         && nix::unistd::setgroups(&saved).is_ok();
     if !restored {
-        eprintln!(
-            "spawnd: could not restore root's identity after checking scopes as uid {}; exiting",
+        tracing::error!(
+            "could not restore root's identity after checking scopes as uid {}; exiting",
             who.uid
         );
         std::process::exit(10);

@@ -25,6 +25,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         env_values: Default::default(),
         cwd,
         fs,
+        network: Vec::new(),
         limits: Limits::default(),
     }
 }

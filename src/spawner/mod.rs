@@ -348,7 +348,7 @@ pub fn serve_on_fd3(parent: u32) -> i32 {
     match crate::sys::adopt_inherited_fd3() {
         Ok(fd) => server::serve(UnixStream::from(fd)),
         Err(e) => {
-            eprintln!("spawnd: __spawner: {e}");
+            tracing::error!("__spawner: {e}");
             70
         }
     }

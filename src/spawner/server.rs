@@ -57,7 +57,7 @@ pub fn serve(sock: UnixStream) -> i32 {
     // allowed (see `sandbox::priority`); without CAP_SYS_NICE, as before.
     if let Err(e) = crate::sandbox::priority::raise_for_spawner() {
         if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
-            eprintln!("spawnd: spawner: cannot raise its priority: {e}");
+            tracing::warn!("spawner: cannot raise its priority: {e}");
         }
     }
     let mut slots: HashMap<u64, Slot> = HashMap::new();
@@ -99,7 +99,7 @@ pub fn serve(sock: UnixStream) -> i32 {
         }
         if filling && !sock_ready && !chld_ready {
             if let Some(Err(e)) = pool.as_mut().map(SparePool::work) {
-                eprintln!("spawnd: spawner: spare sandboxes cannot be made ({e}); made at request time, retried in {} s", super::spares::RETRY_AFTER.as_secs());
+                tracing::warn!("spawner: spare sandboxes cannot be made ({e}); made at request time, retried in {} s", super::spares::RETRY_AFTER.as_secs());
             }
             continue;
         }
