@@ -197,7 +197,7 @@ fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
 /// root detached (`None`: it was not). A spare sandbox has its loopback up and its
 /// bounding set empty already; one launched now does both while the old
 /// root is being detached (the kernel's work of a `SIOCSIFFLAGS` on a new
-/// namespace's lo, ~70 µs here, then overlaps the detach on the other core
+/// namespace's lo then overlaps the detach on the other core
 /// instead of adding to it). Nothing that resolves a path goes there: until
 /// the detach is done, the host's root is at the old root's mount point,
 /// and a link the owner of a writable scope swaps in could lead a working
@@ -271,9 +271,9 @@ fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockA
 }
 
 /// Reaps the old root's unmount helper (its detach is done by then, as a
-/// rule), so nothing of it is left when the program starts. (Starting the
-/// program first saves ~0.1 ms, but the program could then signal the
-/// helper, `kill(-1, 0)`: escape test T4 catches it.)
+/// rule), so nothing of it is left when the program starts: a program
+/// started first could signal the helper (`kill(-1, 0)`; the escape suite's
+/// T4 checks it cannot).
 fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
     if let Some(helper) = detaching {
         waitpid(Pid::from_raw(helper), Some(WaitPidFlag::__WALL))

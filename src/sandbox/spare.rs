@@ -1,7 +1,7 @@
 //! Spare sandboxes, for the daemon's
 //! spawner. Creating the user, mount, pid, network, ipc and uts namespaces
-//! is most of a sandbox's kernel work (about 0.5–0.7 ms here, the network
-//! namespace alone about 0.3–0.6), and none of it depends on the request; nor
+//! is most of a sandbox's kernel work (the network namespace above all), and
+//! none of it depends on the request; nor
 //! does the shared part of the root (/tmp, /dev, /proc), once the ids are
 //! mapped. So a caller that launches many sandboxes (the daemon's spawner)
 //! makes spares while it is idle, and a request only hands over its order.
@@ -20,8 +20,8 @@
 //!
 //! `spawnd run` does not use spares: the kernel does a clone's namespace work
 //! in the calling process, so a one-shot process gains nothing by cloning
-//! earlier, and a helper to clone in the background costs a fork of its own
-//! (measured: no faster, more CPU).
+//! earlier, and a helper to clone in the background costs a fork of its own,
+//! more CPU for no shorter wait.
 //!
 //! A spare dies with its parent (parent-death signal, and its socket reads
 //! end-of-file), and dropping a [`Spare`] kills and reaps it.

@@ -77,7 +77,7 @@ impl Stream {
 /// The read buffer's size for output that comes in bulk.
 pub(super) const CHUNK: usize = 64 * 1024;
 /// Its size until a read fills it: a sandbox that writes little never pays
-/// for zeroing (and faulting in) 64 KiB, 16 page faults, ~50 µs here.
+/// for zeroing (and faulting in) 64 KiB, 16 page faults.
 pub(super) const FIRST_CHUNK: usize = 4 * 1024;
 
 /// Grows the read buffer to [`CHUNK`] once a read has filled it. The old

@@ -1,8 +1,11 @@
-//! The allocator of the static musl build (`src/main.rs` installs it).
+//! The allocator of the static musl build with the feature `musl-dlmalloc`
+//! (on by default; `src/main.rs` installs it). It takes 15–17% off a whole
+//! `spawnd run` against musl's own allocator (`scripts/bench-musl-features`;
+//! docs/benchmarks.md, "The musl runtime features").
 //!
 //! musl's own allocator unmaps mid-sized blocks as soon as they are free and
-//! maps them again on the next request: about 100 mmap/munmap pairs, 0.4 ms,
-//! in one `spawnd run`. Here small blocks come from dlmalloc (one heap behind
+//! maps them again on the next request: about 100 mmap/munmap pairs in one
+//! `spawnd run`. Here small blocks come from dlmalloc (one heap behind
 //! one lock, as spawnd's threads are few), and blocks of [`MAP_THRESHOLD`] and
 //! up get pages of their own, unmapped when freed (grown with `mremap`), so
 //! a long-running daemon's resident memory follows what it holds, as with

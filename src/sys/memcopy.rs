@@ -1,11 +1,13 @@
 //! `memcpy` and `memmove` for the static musl build on x86_64, in place of
-//! musl's.
+//! musl's, with the feature `musl-small-memcpy` (on by default). What it
+//! buys is measured by `scripts/bench-musl-features` (docs/benchmarks.md,
+//! "The musl runtime features"): nothing a single `spawnd run` shows, a few
+//! percent of the daemon's round trip and of its throughput under load.
 //!
 //! Most of spawnd's copies are a few dozen bytes (JSON, formatting, frames):
 //! about 2,000 per daemon spawn, 22 bytes on average. musl's memcpy starts
 //! every copy with byte steps around a `rep movsq`, several times the cost of
-//! glibc's for such sizes: measured under the daemon's load test, 2.8% of all
-//! CPU time was musl's memcpy (known elsewhere too: astral-sh/uv#10610).
+//! glibc's for such sizes (known elsewhere too: astral-sh/uv#10610).
 //!
 //! Here a copy of up to 64 bytes is loads then stores (of 2×32, 2×16, 2×8,
 //! 2×4 or 3×1 bytes, the second half overlapping the first); longer forward

@@ -270,7 +270,7 @@ impl SpawnCgroup {
     /// credentials: the sandbox's init writes `0` to each to move itself in.
     /// A thread moving itself skips the kernel's global threadgroup lock,
     /// whose first use after a quiet spell waits for an RCU grace period
-    /// (8–20 ms measured here) — moving the child by pid from outside does.
+    /// (milliseconds) — moving the child by pid from outside does.
     pub fn open_tasks(&self) -> std::io::Result<Vec<OwnedFd>> {
         [
             (&self.memory_dir, &self.memory),

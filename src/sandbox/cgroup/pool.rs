@@ -31,10 +31,9 @@ use super::{
 };
 
 /// What an ended sandbox may have left charged to its memory cgroup, for
-/// the cgroup to serve another: pages (page cache, anonymous, swap; 4 KiB
-/// measured after a Python start) and kernel objects, most of which the
-/// kernel frees only after an RCU grace period (0.15–0.3 MiB measured just
-/// after a Python sandbox ended, 8 KiB 10 ms later). More is what the
+/// the cgroup to serve another: a few pages (page cache, anonymous, swap) and
+/// kernel objects, most of which the kernel frees only after an RCU grace
+/// period, so the charge shrinks within milliseconds of the end. More is what the
 /// sandbox's files brought into the page cache or the inodes it created,
 /// which would count against the next sandbox's limit and peak: such a
 /// cgroup is removed instead, and the charges go to its parent. The pages
@@ -93,9 +92,8 @@ pub fn hold_for_reading(dir: OwnedFd) -> Option<Flock<OwnedFd>> {
 ///
 /// A kept pair is checked and reset while the spawner is idle
 /// ([`CgroupPool::work`]), with the limits the last launch asked for, so a
-/// launch that asks for the same takes it as it is: the check (about 50 µs
-/// of cgroup file reads and writes here) is then off the way from request
-/// to program. A pair not yet checked (a reader still held it, or no idle
+/// launch that asks for the same takes it as it is: the check (cgroup file
+/// reads and writes) is then off the way from request to program. A pair not yet checked (a reader still held it, or no idle
 /// time came) is checked when taken, as before.
 #[derive(Debug, Default)]
 pub struct CgroupPool {
