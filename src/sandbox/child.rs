@@ -26,6 +26,7 @@ use nix::unistd::Pid;
 use super::identity::{drop_bounding_set, drop_privileges_in_child, BoundingSetEmpty};
 use super::landlock::{restrict_current_process, LandlockApplied};
 use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
+use super::network::{set_up_network_in_child, NetworkSetup};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
 use super::status_pipe::{self, Applied, ProgramEnded, StatusKind};
@@ -62,6 +63,11 @@ pub struct ChildSetup<'a> {
     pub status: OwnedFd,
     /// The per-spawn cgroups' `tasks` files, opened by spawnd (empty with rlimits).
     pub cgroup_tasks: Vec<OwnedFd>,
+    /// With network grants: what to set up, and the channel the listeners
+    /// go to the parent over ([`super::network`]).
+    pub network: Option<(&'a NetworkSetup, OwnedFd)>,
+    /// The TCP ports the program may connect to (none without grants).
+    pub connect_ports: Vec<u16>,
     /// Identity inside.
     pub uid: u32,
     /// Group inside.
@@ -160,6 +166,11 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     join_own_cgroups(s)?;
     wait_for_go_ahead(&s.go_ahead)?;
     let (rooted, emptied) = build_root(s)?;
+    // Still holding CAP_NET_ADMIN in its namespace, with `lo` up: routes
+    // and listeners, handed to the parent before anything drops.
+    if let Some((setup, channel)) = s.network.take() {
+        set_up_network_in_child(setup, channel)?;
+    }
     prepare_cwd(s)?;
     if s.stdin_null {
         use_own_dev_null(s)?;
@@ -261,6 +272,7 @@ fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockA
         &scope_fds,
         (!s.script).then(|| s.program.as_fd()),
         s.landlock_abi,
+        &s.connect_ports,
     )?;
     drop(scope_fds);
     nix::sys::prctl::set_dumpable(false)
@@ -415,6 +427,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .iter_mut()
         .chain([&mut s.program, &mut s.go_ahead, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
+        .chain(s.network.iter_mut().map(|(_, channel)| channel))
         .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
         .chain(s.staged.iter_mut().flatten().flat_map(Staged::fds_mut))
     {
@@ -425,6 +438,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .iter()
         .chain([&s.program, &s.go_ahead, &s.status])
         .chain(s.cgroup_tasks.iter())
+        .chain(s.network.iter().map(|(_, channel)| channel))
         .chain(s.scopes.iter().map(|scope| &scope.pinned))
         .map(|fd| fd.as_raw_fd() as u32)
         .chain(

@@ -1,6 +1,6 @@
 //! What the parent hands a sandbox's init besides the order: the
 //! descriptors (program, stdio, go-ahead and status pipes, cgroup `tasks`
-//! files, the scopes' pins) and the facts that go with them. A child cloned
+//! files, the listeners' channel, the scopes' pins) and the facts that go with them. A child cloned
 //! at launch gets them in its copy of memory; a spare sandbox
 //! ([`super::spare`]) gets them in one frame, descriptors by `SCM_RIGHTS`,
 //! and rebuilds the same [`ChildSetup`] from them.
@@ -34,6 +34,9 @@ pub struct Handover {
     pub status: OwnedFd,
     /// The per-spawn cgroups' `tasks` files.
     pub cgroup_tasks: Vec<OwnedFd>,
+    /// With network grants: init's end of the channel it hands its
+    /// listeners over ([`super::network`]).
+    pub network: Option<OwnedFd>,
 }
 
 /// Descriptors every sandbox is handed besides its cgroups and scopes:
@@ -60,6 +63,12 @@ impl Handover {
             go_ahead: self.go_ahead,
             status: self.status,
             cgroup_tasks: self.cgroup_tasks,
+            network: order.network.as_ref().zip(self.network),
+            connect_ports: order
+                .network
+                .as_ref()
+                .map(super::network::NetworkSetup::connect_ports)
+                .unwrap_or_default(),
             uid: order.uid,
             gid: order.gid,
             may_setgroups: order.privileged,
@@ -79,6 +88,7 @@ impl Handover {
         v.push(self.go_ahead.as_fd());
         v.push(self.status.as_fd());
         v.extend(self.cgroup_tasks.iter().map(AsFd::as_fd));
+        v.extend(self.network.iter().map(AsFd::as_fd));
         v.extend(self.scopes.iter().map(|s| s.pinned.as_fd()));
         v
     }
@@ -95,13 +105,15 @@ impl Handover {
             script: self.script,
             stdin_null: self.stdin_null,
             cgroups: self.cgroup_tasks.len(),
+            network: self.network.is_some(),
         }
     }
 
     /// The handover again, from [`Handover::facts`] and the descriptors of
     /// [`Handover::fds`] as received.
     pub fn from_fds(facts: HandoverFacts, fds: Vec<OwnedFd>) -> Option<Handover> {
-        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + facts.scopes.len() {
+        let network = usize::from(facts.network);
+        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + network + facts.scopes.len() {
             return None;
         }
         let mut fds = fds.into_iter();
@@ -113,6 +125,10 @@ impl Handover {
         let cgroup_tasks = (0..facts.cgroups)
             .map(|_| next())
             .collect::<Option<Vec<_>>>()?;
+        let network = match facts.network {
+            true => Some(next()?),
+            false => None,
+        };
         let scopes = facts
             .scopes
             .into_iter()
@@ -134,6 +150,7 @@ impl Handover {
             go_ahead,
             status,
             cgroup_tasks,
+            network,
         })
     }
 }
@@ -149,4 +166,6 @@ pub struct HandoverFacts {
     pub stdin_null: bool,
     /// How many cgroup `tasks` descriptors come after the fixed ones.
     pub cgroups: usize,
+    /// Whether the listeners' channel comes after the cgroups'.
+    pub network: bool,
 }

@@ -1,6 +1,7 @@
 //! Landlock over the same paths as the mounts, at the best ABI the kernel
 //! offers: filesystem access per scope (execute only where granted, no device
-//! creation), TCP bind and connect denied outright (ABI ≥ 4), abstract unix
+//! creation), TCP bind denied and connect denied but to the ports of network
+//! grants and the DNS stub's (ABI ≥ 4), abstract unix
 //! sockets and signals scoped to the sandbox (ABI ≥ 6). Every feature of the
 //! detected ABI is a hard requirement: the kernel enforces all of it or the
 //! spawn fails — there is no silent best effort.
@@ -8,8 +9,8 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use landlock::{
-    Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::Serialize;
 
@@ -60,6 +61,7 @@ pub fn restrict_current_process(
     scope_fds: &[std::os::fd::OwnedFd],
     program: Option<BorrowedFd<'_>>,
     kernel_abi: u32,
+    connect_ports: &[u16],
 ) -> Result<LandlockApplied, StepError> {
     let abi = ABI::from(kernel_abi as i32);
     let mut ruleset = Ruleset::default()
@@ -111,6 +113,15 @@ pub fn restrict_current_process(
                     .map_err(fail(&format!("rule for {}", rule.path.display())))?
             }
         };
+    }
+    // Network grants: connecting to their ports (and the DNS stub's) is the
+    // one TCP right, a second fence behind the routes; binding stays denied.
+    if tcp_denied {
+        for &port in connect_ports {
+            created = created
+                .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+                .map_err(fail(&format!("rule for connecting to port {port}")))?;
+        }
     }
     if let Some(program) = program {
         let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);

@@ -18,6 +18,7 @@ use super::as_caller::{check_as_child, required_access, with_identity, CallerCre
 use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots};
 use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
+use super::network::{receive_listeners, Listeners, NetworkSetup};
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep,
     sealed_script_copy, write_id_maps,
@@ -122,6 +123,10 @@ pub struct LaunchOrder {
     /// caller (docs/sandbox.md), so nothing is bound that the caller could not open.
     #[serde(default)]
     pub check_as: Option<CallerCreds>,
+    /// With network grants: the routes and listeners init sets up in the
+    /// sandbox's namespace ([`super::network`]); `None` without grants.
+    #[serde(default)]
+    pub network: Option<NetworkSetup>,
 }
 
 /// Environment entries that may hold secrets: zeroed on drop.
@@ -156,6 +161,7 @@ impl LaunchRequest<'_> {
             seccomp: self.seccomp.to_bytes(),
             limits_via: self.limits_via.clone(),
             check_as: self.check_as.clone(),
+            network: NetworkSetup::for_grants(&self.plan.network)?,
         })
     }
 }
@@ -179,6 +185,9 @@ pub struct Running {
     /// (when a spawner launched it, the spawner's caller holds a copy until
     /// the release).
     pub go_ahead: OwnedFd,
+    /// With network grants: the listeners init opened in the sandbox's
+    /// network namespace, received before the program may start.
+    pub listeners: Option<Listeners>,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,
     /// When the ids were mapped and the child went on to build its root.
@@ -256,6 +265,12 @@ impl Launched {
             .as_ref()
             .and_then(|r| r.cgroup.as_ref())
             .map(SpawnCgroup::open_memory_dir)
+    }
+
+    /// Takes the listeners of a sandbox with network grants (see
+    /// [`Running::listeners`]).
+    pub fn take_listeners(&mut self) -> Option<Listeners> {
+        self.running.as_mut().and_then(|r| r.listeners.take())
     }
 
     /// Takes the write end of the stdin pipe (`StdinSource::Pipe`): whoever
@@ -343,6 +358,7 @@ pub fn launch_order(
     let (program, script) = program_to_run(program, order)?;
     let seccomp = seccomp_filter(order)?;
     let (cgroup, cgroup_tasks) = cgroups_for(order, cgroups)?;
+    let (listener_channel, network) = listener_channel(order)?;
     let handover = Handover {
         scopes,
         program: OwnedFd::from(program),
@@ -352,6 +368,7 @@ pub fn launch_order(
         go_ahead: child.go_ahead,
         status: child.status,
         cgroup_tasks,
+        network,
     };
     let cloned_at = std::time::Instant::now();
     let (pid, mapped, parent) = match deliver_to_spare(order, &handover, spare) {
@@ -385,11 +402,59 @@ pub fn launch_order(
         stdin: parent.stdin,
         cgroup,
         go_ahead: parent.go_ahead,
+        listeners: None,
         cloned_at,
         mapped_at: cloned_at,
         released_at: cloned_at,
     };
-    first_go_ahead(running, order, mapped)
+    let launched = first_go_ahead(running, order, mapped)?;
+    match listener_channel {
+        Some(channel) => with_listeners(launched, &channel),
+        None => Ok(launched),
+    }
+}
+
+/// How long the parent waits for init's listeners: init builds its root
+/// first, a matter of milliseconds.
+const LISTENERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// For an order with network grants, the private socketpair init hands its
+/// listeners over: the parent's end, and init's (in the [`Handover`]).
+fn listener_channel(
+    order: &LaunchOrder,
+) -> Result<(Option<std::os::unix::net::UnixStream>, Option<OwnedFd>), StepError> {
+    if order.network.is_none() {
+        return Ok((None, None));
+    }
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| StepError::new("socketpair(the listeners' channel)", e))?;
+    ours.set_read_timeout(Some(LISTENERS_WITHIN))
+        .map_err(|e| StepError::new("set the listeners' channel's timeout", e))?;
+    Ok((Some(ours), Some(OwnedFd::from(theirs))))
+}
+
+/// Waits for init's listeners and keeps them in the sandbox. If they do
+/// not come (init failed a step, and said which on its status pipe), the
+/// sandbox is aborted with init's reason.
+fn with_listeners(
+    mut launched: Launched,
+    channel: &std::os::unix::net::UnixStream,
+) -> Result<Launched, StepError> {
+    let received = receive_listeners(channel);
+    let Some(mut running) = launched.running.take() else {
+        return Err(StepError::new(
+            "receive the sandbox's listeners",
+            std::io::Error::other("no sandbox"),
+        ));
+    };
+    match received {
+        Ok(listeners) => {
+            running.listeners = Some(listeners);
+            launched.running = Some(running);
+            Ok(launched)
+        }
+        Err(e) => Err(abort(running, e)),
+    }
 }
 
 /// Refuses an argv or env entry with a NUL byte. Checked first, so that a

@@ -10,6 +10,8 @@
 //!   (`identity`), applies Landlock (`landlock`) and seccomp last, starts the
 //!   program (which inherits all of it and executes the hashed fd) and stays
 //!   as its init;
+//! * `network` sets up a spawn's network grants inside its namespace (local
+//!   routes, listeners handed to the parent);
 //! * `status_pipe` is what init tells the parent (a failure, the layers in
 //!   force, the program's end): encoded inside, decoded by the supervisor.
 //!
@@ -34,6 +36,7 @@ mod identity;
 pub mod landlock;
 pub mod launch;
 mod mounts;
+pub mod network;
 mod prepare;
 pub mod priority;
 pub mod seccomp;

@@ -59,6 +59,13 @@ pub enum MountKind {
     /// if that path still holds the file the gate hashed; if it was replaced
     /// meanwhile, nothing is bound and init runs the hashed descriptor.
     Program,
+    /// A small file made by init with these contents, bound read-only over
+    /// the target (a file of a system path, or one created in the fresh
+    /// root): the DNS configuration of a spawn with network grants.
+    File {
+        /// Its contents.
+        contents: String,
+    },
     /// A bind mount.
     Bind {
         /// Where from.
@@ -250,6 +257,7 @@ pub fn build_spec(
     add_system_paths(&mut spec, system_paths, host);
     add_scopes(&mut spec, plan, host);
     add_program(&mut spec, system_paths, host);
+    add_resolver(&mut spec, plan);
     if let CwdPlan::Dir(dir) = &plan.cwd {
         let created = spec.create_write_scopes.iter().any(|w| dir.starts_with(w));
         if host(dir) != HostKind::Dir && !created {
@@ -423,6 +431,27 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
         });
     }
 }
+
+/// With network grants, the sandbox resolves names through spawnd's DNS
+/// stub on its own loopback, and nothing else: `/etc/resolv.conf` says so,
+/// bound over whatever the system paths show there (last, over any scope).
+/// Without grants, `/etc` is left as the system paths make it.
+fn add_resolver(spec: &mut SandboxSpec, plan: &SpawnPlan) {
+    if plan.network.is_empty() {
+        return;
+    }
+    spec.mounts.push(MountStep {
+        target: RESOLV_CONF.into(),
+        kind: MountKind::File {
+            contents: RESOLVER_CONFIG.to_string(),
+        },
+    });
+}
+
+/// The resolver configuration's path.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// A sandbox with network grants asks spawnd's DNS stub, and only it.
+pub const RESOLVER_CONFIG: &str = "nameserver 127.0.0.1\n";
 
 /// Scopes are mounted shallowest first, so a nested scope lands on top of its parent.
 fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> HostKind) {

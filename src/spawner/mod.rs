@@ -261,7 +261,10 @@ impl Spawner {
         match self.reply(id, &rx)? {
             (
                 Reply::Launched {
-                    init_pid, cgroup, ..
+                    init_pid,
+                    cgroup,
+                    listener_ports,
+                    ..
                 },
                 fds,
             ) => {
@@ -277,6 +280,22 @@ impl Spawner {
                     ));
                 };
                 let cgroup_memory = if cgroup { fds.next() } else { None };
+                let listeners = match listener_ports {
+                    Some(ports) => {
+                        let taken: Vec<OwnedFd> = fds.by_ref().take(2 + ports.len()).collect();
+                        match crate::sandbox::network::Listeners::from_fds(&ports, taken) {
+                            Some(l) => Some(l),
+                            None => {
+                                let _ = self.send(&Request::Abort { id }, &[]);
+                                self.forget(id);
+                                return Err(SpawnerError::Unavailable(
+                                    "launched without its listeners".into(),
+                                ));
+                            }
+                        }
+                    }
+                    None => None,
+                };
                 let stdin = fds.next();
                 Ok(RemoteLaunched {
                     inner: Some(RemoteSandbox {
@@ -293,6 +312,7 @@ impl Spawner {
                             .and_then(crate::sandbox::cgroup::hold_for_reading),
                         has_cgroup: cgroup,
                         stdin,
+                        listeners,
                         pidfd,
                         go_ahead: Some(go_ahead),
                         replies: rx,
@@ -357,7 +377,10 @@ pub fn serve_on_fd3(parent: u32) -> i32 {
 /// Reads replies and hands each to the caller waiting for its sandbox; when
 /// the spawner is gone, every waiter learns it (its channel closes).
 fn route_replies(sock: UnixStream, routes: Routes, gone: Arc<AtomicBool>) {
-    while let Ok(Some((reply, fds))) = crate::ipc::recv::<Reply>(&sock) {
+    // A `Launched` reply can carry a sandbox's listeners: up to a frame's limit.
+    while let Ok(Some((reply, fds))) =
+        crate::ipc::recv_up_to::<Reply>(&sock, crate::ipc::MAX_FRAME_FDS)
+    {
         let id = reply.id();
         let last = matches!(reply, Reply::Exited { .. } | Reply::Failed { .. });
         let Ok(mut map) = routes.lock() else { return };

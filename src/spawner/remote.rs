@@ -25,6 +25,8 @@ pub struct RemoteSandbox<'s> {
     pub status: OwnedFd,
     /// Write end of the stdin pipe, for [`super::RemoteStdin::Pipe`].
     pub stdin: Option<OwnedFd>,
+    /// With network grants: the listeners in its network namespace.
+    pub listeners: Option<crate::sandbox::network::Listeners>,
     /// A pidfd for init: signals reach this sandbox and no later process.
     pub pidfd: OwnedFd,
     /// The write end of init's go-ahead pipe, until the program is released.
@@ -173,6 +175,11 @@ impl<'s> RemoteLaunched<'s> {
     /// The sandbox (its pipes can be read already: a setup failure arrives on `status`).
     pub fn sandbox(&self) -> Option<&RemoteSandbox<'s>> {
         self.inner.as_ref()
+    }
+
+    /// Takes the listeners of a sandbox with network grants.
+    pub fn take_listeners(&mut self) -> Option<crate::sandbox::network::Listeners> {
+        self.inner.as_mut().and_then(|s| s.listeners.take())
     }
 
     /// Takes the stdin pipe's write end.

@@ -151,6 +151,7 @@ fn handle(
                     let pidfd = pidfd_open(init_pid);
                     let stdin_w = launched.take_stdin();
                     let memory_dir = launched.open_cgroup_memory_dir().transpose();
+                    let listeners = launched.take_listeners();
                     let pipes = launched.pipes();
                     let go_ahead = launched.go_ahead();
                     match (pidfd, pipes.zip(go_ahead), memory_dir) {
@@ -159,6 +160,9 @@ fn handle(
                                 vec![out, err, status, pidfd.as_fd(), go_ahead];
                             if let Some(dir) = &memory_dir {
                                 list.push(dir.as_fd());
+                            }
+                            if let Some(l) = &listeners {
+                                list.extend(l.fds());
                             }
                             if let Some(w) = &stdin_w {
                                 list.push(w.as_fd());
@@ -170,10 +174,13 @@ fn handle(
                                     id,
                                     init_pid,
                                     cgroup,
+                                    listener_ports: listeners.as_ref().map(|l| l.ports()),
                                 },
                                 &list,
                             )?;
                             drop(list);
+                            // The daemon holds the listeners now.
+                            drop(listeners);
                             slots.insert(id, Slot::Launched(launched));
                             // With the reply on its way, stale cgroups (a
                             // `kill -9`'d spawnd's) are swept, now and then.

@@ -52,8 +52,9 @@ pub enum Request {
 pub enum Reply {
     /// The sandbox exists (descriptors: stdout, stderr and status read ends,
     /// a pidfd for init, the write end of init's go-ahead pipe, the memory
-    /// cgroup's directory when `cgroup`, then the stdin pipe's write end for
-    /// `StdinKind::Pipe`). The daemon releases the program by writing one
+    /// cgroup's directory when `cgroup`, the listeners when `listener_ports`
+    /// (DNS UDP, DNS TCP, then one per port), then the stdin pipe's write
+    /// end for `StdinKind::Pipe`). The daemon releases the program by writing one
     /// byte to the go-ahead pipe itself, once its audit record is durable —
     /// a trip through the spawner less — and then tells it `Started`.
     Launched {
@@ -65,6 +66,10 @@ pub enum Reply {
         /// directory follows the pidfd, for readings before init is reaped.
         #[serde(default)]
         cgroup: bool,
+        /// With network grants: the granted ports, in the order of their
+        /// listeners' descriptors ([`crate::sandbox::network::Listeners`]).
+        #[serde(default)]
+        listener_ports: Option<Vec<u16>>,
     },
     /// A step failed; nothing of the program ran.
     Failed {

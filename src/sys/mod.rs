@@ -3,7 +3,8 @@
 //! concept: `confine.rs` (Landlock's ABI, seccomp, capabilities, loopback),
 //! `process.rs` (clone, reaping, pidfds, nice values), `fds.rs`, `peer.rs`
 //! (a socket peer's pidfd and user namespace), `keyring.rs`, `mount.rs` (the
-//! mount calls and the old root's unmount helpers) and `start.rs` (the start
+//! mount calls and the old root's unmount helpers), `netlink.rs` (a sandbox's
+//! local routes) and `start.rs` (the start
 //! of the sandboxed program); for the static musl build, behind the binary's features
 //! `musl-dlmalloc` and `musl-small-memcpy` (on by default), the allocator
 //! (`heap.rs`) and, on x86_64, `memcpy`/`memmove` (`memcopy.rs`).
@@ -25,6 +26,7 @@ mod keyring;
 ))]
 mod memcopy;
 mod mount;
+mod netlink;
 mod peer;
 mod process;
 mod start;
@@ -32,6 +34,7 @@ pub use mount::{
     detach_mount_in_background, detach_mount_when_told, mount_setattr, mount_setattr_fd,
     WaitingDetach,
 };
+pub use netlink::add_local_route;
 pub use start::{restore_every_default_action, start_program, ProgramStart, StatusPipe};
 
 pub use confine::*;

@@ -349,6 +349,53 @@ fn bind_program(
     )
 }
 
+/// Where a [`MountKind::File`] is written before it is bound: in the
+/// staged root's own tmpfs, and unlinked once bound (the bind keeps it).
+const SMALL_FILE_SOURCE: &str = ".spawnd-file";
+
+/// Writes `contents` into a fresh file of the staged root, binds it over
+/// the target (created in the fresh root if missing there), unlinks the
+/// source and makes the bind read-only: the program can neither change the
+/// file nor find it anywhere else.
+fn bind_small_file(
+    stage: &OwnedFd,
+    rel: &Path,
+    contents: &str,
+    shown: &str,
+) -> Result<(), StepError> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    let source = Path::new(SMALL_FILE_SOURCE);
+    let file = openat(
+        stage,
+        source,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::from_bits_truncate(0o444),
+    )
+    .map_err(step(format!("create the file for {shown}")))?;
+    std::io::Write::write_all(&mut std::fs::File::from(file), contents.as_bytes())
+        .map_err(io_step(format!("write the file for {shown}")))?;
+    let target = open_beneath(stage, rel, Create::File(0o644))?;
+    let from = open_beneath(stage, source, Create::Nothing)?;
+    mount_onto(
+        &fd_path(&from),
+        &target,
+        MsFlags::MS_BIND,
+        None,
+        None,
+        shown,
+    )?;
+    nix::unistd::unlinkat(stage, source, nix::unistd::UnlinkatFlags::NoRemoveDir)
+        .map_err(step(format!("unlink the file for {shown}")))?;
+    restrict_mount(
+        stage,
+        rel,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+        false,
+        shown,
+    )
+}
+
 fn relative(target: &Path) -> &Path {
     target.strip_prefix("/").unwrap_or(target)
 }
@@ -394,6 +441,7 @@ fn apply_step(
         MountKind::Proc => mount_proc(stage, rel, &shown),
         MountKind::Device { host } => bind_device(stage, rel, host, &shown),
         MountKind::Program => bind_program(stage, rel, &m.target, program),
+        MountKind::File { contents } => bind_small_file(stage, rel, contents, &shown),
         MountKind::Symlink { target: link } => make_symlink(stage, rel, link, &shown),
         MountKind::Bind {
             source,

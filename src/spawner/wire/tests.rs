@@ -17,6 +17,7 @@ fn a_frame_carries_its_body_and_descriptors() {
             id: 7,
             init_pid: 42,
             cgroup: true,
+            listener_ports: Some(vec![443]),
         },
         &[file.as_fd(), file.as_fd()],
     )
@@ -36,8 +37,9 @@ fn a_frame_carries_its_body_and_descriptors() {
         Reply::Launched {
             id: 7,
             init_pid: 42,
-            cgroup: true
-        }
+            cgroup: true,
+            listener_ports: Some(ref ports),
+        } if ports == &[443]
     ));
     assert_eq!(fds.len(), 2);
     let mut text = String::new();

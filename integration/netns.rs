@@ -1,0 +1,296 @@
+//! A sandbox with network grants, at the `sandbox::launch` level (below the
+//! exec pipeline, which still refuses grants until spawnd relays): the
+//! program inside reaches the listeners init handed to this process through
+//! the fake pool and an IP-literal grant, nothing else has a route, the DNS
+//! stub's UDP socket gets its queries, and `/etc/resolv.conf` names the stub.
+//! A sandbox without grants gets none of it. Run as root, through a spare
+//! sandbox too, and as the unprivileged user `nobody` (65534), which this
+//! binary re-executes itself as. `harness = false`: a launch needs a
+//! single-threaded process.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Command;
+
+use spawnd::egress::grant::Grant;
+use spawnd::manifest::{Limits, Sha256Digest, Tier};
+use spawnd::plan::{CwdPlan, FsPlan, ProgramPlan, SpawnPlan};
+use spawnd::sandbox::launch::{launch_order, LaunchRequest, LimitsVia, StdinSource};
+use spawnd::sandbox::network::Listeners;
+use spawnd::sandbox::seccomp::{filter_for, FilterOptions};
+use spawnd::sandbox::spare::Spare;
+use spawnd::sandbox::spec::{build_spec, system_steps, HostKind};
+
+const PYTHON: &str = "/usr/bin/python3";
+const GRANTED: u16 = 8443;
+const OTHER: u16 = 8444;
+const LITERAL: &str = "203.0.113.7";
+
+/// What the program reports, one `name=value` line per check.
+const SCRIPT: &str = r#"
+import errno, socket
+def tcp(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect((host, port)); return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def udp_route(host):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((host, 9)); return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def bind(family, host, port):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.bind((host, port)); return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+keep = []
+print("pool_granted=" + tcp("198.18.0.1", 8443))
+print("literal_granted=" + tcp("203.0.113.7", 8443))
+print("pool_other_port=" + tcp("198.18.0.1", 8444))
+print("elsewhere_granted_port=" + tcp("10.9.9.9", 8443))
+print("route_pool=" + udp_route("198.18.0.1"))
+print("route_elsewhere=" + udp_route("10.9.9.9"))
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b"dns-query-from-inside", ("127.0.0.1", 53)); print("dns_sent=ok")
+except OSError as e:
+    print("dns_sent=" + errno.errorcode.get(e.errno, str(e.errno)))
+print("bind_any6=" + bind(socket.AF_INET6, "::", 8443))
+print("bind_lo4=" + bind(socket.AF_INET, "127.0.0.1", 8443))
+try:
+    print("resolv=" + repr(open("/etc/resolv.conf").read()))
+except OSError as e:
+    print("resolv=" + errno.errorcode.get(e.errno, str(e.errno)))
+"#;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Via {
+    Clone,
+    Spare,
+}
+
+fn plan(network: &[&str]) -> SpawnPlan {
+    SpawnPlan {
+        connector: "local://test/netns".into(),
+        version: "1".into(),
+        manifest_sha256: Sha256Digest([0; 32]),
+        op: "probe".into(),
+        op_mode: Tier::Readonly,
+        program: ProgramPlan {
+            declared: PYTHON.into(),
+            resolved: std::fs::canonicalize(PYTHON).unwrap(),
+            sha256: Sha256Digest([0; 32]),
+            pinned: false,
+        },
+        argv: vec!["python3".into(), "-c".into(), SCRIPT.into()],
+        argv_shape: "python3 -c {script}".into(),
+        env: Vec::new(),
+        env_values: BTreeMap::new(),
+        cwd: CwdPlan::FreshTemp,
+        fs: FsPlan::default(),
+        network: network.iter().map(|g| Grant::parse(g).unwrap()).collect(),
+        limits: Limits::default(),
+    }
+}
+
+fn host_kind(p: &std::path::Path) -> HostKind {
+    match std::fs::symlink_metadata(p) {
+        Err(_) => HostKind::Missing,
+        Ok(m) if m.file_type().is_symlink() => HostKind::Symlink(std::fs::read_link(p).unwrap()),
+        Ok(m) if m.is_dir() => HostKind::Dir,
+        Ok(_) => HostKind::File,
+    }
+}
+
+/// What one sandbox showed: the program's report, and the listeners.
+struct Seen {
+    report: BTreeMap<String, String>,
+    listeners: Option<Listeners>,
+}
+
+fn run_sandbox(network: &[&str], via: Via) -> Seen {
+    let privileged = nix::unistd::geteuid().is_root();
+    let plan = plan(network);
+    let system: Vec<PathBuf> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    let spec = build_spec(&plan, &system, &host_kind).unwrap();
+    let filter = filter_for(FilterOptions::for_spawn(false, privileged, false)).unwrap();
+    let order = LaunchRequest {
+        plan: &plan,
+        spec: &spec,
+        program: File::open(&plan.program.resolved).unwrap(),
+        stdin: StdinSource::Null,
+        uid: 65534,
+        gid: 65534,
+        privileged,
+        landlock_abi: spawnd::sys::landlock_abi_version().unwrap(),
+        seccomp: filter,
+        limits_via: LimitsVia::Rlimits,
+        credentials: Vec::new(),
+        check_as: None,
+    }
+    .order()
+    .unwrap();
+    let spare = match via {
+        Via::Clone => None,
+        Via::Spare => {
+            let mut spare = Spare::make().unwrap();
+            spare
+                .make_ready_for((65534, 65534, privileged), system_steps(&spec.mounts))
+                .unwrap();
+            Some(spare)
+        }
+    };
+    let program = File::open(&plan.program.resolved).unwrap();
+    let mut launched = launch_order(&order, program, StdinSource::Null, spare, None)
+        .unwrap_or_else(|e| panic!("launch: {e}"));
+    // Taken before the release: the program cannot run without them.
+    let listeners = launched.take_listeners();
+    let running = launched.start_program().unwrap();
+    let mut out = String::new();
+    File::from(running.stdout).read_to_string(&mut out).unwrap();
+    let mut err = String::new();
+    File::from(running.stderr).read_to_string(&mut err).unwrap();
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(running.init_pid), None);
+    let report: BTreeMap<String, String> = out
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert!(
+        report.contains_key("resolv"),
+        "program output: {out}\n{err}"
+    );
+    Seen { report, listeners }
+}
+
+/// Accepts one connection on `listener` (already queued) and returns the
+/// address the program dialed, as the accepted socket's own name.
+fn accept_dialed(listener: &OwnedFd) -> SocketAddr {
+    use nix::sys::socket::{accept4, getsockname, SockFlag, SockaddrIn6};
+    let fd =
+        accept4(listener.as_raw_fd(), SockFlag::SOCK_CLOEXEC).expect("accept a queued connection");
+    let name: SockaddrIn6 = getsockname(fd).unwrap();
+    let _ = nix::unistd::close(fd);
+    let ip = name.ip();
+    let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
+    SocketAddr::new(ip, name.port())
+}
+
+fn check_with_grants(via: Via) {
+    let seen = run_sandbox(&["api.example.com:8443", "203.0.113.7:8443"], via);
+    let r = &seen.report;
+    let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
+    assert_eq!(get("pool_granted"), "ok", "{r:?}");
+    assert_eq!(get("literal_granted"), "ok", "{r:?}");
+    // Another port of the pool: Landlock's fence refuses it before the
+    // kernel would (ECONNREFUSED: nothing listens there).
+    assert_eq!(get("pool_other_port"), "EACCES", "{r:?}");
+    assert_eq!(get("elsewhere_granted_port"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("route_pool"), "ok", "{r:?}");
+    assert_eq!(get("route_elsewhere"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("dns_sent"), "ok", "{r:?}");
+    // Binding stays denied outright; a bind past Landlock would meet the
+    // listener (EADDRINUSE), which holds [::]:8443 without SO_REUSE*.
+    assert_eq!(get("bind_any6"), "EACCES", "{r:?}");
+    assert_eq!(get("bind_lo4"), "EACCES", "{r:?}");
+    assert_eq!(get("resolv"), "'nameserver 127.0.0.1\\n'", "{r:?}");
+    let listeners = seen.listeners.expect("listeners handed over");
+    assert_eq!(listeners.ports(), vec![GRANTED]);
+    let granted = &listeners.tcp[0].1;
+    let first = accept_dialed(granted);
+    let second = accept_dialed(granted);
+    assert_eq!(
+        first,
+        SocketAddr::new("198.18.0.1".parse().unwrap(), GRANTED)
+    );
+    assert_eq!(second, SocketAddr::new(LITERAL.parse().unwrap(), GRANTED));
+    let mut buf = [0u8; 512];
+    let n = nix::sys::socket::recv(
+        listeners.dns_udp.as_raw_fd(),
+        &mut buf,
+        nix::sys::socket::MsgFlags::empty(),
+    )
+    .expect("the DNS query is queued on the UDP listener");
+    assert_eq!(&buf[..n], b"dns-query-from-inside");
+    // The sockets' own properties, from this side.
+    for fd in listeners.fds() {
+        let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        assert!(flags & libc::O_NONBLOCK != 0, "nonblocking");
+        let v6only =
+            nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::Ipv6V6Only).unwrap();
+        assert!(!v6only, "dual-stack");
+        assert!(!nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::ReuseAddr).unwrap());
+        assert!(!nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::ReusePort).unwrap());
+    }
+    let _ = OTHER;
+}
+
+fn check_without_grants(via: Via) {
+    let seen = run_sandbox(&[], via);
+    let r = &seen.report;
+    let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
+    assert!(seen.listeners.is_none());
+    assert_eq!(get("route_pool"), "ENETUNREACH", "{r:?}");
+    // TCP connect is denied outright by Landlock without grants.
+    assert_eq!(get("pool_granted"), "EACCES", "{r:?}");
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap();
+    assert_eq!(
+        get("resolv"),
+        format!("{host:?}").replace('"', "'"),
+        "{r:?}"
+    );
+}
+
+fn scenarios(spares: bool) {
+    let mut vias = vec![Via::Clone];
+    if spares {
+        vias.push(Via::Spare);
+    }
+    for via in vias {
+        check_with_grants(via);
+        println!("ok: a sandbox with grants ({via:?})");
+        check_without_grants(via);
+        println!("ok: a sandbox without grants ({via:?})");
+    }
+}
+
+fn main() {
+    if std::env::var_os("SPAWND_NETNS_AS_NOBODY").is_some() {
+        scenarios(false);
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        if std::env::var_os("SPAWND_TEST_ALLOW_SKIP").is_some() {
+            println!("skipped: not root");
+            return;
+        }
+        panic!("the netns tests run as root (and re-run as nobody); set SPAWND_TEST_ALLOW_SKIP=1 to skip");
+    }
+    scenarios(true);
+    // As nobody: this binary again, through setpriv.
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .env("SPAWND_NETNS_AS_NOBODY", "1")
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "as nobody: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

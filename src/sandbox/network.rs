@@ -1,0 +1,261 @@
+//! A sandbox's network grants, from its own side: the sandbox keeps its own
+//! network namespace with only `lo`, and spawnd's sockets inside it are the
+//! only way out. While init still holds CAP_NET_ADMIN over the namespace it
+//! routes the fake pool (198.18.0.0/15) and each IP-literal grant to `lo` as
+//! `local` routes, opens the listeners — TCP on `[::]:P` (dual-stack) for
+//! each granted port, UDP and TCP on `[::]:53` for the DNS stub — and hands
+//! them to the process that launched it over a private socketpair, keeping
+//! no copy. Sockets keep the namespace they were made in, so spawnd accepts
+//! the program's connections from its own namespace without `setns`; every
+//! other destination has no route (`ENETUNREACH`). A spawn without grants
+//! does none of this.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddrV6};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{
+    bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
+    SockaddrIn6,
+};
+
+use super::StepError;
+use crate::egress::fake_pool::{FAKE_POOL_BASE, FAKE_POOL_PREFIX};
+use crate::egress::grant::{Grant, Host};
+use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
+
+/// The DNS stub's port, on both UDP and TCP.
+pub const DNS_PORT: u16 = 53;
+
+/// Most distinct granted ports: their listeners, the DNS stub's two and a
+/// launched sandbox's other descriptors travel in one [`crate::ipc`] frame.
+pub const MAX_PORTS: usize = 64;
+
+/// What init sets up in its namespace for a spawn with grants.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NetworkSetup {
+    /// The IP-literal grants' addresses, each routed `local` (/32, /128);
+    /// the fake pool is always routed.
+    pub literal_routes: Vec<IpAddr>,
+    /// The distinct granted ports, ascending: one TCP listener each.
+    pub ports: Vec<u16>,
+}
+
+impl NetworkSetup {
+    /// The setup `grants` need: `None` without grants (nothing is done).
+    pub fn for_grants(grants: &[Grant]) -> Result<Option<NetworkSetup>, StepError> {
+        if grants.is_empty() {
+            return Ok(None);
+        }
+        let mut ports: Vec<u16> = grants.iter().map(Grant::port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        if ports.len() > MAX_PORTS {
+            return Err(StepError::new(
+                format!(
+                    "network grants name {} distinct ports, more than the {MAX_PORTS} a sandbox listens on",
+                    ports.len()
+                ),
+                std::io::Error::from_raw_os_error(libc::E2BIG),
+            ));
+        }
+        let mut literal_routes: Vec<IpAddr> = grants
+            .iter()
+            .filter_map(|g| match g.host() {
+                Host::Ip(ip) => Some(*ip),
+                Host::Name(_) => None,
+            })
+            .collect();
+        literal_routes.sort_unstable();
+        literal_routes.dedup();
+        Ok(Some(NetworkSetup {
+            literal_routes,
+            ports,
+        }))
+    }
+
+    /// The TCP ports the program may connect to (Landlock's second fence):
+    /// the granted ones and the DNS stub's.
+    pub fn connect_ports(&self) -> Vec<u16> {
+        let mut ports = self.ports.clone();
+        ports.push(DNS_PORT);
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+}
+
+/// The listeners of one sandbox, in its network namespace.
+#[derive(Debug)]
+pub struct Listeners {
+    /// UDP `[::]:53`, the DNS stub's.
+    pub dns_udp: OwnedFd,
+    /// TCP `[::]:53`, the DNS stub's.
+    pub dns_tcp: OwnedFd,
+    /// TCP `[::]:P` per granted port, in [`NetworkSetup::ports`] order.
+    pub tcp: Vec<(u16, OwnedFd)>,
+}
+
+impl Listeners {
+    /// Every descriptor, in the order [`Listeners::from_fds`] takes them back.
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut v = vec![self.dns_udp.as_fd(), self.dns_tcp.as_fd()];
+        v.extend(self.tcp.iter().map(|(_, fd)| fd.as_fd()));
+        v
+    }
+
+    /// The granted ports, in the order of their descriptors.
+    pub fn ports(&self) -> Vec<u16> {
+        self.tcp.iter().map(|(p, _)| *p).collect()
+    }
+
+    /// The listeners again, from [`Listeners::ports`] and the descriptors
+    /// of [`Listeners::fds`] as received.
+    pub fn from_fds(ports: &[u16], fds: Vec<OwnedFd>) -> Option<Listeners> {
+        if fds.len() != 2 + ports.len() {
+            return None;
+        }
+        let mut fds = fds.into_iter();
+        let dns_udp = fds.next()?;
+        let dns_tcp = fds.next()?;
+        let tcp = ports.iter().copied().zip(fds).collect();
+        Some(Listeners {
+            dns_udp,
+            dns_tcp,
+            tcp,
+        })
+    }
+}
+
+/// Routes and listeners for `setup` in the current network namespace
+/// (whose `lo` is up), then hands the listeners over `channel` and closes
+/// this process's copies. Each failing step is named.
+pub fn set_up_network_in_child(setup: &NetworkSetup, channel: OwnedFd) -> Result<(), StepError> {
+    add_local_routes(setup)?;
+    let listeners = open_listeners(setup)?;
+    let channel = UnixStream::from(channel);
+    send(&channel, &listeners.ports(), &listeners.fds())
+        .map_err(|e| StepError::new("hand the listeners to spawnd", e))?;
+    Ok(())
+}
+
+/// `local 198.18.0.0/15 dev lo`, and `local <ip>/32|/128 dev lo` for each
+/// IP-literal grant, in the local table.
+fn add_local_routes(setup: &NetworkSetup) -> Result<(), StepError> {
+    let lo = nix::net::if_::if_nametoindex("lo")
+        .map_err(|e| StepError::new("if_nametoindex(lo)", e.into()))?;
+    let pool = std::iter::once((IpAddr::V4(FAKE_POOL_BASE), FAKE_POOL_PREFIX));
+    let literals = setup.literal_routes.iter().map(|ip| match ip {
+        IpAddr::V4(_) => (*ip, 32),
+        IpAddr::V6(_) => (*ip, 128),
+    });
+    for (dst, len) in pool.chain(literals) {
+        crate::sys::add_local_route(dst, len, lo)
+            .map_err(|e| StepError::new(format!("add the route local {dst}/{len} dev lo"), e))?;
+    }
+    Ok(())
+}
+
+/// The DNS stub's UDP and TCP sockets and one TCP listener per port: all
+/// AF_INET6 with IPV6_V6ONLY off (IPv4 arrives v4-mapped), bound to
+/// `[::]`, close-on-exec and nonblocking. Neither SO_REUSEADDR nor
+/// SO_REUSEPORT is set, so nothing in the sandbox can bind the same port.
+fn open_listeners(setup: &NetworkSetup) -> Result<Listeners, StepError> {
+    let dns_udp = dual_stack_socket(SockType::Datagram, DNS_PORT)?;
+    let dns_tcp = dual_stack_socket(SockType::Stream, DNS_PORT)?;
+    let tcp = setup
+        .ports
+        .iter()
+        .map(|&p| dual_stack_socket(SockType::Stream, p).map(|fd| (p, fd)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Listeners {
+        dns_udp,
+        dns_tcp,
+        tcp,
+    })
+}
+
+fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, StepError> {
+    let proto = match kind {
+        SockType::Datagram => "udp",
+        _ => "tcp",
+    };
+    let at = |call: &str| format!("{call} ({proto} [::]:{port})");
+    let fd = socket(
+        AddressFamily::Inet6,
+        kind,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .map_err(|e| StepError::new(at("socket(AF_INET6)"), e.into()))?;
+    setsockopt(&fd, sockopt::Ipv6V6Only, &false)
+        .map_err(|e| StepError::new(at("setsockopt(IPV6_V6ONLY, 0)"), e.into()))?;
+    let addr = SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)
+        .map_err(|e| StepError::new(at("bind"), e.into()))?;
+    if kind == SockType::Stream {
+        let backlog = Backlog::new(128).unwrap_or(Backlog::MAXCONN);
+        listen(&fd, backlog).map_err(|e| StepError::new(at("listen"), e.into()))?;
+    }
+    Ok(fd)
+}
+
+/// The parent's side: the listeners init hands over `channel`, or the
+/// reason they did not come (init failed first, and said why on its status
+/// pipe, which the caller reads).
+pub fn receive_listeners(channel: &UnixStream) -> Result<Listeners, StepError> {
+    let failed = |e: std::io::Error| StepError::new("receive the sandbox's listeners", e);
+    match recv_up_to::<Vec<u16>>(channel, MAX_FRAME_FDS) {
+        Ok(Some((ports, fds))) => Listeners::from_fds(&ports, fds).ok_or_else(|| {
+            failed(std::io::Error::other(
+                "the descriptors do not match the ports",
+            ))
+        }),
+        Ok(None) => Err(failed(std::io::Error::from_raw_os_error(libc::EPIPE))),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(list: &[&str]) -> Vec<Grant> {
+        list.iter().map(|g| Grant::parse(g).unwrap()).collect()
+    }
+
+    #[test]
+    fn no_grants_need_no_setup() {
+        assert_eq!(NetworkSetup::for_grants(&[]).unwrap(), None);
+    }
+
+    #[test]
+    fn grants_give_their_distinct_ports_and_literal_addresses() {
+        let setup = NetworkSetup::for_grants(&grants(&[
+            "api.example.com:443",
+            "example.org:443",
+            "203.0.113.7:8443",
+            "[2001:db8::7]:22",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(setup.ports, vec![22, 443, 8443]);
+        assert_eq!(
+            setup.literal_routes,
+            vec![
+                "203.0.113.7".parse::<IpAddr>().unwrap(),
+                "2001:db8::7".parse().unwrap()
+            ]
+        );
+        assert_eq!(setup.connect_ports(), vec![22, 53, 443, 8443]);
+    }
+
+    #[test]
+    fn more_ports_than_one_frame_carries_are_refused() {
+        let many: Vec<String> = (1..=MAX_PORTS as u16 + 1)
+            .map(|p| format!("example.com:{}", 1000 + p))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(NetworkSetup::for_grants(&grants(&many)).is_err());
+    }
+}
