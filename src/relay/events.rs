@@ -1,10 +1,10 @@
 //! What the relay tells its caller: one [`ConnectionRecord`] per
 //! connection when it ends, the DNS names it refused, and a [`Summary`]
 //! when it stops. Events go into a bounded channel without waiting
-//! ([`EventSink`]): a consumer that falls behind loses events, which are
+//! (`EventSink`): a consumer that falls behind loses events, which are
 //! counted, and never slows a connection. Refused DNS names are reported
 //! once each and at most [`MAX_DNS_REFUSED_EVENTS`] of them
-//! ([`DnsRefusals`]), so a program cannot flood the log by asking for
+//! (`DnsRefusals`), so a program cannot flood the log by asking for
 //! names.
 
 use std::collections::HashSet;

@@ -11,7 +11,7 @@
 //! * Each accepted connection's destination is its local address: a fake
 //!   address stands for the granted name [`GrantedNames`] gives it, any
 //!   other address for itself. `(host, port)` must be exactly a grant;
-//!   anything else is reset at once ([`connection`]).
+//!   anything else is reset at once (`connection.rs`).
 //! * A granted name is resolved once per connection by a [`Resolve`]r
 //!   (spawnd's resolver, never the sandbox's), and only the addresses the
 //!   operator's [`AddressPolicy`] allows are dialed, exactly as checked.
@@ -22,7 +22,7 @@
 //!   bytes flow meanwhile, so protocols where the server speaks first
 //!   work.
 //! * The DNS stub answers from the grants alone and forwards nothing
-//!   ([`dns_stub`]).
+//!   (`dns_stub.rs`).
 //! * Every connection ends in one [`NetEvent::Connection`] record, and
 //!   [`serve`] ends, when the spawn does, with a [`NetEvent::Summary`];
 //!   events never wait for their consumer ([`events`]).
