@@ -14,6 +14,8 @@
 //!   file only through a [`policy::ProgramInspector`]).
 //! * [`egress`] is the pure core of network grants, what spawnd decides a sandboxed
 //!   program may reach, on values and bytes alone.
+//! * [`relay`] carries a spawn's granted connections and answers its DNS queries, on the
+//!   listeners the sandbox makes in the program's network namespace.
 //! * [`program`], [`config`], [`kernel_features`] and [`cli`] do I/O at the edges.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
@@ -39,6 +41,7 @@ pub mod plan;
 pub mod policy;
 pub mod printable;
 pub mod program;
+pub mod relay;
 pub mod rpc;
 pub mod sandbox;
 pub mod spawner;

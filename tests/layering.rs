@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["rpc"],
     &["exec"],
     &["connectors"],
+    &["relay"],
     &["spawner"],
     &["supervise"],
     &["sandbox", "kernel_features"],

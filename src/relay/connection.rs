@@ -1,0 +1,430 @@
+//! One program connection, from accept to its record: where it was going,
+//! whether a grant covers it, which checked address to dial, the client's
+//! first flight when it may be TLS, then bytes both ways until both sides
+//! close, nothing moves for the idle timeout, or the spawn ends.
+//!
+//! A refusal before dialing resets the program's connection (SO_LINGER 0),
+//! so the program sees it fail at once rather than a connection that
+//! opened and closed. The decision that needs no waiting (the grant, the
+//! connection limit) is taken in the accept loop, so a flood of refused
+//! connections spawns no task.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{sleep, sleep_until, timeout, timeout_at};
+
+use crate::egress::address_policy::Denial;
+use crate::egress::client_hello::{classify, sni_matches, FirstFlight, MAX_FIRST_FLIGHT};
+use crate::egress::fake_pool::in_fake_pool;
+use crate::egress::grant::Host;
+
+use super::events::{reason, ConnectionRecord};
+use super::{Relay, Running};
+
+/// The chunk each direction of a relay reads at a time.
+const RELAY_BUFFER: usize = 16 * 1024;
+
+/// How long an accept loop waits after a failed accept (out of
+/// descriptors, say) before trying again, so it does not spin.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Accepts the program's connections on one granted port until the spawn
+/// ends, then drops the listener, so later connections are refused.
+pub(super) async fn accept_loop(relay: Arc<Relay>, listener: TcpListener, running: Running) {
+    loop {
+        let accepted = tokio::select! {
+            () = relay.stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((client, _peer)) => admit(&relay, client, &running),
+            Err(e) => {
+                tracing::warn!("relay: accept on {:?}: {e}", listener.local_addr());
+                sleep(ACCEPT_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Decides on an accepted connection at once: reset and record it when
+/// no grant covers its destination or the spawn has its maximum open,
+/// else hand it to a task of its own.
+fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
+    let started = Instant::now();
+    let mut record = match client.local_addr() {
+        Ok(local) => destination(relay, local),
+        // Without its local address a connection has no known
+        // destination, and no grant covers that.
+        Err(e) => {
+            let mut record = ConnectionRecord::new(Host::Ip(IpAddr::from([0u8; 16])), 0);
+            record.error = Some(e.to_string());
+            record
+        }
+    };
+    if !relay.grants.contains(&(record.host.clone(), record.port)) {
+        record.refuse(reason::NOT_GRANTED);
+        reset(client);
+        relay.events.connection_ended(record, started);
+        return;
+    }
+    let Ok(permit) = relay.slots.clone().try_acquire_owned() else {
+        record.refuse(reason::TOO_MANY_CONNECTIONS);
+        reset(client);
+        relay.events.connection_ended(record, started);
+        return;
+    };
+    running.spawn(run(relay.clone(), client, record, started, permit));
+}
+
+/// Where a connection accepted at `local` was going: the granted name
+/// its fake address stands for, or the address itself (an IPv4 address
+/// seen through the dual-stack listener as `::ffff:a.b.c.d` is unmapped).
+fn destination(relay: &Relay, local: SocketAddr) -> ConnectionRecord {
+    let ip = local.ip().to_canonical();
+    let host = match ip {
+        IpAddr::V4(v4) if in_fake_pool(v4) => match relay.names.name_of(v4) {
+            Some(name) => Host::Name(name.to_string()),
+            None => Host::Ip(ip),
+        },
+        _ => Host::Ip(ip),
+    };
+    ConnectionRecord::new(host, local.port())
+}
+
+/// A granted connection's task: relays it until it ends or the spawn
+/// does, then records it. The permit is its slot among the open
+/// connections.
+async fn run(
+    relay: Arc<Relay>,
+    client: TcpStream,
+    mut record: ConnectionRecord,
+    started: Instant,
+    _permit: OwnedSemaphorePermit,
+) {
+    let stopped = tokio::select! {
+        () = relay_granted(&relay, client, &mut record) => false,
+        () = relay.stop.cancelled() => true,
+    };
+    // Stopping dropped both sockets: each side sees its connection close.
+    if stopped {
+        record.reason = Some(reason::STOPPED);
+    }
+    relay.events.connection_ended(record, started);
+}
+
+/// Resolves, checks, dials and relays a granted connection, writing into
+/// `record` as it goes (so a stop midway still records how far it got).
+async fn relay_granted(relay: &Relay, client: TcpStream, record: &mut ConnectionRecord) {
+    let addresses = match allowed_addresses(relay, &record.host).await {
+        Ok(addresses) => addresses,
+        Err(refusal) => {
+            record.refuse(refusal.reason);
+            record.denial = refusal.denial;
+            record.error = refusal.error;
+            reset(client);
+            return;
+        }
+    };
+    let upstream = match dial(&addresses, record, relay.config.connect_timeout).await {
+        Ok(upstream) => upstream,
+        Err(()) => {
+            reset(client);
+            return;
+        }
+    };
+    let check_sni = match &record.host {
+        Host::Name(name) if relay.config.sni_check => Some(name.clone()),
+        _ => None,
+    };
+    pump(relay, client, upstream, check_sni.as_deref(), record).await;
+}
+
+/// Why a granted connection has nothing to dial.
+struct AddressRefusal {
+    reason: &'static str,
+    denial: Option<Denial>,
+    error: Option<String>,
+}
+
+/// The addresses a granted host may be dialed at, in order: an address
+/// grant's own address, or what a name resolved to (once) that the
+/// policy allows, without repeats. Each is canonical (IPv4 unmapped), so
+/// what was checked is exactly what is dialed.
+async fn allowed_addresses(relay: &Relay, host: &Host) -> Result<Vec<IpAddr>, AddressRefusal> {
+    let policy = &relay.config.policy;
+    let name = match host {
+        Host::Ip(ip) => {
+            return match policy.check(host, *ip) {
+                Ok(()) => Ok(vec![*ip]),
+                Err(denial) => Err(AddressRefusal {
+                    reason: reason::DENIED_ADDRESS,
+                    denial: Some(denial),
+                    error: None,
+                }),
+            };
+        }
+        Host::Name(name) => name,
+    };
+    let unresolved = |error: String| AddressRefusal {
+        reason: reason::UNRESOLVED,
+        denial: None,
+        error: Some(error),
+    };
+    let resolved = match timeout(relay.config.connect_timeout, relay.resolver.resolve(name)).await {
+        Ok(Ok(resolved)) => resolved,
+        Ok(Err(e)) => return Err(unresolved(e.to_string())),
+        Err(_) => return Err(unresolved("resolving timed out".to_string())),
+    };
+    if resolved.is_empty() {
+        return Err(unresolved("no address".to_string()));
+    }
+    let mut allowed = Vec::new();
+    let mut first_denial = None;
+    for ip in resolved.into_iter().map(|ip| ip.to_canonical()) {
+        match policy.check(host, ip) {
+            Ok(()) if !allowed.contains(&ip) => allowed.push(ip),
+            Ok(()) => {}
+            Err(denial) => {
+                first_denial.get_or_insert(denial);
+            }
+        }
+    }
+    if allowed.is_empty() {
+        return Err(AddressRefusal {
+            reason: reason::RESOLVED_TO_DENIED_ADDRESS,
+            denial: first_denial,
+            error: None,
+        });
+    }
+    Ok(allowed)
+}
+
+/// Connects to each address in turn, within the connect timeout each,
+/// until one answers. A failure is written into `record` (the last
+/// address tried, why, and the error).
+async fn dial(
+    addresses: &[IpAddr],
+    record: &mut ConnectionRecord,
+    connect_timeout: Duration,
+) -> Result<TcpStream, ()> {
+    for &ip in addresses {
+        let addr = SocketAddr::new(ip, record.port);
+        record.dialed = Some(addr);
+        match timeout(connect_timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(upstream)) => {
+                record.reason = None;
+                record.error = None;
+                return Ok(upstream);
+            }
+            Ok(Err(e)) => {
+                record.reason = Some(reason::CONNECT_FAILED);
+                record.error = Some(e.to_string());
+            }
+            Err(_) => {
+                record.reason = Some(reason::CONNECT_TIMEOUT);
+                record.error = Some(format!("no answer within {connect_timeout:?}"));
+            }
+        }
+    }
+    Err(())
+}
+
+/// How a relay ended, when not by both sides closing.
+enum Ending {
+    /// The first flight was refused for this reason.
+    Refused(&'static str),
+    /// Nothing moved for the idle timeout.
+    Idle,
+    /// A read or write failed.
+    Io(io::Error),
+}
+
+/// Relays both ways until both sides have closed, one fails, or nothing
+/// moves for the idle timeout. With `check_sni`, the client's bytes are
+/// held until its first flight is classified; the server's flow from the
+/// start.
+async fn pump(
+    relay: &Relay,
+    mut client: TcpStream,
+    mut upstream: TcpStream,
+    check_sni: Option<&str>,
+    record: &mut ConnectionRecord,
+) {
+    let start = tokio::time::Instant::now();
+    // Milliseconds from `start` to the last byte moved, either way.
+    let activity = AtomicU64::new(0);
+    let ended = {
+        let (mut client_read, mut client_write) = client.split();
+        let (mut upstream_read, mut upstream_write) = upstream.split();
+        let ConnectionRecord {
+            bytes_up,
+            bytes_down,
+            sni,
+            ..
+        } = record;
+        let up = async {
+            if let Some(granted) = check_sni {
+                let held = first_flight(
+                    &mut client_read,
+                    granted,
+                    relay.config.first_flight_timeout,
+                    sni,
+                    (&activity, start),
+                )
+                .await?;
+                upstream_write.write_all(&held).await.map_err(Ending::Io)?;
+                *bytes_up += held.len() as u64;
+            }
+            copy_one_way(
+                &mut client_read,
+                &mut upstream_write,
+                bytes_up,
+                &activity,
+                start,
+            )
+            .await
+        };
+        let down = copy_one_way(
+            &mut upstream_read,
+            &mut client_write,
+            bytes_down,
+            &activity,
+            start,
+        );
+        tokio::select! {
+            result = async { tokio::try_join!(up, down) } => result.err(),
+            () = idle(start, &activity, relay.config.idle_timeout) => Some(Ending::Idle),
+        }
+    };
+    match ended {
+        None => {}
+        Some(Ending::Idle) => record.reason = Some(reason::IDLE_TIMEOUT),
+        Some(Ending::Refused(why)) => {
+            record.refuse(why);
+            reset(client);
+        }
+        Some(Ending::Io(e)) => {
+            record.reason = Some(reason::IO_ERROR);
+            record.error = Some(e.to_string());
+        }
+    }
+}
+
+/// Reads the client's first flight, holding it, until it is classified:
+/// not TLS, or a ClientHello whose server name (recorded in `sni`) is the
+/// granted name, gives back the held bytes to forward; a ClientHello
+/// naming another server, a malformed one, or one not complete within
+/// `first_flight_timeout` of its first byte is refused. The timer starts
+/// with the first byte because nothing is held before it: a client may
+/// wait for a server that speaks first, bounded by the idle timeout.
+async fn first_flight<R: AsyncRead + Unpin>(
+    client: &mut R,
+    granted: &str,
+    first_flight_timeout: Duration,
+    sni: &mut Option<String>,
+    (activity, start): (&AtomicU64, tokio::time::Instant),
+) -> Result<Vec<u8>, Ending> {
+    let mut held = vec![0u8; MAX_FIRST_FLIGHT];
+    let mut len = 0;
+    let mut deadline = None;
+    loop {
+        let read = client.read(&mut held[len..]);
+        let n = match deadline {
+            None => read.await,
+            Some(deadline) => timeout_at(deadline, read)
+                .await
+                .map_err(|_| Ending::Refused(reason::FIRST_FLIGHT_TIMEOUT))?,
+        }
+        .map_err(Ending::Io)?;
+        if n == 0 {
+            // The client closed its side: nothing held passes as is (the
+            // relay then forwards the close); a ClientHello begun and not
+            // finished is refused.
+            return if len == 0 {
+                Ok(Vec::new())
+            } else {
+                Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO))
+            };
+        }
+        len += n;
+        mark(activity, start);
+        deadline.get_or_insert_with(|| tokio::time::Instant::now() + first_flight_timeout);
+        match classify(&held[..len]) {
+            FirstFlight::NeedMore if len < held.len() => continue,
+            FirstFlight::NeedMore | FirstFlight::Malformed(_) => {
+                return Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO));
+            }
+            FirstFlight::NotTls | FirstFlight::Tls { sni: None } => {}
+            FirstFlight::Tls { sni: Some(name) } => {
+                let matches = sni_matches(granted, &name);
+                *sni = Some(name);
+                if !matches {
+                    return Err(Ending::Refused(reason::SNI_MISMATCH));
+                }
+            }
+        }
+        held.truncate(len);
+        return Ok(held);
+    }
+}
+
+/// Copies one direction until its reader closes, then closes the
+/// writer's side (a half-close, so the other direction goes on). Counts
+/// the bytes written and marks the time of each.
+async fn copy_one_way<R, W>(
+    from: &mut R,
+    to: &mut W,
+    count: &mut u64,
+    activity: &AtomicU64,
+    start: tokio::time::Instant,
+) -> Result<(), Ending>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buffer = vec![0u8; RELAY_BUFFER];
+    loop {
+        let n = from.read(&mut buffer).await.map_err(Ending::Io)?;
+        if n == 0 {
+            return to.shutdown().await.map_err(Ending::Io);
+        }
+        to.write_all(&buffer[..n]).await.map_err(Ending::Io)?;
+        *count += n as u64;
+        mark(activity, start);
+    }
+}
+
+/// Records that a byte moved now.
+fn mark(activity: &AtomicU64, start: tokio::time::Instant) {
+    let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    activity.store(now, Ordering::Relaxed);
+}
+
+/// Returns once nothing has moved for `idle_timeout` (`activity` is the
+/// milliseconds from `start` to the last byte moved).
+async fn idle(start: tokio::time::Instant, activity: &AtomicU64, idle_timeout: Duration) {
+    loop {
+        let last = activity.load(Ordering::Relaxed);
+        sleep_until(start + Duration::from_millis(last) + idle_timeout).await;
+        if activity.load(Ordering::Relaxed) == last {
+            return;
+        }
+    }
+}
+
+/// Closes a connection with a reset (SO_LINGER 0) rather than a FIN, so
+/// the program sees a refusal, not a connection that opened and closed.
+fn reset(stream: TcpStream) {
+    // When SO_LINGER cannot be set the close is an ordinary one, which
+    // still refuses.
+    if let Err(e) = stream.set_zero_linger() {
+        tracing::debug!("relay: SO_LINGER 0 on a refused connection: {e}");
+    }
+}

@@ -1,0 +1,237 @@
+//! The relay: spawnd's side of a spawn's network grants. The sandbox's
+//! init creates listeners inside the program's network namespace (a TCP
+//! `[::]:P` per granted port, UDP and TCP `[::]:53` for the DNS stub)
+//! behind a `local` route for the fake pool 198.18.0.0/15 and for each
+//! granted address, and hands their descriptors to spawnd. A socket stays
+//! in the namespace it was made in, so spawnd accepts the program's
+//! connections and dials their destinations from its own namespace: these
+//! listeners are the program's only way out, and [`serve`] decides what
+//! passes.
+//!
+//! * Each accepted connection's destination is its local address: a fake
+//!   address stands for the granted name [`GrantedNames`] gives it, any
+//!   other address for itself. `(host, port)` must be exactly a grant;
+//!   anything else is reset at once (`connection.rs`).
+//! * A granted name is resolved once per connection by a [`Resolve`]r
+//!   (spawnd's resolver, never the sandbox's), and only the addresses the
+//!   operator's [`AddressPolicy`] allows are dialed, exactly as checked.
+//! * For a name, the client's first bytes are held until
+//!   [`client_hello::classify`](crate::egress::client_hello::classify)
+//!   decides: a TLS ClientHello naming another server is closed
+//!   (`sni_mismatch`); anything that is not TLS passes. The server's
+//!   bytes flow meanwhile, so protocols where the server speaks first
+//!   work.
+//! * The DNS stub answers from the grants alone and forwards nothing
+//!   (`dns_stub.rs`).
+//! * Every connection ends in one [`NetEvent::Connection`] record, and
+//!   [`serve`] ends, when the spawn does, with a [`NetEvent::Summary`];
+//!   events never wait for their consumer ([`events`]).
+
+mod connection;
+mod dns_stub;
+pub mod events;
+pub mod resolve;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod world_tests;
+
+use std::collections::BTreeSet;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::egress::address_policy::AddressPolicy;
+use crate::egress::fake_pool::{GrantedNames, PoolExhausted};
+use crate::egress::grant::{Grant, Host};
+
+pub use events::{reason, ConnectionRecord, NetEvent, Summary, MAX_DNS_REFUSED_EVENTS};
+pub use resolve::{Resolve, Resolving, SystemResolver};
+
+use events::{DnsRefusals, EventSink};
+
+/// The operator's limits and checks for one spawn's relay.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// How long resolving a granted name may take, and connecting to
+    /// each of its addresses.
+    pub connect_timeout: Duration,
+    /// A connection that moves nothing either way for this long is
+    /// closed.
+    pub idle_timeout: Duration,
+    /// How long a ClientHello may take to arrive once its first byte has.
+    pub first_flight_timeout: Duration,
+    /// Connections open at once; more are reset.
+    pub max_connections: usize,
+    /// Whether a TLS connection to a granted name must name it (SNI).
+    pub sni_check: bool,
+    /// Which addresses may be dialed.
+    pub policy: AddressPolicy,
+}
+
+impl Default for RelayConfig {
+    /// The design's defaults: 10 s to connect, 5 min idle, 5 s for a
+    /// ClientHello, 64 connections, SNI checked, the fixed address rules.
+    fn default() -> RelayConfig {
+        RelayConfig {
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            first_flight_timeout: Duration::from_secs(5),
+            max_connections: 64,
+            sni_check: true,
+            policy: AddressPolicy::default(),
+        }
+    }
+}
+
+/// The sockets the sandbox made for a spawn, inside its network
+/// namespace.
+#[derive(Debug)]
+pub struct Listeners {
+    /// One per granted port, `[::]:P`, dual-stack.
+    pub tcp: Vec<std::net::TcpListener>,
+    /// The DNS stub's UDP socket, `[::]:53`.
+    pub dns_udp: std::net::UdpSocket,
+    /// The DNS stub's TCP listener, `[::]:53`.
+    pub dns_tcp: std::net::TcpListener,
+}
+
+/// Why the relay could not start. Nothing was accepted.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// More granted names than the fake pool has addresses.
+    #[error(transparent)]
+    Pool(#[from] PoolExhausted),
+    /// A listener could not be made non-blocking or registered with the
+    /// runtime.
+    #[error("cannot serve on the {what} listener")]
+    Listener {
+        /// Which listener.
+        what: &'static str,
+        /// The failure.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What every task of one spawn's relay shares.
+struct Relay {
+    /// Every `(host, port)` granted.
+    grants: BTreeSet<(Host, u16)>,
+    names: GrantedNames,
+    config: RelayConfig,
+    resolver: Arc<dyn Resolve>,
+    events: EventSink,
+    dns_refusals: Mutex<DnsRefusals>,
+    /// One permit per open connection.
+    slots: Arc<Semaphore>,
+    stop: CancellationToken,
+}
+
+/// Held by every task of a relay: `serve` knows they have all ended when
+/// the last clone is dropped and its receiver sees the channel closed.
+#[derive(Clone)]
+struct Running {
+    _alive: mpsc::Sender<()>,
+}
+
+impl Running {
+    /// Runs `task` on the runtime, holding a clone until it ends.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let running = self.clone();
+        tokio::spawn(async move {
+            task.await;
+            drop(running);
+        });
+    }
+}
+
+/// Relays the spawn's connections and answers its DNS queries on
+/// `listeners` until `stop` is cancelled (the spawn ended); then closes
+/// every listener and connection, sends the closing events and returns
+/// the totals. Events go to `events` without waiting for room; only the
+/// closing ones (`DnsRefusedMore`, `Summary`) wait.
+///
+/// Runs on any tokio runtime; the sockets it dials are made in the
+/// network namespace of the thread that polls it.
+pub async fn serve(
+    grants: &[Grant],
+    config: RelayConfig,
+    listeners: Listeners,
+    resolver: Arc<dyn Resolve>,
+    events: mpsc::Sender<NetEvent>,
+    stop: CancellationToken,
+) -> Result<Summary, ServeError> {
+    let names = GrantedNames::new(grants)?;
+    let tcp = listeners
+        .tcp
+        .into_iter()
+        .map(|l| tokio_listener(l, "tcp"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let dns_tcp = tokio_listener(listeners.dns_tcp, "dns tcp")?;
+    let dns_udp = listeners
+        .dns_udp
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UdpSocket::from_std(listeners.dns_udp))
+        .map_err(|source| ServeError::Listener {
+            what: "dns udp",
+            source,
+        })?;
+    let relay = Arc::new(Relay {
+        grants: grants
+            .iter()
+            .map(|g| (g.host().clone(), g.port()))
+            .collect(),
+        names,
+        slots: Arc::new(Semaphore::new(config.max_connections)),
+        config,
+        resolver,
+        events: EventSink::new(events),
+        dns_refusals: Mutex::new(DnsRefusals::default()),
+        stop,
+    });
+    let (running, mut all_ended) = mpsc::channel(1);
+    let running = Running { _alive: running };
+    for listener in tcp {
+        running.spawn(connection::accept_loop(
+            relay.clone(),
+            listener,
+            running.clone(),
+        ));
+    }
+    running.spawn(dns_stub::serve_udp(relay.clone(), dns_udp));
+    running.spawn(dns_stub::serve_tcp(relay.clone(), dns_tcp, running.clone()));
+    drop(running);
+    // Every task watches `stop`: the accept loops drop their listeners,
+    // connections record how far they got. Nothing is ever sent on the
+    // channel, so `recv` returns once every `Running` is gone.
+    relay.stop.cancelled().await;
+    let _ = all_ended.recv().await;
+    let more = relay
+        .dns_refusals
+        .lock()
+        .map(|refusals| refusals.more())
+        .unwrap_or_default();
+    if let Some(more) = more {
+        relay.events.emit_last(more).await;
+    }
+    let summary = relay.events.summary();
+    relay.events.emit_last(NetEvent::Summary(summary)).await;
+    Ok(summary)
+}
+
+/// A std listener as a tokio one.
+fn tokio_listener(
+    listener: std::net::TcpListener,
+    what: &'static str,
+) -> Result<tokio::net::TcpListener, ServeError> {
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(listener))
+        .map_err(|source| ServeError::Listener { what, source })
+}

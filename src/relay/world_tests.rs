@@ -1,0 +1,349 @@
+//! A small internet for the relay's tests, with no real network
+//! (network.md §1.5). Two threads of the test process each enter a new
+//! network namespace (`unshare(CLONE_NEWNET)` acts on the calling thread
+//! only):
+//!
+//! * the **world**: `lo` up with "public" addresses 16.0.0.1 and
+//!   16.0.0.2, and 10.0.0.5 and 169.254.169.254 for the policy's cases;
+//!   upstream servers on `[::]` (echo on [`ECHO`] and [`TLS`], a server
+//!   that speaks first on [`BANNER`]), and the relay, all on one
+//!   current-thread runtime, so every socket they make is in the world;
+//! * the **sandbox**: `lo` up, the fake pool and each granted address
+//!   routed `local` on it, the listeners the sandbox's init would make,
+//!   sent to the world over a channel (sockets keep their namespace),
+//!   then the test's client code, with blocking std sockets.
+//!
+//! `ip` commands run as children of the thread that needs them, and a
+//! child starts in its parent thread's namespaces. Without the right to
+//! unshare (not root), the tests print why and pass without running.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sched::{unshare, CloneFlags};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::egress::grant::{Grant, Host};
+
+use super::{
+    serve, ConnectionRecord, Listeners, NetEvent, RelayConfig, Resolve, Resolving, Summary,
+};
+
+/// The upstream echo port.
+pub(super) const ECHO: u16 = 7;
+/// An upstream echo port for TLS-shaped traffic.
+pub(super) const TLS: u16 = 443;
+/// The upstream port whose server sends [`BANNER_TEXT`] on accepting,
+/// then echoes.
+pub(super) const BANNER: u16 = 25;
+/// What the banner server says first.
+pub(super) const BANNER_TEXT: &[u8] = b"220 upstream ready\r\n";
+
+/// The world's addresses besides loopback.
+const WORLD_ADDRESSES: [&str; 4] = ["16.0.0.1", "16.0.0.2", "10.0.0.5", "169.254.169.254"];
+
+/// How long a client socket waits before a test fails rather than hangs.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A test's grants, resolver table and relay settings.
+pub(super) struct Scenario {
+    pub grants: Vec<Grant>,
+    pub names: HashMap<String, Vec<IpAddr>>,
+    pub config: RelayConfig,
+}
+
+impl Scenario {
+    /// Grants from their text, names resolving as given, and a config
+    /// with short timeouts.
+    pub fn new(grants: &[&str], names: &[(&str, &[&str])]) -> Scenario {
+        Scenario {
+            grants: grants.iter().map(|g| g.parse().unwrap()).collect(),
+            names: names
+                .iter()
+                .map(|(name, ips)| {
+                    let ips = ips.iter().map(|ip| ip.parse().unwrap()).collect();
+                    (name.to_string(), ips)
+                })
+                .collect(),
+            config: RelayConfig {
+                connect_timeout: Duration::from_secs(2),
+                idle_timeout: Duration::from_secs(10),
+                first_flight_timeout: Duration::from_secs(2),
+                ..RelayConfig::default()
+            },
+        }
+    }
+}
+
+/// The tests' resolver: a fixed table; any other name fails.
+struct TableResolver(HashMap<String, Vec<IpAddr>>);
+
+impl Resolve for TableResolver {
+    fn resolve<'a>(&'a self, name: &'a str) -> Resolving<'a> {
+        let found = self.0.get(name).cloned();
+        Box::pin(async move {
+            found.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in the table"))
+        })
+    }
+}
+
+/// What the client code can do besides connecting: end the spawn, and
+/// learn when an upstream connection saw its client close.
+pub(super) struct Client {
+    stop: CancellationToken,
+    served: std::sync::mpsc::Receiver<()>,
+    upstream_closed: std::sync::mpsc::Receiver<()>,
+}
+
+impl Client {
+    /// Ends the spawn and waits until `serve` has returned.
+    pub fn stop_relay(&self) {
+        self.stop.cancel();
+        self.served
+            .recv_timeout(CLIENT_TIMEOUT)
+            .expect("serve returns after stop");
+    }
+
+    /// Waits until an upstream connection reads the end of its stream.
+    pub fn upstream_saw_eof(&self) -> bool {
+        self.upstream_closed.recv_timeout(CLIENT_TIMEOUT).is_ok()
+    }
+}
+
+/// What the relay reported, once stopped.
+pub(super) struct Finished {
+    pub events: Vec<NetEvent>,
+    pub summary: Summary,
+}
+
+impl Finished {
+    /// The connection records, in the order they ended, durations zeroed
+    /// so records compare whole.
+    pub fn connections(&self) -> Vec<ConnectionRecord> {
+        self.events
+            .iter()
+            .filter_map(|event| match event {
+                NetEvent::Connection(record) => Some(ConnectionRecord {
+                    duration_ms: 0,
+                    ..record.clone()
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Runs `client` in a sandbox namespace against a relay serving
+/// `scenario` in a world namespace; stops the relay when `client`
+/// returns (or panics) and gives back what it reported. `None` when this
+/// process may not make network namespaces.
+pub(super) fn run(
+    scenario: Scenario,
+    client: impl FnOnce(&Client) + Send + 'static,
+) -> Option<Finished> {
+    if let Err(why) = thread::spawn(enter_new_netns).join().unwrap() {
+        eprintln!("skipped: unshare(CLONE_NEWNET) is not permitted here ({why}); run as root");
+        return None;
+    }
+    let stop = CancellationToken::new();
+    let (listeners_tx, listeners_rx) = std::sync::mpsc::channel();
+    let (served_tx, served_rx) = std::sync::mpsc::channel();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let (client_done_tx, client_done_rx) = tokio::sync::oneshot::channel::<()>();
+    let sandbox = {
+        let grants = scenario.grants.clone();
+        let client_side = Client {
+            stop: stop.clone(),
+            served: served_rx,
+            upstream_closed: closed_rx,
+        };
+        thread::spawn(move || {
+            // However the client code ends, the spawn ends with it, and
+            // the world learns it is done (the sender dropped).
+            let _stop_on_exit = client_side.stop.clone().drop_guard();
+            let _done_on_exit = client_done_tx;
+            enter_new_netns().expect("unshare the sandbox");
+            listeners_tx
+                .send(sandbox_listeners(&grants))
+                .expect("the world takes the listeners");
+            client(&client_side);
+        })
+    };
+    let world = thread::spawn(move || {
+        enter_new_netns().expect("unshare the world");
+        ip(&["link", "set", "lo", "up"]);
+        for address in WORLD_ADDRESSES {
+            ip(&["addr", "add", &format!("{address}/32"), "dev", "lo"]);
+        }
+        let listeners = listeners_rx.recv().expect("the sandbox's listeners");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let finished = world(scenario, listeners, stop, served_tx, closed_tx).await;
+            // The upstream servers go on until the client code is done,
+            // so they see what the relay's stop did to their connections.
+            let _ = client_done_rx.await;
+            finished
+        })
+    });
+    // The client's panic says more than the world's that follows it.
+    let sandbox_result = sandbox.join();
+    let world_result = world.join();
+    if let Err(panic) = sandbox_result {
+        std::panic::resume_unwind(panic);
+    }
+    Some(world_result.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+}
+
+/// The world's upstream servers and the relay, until the relay stops.
+async fn world(
+    scenario: Scenario,
+    listeners: Listeners,
+    stop: CancellationToken,
+    served: std::sync::mpsc::Sender<()>,
+    upstream_closed: std::sync::mpsc::Sender<()>,
+) -> Finished {
+    for (port, banner) in [(ECHO, None), (TLS, None), (BANNER, Some(BANNER_TEXT))] {
+        let listener = tokio::net::TcpListener::bind(("::", port)).await.unwrap();
+        tokio::spawn(upstream(listener, banner, upstream_closed.clone()));
+    }
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::channel(256);
+    let summary = serve(
+        &scenario.grants,
+        scenario.config,
+        listeners,
+        Arc::new(TableResolver(scenario.names)),
+        events_tx,
+        stop,
+    )
+    .await
+    .expect("serve");
+    let _ = served.send(());
+    let mut events = Vec::new();
+    while let Ok(event) = events_rx.try_recv() {
+        events.push(event);
+    }
+    Finished { events, summary }
+}
+
+/// An upstream server: says `banner` to each connection, then echoes
+/// until the client closes, and reports that close.
+async fn upstream(
+    listener: tokio::net::TcpListener,
+    banner: Option<&'static [u8]>,
+    closed: std::sync::mpsc::Sender<()>,
+) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let closed = closed.clone();
+        tokio::spawn(async move {
+            if let Some(banner) = banner {
+                let _ = stream.write_all(banner).await;
+            }
+            let mut buffer = [0u8; 4096];
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) => {
+                        let _ = closed.send(());
+                        return;
+                    }
+                    Ok(n) => {
+                        if stream.write_all(&buffer[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+}
+
+/// What the sandbox's init makes, in the calling thread's (new)
+/// namespace: routes, then a dual-stack listener per granted port and
+/// the DNS stub's sockets.
+fn sandbox_listeners(grants: &[Grant]) -> Listeners {
+    ip(&["link", "set", "lo", "up"]);
+    ip(&["route", "add", "local", "198.18.0.0/15", "dev", "lo"]);
+    for grant in grants {
+        match grant.host() {
+            Host::Ip(IpAddr::V4(v4)) => {
+                ip(&["route", "add", "local", &format!("{v4}/32"), "dev", "lo"])
+            }
+            Host::Ip(IpAddr::V6(v6)) => ip(&[
+                "-6",
+                "route",
+                "add",
+                "local",
+                &format!("{v6}/128"),
+                "dev",
+                "lo",
+            ]),
+            Host::Name(_) => {}
+        }
+    }
+    let ports: BTreeSet<u16> = grants.iter().map(Grant::port).collect();
+    Listeners {
+        tcp: ports
+            .into_iter()
+            .map(|port| std::net::TcpListener::bind(("::", port)).unwrap())
+            .collect(),
+        dns_udp: UdpSocket::bind("[::]:53").unwrap(),
+        dns_tcp: std::net::TcpListener::bind("[::]:53").unwrap(),
+    }
+}
+
+/// Moves the calling thread into a new network namespace.
+fn enter_new_netns() -> Result<(), Errno> {
+    unshare(CloneFlags::CLONE_NEWNET)
+}
+
+/// Runs `ip` with `args` in the calling thread's network namespace.
+fn ip(args: &[&str]) {
+    let status = Command::new("ip")
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
+    assert!(status.success(), "ip {args:?}: {status}");
+}
+
+/// A connection from the sandbox, with timeouts so a test fails rather
+/// than hangs.
+pub(super) fn connect(ip: &str, port: u16) -> io::Result<TcpStream> {
+    let addr = SocketAddr::new(ip.parse().unwrap(), port);
+    let stream = TcpStream::connect_timeout(&addr, CLIENT_TIMEOUT)?;
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    Ok(stream)
+}
+
+/// Sends `message` and reads as many bytes back.
+pub(super) fn roundtrip(stream: &mut TcpStream, message: &[u8]) -> io::Result<Vec<u8>> {
+    stream.write_all(message)?;
+    read_exact(stream, message.len())
+}
+
+/// Reads exactly `len` bytes.
+pub(super) fn read_exact(stream: &mut TcpStream, len: usize) -> io::Result<Vec<u8>> {
+    let mut back = vec![0u8; len];
+    stream.read_exact(&mut back)?;
+    Ok(back)
+}
+
+/// What reading from a connection gives once the relay has ended it:
+/// `Ok(0)` for a close, an error kind for a reset.
+pub(super) fn read_end(stream: &mut TcpStream) -> Result<usize, io::ErrorKind> {
+    let mut buffer = [0u8; 64];
+    stream.read(&mut buffer).map_err(|e| e.kind())
+}
