@@ -143,13 +143,19 @@ impl Finished {
 /// Runs `client` in a sandbox namespace against a relay serving
 /// `scenario` in a world namespace; stops the relay when `client`
 /// returns (or panics) and gives back what it reported. `None` when this
-/// process may not make network namespaces.
+/// process may not make network namespaces and SPAWND_TEST_SKIP_PRIVILEGED
+/// asks to skip (without it, the test fails).
 pub(super) fn run(
     scenario: Scenario,
     client: impl FnOnce(&Client) + Send + 'static,
 ) -> Option<Finished> {
     if let Err(why) = thread::spawn(enter_new_netns).join().unwrap() {
-        eprintln!("skipped: unshare(CLONE_NEWNET) is not permitted here ({why}); run as root");
+        // A missing privilege fails the test unless skipping is asked for.
+        assert!(
+            std::env::var_os("SPAWND_TEST_SKIP_PRIVILEGED").is_some(),
+            "unshare(CLONE_NEWNET) is not permitted here ({why}): run as root, or set SPAWND_TEST_SKIP_PRIVILEGED=1 to skip"
+        );
+        eprintln!("skipped: unshare(CLONE_NEWNET) is not permitted here ({why})");
         return None;
     }
     let stop = CancellationToken::new();
