@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::{GrantedNames, PoolExhausted};
 use crate::egress::grant::{Grant, Host};
+use crate::sandbox::network::Listeners;
 
 pub use events::{reason, ConnectionRecord, NetEvent, Summary, MAX_DNS_REFUSED_EVENTS};
 pub use resolve::{Resolve, Resolving, SystemResolver};
@@ -87,18 +88,6 @@ impl Default for RelayConfig {
             policy: AddressPolicy::default(),
         }
     }
-}
-
-/// The sockets the sandbox made for a spawn, inside its network
-/// namespace.
-#[derive(Debug)]
-pub struct Listeners {
-    /// One per granted port, `[::]:P`, dual-stack.
-    pub tcp: Vec<std::net::TcpListener>,
-    /// The DNS stub's UDP socket, `[::]:53`.
-    pub dns_udp: std::net::UdpSocket,
-    /// The DNS stub's TCP listener, `[::]:53`.
-    pub dns_tcp: std::net::TcpListener,
 }
 
 /// Why the relay could not start. Nothing was accepted.
@@ -171,13 +160,13 @@ pub async fn serve(
     let tcp = listeners
         .tcp
         .into_iter()
-        .map(|l| tokio_listener(l, "tcp"))
+        .map(|(_, fd)| tokio_listener(std::net::TcpListener::from(fd), "tcp"))
         .collect::<Result<Vec<_>, _>>()?;
-    let dns_tcp = tokio_listener(listeners.dns_tcp, "dns tcp")?;
-    let dns_udp = listeners
-        .dns_udp
+    let dns_tcp = tokio_listener(std::net::TcpListener::from(listeners.dns_tcp), "dns tcp")?;
+    let dns_udp = std::net::UdpSocket::from(listeners.dns_udp);
+    let dns_udp = dns_udp
         .set_nonblocking(true)
-        .and_then(|()| tokio::net::UdpSocket::from_std(listeners.dns_udp))
+        .and_then(|()| tokio::net::UdpSocket::from_std(dns_udp))
         .map_err(|source| ServeError::Listener {
             what: "dns udp",
             source,

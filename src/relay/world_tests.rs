@@ -17,9 +17,11 @@
 //! child starts in its parent thread's namespaces. Without the right to
 //! unshare (not root), the tests print why and pass without running.
 
+use crate::sandbox::network::Listeners;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::OwnedFd;
 use std::process::Command;
 use std::sync::Arc;
 use std::thread;
@@ -32,9 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::egress::grant::{Grant, Host};
 
-use super::{
-    serve, ConnectionRecord, Listeners, NetEvent, RelayConfig, Resolve, Resolving, Summary,
-};
+use super::{serve, ConnectionRecord, NetEvent, RelayConfig, Resolve, Resolving, Summary};
 
 /// The upstream echo port.
 pub(super) const ECHO: u16 = 7;
@@ -303,10 +303,13 @@ fn sandbox_listeners(grants: &[Grant]) -> Listeners {
     Listeners {
         tcp: ports
             .into_iter()
-            .map(|port| std::net::TcpListener::bind(("::", port)).unwrap())
+            .map(|port| {
+                let l = std::net::TcpListener::bind(("::", port)).unwrap();
+                (port, OwnedFd::from(l))
+            })
             .collect(),
-        dns_udp: UdpSocket::bind("[::]:53").unwrap(),
-        dns_tcp: std::net::TcpListener::bind("[::]:53").unwrap(),
+        dns_udp: OwnedFd::from(UdpSocket::bind("[::]:53").unwrap()),
+        dns_tcp: OwnedFd::from(std::net::TcpListener::bind("[::]:53").unwrap()),
     }
 }
 
