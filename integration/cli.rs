@@ -717,38 +717,3 @@ fn a_wildcard_grant_is_a_lint_error_at_its_line_and_column() {
         "line {line}, column 13: {shown}"
     );
 }
-
-#[test]
-fn a_spawn_granted_network_is_refused_before_anything_runs_and_recorded() {
-    let s = Scratch::new();
-    let m = network_manifest(&s);
-    let log = s.path("audit.jsonl");
-    let config = s.write(
-        "config.toml",
-        &format!("[audit]\npath = \"{}\"\n", log.display()),
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
-        .env("SPAWND_CONFIG", &config)
-        .args([
-            "run",
-            "--json",
-            "--manifest",
-            m.to_str().unwrap(),
-            "--op",
-            "fetch",
-        ])
-        .output()
-        .unwrap();
-    let v = json_of(&out);
-    assert_eq!(out.status.code(), Some(5), "{v}");
-    let message = v["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("api.example.com:443") && message.contains("nothing was run"),
-        "{v}"
-    );
-    let records = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        records.contains("api.example.com:443"),
-        "the refusal is on record: {records}"
-    );
-}

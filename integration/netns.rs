@@ -1,5 +1,5 @@
 //! A sandbox with network grants, at the `sandbox::launch` level (below the
-//! exec pipeline, which still refuses grants until spawnd relays): the
+//! exec pipeline and its relay, which `network.rs` tests end to end): the
 //! program inside reaches the listeners init handed to this process through
 //! the fake pool and an IP-literal grant, nothing else has a route, the DNS
 //! stub's UDP socket gets its queries, and `/etc/resolv.conf` names the stub.

@@ -55,7 +55,7 @@ pub fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Valu
 /// How an allowed spawn ended; `result` is the run's result object.
 pub fn exit(result: &Value) -> Map<String, Value> {
     let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"]});
-    object(json!({
+    let mut body = object(json!({
         "connector": result["connector"],
         "op": result["op"],
         "exit_code": result["exit_code"],
@@ -69,5 +69,10 @@ pub fn exit(result: &Value) -> Map<String, Value> {
         "stdout": stream(&result["stdout"]),
         "stderr": stream(&result["stderr"]),
         "isolation_applied": result["isolation"],
-    }))
+    }));
+    // A spawn with network grants: what its connections did.
+    if let Some(network) = result.get("network").filter(|n| !n.is_null()) {
+        body.insert("network".into(), network.clone());
+    }
+    body
 }

@@ -10,6 +10,7 @@ use super::prepared::Prepared;
 use crate::kernel_features::v1_controller_mounts;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
+use crate::sandbox::network::Listeners;
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
 use crate::supervise::Watched;
 
@@ -54,26 +55,47 @@ impl<'s> Launching<'s> {
     }
 
     /// Releases the program; for a remote sandbox, also a pidfd for its init.
-    pub(super) fn start_program(self) -> Result<(Watched<'s>, Option<OwnedFd>), String> {
+    /// The listeners of a sandbox with network grants go to `serve` first:
+    /// if it cannot serve them, the sandbox is killed unreleased.
+    pub(super) fn start_program<T>(
+        self,
+        serve: impl FnOnce(Option<Listeners>) -> Result<T, String>,
+    ) -> Result<(Released<'s>, T), String> {
         match self {
-            Launching::Local(launched) => launched
-                .and_then(Launched::start_program)
-                .map(|r| (Watched::from(r), None))
-                .map_err(|e| e.to_string()),
-            Launching::Remote { pending, begun } => pending
-                .and_then(PendingLaunch::finish)
-                .map(|launched| (launched, std::time::Instant::now()))
-                .and_then(|(launched, built)| launched.start_program().map(|s| (s, built)))
-                .map(|(s, built)| {
-                    let pidfd = s.pidfd.try_clone().ok();
-                    (
-                        s.into_watched(begun, built, std::time::Instant::now()),
-                        pidfd,
-                    )
-                })
-                .map_err(|e| e.to_string()),
+            Launching::Local(launched) => {
+                let mut launched = launched.map_err(|e| e.to_string())?;
+                let served = serve(launched.take_listeners())?;
+                let running = launched.start_program().map_err(|e| e.to_string())?;
+                let released = Released {
+                    running: Watched::from(running),
+                    pidfd: None,
+                };
+                Ok((released, served))
+            }
+            Launching::Remote { pending, begun } => {
+                let mut launched = pending
+                    .and_then(PendingLaunch::finish)
+                    .map_err(|e| e.to_string())?;
+                let built = std::time::Instant::now();
+                let served = serve(launched.take_listeners())?;
+                let s = launched.start_program().map_err(|e| e.to_string())?;
+                let pidfd = s.pidfd.try_clone().ok();
+                let released = Released {
+                    running: s.into_watched(begun, built, std::time::Instant::now()),
+                    pidfd,
+                };
+                Ok((released, served))
+            }
         }
     }
+}
+
+/// A released program's sandbox, as [`Launching::start_program`] gives it back.
+pub(super) struct Released<'s> {
+    /// The sandbox to supervise.
+    pub(super) running: Watched<'s>,
+    /// A pidfd for its init (a spawner's sandbox).
+    pub(super) pidfd: Option<OwnedFd>,
 }
 
 /// The identity a root caller's program runs as when `[sandbox] run_as` is

@@ -5,6 +5,7 @@
 //! ([`Prepared`]) and say where output and [`Notice`]s go; nothing here
 //! knows them, and nothing here prints.
 
+mod egress;
 mod launching;
 mod notice;
 mod outcome;
@@ -24,6 +25,7 @@ pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use report::conclude;
 
+use egress::Egress;
 use launching::{Identity, Launching};
 use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
@@ -37,6 +39,7 @@ use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
+use crate::sandbox::network::Listeners;
 use crate::sandbox::seccomp::{filter_for, FilterOptions};
 use crate::sandbox::spec::{build_spec, HostKind, SandboxSpec};
 use crate::spawner::Spawner;
@@ -173,7 +176,7 @@ fn execute_inner<'a>(
     let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin);
     let (decided, launching) =
         launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
-    let running = release(&audit, &decided, launching, x.on_started)?;
+    let (running, egress) = release(&audit, &decided, &plan, launching, x.on_started)?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
@@ -184,6 +187,7 @@ fn execute_inner<'a>(
         signals_end_the_run: x.signals_end_the_run,
     };
     let (outcome, leaving) = supervise_released(&audit, &decided, running, supervision)?;
+    let network = egress.map(|e| e.finish().to_json());
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ran = Ran {
         plan: &plan,
@@ -192,6 +196,7 @@ fn execute_inner<'a>(
         filter,
         outcome,
         timings,
+        network,
     };
     // Recorded while the kernel still tears the namespaces down; the caller
     // reaps init (and removes its cgroups) afterwards.
@@ -260,9 +265,6 @@ fn prepare_sandbox(
         .max(LANDLOCK_ABI_REQUIRED);
     if landlock_abi < required {
         return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
-    }
-    if !plan.network.is_empty() {
-        return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: operation `{}` is granted network access ({}), and this version of spawnd parses and shows network grants but does not yet relay connections for them; the program would have no network, so nothing was run (docs/manifest.md, Network)", plan.op, plan.network.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")))));
     }
     let spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
@@ -422,15 +424,23 @@ fn launch_once_decided<'s>(
 fn release<'s>(
     audit: &SpawnAudit<'_>,
     decided: &Decided,
+    plan: &SpawnPlan,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
-) -> Result<Watched<'s>, Failure> {
-    match launching.start_program() {
-        Ok((running, pidfd)) => {
+) -> Result<(Watched<'s>, Option<Egress>), Failure> {
+    let relay = |listeners: Option<Listeners>| match listeners {
+        None if plan.network.is_empty() => Ok(None),
+        None => Err("the sandbox handed over no listeners for its network grants".to_string()),
+        Some(listeners) => egress::start(&plan.network, listeners)
+            .map(Some)
+            .map_err(|f| f.message),
+    };
+    match launching.start_program(relay) {
+        Ok((released, egress)) => {
             if let Some(f) = on_started {
-                f(&decided.audit_id, pidfd);
+                f(&decided.audit_id, released.pidfd);
             }
-            Ok(running)
+            Ok((released.running, egress))
         }
         Err(e) => {
             let failure =

@@ -20,6 +20,8 @@ pub(super) struct Ran<'a> {
     pub(super) filter: &'a crate::sandbox::seccomp::Filter,
     pub(super) outcome: Outcome,
     pub(super) timings: Value,
+    /// What the relay reported, for a spawn with network grants.
+    pub(super) network: Option<Value>,
 }
 
 fn stream_json(c: &Captured) -> Value {
@@ -45,9 +47,14 @@ fn isolation_json(
     o: &Outcome,
 ) -> Value {
     let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "tcp_bind_connect_denied": a.tcp_denied, "abstract_unix_and_signal_scoped": a.scoped}));
-    let network = match o.landlock {
-        Some(a) if a.netns_of_spare => "fresh, made ahead of the request; loopback only",
-        _ => "fresh, made at clone; loopback only",
+    let made = match o.landlock {
+        Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
+        _ => "fresh, made at clone",
+    };
+    let network = if plan.network.is_empty() {
+        format!("{made}; loopback only")
+    } else {
+        format!("{made}; loopback, and the granted host:port pairs through spawnd's relay")
     };
     json!({
         "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
@@ -81,6 +88,7 @@ pub(super) fn report(
         filter,
         outcome: o,
         timings,
+        network,
     } = ran;
     let (exit_code, signal) = match &o.ending {
         Ending::SetupFailed(why) => {
@@ -94,7 +102,7 @@ pub(super) fn report(
     let signal_name = signal
         .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
         .map(|s| s.as_str());
-    let data = json!({
+    let mut data = json!({
         "exit_code": exit_code,
         "signal": signal,
         "signal_name": signal_name,
@@ -113,6 +121,9 @@ pub(super) fn report(
         "stdout": stream_json(&o.stdout),
         "stderr": stream_json(&o.stderr),
     });
+    if let Some(network) = network {
+        data["network"] = network;
+    }
     Ok(conclude(json, data, on_notice))
 }
 

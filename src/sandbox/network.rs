@@ -150,6 +150,11 @@ fn add_local_routes(setup: &NetworkSetup) -> Result<(), StepError> {
         IpAddr::V6(_) => (*ip, 128),
     });
     for (dst, len) in pool.chain(literals) {
+        // The namespace's own loopback addresses are routed `local`
+        // already: a literal grant of one needs no route of its own.
+        if dst.is_loopback() {
+            continue;
+        }
         crate::sys::add_local_route(dst, len, lo)
             .map_err(|e| StepError::new(format!("add the route local {dst}/{len} dev lo"), e))?;
     }
