@@ -169,11 +169,29 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// at once; more callers wait their turn.
 pub const SIDE_WORK: usize = 2;
 
+/// Raises this process's soft limit of open files to its hard limit: the
+/// daemon holds descriptors for every connection, handle, sandbox and
+/// relayed network connection at once, and 1024 (a common soft default) is
+/// few for that. Sandboxes get their own limit (`max_open_files`).
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!("cannot raise the open files limit from {soft} to {hard}: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot read the open files limit: {e}"),
+    }
+}
+
 /// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
 /// forks the spawner first). `socket` overrides `[server] socket`.
 pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
     let manifests = load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
     crate::sys::bound_allocator_retention();
+    raise_open_files_limit();
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;

@@ -181,6 +181,16 @@ pub const V4_RANGES: &[(Ipv4Net, Class)] = &[
         v4(100, 100, 100, 200, 32),
         AlwaysDenied(DenyReason::Metadata),
     ),
+    // Azure's WireServer, ECS task credentials, EKS Pod Identity,
+    // Tencent's and Oracle Cloud's legacy metadata addresses.
+    (v4(168, 63, 129, 16, 32), AlwaysDenied(DenyReason::Metadata)),
+    (v4(169, 254, 170, 2, 32), AlwaysDenied(DenyReason::Metadata)),
+    (
+        v4(169, 254, 170, 23, 32),
+        AlwaysDenied(DenyReason::Metadata),
+    ),
+    (v4(169, 254, 0, 23, 32), AlwaysDenied(DenyReason::Metadata)),
+    (v4(192, 0, 0, 192, 32), AlwaysDenied(DenyReason::Metadata)),
     (
         v4(255, 255, 255, 255, 32),
         AlwaysDenied(DenyReason::Broadcast),
@@ -242,6 +252,10 @@ pub const V6_RANGES: &[(Ipv6Net, Class)] = &[
     ),
     (
         v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], 128),
+        AlwaysDenied(DenyReason::Metadata),
+    ),
+    (
+        v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23], 128),
         AlwaysDenied(DenyReason::Metadata),
     ),
     (
@@ -415,8 +429,10 @@ impl AddressPolicy {
             }
             return match class {
                 AlwaysDenied(
-                    reason
-                    @ (DenyReason::Metadata | DenyReason::Unspecified | DenyReason::FakePool),
+                    reason @ (DenyReason::Metadata
+                    | DenyReason::LinkLocal
+                    | DenyReason::Unspecified
+                    | DenyReason::FakePool),
                 ) => deny(reason),
                 _ => Ok(()),
             };
@@ -553,7 +569,13 @@ mod tests {
             ("169.254.169.254", Some((R::Metadata, None))),
             ("100.100.100.200", Some((R::Metadata, None))),
             ("169.254.0.1", Some((R::LinkLocal, None))),
-            ("169.254.170.2", Some((R::LinkLocal, None))),
+            ("169.254.170.2", Some((R::Metadata, None))),
+            ("169.254.170.23", Some((R::Metadata, None))),
+            ("169.254.0.23", Some((R::Metadata, None))),
+            ("168.63.129.16", Some((R::Metadata, None))),
+            ("192.0.0.192", Some((R::Metadata, None))),
+            ("fd00:ec2::23", Some((R::Metadata, None))),
+            ("169.254.170.3", Some((R::LinkLocal, None))),
             ("169.255.0.1", None),
             ("224.0.0.1", Some((R::Multicast, None))),
             ("239.255.255.250", Some((R::Multicast, None))),
@@ -706,16 +728,15 @@ mod tests {
     #[test]
     fn an_address_grant_allows_exactly_its_address() {
         let policy = AddressPolicy::default();
-        for text in [
-            "127.0.0.1",
-            "10.0.0.5",
-            "::1",
-            "fe80::1",
-            "192.0.2.1",
-            "93.184.215.14",
-        ] {
+        for text in ["127.0.0.1", "10.0.0.5", "::1", "192.0.2.1", "93.184.215.14"] {
             let host = Host::Ip(ip(text));
             assert_eq!(policy.check(&host, ip(text)), Ok(()), "{text}");
+        }
+        // Link-local addresses hold cloud credential services beside the
+        // metadata ones: never dialed, even when granted by address.
+        for text in ["fe80::1", "169.254.170.3", "169.254.170.2"] {
+            let host = Host::Ip(ip(text));
+            assert!(policy.check(&host, ip(text)).is_err(), "{text}");
         }
         let loopback = Host::Ip(ip("127.0.0.1"));
         assert_eq!(policy.check(&loopback, ip("::ffff:127.0.0.1")), Ok(()));

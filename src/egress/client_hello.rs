@@ -50,6 +50,14 @@ const CLIENT_HELLO: u8 = 1;
 
 /// Extension type of server_name (RFC 6066).
 const SERVER_NAME: u16 = 0;
+/// The encrypted_client_hello extension (RFC 9849 draft code point).
+const ENCRYPTED_CLIENT_HELLO: u16 = 0xfe0d;
+/// The draft encrypted_server_name extension some clients still send.
+const DRAFT_ESNI: u16 = 0xffce;
+/// TLS record content types other than handshake: change_cipher_spec (20),
+/// alert (21), (handshake is 22), application_data (23), heartbeat (24).
+const OTHER_TLS_RECORD_FIRST: u8 = 20;
+const OTHER_TLS_RECORD_LAST: u8 = 24;
 
 /// The server_name entry type of a DNS host name.
 const HOST_NAME: u8 = 0;
@@ -120,6 +128,16 @@ pub enum HelloProblem {
     /// A host_name that is empty, too long, or not printable ASCII.
     #[error("a host_name that is not a printable ASCII name")]
     HostName,
+    /// An encrypted_client_hello (or draft ESNI) extension: the server
+    /// name that counts is hidden, so the visible one proves nothing.
+    #[error("an encrypted ClientHello (extension {0:#06x}) hides the server name")]
+    EncryptedServerName(u16),
+    /// The first record is a TLS record of another type (alert, change
+    /// cipher spec, application data, heartbeat) ahead of any ClientHello,
+    /// or an SSLv2-format hello: TLS, but not a hello whose name can be
+    /// read first.
+    #[error("TLS record type {0} before the ClientHello")]
+    NotHelloFirst(u8),
 }
 
 /// Classifies the first bytes a client sent on a connection: see the
@@ -130,8 +148,20 @@ pub fn classify(bytes: &[u8]) -> FirstFlight {
     // Only the first 16 KiB count, so more bytes never change a decision.
     let bytes = &bytes[..bytes.len().min(MAX_FIRST_FLIGHT)];
     match bytes {
-        [] | [HANDSHAKE] => return FirstFlight::NeedMore,
+        [] | [HANDSHAKE] | [OTHER_TLS_RECORD_FIRST..=OTHER_TLS_RECORD_LAST] => {
+            return FirstFlight::NeedMore
+        }
         [HANDSHAKE, 3, ..] => {}
+        [t @ OTHER_TLS_RECORD_FIRST..=OTHER_TLS_RECORD_LAST, 3, ..] => {
+            return FirstFlight::Malformed(HelloProblem::NotHelloFirst(*t))
+        }
+        // SSLv2's record header (two bytes, high bit set), then
+        // CLIENT-HELLO (1) and a 2.0 or 3.x version.
+        [b] | [b, _] if b & 0x80 != 0 => return FirstFlight::NeedMore,
+        [b, _, 1] if b & 0x80 != 0 => return FirstFlight::NeedMore,
+        [b, _, 1, 0 | 2 | 3, ..] if b & 0x80 != 0 => {
+            return FirstFlight::Malformed(HelloProblem::NotHelloFirst(*b))
+        }
         _ => return FirstFlight::NotTls,
     }
     match client_hello(bytes) {
@@ -266,6 +296,9 @@ fn server_name_of(body: &[u8]) -> Result<Option<String>, HelloProblem> {
             return Err(HelloProblem::DuplicateExtension(kind));
         }
         seen.push(kind);
+        if kind == ENCRYPTED_CLIENT_HELLO || kind == DRAFT_ESNI {
+            return Err(HelloProblem::EncryptedServerName(kind));
+        }
         if kind == SERVER_NAME {
             sni = Some(host_name_of(data)?);
         }
@@ -495,13 +528,57 @@ mod tests {
             b"\x00",
             b"\x16\x02",
             b"\x16\x00\x00",
-            b"\x15\x03\x03\x00\x02\x02\x28",
-            b"\x80\x2e\x01\x00\x02",
+            b"\x15\x02",
+            b"\x80\x2e\x02",
+            b"\x80\x2e\x01\x01",
         ] {
             assert_eq!(classify(bytes), FirstFlight::NotTls, "{bytes:?}");
         }
         assert_eq!(classify(b""), FirstFlight::NeedMore);
         assert_eq!(classify(b"\x16"), FirstFlight::NeedMore);
+    }
+
+    /// A TLS record of another type first (an alert or a change cipher
+    /// spec a server may skip before the real ClientHello), or an SSLv2
+    /// hello, would let a hello with any server name through unread.
+    #[test]
+    fn tls_that_does_not_begin_with_a_readable_hello_is_malformed() {
+        let mut alert_then_hello = b"\x15\x03\x03\x00\x02\x01\x00".to_vec();
+        alert_then_hello.extend(hello("other.example.com"));
+        for (bytes, first) in [
+            (&b"\x15\x03\x03\x00\x02\x02\x28"[..], 21),
+            (&alert_then_hello[..], 21),
+            (b"\x14\x03\x03\x00\x01\x01", 20),
+            (b"\x17\x03\x03", 23),
+            (b"\x18\x03\x01", 24),
+            (b"\x80\x2e\x01\x00\x02", 0x80),
+            (b"\x80\x2e\x01\x03\x01", 0x80),
+        ] {
+            assert_eq!(
+                classify(bytes),
+                FirstFlight::Malformed(HelloProblem::NotHelloFirst(first)),
+                "{bytes:?}"
+            );
+        }
+        for prefix in [&b"\x15"[..], b"\x80", b"\x80\x2e", b"\x80\x2e\x01"] {
+            assert_eq!(classify(prefix), FirstFlight::NeedMore, "{prefix:?}");
+        }
+    }
+
+    /// An encrypted ClientHello carries the name that counts inside: the
+    /// outer, readable one could name the granted host while the server
+    /// is asked for another behind the same address.
+    #[test]
+    fn an_encrypted_client_hello_is_malformed_whatever_its_outer_name() {
+        for kind in [0xfe0d, 0xffce] {
+            let exts = [sni_ext("api.example.com"), ext(kind, &[0; 40])].concat();
+            let bytes = records(&handshake(1, &body(Some(&exts))), MAX_RECORD);
+            assert_eq!(
+                classify(&bytes),
+                FirstFlight::Malformed(HelloProblem::EncryptedServerName(kind)),
+                "{kind:#x}"
+            );
+        }
     }
 
     #[test]

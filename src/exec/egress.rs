@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::Failure;
+use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
 use crate::relay::{serve, ConnectionRecord, NetEvent, RelayConfig, Summary, SystemResolver};
 use crate::sandbox::network::Listeners;
@@ -48,6 +49,10 @@ pub(super) struct Reported {
 
 /// Starts the relay for `grants` on `listeners`.
 pub(super) fn start(grants: &[Grant], listeners: Listeners) -> Result<Egress, Failure> {
+    // What `serve` checks before it accepts, checked here, before the
+    // program's release.
+    GrantedNames::new(grants)
+        .map_err(|e| Failure::sandbox_unavailable(format!("the network relay: {e}")))?;
     let stop = CancellationToken::new();
     let grants = grants.to_vec();
     let stopping = stop.clone();

@@ -10,7 +10,7 @@ use std::ops::Range;
 use toml::Spanned;
 
 use super::validate::Checker;
-use crate::egress::address_policy::{classify_v4, classify_v6, Class};
+use crate::egress::address_policy::{classify_v4, classify_v6, Class, DenyReason};
 use crate::egress::grant::{Grant, Host};
 
 /// The connector's grants, each parsed, none listed twice.
@@ -21,6 +21,24 @@ pub(super) fn check_grants(c: &mut Checker, raw: &[Spanned<String>], key: &str) 
         let Some(grant) = parse_one(c, entry, &key) else {
             continue;
         };
+        if grant.port() == 53 {
+            c.error(
+                entry.span(),
+                &key,
+                format!("`{grant}`: port 53 is the sandbox's own DNS, which spawnd answers from the grants"),
+                "programs resolve granted names through spawnd; remove the DNS server's grant",
+            );
+            continue;
+        }
+        if let Some(reason) = never_dialed(&grant) {
+            c.error(
+                entry.span(),
+                &key,
+                format!("`{grant}` is a {reason} address, which spawnd never dials, even when granted by address: cloud credential services listen there"),
+                "remove it; grant the service by its name or its routable address",
+            );
+            continue;
+        }
         if grants.contains(&grant) {
             c.error(
                 entry.span(),
@@ -58,6 +76,28 @@ pub(super) fn check_operation_grants(
         }
     }
     own
+}
+
+/// The reason a literal grant can never be dialed: metadata and
+/// link-local addresses, whatever the manifest says.
+fn never_dialed(grant: &Grant) -> Option<&'static str> {
+    let Host::Ip(ip) = grant.host() else {
+        return None;
+    };
+    let class = match ip {
+        std::net::IpAddr::V4(v4) => classify_v4(*v4),
+        std::net::IpAddr::V6(v6) => classify_v6(*v6).0,
+    };
+    match class {
+        Class::AlwaysDenied(r @ (DenyReason::Metadata | DenyReason::LinkLocal)) => {
+            Some(if r == DenyReason::Metadata {
+                "metadata"
+            } else {
+                "link-local"
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Says what literal grants of the host's own, private or special

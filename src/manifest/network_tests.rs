@@ -117,3 +117,22 @@ fn literal_grants_of_special_addresses_load_with_a_warning() {
     assert!(warned[0].contains("127.0.0.1:8080") && warned[0].contains("loopback"));
     assert!(warned[1].contains("10.0.0.5:5432") && warned[1].contains("private"));
 }
+
+#[test]
+fn a_literal_grant_of_a_metadata_or_link_local_address_is_refused() {
+    for entry in [
+        "169.254.169.254:80",
+        "169.254.170.2:80",
+        "[fe80::1]:80",
+        "168.63.129.16:80",
+    ] {
+        let e = load(&with_network(&format!("[\"{entry}\"]"), "")).expect_err(entry);
+        assert!(e.mentions("never dials"), "{entry}: {e}");
+    }
+}
+
+#[test]
+fn a_grant_of_port_53_is_refused_the_sandboxs_dns_is_spawnds() {
+    let e = load(&with_network(r#"["dns.example.com:53"]"#, "")).unwrap_err();
+    assert!(e.mentions("port 53"), "{e}");
+}

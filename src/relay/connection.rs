@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
 use crate::egress::address_policy::Denial;
@@ -74,13 +74,32 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
         relay.events.connection_ended(record, started);
         return;
     }
-    let Ok(permit) = relay.slots.clone().try_acquire_owned() else {
+    let permits = relay
+        .slots
+        .clone()
+        .try_acquire_owned()
+        .and_then(|own| process_slots().try_acquire_owned().map(|all| (own, all)));
+    let Ok(permit) = permits else {
         record.refuse(reason::TOO_MANY_CONNECTIONS);
         reset(client);
         relay.events.connection_ended(record, started);
         return;
     };
     running.spawn(run(relay.clone(), client, record, started, permit));
+}
+
+/// Relayed connections of every spawn this process serves, at most: each
+/// holds two descriptors (the program's side and the dialed side), so the
+/// relays of many spawns together stay well inside the daemon's limit of
+/// open files, and one spawn's program cannot starve the others.
+pub const MAX_PROCESS_CONNECTIONS: usize = 1024;
+
+/// The process-wide share of [`MAX_PROCESS_CONNECTIONS`].
+fn process_slots() -> Arc<Semaphore> {
+    static SLOTS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    SLOTS
+        .get_or_init(|| Arc::new(Semaphore::new(MAX_PROCESS_CONNECTIONS)))
+        .clone()
 }
 
 /// Where a connection accepted at `local` was going: the granted name
@@ -99,14 +118,14 @@ fn destination(relay: &Relay, local: SocketAddr) -> ConnectionRecord {
 }
 
 /// A granted connection's task: relays it until it ends or the spawn
-/// does, then records it. The permit is its slot among the open
-/// connections.
+/// does, then records it. The permits are its slots among its spawn's
+/// open connections and the whole process's.
 async fn run(
     relay: Arc<Relay>,
     client: TcpStream,
     mut record: ConnectionRecord,
     started: Instant,
-    _permit: OwnedSemaphorePermit,
+    _permit: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 ) {
     let stopped = tokio::select! {
         () = relay_granted(&relay, client, &mut record) => false,
@@ -361,7 +380,10 @@ async fn first_flight<R: AsyncRead + Unpin>(
             FirstFlight::NeedMore | FirstFlight::Malformed(_) => {
                 return Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO));
             }
-            FirstFlight::NotTls | FirstFlight::Tls { sni: None } => {}
+            FirstFlight::NotTls => {}
+            // A granted name's TLS must say which server it wants: a hello
+            // without a name could be meant for any site behind the address.
+            FirstFlight::Tls { sni: None } => return Err(Ending::Refused(reason::SNI_MISSING)),
             FirstFlight::Tls { sni: Some(name) } => {
                 let matches = sni_matches(granted, &name);
                 *sni = Some(name);

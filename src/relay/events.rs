@@ -37,6 +37,8 @@ pub mod reason {
     pub const DENIED_ADDRESS: &str = "denied_address";
     /// A TLS ClientHello named another server than the granted name.
     pub const SNI_MISMATCH: &str = "sni_mismatch";
+    /// A TLS ClientHello to a granted name named no server.
+    pub const SNI_MISSING: &str = "sni_missing";
     /// The client's first bytes began a TLS handshake that is not a
     /// well-formed ClientHello, or ended before it was complete.
     pub const MALFORMED_CLIENT_HELLO: &str = "malformed_client_hello";
@@ -56,8 +58,9 @@ pub mod reason {
     pub const IO_ERROR: &str = "io_error";
 
     /// Every reason, for documentation checks and tests.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         NOT_GRANTED,
+        SNI_MISSING,
         TOO_MANY_CONNECTIONS,
         UNRESOLVED,
         RESOLVED_TO_DENIED_ADDRESS,

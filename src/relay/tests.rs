@@ -570,3 +570,30 @@ fn stopping_closes_every_connection_and_listener() {
     stopped.reason = Some(reason::STOPPED);
     assert_eq!(finished.connections(), [stopped]);
 }
+
+#[test]
+fn a_client_hello_without_a_server_name_to_a_granted_name_is_refused() {
+    let scenario = Scenario::new(
+        &["api.example.com:443"],
+        &[("api.example.com", &["16.0.0.1"])],
+    );
+    let Some(finished) = run(scenario, |_| {
+        // A minimal TLS 1.2 ClientHello: no extensions, so no server name.
+        let mut body = vec![3, 3];
+        body.extend([0u8; 32]);
+        body.extend([0, 0, 2, 0, 0x2f, 1, 0]);
+        let mut handshake = vec![1, 0, 0, body.len() as u8];
+        handshake.extend(body);
+        let mut record = vec![0x16, 3, 1, 0, handshake.len() as u8];
+        record.extend(handshake);
+        let mut stream = connect("198.18.0.1", TLS).unwrap();
+        stream.write_all(&record).unwrap();
+        assert_reset(&mut stream);
+    }) else {
+        return;
+    };
+    let records = finished.connections();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0].reason, Some(reason::SNI_MISSING), "{records:#?}");
+    assert_eq!(records[0].bytes_up, 0);
+}
