@@ -84,6 +84,7 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         access: &Access::Local,
         bound_credentials: &bound,
         require_program_hash: false,
+        network_enabled: true,
     };
     let mut programs = Fixed(ProgramFacts {
         resolved: "/usr/bin/git".into(),
@@ -130,6 +131,7 @@ fn main() {
             access: &Access::Local,
             bound_credentials: &bound,
             require_program_hash: false,
+            network_enabled: true,
         };
         let mut p = Fixed(ProgramFacts {
             resolved: "/usr/bin/git".into(),

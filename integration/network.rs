@@ -244,3 +244,23 @@ fn the_daemon_relays_for_its_spawns_too() {
     assert_eq!(v["data"]["network"]["connections"], 1, "{v}");
     assert_eq!(server.accepted(), 1, "{v}");
 }
+
+#[test]
+fn an_operator_who_disabled_network_grants_gets_a_gate_denial() {
+    let server = HostServer::start("never");
+    let s = Scratch::new();
+    let grant = format!("127.0.0.1:{}", server.port);
+    let m = s.manifest(std::slice::from_ref(&grant));
+    std::fs::write(
+        s.path("config.toml"),
+        format!(
+            "[audit]\npath = \"{}\"\n[network]\nenabled = false\n",
+            s.path("audit.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let (out, v) = s.run(&m, "curl", &format!("url=http://{grant}/"));
+    assert_eq!(out.status.code(), Some(3), "{v}");
+    assert_eq!(v["error"]["details"]["reason"], "network_disabled", "{v}");
+    assert_eq!(server.accepted(), 0, "{v}");
+}

@@ -205,6 +205,7 @@ pub fn rpc_request(data: &[u8]) {
         access: &Access::Local,
         bound_credentials: &bound,
         require_program_hash: false,
+        network_enabled: true,
     };
     match decide(&ctx, &caller, &spawn.request, &mut ProgramOpener::default()) {
         Decision::Allowed(plan) => assert!(!plan.argv.is_empty()),

@@ -53,6 +53,7 @@ fn config_fields() -> Vec<(&'static str, String)> {
         ("RawBinding", "[[credentials]]"),
         ("RawDisable", "[[disable]]"),
         ("RawSandbox", "[sandbox]"),
+        ("RawNetwork", "[network]"),
     ];
     let mut out = Vec::new();
     for (name, table) in tables {

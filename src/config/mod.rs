@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::egress::address_policy::Cidr;
 use crate::manifest::limits::{LIMIT_SPECS, WALL_TIME_HARD_CEILING_MS};
 use crate::manifest::{Fqn, Manifest};
 use crate::policy::AccessRule;
@@ -19,7 +20,7 @@ mod raw;
 mod tests;
 
 pub use credentials::{CredentialBinding, CredentialSource};
-use raw::{RawAccess, RawBinding, RawConfig, RawDisable, RawSandbox, RawServer};
+use raw::{RawAccess, RawBinding, RawConfig, RawDisable, RawNetwork, RawSandbox, RawServer};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +97,19 @@ pub struct ServerConfig {
     pub refusal_window_ms: u64,
 }
 
+/// `[network]`: what manifests' network grants may reach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetworkConfig {
+    /// Whether spawns with network grants may run at all (the gate refuses
+    /// them with `network_disabled` otherwise).
+    pub enabled: bool,
+    /// Private and special ranges a granted name may resolve to and be
+    /// dialed at (loopback, link-local and metadata addresses never are).
+    pub allow_cidrs: Vec<Cidr>,
+    /// Ranges never dialed, whatever the grants say.
+    pub deny_cidrs: Vec<Cidr>,
+}
+
 /// `[sandbox]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxConfig {
@@ -147,6 +161,8 @@ pub struct Config {
     pub disabled: Vec<Fqn>,
     /// Sandbox settings.
     pub sandbox: SandboxConfig,
+    /// `[network]`.
+    pub network: NetworkConfig,
 }
 
 fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<S::Ok, S::Error> {
@@ -240,6 +256,7 @@ impl Config {
         let (run_as, run_as_everyone) = run_as(&raw.sandbox, &at)?;
         let limits = limits_mode(raw.sandbox.limits.as_deref(), &at)?;
         let system_paths = system_paths(raw.sandbox.system_paths, &at)?;
+        let network = network_config(raw.network, &at)?;
         Ok(Config {
             source: path.map(Path::to_path_buf),
             audit: AuditConfig {
@@ -261,6 +278,7 @@ impl Config {
                 landlock_min_abi: raw.sandbox.landlock_min_abi.unwrap_or(1).max(1),
                 limits,
             },
+            network,
         })
     }
 
@@ -446,6 +464,25 @@ fn run_as(raw: &RawSandbox, at: &Origin<'_>) -> Result<(Option<(u32, u32)>, bool
         return Err(at.invalid("sandbox.run_as", "must be an unprivileged identity, not 0"));
     }
     Ok((run_as, run_as_everyone))
+}
+
+/// `[network]`: enabled unless `enabled = false`; each CIDR strict (no
+/// host bits), named with its key when wrong.
+fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, ConfigError> {
+    let cidrs = |list: Option<Vec<String>>, key: &str| -> Result<Vec<Cidr>, ConfigError> {
+        list.unwrap_or_default()
+            .iter()
+            .map(|text| {
+                text.parse::<Cidr>()
+                    .map_err(|e| at.invalid(key, format!("`{text}`: {e}")))
+            })
+            .collect()
+    };
+    Ok(NetworkConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        allow_cidrs: cidrs(raw.allow_cidrs, "network.allow_cidrs")?,
+        deny_cidrs: cidrs(raw.deny_cidrs, "network.deny_cidrs")?,
+    })
 }
 
 /// `[sandbox] limits`: `auto` (the default) or `rlimits`.

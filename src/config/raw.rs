@@ -20,6 +20,8 @@ pub(super) struct RawConfig {
     pub(super) disable: Vec<RawDisable>,
     #[serde(default)]
     pub(super) sandbox: RawSandbox,
+    #[serde(default)]
+    pub(super) network: RawNetwork,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,4 +85,12 @@ pub(super) struct RawSandbox {
     pub(super) max_wall_time_ms: Option<u64>,
     pub(super) landlock_min_abi: Option<u32>,
     pub(super) limits: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNetwork {
+    pub(super) enabled: Option<bool>,
+    pub(super) allow_cidrs: Option<Vec<String>>,
+    pub(super) deny_cidrs: Option<Vec<String>>,
 }

@@ -156,3 +156,29 @@ fn of_several_bad_keys_the_first_checked_is_the_one_reported() {
     let e = Config::parse(Path::new("c.toml"), text, None).unwrap_err();
     assert!(e.to_string().contains("sandbox.max_wall_time_ms"), "{e}");
 }
+
+#[test]
+fn the_network_table_enables_grants_by_default_and_checks_its_cidrs() {
+    let c = Config::parse(Path::new("c.toml"), "", None).unwrap();
+    assert!(c.network.enabled && c.network.allow_cidrs.is_empty());
+    let c = Config::parse(
+        Path::new("c.toml"),
+        "[network]\nenabled = false\nallow_cidrs = [\"10.0.0.0/8\"]\ndeny_cidrs = [\"203.0.113.0/24\"]\n",
+        None,
+    )
+    .unwrap();
+    assert!(!c.network.enabled);
+    assert_eq!(c.network.allow_cidrs[0].to_string(), "10.0.0.0/8");
+    assert_eq!(c.network.deny_cidrs[0].to_string(), "203.0.113.0/24");
+    let e = Config::parse(
+        Path::new("c.toml"),
+        "[network]\nallow_cidrs = [\"10.0.0.1/8\"]\n",
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("network.allow_cidrs") && e.contains("10.0.0.1/8"),
+        "{e}"
+    );
+}

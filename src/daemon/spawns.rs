@@ -427,6 +427,7 @@ fn refused_before_the_program(
         access,
         bound_credentials: &bound,
         require_program_hash: config.sandbox.require_program_hash,
+        network_enabled: config.network.enabled,
     };
     match crate::policy::decide(
         &ctx,

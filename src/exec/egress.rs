@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::Failure;
+use crate::config::NetworkConfig;
+use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
 use crate::relay::{serve, ConnectionRecord, NetEvent, RelayConfig, Summary, SystemResolver};
@@ -48,13 +50,21 @@ pub(super) struct Reported {
 }
 
 /// Starts the relay for `grants` on `listeners`.
-pub(super) fn start(grants: &[Grant], listeners: Listeners) -> Result<Egress, Failure> {
+pub(super) fn start(
+    grants: &[Grant],
+    network: &NetworkConfig,
+    listeners: Listeners,
+) -> Result<Egress, Failure> {
     // What `serve` checks before it accepts, checked here, before the
     // program's release.
     GrantedNames::new(grants)
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay: {e}")))?;
     let stop = CancellationToken::new();
     let grants = grants.to_vec();
+    let config = RelayConfig {
+        policy: AddressPolicy::new(network.allow_cidrs.clone(), network.deny_cidrs.clone()),
+        ..RelayConfig::default()
+    };
     let stopping = stop.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -62,7 +72,7 @@ pub(super) fn start(grants: &[Grant], listeners: Listeners) -> Result<Egress, Fa
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's runtime: {e}")))?;
     let thread = std::thread::Builder::new()
         .name("spawnd-relay".into())
-        .spawn(move || runtime.block_on(relay(grants, listeners, stopping)))
+        .spawn(move || runtime.block_on(relay(grants, config, listeners, stopping)))
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's thread: {e}")))?;
     Ok(Egress {
         stop,
@@ -87,11 +97,16 @@ impl Egress {
 }
 
 /// Serves until stopped, collecting the relay's events as they come.
-async fn relay(grants: Vec<Grant>, listeners: Listeners, stop: CancellationToken) -> Reported {
+async fn relay(
+    grants: Vec<Grant>,
+    config: RelayConfig,
+    listeners: Listeners,
+    stop: CancellationToken,
+) -> Reported {
     let (events, mut received) = mpsc::channel(1024);
     let serving = serve(
         &grants,
-        RelayConfig::default(),
+        config,
         listeners,
         Arc::new(SystemResolver),
         events,

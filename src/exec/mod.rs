@@ -31,6 +31,7 @@ use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
+use crate::config::NetworkConfig;
 use crate::kernel_features::LANDLOCK_ABI_REQUIRED;
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
@@ -176,7 +177,14 @@ fn execute_inner<'a>(
     let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin);
     let (decided, launching) =
         launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
-    let (running, egress) = release(&audit, &decided, &plan, launching, x.on_started)?;
+    let (running, egress) = release(
+        &audit,
+        &decided,
+        &plan,
+        &prepared.config.network,
+        launching,
+        x.on_started,
+    )?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
@@ -425,13 +433,14 @@ fn release<'s>(
     audit: &SpawnAudit<'_>,
     decided: &Decided,
     plan: &SpawnPlan,
+    network: &NetworkConfig,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
 ) -> Result<(Watched<'s>, Option<Egress>), Failure> {
     let relay = |listeners: Option<Listeners>| match listeners {
         None if plan.network.is_empty() => Ok(None),
         None => Err("the sandbox handed over no listeners for its network grants".to_string()),
-        Some(listeners) => egress::start(&plan.network, listeners)
+        Some(listeners) => egress::start(&plan.network, network, listeners)
             .map(Some)
             .map_err(|f| f.message),
     };

@@ -35,6 +35,7 @@ pub fn decide_with(p: &Prepared, opener: &mut ProgramOpener, access: &Access) ->
         access,
         bound_credentials: &bound,
         require_program_hash: p.config.sandbox.require_program_hash,
+        network_enabled: p.config.network.enabled,
     };
     let started = std::time::Instant::now();
     let decision = decide(&ctx, &p.caller, &p.request, opener);

@@ -67,6 +67,7 @@ fn gate(
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
     let cwd = check_cwd(ctx, spawn, req.cwd.as_deref(), caller, &fs)?;
     check_bindings(ctx, spawn)?;
+    check_network_enabled(ctx, op)?;
     Ok(SpawnPlan {
         connector: manifest.connector.name.to_string(),
         version: manifest.connector.version.to_string(),
@@ -276,4 +277,23 @@ fn expand_scopes(
         ));
     }
     Ok(fs)
+}
+
+/// An operation with network grants runs only where the operator has not
+/// disabled them (`[network] enabled = false`).
+fn check_network_enabled(ctx: &GateContext, op: &Operation) -> Result<(), Box<Denial>> {
+    match op.network.first() {
+        Some(first) if !ctx.network_enabled => Err(Denial::new(
+            Reason::NetworkDisabled,
+            ctx.connector,
+            format!("network:{first}"),
+            vec![],
+            format!(
+                "operation `{}` is granted network access ({}), and the operator disabled network grants ([network] enabled = false)",
+                op.name,
+                op.network.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+        _ => Ok(()),
+    }
 }

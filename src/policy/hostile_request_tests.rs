@@ -54,6 +54,7 @@ fn a_home_write_scope_that_lands_on_a_system_path_is_refused() {
             access: &Access::Local,
             bound_credentials: &bound,
             require_program_hash: false,
+            network_enabled: true,
         };
         let who = Caller {
             home: home.into(),

@@ -49,6 +49,8 @@ pub enum Reason {
     BindingRequired,
     /// The bound credential could not be read.
     InvalidCredentials,
+    /// The operation has network grants and the operator disabled them.
+    NetworkDisabled,
 }
 
 /// One row of the reason table.
@@ -86,6 +88,7 @@ pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo { reason: CwdOutsideScope, detail: "connector_manifest", when: "the cwd is relative, has `..`, or lies outside fs_read/fs_write (or outside the manifest's cwd)" },
     ReasonInfo { reason: BindingRequired, detail: "vault", when: "a credential_env_key has no [[credentials]] binding" },
     ReasonInfo { reason: InvalidCredentials, detail: "vault", when: "the bound credential could not be read" },
+    ReasonInfo { reason: NetworkDisabled, detail: "operator_config", when: "the operation has network grants and the operator set [network] enabled = false" },
 ];
 
 impl Reason {
@@ -120,6 +123,7 @@ impl Reason {
             CwdOutsideScope => "cwd_outside_scope",
             BindingRequired => "binding_required",
             InvalidCredentials => "invalid_credentials",
+            NetworkDisabled => "network_disabled",
         }
     }
 
@@ -143,7 +147,7 @@ mod tests {
             let json = serde_json::to_string(&row.reason).unwrap();
             assert_eq!(json, format!("\"{}\"", row.reason.as_str()));
         }
-        assert_eq!(REASONS.len(), 20);
+        assert_eq!(REASONS.len(), 21);
     }
 
     #[test]

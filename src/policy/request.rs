@@ -182,4 +182,6 @@ pub struct GateContext<'a> {
     pub bound_credentials: &'a BTreeSet<String>,
     /// `[sandbox] require_program_hash`.
     pub require_program_hash: bool,
+    /// `[network] enabled`: whether operations with network grants may run.
+    pub network_enabled: bool,
 }

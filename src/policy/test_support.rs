@@ -119,6 +119,7 @@ pub(super) fn decide_full(
         access: &op.access,
         bound_credentials: &op.bound,
         require_program_hash: op.require_pin,
+        network_enabled: true,
     };
     decide(&ctx, &caller(), req, programs)
 }

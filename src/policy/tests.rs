@@ -262,6 +262,7 @@ fn connector_state_and_caller_come_first() {
             access: &access,
             bound_credentials: &bound,
             require_program_hash: false,
+            network_enabled: true,
         };
         decide(
             &ctx,
