@@ -78,17 +78,21 @@ pub(super) fn check_operation_grants(
     own
 }
 
+/// What the address policy makes of a literal grant's address.
+fn class_of(ip: std::net::IpAddr) -> Class {
+    match ip {
+        std::net::IpAddr::V4(v4) => classify_v4(v4),
+        std::net::IpAddr::V6(v6) => classify_v6(v6).0,
+    }
+}
+
 /// The reason a literal grant can never be dialed: metadata and
 /// link-local addresses, whatever the manifest says.
 fn never_dialed(grant: &Grant) -> Option<&'static str> {
     let Host::Ip(ip) = grant.host() else {
         return None;
     };
-    let class = match ip {
-        std::net::IpAddr::V4(v4) => classify_v4(*v4),
-        std::net::IpAddr::V6(v6) => classify_v6(*v6).0,
-    };
-    match class {
+    match class_of(*ip) {
         Class::AlwaysDenied(r @ (DenyReason::Metadata | DenyReason::LinkLocal)) => {
             Some(if r == DenyReason::Metadata {
                 "metadata"
@@ -106,11 +110,7 @@ fn never_dialed(grant: &Grant) -> Option<&'static str> {
 pub(super) fn warn_of_special_literals(c: &mut Checker, grants: &[Grant]) {
     for grant in grants {
         let Host::Ip(ip) = grant.host() else { continue };
-        let class = match ip {
-            std::net::IpAddr::V4(v4) => classify_v4(*v4),
-            std::net::IpAddr::V6(v6) => classify_v6(*v6).0,
-        };
-        let reason = match class {
+        let reason = match class_of(*ip) {
             Class::Public => continue,
             Class::DeniedUnlessAllowed(reason) | Class::AlwaysDenied(reason) => reason,
         };

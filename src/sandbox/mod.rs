@@ -16,7 +16,7 @@
 //!   force, the program's end): encoded inside, decoded by the supervisor.
 //!
 //! The system calls it needs beyond `nix` and `landlock` are in the crate's
-//! [`crate::sys`], the only module with `unsafe`.
+//! [`crate::sys`], the crate's kernel-facing layer.
 //!
 //! Where forking happens: `launch` must run in a single-threaded process (a
 //! child cloned from a multi-threaded one may deadlock on a lock another
