@@ -102,6 +102,25 @@ argv = "python3 -c {{code}}"
         path
     }
 
+    /// The audit log's records, in order.
+    fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("audit.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// `spawnd audit verify` passes on the log.
+    fn verify(&self) {
+        let verify = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+            .args(["audit", "verify"])
+            .arg(self.path("audit.jsonl"))
+            .output()
+            .unwrap();
+        assert!(verify.status.success(), "{verify:?}");
+    }
+
     fn run(&self, manifest: &Path, op: &str, arg: &str) -> (Output, Value) {
         let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
             .env("SPAWND_CONFIG", self.path("config.toml"))
@@ -148,12 +167,75 @@ fn curl_reaches_a_granted_host_service_through_spawnd_and_the_trail_records_it()
         .find(|r| r["kind"] == "exit")
         .unwrap();
     assert_eq!(exit["network"]["connections"], 1, "{exit}");
-    let verify = Command::new(env!("CARGO_BIN_EXE_spawnd"))
-        .args(["audit", "verify"])
+    // The connection has a record of its own, between the decision and
+    // the exit, under the spawn's audit id.
+    let records = s.records();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["decision", "net", "exit"], "{records:#?}");
+    let net = &records[1];
+    assert_eq!(net["audit_id"], v["data"]["audit_id"], "{net}");
+    assert_eq!(
+        (
+            &net["host"],
+            &net["port"],
+            &net["dialed"],
+            &net["allowed"],
+            &net["connected"]
+        ),
+        (
+            &Value::from("127.0.0.1"),
+            &Value::from(server.port),
+            &Value::from(grant.as_str()),
+            &Value::from(true),
+            &Value::from(true)
+        ),
+        "{net}"
+    );
+    assert_eq!(
+        (&net["connector"], &net["op"]),
+        (&Value::from("local://test/net"), &Value::from("curl")),
+        "{net}"
+    );
+    assert!(
+        net["bytes_up"].as_u64().unwrap() > 0 && net["bytes_down"].as_u64().unwrap() > 0,
+        "{net}"
+    );
+    s.verify();
+    // Exported, it is OCSF Network Activity, valid against the model.
+    let export = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .args(["audit", "export", "--format", "ocsf"])
         .arg(s.path("audit.jsonl"))
         .output()
         .unwrap();
-    assert!(verify.status.success(), "{verify:?}");
+    assert!(export.status.success(), "{export:?}");
+    let events: Vec<Value> = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let network_activity: Vec<&Value> = events.iter().filter(|e| e["class_uid"] == 4001).collect();
+    assert_eq!(network_activity.len(), 1, "{events:#?}");
+    assert_eq!(
+        network_activity[0]["dst_endpoint"]["port"], server.port,
+        "{events:#?}"
+    );
+    let exported = s.path("ocsf.jsonl");
+    std::fs::write(&exported, &export.stdout).unwrap();
+    let valid = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/validate-ocsf"
+    ))
+    .arg(&exported)
+    .output()
+    .unwrap();
+    assert!(
+        valid.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&valid.stdout),
+        String::from_utf8_lossy(&valid.stderr)
+    );
 }
 
 #[test]
@@ -259,4 +341,131 @@ fn an_operator_who_disabled_network_grants_gets_a_gate_denial() {
     assert_eq!(out.status.code(), Some(3), "{v}");
     assert_eq!(v["error"]["details"]["reason"], "network_disabled", "{v}");
     assert_eq!(server.accepted(), 0, "{v}");
+}
+
+#[test]
+fn a_flood_of_refused_connections_is_one_record_and_a_count() {
+    let granted = HostServer::start("granted");
+    let s = Scratch::new();
+    let m = s.manifest(&[format!("127.0.0.1:{}", granted.port)]);
+    // 3000 connections to an address nobody granted (on the granted
+    // port, so they reach spawnd, which resets them: the connect may
+    // complete, the first read fails), and DNS queries for 200 names
+    // nobody granted.
+    let code = format!(
+        "code=import socket\n\
+         refused = 0\n\
+         for i in range(3000):\n    \
+           s = socket.socket()\n    \
+           try: s.connect(('127.0.0.2', {g})); s.recv(1)\n    \
+           except OSError: refused += 1\n    \
+           s.close()\n\
+         for i in range(200):\n    \
+           try: socket.getaddrinfo('n%d.leak.example' % i, 80)\n    \
+           except OSError: pass\n\
+         print(refused)",
+        g = granted.port
+    );
+    let (out, v) = s.run(&m, "python", &code);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "3000\n", "{v}");
+    assert_eq!(granted.accepted(), 0, "{v}");
+    let network = &v["data"]["network"];
+    assert_eq!(network["refused"], 3000, "{network}");
+    assert_eq!(
+        network["refusals"],
+        serde_json::json!([{"host": "127.0.0.2", "port": granted.port, "reason": "not_granted", "count": 3000}]),
+        "{network}"
+    );
+    // Judged by the log: one record for the 3000 refusals, one per
+    // refused name up to the cap, and the count in the exit record.
+    let records = s.records();
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "net" && r["protocol"] == "tcp")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0]["reason"], "not_granted");
+    let names = records
+        .iter()
+        .filter(|r| r["kind"] == "net" && r["protocol"] == "dns")
+        .count();
+    assert_eq!(
+        names, 64,
+        "one record per refused name and type, at most 64"
+    );
+    let exit = records.iter().find(|r| r["kind"] == "exit").unwrap();
+    assert_eq!(exit["network"]["refusals"][0]["count"], 3000, "{exit}");
+    assert!(
+        exit["network"]["dns_refused_more"].as_u64().unwrap() > 0,
+        "{exit}"
+    );
+    assert!(records.len() < 70, "{} records", records.len());
+    s.verify();
+}
+
+#[test]
+fn once_a_network_record_cannot_be_written_the_spawn_has_no_more_network() {
+    let server = HostServer::start("served");
+    let s = Scratch::new();
+    let log = s.path("audit.jsonl");
+    // Made immutable (so even root cannot append) once the first
+    // connection's record is in; mutable again at the end, to be removed.
+    struct Mutable(PathBuf);
+    impl Drop for Mutable {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+        }
+    }
+    let _mutable = Mutable(log.clone());
+    let m = s.manifest(&[format!("127.0.0.1:{}", server.port)]);
+    // Three fetches, 4 s apart: the log stops taking records after the
+    // first one's.
+    let code = format!(
+        "code=import urllib.request, time\n\
+         def get():\n    \
+           try: return urllib.request.urlopen('http://127.0.0.1:{p}/', timeout=5).read().decode()\n    \
+           except Exception as e: return 'refused: ' + type(e).__name__\n\
+         for i in range(3):\n    \
+           print(get(), flush=True)\n    \
+           time.sleep(4)",
+        p = server.port
+    );
+    let breaker = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_secs(30) {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.lines().any(|l| l.contains("\"kind\":\"net\"")) {
+                    return Command::new("chattr")
+                        .arg("+i")
+                        .arg(&log)
+                        .status()
+                        .unwrap()
+                        .success();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            false
+        })
+    };
+    let (_out, v) = s.run(&m, "python", &code);
+    assert!(
+        breaker.join().unwrap(),
+        "the first connection's record never appeared: {v}"
+    );
+    let lines: Vec<&str> = v["data"]["stdout"]["text"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .collect();
+    // The second connection is made; its record is not written, and from
+    // then on there is no network: the third is refused, and the service
+    // never sees it.
+    assert_eq!(lines[0], "served", "{v}");
+    assert!(lines[2].starts_with("refused: "), "{v}");
+    assert_eq!(server.accepted(), 2, "{v}");
+    let error = v["data"]["network"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("audit unavailable"), "{v}");
 }

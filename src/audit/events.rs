@@ -52,6 +52,16 @@ pub fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Valu
     }))
 }
 
+/// One network event of a spawn (`event`: a connection, or a DNS name
+/// refused, as [`crate::exec`] describes them), under its connector and
+/// op; the record's `audit_id` is the spawn's.
+pub fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
+    let mut body = object(event);
+    body.insert("connector".into(), json!(connector));
+    body.insert("op".into(), json!(op));
+    body
+}
+
 /// How an allowed spawn ended; `result` is the run's result object.
 pub fn exit(result: &Value) -> Map<String, Value> {
     let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"]});
@@ -70,9 +80,13 @@ pub fn exit(result: &Value) -> Map<String, Value> {
         "stderr": stream(&result["stderr"]),
         "isolation_applied": result["isolation"],
     }));
-    // A spawn with network grants: what its connections did.
-    if let Some(network) = result.get("network").filter(|n| !n.is_null()) {
-        body.insert("network".into(), network.clone());
+    // A spawn with network grants: its totals and refusal counts (each
+    // connection has a `net` record of its own).
+    if let Some(network) = result.get("network").and_then(Value::as_object) {
+        let mut summary = network.clone();
+        summary.remove("listed");
+        summary.remove("dns_refused");
+        body.insert("network".into(), Value::Object(summary));
     }
     body
 }

@@ -91,6 +91,7 @@ impl Unsynced {
 }
 
 /// An audit log at a path.
+#[derive(Clone)]
 pub struct AuditLog {
     path: PathBuf,
     key: Option<zeroize::Zeroizing<Vec<u8>>>,

@@ -20,6 +20,9 @@ pub enum Kind {
     Denial,
     /// How an allowed spawn ended.
     Exit,
+    /// One of a spawn's network connections, or the first refusal of a
+    /// kind, or a DNS name refused; between its decision and its exit.
+    Net,
     /// Something about the log itself (a torn line chained past).
     Note,
 }
@@ -31,6 +34,7 @@ impl Kind {
             Kind::Decision => "decision",
             Kind::Denial => "denial",
             Kind::Exit => "exit",
+            Kind::Net => "net",
             Kind::Note => "note",
         }
     }

@@ -110,6 +110,38 @@ fn matches(r: &Map<String, Value>, f: &AuditFilter) -> bool {
         && f.until.as_deref().is_none_or(|t| ts < t)
 }
 
+/// What a `net` record says: a connection (where to, allowed or refused
+/// and why, bytes each way) or a DNS name refused.
+fn net_line(r: &Map<String, Value>) -> String {
+    let s = |k: &str| printable(r.get(k).and_then(Value::as_str).unwrap_or("-")).into_owned();
+    let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+    if s("protocol") == "dns" {
+        return format!("net REFUSED dns {} {}", s("type"), s("query"));
+    }
+    let host = s("host");
+    let to = if host.contains(':') {
+        format!("[{host}]:{}", n("port"))
+    } else {
+        format!("{host}:{}", n("port"))
+    };
+    let allowed = r.get("allowed").and_then(Value::as_bool) == Some(true);
+    let connected = r.get("connected").and_then(Value::as_bool) == Some(true);
+    match (allowed, connected) {
+        (true, true) => format!(
+            "net {to} via {} up {} down {}{}",
+            s("dialed"),
+            n("bytes_up"),
+            n("bytes_down"),
+            r.get("reason")
+                .and_then(Value::as_str)
+                .map(|why| format!(" ({})", printable(why)))
+                .unwrap_or_default()
+        ),
+        (true, false) => format!("net {to} failed ({})", s("reason")),
+        (false, _) => format!("net REFUSED {to} ({})", s("reason")),
+    }
+}
+
 /// One human line per record. Every field is escaped ([`printable`]): a
 /// record can hold text a caller or an editor of the file chose, and it must
 /// not add a line or reach the terminal as control codes.
@@ -138,6 +170,7 @@ fn one_line(r: &Map<String, Value>) -> String {
             _ if r.get("failed").is_some() => format!("failed: {}", s("failed")),
             _ => format!("setup failed: {}", s("setup_failed")),
         },
+        "net" => net_line(r),
         other => format!("{other}: {}", s("note")),
     };
     format!(

@@ -1,8 +1,15 @@
 //! A spawn's network grants from the pipeline's side: the listeners its
 //! sandbox made (docs/sandbox.md, "Network grants") are served by the relay
 //! ([`crate::relay`]) on a thread of its own, with a runtime of its own, from
-//! the program's release until its sandbox is gone; then everything the relay
-//! reported becomes the result's `network` object (and so the exit record's).
+//! the program's release until its sandbox is gone. What the relay reports
+//! goes into the audit chain as it comes, one `net` record per connection
+//! that reached its server, per first refusal of a kind and per refused DNS
+//! name (the relay counts repeats, so a program cannot flood the log), and
+//! at the end becomes the result's `network` object, whose totals and
+//! refusal counts the exit record carries. The records are written in
+//! batches, off the relay's thread, and made durable before the exit
+//! record; if the log fails, the relay stops at once (every listener and
+//! connection closes) and the result says why.
 //! A thread per spawn with grants keeps `spawnd run` and the daemon alike,
 //! and costs nothing for a spawn without grants.
 
@@ -14,15 +21,69 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::Failure;
+use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
 use crate::config::NetworkConfig;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
-use crate::relay::{serve, ConnectionRecord, NetEvent, RelayConfig, Summary, SystemResolver};
+use crate::relay::{
+    serve, ConnectionRecord, NetEvent, RefusalCount, RelayConfig, Summary, SystemResolver,
+};
 use crate::sandbox::network::Listeners;
 
-/// Connection records kept for the result; more are counted, not listed.
+/// Connection records kept for the result; more are counted, not listed
+/// (every one is in the audit log).
 const MAX_LISTED_CONNECTIONS: usize = 256;
+
+/// Events written to the audit log under one lock and sync, at most.
+const MAX_BATCH: usize = 256;
+
+/// Where a spawn's `net` records go: its log, and what each record names.
+pub(super) struct NetAudit {
+    pub(super) log: AuditLog,
+    pub(super) audit_id: String,
+    pub(super) connector: String,
+    pub(super) op: String,
+}
+
+impl NetAudit {
+    /// Writes one record per event that has one, then makes them durable
+    /// (one sync covers the batch).
+    fn record(&self, events: &[NetEvent]) -> Result<(), AuditError> {
+        let written = events
+            .iter()
+            .filter_map(net_record)
+            .map(|event| {
+                let body = events::net(&self.connector, &self.op, event);
+                self.log.write(Kind::Net, Some(&self.audit_id), body)
+            })
+            .collect::<Result<Vec<Unsynced>, AuditError>>()?;
+        for record in written {
+            record.commit()?;
+        }
+        Ok(())
+    }
+}
+
+/// The `net` record of an event, if it has one: a connection, or a DNS
+/// name refused. Counts and totals go into the exit record instead.
+fn net_record(event: &NetEvent) -> Option<Value> {
+    match event {
+        NetEvent::Connection(record) => {
+            let mut v = connection_json(record);
+            v["protocol"] = json!("tcp");
+            Some(v)
+        }
+        NetEvent::DnsRefused { name, record_type } => Some(json!({
+            "protocol": "dns",
+            "query": name,
+            "type": record_type.to_string(),
+            "allowed": false,
+            "reason": crate::relay::reason::NOT_GRANTED,
+        })),
+        NetEvent::DnsRefusedMore { .. } | NetEvent::Refusals { .. } | NetEvent::Summary(_) => None,
+    }
+}
 
 /// The relay serving one spawn.
 pub(super) struct Egress {
@@ -45,15 +106,19 @@ pub(super) struct Reported {
     unlisted: u64,
     dns_refused: Vec<(String, String)>,
     dns_refused_more: u64,
+    refusals: Vec<RefusalCount>,
+    refusals_unreported: u64,
     summary: Option<Summary>,
     error: Option<String>,
 }
 
-/// Starts the relay for `grants` on `listeners`.
+/// Starts the relay for `grants` on `listeners`, its records going to
+/// `audit`.
 pub(super) fn start(
     grants: &[Grant],
     network: &NetworkConfig,
     listeners: Listeners,
+    audit: NetAudit,
 ) -> Result<Egress, Failure> {
     // What `serve` checks before it accepts, checked here, before the
     // program's release.
@@ -72,7 +137,7 @@ pub(super) fn start(
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's runtime: {e}")))?;
     let thread = std::thread::Builder::new()
         .name("spawnd-relay".into())
-        .spawn(move || runtime.block_on(relay(grants, config, listeners, stopping)))
+        .spawn(move || runtime.block_on(relay(grants, config, listeners, audit, stopping)))
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's thread: {e}")))?;
     Ok(Egress {
         stop,
@@ -96,32 +161,63 @@ impl Egress {
     }
 }
 
-/// Serves until stopped, collecting the relay's events as they come.
+/// Serves until stopped, recording the relay's events as they come.
 async fn relay(
     grants: Vec<Grant>,
     config: RelayConfig,
     listeners: Listeners,
+    audit: NetAudit,
     stop: CancellationToken,
 ) -> Reported {
-    let (events, mut received) = mpsc::channel(1024);
+    let (events, received) = mpsc::channel(1024);
     let serving = serve(
         &grants,
         config,
         listeners,
         Arc::new(SystemResolver),
         events,
-        stop,
+        stop.clone(),
     );
-    let collecting = async {
-        let mut reported = Reported::default();
-        while let Some(event) = received.recv().await {
-            reported.take(event);
-        }
-        reported
-    };
-    let (served, mut reported) = tokio::join!(serving, collecting);
+    let (served, mut reported) = tokio::join!(serving, record(received, audit, stop));
     if let Err(e) = served {
         reported.error = Some(e.to_string());
+    }
+    reported
+}
+
+/// Takes the relay's events in batches, writes their `net` records (off
+/// this thread: syncing blocks), and keeps them for the result. When the
+/// log fails, stops the relay and records no more.
+async fn record(
+    mut received: mpsc::Receiver<NetEvent>,
+    audit: NetAudit,
+    stop: CancellationToken,
+) -> Reported {
+    let audit = Arc::new(audit);
+    let mut reported = Reported::default();
+    let mut batch = Vec::new();
+    while received.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        if reported.error.is_none() {
+            let writer = audit.clone();
+            let events = std::mem::take(&mut batch);
+            let (events, written) = tokio::task::spawn_blocking(move || {
+                let written = writer.record(&events);
+                (events, written)
+            })
+            .await
+            .unwrap_or_else(|_| (Vec::new(), Ok(())));
+            batch = events;
+            if let Err(e) = written {
+                tracing::error!(audit_id = %audit.audit_id, error = %e, "a network record could not be written; the spawn's network is closed");
+                reported.error = Some(format!(
+                    "audit unavailable: {e}; the spawn's network was closed"
+                ));
+                stop.cancel();
+            }
+        }
+        for event in batch.drain(..) {
+            reported.take(event);
+        }
     }
     reported
 }
@@ -137,12 +233,17 @@ impl Reported {
                 self.dns_refused.push((name, record_type.to_string()))
             }
             NetEvent::DnsRefusedMore { count } => self.dns_refused_more += count,
+            NetEvent::Refusals { counts, unreported } => {
+                self.refusals = counts;
+                self.refusals_unreported = unreported;
+            }
             NetEvent::Summary(summary) => self.summary = Some(summary),
         }
     }
 
-    /// The result's `network` object: totals, each connection (allowed or
-    /// refused, and why), and the names the DNS stub refused.
+    /// The result's `network` object: totals, each connection that reached
+    /// its server and the first refusal of each kind, how often each kind
+    /// of refusal happened, and the names the DNS stub refused.
     pub(super) fn to_json(&self) -> Value {
         let summary = self.summary.unwrap_or_default();
         let connections: Vec<Value> = self.connections.iter().map(connection_json).collect();
@@ -151,13 +252,27 @@ impl Reported {
             .iter()
             .map(|(name, kind)| json!({"name": name, "type": kind}))
             .collect();
+        let refusals: Vec<Value> = self
+            .refusals
+            .iter()
+            .map(|c| {
+                json!({
+                    "host": c.kind.host.to_string(),
+                    "port": c.kind.port,
+                    "reason": c.kind.reason,
+                    "count": c.count,
+                })
+            })
+            .collect();
         let mut v = json!({
             "connections": summary.connections,
             "refused": summary.refused,
             "bytes_up": summary.bytes_up,
             "bytes_down": summary.bytes_down,
             "listed": connections,
-            "unlisted": self.unlisted + summary.dropped_events,
+            "unlisted": self.unlisted,
+            "refusals": refusals,
+            "refusals_unreported": self.refusals_unreported,
             "dns_refused": dns_refused,
             "dns_refused_more": self.dns_refused_more,
         });
@@ -174,6 +289,7 @@ fn connection_json(c: &ConnectionRecord) -> Value {
         "port": c.port,
         "dialed": c.dialed.map(|a| a.to_string()),
         "allowed": c.allowed,
+        "connected": c.connected,
         "reason": c.reason,
         "denial": c.denial.map(|d| d.to_string()),
         "sni": c.sni,

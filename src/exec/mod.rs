@@ -25,7 +25,7 @@ pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use report::conclude;
 
-use egress::Egress;
+use egress::{Egress, NetAudit};
 use launching::{Identity, Launching};
 use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
@@ -440,9 +440,17 @@ fn release<'s>(
     let relay = |listeners: Option<Listeners>| match listeners {
         None if plan.network.is_empty() => Ok(None),
         None => Err("the sandbox handed over no listeners for its network grants".to_string()),
-        Some(listeners) => egress::start(&plan.network, network, listeners)
-            .map(Some)
-            .map_err(|f| f.message),
+        Some(listeners) => {
+            let records = NetAudit {
+                log: audit.log.clone(),
+                audit_id: decided.audit_id.clone(),
+                connector: plan.connector.clone(),
+                op: plan.op.clone(),
+            };
+            egress::start(&plan.network, network, listeners, records)
+                .map(Some)
+                .map_err(|f| f.message)
+        }
     };
     match launching.start_program(relay) {
         Ok((released, egress)) => {

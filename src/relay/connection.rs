@@ -71,7 +71,7 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
     if !relay.grants.contains(&(record.host.clone(), record.port)) {
         record.refuse(reason::NOT_GRANTED);
         reset(client);
-        relay.events.connection_ended(record, started);
+        relay.events.refused(record, started);
         return;
     }
     let permits = relay
@@ -82,7 +82,7 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
     let Ok(permit) = permits else {
         record.refuse(reason::TOO_MANY_CONNECTIONS);
         reset(client);
-        relay.events.connection_ended(record, started);
+        relay.events.refused(record, started);
         return;
     };
     running.spawn(run(relay.clone(), client, record, started, permit));
@@ -118,7 +118,7 @@ fn destination(relay: &Relay, local: SocketAddr) -> ConnectionRecord {
 }
 
 /// A granted connection's task: relays it until it ends or the spawn
-/// does, then records it. The permits are its slots among its spawn's
+/// does, then reports it. The permits are its slots among its spawn's
 /// open connections and the whole process's.
 async fn run(
     relay: Arc<Relay>,
@@ -135,7 +135,11 @@ async fn run(
     if stopped {
         record.reason = Some(reason::STOPPED);
     }
-    relay.events.connection_ended(record, started);
+    // Reported while the permits are still held: a consumer that falls
+    // behind slows new connections, and loses nothing.
+    if let Some(reached) = relay.events.connection_ended(record, started) {
+        relay.events.send(reached).await;
+    }
 }
 
 /// Resolves, checks, dials and relays a granted connection, writing into
@@ -240,6 +244,7 @@ async fn dial(
             Ok(Ok(upstream)) => {
                 record.reason = None;
                 record.error = None;
+                record.connected = true;
                 return Ok(upstream);
             }
             Ok(Err(e)) => {

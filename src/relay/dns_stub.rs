@@ -136,7 +136,7 @@ fn answer(relay: &Relay, message: &[u8], transport: Transport) -> Option<Vec<u8>
             .ok()
             .and_then(|mut refusals| refusals.refused(name, *record_type));
         if let Some(event) = event {
-            relay.events.emit(event);
+            relay.events.report(event);
         }
     }
     response.reply

@@ -1,15 +1,25 @@
-//! What the relay tells its caller: one [`ConnectionRecord`] per
-//! connection when it ends, the DNS names it refused, and a [`Summary`]
-//! when it stops. Events go into a bounded channel without waiting
-//! (`EventSink`): a consumer that falls behind loses events, which are
-//! counted, and never slows a connection. Refused DNS names are reported
-//! once each and at most [`MAX_DNS_REFUSED_EVENTS`] of them
-//! (`DnsRefusals`), so a program cannot flood the log by asking for
-//! names.
+//! What the relay tells its caller: a [`ConnectionRecord`] for every
+//! connection that reached its server, the first of each kind of refusal,
+//! the DNS names it refused, and, when it stops, how often each refusal
+//! happened and the totals.
+//!
+//! Nothing is lost and nothing floods. A connection that reached its
+//! server is reported by its task, which waits for room in the channel
+//! while it still holds its connection slot: a consumer that falls behind
+//! (an audit log slow to sync) slows new connections rather than losing
+//! records, and the waiting is bounded by the spawn's connection limit.
+//! A refusal, or a connection whose dial failed, is counted under its
+//! destination and reason ([`Refusals`]); only the first of each kind, for
+//! the first [`MAX_REFUSALS_REPORTED`] kinds, is reported one by one.
+//! Refused DNS names are reported once each, the first
+//! [`MAX_DNS_REFUSED_EVENTS`] of them (`DnsRefusals`). Those two are
+//! bounded, so they never wait: when the channel has no room they are
+//! kept and sent when the relay stops.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use hickory_proto::rr::RecordType;
@@ -80,6 +90,11 @@ pub mod reason {
 /// are only counted ([`NetEvent::DnsRefusedMore`]).
 pub const MAX_DNS_REFUSED_EVENTS: usize = 64;
 
+/// How many kinds of refusal (destination and reason) a spawn reports one
+/// by one; refusals of further kinds are only counted
+/// ([`NetEvent::Refusals`]).
+pub const MAX_REFUSALS_REPORTED: usize = 64;
+
 /// One connection a sandboxed program opened, as it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionRecord {
@@ -93,6 +108,8 @@ pub struct ConnectionRecord {
     pub dialed: Option<SocketAddr>,
     /// Whether the grants and the address policy allowed it.
     pub allowed: bool,
+    /// Whether spawnd's connection to the server was made.
+    pub connected: bool,
     /// Why it was refused, or why an allowed connection ended otherwise
     /// than by both sides closing: one of [`reason`]'s names.
     pub reason: Option<&'static str>,
@@ -119,6 +136,7 @@ impl ConnectionRecord {
             port,
             dialed: None,
             allowed: true,
+            connected: false,
             reason: None,
             denial: None,
             sni: None,
@@ -134,12 +152,48 @@ impl ConnectionRecord {
         self.allowed = false;
         self.reason = Some(reason);
     }
+
+    /// Whether it was allowed and reached its server: such a connection
+    /// is reported on its own; any other is counted as a refusal.
+    pub fn reached_server(&self) -> bool {
+        self.allowed && self.connected
+    }
+
+    /// What its refusals are counted under.
+    fn refusal_kind(&self) -> RefusalKind {
+        RefusalKind {
+            host: self.host.clone(),
+            port: self.port,
+            reason: self.reason.unwrap_or(reason::CONNECT_FAILED),
+        }
+    }
+}
+
+/// A kind of refusal: the destination and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RefusalKind {
+    /// Where the program was going.
+    pub host: Host,
+    /// Its port.
+    pub port: u16,
+    /// One of [`reason`]'s names.
+    pub reason: &'static str,
+}
+
+/// How often one kind of refusal happened in a spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusalCount {
+    /// The kind.
+    pub kind: RefusalKind,
+    /// How many connections, the reported first one included.
+    pub count: u64,
 }
 
 /// What the relay reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetEvent {
-    /// A connection ended (or was refused).
+    /// A connection ended: every one that reached its server, and the
+    /// first refusal of each kind (see [`ConnectionRecord::reached_server`]).
     Connection(ConnectionRecord),
     /// The DNS stub answered NXDOMAIN: the name is not granted. Once per
     /// name and type, for the first [`MAX_DNS_REFUSED_EVENTS`].
@@ -155,6 +209,15 @@ pub enum NetEvent {
         /// How many.
         count: u64,
     },
+    /// How often each reported kind of refusal happened, and refusals of
+    /// kinds past [`MAX_REFUSALS_REPORTED`]; sent when the relay stops, if
+    /// anything was refused.
+    Refusals {
+        /// Each reported kind with its count, in the order first seen.
+        counts: Vec<RefusalCount>,
+        /// Refusals of kinds not reported one by one.
+        unreported: u64,
+    },
     /// The relay stopped: its totals. Always the last event.
     Summary(Summary),
 }
@@ -164,21 +227,21 @@ pub enum NetEvent {
 pub struct Summary {
     /// Connections accepted, refused ones included.
     pub connections: u64,
-    /// Connections refused.
+    /// Connections refused, or whose dial failed.
     pub refused: u64,
-    /// Events the consumer had no room for, lost.
-    pub dropped_events: u64,
     /// Bytes relayed from the program, over all connections.
     pub bytes_up: u64,
     /// Bytes relayed to the program, over all connections.
     pub bytes_down: u64,
 }
 
-/// The relay's end of the events channel: sends without waiting, counts
-/// what does not fit, and keeps the totals of the records it is given.
+/// The relay's end of the events channel: reports what it is given as the
+/// module documentation says, and keeps the totals.
 pub(super) struct EventSink {
     events: mpsc::Sender<NetEvent>,
-    dropped: AtomicU64,
+    /// Bounded events the channel had no room for, sent at the end.
+    held: Mutex<Vec<NetEvent>>,
+    refusals: Mutex<Refusals>,
     connections: AtomicU64,
     refused: AtomicU64,
     bytes_up: AtomicU64,
@@ -189,7 +252,8 @@ impl EventSink {
     pub(super) fn new(events: mpsc::Sender<NetEvent>) -> EventSink {
         EventSink {
             events,
-            dropped: AtomicU64::new(0),
+            held: Mutex::new(Vec::new()),
+            refusals: Mutex::new(Refusals::default()),
             connections: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             bytes_up: AtomicU64::new(0),
@@ -197,26 +261,57 @@ impl EventSink {
         }
     }
 
-    /// Sends `event` if the channel has room, else counts it as dropped
-    /// (a closed channel drops everything).
-    pub(super) fn emit(&self, event: NetEvent) {
-        if self.events.try_send(event).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+    /// Sends one of the bounded events (a first refusal, a refused DNS
+    /// name) without waiting: kept for the end when the channel is full.
+    /// A closed channel drops it.
+    pub(super) fn report(&self, event: NetEvent) {
+        if let Err(mpsc::error::TrySendError::Full(event)) = self.events.try_send(event) {
+            if let Ok(mut held) = self.held.lock() {
+                held.push(event);
+            }
         }
     }
 
-    /// Adds a finished connection to the totals and reports it, with its
-    /// duration since `started`.
-    pub(super) fn connection_ended(&self, mut record: ConnectionRecord, started: Instant) {
+    /// Adds a connection that ended, refused or not, to the totals, with
+    /// its duration since `started`. One that reached its server is given
+    /// back for the caller to [`send`](Self::send); any other is counted
+    /// under its kind, the first of each reported now.
+    pub(super) fn connection_ended(
+        &self,
+        mut record: ConnectionRecord,
+        started: Instant,
+    ) -> Option<NetEvent> {
         record.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.connections.fetch_add(1, Ordering::Relaxed);
-        if !record.allowed {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-        }
         self.bytes_up.fetch_add(record.bytes_up, Ordering::Relaxed);
         self.bytes_down
             .fetch_add(record.bytes_down, Ordering::Relaxed);
-        self.emit(NetEvent::Connection(record));
+        if record.reached_server() {
+            return Some(NetEvent::Connection(record));
+        }
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let first = self
+            .refusals
+            .lock()
+            .map(|mut refusals| refusals.count(record.refusal_kind()))
+            .unwrap_or(false);
+        if first {
+            self.report(NetEvent::Connection(record));
+        }
+        None
+    }
+
+    /// Counts a connection refused before it was dialed.
+    pub(super) fn refused(&self, record: ConnectionRecord, started: Instant) {
+        debug_assert!(!record.allowed);
+        if let Some(event) = self.connection_ended(record, started) {
+            self.report(event);
+        }
+    }
+
+    /// Sends `event`, waiting for room. A closed channel drops it.
+    pub(super) async fn send(&self, event: NetEvent) {
+        let _ = self.events.send(event).await;
     }
 
     /// The totals so far.
@@ -224,17 +319,65 @@ impl EventSink {
         Summary {
             connections: self.connections.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
-            dropped_events: self.dropped.load(Ordering::Relaxed),
             bytes_up: self.bytes_up.load(Ordering::Relaxed),
             bytes_down: self.bytes_down.load(Ordering::Relaxed),
         }
     }
 
-    /// Sends a closing event, waiting for room: the relay has stopped, so
-    /// waiting holds up nothing but the end of `serve`. A closed channel
-    /// drops it.
-    pub(super) async fn emit_last(&self, event: NetEvent) {
-        let _ = self.events.send(event).await;
+    /// Sends, once the relay has stopped, the events held back, then the
+    /// refusal counts, then `closing`, waiting for room: nothing is held
+    /// up but the end of `serve`.
+    pub(super) async fn finish(&self, closing: impl IntoIterator<Item = NetEvent>) {
+        let held = self
+            .held
+            .lock()
+            .map(|mut held| std::mem::take(&mut *held))
+            .unwrap_or_default();
+        let counts = self.refusals.lock().ok().and_then(|r| r.closing());
+        for event in held.into_iter().chain(counts).chain(closing) {
+            self.send(event).await;
+        }
+    }
+}
+
+/// A spawn's refusals by kind: the first [`MAX_REFUSALS_REPORTED`] kinds
+/// counted one by one, the rest together.
+#[derive(Debug, Default)]
+struct Refusals {
+    counts: HashMap<RefusalKind, u64>,
+    order: Vec<RefusalKind>,
+    unreported: u64,
+}
+
+impl Refusals {
+    /// Counts one refusal; true when it is the first of a kind to report.
+    fn count(&mut self, kind: RefusalKind) -> bool {
+        if let Some(count) = self.counts.get_mut(&kind) {
+            *count += 1;
+            return false;
+        }
+        if self.order.len() >= MAX_REFUSALS_REPORTED {
+            self.unreported += 1;
+            return false;
+        }
+        self.order.push(kind.clone());
+        self.counts.insert(kind, 1);
+        true
+    }
+
+    /// The closing counts, if anything was refused.
+    fn closing(&self) -> Option<NetEvent> {
+        (!self.order.is_empty()).then(|| NetEvent::Refusals {
+            counts: self
+                .order
+                .iter()
+                .map(|kind| RefusalCount {
+                    kind: kind.clone(),
+                    count: self.counts.get(kind).copied().unwrap_or(0),
+                })
+                .collect(),
+            unreported: self.unreported,
+        })
     }
 }
 
@@ -299,32 +442,99 @@ mod tests {
         assert_eq!(refusals.more(), Some(NetEvent::DnsRefusedMore { count: 2 }));
     }
 
-    #[test]
-    fn a_full_channel_loses_events_counted_and_never_waits() {
+    fn refused_to(host: &str, port: u16, why: &'static str) -> ConnectionRecord {
+        let mut record = ConnectionRecord::new(Host::Name(host.into()), port);
+        record.refuse(why);
+        record
+    }
+
+    #[tokio::test]
+    async fn reached_connections_are_given_back_refusals_are_counted_and_nothing_is_lost() {
         let (tx, mut rx) = mpsc::channel(1);
         let sink = EventSink::new(tx);
-        let record = |up| ConnectionRecord {
-            bytes_up: up,
-            ..ConnectionRecord::new(Host::Name("a.example".into()), 443)
-        };
-        sink.connection_ended(record(1), Instant::now());
-        let mut refused = record(2);
-        refused.refuse(reason::NOT_GRANTED);
-        sink.connection_ended(refused, Instant::now());
+        let mut reached = ConnectionRecord::new(Host::Name("a.example".into()), 443);
+        reached.connected = true;
+        reached.bytes_up = 1;
+        let given = sink.connection_ended(reached, Instant::now());
+        assert!(matches!(&given, Some(NetEvent::Connection(r)) if r.bytes_up == 1));
+        // Three refusals of one kind, one of another: two reported, the
+        // second held because the channel (room for one) is full.
+        for _ in 0..3 {
+            assert_eq!(
+                sink.connection_ended(
+                    refused_to("b.example", 443, reason::NOT_GRANTED),
+                    Instant::now()
+                ),
+                None
+            );
+        }
+        sink.connection_ended(
+            refused_to("b.example", 80, reason::NOT_GRANTED),
+            Instant::now(),
+        );
+        // An allowed connection whose dial failed counts as a refusal.
+        let mut failed = ConnectionRecord::new(Host::Name("a.example".into()), 443);
+        failed.reason = Some(reason::CONNECT_FAILED);
+        sink.connection_ended(failed, Instant::now());
         assert_eq!(
             sink.summary(),
             Summary {
-                connections: 2,
-                refused: 1,
-                dropped_events: 1,
-                bytes_up: 3,
+                connections: 6,
+                refused: 5,
+                bytes_up: 1,
                 bytes_down: 0,
             }
         );
-        assert!(matches!(rx.try_recv(), Ok(NetEvent::Connection(r)) if r.bytes_up == 1));
-        drop(rx);
-        sink.emit(NetEvent::DnsRefusedMore { count: 1 });
-        assert_eq!(sink.summary().dropped_events, 2);
+        let first = rx.recv().await.unwrap();
+        assert!(matches!(first, NetEvent::Connection(r) if r.port == 443 && !r.allowed));
+        let finishing = tokio::spawn(async move {
+            sink.finish([NetEvent::Summary(Summary::default())]).await;
+        });
+        let mut rest = Vec::new();
+        while let Some(event) = rx.recv().await {
+            rest.push(event);
+        }
+        finishing.await.unwrap();
+        assert!(matches!(&rest[0], NetEvent::Connection(r) if r.port == 80));
+        assert!(
+            matches!(&rest[1], NetEvent::Connection(r) if r.reason == Some(reason::CONNECT_FAILED))
+        );
+        let NetEvent::Refusals { counts, unreported } = &rest[2] else {
+            panic!("no refusal counts: {rest:?}");
+        };
+        let counted: Vec<(u16, &str, u64)> = counts
+            .iter()
+            .map(|c| (c.kind.port, c.kind.reason, c.count))
+            .collect();
+        assert_eq!(
+            counted,
+            [
+                (443, reason::NOT_GRANTED, 3),
+                (80, reason::NOT_GRANTED, 1),
+                (443, reason::CONNECT_FAILED, 1)
+            ]
+        );
+        assert_eq!(*unreported, 0);
+        assert!(matches!(rest[3], NetEvent::Summary(_)));
+        assert_eq!(rest.len(), 4);
+    }
+
+    #[test]
+    fn refusal_kinds_past_the_cap_are_counted_together() {
+        let mut refusals = Refusals::default();
+        for port in 0..MAX_REFUSALS_REPORTED as u16 {
+            assert!(refusals
+                .count(refused_to("c.example", port + 1, reason::NOT_GRANTED).refusal_kind()));
+        }
+        assert!(!refusals.count(refused_to("c.example", 9999, reason::NOT_GRANTED).refusal_kind()));
+        assert!(!refusals.count(refused_to("c.example", 1, reason::NOT_GRANTED).refusal_kind()));
+        let Some(NetEvent::Refusals { counts, unreported }) = refusals.closing() else {
+            panic!("no counts");
+        };
+        assert_eq!(
+            (counts.len(), counts[0].count, unreported),
+            (MAX_REFUSALS_REPORTED, 2, 1)
+        );
     }
 
     #[test]

@@ -23,9 +23,11 @@
 //!   work.
 //! * The DNS stub answers from the grants alone and forwards nothing
 //!   (`dns_stub.rs`).
-//! * Every connection ends in one [`NetEvent::Connection`] record, and
-//!   [`serve`] ends, when the spawn does, with a [`NetEvent::Summary`];
-//!   events never wait for their consumer ([`events`]).
+//! * Every connection that reached its server ends in one
+//!   [`NetEvent::Connection`] record; refusals are counted by kind, the
+//!   first of each reported; [`serve`] ends, when the spawn does, with
+//!   the counts and a [`NetEvent::Summary`]. Nothing is lost, and a
+//!   program cannot flood its consumer ([`events`]).
 
 mod connection;
 mod dns_stub;
@@ -51,7 +53,10 @@ use crate::egress::fake_pool::{GrantedNames, PoolExhausted};
 use crate::egress::grant::{Grant, Host};
 use crate::sandbox::network::Listeners;
 
-pub use events::{reason, ConnectionRecord, NetEvent, Summary, MAX_DNS_REFUSED_EVENTS};
+pub use events::{
+    reason, ConnectionRecord, NetEvent, RefusalCount, RefusalKind, Summary, MAX_DNS_REFUSED_EVENTS,
+    MAX_REFUSALS_REPORTED,
+};
 pub use resolve::{Resolve, Resolving, SystemResolver};
 
 use events::{DnsRefusals, EventSink};
@@ -143,8 +148,8 @@ impl Running {
 /// Relays the spawn's connections and answers its DNS queries on
 /// `listeners` until `stop` is cancelled (the spawn ended); then closes
 /// every listener and connection, sends the closing events and returns
-/// the totals. Events go to `events` without waiting for room; only the
-/// closing ones (`DnsRefusedMore`, `Summary`) wait.
+/// the totals. Events go to `events` as [`events`] describes: a
+/// connection that reached its server waits for room, holding its slot.
 ///
 /// Runs on any tokio runtime; the sockets it dials are made in the
 /// network namespace of the thread that polls it.
@@ -206,11 +211,11 @@ pub async fn serve(
         .lock()
         .map(|refusals| refusals.more())
         .unwrap_or_default();
-    if let Some(more) = more {
-        relay.events.emit_last(more).await;
-    }
     let summary = relay.events.summary();
-    relay.events.emit_last(NetEvent::Summary(summary)).await;
+    relay
+        .events
+        .finish(more.into_iter().chain([NetEvent::Summary(summary)]))
+        .await;
     Ok(summary)
 }
 
