@@ -185,7 +185,13 @@ as_root_and_nobody! {
         blocked(who, "tcp-connect", &[&addr]);
     };
     n49_there_is_no_route_out => |who| blocked(who, "tcp-connect-external", &[]);
-    n54_tcp_bind_is_refused => |who| blocked(who, "tcp-bind", &["18080"]);
+    n54_the_sandboxs_loopback_is_its_own_on_any_port => |who| {
+        // The host holds the port; inside, the program binds it all the
+        // same and its own client reaches its own server.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port().to_string();
+        blocked(who, "loopback-own", &[&port]);
+    };
     n54_mptcp_to_a_host_listener_is_refused => |who| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         blocked(who, "mptcp-connect", &[&listener.local_addr().unwrap().to_string()]);

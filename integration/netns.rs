@@ -52,6 +52,17 @@ def bind(family, host, port):
         s.bind((host, port)); return "ok"
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e.errno))
+def loopback(family, host):
+    # A server on the sandbox's own loopback, on a port nobody granted,
+    # serving a client in the same sandbox.
+    try:
+        srv = socket.socket(family, socket.SOCK_STREAM)
+        srv.bind((host, 18080)); srv.listen(1)
+        c = socket.socket(family, socket.SOCK_STREAM); c.settimeout(5)
+        c.connect((host, 18080)); a, _ = srv.accept()
+        a.sendall(b"pong"); return "ok" if c.recv(4) == b"pong" else "garbled"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
 keep = []
 print("pool_granted=" + tcp("198.18.0.1", 8443))
 print("literal_granted=" + tcp("203.0.113.7", 8443))
@@ -66,10 +77,13 @@ except OSError as e:
     print("dns_sent=" + errno.errorcode.get(e.errno, str(e.errno)))
 print("bind_any6=" + bind(socket.AF_INET6, "::", 8443))
 print("bind_lo4=" + bind(socket.AF_INET, "127.0.0.1", 8443))
-try:
-    print("resolv=" + repr(open("/etc/resolv.conf").read()))
-except OSError as e:
-    print("resolv=" + errno.errorcode.get(e.errno, str(e.errno)))
+print("loopback4=" + loopback(socket.AF_INET, "127.0.0.1"))
+print("loopback6=" + loopback(socket.AF_INET6, "::1"))
+for key, path in (("resolv", "/etc/resolv.conf"), ("hosts", "/etc/hosts")):
+    try:
+        print(key + "=" + repr(open(path).read()))
+    except OSError as e:
+        print(key + "=" + errno.errorcode.get(e.errno, str(e.errno)))
 "#;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -194,18 +208,25 @@ fn check_with_grants(via: Via) {
     let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
     assert_eq!(get("pool_granted"), "ok", "{r:?}");
     assert_eq!(get("literal_granted"), "ok", "{r:?}");
-    // Another port of the pool: Landlock's fence refuses it before the
-    // kernel would (ECONNREFUSED: nothing listens there).
-    assert_eq!(get("pool_other_port"), "EACCES", "{r:?}");
+    // Another port of the pool: nothing listens there.
+    assert_eq!(get("pool_other_port"), "ECONNREFUSED", "{r:?}");
     assert_eq!(get("elsewhere_granted_port"), "ENETUNREACH", "{r:?}");
     assert_eq!(get("route_pool"), "ok", "{r:?}");
     assert_eq!(get("route_elsewhere"), "ENETUNREACH", "{r:?}");
     assert_eq!(get("dns_sent"), "ok", "{r:?}");
-    // Binding stays denied outright; a bind past Landlock would meet the
-    // listener (EADDRINUSE), which holds [::]:8443 without SO_REUSE*.
-    assert_eq!(get("bind_any6"), "EACCES", "{r:?}");
-    assert_eq!(get("bind_lo4"), "EACCES", "{r:?}");
+    // The granted port is the listener's, which holds [::]:8443 without
+    // SO_REUSE*: the program cannot take it over.
+    assert_eq!(get("bind_any6"), "EADDRINUSE", "{r:?}");
+    assert_eq!(get("bind_lo4"), "EADDRINUSE", "{r:?}");
+    // Its own loopback is its own, on any other port.
+    assert_eq!(get("loopback4"), "ok", "{r:?}");
+    assert_eq!(get("loopback6"), "ok", "{r:?}");
     assert_eq!(get("resolv"), "'nameserver 127.0.0.1\\n'", "{r:?}");
+    assert_eq!(
+        get("hosts"),
+        "'127.0.0.1 localhost\\n::1 localhost ip6-localhost ip6-loopback\\n'",
+        "{r:?}"
+    );
     let listeners = seen.listeners.expect("listeners handed over");
     assert_eq!(listeners.ports(), vec![GRANTED]);
     let granted = &listeners.tcp[0].1;
@@ -243,8 +264,10 @@ fn check_without_grants(via: Via) {
     let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
     assert!(seen.listeners.is_none());
     assert_eq!(get("route_pool"), "ENETUNREACH", "{r:?}");
-    // TCP connect is denied outright by Landlock without grants.
-    assert_eq!(get("pool_granted"), "EACCES", "{r:?}");
+    // Without grants nothing but the loopback has a route.
+    assert_eq!(get("pool_granted"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("loopback4"), "ok", "{r:?}");
+    assert_eq!(get("loopback6"), "ok", "{r:?}");
     let host = std::fs::read_to_string("/etc/resolv.conf").unwrap();
     assert_eq!(
         get("resolv"),

@@ -12,7 +12,7 @@ use crate::sys::landlock_abi_version;
 
 /// The lowest Landlock ABI spawnd runs with (1: files and execute).
 pub const LANDLOCK_ABI_REQUIRED: u32 = 1;
-/// The ABI with everything spawnd uses (6: + refer, truncate, TCP, ioctl_dev, scoping).
+/// The ABI with everything spawnd uses (6: + refer, truncate, ioctl_dev, scoping).
 pub const LANDLOCK_ABI_FULL: u32 = 6;
 
 /// Overall health, as in the connector CLI contract.
@@ -144,7 +144,7 @@ fn grade(r: &mut HealthReport) {
             reasons,
         );
     } else if r.landlock_abi < LANDLOCK_ABI_FULL {
-        note(Status::Degraded, format!("Landlock ABI {} lacks features of ABI {LANDLOCK_ABI_FULL} (TCP, ioctl, scoping); namespaces still apply", r.landlock_abi), reasons);
+        note(Status::Degraded, format!("Landlock ABI {} lacks features of ABI {LANDLOCK_ABI_FULL} (ioctl, scoping); namespaces still apply", r.landlock_abi), reasons);
     }
     if !r.seccomp.available {
         note(

@@ -46,7 +46,7 @@ fn isolation_json(
     filter_len: usize,
     o: &Outcome,
 ) -> Value {
-    let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "tcp_bind_connect_denied": a.tcp_denied, "abstract_unix_and_signal_scoped": a.scoped}));
+    let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped}));
     let made = match o.landlock {
         Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
         _ => "fresh, made at clone",

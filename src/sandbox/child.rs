@@ -66,8 +66,6 @@ pub struct ChildSetup<'a> {
     /// With network grants: what to set up, and the channel the listeners
     /// go to the parent over ([`super::network`]).
     pub network: Option<(&'a NetworkSetup, OwnedFd)>,
-    /// The TCP ports the program may connect to (none without grants).
-    pub connect_ports: Vec<u16>,
     /// Identity inside.
     pub uid: u32,
     /// Group inside.
@@ -272,7 +270,6 @@ fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockA
         &scope_fds,
         (!s.script).then(|| s.program.as_fd()),
         s.landlock_abi,
-        &s.connect_ports,
     )?;
     drop(scope_fds);
     nix::sys::prctl::set_dumpable(false)
@@ -300,7 +297,6 @@ fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
 fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied) {
     let layers = Applied {
         abi: landlock.abi,
-        tcp_denied: landlock.tcp_denied,
         scoped: landlock.scoped,
         netns_of_spare: s.made_ahead,
     };

@@ -64,11 +64,6 @@ impl Handover {
             status: self.status,
             cgroup_tasks: self.cgroup_tasks,
             network: order.network.as_ref().zip(self.network),
-            connect_ports: order
-                .network
-                .as_ref()
-                .map(super::network::NetworkSetup::connect_ports)
-                .unwrap_or_default(),
             uid: order.uid,
             gid: order.gid,
             may_setgroups: order.privileged,

@@ -1,16 +1,22 @@
 //! Landlock over the same paths as the mounts, at the best ABI the kernel
 //! offers: filesystem access per scope (execute only where granted, no device
-//! creation), TCP bind denied and connect denied but to the ports of network
-//! grants and the DNS stub's (ABI ≥ 4), abstract unix
-//! sockets and signals scoped to the sandbox (ABI ≥ 6). Every feature of the
-//! detected ABI is a hard requirement: the kernel enforces all of it or the
-//! spawn fails — there is no silent best effort.
+//! creation), abstract unix sockets and signals scoped to the sandbox
+//! (ABI ≥ 6). Every feature of the detected ABI is a hard requirement: the
+//! kernel enforces all of it or the spawn fails — there is no silent best
+//! effort.
+//!
+//! TCP is left to the network namespace: Landlock's TCP rights are per
+//! port, for every address alike, so denying them would also deny the
+//! program its own loopback (a test suite's local server or database). The
+//! namespace holds only `lo` and, with network grants, the local routes to
+//! spawnd's listeners ([`super::network`]): every other destination has no
+//! route, whatever the port.
 
 use std::os::fd::{AsFd, BorrowedFd};
 
 use landlock::{
-    Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
-    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access as _, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::Serialize;
 
@@ -22,8 +28,6 @@ use super::StepError;
 pub struct LandlockApplied {
     /// The ABI whose features were all enforced.
     pub abi: u32,
-    /// TCP bind/connect denied (ABI ≥ 4).
-    pub tcp_denied: bool,
     /// Abstract unix sockets and signals scoped (ABI ≥ 6).
     pub scoped: bool,
 }
@@ -61,19 +65,12 @@ pub fn restrict_current_process(
     scope_fds: &[std::os::fd::OwnedFd],
     program: Option<BorrowedFd<'_>>,
     kernel_abi: u32,
-    connect_ports: &[u16],
 ) -> Result<LandlockApplied, StepError> {
     let abi = ABI::from(kernel_abi as i32);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
         .map_err(fail("handle fs access"))?;
-    let tcp_denied = kernel_abi >= 4;
-    if tcp_denied {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(fail("handle tcp access"))?;
-    }
     let scoped = kernel_abi >= 6;
     if scoped {
         ruleset = ruleset
@@ -114,15 +111,6 @@ pub fn restrict_current_process(
             }
         };
     }
-    // Network grants: connecting to their ports (and the DNS stub's) is the
-    // one TCP right, a second fence behind the routes; binding stays denied.
-    if tcp_denied {
-        for &port in connect_ports {
-            created = created
-                .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
-                .map_err(fail(&format!("rule for connecting to port {port}")))?;
-        }
-    }
     if let Some(program) = program {
         let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
         created = created
@@ -138,7 +126,6 @@ pub fn restrict_current_process(
     }
     Ok(LandlockApplied {
         abi: kernel_abi,
-        tcp_denied,
         scoped,
     })
 }

@@ -73,16 +73,6 @@ impl NetworkSetup {
             ports,
         }))
     }
-
-    /// The TCP ports the program may connect to (Landlock's second fence):
-    /// the granted ones and the DNS stub's.
-    pub fn connect_ports(&self) -> Vec<u16> {
-        let mut ports = self.ports.clone();
-        ports.push(DNS_PORT);
-        ports.sort_unstable();
-        ports.dedup();
-        ports
-    }
 }
 
 /// The listeners of one sandbox, in its network namespace.
@@ -252,7 +242,6 @@ mod tests {
                 "2001:db8::7".parse().unwrap()
             ]
         );
-        assert_eq!(setup.connect_ports(), vec![22, 53, 443, 8443]);
     }
 
     #[test]

@@ -434,24 +434,33 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
 
 /// With network grants, the sandbox resolves names through spawnd's DNS
 /// stub on its own loopback, and nothing else: `/etc/resolv.conf` says so,
+/// and `/etc/hosts` names only the loopback (a host's entry for a granted
+/// name would send the program to an address it has no route to), each
 /// bound over whatever the system paths show there (last, over any scope).
 /// Without grants, `/etc` is left as the system paths make it.
 fn add_resolver(spec: &mut SandboxSpec, plan: &SpawnPlan) {
     if plan.network.is_empty() {
         return;
     }
-    spec.mounts.push(MountStep {
-        target: RESOLV_CONF.into(),
-        kind: MountKind::File {
-            contents: RESOLVER_CONFIG.to_string(),
-        },
-    });
+    for (target, contents) in [(RESOLV_CONF, RESOLVER_CONFIG), (HOSTS, HOSTS_CONFIG)] {
+        spec.mounts.push(MountStep {
+            target: target.into(),
+            kind: MountKind::File {
+                contents: contents.to_string(),
+            },
+        });
+    }
 }
 
 /// The resolver configuration's path.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// A sandbox with network grants asks spawnd's DNS stub, and only it.
 pub const RESOLVER_CONFIG: &str = "nameserver 127.0.0.1\n";
+/// The static host table's path.
+pub const HOSTS: &str = "/etc/hosts";
+/// A sandbox with network grants knows the loopback's names, and asks the
+/// stub for every other.
+pub const HOSTS_CONFIG: &str = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n";
 
 /// Scopes are mounted shallowest first, so a nested scope lands on top of its parent.
 fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> HostKind) {

@@ -3,7 +3,7 @@
 //!
 //! - `E<step>: <error>\n` ([`StatusKind::Failed`]): a setup step or the
 //!   program's exec failed, so the program did not run;
-//! - `L<abi> <tcp> <scoped> <spare>\n` ([`StatusKind::Layers`]): the layers
+//! - `L<abi> <scoped> <spare>\n` ([`StatusKind::Layers`]): the layers
 //!   in force (decimal numbers, the last three 0 or 1), sent once, just
 //!   before the program starts;
 //! - `W<i32 wait status><u64 cpu µs><u64 max rss KiB>` ([`StatusKind::Ended`]),
@@ -40,7 +40,7 @@ pub const ENDED_TAG: u8 = b'W';
 pub enum StatusKind {
     /// `E<step>: <error>\n`: setup or exec failed.
     Failed = FAILED_TAG,
-    /// `L<abi> <tcp> <scoped> <spare>\n`: the layers in force.
+    /// `L<abi> <scoped> <spare>\n`: the layers in force.
     Layers = LAYERS_TAG,
     /// `W` and 20 bytes: the program ended.
     Ended = ENDED_TAG,
@@ -70,8 +70,6 @@ impl StatusKind {
 pub struct Applied {
     /// Landlock ABI enforced.
     pub abi: u32,
-    /// TCP bind and connect denied.
-    pub tcp_denied: bool,
     /// Abstract unix sockets and signals scoped.
     pub scoped: bool,
     /// The sandbox's namespaces, network namespace included, were made
@@ -184,15 +182,14 @@ pub fn encode_failed(text: impl fmt::Display) -> Encoded {
     line
 }
 
-/// `L<abi> <tcp> <scoped> <spare>\n`: the layers in force.
+/// `L<abi> <scoped> <spare>\n`: the layers in force.
 pub fn encode_layers(applied: &Applied) -> Encoded {
     let mut line = Encoded::new();
     line.push(&[StatusKind::Layers.tag()]);
     let _ = writeln!(
         line,
-        "{} {} {} {}",
+        "{} {} {}",
         applied.abi,
-        u8::from(applied.tcp_denied),
         u8::from(applied.scoped),
         u8::from(applied.netns_of_spare)
     );
@@ -271,13 +268,12 @@ fn decode_ended(body: &[u8]) -> ProgramEnded {
     }
 }
 
-/// A `Layers` line's text: four numbers, the flags true only when 1.
+/// A `Layers` line's text: three numbers, the flags true only when 1.
 fn decode_layers(text: &str) -> Option<Applied> {
     let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
     match n.as_slice() {
-        [abi, tcp, scoped, spare] => Some(Applied {
+        [abi, scoped, spare] => Some(Applied {
             abi: *abi,
-            tcp_denied: *tcp == 1,
             scoped: *scoped == 1,
             netns_of_spare: *spare == 1,
         }),
@@ -335,7 +331,6 @@ mod tests {
 
     const LAYERS_7: Applied = Applied {
         abi: 7,
-        tcp_denied: true,
         scoped: true,
         netns_of_spare: false,
     };
@@ -368,14 +363,13 @@ mod tests {
             encode_failed("mount(/usr): EPERM").as_bytes(),
             b"Emount(/usr): EPERM\n"
         );
-        assert_eq!(encode_layers(&LAYERS_7).as_bytes(), b"L7 1 1 0\n");
+        assert_eq!(encode_layers(&LAYERS_7).as_bytes(), b"L7 1 0\n");
         let spare = Applied {
             abi: 6,
-            tcp_denied: false,
             scoped: true,
             netns_of_spare: true,
         };
-        assert_eq!(encode_layers(&spare).as_bytes(), b"L6 0 1 1\n");
+        assert_eq!(encode_layers(&spare).as_bytes(), b"L6 1 1\n");
         assert_eq!(
             encode_ended(&ENDED_3).as_bytes(),
             ended_bytes(3 << 8, 2_500, 1_024).as_slice()
@@ -411,7 +405,7 @@ mod tests {
         let mut twice = ended_bytes(0, 0, 0);
         twice.extend_from_slice(&ended_bytes(0, 0, 0));
         assert_eq!(decode(&twice), Err(Garbled::Repeated));
-        assert_eq!(decode(b"L7 1 1 0\nL7 1 1 0\n"), Err(Garbled::Repeated));
+        assert_eq!(decode(b"L7 1 0\nL7 1 0\n"), Err(Garbled::Repeated));
         let mut forged = ended_bytes(0, 0, 0);
         forged.push(b'Z');
         assert_eq!(decode(&forged), Err(Garbled::UnknownRecord));
@@ -430,7 +424,7 @@ mod tests {
             decode(b"Emount(/usr): EPE"),
             Ok(vec![StatusMessage::Failed("mount(/usr): EPE".into())])
         );
-        assert_eq!(decode(b"L7 1 x 0\n"), Ok(vec![]));
+        assert_eq!(decode(b"L7 x 0\n"), Ok(vec![]));
     }
 
     #[test]
@@ -439,8 +433,8 @@ mod tests {
         assert!(setup_over(b"Ex"));
         assert!(!setup_over(&ended_bytes(0, 0, 0)));
         assert!(!setup_over(b""));
-        assert!(end_arrived(b"L7 1 1 0\nW"));
-        assert!(!end_arrived(b"L7 1 1 0\n"));
+        assert!(end_arrived(b"L7 1 0\nW"));
+        assert!(!end_arrived(b"L7 1 0\n"));
     }
 
     #[test]
@@ -449,9 +443,9 @@ mod tests {
             reported_failure_text(b"Emount(/usr): Operation not permitted (os error 1)  \n"),
             Some("mount(/usr): Operation not permitted (os error 1)".into())
         );
-        assert_eq!(reported_failure_text(b"L7 1 1 0\n"), None);
-        assert!(failure_complete(b"L7 1 1 0\nEmount: x\n"));
+        assert_eq!(reported_failure_text(b"L7 1 0\n"), None);
+        assert!(failure_complete(b"L7 1 0\nEmount: x\n"));
         assert!(!failure_complete(b"Emount: x"));
-        assert!(!failure_complete(b"L7 1 1 0\n"));
+        assert!(!failure_complete(b"L7 1 0\n"));
     }
 }

@@ -92,7 +92,6 @@ mod tests {
     fn layers_7() -> Vec<u8> {
         let applied = Applied {
             abi: 7,
-            tcp_denied: true,
             scoped: true,
             netns_of_spare: false,
         };
@@ -109,7 +108,6 @@ mod tests {
                 Ending::Exited(3),
                 Some(Applied {
                     abi: 7,
-                    tcp_denied: true,
                     scoped: true,
                     netns_of_spare: false
                 }),
