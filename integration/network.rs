@@ -469,3 +469,67 @@ fn once_a_network_record_cannot_be_written_the_spawn_has_no_more_network() {
     let error = v["data"]["network"]["error"].as_str().unwrap_or_default();
     assert!(error.contains("audit unavailable"), "{v}");
 }
+
+#[test]
+fn a_host_whose_resolv_conf_and_hosts_are_symlinks_still_gives_the_sandbox_the_stub() {
+    let server = HostServer::start("linked");
+    let s = Scratch::new();
+    // A copy of /etc where both files are symlinks, as systemd-resolved
+    // leaves them (one relative, one absolute, neither target present).
+    let etc = s.path("etc");
+    let copied = Command::new("cp")
+        .args(["-a", "/etc"])
+        .arg(&etc)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    for (name, target) in [
+        ("resolv.conf", "../run/systemd/resolve/stub-resolv.conf"),
+        ("hosts", "/run/elsewhere/hosts"),
+    ] {
+        let _ = std::fs::remove_file(etc.join(name));
+        std::os::unix::fs::symlink(target, etc.join(name)).unwrap();
+    }
+    // The operator shows the sandbox the whole of /etc.
+    std::fs::write(
+        s.path("config.toml"),
+        format!(
+            "[audit]\npath = \"{}\"\n[sandbox]\nsystem_paths = [\"/usr\", \"/lib\", \"/lib64\", \"/bin\", \"/sbin\", \"/etc\"]\n",
+            s.path("audit.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let m = s.manifest(&[format!("127.0.0.1:{}", server.port)]);
+    let code = format!(
+        "code=import urllib.request\n\
+         print(repr(open('/etc/resolv.conf').read()))\n\
+         print(repr(open('/etc/hosts').read()))\n\
+         print(urllib.request.urlopen('http://127.0.0.1:{}/', timeout=5).read().decode())",
+        server.port
+    );
+    // spawnd runs in a mount namespace of its own where that copy is /etc.
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" /etc && shift && exec "$@""#)
+        .arg("sh")
+        .arg(&etc)
+        .arg(env!("CARGO_BIN_EXE_spawnd"))
+        .args(["run", "--json", "--manifest"])
+        .arg(&m)
+        .args(["--op", "python", "--arg", &code])
+        .env("SPAWND_CONFIG", s.path("config.toml"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let lines: Vec<&str> = v["data"]["stdout"]["text"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .collect();
+    assert_eq!(lines[0], r"'nameserver 127.0.0.1\n'", "{v}");
+    assert!(lines[1].starts_with("'127.0.0.1 localhost"), "{v}");
+    assert_eq!(lines[2], "linked", "{v}");
+}

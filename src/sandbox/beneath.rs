@@ -120,6 +120,67 @@ pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedF
     }
 }
 
+/// How many symlinks [`through_final_links`] follows.
+const MAX_FINAL_LINKS: usize = 8;
+
+/// Where a file target stands, beneath `root`: `rel` itself, or, when its
+/// last component is a symlink (a host's `/etc/resolv.conf` pointing at
+/// systemd-resolved's stub file, say), where the link points, read with
+/// `readlinkat` and resolved lexically beneath `root` (an absolute target
+/// from `root`, `..` never above it), link after link. Only the last
+/// component is ever a link here: a link on the way is refused by
+/// [`open_beneath`] as always. More than [`MAX_FINAL_LINKS`] links, or a
+/// target that climbs out of `root`, is refused.
+pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::PathBuf, StepError> {
+    let mut current = rel.to_path_buf();
+    for _ in 0..=MAX_FINAL_LINKS {
+        let shown = current.display().to_string();
+        let link = match openat2(root, &current, how(OFlag::O_PATH | OFlag::O_NOFOLLOW)) {
+            Ok(fd) => fd,
+            // Missing, or a link on the way (which open_beneath refuses
+            // with its own message): nothing to follow.
+            Err(_) => return Ok(current),
+        };
+        let target = match nix::fcntl::readlinkat(&link, Path::new("")) {
+            Ok(target) => std::path::PathBuf::from(target),
+            // Not a symlink.
+            Err(nix::Error::ENOENT | nix::Error::EINVAL) => return Ok(current),
+            Err(e) => return Err(StepError::new(format!("readlink {shown}"), e.into())),
+        };
+        let base = if target.is_absolute() {
+            std::path::PathBuf::new()
+        } else {
+            current.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        current = lexically_beneath(&base.join(&target)).ok_or_else(|| {
+            StepError::new(
+                format!("follow {shown} -> {}", target.display()),
+                std::io::Error::other("the link leads out of the sandbox's root"),
+            )
+        })?;
+    }
+    Err(StepError::new(
+        format!("follow {}", rel.display()),
+        std::io::Error::other(format!("more than {MAX_FINAL_LINKS} symlinks")),
+    ))
+}
+
+/// `path` with `.` and `..` resolved as text, relative to the root; `None`
+/// when a `..` would climb above it.
+fn lexically_beneath(path: &Path) -> Option<std::path::PathBuf> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    Some(parts.iter().collect())
+}
+
 /// Creates a directory; true when this call made it (so it is empty).
 fn mkdir_tolerant(
     dir: &OwnedFd,
@@ -151,6 +212,45 @@ mod tests {
             Mode::empty(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_final_symlink_is_followed_as_text_beneath_the_root_and_never_out() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let r = root(d.path());
+        std::fs::create_dir_all(d.path().join("etc")).unwrap();
+        std::fs::write(d.path().join("etc/hosts"), "x").unwrap();
+        symlink(
+            "../run/systemd/resolve/stub-resolv.conf",
+            d.path().join("etc/resolv.conf"),
+        )
+        .unwrap();
+        symlink("/run/abs", d.path().join("etc/absolute")).unwrap();
+        symlink("hop2", d.path().join("etc/hop1")).unwrap();
+        symlink("/etc/hosts", d.path().join("etc/hop2")).unwrap();
+        symlink("../../../outside", d.path().join("etc/climbs")).unwrap();
+        symlink("loop-b", d.path().join("etc/loop-a")).unwrap();
+        symlink("loop-a", d.path().join("etc/loop-b")).unwrap();
+        let follow =
+            |p: &str| through_final_links(&r, Path::new(p)).map(|p| p.display().to_string());
+        assert_eq!(
+            follow("etc/resolv.conf").unwrap(),
+            "run/systemd/resolve/stub-resolv.conf"
+        );
+        assert_eq!(follow("etc/absolute").unwrap(), "run/abs");
+        assert_eq!(follow("etc/hop1").unwrap(), "etc/hosts");
+        assert_eq!(follow("etc/hosts").unwrap(), "etc/hosts");
+        assert_eq!(follow("etc/missing").unwrap(), "etc/missing");
+        assert!(follow("etc/climbs").is_err());
+        assert!(follow("etc/loop-a").is_err());
+        // The followed target is then created as usual, beneath the root.
+        let target = follow("etc/resolv.conf").unwrap();
+        open_beneath(&r, Path::new(&target), Create::File(0o644)).unwrap();
+        assert!(d
+            .path()
+            .join("run/systemd/resolve/stub-resolv.conf")
+            .is_file());
     }
 
     #[test]

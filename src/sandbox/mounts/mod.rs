@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
 
-use super::beneath::{fd_path, open_beneath, Create};
+use super::beneath::{fd_path, open_beneath, through_final_links, Create};
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
 use super::StepError;
@@ -354,7 +354,9 @@ fn bind_program(
 const SMALL_FILE_SOURCE: &str = ".spawnd-file";
 
 /// Writes `contents` into a fresh file of the staged root, binds it over
-/// the target (created in the fresh root if missing there), unlinks the
+/// the target (created in the fresh root if missing there; a target that is
+/// a symlink, as a host's `/etc/resolv.conf` often is, over where it
+/// points, created likewise), unlinks the
 /// source and makes the bind read-only: the program can neither change the
 /// file nor find it anywhere else.
 fn bind_small_file(
@@ -375,6 +377,7 @@ fn bind_small_file(
     .map_err(step(format!("create the file for {shown}")))?;
     std::io::Write::write_all(&mut std::fs::File::from(file), contents.as_bytes())
         .map_err(io_step(format!("write the file for {shown}")))?;
+    let rel = &through_final_links(stage, rel)?;
     let target = open_beneath(stage, rel, Create::File(0o644))?;
     let from = open_beneath(stage, source, Create::Nothing)?;
     mount_onto(
