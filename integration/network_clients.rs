@@ -1,19 +1,23 @@
 //! Network grants end to end with real clients: curl over HTTP and HTTPS
 //! (a CA made for the test), `git clone` over smart HTTP (`git
-//! http-backend`), python's urllib and `pip download` from a local index,
-//! and bash's `/dev/tcp`, which ignores proxy variables. Each runs in
-//! spawnd's sandbox and reaches test servers by name: the servers listen
-//! in a world network namespace the test creates (`world.rs`), whose DNS
-//! server the test controls, and spawnd runs inside that world, so it
-//! resolves the test's names (`api.test`, `git.test`, `pypi.test`) there
-//! and dials the world's address 203.0.113.10 (a documentation range,
-//! allowed by the test's `[network] allow_cidrs`).
+//! http-backend`), python's urllib and `pip download` from a local HTTPS
+//! index (pip refuses a plain-HTTP index that is not on loopback), and
+//! bash's `/dev/tcp`, which ignores proxy variables. Each runs in spawnd's
+//! sandbox and reaches test servers by name: the servers listen in a world
+//! network namespace the test creates (`world.rs`), whose DNS server the
+//! test controls, and spawnd runs inside that world, so it resolves the
+//! test's names (`api.test`, `git.test`, `pypi.test`) there and dials the
+//! world's address 203.0.113.10 (a documentation range, allowed by the
+//! test's `[network] allow_cidrs`). Also: what a client sees when the
+//! operator did not allow that range, when a granted name does not resolve
+//! or nothing listens, when its IPv6 address is unreachable, and with a
+//! large download.
 //!
 //! Judged from outside: what the servers accepted and logged, the files
 //! a client left on the host, the world DNS server's question log, spawnd's
-//! exit code and the result's `network` object. As root (the program runs
-//! as 65534), once with spawnd itself as `nobody`, and once through the
-//! daemon.
+//! exit code (the client's own) and the result's `network` object. As root
+//! (the program runs as 65534), once with spawnd itself as `nobody`, and
+//! once through the daemon.
 
 mod world;
 
@@ -23,12 +27,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use hickory_proto::rr::RecordType;
-use world::{run_checked, Run, World, WORLD_CIDR, WORLD_IP};
+use serde_json::Value;
+use world::{run_checked, server_log, Run, World, PYTHON, WORLD_CIDR, WORLD_IP};
 
-/// The Python that runs the test servers and makes the test's wheel.
-const PYTHON: &str = "/usr/bin/python3";
-/// The server program (`world_http.py`).
-const WORLD_HTTP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/integration/world_http.py");
 /// A client's own timeout: far above what any step takes, below the
 /// manifest's wall time, so a hang shows as the client's error.
 const CLIENT_TIMEOUT_S: u32 = 60;
@@ -77,44 +78,6 @@ fn run_op(command: &mut Command, manifest: &Path, op: &str, args: &[String]) -> 
         command.args(["--arg", arg]);
     }
     Run::of(command)
-}
-
-/// A directory in the world's scratch owned by 65534, the program's uid,
-/// for it to write into.
-fn writable_dir(world: &World, rel: &str) -> PathBuf {
-    let dir = world.path(rel);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
-    dir
-}
-
-/// The lines of a `world_http.py` log.
-fn server_log(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Starts `world_http.py` on `port` in the world, serving `root`, with
-/// `extra` options; its log is `<name>.log` in the world's directory.
-fn start_http(world: &World, name: &str, port: u16, root: &Path, extra: &[&str]) -> PathBuf {
-    let log = world.path(&format!("{name}.log"));
-    let port = port.to_string();
-    let mut argv = vec![
-        PYTHON,
-        WORLD_HTTP,
-        "--port",
-        &port,
-        "--root",
-        root.to_str().unwrap(),
-        "--log",
-        log.to_str().unwrap(),
-    ];
-    argv.extend_from_slice(extra);
-    world.start(name, &argv);
-    log
 }
 
 #[test]
@@ -234,86 +197,15 @@ fn a_name_resolving_into_a_range_the_operator_did_not_allow_is_refused() {
     assert_eq!(c["reason"], "resolved_to_denied_address", "{c}");
 }
 
-/// A CA and a certificate for `name` signed by it, made with openssl in
-/// `<world>/tls`: returns (CA certificate, server certificate, server key).
-fn make_tls(world: &World, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let dir = world.path("tls");
-    std::fs::create_dir_all(&dir).unwrap();
-    let at = |f: &str| dir.join(f);
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    run_checked(
-        Command::new("openssl")
-            .args(["req", "-x509"])
-            .args(ec)
-            .args(["-days", "2", "-subj", "/CN=spawnd test CA", "-keyout"])
-            .arg(at("ca.key"))
-            .arg("-out")
-            .arg(at("ca.pem")),
-    );
-    run_checked(
-        Command::new("openssl")
-            .arg("req")
-            .args(ec)
-            .arg("-subj")
-            .arg(format!("/CN={name}"))
-            .arg("-keyout")
-            .arg(at("server.key"))
-            .arg("-out")
-            .arg(at("server.csr")),
-    );
-    std::fs::write(
-        at("server.ext"),
-        format!(
-            "subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
-        ),
-    )
-    .unwrap();
-    run_checked(
-        Command::new("openssl")
-            .args(["x509", "-req", "-days", "2", "-CAcreateserial", "-in"])
-            .arg(at("server.csr"))
-            .arg("-CA")
-            .arg(at("ca.pem"))
-            .arg("-CAkey")
-            .arg(at("ca.key"))
-            .arg("-extfile")
-            .arg(at("server.ext"))
-            .arg("-out")
-            .arg(at("server.pem")),
-    );
-    // The sandbox reads only the CA certificate, from a scope of its own.
-    let public = world.path("ca");
-    std::fs::create_dir_all(&public).unwrap();
-    std::fs::copy(at("ca.pem"), public.join("ca.pem")).unwrap();
-    (public.join("ca.pem"), at("server.pem"), at("server.key"))
-}
-
 #[test]
 fn curl_fetches_a_granted_name_over_https_trusting_a_test_ca_and_the_relay_checked_its_sni() {
     let Some(world) = World::new() else { return };
     world.map("api.test", &[world_ip()]);
-    let (ca, cert, key) = make_tls(&world, "api.test");
+    let tls = world.make_tls("api.test");
     let root = world.path("www");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "secure hello").unwrap();
-    let log = start_http(
-        &world,
-        "https",
-        8443,
-        &root,
-        &[
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-        ],
-    );
+    let log = world.start_http("https", 8443, &root, &World::https_options(&tls));
     let config = config(&world);
     let m = manifest(
         &world,
@@ -324,8 +216,8 @@ fn curl_fetches_a_granted_name_over_https_trusting_a_test_ca_and_the_relay_check
              network = [\"api.test:8443\"]\n\n\
              [capabilities.spawn.operations.get]\n\
              argv = \"curl -sS --max-time {CLIENT_TIMEOUT_S} --cacert {} {{url}}\"\n",
-            ca.parent().unwrap().display(),
-            ca.display()
+            tls.ca.parent().unwrap().display(),
+            tls.ca.display()
         ),
     );
     let run = run(
@@ -386,15 +278,14 @@ fn git_clones_over_smart_http_from_a_granted_name_into_its_write_scope() {
     git(&["clone", "-q", "--bare", work_s, bare.to_str().unwrap()]);
     let empty = world.path("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let log = start_http(
-        &world,
+    let log = world.start_http(
         "git-http",
         8080,
         &empty,
         &["--git-root", repos.to_str().unwrap()],
     );
 
-    let out = writable_dir(&world, "out");
+    let out = world.writable_dir("out");
     let config = config(&world);
     let m = manifest(
         &world,
@@ -501,22 +392,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn python_urllib_and_pip_download_fetch_from_a_local_https_index_by_name() {
     let Some(world) = World::new() else { return };
     world.map("pypi.test", &[world_ip()]);
-    let (ca, cert, key) = make_tls(&world, "pypi.test");
+    let tls = world.make_tls("pypi.test");
     let root = world.path("index");
     let wheel = make_index(&root);
-    let log = start_http(
-        &world,
-        "index",
-        8443,
-        &root,
-        &[
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-        ],
-    );
-    let out = writable_dir(&world, "out");
+    let log = world.start_http("index", 8443, &root, &World::https_options(&tls));
+    let out = world.writable_dir("out");
     let config = config(&world);
     let index = "https://pypi.test:8443/simple/";
     let m = manifest(
@@ -534,8 +414,8 @@ fn python_urllib_and_pip_download_fetch_from_a_local_https_index_by_name() {
              argv = \"python3 -m pip download --no-deps --no-cache-dir \
                      --disable-pip-version-check --timeout {CLIENT_TIMEOUT_S} \
                      --cert {ca} --index-url {index} --dest {out} demo-pkg\"\n",
-            ca_dir = ca.parent().unwrap().display(),
-            ca = ca.display(),
+            ca_dir = tls.ca.parent().unwrap().display(),
+            ca = tls.ca.display(),
             out = out.display()
         ),
     );
@@ -544,7 +424,7 @@ fn python_urllib_and_pip_download_fetch_from_a_local_https_index_by_name() {
         "code=import ssl, urllib.request\n\
          tls = ssl.create_default_context(cafile='{ca}')\n\
          print(urllib.request.urlopen('{index}', timeout={CLIENT_TIMEOUT_S}, context=tls).read().decode())",
-        ca = ca.display()
+        ca = tls.ca.display()
     );
     let fetched = run(&world, &config, &m, "urllib", &[code]);
     assert_eq!(fetched.code(), Some(0), "{}", fetched.json);
@@ -684,7 +564,7 @@ fn spawnd_running_as_nobody_relays_for_curl_too() {
     let server = world.http_server(8080, "hello, nobody");
     let m = curl_manifest(&world);
     // nobody's own directory, for the config and the audit log it writes.
-    let home = writable_dir(&world, "nobody");
+    let home = world.writable_dir("nobody");
     let config = home.join("spawnd.toml");
     std::fs::write(
         &config,
@@ -758,4 +638,111 @@ fn the_daemon_in_the_world_relays_curl_to_a_granted_name() {
     let c = run.connections()[0];
     assert_eq!(c["host"], "api.test", "{c}");
     assert_eq!(c["dialed"], format!("{WORLD_IP}:8080"), "{c}");
+}
+
+#[test]
+fn a_name_whose_ipv6_address_is_unreachable_is_dialed_at_its_ipv4_one() {
+    let Some(world) = World::new() else { return };
+    // 2001:db8::10 is on nothing in the world: no route to it.
+    world.map("api.test", &["2001:db8::10".parse().unwrap(), world_ip()]);
+    let server = world.http_server(8080, "over IPv4");
+    let config = world.operator_config(
+        "dual",
+        &format!("[network]\nallow_cidrs = [\"{WORLD_CIDR}\", \"2001:db8::/32\"]\n"),
+    );
+    let m = curl_manifest(&world);
+    let run = run(&world, &config, &m, "get", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.json);
+    assert_eq!(run.stdout(), "over IPv4", "{}", run.json);
+    assert_eq!(server.accepted(), 1, "{}", run.json);
+    assert_eq!(run.connections()[0]["dialed"], format!("{WORLD_IP}:8080"));
+}
+
+#[test]
+fn a_large_download_arrives_intact_through_the_relay() {
+    let Some(world) = World::new() else { return };
+    world.map("api.test", &[world_ip()]);
+    let root = world.path("www");
+    std::fs::create_dir_all(&root).unwrap();
+    let blob: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(root.join("blob"), &blob).unwrap();
+    world.start_http("blob", 8080, &root, &[]);
+    let out = world.writable_dir("out");
+    let config = config(&world);
+    let m = manifest(
+        &world,
+        "curl.toml",
+        &format!(
+            "programs = [{{ path = \"/usr/bin/curl\" }}]\n\
+             fs_write = [\"{out}\"]\n\
+             network = [\"api.test:8080\"]\n\n\
+             [capabilities.spawn.operations.get]\n\
+             argv = \"curl -sS --max-time {CLIENT_TIMEOUT_S} -o {out}/blob http://api.test:8080/blob\"\n",
+            out = out.display()
+        ),
+    );
+    let run = run(&world, &config, &m, "get", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.json);
+    let got = std::fs::read(out.join("blob")).unwrap();
+    assert_eq!(got.len(), blob.len());
+    assert_eq!(sha256_hex(&got), sha256_hex(&blob));
+    assert!(
+        run.connections()[0]["bytes_down"].as_u64().unwrap() > blob.len() as u64,
+        "{}",
+        run.json
+    );
+}
+
+/// curl's exit codes for a connection reset as, or soon after, it is made.
+const RESET: [i32; 3] = [7, 52, 56];
+
+#[test]
+fn when_a_granted_name_does_not_resolve_or_nothing_listens_the_client_is_refused_at_once() {
+    let Some(world) = World::new() else { return };
+    let config = config(&world);
+    let m = curl_manifest(&world);
+    // The world's DNS server knows no api.test: the sandbox's stub still
+    // answers (from the grants alone), the program connects, and spawnd,
+    // finding no address, resets the connection at once. The kernel may
+    // have completed the program's handshake on the listener by then, so
+    // curl says "couldn't connect" (7), "empty reply" (52) or "recv
+    // failure" (56), depending on when the reset reaches it.
+    let unresolved = run(&world, &config, &m, "get", &[]);
+    assert!(
+        RESET.contains(&unresolved.code().unwrap_or(0)),
+        "{}",
+        unresolved.json
+    );
+    let c = unresolved.connections()[0];
+    assert_eq!(c["allowed"], false, "{c}");
+    assert_eq!(c["reason"], "unresolved", "{c}");
+    assert_eq!(c["dialed"], Value::Null, "{c}");
+    assert!(
+        world.dns_queries().iter().all(|q| q.name == "api.test"),
+        "{:?}",
+        world.dns_queries()
+    );
+
+    // It resolves, but nothing listens there: spawnd's connect is refused,
+    // and so is the program's.
+    world.map("api.test", &[world_ip()]);
+    let refused = run(&world, &config, &m, "get", &[]);
+    assert!(
+        RESET.contains(&refused.code().unwrap_or(0)),
+        "{}",
+        refused.json
+    );
+    let c = refused.connections()[0];
+    assert_eq!(c["reason"], "connect_failed", "{c}");
+    assert_eq!(c["dialed"], format!("{WORLD_IP}:8080"), "{c}");
+    for run in [&unresolved, &refused] {
+        assert!(
+            run.elapsed < Duration::from_secs(u64::from(CLIENT_TIMEOUT_S) / 2),
+            "{:?} {}",
+            run.elapsed,
+            run.json
+        );
+    }
 }

@@ -8,7 +8,7 @@
 //! namespace from there, as always.
 //!
 //! * **Names**: `/etc/netns/<world>/resolv.conf` names `127.0.0.1`, where a
-//!   thread of the test process answers from a table the test sets
+//!   thread of the test process answers over UDP from a table the test sets
 //!   ([`World::map`]: any name to any addresses, changeable at any time,
 //!   TTL 0) and logs every question ([`World::dns_queries`]). The world's
 //!   `hosts` holds only `localhost`, so no name of the host's `/etc/hosts`
@@ -18,16 +18,21 @@
 //!   threads of the test process whose sockets were made inside the world
 //!   (a thread that entered it with `setns`; a socket keeps its
 //!   namespace), and count what they accept. [`World::start`] runs any
-//!   program inside the world (`world_http.py` for HTTPS, git and static
-//!   files) and waits for it to say `ready`.
+//!   program inside the world and waits for it to say `ready`;
+//!   [`World::start_http`] runs `world_http.py` (static files, HTTPS with
+//!   a CA from [`World::make_tls`], `git http-backend`), which logs every
+//!   request with its Host header and TLS server name ([`server_log`]).
 //! * **spawnd**: [`World::operator_config`] writes a config with its own
 //!   audit log, and [`World::spawnd`] a command running spawnd inside the
-//!   world, optionally as another user ([`World::spawnd_as`]).
+//!   world, optionally as another user ([`World::spawnd_as`]); [`Run`]
+//!   parses what `spawnd run --json` printed.
 //!
 //! Dropping the world stops its servers, kills its processes, deletes the
 //! namespace and `/etc/netns/<world>`, also when a test panicked. Needs
-//! root; the tests fail without it.
+//! root: without it a test fails, unless SPAWND_TEST_SKIP_PRIVILEGED asks
+//! to skip.
 
+// A harness: not every test file uses every part.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -52,6 +57,11 @@ use serde_json::Value;
 pub const WORLD_IP: &str = "203.0.113.10";
 /// The range holding [`WORLD_IP`], for `[network] allow_cidrs`.
 pub const WORLD_CIDR: &str = "203.0.113.0/24";
+
+/// The Python that runs `world_http.py` (and tests' helper scripts).
+pub const PYTHON: &str = "/usr/bin/python3";
+/// The HTTP(S) server program [`World::start_http`] runs.
+const WORLD_HTTP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/integration/world_http.py");
 
 /// How long a server program gets to say `ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -281,6 +291,114 @@ impl World {
         }
     }
 
+    /// Starts `world_http.py` on `0.0.0.0:port` in the world, serving the
+    /// files under `root`, with `extra` options (`--cert F --key F` for
+    /// HTTPS, `--git-root D` for `git http-backend` at `/git/`). Returns
+    /// its request log, `<name>.log` in the scratch directory (one line
+    /// per request, [`server_log`]).
+    pub fn start_http(&self, name: &str, port: u16, root: &Path, extra: &[&str]) -> PathBuf {
+        let log = self.path(&format!("{name}.log"));
+        let port = port.to_string();
+        let mut argv = vec![
+            PYTHON,
+            WORLD_HTTP,
+            "--port",
+            &port,
+            "--root",
+            root.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ];
+        argv.extend_from_slice(extra);
+        self.start(name, &argv);
+        log
+    }
+
+    /// A directory `rel` in the scratch directory owned by 65534 (the
+    /// program's uid when spawnd runs as root, and `nobody`'s), for it to
+    /// write into.
+    pub fn writable_dir(&self, rel: &str) -> PathBuf {
+        let dir = self.path(rel);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        dir
+    }
+
+    /// A CA and a server certificate for `name` signed by it, made with
+    /// openssl in `tls/` of the scratch directory; the CA certificate is
+    /// copied alone to `ca/`, a directory a manifest can give the sandbox
+    /// as an `fs_read` scope.
+    pub fn make_tls(&self, name: &str) -> Tls {
+        let dir = self.path("tls");
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |f: &str| dir.join(f);
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        run_checked(
+            Command::new("openssl")
+                .args(["req", "-x509"])
+                .args(ec)
+                .args(["-days", "2", "-subj", "/CN=spawnd test CA", "-keyout"])
+                .arg(at("ca.key"))
+                .arg("-out")
+                .arg(at("ca.pem")),
+        );
+        run_checked(
+            Command::new("openssl")
+                .arg("req")
+                .args(ec)
+                .arg("-subj")
+                .arg(format!("/CN={name}"))
+                .arg("-keyout")
+                .arg(at("server.key"))
+                .arg("-out")
+                .arg(at("server.csr")),
+        );
+        std::fs::write(
+            at("server.ext"),
+            format!(
+                "subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+            ),
+        )
+        .unwrap();
+        run_checked(
+            Command::new("openssl")
+                .args(["x509", "-req", "-days", "2", "-CAcreateserial", "-in"])
+                .arg(at("server.csr"))
+                .arg("-CA")
+                .arg(at("ca.pem"))
+                .arg("-CAkey")
+                .arg(at("ca.key"))
+                .arg("-extfile")
+                .arg(at("server.ext"))
+                .arg("-out")
+                .arg(at("server.pem")),
+        );
+        let public = self.path("ca");
+        std::fs::create_dir_all(&public).unwrap();
+        std::fs::copy(at("ca.pem"), public.join("ca.pem")).unwrap();
+        Tls {
+            ca: public.join("ca.pem"),
+            cert: at("server.pem"),
+            key: at("server.key"),
+        }
+    }
+
+    /// The `world_http.py` options that make it serve HTTPS with `tls`.
+    pub fn https_options(tls: &Tls) -> [&str; 4] {
+        [
+            "--cert",
+            tls.cert.to_str().unwrap(),
+            "--key",
+            tls.key.to_str().unwrap(),
+        ]
+    }
+
     /// An operator config at `<name>.toml` in the scratch directory: the
     /// audit log `<name>.audit.jsonl` beside it, then `body` (e.g. a
     /// `[network]` table).
@@ -333,6 +451,25 @@ impl Drop for World {
             .status();
         let _ = std::fs::remove_dir_all(self.etc());
     }
+}
+
+/// What [`World::make_tls`] made.
+pub struct Tls {
+    /// The CA's certificate, alone in its directory.
+    pub ca: PathBuf,
+    /// The server's certificate and key.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The lines of a `world_http.py` log so far: `METHOD PATH HOST SNI`, with
+/// `-` for a missing Host header or SNI (and for plain HTTP).
+pub fn server_log(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// A server in the world and what it accepted.
