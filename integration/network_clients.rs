@@ -241,6 +241,22 @@ fn curl_fetches_a_granted_name_over_https_trusting_a_test_ca_and_the_relay_check
     assert_eq!(c["allowed"], true, "{c}");
     assert_eq!(c["sni"], "api.test", "{c}");
     assert_eq!(c["dialed"], format!("{WORLD_IP}:8443"), "{c}");
+    // The audit trail has the connection too, in a chain that verifies.
+    let audit = world.path("spawnd.audit.jsonl");
+    let net: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["kind"] == "net")
+        .collect();
+    assert_eq!(net.len(), 1, "{net:?}");
+    assert_eq!(net[0]["host"], "api.test", "{net:?}");
+    assert_eq!(net[0]["sni"], "api.test", "{net:?}");
+    run_checked(
+        Command::new(env!("CARGO_BIN_EXE_spawnd"))
+            .args(["audit", "verify"])
+            .arg(&audit),
+    );
 }
 
 /// Runs the host's git with a fixed identity and no user or system config.
