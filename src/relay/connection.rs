@@ -127,7 +127,10 @@ async fn run(
     started: Instant,
     _permit: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 ) {
+    // Biased: a connection that has ended as the spawn stops is recorded
+    // as ended, not as stopped.
     let stopped = tokio::select! {
+        biased;
         () = relay_granted(&relay, client, &mut record) => false,
         () = relay.stop.cancelled() => true,
     };
