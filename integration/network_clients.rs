@@ -762,3 +762,38 @@ fn when_a_granted_name_does_not_resolve_or_nothing_listens_the_client_is_refused
         );
     }
 }
+
+#[test]
+fn a_granted_name_is_resolved_as_itself_never_through_a_search_domain() {
+    let Some(world) = World::new() else { return };
+    // spawnd's resolver configuration searches corp.test first for names
+    // with fewer than 2 dots (as a cluster's ndots:5 does for most), and
+    // only api.test.corp.test has an address.
+    std::fs::write(
+        format!("/etc/netns/{}/resolv.conf", world.name()),
+        "nameserver 127.0.0.1\nsearch corp.test\noptions ndots:2\n",
+    )
+    .unwrap();
+    world.map("api.test.corp.test", &[world_ip()]);
+    let server = world.http_server(8080, "another host's service");
+    let config = config(&world);
+    let m = curl_manifest(&world);
+    let run = run(&world, &config, &m, "get", &[]);
+    assert!(RESET.contains(&run.code().unwrap_or(0)), "{}", run.json);
+    let c = run.connections()[0];
+    assert_eq!(c["reason"], "unresolved", "{c}");
+    assert_eq!(server.accepted(), 0, "{}", run.json);
+    let asked: Vec<String> = world.dns_queries().into_iter().map(|q| q.name).collect();
+    assert!(asked.iter().all(|name| name == "api.test"), "{asked:?}");
+    // The control: the same name granted, mapped, is served.
+    world.map("api.test", &[world_ip()]);
+    let served = run_checked_get(&world, &config, &m);
+    assert_eq!(served, "another host's service");
+    assert_eq!(server.accepted(), 1);
+}
+
+fn run_checked_get(world: &World, config: &Path, m: &Path) -> String {
+    let run = run(world, config, m, "get", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.json);
+    run.stdout().to_string()
+}
