@@ -108,7 +108,26 @@ pub struct NetworkConfig {
     pub allow_cidrs: Vec<Cidr>,
     /// Ranges never dialed, whatever the grants say.
     pub deny_cidrs: Vec<Cidr>,
+    /// How long resolving a granted name may take, and connecting to each
+    /// of its addresses.
+    pub connect_timeout_ms: u64,
+    /// A relayed connection that moves nothing either way for this long
+    /// is closed.
+    pub idle_timeout_ms: u64,
+    /// Relayed connections one spawn may have open at once; more are
+    /// reset (`too_many_connections`).
+    pub max_connections_per_spawn: u32,
 }
+
+/// `[network] connect_timeout_ms` when the config does not say.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// `[network] idle_timeout_ms` when the config does not say.
+pub const DEFAULT_NETWORK_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// `[network] max_connections_per_spawn` when the config does not say.
+pub const DEFAULT_MAX_CONNECTIONS_PER_SPAWN: u32 = 64;
+/// The most `[network] max_connections_per_spawn` may be: the relay's
+/// limit for all spawns of one process together.
+pub const MAX_CONNECTIONS_PER_PROCESS: u32 = 1024;
 
 /// `[sandbox]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -467,7 +486,8 @@ fn run_as(raw: &RawSandbox, at: &Origin<'_>) -> Result<(Option<(u32, u32)>, bool
 }
 
 /// `[network]`: enabled unless `enabled = false`; each CIDR strict (no
-/// host bits), named with its key when wrong.
+/// host bits), named with its key when wrong; timeouts above zero; at most
+/// [`MAX_CONNECTIONS_PER_PROCESS`] connections per spawn, at least one.
 fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, ConfigError> {
     let cidrs = |list: Option<Vec<String>>, key: &str| -> Result<Vec<Cidr>, ConfigError> {
         list.unwrap_or_default()
@@ -478,10 +498,34 @@ fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, Con
             })
             .collect()
     };
+    let positive = |value: Option<u64>, default: u64, key: &str| match value {
+        Some(0) => Err(at.invalid(key, "must be above 0")),
+        value => Ok(value.unwrap_or(default)),
+    };
+    let max_connections_per_spawn = match raw.max_connections_per_spawn {
+        Some(n) if n == 0 || n > MAX_CONNECTIONS_PER_PROCESS => {
+            return Err(at.invalid(
+                "network.max_connections_per_spawn",
+                format!("must be from 1 to {MAX_CONNECTIONS_PER_PROCESS}"),
+            ))
+        }
+        n => n.unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_SPAWN),
+    };
     Ok(NetworkConfig {
         enabled: raw.enabled.unwrap_or(true),
         allow_cidrs: cidrs(raw.allow_cidrs, "network.allow_cidrs")?,
         deny_cidrs: cidrs(raw.deny_cidrs, "network.deny_cidrs")?,
+        connect_timeout_ms: positive(
+            raw.connect_timeout_ms,
+            DEFAULT_CONNECT_TIMEOUT_MS,
+            "network.connect_timeout_ms",
+        )?,
+        idle_timeout_ms: positive(
+            raw.idle_timeout_ms,
+            DEFAULT_NETWORK_IDLE_TIMEOUT_MS,
+            "network.idle_timeout_ms",
+        )?,
+        max_connections_per_spawn,
     })
 }
 

@@ -93,4 +93,7 @@ pub(super) struct RawNetwork {
     pub(super) enabled: Option<bool>,
     pub(super) allow_cidrs: Option<Vec<String>>,
     pub(super) deny_cidrs: Option<Vec<String>>,
+    pub(super) connect_timeout_ms: Option<u64>,
+    pub(super) idle_timeout_ms: Option<u64>,
+    pub(super) max_connections_per_spawn: Option<u32>,
 }

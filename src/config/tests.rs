@@ -182,3 +182,47 @@ fn the_network_table_enables_grants_by_default_and_checks_its_cidrs() {
         "{e}"
     );
 }
+
+#[test]
+fn the_network_table_sets_the_relays_timeouts_and_connection_limit_within_bounds() {
+    let c = Config::parse(Path::new("c.toml"), "", None).unwrap();
+    assert_eq!(
+        (
+            c.network.connect_timeout_ms,
+            c.network.idle_timeout_ms,
+            c.network.max_connections_per_spawn
+        ),
+        (10_000, 300_000, 64)
+    );
+    let c = Config::parse(
+        Path::new("c.toml"),
+        "[network]\nconnect_timeout_ms = 500\nidle_timeout_ms = 2000\nmax_connections_per_spawn = 1024\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            c.network.connect_timeout_ms,
+            c.network.idle_timeout_ms,
+            c.network.max_connections_per_spawn
+        ),
+        (500, 2000, 1024)
+    );
+    for (text, key) in [
+        ("connect_timeout_ms = 0", "network.connect_timeout_ms"),
+        ("idle_timeout_ms = 0", "network.idle_timeout_ms"),
+        (
+            "max_connections_per_spawn = 0",
+            "network.max_connections_per_spawn",
+        ),
+        (
+            "max_connections_per_spawn = 1025",
+            "network.max_connections_per_spawn",
+        ),
+    ] {
+        let e = Config::parse(Path::new("c.toml"), &format!("[network]\n{text}\n"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+}

@@ -128,6 +128,9 @@ pub(super) fn start(
     let grants = grants.to_vec();
     let config = RelayConfig {
         policy: AddressPolicy::new(network.allow_cidrs.clone(), network.deny_cidrs.clone()),
+        connect_timeout: std::time::Duration::from_millis(network.connect_timeout_ms),
+        idle_timeout: std::time::Duration::from_millis(network.idle_timeout_ms),
+        max_connections: network.max_connections_per_spawn as usize,
         ..RelayConfig::default()
     };
     let stopping = stop.clone();

@@ -92,7 +92,7 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
 /// holds two descriptors (the program's side and the dialed side), so the
 /// relays of many spawns together stay well inside the daemon's limit of
 /// open files, and one spawn's program cannot starve the others.
-pub const MAX_PROCESS_CONNECTIONS: usize = 1024;
+pub const MAX_PROCESS_CONNECTIONS: usize = crate::config::MAX_CONNECTIONS_PER_PROCESS as usize;
 
 /// The process-wide share of [`MAX_PROCESS_CONNECTIONS`].
 fn process_slots() -> Arc<Semaphore> {

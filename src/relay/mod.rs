@@ -81,14 +81,19 @@ pub struct RelayConfig {
 }
 
 impl Default for RelayConfig {
-    /// The design's defaults: 10 s to connect, 5 min idle, 5 s for a
-    /// ClientHello, 64 connections, SNI checked, the fixed address rules.
+    /// The operator config's defaults (10 s to connect, 5 min idle, 64
+    /// connections), 5 s for a ClientHello, SNI checked, the fixed address
+    /// rules.
     fn default() -> RelayConfig {
+        use crate::config::{
+            DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS_PER_SPAWN,
+            DEFAULT_NETWORK_IDLE_TIMEOUT_MS,
+        };
         RelayConfig {
-            connect_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_NETWORK_IDLE_TIMEOUT_MS),
             first_flight_timeout: Duration::from_secs(5),
-            max_connections: 64,
+            max_connections: DEFAULT_MAX_CONNECTIONS_PER_SPAWN as usize,
             sni_check: true,
             policy: AddressPolicy::default(),
         }
