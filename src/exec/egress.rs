@@ -35,6 +35,11 @@ use crate::sandbox::network::Listeners;
 /// (every one is in the audit log).
 const MAX_LISTED_CONNECTIONS: usize = 256;
 
+/// Threads a spawn's relay may block on at once: name resolutions
+/// (`getaddrinfo`) and audit writes. More wait their turn, within the
+/// connect timeout for a resolution.
+const RELAY_BLOCKING_THREADS: usize = 8;
+
 /// Events written to the audit log under one lock and sync, at most.
 const MAX_BATCH: usize = 256;
 
@@ -136,6 +141,7 @@ pub(super) fn start(
     let stopping = stop.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(RELAY_BLOCKING_THREADS)
         .build()
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's runtime: {e}")))?;
     let thread = std::thread::Builder::new()
