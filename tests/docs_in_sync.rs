@@ -1,7 +1,8 @@
 //! The docs' reference tables must list every entry of the code's tables, so
 //! documentation cannot drift from behaviour: reserved env keys in
 //! `docs/manifest.md`, denial reasons in `docs/cli.md`, operator config keys
-//! in `docs/operations.md`.
+//! in `docs/operations.md`, the relay's connection reasons in
+//! `docs/network.md`.
 
 use spawnd::manifest::env_keys::RESERVED_ENV;
 use spawnd::policy::REASONS;
@@ -87,6 +88,17 @@ fn every_operator_config_key_is_in_the_operations_doc() {
         assert!(
             documented,
             "docs/operations.md's operator config lacks {table} {key}"
+        );
+    }
+}
+
+#[test]
+fn every_connection_reason_is_in_the_network_doc() {
+    let text = doc("network.md");
+    for reason in spawnd::relay::reason::ALL {
+        assert!(
+            text.contains(&format!("| `{reason}` | ")),
+            "docs/network.md lacks the row for {reason}"
         );
     }
 }
