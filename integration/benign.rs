@@ -224,6 +224,50 @@ fn usage_is_reported(who: As) {
     assert!(peak >= 64 << 20, "peak_memory_bytes {peak}: {data}");
 }
 
+/// The runtime tools expect: the program's own name (`whoami`, `id`,
+/// python's `getpass`), `localhost`, the CA store, the time zone, and
+/// commands reached through `/etc/alternatives` (`cc`, `awk`). The
+/// account files are written for the sandbox: the host's accounts are
+/// not in them.
+fn the_runtime_tools_expect_is_there(who: As) {
+    let script = "whoami; id -un; id -gn; \
+                  python3 -c 'import getpass; print(getpass.getuser())'; \
+                  getent hosts localhost | head -1; \
+                  test -s /etc/ssl/certs/ca-certificates.crt && echo ca-store; \
+                  date +%Z; \
+                  awk 'BEGIN { print \"awk-works\" }'; \
+                  cc --version >/dev/null && echo cc-works; \
+                  cat /etc/passwd /etc/group";
+    let data = result(&world().run(who, "sh", &[("script", script)], &[]));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let text = data["stdout"]["text"].as_str().unwrap_or("");
+    let lines: Vec<&str> = text.lines().collect();
+    // A root caller's program runs as nobody, and so does spawnd run by
+    // nobody (an unprivileged spawnd's program keeps its user).
+    let user = "nobody".to_string();
+    assert_eq!(&lines[..2], [user.as_str(), user.as_str()], "{text}");
+    assert_eq!(lines[3], user, "{text}");
+    assert!(
+        lines[4].ends_with("localhost") || lines[4].contains("localhost "),
+        "{text}"
+    );
+    assert_eq!(
+        &lines[5..9],
+        ["ca-store", "UTC", "awk-works", "cc-works"],
+        "{text}"
+    );
+    // The host's accounts (daemon, bin, sys…) are not shown.
+    for line in std::fs::read_to_string("/etc/passwd").unwrap().lines() {
+        let name = line.split(':').next().unwrap_or("");
+        if !["root", "nobody", user.as_str()].contains(&name) {
+            assert!(
+                !text.contains(&format!("\n{name}:x:")),
+                "{name} shown: {text}"
+            );
+        }
+    }
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -233,6 +277,7 @@ macro_rules! both {
 }
 
 both!(
+    the_runtime_tools_expect_is_there,
     the_mount_table_holds_only_the_sandbox,
     usage_is_reported,
     git_status_works,

@@ -130,10 +130,12 @@ as_root_and_nobody! {
     // F — filesystem
     f_host_files_outside_the_scopes_cannot_be_read => |who| {
         let w = world();
-        for path in [p(w, "outside/secret.txt"), "/etc/shadow".into(), "/etc/passwd".into(), "/root/.bashrc".into(), "/home".into()] {
+        for path in [p(w, "outside/secret.txt"), "/etc/shadow".into(), "/etc/gshadow".into(), "/root/.bashrc".into(), "/home".into()] {
             blocked(who, "read-host-file", &[&path]);
         }
-        // (/etc exists inside only to hold ld.so.cache, a system path.)
+        // (/etc inside holds the system paths' files and the account files
+        // written for the sandbox; benign.rs checks those show no host
+        // account.)
         for dir in [p(w, "outside"), "/var".into(), "/root".into(), "/home".into(), "/opt".into()] {
             blocked(who, "list-host-dir", &[&dir]);
         }

@@ -210,6 +210,15 @@ pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
     "/bin",
     "/sbin",
     "/etc/ld.so.cache",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/mime.types",
 ];
 
 /// Where the audit log lives when the config does not say (docs/operations.md).

@@ -11,6 +11,7 @@ use crate::kernel_features::v1_controller_mounts;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
+use crate::sandbox::spec::{account_name, RuntimeIdentity};
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
 use crate::supervise::Watched;
 
@@ -111,6 +112,21 @@ pub(super) struct Identity {
 }
 
 impl Identity {
+    /// The identity as the sandbox's `/etc/passwd` and `/etc/group` name
+    /// it: the host's names for its ids when they are plain, else `user`
+    /// and `group`.
+    pub(super) fn runtime(&self) -> RuntimeIdentity {
+        use nix::unistd::{Gid, Group, Uid, User};
+        let user = User::from_uid(Uid::from_raw(self.uid)).ok().flatten();
+        let group = Group::from_gid(Gid::from_raw(self.gid)).ok().flatten();
+        RuntimeIdentity {
+            uid: self.uid,
+            gid: self.gid,
+            user: account_name(user.as_ref().map(|u| u.name.as_str()), "user"),
+            group: account_name(group.as_ref().map(|g| g.name.as_str()), "group"),
+        }
+    }
+
     /// docs/sandbox.md: the caller's uid/gid (spawnd's own when unprivileged). A root
     /// caller's program never runs as host uid 0: it would own every
     /// root-owned file it can see, and chmod, utime and xattrs on them are

@@ -42,7 +42,7 @@ use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
 use crate::sandbox::seccomp::{filter_for, FilterOptions};
-use crate::sandbox::spec::{build_spec, HostKind, SandboxSpec};
+use crate::sandbox::spec::{add_runtime_files, build_spec, HostKind, SandboxSpec};
 use crate::spawner::Spawner;
 use crate::supervise::{
     supervise_to_report, Leaving, LiveOutput, Outcome, Phases, Supervision, Watched,
@@ -274,8 +274,9 @@ fn prepare_sandbox(
     if landlock_abi < required {
         return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
-    let spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
+    let mut spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
+    add_runtime_files(&mut spec, &identity.runtime());
     let credentials =
         read_credentials(prepared, plan).map_err(|d| audit.record_denial(d, &prepared.request))?;
     let redact = credentials

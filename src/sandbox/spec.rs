@@ -434,33 +434,115 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
 
 /// With network grants, the sandbox resolves names through spawnd's DNS
 /// stub on its own loopback, and nothing else: `/etc/resolv.conf` says so,
-/// and `/etc/hosts` names only the loopback (a host's entry for a granted
-/// name would send the program to an address it has no route to), each
 /// bound over whatever the system paths show there (last, over any scope).
-/// Without grants, `/etc` is left as the system paths make it.
+/// Without grants there is no resolver to name.
 fn add_resolver(spec: &mut SandboxSpec, plan: &SpawnPlan) {
     if plan.network.is_empty() {
         return;
     }
-    for (target, contents) in [(RESOLV_CONF, RESOLVER_CONFIG), (HOSTS, HOSTS_CONFIG)] {
-        spec.mounts.push(MountStep {
-            target: target.into(),
-            kind: MountKind::File {
-                contents: contents.to_string(),
-            },
-        });
-    }
+    spec.mounts.push(MountStep {
+        target: RESOLV_CONF.into(),
+        kind: MountKind::File {
+            contents: RESOLVER_CONFIG.to_string(),
+        },
+    });
 }
 
 /// The resolver configuration's path.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// A sandbox with network grants asks spawnd's DNS stub, and only it.
 pub const RESOLVER_CONFIG: &str = "nameserver 127.0.0.1\n";
-/// The static host table's path.
-pub const HOSTS: &str = "/etc/hosts";
-/// A sandbox with network grants knows the loopback's names, and asks the
-/// stub for every other.
+
+/// Who the program is inside the sandbox, as the files that name it say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeIdentity {
+    /// Its uid.
+    pub uid: u32,
+    /// Its gid.
+    pub gid: u32,
+    /// The user name the host gives that uid (or a neutral one).
+    pub user: String,
+    /// The group name the host gives that gid (or a neutral one).
+    pub group: String,
+}
+
+/// The home directory the sandbox's files and `HOME` name: the private
+/// `/tmp`, which is always there and writable.
+pub const RUNTIME_HOME: &str = "/tmp";
+
+/// The identity files every sandbox gets in `/etc`, written for it, never
+/// copied from the host: `passwd` and `group` naming root, nobody and the
+/// program's own identity (so `whoami`, `id` and `getpass` work, and the
+/// host's accounts stay unseen), `hosts` naming the loopback, and
+/// `nsswitch.conf` saying to read them. Each is bound over whatever the
+/// system paths show there (last, over any scope).
+pub fn add_runtime_files(spec: &mut SandboxSpec, who: &RuntimeIdentity) {
+    for (target, contents) in runtime_files(who) {
+        spec.mounts.push(MountStep {
+            target: target.into(),
+            kind: MountKind::File { contents },
+        });
+    }
+}
+
+/// The files [`add_runtime_files`] binds, and their contents.
+pub fn runtime_files(who: &RuntimeIdentity) -> [(&'static str, String); 4] {
+    let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
+    let mut group = String::from("root:x:0:\n");
+    if who.uid != 0 && who.uid != NOBODY_ID {
+        passwd.push_str(&format!(
+            "{}:x:{}:{}::{RUNTIME_HOME}:/bin/sh\n",
+            who.user, who.uid, who.gid
+        ));
+    }
+    if who.gid != 0 && who.gid != NOBODY_ID {
+        group.push_str(&format!("{}:x:{}:\n", who.group, who.gid));
+    }
+    passwd.push_str(&format!(
+        "nobody:x:{NOBODY_ID}:{NOBODY_ID}:nobody:{}:/usr/sbin/nologin\n",
+        if who.uid == NOBODY_ID {
+            RUNTIME_HOME
+        } else {
+            "/nonexistent"
+        }
+    ));
+    group.push_str(&format!("nogroup:x:{NOBODY_ID}:\n"));
+    [
+        ("/etc/passwd", passwd),
+        ("/etc/group", group),
+        ("/etc/hosts", HOSTS_CONFIG.to_string()),
+        ("/etc/nsswitch.conf", NSSWITCH_CONFIG.to_string()),
+    ]
+}
+
+/// The kernel's overflow id, `nobody` and `nogroup`.
+const NOBODY_ID: u32 = 65534;
+
+/// Every sandbox knows the loopback's names, and asks its resolver (with
+/// network grants, spawnd's stub) for every other.
 pub const HOSTS_CONFIG: &str = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n";
+
+/// Accounts from the files above, names from `hosts` then DNS.
+const NSSWITCH_CONFIG: &str =
+    "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n";
+
+/// A name fit for `passwd` and `group`: the host's, when it is plain
+/// (letters, digits, `_`, `-`, `.`, not first a `-`), else `fallback`.
+pub fn account_name(host_name: Option<&str>, fallback: &str) -> String {
+    match host_name {
+        Some(name)
+            if !name.is_empty()
+                && name.len() <= 32
+                && !name.starts_with('-')
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) =>
+        {
+            name.to_string()
+        }
+        _ => fallback.to_string(),
+    }
+}
 
 /// Scopes are mounted shallowest first, so a nested scope lands on top of its parent.
 fn add_scopes(spec: &mut SandboxSpec, plan: &SpawnPlan, host: &dyn Fn(&Path) -> HostKind) {

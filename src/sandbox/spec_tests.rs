@@ -306,3 +306,48 @@ fn a_granted_socket_is_bound_in_unless_a_scope_shows_it_and_gets_the_only_connec
         ]
     );
 }
+
+#[test]
+fn the_account_files_name_root_nobody_and_the_programs_own_identity() {
+    let who = |uid, gid| RuntimeIdentity {
+        uid,
+        gid,
+        user: "alice".into(),
+        group: "staff".into(),
+    };
+    let [(passwd_path, passwd), (group_path, group), (hosts_path, hosts), (ns_path, ns)] =
+        runtime_files(&who(1000, 50));
+    assert_eq!(
+        (passwd_path, group_path, hosts_path, ns_path),
+        (
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/hosts",
+            "/etc/nsswitch.conf"
+        )
+    );
+    assert_eq!(
+        passwd,
+        "root:x:0:0:root:/root:/usr/sbin/nologin\nalice:x:1000:50::/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    );
+    assert_eq!(group, "root:x:0:\nstaff:x:50:\nnogroup:x:65534:\n");
+    assert!(hosts.starts_with("127.0.0.1 localhost\n"));
+    assert!(ns.contains("passwd: files\n") && ns.contains("hosts: files dns\n"));
+    // nobody is listed once, with the sandbox's home.
+    let [(_, passwd), (_, group), ..] = runtime_files(&who(65534, 65534));
+    assert_eq!(
+        passwd,
+        "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\n"
+    );
+    assert_eq!(group, "root:x:0:\nnogroup:x:65534:\n");
+}
+
+#[test]
+fn only_plain_host_names_reach_the_account_files() {
+    assert_eq!(account_name(Some("alice"), "user"), "alice");
+    assert_eq!(account_name(Some("svc.ci-1_x"), "user"), "svc.ci-1_x");
+    for odd in ["", "-rf", "a:b", "a\nroot:x:0:0", "é", &"x".repeat(33)] {
+        assert_eq!(account_name(Some(odd), "user"), "user", "{odd:?}");
+    }
+    assert_eq!(account_name(None, "group"), "group");
+}
