@@ -534,8 +534,19 @@ fn the_child_gets_exactly_the_declared_environment() {
         .as_object()
         .map(|o| o.keys().collect())
         .unwrap_or_default();
-    assert_eq!(keys, ["PATH", "SENTINEL"], "{env}");
+    // The declared keys, and spawnd's runtime defaults (PATH is the
+    // manifest's own here); nothing of the invoking environment.
+    assert_eq!(keys, ["HOME", "LANG", "PATH", "SENTINEL"], "{env}");
     assert_eq!(env["SENTINEL"], "from-the-caller");
+    assert_eq!(
+        (&env["HOME"], &env["LANG"], &env["PATH"]),
+        (
+            &serde_json::json!("/tmp"),
+            &serde_json::json!("C.UTF-8"),
+            &serde_json::json!("/usr/bin:/bin")
+        ),
+        "{env}"
+    );
 }
 
 #[test]

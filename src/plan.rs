@@ -77,7 +77,26 @@ pub enum EnvSource {
     Fixed,
     /// The operator's credential binding, read at spawn time.
     Credential,
+    /// spawnd's runtime default ([`DEFAULT_ENV`]), for a key the request,
+    /// the manifest and the credentials left unset.
+    Default,
 }
+
+/// The home directory a sandbox's program has: the private `/tmp`, always
+/// there and writable.
+pub const RUNTIME_HOME: &str = "/tmp";
+
+/// What every program gets unless its manifest sets or passes the key:
+/// a `PATH` of the system's program directories, `HOME` inside the
+/// sandbox, and a UTF-8 locale every C library has built in.
+pub const DEFAULT_ENV: &[(&str, &str)] = &[
+    (
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+    ),
+    ("HOME", RUNTIME_HOME),
+    ("LANG", "C.UTF-8"),
+];
 
 /// The child's working directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

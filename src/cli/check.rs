@@ -219,6 +219,7 @@ fn allowed_text(plan: &SpawnPlan) -> String {
                 crate::plan::EnvSource::Request => "from the caller",
                 crate::plan::EnvSource::Fixed => "fixed by the manifest",
                 crate::plan::EnvSource::Credential => "credential, filled at spawn time",
+                crate::plan::EnvSource::Default => "spawnd's default",
             };
             format!("{} ({source})", e.key)
         })

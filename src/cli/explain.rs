@@ -256,7 +256,7 @@ fn explain_env(s: &SpawnGrant, out: &mut String) {
         .iter()
         .filter(|k| !s.credential_env_keys.contains(k))
         .collect();
-    out.push_str("\nEnvironment (nothing else, not even PATH or HOME unless listed):\n");
+    out.push_str("\nEnvironment (nothing else from the caller's or spawnd's own):\n");
     let _ = writeln!(
         out,
         "  from the caller: {}",
@@ -280,5 +280,19 @@ fn explain_env(s: &SpawnGrant, out: &mut String) {
     }
     if !s.credential_env_keys.is_empty() {
         let _ = writeln!(out, "  secrets:         {} (filled by spawnd from the operator's binding, never by the caller; redacted from output)", p(s.credential_env_keys.join(", ")));
+    }
+    let defaults: Vec<String> = crate::plan::DEFAULT_ENV
+        .iter()
+        .filter(|(k, _)| {
+            !s.env_set.contains_key(*k) && !s.credential_env_keys.iter().any(|x| x == k)
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !defaults.is_empty() {
+        let _ = writeln!(
+            out,
+            "  defaults:        {} (spawnd's, where the caller passes no value)",
+            defaults.join(", ")
+        );
     }
 }

@@ -11,7 +11,7 @@ use super::request::{Caller, GateContext};
 use crate::manifest::env_keys::{is_valid_key, reserved};
 use crate::manifest::paths::is_within;
 use crate::manifest::{Operation, ScopePath, SpawnGrant, ValueKind};
-use crate::plan::{CwdPlan, EnvEntry, EnvSource, FsPlan, ProgramPlan};
+use crate::plan::{CwdPlan, EnvEntry, EnvSource, FsPlan, ProgramPlan, DEFAULT_ENV};
 use crate::template::{ArgError, ParamRule};
 
 /// What a param accepts, for `granted`.
@@ -294,6 +294,15 @@ pub(super) fn check_env(
     }));
     let mut values = env.clone();
     values.extend(spawn.env_set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for (key, value) in DEFAULT_ENV {
+        if !entries.iter().any(|e| e.key == *key) {
+            entries.push(EnvEntry {
+                key: (*key).to_string(),
+                source: EnvSource::Default,
+            });
+            values.insert((*key).to_string(), (*value).to_string());
+        }
+    }
     Ok((entries, values))
 }
 

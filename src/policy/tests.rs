@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::test_support::*;
 use super::*;
 use crate::manifest::Manifest;
-use crate::plan::{CwdPlan, EnvSource};
+use crate::plan::{CwdPlan, EnvEntry, EnvSource};
 
 #[test]
 fn a1_a_manifest_without_spawn_grants_nothing() {
@@ -149,8 +149,36 @@ fn h4_env_holds_exactly_what_was_passed() {
         M0,
         &with_env(Request::op("status", &[]), &[("GIT_AUTHOR_NAME", "alr")]),
     );
-    let keys: Vec<&str> = allowed(&p).env.iter().map(|e| e.key.as_str()).collect();
-    assert_eq!(keys, ["GIT_AUTHOR_NAME"]);
+    // From the caller exactly what it passed (GH_TOKEN, unset, omitted);
+    // besides, only spawnd's runtime defaults.
+    let plan = allowed(&p);
+    let from: Vec<(&str, EnvSource)> = plan
+        .env
+        .iter()
+        .map(|e| (e.key.as_str(), e.source))
+        .collect();
+    assert_eq!(
+        from,
+        [
+            ("GIT_AUTHOR_NAME", EnvSource::Request),
+            ("PATH", EnvSource::Default),
+            ("HOME", EnvSource::Default),
+            ("LANG", EnvSource::Default)
+        ]
+    );
+    assert_eq!(plan.env_values["GIT_AUTHOR_NAME"], "alr");
+}
+
+#[test]
+fn a_manifest_or_caller_value_replaces_spawnds_runtime_default() {
+    let text = M0.replace("fs_read", "env_set = { PATH = \"/opt/tool/bin\" }\nfs_read");
+    let p = decide_m(&text, &Request::op("status", &[]));
+    let plan = allowed(&p);
+    let path: Vec<&EnvEntry> = plan.env.iter().filter(|e| e.key == "PATH").collect();
+    assert_eq!(path.len(), 1);
+    assert_eq!(path[0].source, EnvSource::Fixed);
+    assert_eq!(plan.env_values["PATH"], "/opt/tool/bin");
+    assert_eq!(plan.env_values["HOME"], "/tmp");
 }
 
 #[test]

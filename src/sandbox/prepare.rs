@@ -222,7 +222,7 @@ pub(super) fn env_entries(
     let mut out = Vec::new();
     for entry in &plan.env {
         let value: &[u8] = match entry.source {
-            EnvSource::Request | EnvSource::Fixed => plan
+            EnvSource::Request | EnvSource::Fixed | EnvSource::Default => plan
                 .env_values
                 .get(&entry.key)
                 .map(String::as_bytes)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{CwdPlan, SpawnPlan};
+use crate::plan::{CwdPlan, SpawnPlan, RUNTIME_HOME};
 
 /// What a host path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -465,10 +465,6 @@ pub struct RuntimeIdentity {
     /// The group name the host gives that gid (or a neutral one).
     pub group: String,
 }
-
-/// The home directory the sandbox's files and `HOME` name: the private
-/// `/tmp`, which is always there and writable.
-pub const RUNTIME_HOME: &str = "/tmp";
 
 /// The identity files every sandbox gets in `/etc`, written for it, never
 /// copied from the host: `passwd` and `group` naming root, nobody and the
