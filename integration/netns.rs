@@ -23,7 +23,9 @@ use spawnd::sandbox::launch::{launch_order, LaunchRequest, LimitsVia, StdinSourc
 use spawnd::sandbox::network::Listeners;
 use spawnd::sandbox::seccomp::{filter_for, FilterOptions};
 use spawnd::sandbox::spare::Spare;
-use spawnd::sandbox::spec::{build_spec, system_steps, HostKind};
+use spawnd::sandbox::spec::{
+    add_runtime_files, build_spec, system_steps, HostKind, RuntimeIdentity,
+};
 
 const PYTHON: &str = "/usr/bin/python3";
 const GRANTED: u16 = 8443;
@@ -138,7 +140,17 @@ fn run_sandbox(network: &[&str], via: Via) -> Seen {
         .iter()
         .map(PathBuf::from)
         .collect();
-    let spec = build_spec(&plan, &system, &host_kind).unwrap();
+    let mut spec = build_spec(&plan, &system, &host_kind).unwrap();
+    // The files every spawn's sandbox gets in /etc, as the pipeline adds them.
+    add_runtime_files(
+        &mut spec,
+        &RuntimeIdentity {
+            uid: 65534,
+            gid: 65534,
+            user: "nobody".into(),
+            group: "nogroup".into(),
+        },
+    );
     let filter = filter_for(FilterOptions::for_spawn(false, privileged, false)).unwrap();
     let order = LaunchRequest {
         plan: &plan,

@@ -533,3 +533,33 @@ fn a_host_whose_resolv_conf_and_hosts_are_symlinks_still_gives_the_sandbox_the_s
     assert!(lines[1].starts_with("'127.0.0.1 localhost"), "{v}");
     assert_eq!(lines[2], "linked", "{v}");
 }
+
+#[test]
+fn a_flood_of_granted_connections_grows_the_log_by_a_bounded_amount() {
+    let server = HostServer::start("x");
+    let s = Scratch::new();
+    let m = s.manifest(&[format!("127.0.0.1:{}", server.port)]);
+    let code = format!(
+        "code=import socket\n\
+         for i in range(600):\n    \
+           s = socket.create_connection(('127.0.0.1', {p}))\n    \
+           s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n    \
+           while s.recv(4096): pass\n    \
+           s.close()\n\
+         print('done')",
+        p = server.port
+    );
+    let (out, v) = s.run(&m, "python", &code);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(server.accepted(), 600, "{v}");
+    let records = s.records();
+    let net = records.iter().filter(|r| r["kind"] == "net").count();
+    // The first 256 one by one, the rest a count by destination.
+    assert_eq!(net, 256, "{} net records", net);
+    let exit = records.iter().find(|r| r["kind"] == "exit").unwrap();
+    let unreported = &exit["network"]["connections_unreported"];
+    assert_eq!(unreported[0]["count"], 344, "{exit}");
+    assert_eq!(unreported[0]["port"], server.port, "{exit}");
+    assert_eq!(exit["network"]["connections"], 600, "{exit}");
+    s.verify();
+}

@@ -138,7 +138,13 @@ fn net_line(r: &Map<String, Value>) -> String {
                 .unwrap_or_default()
         ),
         (true, false) => format!("net {to} failed ({})", s("reason")),
-        (false, _) => format!("net REFUSED {to} ({})", s("reason")),
+        (false, true) => format!(
+            "net REFUSED {to} ({}) after dialing {}, down {}",
+            s("reason"),
+            s("dialed"),
+            n("bytes_down")
+        ),
+        (false, false) => format!("net REFUSED {to} ({})", s("reason")),
     }
 }
 

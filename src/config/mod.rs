@@ -125,9 +125,11 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_NETWORK_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// `[network] max_connections_per_spawn` when the config does not say.
 pub const DEFAULT_MAX_CONNECTIONS_PER_SPAWN: u32 = 64;
-/// The most `[network] max_connections_per_spawn` may be: the relay's
-/// limit for all spawns of one process together.
+/// The relay's limit for all spawns of one process together.
 pub const MAX_CONNECTIONS_PER_PROCESS: u32 = 1024;
+/// The most `[network] max_connections_per_spawn` may be: a quarter of
+/// the process's, so no one spawn takes every slot.
+pub const MAX_CONNECTIONS_PER_SPAWN_LIMIT: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
 
 /// `[sandbox]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -496,7 +498,7 @@ fn run_as(raw: &RawSandbox, at: &Origin<'_>) -> Result<(Option<(u32, u32)>, bool
 
 /// `[network]`: enabled unless `enabled = false`; each CIDR strict (no
 /// host bits), named with its key when wrong; timeouts above zero; at most
-/// [`MAX_CONNECTIONS_PER_PROCESS`] connections per spawn, at least one.
+/// [`MAX_CONNECTIONS_PER_SPAWN_LIMIT`] connections per spawn, at least one.
 fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, ConfigError> {
     let cidrs = |list: Option<Vec<String>>, key: &str| -> Result<Vec<Cidr>, ConfigError> {
         list.unwrap_or_default()
@@ -512,10 +514,12 @@ fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, Con
         value => Ok(value.unwrap_or(default)),
     };
     let max_connections_per_spawn = match raw.max_connections_per_spawn {
-        Some(n) if n == 0 || n > MAX_CONNECTIONS_PER_PROCESS => {
+        Some(n) if n == 0 || n > MAX_CONNECTIONS_PER_SPAWN_LIMIT => {
             return Err(at.invalid(
                 "network.max_connections_per_spawn",
-                format!("must be from 1 to {MAX_CONNECTIONS_PER_PROCESS}"),
+                format!(
+                    "must be from 1 to {MAX_CONNECTIONS_PER_SPAWN_LIMIT} (a quarter of the {MAX_CONNECTIONS_PER_PROCESS} connections one spawnd relays at once)"
+                ),
             ))
         }
         n => n.unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_SPAWN),

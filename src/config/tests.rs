@@ -196,7 +196,7 @@ fn the_network_table_sets_the_relays_timeouts_and_connection_limit_within_bounds
     );
     let c = Config::parse(
         Path::new("c.toml"),
-        "[network]\nconnect_timeout_ms = 500\nidle_timeout_ms = 2000\nmax_connections_per_spawn = 1024\n",
+        "[network]\nconnect_timeout_ms = 500\nidle_timeout_ms = 2000\nmax_connections_per_spawn = 256\n",
         None,
     )
     .unwrap();
@@ -206,7 +206,7 @@ fn the_network_table_sets_the_relays_timeouts_and_connection_limit_within_bounds
             c.network.idle_timeout_ms,
             c.network.max_connections_per_spawn
         ),
-        (500, 2000, 1024)
+        (500, 2000, 256)
     );
     for (text, key) in [
         ("connect_timeout_ms = 0", "network.connect_timeout_ms"),
@@ -216,7 +216,7 @@ fn the_network_table_sets_the_relays_timeouts_and_connection_limit_within_bounds
             "network.max_connections_per_spawn",
         ),
         (
-            "max_connections_per_spawn = 1025",
+            "max_connections_per_spawn = 257",
             "network.max_connections_per_spawn",
         ),
     ] {

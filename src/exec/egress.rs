@@ -21,13 +21,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::Failure;
-use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
+use crate::audit::{events, AuditError, AuditLog, Kind};
 use crate::config::NetworkConfig;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
 use crate::relay::{
-    serve, ConnectionRecord, NetEvent, RefusalCount, RelayConfig, Summary, SystemResolver,
+    serve, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RelayConfig, Summary,
+    SystemResolver,
 };
 use crate::sandbox::network::Listeners;
 
@@ -39,6 +40,10 @@ const MAX_LISTED_CONNECTIONS: usize = 256;
 /// (`getaddrinfo`) and audit writes. More wait their turn, within the
 /// connect timeout for a resolution.
 const RELAY_BLOCKING_THREADS: usize = 8;
+
+/// Name resolutions a spawn's relay runs at once: fewer than its blocking
+/// threads, so its audit records always find one.
+const RESOLUTIONS_AT_ONCE: usize = 4;
 
 /// Events written to the audit log under one lock and sync, at most.
 const MAX_BATCH: usize = 256;
@@ -52,21 +57,21 @@ pub(super) struct NetAudit {
 }
 
 impl NetAudit {
-    /// Writes one record per event that has one, then makes them durable
-    /// (one sync covers the batch).
+    /// Writes one record per event that has one, under one hold of the
+    /// log's lock, then makes them durable with one sync.
     fn record(&self, events: &[NetEvent]) -> Result<(), AuditError> {
-        let written = events
+        let bodies: Vec<_> = events
             .iter()
             .filter_map(net_record)
-            .map(|event| {
-                let body = events::net(&self.connector, &self.op, event);
-                self.log.write(Kind::Net, Some(&self.audit_id), body)
-            })
-            .collect::<Result<Vec<Unsynced>, AuditError>>()?;
-        for record in written {
-            record.commit()?;
+            .map(|event| events::net(&self.connector, &self.op, event))
+            .collect();
+        if bodies.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.log
+            .write_batch(Kind::Net, Some(&self.audit_id), bodies)?
+            .commit()
+            .map(drop)
     }
 }
 
@@ -86,7 +91,10 @@ fn net_record(event: &NetEvent) -> Option<Value> {
             "allowed": false,
             "reason": crate::relay::reason::NOT_GRANTED,
         })),
-        NetEvent::DnsRefusedMore { .. } | NetEvent::Refusals { .. } | NetEvent::Summary(_) => None,
+        NetEvent::DnsRefusedMore { .. }
+        | NetEvent::Refusals { .. }
+        | NetEvent::Unreported { .. }
+        | NetEvent::Summary(_) => None,
     }
 }
 
@@ -113,6 +121,7 @@ pub(super) struct Reported {
     dns_refused_more: u64,
     refusals: Vec<RefusalCount>,
     refusals_unreported: u64,
+    unreported: Vec<DialedCount>,
     summary: Option<Summary>,
     error: Option<String>,
 }
@@ -146,7 +155,13 @@ pub(super) fn start(
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's runtime: {e}")))?;
     let thread = std::thread::Builder::new()
         .name("spawnd-relay".into())
-        .spawn(move || runtime.block_on(relay(grants, config, listeners, audit, stopping)))
+        .spawn(move || {
+            let reported = runtime.block_on(relay(grants, config, listeners, audit, stopping));
+            // A name resolution past its timeout may still be blocking a
+            // thread: it is not waited for.
+            runtime.shutdown_background();
+            reported
+        })
         .map_err(|e| Failure::sandbox_unavailable(format!("the network relay's thread: {e}")))?;
     Ok(Egress {
         stop,
@@ -183,7 +198,7 @@ async fn relay(
         &grants,
         config,
         listeners,
-        Arc::new(SystemResolver),
+        Arc::new(SystemResolver::new(RESOLUTIONS_AT_ONCE)),
         events,
         stop.clone(),
     );
@@ -209,13 +224,18 @@ async fn record(
         if reported.error.is_none() {
             let writer = audit.clone();
             let events = std::mem::take(&mut batch);
-            let (events, written) = tokio::task::spawn_blocking(move || {
+            let writing = tokio::task::spawn_blocking(move || {
                 let written = writer.record(&events);
                 (events, written)
             })
-            .await
-            .unwrap_or_else(|_| (Vec::new(), Ok(())));
-            batch = events;
+            .await;
+            let written = match writing {
+                Ok((events, written)) => {
+                    batch = events;
+                    written.map_err(|e| e.to_string())
+                }
+                Err(e) => Err(format!("the network records' writer failed: {e}")),
+            };
             if let Err(e) = written {
                 tracing::error!(audit_id = %audit.audit_id, error = %e, "a network record could not be written; the spawn's network is closed");
                 reported.error = Some(format!(
@@ -246,6 +266,7 @@ impl Reported {
                 self.refusals = counts;
                 self.refusals_unreported = unreported;
             }
+            NetEvent::Unreported { connections } => self.unreported = connections,
             NetEvent::Summary(summary) => self.summary = Some(summary),
         }
     }
@@ -273,6 +294,20 @@ impl Reported {
                 })
             })
             .collect();
+        let unreported: Vec<Value> = self
+            .unreported
+            .iter()
+            .map(|c| {
+                json!({
+                    "host": c.host.to_string(),
+                    "port": c.port,
+                    "count": c.count,
+                    "refused": c.refused,
+                    "bytes_up": c.bytes_up,
+                    "bytes_down": c.bytes_down,
+                })
+            })
+            .collect();
         let mut v = json!({
             "connections": summary.connections,
             "refused": summary.refused,
@@ -282,6 +317,7 @@ impl Reported {
             "unlisted": self.unlisted,
             "refusals": refusals,
             "refusals_unreported": self.refusals_unreported,
+            "connections_unreported": unreported,
             "dns_refused": dns_refused,
             "dns_refused_more": self.dns_refused_more,
         });

@@ -194,8 +194,8 @@ fn execute_inner<'a>(
         redact,
         signals_end_the_run: x.signals_end_the_run,
     };
-    let (outcome, leaving) = supervise_released(&audit, &decided, running, supervision)?;
-    let network = egress.map(|e| e.finish().to_json());
+    let (Supervised { outcome, network }, leaving) =
+        supervise_released(&audit, &decided, running, supervision, egress)?;
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ran = Ran {
         plan: &plan,
@@ -476,13 +476,28 @@ fn supervise_released<'s>(
     decided: &Decided,
     running: Watched<'s>,
     supervision: Supervision,
-) -> Result<(Outcome, Option<Leaving<'s>>), Failure> {
-    supervise_to_report(running, supervision).map_err(|e| {
-        let failure = Failure::lost(format!(
-            "the sandbox was lost while its program ran: {e}; it was killed"
-        ));
-        audit.record_failed_exit(&decided.audit_id, "failed", failure)
-    })
+    egress: Option<Egress>,
+) -> Result<(Supervised, Option<Leaving<'s>>), Failure> {
+    let supervised = supervise_to_report(running, supervision);
+    // The relay ends with the sandbox, and its records are durable before
+    // the exit record, however the sandbox ended.
+    let network = egress.map(|e| e.finish().to_json());
+    match supervised {
+        Ok((outcome, leaving)) => Ok((Supervised { outcome, network }, leaving)),
+        Err(e) => {
+            let failure = Failure::lost(format!(
+                "the sandbox was lost while its program ran: {e}; it was killed"
+            ));
+            Err(audit.record_failed_exit(&decided.audit_id, "failed", failure))
+        }
+    }
+}
+
+/// A released program's outcome, and its network's, once its sandbox is
+/// gone.
+struct Supervised {
+    outcome: Outcome,
+    network: Option<Value>,
 }
 
 /// Where the spawn's time went, from the gate to init's teardown: logged

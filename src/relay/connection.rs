@@ -31,6 +31,10 @@ use super::{Relay, Running};
 /// The chunk each direction of a relay reads at a time.
 const RELAY_BUFFER: usize = 16 * 1024;
 
+/// How long a connection open when its spawn ends may still move what
+/// its program wrote before it exited.
+const DRAIN_ON_STOP: Duration = Duration::from_secs(1);
+
 /// How long an accept loop waits after a failed accept (out of
 /// descriptors, say) before trying again, so it does not spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -128,11 +132,16 @@ async fn run(
     _permit: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 ) {
     // Biased: a connection that has ended as the spawn stops is recorded
-    // as ended, not as stopped.
-    let stopped = tokio::select! {
-        biased;
-        () = relay_granted(&relay, client, &mut record) => false,
-        () = relay.stop.cancelled() => true,
+    // as ended, not as stopped. When the spawn ends first, what its
+    // program wrote before it exited still goes on, for a moment.
+    let stopped = {
+        let relaying = relay_granted(&relay, client, &mut record);
+        tokio::pin!(relaying);
+        tokio::select! {
+            biased;
+            () = &mut relaying => false,
+            () = relay.stop.cancelled() => timeout(DRAIN_ON_STOP, &mut relaying).await.is_err(),
+        }
     };
     // Stopping dropped both sockets: each side sees its connection close.
     if stopped {

@@ -1,16 +1,20 @@
-//! What the relay tells its caller: a [`ConnectionRecord`] for every
-//! connection that reached its server, the first of each kind of refusal,
-//! the DNS names it refused, and, when it stops, how often each refusal
-//! happened and the totals.
+//! What the relay tells its caller: a [`ConnectionRecord`] for each
+//! connection spawnd dialed (the first [`MAX_CONNECTIONS_REPORTED`] of a
+//! spawn), the first of each kind of refusal, the DNS names it refused,
+//! and, when it stops, how often each refusal happened, the connections
+//! past the budget by destination, and the totals.
 //!
-//! Nothing is lost and nothing floods. A connection that reached its
-//! server is reported by its task, which waits for room in the channel
-//! while it still holds its connection slot: a consumer that falls behind
-//! (an audit log slow to sync) slows new connections rather than losing
-//! records, and the waiting is bounded by the spawn's connection limit.
-//! A refusal, or a connection whose dial failed, is counted under its
-//! destination and reason ([`Refusals`]); only the first of each kind, for
-//! the first [`MAX_REFUSALS_REPORTED`] kinds, is reported one by one.
+//! Nothing is lost and nothing floods. A connection spawnd dialed is
+//! reported by its task, which waits for room in the channel while it
+//! still holds its connection slot: a consumer that falls behind (an audit
+//! log slow to sync) slows new connections rather than losing records, and
+//! the waiting is bounded by the spawn's connection limit. Past the
+//! budget, dialed connections are counted by destination with their bytes
+//! ([`Dialed`]), so a program looping connections grows the log by a
+//! bounded amount. A refusal, or a connection whose dial failed, is
+//! counted under its destination and reason ([`Refusals`]); only the first
+//! of each kind, for the first [`MAX_REFUSALS_REPORTED`] kinds, is
+//! reported one by one.
 //! Refused DNS names are reported once each, the first
 //! [`MAX_DNS_REFUSED_EVENTS`] of them (`DnsRefusals`). Those two are
 //! bounded, so they never wait: when the channel has no room they are
@@ -90,6 +94,10 @@ pub mod reason {
 /// are only counted ([`NetEvent::DnsRefusedMore`]).
 pub const MAX_DNS_REFUSED_EVENTS: usize = 64;
 
+/// How many dialed connections a spawn reports one by one; later ones are
+/// counted by destination ([`NetEvent::Unreported`]).
+pub const MAX_CONNECTIONS_REPORTED: u64 = 256;
+
 /// How many kinds of refusal (destination and reason) a spawn reports one
 /// by one; refusals of further kinds are only counted
 /// ([`NetEvent::Refusals`]).
@@ -153,10 +161,12 @@ impl ConnectionRecord {
         self.reason = Some(reason);
     }
 
-    /// Whether it was allowed and reached its server: such a connection
-    /// is reported on its own; any other is counted as a refusal.
+    /// Whether spawnd dialed its server (a connection refused after that,
+    /// by its first flight, included): such a connection is reported on
+    /// its own, within the spawn's budget; any other is counted as a
+    /// refusal.
     pub fn reached_server(&self) -> bool {
-        self.allowed && self.connected
+        self.connected
     }
 
     /// What its refusals are counted under.
@@ -180,6 +190,24 @@ pub struct RefusalKind {
     pub reason: &'static str,
 }
 
+/// Dialed connections to one destination past the spawn's budget of
+/// individual reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialedCount {
+    /// Where the program was going.
+    pub host: Host,
+    /// Its port.
+    pub port: u16,
+    /// How many connections.
+    pub count: u64,
+    /// Of those, how many were refused after the dial (their first flight).
+    pub refused: u64,
+    /// Bytes relayed from the program, over those connections.
+    pub bytes_up: u64,
+    /// Bytes relayed to the program, over those connections.
+    pub bytes_down: u64,
+}
+
 /// How often one kind of refusal happened in a spawn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusalCount {
@@ -192,8 +220,9 @@ pub struct RefusalCount {
 /// What the relay reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetEvent {
-    /// A connection ended: every one that reached its server, and the
-    /// first refusal of each kind (see [`ConnectionRecord::reached_server`]).
+    /// A connection ended: each one spawnd dialed, within the spawn's
+    /// budget, and the first refusal of each kind before a dial (see
+    /// [`ConnectionRecord::reached_server`]).
     Connection(ConnectionRecord),
     /// The DNS stub answered NXDOMAIN: the name is not granted. Once per
     /// name and type, for the first [`MAX_DNS_REFUSED_EVENTS`].
@@ -217,6 +246,12 @@ pub enum NetEvent {
         counts: Vec<RefusalCount>,
         /// Refusals of kinds not reported one by one.
         unreported: u64,
+    },
+    /// Dialed connections past [`MAX_CONNECTIONS_REPORTED`], by
+    /// destination; sent when the relay stops, if there were any.
+    Unreported {
+        /// Each destination, in the order first counted.
+        connections: Vec<DialedCount>,
     },
     /// The relay stopped: its totals. Always the last event.
     Summary(Summary),
@@ -242,6 +277,7 @@ pub(super) struct EventSink {
     /// Bounded events the channel had no room for, sent at the end.
     held: Mutex<Vec<NetEvent>>,
     refusals: Mutex<Refusals>,
+    dialed: Mutex<Dialed>,
     connections: AtomicU64,
     refused: AtomicU64,
     bytes_up: AtomicU64,
@@ -254,6 +290,7 @@ impl EventSink {
             events,
             held: Mutex::new(Vec::new()),
             refusals: Mutex::new(Refusals::default()),
+            dialed: Mutex::new(Dialed::default()),
             connections: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             bytes_up: AtomicU64::new(0),
@@ -273,9 +310,10 @@ impl EventSink {
     }
 
     /// Adds a connection that ended, refused or not, to the totals, with
-    /// its duration since `started`. One that reached its server is given
-    /// back for the caller to [`send`](Self::send); any other is counted
-    /// under its kind, the first of each reported now.
+    /// its duration since `started`. One spawnd dialed is given back for
+    /// the caller to [`send`](Self::send) while the spawn's budget lasts,
+    /// then counted by destination; any other is counted under its kind,
+    /// the first of each reported now.
     pub(super) fn connection_ended(
         &self,
         mut record: ConnectionRecord,
@@ -286,10 +324,17 @@ impl EventSink {
         self.bytes_up.fetch_add(record.bytes_up, Ordering::Relaxed);
         self.bytes_down
             .fetch_add(record.bytes_down, Ordering::Relaxed);
-        if record.reached_server() {
-            return Some(NetEvent::Connection(record));
+        if !record.allowed || !record.connected {
+            self.refused.fetch_add(1, Ordering::Relaxed);
         }
-        self.refused.fetch_add(1, Ordering::Relaxed);
+        if record.reached_server() {
+            let within_budget = self
+                .dialed
+                .lock()
+                .map(|mut dialed| dialed.count(&record))
+                .unwrap_or(false);
+            return within_budget.then_some(NetEvent::Connection(record));
+        }
         let first = self
             .refusals
             .lock()
@@ -334,9 +379,66 @@ impl EventSink {
             .map(|mut held| std::mem::take(&mut *held))
             .unwrap_or_default();
         let counts = self.refusals.lock().ok().and_then(|r| r.closing());
-        for event in held.into_iter().chain(counts).chain(closing) {
+        let unreported = self.dialed.lock().ok().and_then(|d| d.closing());
+        for event in held
+            .into_iter()
+            .chain(counts)
+            .chain(unreported)
+            .chain(closing)
+        {
             self.send(event).await;
         }
+    }
+}
+
+/// A spawn's dialed connections: how many were reported one by one, and
+/// those past [`MAX_CONNECTIONS_REPORTED`] by destination (only granted
+/// destinations are dialed, so the destinations are few).
+#[derive(Debug, Default)]
+struct Dialed {
+    reported: u64,
+    past_budget: Vec<DialedCount>,
+}
+
+impl Dialed {
+    /// Counts one dialed connection; true while it may be reported on its
+    /// own.
+    fn count(&mut self, record: &ConnectionRecord) -> bool {
+        if self.reported < MAX_CONNECTIONS_REPORTED {
+            self.reported += 1;
+            return true;
+        }
+        let at = match self
+            .past_budget
+            .iter()
+            .position(|c| c.host == record.host && c.port == record.port)
+        {
+            Some(at) => at,
+            None => {
+                self.past_budget.push(DialedCount {
+                    host: record.host.clone(),
+                    port: record.port,
+                    count: 0,
+                    refused: 0,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                });
+                self.past_budget.len() - 1
+            }
+        };
+        let c = &mut self.past_budget[at];
+        c.count += 1;
+        c.refused += u64::from(!record.allowed);
+        c.bytes_up += record.bytes_up;
+        c.bytes_down += record.bytes_down;
+        false
+    }
+
+    /// The closing counts, if any connection was past the budget.
+    fn closing(&self) -> Option<NetEvent> {
+        (!self.past_budget.is_empty()).then(|| NetEvent::Unreported {
+            connections: self.past_budget.clone(),
+        })
     }
 }
 
@@ -517,6 +619,57 @@ mod tests {
         assert_eq!(*unreported, 0);
         assert!(matches!(rest[3], NetEvent::Summary(_)));
         assert_eq!(rest.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn every_dialed_connection_is_reported_up_to_the_budget_then_counted_by_destination() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let sink = EventSink::new(tx);
+        let dialed = |port: u16, allowed: bool| {
+            let mut r = ConnectionRecord::new(Host::Name("a.example".into()), port);
+            r.connected = true;
+            r.bytes_down = 10;
+            if !allowed {
+                // Refused by its first flight, after the dial: reported
+                // on its own all the same.
+                r.refuse(reason::SNI_MISMATCH);
+            }
+            r
+        };
+        assert!(sink
+            .connection_ended(dialed(443, false), Instant::now())
+            .is_some());
+        for _ in 1..MAX_CONNECTIONS_REPORTED {
+            assert!(sink
+                .connection_ended(dialed(443, true), Instant::now())
+                .is_some());
+        }
+        // Past the budget: counted by destination, with bytes.
+        for port in [443, 443, 80] {
+            assert_eq!(
+                sink.connection_ended(dialed(port, true), Instant::now()),
+                None
+            );
+        }
+        assert_eq!(
+            sink.connection_ended(dialed(443, false), Instant::now()),
+            None
+        );
+        assert_eq!(sink.summary().refused, 2);
+        let finishing = tokio::spawn(async move { sink.finish([]).await });
+        let mut closing = Vec::new();
+        while let Some(event) = rx.recv().await {
+            closing.push(event);
+        }
+        finishing.await.unwrap();
+        let [NetEvent::Unreported { connections }] = closing.as_slice() else {
+            panic!("{closing:?}");
+        };
+        let counted: Vec<(u16, u64, u64, u64)> = connections
+            .iter()
+            .map(|c| (c.port, c.count, c.refused, c.bytes_down))
+            .collect();
+        assert_eq!(counted, [(443, 3, 1, 30), (80, 1, 0, 10)]);
     }
 
     #[test]

@@ -54,8 +54,8 @@ use crate::egress::grant::{Grant, Host};
 use crate::sandbox::network::Listeners;
 
 pub use events::{
-    reason, ConnectionRecord, NetEvent, RefusalCount, RefusalKind, Summary, MAX_DNS_REFUSED_EVENTS,
-    MAX_REFUSALS_REPORTED,
+    reason, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RefusalKind, Summary,
+    MAX_CONNECTIONS_REPORTED, MAX_DNS_REFUSED_EVENTS, MAX_REFUSALS_REPORTED,
 };
 pub use resolve::{Resolve, Resolving, SystemResolver};
 

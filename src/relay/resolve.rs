@@ -2,11 +2,21 @@
 //! resolver, never the sandbox's. The relay asks once per connection and
 //! dials only what the answer held and the address policy allowed, so a
 //! name cannot change between the check and the connect.
+//!
+//! [`SystemResolver`] reads spawnd's host table (`/etc/hosts`) itself,
+//! then asks `getaddrinfo` for the absolute name: `getaddrinfo` can skip
+//! the search domains (a trailing dot) but then no longer matches the host
+//! table's names, and an operator who pins a granted name there means it.
+//! The table's format is a line of an address and names, `#` comments.
 
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
+use std::net::ToSocketAddrs;
 use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
 
 /// A resolution in progress.
 pub type Resolving<'a> = Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send + 'a>>;
@@ -20,21 +30,73 @@ pub trait Resolve: Send + Sync {
 }
 
 /// The system's resolver, as spawnd's own process sees it (`getaddrinfo`
-/// through `tokio::net::lookup_host`, on tokio's blocking threads), asked
-/// for the name as an absolute one (a trailing dot): the resolver's search
-/// domains never apply, so the addresses are those of the granted name and
-/// of no other (`api.example.com` never becomes
-/// `api.example.com.corp.example` when the first does not resolve).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemResolver;
+/// on the runtime's blocking threads), asked for the name as an absolute
+/// one (a trailing dot): the resolver's search domains never apply, so the
+/// addresses are those of the granted name and of no other
+/// (`api.example.com` never becomes `api.example.com.corp.example` when
+/// the first does not resolve).
+///
+/// At most `at_once` resolutions block threads at a time. A resolution
+/// that outlives its caller's timeout still holds its permit until
+/// `getaddrinfo` returns, so a slow resolver makes later connections wait
+/// (within their own timeouts) rather than piling blocked work up behind
+/// the spawn's other blocking work (its audit records).
+#[derive(Debug, Clone)]
+pub struct SystemResolver {
+    at_once: Arc<Semaphore>,
+}
+
+impl SystemResolver {
+    /// A resolver running at most `at_once` resolutions at a time.
+    pub fn new(at_once: usize) -> SystemResolver {
+        SystemResolver {
+            at_once: Arc::new(Semaphore::new(at_once.max(1))),
+        }
+    }
+}
 
 impl Resolve for SystemResolver {
     fn resolve<'a>(&'a self, name: &'a str) -> Resolving<'a> {
+        let at_once = self.at_once.clone();
+        let name = absolute(name);
         Box::pin(async move {
-            let addrs = tokio::net::lookup_host((absolute(name), 0)).await?;
-            Ok(addrs.map(|addr| addr.ip()).collect())
+            let permit = at_once
+                .acquire_owned()
+                .await
+                .map_err(|_| io::Error::other("the resolver is closed"))?;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let pinned = std::fs::read_to_string(HOST_TABLE)
+                    .map(|table| in_host_table(&table, name.trim_end_matches('.')))
+                    .unwrap_or_default();
+                if !pinned.is_empty() {
+                    return Ok(pinned);
+                }
+                (name.as_str(), 0)
+                    .to_socket_addrs()
+                    .map(|addrs| addrs.map(|addr| addr.ip()).collect())
+            })
+            .await
+            .map_err(io::Error::other)?
         })
     }
+}
+
+/// spawnd's host table.
+const HOST_TABLE: &str = "/etc/hosts";
+
+/// The addresses `table` (in `/etc/hosts` form) gives `name`, in order.
+fn in_host_table(table: &str, name: &str) -> Vec<IpAddr> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split('#').next()?.split_ascii_whitespace();
+            let address: IpAddr = fields.next()?.parse().ok()?;
+            fields
+                .any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(name))
+                .then_some(address)
+        })
+        .collect()
 }
 
 /// `name` with one trailing dot.
@@ -44,6 +106,23 @@ fn absolute(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
+    #[test]
+    fn the_host_table_pins_a_name_by_its_exact_spelling() {
+        let table = "127.0.0.1 localhost\n# 10.0.0.1 api.example.com\n203.0.113.7  api.example.com mirror # pinned\n2001:db8::7\tAPI.example.com.\nnot-an-address api.example.com\n";
+        let found = super::in_host_table(table, "api.example.com");
+        assert_eq!(
+            found,
+            [
+                "203.0.113.7".parse::<IpAddr>().unwrap(),
+                "2001:db8::7".parse().unwrap()
+            ]
+        );
+        assert!(super::in_host_table(table, "example.com").is_empty());
+        assert!(super::in_host_table(table, "api.example.co").is_empty());
+    }
+
     #[test]
     fn a_granted_name_is_asked_for_as_an_absolute_name() {
         assert_eq!(super::absolute("api.example.com"), "api.example.com.");

@@ -165,6 +165,30 @@ pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::Path
     ))
 }
 
+/// Whether what is missing of `rel` would be created on `root`'s own
+/// filesystem: its deepest existing ancestor (or `rel` itself) is on the
+/// same device as `root`, not on a mount over it (a scope, a system path).
+pub fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, StepError> {
+    use nix::sys::stat::fstat;
+    let device = |fd: &OwnedFd, shown: &Path| {
+        fstat(fd)
+            .map(|st| st.st_dev)
+            .map_err(|e| StepError::new(format!("stat {}", shown.display()), e.into()))
+    };
+    let root_device = device(root, Path::new("/"))?;
+    let mut at = rel;
+    loop {
+        match openat2(root, at, how(OFlag::O_PATH)) {
+            Ok(fd) => return Ok(device(&fd, at)? == root_device),
+            Err(nix::Error::ENOENT) => match at.parent() {
+                Some(parent) => at = parent,
+                None => return Ok(true),
+            },
+            Err(e) => return Err(fail(format!("open {}", at.display()))(e)),
+        }
+    }
+}
+
 /// `path` with `.` and `..` resolved as text, relative to the root; `None`
 /// when a `..` would climb above it.
 fn lexically_beneath(path: &Path) -> Option<std::path::PathBuf> {
@@ -251,6 +275,40 @@ mod tests {
             .path()
             .join("run/systemd/resolve/stub-resolv.conf")
             .is_file());
+    }
+
+    #[test]
+    fn only_what_lies_on_the_roots_own_filesystem_is_created() {
+        let d = tempfile::tempdir().unwrap();
+        let r = root(d.path());
+        std::fs::create_dir_all(d.path().join("etc")).unwrap();
+        assert!(creates_on_root_filesystem(&r, Path::new("etc/hosts")).unwrap());
+        assert!(creates_on_root_filesystem(&r, Path::new("run/a/b")).unwrap());
+        // A mount over a directory (a scope, in a sandbox) is another
+        // filesystem: nothing is created through it.
+        let mounted = d.path().join("scope");
+        std::fs::create_dir(&mounted).unwrap();
+        let made = nix::mount::mount(
+            Some("tmpfs"),
+            &mounted,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=64k"),
+        );
+        if let Err(e) = made {
+            assert!(
+                std::env::var_os("SPAWND_TEST_SKIP_PRIVILEGED").is_some(),
+                "mounting a tmpfs is not permitted here ({e}): run as root, or set SPAWND_TEST_SKIP_PRIVILEGED=1 to skip"
+            );
+            return;
+        }
+        let answers = [
+            creates_on_root_filesystem(&r, Path::new("scope/resolv.conf")),
+            creates_on_root_filesystem(&r, Path::new("scope/x/y")),
+        ];
+        let _ = nix::mount::umount(&mounted);
+        assert!(!answers[0].as_ref().unwrap());
+        assert!(!answers[1].as_ref().unwrap());
     }
 
     #[test]

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
 
-use super::beneath::{fd_path, open_beneath, through_final_links, Create};
+use super::beneath::{
+    creates_on_root_filesystem, fd_path, open_beneath, through_final_links, Create,
+};
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
 use super::StepError;
@@ -356,7 +358,8 @@ const SMALL_FILE_SOURCE: &str = ".spawnd-file";
 /// Writes `contents` into a fresh file of the staged root, binds it over
 /// the target (created in the fresh root if missing there; a target that is
 /// a symlink, as a host's `/etc/resolv.conf` often is, over where it
-/// points, created likewise), unlinks the
+/// points, created likewise; what is missing is created only on the fresh
+/// root itself, never on a mount), unlinks the
 /// source and makes the bind read-only: the program can neither change the
 /// file nor find it anywhere else.
 fn bind_small_file(
@@ -378,7 +381,14 @@ fn bind_small_file(
     std::io::Write::write_all(&mut std::fs::File::from(file), contents.as_bytes())
         .map_err(io_step(format!("write the file for {shown}")))?;
     let rel = &through_final_links(stage, rel)?;
-    let target = open_beneath(stage, rel, Create::File(0o644))?;
+    // Created only on the fresh root's own tmpfs: never through a mount
+    // (a scope or a system path) onto a host filesystem.
+    let create = if creates_on_root_filesystem(stage, rel)? {
+        Create::File(0o644)
+    } else {
+        Create::Nothing
+    };
+    let target = open_beneath(stage, rel, create)?;
     let from = open_beneath(stage, source, Create::Nothing)?;
     mount_onto(
         &fd_path(&from),
