@@ -11,11 +11,15 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::unistd::pipe2;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
@@ -28,7 +32,8 @@ use crate::egress::grant::Host;
 use super::events::{reason, ConnectionRecord};
 use super::{Relay, Running};
 
-/// The chunk each direction of a relay reads at a time.
+/// The chunk each direction of a relay reads at a time when it copies
+/// through a buffer.
 const RELAY_BUFFER: usize = 16 * 1024;
 
 /// How long a connection open when its spawn ends may still move what
@@ -93,7 +98,8 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
 }
 
 /// Relayed connections of every spawn this process serves, at most: each
-/// holds two descriptors (the program's side and the dialed side), so the
+/// holds two sockets (the program's side and the dialed side) and, while
+/// it relays, a splice pipe per direction (six descriptors in all), so the
 /// relays of many spawns together stay well inside the daemon's limit of
 /// open files, and one spawn's program cannot starve the others.
 pub const MAX_PROCESS_CONNECTIONS: usize = crate::config::MAX_CONNECTIONS_PER_PROCESS as usize;
@@ -416,18 +422,118 @@ async fn first_flight<R: AsyncRead + Unpin>(
 
 /// Copies one direction until its reader closes, then closes the
 /// writer's side (a half-close, so the other direction goes on). Counts
-/// the bytes written and marks the time of each.
-async fn copy_one_way<R, W>(
-    from: &mut R,
-    to: &mut W,
+/// the bytes written and marks the time of each. The bytes go through a
+/// pipe with splice(2), so the kernel hands pages from one socket to the
+/// other and they are never copied into spawnd; without a pipe (out of
+/// descriptors, say), through a buffer.
+async fn copy_one_way(
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
     count: &mut u64,
     activity: &AtomicU64,
     start: tokio::time::Instant,
-) -> Result<(), Ending>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
+) -> Result<(), Ending> {
+    match SplicePipe::new() {
+        Ok(pipe) => splice_one_way(pipe, from, to, count, activity, start).await,
+        Err(e) => {
+            tracing::debug!("relay: pipe2 for splice: {e}; copying through a buffer");
+            buffer_one_way(from, to, count, activity, start).await
+        }
+    }
+}
+
+/// What a splice pipe holds once its direction carries bulk data: more
+/// per call means fewer calls. It is `fs.pipe-max-size`'s default, the
+/// most an unprivileged process may ask for. A direction that has moved
+/// this much is a bulk one.
+const BULK_PIPE_SIZE: usize = 1 << 20;
+
+/// The pipe one direction's bytes pass through: spliced in from the
+/// source socket, then out to the destination, emptied before the next
+/// splice in.
+struct SplicePipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Whether it was asked to grow to [`BULK_PIPE_SIZE`].
+    grown: bool,
+}
+
+impl SplicePipe {
+    fn new() -> io::Result<SplicePipe> {
+        let (read, write) = pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+        Ok(SplicePipe {
+            read,
+            write,
+            grown: false,
+        })
+    }
+
+    /// Grows the pipe (empty) to [`BULK_PIPE_SIZE`] once its direction
+    /// has moved that much in all. Only bulk directions grow: the kernel
+    /// counts a pipe's size against its user's pipe pages, and a user past
+    /// `fs.pipe-user-pages-soft` gets small pipes everywhere. A size
+    /// refused leaves the pipe as it was (16 pages), which works in more
+    /// calls.
+    fn grow_when_bulk(&mut self, moved: u64) {
+        if self.grown || moved < BULK_PIPE_SIZE as u64 {
+            return;
+        }
+        self.grown = true;
+        let size = libc::c_int::try_from(BULK_PIPE_SIZE).unwrap_or(libc::c_int::MAX);
+        if let Err(e) = fcntl(&self.write, FcntlArg::F_SETPIPE_SZ(size)) {
+            tracing::debug!("relay: F_SETPIPE_SZ {BULK_PIPE_SIZE} on a splice pipe: {e}");
+        }
+    }
+}
+
+/// [`copy_one_way`] through `pipe`. Each splice is non-blocking, so a
+/// would-block waits for the socket's readiness in the runtime.
+async fn splice_one_way(
+    mut pipe: SplicePipe,
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    count: &mut u64,
+    activity: &AtomicU64,
+    start: tokio::time::Instant,
+) -> Result<(), Ending> {
+    let flags = SpliceFFlags::SPLICE_F_NONBLOCK;
+    loop {
+        let source: &TcpStream = from.as_ref();
+        let n = source
+            .async_io(Interest::READABLE, || {
+                splice(source, None, &pipe.write, None, BULK_PIPE_SIZE, flags)
+                    .map_err(io::Error::from)
+            })
+            .await
+            .map_err(Ending::Io)?;
+        if n == 0 {
+            return to.shutdown().await.map_err(Ending::Io);
+        }
+        let sink: &TcpStream = to.as_ref();
+        let mut held = n;
+        while held > 0 {
+            let moved = sink
+                .async_io(Interest::WRITABLE, || {
+                    splice(&pipe.read, None, sink, None, held, flags).map_err(io::Error::from)
+                })
+                .await
+                .map_err(Ending::Io)?;
+            held -= moved;
+            *count += moved as u64;
+            mark(activity, start);
+        }
+        pipe.grow_when_bulk(*count);
+    }
+}
+
+/// [`copy_one_way`] through a buffer of [`RELAY_BUFFER`] bytes.
+async fn buffer_one_way(
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    count: &mut u64,
+    activity: &AtomicU64,
+    start: tokio::time::Instant,
+) -> Result<(), Ending> {
     let mut buffer = vec![0u8; RELAY_BUFFER];
     loop {
         let n = from.read(&mut buffer).await.map_err(Ending::Io)?;

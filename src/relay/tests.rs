@@ -102,6 +102,32 @@ fn a_granted_name_over_plain_tcp_is_relayed_and_recorded() {
 }
 
 #[test]
+fn a_bulk_transfer_is_relayed_whole_and_in_order_both_ways_and_counted() {
+    // Far more than a splice pipe holds at first, so the relay's pipes
+    // grow midway; written and read at once, as the echo needs.
+    const BYTES: usize = 8 << 20;
+    let sent: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
+    let scenario = Scenario::new(&["10.0.0.5:7"], &[]);
+    let Some(finished) = run(scenario, move |_| {
+        let mut stream = connect("10.0.0.5", ECHO).unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let expected = sent.clone();
+        let writing = std::thread::spawn(move || writer.write_all(&sent).unwrap());
+        assert!(read_exact(&mut stream, BYTES).unwrap() == expected);
+        writing.join().unwrap();
+        finish(stream);
+    }) else {
+        return;
+    };
+    let ten = Host::Ip("10.0.0.5".parse().unwrap());
+    let bytes = BYTES as u64;
+    assert_eq!(
+        finished.connections(),
+        [relayed(ten, ECHO, "10.0.0.5:7", bytes, bytes)]
+    );
+}
+
+#[test]
 fn a_granted_name_on_another_port_is_refused_by_the_kernel_or_reset_by_the_relay() {
     let scenario = Scenario::new(
         &["api.example.com:7", "mail.example.com:25"],
