@@ -119,12 +119,20 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
         if let Some(d) = &op.description {
             let _ = writeln!(out, "      {}", p(d));
         }
+        let program = &s.programs[op.program].path;
+        let code = crate::manifest::code_placeholders(&op.template, program);
         for name in op.template.placeholders() {
-            let what = op
+            let mut what = op
                 .param_descriptions
                 .get(name)
                 .map(|d| format!("{} — ", p(d)))
                 .unwrap_or_default();
+            if code.contains(&name) {
+                what.push_str(&format!(
+                    "CODE that {} runs: the caller chooses what runs — ",
+                    p(program.file_name().unwrap_or("the program"))
+                ));
+            }
             let _ = writeln!(
                 out,
                 "      {{{}}}: {what}{}",

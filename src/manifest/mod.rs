@@ -19,7 +19,7 @@ pub use model::{
     ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Operation, Program, Sha256Digest,
     SpawnGrant, Tier, ValueKind, Warning, FQN_SCHEMES, MAX_FQN_BYTES,
 };
-pub use ops::{check_op_name, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
+pub use ops::{check_op_name, code_placeholders, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
 pub use paths::{system_path_overlap, PathProblem, ScopePath, SYSTEM_PATHS};
 pub use validate::{parse_manifest, LoadOptions};
 

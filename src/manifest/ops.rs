@@ -114,6 +114,70 @@ fn check_programs(
     ok.then_some(out)
 }
 
+/// Programs that run code given as an argument, by file name (a version
+/// suffix aside: `python3.11` is `python`), and the options that take it.
+const CODE_RUNNERS: &[(&str, &[&str])] = &[
+    ("sh", &["-c"]),
+    ("bash", &["-c"]),
+    ("dash", &["-c"]),
+    ("zsh", &["-c"]),
+    ("ksh", &["-c"]),
+    ("mksh", &["-c"]),
+    ("fish", &["-c", "--command"]),
+    ("busybox", &["-c"]),
+    ("python", &["-c"]),
+    ("pypy", &["-c"]),
+    ("perl", &["-e", "-E"]),
+    ("ruby", &["-e"]),
+    ("node", &["-e", "--eval", "-p", "--print"]),
+    ("nodejs", &["-e", "--eval", "-p", "--print"]),
+    ("deno", &["eval"]),
+    ("php", &["-r"]),
+    ("lua", &["-e"]),
+    ("luajit", &["-e"]),
+    ("osascript", &["-e"]),
+    ("awk", &[""]),
+    ("gawk", &[""]),
+    ("mawk", &[""]),
+];
+
+/// The options with which `program` (a declared path) runs code given as an
+/// argument, if it is one of [`CODE_RUNNERS`].
+fn code_options(program: &ScopePath) -> Option<&'static [&'static str]> {
+    let name = program.file_name()?;
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    CODE_RUNNERS
+        .iter()
+        .find(|(runner, _)| *runner == name || *runner == base)
+        .map(|(_, options)| *options)
+}
+
+/// The placeholders of `template` that `program` runs as code (`{script}`
+/// in `bash -c {script}`, `{code}` in `python3 -c {code}`).
+pub fn code_placeholders<'t>(template: &'t Template, program: &ScopePath) -> Vec<&'t str> {
+    match code_options(program) {
+        None => Vec::new(),
+        // awk: its first operand that is not an option is the program.
+        Some([""]) => template.placeholders_after(&[template.program_token()]),
+        Some(options) => template.placeholders_after(options),
+    }
+}
+
+/// Warns when a placeholder is code an interpreter runs: the caller then
+/// chooses what runs, with every program the sandbox shows, and no pin
+/// covers those.
+fn warn_code_from_the_caller(c: &mut Checker, template: &Template, program: &ScopePath, key: &str) {
+    for name in code_placeholders(template, program) {
+        c.warn(
+            &format!("{key}.argv"),
+            format!(
+                "{{{name}}} is code `{}` runs: the caller chooses what runs, with any program the sandbox shows, and no pinned hash covers those (fix: declare each command as its own operation, or keep this one knowingly for trusted callers)",
+                program.file_name().unwrap_or("the program")
+            ),
+        );
+    }
+}
+
 /// The longest operation name, in bytes.
 pub const MAX_OP_NAME_BYTES: usize = 64;
 
@@ -188,6 +252,7 @@ fn check_operation(
             .ok()?,
     };
     let program = bind_program(c, &template, programs, raw.argv.span(), &key)?;
+    warn_code_from_the_caller(c, &template, &programs[program].path, &key);
     let limits = match &raw.limits {
         None => *base,
         Some(l) => check_limits(c, l, &format!("{key}.limits"), base, true)?,

@@ -367,3 +367,45 @@ fn the_adr_manifests_load_unchanged() {
         assert!(!m.connector.name.as_str().is_empty());
     }
 }
+
+#[test]
+fn code_an_interpreter_runs_from_a_placeholder_is_named_in_a_warning() {
+    let warned = |programs: &str, argv: &str| -> Vec<String> {
+        let text = format!(
+            "{HEADER}[capabilities.spawn]\nprograms = [{programs}]\n[capabilities.spawn.operations.x]\nargv = {argv}\n"
+        );
+        load(&text)
+            .unwrap()
+            .warnings
+            .into_iter()
+            .filter(|w| w.message.contains("is code"))
+            .map(|w| w.message)
+            .collect()
+    };
+    let bash = warned(
+        "{ path = \"/usr/bin/bash\" }",
+        "[\"bash\", \"-c\", \"{script}\"]",
+    );
+    assert_eq!(bash.len(), 1, "{bash:?}");
+    assert!(
+        bash[0].starts_with("{script} is code `bash` runs"),
+        "{bash:?}"
+    );
+    let python = warned(
+        "{ path = \"/usr/bin/python3.11\" }",
+        "\"python3.11 -I -c {code}\"",
+    );
+    assert_eq!(python.len(), 1, "{python:?}");
+    let node = warned(
+        "{ path = \"/usr/bin/node\" }",
+        "\"node --eval {js} {file}\"",
+    );
+    assert_eq!(node.len(), 1, "{node:?}");
+    let awk = warned("{ path = \"/usr/bin/awk\" }", "\"awk {prog} {file}\"");
+    assert_eq!(awk.len(), 1, "{awk:?}");
+    // A script file given by path, and other programs' options, are not
+    // code from the caller.
+    assert!(warned("{ path = \"/usr/bin/python3\" }", "\"python3 {script}\"").is_empty());
+    assert!(warned("{ path = \"/usr/bin/git\" }", "\"git -c {option} status\"").is_empty());
+    assert!(warned("{ path = \"/usr/bin/bash\" }", "\"bash -c true\"").is_empty());
+}

@@ -101,6 +101,34 @@ impl Template {
         parts.join(" ")
     }
 
+    /// The placeholders whose argv element follows a literal element in
+    /// `flags` (`{script}` in `bash -c {script}`), or that begin the
+    /// element glued to one of them (`-c{script}`), in order.
+    pub fn placeholders_after(&self, flags: &[&str]) -> Vec<&str> {
+        let tokens: Vec<_> = self.items.iter().flat_map(|item| item.tokens()).collect();
+        let mut out = Vec::new();
+        for (i, token) in tokens.iter().enumerate() {
+            let after_flag = i > 0
+                && tokens[i - 1]
+                    .as_literal()
+                    .is_some_and(|t| flags.contains(&t));
+            let glued = flags
+                .iter()
+                .any(|f| token.literal_prefix() == *f && token.placeholders().next().is_some());
+            let name = if after_flag {
+                token.leading_placeholder()
+            } else if glued {
+                token.placeholders().next()
+            } else {
+                None
+            };
+            if let Some(name) = name.filter(|n| !out.contains(n)) {
+                out.push(name);
+            }
+        }
+        out
+    }
+
     /// For each use of placeholder `name`, the literal text before it in its
     /// argv element (`--file=` for `--file={f}`, empty when it begins the element).
     pub fn literals_before(&self, name: &str) -> Vec<String> {
