@@ -39,7 +39,7 @@
 //! | proxy variables naming an ungranted proxy | curl and urllib fail; the proxy's server accepts nothing | curl without the proxy is served |
 //! | 10,000 connections | at most 64 reach the server at once; `too_many_connections` counted; the spawn ends; another spawn's fetches stay fast | the server saw the flood; the other spawn was served |
 //! | slow peers holding relays (one that never reads, one that drips a byte a second) | other connections of the spawn served; the wall time ends it on time; both peers see their connection closed | both peers were reached |
-//! | a double-forked daemon holding a relayed connection after the program exits | the spawn ends at once; the server sees the close; no process left | the daemon's bytes reached the server |
+//! | a double-forked daemon holding a relayed connection after the program exits | the spawn ends at once; the server sees the close; no process left | the daemon's connection reached the server |
 //! | refusals to 300 destinations, twice each | 64 kinds recorded, the rest counted (`refusals_unreported`) | the granted name still served |
 //! | killing spawnd mid-connection (as root, as nobody, through the spawner) | within seconds the server sees the close, no sandbox process is left, the world listens on nothing new | before the kill, the connection and the processes were there |
 //!
@@ -63,7 +63,7 @@ use world::{run_checked, Run, World, PYTHON, WORLD_CIDR, WORLD_IP};
 
 /// The wall time of every operation unless a test sets its own: far above
 /// what any attack takes, so a hang shows as a failed assertion.
-const WALL_TIME_MS: u64 = 120_000;
+const WALL_TIME_MS: u64 = 240_000;
 
 /// How long an effect seen from outside (a close, a process gone) may
 /// take to show.
@@ -1602,7 +1602,10 @@ fn ten_thousand_connections_are_bounded_to_64_open_and_another_spawn_is_not_slow
         "",
         "[capabilities.spawn.operations.calm]\n\
          argv = \"curl -sS --max-time 60 http://calm.test:8081/\"\n\
-         network = [\"calm.test:8081\"]\n",
+         network = [\"calm.test:8081\"]\n\n\
+         [capabilities.spawn.operations.flood]\n\
+         argv = \"python3 {script}\"\n\
+         network = [\"api.test:8080\"]\n",
     );
     let fetch = || {
         let run = s.run(&m, "calm", &[]);
@@ -1621,7 +1624,7 @@ opened = failed = 0
 why = {}
 started = time.time()
 while opened + failed < 10000 or not os.path.exists(OUT + "/stop"):
-    if time.time() - started > 100:
+    if time.time() - started > 200:
         break
     s = socket.socket()
     s.settimeout(10)
@@ -1642,7 +1645,7 @@ finish()
 "#,
     );
     let (flood, during) = std::thread::scope(|scope| {
-        let flooding = scope.spawn(|| s.run(&m, "py", &[arg]));
+        let flooding = scope.spawn(|| s.run(&m, "flood", &[arg]));
         let started = Instant::now();
         while flooded.accepted() < 64 && started.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(20));
@@ -1793,11 +1796,12 @@ finish()
     // The program's end is the sandbox's: the daemon is killed, and its
     // connection closed with the spawn.
     assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
+    // (What the daemon sent may not all have been relayed: the relay
+    // stops with the spawn and forwards nothing after.)
     assert!(
         eventually(|| held.closed() == 1),
         "the daemon's connection is open"
     );
-    assert_eq!(held.bytes(), [10]);
     assert!(processes_running(&s.script_path("daemon")).is_empty());
 }
 

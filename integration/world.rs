@@ -158,10 +158,13 @@ impl World {
     }
 
     /// Adds `ip` to the world's `lo` (a /32 or /128), so servers can
-    /// listen there and spawnd can dial it.
+    /// listen there and spawnd can dial it. An IPv6 address skips
+    /// duplicate address detection (`nodad`): while it is tentative,
+    /// binding it fails with EADDRNOTAVAIL.
     pub fn add_address(&self, ip: IpAddr) {
         let prefix = if ip.is_ipv4() { 32 } else { 128 };
-        run_checked(Command::new("ip").args([
+        let mut command = Command::new("ip");
+        command.args([
             "-n",
             &self.name,
             "addr",
@@ -169,7 +172,11 @@ impl World {
             &format!("{ip}/{prefix}"),
             "dev",
             "lo",
-        ]));
+        ]);
+        if ip.is_ipv6() {
+            command.arg("nodad");
+        }
+        run_checked(&mut command);
     }
 
     /// From now on the world's DNS server answers `name` with `ips` (its
