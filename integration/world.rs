@@ -10,18 +10,20 @@
 //! * **Names**: `/etc/netns/<world>/resolv.conf` names `127.0.0.1`, where a
 //!   thread of the test process answers over UDP from a table the test sets
 //!   ([`World::map`]: any name to any addresses, changeable at any time,
-//!   TTL 0) and logs every question ([`World::dns_queries`]). The world's
-//!   `hosts` holds only `localhost`, so no name of the host's `/etc/hosts`
-//!   leaks in. `ip netns exec` bind-mounts both over `/etc` for what it
-//!   runs.
-//! * **Servers**: [`World::http_server`] and [`World::tcp_server`] are
-//!   threads of the test process whose sockets were made inside the world
-//!   (a thread that entered it with `setns`; a socket keeps its
-//!   namespace), and count what they accept. [`World::start`] runs any
-//!   program inside the world and waits for it to say `ready`;
-//!   [`World::start_http`] runs `world_http.py` (static files, HTTPS with
-//!   a CA from [`World::make_tls`], `git http-backend`), which logs every
-//!   request with its Host header and TLS server name ([`server_log`]).
+//!   TTL 0) and logs every question ([`World::dns_queries`]); it answers
+//!   at more addresses of the world when asked ([`World::dns_also_on`]).
+//!   The world's `hosts` holds only `localhost`, so no name of the host's
+//!   `/etc/hosts` leaks in. `ip netns exec` bind-mounts both over `/etc`
+//!   for what it runs.
+//! * **Servers**: [`World::http_server`], [`World::tcp_server`] and
+//!   [`World::udp_server`] are threads of the test process whose sockets
+//!   were made inside the world (a thread that entered it with `setns`; a
+//!   socket keeps its namespace), and count what they accept or receive.
+//!   [`World::start`] runs any program inside the world and waits for it
+//!   to say `ready`; [`World::start_http`] runs `world_http.py` (static
+//!   files, HTTPS with a CA from [`World::make_tls`], `git http-backend`),
+//!   which logs every request with its Host header and TLS server name
+//!   ([`server_log`]).
 //! * **spawnd**: [`World::operator_config`] writes a config with its own
 //!   audit log, and [`World::spawnd`] a command running spawnd inside the
 //!   world, optionally as another user ([`World::spawnd_as`]); [`Run`]
@@ -156,10 +158,13 @@ impl World {
     }
 
     /// Adds `ip` to the world's `lo` (a /32 or /128), so servers can
-    /// listen there and spawnd can dial it.
+    /// listen there and spawnd can dial it. An IPv6 address skips
+    /// duplicate address detection (`nodad`): while it is tentative,
+    /// binding it fails with EADDRNOTAVAIL.
     pub fn add_address(&self, ip: IpAddr) {
         let prefix = if ip.is_ipv4() { 32 } else { 128 };
-        run_checked(Command::new("ip").args([
+        let mut command = Command::new("ip");
+        command.args([
             "-n",
             &self.name,
             "addr",
@@ -167,7 +172,11 @@ impl World {
             &format!("{ip}/{prefix}"),
             "dev",
             "lo",
-        ]));
+        ]);
+        if ip.is_ipv6() {
+            command.arg("nodad");
+        }
+        run_checked(&mut command);
     }
 
     /// From now on the world's DNS server answers `name` with `ips` (its
@@ -203,7 +212,15 @@ impl World {
 
     /// The DNS server on 127.0.0.1:53 (UDP) of the world.
     fn start_dns(&self) {
-        let socket = self.in_world(|| UdpSocket::bind("127.0.0.1:53").unwrap());
+        self.dns_also_on(SocketAddr::from(([127, 0, 0, 1], 53)));
+    }
+
+    /// The world's DNS server answers on `addr` (UDP) too, from the same
+    /// table and into the same question log: a resolver at an address of
+    /// the world, as a program would hard-code one (`addr`'s address must
+    /// be the world's, [`World::add_address`]).
+    pub fn dns_also_on(&self, addr: SocketAddr) {
+        let socket = self.in_world(|| UdpSocket::bind(addr).unwrap());
         socket.set_read_timeout(Some(POLL)).unwrap();
         let dns = self.dns.clone();
         let stop = self.stop.clone();
@@ -251,6 +268,25 @@ impl World {
             }
         });
         TcpServer { addr, accepted }
+    }
+
+    /// A UDP server on `addr` in the world that counts the datagrams it
+    /// receives and answers none.
+    pub fn udp_server(&self, addr: SocketAddr) -> UdpServer {
+        let socket = self.in_world(|| UdpSocket::bind(addr).unwrap());
+        socket.set_read_timeout(Some(POLL)).unwrap();
+        let received = Arc::new(AtomicUsize::new(0));
+        let count = received.clone();
+        let stop = self.stop.clone();
+        self.spawn_thread(move || {
+            let mut buf = [0u8; 65536];
+            while !stop.load(Ordering::SeqCst) {
+                if socket.recv_from(&mut buf).is_ok() {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        UdpServer { addr, received }
     }
 
     /// An HTTP server on `0.0.0.0:port` in the world that answers every
@@ -482,6 +518,19 @@ impl TcpServer {
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// A UDP server in the world and what it received.
+pub struct UdpServer {
+    pub addr: SocketAddr,
+    received: Arc<AtomicUsize>,
+}
+
+impl UdpServer {
+    /// Datagrams received so far.
+    pub fn received(&self) -> usize {
+        self.received.load(Ordering::SeqCst)
     }
 }
 
