@@ -268,6 +268,56 @@ fn the_runtime_tools_expect_is_there(who: As) {
     }
 }
 
+/// Runtimes that reserve gigabytes of address space they never touch
+/// (V8, the JVM) start under the default memory limit, whether a memory
+/// cgroup or the rlimits bound it; and the limit still bounds what they
+/// write.
+fn jit_runtimes_start_under_the_default_limits(who: As) {
+    let w = world();
+    let data = result(&w.run(who, "node", &[("js", "console.log(6 * 7)")], &[]));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert_eq!(data["stdout"]["text"], "42\n", "{data}");
+    // The JVM sizes its heap from the machine's memory, not from an
+    // rlimit: under the default limit (512 MiB) it starts; a tighter one
+    // needs its -Xmx.
+    let manifest = w.dir.join("java.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/java\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/java\" }]\n[capabilities.spawn.operations.version]\nargv = \"java -version\"\n",
+    )
+    .unwrap();
+    let out = who
+        .spawnd_run(&w.spawnd)
+        .args(["--json", "--manifest"])
+        .arg(&manifest)
+        .args(["--op", "version", "--config"])
+        .arg(w.config(who))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&w.dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let data = result(&out);
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert!(
+        data["stderr"]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("version"),
+        "{data}"
+    );
+    // The harness's limit is 256 MiB: 512 MiB of buffers do not fit.
+    let data = result(&w.run(
+        who,
+        "node",
+        &[("js", "const a = []; for (let i = 0; i < 64; i++) a.push(Buffer.alloc(8 << 20, 1)); console.log('fits')")],
+        &[],
+    ));
+    assert_ne!(data["exit_code"], 0, "{data}");
+    assert_ne!(data["stdout"]["text"], "fits\n", "{data}");
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -277,6 +327,7 @@ macro_rules! both {
 }
 
 both!(
+    jit_runtimes_start_under_the_default_limits,
     the_runtime_tools_expect_is_there,
     the_mount_table_holds_only_the_sandbox,
     usage_is_reported,

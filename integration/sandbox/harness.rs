@@ -273,6 +273,7 @@ programs = [
   {{ path = "/usr/bin/git" }},
   {{ path = "/usr/bin/tar" }},
   {{ path = "/usr/bin/true" }},
+  {{ path = "/usr/bin/node" }},
 ]
 fs_read = ["{d}/ro"]
 fs_write = ["{d}/rw"]
@@ -304,6 +305,9 @@ allow_dash = true
 argv = ["bash", "-c", "{{script}}"]
 [capabilities.spawn.operations.sh.params.script]
 max_len = 8192
+
+[capabilities.spawn.operations.node]
+argv = ["node", "-e", "{{js}}"]
 
 [capabilities.spawn.operations.py]
 argv = ["python3", "-I", "-c", "{{code}}"]

@@ -39,7 +39,7 @@ use crate::sys::clone_process;
 pub enum LimitsVia {
     /// cgroup v1 `memory` and `pids` controllers.
     CgroupV1(V1Roots),
-    /// `RLIMIT_AS` and `RLIMIT_NPROC`.
+    /// `RLIMIT_DATA` (and a wider `RLIMIT_AS`) and `RLIMIT_NPROC`.
     Rlimits,
 }
 

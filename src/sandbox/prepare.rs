@@ -256,10 +256,21 @@ pub(super) fn rlimits(
         (Resource::RLIMIT_NOFILE, l.max_open_files),
     ];
     if matches!(via, LimitsVia::Rlimits) {
-        v.push((Resource::RLIMIT_AS, l.max_memory_bytes));
+        v.push((Resource::RLIMIT_DATA, l.max_memory_bytes));
+        v.push((Resource::RLIMIT_AS, address_space_bound(l.max_memory_bytes)));
         v.push((Resource::RLIMIT_NPROC, l.max_processes));
     }
     v
+}
+
+/// The address space a process may map without a memory cgroup: 16 times
+/// its memory limit, and at least 8 GiB. `RLIMIT_DATA` bounds the memory a
+/// program writes (its heap and private mappings) at the limit itself;
+/// runtimes such as V8 and the JVM reserve gigabytes of address space they
+/// never touch, which a bound at the limit itself refuses at start-up.
+/// This one bounds what `RLIMIT_DATA` does not count, shared mappings.
+pub fn address_space_bound(max_memory_bytes: u64) -> u64 {
+    max_memory_bytes.saturating_mul(16).max(8 << 30)
 }
 
 /// Writes `/proc/PID/{uid_map,setgroups,gid_map}`. Root maps 0 too, so init

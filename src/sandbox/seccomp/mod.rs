@@ -194,9 +194,9 @@ pub struct FilterOptions {
     /// spawn's limit, in objects that outlive their processes.
     pub allow_sysv_ipc: bool,
     /// `memfd_create` (sealed non-executable) is allowed: only where a
-    /// memory cgroup counts a memfd's pages. `RLIMIT_AS` counts them only
-    /// while they are mapped, so under rlimits a program could hold any
-    /// amount of memory in memfds; there they get EPERM.
+    /// memory cgroup counts a memfd's pages. The rlimits count them at
+    /// most while they are mapped, so under rlimits a program could hold
+    /// any amount of memory in memfds; there they get EPERM.
     pub allow_memfd: bool,
 }
 

@@ -261,7 +261,7 @@ pub static MEMFD_SEALED: Row = checked(
 /// memfd_create(2) where memory is limited by rlimits, which do not count a
 /// memfd's pages (they are only in an address space while mapped).
 pub static NO_MEMFD: Row = refuse(
-    "R56, 74: memfd pages are memory RLIMIT_AS does not count; without a memory cgroup, no memfds",
+    "R56, 74: memfd pages are memory the rlimits do not count; without a memory cgroup, no memfds",
     &["memfd_create"],
 );
 
