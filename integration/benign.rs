@@ -5,7 +5,9 @@
 #[path = "sandbox/harness.rs"]
 mod harness;
 
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use harness::{world, As};
 use serde_json::Value;
@@ -359,6 +361,72 @@ fn live_output_streams_and_the_exit_code_passes_through_without_json() {
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+}
+
+/// Ctrl-C (or SIGTERM) to `spawnd run` asks the program to end first: a
+/// program that traps SIGTERM cleans up (judged by the file it leaves on
+/// the host), and one that ignores it is killed a grace later; the run
+/// exits 130 either way.
+fn interrupt_a_run(tag: &str, script: &str) -> (std::process::ExitStatus, Duration, PathBuf) {
+    let w = world();
+    let rw = w.path("rw");
+    let started = rw.join(format!("started-{tag}"));
+    let cleaned = rw.join(format!("cleaned-{tag}"));
+    let _ = std::fs::remove_file(&started);
+    let _ = std::fs::remove_file(&cleaned);
+    let script = script
+        .replace("STARTED", &started.display().to_string())
+        .replace("CLEANED", &cleaned.display().to_string());
+    let mut child = Command::new(&w.spawnd)
+        .env("SPAWND_CONFIG", w.config(As::Root))
+        .args(["run", "--manifest"])
+        .arg(&w.manifest)
+        .args(["--op", "sh", "--arg"])
+        .arg(format!("script={script}"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !started.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the program never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    (status, interrupted.elapsed(), cleaned)
+}
+
+#[test]
+fn an_interrupted_run_lets_a_program_that_traps_sigterm_clean_up() {
+    let (status, took, cleaned) = interrupt_a_run(
+        "trap",
+        "trap 'echo cleaned > CLEANED; exit 0' TERM; : > STARTED; while :; do sleep 0.05; done",
+    );
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(std::fs::read_to_string(&cleaned).unwrap(), "cleaned\n");
+    assert!(took < Duration::from_millis(1400), "{took:?}");
+}
+
+#[test]
+fn an_interrupted_run_kills_a_program_that_ignores_sigterm_a_grace_later() {
+    let (status, took, cleaned) = interrupt_a_run(
+        "ignore",
+        "trap '' TERM; : > STARTED; while :; do sleep 0.05; done; echo never > CLEANED",
+    );
+    assert_eq!(status.code(), Some(130));
+    assert!(!cleaned.exists());
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
 }
 
 #[test]

@@ -465,7 +465,7 @@ fn watch(
                 _ => {
                     if let Ok(Some(info)) = sigfd.read_signal() {
                         interrupted_by.get_or_insert(info.ssi_signo as i32);
-                        end.signal(Signal::SIGKILL);
+                        wall.interrupt(Instant::now(), end);
                     }
                 }
             }
@@ -482,8 +482,10 @@ fn watch(
     })
 }
 
-/// The wall-time limit: SIGTERM to init at the deadline (init forwards
-/// it), SIGKILL, which ends the whole pid namespace, a [`GRACE`] later.
+/// How a run is ended: at the wall time's deadline, or when spawnd is
+/// interrupted (SIGINT, SIGTERM), SIGTERM to init (which forwards it to
+/// the program, so it can clean up), then SIGKILL, which ends the whole
+/// pid namespace, a [`GRACE`] later; a second interruption kills at once.
 struct WallTime {
     deadline: Instant,
     timed_out: bool,
@@ -504,11 +506,23 @@ impl WallTime {
         if !self.timed_out && now >= self.deadline {
             self.timed_out = true;
             end.signal(Signal::SIGTERM);
-            self.kill_at = Some(now + GRACE);
+            self.kill_at = Some(self.kill_at.map_or(now + GRACE, |at| at.min(now + GRACE)));
         }
         if self.kill_at.is_some_and(|t| now >= t) {
             end.signal(Signal::SIGKILL);
             self.kill_at = None;
+        }
+    }
+
+    /// spawnd was interrupted at `now`: the program is asked to end, or,
+    /// when it already was, killed.
+    fn interrupt(&mut self, now: Instant, end: &dyn SandboxEnd) {
+        if self.kill_at.is_some() {
+            end.signal(Signal::SIGKILL);
+            self.kill_at = None;
+        } else {
+            end.signal(Signal::SIGTERM);
+            self.kill_at = Some(now + GRACE);
         }
     }
 
@@ -673,6 +687,32 @@ mod tests {
         wall.enforce(deadline + GRACE, &end);
         assert_eq!(*end.0.borrow(), [Signal::SIGTERM, Signal::SIGKILL]);
         assert_eq!(wall.next_signal(), None);
+    }
+
+    #[test]
+    fn an_interruption_asks_the_program_to_end_and_a_second_one_kills() {
+        let t0 = Instant::now();
+        let end = Noting(RefCell::default());
+        let mut wall = WallTime::new(t0 + Duration::from_secs(60));
+        wall.interrupt(t0, &end);
+        assert_eq!(*end.0.borrow(), [Signal::SIGTERM]);
+        assert_eq!(wall.next_signal(), Some(t0 + GRACE));
+        assert!(!wall.timed_out);
+        // Ignored SIGTERM: killed a grace later.
+        wall.enforce(t0 + GRACE, &end);
+        assert_eq!(*end.0.borrow(), [Signal::SIGTERM, Signal::SIGKILL]);
+        // A second interruption before the grace is over kills at once.
+        let end = Noting(RefCell::default());
+        let mut wall = WallTime::new(t0 + Duration::from_secs(60));
+        wall.interrupt(t0, &end);
+        wall.interrupt(t0 + Duration::from_millis(100), &end);
+        assert_eq!(*end.0.borrow(), [Signal::SIGTERM, Signal::SIGKILL]);
+        // The deadline passing during the grace does not push the kill back.
+        let end = Noting(RefCell::default());
+        let mut wall = WallTime::new(t0 + Duration::from_millis(500));
+        wall.interrupt(t0, &end);
+        wall.enforce(t0 + Duration::from_millis(500), &end);
+        assert_eq!(wall.next_signal(), Some(t0 + GRACE));
     }
 
     #[test]
