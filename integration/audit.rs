@@ -132,6 +132,11 @@ fn assert_runs_nothing(who: As, cfg: &std::path::Path, marker: &std::path::Path)
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(5), "{stdout}");
     assert!(stdout.contains("audit unavailable"), "{stdout}");
+    // And it says what to set.
+    assert!(
+        stdout.contains("[audit] path") && stdout.contains("XDG_STATE_HOME"),
+        "{stdout}"
+    );
     assert!(
         !marker.exists(),
         "the program ran although nothing could be recorded"

@@ -164,7 +164,7 @@ pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
     let path = config.audit.path.as_deref().ok_or_else(|| Failure::audit_unavailable("audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
         .map_err(|e| {
-            Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run"))
+            Failure::audit_unavailable(format!("audit unavailable: {e}; nothing was run (point `[audit] path` in the config, SPAWND_CONFIG or --config, or XDG_STATE_HOME, at a directory this user can write)"))
         })?
         .with_rotation(config.audit.rotate_bytes)
         .with_retention(config.audit.keep_rotated);
