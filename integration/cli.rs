@@ -717,3 +717,37 @@ fn a_wildcard_grant_is_a_lint_error_at_its_line_and_column() {
         "line {line}, column 13: {shown}"
     );
 }
+
+/// For an unprivileged user rlimits are how every run is limited, so a
+/// machine where such runs work is healthy for that user (as root, a
+/// missing cgroup controller is a degradation).
+#[test]
+fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let spawnd = dir.path().join("spawnd");
+    std::fs::copy(env!("CARGO_BIN_EXE_spawnd"), &spawnd).unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\npath = \"{}/audit/audit.jsonl\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&spawnd)
+        .args(["health", "--json"])
+        .env_clear()
+        .env("SPAWND_CONFIG", &config)
+        .env("HOME", "/nonexistent")
+        .output()
+        .unwrap();
+    let h = json_of(&out);
+    assert_eq!(h["data"]["root"], false, "{h}");
+    assert_eq!(h["data"]["cgroups"]["limits_via"], "rlimits", "{h}");
+    assert_eq!(h["data"]["status"], "healthy", "{h}");
+    assert_eq!(out.status.code(), Some(0), "{h}");
+}

@@ -74,6 +74,9 @@ pub struct HealthReport {
     pub cgroups: Cgroups,
     /// Whether the audit location is usable.
     pub audit: Layer,
+    /// Whether spawnd runs as root here: only root can use cgroups for a
+    /// sandbox's limits, so for anyone else rlimits are the expected way.
+    pub root: bool,
 }
 
 /// Probes the kernel. `exe` is spawnd's own binary (for the userns helper).
@@ -81,7 +84,8 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
     let userns = probe_userns(exe);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let seccomp = probe_seccomp();
-    let cgroups = probe_cgroups(nix::unistd::geteuid().is_root());
+    let root = nix::unistd::geteuid().is_root();
+    let cgroups = probe_cgroups(root);
     let audit = probe_audit(audit_path);
     let mut report = HealthReport {
         status: Status::Healthy,
@@ -95,6 +99,7 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
         seccomp,
         cgroups,
         audit,
+        root,
     };
     grade(&mut report);
     report
@@ -153,7 +158,9 @@ fn grade(r: &mut HealthReport) {
             reasons,
         );
     }
-    if r.cgroups.limits_via == "rlimits" {
+    // Without root, rlimits are how every run is limited: nothing is
+    // missing for this user.
+    if r.cgroups.limits_via == "rlimits" && r.root {
         note(Status::Degraded, "no usable cgroup memory/pids controller: memory and process limits fall back to rlimits".into(), reasons);
     }
     if !r.audit.available {
