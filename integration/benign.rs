@@ -363,6 +363,38 @@ fn live_output_streams_and_the_exit_code_passes_through_without_json() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
 }
 
+/// The caps bound what the result keeps, not the live log: a long test run
+/// whose summary comes after 400 KiB of stderr (the cap is 256 KiB) shows
+/// the summary live, and the result says its stderr was cut.
+#[test]
+fn the_live_log_is_not_cut_by_the_results_cap() {
+    let w = world();
+    let script = "head -c 409600 /dev/zero | tr '\\0' x >&2; echo; echo SUMMARY >&2";
+    let out = Command::new(&w.spawnd)
+        .env("SPAWND_CONFIG", w.config(As::Root))
+        .args(["run", "--manifest"])
+        .arg(&w.manifest)
+        .args(["--op", "sh", "--arg"])
+        .arg(format!("script={script}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.len() > 409600, "{}", out.stderr.len());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("xSUMMARY\n"), "the summary was cut");
+    // spawnd's own note says what the result kept.
+    assert!(
+        stderr.ends_with(
+            "spawnd: stderr truncated: kept 262144 of 409608 bytes (cap from the manifest)\n"
+        ),
+        "{}",
+        &stderr[stderr.len() - 200..]
+    );
+    let data = result(&w.run(As::Root, "sh", &[("script", script)], &[]));
+    assert_eq!(data["stderr"]["truncated"], true, "{data}");
+    assert_eq!(data["stderr"]["bytes"], 262144, "{data}");
+}
+
 /// Ctrl-C (or SIGTERM) to `spawnd run` asks the program to end first: a
 /// program that traps SIGTERM cleans up (judged by the file it leaves on
 /// the host), and one that ignores it is killed a grace later; the run

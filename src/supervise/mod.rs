@@ -196,13 +196,19 @@ pub struct Supervision {
 /// stderr, and `kept` the bytes within the cap (the same bytes the result
 /// holds and hashes).
 pub trait LiveOutput {
-    /// One chunk.
+    /// One chunk, kept in the result.
     fn chunk(&mut self, which: u8, kept: &[u8]);
+
+    /// Output past the stream's cap, which the result does not keep
+    /// (redacted all the same): a terminal shows it, a buffer drops it.
+    fn past_cap(&mut self, _which: u8, _bytes: &[u8]) {}
 }
 
 /// Forwards output to spawnd's own stdout and stderr (`spawnd run` without `--json`).
 pub struct Terminal;
 
+/// A terminal shows the whole live log: the caps bound what the result
+/// keeps, not what a person watching sees.
 impl LiveOutput for Terminal {
     fn chunk(&mut self, which: u8, kept: &[u8]) {
         let _ = if which == 0 {
@@ -212,6 +218,10 @@ impl LiveOutput for Terminal {
             let mut err = std::io::stderr();
             err.write_all(kept).and_then(|()| err.flush())
         };
+    }
+
+    fn past_cap(&mut self, which: u8, bytes: &[u8]) {
+        self.chunk(which, bytes);
     }
 }
 

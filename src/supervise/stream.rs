@@ -34,29 +34,32 @@ impl Stream {
         }
     }
 
-    /// Takes a chunk the child wrote; returns the bytes kept now (redacted,
-    /// within the cap) for live forwarding.
-    fn take(&mut self, chunk: &[u8]) -> Vec<u8> {
+    /// Takes a chunk the child wrote; returns the bytes released now
+    /// (redacted) for live forwarding: those kept within the cap, and
+    /// those past it.
+    fn take(&mut self, chunk: &[u8]) -> (Vec<u8>, Vec<u8>) {
         self.total += chunk.len() as u64;
         let released = self.redactor.push(chunk);
         self.keep(released)
     }
 
     /// The end of the stream: whatever the redactor held back.
-    fn end(&mut self) -> Vec<u8> {
+    fn end(&mut self) -> (Vec<u8>, Vec<u8>) {
         let released = self.redactor.finish();
         self.keep(released)
     }
 
-    fn keep(&mut self, mut bytes: Vec<u8>) -> Vec<u8> {
+    fn keep(&mut self, mut bytes: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
         let room = self.cap.saturating_sub(self.kept.len() as u64) as usize;
-        if bytes.len() > room {
+        let past = if bytes.len() > room {
             self.truncated = true;
-            bytes.truncate(room);
-        }
+            bytes.split_off(room)
+        } else {
+            Vec::new()
+        };
         self.kept.extend_from_slice(&bytes);
         self.hasher.update(&bytes);
-        bytes
+        (bytes, past)
     }
 
     pub(super) fn finish(mut self) -> Captured {
@@ -107,6 +110,22 @@ pub(super) fn read_some(fd: Option<&OwnedFd>, buf: &mut Vec<u8>, into: &mut Vec<
     }
 }
 
+/// Hands released output to the live sink: what was kept, and what was
+/// past the cap.
+fn forward(
+    live: &mut Option<Box<dyn LiveOutput + Send>>,
+    which: u8,
+    (kept, past): (Vec<u8>, Vec<u8>),
+) {
+    let Some(sink) = live.as_mut() else { return };
+    if !kept.is_empty() {
+        sink.chunk(which, &kept);
+    }
+    if !past.is_empty() {
+        sink.past_cap(which, &past);
+    }
+}
+
 /// Reads what the pipe holds now, keeps it and forwards it live; at the end
 /// of the stream, flushes what the redactor held back and drops the pipe.
 pub(super) fn drain(
@@ -119,17 +138,11 @@ pub(super) fn drain(
     loop {
         match nix::unistd::read(&fd, buf) {
             Ok(0) => {
-                let kept = stream.end();
-                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
-                    sink.chunk(which, &kept);
-                }
+                forward(live, which, stream.end());
                 return;
             }
             Ok(n) => {
-                let kept = stream.take(&buf[..n]);
-                if let (Some(sink), false) = (live.as_mut(), kept.is_empty()) {
-                    sink.chunk(which, &kept);
-                }
+                forward(live, which, stream.take(&buf[..n]));
                 grow_if_filled(buf, n);
             }
             Err(nix::Error::EAGAIN) => {
@@ -152,8 +165,10 @@ mod tests {
     fn streams_keep_the_cap_hash_what_is_kept_and_count_everything() {
         let (r, _w) = nix::unistd::pipe().unwrap();
         let mut s = Stream::new(r, 4, redact::Redactor::new([]));
-        assert_eq!(s.take(b"abc"), b"abc");
-        assert_eq!(s.take(b"defg"), b"d");
+        assert_eq!(s.take(b"abc"), (b"abc".to_vec(), Vec::new()));
+        // What is past the cap is not kept, and is handed on for a live
+        // view.
+        assert_eq!(s.take(b"defg"), (b"d".to_vec(), b"efg".to_vec()));
         let c = s.finish();
         assert_eq!(
             (c.kept.as_slice(), c.total, c.truncated),
@@ -199,11 +214,20 @@ mod tests {
     }
 
     #[test]
+    fn output_past_the_cap_is_redacted_too() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let mut s = Stream::new(r, 2, redact::Redactor::new([("TOKEN", &b"s3cr3t"[..])]));
+        let (kept, past) = s.take(b"x=s3cr3t;");
+        assert_eq!(kept, b"x=");
+        assert_eq!(past, b"[REDACTED:TOKEN];");
+    }
+
+    #[test]
     fn secrets_are_redacted_before_the_cap_and_the_hash() {
         let (r, _w) = nix::unistd::pipe().unwrap();
         let mut s = Stream::new(r, 100, redact::Redactor::new([("TOKEN", &b"s3cr3t"[..])]));
-        let mut live = s.take(b"x=s3c");
-        live.extend(s.take(b"r3t;"));
+        let mut live = s.take(b"x=s3c").0;
+        live.extend(s.take(b"r3t;").0);
         assert_eq!(live, b"x=[REDACTED:TOKEN];");
         let c = s.finish();
         assert_eq!(
