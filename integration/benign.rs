@@ -395,6 +395,27 @@ fn the_live_log_is_not_cut_by_the_results_cap() {
     assert_eq!(data["stderr"]["bytes"], 262144, "{data}");
 }
 
+/// `--json --live`: the result on stdout stays pure JSON, and the program's
+/// output streams to stderr as it arrives (a CI log shows progress, a
+/// script parses the result).
+#[test]
+fn json_with_live_output_keeps_stdout_for_the_result() {
+    let w = world();
+    let out = w.run(
+        As::Root,
+        "sh",
+        &[("script", "echo progress-out; echo progress-err >&2")],
+        &["--live"],
+    );
+    let data = result(&out);
+    assert_eq!(data["stdout"]["text"], "progress-out\n", "{data}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("progress-out\n") && stderr.contains("progress-err\n"),
+        "{stderr}"
+    );
+}
+
 /// Ctrl-C (or SIGTERM) to `spawnd run` asks the program to end first: a
 /// program that traps SIGTERM cleans up (judged by the file it leaves on
 /// the host), and one that ignores it is killed a grace later; the run

@@ -15,7 +15,6 @@ use super::context::{load_config, load_manifest};
 use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, Client};
 use crate::exec::{conclude, FailureKind};
-use crate::supervise::Terminal;
 
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
@@ -44,8 +43,8 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| Failure::internal(format!("the daemon's {method} answer has no handle")))?;
-    if !cli.json {
-        client.stream(&handle, &mut Terminal)?;
+    if let Some(mut live) = super::run::live_output(cli.json, args.live) {
+        client.stream(&handle, live.as_mut())?;
     }
     let mut status = loop {
         let s = client.call("spawn_status", json!({"handle": handle, "wait_ms": 60_000}))?;

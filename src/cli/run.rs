@@ -13,7 +13,7 @@ use crate::exec::{execute, Execution, Pump};
 use crate::policy::Access;
 use crate::sandbox::launch::StdinSource;
 use crate::spawner::Spawner;
-use crate::supervise::{LiveOutput, Terminal};
+use crate::supervise::{LiveOnStderr, LiveOutput, Terminal};
 
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
@@ -36,13 +36,23 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         stdin,
         pump,
         timeout_ms: args.timeout,
-        live: (!cli.json).then(|| Box::new(Terminal) as Box<dyn LiveOutput + Send>),
+        live: live_output(cli.json, args.live),
         json: cli.json,
         spawner: spawner.as_ref(),
         on_started: None,
         signals_end_the_run: true,
         on_notice: &print_notice,
     })
+}
+
+/// Where the program's output goes as it arrives: the terminal without
+/// `--json`; spawnd's stderr with `--json --live`; nowhere else.
+pub(super) fn live_output(json: bool, live: bool) -> Option<Box<dyn LiveOutput + Send>> {
+    match (json, live) {
+        (false, _) => Some(Box::new(Terminal)),
+        (true, true) => Some(Box::new(LiveOnStderr)),
+        (true, false) => None,
+    }
 }
 
 fn stdin_source(path: Option<&Path>) -> Result<(StdinSource, Pump), Failure> {

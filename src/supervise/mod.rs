@@ -225,6 +225,21 @@ impl LiveOutput for Terminal {
     }
 }
 
+/// Forwards both of the program's streams to spawnd's stderr, whole
+/// (`spawnd run --json --live`: stdout is the JSON result's).
+pub struct LiveOnStderr;
+
+impl LiveOutput for LiveOnStderr {
+    fn chunk(&mut self, _which: u8, kept: &[u8]) {
+        let mut err = std::io::stderr();
+        let _ = err.write_all(kept).and_then(|()| err.flush());
+    }
+
+    fn past_cap(&mut self, which: u8, bytes: &[u8]) {
+        self.chunk(which, bytes);
+    }
+}
+
 /// One captured stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Captured {
