@@ -395,6 +395,53 @@ fn the_live_log_is_not_cut_by_the_results_cap() {
     assert_eq!(data["stderr"]["bytes"], 262144, "{data}");
 }
 
+/// Without `--json`, a run whose exit code is spawnd's own (a refusal, the
+/// wall time) ends with one stable line, `spawnd: exit N (why)`, and a
+/// program's own exit code never does: a CI step tells them apart.
+#[test]
+fn spawnds_own_exit_codes_end_with_a_line_a_programs_never_do() {
+    let w = world();
+    let run = |args: &[&str]| {
+        Command::new(&w.spawnd)
+            .env("SPAWND_CONFIG", w.config(As::Root))
+            .args(["run", "--manifest"])
+            .arg(&w.manifest)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let last_line = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string()
+    };
+    // The program's own 3, 5 and 124.
+    for code in [3, 5, 124] {
+        let out = run(&["--op", "sh", "--arg", &format!("script=exit {code}")]);
+        assert_eq!(out.status.code(), Some(code));
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("spawnd: exit"),
+            "{out:?}"
+        );
+    }
+    // spawnd's 3 (a refusal) and 124 (the wall time).
+    let denied = run(&["--op", "sh", "--arg", "script=true", "--arg", "extra=1"]);
+    assert_eq!(denied.status.code(), Some(3));
+    assert_eq!(last_line(&denied), "spawnd: exit 3 (permission_denied)");
+    let timed_out = run(&[
+        "--op",
+        "sh",
+        "--arg",
+        "script=sleep 10",
+        "--timeout",
+        "300ms",
+    ]);
+    assert_eq!(timed_out.status.code(), Some(124));
+    assert_eq!(last_line(&timed_out), "spawnd: exit 124 (timed_out)");
+}
+
 /// `--json --live`: the result on stdout stays pure JSON, and the program's
 /// output streams to stderr as it arrives (a CI log shows progress, a
 /// script parses the result).

@@ -77,6 +77,11 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
             if !s.human.is_empty() {
                 print_line(&printable_lines(s.human.trim_end()));
             }
+            if meta.command == "run" {
+                if let Some(why) = run_ended_by_spawnd(&s.data) {
+                    eprintln!("{}", own_exit_line(s.exit, why));
+                }
+            }
             s.exit
         }
         Err(f) if json_mode => {
@@ -92,9 +97,35 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
         }
         Err(f) => {
             eprintln!("spawnd: {}", printable_lines(f.message.trim_end()));
+            if meta.command == "run" {
+                eprintln!(
+                    "{}",
+                    own_exit_line(f.exit(), &error_code(f.exit()).to_ascii_lowercase())
+                );
+            }
             f.exit()
         }
     }
+}
+
+/// Why spawnd, not the program, chose a finished run's exit code: the
+/// wall time, or an interruption of spawnd; `None` when the code is the
+/// program's own (its exit code, or 128+N after its signal N).
+fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
+    if data["timed_out"] == json!(true) {
+        Some("timed_out")
+    } else if data["interrupted_by"].is_number() {
+        Some("interrupted")
+    } else {
+        None
+    }
+}
+
+/// The last line of `spawnd run` when the exit code is spawnd's own, not
+/// the program's: `spawnd: exit N (why)`, one stable form a CI step can
+/// match (docs/cli.md, "Exit codes").
+fn own_exit_line(exit: i32, why: &str) -> String {
+    format!("spawnd: exit {exit} ({why})")
 }
 
 #[cfg(test)]
