@@ -73,6 +73,7 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         gid: 1000,
         pid: None,
         home: "/home/bench".into(),
+        workspace: None,
         other_user_namespace: false,
     };
     let bound = BTreeSet::new();
@@ -121,6 +122,7 @@ fn main() {
             gid: 1000,
             pid: None,
             home: "/home/bench".into(),
+            workspace: None,
             other_user_namespace: false,
         };
         let bound = BTreeSet::new();

@@ -5,6 +5,7 @@
 #[path = "sandbox/harness.rs"]
 mod harness;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -329,6 +330,7 @@ macro_rules! both {
 }
 
 both!(
+    workspace_anchored_scopes_follow_the_checkout,
     jit_runtimes_start_under_the_default_limits,
     the_runtime_tools_expect_is_there,
     the_mount_table_holds_only_the_sandbox,
@@ -440,6 +442,77 @@ fn spawnds_own_exit_codes_end_with_a_line_a_programs_never_do() {
     ]);
     assert_eq!(timed_out.status.code(), Some(124));
     assert_eq!(last_line(&timed_out), "spawnd: exit 124 (timed_out)");
+}
+
+/// A manifest a repository can carry: scopes and cwd anchored at
+/// `{workspace}`, which `spawnd run --workspace DIR` names. The program
+/// writes into the checkout's build directory (judged on the host), the
+/// decision record holds the workspace and the scopes as resolved, and
+/// without a workspace nothing runs (exit 4, saying what to pass).
+fn workspace_anchored_scopes_follow_the_checkout(who: As) {
+    let w = world();
+    let checkout = w.path(&format!("rw/checkout-{who:?}"));
+    std::fs::create_dir_all(checkout.join("src")).unwrap();
+    std::fs::write(checkout.join("src/input.txt"), "from the checkout\n").unwrap();
+    for dir in [&checkout, &checkout.join("src")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(checkout.join("build"));
+    let manifest = w.dir.join("workspace.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/workspace\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/bash\" }]\nfs_read = [\"{workspace}/src\"]\nfs_write = [\"{workspace}/build\"]\ncwd = \"{workspace}/build\"\n[capabilities.spawn.operations.build]\nargv = [\"bash\", \"-c\", \"cat ../src/input.txt > out.txt && pwd\"]\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        who.spawnd_run(&w.spawnd)
+            .args(["--json", "--manifest"])
+            .arg(&manifest)
+            .args(["--op", "build", "--config"])
+            .arg(w.config(who))
+            .args(extra)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&w.dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let unset = run(&[]);
+    assert_eq!(unset.status.code(), Some(4), "{unset:?}");
+    let v: Value = serde_json::from_slice(&unset.stdout).unwrap();
+    assert_eq!(v["error"]["details"]["reason"], "workspace_unset", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--workspace"),
+        "{v}"
+    );
+    let data = result(&run(&["--workspace", checkout.to_str().unwrap()]));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let real = std::fs::canonicalize(&checkout).unwrap();
+    assert_eq!(
+        data["stdout"]["text"].as_str().unwrap().trim(),
+        real.join("build").to_str().unwrap(),
+        "{data}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(checkout.join("build/out.txt")).unwrap(),
+        "from the checkout\n"
+    );
+    let log = std::fs::read_to_string(w.audit_log(who)).unwrap();
+    let decision: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["kind"] == "decision" && r["audit_id"] == data["audit_id"])
+        .unwrap();
+    assert_eq!(decision["workspace"], real.to_str().unwrap(), "{decision}");
+    assert_eq!(
+        decision["fs"]["write"][0],
+        real.join("build").to_str().unwrap(),
+        "{decision}"
+    );
 }
 
 /// `--json --live`: the result on stdout stays pure JSON, and the program's

@@ -99,7 +99,14 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
         }
     }
     for program in &spawn.programs {
-        let path = program.path.expand(home);
+        // A program's path always expands (never anchored at the workspace).
+        let path = program
+            .path
+            .expand(&crate::manifest::Anchors {
+                home,
+                workspace: None,
+            })
+            .unwrap_or_default();
         let hash = match crate::program::hash_path(&path) {
             Ok(h) => h,
             Err(e) => {

@@ -195,6 +195,7 @@ pub fn rpc_request(data: &[u8]) {
         gid: 1000,
         pid: Some(4242),
         home: "/home/fuzz".into(),
+        workspace: None,
         other_user_namespace: false,
     };
     let bound = BTreeSet::new();

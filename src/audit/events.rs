@@ -33,6 +33,8 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
         "env_keys": plan.env.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
         "credential_keys": plan.env.iter().filter(|e| e.source == crate::plan::EnvSource::Credential).map(|e| e.key.as_str()).collect::<Vec<_>>(),
         "cwd": plan.cwd,
+        "fs": {"read": plan.fs.read, "write": plan.fs.write, "exec": plan.fs.exec},
+        "workspace": caller.workspace,
         "isolation": isolation,
     }))
 }

@@ -283,6 +283,10 @@ pub struct RunArgs {
     /// Tighten the wall time, e.g. `500ms`, `10s`, `2m` (never loosens the manifest's).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
     pub timeout: Option<u64>,
+    /// The directory `{workspace}/` scopes and cwd expand against (a
+    /// checkout, say); else the operator's `[sandbox] workspace`.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
     /// With --json, stream the program's stdout and stderr live to spawnd's
     /// stderr as well, as they arrive; the JSON result still goes to stdout
     /// (without --json, output is always live).

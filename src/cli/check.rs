@@ -45,7 +45,8 @@ pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         .as_deref()
         .ok_or_else(|| Failure::usage("give --manifest FILE (or --socket S --connector FQN)"))?;
     let manifest = load_manifest(path, &config)?;
-    let caller = current_caller()?;
+    let mut caller = current_caller()?;
+    caller.workspace = workspace_of(args.workspace.as_deref(), &config)?;
     let request = request_of(cli, args, Some(&manifest))?;
     Ok(Prepared {
         config,
@@ -53,6 +54,27 @@ pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         caller,
         request,
     })
+}
+
+/// The workspace `{workspace}/` scopes expand against: `--workspace DIR`
+/// (resolved to its real path, so scopes under it are real paths too), else
+/// the operator's `[sandbox] workspace`.
+fn workspace_of(
+    given: Option<&std::path::Path>,
+    config: &crate::config::Config,
+) -> Result<Option<std::path::PathBuf>, Failure> {
+    let Some(dir) = given else {
+        return Ok(config.sandbox.workspace.clone());
+    };
+    let real = std::fs::canonicalize(dir)
+        .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
+    if !real.is_dir() {
+        return Err(Failure::usage(format!(
+            "--workspace {}: not a directory",
+            dir.display()
+        )));
+    }
+    Ok(Some(real))
 }
 
 /// The request `run`/`check` arguments describe. Passthrough keys not named
@@ -243,8 +265,24 @@ fn allowed_text(plan: &SpawnPlan) -> String {
             .join(", ")
     };
     let l = &plan.limits;
+    let paths = |v: &[std::path::PathBuf]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let scopes = format!(
+        "read {}; write {}; exec {}",
+        paths(&plan.fs.read),
+        paths(&plan.fs.write),
+        paths(&plan.fs.exec)
+    );
     format!(
-        "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\ncwd:     {cwd}\nnetwork: {network}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
+        "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\nscopes:  {scopes}\ncwd:     {cwd}\nnetwork: {network}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
         plan.connector, plan.version, plan.op, plan.op_mode, plan.program.declared, plan.program.resolved.display(), plan.program.sha256, plan.argv_shape,
         if env.is_empty() { "(none)".to_string() } else { env.join(", ") },
         l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files,

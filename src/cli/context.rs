@@ -35,6 +35,7 @@ pub fn current_caller() -> Result<Caller, Failure> {
         gid: nix::unistd::getgid().as_raw(),
         pid: Some(std::process::id()),
         home,
+        workspace: None,
         other_user_namespace: false,
     })
 }

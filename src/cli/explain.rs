@@ -256,6 +256,16 @@ fn explain_fs(s: &SpawnGrant, out: &mut String) {
         p,
     );
     let _ = writeln!(out, "  starts in:   {cwd}");
+    let anchored = s
+        .fs_read
+        .iter()
+        .chain(&s.fs_write)
+        .chain(&s.fs_exec)
+        .chain(&s.cwd)
+        .any(ScopePath::needs_workspace);
+    if anchored {
+        let _ = writeln!(out, "  {{workspace}}: the directory `spawnd run --workspace DIR` names, else the operator's [sandbox] workspace; never the caller's (`spawnd check --workspace DIR` shows the scopes resolved)");
+    }
 }
 
 fn explain_env(s: &SpawnGrant, out: &mut String) {

@@ -61,7 +61,15 @@ fn sockets_in_scopes(
         ("fs_exec", &spawn.fs_exec),
     ] {
         for scope in scopes {
-            let mut pending = vec![scope.expand(home)];
+            // A `{workspace}/` scope names no place until a run names the
+            // workspace: nothing to look in here.
+            let Some(root) = scope.expand(&crate::manifest::Anchors {
+                home,
+                workspace: None,
+            }) else {
+                continue;
+            };
+            let mut pending = vec![root];
             let (mut seen, mut sockets) = (0usize, Vec::new());
             while let Some(path) = pending.pop() {
                 if seen >= SOCKET_SCAN_ENTRIES {
@@ -122,7 +130,12 @@ pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     for_each_program(&mut doc, |path, hash_slot| {
         let scope = ScopePath::parse(path)
             .map_err(|e| Failure::config(format!("program path `{path}` {e}")))?;
-        let resolved = scope.expand(&home);
+        let resolved = scope
+            .expand(&crate::manifest::Anchors {
+                home: &home,
+                workspace: None,
+            })
+            .unwrap_or_default();
         let digest = hash_path(&resolved)
             .map_err(|e| {
                 Failure::from_io(

@@ -150,6 +150,10 @@ pub struct SandboxConfig {
     pub landlock_min_abi: u32,
     /// How memory and process counts are limited.
     pub limits: LimitsMode,
+    /// The workspace `{workspace}/` scopes expand against when the
+    /// invocation names none (`spawnd run --workspace` does): absolute,
+    /// without `..`.
+    pub workspace: Option<PathBuf>,
 }
 
 /// `[sandbox] limits`: which mechanism bounds memory and process counts.
@@ -307,6 +311,7 @@ impl Config {
                 max_wall_time_ms,
                 landlock_min_abi: raw.sandbox.landlock_min_abi.unwrap_or(1).max(1),
                 limits,
+                workspace: workspace_dir(raw.sandbox.workspace, &at)?,
             },
             network,
         })
@@ -540,6 +545,21 @@ fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, Con
         )?,
         max_connections_per_spawn,
     })
+}
+
+/// `[sandbox] workspace`: absolute, and without `.` or `..`.
+fn workspace_dir(raw: Option<PathBuf>, at: &Origin<'_>) -> Result<Option<PathBuf>, ConfigError> {
+    match raw {
+        None => Ok(None),
+        Some(dir) if dir.is_absolute() && crate::manifest::paths_plain(&dir) => Ok(Some(dir)),
+        Some(dir) => Err(at.invalid(
+            "sandbox.workspace",
+            format!(
+                "`{}` must be an absolute path without `.` or `..`",
+                dir.display()
+            ),
+        )),
+    }
 }
 
 /// `[sandbox] limits`: `auto` (the default) or `rlimits`.

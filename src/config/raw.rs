@@ -85,6 +85,7 @@ pub(super) struct RawSandbox {
     pub(super) max_wall_time_ms: Option<u64>,
     pub(super) landlock_min_abi: Option<u32>,
     pub(super) limits: Option<String>,
+    pub(super) workspace: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

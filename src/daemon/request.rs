@@ -22,6 +22,7 @@ pub fn access_caller(peer: &Peer) -> Caller {
         gid: peer.gid,
         pid: peer.pid.and_then(|p| u32::try_from(p).ok()),
         home: std::path::PathBuf::new(),
+        workspace: None,
         other_user_namespace: peer.other_user_namespace,
     }
 }
@@ -109,6 +110,7 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
         gid: peer.gid,
         pid: peer.pid.and_then(|p| u32::try_from(p).ok()),
         home: user.dir,
+        workspace: None,
         other_user_namespace: peer.other_user_namespace,
     })
 }

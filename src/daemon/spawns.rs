@@ -81,10 +81,12 @@ pub async fn spawn(
         daemon_uid: nix::unistd::geteuid().as_raw(),
     };
     let manifest = manifest_for_peer(daemon, peer, method, &loaded, &access, &call).await?;
-    let caller = match &handles.caller {
+    let mut caller = match &handles.caller {
         Some(known) => known.clone(),
         None => handles.caller.insert(caller_of(peer)?).clone(),
     };
+    // The operator names the workspace; a caller never does.
+    caller.workspace = loaded.config.sandbox.workspace.clone();
     let reservation = reserve_output(daemon, &loaded.config, &manifest, &call.request)?;
     let permit = Arc::clone(&daemon.in_flight)
         .try_acquire_owned()

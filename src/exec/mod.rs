@@ -284,8 +284,12 @@ fn prepare_sandbox(
         .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
         .collect();
     let declared = ScopePath::parse(&plan.program.declared)
-        .map(|p| p.expand(&prepared.caller.home))
-        .map_err(|e| unstarted(Failure::internal(e.to_string())))?;
+        .map_err(|e| e.to_string())
+        .and_then(|p| {
+            p.expand(&prepared.caller.anchors())
+                .ok_or_else(|| "the program's path did not expand".to_string())
+        })
+        .map_err(|e| unstarted(Failure::internal(e)))?;
     let program = opener
         .take(&declared)
         .ok_or_else(|| unstarted(Failure::internal("the program opened by the gate was lost")))?;

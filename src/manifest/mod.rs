@@ -20,7 +20,10 @@ pub use model::{
     SpawnGrant, Tier, ValueKind, Warning, FQN_SCHEMES, MAX_FQN_BYTES,
 };
 pub use ops::{check_op_name, code_placeholders, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
-pub use paths::{system_path_overlap, PathProblem, ScopePath, SYSTEM_PATHS};
+pub use paths::{
+    paths_plain, system_path_overlap, Anchors, PathProblem, ScopePath, SYSTEM_PATHS,
+    WORKSPACE_ANCHOR,
+};
 pub use validate::{parse_manifest, LoadOptions};
 
 #[cfg(test)]

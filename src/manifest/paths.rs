@@ -1,6 +1,8 @@
-//! Filesystem scopes as typed values: a `ScopePath` is absolute or anchored at
-//! the calling user's home (`~/`), never relative, never with `..`, never with a
-//! wildcard. Containment is decided by path components after `~` expansion and
+//! Filesystem scopes as typed values: a `ScopePath` is absolute, anchored at
+//! the calling user's home (`~/`), or, for scopes and the cwd, at the
+//! workspace (`{workspace}/`) that the invocation or the operator names
+//! (`spawnd run --workspace`, `[sandbox] workspace`), never the caller; never
+//! relative, never with `..`, never with a wildcard. Containment is decided by path components after `~` expansion and
 //! lexical normalization, so `~/code/../.ssh` can never pass as inside `~/code/`
 //! and `/var/spoolish` is not inside `/var/spool`.
 
@@ -25,7 +27,24 @@ pub enum ScopePath {
     Absolute(PathBuf),
     /// `~/code` is `Home("code")`; `~` alone is `Home("")`.
     Home(PathBuf),
+    /// `{workspace}/src` is `Workspace("src")`; `{workspace}` alone is
+    /// `Workspace("")`. Only scopes and the cwd may be anchored so
+    /// ([`ScopePath::parse_scope`]).
+    Workspace(PathBuf),
 }
+
+/// What anchored paths expand against for one request: the caller's home,
+/// and the workspace its invocation or the operator named, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct Anchors<'a> {
+    /// The caller's home directory.
+    pub home: &'a Path,
+    /// The workspace, absolute, when one was named.
+    pub workspace: Option<&'a Path>,
+}
+
+/// The anchor a scope may start with.
+pub const WORKSPACE_ANCHOR: &str = "{workspace}";
 
 /// Why a path string is not a valid scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,13 +99,49 @@ impl ScopePath {
         }
     }
 
-    /// The absolute path for a caller whose home directory is `home`.
-    pub fn expand(&self, home: &Path) -> PathBuf {
-        match self {
-            ScopePath::Absolute(p) => p.clone(),
-            ScopePath::Home(rest) if rest.as_os_str().is_empty() => home.to_path_buf(),
-            ScopePath::Home(rest) => home.join(rest),
+    /// Parses a scope or cwd: what [`ScopePath::parse`] takes, or a path
+    /// anchored at the workspace (`{workspace}` or `{workspace}/…`).
+    pub fn parse_scope(text: &str) -> Result<ScopePath, PathProblem> {
+        let rest = match text.strip_prefix(WORKSPACE_ANCHOR) {
+            Some("") => "",
+            Some(rest) if rest.starts_with('/') => rest,
+            _ => return ScopePath::parse(text),
+        };
+        if rest.contains('\0') {
+            return Err(PathProblem::Nul);
         }
+        if rest.contains(WILDCARDS) {
+            return Err(PathProblem::Wildcard);
+        }
+        let normalized = normalize(Path::new(rest)).ok_or(PathProblem::DotDot)?;
+        Ok(ScopePath::Workspace(
+            normalized
+                .strip_prefix("/")
+                .unwrap_or(&normalized)
+                .to_path_buf(),
+        ))
+    }
+
+    /// The absolute path for a request with these anchors; `None` for a
+    /// workspace path when no workspace was named.
+    pub fn expand(&self, at: &Anchors<'_>) -> Option<PathBuf> {
+        let joined = |base: &Path, rest: &Path| {
+            if rest.as_os_str().is_empty() {
+                base.to_path_buf()
+            } else {
+                base.join(rest)
+            }
+        };
+        match self {
+            ScopePath::Absolute(p) => Some(p.clone()),
+            ScopePath::Home(rest) => Some(joined(at.home, rest)),
+            ScopePath::Workspace(rest) => at.workspace.map(|w| joined(w, rest)),
+        }
+    }
+
+    /// Whether it is anchored at the workspace.
+    pub fn needs_workspace(&self) -> bool {
+        matches!(self, ScopePath::Workspace(_))
     }
 
     /// True for an absolute scope that covers or lies inside a system path.
@@ -102,7 +157,8 @@ impl ScopePath {
     pub fn lies_inside(&self, outer: &ScopePath) -> bool {
         match (self, outer) {
             (ScopePath::Absolute(p), ScopePath::Absolute(o))
-            | (ScopePath::Home(p), ScopePath::Home(o)) => p != o && p.starts_with(o),
+            | (ScopePath::Home(p), ScopePath::Home(o))
+            | (ScopePath::Workspace(p), ScopePath::Workspace(o)) => p != o && p.starts_with(o),
             _ => false,
         }
     }
@@ -110,7 +166,9 @@ impl ScopePath {
     /// The last component as declared (`/usr/bin/git` → `git`).
     pub fn file_name(&self) -> Option<&str> {
         match self {
-            ScopePath::Absolute(p) | ScopePath::Home(p) => p.file_name()?.to_str(),
+            ScopePath::Absolute(p) | ScopePath::Home(p) | ScopePath::Workspace(p) => {
+                p.file_name()?.to_str()
+            }
         }
     }
 }
@@ -121,6 +179,8 @@ impl fmt::Display for ScopePath {
             ScopePath::Absolute(p) => write!(f, "{}", p.display()),
             ScopePath::Home(p) if p.as_os_str().is_empty() => f.write_str("~"),
             ScopePath::Home(p) => write!(f, "~/{}", p.display()),
+            ScopePath::Workspace(p) if p.as_os_str().is_empty() => f.write_str(WORKSPACE_ANCHOR),
+            ScopePath::Workspace(p) => write!(f, "{WORKSPACE_ANCHOR}/{}", p.display()),
         }
     }
 }
@@ -148,6 +208,14 @@ pub fn normalize(path: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// Whether an absolute path has no `.` or `..` component: the form a
+/// workspace must be named in, so that what scopes expand to is what they
+/// say.
+pub fn paths_plain(path: &Path) -> bool {
+    path.components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
 /// True when `path` equals `scope` or lies below it, compared by components.
 pub fn is_within(path: &Path, scope: &Path) -> bool {
     path.starts_with(scope)
@@ -158,9 +226,12 @@ mod tests {
     use super::*;
 
     fn within(path: &str, scope: &str) -> bool {
-        let home = Path::new("/home/alr");
-        let p = ScopePath::parse(path).expect("path").expand(home);
-        let s = ScopePath::parse(scope).expect("scope").expand(home);
+        let at = Anchors {
+            home: Path::new("/home/alr"),
+            workspace: None,
+        };
+        let p = ScopePath::parse(path).expect("path").expand(&at).unwrap();
+        let s = ScopePath::parse(scope).expect("scope").expand(&at).unwrap();
         is_within(&p, &s)
     }
 
@@ -220,12 +291,61 @@ mod tests {
     #[test]
     fn tilde_expands_to_the_given_home_and_dots_are_dropped() {
         let home = Path::new("/home/alr");
-        assert_eq!(ScopePath::parse("~").unwrap().expand(home), home);
+        let at = Anchors {
+            home,
+            workspace: None,
+        };
+        assert_eq!(ScopePath::parse("~").unwrap().expand(&at).unwrap(), home);
         assert_eq!(
-            ScopePath::parse("~/./code//x/").unwrap().expand(home),
+            ScopePath::parse("~/./code//x/")
+                .unwrap()
+                .expand(&at)
+                .unwrap(),
             Path::new("/home/alr/code/x")
         );
         assert_eq!(ScopePath::parse("~/code/").unwrap().to_string(), "~/code");
+    }
+
+    #[test]
+    fn a_workspace_scope_expands_only_against_a_named_workspace() {
+        let parsed = |t: &str| ScopePath::parse_scope(t);
+        assert_eq!(
+            parsed("{workspace}"),
+            Ok(ScopePath::Workspace(PathBuf::new()))
+        );
+        assert_eq!(
+            parsed("{workspace}/./build//out/"),
+            Ok(ScopePath::Workspace(PathBuf::from("build/out")))
+        );
+        assert_eq!(parsed("{workspace}/../x"), Err(PathProblem::DotDot));
+        assert_eq!(parsed("{workspace}/a*"), Err(PathProblem::Wildcard));
+        // Only the exact anchor: anything else with braces is a pattern.
+        assert_eq!(parsed("{workspace}x"), Err(PathProblem::Wildcard));
+        assert_eq!(parsed("{home}/x"), Err(PathProblem::Wildcard));
+        assert_eq!(
+            ScopePath::parse("{workspace}/x"),
+            Err(PathProblem::Wildcard)
+        );
+        let scope = parsed("{workspace}/build").unwrap();
+        assert_eq!(scope.to_string(), "{workspace}/build");
+        let home = Path::new("/home/alr");
+        let unset = Anchors {
+            home,
+            workspace: None,
+        };
+        assert_eq!(scope.expand(&unset), None);
+        let set = Anchors {
+            home,
+            workspace: Some(Path::new("/ci/checkout")),
+        };
+        assert_eq!(
+            scope.expand(&set),
+            Some(PathBuf::from("/ci/checkout/build"))
+        );
+        assert_eq!(
+            parsed("{workspace}").unwrap().expand(&set),
+            Some(PathBuf::from("/ci/checkout"))
+        );
     }
 
     #[test]

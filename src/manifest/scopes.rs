@@ -107,6 +107,25 @@ pub(super) fn check_path(c: &mut Checker, path: &Spanned<String>, key: &str) -> 
         .ok()
 }
 
+/// A scope or the cwd: a path [`check_path`] takes, or one anchored at the
+/// workspace (`{workspace}/…`).
+pub(super) fn check_scope_path(
+    c: &mut Checker,
+    path: &Spanned<String>,
+    key: &str,
+) -> Option<ScopePath> {
+    ScopePath::parse_scope(path.get_ref())
+        .map_err(|why| {
+            c.error(
+                path.span(),
+                key,
+                format!("`{}` {why}", path.get_ref()),
+                "write an absolute path, one starting with `~/`, or one starting with `{workspace}/` (the checkout `spawnd run --workspace` or the operator names)",
+            )
+        })
+        .ok()
+}
+
 pub(super) fn check_scopes(
     c: &mut Checker,
     paths: &[Spanned<String>],
@@ -115,7 +134,7 @@ pub(super) fn check_scopes(
     let key = format!("capabilities.spawn.{field}");
     paths
         .iter()
-        .filter_map(|p| check_path(c, p, &key))
+        .filter_map(|p| check_scope_path(c, p, &key))
         .collect()
 }
 
@@ -128,7 +147,8 @@ pub(super) fn check_cwd_in_scopes(
 ) {
     let same_kind_inside = |scope: &ScopePath| match (cwd, scope) {
         (ScopePath::Absolute(p), ScopePath::Absolute(s))
-        | (ScopePath::Home(p), ScopePath::Home(s)) => p.starts_with(s),
+        | (ScopePath::Home(p), ScopePath::Home(s))
+        | (ScopePath::Workspace(p), ScopePath::Workspace(s)) => p.starts_with(s),
         _ => false,
     };
     // Compared in the form written: a `~/` cwd needs a `~/` scope and an
@@ -138,7 +158,7 @@ pub(super) fn check_cwd_in_scopes(
             span,
             "capabilities.spawn.cwd",
             format!("`{cwd}` lies outside fs_read and fs_write"),
-            "add a scope that contains it, written the same way (both absolute or both `~/`), or change cwd",
+            "add a scope that contains it, written the same way (both absolute, both `~/` or both `{workspace}/`), or change cwd",
         );
     }
 }

@@ -409,3 +409,33 @@ fn code_an_interpreter_runs_from_a_placeholder_is_named_in_a_warning() {
     assert!(warned("{ path = \"/usr/bin/git\" }", "\"git -c {option} status\"").is_empty());
     assert!(warned("{ path = \"/usr/bin/bash\" }", "\"bash -c true\"").is_empty());
 }
+
+#[test]
+fn scopes_and_the_cwd_may_be_anchored_at_the_workspace_and_nothing_else_may() {
+    let spawn = |extra: &str, programs: &str| {
+        format!(
+            "{HEADER}[capabilities.spawn]\nprograms = [{programs}]\n{extra}\n[capabilities.spawn.operations.x]\nargv = \"tool\"\n"
+        )
+    };
+    let tool = "{ path = \"/usr/bin/tool\" }";
+    let m = load(&spawn(
+        "fs_read = [\"{workspace}/src\"]\nfs_write = [\"{workspace}/build\"]\ncwd = \"{workspace}/build\"",
+        tool,
+    ))
+    .unwrap();
+    let s = m.spawn.unwrap();
+    assert_eq!(s.fs_read[0].to_string(), "{workspace}/src");
+    assert!(s.cwd.as_ref().unwrap().needs_workspace());
+    // A cwd outside the scopes, written the same way, is refused.
+    assert!(load(&spawn(
+        "fs_read = [\"{workspace}/src\"]\ncwd = \"{workspace}/other\"",
+        tool
+    ))
+    .is_err());
+    // Programs and sockets are never anchored at the workspace, and no
+    // other anchor exists.
+    assert!(load(&spawn("", "{ path = \"{workspace}/bin/tool\" }")).is_err());
+    assert!(load(&spawn("unix_sockets = [\"{workspace}/s.sock\"]", tool)).is_err());
+    assert!(load(&spawn("fs_read = [\"{home}/x\"]", tool)).is_err());
+    assert!(load(&spawn("fs_read = [\"{workspace}/../x\"]", tool)).is_err());
+}

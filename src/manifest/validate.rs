@@ -17,7 +17,7 @@ use super::ops::validate_operations;
 use super::raw::{RawLimits, RawManifest, RawSpawn};
 use super::scopes::{
     check_broad_scopes, check_cwd_in_scopes, check_env_list, check_env_set, check_nested_scopes,
-    check_path, check_scopes,
+    check_path, check_scope_path, check_scopes,
 };
 
 /// Operator choices that shape validation.
@@ -298,7 +298,12 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     let fs_read = check_scopes(c, &s.fs_read, "fs_read");
     let fs_write = check_scopes(c, &s.fs_write, "fs_write");
     let fs_exec = check_scopes(c, &s.fs_exec, "fs_exec");
-    let unix_sockets = check_scopes(c, &s.unix_sockets, "unix_sockets");
+    // A socket names a host service, never a place in the workspace.
+    let unix_sockets: Vec<super::paths::ScopePath> = s
+        .unix_sockets
+        .iter()
+        .filter_map(|p| check_path(c, p, "capabilities.spawn.unix_sockets"))
+        .collect();
     let network = check_grants(c, &s.network, "capabilities.spawn.network");
     warn_of_special_literals(c, &network);
     for (scope, spanned) in fs_write.iter().zip(&s.fs_write) {
@@ -314,7 +319,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     let cwd = s
         .cwd
         .as_ref()
-        .and_then(|cwd| check_path(c, cwd, "capabilities.spawn.cwd"));
+        .and_then(|cwd| check_scope_path(c, cwd, "capabilities.spawn.cwd"));
     if let (Some(cwd), Some(span)) = (&cwd, s.cwd.as_ref().map(Spanned::span)) {
         check_cwd_in_scopes(c, cwd, span, &fs_read, &fs_write);
     }

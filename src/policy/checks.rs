@@ -127,8 +127,9 @@ pub(super) fn check_path_values(
         // already lies inside the scopes.
         if value.starts_with('/') {
             let path = ScopePath::parse(value)
-                .map_err(|_| deny("is not a valid path"))?
-                .expand(&caller.home);
+                .ok()
+                .and_then(|p| p.expand(&caller.anchors()))
+                .ok_or_else(|| deny("is not a valid path"))?;
             let inside = fs
                 .read
                 .iter()
@@ -153,7 +154,9 @@ pub(super) fn check_program(
     require_pin: bool,
 ) -> Result<ProgramPlan, Box<Denial>> {
     let declared = &spawn.programs[op.program];
-    let path = declared.path.expand(&caller.home);
+    // A program's path is absolute or `~/`, never anchored at the
+    // workspace: it always expands (the empty path would open nothing).
+    let path = declared.path.expand(&caller.anchors()).unwrap_or_default();
     let requested = format!("program:{}", declared.path);
     let pinned: Vec<String> = declared.hash.iter().map(|h| h.to_string()).collect();
     let facts = programs.inspect(&path).map_err(|fault| {
@@ -314,7 +317,8 @@ pub(super) fn check_cwd(
     caller: &Caller,
     fs: &FsPlan,
 ) -> Result<CwdPlan, Box<Denial>> {
-    let manifest_cwd = spawn.cwd.as_ref().map(|c| c.expand(&caller.home));
+    // Every anchor is named (the gate checked the workspace first).
+    let manifest_cwd = spawn.cwd.as_ref().and_then(|c| c.expand(&caller.anchors()));
     let in_scopes = |p: &Path| fs.read.iter().chain(&fs.write).any(|s| is_within(p, s));
     if let Some(policy_cwd) = manifest_cwd.as_ref().filter(|c| !in_scopes(c)) {
         // Validation refuses this at load; kept so the plan can never hold it.
@@ -358,7 +362,8 @@ pub(super) fn check_cwd(
     };
     let path = ScopePath::parse(text)
         .map_err(|e| deny(format!("is refused: it {e}")))?
-        .expand(&caller.home);
+        .expand(&caller.anchors())
+        .ok_or_else(|| deny("is not a valid path".into()))?;
     if !fs.read.iter().chain(&fs.write).any(|s| is_within(&path, s)) {
         return Err(deny(
             "lies outside fs_read and fs_write; request a directory inside them".into(),

@@ -56,11 +56,12 @@ fn gate(
         .template
         .substitute(&args, &op.params)
         .map_err(|e| arg_denial(ctx, op, &e))?;
+    check_workspace_named(ctx, spawn, caller)?;
     let mut fs = expand_scopes(ctx, spawn, caller)?;
     fs.unix_sockets = op
         .unix_sockets
         .iter()
-        .map(|s| s.expand(&caller.home))
+        .filter_map(|s| s.expand(&caller.anchors()))
         .collect();
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
@@ -246,16 +247,46 @@ fn check_mode(ctx: &GateContext, op: &Operation, mode: Tier) -> Result<(), Box<D
     ))
 }
 
-/// Scopes with `~` expanded. A `~/` write scope that lands on a system path
-/// for this caller (a service account whose home is `/usr/sbin` or `/`) is
-/// refused: validation could not see it, the caller's home decides it.
+/// A manifest whose scopes or cwd are anchored at `{workspace}` runs only
+/// where the invocation or the operator named a workspace.
+fn check_workspace_named(
+    ctx: &GateContext,
+    spawn: &SpawnGrant,
+    caller: &Caller,
+) -> Result<(), Box<Denial>> {
+    let anchored = spawn
+        .fs_read
+        .iter()
+        .chain(&spawn.fs_write)
+        .chain(&spawn.fs_exec)
+        .chain(&spawn.cwd)
+        .find(|s| s.needs_workspace());
+    match anchored {
+        Some(scope) if caller.workspace.is_none() => Err(Denial::new(
+            Reason::WorkspaceUnset,
+            ctx.connector,
+            format!("fs:{scope}"),
+            vec![],
+            format!("`{scope}` is anchored at the workspace, and none was named: pass `spawnd run --workspace DIR`, or set [sandbox] workspace in the config"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Scopes with `~` and `{workspace}` expanded. A `~/` write scope that
+/// lands on a system path for this caller (a service account whose home is
+/// `/usr/sbin` or `/`), or a `{workspace}/` one for this workspace, is
+/// refused: validation could not see it, the anchors decide it.
 fn expand_scopes(
     ctx: &GateContext,
     spawn: &SpawnGrant,
     caller: &Caller,
 ) -> Result<FsPlan, Box<Denial>> {
+    // Every anchor is named ([`check_workspace_named`] came first).
     let expand = |v: &[crate::manifest::ScopePath]| {
-        v.iter().map(|s| s.expand(&caller.home)).collect::<Vec<_>>()
+        v.iter()
+            .filter_map(|s| s.expand(&caller.anchors()))
+            .collect::<Vec<_>>()
     };
     let fs = FsPlan {
         read: expand(&spawn.fs_read),

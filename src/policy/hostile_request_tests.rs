@@ -58,6 +58,7 @@ fn a_home_write_scope_that_lands_on_a_system_path_is_refused() {
         };
         let who = Caller {
             home: home.into(),
+            workspace: None,
             other_user_namespace: false,
             ..caller()
         };

@@ -87,9 +87,11 @@ pub(super) fn match_raw<'a>(
     let spawn = spawn.ok_or_else(|| not_declared(vec![]))?;
     let index =
         find_program(spawn, caller, program).ok_or_else(|| not_declared(declared(spawn)))?;
+    // A program's path always expands (never anchored at the workspace).
     let program_path = spawn.programs[index]
         .path
-        .expand(&caller.home)
+        .expand(&caller.anchors())
+        .unwrap_or_default()
         .to_string_lossy()
         .into_owned();
     let mut first_value_error = None;
@@ -115,7 +117,10 @@ pub(super) fn match_raw<'a>(
 /// A declared program named by its path (after `~`) or, uniquely, by its file name.
 fn find_program(spawn: &SpawnGrant, caller: &Caller, program: &str) -> Option<usize> {
     let by_path = spawn.programs.iter().position(|p| {
-        p.path.to_string() == program || p.path.expand(&caller.home).as_os_str() == program
+        p.path.to_string() == program
+            || p.path
+                .expand(&caller.anchors())
+                .is_some_and(|e| e.as_os_str() == program)
     });
     by_path.or_else(|| {
         let mut by_name = spawn

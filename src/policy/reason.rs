@@ -51,6 +51,9 @@ pub enum Reason {
     InvalidCredentials,
     /// The operation has network grants and the operator disabled them.
     NetworkDisabled,
+    /// The manifest's scopes or cwd are anchored at `{workspace}` and no
+    /// workspace was named.
+    WorkspaceUnset,
 }
 
 /// One row of the reason table.
@@ -89,6 +92,7 @@ pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo { reason: BindingRequired, detail: "vault", when: "a credential_env_key has no [[credentials]] binding" },
     ReasonInfo { reason: InvalidCredentials, detail: "vault", when: "the bound credential could not be read" },
     ReasonInfo { reason: NetworkDisabled, detail: "operator_config", when: "the operation has network grants and the operator set [network] enabled = false" },
+    ReasonInfo { reason: WorkspaceUnset, detail: "operator_config", when: "a scope or the cwd starts with {workspace}/ and neither spawnd run --workspace nor [sandbox] workspace names one" },
 ];
 
 impl Reason {
@@ -124,6 +128,7 @@ impl Reason {
             BindingRequired => "binding_required",
             InvalidCredentials => "invalid_credentials",
             NetworkDisabled => "network_disabled",
+            WorkspaceUnset => "workspace_unset",
         }
     }
 
@@ -147,7 +152,7 @@ mod tests {
             let json = serde_json::to_string(&row.reason).unwrap();
             assert_eq!(json, format!("\"{}\"", row.reason.as_str()));
         }
-        assert_eq!(REASONS.len(), 21);
+        assert_eq!(REASONS.len(), 22);
     }
 
     #[test]

@@ -84,10 +84,24 @@ pub struct Caller {
     pub pid: Option<u32>,
     /// Home directory from the password database (for `~`).
     pub home: PathBuf,
+    /// The workspace `{workspace}/` scopes expand against, absolute: named
+    /// by the invocation (`spawnd run --workspace`) or the operator
+    /// (`[sandbox] workspace`), never by a daemon's caller.
+    pub workspace: Option<PathBuf>,
     /// The daemon's peer runs in another user namespace than the daemon (a
     /// container, or a program inside a sandbox), or that could not be
     /// ruled out; always false for a local invocation.
     pub other_user_namespace: bool,
+}
+
+impl Caller {
+    /// What this caller's anchored paths expand against.
+    pub fn anchors(&self) -> crate::manifest::Anchors<'_> {
+        crate::manifest::Anchors {
+            home: &self.home,
+            workspace: self.workspace.as_deref(),
+        }
+    }
 }
 
 /// An `[[access]]` rule of the operator config.

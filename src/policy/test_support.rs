@@ -82,6 +82,7 @@ pub(super) fn caller() -> Caller {
         gid: 1000,
         pid: Some(42),
         home: "/home/alr".into(),
+        workspace: None,
         other_user_namespace: false,
     }
 }

@@ -4,6 +4,7 @@
 //! R2–R5, R23–R34, R38) are not gate behaviour and are tested with those parts.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use super::test_support::*;
 use super::*;
@@ -357,6 +358,7 @@ fn a_peer_in_another_user_namespace_needs_a_rule_that_says_so() {
     let fqn = m.connector.name.clone();
     let foreign = |uid: u32| Caller {
         uid,
+        workspace: None,
         other_user_namespace: true,
         ..caller()
     };
@@ -412,4 +414,83 @@ fn caller_chosen_names_in_a_denial_are_escaped_and_bounded() {
         d.requested.len()
     );
     assert!(!d.requested.contains('\n') && !d.message.contains('\u{1b}'));
+}
+
+#[test]
+fn workspace_scopes_expand_against_the_named_workspace_and_are_refused_without_one() {
+    let text = M0
+        .replace(
+            "fs_read = [\"~/code/\"]",
+            "fs_read = [\"{workspace}/src\"]\ncwd = \"{workspace}\"",
+        )
+        .replace(
+            "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
+            "fs_write = [\"{workspace}\"]",
+        );
+    let m = manifest(&text);
+    let name = m.connector.name.to_string();
+    let operator = Operator::default();
+    let decide_as = |workspace: Option<&str>| {
+        let ctx = GateContext {
+            connector: &name,
+            manifest: Some(&m),
+            disabled: false,
+            access: &operator.access,
+            bound_credentials: &operator.bound,
+            require_program_hash: false,
+            network_enabled: true,
+        };
+        let who = Caller {
+            workspace: workspace.map(PathBuf::from),
+            ..caller()
+        };
+        decide(
+            &ctx,
+            &who,
+            &Request::op("status", &[]),
+            &mut FakePrograms::standard(),
+        )
+    };
+    let d = decide_as(None);
+    assert_reason(&d, Reason::WorkspaceUnset, "operator_config");
+    assert_eq!(denied(&d).exit_code(), 4);
+    assert!(
+        denied(&d).message.contains("--workspace"),
+        "{}",
+        denied(&d).message
+    );
+    let p = decide_as(Some("/ci/checkout"));
+    let plan = allowed(&p);
+    assert_eq!(plan.fs.read, [PathBuf::from("/ci/checkout/src")]);
+    assert_eq!(plan.fs.write, [PathBuf::from("/ci/checkout")]);
+    assert_eq!(plan.cwd, CwdPlan::Dir(PathBuf::from("/ci/checkout")));
+    // A workspace that puts a write scope on a system path is refused
+    // like a home that does.
+    let d = decide_as(Some("/usr/local"));
+    assert_reason(&d, Reason::CallerNotAllowed, "caller");
+    assert!(
+        denied(&d).message.contains("/usr/local"),
+        "{}",
+        denied(&d).message
+    );
+}
+
+#[test]
+fn a_caller_cannot_name_the_workspace_through_its_values() {
+    // A requested cwd or path value spelled with the anchor is a path like
+    // any other: refused as a pattern, never expanded.
+    let text = M0.replace(
+        "fs_read = [\"~/code/\"]",
+        "fs_read = [\"~/code/\", \"{workspace}/src\"]",
+    );
+    let m = manifest(&text);
+    let mut req = Request::op("status", &[]);
+    req.cwd = Some("{workspace}/src".into());
+    let d = decide_full(
+        &m,
+        &req,
+        &Operator::default(),
+        &mut FakePrograms::standard(),
+    );
+    assert!(d.denial().is_some(), "{d:?}");
 }
