@@ -18,6 +18,11 @@ use crate::exec::{conclude, FailureKind};
 
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
+    if args.workspace.is_some() {
+        return Err(Failure::usage(
+            "--workspace names the workspace for a run in this process; through --socket the daemon's [sandbox] workspace applies, and its callers never name one",
+        ));
+    }
     let (connector, manifest) = match (&args.connector, &args.manifest) {
         (Some(fqn), _) => {
             crate::manifest::Fqn::parse(fqn)
