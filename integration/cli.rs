@@ -457,8 +457,36 @@ fn pin_fills_in_hashes_keeping_comments_and_layout() {
     assert!(String::from_utf8_lossy(&again.stdout).starts_with("unchanged"));
     let stale = format!("sha256:{}", "0".repeat(64));
     let m2 = s.write("stale.toml", &pinned.replace(hash.trim(), &stale));
-    let out = spawnd(&["manifest", "pin", m2.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("updated"));
+    // --check over several files: says what is stale, writes nothing,
+    // exits 1; a pinned file alone passes.
+    let checked = spawnd(&[
+        "manifest",
+        "pin",
+        "--check",
+        m.to_str().unwrap(),
+        m2.to_str().unwrap(),
+    ]);
+    assert_eq!(checked.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        said.contains(&format!("updated /usr/bin/git {stale} -> {}", hash.trim())),
+        "{said}"
+    );
+    assert!(std::fs::read_to_string(&m2).unwrap().contains(&stale));
+    let fine = spawnd(&["manifest", "pin", "--check", m.to_str().unwrap()]);
+    assert_eq!(fine.status.code(), Some(0));
+    // Re-pinned in one go, it says what changed: old -> new.
+    let out = spawnd(&["manifest", "pin", m.to_str().unwrap(), m2.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("{}:\nunchanged", m.display())),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("updated /usr/bin/git {stale} -> ")),
+        "{said}"
+    );
     assert_eq!(std::fs::read_to_string(&m2).unwrap(), pinned);
 }
 

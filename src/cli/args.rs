@@ -140,11 +140,16 @@ pub enum ManifestCommand {
     },
     /// Fill in or update each program's `hash` in place, keeping comments and layout.
     #[command(
-        after_help = "Example:\n  spawnd manifest pin policies/git.toml\n\nPrograms given as `~/` paths are hashed for the invoking user."
+        after_help = "Examples:\n  spawnd manifest pin policies/git.toml\n  spawnd manifest pin ci/*.toml          # re-pin every manifest after a runner image update\n  spawnd manifest pin --check ci/*.toml  # exit 1 when a pin is missing or stale, writing nothing\n\nEach program is reported as pinned, unchanged, or updated (old -> new hash).\nPrograms given as `~/` paths are hashed for the invoking user."
     )]
     Pin {
-        /// Manifest file.
-        file: PathBuf,
+        /// Manifest files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write nothing; exit 1 when any pin is missing or differs from the
+        /// program's bytes.
+        #[arg(long)]
+        check: bool,
     },
 }
 

@@ -113,8 +113,42 @@ pub fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     ))
 }
 
-/// `manifest pin`: fill in or update each program's hash, keeping comments and layout.
-pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
+/// `manifest pin`: fill in or update each program's hash in every file,
+/// keeping comments and layout; with `check`, write nothing and exit 1 when
+/// a pin is missing or stale.
+pub fn pin(cli: &Cli, files: &[std::path::PathBuf], check: bool) -> Result<Success, Failure> {
+    let mut data = Vec::new();
+    let mut lines = Vec::new();
+    let mut stale = false;
+    for file in files {
+        let report = pin_one(cli, file, check)?;
+        if files.len() > 1 {
+            lines.push(format!("{}:", file.display()));
+        }
+        for r in &report {
+            let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+            stale |= s("status") != "unchanged";
+            lines.push(match s("status").as_str() {
+                "updated" => format!("updated {} {} -> {}", s("path"), s("was"), s("sha256")),
+                status => format!("{status} {} {}", s("path"), s("sha256")),
+            });
+        }
+        data.push(json!({"file": file, "programs": report}));
+    }
+    if check && stale {
+        lines.push("pins are missing or stale: run `spawnd manifest pin` on these files".into());
+    }
+    let mut done = Success::new(json!({"files": data, "check": check}), lines.join("\n"));
+    if check && stale {
+        done.exit = 1;
+    }
+    Ok(done)
+}
+
+/// Pins one manifest's programs (or, with `check`, only says what pinning
+/// would do): each program's path, its hash, its status, and the hash it
+/// had when that changes.
+fn pin_one(cli: &Cli, file: &Path, check: bool) -> Result<Vec<serde_json::Value>, Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| {
         Failure::from_io(
             &e,
@@ -145,12 +179,16 @@ pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
                 )
             })?
             .to_string();
-        let status = match hash_slot.as_deref() {
+        let mut entry = json!({"path": path, "sha256": digest});
+        entry["status"] = json!(match hash_slot.as_deref() {
             Some(old) if old == digest => "unchanged",
-            Some(_) => "updated",
+            Some(old) => {
+                entry["was"] = json!(old);
+                "updated"
+            }
             None => "pinned",
-        };
-        report.push(json!({"path": path, "sha256": digest, "status": status}));
+        });
+        report.push(entry);
         *hash_slot = Some(digest);
         Ok(())
     })?;
@@ -161,26 +199,12 @@ pub fn pin(cli: &Cli, file: &Path) -> Result<Success, Failure> {
         )));
     }
     let new_text = doc.to_string();
-    if new_text != text {
+    if new_text != text && !check {
         write_in_place(file, &new_text)?;
+        let config = load_config(cli)?;
+        load_manifest(file, &config)?;
     }
-    let config = load_config(cli)?;
-    load_manifest(file, &config)?;
-    let lines: Vec<String> = report
-        .iter()
-        .map(|r| {
-            format!(
-                "{} {} {}",
-                r["status"].as_str().unwrap_or(""),
-                r["path"].as_str().unwrap_or(""),
-                r["sha256"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    Ok(Success::new(
-        json!({"file": file, "programs": report}),
-        lines.join("\n"),
-    ))
+    Ok(report)
 }
 
 type PinFn<'a> = dyn FnMut(&str, &mut Option<String>) -> Result<(), Failure> + 'a;

@@ -113,7 +113,9 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Run(args) => run::run(cli, args),
         Command::Manifest(ManifestCommand::Lint { file }) => manifest_cmd::lint(cli, file),
         Command::Manifest(ManifestCommand::Explain { file }) => manifest_cmd::explain(cli, file),
-        Command::Manifest(ManifestCommand::Pin { file }) => manifest_cmd::pin(cli, file),
+        Command::Manifest(ManifestCommand::Pin { files, check }) => {
+            manifest_cmd::pin(cli, files, *check)
+        }
         Command::Hash { file } => info::hash(file),
         Command::Capabilities => Ok(info::capabilities()),
         Command::Health => info::health(cli),
