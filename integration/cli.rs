@@ -779,3 +779,50 @@ fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
     assert_eq!(h["data"]["status"], "healthy", "{h}");
     assert_eq!(out.status.code(), Some(0), "{h}");
 }
+
+#[test]
+fn manifest_init_drafts_a_pinned_manifest_that_lints_and_never_overwrites() {
+    let s = Scratch::new();
+    let out = s.path("draft.toml");
+    let made = spawnd(&[
+        "manifest",
+        "init",
+        "--name",
+        "local://ci/build",
+        "--program",
+        "/usr/bin/git",
+        "--program",
+        "/usr/bin/tar",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let hash = String::from_utf8(spawnd(&["hash", "/usr/bin/git"]).stdout).unwrap();
+    assert!(
+        text.contains(&format!(
+            "{{ path = \"/usr/bin/git\", hash = \"{}\" }}",
+            hash.trim()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("[capabilities.spawn.operations.tar]"),
+        "{text}"
+    );
+    let lint = spawnd(&["manifest", "lint", out.to_str().unwrap()]);
+    assert_eq!(lint.status.code(), Some(0), "{lint:?}");
+    // An existing file is never overwritten.
+    let again = spawnd(&[
+        "manifest",
+        "init",
+        "--name",
+        "local://ci/build",
+        "--program",
+        "/usr/bin/git",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+}

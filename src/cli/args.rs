@@ -124,6 +124,23 @@ pub enum Command {
 /// `spawnd manifest …`.
 #[derive(Debug, Subcommand)]
 pub enum ManifestCommand {
+    /// Write a starting manifest: each program pinned, one operation per
+    /// program, workspace scopes, and every other key commented with what
+    /// it does.
+    #[command(
+        after_help = "Examples:\n  spawnd manifest init --name local://ci/build --program /usr/bin/make --program /usr/bin/cc --output ci/build.toml\n  spawnd manifest init --name local://me/tool --program /usr/bin/jq\n\nThe draft passes `spawnd manifest lint`; edit its argv templates to the commands you run."
+    )]
+    Init {
+        /// The connector's name (`scheme://owner/name`).
+        #[arg(long, value_name = "FQN")]
+        name: String,
+        /// A program it runs (absolute path); repeat for more.
+        #[arg(long = "program", value_name = "PATH", required = true)]
+        programs: Vec<PathBuf>,
+        /// Write here (never over an existing file) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Validate a manifest: errors with file:line:column and a fix; warnings for weak spots.
     #[command(
         after_help = "Example:\n  spawnd manifest lint policies/git.toml\n\nExit 0 when valid (warnings allowed), 4 when not."

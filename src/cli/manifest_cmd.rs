@@ -113,6 +113,97 @@ pub fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     ))
 }
 
+/// `manifest init`: a starting manifest for `programs`, each pinned, with
+/// one operation per program (its bare name as argv), the workspace as the
+/// read scope and its `build/` as the write scope, and the other keys
+/// commented. It is checked with the loader before it is shown or written.
+pub fn init(
+    name: &str,
+    programs: &[std::path::PathBuf],
+    output: Option<&Path>,
+) -> Result<Success, Failure> {
+    crate::manifest::Fqn::parse(name)
+        .map_err(|why| Failure::usage(format!("--name is not a valid connector name: {why}")))?;
+    let mut entries = Vec::new();
+    let mut operations = String::new();
+    for program in programs {
+        let shown = program.display().to_string();
+        if !program.is_absolute() || shown.contains('"') || shown.contains('\\') {
+            return Err(Failure::usage(format!(
+                "--program {shown}: give an absolute path"
+            )));
+        }
+        let digest = hash_path(program).map_err(|e| {
+            Failure::from_io(&e, FailureKind::Config, format!("cannot hash {shown}: {e}"))
+        })?;
+        entries.push(format!("  {{ path = \"{shown}\", hash = \"{digest}\" }},"));
+        let file_name = program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let op: String = file_name
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let op = if op.starts_with(|c: char| c.is_ascii_lowercase()) {
+            op
+        } else {
+            format!("run-{op}")
+        };
+        operations.push_str(&format!(
+            "\n[capabilities.spawn.operations.{op}]\n# The argv, fixed but for {{placeholders}}; each value stays one argument.\n# e.g. argv = \"{file_name} --output={{out}} {{input}}\", with [capabilities.spawn.operations.{op}.params.input] kind = \"path\"\nargv = \"{file_name}\"\ndescription = \"runs {file_name}\"\n"
+        ));
+    }
+    let text = format!(
+        "# A starting manifest (spawnd manifest init): edit, then `spawnd manifest lint` and `spawnd manifest explain`.\n[connector]\nname = \"{name}\"\nversion = \"0.1.0\"\n\n[capabilities.spawn]\n# The programs it may run, each pinned to its bytes (re-pin with `spawnd manifest pin`).\nprograms = [\n{}\n]\n# What the program may read, write and execute besides the system runtime.\n# {{workspace}} is the directory `spawnd run --workspace DIR` (or the operator) names.\nfs_read = [\"{{workspace}}\"]\nfs_write = [\"{{workspace}}/build\"]\n# fs_exec = [\"{{workspace}}/tools\"]\n# Where it starts: a fresh temporary directory unless set.\n# cwd = \"{{workspace}}\"\n# Env keys a caller may pass, values spawnd sets, credentials the operator binds.\n# env_passthrough = [\"CI\"]\n# env_set = {{ TZ = \"UTC\" }}\n# credential_env_keys = [\"API_TOKEN\"]\n# Exact host:port pairs it may reach (none: no network).\n# network = [\"api.example.com:443\"]\n\n[capabilities.spawn.limits]\nwall_time_ms = 300000\n{operations}",
+        entries.join("\n")
+    );
+    crate::manifest::parse_manifest("(draft)", &text, crate::manifest::LoadOptions::default())
+        .map_err(|e| Failure::internal(format!("the drafted manifest does not load: {e}")))?;
+    match output {
+        Some(path) => {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| {
+                    Failure::from_io(
+                        &e,
+                        FailureKind::Usage,
+                        format!("--output {}: {e}", path.display()),
+                    )
+                })?;
+            file.write_all(text.as_bytes()).map_err(|e| {
+                Failure::from_io(
+                    &e,
+                    FailureKind::Config,
+                    format!("write {}: {e}", path.display()),
+                )
+            })?;
+            Ok(Success::new(
+                json!({"file": path, "manifest": text}),
+                format!(
+                    "wrote {}; next: spawnd manifest lint {}",
+                    path.display(),
+                    path.display()
+                ),
+            ))
+        }
+        None => Ok(Success::new(
+            json!({"manifest": text}),
+            text.trim_end().to_string(),
+        )),
+    }
+}
+
 /// `manifest pin`: fill in or update each program's hash in every file,
 /// keeping comments and layout; with `check`, write nothing and exit 1 when
 /// a pin is missing or stale.

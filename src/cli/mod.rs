@@ -89,6 +89,7 @@ fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Check(_) => "check",
         Command::Run(_) => "run",
+        Command::Manifest(ManifestCommand::Init { .. }) => "manifest.init",
         Command::Manifest(ManifestCommand::Lint { .. }) => "manifest.lint",
         Command::Manifest(ManifestCommand::Explain { .. }) => "manifest.explain",
         Command::Manifest(ManifestCommand::Pin { .. }) => "manifest.pin",
@@ -111,6 +112,11 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
     match &cli.command {
         Command::Check(args) => check::run_check(cli, args),
         Command::Run(args) => run::run(cli, args),
+        Command::Manifest(ManifestCommand::Init {
+            name,
+            programs,
+            output,
+        }) => manifest_cmd::init(name, programs, output.as_deref()),
         Command::Manifest(ManifestCommand::Lint { file }) => manifest_cmd::lint(cli, file),
         Command::Manifest(ManifestCommand::Explain { file }) => manifest_cmd::explain(cli, file),
         Command::Manifest(ManifestCommand::Pin { files, check }) => {
