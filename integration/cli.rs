@@ -754,7 +754,15 @@ fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let spawnd = dir.path().join("spawnd");
-    std::fs::copy(env!("CARGO_BIN_EXE_spawnd"), &spawnd).unwrap();
+    // Copied by another process: a copy written by this one is open for
+    // writing while other tests fork, and executing it would fail with
+    // ETXTBSY.
+    let copied = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_spawnd"))
+        .arg(&spawnd)
+        .status()
+        .unwrap();
+    assert!(copied.success());
     let config = dir.path().join("c.toml");
     std::fs::write(
         &config,
@@ -773,6 +781,11 @@ fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
         .env("HOME", "/nonexistent")
         .output()
         .unwrap();
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let h = json_of(&out);
     assert_eq!(h["data"]["root"], false, "{h}");
     assert_eq!(h["data"]["cgroups"]["limits_via"], "rlimits", "{h}");
