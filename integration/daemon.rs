@@ -1558,3 +1558,50 @@ fn counted_refusals_reach_the_log_when_their_window_closes_and_when_the_daemon_s
         .unwrap();
     assert!(verify.status.success(), "{verify:?}");
 }
+
+/// The daemon's workspace is the operator's (`[sandbox] workspace`): a
+/// manifest anchored at `{workspace}` writes into it; a caller has no way
+/// to name another.
+#[test]
+fn the_operators_workspace_anchors_a_daemon_spawns_scopes() {
+    let w = world();
+    let dir = w.path("daemon-workspace-files");
+    let checkout = dir.join("checkout");
+    std::fs::create_dir_all(checkout.join("build")).unwrap();
+    // The program runs as nobody (a root caller's).
+    for d in [&checkout, &checkout.join("build")] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let manifest = dir.join("ws.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/ws\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/bash\" }]\nfs_write = [\"{workspace}/build\"]\ncwd = \"{workspace}/build\"\n[capabilities.spawn.operations.build]\nargv = [\"bash\", \"-c\", \"echo built > out.txt; pwd\"]\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &manifest,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let extra = format!("\n[sandbox]\nworkspace = \"{}\"\n", checkout.display());
+    let d = Daemon::start_with_manifests("workspace", &extra, &[&manifest]);
+    let mut c = d.client();
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": "local://test/ws", "op": "build"}),
+    )["handle"]
+        .clone();
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(done["exit_code"], 0, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(checkout.join("build/out.txt")).unwrap(),
+        "built\n"
+    );
+    // The caller's cwd spelled with the anchor is a path like any other,
+    // refused, never expanded.
+    let refused = c.call(
+        "spawn_op",
+        json!({"connector": "local://test/ws", "op": "build", "cwd": "{workspace}/build"}),
+    );
+    assert!(refused.get("error").is_some(), "{refused}");
+}
