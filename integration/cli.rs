@@ -839,3 +839,86 @@ fn manifest_init_drafts_a_pinned_manifest_that_lints_and_never_overwrites() {
     assert_eq!(again.status.code(), Some(2), "{again:?}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
 }
+
+/// In a rootless container (`unshare -r`: root of a user namespace that
+/// maps only the user who made it), spawnd is that one user: runs work,
+/// as it, and health says so. Root that is its parent's root alone (real
+/// root inside `unshare -r`) runs nothing, and health says why.
+#[test]
+fn a_rootless_container_runs_as_its_one_user_and_real_root_alone_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let spawnd = dir.path().join("spawnd");
+    let copied = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_spawnd"))
+        .arg(&spawnd)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let manifest = dir.path().join("m.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://t/rootless\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/id\" }]\n[capabilities.spawn.operations.id]\nargv = \"id -u\"\n",
+    )
+    .unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\npath = \"{}/audit/audit.jsonl\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let in_unshare = |as_nobody: bool, args: &[&str]| {
+        let mut c = if as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "unshare",
+                "-r",
+            ]);
+            c
+        } else {
+            let mut c = Command::new("unshare");
+            c.arg("-r");
+            c
+        };
+        c.arg(&spawnd)
+            .args(args)
+            .env_clear()
+            .env("SPAWND_CONFIG", &config)
+            .env("HOME", "/nonexistent")
+            .output()
+            .unwrap()
+    };
+    let run = [
+        "run",
+        "--json",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--op",
+        "id",
+    ];
+    let out = in_unshare(true, &run);
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    // uid 0 of its namespace: nobody on the host.
+    assert_eq!(v["data"]["stdout"]["text"], "0\n", "{v}");
+    let health = in_unshare(true, &["health", "--json"]);
+    assert_eq!(json_of(&health)["data"]["status"], "healthy");
+    let out = in_unshare(false, &run);
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(5), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("root is its parent's"),
+        "{v}"
+    );
+    let health = in_unshare(false, &["health", "--json"]);
+    assert_eq!(json_of(&health)["data"]["status"], "error");
+}

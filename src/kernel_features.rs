@@ -77,6 +77,57 @@ pub struct HealthReport {
     /// Whether spawnd runs as root here: only root can use cgroups for a
     /// sandbox's limits, so for anyone else rlimits are the expected way.
     pub root: bool,
+    /// Root of a user namespace that maps no other user, whose root is its
+    /// parent's: nothing runs ([`root_is_parents_root`]).
+    pub parents_root_alone: bool,
+}
+
+/// Whether spawnd acts as root over other users here: euid 0 in a user
+/// namespace that maps other users (the sandbox's 65534 among them) and
+/// lets groups be set. Root of a namespace that maps only itself (`unshare
+/// -r`, a rootless container) is one user, as any other: its programs run as
+/// it, limited by rlimits.
+pub fn privileged() -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    let maps = |file: &str| {
+        std::fs::read_to_string(format!("/proc/self/{file}"))
+            .map(|text| maps_id(&text, 65534))
+            .unwrap_or(false)
+    };
+    let setgroups_allowed = std::fs::read_to_string("/proc/self/setgroups")
+        .map(|s| s.trim() == "allow")
+        .unwrap_or(true);
+    maps("uid_map") && maps("gid_map") && setgroups_allowed
+}
+
+/// Whether this process's uid 0 is its parent namespace's uid 0 (the
+/// host's, when the parent is the first namespace): root of a namespace
+/// that maps only itself may be the host's root in disguise.
+pub fn root_is_parents_root() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .map(|map| {
+            map.lines().any(|line| {
+                let n: Vec<u64> = line
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                matches!(n.as_slice(), [0, 0, count] if *count >= 1)
+            })
+        })
+        .unwrap_or(true)
+}
+
+/// Whether an `id_map` text (`inside outside count` per line) maps `id`.
+fn maps_id(map: &str, id: u64) -> bool {
+    map.lines().any(|line| {
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        matches!(n.as_slice(), [inside, _, count] if id >= *inside && id - inside < *count)
+    })
 }
 
 /// Probes the kernel. `exe` is spawnd's own binary (for the userns helper).
@@ -84,7 +135,8 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
     let userns = probe_userns(exe);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let seccomp = probe_seccomp();
-    let root = nix::unistd::geteuid().is_root();
+    let root = privileged();
+    let parents_root_alone = nix::unistd::geteuid().is_root() && !root && root_is_parents_root();
     let cgroups = probe_cgroups(root);
     let audit = probe_audit(audit_path);
     let mut report = HealthReport {
@@ -100,6 +152,7 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
         cgroups,
         audit,
         root,
+        parents_root_alone,
     };
     grade(&mut report);
     report
@@ -134,6 +187,13 @@ fn grade(r: &mut HealthReport) {
         }
     };
     let reasons = &mut r.reasons;
+    if r.parents_root_alone {
+        note(
+            Status::Error,
+            "spawnd runs as root in a user namespace that maps no user but root, and that root is its parent's: programs would run as it, so nothing runs; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set".into(),
+            reasons,
+        );
+    }
     if !r.userns.available {
         note(
             Status::Error,
@@ -330,6 +390,14 @@ fn probe_audit(path: Option<&Path>) -> Layer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_map_maps_an_id_when_a_range_covers_it() {
+        assert!(maps_id("         0          0 4294967295\n", 65534));
+        assert!(!maps_id("         0       1000          1\n", 65534));
+        assert!(maps_id("0 1000 1\n1 100000 65536\n", 65534));
+        assert!(!maps_id("0 1000 1\n1 100000 65533\n", 65534));
+    }
 
     #[test]
     fn the_usual_places_agree_with_the_mount_table() {

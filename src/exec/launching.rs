@@ -132,9 +132,16 @@ impl Identity {
     /// root-owned file it can see, and chmod, utime and xattrs on them are
     /// outside Landlock's reach; it runs as `run_as`, or [`NOBODY`] when the
     /// operator set none. `run_as_everyone` makes `run_as` every caller's.
-    pub(super) fn choose(p: &Prepared) -> Identity {
+    pub(super) fn choose(p: &Prepared) -> Result<Identity, super::outcome::Failure> {
         let euid = nix::unistd::geteuid().as_raw();
-        let privileged = euid == 0;
+        let privileged = crate::kernel_features::privileged();
+        // Root of a namespace that maps no other user runs its programs as
+        // itself: refused when that root is its parent's (the host's).
+        if euid == 0 && !privileged && crate::kernel_features::root_is_parents_root() {
+            return Err(super::outcome::Failure::sandbox_unavailable(
+                "spawnd runs as root in a user namespace that maps no user but root, and that root is its parent's: a program would run as it; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set; nothing was run",
+            ));
+        }
         let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
         // Where the v1 controllers are mounted, read once per process: the
         // daemon would otherwise parse mountinfo for every spawn.
@@ -159,11 +166,11 @@ impl Identity {
         } else {
             (p.caller.uid, p.caller.gid)
         };
-        Identity {
+        Ok(Identity {
             uid,
             gid,
             privileged,
             limits_via,
-        }
+        })
     }
 }

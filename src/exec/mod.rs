@@ -153,7 +153,7 @@ fn execute_inner<'a>(
 ) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
-    let identity = Identity::choose(prepared);
+    let identity = Identity::choose(prepared)?;
     let log = open_audit(&prepared.config)?;
     let audit = SpawnAudit {
         log: &log,
