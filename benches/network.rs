@@ -84,8 +84,9 @@ struct DownloadCpu {
 /// A process whose CPU time is part of the middle party's.
 #[derive(Clone, Copy)]
 enum Watched {
-    /// Every thread of the process, each living through the transfer
-    /// (spawnd's relay among them), read one by one to the nanosecond.
+    /// Every thread of the process, read one by one to the nanosecond
+    /// (spawnd's relay among them); a thread that ends within the transfer
+    /// is not counted, so it suits a process whose threads outlive it.
     Threads(u32),
     /// The process and the children it forks per connection, running or
     /// reaped, in clock ticks (a thread or child that ends within the
@@ -93,11 +94,11 @@ enum Watched {
     Forking(u32),
 }
 
-/// The middle's CPU time at one moment: in all, and per thread of the
-/// processes read thread by thread.
+/// The middle's CPU time at one moment: the forking processes' in all,
+/// and per thread of the processes read thread by thread.
 #[derive(Default)]
 struct MiddleSample {
-    total: Duration,
+    forking: Duration,
     threads: HashMap<String, Duration>,
 }
 
@@ -110,24 +111,32 @@ impl MiddleSample {
                 };
                 for task in tasks.filter_map(|t| t.ok()) {
                     let task = format!("{pid}/task/{}", task.file_name().to_string_lossy());
-                    let cpu = thread_cpu(&task);
-                    self.total += cpu;
+                    // A thread that ended since the listing has nothing
+                    // left to read.
+                    let Some(cpu) = thread_cpu(&task) else {
+                        continue;
+                    };
                     self.threads.insert(task, cpu);
                 }
             }
-            Watched::Forking(pid) => self.total += ticks(process_tree_cpu_ticks(pid)),
+            Watched::Forking(pid) => self.forking += ticks(process_tree_cpu_ticks(pid)),
         }
     }
 
     /// What the middle spent since `start`: in all, and by the thread that
     /// spent the most (`None` when no thread was read one by one).
+    /// Each thread counts what it ran between the two samples, or since it
+    /// started when `start` did not list it.
     fn since(&self, start: &MiddleSample) -> (Duration, Option<Duration>) {
-        let busiest = self
+        let ran: Vec<Duration> = self
             .threads
             .iter()
-            .filter_map(|(task, cpu)| Some(cpu.saturating_sub(*start.threads.get(task)?)))
-            .max();
-        (self.total.saturating_sub(start.total), busiest)
+            .map(|(task, cpu)| {
+                cpu.saturating_sub(start.threads.get(task).copied().unwrap_or_default())
+            })
+            .collect();
+        let total = self.forking.saturating_sub(start.forking) + ran.iter().sum::<Duration>();
+        (total, ran.into_iter().max())
     }
 }
 
@@ -432,7 +441,7 @@ fn serve_bulk(bytes: u64, middle: Middle) -> (u16, Receiver<Transfer>) {
                 continue;
             }
             let started = Instant::now();
-            let server_start = thread_cpu("thread-self");
+            let server_start = own_thread_cpu();
             let middle_start = middle.sample();
             let machine_start = machine_busy_ticks();
             let mut left = bytes;
@@ -448,7 +457,7 @@ fn serve_bulk(bytes: u64, middle: Middle) -> (u16, Receiver<Transfer>) {
             let (middle, middle_thread) = middle.sample().since(&middle_start);
             let transfer = Transfer {
                 wall: started.elapsed(),
-                server: thread_cpu("thread-self").saturating_sub(server_start),
+                server: own_thread_cpu().saturating_sub(server_start),
                 middle,
                 machine: ticks(machine_busy_ticks().saturating_sub(machine_start)),
                 middle_thread,
@@ -472,16 +481,17 @@ fn ticks(n: u64) -> Duration {
 
 /// The CPU time of one thread (`/proc/TASK/schedstat`'s first field, the
 /// time it has run, which `/proc/TASK/stat` splits into user and system
-/// time): `task` is `thread-self` or `PID/task/TID`.
-fn thread_cpu(task: &str) -> Duration {
-    let path = format!("/proc/{task}/schedstat");
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let ns = text
-        .split_whitespace()
-        .next()
-        .and_then(|ns| ns.parse().ok())
-        .unwrap_or_else(|| panic!("{path}: no run time in {text:?}"));
-    Duration::from_nanos(ns)
+/// time): `task` is `thread-self` or `PID/task/TID`. `None` once the
+/// thread has ended.
+fn thread_cpu(task: &str) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{task}/schedstat")).ok()?;
+    let ns = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+/// The CPU time of the calling thread.
+fn own_thread_cpu() -> Duration {
+    thread_cpu("thread-self").expect("/proc/thread-self/schedstat")
 }
 
 /// The fields of a `/proc/.../stat` line after the command name, which may
