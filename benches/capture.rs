@@ -7,8 +7,6 @@
 //!
 //! Run: `scripts/bench` (everything) or `cargo bench --bench capture`.
 
-use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -105,9 +103,5 @@ fn main() {
         ));
     }
     println!("{table}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-capture.md");
-    if let Ok(mut f) = std::fs::File::create(&out) {
-        let _ = f.write_all(table.as_bytes());
-        eprintln!("written to {}", out.display());
-    }
+    support::write_table("capture", &table);
 }

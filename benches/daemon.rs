@@ -227,11 +227,7 @@ fn main() {
         idle_spawner as f64 / 1024.0,
     );
     println!("{table}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-daemon.md");
-    if let Ok(mut f) = std::fs::File::create(&out) {
-        let _ = f.write_all(table.as_bytes());
-        eprintln!("written to {}", out.display());
-    }
+    support::write_table("daemon", &table);
     for w in wrong.iter().take(5) {
         eprintln!("wrong: {w}");
     }

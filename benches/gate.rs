@@ -6,6 +6,8 @@
 //!
 //! Run: `cargo bench --bench gate` (or `scripts/bench-gate`).
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
@@ -197,11 +199,7 @@ fn main() {
         "| coreutils sha256sum (baseline) | {coreutils:.2} GiB/s | 1.00× |\n"
     ));
     println!("{table}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-gate.md");
-    if let Ok(mut f) = std::fs::File::create(&out) {
-        let _ = f.write_all(table.as_bytes());
-        eprintln!("written to {}", out.display());
-    }
+    support::write_table("gate", &table);
 }
 
 /// GiB hashed, our GiB/s and sha256sum's GiB/s (best of 3 each, interleaved).

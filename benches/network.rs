@@ -289,11 +289,7 @@ fn main() {
     table.push('\n');
     table.push_str(&cpu_table(&ways, bytes));
     println!("{table}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-network.md");
-    if let Ok(mut f) = std::fs::File::create(&out) {
-        let _ = f.write_all(table.as_bytes());
-        eprintln!("written to {}", out.display());
-    }
+    support::write_table("network", &table);
 }
 
 impl Way {

@@ -8,8 +8,6 @@
 //! `cargo bench --bench spawn` with bwrap on PATH. Set SPAWND_BENCH_N to change
 //! the count.
 
-use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -247,9 +245,5 @@ fn main() {
         ));
     }
     println!("{table}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-spawn.md");
-    if let Ok(mut f) = std::fs::File::create(&out) {
-        let _ = f.write_all(table.as_bytes());
-        eprintln!("written to {}", out.display());
-    }
+    support::write_table("spawn", &table);
 }

@@ -1,6 +1,6 @@
 //! Shared by the benchmarks: a `spawnd serve` with a two-operation manifest
-//! (`/usr/bin/true`, `/usr/bin/echo TOKEN`), a JSON-RPC client, percentiles
-//! and RSS readings.
+//! (`/usr/bin/true`, `/usr/bin/echo TOKEN`), a JSON-RPC client, percentiles,
+//! RSS readings, and writing a bench's table where `scripts/bench` reads it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -174,4 +174,17 @@ pub fn start_daemon(dir: &Path) -> (Child, PathBuf) {
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, socket)
+}
+
+/// Writes a bench's Markdown table to `target/bench-NAME.md` in the source
+/// tree, where `scripts/bench` collects it (the directory is made when the
+/// build's target directory is elsewhere); a table that cannot be written
+/// stops the bench.
+pub fn write_table(name: &str, table: &str) {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/bench-{name}.md"));
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    }
+    std::fs::write(&out, table).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+    eprintln!("written to {}", out.display());
 }
