@@ -916,9 +916,29 @@ fn a_rootless_container_runs_as_its_one_user_and_real_root_alone_runs_nothing() 
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("root is its parent's"),
+            .contains("its parent namespace's root"),
         "{v}"
     );
     let health = in_unshare(false, &["health", "--json"]);
     assert_eq!(json_of(&health)["data"]["status"], "error");
+    // The host's root under another name (uid 1000 of a namespace whose
+    // 1000 is its parent's 0) runs nothing either.
+    let out = Command::new("unshare")
+        .args(["-U", "--map-user=1000", "--map-group=1000"])
+        .arg(&spawnd)
+        .args(run)
+        .env_clear()
+        .env("SPAWND_CONFIG", &config)
+        .env("HOME", "/nonexistent")
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(5), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its parent namespace's root"),
+        "{v}"
+    );
 }

@@ -77,8 +77,8 @@ pub struct HealthReport {
     /// Whether spawnd runs as root here: only root can use cgroups for a
     /// sandbox's limits, so for anyone else rlimits are the expected way.
     pub root: bool,
-    /// Root of a user namespace that maps no other user, whose root is its
-    /// parent's: nothing runs ([`root_is_parents_root`]).
+    /// spawnd runs as its parent namespace's root without root's powers
+    /// over other users here: nothing runs ([`runs_as_parents_root`]).
     pub parents_root_alone: bool,
 }
 
@@ -102,21 +102,32 @@ pub fn privileged() -> bool {
     maps("uid_map") && maps("gid_map") && setgroups_allowed
 }
 
-/// Whether this process's uid 0 is its parent namespace's uid 0 (the
-/// host's, when the parent is the first namespace): root of a namespace
-/// that maps only itself may be the host's root in disguise.
-pub fn root_is_parents_root() -> bool {
+/// Whether this process's effective uid is its parent namespace's uid 0
+/// (the host's, when the parent is the first namespace), whatever it is
+/// called here: a namespace can map any of its uids to its parent's root.
+/// An unreadable map counts as yes.
+pub fn runs_as_parents_root() -> bool {
+    let euid = u64::from(nix::unistd::geteuid().as_raw());
     std::fs::read_to_string("/proc/self/uid_map")
-        .map(|map| {
-            map.lines().any(|line| {
-                let n: Vec<u64> = line
-                    .split_whitespace()
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                matches!(n.as_slice(), [0, 0, count] if *count >= 1)
-            })
-        })
+        .map(|map| outside_id(&map, euid) == Some(0))
         .unwrap_or(true)
+}
+
+/// The parent namespace's id for `id`, by an `id_map` text (`inside
+/// outside count` per line).
+fn outside_id(map: &str, id: u64) -> Option<u64> {
+    map.lines().find_map(|line| {
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        match n.as_slice() {
+            [inside, outside, count] if id >= *inside && id - inside < *count => {
+                Some(outside + (id - inside))
+            }
+            _ => None,
+        }
+    })
 }
 
 /// Whether an `id_map` text (`inside outside count` per line) maps `id`.
@@ -136,7 +147,7 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let seccomp = probe_seccomp();
     let root = privileged();
-    let parents_root_alone = nix::unistd::geteuid().is_root() && !root && root_is_parents_root();
+    let parents_root_alone = !root && runs_as_parents_root();
     let cgroups = probe_cgroups(root);
     let audit = probe_audit(audit_path);
     let mut report = HealthReport {
@@ -190,7 +201,7 @@ fn grade(r: &mut HealthReport) {
     if r.parents_root_alone {
         note(
             Status::Error,
-            "spawnd runs as root in a user namespace that maps no user but root, and that root is its parent's: programs would run as it, so nothing runs; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set".into(),
+            "spawnd runs as its parent namespace's root (the host's, seen from the first namespace) in a user namespace that maps no other user: programs would run as it, so nothing runs; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set".into(),
             reasons,
         );
     }
@@ -397,6 +408,16 @@ mod tests {
         assert!(!maps_id("         0       1000          1\n", 65534));
         assert!(maps_id("0 1000 1\n1 100000 65536\n", 65534));
         assert!(!maps_id("0 1000 1\n1 100000 65533\n", 65534));
+    }
+
+    #[test]
+    fn any_uid_can_stand_for_the_parents_root() {
+        assert_eq!(outside_id("0 0 1\n", 0), Some(0));
+        assert_eq!(outside_id("1000 0 1\n", 1000), Some(0));
+        assert_eq!(outside_id("0 100000 1\n1 0 1\n", 1), Some(0));
+        assert_eq!(outside_id("0 1000 1\n", 0), Some(1000));
+        assert_eq!(outside_id("0 0 4294967295\n", 65534), Some(65534));
+        assert_eq!(outside_id("0 1000 1\n", 5), None);
     }
 
     #[test]

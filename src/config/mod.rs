@@ -216,9 +216,15 @@ pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
     "/bin",
     "/sbin",
     "/etc/ld.so.cache",
-    "/etc/ssl",
+    // Certificates and TLS configuration, never the directories beside
+    // them that hold private keys (`/etc/ssl/private`,
+    // `/etc/pki/entitlement`, `/etc/pki/tls/private`).
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
     "/etc/ca-certificates",
-    "/etc/pki",
+    "/etc/pki/tls/certs",
+    "/etc/pki/tls/openssl.cnf",
+    "/etc/pki/ca-trust",
     "/etc/alternatives",
     "/etc/localtime",
     "/etc/timezone",

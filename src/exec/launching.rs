@@ -135,11 +135,12 @@ impl Identity {
     pub(super) fn choose(p: &Prepared) -> Result<Identity, super::outcome::Failure> {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = crate::kernel_features::privileged();
-        // Root of a namespace that maps no other user runs its programs as
-        // itself: refused when that root is its parent's (the host's).
-        if euid == 0 && !privileged && crate::kernel_features::root_is_parents_root() {
+        // Without root's powers over other users, a program runs as
+        // spawnd's own uid: refused when that uid is the parent
+        // namespace's root (the host's), whatever it is called here.
+        if !privileged && crate::kernel_features::runs_as_parents_root() {
             return Err(super::outcome::Failure::sandbox_unavailable(
-                "spawnd runs as root in a user namespace that maps no user but root, and that root is its parent's: a program would run as it; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set; nothing was run",
+                "spawnd runs as its parent namespace's root (the host's, seen from the first namespace) in a user namespace that maps no other user: a program would run as it; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set; nothing was run",
             ));
         }
         let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
