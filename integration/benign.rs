@@ -515,6 +515,59 @@ fn workspace_anchored_scopes_follow_the_checkout(who: As) {
     );
 }
 
+/// A reader of spawnd's output that stops reading cannot keep the wall
+/// time (or Ctrl-C) from ending the run: `yes` under a 2 s limit, its
+/// spawnd's stdout a pipe nobody reads, ends with 124 in seconds, and
+/// nothing of the sandbox is left.
+#[test]
+fn a_stalled_reader_of_the_live_view_does_not_stop_the_wall_time() {
+    let w = world();
+    let mut child = Command::new(&w.spawnd)
+        .env("SPAWND_CONFIG", w.config(As::Root))
+        .args(["run", "--manifest"])
+        .arg(&w.manifest)
+        .args([
+            "--op",
+            "sh",
+            "--arg",
+            "script=exec yes spawnd-stalled-reader",
+            "--timeout",
+            "2s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The pipe is held open and never read.
+    let _unread = child.stdout.take();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("spawnd did not end with its reader stalled");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(124));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let left = Command::new("pgrep")
+        .args(["-f", "yes spawnd-stalled-reader"])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "left running: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
+
 /// `--json --live`: the result on stdout stays pure JSON, and the program's
 /// output streams to stderr as it arrives (a CI log shows progress, a
 /// script parses the result).

@@ -13,7 +13,7 @@ use crate::exec::{execute, Execution, Pump};
 use crate::policy::Access;
 use crate::sandbox::launch::StdinSource;
 use crate::spawner::Spawner;
-use crate::supervise::{LiveOnStderr, LiveOutput, Terminal};
+use crate::supervise::{LiveOutput, LiveView};
 
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
@@ -49,8 +49,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
 /// `--json`; spawnd's stderr with `--json --live`; nowhere else.
 pub(super) fn live_output(json: bool, live: bool) -> Option<Box<dyn LiveOutput + Send>> {
     match (json, live) {
-        (false, _) => Some(Box::new(Terminal)),
-        (true, true) => Some(Box::new(LiveOnStderr)),
+        (false, _) => Some(Box::new(LiveView::terminal())),
+        (true, true) => Some(Box::new(LiveView::on_stderr())),
         (true, false) => None,
     }
 }

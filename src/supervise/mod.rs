@@ -5,7 +5,7 @@
 //! init, which forwards it, then SIGKILL, which ends the whole pid namespace),
 //! and SIGINT/SIGTERM/SIGHUP to spawnd itself turned into killing the sandbox.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,11 @@ use crate::sandbox::cgroup::SpawnCgroup;
 use crate::sandbox::launch::Running;
 use crate::sys::wait_with_usage;
 
+mod live;
 pub mod redact;
 mod status;
 mod stream;
+pub use live::{LiveView, LIVE_PAST_CAP};
 use status::parse_status;
 pub use status::Applied;
 use stream::{drain, read_some, Stream, FIRST_CHUNK};
@@ -202,42 +204,6 @@ pub trait LiveOutput {
     /// Output past the stream's cap, which the result does not keep
     /// (redacted all the same): a terminal shows it, a buffer drops it.
     fn past_cap(&mut self, _which: u8, _bytes: &[u8]) {}
-}
-
-/// Forwards output to spawnd's own stdout and stderr (`spawnd run` without `--json`).
-pub struct Terminal;
-
-/// A terminal shows the whole live log: the caps bound what the result
-/// keeps, not what a person watching sees.
-impl LiveOutput for Terminal {
-    fn chunk(&mut self, which: u8, kept: &[u8]) {
-        let _ = if which == 0 {
-            let mut out = std::io::stdout();
-            out.write_all(kept).and_then(|()| out.flush())
-        } else {
-            let mut err = std::io::stderr();
-            err.write_all(kept).and_then(|()| err.flush())
-        };
-    }
-
-    fn past_cap(&mut self, which: u8, bytes: &[u8]) {
-        self.chunk(which, bytes);
-    }
-}
-
-/// Forwards both of the program's streams to spawnd's stderr, whole
-/// (`spawnd run --json --live`: stdout is the JSON result's).
-pub struct LiveOnStderr;
-
-impl LiveOutput for LiveOnStderr {
-    fn chunk(&mut self, _which: u8, kept: &[u8]) {
-        let mut err = std::io::stderr();
-        let _ = err.write_all(kept).and_then(|()| err.flush());
-    }
-
-    fn past_cap(&mut self, which: u8, bytes: &[u8]) {
-        self.chunk(which, bytes);
-    }
 }
 
 /// One captured stream.

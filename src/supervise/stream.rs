@@ -110,6 +110,12 @@ pub(super) fn read_some(fd: Option<&OwnedFd>, buf: &mut Vec<u8>, into: &mut Vec<
     }
 }
 
+/// Reads one drain takes at most before supervision looks at its clock and
+/// its signals again: a program that writes faster than it is read keeps
+/// its pipe always ready, and must not keep the wall time from being
+/// enforced.
+const MAX_READS_PER_DRAIN: usize = 16;
+
 /// Hands released output to the live sink: what was kept, and what was
 /// past the cap.
 fn forward(
@@ -126,7 +132,8 @@ fn forward(
     }
 }
 
-/// Reads what the pipe holds now, keeps it and forwards it live; at the end
+/// Reads what the pipe holds now (at most [`MAX_READS_PER_DRAIN`] reads),
+/// keeps it and forwards it live; at the end
 /// of the stream, flushes what the redactor held back and drops the pipe.
 pub(super) fn drain(
     stream: &mut Stream,
@@ -135,7 +142,7 @@ pub(super) fn drain(
     live: &mut Option<Box<dyn LiveOutput + Send>>,
 ) {
     let Some(fd) = stream.fd.take() else { return };
-    loop {
+    for _ in 0..MAX_READS_PER_DRAIN {
         match nix::unistd::read(&fd, buf) {
             Ok(0) => {
                 forward(live, which, stream.end());
@@ -153,6 +160,8 @@ pub(super) fn drain(
             Err(_) => return,
         }
     }
+    // More may be waiting: the next round of supervision reads on.
+    stream.fd = Some(fd);
 }
 
 #[cfg(test)]
