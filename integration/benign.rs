@@ -568,6 +568,39 @@ fn a_stalled_reader_of_the_live_view_does_not_stop_the_wall_time() {
     );
 }
 
+/// A manifest carried in the checkout it writes into could be rewritten by
+/// its own program for the next run: a write scope that holds the
+/// manifest (or the config, or the audit log's directory) runs nothing,
+/// and the manifest on the host is unchanged.
+#[test]
+fn a_write_scope_holding_its_own_manifest_runs_nothing() {
+    let w = world();
+    let checkout = w.path("rw/self-policy");
+    std::fs::create_dir_all(&checkout).unwrap();
+    let manifest = checkout.join("build.toml");
+    let text = "[connector]\nname = \"local://test/self-policy\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/bash\" }]\nfs_write = [\"{workspace}\"]\n[capabilities.spawn.operations.build]\nargv = [\"bash\", \"-c\", \"echo 'fs_write = [\\\"/\\\"]' >> {workspace_file}\"]\n";
+    let text = text.replace("{workspace_file}", &manifest.display().to_string());
+    std::fs::write(&manifest, &text).unwrap();
+    let out = Command::new(&w.spawnd)
+        .env("SPAWND_CONFIG", w.config(As::Root))
+        .args(["run", "--json", "--manifest"])
+        .arg(&manifest)
+        .args(["--op", "build", "--workspace"])
+        .arg(&checkout)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(4), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holds the manifest"),
+        "{v}"
+    );
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), text);
+}
+
 /// `--json --live`: the result on stdout stays pure JSON, and the program's
 /// output streams to stderr as it arrives (a CI log shows progress, a
 /// script parses the result).

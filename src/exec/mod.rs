@@ -274,6 +274,7 @@ fn prepare_sandbox(
     if landlock_abi < required {
         return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
+    check_policy_outside_write_scopes(prepared, plan).map_err(unstarted)?;
     let mut spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
         .map_err(|e| unstarted(Failure::config(e.to_string())))?;
     add_runtime_files(&mut spec, &identity.runtime());
@@ -502,6 +503,46 @@ fn supervise_released<'s>(
 struct Supervised {
     outcome: Outcome,
     network: Option<Value>,
+}
+
+/// No write scope may hold what decides what runs and what records it:
+/// the manifest, the config, the audit log's directory. A program could
+/// otherwise rewrite its own policy for the next run (a manifest carried
+/// in the checkout it builds, say), or the trail. Paths are compared as
+/// the host resolves them now; a write scope still to be made is compared
+/// as written.
+fn check_policy_outside_write_scopes(prepared: &Prepared, plan: &SpawnPlan) -> Result<(), Failure> {
+    let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let manifest = std::path::PathBuf::from(&prepared.manifest.source);
+    let audit_dir = prepared
+        .config
+        .audit
+        .path
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map(std::path::Path::to_path_buf);
+    let guarded = [
+        ("the manifest", Some(manifest)),
+        ("the config", prepared.config.source.clone()),
+        ("the audit log's directory", audit_dir),
+    ];
+    for scope in &plan.fs.write {
+        let scope_real = real(scope);
+        for (what, path) in &guarded {
+            let Some(path) = path.as_deref().filter(|p| p.is_absolute() || p.exists()) else {
+                continue;
+            };
+            let path_real = real(path);
+            if path_real.starts_with(&scope_real) {
+                return Err(Failure::config(format!(
+                    "fs_write {} holds {what} ({}): the program could rewrite it for the next run; keep it outside the write scopes (a manifest carried in a checkout, say, beside the scopes it names rather than inside them); nothing was run",
+                    scope.display(),
+                    path_real.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where the spawn's time went, from the gate to init's teardown: logged

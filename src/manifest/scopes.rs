@@ -183,12 +183,12 @@ pub(super) fn check_broad_scopes(c: &mut Checker, read: &[ScopePath], write: &[S
 /// program could move a directory above it away (`rename(".git",
 /// ".git-moved")`) and create its own files at the declared path on the
 /// host. Compared in the form written (absolute with absolute, `~/` with
-/// `~/`); the spawn-time check (`crate::sandbox::spec`) compares the
+/// `~/`, `{workspace}/` with `{workspace}/`); the spawn-time check (`crate::sandbox::spec`) compares the
 /// expanded paths, so a mix of the two forms is caught there.
 pub(super) fn check_nested_scopes(c: &mut Checker, s: &RawSpawn, write: &[ScopePath]) {
     for (field, paths) in [("fs_read", &s.fs_read), ("fs_exec", &s.fs_exec)] {
         for spanned in paths {
-            let Ok(inner) = ScopePath::parse(spanned.get_ref()) else {
+            let Ok(inner) = ScopePath::parse_scope(spanned.get_ref()) else {
                 continue;
             };
             if let Some(outer) = write.iter().find(|w| inner.lies_inside(w)) {

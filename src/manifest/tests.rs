@@ -438,4 +438,10 @@ fn scopes_and_the_cwd_may_be_anchored_at_the_workspace_and_nothing_else_may() {
     assert!(load(&spawn("unix_sockets = [\"{workspace}/s.sock\"]", tool)).is_err());
     assert!(load(&spawn("fs_read = [\"{home}/x\"]", tool)).is_err());
     assert!(load(&spawn("fs_read = [\"{workspace}/../x\"]", tool)).is_err());
+    // A read scope inside a write scope, both at the workspace.
+    assert!(load(&spawn(
+        "fs_read = [\"{workspace}/.git\"]\nfs_write = [\"{workspace}\"]",
+        tool
+    ))
+    .is_err());
 }

@@ -263,14 +263,14 @@ pub(super) fn rlimits(
     v
 }
 
-/// The address space a process may map without a memory cgroup: 16 times
-/// its memory limit, and at least 8 GiB. `RLIMIT_DATA` bounds the memory a
-/// program writes (its heap and private mappings) at the limit itself;
-/// runtimes such as V8 and the JVM reserve gigabytes of address space they
-/// never touch, which a bound at the limit itself refuses at start-up.
-/// This one bounds what `RLIMIT_DATA` does not count, shared mappings.
+/// The address space a process may map without a memory cgroup: its
+/// memory limit and 4 GiB more. `RLIMIT_DATA` bounds the memory a program
+/// writes (its heap and private mappings) at the limit itself; runtimes
+/// such as V8 and the JVM reserve gigabytes of address space they never
+/// touch, which a bound at the limit itself refuses at start-up. This one
+/// bounds what `RLIMIT_DATA` does not count, shared mappings, per process.
 pub fn address_space_bound(max_memory_bytes: u64) -> u64 {
-    max_memory_bytes.saturating_mul(16).max(8 << 30)
+    max_memory_bytes.saturating_add(4 << 30)
 }
 
 /// Writes `/proc/PID/{uid_map,setgroups,gid_map}`. Root maps 0 too, so init
