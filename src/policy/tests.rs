@@ -421,11 +421,11 @@ fn workspace_scopes_expand_against_the_named_workspace_and_are_refused_without_o
     let text = M0
         .replace(
             "fs_read = [\"~/code/\"]",
-            "fs_read = [\"{workspace}/src\"]\ncwd = \"{workspace}\"",
+            "fs_read = [\"{workspace}/src\"]\ncwd = \"{workspace}/build\"",
         )
         .replace(
             "fs_write = [\"~/.cache/aileron/gitcrawl/\"]",
-            "fs_write = [\"{workspace}\"]",
+            "fs_write = [\"{workspace}/build\"]",
         );
     let m = manifest(&text);
     let name = m.connector.name.to_string();
@@ -462,8 +462,8 @@ fn workspace_scopes_expand_against_the_named_workspace_and_are_refused_without_o
     let p = decide_as(Some("/ci/checkout"));
     let plan = allowed(&p);
     assert_eq!(plan.fs.read, [PathBuf::from("/ci/checkout/src")]);
-    assert_eq!(plan.fs.write, [PathBuf::from("/ci/checkout")]);
-    assert_eq!(plan.cwd, CwdPlan::Dir(PathBuf::from("/ci/checkout")));
+    assert_eq!(plan.fs.write, [PathBuf::from("/ci/checkout/build")]);
+    assert_eq!(plan.cwd, CwdPlan::Dir(PathBuf::from("/ci/checkout/build")));
     // A workspace that puts a write scope on a system path is refused
     // like a home that does.
     let d = decide_as(Some("/usr/local"));
