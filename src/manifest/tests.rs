@@ -214,7 +214,9 @@ fn i20_to_i25_output_limits_resolve_and_are_bounded() {
 
 #[test]
 fn wall_time_ceiling_follows_the_operator() {
-    assert!(limits_of("wall_time_ms = 600000")
+    // The built-in ceiling is an hour.
+    assert!(limits_of("wall_time_ms = 3600000").is_ok());
+    assert!(limits_of("wall_time_ms = 3600001")
         .unwrap_err()
         .mentions("exceeds the maximum"));
     let text = good_spawn(
@@ -223,6 +225,15 @@ fn wall_time_ceiling_follows_the_operator() {
         ENV,
         "[capabilities.spawn.limits]\nwall_time_ms = 600000\n",
     );
+    // An operator's lower ceiling binds.
+    let lowered = parse_manifest(
+        "m",
+        &text,
+        LoadOptions {
+            max_wall_time_ms: 300_000,
+        },
+    );
+    assert!(lowered.is_err());
     let m = parse_manifest(
         "m",
         &text,
