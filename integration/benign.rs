@@ -289,16 +289,8 @@ fn jit_runtimes_start_under_the_default_limits(who: As) {
         "[connector]\nname = \"local://test/java\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/java\" }]\n[capabilities.spawn.operations.version]\nargv = \"java -version\"\n",
     )
     .unwrap();
-    let out = who
-        .spawnd_run(&w.spawnd)
-        .args(["--json", "--manifest"])
-        .arg(&manifest)
-        .args(["--op", "version", "--config"])
-        .arg(w.config(who))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .current_dir(&w.dir)
-        .stdin(std::process::Stdio::null())
+    let out = w
+        .command_for(who, &manifest, "version", &[], &[])
         .output()
         .unwrap();
     let data = result(&out);
@@ -465,16 +457,7 @@ fn workspace_anchored_scopes_follow_the_checkout(who: As) {
     )
     .unwrap();
     let run = |extra: &[&str]| {
-        who.spawnd_run(&w.spawnd)
-            .args(["--json", "--manifest"])
-            .arg(&manifest)
-            .args(["--op", "build", "--config"])
-            .arg(w.config(who))
-            .args(extra)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .current_dir(&w.dir)
-            .stdin(std::process::Stdio::null())
+        w.command_for(who, &manifest, "build", &[], extra)
             .output()
             .unwrap()
     };

@@ -746,17 +746,14 @@ fn a_wildcard_grant_is_a_lint_error_at_its_line_and_column() {
     );
 }
 
-/// For an unprivileged user rlimits are how every run is limited, so a
-/// machine where such runs work is healthy for that user (as root, a
-/// missing cgroup controller is a degradation).
-#[test]
-fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
+/// A directory any user may use, holding a copy of spawnd and a config
+/// whose audit log lies inside it. The copy is written by another process:
+/// a copy written by this one is open for writing while other tests fork,
+/// and executing it would fail with ETXTBSY.
+fn reachable_by_anyone() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let spawnd = dir.path().join("spawnd");
-    // Copied by another process: a copy written by this one is open for
-    // writing while other tests fork, and executing it would fail with
-    // ETXTBSY.
     let copied = Command::new("cp")
         .arg(env!("CARGO_BIN_EXE_spawnd"))
         .arg(&spawnd)
@@ -772,6 +769,15 @@ fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
         ),
     )
     .unwrap();
+    (dir, spawnd, config)
+}
+
+/// For an unprivileged user rlimits are how every run is limited, so a
+/// machine where such runs work is healthy for that user (as root, a
+/// missing cgroup controller is a degradation).
+#[test]
+fn health_as_an_unprivileged_user_with_a_writable_audit_location_is_healthy() {
+    let (_dir, spawnd, config) = reachable_by_anyone();
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&spawnd)
@@ -842,32 +848,16 @@ fn manifest_init_drafts_a_pinned_manifest_that_lints_and_never_overwrites() {
 
 /// In a rootless container (`unshare -r`: root of a user namespace that
 /// maps only the user who made it), spawnd is that one user: runs work,
-/// as it, and health says so. Root that is its parent's root alone (real
-/// root inside `unshare -r`) runs nothing, and health says why.
+/// as it, and health says so. spawnd running as its parent's root without
+/// power over other users (real root inside `unshare -r`, or under
+/// another uid) runs nothing, and health says why.
 #[test]
 fn a_rootless_container_runs_as_its_one_user_and_real_root_alone_runs_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let spawnd = dir.path().join("spawnd");
-    let copied = Command::new("cp")
-        .arg(env!("CARGO_BIN_EXE_spawnd"))
-        .arg(&spawnd)
-        .status()
-        .unwrap();
-    assert!(copied.success());
+    let (dir, spawnd, config) = reachable_by_anyone();
     let manifest = dir.path().join("m.toml");
     std::fs::write(
         &manifest,
         "[connector]\nname = \"local://t/rootless\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/id\" }]\n[capabilities.spawn.operations.id]\nargv = \"id -u\"\n",
-    )
-    .unwrap();
-    let config = dir.path().join("c.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[audit]\npath = \"{}/audit/audit.jsonl\"\n",
-            dir.path().display()
-        ),
     )
     .unwrap();
     let in_unshare = |as_nobody: bool, args: &[&str]| {

@@ -183,9 +183,21 @@ impl World {
     }
 
     pub fn command(&self, who: As, op: &str, args: &[(&str, &str)], extra: &[&str]) -> Command {
+        self.command_for(who, &self.manifest, op, args, extra)
+    }
+
+    /// [`World::command`] with another manifest.
+    pub fn command_for(
+        &self,
+        who: As,
+        manifest: &Path,
+        op: &str,
+        args: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Command {
         let mut cmd = who.spawnd_run(&self.spawnd);
         cmd.args(["--json", "--manifest"])
-            .arg(&self.manifest)
+            .arg(manifest)
             .args(["--op", op]);
         if !extra.contains(&"--config") {
             cmd.arg("--config").arg(self.config(who));
