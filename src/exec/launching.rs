@@ -115,10 +115,17 @@ impl Identity {
     /// The identity as the sandbox's `/etc/passwd` and `/etc/group` name
     /// it: the host's names for its ids when they are plain, else `user`
     /// and `group`.
+    /// Root and nobody have fixed lines there: the password database is
+    /// read (once per spawn) only for another identity.
     pub(super) fn runtime(&self) -> RuntimeIdentity {
         use nix::unistd::{Gid, Group, Uid, User};
-        let user = User::from_uid(Uid::from_raw(self.uid)).ok().flatten();
-        let group = Group::from_gid(Gid::from_raw(self.gid)).ok().flatten();
+        let named = |id: u32, nobody: u32| id != 0 && id != nobody;
+        let user = named(self.uid, NOBODY.0)
+            .then(|| User::from_uid(Uid::from_raw(self.uid)).ok().flatten())
+            .flatten();
+        let group = named(self.gid, NOBODY.1)
+            .then(|| Group::from_gid(Gid::from_raw(self.gid)).ok().flatten())
+            .flatten();
         RuntimeIdentity {
             uid: self.uid,
             gid: self.gid,
