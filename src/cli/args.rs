@@ -314,6 +314,11 @@ pub struct RunArgs {
     /// (without --json, output is always live).
     #[arg(long)]
     pub live: bool,
+    /// Watch the program's file calls and the calls the seccomp filter
+    /// refuses, and say after the run what the sandbox refused, which layer
+    /// refused it, and what manifest key would grant it (`trace` in --json)
+    #[arg(long, conflicts_with = "socket")]
+    pub trace: bool,
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.

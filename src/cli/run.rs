@@ -42,6 +42,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         on_started: None,
         signals_end_the_run: true,
         on_notice: &print_notice,
+        trace: args.trace,
     })
 }
 

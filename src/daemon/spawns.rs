@@ -289,6 +289,7 @@ fn run_job(job: Job) {
         spawner: Some(&spawner),
         signals_end_the_run: false,
         on_notice: &log_notice,
+        trace: false,
         on_started: Some(Box::new(move |_audit_id: &str, pidfd: Option<OwnedFd>| {
             mark_started(&started_handle, started_ref, pidfd)
         })),

@@ -11,6 +11,8 @@ use crate::kernel_features::v1_controller_mounts;
 use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
+use crate::sandbox::seccomp::Policy;
+use crate::sandbox::trace::Tracer;
 use crate::sandbox::spec::{account_name, RuntimeIdentity};
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
 use crate::supervise::Watched;
@@ -58,20 +60,35 @@ impl<'s> Launching<'s> {
     /// Releases the program; for a remote sandbox, also a pidfd for its init.
     /// The listeners of a sandbox with network grants go to `serve` first:
     /// if it cannot serve them, the sandbox is killed unreleased.
+    /// A traced sandbox's tracer starts before the release, answering
+    /// by `answers`.
     pub(super) fn start_program<T>(
         self,
         serve: impl FnOnce(Option<Listeners>) -> Result<T, String>,
+        answers: Option<Policy>,
     ) -> Result<(Released<'s>, T), String> {
         match self {
             Launching::Local(launched) => {
                 let mut launched = launched.map_err(|e| e.to_string())?;
                 let served = serve(launched.take_listeners())?;
+                let tracer = match (launched.take_tracer_channel(), answers) {
+                    (Some(channel), Some(policy)) => Some(
+                        Tracer::start(channel, policy)
+                            .map_err(|e| format!("start the tracer: {e}"))?,
+                    ),
+                    (None, None) => None,
+                    _ => return Err("a traced sandbox without its tracer's channel".into()),
+                };
                 let running = launched.start_program().map_err(|e| e.to_string())?;
                 let released = Released {
                     running: Watched::from(running),
                     pidfd: None,
+                    tracer,
                 };
                 Ok((released, served))
+            }
+            Launching::Remote { .. } if answers.is_some() => {
+                Err("tracing runs in spawnd's own process, not through a spawner".into())
             }
             Launching::Remote { pending, begun } => {
                 let mut launched = pending
@@ -84,6 +101,7 @@ impl<'s> Launching<'s> {
                 let released = Released {
                     running: s.into_watched(begun, built, std::time::Instant::now()),
                     pidfd,
+                    tracer: None,
                 };
                 Ok((released, served))
             }
@@ -97,6 +115,8 @@ pub(super) struct Released<'s> {
     pub(super) running: Watched<'s>,
     /// A pidfd for its init (a spawner's sandbox).
     pub(super) pidfd: Option<OwnedFd>,
+    /// A traced sandbox's tracer, answering already.
+    pub(super) tracer: Option<Tracer>,
 }
 
 /// The identity a root caller's program runs as when `[sandbox] run_as` is

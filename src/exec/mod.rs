@@ -11,6 +11,7 @@ mod notice;
 mod outcome;
 mod prepared;
 mod records;
+mod refusals;
 mod report;
 
 use std::os::fd::OwnedFd;
@@ -23,6 +24,7 @@ pub use notice::{Notice, OnNotice};
 pub use outcome::{denial_failure, Failure, FailureKind, Success};
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
+pub use refusals::{describe as describe_refusal, Refusal};
 pub use report::conclude;
 
 use egress::{Egress, NetAudit};
@@ -41,8 +43,9 @@ use crate::sandbox::as_caller::CallerCreds;
 use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
-use crate::sandbox::seccomp::{filter_for, FilterOptions};
+use crate::sandbox::seccomp::{filter_for, policy_for, traced_filter_for, FilterOptions, Policy};
 use crate::sandbox::spec::{add_runtime_files, build_spec, HostKind, SandboxSpec};
+use crate::sandbox::trace::{Trace, Tracer};
 use crate::spawner::Spawner;
 use crate::supervise::{
     supervise_to_report, Leaving, LiveOutput, Outcome, Phases, Supervision, Watched,
@@ -80,6 +83,11 @@ pub struct Execution<'a> {
     /// Told each [`Notice`] as it arises (a scope left out, before the
     /// sandbox is launched).
     pub on_notice: OnNotice<'a>,
+    /// Watch the program's path calls and the calls the filter refuses
+    /// ([`crate::sandbox::trace`]): the result's `trace` says what the
+    /// sandbox refused, and which layer. In this process only (not through
+    /// a spawner).
+    pub trace: bool,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -165,25 +173,28 @@ fn execute_inner<'a>(
     let gated = started.elapsed();
     let SandboxParts {
         spec,
-        launch,
+        mut launch,
         redact,
-    } = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener)?;
+    } = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener, x.trace)?;
+    let answers = launch.answers.take();
     if !x.json {
         tell_missing_scopes(&spec, &plan, x.on_notice);
     }
     let prepared_sandbox = started.elapsed();
     let filter = launch.filter;
     let planned = planned_sandbox(&spec, &launch, &identity);
-    let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin);
+    let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin)
+        .traced(answers.is_some());
     let (decided, launching) =
         launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
-    let (running, egress) = release(
+    let (running, egress, tracer) = release(
         &audit,
         &decided,
         &plan,
         &prepared.config.network,
         launching,
         x.on_started,
+        answers,
     )?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
@@ -194,8 +205,15 @@ fn execute_inner<'a>(
         redact,
         signals_end_the_run: x.signals_end_the_run,
     };
-    let (Supervised { outcome, network }, leaving) =
-        supervise_released(&audit, &decided, running, supervision, egress)?;
+    let (
+        Supervised {
+            outcome,
+            network,
+            trace,
+        },
+        leaving,
+    ) = supervise_released(&audit, &decided, running, supervision, egress, tracer)?;
+    let trace = trace.map(|t| refusals::trace_json(&t, &spec, &|p| p.symlink_metadata().is_ok()));
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ran = Ran {
         plan: &plan,
@@ -205,6 +223,7 @@ fn execute_inner<'a>(
         outcome,
         timings,
         network,
+        trace,
     };
     // Recorded while the kernel still tears the namespaces down; the caller
     // reaps init (and removes its cgroups) afterwards.
@@ -250,6 +269,9 @@ struct LaunchParts {
     landlock_abi: u32,
     program: std::fs::File,
     credentials: Vec<(String, Secret)>,
+    /// For a traced run (whose `filter` is the traced one): the untraced
+    /// policy, by which the tracer answers.
+    answers: Option<Policy>,
 }
 
 /// The kernel's Landlock ABI checked, the sandbox's spec built, the
@@ -263,6 +285,7 @@ fn prepare_sandbox(
     plan: &SpawnPlan,
     identity: &Identity,
     opener: &mut ProgramOpener,
+    trace: bool,
 ) -> Result<SandboxParts, Failure> {
     let unstarted = |failure: Failure| audit.record_unstarted(plan, failure);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
@@ -302,8 +325,11 @@ fn prepare_sandbox(
         identity.privileged,
         matches!(identity.limits_via, LimitsVia::CgroupV1(_)),
     );
-    let filter = filter_for(options)
-        .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
+    let filter = match trace {
+        true => traced_filter_for(options),
+        false => filter_for(options),
+    }
+    .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
     Ok(SandboxParts {
         spec,
         launch: LaunchParts {
@@ -311,6 +337,7 @@ fn prepare_sandbox(
             landlock_abi,
             program: program.file,
             credentials,
+            answers: trace.then(|| policy_for(options)),
         },
         redact,
     })
@@ -357,6 +384,7 @@ fn launch_request<'r>(
         // As root acting for another user, scopes are checked as that user.
         check_as: (identity.privileged && caller.uid != 0)
             .then(|| CallerCreds::of(caller.uid, caller.gid)),
+        trace: false,
     }
 }
 
@@ -442,7 +470,8 @@ fn release<'s>(
     network: &NetworkConfig,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
-) -> Result<(Watched<'s>, Option<Egress>), Failure> {
+    answers: Option<Policy>,
+) -> Result<(Watched<'s>, Option<Egress>, Option<Tracer>), Failure> {
     let relay = |listeners: Option<Listeners>| match listeners {
         None if plan.network.is_empty() => Ok(None),
         None => Err("the sandbox handed over no listeners for its network grants".to_string()),
@@ -458,12 +487,12 @@ fn release<'s>(
                 .map_err(|f| f.message)
         }
     };
-    match launching.start_program(relay) {
+    match launching.start_program(relay, answers) {
         Ok((released, egress)) => {
             if let Some(f) = on_started {
                 f(&decided.audit_id, released.pidfd);
             }
-            Ok((released.running, egress))
+            Ok((released.running, egress, released.tracer))
         }
         Err(e) => {
             let failure =
@@ -482,13 +511,22 @@ fn supervise_released<'s>(
     running: Watched<'s>,
     supervision: Supervision,
     egress: Option<Egress>,
+    tracer: Option<Tracer>,
 ) -> Result<(Supervised, Option<Leaving<'s>>), Failure> {
     let supervised = supervise_to_report(running, supervision);
     // The relay ends with the sandbox, and its records are durable before
     // the exit record, however the sandbox ended.
     let network = egress.map(|e| e.finish().to_json());
+    let trace = tracer.map(Tracer::finish);
     match supervised {
-        Ok((outcome, leaving)) => Ok((Supervised { outcome, network }, leaving)),
+        Ok((outcome, leaving)) => Ok((
+            Supervised {
+                outcome,
+                network,
+                trace,
+            },
+            leaving,
+        )),
         Err(e) => {
             let failure = Failure::lost(format!(
                 "the sandbox was lost while its program ran: {e}; it was killed"
@@ -503,6 +541,8 @@ fn supervise_released<'s>(
 struct Supervised {
     outcome: Outcome,
     network: Option<Value>,
+    /// What a traced run's tracer saw.
+    trace: Option<Trace>,
 }
 
 /// No write scope may hold what decides what runs and what records it:

@@ -58,6 +58,12 @@ pub enum Notice {
         /// Why.
         error: String,
     },
+    /// A traced run's program met a wall: the layer, the call and path,
+    /// what would move it ([`super::describe_refusal`]).
+    Refused {
+        /// The sentence.
+        line: String,
+    },
 }
 
 impl fmt::Display for Notice {
@@ -97,6 +103,7 @@ impl fmt::Display for Notice {
                 "the exit record could not be written either: {}",
                 printable(error)
             ),
+            Notice::Refused { line } => write!(f, "{}", printable(line)),
         }
     }
 }

@@ -22,6 +22,8 @@ pub(super) struct Ran<'a> {
     pub(super) timings: Value,
     /// What the relay reported, for a spawn with network grants.
     pub(super) network: Option<Value>,
+    /// What the tracer saw, for a traced run.
+    pub(super) trace: Option<Value>,
 }
 
 fn stream_json(c: &Captured) -> Value {
@@ -89,6 +91,7 @@ pub(super) fn report(
         outcome: o,
         timings,
         network,
+        trace,
     } = ran;
     let (exit_code, signal) = match &o.ending {
         Ending::SetupFailed(why) => {
@@ -123,6 +126,9 @@ pub(super) fn report(
     });
     if let Some(network) = network {
         data["network"] = network;
+    }
+    if let Some(trace) = trace {
+        data["trace"] = trace;
     }
     Ok(conclude(json, data, on_notice))
 }
@@ -168,6 +174,7 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
                 max_memory_bytes: limits["max_memory_bytes"].clone(),
             });
         }
+        tell_refusals(&data["trace"], on_notice);
     }
     // The child ran, but its exit record could not be written: that is the
     // audit unavailable (5), whatever the child's code, here and through a daemon.
@@ -181,6 +188,40 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
     success.exit = if audit_failed { 5 } else { exit };
     success.keep_ok = !audit_failed;
     success
+}
+
+/// Most refusals a person is shown one by one; `--json` has them all.
+const REFUSALS_SHOWN: usize = 20;
+
+/// A traced run's refusals, one notice each (the first
+/// [`REFUSALS_SHOWN`]), and what the trace could not see.
+fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
+    let Some(refusals) = trace["refusals"].as_array() else {
+        return;
+    };
+    for r in refusals.iter().take(REFUSALS_SHOWN) {
+        on_notice(Notice::Refused {
+            line: super::refusals::describe(r),
+        });
+    }
+    if refusals.len() > REFUSALS_SHOWN {
+        on_notice(Notice::Refused {
+            line: format!(
+                "{} more refusals (--json lists them all)",
+                refusals.len() - REFUSALS_SHOWN
+            ),
+        });
+    }
+    if refusals.is_empty() {
+        on_notice(Notice::Refused {
+            line: "the trace saw no refusal by the sandbox".into(),
+        });
+    }
+    if let Some(e) = trace["error"].as_str() {
+        on_notice(Notice::Refused {
+            line: format!("tracing stopped early: {e}"),
+        });
+    }
 }
 
 #[cfg(test)]

@@ -30,10 +30,12 @@ use super::network::{set_up_network_in_child, NetworkSetup};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
 use super::status_pipe::{self, Applied, ProgramEnded, StatusKind};
+use super::trace::hand_over_listener;
 use super::StepError;
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
-    install_seccomp_filter_on_current_thread, replace_command_line, restore_every_default_action,
+    install_seccomp_filter_on_current_thread, install_seccomp_filter_with_listener,
+    replace_command_line, restore_every_default_action,
     set_loopback_up, start_program, ProgramStart, StatusPipe,
 };
 
@@ -66,6 +68,9 @@ pub struct ChildSetup<'a> {
     /// With network grants: what to set up, and the channel the listeners
     /// go to the parent over ([`super::network`]).
     pub network: Option<(&'a NetworkSetup, OwnedFd)>,
+    /// With tracing: the channel init hands its seccomp listener over
+    /// ([`super::trace`]).
+    pub tracer: Option<OwnedFd>,
     /// Identity inside.
     pub uid: u32,
     /// Group inside.
@@ -177,7 +182,8 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         execute_from_the_sandbox(s)?;
     }
     take_the_programs_identity(s, emptied)?;
-    let applied = confine_init(s, rooted.scope_fds)?;
+    let tracer = s.tracer.take();
+    let applied = confine_init(s, rooted.scope_fds, tracer)?;
     // The second go-ahead: the program may start (spawnd has made its audit
     // record durable meanwhile). Without it — spawnd gone, or the sandbox
     // aborted — nothing runs.
@@ -260,11 +266,17 @@ fn take_the_programs_identity(
 
 /// Confines init as the program will be: Landlock on the verified scopes
 /// (whose descriptors are closed then), and the seccomp filter as the last
-/// step. Init shares the program's uid, so it is made non-dumpable first:
+/// step (a traced run's with a listener, handed to spawnd at once: the
+/// program's first traced call, its own execution, waits for spawnd's
+/// answer). Init shares the program's uid, so it is made non-dumpable first:
 /// its /proc/1/{mem,fd,environ} stay closed to the program; and the same
 /// filter binds init too, so it cannot be turned into an unfiltered helper.
 /// Returns the Landlock layers in force.
-fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockApplied, StepError> {
+fn confine_init(
+    s: &ChildSetup<'_>,
+    scope_fds: Vec<OwnedFd>,
+    tracer: Option<OwnedFd>,
+) -> Result<LandlockApplied, StepError> {
     let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
@@ -274,8 +286,16 @@ fn confine_init(s: &ChildSetup<'_>, scope_fds: Vec<OwnedFd>) -> Result<LandlockA
     drop(scope_fds);
     nix::sys::prctl::set_dumpable(false)
         .map_err(|e| StepError::new("prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
-    install_seccomp_filter_on_current_thread(s.seccomp)
-        .map_err(|e| StepError::new("seccomp (init)", e))?;
+    match tracer {
+        None => install_seccomp_filter_on_current_thread(s.seccomp)
+            .map_err(|e| StepError::new("seccomp (init)", e))?,
+        Some(channel) => {
+            let listener = install_seccomp_filter_with_listener(s.seccomp)
+                .map_err(|e| StepError::new("seccomp with a listener (init)", e))?;
+            hand_over_listener(listener, channel)
+                .map_err(|e| StepError::new("hand the seccomp listener to spawnd", e))?;
+        }
+    }
     Ok(applied)
 }
 
@@ -424,6 +444,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain([&mut s.program, &mut s.go_ahead, &mut s.status])
         .chain(s.cgroup_tasks.iter_mut())
         .chain(s.network.iter_mut().map(|(_, channel)| channel))
+        .chain(s.tracer.iter_mut())
         .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
         .chain(s.staged.iter_mut().flatten().flat_map(Staged::fds_mut))
     {
@@ -435,6 +456,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain([&s.program, &s.go_ahead, &s.status])
         .chain(s.cgroup_tasks.iter())
         .chain(s.network.iter().map(|(_, channel)| channel))
+        .chain(s.tracer.iter())
         .chain(s.scopes.iter().map(|scope| &scope.pinned))
         .map(|fd| fd.as_raw_fd() as u32)
         .chain(

@@ -37,6 +37,9 @@ pub struct Handover {
     /// With network grants: init's end of the channel it hands its
     /// listeners over ([`super::network`]).
     pub network: Option<OwnedFd>,
+    /// With tracing: init's end of the channel it hands its seccomp
+    /// listener over ([`super::trace`]).
+    pub tracer: Option<OwnedFd>,
 }
 
 /// Descriptors every sandbox is handed besides its cgroups and scopes:
@@ -64,6 +67,7 @@ impl Handover {
             status: self.status,
             cgroup_tasks: self.cgroup_tasks,
             network: order.network.as_ref().zip(self.network),
+            tracer: self.tracer,
             uid: order.uid,
             gid: order.gid,
             may_setgroups: order.privileged,
@@ -84,6 +88,7 @@ impl Handover {
         v.push(self.status.as_fd());
         v.extend(self.cgroup_tasks.iter().map(AsFd::as_fd));
         v.extend(self.network.iter().map(AsFd::as_fd));
+        v.extend(self.tracer.iter().map(AsFd::as_fd));
         v.extend(self.scopes.iter().map(|s| s.pinned.as_fd()));
         v
     }
@@ -101,14 +106,15 @@ impl Handover {
             stdin_null: self.stdin_null,
             cgroups: self.cgroup_tasks.len(),
             network: self.network.is_some(),
+            tracer: self.tracer.is_some(),
         }
     }
 
     /// The handover again, from [`Handover::facts`] and the descriptors of
     /// [`Handover::fds`] as received.
     pub fn from_fds(facts: HandoverFacts, fds: Vec<OwnedFd>) -> Option<Handover> {
-        let network = usize::from(facts.network);
-        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + network + facts.scopes.len() {
+        let channels = usize::from(facts.network) + usize::from(facts.tracer);
+        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + channels + facts.scopes.len() {
             return None;
         }
         let mut fds = fds.into_iter();
@@ -121,6 +127,10 @@ impl Handover {
             .map(|_| next())
             .collect::<Option<Vec<_>>>()?;
         let network = match facts.network {
+            true => Some(next()?),
+            false => None,
+        };
+        let tracer = match facts.tracer {
             true => Some(next()?),
             false => None,
         };
@@ -146,6 +156,7 @@ impl Handover {
             status,
             cgroup_tasks,
             network,
+            tracer,
         })
     }
 }
@@ -163,4 +174,7 @@ pub struct HandoverFacts {
     pub cgroups: usize,
     /// Whether the listeners' channel comes after the cgroups'.
     pub network: bool,
+    /// Whether the tracer's channel comes after that.
+    #[serde(default)]
+    pub tracer: bool,
 }

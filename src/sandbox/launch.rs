@@ -89,6 +89,9 @@ pub struct LaunchRequest<'a> {
     pub credentials: Vec<(String, crate::vault::Secret)>,
     /// See [`LaunchOrder::check_as`].
     pub check_as: Option<CallerCreds>,
+    /// Whether `seccomp` is a traced filter whose listener init hands to
+    /// spawnd ([`super::trace`]).
+    pub trace: bool,
 }
 
 /// Everything a launch needs, owned and serializable: what `launch` works
@@ -127,6 +130,10 @@ pub struct LaunchOrder {
     /// sandbox's namespace ([`super::network`]); `None` without grants.
     #[serde(default)]
     pub network: Option<NetworkSetup>,
+    /// Whether init installs the filter with a listener and hands it over
+    /// ([`super::trace`]).
+    #[serde(default)]
+    pub trace: bool,
 }
 
 /// Environment entries that may hold secrets: zeroed on drop.
@@ -141,6 +148,11 @@ impl Drop for EnvEntries {
 }
 
 impl LaunchRequest<'_> {
+    /// The request with `seccomp` marked as a traced filter (or not).
+    pub fn traced(self, trace: bool) -> Self {
+        LaunchRequest { trace, ..self }
+    }
+
     /// The owned order for this request (argv, exact env, limits, filter).
     pub fn order(&self) -> Result<LaunchOrder, StepError> {
         Ok(LaunchOrder {
@@ -162,6 +174,7 @@ impl LaunchRequest<'_> {
             limits_via: self.limits_via.clone(),
             check_as: self.check_as.clone(),
             network: NetworkSetup::for_grants(&self.plan.network)?,
+            trace: self.trace,
         })
     }
 }
@@ -188,6 +201,9 @@ pub struct Running {
     /// With network grants: the listeners init opened in the sandbox's
     /// network namespace, received before the program may start.
     pub listeners: Option<Listeners>,
+    /// With tracing: spawnd's end of the channel init hands its seccomp
+    /// listener over.
+    pub tracer: Option<std::os::unix::net::UnixStream>,
     /// When `clone` was called.
     pub cloned_at: std::time::Instant,
     /// When the ids were mapped and the child went on to build its root.
@@ -271,6 +287,12 @@ impl Launched {
     /// [`Running::listeners`]).
     pub fn take_listeners(&mut self) -> Option<Listeners> {
         self.running.as_mut().and_then(|r| r.listeners.take())
+    }
+
+    /// Takes spawnd's end of a traced sandbox's tracer channel (see
+    /// [`Running::tracer`]).
+    pub fn take_tracer_channel(&mut self) -> Option<std::os::unix::net::UnixStream> {
+        self.running.as_mut().and_then(|r| r.tracer.take())
     }
 
     /// Takes the write end of the stdin pipe (`StdinSource::Pipe`): whoever
@@ -359,6 +381,7 @@ pub fn launch_order(
     let seccomp = seccomp_filter(order)?;
     let (cgroup, cgroup_tasks) = cgroups_for(order, cgroups)?;
     let (listener_channel, network) = listener_channel(order)?;
+    let (tracer_channel, tracer) = tracer_channel(order)?;
     let handover = Handover {
         scopes,
         program: OwnedFd::from(program),
@@ -369,6 +392,7 @@ pub fn launch_order(
         status: child.status,
         cgroup_tasks,
         network,
+        tracer,
     };
     let cloned_at = std::time::Instant::now();
     let (pid, mapped, parent) = match deliver_to_spare(order, &handover, spare) {
@@ -403,6 +427,7 @@ pub fn launch_order(
         cgroup,
         go_ahead: parent.go_ahead,
         listeners: None,
+        tracer: tracer_channel,
         cloned_at,
         mapped_at: cloned_at,
         released_at: cloned_at,
@@ -430,6 +455,19 @@ fn listener_channel(
         .map_err(|e| StepError::new("socketpair(the listeners' channel)", e))?;
     ours.set_read_timeout(Some(LISTENERS_WITHIN))
         .map_err(|e| StepError::new("set the listeners' channel's timeout", e))?;
+    Ok((Some(ours), Some(OwnedFd::from(theirs))))
+}
+
+/// For a traced order, the private socketpair init hands its seccomp
+/// listener over: the parent's end, and init's (in the [`Handover`]).
+fn tracer_channel(
+    order: &LaunchOrder,
+) -> Result<(Option<std::os::unix::net::UnixStream>, Option<OwnedFd>), StepError> {
+    if !order.trace {
+        return Ok((None, None));
+    }
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| StepError::new("socketpair(the tracer's channel)", e))?;
     Ok((Some(ours), Some(OwnedFd::from(theirs))))
 }
 

@@ -44,6 +44,7 @@ pub mod spare;
 pub mod spec;
 pub mod status_pipe;
 pub mod threads;
+pub mod trace;
 
 use std::fmt;
 

@@ -79,6 +79,8 @@ pub const ARG_COUNT: usize = 6;
 pub const SECCOMP_RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
 /// `SECCOMP_RET_ERRNO`: fail the syscall with the errno in the low 16 bits.
 pub const SECCOMP_RET_ERRNO: u32 = libc::SECCOMP_RET_ERRNO;
+/// `SECCOMP_RET_USER_NOTIF`: stop the call and ask the filter's listener.
+pub const SECCOMP_RET_USER_NOTIF: u32 = libc::SECCOMP_RET_USER_NOTIF;
 /// `SECCOMP_RET_ALLOW`: run the syscall.
 pub const SECCOMP_RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 /// `SECCOMP_RET_DATA`: the bits of the return value that carry the errno.

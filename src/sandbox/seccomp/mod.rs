@@ -285,6 +285,80 @@ pub fn filter_for_arch(
         .map_err(Clone::clone)
 }
 
+/// The calls a traced filter hands to its listener when the policy lets
+/// them run: every call that names a path to open, execute, create, remove
+/// or rename, which is what the sandbox's mounts and Landlock decide on.
+/// (`stat` and friends are left out: neither layer governs them, and they
+/// are the bulk of a program's calls.)
+pub const TRACED_CALLS: &[&str] = &[
+    "open", "openat", "openat2", "creat", "execve", "execveat", "mkdir", "mkdirat", "mknod",
+    "mknodat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2", "link", "linkat",
+    "symlink", "symlinkat", "truncate",
+];
+
+/// `policy` for a traced run (`spawnd learn`, `run --trace`): each
+/// refusal with EPERM, and each allowed call of [`TRACED_CALLS`], becomes
+/// [`Action::Notify`]; everything else (ENOSYS for absent calls, kills) is
+/// unchanged. The listener answers a notification with `policy`'s own
+/// decision, so the traced filter allows and refuses exactly what `policy`
+/// does (`traced_policy_decides_as_the_policy` checks it call by call).
+pub fn traced_policy(policy: &Policy) -> Policy {
+    let traced = |name: &str, action: Action| match action {
+        Action::Allow if TRACED_CALLS.contains(&name) => Action::Notify,
+        a if a == syscalls::EPERM => Action::Notify,
+        a => a,
+    };
+    Policy {
+        arch: policy.arch,
+        default: policy.default,
+        rules: policy
+            .rules
+            .iter()
+            .map(|rule| SyscallRule {
+                name: rule.name,
+                nr: rule.nr,
+                conditions: rule
+                    .conditions
+                    .iter()
+                    .map(|c| Condition {
+                        action: traced(rule.name, c.action),
+                        ..*c
+                    })
+                    .collect(),
+                otherwise: traced(rule.name, rule.otherwise),
+            })
+            .collect(),
+    }
+}
+
+/// [`traced_policy`] of [`policy_for`]`(options)`, compiled once per
+/// process and options.
+pub fn traced_filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
+    type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
+    static CACHE: [Compiled; 8] = [const { std::sync::OnceLock::new() }; 8];
+    let FilterOptions {
+        allow_unix_sockets,
+        allow_sysv_ipc,
+        allow_memfd,
+    } = options;
+    let cache = &CACHE[usize::from(allow_unix_sockets)
+        | usize::from(allow_sysv_ipc) << 1
+        | usize::from(allow_memfd) << 2];
+    cache
+        .get_or_init(|| compile(&traced_policy(&policy_for(options))))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The name of syscall `nr` on the native architecture, if its table has one.
+pub fn syscall_name(nr: i64) -> Option<&'static str> {
+    let nr = u32::try_from(nr).ok()?;
+    syscall_table(Arch::NATIVE)
+        .iter()
+        .find(|(n, _)| *n == nr)
+        .map(|(_, name)| *name)
+}
+
 /// The filter for a spawn that asks for nothing: [`FilterOptions::DEFAULT`].
 pub fn default_filter() -> Result<&'static Filter, CompileError> {
     filter_for(FilterOptions::DEFAULT)

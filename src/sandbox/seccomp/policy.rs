@@ -16,6 +16,11 @@ pub enum Action {
     Errno(u16),
     /// Kill the whole process (`SECCOMP_RET_KILL_PROCESS`).
     KillProcess,
+    /// Stop the call and ask the filter's listener
+    /// (`SECCOMP_RET_USER_NOTIF`): only in a traced filter
+    /// ([`super::traced_policy`]), whose listener answers with the
+    /// untraced policy's own decision.
+    Notify,
 }
 
 impl Action {
@@ -25,6 +30,7 @@ impl Action {
             Action::Allow => abi::SECCOMP_RET_ALLOW,
             Action::Errno(errno) => abi::SECCOMP_RET_ERRNO | (errno as u32 & abi::SECCOMP_RET_DATA),
             Action::KillProcess => abi::SECCOMP_RET_KILL_PROCESS,
+            Action::Notify => abi::SECCOMP_RET_USER_NOTIF,
         }
     }
 
@@ -33,6 +39,7 @@ impl Action {
         match value {
             abi::SECCOMP_RET_ALLOW => Some(Action::Allow),
             abi::SECCOMP_RET_KILL_PROCESS => Some(Action::KillProcess),
+            abi::SECCOMP_RET_USER_NOTIF => Some(Action::Notify),
             _ if value & !abi::SECCOMP_RET_DATA == abi::SECCOMP_RET_ERRNO => {
                 Some(Action::Errno((value & abi::SECCOMP_RET_DATA) as u16))
             }

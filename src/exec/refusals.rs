@@ -1,0 +1,317 @@
+//! What a traced run's program ran into, each wall named by the layer that
+//! put it there and the manifest key that would move it. The tracer
+//! ([`crate::sandbox::trace`]) saw each path call's entry, not its result,
+//! so a path the sandbox does not grant is a refusal only where the host
+//! has something there (a probe for a file that exists nowhere fails the
+//! same inside and out). Calls the seccomp filter refused are known for
+//! certain: spawnd answered them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::sandbox::spec::{Access, MountKind, SandboxSpec};
+use crate::sandbox::trace::{Trace, Use};
+
+/// One wall the program met.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// Which layer: `mount_namespace` (the path is not in the sandbox:
+    /// ENOENT), `read_only_mount` (EROFS), `noexec` (EACCES: the mount is
+    /// noexec and Landlock grants no execution), `landlock` (EACCES), or
+    /// `seccomp` (the filter refused the call).
+    pub layer: &'static str,
+    /// The errno the program got.
+    pub errno: &'static str,
+    /// The call (`openat`, `execve`, `ptrace`…).
+    pub call: String,
+    /// The path it named, for a path call.
+    pub path: Option<PathBuf>,
+    /// How it used the path.
+    #[serde(rename = "use")]
+    pub how: Option<Use>,
+    /// How many calls met this wall.
+    pub calls: u64,
+    /// What would move it.
+    pub fix: String,
+}
+
+/// Paths the sandbox provides itself, whose refusals are its design rather
+/// than a manifest's gap.
+const PROVIDED: &[&str] = &["/proc", "/dev", "/sys", "/tmp"];
+
+/// The `trace` object of a traced run's result: what was seen, and the
+/// refusals among it (the spec decides what the sandbox granted; `exists`
+/// says whether the host has a path).
+pub(super) fn trace_json(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> bool) -> Value {
+    json!({
+        "refusals": refusals(trace, spec, exists),
+        "paths": trace.paths,
+        "executed": trace.executed,
+        "refused_calls": trace.refused,
+        "unresolved": trace.unresolved,
+        "dropped": trace.dropped,
+        "sync_wake_up": trace.sync_wake_up,
+        "error": trace.error,
+    })
+}
+
+/// The walls in `trace`: seccomp's refusals first, then each path use the
+/// sandbox did not grant, in path order.
+pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> bool) -> Vec<Refusal> {
+    let mut out: Vec<Refusal> = trace
+        .refused
+        .iter()
+        .map(|r| Refusal {
+            layer: "seccomp",
+            errno: errno_name(r.errno),
+            call: r.call.clone(),
+            path: None,
+            how: None,
+            calls: r.calls,
+            fix: match r.call.as_str() {
+                "socket" | "socketpair" => "spawnd's seccomp filter refuses unix sockets unless the manifest grants socket paths (`unix_sockets`), and every raw, packet and netlink socket".to_string(),
+                call => format!("spawnd's seccomp filter refuses {call} to every program (docs/security.md lists each refused call and why); no manifest key grants it"),
+            },
+        })
+        .collect();
+    for used in &trace.paths {
+        if PROVIDED.iter().any(|p| used.path.starts_with(p)) {
+            continue;
+        }
+        // A new file's parent must exist; a read of nothing is a probe.
+        let on_host = match used.how {
+            Use::Create | Use::Write => {
+                exists(&used.path) || used.path.parent().is_some_and(exists)
+            }
+            _ => exists(&used.path),
+        };
+        if !on_host {
+            continue;
+        }
+        if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how) {
+            out.push(Refusal {
+                layer,
+                errno,
+                call: used.call.to_string(),
+                path: Some(used.path.clone()),
+                how: Some(used.how),
+                calls: used.calls,
+                fix,
+            });
+        }
+    }
+    out
+}
+
+/// `path` with the sandbox's symbolic links among the system paths
+/// followed (`/lib` → `usr/lib`), as the kernel follows them inside.
+fn through_links(spec: &SandboxSpec, path: &Path) -> PathBuf {
+    let mut path = path.to_path_buf();
+    for _ in 0..8 {
+        let link = spec.mounts.iter().find_map(|m| match &m.kind {
+            MountKind::Symlink { target } if path.starts_with(&m.target) => {
+                Some((m.target.clone(), target.clone()))
+            }
+            _ => None,
+        });
+        let Some((at, target)) = link else {
+            break;
+        };
+        let rest = path.strip_prefix(&at).unwrap_or(Path::new("")).to_path_buf();
+        let base = at.parent().unwrap_or(Path::new("/")).join(target);
+        path = base.join(rest);
+    }
+    path
+}
+
+/// The wall `spec` puts in front of using `path` so, if any.
+fn wall(spec: &SandboxSpec, path: &Path, how: Use) -> Option<(&'static str, &'static str, String)> {
+    let shown = path.display();
+    let resolved = through_links(spec, path);
+    let path = resolved.as_path();
+    let dir = match how {
+        Use::Create | Use::Remove => path.parent().unwrap_or(path),
+        _ => path,
+    };
+    let key = match how {
+        Use::Read | Use::List => "fs_read",
+        Use::Execute => "fs_exec",
+        Use::Write | Use::Create | Use::Remove => "fs_write",
+    };
+    let visible = spec
+        .mounts
+        .iter()
+        .any(|m| m.target != Path::new("/") && path.starts_with(&m.target));
+    if !visible {
+        return Some((
+            "mount_namespace",
+            "ENOENT",
+            format!("{shown} is not in the sandbox; add {} to {key}", dir.display()),
+        ));
+    }
+    let granted = spec
+        .landlock
+        .iter()
+        .filter(|r| r.path != Path::new("/") && path.starts_with(&r.path))
+        .max_by_key(|r| r.path.components().count())
+        .map(|r| r.access);
+    let (reads, writes, executes) = match granted {
+        None => (false, false, false),
+        Some(Access::Read) => (true, false, false),
+        Some(Access::ReadExec) => (true, false, true),
+        Some(Access::ReadWrite) => (true, true, false),
+        Some(Access::ReadWriteExec) => (true, true, true),
+        Some(Access::Device) => (true, true, false),
+        Some(Access::UnixSocket) => (false, false, false),
+    };
+    match how {
+        Use::Read | Use::List if !reads => Some((
+            "landlock",
+            "EACCES",
+            format!("Landlock grants no reading of {shown}; add {} to fs_read", dir.display()),
+        )),
+        Use::Write | Use::Create | Use::Remove if !writes => Some((
+            "read_only_mount",
+            "EROFS",
+            format!(
+                "{shown} is on a read-only mount; add {} to fs_write",
+                dir.display()
+            ),
+        )),
+        Use::Execute if !executes => Some((
+            "noexec",
+            "EACCES",
+            format!(
+                "{shown} is on a mount without execution (noexec, and Landlock grants none); add it to fs_exec"
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// The symbolic name of the errnos the filter answers with.
+fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOSYS => "ENOSYS",
+        libc::EACCES => "EACCES",
+        _ => "errno",
+    }
+}
+
+/// One line per refusal, for a person: the layer, the call and path, the
+/// fix.
+pub fn describe(r: &Value) -> String {
+    let text = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+    let target = match r["path"].as_str() {
+        Some(p) => format!("{} {} ({})", text("call"), p, text("use")),
+        None => text("call"),
+    };
+    let calls = match r["calls"].as_u64() {
+        Some(1) => "1 call".to_string(),
+        Some(n) => format!("{n} calls"),
+        None => "calls".to_string(),
+    };
+    format!(
+        "refused by {} ({}): {target} ({calls}); {}",
+        text("layer"),
+        text("errno"),
+        text("fix")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::spec::{LandlockRule, MountKind, MountStep};
+    use crate::sandbox::trace::{PathUse, RefusedCall};
+
+    fn spec() -> SandboxSpec {
+        let mut spec = SandboxSpec {
+            scopes: Vec::new(),
+            mounts: Vec::new(),
+            landlock: Vec::new(),
+            cwd: "/tmp".into(),
+            fresh_cwd: true,
+            missing_read_scopes: Vec::new(),
+            create_write_scopes: Vec::new(),
+            tmpfs: crate::sandbox::spec::base_tmpfs_sizes(),
+            program: "/usr/bin/cc".into(),
+        };
+        for (target, access) in [
+            ("/usr", Access::ReadExec),
+            ("/data", Access::Read),
+            ("/out", Access::ReadWrite),
+        ] {
+            spec.mounts.push(MountStep {
+                target: target.into(),
+                kind: MountKind::Tmpfs {
+                    mode: 0o755,
+                    size: 1 << 20,
+                },
+            });
+            spec.landlock.push(LandlockRule {
+                path: target.into(),
+                access,
+                scope: None,
+            });
+        }
+        spec.mounts.push(MountStep {
+            target: "/lib".into(),
+            kind: MountKind::Symlink {
+                target: "usr/lib".into(),
+            },
+        });
+        spec
+    }
+
+    fn used(path: &str, how: Use) -> PathUse {
+        PathUse {
+            path: path.into(),
+            how,
+            call: "openat",
+            calls: 1,
+        }
+    }
+
+    #[test]
+    fn each_wall_is_named_by_its_layer_and_what_moves_it() {
+        let trace = Trace {
+            paths: vec![
+                used("/usr/bin/cc", Use::Execute),
+                used("/lib/libc.so.6", Use::Read),
+                used("/data/new.txt", Use::Write),
+                used("/data/in.txt", Use::Read),
+                used("/data/out.txt", Use::Write),
+                used("/home/u/.config/x", Use::Read),
+                used("/out/a.o", Use::Create),
+                used("/out/a.out", Use::Execute),
+                used("/nowhere/probe", Use::Read),
+                used("/tmp/t", Use::Write),
+            ],
+            refused: vec![RefusedCall {
+                call: "ptrace".into(),
+                errno: libc::EPERM,
+                calls: 2,
+            }],
+            ..Trace::default()
+        };
+        let exists = |p: &Path| !p.starts_with("/nowhere");
+        let got: Vec<(&str, Option<PathBuf>)> = refusals(&trace, &spec(), &exists)
+            .into_iter()
+            .map(|r| (r.layer, r.path))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("seccomp", None),
+                ("read_only_mount", Some("/data/new.txt".into())),
+                ("read_only_mount", Some("/data/out.txt".into())),
+                ("mount_namespace", Some("/home/u/.config/x".into())),
+                ("noexec", Some("/out/a.out".into())),
+            ]
+        );
+    }
+}
