@@ -90,7 +90,8 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         if !on_host {
             continue;
         }
-        if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how) {
+        let new_file = used.how == Use::Write && !exists(&used.path);
+        if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how, new_file) {
             out.push(Refusal {
                 layer,
                 errno,
@@ -127,12 +128,19 @@ fn through_links(spec: &SandboxSpec, path: &Path) -> PathBuf {
 }
 
 /// The wall `spec` puts in front of using `path` so, if any.
-fn wall(spec: &SandboxSpec, path: &Path, how: Use) -> Option<(&'static str, &'static str, String)> {
+/// (`new_file`: a write that creates the file, granted by its directory.)
+fn wall(
+    spec: &SandboxSpec,
+    path: &Path,
+    how: Use,
+    new_file: bool,
+) -> Option<(&'static str, &'static str, String)> {
     let shown = path.display();
     let resolved = through_links(spec, path);
     let path = resolved.as_path();
     let dir = match how {
         Use::Create | Use::Remove => path.parent().unwrap_or(path),
+        Use::Write if new_file => path.parent().unwrap_or(path),
         _ => path,
     };
     let key = match how {
@@ -205,17 +213,17 @@ fn errno_name(errno: i32) -> &'static str {
 /// fix.
 pub fn describe(r: &Value) -> String {
     let text = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-    let target = match r["path"].as_str() {
-        Some(p) => format!("{} {} ({})", text("call"), p, text("use")),
-        None => text("call"),
-    };
     let calls = match r["calls"].as_u64() {
         Some(1) => "1 call".to_string(),
         Some(n) => format!("{n} calls"),
         None => "calls".to_string(),
     };
+    let target = match r["path"].as_str() {
+        Some(p) => format!("{} {p} ({}, {calls})", text("call"), text("use")),
+        None => format!("{} ({calls})", text("call")),
+    };
     format!(
-        "refused by {} ({}): {target} ({calls}); {}",
+        "refused by {} ({}): {target}; {}",
         text("layer"),
         text("errno"),
         text("fix")
