@@ -62,6 +62,11 @@ pub enum Command {
         after_help = "Examples:\n  spawnd run --manifest policies/git.toml --op status --cwd ~/code/project\n  spawnd run --manifest policies/python3.toml --op eval --arg 'code=print(6*7)'\n  spawnd run --json --manifest policies/tar.toml --op list --arg archive=a.tar\n  spawnd run --socket /run/spawnd/spawnd.sock --connector local://spawnd/git --op status --cwd .\n\nThe child's stdout and stderr stream live; spawnd's own messages go to stderr\nprefixed `spawnd:`. Exit: the child's code, 128+N after signal N, 124 after the\nwall time, 3 denied, 5 when a kernel layer, the sandbox setup or the daemon\n(with --socket) is unavailable."
     )]
     Run(RunArgs),
+    /// Run a command once under observation and write a draft manifest that runs it.
+    #[command(
+        after_help = "Examples:\n  spawnd learn --output ../tar.toml -- tar czf out.tgz src\n  spawnd learn --output ../tests.toml --name local://ci/tests -- python3 -m unittest -v\n  spawnd learn --output ../build.toml --env CC -- make\n\nThe command runs in the sandbox spawnd would use, but with the host's\ndirectories readable and executable, the workspace (the current directory\nunless --workspace) writable, and any name reachable on any port through\nspawnd's relay. Every path it opens, writes or executes and every host:port it\ndials is recorded; the draft grants those, collapsed into scopes, and marks\nwhat a person must review (sensitive paths stay commented out). Then:\n  spawnd manifest lint DRAFT\n  spawnd run --manifest DRAFT --op NAME --workspace DIR --mode write\nThe draft reruns the same command with no --arg: each input is a\nplaceholder whose default is the value observed.\n\nLearning lets the command read the host: run only what you would run in your\nown shell. Keep the draft outside the directories it may write."
+    )]
+    Learn(LearnArgs),
     /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
     #[command(
         after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n\nNothing runs and nothing is recorded in the audit trail."
@@ -319,6 +324,41 @@ pub struct RunArgs {
     /// refused it, and what manifest key would grant it (`trace` in --json)
     #[arg(long, conflicts_with = "socket")]
     pub trace: bool,
+}
+
+/// `spawnd learn`'s arguments.
+#[derive(Args, Debug)]
+pub struct LearnArgs {
+    /// Write the draft manifest here (never over an existing file unless --force).
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// The connector's name in the draft (`scheme://owner/name`); default
+    /// `local://learned/<program>`.
+    #[arg(long, value_name = "FQN")]
+    pub name: Option<String>,
+    /// The operation's name in the draft.
+    #[arg(long, value_name = "NAME", default_value = "run")]
+    pub op: String,
+    /// The writable directory `{workspace}` names (default: the current
+    /// directory); the draft's scopes under it are written `{workspace}/…`.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Another directory the command may write while learning; repeat for more.
+    #[arg(long = "write", value_name = "DIR")]
+    pub write: Vec<PathBuf>,
+    /// Pass an env key: `K=V`, or `K` to take it from this environment; the
+    /// draft lists it in `env_passthrough`.
+    #[arg(long, value_name = "K[=V]")]
+    pub env: Vec<String>,
+    /// Stop the command after this long (default 10m).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
+    pub timeout: Option<u64>,
+    /// Overwrite the output file.
+    #[arg(long)]
+    pub force: bool,
+    /// The command: the program (a path, or a name looked up in PATH) and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
+    pub command: Vec<String>,
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.

@@ -6,8 +6,10 @@ mod args;
 mod audit_cmd;
 pub(crate) mod check;
 pub(crate) mod context;
+mod draft;
 mod explain;
 mod info;
+mod learn;
 mod logging;
 mod manifest_cmd;
 pub(crate) mod output;
@@ -89,6 +91,7 @@ fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Check(_) => "check",
         Command::Run(_) => "run",
+        Command::Learn(_) => "learn",
         Command::Manifest(ManifestCommand::Init { .. }) => "manifest.init",
         Command::Manifest(ManifestCommand::Lint { .. }) => "manifest.lint",
         Command::Manifest(ManifestCommand::Explain { .. }) => "manifest.explain",
@@ -112,6 +115,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
     match &cli.command {
         Command::Check(args) => check::run_check(cli, args),
         Command::Run(args) => run::run(cli, args),
+        Command::Learn(args) => learn::learn(cli, args),
         Command::Manifest(ManifestCommand::Init {
             name,
             programs,

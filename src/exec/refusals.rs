@@ -44,7 +44,11 @@ const PROVIDED: &[&str] = &["/proc", "/dev", "/sys", "/tmp"];
 /// The `trace` object of a traced run's result: what was seen, and the
 /// refusals among it (the spec decides what the sandbox granted; `exists`
 /// says whether the host has a path).
-pub(super) fn trace_json(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> bool) -> Value {
+pub(super) fn trace_json(
+    trace: &Trace,
+    spec: &SandboxSpec,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Value {
     json!({
         "refusals": refusals(trace, spec, exists),
         "paths": trace.paths,
@@ -77,7 +81,11 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         })
         .collect();
     for used in &trace.paths {
-        if PROVIDED.iter().any(|p| used.path.starts_with(p)) {
+        let in_a_scope = spec
+            .landlock
+            .iter()
+            .any(|r| r.scope.is_some() && used.path.starts_with(&r.path));
+        if PROVIDED.iter().any(|p| used.path.starts_with(p)) && !in_a_scope {
             continue;
         }
         // A new file's parent must exist; a read of nothing is a probe.
@@ -120,7 +128,10 @@ fn through_links(spec: &SandboxSpec, path: &Path) -> PathBuf {
         let Some((at, target)) = link else {
             break;
         };
-        let rest = path.strip_prefix(&at).unwrap_or(Path::new("")).to_path_buf();
+        let rest = path
+            .strip_prefix(&at)
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
         let base = at.parent().unwrap_or(Path::new("/")).join(target);
         path = base.join(rest);
     }
@@ -156,7 +167,10 @@ fn wall(
         return Some((
             "mount_namespace",
             "ENOENT",
-            format!("{shown} is not in the sandbox; add {} to {key}", dir.display()),
+            format!(
+                "{shown} is not in the sandbox; add {} to {key}",
+                dir.display()
+            ),
         ));
     }
     let granted = spec

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::seccomp::{syscall_name, Action, Policy, SeccompData};
 use crate::sys::{
@@ -35,7 +35,7 @@ use crate::sys::{
 };
 
 /// How a call used a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Use {
     /// Opened for reading.
@@ -208,9 +208,10 @@ fn answer(listener: &OwnedFd, policy: &Policy, n: Notification, seen: &mut Seen)
     // ENOENT: the caller is gone; nothing is left to answer.
     let _ = answer_notification(listener.as_fd(), n.id, reply);
     match reply {
-        Answer::Fail(errno) => {
-            seen.refused(name.map_or_else(|| format!("syscall {}", n.nr), str::to_string), errno)
-        }
+        Answer::Fail(errno) => seen.refused(
+            name.map_or_else(|| format!("syscall {}", n.nr), str::to_string),
+            errno,
+        ),
         Answer::Continue if !trusted => seen.unresolved += 1,
         Answer::Continue => {
             for named in used {
@@ -283,9 +284,8 @@ fn paths_named(pid: u32, call: &str, args: &[u64; 6]) -> Vec<Option<(PathBuf, Us
 /// an empty path with `empty_means_dir` names the descriptor itself.
 fn resolve(pid: Pid, dir: i32, ptr: u64, empty_means_dir: bool) -> Option<PathBuf> {
     let named = read_c_string(pid, ptr)?;
-    let named = PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(
-        named,
-    ));
+    let named =
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(named));
     if named.is_absolute() {
         return Some(normalize(&named));
     }
@@ -434,7 +434,10 @@ mod tests {
 
     #[test]
     fn paths_are_normalized_lexically() {
-        assert_eq!(normalize(Path::new("/a/./b/../c//d")), PathBuf::from("/a/c/d"));
+        assert_eq!(
+            normalize(Path::new("/a/./b/../c//d")),
+            PathBuf::from("/a/c/d")
+        );
         assert_eq!(normalize(Path::new("/../..")), PathBuf::from("/"));
     }
 
@@ -462,9 +465,26 @@ mod tests {
         seen.refused("ptrace".into(), libc::EPERM);
         seen.refused("ptrace".into(), libc::EPERM);
         let t = seen.into_trace(true, None);
-        assert_eq!(t.executed, vec![PathBuf::from("/usr/bin/b"), PathBuf::from("/usr/bin/a")]);
+        assert_eq!(
+            t.executed,
+            vec![PathBuf::from("/usr/bin/b"), PathBuf::from("/usr/bin/a")]
+        );
         assert_eq!(t.paths[0].path, PathBuf::from("/etc/x"));
-        assert_eq!(t.paths.iter().find(|p| p.path.ends_with("b")).unwrap().calls, 2);
-        assert_eq!(t.refused, vec![RefusedCall { call: "ptrace".into(), errno: libc::EPERM, calls: 2 }]);
+        assert_eq!(
+            t.paths
+                .iter()
+                .find(|p| p.path.ends_with("b"))
+                .unwrap()
+                .calls,
+            2
+        );
+        assert_eq!(
+            t.refused,
+            vec![RefusedCall {
+                call: "ptrace".into(),
+                errno: libc::EPERM,
+                calls: 2
+            }]
+        );
     }
 }

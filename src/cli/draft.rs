@@ -1,0 +1,773 @@
+//! The draft manifest `spawnd learn` writes from what it observed: the
+//! program pinned, the observed argv as an operation whose inputs are
+//! placeholders defaulting to the observed values, the paths read, written
+//! and executed collapsed into scopes, the env keys passed and the network
+//! destinations dialed. What needs a person's judgement is marked: paths
+//! that hold secrets stay commented out, broad scopes and shells are
+//! flagged. Pure: the host is asked only through [`Host`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::sandbox::trace::Use;
+
+/// What the host answers about its paths (the real filesystem in `learn`,
+/// a table in tests).
+pub trait Host {
+    /// Whether something is at `path`.
+    fn exists(&self, path: &Path) -> bool;
+    /// Whether `path` is a directory.
+    fn is_dir(&self, path: &Path) -> bool;
+}
+
+/// What one observed run showed.
+pub struct Observed {
+    /// The connector's name.
+    pub name: String,
+    /// The operation's name.
+    pub op: String,
+    /// The program as declared (the path found), and its pin.
+    pub program: PathBuf,
+    /// `sha256:<hex>` of the program.
+    pub program_hash: String,
+    /// The argv, `argv[0]` as given.
+    pub argv: Vec<String>,
+    /// Where it ran.
+    pub cwd: PathBuf,
+    /// The directory `{workspace}` names.
+    pub workspace: PathBuf,
+    /// The directories the run could write (the workspace among them):
+    /// host paths even where the sandbox has its own (`/tmp`).
+    pub writable: Vec<PathBuf>,
+    /// The caller's home, for `~/` scopes.
+    pub home: Option<PathBuf>,
+    /// Every (path, use) the tracer saw.
+    pub paths: Vec<(PathBuf, Use)>,
+    /// Every path executed, in order, with its digest when it could be read.
+    pub executed: Vec<(PathBuf, Option<String>)>,
+    /// The env keys passed.
+    pub env_keys: Vec<String>,
+    /// `host:port` pairs dialed.
+    pub network: Vec<String>,
+    /// What the sandbox provides without a scope (the operator's system paths).
+    pub system_paths: Vec<PathBuf>,
+    /// How long the run took.
+    pub duration_ms: u64,
+    /// The program's exit code (`None`: killed by a signal).
+    pub exit_code: Option<i32>,
+    /// What the sandbox refused during the run, one line each.
+    pub refused: Vec<String>,
+}
+
+/// The draft's text, and the points a person must review.
+pub struct Draft {
+    /// The manifest.
+    pub text: String,
+    /// One line per point to review (also in the text, as comments).
+    pub review: Vec<String>,
+}
+
+/// Paths the sandbox makes itself: never a scope.
+const PROVIDED: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/run"];
+
+/// Files every sandbox gets written for it.
+const RUNTIME_FILES: &[&str] = &[
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/ld.so.cache",
+];
+
+/// Paths that hold secrets: drafted commented out, never granted silently.
+const SENSITIVE_IN_HOME: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".pgpass",
+    ".password-store",
+    ".local/share/keyrings",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+];
+
+/// Sensitive paths outside homes.
+const SENSITIVE: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/root",
+    "/var/lib/spawnd",
+];
+
+/// Programs that run whatever code they are given.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
+
+/// A directory with at least this many files read becomes one scope.
+const COLLAPSE_AT: usize = 8;
+
+impl Observed {
+    /// The draft for this run.
+    pub fn draft(&self, host: &dyn Host) -> Draft {
+        let mut review = Vec::new();
+        let (write, write_sensitive) = self.write_scopes(host);
+        let (mut read, read_sensitive) = self.read_scopes(host, &write);
+        // The working directory must lie in a scope.
+        if !read.iter().chain(&write).any(|s| self.cwd.starts_with(s)) {
+            read.insert(self.cwd.clone());
+            read = outermost(read);
+        }
+        let exec = self.exec_scopes(&write);
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "# Drafted by `spawnd learn` from one observed run ({} ms, {}).",
+            self.duration_ms,
+            match self.exit_code {
+                Some(0) => "exit 0".to_string(),
+                Some(c) => format!("exit {c}: the run failed, so this draft may lack what the rest of the work needs"),
+                None => "killed by a signal: this draft may lack what the rest of the work needs".to_string(),
+            }
+        );
+        let _ = writeln!(
+            text,
+            "# Review it before use: lines marked REVIEW need a decision."
+        );
+        let _ = writeln!(
+            text,
+            "# Run it: spawnd run --manifest THIS --op {} --workspace {} --mode {}",
+            self.op,
+            self.workspace.display(),
+            if write.is_empty() {
+                "readonly"
+            } else {
+                "write"
+            }
+        );
+        let _ = writeln!(
+            text,
+            "\n[connector]\nname = {}\nversion = \"0.1.0\"\n",
+            quote(&self.name)
+        );
+        let _ = writeln!(text, "[capabilities.spawn]");
+        let _ = writeln!(
+            text,
+            "programs = [{{ path = {}, hash = {} }}]",
+            quote(&self.program.display().to_string()),
+            quote(&self.program_hash)
+        );
+        let others: Vec<&(PathBuf, Option<String>)> = self
+            .executed
+            .iter()
+            .filter(|(p, _)| p != &self.program)
+            .collect();
+        if !others.is_empty() {
+            let _ = writeln!(
+                text,
+                "# It ran these too (allowed by system paths or fs_exec, not pinned):"
+            );
+            for (p, digest) in &others {
+                let _ = writeln!(
+                    text,
+                    "#   {} ({})",
+                    p.display(),
+                    digest.as_deref().unwrap_or("not readable")
+                );
+            }
+        }
+        let shell = std::iter::once(&self.program)
+            .chain(others.iter().map(|(p, _)| p))
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| SHELLS.contains(&n))
+            });
+        if let Some(shell) = shell {
+            review.push(format!(
+                "it runs the shell {}: a shell runs any program the system paths hold, unpinned",
+                shell.display()
+            ));
+        }
+        self.write_list(&mut text, &mut review, "fs_read", &read, host);
+        self.write_list(&mut text, &mut review, "fs_write", &write, host);
+        self.write_list(&mut text, &mut review, "fs_exec", &exec, host);
+        for (path, uses) in read_sensitive.iter().chain(&write_sensitive) {
+            let key = if write_sensitive.iter().any(|(p, _)| p == path) {
+                "fs_write"
+            } else {
+                "fs_read"
+            };
+            let _ = writeln!(
+                text,
+                "# REVIEW: it used {} ({uses}), which may hold secrets; uncomment to grant:\n# {key} += [{}]",
+                path.display(),
+                quote(&self.scope_text(path))
+            );
+            review.push(format!(
+                "{} may hold secrets: left out (commented in the draft)",
+                path.display()
+            ));
+        }
+        if !self.refused.is_empty() {
+            let _ = writeln!(text, "# While learning, the sandbox refused:");
+            for r in &self.refused {
+                let _ = writeln!(text, "#   {}", r.replace('\n', " "));
+            }
+        }
+        let cwd = self.scope_text(&self.cwd);
+        let _ = writeln!(text, "cwd = {}", quote(&cwd));
+        if !self.env_keys.is_empty() {
+            let _ = writeln!(
+                text,
+                "env_passthrough = [{}]",
+                join_quoted(self.env_keys.iter().map(String::as_str))
+            );
+            let credentials: Vec<&str> = self
+                .env_keys
+                .iter()
+                .map(String::as_str)
+                .filter(|k| looks_like_credential(k))
+                .collect();
+            if !credentials.is_empty() {
+                let _ = writeln!(
+                    text,
+                    "# REVIEW: these look like credentials: have the operator bind them ([[credentials]]) rather than the caller pass them:\n# credential_env_keys = [{}]",
+                    join_quoted(credentials.iter().copied())
+                );
+                review.push(format!(
+                    "{} look like credentials: bind them in the operator config (credential_env_keys)",
+                    credentials.join(", ")
+                ));
+            }
+        }
+        if !self.network.is_empty() {
+            let _ = writeln!(
+                text,
+                "network = [{}]",
+                join_quoted(self.network.iter().map(String::as_str))
+            );
+        }
+        let wall = (self.duration_ms.saturating_mul(4)).clamp(30_000, 3_600_000);
+        let _ = writeln!(text, "\n[capabilities.spawn.limits]\nwall_time_ms = {wall}");
+        let (argv, params) = template(&self.argv, &self.cwd, host);
+        let _ = writeln!(
+            text,
+            "\n[capabilities.spawn.operations.{}]\nargv = [{}]\nmode = \"{}\"\ndescription = {}",
+            self.op,
+            join_quoted(argv.iter().map(String::as_str)),
+            if write.is_empty() {
+                "readonly"
+            } else {
+                "write"
+            },
+            quote(&format!(
+                "runs {} as observed",
+                self.argv.first().map(String::as_str).unwrap_or("")
+            ))
+        );
+        for p in &params {
+            let _ = writeln!(
+                text,
+                "\n[capabilities.spawn.operations.{}.params.{}]",
+                self.op, p.name
+            );
+            let _ = writeln!(text, "default = {}", quote(&p.default));
+            if p.path {
+                let _ = writeln!(text, "kind = \"path\"");
+            }
+            if p.default.starts_with('-') {
+                let _ = writeln!(text, "allow_dash = true");
+            }
+            let _ = writeln!(text, "description = \"observed: {}\"", escape(&p.default));
+        }
+        if !review.is_empty() {
+            let mut head = String::from("# REVIEW before use:\n");
+            for r in &review {
+                let _ = writeln!(head, "#   - {r}");
+            }
+            text = head + &text;
+        }
+        Draft { text, review }
+    }
+
+    /// `path` as a scope: `{workspace}/…` under the workspace, `~/…` under
+    /// the home, else absolute.
+    fn scope_text(&self, path: &Path) -> String {
+        if let Ok(rest) = path.strip_prefix(&self.workspace) {
+            return match rest.as_os_str().is_empty() {
+                true => "{workspace}".to_string(),
+                false => format!("{{workspace}}/{}", rest.display()),
+            };
+        }
+        if let Some(rest) = self.home.as_ref().and_then(|h| path.strip_prefix(h).ok()) {
+            if !rest.as_os_str().is_empty() {
+                return format!("~/{}", rest.display());
+            }
+        }
+        path.display().to_string()
+    }
+
+    /// Writes `key = [...]`, a broad scope marked for review.
+    fn write_list(
+        &self,
+        text: &mut String,
+        review: &mut Vec<String>,
+        key: &str,
+        scopes: &BTreeSet<PathBuf>,
+        host: &dyn Host,
+    ) {
+        if scopes.is_empty() {
+            return;
+        }
+        let shown: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
+        for p in scopes {
+            if self.is_broad(p) {
+                let _ = writeln!(text, "# REVIEW: {} is broad", p.display());
+                review.push(format!(
+                    "{key} {} is broad: narrow it if you can",
+                    p.display()
+                ));
+            }
+            if key != "fs_read" && !host.exists(p) {
+                let _ = writeln!(
+                    text,
+                    "# {} does not exist now; spawnd creates it",
+                    p.display()
+                );
+            }
+        }
+        let _ = writeln!(
+            text,
+            "{key} = [{}]",
+            join_quoted(shown.iter().map(String::as_str))
+        );
+    }
+
+    /// A top-level directory, a home, or the workspace's parent or above.
+    fn is_broad(&self, p: &Path) -> bool {
+        p.components().count() <= 2
+            || self.home.as_deref() == Some(p)
+            || self.workspace.starts_with(p) && p != self.workspace
+    }
+
+    fn is_provided(&self, p: &Path) -> bool {
+        if self.writable.iter().any(|w| p.starts_with(w)) {
+            return false;
+        }
+        PROVIDED.iter().any(|d| p.starts_with(d))
+            || RUNTIME_FILES.iter().any(|f| p == Path::new(f))
+            || self.system_paths.iter().any(|s| p.starts_with(s))
+    }
+
+    /// The sensitive path `p` lies in, if any.
+    fn sensitive(&self, p: &Path) -> Option<PathBuf> {
+        let in_home = self.home.as_ref().and_then(|h| {
+            SENSITIVE_IN_HOME
+                .iter()
+                .map(|s| h.join(s))
+                .find(|s| p.starts_with(s))
+        });
+        in_home.or_else(|| {
+            SENSITIVE
+                .iter()
+                .map(PathBuf::from)
+                .find(|s| p.starts_with(s))
+        })
+    }
+
+    /// Directories written (a file's parent), collapsed; and the sensitive
+    /// ones, left out.
+    fn write_scopes(&self, host: &dyn Host) -> (BTreeSet<PathBuf>, Vec<(PathBuf, String)>) {
+        let mut dirs = BTreeSet::new();
+        let mut sensitive = BTreeMap::<PathBuf, BTreeSet<&str>>::new();
+        for (path, how) in &self.paths {
+            if !matches!(how, Use::Write | Use::Create | Use::Remove) || self.is_provided(path) {
+                continue;
+            }
+            if let Some(s) = self.sensitive(path) {
+                sensitive.entry(s).or_default().insert("written");
+                continue;
+            }
+            let dir = match how {
+                Use::Create if host.is_dir(path) => path.clone(),
+                _ => path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| path.clone()),
+            };
+            dirs.insert(dir);
+        }
+        let mut dirs = outermost(dirs);
+        // Many directories under the workspace: their deepest common one.
+        let inside: Vec<PathBuf> = dirs
+            .iter()
+            .filter(|d| d.starts_with(&self.workspace))
+            .cloned()
+            .collect();
+        if inside.len() > 3 {
+            let common = inside
+                .iter()
+                .skip(1)
+                .fold(inside[0].clone(), |acc, d| common_ancestor(&acc, d));
+            for d in &inside {
+                dirs.remove(d);
+            }
+            dirs.insert(common);
+        }
+        (outermost(dirs), flatten(sensitive))
+    }
+
+    /// Paths read, collapsed into scopes, none inside a write scope; and
+    /// the sensitive ones, left out.
+    fn read_scopes(
+        &self,
+        host: &dyn Host,
+        write: &BTreeSet<PathBuf>,
+    ) -> (BTreeSet<PathBuf>, Vec<(PathBuf, String)>) {
+        let mut by_dir = BTreeMap::<PathBuf, BTreeSet<PathBuf>>::new();
+        let mut listed = BTreeSet::new();
+        let mut sensitive = BTreeMap::<PathBuf, BTreeSet<&str>>::new();
+        for (path, how) in &self.paths {
+            if !matches!(how, Use::Read | Use::List)
+                || self.is_provided(path)
+                || path == &self.program
+            {
+                continue;
+            }
+            if write.iter().any(|w| path.starts_with(w)) || !host.exists(path) {
+                continue;
+            }
+            if let Some(s) = self.sensitive(path) {
+                sensitive.entry(s).or_default().insert("read");
+                continue;
+            }
+            if *how == Use::List || host.is_dir(path) {
+                listed.insert(path.clone());
+            } else if let Some(dir) = path.parent() {
+                by_dir
+                    .entry(dir.to_path_buf())
+                    .or_default()
+                    .insert(path.clone());
+            }
+        }
+        let mut scopes = BTreeSet::new();
+        for (dir, files) in by_dir {
+            if files.len() >= COLLAPSE_AT || listed.contains(&dir) {
+                scopes.insert(dir);
+            } else {
+                scopes.extend(files);
+            }
+        }
+        scopes.extend(listed);
+        // Reads under the workspace: the workspace, unless it is written.
+        let under_workspace: Vec<PathBuf> = scopes
+            .iter()
+            .filter(|p| p.starts_with(&self.workspace))
+            .cloned()
+            .collect();
+        if !under_workspace.is_empty()
+            && !write.iter().any(|w| self.workspace.starts_with(w))
+            && !write.iter().any(|w| w.starts_with(&self.workspace))
+        {
+            for p in under_workspace {
+                scopes.remove(&p);
+            }
+            scopes.insert(self.workspace.clone());
+        }
+        let scopes = outermost(scopes)
+            .into_iter()
+            .filter(|p| !write.iter().any(|w| p.starts_with(w)))
+            .collect();
+        (scopes, flatten(sensitive))
+    }
+
+    /// Executed files outside the system paths: the write scope they lie
+    /// in (executable too), or the file.
+    fn exec_scopes(&self, write: &BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
+        let mut out = BTreeSet::new();
+        for (path, _) in &self.executed {
+            if path == &self.program || self.is_provided(path) {
+                continue;
+            }
+            match write.iter().find(|w| path.starts_with(w)) {
+                Some(w) => out.insert(w.clone()),
+                None => out.insert(path.clone()),
+            };
+        }
+        outermost(out)
+    }
+}
+
+/// `set` without the paths that lie inside another of its paths.
+fn outermost(set: BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
+    let all: Vec<PathBuf> = set.into_iter().collect();
+    all.iter()
+        .filter(|p| !all.iter().any(|q| q != *p && p.starts_with(q)))
+        .cloned()
+        .collect()
+}
+
+fn common_ancestor(a: &Path, b: &Path) -> PathBuf {
+    a.components()
+        .zip(b.components())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x)
+        .collect()
+}
+
+fn flatten(m: BTreeMap<PathBuf, BTreeSet<&str>>) -> Vec<(PathBuf, String)> {
+    m.into_iter()
+        .map(|(p, uses)| (p, uses.into_iter().collect::<Vec<_>>().join(" and ")))
+        .collect()
+}
+
+/// An argv placeholder the draft offers.
+struct Param {
+    name: String,
+    default: String,
+    path: bool,
+}
+
+/// The observed argv as template tokens (the array form: a token may hold
+/// spaces) and the placeholders it uses. Flags and bare words stay
+/// literal; every other value becomes a placeholder defaulting to it, a
+/// `path` when it names one.
+fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<Param>) {
+    let flag = regex_lite(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$");
+    let word = regex_lite(r"^[A-Za-z][A-Za-z0-9_.-]*$");
+    let mut tokens = Vec::new();
+    let mut params: Vec<Param> = Vec::new();
+    let mut previous_flag: Option<String> = None;
+    for (i, arg) in argv.iter().enumerate() {
+        let names_path = |v: &str| {
+            !v.is_empty()
+                && (v.starts_with('/') || v.starts_with("./") || host.exists(&cwd.join(v)))
+        };
+        if i == 0 {
+            tokens.push(escape_braces(arg));
+            continue;
+        }
+        let literal = flag.is_match(arg) || (word.is_match(arg) && !host.exists(&cwd.join(arg)));
+        if literal {
+            tokens.push(escape_braces(arg));
+            previous_flag = arg
+                .starts_with("--")
+                .then(|| arg.trim_start_matches('-').to_string());
+            continue;
+        }
+        let (prefix, value) = match arg.split_once('=') {
+            Some((k, v)) if k.starts_with("--") && flag.is_match(k) && !v.is_empty() => {
+                (format!("{k}="), v.to_string())
+            }
+            _ => (String::new(), arg.clone()),
+        };
+        let base = if !prefix.is_empty() {
+            prefix
+                .trim_start_matches('-')
+                .trim_end_matches('=')
+                .to_string()
+        } else {
+            previous_flag.take().unwrap_or_else(|| format!("arg{i}"))
+        };
+        let mut name: String = base
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            name = format!("arg_{name}");
+        }
+        if params.iter().any(|p| p.name == name) {
+            name = format!("{name}_{i}");
+        }
+        tokens.push(format!("{}{{{name}}}", escape_braces(&prefix)));
+        params.push(Param {
+            path: names_path(&value) && !value.contains("://"),
+            name,
+            default: value,
+        });
+    }
+    (tokens, params)
+}
+
+/// A tiny anchored matcher for the two token shapes (a `regex` per call
+/// would be as good; these are fixed).
+fn regex_lite(pattern: &str) -> regex::Regex {
+    regex::Regex::new(pattern)
+        .unwrap_or_else(|_| regex::Regex::new("^$").expect("the empty pattern compiles"))
+}
+
+fn escape_braces(s: &str) -> String {
+    s.replace('{', "{{").replace('}', "}}")
+}
+
+fn looks_like_credential(key: &str) -> bool {
+    let k = key.to_ascii_uppercase();
+    [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "APIKEY",
+        "PRIVATE_KEY",
+        "CREDENTIAL",
+    ]
+    .iter()
+    .any(|w| k.contains(w))
+}
+
+fn escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn quote(s: &str) -> String {
+    format!("\"{}\"", escape(s))
+}
+
+fn join_quoted<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    items.map(quote).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Table(Vec<(&'static str, bool)>);
+
+    impl Host for Table {
+        fn exists(&self, path: &Path) -> bool {
+            self.0.iter().any(|(p, _)| Path::new(p) == path)
+        }
+        fn is_dir(&self, path: &Path) -> bool {
+            self.0.iter().any(|(p, dir)| Path::new(p) == path && *dir)
+        }
+    }
+
+    fn observed() -> Observed {
+        Observed {
+            name: "local://learned/tar".into(),
+            op: "run".into(),
+            program: "/usr/bin/tar".into(),
+            program_hash: format!("sha256:{}", "0".repeat(64)),
+            argv: vec![
+                "tar".into(),
+                "czf".into(),
+                "out dir/a.tgz".into(),
+                "src".into(),
+                "--owner=0".into(),
+            ],
+            cwd: "/w/proj".into(),
+            workspace: "/w/proj".into(),
+            writable: vec!["/w/proj".into()],
+            home: Some("/home/u".into()),
+            paths: vec![
+                ("/w/proj/src".into(), Use::List),
+                ("/w/proj/src/a.c".into(), Use::Read),
+                ("/w/proj/out dir/a.tgz".into(), Use::Write),
+                ("/usr/lib/x.so".into(), Use::Read),
+                ("/etc/passwd".into(), Use::Read),
+                ("/home/u/.ssh/id_rsa".into(), Use::Read),
+                ("/home/u/.config/tool.conf".into(), Use::Read),
+                ("/opt/data/missing".into(), Use::Read),
+                ("/tmp/x".into(), Use::Write),
+            ],
+            executed: vec![
+                ("/usr/bin/tar".into(), Some("sha256:00".into())),
+                ("/usr/bin/gzip".into(), Some("sha256:11".into())),
+                ("/w/proj/out dir/tool".into(), None),
+            ],
+            env_keys: vec!["CI".into(), "API_TOKEN".into()],
+            network: vec!["example.com:443".into()],
+            system_paths: vec!["/usr".into(), "/lib".into()],
+            duration_ms: 100,
+            exit_code: Some(0),
+            refused: vec!["refused by seccomp (EPERM): ptrace (1 call); no key".into()],
+        }
+    }
+
+    fn host() -> Table {
+        Table(vec![
+            ("/w/proj/src", true),
+            ("/w/proj/src/a.c", false),
+            ("/w/proj/out dir", true),
+            ("/w/proj/out dir/a.tgz", false),
+            ("/home/u/.ssh/id_rsa", false),
+            ("/home/u/.config/tool.conf", false),
+            ("/w/proj/src", true),
+        ])
+    }
+
+    #[test]
+    fn a_draft_grants_what_was_used_and_marks_what_needs_review() {
+        let draft = observed().draft(&host());
+        let t = &draft.text;
+        crate::manifest::parse_manifest("(draft)", t, crate::manifest::LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+        assert!(t.contains("fs_write = [\"{workspace}/out dir\"]"), "{t}");
+        assert!(t.contains("fs_exec = [\"{workspace}/out dir\"]"), "{t}");
+        assert!(
+            t.contains("fs_read = [\"~/.config/tool.conf\", \"{workspace}\"]"),
+            "{t}"
+        );
+        assert!(t.contains("# fs_read += [\"~/.ssh\"]"), "{t}");
+        assert!(
+            !t.contains("/usr/lib/x.so") && !t.contains("\"/etc/passwd\"") && !t.contains("/tmp/x"),
+            "{t}"
+        );
+        assert!(!t.contains("missing"), "{t}");
+        assert!(
+            t.contains("argv = [\"tar\", \"czf\", \"{arg2}\", \"{arg3}\", \"--owner={owner}\"]"),
+            "{t}"
+        );
+        assert!(
+            t.contains("default = \"out dir/a.tgz\"\nkind = \"path\""),
+            "{t}"
+        );
+        assert!(
+            t.contains("env_passthrough = [\"CI\", \"API_TOKEN\"]")
+                && t.contains("# credential_env_keys = [\"API_TOKEN\"]"),
+            "{t}"
+        );
+        assert!(t.contains("network = [\"example.com:443\"]"), "{t}");
+        assert!(t.contains("/usr/bin/gzip (sha256:11)"), "{t}");
+        assert!(draft.review.iter().any(|r| r.contains(".ssh")));
+    }
+
+    #[test]
+    fn many_written_directories_collapse_and_shells_are_flagged() {
+        let mut o = observed();
+        o.program = "/bin/sh".into();
+        o.paths = (0..5)
+            .map(|i| (PathBuf::from(format!("/w/proj/b/d{i}/f")), Use::Create))
+            .collect();
+        let draft = o.draft(&Table(vec![]));
+        assert!(
+            draft.text.contains("fs_write = [\"{workspace}/b\"]"),
+            "{}",
+            draft.text
+        );
+        assert!(draft.review.iter().any(|r| r.contains("shell")));
+    }
+}

@@ -1,0 +1,452 @@
+//! `spawnd learn`: runs a command once through the one spawn pipeline,
+//! traced ([`crate::sandbox::trace`]), under an observation manifest made
+//! for it here — the host's directories readable and executable, the
+//! workspace writable — and writes the draft manifest
+//! ([`super::draft`]) that grants what the run used.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::args::{Cli, LearnArgs};
+use super::context::{current_caller, load_config};
+use super::draft::{Host, Observed};
+use super::output::{print_notice, Failure, Success};
+use super::run::live_output;
+use crate::exec::{execute, Execution, FailureKind};
+use crate::manifest::{parse_manifest, LoadOptions, Tier};
+use crate::policy::{Access, Request, RequestKind};
+use crate::program::hash_path;
+use crate::sandbox::launch::StdinSource;
+use crate::sandbox::trace::Use;
+
+/// How long a learned command may run unless `--timeout` says.
+const DEFAULT_TIMEOUT_MS: u64 = 600_000;
+
+/// Top-level directories never offered as scopes while learning: the
+/// sandbox makes its own, or they hold only runtime state.
+const NOT_OFFERED: &[&str] = &["proc", "sys", "dev", "tmp", "run", "lost+found"];
+
+/// `spawnd learn`.
+pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
+    if args.output.exists() && !args.force {
+        return Err(Failure::usage(format!(
+            "--output {} exists; choose another file or pass --force",
+            args.output.display()
+        )));
+    }
+    let config = load_config(cli)?;
+    let program = find_program(&args.command[0])?;
+    let program_hash = hash_path(&program)
+        .map_err(|e| {
+            Failure::from_io(
+                &e,
+                FailureKind::Usage,
+                format!("cannot hash {}: {e}", program.display()),
+            )
+        })?
+        .to_string();
+    let here = std::env::current_dir().map_err(|e| Failure::usage(format!("getcwd: {e}")))?;
+    let workspace = std::fs::canonicalize(args.workspace.as_deref().unwrap_or(&here))
+        .map_err(|e| Failure::usage(format!("--workspace: {e}")))?;
+    let cwd = std::fs::canonicalize(&here).unwrap_or(here);
+    let mut writable = vec![workspace.clone()];
+    for dir in &args.write {
+        writable.push(
+            std::fs::canonicalize(dir)
+                .map_err(|e| Failure::usage(format!("--write {}: {e}", dir.display())))?,
+        );
+    }
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => format!("local://learned/{}", slug(&program)),
+    };
+    crate::manifest::Fqn::parse(&name)
+        .map_err(|why| Failure::usage(format!("--name is not a valid connector name: {why}")))?;
+    crate::manifest::check_op_name(&args.op)
+        .map_err(|why| Failure::usage(format!("--op: {why}")))?;
+    let run_as = run_identity(&config);
+    let argv0 = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut argv = vec![argv0];
+    argv.extend(args.command[1..].iter().cloned());
+    let env = env_values(&args.env)?;
+    let observation = observation_manifest(&ObservationParts {
+        program: &program,
+        program_hash: &program_hash,
+        argv: &argv,
+        cwd: &cwd,
+        writable: &writable,
+        env_keys: &env.keys().cloned().collect::<Vec<_>>(),
+        readable: &offered_directories(&writable, run_as),
+        timeout_ms: args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
+    });
+    let manifest = parse_manifest(
+        "(spawnd learn)",
+        &observation,
+        LoadOptions {
+            max_wall_time_ms: config.sandbox.max_wall_time_ms.max(DEFAULT_TIMEOUT_MS),
+        },
+    )
+    .map_err(|e| Failure::internal(format!("the observation manifest does not load: {e}")))?;
+    let mut caller = current_caller()?;
+    caller.workspace = Some(workspace.clone());
+    let home = Some(caller.home.clone()).filter(|h| h.is_absolute() && h != Path::new("/"));
+    let system_paths = config.sandbox.system_paths.clone();
+    let prepared = crate::exec::Prepared {
+        config,
+        manifest,
+        caller,
+        request: Request {
+            kind: RequestKind::Op {
+                name: "observed".into(),
+                args: BTreeMap::new(),
+            },
+            env,
+            cwd: Some(cwd.display().to_string()),
+            action: None,
+            mode: Tier::Write,
+        },
+    };
+    let ran = execute(Execution {
+        prepared: &prepared,
+        access: &Access::Local,
+        stdin: StdinSource::Null,
+        pump: None,
+        timeout_ms: args.timeout,
+        live: live_output(cli.json, true),
+        json: cli.json,
+        spawner: None,
+        on_started: None,
+        signals_end_the_run: true,
+        // The refusals go into the draft, as comments; the rest is shown.
+        on_notice: &|n| {
+            if !matches!(n, crate::exec::Notice::Refused { .. }) {
+                print_notice(n)
+            }
+        },
+        trace: true,
+    })?;
+    let data = &ran.data;
+    let trace = &data["trace"];
+    if let Some(e) = trace["error"].as_str() {
+        return Err(Failure::sandbox_unavailable(format!(
+            "the trace stopped early ({e}); no draft was written"
+        )));
+    }
+    let observed = Observed {
+        name,
+        op: args.op.clone(),
+        program: program.clone(),
+        program_hash,
+        argv,
+        cwd,
+        workspace: workspace.clone(),
+        writable: writable.clone(),
+        home,
+        paths: path_uses(&trace["paths"]),
+        executed: executed(&trace["executed"]),
+        env_keys: prepared.request.env.keys().cloned().collect(),
+        network: contacted(&data["network"]),
+        system_paths,
+        duration_ms: data["duration_ms"].as_u64().unwrap_or(0),
+        exit_code: data["exit_code"]
+            .as_i64()
+            .and_then(|c| i32::try_from(c).ok()),
+        refused: refused_lines(&trace["refusals"]),
+    };
+    let draft = observed.draft(&RealHost);
+    parse_manifest("(draft)", &draft.text, LoadOptions::default())
+        .map_err(|e| Failure::internal(format!("the draft does not load: {e}\n{}", draft.text)))?;
+    write_draft(&args.output, &draft.text, args.force)?;
+    let exit = ran.exit;
+    let mut human = format!(
+        "spawnd: wrote {} ({} paths seen, {} programs run{})",
+        args.output.display(),
+        trace["paths"].as_array().map_or(0, Vec::len),
+        observed.executed.len(),
+        match observed.network.len() {
+            0 => String::new(),
+            n => format!(", {n} destinations dialed"),
+        }
+    );
+    for r in &draft.review {
+        human.push_str(&format!("\nspawnd: review: {r}"));
+    }
+    if exit != 0 {
+        human.push_str(&format!(
+            "\nspawnd: the command exited {exit}: the draft covers only what it did before"
+        ));
+    }
+    human.push_str(&format!(
+        "\nspawnd: next: spawnd manifest lint {0} && spawnd run --manifest {0} --op {1} --workspace {2} --mode write",
+        args.output.display(),
+        args.op,
+        workspace.display()
+    ));
+    let mut success = Success::new(
+        json!({"file": args.output, "manifest": draft.text, "review": draft.review, "run": ran.data}),
+        String::new(),
+    );
+    // The summary goes to stderr, beside the command's own output.
+    if !cli.json {
+        eprintln!("{human}");
+    }
+    success.exit = exit;
+    success.keep_ok = true;
+    Ok(success)
+}
+
+/// The program: a path (made absolute), or a name looked up in `PATH`.
+fn find_program(given: &str) -> Result<PathBuf, Failure> {
+    if given.contains('/') {
+        let path = std::env::current_dir()
+            .map(|d| d.join(given))
+            .unwrap_or_else(|_| PathBuf::from(given));
+        return match path.is_file() {
+            true => Ok(normalize(&path)),
+            false => Err(Failure::usage(format!("{given}: no such program"))),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(given))
+        .find(|p| p.is_file() && p.is_absolute())
+        .ok_or_else(|| Failure::usage(format!("{given}: not found in PATH; give its path")))
+}
+
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(p) => out.push(p),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A connector-name-safe form of the program's file name.
+fn slug(program: &Path) -> String {
+    let name: String = program
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    match name.trim_matches('-') {
+        "" => "program".to_string(),
+        n => n.to_string(),
+    }
+}
+
+/// The uid and gid the program will run as (docs/sandbox.md): a root
+/// caller's runs as `run_as` or nobody, anyone else's as themselves.
+fn run_identity(config: &crate::config::Config) -> (u32, u32) {
+    if crate::kernel_features::privileged() && nix::unistd::geteuid().is_root() {
+        config.sandbox.run_as.unwrap_or((65534, 65534))
+    } else {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    }
+}
+
+/// The host's top-level directories the program's identity may enter,
+/// other than the ones the sandbox makes itself and those holding a
+/// writable directory (a read scope may not contain a write scope's
+/// parent… it may: only the reverse is refused, so they stay).
+fn offered_directories(writable: &[PathBuf], (uid, gid): (u32, u32)) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !NOT_OFFERED.contains(&name)
+        })
+        .filter(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                let mode = m.mode();
+                let bits = if m.uid() == uid {
+                    mode >> 6
+                } else if m.gid() == gid {
+                    mode >> 3
+                } else {
+                    mode
+                };
+                bits & 0o5 == 0o5
+            })
+        })
+        // A writable directory listed as itself is granted writable.
+        .filter(|p| !writable.contains(p))
+        .collect();
+    out.sort();
+    out
+}
+
+/// What the observation manifest is made of.
+struct ObservationParts<'a> {
+    program: &'a Path,
+    program_hash: &'a str,
+    argv: &'a [String],
+    cwd: &'a Path,
+    writable: &'a [PathBuf],
+    env_keys: &'a [String],
+    readable: &'a [PathBuf],
+    timeout_ms: u64,
+}
+
+/// The manifest the observed run goes through: the program pinned, the
+/// host's directories readable and executable, the workspace (and each
+/// `--write`) writable and executable, the argv literal.
+fn observation_manifest(p: &ObservationParts<'_>) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let list = |paths: &[PathBuf]| {
+        paths
+            .iter()
+            .map(|p| q(&p.display().to_string()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut exec = p.readable.to_vec();
+    exec.extend(p.writable.iter().cloned());
+    let argv = p
+        .argv
+        .iter()
+        .map(|a| q(&a.replace('{', "{{").replace('}', "}}")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[connector]\nname = \"local://spawnd/learn\"\nversion = \"0.0.0\"\n\n[capabilities.spawn]\nprograms = [{{ path = {}, hash = {} }}]\nfs_exec = [{}]\nfs_write = [{}]\ncwd = {}\nenv_passthrough = [{}]\n\n[capabilities.spawn.limits]\nwall_time_ms = {}\nmax_stdout_bytes = 16777216\nmax_stderr_bytes = 16777216\n\n[capabilities.spawn.operations.observed]\nargv = [{argv}]\nmode = \"write\"\n",
+        q(&p.program.display().to_string()),
+        q(p.program_hash),
+        list(&exec),
+        list(p.writable),
+        q(&p.cwd.display().to_string()),
+        p.env_keys.iter().map(|k| q(k)).collect::<Vec<_>>().join(", "),
+        p.timeout_ms,
+    )
+}
+
+/// The run's refusals, one line each, for the draft's comments.
+fn refused_lines(refusals: &Value) -> Vec<String> {
+    refusals
+        .as_array()
+        .map(|a| a.iter().map(crate::exec::describe_refusal).collect())
+        .unwrap_or_default()
+}
+
+/// `--env K=V` and `--env K` (from this environment).
+fn env_values(given: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    let mut out = BTreeMap::new();
+    for item in given {
+        let (k, v) = match item.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (
+                item.clone(),
+                std::env::var(item).map_err(|_| {
+                    Failure::usage(format!("--env {item}: not set in this environment"))
+                })?,
+            ),
+        };
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
+fn path_uses(paths: &Value) -> Vec<(PathBuf, Use)> {
+    paths
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| {
+                    let path = PathBuf::from(p["path"].as_str()?);
+                    let how = serde_json::from_value::<Use>(p["use"].clone()).ok()?;
+                    Some((path, how))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn executed(list: &Value) -> Vec<(PathBuf, Option<String>)> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.as_str().map(PathBuf::from))
+                .map(|p| {
+                    let digest = hash_path(&p).ok().map(|d| d.to_string());
+                    (p, digest)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `host:port` pairs the run's relay reports dialing.
+fn contacted(network: &Value) -> Vec<String> {
+    network["contacted"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn write_draft(path: &Path, text: &str, force: bool) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if force {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let mut file = options.open(path).map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Usage,
+            format!("--output {}: {e}", path.display()),
+        )
+    })?;
+    file.write_all(text.as_bytes()).map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
+            format!("write {}: {e}", path.display()),
+        )
+    })
+}
+
+/// The real filesystem.
+struct RealHost;
+
+impl Host for RealHost {
+    fn exists(&self, path: &Path) -> bool {
+        path.symlink_metadata().is_ok()
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
+}
