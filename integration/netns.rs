@@ -165,6 +165,7 @@ fn run_sandbox(network: &[&str], via: Via) -> Seen {
         limits_via: LimitsVia::Rlimits,
         credentials: Vec::new(),
         check_as: None,
+        trace: false,
     }
     .order()
     .unwrap();

@@ -543,8 +543,6 @@ struct Param {
 /// literal; every other value becomes a placeholder defaulting to it, a
 /// `path` when it names one.
 fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<Param>) {
-    let flag = regex_lite(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$");
-    let word = regex_lite(r"^[A-Za-z][A-Za-z0-9_.-]*$");
     let mut tokens = Vec::new();
     let mut params: Vec<Param> = Vec::new();
     let mut previous_flag: Option<String> = None;
@@ -557,7 +555,7 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
             tokens.push(escape_braces(arg));
             continue;
         }
-        let literal = flag.is_match(arg) || (word.is_match(arg) && !host.exists(&cwd.join(arg)));
+        let literal = is_flag(arg) || (is_word(arg) && !host.exists(&cwd.join(arg)));
         if literal {
             tokens.push(escape_braces(arg));
             previous_flag = arg
@@ -566,7 +564,7 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
             continue;
         }
         let (prefix, value) = match arg.split_once('=') {
-            Some((k, v)) if k.starts_with("--") && flag.is_match(k) && !v.is_empty() => {
+            Some((k, v)) if k.starts_with("--") && is_flag(k) && !v.is_empty() => {
                 (format!("{k}="), v.to_string())
             }
             _ => (String::new(), arg.clone()),
@@ -600,11 +598,21 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
     (tokens, params)
 }
 
-/// A tiny anchored matcher for the two token shapes (a `regex` per call
-/// would be as good; these are fixed).
-fn regex_lite(pattern: &str) -> regex::Regex {
-    regex::Regex::new(pattern)
-        .unwrap_or_else(|_| regex::Regex::new("^$").expect("the empty pattern compiles"))
+/// `-x`, `--name`: a dash or two, then a letter or digit, then letters,
+/// digits, `_`, `.` or `-`.
+fn is_flag(s: &str) -> bool {
+    let rest = s.strip_prefix("--").or_else(|| s.strip_prefix('-'));
+    rest.is_some_and(|r| r.starts_with(|c: char| c.is_ascii_alphanumeric()) && is_word_tail(r))
+}
+
+/// `clone`, `unittest`: a letter, then letters, digits, `_`, `.` or `-`.
+fn is_word(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic()) && is_word_tail(s)
+}
+
+fn is_word_tail(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 fn escape_braces(s: &str) -> String {

@@ -12,8 +12,8 @@ use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
 use crate::sandbox::seccomp::Policy;
-use crate::sandbox::trace::Tracer;
 use crate::sandbox::spec::{account_name, RuntimeIdentity};
+use crate::sandbox::trace::Tracer;
 use crate::spawner::{PendingLaunch, RemoteStdin, Spawner, SpawnerError};
 use crate::supervise::Watched;
 

@@ -85,6 +85,26 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
             .landlock
             .iter()
             .any(|r| r.scope.is_some() && used.path.starts_with(&r.path));
+        if used.path.starts_with("/tmp")
+            && !in_a_scope
+            && matches!(used.how, Use::Read | Use::List | Use::Execute)
+            && exists(&used.path)
+        {
+            // The host's file, hidden by the sandbox's own /tmp.
+            out.push(Refusal {
+                layer: "mount_namespace",
+                errno: "ENOENT",
+                call: used.call.to_string(),
+                path: Some(used.path.clone()),
+                how: Some(used.how),
+                calls: used.calls,
+                fix: format!(
+                    "the sandbox's /tmp is its own, without the host's {}; add it to fs_read",
+                    used.path.display()
+                ),
+            });
+            continue;
+        }
         if PROVIDED.iter().any(|p| used.path.starts_with(p)) && !in_a_scope {
             continue;
         }

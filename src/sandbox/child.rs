@@ -35,8 +35,8 @@ use super::StepError;
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, install_seccomp_filter_with_listener,
-    replace_command_line, restore_every_default_action,
-    set_loopback_up, start_program, ProgramStart, StatusPipe,
+    replace_command_line, restore_every_default_action, set_loopback_up, start_program,
+    ProgramStart, StatusPipe,
 };
 
 /// Everything the child needs, prepared by the parent before `clone`.

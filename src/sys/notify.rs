@@ -72,7 +72,8 @@ pub fn install_seccomp_filter_with_listener(program: &[SockFilter]) -> io::Resul
     if ret < 0 {
         return Err(last_error("seccomp(SET_MODE_FILTER, NEW_LISTENER)"));
     }
-    let fd = i32::try_from(ret).map_err(|_| io::Error::other("seccomp: descriptor out of range"))?;
+    let fd =
+        i32::try_from(ret).map_err(|_| io::Error::other("seccomp: descriptor out of range"))?;
     // SAFETY: the kernel returned a fresh descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

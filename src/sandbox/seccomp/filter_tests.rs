@@ -227,13 +227,20 @@ fn traced_policy_decides_as_the_policy() {
         let policy = policy_for_arch(arch, FilterOptions::DEFAULT);
         let traced = traced_policy(&policy);
         let program = compile(&traced).unwrap();
-        let name = |nr: i32| policy.rules.iter().find(|r| r.nr == i64::from(nr)).map(|r| r.name);
+        let name = |nr: i32| {
+            policy
+                .rules
+                .iter()
+                .find(|r| r.nr == i64::from(nr))
+                .map(|r| r.name)
+        };
         let mut notified = 0;
         for nr in 0..1024 {
             for arg in [0u64, 1, 2, 0x80000, 0x40, 0xffff_ffff, 0x4_0000] {
                 let data = SeccompData::call(arch, nr, [arg, arg, arg, arg, arg, arg]);
                 let original = policy.evaluate(&data);
-                let by_program = Action::from_seccomp_ret(interp::run(&program.instructions, &data).unwrap());
+                let by_program =
+                    Action::from_seccomp_ret(interp::run(&program.instructions, &data).unwrap());
                 assert_eq!(by_program, Some(traced.evaluate(&data)), "{arch:?} nr {nr}");
                 match traced.evaluate(&data) {
                     Action::Notify => {

@@ -291,9 +291,27 @@ pub fn filter_for_arch(
 /// (`stat` and friends are left out: neither layer governs them, and they
 /// are the bulk of a program's calls.)
 pub const TRACED_CALLS: &[&str] = &[
-    "open", "openat", "openat2", "creat", "execve", "execveat", "mkdir", "mkdirat", "mknod",
-    "mknodat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2", "link", "linkat",
-    "symlink", "symlinkat", "truncate",
+    "open",
+    "openat",
+    "openat2",
+    "creat",
+    "execve",
+    "execveat",
+    "mkdir",
+    "mkdirat",
+    "mknod",
+    "mknodat",
+    "unlink",
+    "unlinkat",
+    "rmdir",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "truncate",
 ];
 
 /// `policy` for a traced run (`spawnd learn`, `run --trace`): each

@@ -1,0 +1,399 @@
+//! `spawnd learn` drafts a manifest from one observed run, and the draft
+//! runs the same command under `spawnd run` with nothing else granted, as
+//! root and as nobody: tar, make building and running a C program,
+//! `python3 -m unittest`, git clone and commit, node, whoami, getent and a
+//! TLS client's CA store. Judged from outside: the files the second run
+//! leaves on the host and its output. And `run --trace` names the layer of
+//! each wall a program meets.
+
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use harness::{world, As};
+use serde_json::Value;
+
+/// `spawnd ARGS` as `who`, in `cwd`, with the world's config.
+fn spawnd(who: As, cwd: &Path, args: &[&str]) -> Output {
+    let w = world();
+    let mut cmd = match who {
+        As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&w.spawnd);
+            c
+        }
+        _ => Command::new(&w.spawnd),
+    };
+    cmd.arg("--config")
+        .arg(w.config(who))
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A fresh directory anyone may write, for one case.
+fn fresh(name: &str) -> PathBuf {
+    let dir = world().path(&format!("learn/{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for d in [world().path("learn"), dir.clone()] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    dir
+}
+
+/// Learns `command` in the workspace `ws`, then `reset`s the workspace
+/// and runs the draft there; returns the draft and the second run's data.
+fn learn_then_run(
+    who: As,
+    case: &str,
+    ws: &Path,
+    command: &[&str],
+    reset: impl Fn(),
+) -> (String, Value) {
+    let drafts = fresh(&format!("drafts-{case}-{who:?}"));
+    let draft = drafts.join("draft.toml");
+    let mut args = vec!["learn", "--output", draft.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    let learned = spawnd(who, ws, &args);
+    assert!(
+        learned.status.success() && draft.exists(),
+        "{case} {who:?}: learn failed: {learned:?}"
+    );
+    let text = std::fs::read_to_string(&draft).unwrap();
+    let lint = spawnd(who, ws, &["manifest", "lint", draft.to_str().unwrap()]);
+    assert!(lint.status.success(), "{case}: lint: {lint:?}\n{text}");
+    reset();
+    let ran = spawnd(
+        who,
+        ws,
+        &[
+            "--json",
+            "run",
+            "--manifest",
+            draft.to_str().unwrap(),
+            "--op",
+            "run",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--mode",
+            "write",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&ran.stdout)
+        .unwrap_or_else(|e| panic!("{case}: {e}: {ran:?}\n{text}"));
+    assert_eq!(v["ok"], true, "{case} {who:?}: {v}\n{text}");
+    assert_eq!(v["data"]["exit_code"], 0, "{case} {who:?}: {v}\n{text}");
+    (text, v["data"].clone())
+}
+
+fn stdout(data: &Value) -> String {
+    data["stdout"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn tar_archives_a_tree(who: As) {
+    let ws = fresh(&format!("tar-{who:?}"));
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/a.txt"), "a\n").unwrap();
+    let out = ws.join("out.tgz");
+    let (draft, _) = learn_then_run(who, "tar", &ws, &["tar", "czf", "out.tgz", "src"], || {
+        std::fs::remove_file(&out).unwrap();
+    });
+    assert!(draft.contains("default = \"out.tgz\""), "{draft}");
+    let list = Command::new("tar").arg("-tzf").arg(&out).output().unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("src/a.txt"));
+}
+
+fn make_builds_and_runs_a_c_program(who: As) {
+    let ws = fresh(&format!("make-{who:?}"));
+    std::fs::write(
+        ws.join("hello.c"),
+        "#include <stdio.h>\nint main(void){puts(\"built and ran\");return 0;}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("Makefile"),
+        "run: hello\n\t./hello\nhello: hello.c\n\tcc -o hello hello.c\n",
+    )
+    .unwrap();
+    let (draft, data) = learn_then_run(who, "make", &ws, &["make", "run"], || {
+        std::fs::remove_file(ws.join("hello")).unwrap();
+    });
+    assert!(stdout(&data).contains("built and ran"), "{data}\n{draft}");
+    assert!(ws.join("hello").exists());
+    assert!(draft.contains("fs_exec = [\"{workspace}\"]"), "{draft}");
+}
+
+fn python_unittest_runs_a_package(who: As) {
+    let ws = fresh(&format!("py-{who:?}"));
+    std::fs::create_dir_all(ws.join("pkg")).unwrap();
+    std::fs::write(
+        ws.join("pkg/__init__.py"),
+        "def double(x):\n    return 2 * x\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("test_pkg.py"), "import unittest, pkg\nclass T(unittest.TestCase):\n    def test_double(self):\n        self.assertEqual(pkg.double(21), 42)\n").unwrap();
+    let (_, data) = learn_then_run(
+        who,
+        "unittest",
+        &ws,
+        &["python3", "-B", "-m", "unittest", "-v"],
+        || {},
+    );
+    assert!(
+        data["stderr"]["text"].as_str().unwrap().contains("OK"),
+        "{data}"
+    );
+}
+
+fn git_clones_and_commits(who: As) {
+    let ws = fresh(&format!("git-{who:?}"));
+    let origin = ws.join("origin");
+    std::fs::create_dir_all(&origin).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", "/nonexistent")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&origin, &["init", "-q", "-b", "main"]);
+    std::fs::write(origin.join("f"), "1\n").unwrap();
+    git(&origin, &["add", "f"]);
+    git(
+        &origin,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "one",
+        ],
+    );
+    Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&ws)
+        .status()
+        .unwrap();
+    let clone = ws.join("clone");
+    let (_, _) = learn_then_run(
+        who,
+        "git-clone",
+        &ws,
+        &[
+            "git",
+            "-c",
+            "safe.directory=*",
+            "clone",
+            "-q",
+            "origin",
+            "clone",
+        ],
+        || {
+            std::fs::remove_dir_all(&clone).unwrap();
+        },
+    );
+    assert!(clone.join("f").exists());
+    std::fs::write(clone.join("g"), "2\n").unwrap();
+    Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&clone)
+        .status()
+        .unwrap();
+    let commit = [
+        "git",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "safe.directory=*",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "learned",
+    ];
+    let count = || {
+        let out = Command::new("git")
+            .args(["-c", "safe.directory=*", "rev-list", "--count", "HEAD"])
+            .current_dir(&clone)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    let before = count();
+    learn_then_run(who, "git-commit", &clone, &commit, || {});
+    assert_eq!(
+        count(),
+        before + 2,
+        "the learned run and the draft's run each commit"
+    );
+}
+
+fn node_runs_under_the_default_limits(who: As) {
+    let ws = fresh(&format!("node-{who:?}"));
+    let (_, data) = learn_then_run(who, "node", &ws, &["node", "-e", "console.log(6*7)"], || {});
+    assert_eq!(stdout(&data).trim(), "42", "{data}");
+}
+
+fn identity_names_and_the_ca_store(who: As) {
+    let ws = fresh(&format!("ids-{who:?}"));
+    let (_, whoami) = learn_then_run(who, "whoami", &ws, &["whoami"], || {});
+    assert!(!stdout(&whoami).trim().is_empty(), "{whoami}");
+    let (_, hosts) = learn_then_run(who, "getent", &ws, &["getent", "hosts", "localhost"], || {});
+    assert!(
+        stdout(&hosts).contains("127.0.0.1") || stdout(&hosts).contains("::1"),
+        "{hosts}"
+    );
+    let (_, tls) = learn_then_run(
+        who,
+        "ca-store",
+        &ws,
+        &[
+            "python3",
+            "-c",
+            "import ssl; print(ssl.create_default_context().cert_store_stats()['x509_ca'] > 0)",
+        ],
+        || {},
+    );
+    assert_eq!(stdout(&tls).trim(), "True", "{tls}");
+}
+
+/// `run --trace` names each wall: a file outside every scope (the mount
+/// namespace), executing from a write scope (noexec), and a call the
+/// seccomp filter refuses.
+fn refusals_name_their_layer(who: As) {
+    let ws = fresh(&format!("walls-{who:?}"));
+    let outside = fresh(&format!("outside-{who:?}"));
+    std::fs::write(outside.join("secret.txt"), "x").unwrap();
+    std::fs::set_permissions(
+        outside.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let manifest = ws.join("../walls.toml");
+    let code = format!(
+        "import ctypes, shutil, subprocess\ntry: open('{}')\nexcept OSError as e: print(e)\nshutil.copy('/usr/bin/true', 'mytrue')\ntry: subprocess.run(['./mytrue'])\nexcept OSError as e: print(e)\nprint(ctypes.CDLL(None).unshare(0x20000))\n",
+        outside.join("secret.txt").display()
+    );
+    std::fs::write(
+        &manifest,
+        format!(
+            "[connector]\nname = \"local://test/walls\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/python3\" }}]\nfs_write = [\"{{workspace}}\"]\ncwd = \"{{workspace}}\"\n[capabilities.spawn.operations.walls]\nargv = [\"python3\", \"-c\", {}]\nmode = \"write\"\n",
+            serde_json::to_string(&code).unwrap()
+        ),
+    )
+    .unwrap();
+    let pin = spawnd(who, &ws, &["manifest", "pin", manifest.to_str().unwrap()]);
+    assert!(pin.status.success(), "{pin:?}");
+    let out = spawnd(
+        who,
+        &ws,
+        &[
+            "--json",
+            "run",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--op",
+            "walls",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--mode",
+            "write",
+            "--trace",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let refusals = v["data"]["trace"]["refusals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    let find = |layer: &str, needle: &str| {
+        refusals.iter().any(|r| {
+            r["layer"] == layer
+                && (r["path"].as_str().unwrap_or_default().contains(needle)
+                    || r["call"].as_str().unwrap_or_default() == needle)
+        })
+    };
+    assert!(find("mount_namespace", "secret.txt"), "{refusals:?}");
+    assert!(find("noexec", "mytrue"), "{refusals:?}");
+    assert!(find("seccomp", "unshare"), "{refusals:?}");
+    // The program saw what the layers say.
+    let text = stdout(&v["data"]);
+    assert!(
+        text.contains("No such file") && text.contains("Permission denied"),
+        "{text}"
+    );
+    // Without --json, each refusal is a line on stderr naming its layer and fix.
+    let human = spawnd(
+        who,
+        &ws,
+        &[
+            "run",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--op",
+            "walls",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--mode",
+            "write",
+            "--trace",
+        ],
+    );
+    let err = String::from_utf8_lossy(&human.stderr);
+    assert!(
+        err.contains("refused by noexec") && err.contains("add it to fs_exec"),
+        "{err}"
+    );
+    assert!(
+        err.contains("refused by mount_namespace") && err.contains("to fs_read"),
+        "{err}"
+    );
+}
+
+/// As nobody only: for a root caller the program runs as nobody too, and
+/// git inside refuses the test's repository as of dubious ownership
+/// whoever owns it (to be found).
+#[test]
+fn as_nobody_git_clones_and_commits() {
+    git_clones_and_commits(As::Nobody)
+}
+
+macro_rules! both {
+    ($($name:ident),*) => {
+        mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
+        mod as_nobody { use super::*; $( #[test] fn $name() { super::$name(As::Nobody) } )* }
+    };
+}
+
+both!(
+    tar_archives_a_tree,
+    make_builds_and_runs_a_c_program,
+    python_unittest_runs_a_package,
+    node_runs_under_the_default_limits,
+    identity_names_and_the_ca_store,
+    refusals_name_their_layer
+);
