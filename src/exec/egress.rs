@@ -12,6 +12,10 @@
 //! connection closes) and the result says why.
 //! A thread per spawn with grants keeps `spawnd run` and the daemon alike,
 //! and costs nothing for a spawn without grants.
+//! A learning spawn (`spawnd learn`, [`SpawnPlan::network_learning`]) is
+//! served the same way by a learning relay, and its `network` object also
+//! says how it learned and lists the `host:port` pairs the program
+//! contacted (`learning`, `contacted`, `contacted_unlisted`).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,8 +30,10 @@ use crate::config::NetworkConfig;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
+use crate::egress::learning::Learning;
+use crate::plan::SpawnPlan;
 use crate::relay::{
-    serve, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RelayConfig, Summary,
+    serve, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RelayConfig, RelayMode, Summary,
     SystemResolver,
 };
 use crate::sandbox::network::Listeners;
@@ -92,6 +98,7 @@ fn net_record(event: &NetEvent) -> Option<Value> {
             "reason": crate::relay::reason::NOT_GRANTED,
         })),
         NetEvent::DnsRefusedMore { .. }
+        | NetEvent::Contacted { .. }
         | NetEvent::Refusals { .. }
         | NetEvent::Unreported { .. }
         | NetEvent::Summary(_) => None,
@@ -124,22 +131,22 @@ pub(super) struct Reported {
     unreported: Vec<DialedCount>,
     summary: Option<Summary>,
     error: Option<String>,
+    /// A learning spawn's mode, and what its program contacted.
+    learning: Option<Learning>,
+    contacted: Vec<Grant>,
+    contacted_unlisted: u64,
 }
 
-/// Starts the relay for `grants` on `listeners`, its records going to
-/// `audit`.
+/// Starts the relay for `plan`'s grants (or, learning, for any name) on
+/// `listeners`, its records going to `audit`.
 pub(super) fn start(
-    grants: &[Grant],
+    plan: &SpawnPlan,
     network: &NetworkConfig,
     listeners: Listeners,
     audit: NetAudit,
 ) -> Result<Egress, Failure> {
-    // What `serve` checks before it accepts, checked here, before the
-    // program's release.
-    GrantedNames::new(grants)
-        .map_err(|e| Failure::sandbox_unavailable(format!("the network relay: {e}")))?;
+    let mode = relay_mode(plan, network)?;
     let stop = CancellationToken::new();
-    let grants = grants.to_vec();
     let config = RelayConfig {
         policy: AddressPolicy::new(network.allow_cidrs.clone(), network.deny_cidrs.clone()),
         connect_timeout: std::time::Duration::from_millis(network.connect_timeout_ms),
@@ -156,7 +163,7 @@ pub(super) fn start(
     let thread = std::thread::Builder::new()
         .name("spawnd-relay".into())
         .spawn(move || {
-            let reported = runtime.block_on(relay(grants, config, listeners, audit, stopping));
+            let reported = runtime.block_on(relay(mode, config, listeners, audit, stopping));
             // A name resolution past its timeout may still be blocking a
             // thread: it is not waited for.
             runtime.shutdown_background();
@@ -167,6 +174,25 @@ pub(super) fn start(
         stop,
         thread: Some(thread),
     })
+}
+
+/// What the relay of `plan` lets through, checked as `serve` would before
+/// it accepts, here, before the program's release. Forwarding while
+/// learning needs the network the operator may have disabled
+/// (`[network] enabled = false`); recording leaves nothing out and
+/// resolves nothing, so it does not.
+fn relay_mode(plan: &SpawnPlan, network: &NetworkConfig) -> Result<RelayMode, Failure> {
+    match plan.network_learning {
+        Some(Learning::Forward) if !network.enabled => Err(Failure::config(
+            "the operator's [network] enabled = false: learning cannot forward connections; learn in record mode, or enable the network; nothing was run",
+        )),
+        Some(learning) => Ok(RelayMode::Learning(learning)),
+        None => {
+            GrantedNames::new(&plan.network)
+                .map_err(|e| Failure::sandbox_unavailable(format!("the network relay: {e}")))?;
+            Ok(RelayMode::Grants(plan.network.clone()))
+        }
+    }
 }
 
 impl Egress {
@@ -187,15 +213,19 @@ impl Egress {
 
 /// Serves until stopped, recording the relay's events as they come.
 async fn relay(
-    grants: Vec<Grant>,
+    mode: RelayMode,
     config: RelayConfig,
     listeners: Listeners,
     audit: NetAudit,
     stop: CancellationToken,
 ) -> Reported {
+    let learning = match &mode {
+        RelayMode::Learning(learning) => Some(*learning),
+        RelayMode::Grants(_) => None,
+    };
     let (events, received) = mpsc::channel(1024);
     let serving = serve(
-        &grants,
+        mode,
         config,
         listeners,
         Arc::new(SystemResolver::new(RESOLUTIONS_AT_ONCE)),
@@ -206,6 +236,7 @@ async fn relay(
     if let Err(e) = served {
         reported.error = Some(e.to_string());
     }
+    reported.learning = learning;
     reported
 }
 
@@ -267,13 +298,19 @@ impl Reported {
                 self.refusals_unreported = unreported;
             }
             NetEvent::Unreported { connections } => self.unreported = connections,
+            NetEvent::Contacted { pairs, unlisted } => {
+                self.contacted = pairs;
+                self.contacted_unlisted = unlisted;
+            }
             NetEvent::Summary(summary) => self.summary = Some(summary),
         }
     }
 
     /// The result's `network` object: totals, each connection that reached
     /// its server and the first refusal of each kind, how often each kind
-    /// of refusal happened, and the names the DNS stub refused.
+    /// of refusal happened, and the names the DNS stub refused; for a
+    /// learning spawn, also its mode and the `host:port` pairs its program
+    /// contacted, sorted, each once.
     pub(super) fn to_json(&self) -> Value {
         let summary = self.summary.unwrap_or_default();
         let connections: Vec<Value> = self.connections.iter().map(connection_json).collect();
@@ -321,6 +358,12 @@ impl Reported {
             "dns_refused": dns_refused,
             "dns_refused_more": self.dns_refused_more,
         });
+        if let Some(learning) = self.learning {
+            v["learning"] = json!(learning.as_str());
+            let contacted: Vec<String> = self.contacted.iter().map(Grant::to_string).collect();
+            v["contacted"] = json!(contacted);
+            v["contacted_unlisted"] = json!(self.contacted_unlisted);
+        }
         if let Some(e) = &self.error {
             v["error"] = json!(e);
         }

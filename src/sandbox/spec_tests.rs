@@ -26,6 +26,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         cwd,
         fs,
         network: Vec::new(),
+        network_learning: None,
         limits: Limits::default(),
     }
 }
