@@ -387,3 +387,93 @@ fn connection_json(c: &ConnectionRecord) -> Value {
         "duration_ms": c.duration_ms,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{Limits, Sha256Digest, Tier};
+    use crate::plan::{CwdPlan, FsPlan, ProgramPlan};
+
+    fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
+        SpawnPlan {
+            connector: "local://t/t".into(),
+            version: "1.0.0".into(),
+            manifest_sha256: Sha256Digest([0; 32]),
+            op: "x".into(),
+            op_mode: Tier::Readonly,
+            program: ProgramPlan {
+                declared: "/usr/bin/true".into(),
+                resolved: "/usr/bin/true".into(),
+                sha256: Sha256Digest([0; 32]),
+                pinned: false,
+            },
+            argv: vec!["true".into()],
+            argv_shape: "true".into(),
+            env: vec![],
+            env_values: Default::default(),
+            cwd: CwdPlan::FreshTemp,
+            fs: FsPlan::default(),
+            network: network.iter().map(|g| g.parse().unwrap()).collect(),
+            network_learning: learning,
+            limits: Limits::default(),
+        }
+    }
+
+    fn network(enabled: bool) -> NetworkConfig {
+        let mut config = crate::config::Config::defaults(None).unwrap().network;
+        config.enabled = enabled;
+        config
+    }
+
+    #[test]
+    fn a_plan_s_relay_serves_its_grants_unless_it_learns() {
+        let granted = plan(&["api.example.com:443"], None);
+        assert_eq!(
+            relay_mode(&granted, &network(true)).unwrap(),
+            RelayMode::Grants(granted.network.clone())
+        );
+        for learning in [Learning::Record, Learning::Forward] {
+            assert_eq!(
+                relay_mode(&plan(&[], Some(learning)), &network(true)).unwrap(),
+                RelayMode::Learning(learning)
+            );
+        }
+    }
+
+    #[test]
+    fn forwarding_while_learning_needs_the_network_the_operator_may_disable() {
+        let failure = relay_mode(&plan(&[], Some(Learning::Forward)), &network(false)).unwrap_err();
+        assert!(
+            failure.message.contains("[network] enabled = false"),
+            "{}",
+            failure.message
+        );
+        // Recording lets nothing out.
+        assert_eq!(
+            relay_mode(&plan(&[], Some(Learning::Record)), &network(false)).unwrap(),
+            RelayMode::Learning(Learning::Record)
+        );
+    }
+
+    #[test]
+    fn a_learning_result_lists_its_mode_and_contacted_pairs_and_a_granted_one_does_not() {
+        let mut reported = Reported::default();
+        let granted = reported.to_json();
+        assert!(granted.get("learning").is_none() && granted.get("contacted").is_none());
+        reported.learning = Some(Learning::Forward);
+        reported.take(NetEvent::Contacted {
+            pairs: vec![
+                "a.example:80".parse().unwrap(),
+                "a.example:443".parse().unwrap(),
+            ],
+            unlisted: 2,
+        });
+        let learned = reported.to_json();
+        assert_eq!(learned["learning"], "forward");
+        assert_eq!(
+            learned["contacted"],
+            json!(["a.example:80", "a.example:443"])
+        );
+        assert_eq!(learned["contacted_unlisted"], 2);
+    }
+}
