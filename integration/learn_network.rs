@@ -86,6 +86,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
         on_started: None,
         signals_end_the_run: false,
         on_notice: &|_| {},
+        trace: false,
         network_learning: Some(learning),
     });
     match result {

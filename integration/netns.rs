@@ -170,6 +170,7 @@ fn run_sandbox(network: &[&str], learning: Option<Learning>, via: Via) -> Seen {
         limits_via: LimitsVia::Rlimits,
         credentials: Vec::new(),
         check_as: None,
+        trace: false,
     }
     .order()
     .unwrap();

@@ -28,8 +28,8 @@ mod keyring;
 mod memcopy;
 mod mount;
 mod netlink;
-mod notify;
 mod nftables;
+mod notify;
 mod peer;
 mod process;
 mod start;
@@ -38,11 +38,11 @@ pub use mount::{
     WaitingDetach,
 };
 pub use netlink::add_local_route;
+pub use nftables::{redirect_tcp_to_loopback_port, LEARN_TABLE};
 pub use notify::{
     answer_notification, install_seccomp_filter_with_listener, notification_pending,
     prefer_sync_wake_up, receive_notification, Answer, Notification,
 };
-pub use nftables::{redirect_tcp_to_loopback_port, LEARN_TABLE};
 pub use start::{restore_every_default_action, start_program, ProgramStart, StatusPipe};
 
 pub use confine::*;
