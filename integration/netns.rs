@@ -3,7 +3,10 @@
 //! program inside reaches the listeners init handed to this process through
 //! the fake pool and an IP-literal grant, nothing else has a route, the DNS
 //! stub's UDP socket gets its queries, and `/etc/resolv.conf` names the stub.
-//! A sandbox without grants gets none of it. Run as root, through a spare
+//! A sandbox without grants gets none of it; a learning sandbox
+//! (`spawnd learn`) gets the pool routed and every port of it redirected
+//! to one loopback listener, whose connections say where they were going
+//! (`SO_ORIGINAL_DST`). Run as root, through a spare
 //! sandbox too, and as the unprivileged user `nobody` (65534), which this
 //! binary re-executes itself as. `harness = false`: a launch needs a
 //! single-threaded process.
@@ -17,6 +20,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use spawnd::egress::grant::Grant;
+use spawnd::egress::learning::Learning;
 use spawnd::manifest::{Limits, Sha256Digest, Tier};
 use spawnd::plan::{CwdPlan, FsPlan, ProgramPlan, SpawnPlan};
 use spawnd::sandbox::launch::{launch_order, LaunchRequest, LimitsVia, StdinSource};
@@ -94,7 +98,7 @@ enum Via {
     Spare,
 }
 
-fn plan(network: &[&str]) -> SpawnPlan {
+fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
     SpawnPlan {
         connector: "local://test/netns".into(),
         version: "1".into(),
@@ -114,6 +118,7 @@ fn plan(network: &[&str]) -> SpawnPlan {
         cwd: CwdPlan::FreshTemp,
         fs: FsPlan::default(),
         network: network.iter().map(|g| Grant::parse(g).unwrap()).collect(),
+        network_learning: learning,
         limits: Limits::default(),
     }
 }
@@ -133,9 +138,9 @@ struct Seen {
     listeners: Option<Listeners>,
 }
 
-fn run_sandbox(network: &[&str], via: Via) -> Seen {
+fn run_sandbox(network: &[&str], learning: Option<Learning>, via: Via) -> Seen {
     let privileged = nix::unistd::geteuid().is_root();
-    let plan = plan(network);
+    let plan = plan(network, learning);
     let system: Vec<PathBuf> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc"]
         .iter()
         .map(PathBuf::from)
@@ -216,7 +221,7 @@ fn accept_dialed(listener: &OwnedFd) -> SocketAddr {
 }
 
 fn check_with_grants(via: Via) {
-    let seen = run_sandbox(&["api.example.com:8443", "203.0.113.7:8443"], via);
+    let seen = run_sandbox(&["api.example.com:8443", "203.0.113.7:8443"], None, via);
     let r = &seen.report;
     let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
     assert_eq!(get("pool_granted"), "ok", "{r:?}");
@@ -272,7 +277,7 @@ fn check_with_grants(via: Via) {
 }
 
 fn check_without_grants(via: Via) {
-    let seen = run_sandbox(&[], via);
+    let seen = run_sandbox(&[], None, via);
     let r = &seen.report;
     let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
     assert!(seen.listeners.is_none());
@@ -289,6 +294,47 @@ fn check_without_grants(via: Via) {
     );
 }
 
+/// Accepts one connection on a learning listener (already queued) and
+/// returns where the program was going, before the redirect.
+fn accept_original(listener: &OwnedFd) -> SocketAddr {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let listener = std::net::TcpListener::from(listener.try_clone().unwrap());
+    let (stream, _) = listener.accept().expect("accept a queued connection");
+    let original = getsockopt(&stream, sockopt::OriginalDst).expect("SO_ORIGINAL_DST");
+    SocketAddr::new(
+        IpAddr::V4(u32::from_be(original.sin_addr.s_addr).into()),
+        u16::from_be(original.sin_port),
+    )
+}
+
+fn check_learning(via: Via) {
+    let seen = run_sandbox(&[], Some(Learning::Record), via);
+    let r = &seen.report;
+    let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
+    // Every port of the pool reaches spawnd's one listener.
+    assert_eq!(get("pool_granted"), "ok", "{r:?}");
+    assert_eq!(get("pool_other_port"), "ok", "{r:?}");
+    // Addresses are not learned: no route.
+    assert_eq!(get("literal_granted"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("elsewhere_granted_port"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("route_elsewhere"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("dns_sent"), "ok", "{r:?}");
+    // The program's own ports and loopback are its own.
+    assert_eq!(get("bind_any6"), "ok", "{r:?}");
+    assert_eq!(get("bind_lo4"), "ok", "{r:?}");
+    assert_eq!(get("loopback4"), "ok", "{r:?}");
+    assert_eq!(get("loopback6"), "ok", "{r:?}");
+    assert_eq!(get("resolv"), "'nameserver 127.0.0.1\\n'", "{r:?}");
+    let listeners = seen.listeners.expect("listeners handed over");
+    let [(port, listener)] = listeners.tcp.as_slice() else {
+        panic!("one learning listener: {:?}", listeners.ports());
+    };
+    assert_ne!(*port, 0);
+    let pool = |p: u16| SocketAddr::new("198.18.0.1".parse().unwrap(), p);
+    assert_eq!(accept_original(listener), pool(GRANTED));
+    assert_eq!(accept_original(listener), pool(OTHER));
+}
+
 fn scenarios(spares: bool) {
     let mut vias = vec![Via::Clone];
     if spares {
@@ -299,6 +345,8 @@ fn scenarios(spares: bool) {
         println!("ok: a sandbox with grants ({via:?})");
         check_without_grants(via);
         println!("ok: a sandbox without grants ({via:?})");
+        check_learning(via);
+        println!("ok: a learning sandbox ({via:?})");
     }
 }
 

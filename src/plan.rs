@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::egress::grant::Grant;
+use crate::egress::learning::Learning;
 use crate::manifest::{Limits, Sha256Digest, Tier};
 
 /// What will run, decided and resolved.
@@ -41,8 +42,21 @@ pub struct SpawnPlan {
     pub fs: FsPlan,
     /// The `host:port` pairs the program may reach (the operation's).
     pub network: Vec<Grant>,
+    /// `spawnd learn` only: no grants, every name reachable on every port,
+    /// each connection recorded and then refused or relayed as this says
+    /// ([`crate::egress::learning`]). The gate always leaves it `None`: no
+    /// manifest or daemon request can ask for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_learning: Option<Learning>,
     /// Limits in force.
     pub limits: Limits,
+}
+
+impl SpawnPlan {
+    /// Whether the sandbox gets spawnd's relay: with grants, or learning.
+    pub fn uses_relay(&self) -> bool {
+        !self.network.is_empty() || self.network_learning.is_some()
+    }
 }
 
 /// The program to execute.

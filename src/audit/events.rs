@@ -21,7 +21,7 @@ fn caller_json(c: &Caller) -> Value {
 
 /// An allowed spawn, written before the child starts.
 pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<String, Value> {
-    object(json!({
+    let mut body = object(json!({
         "decision": "allowed",
         "connector": plan.connector,
         "connector_version": plan.version,
@@ -36,7 +36,12 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
         "fs": {"read": plan.fs.read, "write": plan.fs.write, "exec": plan.fs.exec},
         "workspace": caller.workspace,
         "isolation": isolation,
-    }))
+    }));
+    // Only `spawnd learn` sets it: the record says the network was learned.
+    if let Some(learning) = plan.network_learning {
+        body.insert("network_learning".into(), json!(learning.as_str()));
+    }
+    body
 }
 
 /// A refused request (the denial object holds no submitted values).

@@ -129,6 +129,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             }
         },
         trace: true,
+        network_learning: None,
     })?;
     let data = &ran.data;
     let trace = &data["trace"];

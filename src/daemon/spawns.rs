@@ -293,6 +293,7 @@ fn run_job(job: Job) {
         on_started: Some(Box::new(move |_audit_id: &str, pidfd: Option<OwnedFd>| {
             mark_started(&started_handle, started_ref, pidfd)
         })),
+        network_learning: None,
     });
     let early = started_tx.lock().ok().and_then(|mut g| g.take());
     hand_over(&handle, result, early);

@@ -10,6 +10,8 @@
 //!   with no answer: no IPv6 address, no ECH configuration and no
 //!   alternative endpoint reaches the program.
 //! * Any other name gets NXDOMAIN, and the caller is told, to audit it.
+//! * In a learning spawn (`spawnd learn`), every name a manifest could
+//!   grant is answered as if granted ([`respond_learning`]).
 //! * A query that is not exactly one IN question with an LDH name, in an
 //!   ordinary QUERY message, gets FORMERR, NOTIMP, BADVERS or REFUSED, or
 //!   no reply at all when it cannot be answered (too short to have an id,
@@ -34,6 +36,7 @@ use thiserror::Error;
 
 use super::fake_pool::{fake_ip, GrantedNames};
 use super::grant::{is_ldh_label, MAX_NAME_LEN};
+use super::learning::LearnedNames;
 
 /// The TTL of a fake address: the mapping never changes during a spawn.
 pub const FAKE_TTL: u32 = 300;
@@ -101,6 +104,23 @@ impl DnsQuery {
             },
             Some(_) => Answer::NoData,
             None => Answer::NxDomain,
+        }
+    }
+
+    /// What the stub answers for this query in a learning spawn
+    /// ([`super::learning`]): for A, the name's fake address, given now
+    /// when it has none; no data for other types; NXDOMAIN for a name no
+    /// manifest could grant, or an A query past the names' cap.
+    pub fn answer_learning(&self, names: &mut LearnedNames) -> Answer {
+        if self.record_type() == RecordType::A {
+            return names
+                .address_for(&self.name)
+                .map_or(Answer::NxDomain, Answer::Address);
+        }
+        if LearnedNames::learnable(&self.name) {
+            Answer::NoData
+        } else {
+            Answer::NxDomain
         }
     }
 
@@ -447,9 +467,28 @@ pub enum Outcome {
 /// before it answers, calls [`parse_query`], [`DnsQuery::answer_from`]
 /// and [`DnsQuery::reply`] itself.)
 pub fn respond(message: &[u8], names: &GrantedNames, transport: Transport) -> Response {
+    respond_with(message, transport, |query| query.answer_from(names))
+}
+
+/// Parses `message` and answers it as a learning spawn's stub does
+/// ([`DnsQuery::answer_learning`]), giving a new name its fake address.
+pub fn respond_learning(
+    message: &[u8],
+    names: &mut LearnedNames,
+    transport: Transport,
+) -> Response {
+    respond_with(message, transport, |query| query.answer_learning(names))
+}
+
+/// Parses `message` and answers a query with `answer`'s answer.
+fn respond_with(
+    message: &[u8],
+    transport: Transport,
+    answer: impl FnOnce(&DnsQuery) -> Answer,
+) -> Response {
     match parse_query(message) {
         Ok(query) => {
-            let answer = query.answer_from(names);
+            let answer = answer(&query);
             Response {
                 reply: Some(query.reply(answer, transport)),
                 outcome: Outcome::Answered {

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use super::dns::*;
 use super::fake_pool::GrantedNames;
 use super::grant::Grant;
+use super::learning::LearnedNames;
 
 const ID: u16 = 0xbeef;
 /// RD set, everything else clear: an ordinary stub resolver's query.
@@ -197,6 +198,81 @@ fn names_not_granted_get_nxdomain_and_are_reported() {
             );
         }
     }
+}
+
+#[test]
+fn a_learning_stub_gives_every_grantable_name_an_address_in_the_order_asked() {
+    let mut learned = LearnedNames::default();
+    let mut ask = |name: &str, qtype: u16| {
+        let response = respond_learning(&query(name, qtype), &mut learned, Transport::Udp);
+        (decode(&response.reply.unwrap()), response.outcome)
+    };
+    let (reply, outcome) = ask("Files.Example.org", A);
+    assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A(Ipv4Addr::new(198, 18, 0, 1).into())
+    );
+    assert_eq!(reply.answers[0].name.to_ascii(), "Files.Example.org.");
+    assert!(matches!(outcome, Outcome::Answered { name, .. } if name == "files.example.org"));
+    let (reply, _) = ask("api.example.com", A);
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A(Ipv4Addr::new(198, 18, 0, 2).into())
+    );
+    let (reply, _) = ask("files.example.org", A);
+    assert_eq!(
+        reply.answers[0].data,
+        RData::A(Ipv4Addr::new(198, 18, 0, 1).into())
+    );
+    // Other types, asked first or after, get no data, as a granted name's.
+    for name in ["api.example.com", "new.example.net"] {
+        let (reply, outcome) = ask(name, AAAA);
+        assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
+        assert!(reply.answers.is_empty());
+        assert!(matches!(
+            outcome,
+            Outcome::Answered {
+                answer: Answer::NoData,
+                ..
+            }
+        ));
+    }
+    // Names no manifest could grant get NXDOMAIN and no address.
+    for name in ["localhost", "wpad", "192.0.2.1", "example.123"] {
+        for qtype in [A, AAAA] {
+            let (reply, outcome) = ask(name, qtype);
+            assert_eq!(
+                reply.metadata.response_code,
+                ResponseCode::NXDomain,
+                "{name}"
+            );
+            assert!(matches!(
+                outcome,
+                Outcome::Answered {
+                    answer: Answer::NxDomain,
+                    ..
+                }
+            ));
+        }
+    }
+    assert_eq!(learned.len(), 2);
+}
+
+#[test]
+fn a_learning_stub_parses_as_strictly_as_the_grants_stub() {
+    let mut learned = LearnedNames::default();
+    let mut two = query("api.example.com", A);
+    two[5] = 2;
+    let mut not_ldh = header(ID, RD, [1, 0, 0, 0]);
+    not_ldh.extend(question(b"\x05a_b_c\x07example\x00", A, IN));
+    for message in [two, not_ldh] {
+        let learning = respond_learning(&message, &mut learned, Transport::Udp);
+        let granted = respond(&message, &GrantedNames::default(), Transport::Udp);
+        assert!(matches!(learning.outcome, Outcome::Refused(_)));
+        assert_eq!(learning, granted);
+    }
+    assert!(learned.is_empty());
 }
 
 #[test]

@@ -13,6 +13,8 @@
 //!   198.18.0.0/15, one per name, mapped both ways.
 //! * [`dns`]: the sandbox's DNS stub: strict query parsing, and answers
 //!   from the grants alone.
+//! * [`learning`]: `spawnd learn`'s names and contacted pairs, when no
+//!   grant is known in advance.
 //! * [`client_hello`]: what a client's first bytes are (TLS or not, and the
 //!   SNI of a ClientHello), so a TLS connection to a granted name must name
 //!   that name.
@@ -22,6 +24,7 @@ pub mod client_hello;
 pub mod dns;
 pub mod fake_pool;
 pub mod grant;
+pub mod learning;
 
 #[cfg(test)]
 mod dns_tests;

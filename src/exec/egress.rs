@@ -12,6 +12,10 @@
 //! connection closes) and the result says why.
 //! A thread per spawn with grants keeps `spawnd run` and the daemon alike,
 //! and costs nothing for a spawn without grants.
+//! A learning spawn (`spawnd learn`, [`SpawnPlan::network_learning`]) is
+//! served the same way by a learning relay, and its `network` object also
+//! says how it learned and lists the `host:port` pairs the program
+//! contacted (`learning`, `contacted`, `contacted_unlisted`).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,8 +30,10 @@ use crate::config::NetworkConfig;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
+use crate::egress::learning::Learning;
+use crate::plan::SpawnPlan;
 use crate::relay::{
-    serve, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RelayConfig, Summary,
+    serve, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RelayConfig, RelayMode, Summary,
     SystemResolver,
 };
 use crate::sandbox::network::Listeners;
@@ -92,6 +98,7 @@ fn net_record(event: &NetEvent) -> Option<Value> {
             "reason": crate::relay::reason::NOT_GRANTED,
         })),
         NetEvent::DnsRefusedMore { .. }
+        | NetEvent::Contacted { .. }
         | NetEvent::Refusals { .. }
         | NetEvent::Unreported { .. }
         | NetEvent::Summary(_) => None,
@@ -124,22 +131,22 @@ pub(super) struct Reported {
     unreported: Vec<DialedCount>,
     summary: Option<Summary>,
     error: Option<String>,
+    /// A learning spawn's mode, and what its program contacted.
+    learning: Option<Learning>,
+    contacted: Vec<Grant>,
+    contacted_unlisted: u64,
 }
 
-/// Starts the relay for `grants` on `listeners`, its records going to
-/// `audit`.
+/// Starts the relay for `plan`'s grants (or, learning, for any name) on
+/// `listeners`, its records going to `audit`.
 pub(super) fn start(
-    grants: &[Grant],
+    plan: &SpawnPlan,
     network: &NetworkConfig,
     listeners: Listeners,
     audit: NetAudit,
 ) -> Result<Egress, Failure> {
-    // What `serve` checks before it accepts, checked here, before the
-    // program's release.
-    GrantedNames::new(grants)
-        .map_err(|e| Failure::sandbox_unavailable(format!("the network relay: {e}")))?;
+    let mode = relay_mode(plan, network)?;
     let stop = CancellationToken::new();
-    let grants = grants.to_vec();
     let config = RelayConfig {
         policy: AddressPolicy::new(network.allow_cidrs.clone(), network.deny_cidrs.clone()),
         connect_timeout: std::time::Duration::from_millis(network.connect_timeout_ms),
@@ -156,7 +163,7 @@ pub(super) fn start(
     let thread = std::thread::Builder::new()
         .name("spawnd-relay".into())
         .spawn(move || {
-            let reported = runtime.block_on(relay(grants, config, listeners, audit, stopping));
+            let reported = runtime.block_on(relay(mode, config, listeners, audit, stopping));
             // A name resolution past its timeout may still be blocking a
             // thread: it is not waited for.
             runtime.shutdown_background();
@@ -167,6 +174,25 @@ pub(super) fn start(
         stop,
         thread: Some(thread),
     })
+}
+
+/// What the relay of `plan` lets through, checked as `serve` would before
+/// it accepts, here, before the program's release. Forwarding while
+/// learning needs the network the operator may have disabled
+/// (`[network] enabled = false`); recording leaves nothing out and
+/// resolves nothing, so it does not.
+fn relay_mode(plan: &SpawnPlan, network: &NetworkConfig) -> Result<RelayMode, Failure> {
+    match plan.network_learning {
+        Some(Learning::Forward) if !network.enabled => Err(Failure::config(
+            "the operator's [network] enabled = false: learning cannot forward connections; learn in record mode, or enable the network; nothing was run",
+        )),
+        Some(learning) => Ok(RelayMode::Learning(learning)),
+        None => {
+            GrantedNames::new(&plan.network)
+                .map_err(|e| Failure::sandbox_unavailable(format!("the network relay: {e}")))?;
+            Ok(RelayMode::Grants(plan.network.clone()))
+        }
+    }
 }
 
 impl Egress {
@@ -187,15 +213,19 @@ impl Egress {
 
 /// Serves until stopped, recording the relay's events as they come.
 async fn relay(
-    grants: Vec<Grant>,
+    mode: RelayMode,
     config: RelayConfig,
     listeners: Listeners,
     audit: NetAudit,
     stop: CancellationToken,
 ) -> Reported {
+    let learning = match &mode {
+        RelayMode::Learning(learning) => Some(*learning),
+        RelayMode::Grants(_) => None,
+    };
     let (events, received) = mpsc::channel(1024);
     let serving = serve(
-        &grants,
+        mode,
         config,
         listeners,
         Arc::new(SystemResolver::new(RESOLUTIONS_AT_ONCE)),
@@ -206,6 +236,7 @@ async fn relay(
     if let Err(e) = served {
         reported.error = Some(e.to_string());
     }
+    reported.learning = learning;
     reported
 }
 
@@ -267,13 +298,19 @@ impl Reported {
                 self.refusals_unreported = unreported;
             }
             NetEvent::Unreported { connections } => self.unreported = connections,
+            NetEvent::Contacted { pairs, unlisted } => {
+                self.contacted = pairs;
+                self.contacted_unlisted = unlisted;
+            }
             NetEvent::Summary(summary) => self.summary = Some(summary),
         }
     }
 
     /// The result's `network` object: totals, each connection that reached
     /// its server and the first refusal of each kind, how often each kind
-    /// of refusal happened, and the names the DNS stub refused.
+    /// of refusal happened, and the names the DNS stub refused; for a
+    /// learning spawn, also its mode and the `host:port` pairs its program
+    /// contacted, sorted, each once.
     pub(super) fn to_json(&self) -> Value {
         let summary = self.summary.unwrap_or_default();
         let connections: Vec<Value> = self.connections.iter().map(connection_json).collect();
@@ -321,6 +358,12 @@ impl Reported {
             "dns_refused": dns_refused,
             "dns_refused_more": self.dns_refused_more,
         });
+        if let Some(learning) = self.learning {
+            v["learning"] = json!(learning.as_str());
+            let contacted: Vec<String> = self.contacted.iter().map(Grant::to_string).collect();
+            v["contacted"] = json!(contacted);
+            v["contacted_unlisted"] = json!(self.contacted_unlisted);
+        }
         if let Some(e) = &self.error {
             v["error"] = json!(e);
         }
@@ -343,4 +386,94 @@ fn connection_json(c: &ConnectionRecord) -> Value {
         "bytes_down": c.bytes_down,
         "duration_ms": c.duration_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{Limits, Sha256Digest, Tier};
+    use crate::plan::{CwdPlan, FsPlan, ProgramPlan};
+
+    fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
+        SpawnPlan {
+            connector: "local://t/t".into(),
+            version: "1.0.0".into(),
+            manifest_sha256: Sha256Digest([0; 32]),
+            op: "x".into(),
+            op_mode: Tier::Readonly,
+            program: ProgramPlan {
+                declared: "/usr/bin/true".into(),
+                resolved: "/usr/bin/true".into(),
+                sha256: Sha256Digest([0; 32]),
+                pinned: false,
+            },
+            argv: vec!["true".into()],
+            argv_shape: "true".into(),
+            env: vec![],
+            env_values: Default::default(),
+            cwd: CwdPlan::FreshTemp,
+            fs: FsPlan::default(),
+            network: network.iter().map(|g| g.parse().unwrap()).collect(),
+            network_learning: learning,
+            limits: Limits::default(),
+        }
+    }
+
+    fn network(enabled: bool) -> NetworkConfig {
+        let mut config = crate::config::Config::defaults(None).unwrap().network;
+        config.enabled = enabled;
+        config
+    }
+
+    #[test]
+    fn a_plan_s_relay_serves_its_grants_unless_it_learns() {
+        let granted = plan(&["api.example.com:443"], None);
+        assert_eq!(
+            relay_mode(&granted, &network(true)).unwrap(),
+            RelayMode::Grants(granted.network.clone())
+        );
+        for learning in [Learning::Record, Learning::Forward] {
+            assert_eq!(
+                relay_mode(&plan(&[], Some(learning)), &network(true)).unwrap(),
+                RelayMode::Learning(learning)
+            );
+        }
+    }
+
+    #[test]
+    fn forwarding_while_learning_needs_the_network_the_operator_may_disable() {
+        let failure = relay_mode(&plan(&[], Some(Learning::Forward)), &network(false)).unwrap_err();
+        assert!(
+            failure.message.contains("[network] enabled = false"),
+            "{}",
+            failure.message
+        );
+        // Recording lets nothing out.
+        assert_eq!(
+            relay_mode(&plan(&[], Some(Learning::Record)), &network(false)).unwrap(),
+            RelayMode::Learning(Learning::Record)
+        );
+    }
+
+    #[test]
+    fn a_learning_result_lists_its_mode_and_contacted_pairs_and_a_granted_one_does_not() {
+        let mut reported = Reported::default();
+        let granted = reported.to_json();
+        assert!(granted.get("learning").is_none() && granted.get("contacted").is_none());
+        reported.learning = Some(Learning::Forward);
+        reported.take(NetEvent::Contacted {
+            pairs: vec![
+                "a.example:80".parse().unwrap(),
+                "a.example:443".parse().unwrap(),
+            ],
+            unlisted: 2,
+        });
+        let learned = reported.to_json();
+        assert_eq!(learned["learning"], "forward");
+        assert_eq!(
+            learned["contacted"],
+            json!(["a.example:80", "a.example:443"])
+        );
+        assert_eq!(learned["contacted_unlisted"], 2);
+    }
 }

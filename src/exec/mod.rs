@@ -34,6 +34,7 @@ use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
 use crate::config::NetworkConfig;
+use crate::egress::learning::Learning;
 use crate::kernel_features::LANDLOCK_ABI_REQUIRED;
 use crate::manifest::ScopePath;
 use crate::plan::{EnvSource, SpawnPlan};
@@ -88,6 +89,9 @@ pub struct Execution<'a> {
     /// sandbox refused, and which layer. In this process only (not through
     /// a spawner).
     pub trace: bool,
+    /// `spawnd learn` only: the program's network is learned, not granted
+    /// ([`SpawnPlan::network_learning`]). `None` everywhere else.
+    pub network_learning: Option<Learning>,
 }
 
 /// Told the audit id and a pidfd for init once a program has started.
@@ -169,7 +173,8 @@ fn execute_inner<'a>(
         on_notice: x.on_notice,
     };
     let mut opener = ProgramOpener::default();
-    let plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
+    let mut plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
+    plan.network_learning = x.network_learning;
     let gated = started.elapsed();
     let SandboxParts {
         spec,
@@ -473,7 +478,7 @@ fn release<'s>(
     answers: Option<Policy>,
 ) -> Result<(Watched<'s>, Option<Egress>, Option<Tracer>), Failure> {
     let relay = |listeners: Option<Listeners>| match listeners {
-        None if plan.network.is_empty() => Ok(None),
+        None if !plan.uses_relay() => Ok(None),
         None => Err("the sandbox handed over no listeners for its network grants".to_string()),
         Some(listeners) => {
             let records = NetAudit {
@@ -482,7 +487,7 @@ fn release<'s>(
                 connector: plan.connector.clone(),
                 op: plan.op.clone(),
             };
-            egress::start(&plan.network, network, listeners, records)
+            egress::start(plan, network, listeners, records)
                 .map(Some)
                 .map_err(|f| f.message)
         }

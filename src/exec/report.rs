@@ -53,10 +53,15 @@ fn isolation_json(
         Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
         _ => "fresh, made at clone",
     };
-    let network = if plan.network.is_empty() {
-        format!("{made}; loopback only")
-    } else {
-        format!("{made}; loopback, and the granted host:port pairs through spawnd's relay")
+    let network = match plan.network_learning {
+        Some(learning) => format!(
+            "{made}; loopback, and any name on any TCP port through spawnd's learning relay ({})",
+            learning.as_str()
+        ),
+        None if plan.network.is_empty() => format!("{made}; loopback only"),
+        None => {
+            format!("{made}; loopback, and the granted host:port pairs through spawnd's relay")
+        }
     };
     json!({
         "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],

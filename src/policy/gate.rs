@@ -83,6 +83,8 @@ fn gate(
         cwd,
         fs,
         network: op.network.clone(),
+        // Learning is never a manifest's or a request's to ask for.
+        network_learning: None,
         limits: op.limits,
     })
 }

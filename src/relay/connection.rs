@@ -6,17 +6,23 @@
 //! A refusal before dialing resets the program's connection (SO_LINGER 0),
 //! so the program sees it fail at once rather than a connection that
 //! opened and closed. The decision that needs no waiting (the grant, the
-//! connection limit) is taken in the accept loop, so a flood of refused
-//! connections spawns no task.
+//! connection limit, a learning relay's record) is taken in the accept
+//! loop, so a flood of refused connections spawns no task.
+//!
+//! A learning relay's connections arrive redirected to its one listener:
+//! where each was going is its original destination (`SO_ORIGINAL_DST`),
+//! not its local address. Any other relay's listeners take connections
+//! addressed to them, and the local address is the destination.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::sys::socket::{getsockopt, sockopt};
 use nix::unistd::pipe2;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
@@ -28,9 +34,10 @@ use crate::egress::address_policy::Denial;
 use crate::egress::client_hello::{classify, sni_matches, FirstFlight, MAX_FIRST_FLIGHT};
 use crate::egress::fake_pool::in_fake_pool;
 use crate::egress::grant::Host;
+use crate::egress::learning::Learning;
 
 use super::events::{reason, ConnectionRecord};
-use super::{Relay, Running};
+use super::{Relay, Rules, Running};
 
 /// The chunk each direction of a relay reads at a time when it copies
 /// through a buffer.
@@ -63,22 +70,45 @@ pub(super) async fn accept_loop(relay: Arc<Relay>, listener: TcpListener, runnin
 }
 
 /// Decides on an accepted connection at once: reset and record it when
-/// no grant covers its destination or the spawn has its maximum open,
-/// else hand it to a task of its own.
+/// no grant covers its destination (in a learning relay: when it is not
+/// to a learned name, or is only to be recorded) or the spawn has its
+/// maximum open, else hand it to a task of its own.
 fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
     let started = Instant::now();
-    let mut record = match client.local_addr() {
-        Ok(local) => destination(relay, local),
-        // Without its local address a connection has no known
-        // destination, and no grant covers that.
+    let mut record = match connection_destination(relay, &client) {
+        Ok(to) => destination(relay, to),
+        // Without its destination a connection has no grant that covers
+        // it.
         Err(e) => {
             let mut record = ConnectionRecord::new(Host::Ip(IpAddr::from([0u8; 16])), 0);
             record.error = Some(e.to_string());
             record
         }
     };
-    if !relay.grants.contains(&(record.host.clone(), record.port)) {
-        record.refuse(reason::NOT_GRANTED);
+    let refusal = match &relay.rules {
+        Rules::Grants { grants, .. } => {
+            (!grants.contains(&(record.host.clone(), record.port))).then_some(reason::NOT_GRANTED)
+        }
+        Rules::Learning {
+            learning,
+            contacted,
+            ..
+        } => {
+            let learned = match &record.host {
+                Host::Name(name) => contacted
+                    .lock()
+                    .is_ok_and(|mut contacted| contacted.add(name, record.port)),
+                Host::Ip(_) => false,
+            };
+            match (learned, learning) {
+                (false, _) => Some(reason::NOT_GRANTED),
+                (true, Learning::Record) => Some(reason::RECORD_ONLY),
+                (true, Learning::Forward) => None,
+            }
+        }
+    };
+    if let Some(why) = refusal {
+        record.refuse(why);
         reset(client);
         relay.events.refused(record, started);
         return;
@@ -112,19 +142,43 @@ fn process_slots() -> Arc<Semaphore> {
         .clone()
 }
 
-/// Where a connection accepted at `local` was going: the granted name
-/// its fake address stands for, or the address itself (an IPv4 address
-/// seen through the dual-stack listener as `::ffff:a.b.c.d` is unmapped).
-fn destination(relay: &Relay, local: SocketAddr) -> ConnectionRecord {
-    let ip = local.ip().to_canonical();
+/// The address an accepted connection was going to: its local address,
+/// or, in a learning relay, where it was going before the sandbox's
+/// redirect.
+fn connection_destination(relay: &Relay, client: &TcpStream) -> io::Result<SocketAddr> {
+    match relay.rules {
+        Rules::Grants { .. } => client.local_addr(),
+        Rules::Learning { .. } => original_destination(client),
+    }
+}
+
+/// Where a redirected connection was going (`SO_ORIGINAL_DST`, from the
+/// connection tracking of the sandbox's namespace). The redirect is of
+/// IPv4 alone.
+fn original_destination(client: &TcpStream) -> io::Result<SocketAddr> {
+    let original = getsockopt(client, sockopt::OriginalDst)
+        .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("SO_ORIGINAL_DST: {e}")))?;
+    let ip = Ipv4Addr::from(u32::from_be(original.sin_addr.s_addr));
+    Ok(SocketAddr::new(
+        IpAddr::V4(ip),
+        u16::from_be(original.sin_port),
+    ))
+}
+
+/// Where a connection accepted for `to` was going: the granted (or
+/// learned) name its fake address stands for, or the address itself (an
+/// IPv4 address seen through the dual-stack listener as `::ffff:a.b.c.d`
+/// is unmapped).
+fn destination(relay: &Relay, to: SocketAddr) -> ConnectionRecord {
+    let ip = to.ip().to_canonical();
     let host = match ip {
-        IpAddr::V4(v4) if in_fake_pool(v4) => match relay.names.name_of(v4) {
-            Some(name) => Host::Name(name.to_string()),
+        IpAddr::V4(v4) if in_fake_pool(v4) => match relay.rules.name_of(v4) {
+            Some(name) => Host::Name(name),
             None => Host::Ip(ip),
         },
         _ => Host::Ip(ip),
     };
-    ConnectionRecord::new(host, local.port())
+    ConnectionRecord::new(host, to.port())
 }
 
 /// A granted connection's task: relays it until it ends or the spawn

@@ -1,8 +1,10 @@
 //! The sandbox's DNS stub on its two sockets, `[::]:53` over UDP and
 //! TCP: each query is answered by
 //! [`egress::dns::respond`](crate::egress::dns::respond) from the grants
-//! alone and never forwarded, so DNS is no way out. A name that is not
-//! granted (NXDOMAIN) is reported through the spawn's
+//! alone (in a learning relay,
+//! [`respond_learning`](crate::egress::dns::respond_learning), which gives
+//! each name a fake address) and never forwarded, so DNS is no way out. A
+//! name that is not granted (NXDOMAIN) is reported through the spawn's
 //! [`DnsRefusals`](super::events::DnsRefusals).
 //!
 //! Replies to UDP queries go out from the wildcard socket, so their
@@ -19,11 +21,11 @@ use tokio::sync::Semaphore;
 use tokio::time::{sleep, timeout};
 
 use crate::egress::dns::{
-    next_tcp_message, respond, tcp_frame, Answer, Outcome, TcpMessage, Transport,
+    next_tcp_message, respond, respond_learning, tcp_frame, Answer, Outcome, TcpMessage, Transport,
     UDP_RECEIVE_BUFFER,
 };
 
-use super::{Relay, Running};
+use super::{Relay, Rules, Running};
 
 /// TCP connections to the stub open at once; more are closed. A stub
 /// client needs one.
@@ -123,7 +125,13 @@ async fn answer_stream(relay: &Relay, mut stream: TcpStream) {
 
 /// The stub's reply to one message, after reporting a refused name.
 fn answer(relay: &Relay, message: &[u8], transport: Transport) -> Option<Vec<u8>> {
-    let response = respond(message, &relay.names, transport);
+    let response = match &relay.rules {
+        Rules::Grants { names, .. } => respond(message, names, transport),
+        // A poisoned table (a task panicked holding it) answers nothing.
+        Rules::Learning { names, .. } => {
+            respond_learning(message, &mut *names.lock().ok()?, transport)
+        }
+    };
     if let Outcome::Answered {
         name,
         record_type,

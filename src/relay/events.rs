@@ -30,7 +30,7 @@ use hickory_proto::rr::RecordType;
 use tokio::sync::mpsc;
 
 use crate::egress::address_policy::Denial;
-use crate::egress::grant::Host;
+use crate::egress::grant::{Grant, Host};
 
 /// Why a connection was refused (`allowed: false`), or why an allowed one
 /// ended other than by both sides closing. Audit records and messages use
@@ -70,9 +70,12 @@ pub mod reason {
     pub const STOPPED: &str = "stopped";
     /// A read or write failed on either side (a reset, say).
     pub const IO_ERROR: &str = "io_error";
+    /// A learning relay in record mode (`spawnd learn`): the connection
+    /// was recorded, then refused without dialing.
+    pub const RECORD_ONLY: &str = "record_only";
 
     /// Every reason, for documentation checks and tests.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         NOT_GRANTED,
         SNI_MISSING,
         TOO_MANY_CONNECTIONS,
@@ -87,6 +90,7 @@ pub mod reason {
         IDLE_TIMEOUT,
         STOPPED,
         IO_ERROR,
+        RECORD_ONLY,
     ];
 }
 
@@ -252,6 +256,16 @@ pub enum NetEvent {
     Unreported {
         /// Each destination, in the order first counted.
         connections: Vec<DialedCount>,
+    },
+    /// The `host:port` pairs a learning relay's program connected to, or
+    /// tried to: each once, sorted, the first
+    /// [`MAX_CONTACTED`](crate::egress::learning::MAX_CONTACTED); sent when
+    /// a learning relay stops, before its summary.
+    Contacted {
+        /// The pairs, each a grant a manifest could hold.
+        pairs: Vec<Grant>,
+        /// Connections to pairs past the cap, not listed.
+        unlisted: u64,
     },
     /// The relay stopped: its totals. Always the last event.
     Summary(Summary),

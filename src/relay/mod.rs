@@ -23,6 +23,14 @@
 //!   work.
 //! * The DNS stub answers from the grants alone and forwards nothing
 //!   (`dns_stub.rs`).
+//! * A learning relay ([`RelayMode::Learning`], `spawnd learn` only) has
+//!   no grants: its stub gives every name a manifest could grant a fake
+//!   address, its one listener takes the connections redirected to it
+//!   from every port of the fake pool (their destination read with
+//!   `SO_ORIGINAL_DST`), and each connection to a name is recorded as a
+//!   `host:port` pair, then refused without dialing or relayed as a
+//!   granted one would be ([`Learning`]). The pairs are reported when the
+//!   relay stops ([`NetEvent::Contacted`]).
 //! * Every connection that reached its server ends in one
 //!   [`NetEvent::Connection`] record; refusals are counted by kind, the
 //!   first of each reported; [`serve`] ends, when the spawn does, with
@@ -34,6 +42,8 @@ mod dns_stub;
 pub mod events;
 pub mod resolve;
 
+#[cfg(test)]
+mod learning_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -51,6 +61,7 @@ use tokio_util::sync::CancellationToken;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::{GrantedNames, PoolExhausted};
 use crate::egress::grant::{Grant, Host};
+use crate::egress::learning::{Contacted, LearnedNames, Learning};
 use crate::sandbox::network::Listeners;
 
 pub use events::{
@@ -118,11 +129,49 @@ pub enum ServeError {
     },
 }
 
+/// What a spawn's relay lets through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayMode {
+    /// Exactly these grants, and DNS answers for their names alone: every
+    /// spawn a manifest allowed.
+    Grants(Vec<Grant>),
+    /// No grants: any name on any TCP port, recorded, then refused or
+    /// relayed as [`Learning`] says. Only `spawnd learn` asks for it; the
+    /// sandbox's listener must be the learning one
+    /// ([`crate::sandbox::network::NetworkSetup::for_learning`]).
+    Learning(Learning),
+}
+
+/// What a relay decides with, by mode.
+enum Rules {
+    Grants {
+        /// Every `(host, port)` granted.
+        grants: BTreeSet<(Host, u16)>,
+        names: GrantedNames,
+    },
+    Learning {
+        learning: Learning,
+        names: Mutex<LearnedNames>,
+        contacted: Mutex<Contacted>,
+    },
+}
+
+impl Rules {
+    /// The name a fake address stands for.
+    fn name_of(&self, ip: std::net::Ipv4Addr) -> Option<String> {
+        match self {
+            Rules::Grants { names, .. } => names.name_of(ip).map(str::to_string),
+            Rules::Learning { names, .. } => names
+                .lock()
+                .ok()
+                .and_then(|names| names.name_of(ip).map(str::to_string)),
+        }
+    }
+}
+
 /// What every task of one spawn's relay shares.
 struct Relay {
-    /// Every `(host, port)` granted.
-    grants: BTreeSet<(Host, u16)>,
-    names: GrantedNames,
+    rules: Rules,
     config: RelayConfig,
     resolver: Arc<dyn Resolve>,
     events: EventSink,
@@ -151,7 +200,7 @@ impl Running {
 }
 
 /// Relays the spawn's connections and answers its DNS queries on
-/// `listeners` until `stop` is cancelled (the spawn ended); then closes
+/// `listeners`, as `mode` allows, until `stop` is cancelled (the spawn ended); then closes
 /// every listener and connection, sends the closing events and returns
 /// the totals. Events go to `events` as [`events`] describes: a
 /// connection that reached its server waits for room, holding its slot.
@@ -159,14 +208,27 @@ impl Running {
 /// Runs on any tokio runtime; the sockets it dials are made in the
 /// network namespace of the thread that polls it.
 pub async fn serve(
-    grants: &[Grant],
+    mode: RelayMode,
     config: RelayConfig,
     listeners: Listeners,
     resolver: Arc<dyn Resolve>,
     events: mpsc::Sender<NetEvent>,
     stop: CancellationToken,
 ) -> Result<Summary, ServeError> {
-    let names = GrantedNames::new(grants)?;
+    let rules = match mode {
+        RelayMode::Grants(grants) => Rules::Grants {
+            names: GrantedNames::new(&grants)?,
+            grants: grants
+                .iter()
+                .map(|g| (g.host().clone(), g.port()))
+                .collect(),
+        },
+        RelayMode::Learning(learning) => Rules::Learning {
+            learning,
+            names: Mutex::new(LearnedNames::default()),
+            contacted: Mutex::new(Contacted::default()),
+        },
+    };
     let tcp = listeners
         .tcp
         .into_iter()
@@ -182,11 +244,7 @@ pub async fn serve(
             source,
         })?;
     let relay = Arc::new(Relay {
-        grants: grants
-            .iter()
-            .map(|g| (g.host().clone(), g.port()))
-            .collect(),
-        names,
+        rules,
         slots: Arc::new(Semaphore::new(config.max_connections)),
         config,
         resolver,
@@ -216,10 +274,21 @@ pub async fn serve(
         .lock()
         .map(|refusals| refusals.more())
         .unwrap_or_default();
+    let contacted = match &relay.rules {
+        Rules::Learning { contacted, .. } => contacted.lock().ok().map(|c| NetEvent::Contacted {
+            pairs: c.pairs(),
+            unlisted: c.unlisted(),
+        }),
+        Rules::Grants { .. } => None,
+    };
     let summary = relay.events.summary();
     relay
         .events
-        .finish(more.into_iter().chain([NetEvent::Summary(summary)]))
+        .finish(
+            more.into_iter()
+                .chain(contacted)
+                .chain([NetEvent::Summary(summary)]),
+        )
         .await;
     Ok(summary)
 }

@@ -18,10 +18,10 @@ use super::world_tests::{
 use super::{reason, ConnectionRecord, NetEvent, Summary};
 
 /// A ClientHello OpenSSL's `s_client` sent for `api.example.com`.
-const HELLO_API_EXAMPLE_COM: &[u8] =
+pub(super) const HELLO_API_EXAMPLE_COM: &[u8] =
     include_bytes!("../../fuzz/seeds/client_hello/openssl-s_client");
 
-fn name(name: &str) -> Host {
+pub(super) fn name(name: &str) -> Host {
     Host::Name(name.to_string())
 }
 
@@ -31,7 +31,7 @@ fn addr(text: &str) -> std::net::SocketAddr {
 
 /// The record of an allowed connection that relayed `up` and `down`
 /// bytes after dialing `dialed`.
-fn relayed(host: Host, port: u16, dialed: &str, up: u64, down: u64) -> ConnectionRecord {
+pub(super) fn relayed(host: Host, port: u16, dialed: &str, up: u64, down: u64) -> ConnectionRecord {
     ConnectionRecord {
         dialed: Some(addr(dialed)),
         connected: true,
@@ -42,7 +42,7 @@ fn relayed(host: Host, port: u16, dialed: &str, up: u64, down: u64) -> Connectio
 }
 
 /// The record of a connection refused for `why` before anything moved.
-fn refused(host: Host, port: u16, why: &'static str) -> ConnectionRecord {
+pub(super) fn refused(host: Host, port: u16, why: &'static str) -> ConnectionRecord {
     let mut record = ConnectionRecord::new(host, port);
     record.refuse(why);
     record
@@ -50,18 +50,18 @@ fn refused(host: Host, port: u16, why: &'static str) -> ConnectionRecord {
 
 /// Closes the client's side and waits for the relay to close the other:
 /// the relay has then recorded the connection as ended by both sides.
-fn finish(mut stream: TcpStream) {
+pub(super) fn finish(mut stream: TcpStream) {
     stream.shutdown(std::net::Shutdown::Write).unwrap();
     assert_eq!(read_end(&mut stream), Ok(0));
 }
 
-fn assert_reset(stream: &mut TcpStream) {
+pub(super) fn assert_reset(stream: &mut TcpStream) {
     assert_eq!(read_end(stream), Err(ErrorKind::ConnectionReset));
 }
 
 /// Connects to `ip:port` and expects the relay to reset the connection
 /// (before `connect` returns, or after).
-fn assert_reset_at(ip: &str, port: u16) {
+pub(super) fn assert_reset_at(ip: &str, port: u16) {
     match connect(ip, port) {
         Ok(mut stream) => assert_reset(&mut stream),
         Err(e) => assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{ip}:{port}"),
@@ -297,7 +297,7 @@ fn only_allowed_addresses_are_dialed_and_private_ones_when_the_operator_allows_t
 }
 
 /// A DNS query for `name` of type `qtype`, id 0x5eed, RD set.
-fn dns_query(name: &str, qtype: RecordType) -> Vec<u8> {
+pub(super) fn dns_query(name: &str, qtype: RecordType) -> Vec<u8> {
     let mut query = vec![0x5e, 0xed, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
     for label in name.split('.') {
         query.push(label.len() as u8);
@@ -310,7 +310,7 @@ fn dns_query(name: &str, qtype: RecordType) -> Vec<u8> {
 }
 
 /// The response code and the A addresses of a reply.
-fn dns_answer(reply: &[u8]) -> (ResponseCode, Vec<Ipv4Addr>) {
+pub(super) fn dns_answer(reply: &[u8]) -> (ResponseCode, Vec<Ipv4Addr>) {
     let message = Message::from_vec(reply).unwrap();
     let addresses = message
         .answers
@@ -323,7 +323,7 @@ fn dns_answer(reply: &[u8]) -> (ResponseCode, Vec<Ipv4Addr>) {
     (message.metadata.response_code, addresses)
 }
 
-fn ask_udp(name: &str, qtype: RecordType) -> (ResponseCode, Vec<Ipv4Addr>) {
+pub(super) fn ask_udp(name: &str, qtype: RecordType) -> (ResponseCode, Vec<Ipv4Addr>) {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     socket
         .set_read_timeout(Some(Duration::from_secs(10)))

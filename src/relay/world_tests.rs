@@ -11,7 +11,9 @@
 //! * the **sandbox**: `lo` up, the fake pool and each granted address
 //!   routed `local` on it, the listeners the sandbox's init would make,
 //!   sent to the world over a channel (sockets keep their namespace),
-//!   then the test's client code, with blocking std sockets.
+//!   then the test's client code, with blocking std sockets. A learning
+//!   scenario's sandbox is set up by init's own code (routes, listener and
+//!   the nf_tables redirect).
 //!
 //! `ip` commands run as children of the thread that needs them, and a
 //! child starts in its parent thread's namespaces. Without the right to
@@ -23,6 +25,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -34,7 +37,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::egress::grant::{Grant, Host};
 
-use super::{serve, ConnectionRecord, NetEvent, RelayConfig, Resolve, Resolving, Summary};
+use super::{
+    serve, ConnectionRecord, NetEvent, RelayConfig, RelayMode, Resolve, Resolving, Summary,
+};
+use crate::egress::learning::Learning;
+use crate::sandbox::network::{set_up_network, NetworkSetup};
 
 /// The upstream echo port.
 pub(super) const ECHO: u16 = 7;
@@ -52,9 +59,9 @@ const WORLD_ADDRESSES: [&str; 4] = ["16.0.0.1", "16.0.0.2", "10.0.0.5", "169.254
 /// How long a client socket waits before a test fails rather than hangs.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A test's grants, resolver table and relay settings.
+/// A test's grants (or learning), resolver table and relay settings.
 pub(super) struct Scenario {
-    pub grants: Vec<Grant>,
+    pub mode: RelayMode,
     pub names: HashMap<String, Vec<IpAddr>>,
     pub config: RelayConfig,
 }
@@ -64,7 +71,7 @@ impl Scenario {
     /// with short timeouts.
     pub fn new(grants: &[&str], names: &[(&str, &[&str])]) -> Scenario {
         Scenario {
-            grants: grants.iter().map(|g| g.parse().unwrap()).collect(),
+            mode: RelayMode::Grants(grants.iter().map(|g| g.parse().unwrap()).collect()),
             names: names
                 .iter()
                 .map(|(name, ips)| {
@@ -80,13 +87,23 @@ impl Scenario {
             },
         }
     }
+
+    /// A learning relay, names resolving as given, short timeouts.
+    pub fn learning(learning: Learning, names: &[(&str, &[&str])]) -> Scenario {
+        Scenario {
+            mode: RelayMode::Learning(learning),
+            ..Scenario::new(&[], names)
+        }
+    }
 }
 
-/// The tests' resolver: a fixed table; any other name fails.
-struct TableResolver(HashMap<String, Vec<IpAddr>>);
+/// The tests' resolver: a fixed table; any other name fails. Counts
+/// what it is asked.
+struct TableResolver(HashMap<String, Vec<IpAddr>>, Arc<AtomicUsize>);
 
 impl Resolve for TableResolver {
     fn resolve<'a>(&'a self, name: &'a str) -> Resolving<'a> {
+        self.1.fetch_add(1, Ordering::Relaxed);
         let found = self.0.get(name).cloned();
         Box::pin(async move {
             found.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not in the table"))
@@ -117,10 +134,14 @@ impl Client {
     }
 }
 
-/// What the relay reported, once stopped.
+/// What the relay reported, once stopped, and what the world saw.
 pub(super) struct Finished {
     pub events: Vec<NetEvent>,
     pub summary: Summary,
+    /// Connections the upstream servers accepted.
+    pub upstream_accepted: usize,
+    /// Names the relay asked its resolver for.
+    pub resolved: usize,
 }
 
 impl Finished {
@@ -164,7 +185,7 @@ pub(super) fn run(
     let (closed_tx, closed_rx) = std::sync::mpsc::channel();
     let (client_done_tx, client_done_rx) = tokio::sync::oneshot::channel::<()>();
     let sandbox = {
-        let grants = scenario.grants.clone();
+        let mode = scenario.mode.clone();
         let client_side = Client {
             stop: stop.clone(),
             served: served_rx,
@@ -177,7 +198,7 @@ pub(super) fn run(
             let _done_on_exit = client_done_tx;
             enter_new_netns().expect("unshare the sandbox");
             listeners_tx
-                .send(sandbox_listeners(&grants))
+                .send(sandbox_listeners(&mode))
                 .expect("the world takes the listeners");
             client(&client_side);
         })
@@ -218,16 +239,23 @@ async fn world(
     served: std::sync::mpsc::Sender<()>,
     upstream_closed: std::sync::mpsc::Sender<()>,
 ) -> Finished {
+    let accepted = Arc::new(AtomicUsize::new(0));
     for (port, banner) in [(ECHO, None), (TLS, None), (BANNER, Some(BANNER_TEXT))] {
         let listener = tokio::net::TcpListener::bind(("::", port)).await.unwrap();
-        tokio::spawn(upstream(listener, banner, upstream_closed.clone()));
+        tokio::spawn(upstream(
+            listener,
+            banner,
+            upstream_closed.clone(),
+            accepted.clone(),
+        ));
     }
+    let resolved = Arc::new(AtomicUsize::new(0));
     let (events_tx, mut events_rx) = tokio::sync::mpsc::channel(256);
     let summary = serve(
-        &scenario.grants,
+        scenario.mode,
         scenario.config,
         listeners,
-        Arc::new(TableResolver(scenario.names)),
+        Arc::new(TableResolver(scenario.names, resolved.clone())),
         events_tx,
         stop,
     )
@@ -238,20 +266,28 @@ async fn world(
     while let Ok(event) = events_rx.try_recv() {
         events.push(event);
     }
-    Finished { events, summary }
+    Finished {
+        events,
+        summary,
+        upstream_accepted: accepted.load(Ordering::Relaxed),
+        resolved: resolved.load(Ordering::Relaxed),
+    }
 }
 
 /// An upstream server: says `banner` to each connection, then echoes
-/// until the client closes, and reports that close.
+/// until the client closes, and reports that close. Counts what it
+/// accepts.
 async fn upstream(
     listener: tokio::net::TcpListener,
     banner: Option<&'static [u8]>,
     closed: std::sync::mpsc::Sender<()>,
+    accepted: Arc<AtomicUsize>,
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             return;
         };
+        accepted.fetch_add(1, Ordering::Relaxed);
         let closed = closed.clone();
         tokio::spawn(async move {
             if let Some(banner) = banner {
@@ -278,9 +314,15 @@ async fn upstream(
 
 /// What the sandbox's init makes, in the calling thread's (new)
 /// namespace: routes, then a dual-stack listener per granted port and
-/// the DNS stub's sockets.
-fn sandbox_listeners(grants: &[Grant]) -> Listeners {
+/// the DNS stub's sockets; for learning, what init's own code makes.
+fn sandbox_listeners(mode: &RelayMode) -> Listeners {
     ip(&["link", "set", "lo", "up"]);
+    let grants = match mode {
+        RelayMode::Grants(grants) => grants,
+        RelayMode::Learning(_) => {
+            return set_up_network(&NetworkSetup::for_learning()).expect("the learning setup");
+        }
+    };
     ip(&["route", "add", "local", "198.18.0.0/15", "dev", "lo"]);
     for grant in grants {
         match grant.host() {

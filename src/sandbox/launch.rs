@@ -173,7 +173,7 @@ impl LaunchRequest<'_> {
             seccomp: self.seccomp.to_bytes(),
             limits_via: self.limits_via.clone(),
             check_as: self.check_as.clone(),
-            network: NetworkSetup::for_grants(&self.plan.network)?,
+            network: NetworkSetup::for_plan(self.plan)?,
             trace: self.trace,
         })
     }

@@ -9,20 +9,30 @@
 //! the program's connections from its own namespace without `setns`; every
 //! other destination has no route (`ENETUNREACH`). A spawn without grants
 //! does none of this.
+//!
+//! A learning sandbox (`spawnd learn`, [`NetworkSetup::for_learning`]) has
+//! no grants and takes every port: init routes the fake pool the same way,
+//! opens the DNS stub's sockets and one TCP listener on `127.0.0.1` at a
+//! port the kernel picks, and adds an nf_tables rule that redirects every
+//! TCP connection to the pool to that listener
+//! ([`crate::sys::redirect_tcp_to_loopback_port`]); spawnd reads each
+//! connection's original destination. The program, without CAP_NET_ADMIN,
+//! cannot change the rule.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::sys::socket::{
-    bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
-    SockaddrIn6,
+    bind, getsockname, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag,
+    SockType, SockaddrIn, SockaddrIn6,
 };
 
 use super::StepError;
 use crate::egress::fake_pool::{FAKE_POOL_BASE, FAKE_POOL_PREFIX};
 use crate::egress::grant::{Grant, Host};
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
+use crate::plan::SpawnPlan;
 
 /// The DNS stub's port, on both UDP and TCP.
 pub const DNS_PORT: u16 = 53;
@@ -39,9 +49,33 @@ pub struct NetworkSetup {
     pub literal_routes: Vec<IpAddr>,
     /// The distinct granted ports, ascending: one TCP listener each.
     pub ports: Vec<u16>,
+    /// A learning sandbox: no grants, one loopback listener that every
+    /// TCP connection to the fake pool is redirected to.
+    #[serde(default)]
+    pub learning: bool,
 }
 
 impl NetworkSetup {
+    /// The setup `plan`'s network needs: a learning one when the plan
+    /// learns (its grants, if any, are not used: every name is), else its
+    /// grants'.
+    pub fn for_plan(plan: &SpawnPlan) -> Result<Option<NetworkSetup>, StepError> {
+        if plan.network_learning.is_some() {
+            return Ok(Some(NetworkSetup::for_learning()));
+        }
+        NetworkSetup::for_grants(&plan.network)
+    }
+
+    /// The setup of a learning sandbox: the fake pool routed, the DNS
+    /// stub's sockets, and one listener that takes the pool's every port.
+    pub fn for_learning() -> NetworkSetup {
+        NetworkSetup {
+            literal_routes: Vec::new(),
+            ports: Vec::new(),
+            learning: true,
+        }
+    }
+
     /// The setup `grants` need: `None` without grants (nothing is done).
     pub fn for_grants(grants: &[Grant]) -> Result<Option<NetworkSetup>, StepError> {
         if grants.is_empty() {
@@ -71,6 +105,7 @@ impl NetworkSetup {
         Ok(Some(NetworkSetup {
             literal_routes,
             ports,
+            learning: false,
         }))
     }
 }
@@ -82,7 +117,9 @@ pub struct Listeners {
     pub dns_udp: OwnedFd,
     /// TCP `[::]:53`, the DNS stub's.
     pub dns_tcp: OwnedFd,
-    /// TCP `[::]:P` per granted port, in [`NetworkSetup::ports`] order.
+    /// TCP `[::]:P` per granted port, in [`NetworkSetup::ports`] order; in
+    /// a learning sandbox, the one TCP `127.0.0.1:P` the fake pool is
+    /// redirected to.
     pub tcp: Vec<(u16, OwnedFd)>,
 }
 
@@ -121,12 +158,27 @@ impl Listeners {
 /// (whose `lo` is up), then hands the listeners over `channel` and closes
 /// this process's copies. Each failing step is named.
 pub fn set_up_network_in_child(setup: &NetworkSetup, channel: OwnedFd) -> Result<(), StepError> {
-    add_local_routes(setup)?;
-    let listeners = open_listeners(setup)?;
+    let listeners = set_up_network(setup)?;
     let channel = UnixStream::from(channel);
     send(&channel, &listeners.ports(), &listeners.fds())
         .map_err(|e| StepError::new("hand the listeners to spawnd", e))?;
     Ok(())
+}
+
+/// Routes, listeners and, for a learning sandbox, the redirect, in the
+/// current network namespace (whose `lo` is up).
+pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, StepError> {
+    add_local_routes(setup)?;
+    let listeners = open_listeners(setup)?;
+    if setup.learning {
+        if let Some((port, _)) = listeners.tcp.first() {
+            crate::sys::redirect_tcp_to_loopback_port(FAKE_POOL_BASE, FAKE_POOL_PREFIX, *port)
+                .map_err(|e| {
+                    StepError::new("redirect the fake pool to the learning listener", e)
+                })?;
+        }
+    }
+    Ok(listeners)
 }
 
 /// `local 198.18.0.0/15 dev lo`, and `local <ip>/32|/128 dev lo` for each
@@ -158,11 +210,15 @@ fn add_local_routes(setup: &NetworkSetup) -> Result<(), StepError> {
 fn open_listeners(setup: &NetworkSetup) -> Result<Listeners, StepError> {
     let dns_udp = dual_stack_socket(SockType::Datagram, DNS_PORT)?;
     let dns_tcp = dual_stack_socket(SockType::Stream, DNS_PORT)?;
-    let tcp = setup
-        .ports
-        .iter()
-        .map(|&p| dual_stack_socket(SockType::Stream, p).map(|fd| (p, fd)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let tcp = if setup.learning {
+        vec![loopback_listener()?]
+    } else {
+        setup
+            .ports
+            .iter()
+            .map(|&p| dual_stack_socket(SockType::Stream, p).map(|fd| (p, fd)))
+            .collect::<Result<Vec<_>, _>>()?
+    };
     Ok(Listeners {
         dns_udp,
         dns_tcp,
@@ -193,6 +249,28 @@ fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, StepError> {
         listen(&fd, backlog).map_err(|e| StepError::new(at("listen"), e.into()))?;
     }
     Ok(fd)
+}
+
+/// A learning sandbox's listener: TCP on `127.0.0.1`, at a port the
+/// kernel picks (so it takes none a program may want for itself),
+/// close-on-exec and nonblocking; with the port.
+fn loopback_listener() -> Result<(u16, OwnedFd), StepError> {
+    let at = |call: &str| format!("{call} (tcp 127.0.0.1, the learning listener)");
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .map_err(|e| StepError::new(at("socket(AF_INET)"), e.into()))?;
+    let addr = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)
+        .map_err(|e| StepError::new(at("bind"), e.into()))?;
+    let backlog = Backlog::new(128).unwrap_or(Backlog::MAXCONN);
+    listen(&fd, backlog).map_err(|e| StepError::new(at("listen"), e.into()))?;
+    let bound: SockaddrIn = getsockname(std::os::fd::AsRawFd::as_raw_fd(&fd))
+        .map_err(|e| StepError::new(at("getsockname"), e.into()))?;
+    Ok((bound.port(), fd))
 }
 
 /// The parent's side: the listeners init hands over `channel`, or the
@@ -242,6 +320,18 @@ mod tests {
                 "2001:db8::7".parse().unwrap()
             ]
         );
+    }
+
+    #[test]
+    fn a_learning_setup_routes_the_pool_alone_and_listens_on_one_port() {
+        let learning = NetworkSetup::for_learning();
+        assert!(learning.learning);
+        assert!(learning.ports.is_empty() && learning.literal_routes.is_empty());
+        // A grants' setup is never a learning one.
+        let granted = NetworkSetup::for_grants(&grants(&["api.example.com:443"]))
+            .unwrap()
+            .unwrap();
+        assert!(!granted.learning);
     }
 
     #[test]

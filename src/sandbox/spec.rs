@@ -432,12 +432,13 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
     }
 }
 
-/// With network grants, the sandbox resolves names through spawnd's DNS
-/// stub on its own loopback, and nothing else: `/etc/resolv.conf` says so,
-/// bound over whatever the system paths show there (last, over any scope).
-/// Without grants there is no resolver to name.
+/// With network grants (or learning), the sandbox resolves names through
+/// spawnd's DNS stub on its own loopback, and nothing else:
+/// `/etc/resolv.conf` says so, bound over whatever the system paths show
+/// there (last, over any scope). Without grants there is no resolver to
+/// name.
 fn add_resolver(spec: &mut SandboxSpec, plan: &SpawnPlan) {
-    if plan.network.is_empty() {
+    if !plan.uses_relay() {
         return;
     }
     spec.mounts.push(MountStep {

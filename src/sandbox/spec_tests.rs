@@ -26,6 +26,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         cwd,
         fs,
         network: Vec::new(),
+        network_learning: None,
         limits: Limits::default(),
     }
 }
@@ -350,4 +351,29 @@ fn only_plain_host_names_reach_the_account_files() {
         assert_eq!(account_name(Some(odd), "user"), "user", "{odd:?}");
     }
     assert_eq!(account_name(None, "group"), "group");
+}
+
+#[test]
+fn a_learning_plan_names_the_stub_as_its_resolver_as_a_granted_one_does() {
+    let resolver = |spec: &SandboxSpec| {
+        spec.mounts
+            .iter()
+            .filter(|m| m.target == Path::new(RESOLV_CONF))
+            .map(|m| m.kind.clone())
+            .collect::<Vec<_>>()
+    };
+    let stub = vec![MountKind::File {
+        contents: RESOLVER_CONFIG.to_string(),
+    }];
+    let mut granted = plan(FsPlan::default(), CwdPlan::FreshTemp);
+    granted.network = vec!["api.example.com:443".parse().unwrap()];
+    let mut learning = plan(FsPlan::default(), CwdPlan::FreshTemp);
+    learning.network_learning = Some(crate::egress::learning::Learning::Record);
+    for with_stub in [granted, learning] {
+        assert!(with_stub.uses_relay());
+        assert_eq!(resolver(&build_spec(&with_stub, &[], &host).unwrap()), stub);
+    }
+    let none = plan(FsPlan::default(), CwdPlan::FreshTemp);
+    assert!(!none.uses_relay());
+    assert!(resolver(&build_spec(&none, &[], &host).unwrap()).is_empty());
 }

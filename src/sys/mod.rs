@@ -4,7 +4,8 @@
 //! `process.rs` (clone, reaping, pidfds, nice values), `fds.rs`, `peer.rs`
 //! (a socket peer's pidfd and user namespace), `keyring.rs`, `mount.rs` (the
 //! mount calls and the old root's unmount helpers), `netlink.rs` (a sandbox's
-//! local routes), `notify.rs` (seccomp user notification) and `start.rs` (the start
+//! local routes), `notify.rs` (seccomp user notification), `nftables.rs`
+//! (a learning sandbox's redirect of the fake pool) and `start.rs` (the start
 //! of the sandboxed program); for the static musl build, behind the binary's features
 //! `musl-dlmalloc` and `musl-small-memcpy` (on by default), the allocator
 //! (`heap.rs`) and, on x86_64, `memcpy`/`memmove` (`memcopy.rs`).
@@ -27,6 +28,7 @@ mod keyring;
 mod memcopy;
 mod mount;
 mod netlink;
+mod nftables;
 mod notify;
 mod peer;
 mod process;
@@ -36,6 +38,7 @@ pub use mount::{
     WaitingDetach,
 };
 pub use netlink::add_local_route;
+pub use nftables::{redirect_tcp_to_loopback_port, LEARN_TABLE};
 pub use notify::{
     answer_notification, install_seccomp_filter_with_listener, notification_pending,
     prefer_sync_wake_up, receive_notification, Answer, Notification,
