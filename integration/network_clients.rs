@@ -797,3 +797,83 @@ fn run_checked_get(world: &World, config: &Path, m: &Path) -> String {
     assert_eq!(run.code(), Some(0), "{}", run.json);
     run.stdout().to_string()
 }
+
+/// `spawnd learn` of a curl fetch: with `--net forward` the fetch goes
+/// through (the server hears it once), the draft names exactly the
+/// `host:port` dialed, and the draft fetches again under `spawnd run` with
+/// nothing else granted; with `--net record` (the default) the connection is
+/// recorded and refused, so the server hears nothing, and the draft names
+/// the same pair.
+#[test]
+fn learn_drafts_the_destination_a_client_reached_and_the_draft_fetches_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(world) = World::new() else { return };
+    world.map("api.test", &[world_ip()]);
+    let server = world.http_server(8080, "hello from api.test");
+    let config = config(&world);
+    let ws = world.path("learn-ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let curl = [
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        "-o",
+        "page.txt",
+        "http://api.test:8080/",
+    ];
+    let learn = |net: &str, draft: &Path| {
+        let out = world
+            .spawnd(&config)
+            .args(["learn", "--net", net, "--output"])
+            .arg(draft)
+            .arg("--")
+            .args(curl)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(draft).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        (out, text)
+    };
+
+    let recorded = world.path("recorded.toml");
+    let (out, text) = learn("record", &recorded);
+    assert!(!out.status.success(), "the refused fetch fails: {out:?}");
+    assert!(text.contains("network = [\"api.test:8080\"]"), "{text}");
+    assert_eq!(server.accepted(), 0, "record mode dials nothing");
+
+    let forwarded = world.path("forwarded.toml");
+    let (out, text) = learn("forward", &forwarded);
+    assert!(out.status.success(), "{out:?}\n{text}");
+    assert!(text.contains("network = [\"api.test:8080\"]"), "{text}");
+    assert_eq!(server.accepted(), 1);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("page.txt")).unwrap(),
+        "hello from api.test"
+    );
+
+    std::fs::remove_file(ws.join("page.txt")).unwrap();
+    let mut again = world.spawnd(&config);
+    again
+        .args([
+            "--mode",
+            "write",
+            "run",
+            "--json",
+            "--op",
+            "run",
+            "--workspace",
+        ])
+        .arg(&ws)
+        .arg("--manifest")
+        .arg(&forwarded)
+        .current_dir(&ws);
+    let rerun = Run::of(&mut again);
+    assert_eq!(rerun.code(), Some(0), "{}\n{text}", rerun.json);
+    assert_eq!(server.accepted(), 2, "{}", rerun.json);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("page.txt")).unwrap(),
+        "hello from api.test"
+    );
+}

@@ -64,7 +64,7 @@ pub enum Command {
     Run(RunArgs),
     /// Run a command once under observation and write a draft manifest that runs it.
     #[command(
-        after_help = "Examples:\n  spawnd learn --output ../tar.toml -- tar czf out.tgz src\n  spawnd learn --output ../tests.toml --name local://ci/tests -- python3 -m unittest -v\n  spawnd learn --output ../build.toml --env CC -- make\n\nThe command runs in the sandbox spawnd would use, but with the host's\ndirectories readable and executable, the workspace (the current directory\nunless --workspace) writable, and no network. Every path it opens, writes or executes is\nrecorded; the draft grants those, collapsed into scopes, and marks\nwhat a person must review (sensitive paths stay commented out). Then:\n  spawnd manifest lint DRAFT\n  spawnd run --manifest DRAFT --op NAME --workspace DIR --mode write\nThe draft reruns the same command with no --arg: each input is a\nplaceholder whose default is the value observed.\n\nLearning lets the command read the host: run only what you would run in your\nown shell. Keep the draft outside the directories it may write."
+        after_help = "Examples:\n  spawnd learn --output ../tar.toml -- tar czf out.tgz src\n  spawnd learn --output ../tests.toml --name local://ci/tests -- python3 -m unittest -v\n  spawnd learn --output ../build.toml --env CC -- make\n\nThe command runs in the sandbox spawnd would use, but with the host's\ndirectories readable and executable, the workspace (the current directory\nunless --workspace) writable, and any name resolvable (--net). Every path it opens, writes or\nexecutes and every host:port it connects to is recorded; the draft grants those, collapsed into scopes, and marks\nwhat a person must review (sensitive paths stay commented out). Then:\n  spawnd manifest lint DRAFT\n  spawnd run --manifest DRAFT --op NAME --workspace DIR --mode write\nThe draft reruns the same command with no --arg: each input is a\nplaceholder whose default is the value observed.\n\nLearning lets the command read the host: run only what you would run in your\nown shell. Keep the draft outside the directories it may write."
     )]
     Learn(LearnArgs),
     /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
@@ -353,6 +353,13 @@ pub struct LearnArgs {
     /// Stop the command after this long (default 10m).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ms)]
     pub timeout: Option<u64>,
+    /// The network while learning: `record` (default) lets the command
+    /// resolve any name and records each host:port it connects to, then
+    /// refuses the connection, so nothing leaves the machine; `forward`
+    /// relays each one under the checks a grant gets (the operator's
+    /// `[network]` must be enabled); `none` gives it no network at all.
+    #[arg(long, value_name = "MODE", default_value = "record", value_parser = ["record", "forward", "none"])]
+    pub net: String,
     /// Overwrite the output file.
     #[arg(long)]
     pub force: bool,

@@ -14,6 +14,7 @@ use super::context::{current_caller, load_config};
 use super::draft::{Host, Observed};
 use super::output::{print_notice, Failure, Success};
 use super::run::live_output;
+use crate::egress::learning::Learning;
 use crate::exec::{execute, Execution, FailureKind};
 use crate::manifest::{parse_manifest, LoadOptions, Tier};
 use crate::policy::{Access, Request, RequestKind};
@@ -129,7 +130,11 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             }
         },
         trace: true,
-        network_learning: None,
+        network_learning: match args.net.as_str() {
+            "forward" => Some(Learning::Forward),
+            "record" => Some(Learning::Record),
+            _ => None,
+        },
     })?;
     let data = &ran.data;
     let trace = &data["trace"];
