@@ -701,14 +701,11 @@ fn a_thousand_connections_opened_and_dropped_leak_nothing() {
     let fds = settled(&mut c, None);
     let rss = rss_kib(pid);
     churn(1000);
-    // Still serving, and back to where it was.
-    settled(&mut c, Some(fds));
-    assert!(
-        open_files(pid) <= fds,
-        "descriptors {} -> {}",
-        fds,
-        open_files(pid)
-    );
+    // Still serving, and back to where it was within the settling time
+    // (judged on the count that ended the wait: one taken a moment later
+    // can catch a request's own descriptors in flight).
+    let after = settled(&mut c, Some(fds));
+    assert!(after <= fds, "descriptors {fds} -> {after}");
     let grown = rss_kib(pid).saturating_sub(rss);
     assert!(
         grown < 4096,

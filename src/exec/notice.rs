@@ -58,6 +58,15 @@ pub enum Notice {
         /// Why.
         error: String,
     },
+    /// The program failed saying an allocation was refused, under a memory
+    /// limit the rlimits enforce (they refuse allocations rather than kill).
+    MemoryRefused {
+        /// The limit in bytes, as the result's `data` gives it.
+        max_memory_bytes: Value,
+    },
+    /// The program failed with what reads like a wall of the sandbox
+    /// (a missing file, a refused permission), and the run was not traced.
+    TryTrace,
     /// A traced run's program met a wall: the layer, the call and path,
     /// what would move it ([`super::describe_refusal`]).
     Refused {
@@ -104,6 +113,14 @@ impl fmt::Display for Notice {
                 printable(error)
             ),
             Notice::Refused { line } => write!(f, "{}", printable(line)),
+            Notice::MemoryRefused { max_memory_bytes } => write!(
+                f,
+                "the program reports an allocation refused: the memory limit is {max_memory_bytes} bytes (max_memory_bytes in the manifest's limits, up to the operator's ceiling)"
+            ),
+            Notice::TryTrace => write!(
+                f,
+                "if the sandbox refused something the program needed, `spawnd run --trace` (in-process) names each refusal, its layer and the manifest key that grants it"
+            ),
         }
     }
 }

@@ -180,6 +180,9 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
             });
         }
         tell_refusals(&data["trace"], on_notice);
+        if exit != 0 {
+            tell_likely_walls(&data, on_notice);
+        }
     }
     // The child ran, but its exit record could not be written: that is the
     // audit unavailable (5), whatever the child's code, here and through a daemon.
@@ -193,6 +196,37 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
     success.exit = if audit_failed { 5 } else { exit };
     success.keep_ok = !audit_failed;
     success
+}
+
+/// What a failed program's stderr suggests: an allocation the rlimits
+/// refused (they fail it, where a cgroup would kill and say so), or a wall
+/// of the sandbox an untraced run cannot name.
+fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
+    let stderr = data["stderr"]["text"].as_str().unwrap_or_default();
+    let memory = [
+        "Cannot allocate memory",
+        "MemoryError",
+        "out of memory",
+        "Out of memory",
+        "std::bad_alloc",
+        "Failed to reserve",
+    ];
+    if data["isolation"]["limits_via"] == json!("rlimits")
+        && memory.iter().any(|m| stderr.contains(m))
+    {
+        on_notice(Notice::MemoryRefused {
+            max_memory_bytes: data["isolation"]["limits"]["max_memory_bytes"].clone(),
+        });
+    }
+    let walls = [
+        "Permission denied",
+        "No such file or directory",
+        "Read-only file system",
+        "Operation not permitted",
+    ];
+    if data["trace"].is_null() && walls.iter().any(|w| stderr.contains(w)) {
+        on_notice(Notice::TryTrace);
+    }
 }
 
 /// Most refusals a person is shown one by one; `--json` has them all.
@@ -232,6 +266,30 @@ fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_program_whose_errors_read_like_walls_gets_a_hint() {
+        let data = json!({
+            "exit_code": 1,
+            "stdout": {}, "stderr": {"text": "x: Cannot allocate memory\nopen: Permission denied\n"},
+            "isolation": {"limits_via": "rlimits", "limits": {"max_memory_bytes": 1024}},
+        });
+        let told = std::cell::RefCell::new(Vec::new());
+        conclude(false, data.clone(), &|n| told.borrow_mut().push(n));
+        assert_eq!(
+            told.take(),
+            vec![
+                Notice::MemoryRefused {
+                    max_memory_bytes: json!(1024)
+                },
+                Notice::TryTrace
+            ]
+        );
+        let mut ok = data;
+        ok["exit_code"] = json!(0);
+        conclude(false, ok, &|n| told.borrow_mut().push(n));
+        assert!(told.take().is_empty());
+    }
 
     #[test]
     fn exit_codes_follow_the_child_and_an_unwritten_exit_record_is_5() {
