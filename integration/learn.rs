@@ -385,3 +385,32 @@ both!(
     identity_names_and_the_ca_store,
     refusals_name_their_layer
 );
+
+/// Learning writes for real, so it refuses a draft inside what the command
+/// may write (it could plant a link for the draft to be written through)
+/// and a workspace holding a home or `/`; and a draft never lists what the
+/// command only tried to write elsewhere.
+#[test]
+fn learn_refuses_a_draft_in_its_workspace_and_a_home_as_workspace() {
+    let ws = fresh("guards");
+    let inside = spawnd(
+        As::Root,
+        &ws,
+        &["learn", "--output", "draft.toml", "--", "true"],
+    );
+    assert_eq!(inside.status.code(), Some(2), "{inside:?}");
+    assert!(String::from_utf8_lossy(&inside.stderr).contains("keep the draft outside"));
+    let root = spawnd(
+        As::Root,
+        Path::new("/"),
+        &[
+            "learn",
+            "--output",
+            ws.join("d.toml").to_str().unwrap(),
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(root.status.code(), Some(2), "{root:?}");
+    assert!(!ws.join("d.toml").exists());
+}

@@ -120,14 +120,18 @@ impl Observed {
     /// The draft for this run.
     pub fn draft(&self, host: &dyn Host) -> Draft {
         let mut review = Vec::new();
-        let (write, write_sensitive) = self.write_scopes(host);
+        let WriteScopes {
+            granted: write,
+            sensitive: write_sensitive,
+            attempted,
+        } = self.write_scopes(host);
         let (mut read, read_sensitive) = self.read_scopes(host, &write);
         // The working directory must lie in a scope.
         if !read.iter().chain(&write).any(|s| self.cwd.starts_with(s)) {
             read.insert(self.cwd.clone());
             read = outermost(read);
         }
-        let exec = self.exec_scopes(&write);
+        let exec = self.exec_scopes(&write, host);
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -147,7 +151,7 @@ impl Observed {
             text,
             "# Run it: spawnd run --manifest THIS --op {} --workspace {} --mode {}",
             self.op,
-            self.workspace.display(),
+            shown(&self.workspace),
             if write.is_empty() {
                 "readonly"
             } else {
@@ -180,7 +184,7 @@ impl Observed {
                 let _ = writeln!(
                     text,
                     "#   {} ({})",
-                    p.display(),
+                    shown(p),
                     digest.as_deref().unwrap_or("not readable")
                 );
             }
@@ -195,7 +199,7 @@ impl Observed {
         if let Some(shell) = shell {
             review.push(format!(
                 "it runs the shell {}: a shell runs any program the system paths hold, unpinned",
-                shell.display()
+                shown(shell)
             ));
         }
         self.write_list(&mut text, &mut review, "fs_read", &read, host);
@@ -210,18 +214,30 @@ impl Observed {
             let _ = writeln!(
                 text,
                 "# REVIEW: it used {} ({uses}), which may hold secrets; uncomment to grant:\n# {key} += [{}]",
-                path.display(),
+                shown(path),
                 quote(&self.scope_text(path))
             );
             review.push(format!(
                 "{} may hold secrets: left out (commented in the draft)",
-                path.display()
+                shown(path)
+            ));
+        }
+        for dir in &attempted {
+            let _ = writeln!(
+                text,
+                "# REVIEW: it tried to write in {}, where learning let it not (refused then); to grant:\n# fs_write += [{}]",
+                shown(dir),
+                quote(&self.scope_text(dir))
+            );
+            review.push(format!(
+                "it tried to write in {} (refused while learning): not granted",
+                shown(dir)
             ));
         }
         if !self.refused.is_empty() {
             let _ = writeln!(text, "# While learning, the sandbox refused:");
             for r in &self.refused {
-                let _ = writeln!(text, "#   {}", r.replace('\n', " "));
+                let _ = writeln!(text, "#   {}", escape(r));
             }
         }
         let cwd = self.scope_text(&self.cwd);
@@ -286,7 +302,26 @@ impl Observed {
                 let _ = writeln!(text, "kind = \"path\"");
             }
             if p.default.starts_with('-') {
-                let _ = writeln!(text, "allow_dash = true");
+                let _ = writeln!(
+                    text,
+                    "# REVIEW: a caller may start this value with `-` (an option of its own)\nallow_dash = true"
+                );
+                review.push(format!(
+                    "placeholder {} may start with `-`: a caller can pass options through it",
+                    p.name
+                ));
+            }
+            if let Some(option) = &p.option {
+                let _ = writeln!(
+                    text,
+                    "# REVIEW: the value of {}, chosen by the caller: pin it (values = [...]) or bound it (pattern) if that option can name a command or a file to run",
+                    escape(option)
+                );
+                review.push(format!(
+                    "placeholder {} is the value of {}: a caller chooses it; pin or bound it",
+                    p.name,
+                    escape(option)
+                ));
             }
             let _ = writeln!(text, "description = \"observed: {}\"", escape(&p.default));
         }
@@ -329,27 +364,33 @@ impl Observed {
         if scopes.is_empty() {
             return;
         }
-        let shown: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
+        let written: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
         for p in scopes {
             if self.is_broad(p) {
-                let _ = writeln!(text, "# REVIEW: {} is broad", p.display());
+                let _ = writeln!(text, "# REVIEW: {} is broad", shown(p));
+                review.push(format!("{key} {} is broad: narrow it if you can", shown(p)));
+            }
+            if let Some(secret) = self.holds_sensitive(p, host) {
+                let _ = writeln!(
+                    text,
+                    "# REVIEW: {} holds {}, which may hold secrets",
+                    shown(p),
+                    shown(&secret)
+                );
                 review.push(format!(
-                    "{key} {} is broad: narrow it if you can",
-                    p.display()
+                    "{key} {} holds {}, which may hold secrets: narrow it",
+                    shown(p),
+                    shown(&secret)
                 ));
             }
             if key != "fs_read" && !host.exists(p) {
-                let _ = writeln!(
-                    text,
-                    "# {} does not exist now; spawnd creates it",
-                    p.display()
-                );
+                let _ = writeln!(text, "# {} does not exist now; spawnd creates it", shown(p));
             }
         }
         let _ = writeln!(
             text,
             "{key} = [{}]",
-            join_quoted(shown.iter().map(String::as_str))
+            join_quoted(written.iter().map(String::as_str))
         );
     }
 
@@ -369,25 +410,50 @@ impl Observed {
             || self.system_paths.iter().any(|s| p.starts_with(s))
     }
 
-    /// The sensitive path `p` lies in, if any.
+    /// The sensitive path `p` lies in, if any: one of [`SENSITIVE`], or a
+    /// [`SENSITIVE_IN_HOME`] name under any directory (another user's home,
+    /// a home under `/var/home`…).
     fn sensitive(&self, p: &Path) -> Option<PathBuf> {
-        let in_home = self.home.as_ref().and_then(|h| {
-            SENSITIVE_IN_HOME
-                .iter()
-                .map(|s| h.join(s))
-                .find(|s| p.starts_with(s))
-        });
-        in_home.or_else(|| {
-            SENSITIVE
-                .iter()
-                .map(PathBuf::from)
-                .find(|s| p.starts_with(s))
+        if let Some(s) = SENSITIVE
+            .iter()
+            .map(PathBuf::from)
+            .find(|s| p.starts_with(s))
+        {
+            return Some(s);
+        }
+        let parts: Vec<_> = p.components().collect();
+        SENSITIVE_IN_HOME.iter().find_map(|name| {
+            let want: Vec<_> = Path::new(name).components().collect();
+            (1..parts.len())
+                .find(|&i| parts[i..].starts_with(&want))
+                .map(|i| parts[..i + want.len()].iter().collect::<PathBuf>())
         })
     }
 
-    /// Directories written (a file's parent), collapsed; and the sensitive
-    /// ones, left out.
-    fn write_scopes(&self, host: &dyn Host) -> (BTreeSet<PathBuf>, Vec<(PathBuf, String)>) {
+    /// A sensitive path that exists strictly inside `scope`, if any.
+    fn holds_sensitive(&self, scope: &Path, host: &dyn Host) -> Option<PathBuf> {
+        let mut candidates: Vec<PathBuf> = SENSITIVE.iter().map(PathBuf::from).collect();
+        for name in SENSITIVE_IN_HOME {
+            candidates.push(scope.join(name));
+            if let Some(home) = &self.home {
+                candidates.push(home.join(name));
+            }
+            // `~/.config` holds `gcloud` of `.config/gcloud`.
+            if let Some((first, rest)) = name.split_once('/') {
+                if scope.file_name().is_some_and(|n| n == first) {
+                    candidates.push(scope.join(rest));
+                }
+            }
+        }
+        candidates
+            .into_iter()
+            .find(|c| c != scope && c.starts_with(scope) && host.exists(c))
+    }
+
+    /// Directories written (a file's parent) where learning let it write,
+    /// collapsed; the sensitive ones and the attempts elsewhere, left out.
+    fn write_scopes(&self, host: &dyn Host) -> WriteScopes {
+        let mut attempted = BTreeSet::new();
         let mut dirs = BTreeSet::new();
         let mut sensitive = BTreeMap::<PathBuf, BTreeSet<&str>>::new();
         for (path, how) in &self.paths {
@@ -396,6 +462,16 @@ impl Observed {
             }
             if let Some(s) = self.sensitive(path) {
                 sensitive.entry(s).or_default().insert("written");
+                continue;
+            }
+            // Only what learning let it write is granted; an attempt
+            // elsewhere (refused then) is shown for review.
+            if !self.writable.iter().any(|w| path.starts_with(w)) {
+                let dir = path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| path.clone());
+                attempted.insert(dir);
                 continue;
             }
             let dir = match how {
@@ -424,7 +500,11 @@ impl Observed {
             }
             dirs.insert(common);
         }
-        (outermost(dirs), flatten(sensitive))
+        WriteScopes {
+            granted: outermost(dirs),
+            sensitive: flatten(sensitive),
+            attempted: outermost(attempted),
+        }
     }
 
     /// Paths read, collapsed into scopes, none inside a write scope; and
@@ -462,7 +542,8 @@ impl Observed {
         }
         let mut scopes = BTreeSet::new();
         for (dir, files) in by_dir {
-            if files.len() >= COLLAPSE_AT || listed.contains(&dir) {
+            let collapse = files.len() >= COLLAPSE_AT && self.holds_sensitive(&dir, host).is_none();
+            if collapse || listed.contains(&dir) {
                 scopes.insert(dir);
             } else {
                 scopes.extend(files);
@@ -493,10 +574,15 @@ impl Observed {
 
     /// Executed files outside the system paths: the write scope they lie
     /// in (executable too), or the file.
-    fn exec_scopes(&self, write: &BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
+    fn exec_scopes(&self, write: &BTreeSet<PathBuf>, host: &dyn Host) -> BTreeSet<PathBuf> {
         let mut out = BTreeSet::new();
         for (path, _) in &self.executed {
-            if path == &self.program || self.is_provided(path) {
+            // An execution that found nothing grants nothing; secrets are never executable.
+            if path == &self.program
+                || self.is_provided(path)
+                || !host.exists(path)
+                || self.sensitive(path).is_some()
+            {
                 continue;
             }
             match write.iter().find(|w| path.starts_with(w)) {
@@ -509,12 +595,19 @@ impl Observed {
 }
 
 /// `set` without the paths that lie inside another of its paths.
+/// In component order a directory comes right before what lies inside
+/// it, so one pass keeps the outermost paths.
 fn outermost(set: BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
-    let all: Vec<PathBuf> = set.into_iter().collect();
-    all.iter()
-        .filter(|p| !all.iter().any(|q| q != *p && p.starts_with(q)))
-        .cloned()
-        .collect()
+    let mut out = BTreeSet::new();
+    let mut last: Option<PathBuf> = None;
+    for p in set {
+        if last.as_ref().is_some_and(|l| p.starts_with(l)) {
+            continue;
+        }
+        last = Some(p.clone());
+        out.insert(p);
+    }
+    out
 }
 
 fn common_ancestor(a: &Path, b: &Path) -> PathBuf {
@@ -531,11 +624,23 @@ fn flatten(m: BTreeMap<PathBuf, BTreeSet<&str>>) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
+/// What [`Observed::write_scopes`] finds.
+struct WriteScopes {
+    /// Granted: directories written inside the writable ones.
+    granted: BTreeSet<PathBuf>,
+    /// Left out: sensitive paths written, and how.
+    sensitive: Vec<(PathBuf, String)>,
+    /// Left out: directories it tried to write outside the writable ones.
+    attempted: BTreeSet<PathBuf>,
+}
+
 /// An argv placeholder the draft offers.
 struct Param {
     name: String,
     default: String,
     path: bool,
+    /// The option whose value it is (`-c`, `--output=`), if any.
+    option: Option<String>,
 }
 
 /// The observed argv as template tokens (the array form: a token may hold
@@ -546,6 +651,7 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
     let mut tokens = Vec::new();
     let mut params: Vec<Param> = Vec::new();
     let mut previous_flag: Option<String> = None;
+    let mut after_flag: Option<String> = None;
     for (i, arg) in argv.iter().enumerate() {
         let names_path = |v: &str| {
             !v.is_empty()
@@ -561,8 +667,16 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
             previous_flag = arg
                 .starts_with("--")
                 .then(|| arg.trim_start_matches('-').to_string());
+            after_flag = is_flag(arg).then(|| arg.clone());
             continue;
         }
+        let option = match after_flag.take() {
+            Some(flag) => Some(flag),
+            None => arg
+                .split_once('=')
+                .filter(|(k, _)| k.starts_with("--") && is_flag(k))
+                .map(|(k, _)| format!("{k}=")),
+        };
         let (prefix, value) = match arg.split_once('=') {
             Some((k, v)) if k.starts_with("--") && is_flag(k) && !v.is_empty() => {
                 (format!("{k}="), v.to_string())
@@ -593,6 +707,7 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
             path: names_path(&value) && !value.contains("://"),
             name,
             default: value,
+            option,
         });
     }
     (tokens, params)
@@ -613,6 +728,12 @@ fn is_word(s: &str) -> bool {
 fn is_word_tail(s: &str) -> bool {
     s.chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// A path as a comment or message may show it: control characters and
+/// quotes escaped, so a file name cannot end a comment line.
+fn shown(p: &Path) -> String {
+    escape(&p.display().to_string())
 }
 
 fn escape_braces(s: &str) -> String {
@@ -700,11 +821,15 @@ mod tests {
                 ("/home/u/.config/tool.conf".into(), Use::Read),
                 ("/opt/data/missing".into(), Use::Read),
                 ("/tmp/x".into(), Use::Write),
+                ("/var/spool/cron/crontabs/x".into(), Use::Write),
             ],
             executed: vec![
                 ("/usr/bin/tar".into(), Some("sha256:00".into())),
                 ("/usr/bin/gzip".into(), Some("sha256:11".into())),
                 ("/w/proj/out dir/tool".into(), None),
+                ("/etc/shadow".into(), None),
+                ("/w/proj/gone".into(), None),
+                ("/w/proj/x\nnetwork = [\"evil.example:443\"]".into(), None),
             ],
             env_keys: vec!["CI".into(), "API_TOKEN".into()],
             network: vec!["example.com:443".into()],
@@ -724,6 +849,8 @@ mod tests {
             ("/home/u/.ssh/id_rsa", false),
             ("/home/u/.config/tool.conf", false),
             ("/w/proj/src", true),
+            ("/w/proj/out dir/tool", false),
+            ("/etc/shadow", false),
         ])
     }
 
@@ -761,6 +888,48 @@ mod tests {
         assert!(t.contains("network = [\"example.com:443\"]"), "{t}");
         assert!(t.contains("/usr/bin/gzip (sha256:11)"), "{t}");
         assert!(draft.review.iter().any(|r| r.contains(".ssh")));
+        // An attempt outside what learning let it write is shown, not granted.
+        assert!(
+            t.contains("# fs_write += [\"/var/spool/cron/crontabs\"]"),
+            "{t}"
+        );
+        assert!(!t.contains("fs_write = [\"/var"), "{t}");
+        // Secrets are never made executable; nothing is granted for an
+        // execution that found no file; a file name cannot end a comment.
+        assert!(!t.contains("fs_exec = [\"/etc/shadow"), "{t}");
+        assert!(!t.contains("{workspace}/gone"), "{t}");
+        assert!(
+            !t.lines().any(|l| l.starts_with("network = [\"evil")),
+            "{t}"
+        );
+        assert!(draft.review.iter().any(|r| r.contains("--owner=")));
+    }
+
+    #[test]
+    fn a_directory_holding_secrets_is_not_collapsed_into_and_a_listed_one_is_flagged() {
+        let mut o = observed();
+        o.paths = (0..9)
+            .map(|i| (PathBuf::from(format!("/home/u/.config/f{i}")), Use::Read))
+            .chain([(PathBuf::from("/var/lib"), Use::List)])
+            .collect();
+        o.executed.clear();
+        let mut files: Vec<(&'static str, bool)> = (0..9)
+            .map(|i| &*Box::leak(format!("/home/u/.config/f{i}").into_boxed_str()))
+            .map(|p| (p, false))
+            .collect();
+        files.extend([
+            ("/home/u/.config/gcloud", true),
+            ("/var/lib", true),
+            ("/var/lib/spawnd", true),
+        ]);
+        let draft = o.draft(&Table(files));
+        let t = &draft.text;
+        assert!(!t.contains("\"~/.config\""), "{t}");
+        assert!(t.contains("\"~/.config/f0\""), "{t}");
+        assert!(
+            t.contains("# REVIEW: /var/lib holds /var/lib/spawnd"),
+            "{t}"
+        );
     }
 
     #[test]

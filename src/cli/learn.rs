@@ -18,6 +18,7 @@ use crate::egress::learning::Learning;
 use crate::exec::{execute, Execution, FailureKind};
 use crate::manifest::{parse_manifest, LoadOptions, Tier};
 use crate::policy::{Access, Request, RequestKind};
+use crate::printable::printable;
 use crate::program::hash_path;
 use crate::sandbox::launch::StdinSource;
 use crate::sandbox::trace::Use;
@@ -59,6 +60,8 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
                 .map_err(|e| Failure::usage(format!("--write {}: {e}", dir.display())))?,
         );
     }
+    guard_workspace(&writable, &caller_home())?;
+    guard_output(&args.output, &writable)?;
     let name = match &args.name {
         Some(n) => n.clone(),
         None => format!("local://learned/{}", slug(&program)),
@@ -180,7 +183,13 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         }
     );
     for r in &draft.review {
-        human.push_str(&format!("\nspawnd: review: {r}"));
+        human.push_str(&format!("\nspawnd: review: {}", printable(r)));
+    }
+    let unresolved = trace["unresolved"].as_u64().unwrap_or(0);
+    if unresolved > 0 {
+        human.push_str(&format!(
+            "\nspawnd: review: the trace could not read the path of {unresolved} calls (a process gone, or memory it may not read): the draft may lack them"
+        ));
     }
     if exit != 0 {
         human.push_str(&format!(
@@ -204,6 +213,53 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     success.exit = exit;
     success.keep_ok = true;
     Ok(success)
+}
+
+/// The caller's home, as the password database or `HOME` names it.
+fn caller_home() -> Option<PathBuf> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .and_then(|h| std::fs::canonicalize(h).ok())
+}
+
+/// Learning writes for real: a writable directory may not be `/`, a home
+/// or above one (the command could rewrite a shell's start-up files or
+/// `authorized_keys`).
+fn guard_workspace(writable: &[PathBuf], home: &Option<PathBuf>) -> Result<(), Failure> {
+    for dir in writable {
+        let holds_home = home.as_ref().is_some_and(|h| h.starts_with(dir));
+        if dir == Path::new("/") || holds_home {
+            return Err(Failure::usage(format!(
+                "{}: the command would write there for real while learning; run learn from a project directory (or give --workspace DIR), not a home or /",
+                printable(&dir.display().to_string())
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The draft may not be written where the learned command could write: it
+/// could plant a link there for the draft to be written through, and
+/// `run` refuses a manifest inside a write scope anyway.
+fn guard_output(output: &Path, writable: &[PathBuf]) -> Result<(), Failure> {
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dir = std::fs::canonicalize(dir)
+        .map_err(|e| Failure::usage(format!("--output {}: {e}", output.display())))?;
+    if let Some(w) = writable.iter().find(|w| dir.starts_with(w)) {
+        return Err(Failure::usage(format!(
+            "--output {} lies in {}, which the command may write: keep the draft outside it (e.g. --output ../{})",
+            printable(&output.display().to_string()),
+            printable(&w.display().to_string()),
+            printable(&output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+        )));
+    }
+    Ok(())
 }
 
 /// The program: a path (made absolute), or a name looked up in `PATH`.
@@ -400,12 +456,51 @@ fn executed(list: &Value) -> Vec<(PathBuf, Option<String>)> {
             a.iter()
                 .filter_map(|p| p.as_str().map(PathBuf::from))
                 .map(|p| {
-                    let digest = hash_path(&p).ok().map(|d| d.to_string());
+                    let digest = hash_regular_file(&p);
                     (p, digest)
                 })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Largest executed file hashed for the draft's comments.
+const MAX_HASHED: u64 = 512 << 20;
+
+/// The digest of an executed path, if it is a regular file of bounded
+/// size: the path is the program's choice, and spawnd opens it as the
+/// caller, so a device, a FIFO or a huge file is never read (opened
+/// non-blocking, and checked again on the descriptor).
+fn hash_regular_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_HASHED {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let opened = file.metadata().ok()?;
+    if !opened.is_file() || opened.len() > MAX_HASHED {
+        return None;
+    }
+    let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut reader = file.take(MAX_HASHED);
+    loop {
+        let n = reader.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        sha2::Digest::update(&mut hasher, &buf[..n]);
+    }
+    Some(format!(
+        "sha256:{}",
+        hex::encode(sha2::Digest::finalize(hasher))
+    ))
 }
 
 /// The `host:port` pairs the run's relay reports dialing.
@@ -425,7 +520,11 @@ fn write_draft(path: &Path, text: &str, force: bool) -> Result<(), Failure> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true);
     if force {
-        options.create(true).truncate(true);
+        use std::os::unix::fs::OpenOptionsExt;
+        options
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW);
     } else {
         options.create_new(true);
     }

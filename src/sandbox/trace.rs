@@ -100,6 +100,11 @@ pub struct Trace {
 
 /// Most distinct (path, use) pairs kept; a program opening more is counted.
 pub const MAX_DISTINCT: usize = 100_000;
+/// Most bytes of distinct paths kept (paths are up to 4 KiB each): the
+/// tracer's memory stays bounded whatever names a program makes up.
+pub const MAX_PATH_BYTES: usize = 32 << 20;
+/// Most executed paths kept in order.
+pub const MAX_EXECUTED: usize = 4096;
 
 /// The parent's side of a traced sandbox: a thread answering its notifications.
 pub struct Tracer {
@@ -373,7 +378,9 @@ fn read_u64(pid: Pid, addr: u64) -> Option<u64> {
 #[derive(Default)]
 struct Seen {
     paths: HashMap<(PathBuf, Use), (&'static str, u64)>,
+    path_bytes: usize,
     executed: Vec<PathBuf>,
+    executed_set: std::collections::HashSet<PathBuf>,
     refused: HashMap<(String, i32), u64>,
     unresolved: u64,
     dropped: u64,
@@ -381,14 +388,19 @@ struct Seen {
 
 impl Seen {
     fn path(&mut self, path: PathBuf, how: Use, call: &'static str) {
-        if how == Use::Execute && !self.executed.contains(&path) {
+        let full = self.paths.len() >= MAX_DISTINCT || self.path_bytes >= MAX_PATH_BYTES;
+        if how == Use::Execute
+            && self.executed.len() < MAX_EXECUTED
+            && !full
+            && self.executed_set.insert(path.clone())
+        {
             self.executed.push(path.clone());
         }
-        let full = self.paths.len() >= MAX_DISTINCT;
         match self.paths.get_mut(&(path.clone(), how)) {
             Some((_, calls)) => *calls += 1,
             None if full => self.dropped += 1,
             None => {
+                self.path_bytes += path.as_os_str().len();
                 self.paths.insert((path, how), (call, 1));
             }
         }
