@@ -97,6 +97,16 @@ const SENSITIVE_IN_HOME: &[&str] = &[
     ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
+    ".config/gh",
+    ".config/hub",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".vault-token",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
 ];
 
 /// Sensitive paths outside homes.
@@ -106,6 +116,7 @@ const SENSITIVE: &[&str] = &[
     "/etc/sudoers",
     "/etc/ssh",
     "/etc/ssl/private",
+    "/etc/krb5.keytab",
     "/root",
     "/var/lib/spawnd",
 ];
