@@ -313,6 +313,67 @@ fn jit_runtimes_start_under_the_default_limits(who: As) {
     assert_ne!(data["stdout"]["text"], "fits\n", "{data}");
 }
 
+/// A `#!` script sees the path it is declared at as its own: bash's `$0`,
+/// python's `sys.argv[0]` and `__file__`. Scripts that find their siblings
+/// or re-read themselves by that path then work as they do outside.
+fn scripts_see_their_declared_path(who: As) {
+    let w = world();
+    let dir = w.path(&format!("outside/declared-{who:?}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sh = dir.join("own-path.sh");
+    let py = dir.join("own-path.py");
+    // It also tries to change the file it runs from, and hashes what it read.
+    std::fs::write(
+        &sh,
+        "#!/usr/bin/bash\necho \"$0\"\nchmod 0777 \"$0\" 2>/dev/null && echo CHANGED-MODE\ntouch \"$0\" 2>/dev/null && echo CHANGED-TIMES\n{ echo exit 9 >> \"$0\"; } 2>/dev/null && echo CHANGED-BYTES\nsha256sum < \"$0\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &py,
+        "#!/usr/bin/python3\nimport sys\nprint(sys.argv[0])\nprint(__file__)\n",
+    )
+    .unwrap();
+    for f in [&sh, &py] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let manifest = dir.join("own-path.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[connector]\nname = \"local://t/own-path\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}, {{ path = \"{}\" }}]\n[capabilities.spawn.operations.sh]\nargv = \"own-path.sh\"\n[capabilities.spawn.operations.py]\nargv = \"own-path.py\"\n",
+            sh.display(),
+            py.display()
+        ),
+    )
+    .unwrap();
+    let run = |op: &str| {
+        result(
+            &w.command_for(who, &manifest, op, &[], &[])
+                .output()
+                .unwrap(),
+        )
+    };
+    let data = run("sh");
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let hashed = data["program"]["sha256"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:");
+    assert_eq!(
+        data["stdout"]["text"].as_str(),
+        Some(format!("{}\n{hashed}  -\n", sh.display()).as_str()),
+        "{data}"
+    );
+    let data = run("py");
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert_eq!(
+        data["stdout"]["text"].as_str(),
+        Some(format!("{0}\n{0}\n", py.display()).as_str()),
+        "{data}"
+    );
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -322,6 +383,7 @@ macro_rules! both {
 }
 
 both!(
+    scripts_see_their_declared_path,
     workspace_anchored_scopes_follow_the_checkout,
     jit_runtimes_start_under_the_default_limits,
     the_runtime_tools_expect_is_there,

@@ -146,6 +146,28 @@ pub struct SandboxSpec {
     pub program: PathBuf,
 }
 
+impl SandboxSpec {
+    /// Whether the program's path lies on a filesystem of the sandbox's
+    /// own: its fresh root, or its private /tmp. No other step of the spec
+    /// (a system path, a scope, a link, a device, /dev, /proc) stands at or
+    /// above it, and it is not under the fresh working directory, which
+    /// init creates new. A `#!` script's copy is bound only there
+    /// ([`super::mounts`]), so that nothing outside the sandbox can change
+    /// the way to it.
+    pub fn program_path_is_the_sandboxs_own(&self) -> bool {
+        if self.fresh_cwd && self.program.starts_with(&self.cwd) {
+            return false;
+        }
+        self.mounts.iter().all(|m| {
+            let private_tmp =
+                matches!(m.kind, MountKind::Tmpfs { .. }) && m.target == Path::new(STAGED_TMP);
+            matches!(m.kind, MountKind::Program)
+                || private_tmp
+                || !self.program.starts_with(&m.target)
+        })
+    }
+}
+
 /// The size caps of the private /tmp and /dev/shm, from the memory limit.
 /// They are mounted at [`base_tmpfs_sizes`] with the shared steps (a spare
 /// sandbox knows no request) and resized when the request's differ.

@@ -228,6 +228,44 @@ fn scopes_at_or_above_the_staging_tmp_or_on_the_fresh_cwd_are_refused() {
     assert!(build_spec(&plan(fs, CwdPlan::FreshTemp), &[], &host).is_ok());
 }
 
+/// A script's copy is bound only where the sandbox alone makes the way to
+/// it: not in a system path or a scope (host filesystems), not in /dev,
+/// not over a system path that covers /tmp, not in the fresh cwd.
+#[test]
+fn only_a_program_path_on_the_sandboxs_own_filesystems_is_its_own() {
+    let own = |program: &str, system: &[&str], cwd: CwdPlan| {
+        let fs = FsPlan {
+            read: vec!["/home/u/code".into()],
+            ..FsPlan::default()
+        };
+        let mut plan = plan(fs, cwd);
+        plan.program.resolved = program.into();
+        let system: Vec<PathBuf> = system.iter().map(PathBuf::from).collect();
+        let host = |p: &Path| match p.to_str() {
+            Some("/tmp") => HostKind::Dir,
+            _ => host(p),
+        };
+        build_spec(&plan, &system, &host)
+            .unwrap()
+            .program_path_is_the_sandboxs_own()
+    };
+    let fresh = || CwdPlan::FreshTemp;
+    assert!(own("/home/u/bin/x.sh", &["/usr"], fresh()));
+    assert!(own("/opt/tools/x.py", &["/usr"], fresh()));
+    assert!(own("/tmp/t/x.sh", &["/usr"], fresh()));
+    assert!(own(
+        "/tmp/work/x.sh",
+        &[],
+        CwdPlan::Dir("/home/u/code".into())
+    ));
+    assert!(!own("/tmp/work/x.sh", &[], fresh()));
+    assert!(!own("/home/u/code/x.sh", &["/usr"], fresh()));
+    assert!(!own("/usr/bin/x.sh", &["/usr"], fresh()));
+    assert!(!own("/bin/x.sh", &["/bin"], fresh()));
+    assert!(!own("/dev/shm/x.sh", &[], fresh()));
+    assert!(!own("/tmp/t/x.sh", &["/tmp"], fresh()));
+}
+
 #[test]
 fn system_steps_are_the_system_paths_between_the_shared_steps_and_the_scopes() {
     let fs = FsPlan {
