@@ -185,6 +185,43 @@ fn the_sandbox_provides_tmp_dev_and_proc_itself() {
 }
 
 #[test]
+fn tmp_takes_the_manifests_size_and_executes_only_with_tmp_exec() {
+    let spec_for = |limits: Limits| {
+        let mut plan = plan(FsPlan::default(), CwdPlan::FreshTemp);
+        plan.limits = limits;
+        build_spec(&plan, &[], &host).unwrap()
+    };
+    let tmp_rule = |spec: &SandboxSpec| {
+        spec.landlock
+            .iter()
+            .find(|r| r.path == Path::new("/tmp"))
+            .map(|r| r.access)
+    };
+    let default = spec_for(Limits::default());
+    assert_eq!(default.tmpfs, base_tmpfs_sizes());
+    assert!(!default.tmp_exec);
+    assert_eq!(tmp_rule(&default), Some(Access::ReadWrite));
+    let spec = spec_for(Limits {
+        max_memory_bytes: 64 << 20,
+        tmp_size_bytes: Some(60 << 20),
+        tmp_exec: true,
+        ..Limits::default()
+    });
+    assert_eq!(
+        spec.tmpfs,
+        TmpfsSizes {
+            tmp: 60 << 20,
+            shm: 4 << 20
+        }
+    );
+    assert!(spec.tmp_exec);
+    assert_eq!(tmp_rule(&spec), Some(Access::ReadWriteExec));
+    // The mounts every sandbox begins with stay the same: a spare's /tmp
+    // is remounted for the request.
+    assert!(after_base(&spec.mounts).is_some());
+}
+
+#[test]
 fn scopes_over_managed_paths_and_missing_cwds_are_refused() {
     let fs = FsPlan {
         read: vec!["/proc/1".into()],

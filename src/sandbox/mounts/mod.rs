@@ -209,7 +209,7 @@ pub fn finish_root_in_child(
         .map(open_verified)
         .collect::<Result<Vec<_>, _>>()?;
     let script_copy = apply_steps(&stage, rest, &scope_fds, Some(program), Some(spec))?;
-    resize_tmpfs(&stage, spec.tmpfs)?;
+    adjust_tmpfs(&stage, spec.tmpfs, spec.tmp_exec)?;
     drop(stage);
     let detaching = pivot_into(Path::new(STAGE), detach, meanwhile)?;
     Ok(Rooted {
@@ -299,24 +299,40 @@ fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Gives the private /tmp and /dev/shm the request's sizes: the shared steps
-/// mounted them before any request was known. A remount must repeat the
-/// flags the tmpfs was mounted with, or it would drop them.
-fn resize_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes) -> Result<(), StepError> {
-    if sizes == super::spec::base_tmpfs_sizes() {
-        return Ok(());
-    }
-    for (target, size) in [("tmp", sizes.tmp), ("dev/shm", sizes.shm)] {
+/// Gives the private /tmp and /dev/shm the request's sizes, and /tmp
+/// execution when `tmp_exec` grants it: the shared steps mounted them
+/// before any request was known, noexec. Each is remounted only when it
+/// differs. A remount sets the mount's flags as well as the tmpfs's size,
+/// so it repeats nosuid and nodev, and noexec unless execution is granted.
+fn adjust_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes, tmp_exec: bool) -> Result<(), StepError> {
+    let base = super::spec::base_tmpfs_sizes();
+    for (target, size, exec, unchanged) in [
+        (
+            "tmp",
+            sizes.tmp,
+            tmp_exec,
+            sizes.tmp == base.tmp && !tmp_exec,
+        ),
+        ("dev/shm", sizes.shm, false, sizes.shm == base.shm),
+    ] {
+        if unchanged {
+            continue;
+        }
         let root = open_beneath(stage, Path::new(target), Create::Nothing)?;
         let data = format!("size={size}");
+        let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        if !exec {
+            flags |= MsFlags::MS_NOEXEC;
+        }
+        let shown = if exec { ", exec" } else { "" };
         mount(
             None::<&str>,
             &fd_path(&root),
             None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            flags,
             Some(data.as_str()),
         )
-        .map_err(step(format!("mount(/{target}, MS_REMOUNT, {data})")))?;
+        .map_err(step(format!("mount(/{target}, MS_REMOUNT, {data}{shown})")))?;
     }
     Ok(())
 }
