@@ -467,8 +467,8 @@ fn bind_script_copy(
 }
 
 /// Copies the sealed memfd's bytes into `to`: sealed against writes,
-/// growing and shrinking, they are the bytes whose digest was checked
-/// when the copy was made.
+/// growing and shrinking, they are the bytes whose digest was compared
+/// with the gate's when the memfd was written.
 fn copy_sealed_script(sealed: BorrowedFd<'_>, to: &std::fs::File) -> std::io::Result<()> {
     let mut buf = vec![0u8; 64 << 10];
     let mut offset: i64 = 0;
@@ -602,6 +602,7 @@ fn apply_step(
         MountKind::Tmpfs { mode, size } => mount_tmpfs(stage, rel, *mode, *size, &shown),
         MountKind::Proc => mount_proc(stage, rel, &shown),
         MountKind::Device { host } => bind_device(stage, rel, host, &shown),
+        // Bound above, from the program's file.
         MountKind::Program => Ok(()),
         MountKind::File { contents } => bind_small_file(stage, rel, contents, &shown),
         MountKind::Symlink { target: link } => make_symlink(stage, rel, link, &shown),
