@@ -313,6 +313,197 @@ fn jit_runtimes_start_under_the_default_limits(who: As) {
     assert_ne!(data["stdout"]["text"], "fits\n", "{data}");
 }
 
+/// A `#!` script sees the path it is declared at as its own: bash's `$0`,
+/// python's `sys.argv[0]` and `__file__`. Scripts that find their siblings
+/// or re-read themselves by that path then work as they do outside.
+fn scripts_see_their_declared_path(who: As) {
+    let w = world();
+    let dir = w.path(&format!("outside/declared-{who:?}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sh = dir.join("own-path.sh");
+    let py = dir.join("own-path.py");
+    // It also tries to change the file it runs from, and hashes what it read.
+    std::fs::write(
+        &sh,
+        "#!/usr/bin/bash\necho \"$0\"\nchmod 0777 \"$0\" 2>/dev/null && echo CHANGED-MODE\ntouch \"$0\" 2>/dev/null && echo CHANGED-TIMES\n{ echo exit 9 >> \"$0\"; } 2>/dev/null && echo CHANGED-BYTES\nsha256sum < \"$0\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &py,
+        "#!/usr/bin/python3\nimport sys\nprint(sys.argv[0])\nprint(__file__)\n",
+    )
+    .unwrap();
+    for f in [&sh, &py] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let manifest = dir.join("own-path.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[connector]\nname = \"local://t/own-path\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}, {{ path = \"{}\" }}]\n[capabilities.spawn.operations.sh]\nargv = \"own-path.sh\"\n[capabilities.spawn.operations.py]\nargv = \"own-path.py\"\n",
+            sh.display(),
+            py.display()
+        ),
+    )
+    .unwrap();
+    let run = |op: &str| {
+        result(
+            &w.command_for(who, &manifest, op, &[], &[])
+                .output()
+                .unwrap(),
+        )
+    };
+    let data = run("sh");
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let hashed = data["program"]["sha256"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:");
+    assert_eq!(
+        data["stdout"]["text"].as_str(),
+        Some(format!("{}\n{hashed}  -\n", sh.display()).as_str()),
+        "{data}"
+    );
+    let data = run("py");
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert_eq!(
+        data["stdout"]["text"].as_str(),
+        Some(format!("{0}\n{0}\n", py.display()).as_str()),
+        "{data}"
+    );
+}
+
+/// The private /tmp as the manifest's limits set it: a program copied into
+/// it runs only with `tmp_exec = true` (else EACCES), a file larger than
+/// the default /tmp fits in a `tmp_size_bytes` /tmp, and a size the memory
+/// limit cannot hold is refused by lint and run, saying why.
+fn tmp_size_and_exec_follow_the_manifest(who: As) {
+    let w = world();
+    let dir = w.path(&format!("outside/tmp-limits-{who:?}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let manifest = |name: &str, limits: &str| {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[connector]\nname = \"local://t/{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}, {{ path = \"/usr/bin/python3\" }}]\n[capabilities.spawn.limits]\n{limits}\n[capabilities.spawn.operations.sh]\nargv = [\"bash\", \"-c\", \"{{script}}\"]\n[capabilities.spawn.operations.py]\nargv = [\"python3\", \"-I\", \"-c\", \"{{code}}\"]\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        path
+    };
+    let run = |m: &std::path::Path, op: &str, arg: (&str, &str)| {
+        result(&w.command_for(who, m, op, &[arg], &[]).output().unwrap())
+    };
+    // A program copied into /tmp, then executed.
+    let copy_and_run = "import os, shutil, subprocess\nshutil.copy('/usr/bin/true', '/tmp/copied-true')\nos.chmod('/tmp/copied-true', 0o755)\ntry:\n    print('ran', subprocess.run(['/tmp/copied-true']).returncode)\nexcept OSError as e:\n    print('refused', e.errno)\n";
+    for (name, limits, said) in [
+        ("tmp-noexec", "", "refused 13\n"),
+        ("tmp-exec-off", "tmp_exec = false", "refused 13\n"),
+        ("tmp-exec", "tmp_exec = true", "ran 0\n"),
+    ] {
+        let data = run(&manifest(name, limits), "py", ("code", copy_and_run));
+        assert_eq!(data["stdout"]["text"], said, "{name}: {data}");
+        assert_eq!(
+            data["isolation"]["tmpfs"]["tmp_exec"],
+            name == "tmp-exec",
+            "{data}"
+        );
+    }
+    // 52 MiB: more than the 48 MiB /tmp a 64 MiB memory limit leaves by
+    // default, within a 60 MiB tmp_size_bytes.
+    let write = "head -c 54525952 /dev/zero > /tmp/big && stat -c %s /tmp/big";
+    let small = manifest("tmp-default-size", "max_memory_bytes = 67108864");
+    let data = run(&small, "sh", ("script", write));
+    assert_ne!(data["exit_code"], 0, "{data}");
+    assert!(
+        data["stderr"]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("No space left on device"),
+        "{data}"
+    );
+    assert_eq!(data["isolation"]["tmpfs"]["tmp_bytes"], 48 << 20, "{data}");
+    let large = manifest(
+        "tmp-large",
+        "max_memory_bytes = 67108864\ntmp_size_bytes = 62914560",
+    );
+    let data = run(&large, "sh", ("script", write));
+    assert_eq!(data["exit_code"], 0, "{data}");
+    assert_eq!(data["stdout"]["text"], "54525952\n", "{data}");
+    assert_eq!(
+        (
+            &data["isolation"]["tmpfs"]["tmp_bytes"],
+            &data["isolation"]["tmpfs"]["dev_shm_bytes"]
+        ),
+        (&serde_json::json!(60 << 20), &serde_json::json!(4 << 20)),
+        "{data}"
+    );
+    // explain says how large /tmp is and whether its files execute.
+    let explain = |m: &std::path::Path| {
+        let out = Command::new(&w.spawnd)
+            .args(["manifest", "explain"])
+            .arg(m)
+            .env_clear()
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = explain(&large);
+    assert!(
+        said.contains(
+            "a private /tmp of 62914560 bytes (tmp_size_bytes) whose files cannot be executed"
+        ),
+        "{said}"
+    );
+    let said = explain(&manifest("tmp-exec", "tmp_exec = true"));
+    assert!(
+        said.contains("a private /tmp of 469762048 bytes (the memory limit less /dev/shm's 67108864 bytes) whose files MAY be executed (tmp_exec)"),
+        "{said}"
+    );
+    // More than the memory limit can hold: lint and run refuse it.
+    let too_large = manifest(
+        "tmp-too-large",
+        "max_memory_bytes = 67108864\ntmp_size_bytes = 67108864",
+    );
+    let mut lint = match who {
+        As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&w.spawnd);
+            c
+        }
+        _ => Command::new(&w.spawnd),
+    };
+    let lint = lint
+        .args(["manifest", "lint"])
+        .arg(&too_large)
+        .env_clear()
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&lint.stderr);
+    assert_eq!(lint.status.code(), Some(4), "{said}");
+    assert!(
+        said.contains("capabilities.spawn.limits.tmp_size_bytes")
+            && said.contains("tmp_size_bytes = 67108864 exceeds what max_memory_bytes = 67108864 leaves for /tmp (66060288): /tmp is a tmpfs, whose pages are memory")
+            && said.contains("raise max_memory_bytes to at least 68157440"),
+        "{said}"
+    );
+    let out = w
+        .command_for(who, &too_large, "sh", &[("script", "true")], &[])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -322,6 +513,8 @@ macro_rules! both {
 }
 
 both!(
+    tmp_size_and_exec_follow_the_manifest,
+    scripts_see_their_declared_path,
     workspace_anchored_scopes_follow_the_checkout,
     jit_runtimes_start_under_the_default_limits,
     the_runtime_tools_expect_is_there,

@@ -180,6 +180,10 @@ as_root_and_nobody! {
         blocked(who, "exec-outside", &["/sbin/../../root/anything"]);
     };
 
+    x41_a_script_runs_the_bytes_that_were_hashed_even_when_its_file_is_swapped => |who| {
+        a_swapped_script_runs_what_was_hashed(who)
+    };
+
     // N — IPC and network
     n50_the_hosts_loopback_tcp_listener_is_unreachable => |who| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -623,6 +627,87 @@ fn x40_what_was_hashed_is_what_ran_even_when_the_file_is_swapped() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     racer.join().unwrap();
+}
+
+/// The `#!` script counterpart of x40: a racer swaps the script between
+/// two versions while runs go on, each run executing it by its declared
+/// path (the interpreter reads it by that path). Every run's recorded
+/// sha256 must match what ran (one version exits 0, the other 1), and the
+/// script sees its declared path whichever ran.
+fn a_swapped_script_runs_what_was_hashed(who: As) {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let dir = w.path(&format!("outside/flip-script-{who:?}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = dir.join("flip.sh");
+    let (t, f) = (dir.join("t.sh"), dir.join("f.sh"));
+    for (file, code) in [(&t, 0), (&f, 1)] {
+        std::fs::write(file, format!("#!/usr/bin/bash\necho \"$0\"\nexit {code}\n")).unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::copy(&t, &prog).unwrap();
+    let manifest = dir.join("flip.toml");
+    std::fs::write(&manifest, format!("[connector]\nname = \"local://t/flip-script\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n[capabilities.spawn.operations.x]\nargv = \"flip.sh\"\n", prog.display())).unwrap();
+    let hash = |p: &std::path::Path| {
+        use sha2::Digest;
+        format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(std::fs::read(p).unwrap()))
+        )
+    };
+    let (ht, hf) = (hash(&t), hash(&f));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let (stop, prog, t, f, dir) = (
+            stop.clone(),
+            prog.clone(),
+            t.clone(),
+            f.clone(),
+            dir.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut flip = false;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let tmp = dir.join("next");
+                std::fs::copy(if flip { &t } else { &f }, &tmp).unwrap();
+                std::fs::rename(&tmp, &prog).unwrap();
+                flip = !flip;
+            }
+        })
+    };
+    let mut seen = [0; 2];
+    for _ in 0..30 {
+        let out = w
+            .command_for(who, &manifest, "x", &[], &[])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let sha = v["data"]["program"]["sha256"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        match v["data"]["exit_code"].as_i64() {
+            Some(0) => {
+                assert_eq!(sha, ht, "exit 0 but the recorded hash is not t.sh's");
+                seen[0] += 1;
+            }
+            Some(1) => {
+                assert_eq!(sha, hf, "exit 1 but the recorded hash is not f.sh's");
+                seen[1] += 1;
+            }
+            other => panic!("unexpected result {other:?}: {v}"),
+        }
+        assert_eq!(
+            v["data"]["stdout"]["text"].as_str(),
+            Some(format!("{}\n", prog.display()).as_str()),
+            "{v}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().unwrap();
+    eprintln!("runs of t.sh and f.sh: {seen:?}");
 }
 
 #[test]

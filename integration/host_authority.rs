@@ -200,26 +200,45 @@ for_each! {
         assert_eq!(stamp(&file), before, "the host's --stdin-file was changed");
     };
 
-    // A `#!` script runs from a sealed copy: its interpreter reads the same
-    // bytes through /dev/fd/3, but the host's script cannot be changed or
-    // written through it.
+    // A `#!` script runs from a sealed copy: bound read-only at its own
+    // path where that path is the sandbox's own (outside every scope), else
+    // read by its interpreter through /dev/fd/3 (here: in a read scope).
+    // Neither its path nor descriptor 3 changes or writes the host's script.
     a_script_cannot_change_its_own_host_file: [Root, Nobody, RootViaSpawner] => |who| {
         let dir = scratch("script", who);
-        let script = dir.join("self.py");
-        std::fs::write(&script, "#!/usr/bin/python3\nimport os, sys\nprint('argv0', sys.argv[0])\nfor name, f in [('fchmod', lambda: os.fchmod(3, 0o777)), ('futimens', lambda: os.utime(3)), ('write', lambda: os.write(os.open('/dev/fd/3', os.O_WRONLY), b'x'))]:\n    try:\n        f()\n    except OSError as e:\n        print('refused', name, e.errno)\nprint('reads itself', open(sys.argv[0]).read().startswith('#!/usr/bin/python3'))\n").unwrap();
-        chown_to(&script, who);
-        chmod(&script, 0o755);
+        let scope = dir.join("scope");
+        std::fs::create_dir(&scope).unwrap();
+        chmod(&scope, 0o755);
+        let text = "#!/usr/bin/python3\nimport os, sys\nprint('argv0', sys.argv[0])\nfor name, f in [('fchmod', lambda: os.fchmod(3, 0o777)), ('futimens', lambda: os.utime(3)), ('write', lambda: os.write(os.open('/dev/fd/3', os.O_WRONLY), b'x')), ('chmod-path', lambda: os.chmod(sys.argv[0], 0o777)), ('utime-path', lambda: os.utime(sys.argv[0])), ('write-path', lambda: os.write(os.open(sys.argv[0], os.O_WRONLY), b'x'))]:\n    try:\n        f()\n        print('changed', name)\n    except OSError as e:\n        print('refused', name, e.errno)\nprint('reads itself', open(sys.argv[0]).read().startswith('#!/usr/bin/python3'))\n";
+        let own = dir.join("own.py");
+        let scoped = scope.join("scoped.py");
+        for script in [&own, &scoped] {
+            std::fs::write(script, text).unwrap();
+            chown_to(script, who);
+            chmod(script, 0o755);
+        }
         let m = manifest(&dir, &format!(
-            "[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n\n[capabilities.spawn.operations.self]\nargv = \"self.py\"\n",
-            script.display()
+            "[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}, {{ path = \"{}\" }}]\nfs_read = [\"{}\"]\n\n[capabilities.spawn.operations.own]\nargv = \"own.py\"\n[capabilities.spawn.operations.scoped]\nargv = \"scoped.py\"\n",
+            own.display(), scoped.display(), scope.display()
         ));
-        let before = stamp(&script);
-        let v = json_of(&run(who, &m, "self", &[], &[]));
-        assert_eq!(v["data"]["exit_code"], 0, "{v}");
-        assert!(stdout_text(&v).contains("reads itself True"), "{v}");
-        assert!(stdout_text(&v).contains("refused write"), "{v}");
-        assert_eq!(stamp(&script), before, "the host's script was changed");
-        assert!(std::fs::read_to_string(&script).unwrap().starts_with("#!/usr/bin/python3\nimport os"));
+        for (op, script, argv0) in [("own", &own, own.display().to_string()), ("scoped", &scoped, "/dev/fd/3".to_string())] {
+            let before = stamp(script);
+            let v = json_of(&run(who, &m, op, &[], &[]));
+            assert_eq!(v["data"]["exit_code"], 0, "{v}");
+            let said = stdout_text(&v);
+            assert!(said.starts_with(&format!("argv0 {argv0}\n")), "{v}");
+            assert!(said.contains("reads itself True"), "{v}");
+            assert!(said.contains("refused write "), "{v}");
+            assert!(said.contains("refused write-path"), "{v}");
+            if op == "own" {
+                // Its own path is a read-only bind, and no descriptor 3 is open.
+                for name in ["fchmod", "futimens", "chmod-path", "utime-path"] {
+                    assert!(said.contains(&format!("refused {name} ")), "{name}: {v}");
+                }
+            }
+            assert_eq!(stamp(script), before, "the host's script was changed");
+            assert_eq!(std::fs::read_to_string(script).unwrap(), text);
+        }
     };
 
     // Init is a clone of spawnd: its command line (the config path, `--env`

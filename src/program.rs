@@ -68,9 +68,12 @@ pub fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
             },
             _ => unreadable("open(O_RDONLY)", e),
         })?;
-    let meta = file.metadata().map_err(|e| unreadable("fstat", e))?;
-    let resolved = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+    // The link first, then the metadata: a file unlinked before the link is
+    // read has no links left when fstat looks.
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
         .unwrap_or_else(|_| path.to_path_buf());
+    let meta = file.metadata().map_err(|e| unreadable("fstat", e))?;
+    let resolved = where_it_was_opened(link, meta.nlink());
     let regular = meta.file_type().is_file();
     let setid = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
     let file_caps = regular && has_file_capabilities(&file);
@@ -89,6 +92,19 @@ pub fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
             sha256,
         },
     })
+}
+
+/// The path a program was opened at, from its descriptor's link: the
+/// kernel adds ` (deleted)` to the link of a file that was unlinked or
+/// replaced since (`nlink` 0), which is no part of the path it was opened at.
+fn where_it_was_opened(link: PathBuf, nlink: u64) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    const DELETED: &[u8] = b" (deleted)";
+    let bytes = link.as_os_str().as_bytes();
+    match bytes.strip_suffix(DELETED) {
+        Some(opened) if nlink == 0 => PathBuf::from(std::ffi::OsStr::from_bytes(opened)),
+        _ => link,
+    }
 }
 
 fn has_file_capabilities(file: &File) -> bool {
@@ -216,6 +232,21 @@ mod tests {
         }
         assert_eq!(piped, Sha256Digest(hasher.finalize().into()));
         assert_eq!(hash_file(f.as_file()).unwrap(), piped);
+    }
+
+    #[test]
+    fn a_file_replaced_after_it_was_opened_keeps_the_path_it_was_opened_at() {
+        let opened = |link: &str, nlink| where_it_was_opened(PathBuf::from(link), nlink);
+        assert_eq!(
+            opened("/opt/t/run.sh (deleted)", 0),
+            Path::new("/opt/t/run.sh")
+        );
+        // Still linked: a name that happens to end that way is the name.
+        assert_eq!(
+            opened("/opt/t/run.sh (deleted)", 1),
+            Path::new("/opt/t/run.sh (deleted)")
+        );
+        assert_eq!(opened("/opt/t/run.sh", 1), Path::new("/opt/t/run.sh"));
     }
 
     #[test]

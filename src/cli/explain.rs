@@ -153,8 +153,10 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
         if op.limits != s.limits {
             let _ = writeln!(
                 out,
-                "      tighter limits: wall time {} ms, stdout {} bytes",
-                op.limits.wall_time_ms, op.limits.max_stdout_bytes
+                "      tighter limits: wall time {} ms, stdout {} bytes, {}",
+                op.limits.wall_time_ms,
+                op.limits.max_stdout_bytes,
+                tmp(&op.limits)
             );
         }
     }
@@ -162,7 +164,7 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
     explain_fs(s, out);
     explain_env(s, out);
     let l = &s.limits;
-    let _ = writeln!(out, "\nLimits: {} ms wall time; stdout kept up to {} bytes, stderr {} bytes; memory {} bytes; {} processes; files up to {} bytes; {} open files.", l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files);
+    let _ = writeln!(out, "\nLimits: {} ms wall time; stdout kept up to {} bytes, stderr {} bytes; memory {} bytes; {} processes; files up to {} bytes; {} open files; {}.", l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files, tmp(l));
     let sockets = if s.operations.values().any(|op| !op.unix_sockets.is_empty()) {
         "no host services but the unix sockets listed above"
     } else {
@@ -174,6 +176,24 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
         "no network but the host:port pairs listed above (and its own loopback)"
     };
     let _ = writeln!(out, "\nThe sandbox adds, whatever the manifest says: {network}, {sockets}, no other files, no privilege gain (no setuid or setgid bits, no capabilities, never host uid 0), no other programs' processes visible, only fds 0-2, and every decision written to the audit trail.");
+}
+
+/// The private /tmp: its size, where the size comes from, and whether its
+/// files may be executed.
+fn tmp(l: &crate::manifest::Limits) -> String {
+    let size = match l.tmp_size_bytes {
+        Some(bytes) => format!("a private /tmp of {bytes} bytes (tmp_size_bytes)"),
+        None => format!(
+            "a private /tmp of {} bytes (the memory limit less /dev/shm's {} bytes)",
+            l.tmp_bytes(),
+            l.shm_bytes()
+        ),
+    };
+    if l.tmp_exec {
+        format!("{size} whose files MAY be executed (tmp_exec)")
+    } else {
+        format!("{size} whose files cannot be executed")
+    }
 }
 
 /// Grants as `a:443, b:22`, or `nothing` for none.

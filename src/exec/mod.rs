@@ -360,6 +360,17 @@ fn planned_sandbox(spec: &SandboxSpec, launch: &LaunchParts, identity: &Identity
         "uid": identity.uid,
         "gid": identity.gid,
         "missing_read_scopes": spec.missing_read_scopes,
+        "tmpfs": tmpfs_json(spec),
+    })
+}
+
+/// The private /tmp and /dev/shm as a spec gives them: sizes, and whether
+/// /tmp's files may be executed (`tmp_exec`).
+pub(super) fn tmpfs_json(spec: &SandboxSpec) -> Value {
+    json!({
+        "tmp_bytes": spec.tmpfs.tmp,
+        "tmp_exec": spec.tmp_exec,
+        "dev_shm_bytes": spec.tmpfs.shm,
     })
 }
 

@@ -280,6 +280,7 @@ mod tests {
             missing_read_scopes: Vec::new(),
             create_write_scopes: Vec::new(),
             tmpfs: crate::sandbox::spec::base_tmpfs_sizes(),
+            tmp_exec: false,
             program: "/usr/bin/cc".into(),
         };
         for (target, access) in [

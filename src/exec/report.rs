@@ -80,6 +80,7 @@ fn isolation_json(
         "created_write_scopes": spec.create_write_scopes,
         "cwd": spec.cwd,
         "fresh_cwd": spec.fresh_cwd,
+        "tmpfs": super::tmpfs_json(spec),
     })
 }
 

@@ -242,4 +242,8 @@ pub struct RawLimits {
     pub max_file_size_bytes: Option<Spanned<i64>>,
     /// Open descriptors.
     pub max_open_files: Option<Spanned<i64>>,
+    /// The private /tmp's size.
+    pub tmp_size_bytes: Option<Spanned<i64>>,
+    /// Files in the private /tmp may be executed.
+    pub tmp_exec: Option<Spanned<bool>>,
 }

@@ -270,6 +270,81 @@ fn an_operation_may_tighten_limits_but_never_loosen_them() {
 }
 
 #[test]
+fn tmp_size_and_exec_are_settings_bounded_by_the_memory_limit() {
+    // Unset: /tmp's size follows the memory limit, and nothing there executes.
+    let d = load(&base()).unwrap().spawn.unwrap().limits;
+    assert_eq!((d.tmp_size_bytes, d.tmp_exec), (None, false));
+    let l = limits_of("tmp_size_bytes = 1048576\ntmp_exec = true").unwrap();
+    assert_eq!((l.tmp_size_bytes, l.tmp_exec), (Some(1 << 20), true));
+    // Up to the memory limit less the smallest /dev/shm.
+    let l = limits_of("max_memory_bytes = 67108864\ntmp_size_bytes = 66060288").unwrap();
+    assert_eq!(l.tmp_size_bytes, Some(63 << 20));
+    for (block, needle) in [
+        ("tmp_size_bytes = 1048575", "below the minimum of 1048576"),
+        ("tmp_size_bytes = 0", "below the minimum"),
+        ("tmp_size_bytes = -5", "below the minimum"),
+        (
+            "max_memory_bytes = 67108864\ntmp_size_bytes = 66060289",
+            "tmp_size_bytes = 66060289 exceeds what max_memory_bytes = 67108864 leaves for /tmp (66060288): /tmp is a tmpfs, whose pages are memory",
+        ),
+        // Unset, the memory limit is its default (512 MiB).
+        ("tmp_size_bytes = 536870912", "raise max_memory_bytes to at least 537919488"),
+        ("tmp_exec = 1", "tmp_exec"),
+    ] {
+        let e = limits_of(block).unwrap_err();
+        assert!(e.mentions(needle), "{block}: {e}");
+    }
+}
+
+#[test]
+fn an_operation_may_shrink_tmp_or_turn_its_exec_off_but_never_the_reverse() {
+    let op =
+        |limits: &str| format!("{LOG_OP}[capabilities.spawn.operations.log.limits]\n{limits}\n");
+    let connector = "[capabilities.spawn.limits]\nmax_memory_bytes = 268435456\ntmp_size_bytes = 134217728\ntmp_exec = true\n";
+    let m = load(&good_spawn(
+        PROGRAMS,
+        &op("tmp_size_bytes = 67108864\ntmp_exec = false"),
+        ENV,
+        connector,
+    ))
+    .unwrap();
+    let spawn = m.spawn.unwrap();
+    let l = spawn.operations["log"].limits;
+    assert_eq!((l.tmp_size_bytes, l.tmp_exec), (Some(64 << 20), false));
+    assert_eq!(spawn.limits.tmp_size_bytes, Some(128 << 20));
+    expect_error(
+        &good_spawn(PROGRAMS, &op("tmp_size_bytes = 268435455"), ENV, connector),
+        "loosens the connector's /tmp of 134217728 bytes",
+    );
+    expect_error(
+        &good_spawn(
+            PROGRAMS,
+            &op("tmp_exec = true"),
+            ENV,
+            "[capabilities.spawn.limits]\nwall_time_ms = 1000\n",
+        ),
+        "tmp_exec = true loosens",
+    );
+    // An operation's lower memory limit bounds the connector's /tmp too.
+    expect_error(
+        &good_spawn(PROGRAMS, &op("max_memory_bytes = 67108864"), ENV, connector),
+        "tmp_size_bytes = 134217728 exceeds what max_memory_bytes = 67108864 leaves",
+    );
+    // Without a size, /tmp follows the operation's memory limit.
+    let m = load(&good_spawn(
+        PROGRAMS,
+        &op("max_memory_bytes = 67108864"),
+        ENV,
+        "",
+    ))
+    .unwrap();
+    assert_eq!(
+        m.spawn.unwrap().operations["log"].limits.tmp_bytes(),
+        48 << 20
+    );
+}
+
+#[test]
 fn i26_i27_credential_keys_must_be_passed_through() {
     assert!(load(&good_spawn(
         PROGRAMS,

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::error::{Collector, ManifestError};
-use super::limits::{Limits, LIMIT_SPECS, WALL_TIME_HARD_CEILING_MS};
+use super::limits::{Limits, LIMIT_SPECS, MIN_TMPFS_BYTES, WALL_TIME_HARD_CEILING_MS};
 use super::model::{
     ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Sha256Digest, SpawnGrant, Warning,
 };
@@ -434,5 +434,93 @@ pub(super) fn check_limits(
             out.set(i, v as u64);
         }
     }
-    ok.then_some(out)
+    let tmp_ok = check_tmp(c, raw, key, base, tighten_only, &mut out, ok);
+    (ok && tmp_ok).then_some(out)
+}
+
+/// The private /tmp's settings of a limits table, into `out`: a size of at
+/// least 1 MiB that the memory limit in force can hold (tmpfs pages are
+/// memory, and /tmp and /dev/shm together hold at most the memory limit;
+/// an operation's lower memory limit applies to the connector's size
+/// too), and execution. With `tighten_only`, neither may loosen `base`.
+/// `numbers_ok`: the table's other limits were accepted (else the memory
+/// limit in `out` is not the one written, and the size is not compared
+/// with it). False when something was refused.
+fn check_tmp(
+    c: &mut Checker,
+    raw: &Spanned<RawLimits>,
+    key: &str,
+    base: &Limits,
+    tighten_only: bool,
+    out: &mut Limits,
+    numbers_ok: bool,
+) -> bool {
+    let r = raw.get_ref();
+    let mut ok = true;
+    if let Some(size) = &r.tmp_size_bytes {
+        let v = *size.get_ref();
+        let k = format!("{key}.tmp_size_bytes");
+        if v < MIN_TMPFS_BYTES as i64 {
+            c.error(
+                size.span(),
+                &k,
+                format!("tmp_size_bytes = {v} is below the minimum of {MIN_TMPFS_BYTES} (1 MiB)"),
+                "leave the key out to give /tmp what the memory limit leaves after /dev/shm",
+            );
+            ok = false;
+        } else if tighten_only && v as u64 > base.tmp_bytes() {
+            c.error(
+                size.span(),
+                &k,
+                format!(
+                    "tmp_size_bytes = {v} loosens the connector's /tmp of {} bytes",
+                    base.tmp_bytes()
+                ),
+                "an operation may only tighten the connector's limits",
+            );
+            ok = false;
+        } else {
+            out.tmp_size_bytes = Some(v as u64);
+        }
+    }
+    if let Some(exec) = &r.tmp_exec {
+        if tighten_only && *exec.get_ref() && !base.tmp_exec {
+            c.error(
+                exec.span(),
+                &format!("{key}.tmp_exec"),
+                "tmp_exec = true loosens the connector's limits, under which /tmp is not executable",
+                "an operation may only tighten the connector's limits; set tmp_exec = true in [capabilities.spawn.limits]",
+            );
+            ok = false;
+        } else {
+            out.tmp_exec = *exec.get_ref();
+        }
+    }
+    match out.tmp_size_bytes {
+        Some(size) if ok && numbers_ok && size > out.tmp_size_ceiling() => {
+            // Where the size or the memory limit is written in this table,
+            // else the table itself.
+            let span = r
+                .tmp_size_bytes
+                .as_ref()
+                .map(Spanned::span)
+                .or_else(|| r.max_memory_bytes.as_ref().map(Spanned::span))
+                .unwrap_or_else(|| raw.span());
+            c.error(
+                span,
+                &format!("{key}.tmp_size_bytes"),
+                format!(
+                    "tmp_size_bytes = {size} exceeds what max_memory_bytes = {} leaves for /tmp ({}): /tmp is a tmpfs, whose pages are memory, and /tmp and /dev/shm (at least 1 MiB) together hold at most the memory limit",
+                    out.max_memory_bytes,
+                    out.tmp_size_ceiling()
+                ),
+                &format!(
+                    "lower tmp_size_bytes, or raise max_memory_bytes to at least {}",
+                    size.saturating_add(MIN_TMPFS_BYTES)
+                ),
+            );
+            false
+        }
+        _ => ok,
+    }
 }

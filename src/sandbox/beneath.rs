@@ -189,6 +189,30 @@ pub fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, St
     }
 }
 
+/// Whether `rel` is missing beneath `root` and [`open_beneath`] can create
+/// it: its deepest existing ancestor is a directory, reached without a
+/// symlink. False when something is there already, or a symlink or a
+/// non-directory stands on the way.
+pub fn creatable_beneath(root: &OwnedFd, rel: &Path) -> bool {
+    if openat2(root, rel, how(OFlag::O_PATH)).is_ok() {
+        return false;
+    }
+    let mut at = rel;
+    while let Some(parent) = at.parent() {
+        let dir = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        match openat2(root, dir, how(OFlag::O_PATH | OFlag::O_DIRECTORY)) {
+            Ok(_) => return true,
+            Err(nix::Error::ENOENT) => at = parent,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 /// `path` with `.` and `..` resolved as text, relative to the root; `None`
 /// when a `..` would climb above it.
 fn lexically_beneath(path: &Path) -> Option<std::path::PathBuf> {
@@ -309,6 +333,21 @@ mod tests {
         let _ = nix::mount::umount(&mounted);
         assert!(!answers[0].as_ref().unwrap());
         assert!(!answers[1].as_ref().unwrap());
+    }
+
+    #[test]
+    fn a_missing_path_is_creatable_unless_a_file_or_a_link_is_in_the_way() {
+        let d = tempfile::tempdir().unwrap();
+        let r = root(d.path());
+        std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        std::fs::write(d.path().join("a/file"), "x").unwrap();
+        std::os::unix::fs::symlink("b", d.path().join("a/link")).unwrap();
+        let creatable = |rel: &str| creatable_beneath(&r, Path::new(rel));
+        assert!(creatable("a/b/c/d.sh"));
+        assert!(creatable("x.sh"));
+        assert!(!creatable("a/file"));
+        assert!(!creatable("a/file/x.sh"));
+        assert!(!creatable("a/link/x.sh"));
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!
 //! The program's own process — already under the filter, so even its last
 //! steps are — sets up its descriptors, session and limits and executes the
-//! hashed descriptor. It is started the way `posix_spawn` starts a child
+//! hashed descriptor (or a `#!` script's sealed copy, by the script's path
+//! where it is bound there). It is started the way `posix_spawn` starts a child
 //! ([`crate::sys::start_program`]): it borrows init's memory until it
 //! executes, so nothing of init's address space is copied only to be thrown
 //! away by exec.
@@ -25,7 +26,7 @@ use nix::unistd::Pid;
 
 use super::identity::{drop_bounding_set, drop_privileges_in_child, BoundingSetEmpty};
 use super::landlock::{restrict_current_process, LandlockApplied};
-use super::mounts::{finish_root_in_child, stage_base_in_child, Rooted, Staged};
+use super::mounts::{finish_root_in_child, stage_base_in_child, ProgramFile, Rooted, Staged};
 use super::network::{set_up_network_in_child, NetworkSetup};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
@@ -35,7 +36,7 @@ use super::StepError;
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, install_seccomp_filter_with_listener,
-    replace_command_line, restore_every_default_action, set_loopback_up, start_program,
+    replace_command_line, restore_every_default_action, set_loopback_up, start_program, Execute,
     ProgramStart, StatusPipe,
 };
 
@@ -47,7 +48,9 @@ pub struct ChildSetup<'a> {
     pub scopes: Vec<ScopeId>,
     /// The hashed program.
     pub program: OwnedFd,
-    /// Whether the program is a `#!` script (its descriptor stays open as fd 3).
+    /// Whether the program is a `#!` script run from its descriptor (which
+    /// stays open as fd 3 for its interpreter). Init clears it when it runs
+    /// the script by its path instead ([`run_script_by_its_path`]).
     pub script: bool,
     /// Whether stdin is `/dev/null`: opened by init inside the sandbox
     /// ([`use_own_dev_null`]), `stdio[0]` being a placeholder until then.
@@ -168,7 +171,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
     join_own_cgroups(s)?;
     wait_for_go_ahead(&s.go_ahead)?;
-    let (rooted, emptied) = build_root(s)?;
+    let (mut rooted, emptied) = build_root(s)?;
     // Still holding CAP_NET_ADMIN in its namespace, with `lo` up: routes
     // and listeners, handed to the parent before anything drops.
     if let Some((setup, channel)) = s.network.take() {
@@ -181,6 +184,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     if !s.script {
         execute_from_the_sandbox(s)?;
     }
+    let script_path = run_script_by_its_path(s, rooted.script_copy.take())?;
     take_the_programs_identity(s, emptied)?;
     let tracer = s.tracer.take();
     let applied = confine_init(s, rooted.scope_fds, tracer)?;
@@ -190,7 +194,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     wait_for_go_ahead(&s.go_ahead)?;
     reap_detach_helper(rooted.detaching)?;
     report_layers_in_force(s, &applied);
-    start_program_process(s)
+    start_program_process(s, script_path.as_deref())
 }
 
 /// Moves init into its cgroups first, so everything after is counted, then
@@ -232,8 +236,11 @@ fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty
         }
         Ok(())
     };
-    let rooted =
-        finish_root_in_child(staged, s.spec, &s.scopes, s.program.as_fd(), &mut meanwhile)?;
+    let program = match s.script {
+        true => ProgramFile::SealedScript(s.program.as_fd()),
+        false => ProgramFile::Hashed(s.program.as_fd()),
+    };
+    let rooted = finish_root_in_child(staged, s.spec, &s.scopes, program, &mut meanwhile)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
     Ok((rooted, emptied))
@@ -325,8 +332,13 @@ fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied) {
 
 /// Starts the program's process ([`start_program`]) with the signals init
 /// forwards, and SIGCHLD, blocked in init from now on: it takes them with
-/// `sigwait` ([`supervise_program`]). Returns the program's pid.
-fn start_program_process(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
+/// `sigwait` ([`supervise_program`]). The program is executed from its
+/// descriptor, or by `script_path` for a script bound there. Returns the
+/// program's pid.
+fn start_program_process(
+    s: &ChildSetup<'_>,
+    script_path: Option<&std::ffi::CStr>,
+) -> Result<Pid, StepError> {
     let mut blocked = SigSet::empty();
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         blocked.add(*sig);
@@ -337,12 +349,17 @@ fn start_program_process(s: &ChildSetup<'_>) -> Result<Pid, StepError> {
         &s.argv,
         &s.envp,
         [s.stdio[0].as_fd(), s.stdio[1].as_fd(), s.stdio[2].as_fd()],
-        s.program.as_fd(),
+        match script_path {
+            Some(path) => Execute::Path(path),
+            None => Execute::Descriptor {
+                fd: s.program.as_fd(),
+                script: s.script,
+            },
+        },
         StatusPipe {
             fd: s.status.as_fd(),
             failure_tag: StatusKind::Failed.tag(),
         },
-        s.script,
         &s.rlimits,
     );
     let pid = start_program(&start).map_err(|e| StepError::new("start the program", e))?;
@@ -377,7 +394,7 @@ fn stage_and_name() -> Result<Staged, StepError> {
 /// very file the gate hashed (same device and inode); if the file was
 /// replaced meanwhile, the hashed descriptor runs, as what was hashed must,
 /// and the file it exposes is no longer at that path. A `#!` script runs
-/// from its sealed copy instead.
+/// from its sealed copy instead ([`run_script_by_its_path`]).
 fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
     let root = open(
@@ -403,6 +420,56 @@ fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .map_err(|e| StepError::new("move the program's descriptor", e.into()))?;
     s.program = adopt_fd(moved);
     Ok(())
+}
+
+/// A `#!` script whose sealed copy was bound at its path
+/// ([`super::mounts`], `bind_script_copy`) is executed by that path, so its
+/// interpreter is given the script's own path rather than `/dev/fd/3`. The
+/// path must hold that copy (same device and inode), opened beneath the
+/// new root without following a link; the copy becomes the program's
+/// descriptor, which gets its Landlock rule, and none stays open across
+/// exec. Returns the path to execute; `None` (no copy bound) leaves the
+/// script to run from its descriptor.
+fn run_script_by_its_path(
+    s: &mut ChildSetup<'_>,
+    copy: Option<OwnedFd>,
+) -> Result<Option<CString>, StepError> {
+    use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
+    use std::os::unix::ffi::OsStrExt;
+    let Some(copy) = copy else {
+        return Ok(None);
+    };
+    let shown = s.spec.program.display().to_string();
+    let root = open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| StepError::new("open the sandbox's root", e.into()))?;
+    let rel = s.spec.program.strip_prefix("/").unwrap_or(&s.spec.program);
+    let inside = super::beneath::open_beneath(&root, rel, super::beneath::Create::Nothing)?;
+    let identity = |fd: std::os::fd::BorrowedFd<'_>| {
+        nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino))
+    };
+    let bound =
+        identity(copy.as_fd()).map_err(|e| StepError::new("fstat(the script's copy)", e.into()))?;
+    if identity(inside.as_fd()).ok() != Some(bound) {
+        return Err(StepError::new(
+            format!("the script's path {shown} does not hold its copy"),
+            std::io::Error::from_raw_os_error(libc::ESTALE),
+        ));
+    }
+    let path = CString::new(s.spec.program.as_os_str().as_bytes()).map_err(|_| {
+        StepError::new(
+            format!("the script's path {shown}"),
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        )
+    })?;
+    let moved = fcntl(&copy, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
+        .map_err(|e| StepError::new("move the script's copy", e.into()))?;
+    s.program = adopt_fd(moved);
+    s.script = false;
+    Ok(Some(path))
 }
 
 /// The program's stdin becomes the sandbox's own `/dev/null`, a read-only

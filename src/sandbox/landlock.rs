@@ -57,9 +57,10 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 
 /// Restricts the calling process (and everything it will execute) to
 /// `rules` (scopes by their verified descriptors, other paths opened now)
-/// and the program's descriptor. A `#!` script's program is its sealed
-/// memfd copy and gets no rule: Landlock refuses rules on files of the
-/// kernel's internal mounts, and does not govern access to them.
+/// and the program's descriptor (for a `#!` script run by its path, its
+/// copy bound there). A `#!` script run from its descriptor, a sealed memfd
+/// copy, gets no rule: Landlock refuses rules on files of the kernel's
+/// internal mounts, and does not govern access to them.
 pub fn restrict_current_process(
     rules: &[LandlockRule],
     scope_fds: &[std::os::fd::OwnedFd],

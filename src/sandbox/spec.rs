@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::manifest::Limits;
 use crate::plan::{CwdPlan, SpawnPlan, RUNTIME_HOME};
 
 /// What a host path is.
@@ -138,6 +139,9 @@ pub struct SandboxSpec {
     pub create_write_scopes: Vec<PathBuf>,
     /// The sizes the private /tmp and /dev/shm are given for this request.
     pub tmpfs: TmpfsSizes,
+    /// Whether files in the private /tmp may be executed (`tmp_exec`):
+    /// its mount then allows it, and so does its Landlock rule.
+    pub tmp_exec: bool,
     /// Where the program is inside the sandbox, on a read-only mount that
     /// allows execution (a system path, or [`MountKind::Program`]): init
     /// executes it from there when it is the file the gate hashed, so
@@ -146,9 +150,32 @@ pub struct SandboxSpec {
     pub program: PathBuf,
 }
 
-/// The size caps of the private /tmp and /dev/shm, from the memory limit.
-/// They are mounted at [`base_tmpfs_sizes`] with the shared steps (a spare
-/// sandbox knows no request) and resized when the request's differ.
+impl SandboxSpec {
+    /// Whether the program's path lies on a filesystem of the sandbox's
+    /// own: its fresh root, or its private /tmp. No other step of the spec
+    /// (a system path, a scope, a link, a device, /dev, /proc) stands at or
+    /// above it, and it is not under the fresh working directory, which
+    /// init creates new. A `#!` script's copy is bound only there
+    /// ([`super::mounts`]), so that nothing outside the sandbox can change
+    /// the way to it.
+    pub fn program_path_is_the_sandboxs_own(&self) -> bool {
+        if self.fresh_cwd && self.program.starts_with(&self.cwd) {
+            return false;
+        }
+        self.mounts.iter().all(|m| {
+            let private_tmp =
+                matches!(m.kind, MountKind::Tmpfs { .. }) && m.target == Path::new(STAGED_TMP);
+            matches!(m.kind, MountKind::Program)
+                || private_tmp
+                || !self.program.starts_with(&m.target)
+        })
+    }
+}
+
+/// The size caps of the private /tmp and /dev/shm, from the limits
+/// ([`Limits::tmp_bytes`], [`Limits::shm_bytes`]). They are mounted at
+/// [`base_tmpfs_sizes`] with the shared steps (a spare sandbox knows no
+/// request) and resized when the request's differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TmpfsSizes {
     /// /tmp.
@@ -158,16 +185,18 @@ pub struct TmpfsSizes {
 }
 
 impl TmpfsSizes {
-    /// Together they hold at most `max_memory_bytes`: tmpfs pages are memory
+    /// Together they hold at most the memory limit: tmpfs pages are memory
     /// that rlimits do not count (a cgroup's memory controller does, so
     /// there the limit binds them twice over). /dev/shm gets a quarter, at
-    /// most 64 MiB (docker's default), /tmp the rest; each at least 1 MiB,
-    /// since a size of 0 would mean no cap at all.
-    pub fn for_memory_limit(max_memory_bytes: u64) -> TmpfsSizes {
-        const MIB: u64 = 1 << 20;
-        let shm = (max_memory_bytes / 4).clamp(MIB, 64 * MIB);
-        let tmp = max_memory_bytes.saturating_sub(shm).max(MIB);
-        TmpfsSizes { tmp, shm }
+    /// most 64 MiB (docker's default), /tmp the rest, or its own size
+    /// (`tmp_size_bytes`, which the manifest bounds by the memory limit)
+    /// with /dev/shm in what it leaves; each at least 1 MiB, since a size
+    /// of 0 would mean no cap at all.
+    pub fn for_limits(limits: &Limits) -> TmpfsSizes {
+        TmpfsSizes {
+            tmp: limits.tmp_bytes(),
+            shm: limits.shm_bytes(),
+        }
     }
 }
 
@@ -195,7 +224,7 @@ pub const FRESH_CWD: &str = "/tmp/work";
 /// those of the default memory limit, so a request with that limit needs
 /// no resize.
 pub fn base_tmpfs_sizes() -> TmpfsSizes {
-    TmpfsSizes::for_memory_limit(crate::manifest::Limits::default().max_memory_bytes)
+    TmpfsSizes::for_limits(&Limits::default())
 }
 /// The device nodes of the minimal /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
@@ -251,9 +280,13 @@ pub fn build_spec(
         fresh_cwd: true,
         missing_read_scopes: Vec::new(),
         create_write_scopes: Vec::new(),
-        tmpfs: TmpfsSizes::for_memory_limit(plan.limits.max_memory_bytes),
+        tmpfs: TmpfsSizes::for_limits(&plan.limits),
+        tmp_exec: plan.limits.tmp_exec,
         program: plan.program.resolved.clone(),
     };
+    if spec.tmp_exec {
+        allow_execution_in_tmp(&mut spec.landlock);
+    }
     add_system_paths(&mut spec, system_paths, host);
     add_scopes(&mut spec, plan, host);
     add_program(&mut spec, system_paths, host);
@@ -348,6 +381,16 @@ pub fn base_mounts() -> Vec<MountStep> {
         kind: MountKind::Proc,
     });
     m
+}
+
+/// `tmp_exec`: the private /tmp's rule grants execution too.
+fn allow_execution_in_tmp(rules: &mut [LandlockRule]) {
+    for rule in rules
+        .iter_mut()
+        .filter(|r| r.scope.is_none() && r.path == Path::new(STAGED_TMP))
+    {
+        rule.access = Access::ReadWriteExec;
+    }
 }
 
 fn base_rules() -> Vec<LandlockRule> {

@@ -185,6 +185,43 @@ fn the_sandbox_provides_tmp_dev_and_proc_itself() {
 }
 
 #[test]
+fn tmp_takes_the_manifests_size_and_executes_only_with_tmp_exec() {
+    let spec_for = |limits: Limits| {
+        let mut plan = plan(FsPlan::default(), CwdPlan::FreshTemp);
+        plan.limits = limits;
+        build_spec(&plan, &[], &host).unwrap()
+    };
+    let tmp_rule = |spec: &SandboxSpec| {
+        spec.landlock
+            .iter()
+            .find(|r| r.path == Path::new("/tmp"))
+            .map(|r| r.access)
+    };
+    let default = spec_for(Limits::default());
+    assert_eq!(default.tmpfs, base_tmpfs_sizes());
+    assert!(!default.tmp_exec);
+    assert_eq!(tmp_rule(&default), Some(Access::ReadWrite));
+    let spec = spec_for(Limits {
+        max_memory_bytes: 64 << 20,
+        tmp_size_bytes: Some(60 << 20),
+        tmp_exec: true,
+        ..Limits::default()
+    });
+    assert_eq!(
+        spec.tmpfs,
+        TmpfsSizes {
+            tmp: 60 << 20,
+            shm: 4 << 20
+        }
+    );
+    assert!(spec.tmp_exec);
+    assert_eq!(tmp_rule(&spec), Some(Access::ReadWriteExec));
+    // The mounts every sandbox begins with stay the same: a spare's /tmp
+    // is remounted for the request.
+    assert!(after_base(&spec.mounts).is_some());
+}
+
+#[test]
 fn scopes_over_managed_paths_and_missing_cwds_are_refused() {
     let fs = FsPlan {
         read: vec!["/proc/1".into()],
@@ -226,6 +263,44 @@ fn scopes_at_or_above_the_staging_tmp_or_on_the_fresh_cwd_are_refused() {
         ..FsPlan::default()
     };
     assert!(build_spec(&plan(fs, CwdPlan::FreshTemp), &[], &host).is_ok());
+}
+
+/// A script's copy is bound only where the sandbox alone makes the way to
+/// it: not in a system path or a scope (host filesystems), not in /dev,
+/// not over a system path that covers /tmp, not in the fresh cwd.
+#[test]
+fn only_a_program_path_on_the_sandboxs_own_filesystems_is_its_own() {
+    let own = |program: &str, system: &[&str], cwd: CwdPlan| {
+        let fs = FsPlan {
+            read: vec!["/home/u/code".into()],
+            ..FsPlan::default()
+        };
+        let mut plan = plan(fs, cwd);
+        plan.program.resolved = program.into();
+        let system: Vec<PathBuf> = system.iter().map(PathBuf::from).collect();
+        let host = |p: &Path| match p.to_str() {
+            Some("/tmp") => HostKind::Dir,
+            _ => host(p),
+        };
+        build_spec(&plan, &system, &host)
+            .unwrap()
+            .program_path_is_the_sandboxs_own()
+    };
+    let fresh = || CwdPlan::FreshTemp;
+    assert!(own("/home/u/bin/x.sh", &["/usr"], fresh()));
+    assert!(own("/opt/tools/x.py", &["/usr"], fresh()));
+    assert!(own("/tmp/t/x.sh", &["/usr"], fresh()));
+    assert!(own(
+        "/tmp/work/x.sh",
+        &[],
+        CwdPlan::Dir("/home/u/code".into())
+    ));
+    assert!(!own("/tmp/work/x.sh", &[], fresh()));
+    assert!(!own("/home/u/code/x.sh", &["/usr"], fresh()));
+    assert!(!own("/usr/bin/x.sh", &["/usr"], fresh()));
+    assert!(!own("/bin/x.sh", &["/bin"], fresh()));
+    assert!(!own("/dev/shm/x.sh", &[], fresh()));
+    assert!(!own("/tmp/t/x.sh", &["/tmp"], fresh()));
 }
 
 #[test]

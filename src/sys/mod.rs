@@ -43,7 +43,7 @@ pub use notify::{
     answer_notification, install_seccomp_filter_with_listener, notification_pending,
     prefer_sync_wake_up, receive_notification, Answer, Notification,
 };
-pub use start::{restore_every_default_action, start_program, ProgramStart, StatusPipe};
+pub use start::{restore_every_default_action, start_program, Execute, ProgramStart, StatusPipe};
 
 pub use confine::*;
 pub use fds::*;

@@ -1,6 +1,6 @@
 //! Starting the sandboxed program from init the way `posix_spawn` does:
 //! `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own, with every step up
-//! to `execveat` prepared beforehand, so the new process allocates nothing
+//! to the exec prepared beforehand, so the new process allocates nothing
 //! and writes nothing of init's but its own stack. Part of [`super`], the
 //! one module with `unsafe`.
 
@@ -21,7 +21,30 @@ pub struct StatusPipe<'a> {
     pub failure_tag: u8,
 }
 
-/// What the program's process does between its start and `execveat`, all of
+/// How the program's process executes the program.
+#[derive(Clone, Copy)]
+pub enum Execute<'a> {
+    /// `execveat(fd, "", AT_EMPTY_PATH)` from descriptor 3, where `fd` is
+    /// placed. With `script`, descriptor 3 stays open across exec: a `#!`
+    /// script's interpreter reads it as `/dev/fd/3`.
+    Descriptor {
+        /// The program file.
+        fd: BorrowedFd<'a>,
+        /// Whether descriptor 3 stays open for a `#!` script's interpreter.
+        script: bool,
+    },
+    /// `execve(path)`: a `#!` script whose interpreter is to be given this
+    /// path. No descriptor but 0–2 stays open.
+    Path(&'a CStr),
+}
+
+/// [`Execute`] as plain values the program's process uses.
+enum Executed {
+    Descriptor { fd: RawFd, script: bool },
+    Path(*const libc::c_char),
+}
+
+/// What the program's process does between its start and its exec, all of
 /// it prepared by init beforehand. That process shares init's memory until it
 /// executes (see [`start_program`]), so it only makes system calls with what
 /// is here and writes nothing but its own stack: no allocation, no locks.
@@ -32,15 +55,13 @@ pub struct ProgramStart<'a> {
     envp: Vec<*const libc::c_char>,
     /// Become descriptors 0, 1 and 2.
     stdio: [RawFd; 3],
-    /// The hashed program: becomes descriptor 3 and is executed.
-    program: RawFd,
+    /// What is executed: a descriptor, which becomes descriptor 3, or a path.
+    program: Executed,
     /// Init's status pipe: becomes descriptor 4 (close-on-exec), where a
     /// failed step is reported as `<failure_tag><step>: <error>\n`.
     status: RawFd,
     /// The first byte of a failure's line (see [`StatusPipe`]).
     failure_tag: u8,
-    /// Descriptor 3 stays open across exec (a `#!` script's interpreter reads it).
-    script: bool,
     /// `setrlimit` calls, soft = hard, each with the step name it reports.
     rlimits: Vec<(libc::c_int, libc::rlimit, &'static str)>,
     /// The CStrings the pointers point into outlive this value.
@@ -48,15 +69,14 @@ pub struct ProgramStart<'a> {
 }
 
 impl<'a> ProgramStart<'a> {
-    /// Prepares the start; `argv` and `envp` must stay alive and unchanged
-    /// while the value does (the borrow makes sure of it).
+    /// Prepares the start; `argv`, `envp` and a path to execute must stay
+    /// alive and unchanged while the value does (the borrow makes sure of it).
     pub fn new(
         argv: &'a [std::ffi::CString],
         envp: &'a [std::ffi::CString],
         stdio: [BorrowedFd<'a>; 3],
-        program: BorrowedFd<'a>,
+        program: Execute<'a>,
         status: StatusPipe<'a>,
-        script: bool,
         rlimits: &[(nix::sys::resource::Resource, u64)],
     ) -> ProgramStart<'a> {
         let pointers = |v: &'a [std::ffi::CString]| {
@@ -69,10 +89,15 @@ impl<'a> ProgramStart<'a> {
             argv: pointers(argv),
             envp: pointers(envp),
             stdio: stdio.map(|fd| fd.as_raw_fd()),
-            program: program.as_raw_fd(),
+            program: match program {
+                Execute::Descriptor { fd, script } => Executed::Descriptor {
+                    fd: fd.as_raw_fd(),
+                    script,
+                },
+                Execute::Path(path) => Executed::Path(path.as_ptr()),
+            },
             status: status.fd.as_raw_fd(),
             failure_tag: status.failure_tag,
-            script,
             rlimits: rlimits
                 .iter()
                 .map(|&(resource, value)| {
@@ -90,7 +115,7 @@ impl<'a> ProgramStart<'a> {
         }
     }
 
-    /// The program process's steps, ending in `execveat`. Returns only on
+    /// The program process's steps, ending in its exec. Returns only on
     /// failure: the step and errno, and the descriptor to report them on.
     fn run(&self) -> (&'static str, libc::c_int, RawFd) {
         let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
@@ -121,9 +146,21 @@ impl<'a> ProgramStart<'a> {
                 return (step, errno(), self.status);
             }
         }
-        // SAFETY: as above.
-        if unsafe { libc::dup2(self.program, 3) } < 0 {
-            return ("dup2(program, 3)", errno(), self.status);
+        match self.program {
+            Executed::Descriptor { fd, .. } => {
+                // SAFETY: as above.
+                if unsafe { libc::dup2(fd, 3) } < 0 {
+                    return ("dup2(program, 3)", errno(), self.status);
+                }
+            }
+            // Executed by path: nothing is placed at 3, and whatever init
+            // held there goes (the program gets 0–2 only).
+            Executed::Path(_) => {
+                // SAFETY: close_range takes plain integers.
+                if unsafe { libc::syscall(libc::SYS_close_range, 3u32, 3u32, 0u32) } < 0 {
+                    return ("close_range(3)", errno(), self.status);
+                }
+            }
         }
         // SAFETY: as above.
         if unsafe { libc::dup2(self.status, 4) } < 0 {
@@ -134,10 +171,12 @@ impl<'a> ProgramStart<'a> {
         if unsafe { libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32) } < 0 {
             return ("close_range(5..)", errno(), 4);
         }
-        let keep = if self.script { 0 } else { libc::FD_CLOEXEC };
-        // SAFETY: fcntl(F_SETFD) on descriptors this process just placed.
-        if unsafe { libc::fcntl(3, libc::F_SETFD, keep) } < 0 {
-            return ("fcntl(3, F_SETFD)", errno(), 4);
+        if let Executed::Descriptor { script, .. } = self.program {
+            let keep = if script { 0 } else { libc::FD_CLOEXEC };
+            // SAFETY: fcntl(F_SETFD) on a descriptor this process just placed.
+            if unsafe { libc::fcntl(3, libc::F_SETFD, keep) } < 0 {
+                return ("fcntl(3, F_SETFD)", errno(), 4);
+            }
         }
         // SAFETY: as above.
         if unsafe { libc::fcntl(4, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
@@ -149,21 +188,33 @@ impl<'a> ProgramStart<'a> {
                 return (step, errno(), 4);
             }
         }
-        // SAFETY: descriptor 3 is the hashed program; `argv` and `envp` are
-        // NULL-terminated arrays of pointers to NUL-terminated strings that
-        // init keeps alive (it is suspended until this call succeeds), and
-        // AT_EMPTY_PATH with "" executes the descriptor itself.
-        unsafe {
-            libc::syscall(
-                libc::SYS_execveat,
-                3,
-                c"".as_ptr(),
-                self.argv.as_ptr(),
-                self.envp.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        };
-        ("execveat(program, AT_EMPTY_PATH)", errno(), 4)
+        match self.program {
+            Executed::Descriptor { .. } => {
+                // SAFETY: descriptor 3 is the hashed program; `argv` and
+                // `envp` are NULL-terminated arrays of pointers to
+                // NUL-terminated strings that init keeps alive (it is
+                // suspended until this call succeeds), and AT_EMPTY_PATH
+                // with "" executes the descriptor itself.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_execveat,
+                        3,
+                        c"".as_ptr(),
+                        self.argv.as_ptr(),
+                        self.envp.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                    )
+                };
+                ("execveat(program, AT_EMPTY_PATH)", errno(), 4)
+            }
+            Executed::Path(path) => {
+                // SAFETY: `path` points into a NUL-terminated string init
+                // keeps alive (it is suspended until this call succeeds);
+                // `argv` and `envp` as above.
+                unsafe { libc::execve(path, self.argv.as_ptr(), self.envp.as_ptr()) };
+                ("execve(the script's path)", errno(), 4)
+            }
+        }
     }
 }
 

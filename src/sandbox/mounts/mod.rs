@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use nix::mount::{mount, MsFlags};
 
 use super::beneath::{
-    creates_on_root_filesystem, fd_path, open_beneath, through_final_links, Create,
+    creatable_beneath, creates_on_root_filesystem, fd_path, open_beneath, through_final_links,
+    Create,
 };
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
@@ -70,7 +71,7 @@ impl Staged {
     /// Mounts `steps` (system paths: binds by path and symbolic links) after
     /// the ones staged; an order's mount steps must then go on with them.
     pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
-        apply_steps(&self.stage, steps, &[], None)?;
+        apply_steps(&self.stage, steps, &[], None, None)?;
         self.more_from = self.base.len();
         self.base.extend_from_slice(steps);
         Ok(())
@@ -119,7 +120,7 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
     )
     .map_err(step("open new root"))?;
     let base = base_mounts();
-    apply_steps(&stage_fd, &base, &[], None)?;
+    apply_steps(&stage_fd, &base, &[], None, None)?;
     let more_from = base.len();
     Ok(Staged {
         stage: stage_fd,
@@ -130,25 +131,42 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
 }
 
 /// A root in place: the verified scope descriptors (in `spec.scopes`
-/// order) for the Landlock rules, and the helper still finishing the old
-/// root's detach, which init must reap before the program starts.
+/// order) for the Landlock rules, the helper still finishing the old
+/// root's detach, which init must reap before the program starts, and a
+/// `#!` script's copy when one was bound at the program's path.
 pub struct Rooted {
     /// The scopes, verified.
     pub scope_fds: Vec<OwnedFd>,
     /// The unmount helper's pid (see [`detach_mount_in_background`]).
     pub detaching: Option<i32>,
+    /// The script's copy bound at `spec.program` (O_PATH), if one was
+    /// ([`bind_script_copy`]): init then runs the script by that path.
+    pub script_copy: Option<OwnedFd>,
+}
+
+/// The program file init holds, as [`MountKind::Program`] binds it.
+#[derive(Clone, Copy)]
+pub enum ProgramFile<'a> {
+    /// The descriptor the gate hashed: bound if its path still holds it
+    /// ([`bind_program`]).
+    Hashed(BorrowedFd<'a>),
+    /// A `#!` script's sealed copy (a memfd with the digest the gate
+    /// decided on): copied onto the sandbox's own filesystem and bound at
+    /// the script's path where that path lies on it ([`bind_script_copy`]).
+    SealedScript(BorrowedFd<'a>),
 }
 
 /// Mounts the rest of `spec` onto a staged root and pivots into it; runs
 /// `meanwhile` while the old root is being detached. `meanwhile` must not
 /// resolve paths: the host's root is still reachable at the old root's
-/// mount point until the detach is done. `program` is the descriptor the
-/// gate hashed ([`MountKind::Program`] binds only that file).
+/// mount point until the detach is done. `program` is the file the gate
+/// hashed, or a script's sealed copy ([`MountKind::Program`] binds only
+/// that file).
 pub fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
     scopes: &[ScopeId],
-    program: BorrowedFd<'_>,
+    program: ProgramFile<'_>,
     meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Rooted, StepError> {
     let Staged {
@@ -190,13 +208,14 @@ pub fn finish_root_in_child(
         .iter()
         .map(open_verified)
         .collect::<Result<Vec<_>, _>>()?;
-    apply_steps(&stage, rest, &scope_fds, Some(program))?;
-    resize_tmpfs(&stage, spec.tmpfs)?;
+    let script_copy = apply_steps(&stage, rest, &scope_fds, Some(program), Some(spec))?;
+    adjust_tmpfs(&stage, spec.tmpfs, spec.tmp_exec)?;
     drop(stage);
     let detaching = pivot_into(Path::new(STAGE), detach, meanwhile)?;
     Ok(Rooted {
         scope_fds,
         detaching,
+        script_copy,
     })
 }
 
@@ -204,15 +223,21 @@ pub fn finish_root_in_child(
 /// read-only, nosuid and noexec (it keeps `dev`, the point of binding it):
 /// the device stays readable and writable (a read-only mount does not stop
 /// writes to a device), but its inode — the host's own node — cannot be
-/// chmod'ed, chown'ed or touched.
+/// chmod'ed, chown'ed or touched. Returns a script's copy, when a step
+/// bound one ([`bind_script_copy`]). `spec` is the request's (absent for
+/// the shared steps).
 fn apply_steps(
     stage: &OwnedFd,
     steps: &[MountStep],
     scope_fds: &[OwnedFd],
-    program: Option<BorrowedFd<'_>>,
-) -> Result<(), StepError> {
+    program: Option<ProgramFile<'_>>,
+    spec: Option<&SandboxSpec>,
+) -> Result<Option<OwnedFd>, StepError> {
+    let mut script_copy = None;
     for m in steps {
-        apply_step(stage, m, scope_fds, program)?;
+        if let Some(copy) = apply_step(stage, m, scope_fds, program, spec)? {
+            script_copy = Some(copy);
+        }
     }
     for m in steps {
         if matches!(m.kind, MountKind::Device { .. }) {
@@ -225,7 +250,7 @@ fn apply_steps(
             )?;
         }
     }
-    Ok(())
+    Ok(script_copy)
 }
 
 /// Opens a scope in this mount namespace (a bind needs a mount of our own) and
@@ -274,24 +299,40 @@ fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Gives the private /tmp and /dev/shm the request's sizes: the shared steps
-/// mounted them before any request was known. A remount must repeat the
-/// flags the tmpfs was mounted with, or it would drop them.
-fn resize_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes) -> Result<(), StepError> {
-    if sizes == super::spec::base_tmpfs_sizes() {
-        return Ok(());
-    }
-    for (target, size) in [("tmp", sizes.tmp), ("dev/shm", sizes.shm)] {
+/// Gives the private /tmp and /dev/shm the request's sizes, and /tmp
+/// execution when `tmp_exec` grants it: the shared steps mounted them
+/// before any request was known, noexec. Each is remounted only when it
+/// differs. A remount sets the mount's flags as well as the tmpfs's size,
+/// so it repeats nosuid and nodev, and noexec unless execution is granted.
+fn adjust_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes, tmp_exec: bool) -> Result<(), StepError> {
+    let base = super::spec::base_tmpfs_sizes();
+    for (target, size, exec, unchanged) in [
+        (
+            "tmp",
+            sizes.tmp,
+            tmp_exec,
+            sizes.tmp == base.tmp && !tmp_exec,
+        ),
+        ("dev/shm", sizes.shm, false, sizes.shm == base.shm),
+    ] {
+        if unchanged {
+            continue;
+        }
         let root = open_beneath(stage, Path::new(target), Create::Nothing)?;
         let data = format!("size={size}");
+        let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        if !exec {
+            flags |= MsFlags::MS_NOEXEC;
+        }
+        let shown = if exec { ", exec" } else { "" };
         mount(
             None::<&str>,
             &fd_path(&root),
             None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            flags,
             Some(data.as_str()),
         )
-        .map_err(step(format!("mount(/{target}, MS_REMOUNT, {data})")))?;
+        .map_err(step(format!("mount(/{target}, MS_REMOUNT, {data}{shown})")))?;
     }
     Ok(())
 }
@@ -305,16 +346,10 @@ fn bind_program(
     stage: &OwnedFd,
     rel: &Path,
     path: &Path,
-    program: Option<BorrowedFd<'_>>,
+    program: BorrowedFd<'_>,
 ) -> Result<(), StepError> {
     use nix::fcntl::{open, OFlag};
     let shown = path.display().to_string();
-    let Some(program) = program else {
-        return Err(StepError::new(
-            format!("bind the program {shown}: no descriptor"),
-            std::io::Error::from_raw_os_error(libc::EBADF),
-        ));
-    };
     let identity = |fd: BorrowedFd<'_>| nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino));
     let hashed = identity(program).map_err(step("fstat(the program)"))?;
     let Ok(here) = open(
@@ -349,6 +384,104 @@ fn bind_program(
         false,
         &shown,
     )
+}
+
+/// Where a `#!` script's copy is written before it is bound: in the
+/// staged root's own tmpfs, and unlinked once bound (the bind keeps it).
+const SCRIPT_COPY_SOURCE: &str = ".spawnd-script";
+
+/// The largest script copied onto the sandbox's root, a 16 MiB tmpfs.
+/// Larger ones (a self-extracting archive: a shell header over its
+/// payload) run from their sealed descriptor.
+const SCRIPT_COPY_MAX: u64 = 8 << 20;
+
+/// Binds a `#!` script's sealed copy at the script's path, so that it is
+/// executed by that path and its interpreter is given that path (bash's
+/// `$0`, python's `sys.argv[0]` and `__file__`) instead of `/dev/fd/3`.
+/// The bytes are written into a fresh file of the staged root (mode 0555),
+/// bound over the target (created, with the directories on its way), the
+/// source unlinked and the bind made read-only, nosuid and nodev
+/// (execution allowed): the program can neither change the file nor find
+/// it anywhere else. Returns the copy (O_PATH) for init to check the path,
+/// give the file its Landlock rule and execute it.
+///
+/// The interpreter opens the script again by its path once it runs, so
+/// nothing outside the sandbox may be able to change the way to it
+/// meanwhile. That holds only on the sandbox's own filesystems
+/// ([`SandboxSpec::program_path_is_the_sandboxs_own`]): on a host
+/// filesystem (a system path, a scope), a host process could rename a
+/// directory on the way, or replace the file, which detaches a bind on it
+/// in every other mount namespace, and the interpreter would read other
+/// bytes than those the gate hashed. There, where something already stands
+/// at the path, and for a script larger than [`SCRIPT_COPY_MAX`], nothing
+/// is bound: the script runs from its sealed descriptor as `/dev/fd/3`.
+fn bind_script_copy(
+    stage: &OwnedFd,
+    rel: &Path,
+    path: &Path,
+    sealed: BorrowedFd<'_>,
+    spec: &SandboxSpec,
+) -> Result<Option<OwnedFd>, StepError> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    if !spec.program_path_is_the_sandboxs_own() || !creatable_beneath(stage, rel) {
+        return Ok(None);
+    }
+    let shown = path.display().to_string();
+    let len = nix::sys::stat::fstat(sealed)
+        .map_err(step("fstat(the script's sealed copy)"))?
+        .st_size;
+    if u64::try_from(len).map_or(true, |len| len > SCRIPT_COPY_MAX) {
+        return Ok(None);
+    }
+    let source = Path::new(SCRIPT_COPY_SOURCE);
+    let file = openat(
+        stage,
+        source,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::from_bits_truncate(0o555),
+    )
+    .map_err(step(format!("create the copy of the script {shown}")))?;
+    copy_sealed_script(sealed, &std::fs::File::from(file))
+        .map_err(io_step(format!("write the copy of the script {shown}")))?;
+    let target = open_beneath(stage, rel, Create::File(0o644))?;
+    let from = open_beneath(stage, source, Create::Nothing)?;
+    mount_onto(
+        &fd_path(&from),
+        &target,
+        MsFlags::MS_BIND,
+        None,
+        None,
+        &shown,
+    )?;
+    nix::unistd::unlinkat(stage, source, nix::unistd::UnlinkatFlags::NoRemoveDir)
+        .map_err(step(format!("unlink the copy of the script {shown}")))?;
+    restrict_mount(
+        stage,
+        rel,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        false,
+        &shown,
+    )?;
+    Ok(Some(from))
+}
+
+/// Copies the sealed memfd's bytes into `to`: sealed against writes,
+/// growing and shrinking, they are the bytes whose digest was compared
+/// with the gate's when the memfd was written.
+fn copy_sealed_script(sealed: BorrowedFd<'_>, to: &std::fs::File) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut offset: i64 = 0;
+    loop {
+        let n = match nix::sys::uio::pread(sealed, &mut buf, offset) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        std::io::Write::write_all(&mut &*to, &buf[..n])?;
+        offset += n as i64;
+    }
 }
 
 /// Where a [`MountKind::File`] is written before it is bound: in the
@@ -440,20 +573,37 @@ fn restrict_mount(
 }
 
 /// Mounts one step of the spec onto the staged root, at its target reached
-/// beneath the stage (never through a link).
+/// beneath the stage (never through a link). Returns the script's copy a
+/// [`MountKind::Program`] step bound, if it bound one.
 fn apply_step(
     stage: &OwnedFd,
     m: &MountStep,
     scope_fds: &[OwnedFd],
-    program: Option<BorrowedFd<'_>>,
-) -> Result<(), StepError> {
+    program: Option<ProgramFile<'_>>,
+    spec: Option<&SandboxSpec>,
+) -> Result<Option<OwnedFd>, StepError> {
     let rel = relative(&m.target);
     let shown = m.target.display().to_string();
+    if let MountKind::Program = m.kind {
+        return match (program, spec) {
+            (Some(ProgramFile::Hashed(fd)), _) => {
+                bind_program(stage, rel, &m.target, fd).map(|()| None)
+            }
+            (Some(ProgramFile::SealedScript(fd)), Some(spec)) => {
+                bind_script_copy(stage, rel, &m.target, fd, spec)
+            }
+            _ => Err(StepError::new(
+                format!("bind the program {shown}: no descriptor"),
+                std::io::Error::from_raw_os_error(libc::EBADF),
+            )),
+        };
+    }
     match &m.kind {
         MountKind::Tmpfs { mode, size } => mount_tmpfs(stage, rel, *mode, *size, &shown),
         MountKind::Proc => mount_proc(stage, rel, &shown),
         MountKind::Device { host } => bind_device(stage, rel, host, &shown),
-        MountKind::Program => bind_program(stage, rel, &m.target, program),
+        // Bound above, from the program's file.
+        MountKind::Program => Ok(()),
         MountKind::File { contents } => bind_small_file(stage, rel, contents, &shown),
         MountKind::Symlink { target: link } => make_symlink(stage, rel, link, &shown),
         MountKind::Bind {
@@ -473,6 +623,7 @@ fn apply_step(
             )
         }
     }
+    .map(|()| None)
 }
 
 /// A private tmpfs of `size` bytes whose root has `mode`: nosuid, nodev,
