@@ -286,6 +286,14 @@ impl Observed {
         }
         let wall = (self.duration_ms.saturating_mul(4)).clamp(30_000, 3_600_000);
         let _ = writeln!(text, "\n[capabilities.spawn.limits]\nwall_time_ms = {wall}");
+        // It ran something it made in the sandbox's own /tmp.
+        let ran_from_tmp = self
+            .executed
+            .iter()
+            .any(|(p, _)| p.starts_with("/tmp") && !self.writable.iter().any(|w| p.starts_with(w)));
+        if ran_from_tmp {
+            let _ = writeln!(text, "tmp_exec = true");
+        }
         let (argv, params) = template(&self.argv, &self.cwd, host);
         let _ = writeln!(
             text,

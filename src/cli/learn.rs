@@ -398,7 +398,7 @@ fn observation_manifest(p: &ObservationParts<'_>) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "[connector]\nname = \"local://spawnd/learn\"\nversion = \"0.0.0\"\n\n[capabilities.spawn]\nprograms = [{{ path = {}, hash = {} }}]\nfs_exec = [{}]\nfs_write = [{}]\ncwd = {}\nenv_passthrough = [{}]\n\n[capabilities.spawn.limits]\nwall_time_ms = {}\nmax_stdout_bytes = 16777216\nmax_stderr_bytes = 16777216\n\n[capabilities.spawn.operations.observed]\nargv = [{argv}]\nmode = \"write\"\n",
+        "[connector]\nname = \"local://spawnd/learn\"\nversion = \"0.0.0\"\n\n[capabilities.spawn]\nprograms = [{{ path = {}, hash = {} }}]\nfs_exec = [{}]\nfs_write = [{}]\ncwd = {}\nenv_passthrough = [{}]\n\n[capabilities.spawn.limits]\nwall_time_ms = {}\nmax_stdout_bytes = 16777216\nmax_stderr_bytes = 16777216\ntmp_exec = true\n\n[capabilities.spawn.operations.observed]\nargv = [{argv}]\nmode = \"write\"\n",
         q(&p.program.display().to_string()),
         q(p.program_hash),
         list(&exec),

@@ -87,6 +87,23 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
             .any(|r| r.scope.is_some() && used.path.starts_with(&r.path));
         if used.path.starts_with("/tmp")
             && !in_a_scope
+            && used.how == Use::Execute
+            && !spec.tmp_exec
+        {
+            // A program made in the sandbox's own /tmp and run from there.
+            out.push(Refusal {
+                layer: "noexec",
+                errno: "EACCES",
+                call: used.call.to_string(),
+                path: Some(used.path.clone()),
+                how: Some(used.how),
+                calls: used.calls,
+                fix: "the sandbox's /tmp does not allow execution; set tmp_exec = true in the manifest's limits".to_string(),
+            });
+            continue;
+        }
+        if used.path.starts_with("/tmp")
+            && !in_a_scope
             && matches!(used.how, Use::Read | Use::List | Use::Execute)
             && exists(&used.path)
         {
@@ -333,6 +350,7 @@ mod tests {
                 used("/out/a.out", Use::Execute),
                 used("/nowhere/probe", Use::Read),
                 used("/tmp/t", Use::Write),
+                used("/tmp/built", Use::Execute),
             ],
             refused: vec![RefusedCall {
                 call: "ptrace".into(),
@@ -354,6 +372,7 @@ mod tests {
                 ("read_only_mount", Some("/data/out.txt".into())),
                 ("mount_namespace", Some("/home/u/.config/x".into())),
                 ("noexec", Some("/out/a.out".into())),
+                ("noexec", Some("/tmp/built".into())),
             ]
         );
     }
