@@ -1605,3 +1605,37 @@ fn the_operators_workspace_anchors_a_daemon_spawns_scopes() {
     );
     assert!(refused.get("error").is_some(), "{refused}");
 }
+
+/// Through the daemon too, the live log is not cut by the result's cap:
+/// `run --socket` shows the program's output past the cap (the daemon keeps
+/// a window of it for live readers) while the result keeps the capped bytes.
+#[test]
+fn the_live_log_through_the_socket_is_not_cut_by_the_results_cap() {
+    let d = Daemon::start("live-past-cap", "");
+    let w = world();
+    let script = "head -c 409600 /dev/zero | tr '\\0' x >&2; echo; echo SUMMARY >&2";
+    let manifest = w.manifest.display().to_string();
+    let out = run_cli(
+        Some(&d.socket),
+        &[
+            "--manifest",
+            &manifest,
+            "--op",
+            "sh",
+            "--arg",
+            &format!("script={script}"),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.len() > 409600, "{}", out.stderr.len());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("xSUMMARY\n"), "the summary was cut");
+    assert!(
+        stderr.ends_with(
+            "spawnd: stderr truncated: kept 262144 of 409608 bytes (cap from the manifest)\n"
+        ),
+        "{}",
+        &stderr[stderr.len() - 200..]
+    );
+}

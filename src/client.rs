@@ -148,6 +148,12 @@ impl Client {
                 let data = base64::engine::general_purpose::STANDARD
                     .decode(r["data_b64"].as_str().unwrap_or_default())
                     .map_err(|e| Failure::internal(format!("the daemon's output: {e}")))?;
+                let skipped = r["skipped"].as_u64().unwrap_or(0);
+                if skipped > 0 {
+                    got = true;
+                    offset[w] += skipped;
+                    sink.skipped(which, skipped);
+                }
                 if !data.is_empty() {
                     got = true;
                     offset[w] += data.len() as u64;

@@ -67,9 +67,42 @@ impl Drop for Reservation {
     }
 }
 
+/// Output past a stream's cap, for live readers only (the result keeps
+/// the capped bytes): the latest [`PAST_CAP_WINDOW`] bytes, at their
+/// offsets in the stream, so a reader that keeps up sees everything and
+/// one that falls behind is told how much it missed.
+#[derive(Default)]
+pub(super) struct PastCap {
+    /// The stream offset of `bytes[0]`.
+    pub(super) start: u64,
+    pub(super) bytes: std::collections::VecDeque<u8>,
+}
+
+/// The bytes of output past the cap a handle holds per stream.
+pub(super) const PAST_CAP_WINDOW: usize = 256 << 10;
+
+impl PastCap {
+    /// Where the stream ends: past the window, or at the capped bytes.
+    pub(super) fn end(&self, kept: usize) -> u64 {
+        (kept as u64).max(self.start + self.bytes.len() as u64)
+    }
+
+    fn push(&mut self, kept: usize, more: &[u8]) {
+        if self.start == 0 && self.bytes.is_empty() {
+            self.start = kept as u64;
+        }
+        self.bytes.extend(more);
+        let excess = self.bytes.len().saturating_sub(PAST_CAP_WINDOW);
+        self.bytes.drain(..excess);
+        self.start += excess as u64;
+    }
+}
+
 #[derive(Default)]
 pub(super) struct HandleState {
     pub(super) output: [Vec<u8>; 2],
+    /// Output past each stream's cap, for live readers.
+    pub(super) past_cap: [PastCap; 2],
     /// This handle's share of the output budget.
     pub(super) reservation: Option<Reservation>,
     /// The `run --json` result data, once the sandbox is gone.
@@ -134,6 +167,15 @@ impl LiveOutput for HandleSink {
             .with(|s| s.output[usize::from(which.min(1))].extend_from_slice(kept));
         self.0.changed.notify_waiters();
     }
+
+    fn past_cap(&mut self, which: u8, bytes: &[u8]) {
+        let w = usize::from(which.min(1));
+        self.0.with(|s| {
+            let kept = s.output[w].len();
+            s.past_cap[w].push(kept, bytes);
+        });
+        self.0.changed.notify_waiters();
+    }
 }
 
 /// A connection's handles, and the caller its peer stands for.
@@ -191,6 +233,22 @@ pub(super) fn new_handle_name() -> Result<String, RpcError> {
         )
     })?;
     Ok(format!("h-{}", hex::encode(bytes)))
+}
+
+#[cfg(test)]
+mod past_cap_tests {
+    use super::*;
+
+    #[test]
+    fn the_window_follows_the_capped_bytes_and_keeps_the_latest() {
+        let mut p = PastCap::default();
+        p.push(10, b"abc");
+        assert_eq!((p.start, p.end(10)), (10, 13));
+        p.push(10, &vec![b'x'; PAST_CAP_WINDOW]);
+        assert_eq!(p.bytes.len(), PAST_CAP_WINDOW);
+        assert_eq!(p.start, 13);
+        assert_eq!(p.end(10), 13 + PAST_CAP_WINDOW as u64);
+    }
 }
 
 #[cfg(test)]

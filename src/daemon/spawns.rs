@@ -511,7 +511,9 @@ pub fn output_size(handles: &Handles, params: &Map<String, Value>) -> Result<Val
     }))
 }
 
-/// `spawn_output_read`: bytes from `offset`, waiting up to `wait_ms` for new ones.
+/// `spawn_output_read`: bytes from `offset`, waiting up to `wait_ms` for
+/// new ones: the capped bytes the result keeps, then output past the cap
+/// while the window still holds it (`skipped` counts what left it).
 pub async fn output_read(
     handles: &Handles,
     params: &Map<String, Value>,
@@ -522,17 +524,30 @@ pub async fn output_read(
     let len = u64_param(params, "len")?.unwrap_or(64 << 10).min(1 << 20) as usize;
     if let Some(ms) = u64_param(params, "wait_ms")? {
         h.wait_change(Duration::from_millis(ms), |s| {
-            s.output[w].len() > offset || s.ended_at.is_some()
+            s.past_cap[w].end(s.output[w].len()) > offset as u64 || s.ended_at.is_some()
         })
         .await;
     }
     Ok(h.with(|s| {
         let buf = &s.output[w];
-        let start = offset.min(buf.len());
-        let end = start.saturating_add(len).min(buf.len());
+        let past = &s.past_cap[w];
+        let stream_end = past.end(buf.len());
+        // The capped bytes, then what the window holds past them; bytes
+        // that left the window before this read are `skipped`.
+        let (data, skipped): (Vec<u8>, u64) = if offset < buf.len() {
+            let end = offset.saturating_add(len).min(buf.len());
+            (buf[offset..end].to_vec(), 0)
+        } else {
+            let from = (offset as u64).max(past.start);
+            let at = usize::try_from(from - past.start).unwrap_or(usize::MAX);
+            let data = past.bytes.iter().skip(at).take(len).copied().collect();
+            (data, from.saturating_sub(offset as u64))
+        };
+        let next = offset as u64 + skipped + data.len() as u64;
         json!({
-            "data_b64": base64::engine::general_purpose::STANDARD.encode(&buf[start..end]),
-            "eof": s.ended_at.is_some() && end == buf.len(),
+            "data_b64": base64::engine::general_purpose::STANDARD.encode(&data),
+            "skipped": skipped,
+            "eof": s.ended_at.is_some() && next >= stream_end,
         })
     }))
 }

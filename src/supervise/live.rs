@@ -129,6 +129,10 @@ impl LiveOutput for LiveView {
         }
         self.left_out[at] += left_out;
     }
+
+    fn skipped(&mut self, which: u8, bytes: u64) {
+        self.left_out[usize::from(which.min(1))] += bytes;
+    }
 }
 
 /// The view's end: what is queued is written, then a line for each stream

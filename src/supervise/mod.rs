@@ -204,6 +204,10 @@ pub trait LiveOutput {
     /// Output past the stream's cap, which the result does not keep
     /// (redacted all the same): a terminal shows it, a buffer drops it.
     fn past_cap(&mut self, _which: u8, _bytes: &[u8]) {}
+
+    /// Output a remote reader fell too far behind to get (a daemon keeps
+    /// only a window of the output past the cap).
+    fn skipped(&mut self, _which: u8, _bytes: u64) {}
 }
 
 /// One captured stream.
