@@ -170,7 +170,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     let draft = observed.draft(&RealHost);
     parse_manifest("(draft)", &draft.text, LoadOptions::default())
         .map_err(|e| Failure::internal(format!("the draft does not load: {e}\n{}", draft.text)))?;
-    write_draft(&args.output, &draft.text, args.force)?;
+    super::manifest_cmd::write_output(&args.output, &draft.text, args.force)?;
     let exit = ran.exit;
     let mut human = format!(
         "spawnd: wrote {} ({} paths seen, {} programs run{})",
@@ -513,35 +513,6 @@ fn contacted(network: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn write_draft(path: &Path, text: &str, force: bool) -> Result<(), Failure> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true);
-    if force {
-        use std::os::unix::fs::OpenOptionsExt;
-        options
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW);
-    } else {
-        options.create_new(true);
-    }
-    let mut file = options.open(path).map_err(|e| {
-        Failure::from_io(
-            &e,
-            FailureKind::Usage,
-            format!("--output {}: {e}", path.display()),
-        )
-    })?;
-    file.write_all(text.as_bytes()).map_err(|e| {
-        Failure::from_io(
-            &e,
-            FailureKind::Config,
-            format!("write {}: {e}", path.display()),
-        )
-    })
 }
 
 /// The real filesystem.

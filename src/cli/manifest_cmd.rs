@@ -169,25 +169,7 @@ pub fn init(
         .map_err(|e| Failure::internal(format!("the drafted manifest does not load: {e}")))?;
     match output {
         Some(path) => {
-            use std::io::Write;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .map_err(|e| {
-                    Failure::from_io(
-                        &e,
-                        FailureKind::Usage,
-                        format!("--output {}: {e}", path.display()),
-                    )
-                })?;
-            file.write_all(text.as_bytes()).map_err(|e| {
-                Failure::from_io(
-                    &e,
-                    FailureKind::Config,
-                    format!("write {}: {e}", path.display()),
-                )
-            })?;
+            write_output(path, &text, false)?;
             Ok(Success::new(
                 json!({"file": path, "manifest": text}),
                 format!(
@@ -202,6 +184,33 @@ pub fn init(
             text.trim_end().to_string(),
         )),
     }
+}
+
+/// Writes `text` to the `--output` file: a new file, or with `overwrite`
+/// an existing one, never through a symbolic link.
+pub(super) fn write_output(path: &Path, text: &str, overwrite: bool) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).custom_flags(libc::O_NOFOLLOW);
+    match overwrite {
+        true => options.create(true).truncate(true),
+        false => options.create_new(true),
+    };
+    let mut file = options.open(path).map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Usage,
+            format!("--output {}: {e}", path.display()),
+        )
+    })?;
+    file.write_all(text.as_bytes()).map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
+            format!("write {}: {e}", path.display()),
+        )
+    })
 }
 
 /// `manifest pin`: fill in or update each program's hash in every file,

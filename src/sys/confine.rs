@@ -55,6 +55,13 @@ pub struct SockFilter {
 /// Installs a seccomp filter on the calling thread (`seccomp(SECCOMP_SET_MODE_FILTER)`).
 /// No-new-privileges must already be set.
 pub fn install_seccomp_filter_on_current_thread(program: &[SockFilter]) -> io::Result<()> {
+    set_mode_filter(program, 0).map(drop)
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, program)`: the call's
+/// non-negative return (a listener's descriptor with
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`, else 0).
+pub(super) fn set_mode_filter(program: &[SockFilter], flags: libc::c_uint) -> io::Result<i64> {
     #[repr(C)]
     struct SockFprog {
         len: libc::c_ushort,
@@ -72,7 +79,7 @@ pub fn install_seccomp_filter_on_current_thread(program: &[SockFilter]) -> io::R
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0u32,
+            flags,
             &prog as *const SockFprog,
         )
     };
@@ -82,7 +89,7 @@ pub fn install_seccomp_filter_on_current_thread(program: &[SockFilter]) -> io::R
             program.len()
         )));
     }
-    Ok(())
+    Ok(ret)
 }
 
 /// Empties the effective, permitted and inheritable capability sets (`capset`).

@@ -12,7 +12,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-use super::confine::SockFilter;
+use super::confine::{set_mode_filter, SockFilter};
 use super::last_error;
 
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): the woken task runs on
@@ -47,34 +47,14 @@ pub enum Answer {
 /// [`super::install_seccomp_filter_on_current_thread`], and returns the
 /// listener its `SECCOMP_RET_USER_NOTIF` actions report to (close-on-exec).
 pub fn install_seccomp_filter_with_listener(program: &[SockFilter]) -> io::Result<OwnedFd> {
-    #[repr(C)]
-    struct SockFprog {
-        len: libc::c_ushort,
-        filter: *const SockFilter,
-    }
-    let len = libc::c_ushort::try_from(program.len())
-        .map_err(|_| io::Error::other("seccomp: filter too long"))?;
-    let prog = SockFprog {
-        len,
-        filter: program.as_ptr(),
-    };
-    // SAFETY: `prog` points at `len` valid `sock_filter` instructions that
-    // stay alive for the whole call; the kernel copies the program before
-    // returning, and returns a new descriptor or -1.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as libc::c_uint,
-            &prog as *const SockFprog,
-        )
-    };
-    if ret < 0 {
-        return Err(last_error("seccomp(SET_MODE_FILTER, NEW_LISTENER)"));
-    }
+    let ret = set_mode_filter(
+        program,
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as libc::c_uint,
+    )?;
     let fd =
         i32::try_from(ret).map_err(|_| io::Error::other("seccomp: descriptor out of range"))?;
-    // SAFETY: the kernel returned a fresh descriptor that nothing else owns.
+    // SAFETY: with NEW_LISTENER the kernel returned a fresh descriptor that
+    // nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
