@@ -7,8 +7,19 @@ use super::StepError;
 /// The child of a multi-threaded process may deadlock on a lock another thread
 /// held at `clone` (allocator, stdio), and `unshare(CLONE_NEWUSER)` fails there:
 /// refuse rather than risk it. The daemon launches from its single-threaded spawner.
+///
+/// A thread that was joined just before (the gate's hashing reader) can
+/// still be counted for a moment: the kernel wakes the joiner as the thread
+/// starts to exit, before it leaves the thread group. So a count above one
+/// is read again for up to [`EXITING_WITHIN`] before it is an error.
 pub(super) fn ensure_single_threaded() -> Result<(), StepError> {
-    let threads = thread_count().map_err(prep("count threads (/proc/self/task)"))?;
+    let count = || thread_count().map_err(prep("count threads (/proc/self/task)"));
+    let since = std::time::Instant::now();
+    let mut threads = count()?;
+    while threads != 1 && since.elapsed() < EXITING_WITHIN {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        threads = count()?;
+    }
     if threads != 1 {
         return Err(StepError::new(
             format!("launch from a process with {threads} threads"),
@@ -17,6 +28,9 @@ pub(super) fn ensure_single_threaded() -> Result<(), StepError> {
     }
     Ok(())
 }
+
+/// How long a joined thread is given to leave the thread group.
+const EXITING_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The number of threads of this process: procfs gives `/proc/self/task`
 /// two links plus one per thread (`proc_task_getattr`), so one `statx`
