@@ -374,6 +374,36 @@ fn scripts_see_their_declared_path(who: As) {
     );
 }
 
+/// A `#!` script the system paths show, whose path only root may change,
+/// runs by its path too: npm (`/usr/bin/npm`, a link to its `npm-cli.js`)
+/// finds the modules beside it and answers its version, where from
+/// `/dev/fd/3` node looked for them under `/dev/fd`.
+fn a_system_script_finds_what_lies_beside_it(who: As) {
+    let w = world();
+    let npm = std::path::Path::new("/usr/bin/npm");
+    if !npm.exists() {
+        eprintln!("skipped: no /usr/bin/npm here");
+        return;
+    }
+    let manifest = w.path(&format!("outside/npm-{who:?}.toml"));
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://t/npm\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/npm\" }]\n[capabilities.spawn.operations.version]\nargv = \"npm --version\"\n",
+    )
+    .unwrap();
+    let data = result(
+        &w.command_for(who, &manifest, "version", &[], &[])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let version = data["stdout"]["text"].as_str().unwrap().trim().to_string();
+    assert!(
+        version.split('.').count() == 3 && version.chars().all(|c| c.is_ascii_digit() || c == '.'),
+        "{data}"
+    );
+}
+
 /// The private /tmp as the manifest's limits set it: a program copied into
 /// it runs only with `tmp_exec = true` (else EACCES), a file larger than
 /// the default /tmp fits in a `tmp_size_bytes` /tmp, and a size the memory
@@ -513,6 +543,7 @@ macro_rules! both {
 }
 
 both!(
+    a_system_script_finds_what_lies_beside_it,
     tmp_size_and_exec_follow_the_manifest,
     scripts_see_their_declared_path,
     workspace_anchored_scopes_follow_the_checkout,

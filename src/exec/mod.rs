@@ -45,7 +45,10 @@ use crate::sandbox::cgroup::sweep_stale_now_and_then;
 use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
 use crate::sandbox::seccomp::{filter_for, policy_for, traced_filter_for, FilterOptions, Policy};
-use crate::sandbox::spec::{add_runtime_files, build_spec, HostKind, SandboxSpec};
+use crate::sandbox::spec::{
+    add_runtime_files, bind_root_only_script, build_spec, only_root_may_change, HostKind,
+    SandboxSpec,
+};
 use crate::sandbox::trace::{Trace, Tracer};
 use crate::spawner::Spawner;
 use crate::supervise::{
@@ -322,6 +325,11 @@ fn prepare_sandbox(
     let program = opener
         .take(&declared)
         .ok_or_else(|| unstarted(Failure::internal("the program opened by the gate was lost")))?;
+    bind_root_only_script(
+        &mut spec,
+        starts_with_shebang(&program.file),
+        only_root_may_change,
+    );
     // Unix sockets where the manifest grants socket paths; SysV IPC objects
     // where spawnd, as root, writes the sandbox's IPC limits; memfds where a
     // memory cgroup counts them.
@@ -627,6 +635,14 @@ fn time_spent(
         "audit_commit_us": decided.commit_took.as_micros() as u64,
         "phases": phases,
     })
+}
+
+/// Whether the file begins with `#!` (the kernel runs it through an
+/// interpreter).
+fn starts_with_shebang(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 2];
+    file.read_at(&mut head, 0).is_ok_and(|n| n == 2) && &head == b"#!"
 }
 
 fn host_kind(path: &Path) -> HostKind {

@@ -298,6 +298,7 @@ mod tests {
             create_write_scopes: Vec::new(),
             tmpfs: crate::sandbox::spec::base_tmpfs_sizes(),
             tmp_exec: false,
+            program_root_only: false,
             program: "/usr/bin/cc".into(),
         };
         for (target, access) in [

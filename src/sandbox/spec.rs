@@ -148,6 +148,11 @@ pub struct SandboxSpec {
     /// `/proc/self/exe` is not the host's writable file, whose mode and
     /// times a program owning it could change.
     pub program: PathBuf,
+    /// A `#!` script under a system path whose every directory and the
+    /// file itself only root may change ([`bind_root_only_script`]): its
+    /// sealed copy is bound over it, so its interpreter is given its path.
+    #[serde(default)]
+    pub program_root_only: bool,
 }
 
 impl SandboxSpec {
@@ -283,6 +288,7 @@ pub fn build_spec(
         tmpfs: TmpfsSizes::for_limits(&plan.limits),
         tmp_exec: plan.limits.tmp_exec,
         program: plan.program.resolved.clone(),
+        program_root_only: false,
     };
     if spec.tmp_exec {
         allow_execution_in_tmp(&mut spec.landlock);
@@ -473,6 +479,54 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
             kind: MountKind::Program,
         });
     }
+}
+
+/// For a `#!` script (`script`) the system paths show, whose path only
+/// root can change on the host ([`only_root_may_change`]): a
+/// [`MountKind::Program`] step binds its sealed copy over it, so that it
+/// runs by its path (`$0`, `__file__`, and the modules beside it, as the
+/// interpreter finds them) rather than as `/dev/fd/3`. Elsewhere on a host
+/// filesystem a host process could rename a directory on the way, or
+/// replace the file, and with it the bind, between the exec and the
+/// interpreter's open: there the script keeps running from its descriptor.
+pub fn bind_root_only_script(
+    spec: &mut SandboxSpec,
+    script: bool,
+    chain_ok: impl FnOnce(&Path) -> bool,
+) {
+    let has_program_step = spec
+        .mounts
+        .iter()
+        .any(|m| matches!(m.kind, MountKind::Program));
+    if !script || has_program_step || !chain_ok(&spec.program) {
+        return;
+    }
+    spec.mounts.push(MountStep {
+        target: spec.program.clone(),
+        kind: MountKind::Program,
+    });
+    spec.program_root_only = true;
+}
+
+/// Whether only root may change `path` on the host: the file and every
+/// directory above it are owned by root and writable by no one else (a
+/// sticky directory, `/tmp`, counts: no one else may rename or remove
+/// root's entries there). Symbolic links are not followed.
+pub fn only_root_may_change(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let mut at = Some(path);
+    while let Some(p) = at {
+        let Ok(m) = std::fs::symlink_metadata(p) else {
+            return false;
+        };
+        let writable_by_others = m.mode() & 0o022 != 0;
+        let sticky_dir = m.is_dir() && m.mode() & 0o1000 != 0;
+        if m.uid() != 0 || m.file_type().is_symlink() || (writable_by_others && !sticky_dir) {
+            return false;
+        }
+        at = p.parent();
+    }
+    true
 }
 
 /// With network grants (or learning), the sandbox resolves names through

@@ -452,3 +452,24 @@ fn a_learning_plan_names_the_stub_as_its_resolver_as_a_granted_one_does() {
     assert!(!none.uses_relay());
     assert!(resolver(&build_spec(&none, &[], &host).unwrap()).is_empty());
 }
+
+#[test]
+fn only_a_path_root_alone_may_change_is_bound_over_for_a_script() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(only_root_may_change(std::path::Path::new("/usr/bin")));
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("tool");
+    std::fs::write(&f, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    assert_eq!(only_root_may_change(&f), root);
+    // Writable by its group: another user could change it.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o775)).unwrap();
+    assert!(!only_root_may_change(&f));
+    // A world-writable directory on the way without the sticky bit.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(!only_root_may_change(&f));
+    assert!(!only_root_may_change(&d.path().join("missing")));
+}

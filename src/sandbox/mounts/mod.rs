@@ -395,6 +395,15 @@ const SCRIPT_COPY_SOURCE: &str = ".spawnd-script";
 /// payload) run from their sealed descriptor.
 const SCRIPT_COPY_MAX: u64 = 8 << 20;
 
+/// Whether a regular file stands at `rel` beneath the stage (never
+/// through a link).
+fn regular_file_beneath(stage: &OwnedFd, rel: &Path) -> bool {
+    open_beneath(stage, rel, Create::Nothing)
+        .ok()
+        .and_then(|fd| nix::sys::stat::fstat(&fd).ok())
+        .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+}
+
 /// Binds a `#!` script's sealed copy at the script's path, so that it is
 /// executed by that path and its interpreter is given that path (bash's
 /// `$0`, python's `sys.argv[0]` and `__file__`) instead of `/dev/fd/3`.
@@ -407,14 +416,15 @@ const SCRIPT_COPY_MAX: u64 = 8 << 20;
 ///
 /// The interpreter opens the script again by its path once it runs, so
 /// nothing outside the sandbox may be able to change the way to it
-/// meanwhile. That holds only on the sandbox's own filesystems
-/// ([`SandboxSpec::program_path_is_the_sandboxs_own`]): on a host
-/// filesystem (a system path, a scope), a host process could rename a
-/// directory on the way, or replace the file, which detaches a bind on it
-/// in every other mount namespace, and the interpreter would read other
-/// bytes than those the gate hashed. There, where something already stands
-/// at the path, and for a script larger than [`SCRIPT_COPY_MAX`], nothing
-/// is bound: the script runs from its sealed descriptor as `/dev/fd/3`.
+/// meanwhile. That holds on the sandbox's own filesystems
+/// ([`SandboxSpec::program_path_is_the_sandboxs_own`]), and on a host
+/// filesystem only where root alone may change the path
+/// ([`SandboxSpec::program_root_only`]): elsewhere (a scope, say) a host
+/// process could rename a directory on the way, or replace the file, which
+/// detaches a bind on it in every other mount namespace, and the
+/// interpreter would read other bytes than those the gate hashed. There,
+/// and for a script larger than [`SCRIPT_COPY_MAX`], nothing is bound:
+/// the script runs from its sealed descriptor as `/dev/fd/3`.
 fn bind_script_copy(
     stage: &OwnedFd,
     rel: &Path,
@@ -424,7 +434,12 @@ fn bind_script_copy(
 ) -> Result<Option<OwnedFd>, StepError> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
-    if !spec.program_path_is_the_sandboxs_own() || !creatable_beneath(stage, rel) {
+    // On the sandbox's own filesystems, where the path is free; or over
+    // the script itself where only root may change the way to it
+    // ([`SandboxSpec::program_root_only`]).
+    let own = spec.program_path_is_the_sandboxs_own() && creatable_beneath(stage, rel);
+    let over_root_only = spec.program_root_only && regular_file_beneath(stage, rel);
+    if !own && !over_root_only {
         return Ok(None);
     }
     let shown = path.display().to_string();
