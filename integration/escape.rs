@@ -183,6 +183,9 @@ as_root_and_nobody! {
     x41_a_script_runs_the_bytes_that_were_hashed_even_when_its_file_is_swapped => |who| {
         a_swapped_script_runs_what_was_hashed(who)
     };
+    x42_a_program_rewritten_in_place_after_the_gate_never_runs_the_new_bytes => |who| {
+        a_program_rewritten_in_place_runs_what_was_hashed(who)
+    };
 
     // N — IPC and network
     n50_the_hosts_loopback_tcp_listener_is_unreachable => |who| {
@@ -708,6 +711,71 @@ fn a_swapped_script_runs_what_was_hashed(who: As) {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     racer.join().unwrap();
     eprintln!("runs of t.sh and f.sh: {seen:?}");
+}
+
+/// A pinned program in a directory its owner may write is rewritten in
+/// place, over and over, between two binaries: the pinned one exits 0,
+/// the other 1. Rewriting in place (not renaming) changes the very inode
+/// the gate opened and hashed; whatever the timing, the run is the pinned
+/// bytes (exit 0), a denial (the gate hashed the other bytes: exit 3), or
+/// nothing at all (the bytes changed after the gate: exit 5), never the
+/// other program.
+fn a_program_rewritten_in_place_runs_what_was_hashed(who: As) {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let dir = w.path(&format!("outside/rewrite-{who:?}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let prog = dir.join("tool");
+    let good = std::fs::read("/usr/bin/true").unwrap();
+    let bad = std::fs::read("/usr/bin/false").unwrap();
+    std::fs::write(&prog, &good).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let pin = {
+        use sha2::Digest;
+        format!("sha256:{}", hex::encode(sha2::Sha256::digest(&good)))
+    };
+    let manifest = dir.join("rewrite.toml");
+    std::fs::write(&manifest, format!("[connector]\nname = \"local://t/rewrite\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\", hash = \"{pin}\" }}]\n[capabilities.spawn.operations.x]\nargv = \"tool\"\n", prog.display())).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let (stop, prog) = (stop.clone(), prog.clone());
+        std::thread::spawn(move || {
+            let mut flip = false;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // ETXTBSY while a sandbox executes it: try again.
+                if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&prog) {
+                    let bytes = if flip { &good } else { &bad };
+                    let _ = f.write_all(bytes);
+                    let _ = f.set_len(bytes.len() as u64);
+                }
+                flip = !flip;
+            }
+        })
+    };
+    let mut seen = std::collections::BTreeMap::<i32, u32>::new();
+    for _ in 0..40 {
+        let out = w
+            .command_for(who, &manifest, "x", &[], &[])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let code = out.status.code().unwrap_or(-1);
+        *seen.entry(code).or_default() += 1;
+        match code {
+            0 => assert_eq!(v["data"]["program"]["sha256"], pin, "{v}"),
+            3 | 5 => {}
+            _ => {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("ESCAPED: the other program ran (exit {code}): {v}");
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().unwrap();
+    eprintln!("exit codes over 40 runs: {seen:?}");
 }
 
 #[test]

@@ -52,6 +52,9 @@ pub struct ChildSetup<'a> {
     /// stays open as fd 3 for its interpreter). Init clears it when it runs
     /// the script by its path instead ([`run_script_by_its_path`]).
     pub script: bool,
+    /// Whether `program` is the sealed copy of a program others than root
+    /// may rewrite: it runs from that descriptor, never from a path.
+    pub sealed: bool,
     /// Whether stdin is `/dev/null`: opened by init inside the sandbox
     /// ([`use_own_dev_null`]), `stdio[0]` being a placeholder until then.
     pub stdin_null: bool,
@@ -181,7 +184,7 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     if s.stdin_null {
         use_own_dev_null(s)?;
     }
-    if !s.script {
+    if !s.script && !s.sealed {
         execute_from_the_sandbox(s)?;
     }
     let script_path = run_script_by_its_path(s, rooted.script_copy.take())?;
@@ -236,9 +239,10 @@ fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty
         }
         Ok(())
     };
-    let program = match s.script {
-        true => ProgramFile::SealedScript(s.program.as_fd()),
-        false => ProgramFile::Hashed(s.program.as_fd()),
+    let program = match (s.script, s.sealed) {
+        (true, _) => ProgramFile::SealedScript(s.program.as_fd()),
+        (false, true) => ProgramFile::SealedProgram(s.program.as_fd()),
+        (false, false) => ProgramFile::Hashed(s.program.as_fd()),
     };
     let rooted = finish_root_in_child(staged, s.spec, &s.scopes, program, &mut meanwhile)?;
     // Verified and mounted: the pins are no longer needed.
@@ -287,7 +291,7 @@ fn confine_init(
     let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
-        (!s.script).then(|| s.program.as_fd()),
+        (!s.script && !s.sealed).then(|| s.program.as_fd()),
         s.landlock_abi,
     )?;
     drop(scope_fds);
@@ -424,7 +428,9 @@ fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
 
 /// A `#!` script whose sealed copy was bound at its path
 /// ([`super::mounts`], `bind_script_copy`) is executed by that path, so its
-/// interpreter is given the script's own path rather than `/dev/fd/3`. The
+/// interpreter is given the script's own path rather than `/dev/fd/3`; a
+/// program's copy bound there (`bind_program_copy`) is executed through
+/// the descriptor checked here, which names that path. The
 /// path must hold that copy (same device and inode), opened beneath the
 /// new root without following a link; the copy becomes the program's
 /// descriptor, which gets its Landlock rule, and none stays open across
@@ -465,6 +471,16 @@ fn run_script_by_its_path(
             std::io::Error::from_raw_os_error(libc::EINVAL),
         )
     })?;
+    if s.sealed {
+        // A program's copy: executed through the descriptor opened at its
+        // path and checked above, which names that path on the read-only
+        // bind (its `/proc/self/exe`), with its Landlock rule.
+        let moved = fcntl(&inside, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
+            .map_err(|e| StepError::new("move the program's copy", e.into()))?;
+        s.program = adopt_fd(moved);
+        s.sealed = false;
+        return Ok(None);
+    }
     let moved = fcntl(&copy, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
         .map_err(|e| StepError::new("move the script's copy", e.into()))?;
     s.program = adopt_fd(moved);

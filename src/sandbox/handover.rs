@@ -23,6 +23,9 @@ pub struct Handover {
     pub program: OwnedFd,
     /// Whether the program is a `#!` script.
     pub script: bool,
+    /// Whether `program` is the sealed copy of a program others than root
+    /// may rewrite ([`super::prepare::sealed_copy`]).
+    pub sealed: bool,
     /// Whether stdin is `/dev/null`: init opens the sandbox's own (a
     /// read-only bind), and `stdio[0]` is only a placeholder.
     pub stdin_null: bool,
@@ -59,6 +62,7 @@ impl Handover {
             scopes: self.scopes,
             program: self.program,
             script: self.script,
+            sealed: self.sealed,
             stdin_null: self.stdin_null,
             argv: to_cstrings(order.argv.iter().map(Vec::as_slice))?,
             envp: WipedCStrings::new(to_cstrings(order.env.0.iter().map(Vec::as_slice))?),
@@ -103,6 +107,7 @@ impl Handover {
                 .map(|s| (s.canonical.clone(), s.dev, s.ino))
                 .collect(),
             script: self.script,
+            sealed: self.sealed,
             stdin_null: self.stdin_null,
             cgroups: self.cgroup_tasks.len(),
             network: self.network.is_some(),
@@ -150,6 +155,7 @@ impl Handover {
             scopes,
             program,
             script: facts.script,
+            sealed: facts.sealed,
             stdin_null: facts.stdin_null,
             stdio,
             go_ahead,
@@ -168,6 +174,9 @@ pub struct HandoverFacts {
     pub scopes: Vec<(std::path::PathBuf, u64, u64)>,
     /// Whether the program is a `#!` script.
     pub script: bool,
+    /// Whether the program is a sealed copy.
+    #[serde(default)]
+    pub sealed: bool,
     /// Whether stdin is `/dev/null`.
     pub stdin_null: bool,
     /// How many cgroup `tasks` descriptors come after the fixed ones.

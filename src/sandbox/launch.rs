@@ -20,8 +20,8 @@ use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
 use super::network::{receive_listeners, Listeners, NetworkSetup};
 use super::prepare::{
-    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, prep,
-    sealed_script_copy, write_id_maps,
+    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, only_root_may_write,
+    prep, sealed_copy, write_id_maps,
 };
 use super::seccomp::Filter;
 use super::spare::Spare;
@@ -377,7 +377,7 @@ pub fn launch_order(
     check_sockets_are_sockets(&order.spec, &scopes)?;
     check_as_run_as(order, &scopes, &program)?;
     let (parent, child) = make_pipes(stdin)?;
-    let (program, script) = program_to_run(program, order)?;
+    let (program, script, sealed) = program_to_run(program, order)?;
     let seccomp = seccomp_filter(order)?;
     let (cgroup, cgroup_tasks) = cgroups_for(order, cgroups)?;
     let (listener_channel, network) = listener_channel(order)?;
@@ -386,6 +386,7 @@ pub fn launch_order(
         scopes,
         program: OwnedFd::from(program),
         script,
+        sealed,
         stdin_null: parent.stdin.is_none(),
         stdio: child.stdio,
         go_ahead: child.go_ahead,
@@ -622,16 +623,18 @@ fn check_as_run_as(
     Ok(())
 }
 
-/// The file init executes, and whether it is a `#!` script: the program the
-/// gate hashed, or for a script its sealed copy, which must have the digest
-/// the gate decided on.
-fn program_to_run(program: File, order: &LaunchOrder) -> Result<(File, bool), StepError> {
-    let script = is_script(&program);
-    let program = match script {
-        true => sealed_script_copy(&program, &order.program_sha256)?,
-        false => program,
-    };
-    Ok((program, script))
+/// The file init executes, whether it is a `#!` script, and whether it is
+/// a sealed copy: the program the gate hashed where only root may rewrite
+/// it, else its sealed copy ([`sealed_copy`]), which must have the digest
+/// the gate decided on; a script always runs from its copy. Whether it is
+/// a script is read from the bytes that run.
+fn program_to_run(program: File, order: &LaunchOrder) -> Result<(File, bool, bool), StepError> {
+    if !is_script(&program) && only_root_may_write(&program) {
+        return Ok((program, false, false));
+    }
+    let copy = sealed_copy(&program, &order.program_sha256)?;
+    let script = is_script(&copy);
+    Ok((copy, script, !script))
 }
 
 /// The order's seccomp filter, read back from its bytes ([`Filter::to_bytes`]).

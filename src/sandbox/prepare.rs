@@ -121,14 +121,27 @@ pub(super) fn is_script(program: &File) -> bool {
     matches!(program.read_at(&mut head, 0), Ok(2)) && &head == b"#!"
 }
 
-/// A `#!` script reaches its interpreter as `/dev/fd/3`, the descriptor the
-/// kernel executed. The host file's own descriptor there would let the
-/// program `fchmod` or `futimens` its script on the host (docs/sandbox.md), so the
-/// script runs from a copy: a memfd written here, sealed against every
-/// change of its bytes and size, and hashed as it is written. The copy must
-/// have the digest the gate decided on, else nothing runs: what was hashed
-/// is what runs even if the file changed in place meanwhile.
-pub(super) fn sealed_script_copy(script: &File, decided: &[u8; 32]) -> Result<File, StepError> {
+/// Whether only root may write the file behind `program`: owned by root
+/// and writable by no group or other (an ACL granting another user write
+/// shows in the group bits). Anyone else who may write it could rewrite it
+/// in place between the gate's hash and the exec.
+pub(super) fn only_root_may_write(program: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    program
+        .metadata()
+        .is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
+}
+
+/// A copy of the program the gate hashed: a memfd written here, sealed
+/// against every change of its bytes and size, and hashed as it is written.
+/// The copy must have the digest the gate decided on, else nothing runs:
+/// what was hashed is what runs even if the file changed in place
+/// meanwhile. A `#!` script always runs from one (it reaches its
+/// interpreter as `/dev/fd/3`, and the host file's own descriptor there
+/// would let the program `fchmod` or `futimens` its script on the host,
+/// docs/sandbox.md), and so does any program someone other than root may
+/// rewrite ([`only_root_may_write`]).
+pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, StepError> {
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use sha2::Digest;
@@ -136,14 +149,14 @@ pub(super) fn sealed_script_copy(script: &File, decided: &[u8; 32]) -> Result<Fi
     // MFD_EXEC: executable even where `vm.memfd_noexec` makes memfds
     // non-executable by default; kernels before 6.3 do not know the flag.
     let memfd = memfd_create(
-        c"spawnd-script",
+        c"spawnd-program",
         flags | MFdFlags::from_bits_retain(libc::MFD_EXEC as libc::c_uint),
     )
     .or_else(|e| match e {
-        nix::Error::EINVAL => memfd_create(c"spawnd-script", flags),
+        nix::Error::EINVAL => memfd_create(c"spawnd-program", flags),
         e => Err(e),
     })
-    .map_err(nix_prep("memfd_create(the script's copy)"))?;
+    .map_err(nix_prep("memfd_create(the program's copy)"))?;
     let copy = File::from(memfd);
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 64 << 10];
@@ -153,17 +166,17 @@ pub(super) fn sealed_script_copy(script: &File, decided: &[u8; 32]) -> Result<Fi
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(StepError::new("read the script to copy it", e)),
+            Err(e) => return Err(StepError::new("read the program to copy it", e)),
         };
         let chunk = &buf[..n];
         hasher.update(chunk);
         copy.write_all_at(chunk, offset)
-            .map_err(prep("write the script's copy"))?;
+            .map_err(prep("write the program's copy"))?;
         offset += n as u64;
     }
     if hasher.finalize().as_slice() != decided {
         return Err(StepError::new(
-            "the script changed after the gate hashed it; nothing of it ran",
+            "the program changed after the gate hashed it; nothing of it ran",
             std::io::Error::from_raw_os_error(libc::ESTALE),
         ));
     }
@@ -171,7 +184,7 @@ pub(super) fn sealed_script_copy(script: &File, decided: &[u8; 32]) -> Result<Fi
         | SealFlag::F_SEAL_SHRINK
         | SealFlag::F_SEAL_GROW
         | SealFlag::F_SEAL_WRITE;
-    fcntl(&copy, FcntlArg::F_ADD_SEALS(seals)).map_err(nix_prep("seal the script's copy"))?;
+    fcntl(&copy, FcntlArg::F_ADD_SEALS(seals)).map_err(nix_prep("seal the program's copy"))?;
     Ok(copy)
 }
 

@@ -154,6 +154,10 @@ pub enum ProgramFile<'a> {
     /// decided on): copied onto the sandbox's own filesystem and bound at
     /// the script's path where that path lies on it ([`bind_script_copy`]).
     SealedScript(BorrowedFd<'a>),
+    /// A program others than root may rewrite, as its sealed copy (a memfd
+    /// with the digest the gate decided on): copied into a tmpfs of its own
+    /// and bound at its path ([`bind_program_copy`]).
+    SealedProgram(BorrowedFd<'a>),
 }
 
 /// Mounts the rest of `spec` onto a staged root and pivots into it; runs
@@ -481,6 +485,89 @@ fn bind_script_copy(
     Ok(Some(from))
 }
 
+/// Where a program's copy is staged: a tmpfs of its own on the staged
+/// root, detached (and its directory removed) once the copy is bound.
+const PROGRAM_COPY_STAGE: &str = ".spawnd-program";
+
+/// The largest program copied to be bound at its path; a larger one runs
+/// from its sealed descriptor (`/proc/self/exe` then names the memfd).
+const PROGRAM_COPY_MAX: u64 = 256 << 20;
+
+/// Binds the sealed copy of a program others than root may rewrite at the
+/// program's path, so that `/proc/self/exe` names that path (programs find
+/// what lies beside them through it) while what runs is the copy: the
+/// bytes are written into a tmpfs made for them (nosuid, nodev; the copy's
+/// pages are the sandbox's memory), bound read-only over the path (on the
+/// sandbox's own filesystem, or over the host file within a scope), the
+/// stage detached. Returns the copy (O_PATH): init checks that the path
+/// holds it and executes that descriptor, so a path changed meanwhile
+/// fails the run rather than running something else. Where the path can
+/// take no bind, or for a program over [`PROGRAM_COPY_MAX`], nothing is
+/// bound and the program runs from its sealed descriptor.
+fn bind_program_copy(
+    stage: &OwnedFd,
+    rel: &Path,
+    path: &Path,
+    sealed: BorrowedFd<'_>,
+) -> Result<Option<OwnedFd>, StepError> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    if !creatable_beneath(stage, rel) && !regular_file_beneath(stage, rel) {
+        return Ok(None);
+    }
+    let shown = path.display().to_string();
+    let len = nix::sys::stat::fstat(sealed)
+        .map_err(step("fstat(the program's sealed copy)"))?
+        .st_size;
+    let Some(len) = u64::try_from(len).ok().filter(|&l| l <= PROGRAM_COPY_MAX) else {
+        return Ok(None);
+    };
+    let at = Path::new(PROGRAM_COPY_STAGE);
+    let dir = open_beneath(stage, at, Create::Dir(0o700))?;
+    let data = format!("mode=0700,size={}", len + (1 << 20));
+    mount_onto(
+        Path::new("tmpfs"),
+        &dir,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("tmpfs"),
+        Some(&data),
+        &shown,
+    )?;
+    let staged = open_beneath(stage, at, Create::Nothing)?;
+    let file = openat(
+        &staged,
+        "program",
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::from_bits_truncate(0o555),
+    )
+    .map_err(step(format!("create the copy of the program {shown}")))?;
+    copy_sealed_script(sealed, &std::fs::File::from(file))
+        .map_err(io_step(format!("write the copy of the program {shown}")))?;
+    let target = open_beneath(stage, rel, Create::File(0o644))?;
+    let from = open_beneath(stage, &at.join("program"), Create::Nothing)?;
+    mount_onto(
+        &fd_path(&from),
+        &target,
+        MsFlags::MS_BIND,
+        None,
+        None,
+        &shown,
+    )?;
+    nix::mount::umount2(&fd_path(&staged), nix::mount::MntFlags::MNT_DETACH)
+        .map_err(step(format!("detach the stage of the program {shown}")))?;
+    drop((staged, dir));
+    nix::unistd::unlinkat(stage, at, nix::unistd::UnlinkatFlags::RemoveDir)
+        .map_err(step(format!("remove the stage of the program {shown}")))?;
+    restrict_mount(
+        stage,
+        rel,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        false,
+        &shown,
+    )?;
+    Ok(Some(from))
+}
+
 /// Copies the sealed memfd's bytes into `to`: sealed against writes,
 /// growing and shrinking, they are the bytes whose digest was compared
 /// with the gate's when the memfd was written.
@@ -606,6 +693,9 @@ fn apply_step(
             }
             (Some(ProgramFile::SealedScript(fd)), Some(spec)) => {
                 bind_script_copy(stage, rel, &m.target, fd, spec)
+            }
+            (Some(ProgramFile::SealedProgram(fd)), _) => {
+                bind_program_copy(stage, rel, &m.target, fd)
             }
             _ => Err(StepError::new(
                 format!("bind the program {shown}: no descriptor"),
