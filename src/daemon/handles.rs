@@ -87,14 +87,21 @@ impl PastCap {
         (kept as u64).max(self.start + self.bytes.len() as u64)
     }
 
+    /// Appends `more`, dropping the oldest bytes past the window first, so
+    /// the buffer never holds (or allocates) more than the window.
     fn push(&mut self, kept: usize, more: &[u8]) {
         if self.start == 0 && self.bytes.is_empty() {
             self.start = kept as u64;
+            self.bytes = std::collections::VecDeque::with_capacity(PAST_CAP_WINDOW);
         }
+        // What `more` itself loses to the window is never stored.
+        let lost = more.len().saturating_sub(PAST_CAP_WINDOW);
+        let more = &more[lost..];
+        let excess = (self.bytes.len() + more.len()).saturating_sub(PAST_CAP_WINDOW);
+        let dropped = excess.min(self.bytes.len());
+        self.bytes.drain(..dropped);
+        self.start += (dropped + lost) as u64;
         self.bytes.extend(more);
-        let excess = self.bytes.len().saturating_sub(PAST_CAP_WINDOW);
-        self.bytes.drain(..excess);
-        self.start += excess as u64;
     }
 }
 
@@ -248,6 +255,13 @@ mod past_cap_tests {
         assert_eq!(p.bytes.len(), PAST_CAP_WINDOW);
         assert_eq!(p.start, 13);
         assert_eq!(p.end(10), 13 + PAST_CAP_WINDOW as u64);
+        // More than the window at once: only its last window is kept, and
+        // the buffer never grows past the window.
+        p.push(10, &vec![b'y'; PAST_CAP_WINDOW + 5]);
+        assert_eq!(p.end(10), 13 + 2 * PAST_CAP_WINDOW as u64 + 5);
+        assert_eq!(p.start, p.end(10) - PAST_CAP_WINDOW as u64);
+        assert!(p.bytes.iter().all(|&b| b == b'y'));
+        assert!(p.bytes.capacity() < 2 * PAST_CAP_WINDOW);
     }
 }
 

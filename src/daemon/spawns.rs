@@ -206,12 +206,14 @@ fn reserve_output(
             .max_stdout_bytes
             .saturating_add(limits.max_stderr_bytes)
     });
+    // And the window of output past each stream's cap, kept for live readers.
+    let caps = caps.saturating_add(2 * super::handles::PAST_CAP_WINDOW as u64);
     let budget = config.server.max_buffered_output_bytes;
     Reservation::take(&daemon.buffered, caps, budget).ok_or_else(|| {
         RpcError::new(
             rpc::OVERLOADED,
             format!(
-                "the daemon's buffered output would pass {budget} bytes ([server] max_buffered_output_bytes; this spawn may keep {caps}); spawn_release finished handles or try later"
+                "the daemon's buffered output would pass {budget} bytes ([server] max_buffered_output_bytes; this spawn may keep {caps}, its caps and a window of output past them for live readers); spawn_release finished handles or try later"
             ),
         )
     })
@@ -346,7 +348,13 @@ fn mark_ended(handle: &Handle) {
     }
     handle.with(|s| {
         s.ended_at = Some(Instant::now());
-        let kept = (s.output[0].len() + s.output[1].len()) as u64;
+        // The capped bytes, and the window past them still held for a
+        // reader catching up.
+        let kept = (s.output[0].len() + s.output[1].len()) as u64
+            + s.past_cap
+                .iter()
+                .map(|p| p.bytes.capacity() as u64)
+                .sum::<u64>();
         for buf in &mut s.output {
             buf.shrink_to_fit();
         }
