@@ -215,6 +215,17 @@ impl Observed {
         }
         self.write_list(&mut text, &mut review, "fs_read", &read, host);
         self.write_list(&mut text, &mut review, "fs_write", &write, host);
+        for dir in exec.intersection(&write) {
+            let _ = writeln!(
+                text,
+                "# REVIEW: {} is both written and executed: a program may run what it wrote there",
+                shown(dir)
+            );
+            review.push(format!(
+                "{} is writable and executable: a program may run what it wrote there",
+                shown(dir)
+            ));
+        }
         self.write_list(&mut text, &mut review, "fs_exec", &exec, host);
         for (path, uses) in read_sensitive.iter().chain(&write_sensitive) {
             let key = if write_sensitive.iter().any(|(p, _)| p == path) {
@@ -280,9 +291,13 @@ impl Observed {
         if !self.network.is_empty() {
             let _ = writeln!(
                 text,
-                "network = [{}]",
+                "# REVIEW: every destination it connected to while learning\nnetwork = [{}]",
                 join_quoted(self.network.iter().map(String::as_str))
             );
+            review.push(format!(
+                "network: {} (every destination it connected to)",
+                escape(&self.network.join(", "))
+            ));
         }
         let wall = (self.duration_ms.saturating_mul(4)).clamp(30_000, 3_600_000);
         let _ = writeln!(text, "\n[capabilities.spawn.limits]\nwall_time_ms = {wall}");
@@ -292,7 +307,11 @@ impl Observed {
             .iter()
             .any(|(p, _)| p.starts_with("/tmp") && !self.writable.iter().any(|w| p.starts_with(w)));
         if ran_from_tmp {
-            let _ = writeln!(text, "tmp_exec = true");
+            let _ = writeln!(
+                text,
+                "# REVIEW: it ran a program it made in /tmp\ntmp_exec = true"
+            );
+            review.push("tmp_exec = true: it ran a program it made in /tmp".to_string());
         }
         let (argv, params) = template(&self.argv, &self.cwd, host);
         let _ = writeln!(
@@ -354,6 +373,14 @@ impl Observed {
         Draft { text, review }
     }
 
+    /// Whether `path` can be written as a scope (scope syntax reserves
+    /// `{`, `}`, `[`, `]`, `*` and `?`).
+    fn writable_as_scope(path: &Path) -> bool {
+        !path
+            .to_string_lossy()
+            .contains(['{', '}', '[', ']', '*', '?'])
+    }
+
     /// `path` as a scope: `{workspace}/…` under the workspace, `~/…` under
     /// the home, else absolute.
     fn scope_text(&self, path: &Path) -> String {
@@ -380,11 +407,26 @@ impl Observed {
         scopes: &BTreeSet<PathBuf>,
         host: &dyn Host,
     ) {
+        let (scopes, unwritable): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) = scopes
+            .iter()
+            .cloned()
+            .partition(|p| Self::writable_as_scope(p));
+        for p in &unwritable {
+            let _ = writeln!(
+                text,
+                "# REVIEW: {} holds a character scopes reserve ({{ }} [ ] * ?); grant a directory above it",
+                shown(p)
+            );
+            review.push(format!(
+                "{key} {} cannot be written as a scope: left out",
+                shown(p)
+            ));
+        }
         if scopes.is_empty() {
             return;
         }
         let written: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
-        for p in scopes {
+        for p in &scopes {
             if self.is_broad(p) {
                 let _ = writeln!(text, "# REVIEW: {} is broad", shown(p));
                 review.push(format!("{key} {} is broad: narrow it if you can", shown(p)));
@@ -718,7 +760,7 @@ fn template(argv: &[String], cwd: &Path, host: &dyn Host) -> (Vec<String>, Vec<P
         if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
             name = format!("arg_{name}");
         }
-        if params.iter().any(|p| p.name == name) {
+        while params.iter().any(|p| p.name == name) {
             name = format!("{name}_{i}");
         }
         tokens.push(format!("{}{{{name}}}", escape_braces(&prefix)));
@@ -949,6 +991,27 @@ mod tests {
             t.contains("# REVIEW: /var/lib holds /var/lib/spawnd"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn placeholder_names_never_collide_and_reserved_characters_are_not_scopes() {
+        let mut o = observed();
+        o.argv = ["tar", "--y", "./a", "--y_6", "./b", "--y", "./c"]
+            .map(String::from)
+            .to_vec();
+        o.paths = vec![(PathBuf::from("/w/proj/out[1]/f"), Use::Create)];
+        o.executed.clear();
+        let draft = o.draft(&Table(vec![]));
+        crate::manifest::parse_manifest(
+            "(draft)",
+            &draft.text,
+            crate::manifest::LoadOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", draft.text));
+        assert!(draft
+            .review
+            .iter()
+            .any(|r| r.contains("cannot be written as a scope")));
     }
 
     #[test]

@@ -157,7 +157,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         writable: writable.clone(),
         home,
         paths: path_uses(&trace["paths"]),
-        executed: executed(&trace["executed"]),
+        executed: executed(&trace["executed"], &writable),
         env_keys: prepared.request.env.keys().cloned().collect(),
         network: contacted(&data["network"]),
         system_paths,
@@ -450,13 +450,18 @@ fn path_uses(paths: &Value) -> Vec<(PathBuf, Use)> {
         .unwrap_or_default()
 }
 
-fn executed(list: &Value) -> Vec<(PathBuf, Option<String>)> {
+fn executed(list: &Value, writable: &[PathBuf]) -> Vec<(PathBuf, Option<String>)> {
     list.as_array()
         .map(|a| {
             a.iter()
                 .filter_map(|p| p.as_str().map(PathBuf::from))
                 .map(|p| {
-                    let digest = hash_regular_file(&p);
+                    // The sandbox's own /tmp, /run, /proc and /dev are not
+                    // the host's: a host file there is not what it ran.
+                    let private = ["/tmp", "/run", "/proc", "/dev"]
+                        .iter()
+                        .any(|d| p.starts_with(d) && !writable.iter().any(|w| p.starts_with(w)));
+                    let digest = (!private).then(|| hash_regular_file(&p)).flatten();
                     (p, digest)
                 })
                 .collect()

@@ -524,9 +524,34 @@ pub fn only_root_may_change(path: &Path) -> bool {
         if m.uid() != 0 || m.file_type().is_symlink() || (writable_by_others && !sticky_dir) {
             return false;
         }
+        if on_a_filesystem_its_server_owns(p) {
+            return false;
+        }
         at = p.parent();
     }
     true
+}
+
+/// Whether `path` lies on a filesystem whose ownership and contents a
+/// server reports (FUSE, NFS, SMB, 9P, Ceph…): what it calls root-owned
+/// its server may change or swap at will, so a bind over it could vanish
+/// between exec and an interpreter's open.
+fn on_a_filesystem_its_server_owns(path: &Path) -> bool {
+    const FUSE: i64 = 0x6573_5546;
+    const NFS: i64 = 0x6969;
+    const SMB: i64 = 0x517b;
+    const CIFS: i64 = 0xff53_4d42;
+    const SMB2: i64 = 0xfe53_4d42;
+    const V9FS: i64 = 0x0102_1997;
+    const CEPH: i64 = 0x00c3_6400;
+    const AFS: i64 = 0x5346_414f;
+    match nix::sys::statfs::statfs(path) {
+        Ok(fs) => {
+            let kind = fs.filesystem_type().0 as i64;
+            [FUSE, NFS, SMB, CIFS, SMB2, V9FS, CEPH, AFS].contains(&kind)
+        }
+        Err(_) => true,
+    }
 }
 
 /// With network grants (or learning), the sandbox resolves names through
