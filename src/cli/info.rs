@@ -43,6 +43,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
         "the gate's decision and exact argv for a request",
         "readonly",
     ),
+    (
+        "manifest.init",
+        "a starting manifest for programs, pinned",
+        "readonly",
+    ),
     ("manifest.lint", "validate a manifest", "readonly"),
     ("manifest.explain", "a manifest in plain words", "readonly"),
     (
@@ -57,6 +62,11 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     (
         "run",
         "an operation in the sandbox (the operation's own mode applies)",
+        "readonly",
+    ),
+    (
+        "learn",
+        "run a command once, observed, and draft a manifest that runs it",
         "readonly",
     ),
     ("audit.verify", "check the audit hash chain", "readonly"),
