@@ -390,15 +390,6 @@ fn bind_program(
     )
 }
 
-/// Where a `#!` script's copy is written before it is bound: in the
-/// staged root's own tmpfs, and unlinked once bound (the bind keeps it).
-const SCRIPT_COPY_SOURCE: &str = ".spawnd-script";
-
-/// The largest script copied onto the sandbox's root, a 16 MiB tmpfs.
-/// Larger ones (a self-extracting archive: a shell header over its
-/// payload) run from their sealed descriptor.
-const SCRIPT_COPY_MAX: u64 = 8 << 20;
-
 /// Whether a regular file stands at `rel` beneath the stage (never
 /// through a link).
 fn regular_file_beneath(stage: &OwnedFd, rel: &Path) -> bool {
@@ -408,15 +399,11 @@ fn regular_file_beneath(stage: &OwnedFd, rel: &Path) -> bool {
         .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
 }
 
-/// Binds a `#!` script's sealed copy at the script's path, so that it is
-/// executed by that path and its interpreter is given that path (bash's
-/// `$0`, python's `sys.argv[0]` and `__file__`) instead of `/dev/fd/3`.
-/// The bytes are written into a fresh file of the staged root (mode 0555),
-/// bound over the target (created, with the directories on its way), the
-/// source unlinked and the bind made read-only, nosuid and nodev
-/// (execution allowed): the program can neither change the file nor find
-/// it anywhere else. Returns the copy (O_PATH) for init to check the path,
-/// give the file its Landlock rule and execute it.
+/// Binds a `#!` script's sealed copy at the script's path
+/// ([`bind_sealed_copy`]), so that it is executed by that path and its
+/// interpreter is given that path (bash's `$0`, python's `sys.argv[0]`
+/// and `__file__`) instead of `/dev/fd/3`. Returns the copy (O_PATH) for
+/// init to check the path, give the file its Landlock rule and execute it.
 ///
 /// The interpreter opens the script again by its path once it runs, so
 /// nothing outside the sandbox may be able to change the way to it
@@ -427,7 +414,7 @@ fn regular_file_beneath(stage: &OwnedFd, rel: &Path) -> bool {
 /// process could rename a directory on the way, or replace the file, which
 /// detaches a bind on it in every other mount namespace, and the
 /// interpreter would read other bytes than those the gate hashed. There,
-/// and for a script larger than [`SCRIPT_COPY_MAX`], nothing is bound:
+/// and for a script larger than [`SEALED_COPY_MAX`], nothing is bound:
 /// the script runs from its sealed descriptor as `/dev/fd/3`.
 fn bind_script_copy(
     stage: &OwnedFd,
@@ -436,8 +423,6 @@ fn bind_script_copy(
     sealed: BorrowedFd<'_>,
     spec: &SandboxSpec,
 ) -> Result<Option<OwnedFd>, StepError> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::Mode;
     // On the sandbox's own filesystems, where the path is free; or over
     // the script itself where only root may change the way to it
     // ([`SandboxSpec::program_root_only`]).
@@ -446,65 +431,45 @@ fn bind_script_copy(
     if !own && !over_root_only {
         return Ok(None);
     }
-    let shown = path.display().to_string();
-    let len = nix::sys::stat::fstat(sealed)
-        .map_err(step("fstat(the script's sealed copy)"))?
-        .st_size;
-    if u64::try_from(len).map_or(true, |len| len > SCRIPT_COPY_MAX) {
-        return Ok(None);
-    }
-    let source = Path::new(SCRIPT_COPY_SOURCE);
-    let file = openat(
-        stage,
-        source,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
-        Mode::from_bits_truncate(0o555),
-    )
-    .map_err(step(format!("create the copy of the script {shown}")))?;
-    copy_sealed_script(sealed, &std::fs::File::from(file))
-        .map_err(io_step(format!("write the copy of the script {shown}")))?;
-    let target = open_beneath(stage, rel, Create::File(0o644))?;
-    let from = open_beneath(stage, source, Create::Nothing)?;
-    mount_onto(
-        &fd_path(&from),
-        &target,
-        MsFlags::MS_BIND,
-        None,
-        None,
-        &shown,
-    )?;
-    nix::unistd::unlinkat(stage, source, nix::unistd::UnlinkatFlags::NoRemoveDir)
-        .map_err(step(format!("unlink the copy of the script {shown}")))?;
-    restrict_mount(
-        stage,
-        rel,
-        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        false,
-        &shown,
-    )?;
-    Ok(Some(from))
+    bind_sealed_copy(stage, rel, path, sealed)
 }
 
-/// Where a program's copy is staged: a tmpfs of its own on the staged
-/// root, detached (and its directory removed) once the copy is bound.
-const PROGRAM_COPY_STAGE: &str = ".spawnd-program";
-
-/// The largest program copied to be bound at its path; a larger one runs
-/// from its sealed descriptor (`/proc/self/exe` then names the memfd).
-const PROGRAM_COPY_MAX: u64 = 256 << 20;
-
 /// Binds the sealed copy of a program others than root may rewrite at the
-/// program's path, so that `/proc/self/exe` names that path (programs find
-/// what lies beside them through it) while what runs is the copy: the
-/// bytes are written into a tmpfs made for them (nosuid, nodev; the copy's
-/// pages are the sandbox's memory), bound read-only over the path (on the
-/// sandbox's own filesystem, or over the host file within a scope), the
-/// stage detached. Returns the copy (O_PATH): init checks that the path
-/// holds it and executes that descriptor, so a path changed meanwhile
-/// fails the run rather than running something else. Where the path can
-/// take no bind, or for a program over [`PROGRAM_COPY_MAX`], nothing is
-/// bound and the program runs from its sealed descriptor.
+/// program's path ([`bind_sealed_copy`]), so that `/proc/self/exe` names
+/// that path (programs find what lies beside them through it) while what
+/// runs is the copy. Init checks that the path holds the copy and executes
+/// the descriptor it opened there, so a path changed meanwhile fails the
+/// run rather than running something else: any path that takes a bind
+/// will do (on the sandbox's own filesystem, or over the host file within
+/// a scope). Elsewhere, and for a program over [`SEALED_COPY_MAX`], nothing
+/// is bound and the program runs from its sealed descriptor.
 fn bind_program_copy(
+    stage: &OwnedFd,
+    rel: &Path,
+    path: &Path,
+    sealed: BorrowedFd<'_>,
+) -> Result<Option<OwnedFd>, StepError> {
+    if !creatable_beneath(stage, rel) && !regular_file_beneath(stage, rel) {
+        return Ok(None);
+    }
+    bind_sealed_copy(stage, rel, path, sealed)
+}
+
+/// Where a sealed copy is staged: a tmpfs of its own on the staged root,
+/// detached (and its directory removed) once the copy is bound.
+const SEALED_COPY_STAGE: &str = ".spawnd-copy";
+
+/// The largest sealed copy bound at a path; a larger program runs from its
+/// sealed descriptor.
+const SEALED_COPY_MAX: u64 = 256 << 20;
+
+/// Writes a sealed memfd's bytes into a tmpfs made for them (nosuid,
+/// nodev; the pages are the sandbox's memory), binds the file read-only
+/// over `rel` (created, with the directories on its way, where missing),
+/// detaches the stage and removes its directory: the program can neither
+/// change the file nor find it anywhere else. Returns the copy (O_PATH);
+/// `None` for a copy over [`SEALED_COPY_MAX`].
+fn bind_sealed_copy(
     stage: &OwnedFd,
     rel: &Path,
     path: &Path,
@@ -512,17 +477,14 @@ fn bind_program_copy(
 ) -> Result<Option<OwnedFd>, StepError> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
-    if !creatable_beneath(stage, rel) && !regular_file_beneath(stage, rel) {
-        return Ok(None);
-    }
     let shown = path.display().to_string();
     let len = nix::sys::stat::fstat(sealed)
-        .map_err(step("fstat(the program's sealed copy)"))?
+        .map_err(step("fstat(the sealed copy)"))?
         .st_size;
-    let Some(len) = u64::try_from(len).ok().filter(|&l| l <= PROGRAM_COPY_MAX) else {
+    let Some(len) = u64::try_from(len).ok().filter(|&l| l <= SEALED_COPY_MAX) else {
         return Ok(None);
     };
-    let at = Path::new(PROGRAM_COPY_STAGE);
+    let at = Path::new(SEALED_COPY_STAGE);
     let dir = open_beneath(stage, at, Create::Dir(0o700))?;
     let data = format!("mode=0700,size={}", len + (1 << 20));
     mount_onto(
@@ -536,15 +498,15 @@ fn bind_program_copy(
     let staged = open_beneath(stage, at, Create::Nothing)?;
     let file = openat(
         &staged,
-        "program",
+        "copy",
         OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
         Mode::from_bits_truncate(0o555),
     )
-    .map_err(step(format!("create the copy of the program {shown}")))?;
-    copy_sealed_script(sealed, &std::fs::File::from(file))
-        .map_err(io_step(format!("write the copy of the program {shown}")))?;
+    .map_err(step(format!("create the copy of {shown}")))?;
+    copy_sealed(sealed, &std::fs::File::from(file))
+        .map_err(io_step(format!("write the copy of {shown}")))?;
     let target = open_beneath(stage, rel, Create::File(0o644))?;
-    let from = open_beneath(stage, &at.join("program"), Create::Nothing)?;
+    let from = open_beneath(stage, &at.join("copy"), Create::Nothing)?;
     mount_onto(
         &fd_path(&from),
         &target,
@@ -554,10 +516,10 @@ fn bind_program_copy(
         &shown,
     )?;
     nix::mount::umount2(&fd_path(&staged), nix::mount::MntFlags::MNT_DETACH)
-        .map_err(step(format!("detach the stage of the program {shown}")))?;
+        .map_err(step(format!("detach the stage of the copy of {shown}")))?;
     drop((staged, dir));
     nix::unistd::unlinkat(stage, at, nix::unistd::UnlinkatFlags::RemoveDir)
-        .map_err(step(format!("remove the stage of the program {shown}")))?;
+        .map_err(step(format!("remove the stage of the copy of {shown}")))?;
     restrict_mount(
         stage,
         rel,
@@ -571,7 +533,7 @@ fn bind_program_copy(
 /// Copies the sealed memfd's bytes into `to`: sealed against writes,
 /// growing and shrinking, they are the bytes whose digest was compared
 /// with the gate's when the memfd was written.
-fn copy_sealed_script(sealed: BorrowedFd<'_>, to: &std::fs::File) -> std::io::Result<()> {
+fn copy_sealed(sealed: BorrowedFd<'_>, to: &std::fs::File) -> std::io::Result<()> {
     let mut buf = vec![0u8; 64 << 10];
     let mut offset: i64 = 0;
     loop {
