@@ -778,6 +778,76 @@ fn a_program_rewritten_in_place_runs_what_was_hashed(who: As) {
     eprintln!("exit codes over 40 runs: {seen:?}");
 }
 
+/// A descriptor opened for writing while its owner could write the file
+/// stays writable after root takes the file (`chown`, `chmod`): a program
+/// held open so runs from a sealed copy (bound at its path: the mount
+/// table inside shows the copy there), and once nobody holds it, from the
+/// file itself.
+#[test]
+fn x43_a_program_someone_holds_open_for_writing_runs_from_a_copy() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let dir = w.path("outside/held-open");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let prog = dir.join("cat");
+    std::fs::copy("/usr/bin/cat", &prog).unwrap();
+    std::os::unix::fs::chown(&prog, Some(65534), Some(65534)).unwrap();
+    let mut holder = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            "-c",
+            "exec 3<>\"$0\"; echo held; exec sleep 60",
+        ])
+        .arg(&prog)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "held\n");
+    std::os::unix::fs::chown(&prog, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let manifest = dir.join("held.toml");
+    std::fs::write(&manifest, format!("[connector]\nname = \"local://t/held\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"{}\" }}]\n[capabilities.spawn.operations.x]\nargv = \"cat /proc/self/mountinfo\"\n", prog.display())).unwrap();
+    let mounts_of_the_program = || {
+        let out = w
+            .command_for(As::Root, &manifest, "x", &[], &[])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["data"]["stdout"]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"))
+            .to_string();
+        text.lines()
+            .filter(|l| l.split(' ').nth(4) == prog.to_str())
+            .map(|l| l.split(' ').nth(3).unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    let held = mounts_of_the_program();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(
+        held,
+        vec!["/copy".to_string()],
+        "held open for writing, it must run from its copy"
+    );
+    let free = mounts_of_the_program();
+    assert!(
+        !free.contains(&"/copy".to_string()),
+        "root's own file runs as itself: {free:?}"
+    );
+}
+
 #[test]
 fn a_kernel_without_the_required_landlock_abi_runs_nothing() {
     let w = world();

@@ -121,16 +121,46 @@ pub(super) fn is_script(program: &File) -> bool {
     matches!(program.read_at(&mut head, 0), Ok(2)) && &head == b"#!"
 }
 
-/// Whether only root may write the file behind `program`: owned by root
-/// and writable by no group or other (an ACL granting another user write
-/// shows in the group bits). Anyone else who may write it could rewrite it
-/// in place between the gate's hash and the exec.
+/// Whether only root may write the file behind `program`, so that it may
+/// run from the very descriptor the gate hashed: owned by root and
+/// writable by no group or other (an ACL granting another user write
+/// shows in the group bits), on a filesystem whose ownership the kernel
+/// keeps itself (not FUSE, NFS, SMB…: a server reports those), and open
+/// for writing by no one now (a descriptor opened while its owner could
+/// write it stays writable after a `chown`; a read lease says so, where
+/// spawnd may take one). Anyone else who may write it could rewrite it in
+/// place between the gate's hash and the exec.
 pub(super) fn only_root_may_write(program: &File) -> bool {
+    use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
-    program
+    let owned = program
         .metadata()
-        .is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
+        .is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+    let local = nix::sys::statfs::fstatfs(program)
+        .is_ok_and(|fs| !server_reported(fs.filesystem_type().0 as i64));
+    // Where no lease may be taken (spawnd unprivileged, the file root's),
+    // the owner and mode decide: only root could have opened it for writing.
+    let no_writer = !matches!(crate::sys::file_open_for_writing(program.as_fd()), Ok(true));
+    owned && local && no_writer
 }
+
+/// Whether a filesystem's type is one whose ownership and contents a
+/// server reports (FUSE, NFS, SMB, 9P, Ceph, AFS).
+pub(super) fn server_reported(kind: i64) -> bool {
+    const FUSE: i64 = 0x6573_5546;
+    const NFS: i64 = 0x6969;
+    const SMB: i64 = 0x517b;
+    const CIFS: i64 = 0xff53_4d42;
+    const SMB2: i64 = 0xfe53_4d42;
+    const V9FS: i64 = 0x0102_1997;
+    const CEPH: i64 = 0x00c3_6400;
+    const AFS: i64 = 0x5346_414f;
+    [FUSE, NFS, SMB, CIFS, SMB2, V9FS, CEPH, AFS].contains(&kind)
+}
+
+/// The largest program copied before it runs ([`sealed_copy`]): the copy
+/// is memory.
+const SEALED_COPY_LIMIT: u64 = 256 << 20;
 
 /// A copy of the program the gate hashed: a memfd written here, sealed
 /// against every change of its bytes and size, and hashed as it is written.
@@ -158,11 +188,25 @@ pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, Ste
     })
     .map_err(nix_prep("memfd_create(the program's copy)"))?;
     let copy = File::from(memfd);
+    let len = script.metadata().map_err(prep("fstat(the program)"))?.len();
+    if len > SEALED_COPY_LIMIT {
+        return Err(StepError::new(
+            format!("the program is {len} bytes, and one others than root may write is copied before it runs, up to {SEALED_COPY_LIMIT} bytes; make it root's (owned by root, writable by no one else)"),
+            std::io::Error::from_raw_os_error(libc::EFBIG),
+        ));
+    }
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 64 << 10];
     let mut offset = 0u64;
+    // At most the length it had when the copy began, plus one byte to see
+    // whether it grew: a grown file cannot have the gate's digest anyway.
     loop {
-        let n = match script.read_at(&mut buf, offset) {
+        let room = usize::try_from((len + 1).saturating_sub(offset)).unwrap_or(buf.len());
+        let want = buf.len().min(room);
+        if want == 0 {
+            break;
+        }
+        let n = match script.read_at(&mut buf[..want], offset) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -537,21 +537,9 @@ pub fn only_root_may_change(path: &Path) -> bool {
 /// its server may change or swap at will, so a bind over it could vanish
 /// between exec and an interpreter's open.
 fn on_a_filesystem_its_server_owns(path: &Path) -> bool {
-    const FUSE: i64 = 0x6573_5546;
-    const NFS: i64 = 0x6969;
-    const SMB: i64 = 0x517b;
-    const CIFS: i64 = 0xff53_4d42;
-    const SMB2: i64 = 0xfe53_4d42;
-    const V9FS: i64 = 0x0102_1997;
-    const CEPH: i64 = 0x00c3_6400;
-    const AFS: i64 = 0x5346_414f;
-    match nix::sys::statfs::statfs(path) {
-        Ok(fs) => {
-            let kind = fs.filesystem_type().0 as i64;
-            [FUSE, NFS, SMB, CIFS, SMB2, V9FS, CEPH, AFS].contains(&kind)
-        }
-        Err(_) => true,
-    }
+    nix::sys::statfs::statfs(path).map_or(true, |fs| {
+        super::prepare::server_reported(fs.filesystem_type().0 as i64)
+    })
 }
 
 /// With network grants (or learning), the sandbox resolves names through

@@ -84,3 +84,33 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether anyone holds the file behind `fd` open for writing, asked the
+/// only way the kernel answers it: a read lease (`F_SETLEASE F_RDLCK`) is
+/// refused with `EAGAIN` exactly then. A lease taken is let go at once;
+/// a writer opening the file in between would break it with SIGIO, which
+/// is ignored process-wide first (the sandbox's init puts every action
+/// back to its default). `Err` when no lease may be taken here (not the
+/// file's owner without CAP_LEASE, or leases disabled).
+pub fn file_open_for_writing(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    static IGNORE_SIGIO: std::sync::Once = std::sync::Once::new();
+    IGNORE_SIGIO.call_once(|| {
+        // SAFETY: setting SIGIO's disposition to SIG_IGN installs no handler
+        // code; nothing in spawnd relies on SIGIO.
+        unsafe {
+            libc::signal(libc::SIGIO, libc::SIG_IGN);
+        }
+    });
+    // SAFETY: F_SETLEASE takes an int argument by value and reads no memory.
+    let ret = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+    if ret < 0 {
+        let e = last_error("fcntl(F_SETLEASE, F_RDLCK)");
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) => Ok(true),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: as above; F_UNLCK lets the lease go.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    Ok(false)
+}

@@ -63,6 +63,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_file_open_for_writing_is_seen_by_the_lease_probe() {
+        use std::os::fd::AsFd;
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let reader = std::fs::File::open(f.path()).unwrap();
+        // This process owns the file, so it may take a lease.
+        let writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .unwrap();
+        assert!(file_open_for_writing(reader.as_fd()).unwrap());
+        drop(writer);
+        // The temp file's own handle was opened for writing too.
+        let (file, path) = f.into_parts();
+        drop(file);
+        assert!(!file_open_for_writing(reader.as_fd()).unwrap());
+        drop(path);
+    }
+
+    #[test]
     fn the_landlock_version_query_answers_without_error() {
         let v = landlock_abi_version().expect("landlock_create_ruleset version query");
         assert!(v <= 64, "implausible ABI {v}");
