@@ -1639,3 +1639,45 @@ fn the_live_log_through_the_socket_is_not_cut_by_the_results_cap() {
         &stderr[stderr.len() - 200..]
     );
 }
+
+/// `run --socket` interrupted by SIGINT or SIGTERM ends its program through
+/// the daemon and exits as in-process `run` does, 130 or 143, with spawnd's
+/// own exit line, instead of dying by the signal itself.
+#[test]
+fn run_through_the_socket_exits_130_or_143_when_interrupted() {
+    let d = Daemon::start("interrupted", "");
+    let w = world();
+    for (sig, code) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGTERM, 143),
+    ] {
+        let mut child = Command::new(&w.spawnd)
+            .args(["run", "--socket"])
+            .arg(&d.socket)
+            .args(["--manifest"])
+            .arg(&w.manifest)
+            .args(["--op", "sh", "--arg", "script=echo started; sleep 60"])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&w.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line, "started\n");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(code), "{sig:?}: {status:?} {err}");
+        assert!(
+            err.trim_end()
+                .ends_with(&format!("spawnd: exit {code} (interrupted)")),
+            "{err}"
+        );
+    }
+}

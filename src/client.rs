@@ -62,6 +62,41 @@ pub fn call_for(
     (method, Value::Object(params))
 }
 
+/// The signal (SIGINT, SIGTERM or SIGHUP) that interrupted this process, if
+/// one did: set by [`watch_interruptions`], looked at between requests.
+static INTERRUPTED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The signal that interrupted this process, if one did.
+pub fn interrupted() -> Option<i32> {
+    match INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+/// Takes SIGINT, SIGTERM and SIGHUP on a thread of their own from now on
+/// (they are blocked in the caller, and so in threads it starts later):
+/// each is noted for [`interrupted`] instead of ending the process, so a
+/// client can end what it started and exit as `run` does (128 + N).
+pub fn watch_interruptions() -> Result<(), Failure> {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
+        .map_err(|e| Failure::internal(format!("block SIGINT/SIGTERM/SIGHUP: {e}")))?;
+    std::thread::Builder::new()
+        .name("spawnd-signals".into())
+        .spawn(move || {
+            while let Ok(sig) = set.wait() {
+                INTERRUPTED.store(sig as i32, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+        .map_err(|e| Failure::internal(format!("the signal thread: {e}")))?;
+    Ok(())
+}
+
 /// One connection to the daemon: a request line out, its answer line back.
 pub struct Client {
     reader: BufReader<UnixStream>,
@@ -130,6 +165,9 @@ impl Client {
         let mut ended = [false; 2];
         let mut quiet = false;
         while !(ended[0] && ended[1]) {
+            if interrupted().is_some() {
+                return Ok(());
+            }
             let mut waited = false;
             let mut got = false;
             for which in 0..2u8 {

@@ -13,7 +13,7 @@ use super::args::{Cli, RunArgs};
 use super::check::request_of;
 use super::context::{load_config, load_manifest};
 use super::output::{print_notice, Failure, Success};
-use crate::client::{call_for, Client};
+use crate::client::{call_for, interrupted, watch_interruptions, Client};
 use crate::exec::{conclude, FailureKind};
 
 /// `spawnd run --socket S`.
@@ -43,6 +43,7 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     let stdin = read_stdin(args.stdin_file.as_deref())?;
     let (method, params) = call_for(&connector, request, stdin, args.timeout);
 
+    watch_interruptions()?;
     let mut client = Client::connect(socket)?;
     let handle = client.call(method, params)?["handle"]
         .as_str()
@@ -51,12 +52,23 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     if let Some(mut live) = super::run::live_output(cli.json, args.live) {
         client.stream(&handle, live.as_mut())?;
     }
+    // Short waits, so that an interruption is acted on at once: the
+    // program is killed (through the daemon there is no grace period), and
+    // its result says who ended it, as in-process `run`'s does.
+    let mut killed_for = None;
     let mut status = loop {
-        let s = client.call("spawn_status", json!({"handle": handle, "wait_ms": 60_000}))?;
+        if let (Some(sig), None) = (interrupted(), killed_for) {
+            client.call("spawn_kill", json!({ "handle": handle }))?;
+            killed_for = Some(sig);
+        }
+        let s = client.call("spawn_status", json!({"handle": handle, "wait_ms": 200}))?;
         if s["state"] != json!("running") {
             break s;
         }
     };
+    if let Some(sig) = killed_for {
+        status["interrupted_by"] = json!(sig);
+    }
     // Freed at once rather than after the daemon's handle lifetime.
     let _ = client.call("spawn_release", json!({ "handle": handle }));
     if status["state"] == json!("failed") {
