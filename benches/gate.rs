@@ -77,6 +77,7 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         home: "/home/bench".into(),
         workspace: None,
         other_user_namespace: false,
+        label: None,
     };
     let bound = BTreeSet::new();
     let name = m.connector.name.to_string();
@@ -126,6 +127,7 @@ fn main() {
             home: "/home/bench".into(),
             workspace: None,
             other_user_namespace: false,
+            label: None,
         };
         let bound = BTreeSet::new();
         let ctx = GateContext {

@@ -932,3 +932,23 @@ fn a_rootless_container_runs_as_its_one_user_and_real_root_alone_runs_nothing() 
         "{v}"
     );
 }
+
+/// `run --label` is checked before anything runs: a control character is
+/// a usage error (exit 2).
+#[test]
+fn a_label_with_a_control_character_is_a_usage_error() {
+    let out = spawnd(&[
+        "run",
+        "--manifest",
+        "policies/coreutils.toml",
+        "--op",
+        "x",
+        "--label",
+        "a\u{7}b",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--label"),
+        "{out:?}"
+    );
+}

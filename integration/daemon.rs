@@ -1681,3 +1681,55 @@ fn run_through_the_socket_exits_130_or_143_when_interrupted() {
         );
     }
 }
+
+/// A caller's label (a CI job id) is recorded with the spawn: in its
+/// decision record (its exit record shares the audit id), through the daemon (`label` param) and
+/// through `run --socket --label`; a label with a control character is
+/// refused before anything runs.
+#[test]
+fn a_callers_label_is_recorded_with_the_spawn() {
+    let d = Daemon::start("label", "");
+    let w = world();
+    let mut c = d.client();
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "true"}, "label": "ci-job-41"}),
+    )["handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    let bad = c.call(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "true"}, "label": "a\nb"}),
+    );
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let out = Command::new(&w.spawnd)
+        .args(["run", "--socket"])
+        .arg(&d.socket)
+        .args(["--manifest"])
+        .arg(&w.manifest)
+        .args(["--op", "sh", "--arg", "script=true", "--label", "ci-job-42"])
+        .current_dir(&w.dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let records: Vec<Value> = std::fs::read_to_string(&d.audit)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for label in ["ci-job-41", "ci-job-42"] {
+        let decision = records
+            .iter()
+            .find(|r| r["kind"] == "decision" && r["caller"]["label"] == label)
+            .unwrap_or_else(|| panic!("no decision record labelled {label}"));
+        // The spawn's other records share its audit id.
+        assert!(
+            records
+                .iter()
+                .any(|r| r["kind"] == "exit" && r["audit_id"] == decision["audit_id"]),
+            "{label}: no exit record for {decision}"
+        );
+    }
+}

@@ -67,6 +67,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
             home: PathBuf::from("/root"),
             workspace: None,
             other_user_namespace: false,
+            label: None,
         },
         request: Request::op("get", &[("first", FIRST), ("second", SECOND)]),
     };

@@ -197,6 +197,7 @@ pub fn rpc_request(data: &[u8]) {
         home: "/home/fuzz".into(),
         workspace: None,
         other_user_namespace: false,
+        label: None,
     };
     let bound = BTreeSet::new();
     let ctx = GateContext {

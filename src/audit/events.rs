@@ -16,7 +16,11 @@ fn object(v: Value) -> Map<String, Value> {
 }
 
 fn caller_json(c: &Caller) -> Value {
-    json!({"uid": c.uid, "gid": c.gid, "pid": c.pid})
+    let mut v = json!({"uid": c.uid, "gid": c.gid, "pid": c.pid});
+    if let Some(label) = &c.label {
+        v["label"] = json!(label);
+    }
+    v
 }
 
 /// An allowed spawn, written before the child starts.

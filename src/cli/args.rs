@@ -324,6 +324,10 @@ pub struct RunArgs {
     /// refused it, and what manifest key would grant it (`trace` in --json)
     #[arg(long, conflicts_with = "socket")]
     pub trace: bool,
+    /// A label recorded with the spawn in every audit record (a CI job id,
+    /// say): at most 128 bytes, no control characters; `audit query` shows it
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
 }
 
 /// `spawnd learn`'s arguments.

@@ -47,6 +47,7 @@ pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
     let manifest = load_manifest(path, &config)?;
     let mut caller = current_caller()?;
     caller.workspace = workspace_of(args.workspace.as_deref(), &config)?;
+    caller.label = label_of(args.label.as_deref())?;
     let request = request_of(cli, args, Some(&manifest))?;
     Ok(Prepared {
         config,
@@ -54,6 +55,17 @@ pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         caller,
         request,
     })
+}
+
+/// `--label`, checked ([`crate::policy::check_label`]).
+pub fn label_of(label: Option<&str>) -> Result<Option<String>, Failure> {
+    label
+        .map(|l| {
+            crate::policy::check_label(l)
+                .map(|()| l.to_string())
+                .map_err(|why| Failure::usage(format!("--label: {why}")))
+        })
+        .transpose()
 }
 
 /// The workspace `{workspace}/` scopes expand against: `--workspace DIR`

@@ -37,6 +37,7 @@ pub fn current_caller() -> Result<Caller, Failure> {
         home,
         workspace: None,
         other_user_namespace: false,
+        label: None,
     })
 }
 

@@ -41,7 +41,10 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     };
     let request = request_of(cli, args, manifest.as_ref())?;
     let stdin = read_stdin(args.stdin_file.as_deref())?;
-    let (method, params) = call_for(&connector, request, stdin, args.timeout);
+    let (method, mut params) = call_for(&connector, request, stdin, args.timeout);
+    if let Some(label) = super::check::label_of(args.label.as_deref())? {
+        params["label"] = json!(label);
+    }
 
     watch_interruptions()?;
     let mut client = Client::connect(socket)?;

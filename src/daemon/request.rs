@@ -24,6 +24,7 @@ pub fn access_caller(peer: &Peer) -> Caller {
         home: std::path::PathBuf::new(),
         workspace: None,
         other_user_namespace: peer.other_user_namespace,
+        label: None,
     }
 }
 
@@ -112,6 +113,7 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
         home: user.dir,
         workspace: None,
         other_user_namespace: peer.other_user_namespace,
+        label: None,
     })
 }
 
@@ -144,6 +146,8 @@ pub struct SpawnCall {
     pub stdin: Option<Vec<u8>>,
     /// `timeout_ms`: tightens the manifest's wall time, never loosens it.
     pub timeout_ms: Option<u64>,
+    /// `label`: recorded with the spawn ([`crate::policy::check_label`]).
+    pub label: Option<String>,
 }
 
 /// `stdin` (text) or `stdin_b64` (bytes) from `params`, not both.
@@ -241,6 +245,15 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
                 .ok_or_else(|| RpcError::params("timeout_ms must be a positive integer"))?,
         ),
     };
+    let label = match params.get("label") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(l)) => {
+            crate::policy::check_label(l)
+                .map_err(|why| RpcError::params(format!("label: {why}")))?;
+            Some(l.clone())
+        }
+        Some(_) => return Err(RpcError::params("label must be a string")),
+    };
     Ok(SpawnCall {
         connector,
         request: Request {
@@ -252,5 +265,6 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
         },
         stdin,
         timeout_ms,
+        label,
     })
 }

@@ -87,6 +87,7 @@ pub async fn spawn(
     };
     // The operator names the workspace; a caller never does.
     caller.workspace = loaded.config.sandbox.workspace.clone();
+    caller.label = call.label.clone();
     let reservation = reserve_output(daemon, &loaded.config, &manifest, &call.request)?;
     let permit = Arc::clone(&daemon.in_flight)
         .try_acquire_owned()

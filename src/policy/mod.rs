@@ -14,7 +14,9 @@ pub use decision::{Decision, Denial};
 pub use gate::decide;
 pub use inspector::{ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
-pub use request::{Access, AccessRule, Caller, GateContext, Request, RequestKind};
+pub use request::{
+    check_label, Access, AccessRule, Caller, GateContext, Request, RequestKind, MAX_LABEL_BYTES,
+};
 
 #[cfg(test)]
 mod hostile_request_tests;

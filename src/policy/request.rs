@@ -92,6 +92,27 @@ pub struct Caller {
     /// container, or a program inside a sandbox), or that could not be
     /// ruled out; always false for a local invocation.
     pub other_user_namespace: bool,
+    /// A label the caller gives the spawn (a CI job id, say): recorded with
+    /// it, never decided on ([`check_label`]).
+    pub label: Option<String>,
+}
+
+/// Most bytes of a spawn's label.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// A label is 1 to [`MAX_LABEL_BYTES`] bytes of text without control
+/// characters: it goes into every audit record of the spawn.
+pub fn check_label(label: &str) -> Result<(), String> {
+    if label.is_empty() || label.len() > MAX_LABEL_BYTES {
+        return Err(format!(
+            "a label is 1 to {MAX_LABEL_BYTES} bytes; this one is {}",
+            label.len()
+        ));
+    }
+    if label.chars().any(char::is_control) {
+        return Err("a label holds no control characters".to_string());
+    }
+    Ok(())
 }
 
 impl Caller {

@@ -84,6 +84,7 @@ pub(super) fn caller() -> Caller {
         home: "/home/alr".into(),
         workspace: None,
         other_user_namespace: false,
+        label: None,
     }
 }
 
