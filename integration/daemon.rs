@@ -1733,3 +1733,52 @@ fn a_callers_label_is_recorded_with_the_spawn() {
         );
     }
 }
+
+/// `interrupted_by` says who ended a program from outside: `spawn_kill`,
+/// `spawn_release`, or a closed connection (`disconnect`), in the result
+/// and in the exit record, where a plain SIGKILL said nothing of who.
+#[test]
+fn interrupted_by_names_who_ended_the_program() {
+    let d = Daemon::start("ended-by", "");
+    let start = |c: &mut Client| {
+        c.ok(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}}),
+        )["handle"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut c = d.client();
+    let killed = start(&mut c);
+    c.ok("spawn_kill", json!({"handle": killed}));
+    let status = c.ok("spawn_status", json!({"handle": killed, "wait_ms": 10000}));
+    assert_eq!(status["interrupted_by"], "spawn_kill", "{status}");
+    let released = start(&mut c);
+    c.ok("spawn_release", json!({"handle": released}));
+    let mut gone = d.client();
+    start(&mut gone);
+    drop(gone);
+    // The exit records of all three, once written.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline {
+        seen = std::fs::read_to_string(&d.audit)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["kind"] == "exit")
+            .filter_map(|r| r["interrupted_by"].as_str().map(str::to_string))
+            .collect::<Vec<_>>();
+        if seen.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["disconnect", "spawn_kill", "spawn_release"],
+        "{seen:?}"
+    );
+}

@@ -88,6 +88,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
         signals_end_the_run: false,
         on_notice: &|_| {},
         trace: false,
+        ended_by: None,
         network_learning: Some(learning),
     });
     match result {

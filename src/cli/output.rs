@@ -114,8 +114,10 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
 fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
     if data["timed_out"] == json!(true) {
         Some("timed_out")
-    } else if data["interrupted_by"].is_number() {
+    } else if crate::exec::interrupting_signal(data).is_some() {
         Some("interrupted")
+    } else if data["interrupted_by"].is_string() {
+        Some("killed")
     } else {
         None
     }

@@ -70,7 +70,9 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
         }
     };
     if let Some(sig) = killed_for {
-        status["interrupted_by"] = json!(sig);
+        status["interrupted_by"] = json!(nix::sys::signal::Signal::try_from(sig)
+            .map(|s| s.as_str())
+            .unwrap_or("SIGINT"));
     }
     // Freed at once rather than after the daemon's handle lifetime.
     let _ = client.call("spawn_release", json!({ "handle": handle }));

@@ -43,6 +43,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         signals_end_the_run: true,
         on_notice: &print_notice,
         trace: args.trace,
+        ended_by: None,
         network_learning: None,
     })
 }

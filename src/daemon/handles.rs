@@ -118,6 +118,10 @@ pub(super) struct HandleState {
     pub(super) error: Option<String>,
     pub(super) ended_at: Option<Instant>,
     pub(super) started_at: Option<Instant>,
+    /// Who ended the program from outside, first one only: `spawn_kill`,
+    /// `spawn_release`, `disconnect`, `shutdown` (the result's and the exit
+    /// record's `interrupted_by`).
+    pub(super) killed_by: Option<&'static str>,
 }
 
 impl Handle {
@@ -153,6 +157,17 @@ impl Handle {
                 return;
             }
         }
+    }
+
+    /// Kills the sandbox for `who` ([`HandleState::killed_by`]), if it
+    /// still runs.
+    pub fn kill_for(&self, who: &'static str) {
+        self.with(|s| {
+            if s.ended_at.is_none() {
+                s.killed_by.get_or_insert(who);
+            }
+        });
+        self.kill();
     }
 
     /// Kills the sandbox (SIGKILL to its init, through a pidfd).
@@ -221,7 +236,7 @@ impl Handles {
     pub fn close(&mut self) {
         for h in self.map.values() {
             if !h.finished() {
-                h.kill();
+                h.kill_for("disconnect");
             }
         }
         self.map.clear();

@@ -158,7 +158,7 @@ impl Daemon {
             Err(p) => p.into_inner().clone(),
         };
         for h in list.iter().filter_map(std::sync::Weak::upgrade) {
-            h.kill();
+            h.kill_for("shutdown");
         }
     }
 }

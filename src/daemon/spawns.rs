@@ -281,23 +281,28 @@ fn run_job(job: Job) {
         result,
         exit_record,
         leaving,
-    } = execute_until_written(Execution {
-        prepared: &prepared,
-        access: &access,
-        stdin: source,
-        pump,
-        timeout_ms,
-        live: Some(Box::new(HandleSink(Arc::clone(&handle)))),
-        json: true,
-        spawner: Some(&spawner),
-        signals_end_the_run: false,
-        on_notice: &log_notice,
-        trace: false,
-        on_started: Some(Box::new(move |_audit_id: &str, pidfd: Option<OwnedFd>| {
-            mark_started(&started_handle, started_ref, pidfd)
-        })),
-        network_learning: None,
-    });
+    } = {
+        let killed = Arc::clone(&handle);
+        let ended_by: crate::exec::EndedBy = Arc::new(move || killed.with(|s| s.killed_by));
+        execute_until_written(Execution {
+            prepared: &prepared,
+            access: &access,
+            stdin: source,
+            pump,
+            timeout_ms,
+            live: Some(Box::new(HandleSink(Arc::clone(&handle)))),
+            json: true,
+            spawner: Some(&spawner),
+            signals_end_the_run: false,
+            on_notice: &log_notice,
+            trace: false,
+            ended_by: Some(ended_by),
+            on_started: Some(Box::new(move |_audit_id: &str, pidfd: Option<OwnedFd>| {
+                mark_started(&started_handle, started_ref, pidfd)
+            })),
+            network_learning: None,
+        })
+    };
     let early = started_tx.lock().ok().and_then(|mut g| g.take());
     hand_over(&handle, result, early);
     mark_ended(&handle);
@@ -563,7 +568,7 @@ pub async fn output_read(
 
 /// `spawn_kill`.
 pub fn kill(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
-    handles.get(params)?.kill();
+    handles.get(params)?.kill_for("spawn_kill");
     Ok(json!({}))
 }
 
@@ -576,7 +581,7 @@ pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Val
     if h.finished() {
         drop(h.with(|s| s.reservation.take()));
     } else {
-        h.kill();
+        h.kill_for("spawn_release");
     }
     let name = string_param(params, "handle")?;
     handles.map.remove(name);

@@ -25,7 +25,7 @@ pub use outcome::{denial_failure, Failure, FailureKind, Success};
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use refusals::{describe as describe_refusal, Refusal};
-pub use report::conclude;
+pub use report::{conclude, interrupting_signal};
 
 use egress::{Egress, NetAudit};
 use launching::{Identity, Launching};
@@ -87,6 +87,11 @@ pub struct Execution<'a> {
     /// Told each [`Notice`] as it arises (a scope left out, before the
     /// sandbox is launched).
     pub on_notice: OnNotice<'a>,
+    /// Who ended the program from outside, if anyone did (the daemon's
+    /// `spawn_kill`, a closed connection, a shutdown): asked once the
+    /// program has ended, for the result's and the exit record's
+    /// `interrupted_by`.
+    pub ended_by: Option<EndedBy>,
     /// Watch the program's path calls and the calls the filter refuses
     /// ([`crate::sandbox::trace`]): the result's `trace` says what the
     /// sandbox refused, and which layer. In this process only (not through
@@ -96,6 +101,9 @@ pub struct Execution<'a> {
     /// ([`SpawnPlan::network_learning`]). `None` everywhere else.
     pub network_learning: Option<Learning>,
 }
+
+/// Says who ended a program from outside ([`Execution::ended_by`]).
+pub type EndedBy = std::sync::Arc<dyn Fn() -> Option<&'static str> + Send + Sync>;
 
 /// Told the audit id and a pidfd for init once a program has started.
 pub type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
@@ -223,7 +231,9 @@ fn execute_inner<'a>(
     ) = supervise_released(&audit, &decided, running, supervision, egress, tracer)?;
     let trace = trace.map(|t| refusals::trace_json(&t, &spec, &|p| p.symlink_metadata().is_ok()));
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
+    let ended_by = x.ended_by.as_ref().and_then(|f| f());
     let ran = Ran {
+        ended_by,
         plan: &plan,
         spec: &spec,
         id: &identity,

@@ -14,6 +14,8 @@ use crate::supervise::{Captured, Ending, Outcome};
 
 /// Everything known about a finished run, for the report.
 pub(super) struct Ran<'a> {
+    /// Who ended the program from outside, when no signal to spawnd did.
+    pub(super) ended_by: Option<&'static str>,
     pub(super) plan: &'a SpawnPlan,
     pub(super) spec: &'a SandboxSpec,
     pub(super) id: &'a Identity,
@@ -90,6 +92,7 @@ pub(super) fn report(
     on_notice: OnNotice<'_>,
 ) -> Result<Success, Failure> {
     let Ran {
+        ended_by,
         plan,
         spec,
         id,
@@ -116,7 +119,7 @@ pub(super) fn report(
         "signal": signal,
         "signal_name": signal_name,
         "timed_out": o.timed_out,
-        "interrupted_by": o.interrupted_by,
+        "interrupted_by": interrupted_by(o.interrupted_by, ended_by),
         "duration_ms": o.duration.as_millis() as u64,
         "cpu_ms": o.cpu_ms,
         "peak_memory_bytes": o.peak_memory_bytes,
@@ -139,6 +142,27 @@ pub(super) fn report(
     Ok(conclude(json, data, on_notice))
 }
 
+/// Who interrupted the program: the signal that interrupted spawnd
+/// (`SIGINT`, `SIGTERM`, `SIGHUP`), else what ended it from outside
+/// (`spawn_kill`, `spawn_release`, `disconnect`, `shutdown`), else no one.
+fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Value {
+    match signal {
+        Some(sig) => json!(nix::sys::signal::Signal::try_from(sig)
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|_| format!("signal {sig}"))),
+        None => json!(ended_by),
+    }
+}
+
+/// The signal number of an `interrupted_by` that names a signal to
+/// spawnd, for its exit code (128 + N).
+pub fn interrupting_signal(data: &Value) -> Option<i32> {
+    let name = data["interrupted_by"].as_str()?;
+    name.parse::<nix::sys::signal::Signal>()
+        .ok()
+        .map(|s| s as i32)
+}
+
 /// The exit code a run's `data` stands for (the child's code, 128+N after
 /// signal N, 124 after the wall time); for a human reader (not `json`),
 /// `on_notice` is told what the data says went wrong. In-process `run` and
@@ -147,7 +171,7 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
     let number = |key: &str| data[key].as_i64().and_then(|n| i32::try_from(n).ok());
     let timed_out = data["timed_out"] == json!(true);
     let exit = match (
-        number("interrupted_by"),
+        interrupting_signal(&data),
         timed_out,
         number("exit_code"),
         number("signal"),
@@ -301,7 +325,12 @@ mod tests {
             code(json!({"exit_code": null, "timed_out": true, "signal": 9})),
             124
         );
-        assert_eq!(code(json!({"interrupted_by": 2, "signal": 9})), 130);
+        assert_eq!(code(json!({"interrupted_by": "SIGINT", "signal": 9})), 130);
+        // Ended from outside, not by a signal to spawnd: the program's own.
+        assert_eq!(
+            code(json!({"interrupted_by": "spawn_kill", "signal": 9})),
+            137
+        );
         let failed = conclude(
             true,
             json!({"exit_code": 0, "audit_error": "No space left"}),
