@@ -622,3 +622,67 @@ fn an_unknown_kind_is_a_usage_error_listing_the_kinds() {
         assert_eq!(queried(&log, &["--kind", kind]), vec![seq], "{kind}");
     }
 }
+
+#[test]
+fn two_swapped_records_are_reported_as_out_of_order_not_deleted() {
+    let w = world();
+    let (cfg, log) = audit_config("swapped");
+    for i in 0..4 {
+        let out = w.run(
+            As::Root,
+            "probe0",
+            &[("attack", "whoami"), ("nope", &format!("{i}"))],
+            &["--config", cfg.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+    }
+    let l = log.to_str().unwrap();
+    let mut lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.swap(1, 2);
+    std::fs::write(
+        &log,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = spawnd(&["audit", "verify", "--json", l]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tamper = &v["data"]["tamper"];
+    assert_eq!(
+        (tamper["seq"].as_u64(), tamper["line"].as_u64()),
+        (Some(2), Some(2)),
+        "{v}"
+    );
+    let reason = tamper["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("out of order") && reason.contains("line 3") && !reason.contains("deleted"),
+        "{reason}"
+    );
+    let text = String::from_utf8(spawnd(&["audit", "verify", l]).stdout).unwrap();
+    assert!(
+        text.contains("TAMPERED at seq 2") && text.contains("out of order"),
+        "{text}"
+    );
+    // A record really removed is still reported as deleted.
+    lines.swap(1, 2);
+    lines.remove(1);
+    std::fs::write(
+        &log,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = spawnd(&["audit", "verify", "--json", l]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["data"]["tamper"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("deleted"),
+        "{v}"
+    );
+}
