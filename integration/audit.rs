@@ -461,3 +461,228 @@ fn only_keep_rotated_files_remain_and_what_remains_verifies() {
         String::from_utf8_lossy(&tampered.stdout)
     );
 }
+
+/// A log of five records at known times, for the time filters: three on
+/// 2025-06-01 (09:59:59.999, 10:00:00.000 and 10:30:00.000 UTC), then one
+/// three hours and one ten minutes before now. `query` reads records, not
+/// the chain, so they are written as they are.
+fn timed_log(name: &str) -> std::path::PathBuf {
+    let (_cfg, log) = audit_config(name);
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    let now = time::OffsetDateTime::now_utc();
+    let ago = |d: time::Duration| (now - d).format(&fmt).unwrap();
+    let stamps = [
+        ("denial", "2025-06-01T09:59:59.999Z".to_string()),
+        ("decision", "2025-06-01T10:00:00.000Z".to_string()),
+        ("exit", "2025-06-01T10:30:00.000Z".to_string()),
+        ("net", ago(time::Duration::hours(3))),
+        ("note", ago(time::Duration::minutes(10))),
+    ];
+    let text: String = stamps
+        .iter()
+        .enumerate()
+        .map(|(i, (kind, ts))| {
+            format!(
+                "{}\n",
+                serde_json::json!({"v": 1, "kind": kind, "seq": i + 1, "ts": ts,
+                    "audit_id": format!("{:016x}", i + 1), "prev": "p", "hash": "h", "note": "n"})
+            )
+        })
+        .collect();
+    std::fs::write(&log, text).unwrap();
+    log
+}
+
+/// The `seq`s `audit query --json ARGS… LOG` lists (exit 0 required).
+fn queried(log: &std::path::Path, args: &[&str]) -> Vec<u64> {
+    let mut all = vec!["audit", "query", "--json"];
+    all.extend_from_slice(args);
+    all.push(log.to_str().unwrap());
+    let out = spawnd(&all);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["data"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn since_and_until_compare_instants_whatever_the_offset_or_precision() {
+    let log = timed_log("since-instants");
+    for (args, expected) in [
+        (vec!["--since", "2025-06-01T10:00:00Z"], vec![2, 3, 4, 5]),
+        (
+            vec!["--since", "2025-06-01T12:00:00+02:00"],
+            vec![2, 3, 4, 5],
+        ),
+        (
+            vec!["--since", "2025-06-01T05:00:00.5-05:00"],
+            vec![3, 4, 5],
+        ),
+        (vec!["--until", "2025-06-01T10:00:00.000Z"], vec![1]),
+        (
+            vec![
+                "--since",
+                "2025-06-01T10:00:00Z",
+                "--until",
+                "2025-06-01T10:30:00Z",
+            ],
+            vec![2],
+        ),
+    ] {
+        assert_eq!(queried(&log, &args), expected, "{args:?}");
+    }
+}
+
+#[test]
+fn since_and_until_take_durations_back_from_now() {
+    let log = timed_log("since-durations");
+    for (args, expected) in [
+        (vec!["--since", "1h"], vec![5]),
+        (vec!["--since", "60m"], vec![5]),
+        (vec!["--since", "3600s"], vec![5]),
+        (vec!["--since", "1d"], vec![4, 5]),
+        (vec!["--until", "2h"], vec![1, 2, 3, 4]),
+        (vec!["--since", "4h", "--until", "1h"], vec![4]),
+        (vec!["--since", "800d"], vec![1, 2, 3, 4, 5]),
+    ] {
+        assert_eq!(queried(&log, &args), expected, "{args:?}");
+    }
+}
+
+#[test]
+fn a_time_that_is_neither_rfc3339_nor_a_duration_is_a_usage_error_naming_the_forms() {
+    let log = timed_log("since-garbage");
+    let l = log.to_str().unwrap();
+    for bad in [
+        "--since=garbage",
+        "--since=yesterday",
+        "--since=15",
+        "--since=15x",
+        "--since=-15m",
+        "--since=1.5h",
+        "--since=2025-06-01",
+        "--since=2025-06-01 10:00:00",
+        "--since=99999999999999999999d",
+        "--until=",
+        "--until=1m ago",
+    ] {
+        let out = spawnd(&["audit", "query", bad, l]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        assert!(
+            err.contains("RFC 3339") && err.contains("15m"),
+            "{bad}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{bad}: {out:?}");
+        let json = spawnd(&["audit", "export", "--format", "ocsf", "--json", bad, l]);
+        assert_eq!(json.status.code(), Some(2), "{bad}: {json:?}");
+        let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(v["error"]["code"], "INVALID_USAGE", "{bad}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("RFC 3339"),
+            "{bad}: {v}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_kind_is_a_usage_error_listing_the_kinds() {
+    let log = timed_log("kinds");
+    let l = log.to_str().unwrap();
+    let out = spawnd(&["audit", "query", "--kind", "bogus", l]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bogus") && err.contains("decision, denial, exit, net, note"),
+        "{err}"
+    );
+    let json = spawnd(&["audit", "query", "--json", "--kind", "Denial", l]);
+    assert_eq!(json.status.code(), Some(2), "{json:?}");
+    let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("decision, denial, exit, net, note"),
+        "{v}"
+    );
+    for (kind, seq) in [
+        ("denial", 1),
+        ("decision", 2),
+        ("exit", 3),
+        ("net", 4),
+        ("note", 5),
+    ] {
+        assert_eq!(queried(&log, &["--kind", kind]), vec![seq], "{kind}");
+    }
+}
+
+#[test]
+fn two_swapped_records_are_reported_as_out_of_order_not_deleted() {
+    let w = world();
+    let (cfg, log) = audit_config("swapped");
+    for i in 0..4 {
+        let out = w.run(
+            As::Root,
+            "probe0",
+            &[("attack", "whoami"), ("nope", &format!("{i}"))],
+            &["--config", cfg.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+    }
+    let l = log.to_str().unwrap();
+    let mut lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.swap(1, 2);
+    std::fs::write(
+        &log,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = spawnd(&["audit", "verify", "--json", l]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tamper = &v["data"]["tamper"];
+    assert_eq!(
+        (tamper["seq"].as_u64(), tamper["line"].as_u64()),
+        (Some(2), Some(2)),
+        "{v}"
+    );
+    let reason = tamper["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("out of order") && reason.contains("line 3") && !reason.contains("deleted"),
+        "{reason}"
+    );
+    let text = String::from_utf8(spawnd(&["audit", "verify", l]).stdout).unwrap();
+    assert!(
+        text.contains("TAMPERED at seq 2") && text.contains("out of order"),
+        "{text}"
+    );
+    // A record really removed is still reported as deleted.
+    lines.swap(1, 2);
+    lines.remove(1);
+    std::fs::write(
+        &log,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = spawnd(&["audit", "verify", "--json", l]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["data"]["tamper"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("deleted"),
+        "{v}"
+    );
+}

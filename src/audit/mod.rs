@@ -1,14 +1,16 @@
 //! The audit trail (docs/audit.md): one append-only JSON-lines file, every record
 //! hash-chained to the one before and made durable before the decision takes
-//! effect (`log`), the record format and chain (`record`), and verification
-//! (`verify`). Values of arguments and env keys are never written: records
-//! hold argv shapes with placeholder names, env key names, and hashes.
+//! effect (`log`), the record format and chain (`record`), verification
+//! (`verify`), and the times records are filtered by (`time_bound`). Values
+//! of arguments and env keys are never written: records hold argv shapes
+//! with placeholder names, env key names, and hashes.
 
 pub mod events;
 pub mod group_sync;
 pub mod log;
 pub mod ocsf;
 pub mod record;
+pub mod time_bound;
 pub mod verify;
 
 pub use log::{AuditError, AuditLog, Unsynced};

@@ -28,6 +28,20 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [Kind; 5] = [
+        Kind::Decision,
+        Kind::Denial,
+        Kind::Exit,
+        Kind::Net,
+        Kind::Note,
+    ];
+
+    /// The kind whose wire name is `name`, exactly.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -96,6 +110,16 @@ pub fn seal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_is_found_by_its_wire_name_and_only_by_it() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.as_str()), Some(kind));
+        }
+        for name in ["", "Denial", "denial ", "bogus"] {
+            assert_eq!(Kind::from_name(name), None, "{name:?}");
+        }
+    }
 
     #[test]
     fn the_hash_covers_everything_but_itself_and_changes_with_any_field() {

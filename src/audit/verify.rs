@@ -1,7 +1,8 @@
 //! `spawnd audit verify`: walks a log from the first line, recomputing the
 //! chain, and names the first record that is wrong and how — edited (its
-//! hash does not match), deleted (a `seq` is missing), inserted or reordered
-//! (`seq` or `prev` out of line), truncated (the head file knows more records
+//! hash does not match), deleted (a `seq` is missing), out of order (a
+//! later `seq` where an earlier one belongs, and that one further on),
+//! inserted or reordered (`seq` or `prev` out of line otherwise), truncated (the head file knows more records
 //! than the log holds) — and reports a torn last line as a warning.
 //!
 //! When the oldest rotated files were removed by retention (`[audit]
@@ -169,7 +170,15 @@ fn verify_file(
         let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
         if seq != expected {
             let why = if seq > expected {
-                format!("{label}seq {seq} where {expected} was expected: record(s) deleted")
+                match line_of_seq(&lines[i + 1..], expected) {
+                    Some(later) => format!(
+                        "{label}seq {seq} where {expected} was expected: records out of order (seq {expected} is at line {})",
+                        line_no + later
+                    ),
+                    None => format!(
+                        "{label}seq {seq} where {expected} was expected: record(s) deleted"
+                    ),
+                }
             } else {
                 format!("{label}seq {seq} where {expected} was expected: reordered or inserted")
             };
@@ -210,6 +219,18 @@ fn verify_file(
         out.last_seq = seq;
     }
     true
+}
+
+/// How many lines after the first of `rest` the record numbered `seq` is
+/// (1 for the first), if it is there: a record that turns up later was
+/// moved, not deleted.
+fn line_of_seq(rest: &[&[u8]], seq: u64) -> Option<usize> {
+    rest.iter()
+        .position(|raw| {
+            serde_json::from_slice::<Map<String, Value>>(raw)
+                .is_ok_and(|r| r.get("seq").and_then(Value::as_u64) == Some(seq))
+        })
+        .map(|i| i + 1)
 }
 
 /// The `chain_starts_at` of a retention note.

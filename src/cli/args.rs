@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::audit::time_bound::TimeBound;
+use crate::audit::Kind;
 use crate::manifest::Tier;
 
 const AFTER_HELP: &str = "\
@@ -200,7 +202,7 @@ pub enum AuditCommand {
     },
     /// Records matching every filter given.
     #[command(
-        after_help = "Examples:\n  spawnd audit query --kind denial --reason option_injection\n  spawnd audit query --connector local://spawnd/git --since 2026-11-01T00:00:00Z --json"
+        after_help = "Examples:\n  spawnd audit query --kind denial --reason option_injection\n  spawnd audit query --kind net --since 2h\n  spawnd audit query --connector local://spawnd/git --since 2026-11-01T00:00:00Z --until 2026-11-02T00:00:00+01:00 --json"
     )]
     Query {
         /// Which records.
@@ -232,9 +234,9 @@ pub struct AuditFilter {
     /// Operation name.
     #[arg(long)]
     pub op: Option<String>,
-    /// Record kind: decision, denial, exit, note.
-    #[arg(long)]
-    pub kind: Option<String>,
+    /// Record kind: decision, denial, exit, net or note.
+    #[arg(long, value_name = "KIND", value_parser = parse_kind)]
+    pub kind: Option<Kind>,
     /// Denial reason, e.g. option_injection.
     #[arg(long)]
     pub reason: Option<String>,
@@ -244,12 +246,21 @@ pub struct AuditFilter {
     /// Program hash (`sha256:…`).
     #[arg(long)]
     pub program_sha256: Option<String>,
-    /// Records at or after this RFC 3339 time.
-    #[arg(long)]
-    pub since: Option<String>,
-    /// Records before this RFC 3339 time.
-    #[arg(long)]
-    pub until: Option<String>,
+    /// Records at or after this time: RFC 3339 (`2026-11-26T10:00:00Z`,
+    /// `2026-11-26T11:00:00+01:00`) or back from now (`90s`, `15m`, `2h`, `3d`).
+    #[arg(long, value_name = "TIME", value_parser = TimeBound::parse)]
+    pub since: Option<TimeBound>,
+    /// Records before this time, in the same forms as --since.
+    #[arg(long, value_name = "TIME", value_parser = TimeBound::parse)]
+    pub until: Option<TimeBound>,
+}
+
+/// `--kind`: a record kind's wire name; the message lists them all.
+fn parse_kind(text: &str) -> Result<Kind, String> {
+    Kind::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("not a record kind: give one of {}", names.join(", "))
+    })
 }
 
 /// `spawnd config …`.

@@ -1,14 +1,18 @@
-//! `spawnd audit verify`.
+//! `spawnd audit verify`, `tail`, `query` and `export`: the audit log read
+//! for people (one escaped line per record) or as JSON, filtered by
+//! [`AuditFilter`] with its times compared as instants.
 
 use crate::exec::FailureKind;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
+use time::OffsetDateTime;
 
 use super::args::{AuditFilter, Cli};
 use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
 use crate::audit::ocsf::to_ocsf;
+use crate::audit::time_bound::record_instant;
 use crate::audit::verify as verify_chain;
 use crate::printable::printable;
 
@@ -85,14 +89,49 @@ fn read_records(path: &Path) -> Result<Vec<Map<String, Value>>, Failure> {
         .collect())
 }
 
-fn matches(r: &Map<String, Value>, f: &AuditFilter) -> bool {
+/// A filter with its times resolved to instants against one `now`.
+struct Matcher<'a> {
+    filter: &'a AuditFilter,
+    since: Option<OffsetDateTime>,
+    until: Option<OffsetDateTime>,
+}
+
+impl<'a> Matcher<'a> {
+    fn new(filter: &'a AuditFilter, now: OffsetDateTime) -> Matcher<'a> {
+        Matcher {
+            filter,
+            since: filter.since.map(|b| b.instant(now)),
+            until: filter.until.map(|b| b.instant(now)),
+        }
+    }
+
+    /// Every filter given matches. With a time bound, a record whose `ts`
+    /// is not an RFC 3339 time matches none: nothing says when it was.
+    fn matches(&self, r: &Map<String, Value>) -> bool {
+        let in_window = || {
+            if self.since.is_none() && self.until.is_none() {
+                return true;
+            }
+            r.get("ts")
+                .and_then(Value::as_str)
+                .and_then(record_instant)
+                .is_some_and(|at| {
+                    self.since.is_none_or(|since| at >= since)
+                        && self.until.is_none_or(|until| at < until)
+                })
+        };
+        fields_match(r, self.filter) && in_window()
+    }
+}
+
+/// The filters other than time.
+fn fields_match(r: &Map<String, Value>, f: &AuditFilter) -> bool {
     let s = |k: &str| r.get(k).and_then(Value::as_str);
-    let ts = s("ts").unwrap_or("");
     f.connector
         .as_deref()
         .is_none_or(|c| s("connector") == Some(c))
         && f.op.as_deref().is_none_or(|o| s("op") == Some(o))
-        && f.kind.as_deref().is_none_or(|k| s("kind") == Some(k))
+        && f.kind.is_none_or(|k| s("kind") == Some(k.as_str()))
         && f.reason.as_deref().is_none_or(|x| s("reason") == Some(x))
         && f.uid.is_none_or(|u| {
             r.get("caller")
@@ -106,8 +145,6 @@ fn matches(r: &Map<String, Value>, f: &AuditFilter) -> bool {
                 .and_then(Value::as_str)
                 == Some(h)
         })
-        && f.since.as_deref().is_none_or(|t| ts >= t)
-        && f.until.as_deref().is_none_or(|t| ts < t)
 }
 
 /// What a `net` record says: a connection (where to, allowed or refused
@@ -259,7 +296,8 @@ pub fn tail(cli: &Cli, file: Option<&Path>, n: usize, follow: bool) -> Result<Su
 /// `spawnd audit query …`.
 pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
     let records = read_records(&log_path(cli, file)?)?;
-    let hits: Vec<&Map<String, Value>> = records.iter().filter(|r| matches(r, filter)).collect();
+    let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
+    let hits: Vec<&Map<String, Value>> = records.iter().filter(|r| matcher.matches(r)).collect();
     Ok(listing(&hits))
 }
 
@@ -269,9 +307,10 @@ pub fn export(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Su
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
     let events: Vec<Value> = records
         .iter()
-        .filter(|r| matches(r, filter))
+        .filter(|r| matcher.matches(r))
         .filter_map(|r| to_ocsf(r, &host))
         .collect();
     let text = events

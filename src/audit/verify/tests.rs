@@ -76,7 +76,12 @@ fn reordered_and_inserted_records_are_named() {
     let mut l = lines(&path);
     l.swap(1, 2);
     write_lines(&path, &l);
-    assert_eq!(verify(&path, None).unwrap().tamper.unwrap().seq, 2);
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert_eq!((t.seq, t.line), (2, 2), "{t:?}");
+    assert!(
+        t.reason.contains("out of order (seq 2 is at line 3)") && !t.reason.contains("deleted"),
+        "{t:?}"
+    );
     let (_d2, path2) = log_with(3);
     let mut l = lines(&path2);
     let copy = l[0].clone();
@@ -84,6 +89,22 @@ fn reordered_and_inserted_records_are_named() {
     write_lines(&path2, &l);
     let t = verify(&path2, None).unwrap().tamper.unwrap();
     assert_eq!(t.seq, 3, "{t:?}");
+}
+
+#[test]
+fn a_record_moved_further_down_is_out_of_order_wherever_it_went() {
+    let (_d, path) = log_with(6);
+    let mut l = lines(&path);
+    let moved = l.remove(2);
+    l.push(moved);
+    write_lines(&path, &l);
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert_eq!((t.seq, t.line), (3, 3), "{t:?}");
+    assert!(
+        t.reason
+            .contains("seq 4 where 3 was expected: records out of order (seq 3 is at line 6)"),
+        "{t:?}"
+    );
 }
 
 #[test]
