@@ -566,6 +566,28 @@ fn capabilities_health_and_config_show_speak_json() {
 }
 
 #[test]
+fn config_show_prints_the_socket_mode_as_octal_in_text_and_json() {
+    let s = Scratch::new();
+    let cfg = s.write("c.toml", "[server]\nsocket_mode = \"0640\"\n");
+    let json = json_of(&spawnd(&[
+        "config",
+        "show",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]));
+    assert_eq!(json["data"]["server"]["socket_mode"], "0640", "{json}");
+    let text = spawnd(&["config", "show", "--config", cfg.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(r#""socket_mode": "0640""#), "{text}");
+    let defaults = json_of(&spawnd(&["config", "show", "--json"]));
+    assert_eq!(
+        defaults["data"]["server"]["socket_mode"], "0660",
+        "{defaults}"
+    );
+}
+
+#[test]
 fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
     let out = spawnd(&["check", "--json", "--manifest", "x.toml"]);
     assert_eq!(out.status.code(), Some(2));
