@@ -588,6 +588,42 @@ fn config_show_prints_the_socket_mode_as_octal_in_text_and_json() {
 }
 
 #[test]
+fn a_config_file_that_cannot_be_read_is_a_config_error_naming_the_file() {
+    let s = Scratch::new();
+    let missing = s.path("missing.toml");
+    let out = spawnd(&[
+        "config",
+        "show",
+        "--json",
+        "--config",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(4));
+    let json = json_of(&out);
+    assert_eq!(json["error"]["code"], "CONFIG_ERROR", "{json}");
+    let message = json["error"]["message"].as_str().unwrap();
+    for part in [missing.to_str().unwrap(), "--config", "$SPAWND_CONFIG"] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    // The same through $SPAWND_CONFIG, and for a directory (read, not found).
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .args(["health"])
+        .env("SPAWND_CONFIG", &missing)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = s.path("work");
+    let out = spawnd(&["config", "show", "--config", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(dir.to_str().unwrap()));
+}
+
+#[test]
 fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
     let out = spawnd(&["check", "--json", "--manifest", "x.toml"]);
     assert_eq!(out.status.code(), Some(2));
