@@ -382,6 +382,38 @@ fn mode_tiers_are_enforced() {
 }
 
 #[test]
+fn capabilities_says_runs_mode_must_reach_the_operations_tier_as_the_gate_does() {
+    let caps = json_of(&spawnd(&["capabilities", "--json"]));
+    let commands = caps["data"]["commands"].as_array().unwrap();
+    let run = commands.iter().find(|c| c["id"] == "run").unwrap();
+    let summary = run["summary"].as_str().unwrap();
+    assert!(!summary.contains("own mode"), "{summary}");
+    assert!(
+        summary.contains("--mode must reach the operation's tier"),
+        "{summary}"
+    );
+    // What it says is what the gate does: a write operation needs --mode write.
+    let s = Scratch::new();
+    let text = std::fs::read_to_string(s.manifest(None)).unwrap().replace(
+        "argv = \"git show {rev}\"",
+        "argv = \"git show {rev}\"\nmode = \"write\"",
+    );
+    let m = s.write("m2.toml", &text);
+    let denied = assert_denied(
+        &check(&m, &["--op", "show", "--arg", "rev=HEAD"]),
+        "mode_insufficient",
+        3,
+    );
+    let message = denied["error"]["message"].as_str().unwrap();
+    assert!(message.contains("pass --mode write"), "{message}");
+    let allowed = check(
+        &m,
+        &["--op", "show", "--arg", "rev=HEAD", "--mode", "write"],
+    );
+    assert_eq!(allowed.status.code(), Some(0));
+}
+
+#[test]
 fn a_disabled_connector_and_an_unbound_credential_are_refused() {
     let s = Scratch::new();
     let m = s.manifest(None);
