@@ -656,6 +656,20 @@ fn a_config_file_that_cannot_be_read_is_a_config_error_naming_the_file() {
 }
 
 #[test]
+fn lint_of_an_unknown_key_points_to_where_the_keys_are_described() {
+    let s = Scratch::new();
+    let m = s.write("typo.toml", "[connector]\nname = \"local://a/b\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\nfs_reed = []\n[capabilities.spawn.operations.x]\nargv = \"git status\"\n");
+    let out = spawnd(&["manifest", "lint", m.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fs_reed") && err.contains("docs/manifest.md"),
+        "{err}"
+    );
+    assert!(!err.contains("explain --help"), "{err}");
+}
+
+#[test]
 fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
     let out = spawnd(&["check", "--json", "--manifest", "x.toml"]);
     assert_eq!(out.status.code(), Some(2));
