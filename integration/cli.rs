@@ -656,6 +656,33 @@ fn a_config_file_that_cannot_be_read_is_a_config_error_naming_the_file() {
 }
 
 #[test]
+fn serve_without_its_manifests_directory_says_to_create_it_or_set_server_manifests() {
+    let s = Scratch::new();
+    let missing = s.path("manifests");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\n",
+            s.path("audit.jsonl").display(),
+            s.path("spawnd.sock").display(),
+            missing.display()
+        ),
+    );
+    let out = spawnd(&["serve", "--config", cfg.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{} does not exist", missing.display())),
+        "{err}"
+    );
+    assert!(err.contains("create it"), "{err}");
+    assert!(
+        err.contains(&format!("set [server] manifests in {}", cfg.display())),
+        "{err}"
+    );
+}
+
+#[test]
 fn lint_of_an_unknown_key_points_to_where_the_keys_are_described() {
     let s = Scratch::new();
     let m = s.write("typo.toml", "[connector]\nname = \"local://a/b\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\nfs_reed = []\n[capabilities.spawn.operations.x]\nargv = \"git status\"\n");
