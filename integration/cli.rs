@@ -382,6 +382,38 @@ fn mode_tiers_are_enforced() {
 }
 
 #[test]
+fn capabilities_says_runs_mode_must_reach_the_operations_tier_as_the_gate_does() {
+    let caps = json_of(&spawnd(&["capabilities", "--json"]));
+    let commands = caps["data"]["commands"].as_array().unwrap();
+    let run = commands.iter().find(|c| c["id"] == "run").unwrap();
+    let summary = run["summary"].as_str().unwrap();
+    assert!(!summary.contains("own mode"), "{summary}");
+    assert!(
+        summary.contains("--mode must reach the operation's tier"),
+        "{summary}"
+    );
+    // What it says is what the gate does: a write operation needs --mode write.
+    let s = Scratch::new();
+    let text = std::fs::read_to_string(s.manifest(None)).unwrap().replace(
+        "argv = \"git show {rev}\"",
+        "argv = \"git show {rev}\"\nmode = \"write\"",
+    );
+    let m = s.write("m2.toml", &text);
+    let denied = assert_denied(
+        &check(&m, &["--op", "show", "--arg", "rev=HEAD"]),
+        "mode_insufficient",
+        3,
+    );
+    let message = denied["error"]["message"].as_str().unwrap();
+    assert!(message.contains("pass --mode write"), "{message}");
+    let allowed = check(
+        &m,
+        &["--op", "show", "--arg", "rev=HEAD", "--mode", "write"],
+    );
+    assert_eq!(allowed.status.code(), Some(0));
+}
+
+#[test]
 fn a_disabled_connector_and_an_unbound_credential_are_refused() {
     let s = Scratch::new();
     let m = s.manifest(None);
@@ -563,6 +595,105 @@ fn capabilities_health_and_config_show_speak_json() {
         shown["data"]["credentials"][0]["source"],
         "file:/etc/spawnd/k"
     );
+}
+
+#[test]
+fn config_show_prints_the_socket_mode_as_octal_in_text_and_json() {
+    let s = Scratch::new();
+    let cfg = s.write("c.toml", "[server]\nsocket_mode = \"0640\"\n");
+    let json = json_of(&spawnd(&[
+        "config",
+        "show",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]));
+    assert_eq!(json["data"]["server"]["socket_mode"], "0640", "{json}");
+    let text = spawnd(&["config", "show", "--config", cfg.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(r#""socket_mode": "0640""#), "{text}");
+    let defaults = json_of(&spawnd(&["config", "show", "--json"]));
+    assert_eq!(
+        defaults["data"]["server"]["socket_mode"], "0660",
+        "{defaults}"
+    );
+}
+
+#[test]
+fn a_config_file_that_cannot_be_read_is_a_config_error_naming_the_file() {
+    let s = Scratch::new();
+    let missing = s.path("missing.toml");
+    let out = spawnd(&[
+        "config",
+        "show",
+        "--json",
+        "--config",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(4));
+    let json = json_of(&out);
+    assert_eq!(json["error"]["code"], "CONFIG_ERROR", "{json}");
+    let message = json["error"]["message"].as_str().unwrap();
+    for part in [missing.to_str().unwrap(), "--config", "$SPAWND_CONFIG"] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    // The same through $SPAWND_CONFIG, and for a directory (read, not found).
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .args(["health"])
+        .env("SPAWND_CONFIG", &missing)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = s.path("work");
+    let out = spawnd(&["config", "show", "--config", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(dir.to_str().unwrap()));
+}
+
+#[test]
+fn serve_without_its_manifests_directory_says_to_create_it_or_set_server_manifests() {
+    let s = Scratch::new();
+    let missing = s.path("manifests");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\n",
+            s.path("audit.jsonl").display(),
+            s.path("spawnd.sock").display(),
+            missing.display()
+        ),
+    );
+    let out = spawnd(&["serve", "--config", cfg.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{} does not exist", missing.display())),
+        "{err}"
+    );
+    assert!(err.contains("create it"), "{err}");
+    assert!(
+        err.contains(&format!("set [server] manifests in {}", cfg.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn lint_of_an_unknown_key_points_to_where_the_keys_are_described() {
+    let s = Scratch::new();
+    let m = s.write("typo.toml", "[connector]\nname = \"local://a/b\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\nfs_reed = []\n[capabilities.spawn.operations.x]\nargv = \"git status\"\n");
+    let out = spawnd(&["manifest", "lint", m.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fs_reed") && err.contains("docs/manifest.md"),
+        "{err}"
+    );
+    assert!(!err.contains("explain --help"), "{err}");
 }
 
 #[test]

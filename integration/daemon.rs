@@ -1606,6 +1606,48 @@ fn the_operators_workspace_anchors_a_daemon_spawns_scopes() {
     assert!(refused.get("error").is_some(), "{refused}");
 }
 
+#[test]
+fn a_mode_denial_over_the_socket_names_the_mode_param() {
+    let w = world();
+    let dir = w.path("daemon-mode-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("modes.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/modes\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/bash\" }]\n[capabilities.spawn.operations.change]\nargv = [\"bash\", \"-c\", \"true\"]\nmode = \"write\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &manifest,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let d = Daemon::start_with_manifests("modes", "", &[&manifest]);
+    let mut c = d.client();
+    let denied = c.call(
+        "spawn_op",
+        json!({"connector": "local://test/modes", "op": "change"}),
+    );
+    assert_eq!(
+        denied["error"]["data"]["reason"], "mode_insufficient",
+        "{denied}"
+    );
+    let message = denied["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("set the request's `mode` param to \"write\""),
+        "{message}"
+    );
+    assert!(!message.contains("; pass --mode"), "{message}");
+    // The param it names is the one that works.
+    let h = c.ok(
+        "spawn_op",
+        json!({"connector": "local://test/modes", "op": "change", "mode": "write"}),
+    )["handle"]
+        .clone();
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(done["exit_code"], 0, "{done}");
+}
+
 /// Through the daemon too, the live log is not cut by the result's cap:
 /// `run --socket` shows the program's output past the cap (the daemon keeps
 /// a window of it for live readers) while the result keeps the capped bytes.

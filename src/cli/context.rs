@@ -62,9 +62,13 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let xdg = std::env::var("XDG_STATE_HOME").ok();
     let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
     match path {
-        Some(path) => Config::load(path, default_audit).map_err(|e| {
-            let kind = if matches!(e, crate::config::ConfigError::Read { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound) { crate::exec::FailureKind::NotFound } else { crate::exec::FailureKind::Config };
-            Failure::new(kind, e.to_string())
+        // A config that cannot be read is a config problem (exit 4), missing
+        // or not: the file named is the operator's, not a thing looked up.
+        Some(path) => Config::load(path, default_audit).map_err(|e| match e {
+            crate::config::ConfigError::Read { .. } => Failure::config(format!(
+                "{e}; the config file is the one --config or $SPAWND_CONFIG names: create it, or point them at a readable file (with neither, the built-in defaults apply)"
+            )),
+            _ => Failure::config(e.to_string()),
         }),
         None => Config::defaults(default_audit).map_err(|e| Failure::internal(e.to_string())),
     }

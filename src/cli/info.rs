@@ -61,7 +61,7 @@ const COMMANDS: &[(&str, &str, &str)] = &[
     ("config.show", "the effective operator config", "readonly"),
     (
         "run",
-        "an operation in the sandbox (the operation's own mode applies)",
+        "an operation in the sandbox (--mode must reach the operation's tier: --mode write for a write operation)",
         "readonly",
     ),
     (

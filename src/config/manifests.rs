@@ -19,6 +19,12 @@ pub type Manifests = BTreeMap<String, Manifest>;
 pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in &config.server.manifests {
+        // Not followed: a link that leads nowhere is read_checked's to name.
+        if let Err(e) = std::fs::symlink_metadata(entry) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Err(missing_entry(entry, config.source.as_deref()));
+            }
+        }
         if entry.is_dir() {
             let mut found: Vec<PathBuf> = std::fs::read_dir(entry)
                 .map_err(|e| format!("{}: {e}", entry.display()))?
@@ -51,6 +57,19 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
         out.insert(name, manifest);
     }
     Ok(out)
+}
+
+/// What to do when a `[server] manifests` entry does not exist (the
+/// default, `/etc/spawnd/manifests`, on a host nobody set up yet).
+fn missing_entry(entry: &Path, config: Option<&Path>) -> String {
+    let config = match config {
+        Some(path) => format!("in {}", path.display()),
+        None => "in a config file (--config or $SPAWND_CONFIG)".to_string(),
+    };
+    format!(
+        "{} does not exist; create it (a directory of *.toml manifests, or a manifest file), or set [server] manifests {config} to the files or directories that hold your manifests",
+        entry.display()
+    )
 }
 
 /// The text of a manifest file whose file and directory only root or
@@ -142,5 +161,28 @@ mod tests {
         chmod(&file, 0o664);
         let e = read_checked(&file, me).unwrap_err();
         assert!(e.contains("writable by group or others"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_manifests_entry_says_to_create_it_or_set_server_manifests() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("manifests");
+        let mut config = crate::config::Config::defaults(None).unwrap();
+        config.server.manifests = vec![missing.clone()];
+        let e = load_manifests(&config).unwrap_err();
+        assert!(e.contains(&missing.display().to_string()), "{e}");
+        assert!(e.contains("create it"), "{e}");
+        assert!(
+            e.contains("set [server] manifests in a config file (--config or $SPAWND_CONFIG)"),
+            "{e}"
+        );
+        // With a config file, that file is the one named.
+        config.source = Some(d.path().join("config.toml"));
+        let e = load_manifests(&config).unwrap_err();
+        let named = format!(
+            "set [server] manifests in {}",
+            d.path().join("config.toml").display()
+        );
+        assert!(e.contains(&named), "{e}");
     }
 }

@@ -72,7 +72,8 @@ pub struct AuditConfig {
 pub struct ServerConfig {
     /// Socket path.
     pub socket: PathBuf,
-    /// Socket mode.
+    /// Socket mode, shown as the octal string the config takes (`"0660"`).
+    #[serde(serialize_with = "octal_mode")]
     pub socket_mode: u32,
     /// Socket group.
     pub socket_group: Option<String>,
@@ -426,6 +427,12 @@ fn disabled_connectors(raw: &[RawDisable], at: &Origin<'_>) -> Result<Vec<Fqn>, 
     raw.iter()
         .map(|d| at.fqn("disable.connector", &d.connector))
         .collect()
+}
+
+/// Writes a mode as the config spells it, an octal string (`"0660"`), so
+/// `config show` prints what an operator would type rather than its decimal.
+fn octal_mode<S: serde::Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{mode:04o}"))
 }
 
 /// `[server] socket_mode`: an octal mode string, 0660 when unset.

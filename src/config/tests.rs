@@ -52,6 +52,22 @@ fn the_spec_example_config_loads() {
 }
 
 #[test]
+fn the_socket_mode_is_shown_as_the_octal_string_the_config_takes() {
+    for (given, shown) in [("0660", "0660"), ("0600", "0600"), ("755", "0755")] {
+        let text = format!("[server]\nsocket_mode = \"{given}\"\n");
+        let c = Config::parse(Path::new("c.toml"), &text, None).unwrap();
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["server"]["socket_mode"], shown, "{given}");
+        // What is shown reads back as the same mode.
+        let again = format!("[server]\nsocket_mode = \"{shown}\"\n");
+        let back = Config::parse(Path::new("c.toml"), &again, None).unwrap();
+        assert_eq!(back.server.socket_mode, c.server.socket_mode);
+    }
+    let defaults = serde_json::to_value(Config::defaults(None).unwrap()).unwrap();
+    assert_eq!(defaults["server"]["socket_mode"], "0660");
+}
+
+#[test]
 fn unknown_keys_are_errors_with_a_position() {
     let e = Config::parse(Path::new("c.toml"), "[sandbox]\nrun_ass = \"1:1\"\n", None).unwrap_err();
     let text = e.to_string();

@@ -418,6 +418,18 @@ fn i39_unknown_keys_are_errors_naming_the_key_with_line_and_column() {
 }
 
 #[test]
+fn the_hint_for_an_unknown_key_points_where_the_keys_are_described() {
+    let text = base().replace("fs_read =", "fs_reed =");
+    let e = load(&text).unwrap_err();
+    let hint = e.problems[0].hint.as_deref().unwrap_or_default();
+    // `explain --help` lists flags, not manifest keys.
+    assert!(!hint.contains("--help"), "{hint}");
+    assert!(hint.contains("docs/manifest.md"), "{hint}");
+    // The keys allowed where the unknown one stands are in the message.
+    assert!(e.problems[0].message.contains("fs_read"), "{e}");
+}
+
+#[test]
 fn i40_forwarder_manifests() {
     let fwd = base().replace(
         "[connector]",

@@ -79,7 +79,7 @@ pub fn parse_manifest(
             let span = e.span().unwrap_or(0..0);
             let message = e.message().trim().to_string();
             let hint = if message.contains("unknown field") {
-                Some("remove the key or fix its spelling; `spawnd manifest explain --help` lists every key")
+                Some("remove the key or fix its spelling; docs/manifest.md describes every key")
             } else {
                 None
             };

@@ -9,7 +9,7 @@ use super::decision::{shown, Decision, Denial};
 use super::inspector::ProgramInspector;
 use super::raw::{choose_candidate, match_raw};
 use super::reason::Reason;
-use super::request::{Caller, GateContext, Request, RequestKind};
+use super::request::{Access, Caller, GateContext, Request, RequestKind};
 use crate::manifest::{system_path_overlap, Manifest, Operation, SpawnGrant, Tier};
 use crate::plan::{FsPlan, SpawnPlan};
 
@@ -243,10 +243,24 @@ fn check_mode(ctx: &GateContext, op: &Operation, mode: Tier) -> Result<(), Box<D
         format!("mode:{mode}"),
         vec![format!("mode:{}", op.mode)],
         format!(
-            "operation `{}` requires mode {} but the invocation runs at {mode}; pass --mode {}",
-            op.name, op.mode, op.mode
+            "operation `{}` requires mode {} but the invocation runs at {mode}; {}",
+            op.name,
+            op.mode,
+            how_to_ask_for_mode(ctx.access, op.mode)
         ),
     ))
+}
+
+/// The fix a mode denial suggests, in the words of the front end that
+/// asked: a local invocation passes `--mode`, a daemon caller the request's
+/// `mode` param (which `spawnd run --socket` fills from its `--mode`).
+fn how_to_ask_for_mode(access: &Access, tier: Tier) -> String {
+    match access {
+        Access::Local => format!("pass --mode {tier}"),
+        Access::Rules { .. } => format!(
+            "set the request's `mode` param to \"{tier}\" (spawnd run --socket: --mode {tier})"
+        ),
+    }
 }
 
 /// A manifest whose scopes or cwd are anchored at `{workspace}` runs only

@@ -280,6 +280,41 @@ fn checks_run_in_the_spec_order_and_the_first_failure_wins() {
 }
 
 #[test]
+fn a_mode_denial_says_how_each_front_end_raises_the_mode() {
+    let text = M0.replace(
+        "argv = \"git log --since={since}\"",
+        "argv = \"git log --since={since}\"\nmode = \"write\"",
+    );
+    let m = manifest(&text);
+    let message = |access: Access| {
+        let op = Operator {
+            access,
+            ..Operator::default()
+        };
+        let d = decide_full(
+            &m,
+            &Request::op("log", &[]),
+            &op,
+            &mut FakePrograms::standard(),
+        );
+        let denial = denied(&d);
+        assert_eq!(denial.reason, Reason::ModeInsufficient);
+        denial.message.clone()
+    };
+    let local = message(Access::Local);
+    assert!(local.ends_with("pass --mode write"), "{local}");
+    let daemon = message(Access::Rules {
+        rules: Vec::new(),
+        daemon_uid: caller().uid,
+    });
+    assert!(
+        daemon.contains("set the request's `mode` param to \"write\""),
+        "{daemon}"
+    );
+    assert!(!daemon.contains("; pass --mode"), "{daemon}");
+}
+
+#[test]
 fn connector_state_and_caller_come_first() {
     let m = manifest(M0);
     let ctx_for = |connector: &str, manifest: Option<&Manifest>, disabled: bool, access: Access| {
