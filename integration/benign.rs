@@ -977,3 +977,32 @@ fn a_script_runs_when_its_interpreter_is_executable_and_not_otherwise() {
         "{said}"
     );
 }
+
+/// A program that ends on its own as its wall time runs out is not
+/// reported as timed out: its own exit stands (the wall time's SIGTERM can
+/// cross its exit; init tells which came first). Hammered around the
+/// deadline: a result never says exit 0 and timed out together.
+#[test]
+fn a_program_ending_at_its_deadline_is_never_exit_0_and_timed_out() {
+    let w = world();
+    let mut seen = [0u32; 2];
+    for i in 0..30 {
+        let sleep = format!("sleep 0.{}", 280 + (i % 8) * 5);
+        let data = result(&w.run(
+            As::Root,
+            "sh",
+            &[("script", &sleep)],
+            &["--timeout", "300ms"],
+        ));
+        let timed_out = data["timed_out"] == true;
+        seen[usize::from(timed_out)] += 1;
+        assert!(
+            !(timed_out && data["exit_code"] == 0),
+            "exit 0 and timed out at once: {data}"
+        );
+        if !timed_out {
+            assert_eq!(data["exit_code"], 0, "{data}");
+        }
+    }
+    eprintln!("ended on their own, timed out: {seen:?}");
+}

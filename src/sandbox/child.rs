@@ -603,18 +603,30 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         waited.add(*sig);
     }
+    // Whether a signal of spawnd's reached the program while it ran: a
+    // program that ended before it did ended on its own, however close to
+    // the wall time's deadline (the parent's SIGTERM may cross its exit).
+    let mut forwarded = false;
     loop {
         let Ok(sig) = waited.wait() else { continue };
         if sig != Signal::SIGCHLD {
+            match waitpid(program, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::Exited(_, code)) => finish(s, code << 8, !forwarded),
+                Ok(WaitStatus::Signaled(_, sig, core)) => {
+                    finish(s, sig as i32 | if core { 0x80 } else { 0 }, !forwarded)
+                }
+                _ => {}
+            }
+            forwarded = true;
             let _ = kill(program, sig);
             continue;
         }
         while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
             match status {
                 WaitStatus::StillAlive => break,
-                WaitStatus::Exited(pid, code) if pid == program => finish(s, code << 8),
+                WaitStatus::Exited(pid, code) if pid == program => finish(s, code << 8, !forwarded),
                 WaitStatus::Signaled(pid, sig, core) if pid == program => {
-                    finish(s, sig as i32 | if core { 0x80 } else { 0 })
+                    finish(s, sig as i32 | if core { 0x80 } else { 0 }, !forwarded)
                 }
                 _ => {}
             }
@@ -623,7 +635,7 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
 }
 
 /// The program ended: kill what it left behind, report, and exit (ending the namespace).
-fn finish(s: ChildSetup<'_>, raw_status: i32) -> ! {
+fn finish(s: ChildSetup<'_>, raw_status: i32, on_its_own: bool) -> ! {
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     // Until ECHILD: an interrupted wait (EINTR) must not end the loop, or
     // the report could leave before every process is reaped.
@@ -646,6 +658,7 @@ fn finish(s: ChildSetup<'_>, raw_status: i32) -> ! {
         wait_status: raw_status,
         cpu_us,
         max_rss_kib,
+        on_its_own,
     });
     // Init's own ends of the program's stdio go before the report: nothing in
     // the sandbox holds them any more, so spawnd sees the output end with the

@@ -87,6 +87,10 @@ pub struct ProgramEnded {
     pub cpu_us: u64,
     /// The largest resident set among them, KiB.
     pub max_rss_kib: u64,
+    /// The program ended before init forwarded it any signal of spawnd's
+    /// (the wall time's SIGTERM, an interruption): it ended on its own,
+    /// however close to a deadline.
+    pub on_its_own: bool,
 }
 
 /// One message, as decoded.
@@ -120,7 +124,7 @@ impl fmt::Display for Garbled {
 }
 
 /// Bytes of an `Ended` record after its tag.
-const ENDED_BODY: usize = 4 + 8 + 8;
+const ENDED_BODY: usize = 4 + 8 + 8 + 1;
 
 /// An encoded message: on the stack, or on the heap when its text does not
 /// fit there.
@@ -196,14 +200,15 @@ pub fn encode_layers(applied: &Applied) -> Encoded {
     line
 }
 
-/// `W<i32 wait status><u64 cpu µs><u64 max rss KiB>`, little-endian: the
-/// program ended.
+/// `W<i32 wait status><u64 cpu µs><u64 max rss KiB><u8 on its own>`,
+/// little-endian: the program ended.
 pub fn encode_ended(ended: &ProgramEnded) -> Encoded {
     let mut record = Encoded::new();
     record.push(&[StatusKind::Ended.tag()]);
     record.push(&ended.wait_status.to_le_bytes());
     record.push(&ended.cpu_us.to_le_bytes());
     record.push(&ended.max_rss_kib.to_le_bytes());
+    record.push(&[u8::from(ended.on_its_own)]);
     record
 }
 
@@ -265,6 +270,7 @@ fn decode_ended(body: &[u8]) -> ProgramEnded {
         wait_status: i32::from_le_bytes([body[0], body[1], body[2], body[3]]),
         cpu_us: u64_at(4),
         max_rss_kib: u64_at(12),
+        on_its_own: body[20] == 1,
     }
 }
 
@@ -327,6 +333,7 @@ mod tests {
         wait_status: 3 << 8,
         cpu_us: 2_500,
         max_rss_kib: 1_024,
+        on_its_own: true,
     };
 
     const LAYERS_7: Applied = Applied {
@@ -336,11 +343,13 @@ mod tests {
     };
 
     /// The wire bytes, written out.
+    /// An `Ended` record of a program that ended on its own.
     fn ended_bytes(status: i32, cpu_us: u64, rss_kib: u64) -> Vec<u8> {
         let mut v = b"W".to_vec();
         v.extend_from_slice(&status.to_le_bytes());
         v.extend_from_slice(&cpu_us.to_le_bytes());
         v.extend_from_slice(&rss_kib.to_le_bytes());
+        v.push(1);
         v
     }
 

@@ -350,6 +350,7 @@ fn supervise_blocked<'a>(
     } = watch(out, err, status, &*end, &sigfd, started, sup)?;
     let ProgramEnd {
         ending,
+        on_its_own,
         landlock,
         cpu_ms,
         peak_memory_bytes,
@@ -365,10 +366,12 @@ fn supervise_blocked<'a>(
         program_done,
         ended,
     );
+    // A program that ended on its own as the deadline passed (or as spawnd
+    // was interrupted) was not ended by it: its own exit stands.
     let outcome = Outcome {
         ending,
-        timed_out,
-        interrupted_by,
+        timed_out: timed_out && !on_its_own,
+        interrupted_by: interrupted_by.filter(|_| !on_its_own),
         duration,
         stdout: out.finish(),
         stderr: err.finish(),
@@ -568,6 +571,9 @@ fn ready_slots(
 /// How the program ended and what it used.
 struct ProgramEnd<'a> {
     ending: Ending,
+    /// Init reported that the program ended before a signal of spawnd's
+    /// reached it.
+    on_its_own: bool,
     landlock: Option<Applied>,
     cpu_ms: u64,
     peak_memory_bytes: u64,
@@ -606,6 +612,7 @@ fn program_end<'a>(
     let (peak_cg, oom) = cgroup_readings;
     Ok(ProgramEnd {
         ending,
+        on_its_own: usage.is_some_and(|u| u.on_its_own),
         landlock,
         cpu_ms,
         peak_memory_bytes: peak_cg.unwrap_or(max_rss_bytes),

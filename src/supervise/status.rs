@@ -14,6 +14,8 @@ pub struct ProgramUsage {
     pub cpu_ms: u64,
     /// The largest resident set among them, bytes.
     pub max_rss_bytes: u64,
+    /// It ended before any signal of spawnd's reached it.
+    pub on_its_own: bool,
 }
 
 /// The run as the status pipe tells it, from everything read there and, for
@@ -40,6 +42,7 @@ pub(super) fn parse_status(
                 usage = Some(ProgramUsage {
                     cpu_ms: ended.cpu_us / 1000,
                     max_rss_bytes: ended.max_rss_kib.saturating_mul(1024),
+                    on_its_own: ended.on_its_own,
                 });
                 // A setup or exec error reported before wins over the exit status that follows it.
                 if !matches!(ending, Some(Ending::SetupFailed(_))) {
@@ -84,6 +87,7 @@ mod tests {
             wait_status,
             cpu_us,
             max_rss_kib,
+            on_its_own: true,
         };
         encode_ended(&ended).as_bytes().to_vec()
     }
@@ -113,7 +117,8 @@ mod tests {
                 }),
                 Some(ProgramUsage {
                     cpu_ms: 2,
-                    max_rss_bytes: 1 << 20
+                    max_rss_bytes: 1 << 20,
+                    on_its_own: true,
                 })
             )
         );
