@@ -81,6 +81,16 @@ pub(super) fn pivot_into(
                                 std::io::Error::from_raw_os_error(errno),
                             ))
                         }
+                        // Killed (before or after it was told to go
+                        // ahead): the detach is done here instead.
+                        Ok(WaitStatus::Signaled(..)) => {
+                            // EINVAL: it had detached it before it died.
+                            match umount2(&old_inside, MntFlags::MNT_DETACH) {
+                                Ok(()) | Err(nix::Error::EINVAL) => {}
+                                Err(e) => return Err(step("umount2(old root, MNT_DETACH)")(e)),
+                            }
+                            detaching = None;
+                        }
                         other => {
                             return Err(StepError::new(
                                 format!("the old root's unmount helper: {other:?}"),
