@@ -346,6 +346,93 @@ fn credentials_reach_the_child_only_and_come_back_redacted() {
     );
 }
 
+/// Writes a manifest for the discoverable-operations tests: `log` has a
+/// required pattern param, an enumerated one with a default, a path and
+/// an optional group; the connector may reach one host.
+fn discoverable_manifest(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"[connector]
+name = "local://disc/{name}"
+version = "1.0.0"
+[capabilities.spawn]
+programs = [{{ path = "/usr/bin/echo" }}]
+network = ["api.example.com:443"]
+[capabilities.spawn.operations.log]
+argv = "echo {{rev}} --format={{format}} {{file}} [--since={{since}}]"
+description = "shows a log"
+[capabilities.spawn.operations.log.params.rev]
+pattern = "[0-9a-f]{{7,40}}"
+max_len = 40
+description = "a commit"
+[capabilities.spawn.operations.log.params.format]
+values = ["short", "full"]
+default = "short"
+[capabilities.spawn.operations.log.params.file]
+kind = "path"
+allow_dash = true
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    path
+}
+
+/// `connectors_status` gives each operation's params with their kinds and
+/// rules and the connector's network grants, in full in the JSON and one
+/// line each in the block; a disabled connector lists no operations.
+#[test]
+fn connectors_status_describes_params_and_hides_disabled_operations() {
+    let w = world();
+    let dir = w.path("daemon-discoverable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let on = discoverable_manifest(&dir, "on");
+    let off = discoverable_manifest(&dir, "off");
+    let d = Daemon::start_with_manifests(
+        "discoverable",
+        "\n[[disable]]\nconnector = \"local://disc/off\"\n",
+        &[on.as_path(), off.as_path()],
+    );
+    let v = d.client().ok("connectors_status", json!({}));
+    let on = &v["connectors"]["local://disc/on"];
+    assert_eq!(on["network"], json!(["api.example.com:443"]), "{v}");
+    let log = &on["operations"][0];
+    assert_eq!(log["name"], "log", "{v}");
+    assert_eq!(
+        log["params"],
+        json!([
+            {"name": "rev", "kind": "string", "required": true, "pattern": "[0-9a-f]{7,40}",
+             "allow_dash": false, "allow_empty": false, "max_len": 40, "description": "a commit"},
+            {"name": "format", "kind": "string", "required": false, "default": "short",
+             "values": ["short", "full"], "allow_dash": false, "allow_empty": false, "max_len": 4096},
+            {"name": "file", "kind": "path", "required": true,
+             "allow_dash": true, "allow_empty": false, "max_len": 4096},
+            {"name": "since", "kind": "string", "required": false,
+             "allow_dash": false, "allow_empty": false, "max_len": 4096},
+        ]),
+        "{v}"
+    );
+    let block = v["block"].as_str().unwrap();
+    for line in [
+        r#""rev (string, required, pattern /[0-9a-f]{7,40}/, max_len 40): a commit""#,
+        r#""format (string, default \"short\", one of short|full)""#,
+        r#""since (string, optional)""#,
+        r#""file (path, required, allow_dash)""#,
+    ] {
+        assert!(block.contains(line), "{line} not in {block}");
+    }
+    let off = &v["connectors"]["local://disc/off"];
+    assert_eq!(off["status"], "disabled_by_admin", "{v}");
+    assert!(
+        off.get("operations").is_none() && off.get("network").is_none(),
+        "{v}"
+    );
+    assert_eq!(block.matches("shows a log").count(), 1, "{block}");
+}
+
 /// `connectors_status` over the socket and `spawnd connectors --json` agree
 /// on each status of seed 003's block.
 #[test]
