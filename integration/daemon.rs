@@ -1911,3 +1911,61 @@ fn interrupted_by_names_who_ended_the_program() {
         "{seen:?}"
     );
 }
+
+/// `spawn_check` runs the gate alone: an allowed `spawn_op` or raw `spawn`
+/// answers the decision and the exact argv, nothing runs and nothing is
+/// recorded; a denial is the error `spawn_op` gives (without an `audit_id`).
+#[test]
+fn spawn_check_decides_without_running_or_recording() {
+    let w = world();
+    let d = Daemon::start("spawn-check", "");
+    let mut c = d.client();
+    let marker = w.path("spawn-check-ran");
+    let script = format!("touch {}", marker.display());
+    let audit_before = std::fs::read_to_string(&d.audit).unwrap_or_default();
+    let allowed = c.ok(
+        "spawn_check",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": script}, "timeout_ms": 1234}),
+    );
+    assert_eq!(allowed["decision"], "allowed", "{allowed}");
+    assert_eq!(allowed["argv"], json!(["bash", "-c", script]), "{allowed}");
+    assert_eq!(allowed["op"], "sh", "{allowed}");
+    assert_eq!(allowed["limits"]["wall_time_ms"], 1234, "{allowed}");
+    let envelope = json!({"program": "/usr/bin/bash", "argv": ["bash", "-c", script], "env": {}});
+    let raw = c.ok(
+        "spawn_check",
+        json!({"connector": CONNECTOR, "envelope": envelope}),
+    );
+    assert_eq!(
+        (&raw["decision"], &raw["argv"]),
+        (&json!("allowed"), &json!(["bash", "-c", script])),
+        "{raw}"
+    );
+    let bad = json!({"connector": CONNECTOR, "op": "sh", "args": {"nope": "x"}});
+    let checked = c.call("spawn_check", bad.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!marker.exists(), "spawn_check ran the program");
+    assert_eq!(
+        std::fs::read_to_string(&d.audit).unwrap_or_default(),
+        audit_before,
+        "spawn_check wrote to the audit log"
+    );
+    let spawned = c.call("spawn_op", bad);
+    let (checked, spawned) = (&checked["error"], &spawned["error"]);
+    assert_eq!(
+        (
+            &checked["code"],
+            &checked["message"],
+            &checked["data"]["reason"]
+        ),
+        (
+            &spawned["code"],
+            &spawned["message"],
+            &spawned["data"]["reason"]
+        ),
+        "{checked} vs {spawned}"
+    );
+    assert!(checked["data"].get("audit_id").is_none(), "{checked}");
+    let neither = c.call("spawn_check", json!({"connector": CONNECTOR}));
+    assert_eq!(neither["error"]["code"], -32602, "{neither}");
+}
