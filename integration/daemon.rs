@@ -1969,3 +1969,62 @@ fn spawn_check_decides_without_running_or_recording() {
     let neither = c.call("spawn_check", json!({"connector": CONNECTOR}));
     assert_eq!(neither["error"]["code"], -32602, "{neither}");
 }
+
+/// `spawnd check --socket` asks the daemon's gate (`spawn_check`): the same
+/// text and argv as in-process `check`, a denial's exit code and reason,
+/// and nothing run.
+#[test]
+fn check_through_the_socket_matches_check_in_process() {
+    let w = world();
+    let d = Daemon::start("check-socket", "");
+    let marker = w.path("check-socket-ran");
+    let script = format!("touch {}", marker.display());
+    let check = |via_socket: bool, extra: &[&str]| {
+        let mut cmd = Command::new(&w.spawnd);
+        cmd.arg("check");
+        if via_socket {
+            cmd.arg("--socket")
+                .arg(&d.socket)
+                .args(["--connector", CONNECTOR]);
+        } else {
+            cmd.arg("--config")
+                .arg(w.config(harness::As::Root))
+                .arg("--manifest")
+                .arg(&w.manifest);
+        }
+        cmd.args(extra)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&w.dir)
+            .output()
+            .unwrap()
+    };
+    let arg = format!("script={script}");
+    let remote = check(true, &["--op", "sh", "--arg", &arg]);
+    let local = check(false, &["--op", "sh", "--arg", &arg]);
+    assert_eq!(remote.status.code(), Some(0), "{remote:?}");
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(text(&remote), text(&local));
+    assert!(text(&remote).starts_with("allowed: "), "{remote:?}");
+    let json_out = check(true, &["--json", "--op", "sh", "--arg", &arg]);
+    let v: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(
+        (&v["data"]["decision"], &v["data"]["argv"]),
+        (&json!("allowed"), &json!(["bash", "-c", script])),
+        "{v}"
+    );
+    let denied = check(true, &["--json", "--op", "sh", "--arg", "nope=x"]);
+    let local_denied = check(false, &["--json", "--op", "sh", "--arg", "nope=x"]);
+    assert_eq!(
+        denied.status.code(),
+        local_denied.status.code(),
+        "{denied:?}"
+    );
+    assert_eq!(denied.status.code(), Some(3), "{denied:?}");
+    let reason = |o: &std::process::Output| {
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()["error"]["details"]["reason"].clone()
+    };
+    assert!(reason(&denied).is_string(), "{denied:?}");
+    assert_eq!(reason(&denied), reason(&local_denied), "{denied:?}");
+    assert!(!marker.exists(), "check --socket ran the program");
+}
