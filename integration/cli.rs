@@ -1083,3 +1083,60 @@ fn a_label_with_a_control_character_is_a_usage_error() {
         "{out:?}"
     );
 }
+
+/// `spawnd connectors` shows each operation's params, one line each in the
+/// text block and in full in `--json`, and nothing of a disabled connector
+/// but its status.
+#[test]
+fn connectors_shows_each_param_and_nothing_of_a_disabled_connector() {
+    let s = Scratch::new();
+    let manifest = |name: &str| {
+        let p = s.write(
+            &format!("{name}.toml"),
+            &format!(
+                "[connector]\nname = \"local://cli/{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/echo\" }}]\n[capabilities.spawn.operations.greet]\nargv = \"echo {{who}} [--loud={{loud}}]\"\ndescription = \"greets someone\"\n[capabilities.spawn.operations.greet.params.who]\nvalues = [\"world\", \"you\"]\ndescription = \"who is greeted\"\n"
+            ),
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        p
+    };
+    let (on, off) = (manifest("on"), manifest("off"));
+    let cfg = s.write("c.toml", "[[disable]]\nconnector = \"local://cli/off\"\n");
+    let args = |json: bool| {
+        let mut a = vec!["connectors", "--config", cfg.to_str().unwrap()];
+        if json {
+            a.push("--json");
+        }
+        a.extend([
+            "--manifest",
+            on.to_str().unwrap(),
+            "--manifest",
+            off.to_str().unwrap(),
+        ]);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let text = spawnd(&args(false).iter().map(String::as_str).collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(
+        text.contains(r#""who (string, required, one of world|you): who is greeted""#)
+            && text.contains(r#""loud (string, optional)""#),
+        "{text}"
+    );
+    assert_eq!(text.matches("greets someone").count(), 1, "{text}");
+    let v = json_of(&spawnd(
+        &args(true).iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    let on = &v["data"]["connectors"]["local://cli/on"]["operations"][0]["params"][0];
+    assert_eq!(
+        (&on["name"], &on["required"], &on["values"]),
+        (
+            &serde_json::json!("who"),
+            &serde_json::json!(true),
+            &serde_json::json!(["world", "you"])
+        ),
+        "{v}"
+    );
+    let off = &v["data"]["connectors"]["local://cli/off"];
+    assert_eq!(off["status"], "disabled_by_admin", "{v}");
+    assert!(off.get("operations").is_none(), "{v}");
+}

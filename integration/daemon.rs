@@ -346,6 +346,93 @@ fn credentials_reach_the_child_only_and_come_back_redacted() {
     );
 }
 
+/// Writes a manifest for the discoverable-operations tests: `log` has a
+/// required pattern param, an enumerated one with a default, a path and
+/// an optional group; the connector may reach one host.
+fn discoverable_manifest(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"[connector]
+name = "local://disc/{name}"
+version = "1.0.0"
+[capabilities.spawn]
+programs = [{{ path = "/usr/bin/echo" }}]
+network = ["api.example.com:443"]
+[capabilities.spawn.operations.log]
+argv = "echo {{rev}} --format={{format}} {{file}} [--since={{since}}]"
+description = "shows a log"
+[capabilities.spawn.operations.log.params.rev]
+pattern = "[0-9a-f]{{7,40}}"
+max_len = 40
+description = "a commit"
+[capabilities.spawn.operations.log.params.format]
+values = ["short", "full"]
+default = "short"
+[capabilities.spawn.operations.log.params.file]
+kind = "path"
+allow_dash = true
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    path
+}
+
+/// `connectors_status` gives each operation's params with their kinds and
+/// rules and the connector's network grants, in full in the JSON and one
+/// line each in the block; a disabled connector lists no operations.
+#[test]
+fn connectors_status_describes_params_and_hides_disabled_operations() {
+    let w = world();
+    let dir = w.path("daemon-discoverable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let on = discoverable_manifest(&dir, "on");
+    let off = discoverable_manifest(&dir, "off");
+    let d = Daemon::start_with_manifests(
+        "discoverable",
+        "\n[[disable]]\nconnector = \"local://disc/off\"\n",
+        &[on.as_path(), off.as_path()],
+    );
+    let v = d.client().ok("connectors_status", json!({}));
+    let on = &v["connectors"]["local://disc/on"];
+    assert_eq!(on["network"], json!(["api.example.com:443"]), "{v}");
+    let log = &on["operations"][0];
+    assert_eq!(log["name"], "log", "{v}");
+    assert_eq!(
+        log["params"],
+        json!([
+            {"name": "rev", "kind": "string", "required": true, "pattern": "[0-9a-f]{7,40}",
+             "allow_dash": false, "allow_empty": false, "max_len": 40, "description": "a commit"},
+            {"name": "format", "kind": "string", "required": false, "default": "short",
+             "values": ["short", "full"], "allow_dash": false, "allow_empty": false, "max_len": 4096},
+            {"name": "file", "kind": "path", "required": true,
+             "allow_dash": true, "allow_empty": false, "max_len": 4096},
+            {"name": "since", "kind": "string", "required": false,
+             "allow_dash": false, "allow_empty": false, "max_len": 4096},
+        ]),
+        "{v}"
+    );
+    let block = v["block"].as_str().unwrap();
+    for line in [
+        r#""rev (string, required, pattern /[0-9a-f]{7,40}/, max_len 40): a commit""#,
+        r#""format (string, default \"short\", one of short|full)""#,
+        r#""since (string, optional)""#,
+        r#""file (path, required, allow_dash)""#,
+    ] {
+        assert!(block.contains(line), "{line} not in {block}");
+    }
+    let off = &v["connectors"]["local://disc/off"];
+    assert_eq!(off["status"], "disabled_by_admin", "{v}");
+    assert!(
+        off.get("operations").is_none() && off.get("network").is_none(),
+        "{v}"
+    );
+    assert_eq!(block.matches("shows a log").count(), 1, "{block}");
+}
+
 /// `connectors_status` over the socket and `spawnd connectors --json` agree
 /// on each status of seed 003's block.
 #[test]
@@ -1823,4 +1910,121 @@ fn interrupted_by_names_who_ended_the_program() {
         ["disconnect", "spawn_kill", "spawn_release"],
         "{seen:?}"
     );
+}
+
+/// `spawn_check` runs the gate alone: an allowed `spawn_op` or raw `spawn`
+/// answers the decision and the exact argv, nothing runs and nothing is
+/// recorded; a denial is the error `spawn_op` gives (without an `audit_id`).
+#[test]
+fn spawn_check_decides_without_running_or_recording() {
+    let w = world();
+    let d = Daemon::start("spawn-check", "");
+    let mut c = d.client();
+    let marker = w.path("spawn-check-ran");
+    let script = format!("touch {}", marker.display());
+    let audit_before = std::fs::read_to_string(&d.audit).unwrap_or_default();
+    let allowed = c.ok(
+        "spawn_check",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": script}, "timeout_ms": 1234}),
+    );
+    assert_eq!(allowed["decision"], "allowed", "{allowed}");
+    assert_eq!(allowed["argv"], json!(["bash", "-c", script]), "{allowed}");
+    assert_eq!(allowed["op"], "sh", "{allowed}");
+    assert_eq!(allowed["limits"]["wall_time_ms"], 1234, "{allowed}");
+    let envelope = json!({"program": "/usr/bin/bash", "argv": ["bash", "-c", script], "env": {}});
+    let raw = c.ok(
+        "spawn_check",
+        json!({"connector": CONNECTOR, "envelope": envelope}),
+    );
+    assert_eq!(
+        (&raw["decision"], &raw["argv"]),
+        (&json!("allowed"), &json!(["bash", "-c", script])),
+        "{raw}"
+    );
+    let bad = json!({"connector": CONNECTOR, "op": "sh", "args": {"nope": "x"}});
+    let checked = c.call("spawn_check", bad.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!marker.exists(), "spawn_check ran the program");
+    assert_eq!(
+        std::fs::read_to_string(&d.audit).unwrap_or_default(),
+        audit_before,
+        "spawn_check wrote to the audit log"
+    );
+    let spawned = c.call("spawn_op", bad);
+    let (checked, spawned) = (&checked["error"], &spawned["error"]);
+    assert_eq!(
+        (
+            &checked["code"],
+            &checked["message"],
+            &checked["data"]["reason"]
+        ),
+        (
+            &spawned["code"],
+            &spawned["message"],
+            &spawned["data"]["reason"]
+        ),
+        "{checked} vs {spawned}"
+    );
+    assert!(checked["data"].get("audit_id").is_none(), "{checked}");
+    let neither = c.call("spawn_check", json!({"connector": CONNECTOR}));
+    assert_eq!(neither["error"]["code"], -32602, "{neither}");
+}
+
+/// `spawnd check --socket` asks the daemon's gate (`spawn_check`): the same
+/// text and argv as in-process `check`, a denial's exit code and reason,
+/// and nothing run.
+#[test]
+fn check_through_the_socket_matches_check_in_process() {
+    let w = world();
+    let d = Daemon::start("check-socket", "");
+    let marker = w.path("check-socket-ran");
+    let script = format!("touch {}", marker.display());
+    let check = |via_socket: bool, extra: &[&str]| {
+        let mut cmd = Command::new(&w.spawnd);
+        cmd.arg("check");
+        if via_socket {
+            cmd.arg("--socket")
+                .arg(&d.socket)
+                .args(["--connector", CONNECTOR]);
+        } else {
+            cmd.arg("--config")
+                .arg(w.config(harness::As::Root))
+                .arg("--manifest")
+                .arg(&w.manifest);
+        }
+        cmd.args(extra)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&w.dir)
+            .output()
+            .unwrap()
+    };
+    let arg = format!("script={script}");
+    let remote = check(true, &["--op", "sh", "--arg", &arg]);
+    let local = check(false, &["--op", "sh", "--arg", &arg]);
+    assert_eq!(remote.status.code(), Some(0), "{remote:?}");
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(text(&remote), text(&local));
+    assert!(text(&remote).starts_with("allowed: "), "{remote:?}");
+    let json_out = check(true, &["--json", "--op", "sh", "--arg", &arg]);
+    let v: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(
+        (&v["data"]["decision"], &v["data"]["argv"]),
+        (&json!("allowed"), &json!(["bash", "-c", script])),
+        "{v}"
+    );
+    let denied = check(true, &["--json", "--op", "sh", "--arg", "nope=x"]);
+    let local_denied = check(false, &["--json", "--op", "sh", "--arg", "nope=x"]);
+    assert_eq!(
+        denied.status.code(),
+        local_denied.status.code(),
+        "{denied:?}"
+    );
+    assert_eq!(denied.status.code(), Some(3), "{denied:?}");
+    let reason = |o: &std::process::Output| {
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()["error"]["details"]["reason"].clone()
+    };
+    assert!(reason(&denied).is_string(), "{denied:?}");
+    assert_eq!(reason(&denied), reason(&local_denied), "{denied:?}");
+    assert!(!marker.exists(), "check --socket ran the program");
 }

@@ -71,7 +71,7 @@ pub enum Command {
     Learn(LearnArgs),
     /// Run the gate alone: print the decision and the exact argv (exit 0 allowed, 3 denied).
     #[command(
-        after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n\nNothing runs and nothing is recorded in the audit trail."
+        after_help = "Examples:\n  spawnd check --manifest policies/git.toml --op log --arg since=2026-01-01\n  spawnd check --manifest policies/git.toml --envelope request.json\n  spawnd check --manifest policies/coreutils.toml --op list --arg dir=/tmp --cwd /tmp\n  spawnd check --socket /run/spawnd/spawnd.sock --connector local://spawnd/git --op status\n\nWith --socket the daemon's gate decides (its loaded manifest, config and\n[[access]]). Nothing runs and nothing is recorded in the audit trail."
     )]
     Check(RunArgs),
     /// Validate, explain or pin manifests.

@@ -1,20 +1,20 @@
 //! `spawnd check`: build the request exactly as `run` would, pass it through
-//! the gate, and print the decision with the exact argv. Nothing runs and
-//! nothing is audited.
+//! the gate (here, or with `--socket` the daemon's `spawn_check`), and print
+//! the decision with the exact argv. Nothing runs and nothing is audited.
 
 use crate::exec::FailureKind;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::args::{Cli, RunArgs};
 use super::context::{current_caller, load_config, load_manifest};
 use super::output::{Failure, Success};
 use crate::exec::{decide_local, denial_failure, Prepared};
 use crate::manifest::Manifest;
-use crate::plan::{CwdPlan, SpawnPlan};
+use crate::plan::SpawnPlan;
 use crate::policy::{Decision, Request, RequestKind};
 use crate::program::ProgramOpener;
 
@@ -217,12 +217,13 @@ fn merge_cli_env(
     Ok(())
 }
 
-/// `spawnd check`.
+/// `spawnd check`: the gate in this process, or with `--socket` the
+/// daemon's (`spawn_check`). Nothing runs and nothing is audited either way.
 pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
-    if args.socket.is_some() {
-        return Err(Failure::usage(
-            "check runs the gate in this process; drop --socket (and use --manifest)",
-        ));
+    if let Some(socket) = &args.socket {
+        let data = super::remote::check_remote(cli, args, socket)?;
+        let text = allowed_text(&data);
+        return Ok(Success::new(data, text));
     }
     let prepared = load_request(cli, args)?;
     let mut opener = ProgramOpener::default();
@@ -231,73 +232,83 @@ pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
             if let Some(t) = args.timeout {
                 plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
             }
-            Ok(Success::new(allowed_json(&plan), allowed_text(&plan)))
+            let data = allowed_json(&plan);
+            let text = allowed_text(&data);
+            Ok(Success::new(data, text))
         }
         Decision::Denied(denial) => Err(denial_failure(&denial)),
     }
 }
 
-fn allowed_json(plan: &SpawnPlan) -> serde_json::Value {
+fn allowed_json(plan: &SpawnPlan) -> Value {
     let mut data = serde_json::to_value(plan).unwrap_or_default();
     data["decision"] = json!("allowed");
     data
 }
 
-fn allowed_text(plan: &SpawnPlan) -> String {
-    let argv = serde_json::to_string(&plan.argv).unwrap_or_default();
-    let env: Vec<String> = plan
-        .env
+/// The text of an allowed check, from its JSON (the same whether the gate
+/// ran here or in the daemon).
+fn allowed_text(plan: &Value) -> String {
+    let s = |v: &Value| match v {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let list = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map_or(Vec::new(), |a| a.iter().map(s).collect())
+    };
+    let argv = serde_json::to_string(&plan["argv"]).unwrap_or_default();
+    let env: Vec<String> = plan["env"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
         .iter()
         .map(|e| {
-            let source = match e.source {
-                crate::plan::EnvSource::Request => "from the caller",
-                crate::plan::EnvSource::Fixed => "fixed by the manifest",
-                crate::plan::EnvSource::Credential => "credential, filled at spawn time",
-                crate::plan::EnvSource::Default => "spawnd's default",
+            let source = match e["source"].as_str() {
+                Some("request") => "from the caller",
+                Some("fixed") => "fixed by the manifest",
+                Some("credential") => "credential, filled at spawn time",
+                _ => "spawnd's default",
             };
-            format!("{} ({source})", e.key)
+            format!("{} ({source})", s(&e["key"]))
         })
         .collect();
-    let cwd = match &plan.cwd {
-        CwdPlan::Dir(d) => d.display().to_string(),
-        CwdPlan::FreshTemp => "a fresh temporary directory, removed afterwards".into(),
+    let cwd = match &plan["cwd"]["dir"] {
+        Value::String(d) => d.clone(),
+        _ => "a fresh temporary directory, removed afterwards".into(),
     };
-    let pin = if plan.program.pinned {
+    let program = &plan["program"];
+    let pin = if program["pinned"] == json!(true) {
         "matches the pinned hash"
     } else {
         "not pinned"
     };
-    let network = if plan.network.is_empty() {
+    let network = list(&plan["network"]);
+    let network = if network.is_empty() {
         "none (its own loopback only)".to_string()
     } else {
-        plan.network
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
+        network.join(", ")
     };
-    let l = &plan.limits;
-    let paths = |v: &[std::path::PathBuf]| {
+    let paths = |v: &Value| {
+        let v = list(v);
         if v.is_empty() {
             "-".to_string()
         } else {
-            v.iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+            v.join(", ")
         }
     };
+    let fs = &plan["fs"];
     let scopes = format!(
         "read {}; write {}; exec {}",
-        paths(&plan.fs.read),
-        paths(&plan.fs.write),
-        paths(&plan.fs.exec)
+        paths(&fs["read"]),
+        paths(&fs["write"]),
+        paths(&fs["exec"])
     );
+    let l = &plan["limits"];
     format!(
         "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\nscopes:  {scopes}\ncwd:     {cwd}\nnetwork: {network}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
-        plan.connector, plan.version, plan.op, plan.op_mode, plan.program.declared, plan.program.resolved.display(), plan.program.sha256, plan.argv_shape,
+        s(&plan["connector"]), s(&plan["version"]), s(&plan["op"]), s(&plan["op_mode"]), s(&program["declared"]), s(&program["resolved"]), s(&program["sha256"]), s(&plan["argv_shape"]),
         if env.is_empty() { "(none)".to_string() } else { env.join(", ") },
-        l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files,
+        l["wall_time_ms"], l["max_stdout_bytes"], l["max_stderr_bytes"], l["max_memory_bytes"], l["max_processes"], l["max_file_size_bytes"], l["max_open_files"],
     )
 }
 

@@ -3,11 +3,12 @@
 //! process. The daemon's loaded manifest and config apply. Output streams live
 //! (or comes back as the `--json` result), and the exit code follows the child
 //! exactly as in-process `run` does; a refusal carries the daemon's denial.
+//! `spawnd check --socket S` sends the same request to `spawn_check`.
 
 use std::io::Read;
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::args::{Cli, RunArgs};
 use super::check::request_of;
@@ -18,34 +19,7 @@ use crate::exec::{conclude, FailureKind};
 
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
-    if args.workspace.is_some() {
-        return Err(Failure::usage(
-            "--workspace names the workspace for a run in this process; through --socket the daemon's [sandbox] workspace applies, and its callers never name one",
-        ));
-    }
-    let (connector, manifest) = match (&args.connector, &args.manifest) {
-        (Some(fqn), _) => {
-            crate::manifest::Fqn::parse(fqn)
-                .map_err(|why| Failure::usage(format!("--connector is not a valid FQN: {why}")))?;
-            (fqn.clone(), None)
-        }
-        (None, Some(path)) => {
-            let m = load_manifest(path, &load_config(cli)?)?;
-            (m.connector.name.to_string(), Some(m))
-        }
-        (None, None) => {
-            return Err(Failure::usage(
-                "with --socket, name the connector: --connector FQN or --manifest FILE",
-            ))
-        }
-    };
-    let request = request_of(cli, args, manifest.as_ref())?;
-    let stdin = read_stdin(args.stdin_file.as_deref())?;
-    let (method, mut params) = call_for(&connector, request, stdin, args.timeout);
-    if let Some(label) = super::check::label_of(args.label.as_deref())? {
-        params["label"] = json!(label);
-    }
-
+    let (method, params) = remote_call(cli, args, true)?;
     watch_interruptions()?;
     let mut client = Client::connect(socket)?;
     let handle = client.call(method, params)?["handle"]
@@ -84,6 +58,56 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
         fields.remove("state");
     }
     Ok(conclude(cli.json, status, &print_notice))
+}
+
+/// `spawnd check --socket S`: the daemon's `spawn_check` for the request
+/// `run --socket` would send (stdin aside: the gate does not read it). The
+/// answer is the allowed plan; a denial is the daemon's error.
+pub fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Value, Failure> {
+    let (_, params) = remote_call(cli, args, false)?;
+    Client::connect(socket)?.call("spawn_check", params)
+}
+
+/// The connector (`--connector`, or the one `--manifest` names), and the
+/// JSON-RPC method and params of the request the arguments describe, with
+/// `--stdin-file` read into it when `with_stdin`.
+fn remote_call(
+    cli: &Cli,
+    args: &RunArgs,
+    with_stdin: bool,
+) -> Result<(&'static str, Value), Failure> {
+    if args.workspace.is_some() {
+        return Err(Failure::usage(
+            "--workspace names the workspace for a run in this process; through --socket the daemon's [sandbox] workspace applies, and its callers never name one",
+        ));
+    }
+    let (connector, manifest) = match (&args.connector, &args.manifest) {
+        (Some(fqn), _) => {
+            crate::manifest::Fqn::parse(fqn)
+                .map_err(|why| Failure::usage(format!("--connector is not a valid FQN: {why}")))?;
+            (fqn.clone(), None)
+        }
+        (None, Some(path)) => {
+            let m = load_manifest(path, &load_config(cli)?)?;
+            (m.connector.name.to_string(), Some(m))
+        }
+        (None, None) => {
+            return Err(Failure::usage(
+                "with --socket, name the connector: --connector FQN or --manifest FILE",
+            ))
+        }
+    };
+    let request = request_of(cli, args, manifest.as_ref())?;
+    let stdin = if with_stdin {
+        read_stdin(args.stdin_file.as_deref())?
+    } else {
+        None
+    };
+    let (method, mut params) = call_for(&connector, request, stdin, args.timeout);
+    if let Some(label) = super::check::label_of(args.label.as_deref())? {
+        params["label"] = json!(label);
+    }
+    Ok((method, params))
 }
 
 /// `--stdin-file F` (or `-`) read whole: it travels inside the request.

@@ -16,13 +16,15 @@
 //! (the socket and limits chosen at start stay as they are).
 //!
 //! Every method follows `[[access]]`: a spawn is refused unless the peer may
-//! act for its connector, `health` and `connectors_status` unless it may act
+//! act for its connector (`spawn_check` too, unrecorded: [`check`]), `health`
+//! and `connectors_status` unless it may act
 //! for some connector (root and spawnd's own uid always may), and
 //! `connectors_status` lists only the connectors it may act for. Refusals a
 //! stranger can repeat at will are recorded once per window with a count
 //! ([`refusals`]); a window's count is written when it closes (checked every
 //! second), when a connection of that peer ends, and when the daemon stops.
 
+mod check;
 mod handles;
 
 mod peer;
@@ -536,6 +538,7 @@ impl Connection {
                 )
                 .await
             }
+            "spawn_check" => check::check(&self.daemon, &self.peer, &call.params).await,
             "spawn_status" => spawns::status(&self.handles, &call.params).await,
             "spawn_output_size" => spawns::output_size(&self.handles, &call.params),
             "spawn_output_read" => spawns::output_read(&self.handles, &call.params).await,

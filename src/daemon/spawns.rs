@@ -49,7 +49,7 @@ use crate::spawner::Spawner;
 use crate::supervise::Leaving;
 
 /// A failure of the shared pipeline, as a JSON-RPC error (the codes of docs/daemon.md).
-fn rpc_error(f: Failure) -> RpcError {
+pub(super) fn rpc_error(f: Failure) -> RpcError {
     RpcError {
         code: rpc::code_of(f.kind),
         message: f.message,
@@ -134,25 +134,63 @@ fn make_room_for_a_handle(handles: &mut Handles) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// The call's connector and request. A connector or op name no manifest
-/// could declare is refused before the rest of the call is read, and the
-/// refusal recorded once per window.
+/// A call refused before the gate: the refusal to record, when there is
+/// one, and the error that answers it.
+pub(super) struct Refused {
+    refusal: Option<Refusal>,
+    error: RpcError,
+}
+
+impl Refused {
+    /// The error alone, nothing recorded (`spawn_check`).
+    pub(super) fn unrecorded(self) -> RpcError {
+        self.error
+    }
+
+    /// The error once the refusal is recorded or counted for its window.
+    pub(super) async fn recorded(self, daemon: &Arc<Daemon>, peer: &Peer) -> RpcError {
+        match self.refusal {
+            Some(refusal) => refusals::refuse(daemon, peer, refusal, self.error).await,
+            None => self.error,
+        }
+    }
+}
+
+/// The call's connector and request, recording a refusal.
 async fn spawn_call(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     method: &'static str,
     params: &Map<String, Value>,
 ) -> Result<SpawnCall, RpcError> {
-    if let Err(bad) = check_names(method, params) {
-        let refusal = Refusal::invalid(method, bad.field, bad.connector.clone(), None);
-        return Err(refusals::refuse(daemon, peer, refusal, bad.error()).await);
+    match read_call(method, params) {
+        Ok(call) => Ok(call),
+        Err(refused) => Err(refused.recorded(daemon, peer).await),
     }
-    request_from(method, params)
 }
 
-/// The loaded manifest of the call's connector, when the peer may act for
-/// it. A connector that is not loaded, or a peer the access rules refuse,
-/// gets the gate's denial, recorded once per window.
+/// The call's connector and request. A connector or op name no manifest
+/// could declare is refused before the rest of the call is read.
+pub(super) fn read_call(
+    method: &'static str,
+    params: &Map<String, Value>,
+) -> Result<SpawnCall, Box<Refused>> {
+    if let Err(bad) = check_names(method, params) {
+        let refusal = Refusal::invalid(method, bad.field, bad.connector.clone(), None);
+        return Err(Box::new(Refused {
+            refusal: Some(refusal),
+            error: bad.error(),
+        }));
+    }
+    request_from(method, params).map_err(|error| {
+        Box::new(Refused {
+            refusal: None,
+            error,
+        })
+    })
+}
+
+/// The loaded manifest of the call's connector, recording a refusal.
 async fn manifest_for_peer(
     daemon: &Arc<Daemon>,
     peer: &Peer,
@@ -161,6 +199,22 @@ async fn manifest_for_peer(
     access: &Access,
     call: &SpawnCall,
 ) -> Result<Manifest, RpcError> {
+    match peer_manifest(peer, method, loaded, access, call) {
+        Ok(m) => Ok(m),
+        Err(refused) => Err(refused.recorded(daemon, peer).await),
+    }
+}
+
+/// The loaded manifest of the call's connector, when the peer may act for
+/// it. A connector that is not loaded, or a peer the access rules refuse,
+/// gets the gate's denial.
+pub(super) fn peer_manifest(
+    peer: &Peer,
+    method: &'static str,
+    loaded: &Loaded,
+    access: &Access,
+    call: &SpawnCall,
+) -> Result<Manifest, Box<Refused>> {
     let manifest = loaded.manifests.get(&call.connector).cloned();
     let stranger = match &manifest {
         None => true,
@@ -181,12 +235,17 @@ async fn manifest_for_peer(
             RequestKind::Op { name, .. } => Some(name.clone()),
             RequestKind::Raw { .. } => None,
         };
-        let refusal = Refusal::denied(method, &denial, op);
-        return Err(
-            refusals::refuse(daemon, peer, refusal, rpc_error(denial_failure(&denial))).await,
-        );
+        return Err(Box::new(Refused {
+            refusal: Some(Refusal::denied(method, &denial, op)),
+            error: rpc_error(denial_failure(&denial)),
+        }));
     }
-    manifest.ok_or_else(|| RpcError::new(-32603, "a connector that is not loaded passed the gate"))
+    manifest.ok_or_else(|| {
+        Box::new(Refused {
+            refusal: None,
+            error: RpcError::new(-32603, "a connector that is not loaded passed the gate"),
+        })
+    })
 }
 
 /// Reserves, from `[server] max_buffered_output_bytes`, the most output

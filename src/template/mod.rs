@@ -86,6 +86,12 @@ impl Template {
         self.slots.iter().map(|s| s.name.as_str()).collect()
     }
 
+    /// Whether placeholder `name` sits in an optional group (so the caller
+    /// may leave it out even without a default); `false` for an unknown name.
+    pub fn is_in_group(&self, name: &str) -> bool {
+        self.slot(name).is_some_and(|s| s.group.is_some())
+    }
+
     /// The template in canonical string syntax, safe to log: placeholders
     /// as `{name}`, groups as `[--x {x}]`, literal braces doubled, tokens
     /// joined by one space. E.g. `git log --since={since}`.
@@ -173,6 +179,7 @@ mod tests {
         let t = Template::parse_str("git  log\t{ref} [--since={since} {{lit}}] {ref}.bak").unwrap();
         assert_eq!(t.program_token(), "git");
         assert_eq!(t.placeholders(), vec!["ref", "since"]);
+        assert!(!t.is_in_group("ref") && t.is_in_group("since") && !t.is_in_group("nope"));
         assert_eq!(
             t.shape(),
             "git log {ref} [--since={since} {{lit}}] {ref}.bak"
