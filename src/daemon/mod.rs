@@ -42,7 +42,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use crate::config::manifests::{load_manifests, Manifests};
+use crate::config::manifests::{load_manifests, ManifestChanges, Manifests};
 use crate::config::Config;
 use crate::rpc::{self, Call, RpcError};
 use crate::spawner::Spawner;
@@ -130,10 +130,21 @@ impl Daemon {
         });
         match fresh {
             Ok(l) => {
-                tracing::info!(
-                    manifests = l.manifests.len(),
-                    "reloaded the config and manifests"
-                );
+                let changes = ManifestChanges::between(&self.loaded().manifests, &l.manifests);
+                if changes.is_empty() {
+                    tracing::info!(
+                        manifests = l.manifests.len(),
+                        "reloaded the config and manifests; no connector changed"
+                    );
+                } else {
+                    tracing::info!(
+                        manifests = l.manifests.len(),
+                        added = ?changes.added,
+                        removed = ?changes.removed,
+                        changed = ?changes.changed,
+                        "reloaded the config and manifests"
+                    );
+                }
                 if let Ok(mut slot) = self.loaded.write() {
                     *slot = Arc::new(l);
                 }
@@ -318,8 +329,17 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    tracing::info!(socket = %path.display(), max_connections = max, "serving");
-    loop {
+    {
+        let loaded = daemon.loaded();
+        tracing::info!(
+            socket = %path.display(),
+            max_connections = max,
+            manifests = ?loaded.config.server.manifests,
+            connectors = ?loaded.manifests.keys().collect::<Vec<_>>(),
+            "serving"
+        );
+    }
+    let signal = loop {
         tokio::select! {
             _ = sweep.tick() => refusals::close_due(&daemon).await,
             accepted = listener.accept() => {
@@ -342,10 +362,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                 let d = Arc::clone(&daemon);
                 let _ = tokio::task::spawn_blocking(move || d.reload()).await;
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
         }
-    }
+    };
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     drop(listener);
     if let Some(p) = created {
@@ -356,6 +376,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let all = MAX_IN_FLIGHT as u32;
     let grace = Duration::from_millis(daemon.loaded().config.server.shutdown_grace_ms);
     tracing::info!(
+        signal,
+        running = MAX_IN_FLIGHT - daemon.in_flight.available_permits(),
         grace_ms = grace.as_millis() as u64,
         "stopping: no new connections; letting running spawns finish"
     );
