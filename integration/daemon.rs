@@ -596,6 +596,53 @@ fn serve_logs_start_reload_refusal_and_drain_without_verbose() {
     assert!(d.child.wait().unwrap().success());
 }
 
+/// After a refused reload, `health` says the daemon serves stale manifests,
+/// why and since when, until a reload succeeds.
+#[test]
+fn health_says_stale_manifests_after_a_refused_reload_until_one_succeeds() {
+    let w = world();
+    let dir = w.path("daemon-stale-manifests");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = small_manifest(&dir, "stale", "x");
+    let mut d = Daemon::start_with_manifests("stale", "", &[&file]);
+    let log = d.log();
+    let mut c = d.client();
+    let before = c.ok("health", json!({}));
+    assert_eq!(before["stale_manifests"], Value::Null, "{before}");
+
+    std::fs::write(&file, "[connector\nnot TOML").unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    log.line_with("reload refused");
+    let stale = c.ok("health", json!({}));
+    assert_ne!(stale["status"], "healthy", "{stale}");
+    let error = stale["stale_manifests"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(error.contains("stale.toml"), "{stale}");
+    let at = stale["stale_manifests"]["refused_at"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(at.ends_with('Z') && at.contains('T'), "{stale}");
+    assert!(
+        stale["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap_or_default().contains("stale manifests")),
+        "{stale}"
+    );
+
+    small_manifest(&dir, "stale", "y");
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    log.line_with("reloaded");
+    let fresh = c.ok("health", json!({}));
+    assert_eq!(fresh["stale_manifests"], Value::Null, "{fresh}");
+    assert_eq!(fresh["status"], before["status"], "{fresh}");
+    assert_eq!(fresh["reasons"], before["reasons"], "{fresh}");
+}
+
 /// A signal to the daemon is the daemon's: a running spawn is not killed by it.
 #[test]
 fn a_sighup_to_the_daemon_does_not_end_a_running_spawn() {

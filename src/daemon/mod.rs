@@ -12,8 +12,9 @@
 //! `overloaded` and closed). SIGTERM or SIGINT stops accepting, lets running
 //! spawns finish for `[server] shutdown_grace_ms` (10 s), kills what is left, and exits once
 //! every exit record is written. SIGHUP re-reads the config and manifests;
-//! if any of them is bad, the old ones stay in force and the log says why
-//! (the socket and limits chosen at start stay as they are).
+//! if any of them is bad, the old ones stay in force, the log says why and
+//! `health` says the manifests are stale until a reload succeeds (the
+//! socket and limits chosen at start stay as they are).
 //!
 //! Every method follows `[[access]]`: a spawn is refused unless the peer may
 //! act for its connector, `health` and `connectors_status` unless it may act
@@ -88,6 +89,18 @@ pub struct Daemon {
     side_work: Semaphore,
     /// Refusals counted per peer and window.
     refusals: std::sync::Mutex<refusals::Tallies>,
+    /// The last reload refused since one succeeded: the manifests in force
+    /// are stale until the next good reload.
+    refused_reload: std::sync::Mutex<Option<RefusedReload>>,
+}
+
+/// A SIGHUP whose config or manifests were refused.
+#[derive(Clone)]
+struct RefusedReload {
+    /// Why, as logged.
+    error: String,
+    /// When, RFC 3339 UTC.
+    at: String,
 }
 
 impl Daemon {
@@ -148,10 +161,30 @@ impl Daemon {
                 if let Ok(mut slot) = self.loaded.write() {
                     *slot = Arc::new(l);
                 }
+                self.set_refused_reload(None);
             }
             Err(e) => {
-                tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force")
+                tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force");
+                self.set_refused_reload(Some(RefusedReload {
+                    error: e,
+                    at: crate::audit::log::now_rfc3339_millis(),
+                }));
             }
+        }
+    }
+
+    fn set_refused_reload(&self, refused: Option<RefusedReload>) {
+        match self.refused_reload.lock() {
+            Ok(mut slot) => *slot = refused,
+            Err(p) => *p.into_inner() = refused,
+        }
+    }
+
+    /// The last refused reload, while no reload has succeeded since.
+    fn refused_reload(&self) -> Option<RefusedReload> {
+        match self.refused_reload.lock() {
+            Ok(slot) => slot.clone(),
+            Err(p) => p.into_inner().clone(),
         }
     }
 
@@ -218,6 +251,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         side_work: Semaphore::new(SIDE_WORK),
         refusals: std::sync::Mutex::new(refusals::Tallies::new(window)),
+        refused_reload: std::sync::Mutex::new(None),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -638,7 +672,18 @@ impl Connection {
         if let Some(why) = self.daemon.audit_failure() {
             report.audit_lost(why);
         }
+        let refused = self.daemon.refused_reload();
+        if let Some(r) = &refused {
+            report.degrade(format!(
+                "stale manifests: the reload at {} was refused ({}); the previous config and manifests stay in force until a reload succeeds",
+                r.at, r.error
+            ));
+        }
         let mut v = serde_json::to_value(&report).unwrap_or_default();
+        v["stale_manifests"] = match refused {
+            Some(r) => json!({"refused_at": r.at, "error": r.error}),
+            None => Value::Null,
+        };
         v["protocol_version"] = json!(PROTOCOL_VERSION);
         v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid, "other_user_namespace": self.peer.other_user_namespace});
         Ok(v)
