@@ -643,6 +643,30 @@ fn health_says_stale_manifests_after_a_refused_reload_until_one_succeeds() {
     assert_eq!(fresh["reasons"], before["reasons"], "{fresh}");
 }
 
+/// A connector named by two manifest files: the refused reload names both.
+#[test]
+fn a_duplicate_connector_names_both_manifest_files() {
+    let w = world();
+    let dir = w.path("daemon-duplicate-manifests");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let first = small_manifest(&dir, "twice", "x");
+    let mut d = Daemon::start_with_manifests("duplicate", "", &[&dir]);
+    let log = d.log();
+    log.line_with("serving");
+    let second = dir.join("zz-second.toml");
+    std::fs::copy(&first, &second).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let refused = log.line_with("reload refused");
+    assert!(
+        refused.contains("local://log/twice")
+            && refused.contains(&first.display().to_string())
+            && refused.contains(&second.display().to_string()),
+        "{refused}"
+    );
+}
+
 /// A signal to the daemon is the daemon's: a running spawn is not killed by it.
 #[test]
 fn a_sighup_to_the_daemon_does_not_end_a_running_spawn() {

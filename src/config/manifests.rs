@@ -15,7 +15,8 @@ pub type Manifests = BTreeMap<String, Manifest>;
 
 /// Loads `[server] manifests` (files, or directories of `*.toml`). A file
 /// writable by group or others, or owned by neither root nor spawnd's user,
-/// is refused, and so is a second manifest with an FQN already loaded.
+/// is refused, and so is a second manifest with an FQN already loaded (the
+/// error names both files).
 pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in &config.server.manifests {
@@ -48,9 +49,10 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
         let manifest = parse_manifest(&file.display().to_string(), &text, options)
             .map_err(|e| e.to_string())?;
         let name = manifest.connector.name.to_string();
-        if out.contains_key(&name) {
+        if let Some(first) = out.get(&name) {
             return Err(format!(
-                "{}: connector {name} is already loaded from another manifest",
+                "connector {name} is named by two manifests, {} and {}; keep one of them in [server] manifests",
+                first.source,
                 file.display()
             ));
         }
@@ -241,6 +243,26 @@ mod tests {
             }
         );
         assert!(ManifestChanges::between(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn a_connector_named_by_two_manifests_names_both_files() {
+        let d = tempfile::tempdir().unwrap();
+        chmod(d.path(), 0o755);
+        let text = "[connector]\nname = \"local://t/twice\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\n[capabilities.spawn.operations.x]\nargv = \"true\"\n";
+        for file in ["first.toml", "second.toml"] {
+            std::fs::write(d.path().join(file), text).unwrap();
+            chmod(&d.path().join(file), 0o644);
+        }
+        let mut config = crate::config::Config::defaults(None).unwrap();
+        config.server.manifests = vec![d.path().to_path_buf()];
+        let e = load_manifests(&config).unwrap_err();
+        let first = d.path().join("first.toml").display().to_string();
+        let second = d.path().join("second.toml").display().to_string();
+        assert!(
+            e.contains("local://t/twice") && e.contains(&first) && e.contains(&second),
+            "{e}"
+        );
     }
 
     #[test]
