@@ -2,10 +2,10 @@
 //! debug detail with `--verbose` (or `RUST_LOG`). `spawnd serve` also logs
 //! the daemon's own life at info (start, each reload and what it changed, a
 //! refused reload, drain): an operator sees what it serves without
-//! `--verbose`, and each spawn stays in the audit log, not here. Every line starts with
-//! `spawnd:` so it can be told apart from a child's streamed stderr. Events
-//! name connectors, operations, reasons, hashes and timings — never argument
-//! or env values.
+//! `--verbose`, and each spawn stays in the audit log, not here. Every line
+//! starts with `spawnd:` so it can be told apart from a child's streamed
+//! stderr. Events name connectors, operations, reasons, hashes and timings
+//! — never argument or env values.
 
 use std::io::{IsTerminal, Write};
 
