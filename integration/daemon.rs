@@ -618,6 +618,142 @@ fn sighup_with_a_broken_manifest_keeps_the_old_one() {
     );
 }
 
+/// A manifest for connector `local://log/{name}` with one operation `op`.
+fn small_manifest(dir: &std::path::Path, name: &str, op: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!("[connector]\nname = \"local://log/{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\n[capabilities.spawn.operations.{op}]\nargv = \"true\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    path
+}
+
+/// Without `--verbose`, `serve` tells the operator at info what it serves on
+/// start, what each reload changed, why a reload was refused (and that the
+/// old manifests stay), and that it drains on SIGTERM.
+#[test]
+fn serve_logs_start_reload_refusal_and_drain_without_verbose() {
+    let w = world();
+    let dir = w.path("daemon-log-manifests");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    small_manifest(&dir, "kept", "x");
+    small_manifest(&dir, "gone", "x");
+    small_manifest(&dir, "edited", "x");
+    let mut d = Daemon::start_with_manifests("log", "", &[&dir]);
+    let log = d.log();
+    let start = log.line_with("serving");
+    assert!(start.starts_with("spawnd: "), "{start}");
+    assert!(start.contains(&d.socket.display().to_string()), "{start}");
+    assert!(
+        start.contains("local://log/kept") && start.contains("local://log/gone"),
+        "{start}"
+    );
+    assert!(start.contains("daemon-log-manifests"), "{start}");
+
+    std::fs::remove_file(dir.join("gone.toml")).unwrap();
+    small_manifest(&dir, "edited", "y");
+    small_manifest(&dir, "new", "x");
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let reloaded = log.line_with("reloaded");
+    assert!(
+        reloaded.contains("added=[\"local://log/new\"]")
+            && reloaded.contains("removed=[\"local://log/gone\"]")
+            && reloaded.contains("changed=[\"local://log/edited\"]"),
+        "{reloaded}"
+    );
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(log.line_with("reloaded").contains("no connector changed"));
+
+    std::fs::write(dir.join("new.toml"), "[connector\nnot TOML").unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let refused = log.line_with("reload refused");
+    assert!(
+        refused.contains("new.toml") && refused.contains("stay in force"),
+        "{refused}"
+    );
+
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let stopping = log.line_with("stopping");
+    assert!(stopping.contains("SIGTERM"), "{stopping}");
+    log.line_with("stopped");
+    assert!(d.child.wait().unwrap().success());
+}
+
+/// After a refused reload, `health` says the daemon serves stale manifests,
+/// why and since when, until a reload succeeds.
+#[test]
+fn health_says_stale_manifests_after_a_refused_reload_until_one_succeeds() {
+    let w = world();
+    let dir = w.path("daemon-stale-manifests");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = small_manifest(&dir, "stale", "x");
+    let mut d = Daemon::start_with_manifests("stale", "", &[&file]);
+    let log = d.log();
+    let mut c = d.client();
+    let before = c.ok("health", json!({}));
+    assert_eq!(before["stale_manifests"], Value::Null, "{before}");
+
+    std::fs::write(&file, "[connector\nnot TOML").unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    log.line_with("reload refused");
+    let stale = c.ok("health", json!({}));
+    assert_ne!(stale["status"], "healthy", "{stale}");
+    let error = stale["stale_manifests"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(error.contains("stale.toml"), "{stale}");
+    let at = stale["stale_manifests"]["refused_at"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(at.ends_with('Z') && at.contains('T'), "{stale}");
+    assert!(
+        stale["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap_or_default().contains("stale manifests")),
+        "{stale}"
+    );
+
+    small_manifest(&dir, "stale", "y");
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    log.line_with("reloaded");
+    let fresh = c.ok("health", json!({}));
+    assert_eq!(fresh["stale_manifests"], Value::Null, "{fresh}");
+    assert_eq!(fresh["status"], before["status"], "{fresh}");
+    assert_eq!(fresh["reasons"], before["reasons"], "{fresh}");
+}
+
+/// A connector named by two manifest files: the refused reload names both.
+#[test]
+fn a_duplicate_connector_names_both_manifest_files() {
+    let w = world();
+    let dir = w.path("daemon-duplicate-manifests");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let first = small_manifest(&dir, "twice", "x");
+    let mut d = Daemon::start_with_manifests("duplicate", "", &[&dir]);
+    let log = d.log();
+    log.line_with("serving");
+    let second = dir.join("zz-second.toml");
+    std::fs::copy(&first, &second).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let refused = log.line_with("reload refused");
+    assert!(
+        refused.contains("local://log/twice")
+            && refused.contains(&first.display().to_string())
+            && refused.contains(&second.display().to_string()),
+        "{refused}"
+    );
+}
+
 /// A signal to the daemon is the daemon's: a running spawn is not killed by it.
 #[test]
 fn a_sighup_to_the_daemon_does_not_end_a_running_spawn() {

@@ -107,6 +107,51 @@ impl Daemon {
     pub fn client(&self) -> Client {
         Client::connect(&self.socket)
     }
+
+    /// The daemon's stderr from here on, read by a thread so that lines can
+    /// be awaited with a deadline.
+    pub fn log(&mut self) -> Log {
+        let stderr = self.child.stderr.take().expect("the daemon's stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Log { lines: rx }
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+}
+
+/// Lines of a daemon's stderr.
+pub struct Log {
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Log {
+    /// The next line that contains `needle`, skipping others; panics with
+    /// the lines skipped if none comes within 10 s.
+    pub fn line_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut skipped = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(line) => skipped.push(line),
+                Err(e) => panic!(
+                    "no log line with {needle:?} ({e}); saw:\n{}",
+                    skipped.join("\n")
+                ),
+            }
+        }
+    }
 }
 
 impl Drop for Daemon {

@@ -180,6 +180,15 @@ impl HealthReport {
         self.reasons.push(why);
         self.status = Status::Error;
     }
+
+    /// Something outside the kernel's layers is off (the daemon serves
+    /// stale manifests): `degraded` at least, with `why` among the reasons.
+    pub fn degrade(&mut self, why: String) {
+        self.reasons.push(why);
+        if self.status == Status::Healthy {
+            self.status = Status::Degraded;
+        }
+    }
 }
 
 /// Sets status and reasons from the layers: the worst finding wins.

@@ -1,8 +1,11 @@
 //! spawnd's own diagnostics: `tracing` events to stderr, warnings by default,
-//! debug detail with `--verbose` (or `RUST_LOG`). Every line starts with
-//! `spawnd:` so it can be told apart from a child's streamed stderr. Events
-//! name connectors, operations, reasons, hashes and timings — never argument
-//! or env values.
+//! debug detail with `--verbose` (or `RUST_LOG`). `spawnd serve` also logs
+//! the daemon's own life at info (start, each reload and what it changed, a
+//! refused reload, drain): an operator sees what it serves without
+//! `--verbose`, and each spawn stays in the audit log, not here. Every line
+//! starts with `spawnd:` so it can be told apart from a child's streamed
+//! stderr. Events name connectors, operations, reasons, hashes and timings
+//! — never argument or env values.
 
 use std::io::{IsTerminal, Write};
 
@@ -25,12 +28,13 @@ impl Write for PrefixedStderr {
 }
 
 /// Installs the stderr subscriber once per process: human lines behind
-/// `spawnd:`, or JSON objects (one per line) for a log pipeline.
-pub fn init(verbose: bool, json: bool) {
-    let default = if verbose {
-        "spawnd=debug"
-    } else {
-        "spawnd=warn"
+/// `spawnd:`, or JSON objects (one per line) for a log pipeline. `serving`:
+/// this process is `spawnd serve`, whose daemon events are shown at info.
+pub fn init(verbose: bool, json: bool, serving: bool) {
+    let default = match (verbose, serving) {
+        (true, _) => "spawnd=debug",
+        (false, true) => "spawnd=warn,spawnd::daemon=info",
+        (false, false) => "spawnd=warn",
     };
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()

@@ -33,7 +33,11 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return report_usage_error(e, &raw_args, started),
     };
-    logging::init(cli.verbose, cli.log_format == "json");
+    logging::init(
+        cli.verbose,
+        cli.log_format == "json",
+        matches!(cli.command, Command::Serve { .. }),
+    );
     if let Command::Spawner { parent } = cli.command {
         return crate::spawner::serve_on_fd3(parent);
     }

@@ -15,7 +15,8 @@ pub type Manifests = BTreeMap<String, Manifest>;
 
 /// Loads `[server] manifests` (files, or directories of `*.toml`). A file
 /// writable by group or others, or owned by neither root nor spawnd's user,
-/// is refused, and so is a second manifest with an FQN already loaded.
+/// is refused, and so is a second manifest with an FQN already loaded (the
+/// error names both files).
 pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in &config.server.manifests {
@@ -48,15 +49,55 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
         let manifest = parse_manifest(&file.display().to_string(), &text, options)
             .map_err(|e| e.to_string())?;
         let name = manifest.connector.name.to_string();
-        if out.contains_key(&name) {
+        if let Some(first) = out.get(&name) {
             return Err(format!(
-                "{}: connector {name} is already loaded from another manifest",
+                "connector {name} is named by two manifests, {} and {}; keep one of them in [server] manifests",
+                first.source,
                 file.display()
             ));
         }
         out.insert(name, manifest);
     }
     Ok(out)
+}
+
+/// What a reload changes: connectors by name, each list sorted.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ManifestChanges {
+    /// Served now, not before.
+    pub added: Vec<String>,
+    /// Served before, not now.
+    pub removed: Vec<String>,
+    /// Served before and now, from other bytes or another file.
+    pub changed: Vec<String>,
+}
+
+impl ManifestChanges {
+    /// The connectors that differ between `old` and `new`: a manifest is
+    /// changed when its file's SHA-256 or its path differs.
+    pub fn between(old: &Manifests, new: &Manifests) -> ManifestChanges {
+        let mut changes = ManifestChanges::default();
+        for (name, m) in new {
+            match old.get(name) {
+                None => changes.added.push(name.clone()),
+                Some(was) if was.digest != m.digest || was.source != m.source => {
+                    changes.changed.push(name.clone())
+                }
+                Some(_) => {}
+            }
+        }
+        changes.removed = old
+            .keys()
+            .filter(|name| !new.contains_key(*name))
+            .cloned()
+            .collect();
+        changes
+    }
+
+    /// Whether the connectors served are the same as before.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
 }
 
 /// What to do when a `[server] manifests` entry does not exist (the
@@ -161,6 +202,67 @@ mod tests {
         chmod(&file, 0o664);
         let e = read_checked(&file, me).unwrap_err();
         assert!(e.contains("writable by group or others"), "{e}");
+    }
+
+    fn manifest(source: &str, name: &str, op: &str) -> Manifest {
+        let text = format!("[connector]\nname = \"{name}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\n[capabilities.spawn.operations.{op}]\nargv = \"true\"\n");
+        let options = LoadOptions {
+            max_wall_time_ms: crate::config::Config::defaults(None)
+                .unwrap()
+                .sandbox
+                .max_wall_time_ms,
+        };
+        parse_manifest(source, &text, options).unwrap()
+    }
+
+    #[test]
+    fn a_reloads_changes_name_the_connectors_added_removed_and_changed() {
+        let set = |ms: Vec<Manifest>| -> Manifests {
+            ms.into_iter()
+                .map(|m| (m.connector.name.to_string(), m))
+                .collect()
+        };
+        let old = set(vec![
+            manifest("/m/a.toml", "local://t/a", "x"),
+            manifest("/m/b.toml", "local://t/b", "x"),
+            manifest("/m/c.toml", "local://t/c", "x"),
+            manifest("/m/d.toml", "local://t/d", "x"),
+        ]);
+        let new = set(vec![
+            manifest("/m/a.toml", "local://t/a", "x"),
+            manifest("/m/b.toml", "local://t/b", "y"),
+            manifest("/m/moved.toml", "local://t/d", "x"),
+            manifest("/m/e.toml", "local://t/e", "x"),
+        ]);
+        assert_eq!(
+            ManifestChanges::between(&old, &new),
+            ManifestChanges {
+                added: vec!["local://t/e".into()],
+                removed: vec!["local://t/c".into()],
+                changed: vec!["local://t/b".into(), "local://t/d".into()],
+            }
+        );
+        assert!(ManifestChanges::between(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn a_connector_named_by_two_manifests_names_both_files() {
+        let d = tempfile::tempdir().unwrap();
+        chmod(d.path(), 0o755);
+        let text = "[connector]\nname = \"local://t/twice\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\n[capabilities.spawn.operations.x]\nargv = \"true\"\n";
+        for file in ["first.toml", "second.toml"] {
+            std::fs::write(d.path().join(file), text).unwrap();
+            chmod(&d.path().join(file), 0o644);
+        }
+        let mut config = crate::config::Config::defaults(None).unwrap();
+        config.server.manifests = vec![d.path().to_path_buf()];
+        let e = load_manifests(&config).unwrap_err();
+        let first = d.path().join("first.toml").display().to_string();
+        let second = d.path().join("second.toml").display().to_string();
+        assert!(
+            e.contains("local://t/twice") && e.contains(&first) && e.contains(&second),
+            "{e}"
+        );
     }
 
     #[test]

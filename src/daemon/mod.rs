@@ -12,8 +12,9 @@
 //! `overloaded` and closed). SIGTERM or SIGINT stops accepting, lets running
 //! spawns finish for `[server] shutdown_grace_ms` (10 s), kills what is left, and exits once
 //! every exit record is written. SIGHUP re-reads the config and manifests;
-//! if any of them is bad, the old ones stay in force and the log says why
-//! (the socket and limits chosen at start stay as they are).
+//! if any of them is bad, the old ones stay in force, the log says why and
+//! `health` says the manifests are stale until a reload succeeds (the
+//! socket and limits chosen at start stay as they are).
 //!
 //! Every method follows `[[access]]`: a spawn is refused unless the peer may
 //! act for its connector (`spawn_check` too, unrecorded: [`check`]), `health`
@@ -44,7 +45,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use crate::config::manifests::{load_manifests, Manifests};
+use crate::config::manifests::{load_manifests, ManifestChanges, Manifests};
 use crate::config::Config;
 use crate::rpc::{self, Call, RpcError};
 use crate::spawner::Spawner;
@@ -90,6 +91,18 @@ pub struct Daemon {
     side_work: Semaphore,
     /// Refusals counted per peer and window.
     refusals: std::sync::Mutex<refusals::Tallies>,
+    /// The last reload refused since one succeeded: the manifests in force
+    /// are stale until the next good reload.
+    refused_reload: std::sync::Mutex<Option<RefusedReload>>,
+}
+
+/// A SIGHUP whose config or manifests were refused.
+#[derive(Clone)]
+struct RefusedReload {
+    /// Why, as logged.
+    error: String,
+    /// When, RFC 3339 UTC.
+    at: String,
 }
 
 impl Daemon {
@@ -132,17 +145,48 @@ impl Daemon {
         });
         match fresh {
             Ok(l) => {
-                tracing::info!(
-                    manifests = l.manifests.len(),
-                    "reloaded the config and manifests"
-                );
+                let changes = ManifestChanges::between(&self.loaded().manifests, &l.manifests);
+                if changes.is_empty() {
+                    tracing::info!(
+                        manifests = l.manifests.len(),
+                        "reloaded the config and manifests; no connector changed"
+                    );
+                } else {
+                    tracing::info!(
+                        manifests = l.manifests.len(),
+                        added = ?changes.added,
+                        removed = ?changes.removed,
+                        changed = ?changes.changed,
+                        "reloaded the config and manifests"
+                    );
+                }
                 if let Ok(mut slot) = self.loaded.write() {
                     *slot = Arc::new(l);
                 }
+                self.set_refused_reload(None);
             }
             Err(e) => {
-                tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force")
+                tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force");
+                self.set_refused_reload(Some(RefusedReload {
+                    error: e,
+                    at: crate::audit::log::now_rfc3339_millis(),
+                }));
             }
+        }
+    }
+
+    fn set_refused_reload(&self, refused: Option<RefusedReload>) {
+        match self.refused_reload.lock() {
+            Ok(mut slot) => *slot = refused,
+            Err(p) => *p.into_inner() = refused,
+        }
+    }
+
+    /// The last refused reload, while no reload has succeeded since.
+    fn refused_reload(&self) -> Option<RefusedReload> {
+        match self.refused_reload.lock() {
+            Ok(slot) => slot.clone(),
+            Err(p) => p.into_inner().clone(),
         }
     }
 
@@ -209,6 +253,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         side_work: Semaphore::new(SIDE_WORK),
         refusals: std::sync::Mutex::new(refusals::Tallies::new(window)),
+        refused_reload: std::sync::Mutex::new(None),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -320,8 +365,17 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    tracing::info!(socket = %path.display(), max_connections = max, "serving");
-    loop {
+    {
+        let loaded = daemon.loaded();
+        tracing::info!(
+            socket = %path.display(),
+            max_connections = max,
+            manifests = ?loaded.config.server.manifests,
+            connectors = ?loaded.manifests.keys().collect::<Vec<_>>(),
+            "serving"
+        );
+    }
+    let signal = loop {
         tokio::select! {
             _ = sweep.tick() => refusals::close_due(&daemon).await,
             accepted = listener.accept() => {
@@ -344,10 +398,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                 let d = Arc::clone(&daemon);
                 let _ = tokio::task::spawn_blocking(move || d.reload()).await;
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
         }
-    }
+    };
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     drop(listener);
     if let Some(p) = created {
@@ -358,6 +412,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let all = MAX_IN_FLIGHT as u32;
     let grace = Duration::from_millis(daemon.loaded().config.server.shutdown_grace_ms);
     tracing::info!(
+        signal,
+        running = MAX_IN_FLIGHT - daemon.in_flight.available_permits(),
         grace_ms = grace.as_millis() as u64,
         "stopping: no new connections; letting running spawns finish"
     );
@@ -619,7 +675,18 @@ impl Connection {
         if let Some(why) = self.daemon.audit_failure() {
             report.audit_lost(why);
         }
+        let refused = self.daemon.refused_reload();
+        if let Some(r) = &refused {
+            report.degrade(format!(
+                "stale manifests: the reload at {} was refused ({}); the previous config and manifests stay in force until a reload succeeds",
+                r.at, r.error
+            ));
+        }
         let mut v = serde_json::to_value(&report).unwrap_or_default();
+        v["stale_manifests"] = match refused {
+            Some(r) => json!({"refused_at": r.at, "error": r.error}),
+            None => Value::Null,
+        };
         v["protocol_version"] = json!(PROTOCOL_VERSION);
         v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid, "other_user_namespace": self.peer.other_user_namespace});
         Ok(v)
