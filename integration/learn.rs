@@ -303,23 +303,20 @@ fn refusals_name_their_layer(who: As) {
     .unwrap();
     let pin = spawnd(who, &ws, &["manifest", "pin", manifest.to_str().unwrap()]);
     assert!(pin.status.success(), "{pin:?}");
-    let out = spawnd(
-        who,
-        &ws,
-        &[
-            "--json",
-            "run",
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--op",
-            "walls",
-            "--workspace",
-            ws.to_str().unwrap(),
-            "--mode",
-            "write",
-            "--trace",
-        ],
-    );
+    let run_args = [
+        "run",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--op",
+        "walls",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--mode",
+        "write",
+        "--trace",
+    ];
+    let json_args: Vec<&str> = std::iter::once("--json").chain(run_args).collect();
+    let out = spawnd(who, &ws, &json_args);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     let refusals = v["data"]["trace"]["refusals"]
         .as_array()
@@ -342,22 +339,7 @@ fn refusals_name_their_layer(who: As) {
         "{text}"
     );
     // Without --json, each refusal is a line on stderr naming its layer and fix.
-    let human = spawnd(
-        who,
-        &ws,
-        &[
-            "run",
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--op",
-            "walls",
-            "--workspace",
-            ws.to_str().unwrap(),
-            "--mode",
-            "write",
-            "--trace",
-        ],
-    );
+    let human = spawnd(who, &ws, &run_args);
     let err = String::from_utf8_lossy(&human.stderr);
     assert!(
         err.contains("refused by noexec") && err.contains("add it to fs_exec"),
