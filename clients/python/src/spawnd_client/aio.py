@@ -1,0 +1,382 @@
+"""The asyncio client: one connection, one reader task, a future per
+request in flight. Any number of tasks may await calls at once; answers
+are matched by `id`, and notifications go to per-handle queues (or to the
+`on_notification` callback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import (
+    IO,
+    Any,
+    AsyncIterator,
+    Callable,
+    Deque,
+    Dict,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+from . import protocol as p
+from .client import check_params, pieces
+from .errors import ConnectionLost, InvalidRequest, ProtocolViolation, SpawndError
+from .results import (
+    STDOUT,
+    Attached,
+    ConnectorsStatus,
+    Notification,
+    Output,
+    OutputChunk,
+    OutputSize,
+    SpawnExitedNote,
+    Spawned,
+    SpawnStatus,
+    WaitResult,
+)
+
+#: The longest line the reader accepts: answers carry run results with
+#: their streams' bytes (up to the manifest's caps), base64 and all.
+MAX_LINE = 1 << 28
+
+
+class _Lost:
+    pass
+
+
+_LOST = _Lost()
+
+
+class AsyncClient:
+    """A connection to `spawnd serve` for asyncio. Create it with
+    `await AsyncClient.connect(path)` (or `async with`), close it with
+    `await close()`."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        on_notification: Optional[Callable[[Notification], None]] = None,
+        on_unmatched_error: Optional[Callable[[SpawndError], None]] = None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._on_notification = on_notification
+        self._on_unmatched_error = on_unmatched_error
+        self.unmatched_errors: Deque[SpawndError] = collections.deque(maxlen=64)
+        self._in_flight: p.InFlight["asyncio.Future[Any]"] = p.InFlight()
+        self._send_lock = asyncio.Lock()
+        self._notes: Dict[str, "asyncio.Queue[Union[Notification, _Lost]]"] = {}
+        self._lost: Optional[ConnectionLost] = None
+        self.max_frame_bytes: Optional[int] = None
+        self._task = asyncio.ensure_future(self._read_loop())
+
+    @classmethod
+    async def connect(
+        cls,
+        socket_path: str = p.DEFAULT_SOCKET,
+        *,
+        on_notification: Optional[Callable[[Notification], None]] = None,
+        on_unmatched_error: Optional[Callable[[SpawndError], None]] = None,
+    ) -> "AsyncClient":
+        try:
+            reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to spawnd at {socket_path}: {e}") from e
+        return cls(reader, writer, on_notification=on_notification, on_unmatched_error=on_unmatched_error)
+
+    async def close(self) -> None:
+        """Closes the connection: calls in flight get `ConnectionLost`."""
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except OSError:
+            pass
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        self._lose(ConnectionLost("the client closed the connection"))
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._lost is not None
+
+    async def _read_loop(self) -> None:
+        reason = "the daemon closed the connection"
+        try:
+            while True:
+                line = await self._reader.readline()
+                if not line:
+                    break
+                self._dispatch(p.decode_line(line))
+        except (OSError, ValueError) as e:  # ValueError: a line over MAX_LINE
+            reason = f"the connection failed: {e}"
+        except ProtocolViolation as e:
+            reason = str(e)
+        self._lose(ConnectionLost(reason))
+
+    def _lose(self, lost: ConnectionLost) -> None:
+        if self._lost is None:
+            self._lost = lost
+        for fut in self._in_flight.drain():
+            if not fut.done():
+                fut.set_exception(lost)
+        for q in self._notes.values():
+            q.put_nowait(_LOST)
+
+    def _dispatch(self, answer: p.Answer) -> None:
+        if answer.notification is not None:
+            if self._on_notification is not None:
+                self._on_notification(answer.notification)
+            else:
+                self._queue(answer.notification.handle or "").put_nowait(answer.notification)
+            return
+        request_id = answer.request_id
+        if request_id is None and answer.error is not None:
+            request_id = self._in_flight.match_null(answer.error)
+        fut = self._in_flight.pop(request_id)
+        if fut is None:
+            if answer.error is not None:
+                self.unmatched_errors.append(answer.error)
+                if self._on_unmatched_error:
+                    self._on_unmatched_error(answer.error)
+            return
+        if fut.done():  # the caller was cancelled
+            return
+        if answer.error is not None:
+            fut.set_exception(answer.error)
+        else:
+            fut.set_result(answer.result)
+
+    def _queue(self, handle: str) -> "asyncio.Queue[Union[Notification, _Lost]]":
+        q = self._notes.get(handle)
+        if q is None:
+            q = self._notes[handle] = asyncio.Queue()
+            if self._lost is not None:
+                q.put_nowait(_LOST)
+        return q
+
+    # -- calls -------------------------------------------------------------
+
+    async def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Any:
+        """Sends one request and returns its `result`, or raises the typed
+        error the daemon answered, or `ConnectionLost`."""
+        fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
+        async with self._send_lock:
+            if self._lost is not None:
+                raise ConnectionLost(str(self._lost))
+            frame = p.encode_frame(self._in_flight.next_id(), method, params)
+            request_id = self._in_flight.add(len(frame), fut)
+            try:
+                self._writer.write(frame)
+                await self._writer.drain()
+            except OSError as e:
+                self._in_flight.pop(request_id)
+                raise ConnectionLost(f"cannot send to spawnd: {e}") from e
+        try:
+            return await fut
+        except InvalidRequest as e:
+            if e.max_frame_bytes:
+                self.max_frame_bytes = e.max_frame_bytes
+            raise
+        finally:
+            self._in_flight.pop(request_id)
+
+    async def health(self) -> Dict[str, Any]:
+        result: Dict[str, Any] = await self.call("health")
+        return result
+
+    async def connectors_status(self) -> ConnectorsStatus:
+        return ConnectorsStatus.from_json(await self.call("connectors_status"))
+
+    async def spawn_op(
+        self,
+        connector: str,
+        op: str,
+        args: Optional[Mapping[str, str]] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: p.Stdin = None,
+        stdin_stream: bool = False,
+        action: Optional[Sequence[str]] = None,
+        mode: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        label: Optional[str] = None,
+        notify: bool = False,
+        lease_ms: Optional[int] = None,
+    ) -> Spawned:
+        params = p.spawn_op_params(
+            connector, op, args, env=env, cwd=cwd, stdin=stdin, stdin_stream=stdin_stream,
+            action=action, mode=mode, timeout_ms=timeout_ms, label=label, notify=notify,
+            lease_ms=lease_ms,
+        )  # fmt: skip
+        return Spawned.from_json(await self.call("spawn_op", params))
+
+    async def spawn(
+        self,
+        connector: str,
+        envelope: Union[p.Envelope, Mapping[str, Any]],
+        *,
+        stdin_stream: bool = False,
+        action: Optional[Sequence[str]] = None,
+        mode: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        label: Optional[str] = None,
+        notify: bool = False,
+        lease_ms: Optional[int] = None,
+    ) -> Spawned:
+        params = p.spawn_params(
+            connector, envelope, stdin_stream=stdin_stream, action=action, mode=mode,
+            timeout_ms=timeout_ms, label=label, notify=notify, lease_ms=lease_ms,
+        )  # fmt: skip
+        return Spawned.from_json(await self.call("spawn", params))
+
+    async def spawn_check(
+        self,
+        connector: str,
+        op: Optional[str] = None,
+        args: Optional[Mapping[str, str]] = None,
+        *,
+        envelope: Union[p.Envelope, Mapping[str, Any], None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        action: Optional[Sequence[str]] = None,
+        mode: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        params = check_params(connector, op, args, envelope, env, cwd, action, mode, timeout_ms)
+        result: Dict[str, Any] = await self.call("spawn_check", params)
+        return result
+
+    async def spawn_status(self, handle: str, wait_ms: Optional[int] = None) -> SpawnStatus:
+        return SpawnStatus.from_json(await self.call("spawn_status", p.with_wait({"handle": handle}, wait_ms)))
+
+    async def spawn_wait(self, handles: Sequence[str], wait_ms: Optional[int] = None) -> WaitResult:
+        return WaitResult.from_json(await self.call("spawn_wait", p.wait_params(handles, wait_ms)))
+
+    async def spawn_output_size(self, handle: str, which: int = STDOUT) -> OutputSize:
+        return OutputSize.from_json(await self.call("spawn_output_size", {"handle": handle, "which": which}))
+
+    async def spawn_output_read(
+        self,
+        handle: str,
+        which: int = STDOUT,
+        offset: int = 0,
+        length: int = p.DEFAULT_READ_CHUNK,
+        wait_ms: Optional[int] = None,
+    ) -> OutputChunk:
+        params = p.with_wait({"handle": handle, "which": which, "offset": offset, "len": length}, wait_ms)
+        return OutputChunk.from_json(offset, await self.call("spawn_output_read", params))
+
+    async def spawn_kill(self, handle: str) -> None:
+        await self.call("spawn_kill", {"handle": handle})
+
+    async def spawn_release(self, handle: str) -> None:
+        await self.call("spawn_release", {"handle": handle})
+        self._notes.pop(handle, None)
+
+    async def spawn_stdin_write(self, handle: str, data: Union[str, bytes]) -> int:
+        result = await self.call("spawn_stdin_write", p.stdin_write_params(handle, data))
+        return int(result["bytes"])
+
+    async def spawn_stdin_close(self, handle: str) -> None:
+        await self.call("spawn_stdin_close", {"handle": handle})
+
+    async def spawn_attach(self, handle: str, token: str) -> Attached:
+        return Attached.from_json(await self.call("spawn_attach", {"handle": handle, "token": token}))
+
+    # -- conveniences --------------------------------------------------------
+
+    async def wait(self, handle: str, poll_ms: int = 10_000) -> SpawnStatus:
+        while True:
+            status = await self.spawn_status(handle, wait_ms=poll_ms)
+            if status.ended:
+                return status
+
+    async def iter_output(
+        self,
+        handle: str,
+        which: int = STDOUT,
+        *,
+        offset: int = 0,
+        chunk: int = p.DEFAULT_READ_CHUNK,
+        wait_ms: int = 1000,
+    ) -> AsyncIterator[OutputChunk]:
+        while True:
+            c = await self.spawn_output_read(handle, which, offset, chunk, wait_ms=wait_ms)
+            if c.data or c.skipped:
+                yield c
+            if c.eof:
+                return
+            offset = c.next_offset
+
+    async def read_output(self, handle: str, which: int = STDOUT, *, chunk: int = p.DEFAULT_READ_CHUNK) -> Output:
+        data, skipped = bytearray(), 0
+        async for c in self.iter_output(handle, which, chunk=chunk):
+            data += c.data
+            skipped += c.skipped
+        return Output(bytes(data), skipped)
+
+    async def write_stdin(
+        self,
+        handle: str,
+        data: Union[bytes, str, IO[bytes]],
+        *,
+        chunk: Optional[int] = None,
+        close: bool = True,
+    ) -> int:
+        """As `Client.write_stdin` (a file is read with blocking reads)."""
+        size = chunk or self._stdin_chunk()
+        total = 0
+        for piece in pieces(data, size):
+            total += await self._write_fitting(handle, piece)
+        if close:
+            await self.spawn_stdin_close(handle)
+        return total
+
+    def _stdin_chunk(self) -> int:
+        if self.max_frame_bytes:
+            return min(p.DEFAULT_STDIN_CHUNK, p.stdin_chunk_for(self.max_frame_bytes))
+        return p.DEFAULT_STDIN_CHUNK
+
+    async def _write_fitting(self, handle: str, piece: bytes) -> int:
+        try:
+            return await self.spawn_stdin_write(handle, piece)
+        except InvalidRequest as e:
+            if not e.max_frame_bytes or len(piece) <= 1:
+                raise
+            size = min(len(piece) // 2, p.stdin_chunk_for(e.max_frame_bytes))
+            total = 0
+            for i in range(0, len(piece), size):
+                total += await self._write_fitting(handle, piece[i : i + size])
+            return total
+
+    async def next_notification(self, handle: str) -> Notification:
+        """The next notification about `handle` (wrap in
+        `asyncio.wait_for` to bound the wait)."""
+        item = await self._queue(handle).get()
+        if isinstance(item, _Lost):
+            self._queue(handle).put_nowait(_LOST)
+            raise ConnectionLost(str(self._lost))
+        return item
+
+    async def notifications(self, handle: str) -> AsyncIterator[Notification]:
+        """The notifications about `handle`, ending with its `spawn_exited`."""
+        while True:
+            note = await self.next_notification(handle)
+            yield note
+            if isinstance(note, SpawnExitedNote):
+                return

@@ -1,0 +1,469 @@
+"""The blocking client: one connection, one reader thread, any number of
+caller threads.
+
+Each call writes its request line and waits for the answer with its `id`;
+the reader thread reads every line the daemon sends and hands answers to
+their callers and notifications to per-handle queues (or to the
+`on_notification` callback). So a thread blocked in `spawn_status(h,
+wait_ms=...)` holds up no other thread's call on the same connection.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import socket
+import threading
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+from . import protocol as p
+from .errors import ConnectionLost, InvalidRequest, ProtocolViolation, SpawndError
+from .results import (
+    STDOUT,
+    Attached,
+    ConnectorsStatus,
+    Notification,
+    Output,
+    OutputChunk,
+    OutputSize,
+    SpawnExitedNote,
+    Spawned,
+    SpawnStatus,
+    WaitResult,
+)
+
+NotificationCallback = Callable[[Notification], None]
+ErrorCallback = Callable[[SpawndError], None]
+
+
+class _Slot:
+    """Where the reader thread leaves one answer for its caller."""
+
+    __slots__ = ("event", "result", "error")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+
+
+class _Lost:
+    """Put in the notification queues when the connection is lost."""
+
+
+_LOST = _Lost()
+
+
+class Client:
+    """A connection to `spawnd serve`. Thread-safe; use as a context manager
+    or call `close()`.
+
+    `on_notification`, when given, gets every notification on the reader
+    thread (it must not block, nor call the client and wait); otherwise
+    notifications queue per handle for `notifications()` and
+    `next_notification()`. `on_unmatched_error` gets errors the daemon sent
+    with id null that match no request (they are also kept in
+    `unmatched_errors`).
+    """
+
+    def __init__(
+        self,
+        socket_path: str = p.DEFAULT_SOCKET,
+        *,
+        connect_timeout: Optional[float] = 10.0,
+        on_notification: Optional[NotificationCallback] = None,
+        on_unmatched_error: Optional[ErrorCallback] = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self._on_notification = on_notification
+        self._on_unmatched_error = on_unmatched_error
+        self.unmatched_errors: Deque[SpawndError] = collections.deque(maxlen=64)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(connect_timeout)
+        try:
+            self._sock.connect(socket_path)
+        except OSError as e:
+            self._sock.close()
+            raise ConnectionLost(f"cannot connect to spawnd at {socket_path}: {e}") from e
+        self._sock.settimeout(None)
+        self._send_lock = threading.Lock()
+        self._table_lock = threading.Lock()
+        self._in_flight: p.InFlight[_Slot] = p.InFlight()
+        self._notes: Dict[str, "queue.Queue[Union[Notification, _Lost]]"] = {}
+        self._lost: Optional[ConnectionLost] = None
+        self.max_frame_bytes: Optional[int] = None
+        self._reader = threading.Thread(target=self._read_loop, name="spawnd-client-reader", daemon=True)
+        self._reader.start()
+
+    # -- connection --------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the connection: calls in flight get `ConnectionLost`, and
+        the daemon kills this connection's running spawns that were not
+        detached."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self._reader is not threading.current_thread():
+            self._reader.join(timeout=5)
+        self._sock.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._lost is not None
+
+    def _read_loop(self) -> None:
+        reason = "the daemon closed the connection"
+        try:
+            with self._sock.makefile("rb") as f:
+                for line in f:
+                    self._dispatch(p.decode_line(line))
+        except (OSError, ValueError) as e:
+            reason = f"the connection failed: {e}"
+        except ProtocolViolation as e:
+            reason = str(e)
+        self._lose(ConnectionLost(reason))
+
+    def _lose(self, lost: ConnectionLost) -> None:
+        with self._table_lock:
+            self._lost = lost
+            slots = self._in_flight.drain()
+            queues = list(self._notes.values())
+        for slot in slots:
+            slot.error = lost
+            slot.event.set()
+        for q in queues:
+            q.put(_LOST)
+
+    def _dispatch(self, answer: p.Answer) -> None:
+        if answer.notification is not None:
+            self._deliver(answer.notification)
+            return
+        with self._table_lock:
+            request_id = answer.request_id
+            if request_id is None and answer.error is not None:
+                request_id = self._in_flight.match_null(answer.error)
+            slot = self._in_flight.pop(request_id)
+        if slot is None:
+            if answer.error is not None:
+                self.unmatched_errors.append(answer.error)
+                if self._on_unmatched_error:
+                    self._on_unmatched_error(answer.error)
+            return
+        slot.result, slot.error = answer.result, answer.error
+        slot.event.set()
+
+    def _deliver(self, note: Notification) -> None:
+        if self._on_notification is not None:
+            self._on_notification(note)
+            return
+        handle = note.handle or ""
+        self._queue(handle).put(note)
+
+    def _queue(self, handle: str) -> "queue.Queue[Union[Notification, _Lost]]":
+        with self._table_lock:
+            q = self._notes.get(handle)
+            if q is None:
+                q = self._notes[handle] = queue.Queue()
+                if self._lost is not None:
+                    q.put(_LOST)
+            return q
+
+    # -- calls -------------------------------------------------------------
+
+    def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Any:
+        """Sends one request and returns its `result`, or raises the typed
+        error the daemon answered (`SpawndError` subclasses), or
+        `ConnectionLost`. Any thread may call; answers are matched by id."""
+        slot = _Slot()
+        with self._send_lock:
+            with self._table_lock:
+                if self._lost is not None:
+                    raise ConnectionLost(str(self._lost))
+                frame = p.encode_frame(self._in_flight.next_id(), method, params)
+                request_id = self._in_flight.add(len(frame), slot)
+            try:
+                self._sock.sendall(frame)
+            except OSError as e:
+                with self._table_lock:
+                    self._in_flight.pop(request_id)
+                raise ConnectionLost(f"cannot send to spawnd: {e}") from e
+        slot.event.wait()
+        if slot.error is not None:
+            if isinstance(slot.error, InvalidRequest) and slot.error.max_frame_bytes:
+                self.max_frame_bytes = slot.error.max_frame_bytes
+            raise slot.error
+        return slot.result
+
+    def health(self) -> Dict[str, Any]:
+        """The layers, the audit location, `protocol_version` and `stale_manifests`."""
+        result: Dict[str, Any] = self.call("health")
+        return result
+
+    def connectors_status(self) -> ConnectorsStatus:
+        return ConnectorsStatus.from_json(self.call("connectors_status"))
+
+    def spawn_op(
+        self,
+        connector: str,
+        op: str,
+        args: Optional[Mapping[str, str]] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: p.Stdin = None,
+        stdin_stream: bool = False,
+        action: Optional[Sequence[str]] = None,
+        mode: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        label: Optional[str] = None,
+        notify: bool = False,
+        lease_ms: Optional[int] = None,
+    ) -> Spawned:
+        """Runs operation `op` of `connector` with `args`; answered once the
+        program runs. `stdin` is text or bytes; `stdin_stream=True` gives a
+        pipe to fill with `spawn_stdin_write`/`write_stdin`."""
+        params = p.spawn_op_params(
+            connector, op, args, env=env, cwd=cwd, stdin=stdin, stdin_stream=stdin_stream,
+            action=action, mode=mode, timeout_ms=timeout_ms, label=label, notify=notify,
+            lease_ms=lease_ms,
+        )  # fmt: skip
+        return Spawned.from_json(self.call("spawn_op", params))
+
+    def spawn(
+        self,
+        connector: str,
+        envelope: Union[p.Envelope, Mapping[str, Any]],
+        *,
+        stdin_stream: bool = False,
+        action: Optional[Sequence[str]] = None,
+        mode: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        label: Optional[str] = None,
+        notify: bool = False,
+        lease_ms: Optional[int] = None,
+    ) -> Spawned:
+        """Runs a raw envelope (`Envelope` or its JSON form)."""
+        params = p.spawn_params(
+            connector, envelope, stdin_stream=stdin_stream, action=action, mode=mode,
+            timeout_ms=timeout_ms, label=label, notify=notify, lease_ms=lease_ms,
+        )  # fmt: skip
+        return Spawned.from_json(self.call("spawn", params))
+
+    def spawn_check(
+        self,
+        connector: str,
+        op: Optional[str] = None,
+        args: Optional[Mapping[str, str]] = None,
+        *,
+        envelope: Union[p.Envelope, Mapping[str, Any], None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        action: Optional[Sequence[str]] = None,
+        mode: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """The gate alone for an operation (`op`) or a raw `envelope`:
+        the plan (`decision: "allowed"`, `argv`, ...), or the denial raised
+        as `CapabilityDenied` (without `audit_id`: nothing is recorded)."""
+        params = _check_params(connector, op, args, envelope, env, cwd, action, mode, timeout_ms)
+        result: Dict[str, Any] = self.call("spawn_check", params)
+        return result
+
+    def spawn_status(self, handle: str, wait_ms: Optional[int] = None) -> SpawnStatus:
+        """The state, and the run result once ended; `wait_ms` blocks until
+        the end or that long."""
+        return SpawnStatus.from_json(self.call("spawn_status", p.with_wait({"handle": handle}, wait_ms)))
+
+    def spawn_wait(self, handles: Sequence[str], wait_ms: Optional[int] = None) -> WaitResult:
+        """The first of `handles` (1 to 64) that has ended, and every one
+        that has; `handle` is None when none had by `wait_ms`."""
+        return WaitResult.from_json(self.call("spawn_wait", p.wait_params(handles, wait_ms)))
+
+    def spawn_output_size(self, handle: str, which: int = STDOUT) -> OutputSize:
+        return OutputSize.from_json(self.call("spawn_output_size", {"handle": handle, "which": which}))
+
+    def spawn_output_read(
+        self,
+        handle: str,
+        which: int = STDOUT,
+        offset: int = 0,
+        length: int = p.DEFAULT_READ_CHUNK,
+        wait_ms: Optional[int] = None,
+    ) -> OutputChunk:
+        """Up to `length` bytes of stream `which` (0 stdout, 1 stderr) from
+        `offset`; the next read goes at the chunk's `next_offset`."""
+        params = p.with_wait({"handle": handle, "which": which, "offset": offset, "len": length}, wait_ms)
+        return OutputChunk.from_json(offset, self.call("spawn_output_read", params))
+
+    def spawn_kill(self, handle: str) -> None:
+        self.call("spawn_kill", {"handle": handle})
+
+    def spawn_release(self, handle: str) -> None:
+        """Kills the program if it runs and frees the handle at once."""
+        self.call("spawn_release", {"handle": handle})
+        with self._table_lock:
+            self._notes.pop(handle, None)
+
+    def spawn_stdin_write(self, handle: str, data: Union[str, bytes]) -> int:
+        """Writes one frame's worth into a streamed stdin (`stdin_stream`);
+        answered once the bytes are in the pipe. Returns the bytes written."""
+        result = self.call("spawn_stdin_write", p.stdin_write_params(handle, data))
+        return int(result["bytes"])
+
+    def spawn_stdin_close(self, handle: str) -> None:
+        self.call("spawn_stdin_close", {"handle": handle})
+
+    def spawn_attach(self, handle: str, token: str) -> Attached:
+        """Takes up a detached spawn (`lease_ms`) on this connection."""
+        return Attached.from_json(self.call("spawn_attach", {"handle": handle, "token": token}))
+
+    # -- conveniences --------------------------------------------------------
+
+    def wait(self, handle: str, poll_ms: int = 10_000) -> SpawnStatus:
+        """Blocks until the spawn has ended and returns its result."""
+        while True:
+            status = self.spawn_status(handle, wait_ms=poll_ms)
+            if status.ended:
+                return status
+
+    def iter_output(
+        self,
+        handle: str,
+        which: int = STDOUT,
+        *,
+        offset: int = 0,
+        chunk: int = p.DEFAULT_READ_CHUNK,
+        wait_ms: int = 1000,
+    ) -> Iterator[OutputChunk]:
+        """Follows stream `which` from `offset` to its end, live while the
+        program runs: yields each non-empty chunk (mind `skipped`)."""
+        while True:
+            c = self.spawn_output_read(handle, which, offset, chunk, wait_ms=wait_ms)
+            if c.data or c.skipped:
+                yield c
+            if c.eof:
+                return
+            offset = c.next_offset
+
+    def read_output(self, handle: str, which: int = STDOUT, *, chunk: int = p.DEFAULT_READ_CHUNK) -> Output:
+        """The whole of stream `which` (waiting for its end), and the bytes
+        skipped when the daemon's window had moved past them."""
+        data, skipped = bytearray(), 0
+        for c in self.iter_output(handle, which, chunk=chunk):
+            data += c.data
+            skipped += c.skipped
+        return Output(bytes(data), skipped)
+
+    def write_stdin(
+        self,
+        handle: str,
+        data: Union[bytes, str, IO[bytes]],
+        *,
+        chunk: Optional[int] = None,
+        close: bool = True,
+    ) -> int:
+        """Writes `data` (bytes, text, or a binary file read to its end) into
+        a streamed stdin, one `spawn_stdin_write` at a time, each within the
+        frame limit (learned from the daemon when its limit is smaller than
+        this client's chunks); then closes it unless `close=False`. Returns
+        the bytes written."""
+        size = chunk or self._stdin_chunk()
+        total = 0
+        for piece in _pieces(data, size):
+            total += self._write_fitting(handle, piece)
+        if close:
+            self.spawn_stdin_close(handle)
+        return total
+
+    def _stdin_chunk(self) -> int:
+        if self.max_frame_bytes:
+            return min(p.DEFAULT_STDIN_CHUNK, p.stdin_chunk_for(self.max_frame_bytes))
+        return p.DEFAULT_STDIN_CHUNK
+
+    def _write_fitting(self, handle: str, piece: bytes) -> int:
+        try:
+            return self.spawn_stdin_write(handle, piece)
+        except InvalidRequest as e:
+            # The frame was dropped unread: nothing reached the program, so
+            # the same bytes go again in frames that fit.
+            if not e.max_frame_bytes or len(piece) <= 1:
+                raise
+            size = min(len(piece) // 2, p.stdin_chunk_for(e.max_frame_bytes))
+            return sum(self._write_fitting(handle, piece[i : i + size]) for i in range(0, len(piece), size))
+
+    def next_notification(self, handle: str, timeout: Optional[float] = None) -> Notification:
+        """The next notification about `handle` (spawned with `notify=True`);
+        raises `queue.Empty` after `timeout` seconds, `ConnectionLost` when
+        the connection is gone."""
+        item = self._queue(handle).get(timeout=timeout)
+        if isinstance(item, _Lost):
+            self._queue(handle).put(_LOST)
+            raise ConnectionLost(str(self._lost))
+        return item
+
+    def notifications(self, handle: str, timeout: Optional[float] = None) -> Iterator[Notification]:
+        """The notifications about `handle` as they come, ending with its
+        `spawn_exited`; `timeout` bounds the wait for each one."""
+        while True:
+            note = self.next_notification(handle, timeout)
+            yield note
+            if isinstance(note, SpawnExitedNote):
+                return
+
+
+def _check_params(
+    connector: str,
+    op: Optional[str],
+    args: Optional[Mapping[str, str]],
+    envelope: Union[p.Envelope, Mapping[str, Any], None],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    action: Optional[Sequence[str]],
+    mode: Optional[str],
+    timeout_ms: Optional[int],
+) -> p.Params:
+    if (op is None) == (envelope is None):
+        raise TypeError("spawn_check takes either op (with args) or envelope")
+    if op is not None:
+        return p.spawn_op_params(connector, op, args, env=env, cwd=cwd, action=action, mode=mode, timeout_ms=timeout_ms)
+    assert envelope is not None
+    return p.spawn_params(connector, envelope, action=action, mode=mode, timeout_ms=timeout_ms)
+
+
+def _pieces(data: Union[bytes, str, IO[bytes]], size: int) -> Iterator[bytes]:
+    if isinstance(data, str):
+        data = data.encode()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        for i in range(0, len(view), size):
+            yield bytes(view[i : i + size])
+        return
+    while True:
+        piece = data.read(size)
+        if not piece:
+            return
+        yield piece
+
+
+# Shared with the async client.
+check_params = _check_params
+pieces = _pieces
