@@ -52,8 +52,9 @@ _LOST = _Lost()
 
 class AsyncClient:
     """A connection to `spawnd serve` for asyncio. Create it with
-    `await AsyncClient.connect(path)` (or `async with`), close it with
-    `await close()`."""
+    `await AsyncClient.connect(path)` (default: `$SPAWND_SOCKET`, else
+    /run/spawnd/spawnd.sock), close it with `await close()` or use it in
+    `async with`."""
 
     def __init__(
         self,
@@ -78,11 +79,12 @@ class AsyncClient:
     @classmethod
     async def connect(
         cls,
-        socket_path: str = p.DEFAULT_SOCKET,
+        socket_path: Optional[str] = None,
         *,
         on_notification: Optional[Callable[[Notification], None]] = None,
         on_unmatched_error: Optional[Callable[[SpawndError], None]] = None,
     ) -> "AsyncClient":
+        socket_path = p.socket_path_or_default(socket_path)
         try:
             reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
         except OSError as e:

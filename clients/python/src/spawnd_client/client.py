@@ -66,8 +66,9 @@ _LOST = _Lost()
 
 
 class Client:
-    """A connection to `spawnd serve`. Thread-safe; use as a context manager
-    or call `close()`.
+    """A connection to `spawnd serve` at `socket_path` (default:
+    `$SPAWND_SOCKET`, else /run/spawnd/spawnd.sock). Thread-safe; use as a
+    context manager or call `close()`.
 
     `on_notification`, when given, gets every notification on the reader
     thread (it must not block, nor call the client and wait); otherwise
@@ -79,12 +80,13 @@ class Client:
 
     def __init__(
         self,
-        socket_path: str = p.DEFAULT_SOCKET,
+        socket_path: Optional[str] = None,
         *,
         connect_timeout: Optional[float] = 10.0,
         on_notification: Optional[NotificationCallback] = None,
         on_unmatched_error: Optional[ErrorCallback] = None,
     ) -> None:
+        socket_path = p.socket_path_or_default(socket_path)
         self.socket_path = socket_path
         self._on_notification = on_notification
         self._on_unmatched_error = on_unmatched_error

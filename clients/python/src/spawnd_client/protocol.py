@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -17,6 +18,11 @@ from .results import Notification, notification_from_json
 
 #: Where `spawnd serve` listens unless the operator config says otherwise.
 DEFAULT_SOCKET = "/run/spawnd/spawnd.sock"
+
+
+def socket_path_or_default(socket_path: Optional[str]) -> str:
+    """`socket_path`, else `$SPAWND_SOCKET`, else `DEFAULT_SOCKET`."""
+    return socket_path or os.environ.get("SPAWND_SOCKET") or DEFAULT_SOCKET
 
 #: The daemon's default `[server] max_frame_bytes`.
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
