@@ -28,6 +28,7 @@ from spawnd_client import (
     NotFound,
     SpawnExitedNote,
     SpawnOutputNote,
+    SpawndError,
     SpawnStatus,
 )
 
@@ -99,8 +100,11 @@ def run_operation(client: Client, args: argparse.Namespace) -> int:
     if args.stdin_file is not None:
         # Fed beside the output: a program may write before it reads it all.
         def feed() -> None:
-            with open(args.stdin_file, "rb") as f:
-                client.write_stdin(spawned.handle, f)
+            try:
+                with open(args.stdin_file, "rb") as f:
+                    client.write_stdin(spawned.handle, f)
+            except (OSError, SpawndError) as e:
+                print(f"stdin: {e}", file=sys.stderr)
 
         threading.Thread(target=feed, daemon=True).start()
     status = follow_notifications(client, spawned.handle) if args.follow == "notify" else follow_reads(client, spawned.handle)

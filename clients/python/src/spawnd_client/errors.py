@@ -119,15 +119,18 @@ class InvalidParams(SpawndError):
 
     @property
     def field(self) -> Optional[str]:
-        return self._datum("field")
+        v = self._datum("field")
+        return v if isinstance(v, str) else None
 
     @property
     def bytes(self) -> Optional[int]:
-        return self._datum("bytes")
+        v = self._datum("bytes")
+        return v if isinstance(v, int) else None
 
     @property
     def audit_id(self) -> Optional[str]:
-        return self._datum("audit_id")
+        v = self._datum("audit_id")
+        return v if isinstance(v, str) else None
 
 
 class _WithDenial(SpawndError):
