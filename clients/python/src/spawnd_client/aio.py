@@ -369,6 +369,8 @@ class AsyncClient:
     async def next_notification(self, handle: str) -> Notification:
         """The next notification about `handle` (wrap in
         `asyncio.wait_for` to bound the wait)."""
+        if self._on_notification is not None:
+            raise RuntimeError("this client hands notifications to its on_notification callback")
         item = await self._queue(handle).get()
         if isinstance(item, _Lost):
             self._queue(handle).put_nowait(_LOST)

@@ -416,6 +416,8 @@ class Client:
         """The next notification about `handle` (spawned with `notify=True`);
         raises `queue.Empty` after `timeout` seconds, `ConnectionLost` when
         the connection is gone."""
+        if self._on_notification is not None:
+            raise RuntimeError("this client hands notifications to its on_notification callback")
         item = self._queue(handle).get(timeout=timeout)
         if isinstance(item, _Lost):
             self._queue(handle).put(_LOST)
