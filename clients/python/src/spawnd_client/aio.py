@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import (
     IO,
     Any,
@@ -37,6 +38,8 @@ from .results import (
     SpawnStatus,
     WaitResult,
 )
+
+log = logging.getLogger("spawnd_client")
 
 #: The longest line the reader accepts: answers carry run results with
 #: their streams' bytes (up to the manifest's caps), base64 and all.
@@ -141,7 +144,10 @@ class AsyncClient:
     def _dispatch(self, answer: p.Answer) -> None:
         if answer.notification is not None:
             if self._on_notification is not None:
-                self._on_notification(answer.notification)
+                try:
+                    self._on_notification(answer.notification)
+                except Exception:  # the connection outlives a failing callback
+                    log.exception("on_notification failed")
             else:
                 self._queue(answer.notification.handle or "").put_nowait(answer.notification)
             return
@@ -224,7 +230,7 @@ class AsyncClient:
             connector, op, args, env=env, cwd=cwd, stdin=stdin, stdin_stream=stdin_stream,
             action=action, mode=mode, timeout_ms=timeout_ms, label=label, notify=notify,
             lease_ms=lease_ms,
-        )  # fmt: skip
+        )
         return Spawned.from_json(await self.call("spawn_op", params))
 
     async def spawn(
@@ -243,7 +249,7 @@ class AsyncClient:
         params = p.spawn_params(
             connector, envelope, stdin_stream=stdin_stream, action=action, mode=mode,
             timeout_ms=timeout_ms, label=label, notify=notify, lease_ms=lease_ms,
-        )  # fmt: skip
+        )
         return Spawned.from_json(await self.call("spawn", params))
 
     async def spawn_check(

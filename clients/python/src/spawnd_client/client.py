@@ -11,6 +11,7 @@ wait_ms=...)` holds up no other thread's call on the same connection.
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import socket
 import threading
@@ -42,6 +43,8 @@ from .results import (
     SpawnStatus,
     WaitResult,
 )
+
+log = logging.getLogger("spawnd_client")
 
 NotificationCallback = Callable[[Notification], None]
 ErrorCallback = Callable[[SpawndError], None]
@@ -175,7 +178,10 @@ class Client:
 
     def _deliver(self, note: Notification) -> None:
         if self._on_notification is not None:
-            self._on_notification(note)
+            try:
+                self._on_notification(note)
+            except Exception:  # the connection outlives a failing callback
+                log.exception("on_notification failed")
             return
         handle = note.handle or ""
         self._queue(handle).put(note)
@@ -247,7 +253,7 @@ class Client:
             connector, op, args, env=env, cwd=cwd, stdin=stdin, stdin_stream=stdin_stream,
             action=action, mode=mode, timeout_ms=timeout_ms, label=label, notify=notify,
             lease_ms=lease_ms,
-        )  # fmt: skip
+        )
         return Spawned.from_json(self.call("spawn_op", params))
 
     def spawn(
@@ -267,7 +273,7 @@ class Client:
         params = p.spawn_params(
             connector, envelope, stdin_stream=stdin_stream, action=action, mode=mode,
             timeout_ms=timeout_ms, label=label, notify=notify, lease_ms=lease_ms,
-        )  # fmt: skip
+        )
         return Spawned.from_json(self.call("spawn", params))
 
     def spawn_check(
