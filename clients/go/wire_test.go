@@ -307,7 +307,9 @@ func TestWireAnOversizedFrameErrorFailsOnlyTheCallsOverTheLimit(t *testing.T) {
 	ctx := testContext(t)
 	small := async(func() error { return c.Call(ctx, "small", nil, nil) })
 	rs := p.read()
-	big := async(func() error { return c.Call(ctx, "big", map[string]string{"pad": string(bytes.Repeat([]byte("x"), 5000))}, nil) })
+	big := async(func() error {
+		return c.Call(ctx, "big", map[string]string{"pad": string(bytes.Repeat([]byte("x"), 5000))}, nil)
+	})
 	rb := p.read()
 	if rb.Bytes <= 1000 || rs.Bytes > 1000 {
 		t.Fatalf("frames of %d and %d bytes", rs.Bytes, rb.Bytes)
@@ -365,7 +367,10 @@ func TestWireCallsAfterCloseAreErrClosed(t *testing.T) {
 func TestWireASpawnWhoseCallerGaveUpIsReleased(t *testing.T) {
 	c, p := connected(t)
 	ctx, cancel := context.WithCancel(testContext(t))
-	done := async(func() error { _, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "local://x/y", Op: "run"}); return err })
+	done := async(func() error {
+		_, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "local://x/y", Op: "run"})
+		return err
+	})
 	r := p.read()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -401,7 +406,10 @@ func TestWireErrorsMatchTheirCodes(t *testing.T) {
 	denial := map[string]interface{}{"class": "capability_denied", "boundary": "sandbox",
 		"boundary_detail": "envelope", "reason": "option_injection", "connector": "local://x/y",
 		"requested": "arg:a", "granted": []string{}, "placeholder": "{a}", "message": "m", "audit_id": "a-1", "future": 1}
-	done := async(func() error { _, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "local://x/y", Op: "run"}); return err })
+	done := async(func() error {
+		_, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "local://x/y", Op: "run"})
+		return err
+	})
 	p.fail(p.read().ID, -32001, "denied (option_injection): m", denial)
 	err := <-done
 	var d *spawnd.Denial
@@ -409,7 +417,10 @@ func TestWireErrorsMatchTheirCodes(t *testing.T) {
 		d.AuditID != "a-1" || d.Placeholder != "{a}" || d.Code != -32001 || !bytes.Contains(d.Raw, []byte(`"future"`)) {
 		t.Fatalf("denial: %v %+v", err, d)
 	}
-	done = async(func() error { _, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "bad name", Op: "run"}); return err })
+	done = async(func() error {
+		_, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "bad name", Op: "run"})
+		return err
+	})
 	p.fail(p.read().ID, -32602, "connector is not a valid connector FQN (8 bytes)", map[string]interface{}{"field": "connector", "bytes": 8, "audit_id": "a-2"})
 	err = <-done
 	var n *spawnd.InvalidName
