@@ -25,10 +25,11 @@ const NotificationBuffer = 4 << 20
 type Notification struct {
 	Method string
 	Handle string
-	// spawn_output: the stream, and Data starting at Offset + Skipped:
-	// Skipped bytes left the daemon's window (or this client's queue)
-	// before they could be sent, so the next Offset is
-	// Offset + Skipped + len(Data).
+	// spawn_output: the stream, and Data, which starts at stream offset
+	// Offset. Skipped counts the bytes just before Offset that were never
+	// sent: they left the daemon's window (or this client's queue) first.
+	// The end of one notification's data plus the next one's Skipped is
+	// its Offset.
 	Which   Stream
 	Offset  int64
 	Skipped int64
@@ -116,12 +117,12 @@ type subscription struct {
 	mu     sync.Mutex
 	queue  []Notification
 	queued int // bytes of output in queue
-	// dropped counts, per stream, output that did not fit: from the
-	// offset of the first dropped byte.
+	// dropped counts, per stream, output that did not fit, and where the
+	// last of it ended.
 	dropped [2]struct {
-		any    bool
-		offset int64
-		count  int64
+		any   bool
+		count int64
+		end   int64
 	}
 	ended   bool
 	stopped bool
@@ -148,17 +149,15 @@ func (s *subscription) push(n Notification) {
 		w := n.Which & 1
 		d := &s.dropped[w]
 		if s.queued+len(n.Data) > NotificationBuffer {
-			if !d.any {
-				d.any, d.offset, d.count = true, n.Offset, 0
-			}
+			d.any = true
 			d.count += n.Skipped + int64(len(n.Data))
+			d.end = n.Offset + int64(len(n.Data))
 			s.mu.Unlock()
 			return
 		}
 		if d.any {
-			n.Skipped += d.count + (n.Offset - (d.offset + d.count))
-			n.Offset = d.offset
-			d.any = false
+			n.Skipped += d.count
+			d.any, d.count = false, 0
 		}
 		s.queued += len(n.Data)
 		s.queue = append(s.queue, n)
@@ -167,8 +166,8 @@ func (s *subscription) push(n Notification) {
 		for w := range s.dropped {
 			if d := &s.dropped[w]; d.any {
 				s.queue = append(s.queue, Notification{Method: MethodSpawnOutput, Handle: n.Handle,
-					Which: Stream(w), Offset: d.offset, Skipped: d.count})
-				d.any = false
+					Which: Stream(w), Offset: d.end, Skipped: d.count})
+				d.any, d.count = false, 0
 			}
 		}
 		s.queue = append(s.queue, n)

@@ -67,8 +67,7 @@ func (c *Client) Run(ctx context.Context, p SpawnOpParams) (*Status, error) {
 // DefaultReadLen is how many bytes one spawn_output_read asks for.
 const DefaultReadLen = 256 << 10
 
-// OutputReader reads a stream of a spawn from its start (or Offset) to
-// its end, live while the program runs: each Read waits for new output.
+// OutputReader reads a stream of a spawn from its start to its end, live while the program runs: each Read waits for new output.
 // Bytes that left the daemon's window before they were read are skipped
 // and counted, never made up.
 type OutputReader struct {
