@@ -473,3 +473,43 @@ func TestDaemonACanceledContextEndsOnlyItsCall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestDaemonAnAttachedSpawnsNotificationsComeToItsNewConnection(t *testing.T) {
+	first := dial(t)
+	ctx := testContext(t)
+	p := sh("read line; echo got $line")
+	p.Notify, p.Lease, p.StdinStream = true, time.Minute, true
+	s, err := first.SpawnOp(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close()
+	second := dial(t)
+	if _, err := second.SpawnAttach(ctx, s.Handle, s.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.SpawnStdinWrite(ctx, s.Handle, []byte("it\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ch := second.Notifications(s.Handle)
+	for {
+		select {
+		case n, open := <-ch:
+			if !open {
+				t.Fatalf("no spawn_exited; stdout %q", out.String())
+			}
+			if n.Method == spawnd.MethodSpawnOutput && n.Which == spawnd.Stdout {
+				out.Write(n.Data)
+			}
+			if n.Method == spawnd.MethodSpawnExited {
+				if !n.Status.Success() || out.String() != "got it\n" {
+					t.Fatalf("exited %+v after %q", n.Status, out.String())
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no spawn_exited on the attaching connection; stdout %q", out.String())
+		}
+	}
+}

@@ -165,7 +165,9 @@ type StdinWriter struct {
 	ctx    context.Context
 	handle string
 	// ChunkSize is the bytes per spawn_stdin_write (DefaultStdinChunk
-	// unless set); lower it for a daemon with a smaller max_frame_bytes.
+	// unless set). A daemon whose max_frame_bytes is smaller answers the
+	// first frame with its limit (the frame is dropped unread), and the
+	// writer lowers ChunkSize to fit and sends the bytes again.
 	ChunkSize int
 }
 
@@ -192,6 +194,12 @@ func (w *StdinWriter) Write(p []byte) (int, error) {
 		}
 		got, err := w.c.SpawnStdinWrite(w.ctx, w.handle, p[:n])
 		written += int(got)
+		if smaller, ok := w.fitFrame(err, n); ok {
+			// The daemon dropped the frame unread: send it again in
+			// pieces that fit.
+			w.ChunkSize = smaller
+			continue
+		}
 		if err != nil {
 			return written, err
 		}
@@ -201,6 +209,26 @@ func (w *StdinWriter) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return written, nil
+}
+
+// fitFrame is the chunk size that fits the daemon's max_frame_bytes when
+// err says a frame of n bytes of data was over it.
+func (w *StdinWriter) fitFrame(err error, n int) (int, bool) {
+	var e *Error
+	if !errors.As(err, &e) {
+		return 0, false
+	}
+	limit, ok := e.MaxFrameBytes()
+	if !ok {
+		return 0, false
+	}
+	// base64 is 4 bytes per 3; the rest of the line (method, handle, id)
+	// is well under 512 bytes.
+	fits := (limit - 512) / 4 * 3
+	if fits <= 0 || fits >= n {
+		return 0, false
+	}
+	return fits, true
 }
 
 // ReadFrom sends everything r holds, a frame at a time.

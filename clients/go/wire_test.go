@@ -432,3 +432,45 @@ func TestWireErrorsMatchTheirCodes(t *testing.T) {
 		t.Fatalf("an invalid name is no denial: %+v", none)
 	}
 }
+
+func TestWireAStdinWriterShrinksItsFramesToTheDaemonsLimit(t *testing.T) {
+	c, p := connected(t)
+	ctx := testContext(t)
+	data := bytes.Repeat([]byte("0123456789"), 500)
+	w := c.NewStdinWriter(ctx, "h-in")
+	w.ChunkSize = 3000
+	done := async(func() error {
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+		return w.Close()
+	})
+	first := p.read()
+	if first.Method != "spawn_stdin_write" || first.Bytes <= 2000 {
+		t.Fatalf("first write: %s, %d bytes", first.Method, first.Bytes)
+	}
+	p.fail(nil, -32600, "frame over 2000 bytes ([server] max_frame_bytes)", map[string]int{"max_frame_bytes": 2000})
+	var got []byte
+	for {
+		r := p.read()
+		if r.Method == "spawn_stdin_close" {
+			p.answer(r.ID, map[string]interface{}{})
+			break
+		}
+		if r.Bytes > 2000 {
+			t.Fatalf("a frame of %d bytes after the limit was told", r.Bytes)
+		}
+		chunk, err := base64.StdEncoding.DecodeString(r.Params["data_b64"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, chunk...)
+		p.answer(r.ID, map[string]int{"bytes": len(chunk)})
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("the program got %d bytes, want %d", len(got), len(data))
+	}
+}
