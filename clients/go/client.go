@@ -66,7 +66,8 @@ type answer struct {
 }
 
 // Dial connects to the daemon's socket at path ("" for DefaultSocket).
-// The context bounds the connecting only.
+// The context bounds the connecting only. A socket that cannot be reached
+// is a *ConnectionError.
 func Dial(ctx context.Context, path string) (*Client, error) {
 	if path == "" {
 		path = DefaultSocket
@@ -271,19 +272,30 @@ func (c *Client) handleLine(line []byte) {
 	if err != nil {
 		return // not an id this client sends
 	}
+	var a answer
 	c.mu.Lock()
 	p, ok := c.pending[id]
 	if !ok {
 		c.mu.Unlock()
 		return
 	}
-	delete(c.pending, id)
-	var a answer
 	if f.Error != nil {
 		a.err = &Error{Code: f.Error.Code, Message: f.Error.Message, Data: f.Error.Data, Method: p.method}
 	} else {
 		a.result = f.Result
 	}
+	c.mu.Unlock()
+	// Outside the lock (it takes it), and before the next line is read.
+	if a.err == nil && p.onResult != nil && !c.isAbandoned(p) {
+		p.onResult(a.result)
+	}
+	c.mu.Lock()
+	if _, still := c.pending[id]; !still {
+		// The connection ended meanwhile, and told the caller so.
+		c.mu.Unlock()
+		return
+	}
+	delete(c.pending, id)
 	if p.abandoned {
 		c.mu.Unlock()
 		if a.err == nil {
@@ -291,11 +303,16 @@ func (c *Client) handleLine(line []byte) {
 		}
 		return
 	}
-	c.mu.Unlock()
-	if a.err == nil && p.onResult != nil {
-		p.onResult(a.result)
-	}
+	// Under the lock, so that abandon either marks the call before this
+	// or finds the answer in the channel after it.
 	p.answer <- a
+	c.mu.Unlock()
+}
+
+func (c *Client) isAbandoned(p *pendingCall) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.abandoned
 }
 
 // unmatched handles an error answered with id null. An oversized frame
