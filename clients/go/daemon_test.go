@@ -513,3 +513,39 @@ func TestDaemonAnAttachedSpawnsNotificationsComeToItsNewConnection(t *testing.T)
 		}
 	}
 }
+
+func TestDaemonAFifthWaitingStdinWriteIsOverloaded(t *testing.T) {
+	c := dial(t)
+	ctx := testContext(t)
+	p := sh("sleep 60")
+	p.StdinStream = true
+	s, err := c.SpawnOp(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The program reads nothing: past the pipe's buffer every write waits.
+	chunk := bytes.Repeat([]byte("x"), 256<<10)
+	results := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			_, err := c.SpawnStdinWrite(ctx, s.Handle, chunk)
+			results <- err
+		}()
+	}
+	// At most 4 wait per handle and one is being written: at least 3
+	// of the 8 are refused, the rest wait for a reader that never comes.
+	for overloaded := 0; overloaded < 3; {
+		select {
+		case err := <-results:
+			if !errors.Is(err, spawnd.ErrOverloaded) {
+				t.Fatalf("a write that cannot wait: %v", err)
+			}
+			overloaded++
+		case <-ctx.Done():
+			t.Fatalf("only %d of 8 waiting writes were -32003", overloaded)
+		}
+	}
+	if err := c.SpawnRelease(ctx, s.Handle); err != nil {
+		t.Fatal(err)
+	}
+}
