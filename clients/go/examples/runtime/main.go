@@ -90,7 +90,14 @@ func list(ctx context.Context, c *spawnd.Client, connector string, stdout, stder
 	}
 	fmt.Fprintf(stdout, "%s %s (%s)\n", connector, conn.Version, conn.Status)
 	for _, op := range conn.Operations {
-		fmt.Fprintf(stdout, "  %s [%s]: %s\n", op.Name, op.Mode, op.Description)
+		line := fmt.Sprintf("  %s [%s]", op.Name, op.Mode)
+		if op.Description != "" {
+			line += ": " + op.Description
+		}
+		if len(op.Network) > 0 {
+			line += " (network: " + strings.Join(op.Network, ", ") + ")"
+		}
+		fmt.Fprintln(stdout, line)
 		for _, p := range op.Params {
 			fmt.Fprintf(stdout, "    %s\n", describe(p))
 		}
