@@ -474,3 +474,15 @@ func TestWireAStdinWriterShrinksItsFramesToTheDaemonsLimit(t *testing.T) {
 		t.Fatalf("the program got %d bytes, want %d", len(got), len(data))
 	}
 }
+
+func TestWireSpawnWaitsEndedDecodesFromEachShape(t *testing.T) {
+	for _, raw := range []string{`["h-1","h-2"]`, `[{"handle":"h-1"},{"handle":"h-2","state":"exited"}]`, `{"h-1":{},"h-2":{}}`} {
+		var w spawnd.WaitResult
+		if err := json.Unmarshal([]byte(`{"handle":"h-1","state":"exited","ended":`+raw+`}`), &w); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if len(w.Ended) != 2 || !w.Ended.Contains("h-1") || !w.Ended.Contains("h-2") || w.Ended.Contains("h-3") {
+			t.Fatalf("%s: %v", raw, w.Ended)
+		}
+	}
+}
