@@ -96,6 +96,8 @@ pub struct ServerConfig {
     /// stranger's, an unknown connector, invalid names) are counted in one
     /// record rather than written one by one.
     pub refusal_window_ms: u64,
+    /// The longest `lease_ms` a spawn may ask for (0: no detached spawns).
+    pub max_lease_ms: u64,
 }
 
 /// `[network]`: what manifests' network grants may reach.
@@ -206,6 +208,8 @@ fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<
 /// `rotate_bytes`, about 1 GiB of audit history besides the live file.
 pub const DEFAULT_KEEP_ROTATED: u32 = 10;
 
+/// `[server] max_lease_ms` when the config does not say: 10 minutes.
+pub const DEFAULT_MAX_LEASE_MS: u64 = 600_000;
 /// `[server] refusal_window_ms` when the config does not say.
 pub const DEFAULT_REFUSAL_WINDOW_MS: u64 = 60_000;
 
@@ -294,6 +298,7 @@ impl Config {
         let max_wall_time_ms = max_wall_time_ms(raw.sandbox.max_wall_time_ms, &at)?;
         let keep_rotated = keep_rotated(raw.audit.keep_rotated, &at)?;
         let refusal_window_ms = refusal_window_ms(raw.server.refusal_window_ms, &at)?;
+        let max_lease_ms = max_lease_ms(raw.server.max_lease_ms, &at)?;
         let (run_as, run_as_everyone) = run_as(&raw.sandbox, &at)?;
         let limits = limits_mode(raw.sandbox.limits.as_deref(), &at)?;
         let system_paths = system_paths(raw.sandbox.system_paths, &at)?;
@@ -306,7 +311,7 @@ impl Config {
                 keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
             },
-            server: server_config(raw.server, socket_mode, refusal_window_ms),
+            server: server_config(raw.server, socket_mode, refusal_window_ms, max_lease_ms),
             access,
             credentials,
             disabled,
@@ -474,6 +479,18 @@ fn keep_rotated(raw: Option<u32>, at: &Origin<'_>) -> Result<u32, ConfigError> {
     Ok(keep_rotated)
 }
 
+/// `[server] max_lease_ms`: at most a day; 0 refuses detached spawns.
+fn max_lease_ms(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError> {
+    let max_lease_ms = raw.unwrap_or(DEFAULT_MAX_LEASE_MS);
+    if max_lease_ms > 86_400_000 {
+        return Err(at.invalid(
+            "server.max_lease_ms",
+            "must be at most 86400000 (a day); 0 refuses detached spawns",
+        ));
+    }
+    Ok(max_lease_ms)
+}
+
 /// `[server] refusal_window_ms`: between 100 ms and an hour.
 fn refusal_window_ms(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError> {
     let refusal_window_ms = raw.unwrap_or(DEFAULT_REFUSAL_WINDOW_MS);
@@ -623,7 +640,12 @@ fn system_paths(raw: Option<Vec<PathBuf>>, at: &Origin<'_>) -> Result<Vec<PathBu
 
 /// `[server]` with its defaults filled in, `socket_mode` and
 /// `refusal_window_ms` already checked.
-fn server_config(raw: RawServer, socket_mode: u32, refusal_window_ms: u64) -> ServerConfig {
+fn server_config(
+    raw: RawServer,
+    socket_mode: u32,
+    refusal_window_ms: u64,
+    max_lease_ms: u64,
+) -> ServerConfig {
     ServerConfig {
         socket: raw
             .socket
@@ -640,6 +662,7 @@ fn server_config(raw: RawServer, socket_mode: u32, refusal_window_ms: u64) -> Se
         frame_timeout_ms: raw.frame_timeout_ms.unwrap_or(10_000).max(1),
         idle_timeout_ms: raw.idle_timeout_ms.unwrap_or(120_000).max(1),
         refusal_window_ms,
+        max_lease_ms,
     }
 }
 

@@ -47,6 +47,7 @@ pub(super) struct RawServer {
     pub(super) frame_timeout_ms: Option<u64>,
     pub(super) idle_timeout_ms: Option<u64>,
     pub(super) refusal_window_ms: Option<u64>,
+    pub(super) max_lease_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

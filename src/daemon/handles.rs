@@ -31,6 +31,21 @@ pub struct Handle {
     pub(super) changed: Notify,
     /// A pidfd for the sandbox's init (for `spawn_kill`).
     pub(super) pidfd: Mutex<Option<OwnedFd>>,
+    /// The caller's end of a streamed stdin (`stdin_stream`).
+    pub(super) stdin: Option<super::stdin::StdinStream>,
+    /// Whether the connection holding the handle is sent its output and
+    /// exit as notifications (`notify`).
+    pub(super) notify: bool,
+    /// What lets the handle outlive its connection (`lease_ms`).
+    pub(super) lease: Option<super::detached::Lease>,
+}
+
+/// What a spawn asked for its handle beyond the defaults.
+#[derive(Default)]
+pub(super) struct HandleOptions {
+    pub(super) stdin: Option<super::stdin::StdinStream>,
+    pub(super) notify: bool,
+    pub(super) lease: Option<super::detached::Lease>,
 }
 
 /// Bytes of the daemon-wide output budget held by one handle; returned on drop.
@@ -125,11 +140,14 @@ pub(super) struct HandleState {
 }
 
 impl Handle {
-    pub(super) fn new() -> Arc<Handle> {
+    pub(super) fn new(options: HandleOptions) -> Arc<Handle> {
         Arc::new(Handle {
             state: Mutex::new(HandleState::default()),
             changed: Notify::new(),
             pidfd: Mutex::new(None),
+            stdin: options.stdin,
+            notify: options.notify,
+            lease: options.lease,
         })
     }
 
@@ -157,6 +175,48 @@ impl Handle {
                 return;
             }
         }
+    }
+
+    /// Returns once the sandbox is gone.
+    pub(super) async fn ended(&self) {
+        loop {
+            let notified = self.changed.notified();
+            if self.finished() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Where stream `w` ends now: past the window, or at the capped bytes.
+    pub(super) fn stream_end(&self, w: usize) -> u64 {
+        self.with(|s| s.past_cap[w].end(s.output[w].len()))
+    }
+
+    /// Up to `len` bytes of stream `w` from `offset`: the capped bytes the
+    /// result keeps, then output past the cap while the window still holds
+    /// it. Also how many bytes left the window before this read
+    /// (`skipped`), and whether the stream is over and read to its end.
+    pub(super) fn read_at(&self, w: usize, offset: u64, len: usize) -> (Vec<u8>, u64, bool) {
+        self.with(|s| {
+            let buf = &s.output[w];
+            let past = &s.past_cap[w];
+            let stream_end = past.end(buf.len());
+            let (data, skipped): (Vec<u8>, u64) = match usize::try_from(offset) {
+                Ok(at) if at < buf.len() => {
+                    let end = at.saturating_add(len).min(buf.len());
+                    (buf[at..end].to_vec(), 0)
+                }
+                _ => {
+                    let from = offset.max(past.start);
+                    let at = usize::try_from(from - past.start).unwrap_or(usize::MAX);
+                    let data = past.bytes.iter().skip(at).take(len).copied().collect();
+                    (data, from.saturating_sub(offset))
+                }
+            };
+            let next = offset + skipped + data.len() as u64;
+            (data, skipped, s.ended_at.is_some() && next >= stream_end)
+        })
     }
 
     /// Kills the sandbox for `who` ([`HandleState::killed_by`]), if it
@@ -200,6 +260,9 @@ impl LiveOutput for HandleSink {
     }
 }
 
+/// Handles with their names, in a caller's order.
+pub(super) type Named = Vec<(String, Arc<Handle>)>;
+
 /// A connection's handles, and the caller its peer stands for.
 #[derive(Default)]
 pub struct Handles {
@@ -207,11 +270,20 @@ pub struct Handles {
     /// Looked up in the password database on the connection's first spawn
     /// (the peer's credentials are fixed at connect): not once per request.
     pub(super) caller: Option<Caller>,
+    /// Spawns admitted and not yet answered: they count against the cap.
+    pub(super) starting: usize,
+    /// The connection has closed: a spawn that starts now is not kept here.
+    pub(super) closed: bool,
 }
 
 impl Handles {
     pub(super) fn get(&self, params: &Map<String, Value>) -> Result<Arc<Handle>, RpcError> {
         let name = string_param(params, "handle")?;
+        self.named(name)
+    }
+
+    /// The handle `name` of this connection.
+    pub(super) fn named(&self, name: &str) -> Result<Arc<Handle>, RpcError> {
         self.map.get(name).cloned().ok_or_else(|| {
             RpcError::with_data(
                 rpc::NOT_FOUND,
@@ -221,9 +293,9 @@ impl Handles {
         })
     }
 
-    /// Whether the connection holds no handle.
+    /// Whether the connection holds no handle and starts none.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.starting == 0
     }
 
     /// Drops finished handles past their lifetime.
@@ -232,14 +304,26 @@ impl Handles {
             .retain(|_, h| h.with(|s| s.ended_at.is_none_or(|t| t.elapsed() < HANDLE_LIFETIME)));
     }
 
-    /// The connection closed: kill what still runs.
-    pub fn close(&mut self) {
-        for h in self.map.values() {
-            if !h.finished() {
-                h.kill_for("disconnect");
-            }
+    /// Room for one more handle: finished handles past their lifetime go
+    /// first; then a connection at [`MAX_HANDLES_PER_CONNECTION`] (counting
+    /// the spawns still starting) is refused.
+    pub(super) fn make_room(&mut self) -> Result<(), RpcError> {
+        self.expire();
+        if self.map.len() + self.starting >= MAX_HANDLES_PER_CONNECTION {
+            return Err(RpcError::new(
+                rpc::OVERLOADED,
+                format!(
+                    "this connection holds {MAX_HANDLES_PER_CONNECTION} handles; spawn_release some"
+                ),
+            ));
         }
-        self.map.clear();
+        Ok(())
+    }
+
+    /// The connection closed: every handle leaves it, to be parked or ended.
+    pub fn close(&mut self) -> Vec<(String, Arc<Handle>)> {
+        self.closed = true;
+        self.map.drain().collect()
     }
 }
 

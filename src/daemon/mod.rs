@@ -26,7 +26,12 @@
 //! second), when a connection of that peer ends, and when the daemon stops.
 
 mod check;
+mod connection;
+mod detached;
+mod frames;
 mod handles;
+mod notifications;
+mod stdin;
 
 mod peer;
 pub mod refusals;
@@ -38,18 +43,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::config::manifests::{load_manifests, ManifestChanges, Manifests};
 use crate::config::Config;
-use crate::rpc::{self, Call, RpcError};
+use crate::rpc::{self, RpcError};
 use crate::spawner::Spawner;
-use peer::peer_of;
 pub use peer::Peer;
 
 /// The protocol version `health` reports.
@@ -94,6 +96,8 @@ pub struct Daemon {
     /// The last reload refused since one succeeded: the manifests in force
     /// are stale until the next good reload.
     refused_reload: std::sync::Mutex<Option<RefusedReload>>,
+    /// Detached handles no connection holds, for their leases.
+    detached: detached::Registry,
 }
 
 /// A SIGHUP whose config or manifests were refused.
@@ -254,6 +258,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         side_work: Semaphore::new(SIDE_WORK),
         refusals: std::sync::Mutex::new(refusals::Tallies::new(window)),
         refused_reload: std::sync::Mutex::new(None),
+        detached: detached::Registry::default(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -377,7 +382,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     }
     let signal = loop {
         tokio::select! {
-            _ = sweep.tick() => refusals::close_due(&daemon).await,
+            _ = sweep.tick() => {
+                daemon.detached.expire();
+                refusals::close_due(&daemon).await;
+            }
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 match Arc::clone(&slots).try_acquire_owned() {
@@ -385,7 +393,7 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         let daemon = Arc::clone(&daemon);
                         let stop = stop_rx.clone();
                         tokio::spawn(async move {
-                            serve_connection(daemon, stream, stop).await;
+                            connection::serve_connection(daemon, stream, stop).await;
                             drop(permit);
                         });
                     }
@@ -442,253 +450,4 @@ async fn refuse_overloaded(mut stream: UnixStream, max: usize) {
     let _ = stream
         .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
         .await;
-}
-
-/// One connection: read a line, answer it, until the peer closes. A frame
-/// over the cap or a line cut off by the end of the stream is answered with
-/// an error, and the connection closed.
-async fn serve_connection(
-    daemon: Arc<Daemon>,
-    stream: UnixStream,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let Some(peer) = peer_of(&stream) else { return };
-    let (read, mut write) = stream.into_split();
-    let server = daemon.loaded().config.server.clone();
-    let max = server.max_frame_bytes as usize;
-    let frame_timeout = Duration::from_millis(server.frame_timeout_ms);
-    let idle_timeout = Duration::from_millis(server.idle_timeout_ms);
-    let mut lines = FramedRead::new(read, LinesCodec::new_with_max_length(max));
-    let mut conn = Connection {
-        daemon,
-        peer,
-        handles: spawns::Handles::default(),
-    };
-    // When the bytes of an unfinished request line were first seen: a peer
-    // that trickles them (one byte a second) is cut off after `frame_timeout`.
-    let mut partial_since: Option<std::time::Instant> = None;
-    // A connection that holds no handle and says nothing is closed after
-    // `idle_timeout`, so silent peers cannot hold every slot.
-    let mut last_request = std::time::Instant::now();
-    loop {
-        let now = std::time::Instant::now();
-        conn.handles.expire();
-        let closing = if lines.read_buffer().is_empty() {
-            partial_since = None;
-            (conn.handles.is_empty() && now.duration_since(last_request) >= idle_timeout).then(
-                || {
-                    format!(
-                        "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
-                        idle_timeout.as_millis()
-                    )
-                },
-            )
-        } else {
-            (now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout).then(|| {
-                format!(
-                    "no complete request line within {} ms ([server] frame_timeout_ms); closing",
-                    frame_timeout.as_millis()
-                )
-            })
-        };
-        if let Some(why) = closing {
-            let e = RpcError::new(rpc::INVALID_REQUEST, why);
-            let _ = send_line(&mut write, rpc::failure(&Value::Null, &e)).await;
-            break;
-        }
-        let recheck = match partial_since {
-            Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
-            None => (frame_timeout / 4).min(idle_timeout / 4),
-        };
-        let frame = tokio::select! {
-            frame = lines.next() => frame,
-            _ = stop.changed() => break,
-            _ = tokio::time::sleep(recheck.max(Duration::from_millis(5))) => continue,
-        };
-        let Some(frame) = frame else { break };
-        // A whole line arrived: its timer ends here, and time spent
-        // answering it never counts against the next one.
-        partial_since = None;
-        let (reply, close) = match frame {
-            Ok(line) if line.trim().is_empty() => continue,
-            Ok(line) => (conn.answer(&line).await, false),
-            Err(LinesCodecError::MaxLineLengthExceeded) => {
-                let e = RpcError::new(
-                    rpc::INVALID_REQUEST,
-                    format!("frame over {max} bytes ([server] max_frame_bytes); closing"),
-                );
-                (Some(rpc::failure(&Value::Null, &e)), true)
-            }
-            Err(LinesCodecError::Io(_)) => break,
-        };
-        last_request = std::time::Instant::now();
-        if let Some(reply) = reply {
-            if send_line(&mut write, reply).await.is_err() {
-                break;
-            }
-        }
-        if close {
-            break;
-        }
-    }
-    conn.handles.close();
-    refusals::connection_closed(&conn.daemon, &conn.peer).await;
-}
-
-/// How long an answer may take to be written: a peer that stops reading is
-/// disconnected rather than holding the answer in memory.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Writes one answer line: the newline is appended to the answer, so the
-/// peer gets it in one write (and is woken once).
-async fn send_line(
-    write: &mut tokio::net::unix::OwnedWriteHalf,
-    mut line: String,
-) -> std::io::Result<()> {
-    line.push('\n');
-    tokio::time::timeout(WRITE_TIMEOUT, write.write_all(line.as_bytes()))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
-}
-
-/// A connection's state.
-struct Connection {
-    daemon: Arc<Daemon>,
-    peer: Peer,
-    handles: spawns::Handles,
-}
-
-impl Connection {
-    /// The answer line for one request line (`None` for a notification).
-    async fn answer(&mut self, line: &str) -> Option<String> {
-        let call = match rpc::parse(line) {
-            Ok(call) => call,
-            Err((id, e)) => return Some(rpc::failure(&id, &e)),
-        };
-        let id = call.id.clone();
-        let result = self.dispatch(call).await;
-        let id = id?;
-        Some(match result {
-            Ok(v) => rpc::success(&id, v),
-            Err(e) => rpc::failure(&id, &e),
-        })
-    }
-
-    async fn dispatch(&mut self, call: Call) -> Result<Value, RpcError> {
-        match call.method.as_str() {
-            "health" => {
-                self.may_ask("health").await?;
-                self.health().await
-            }
-            "connectors_status" => {
-                self.may_ask("connectors_status").await?;
-                self.connectors_status().await
-            }
-            "spawn" | "spawn_op" => {
-                spawns::spawn(
-                    &self.daemon,
-                    &self.peer,
-                    &mut self.handles,
-                    &call.method,
-                    &call.params,
-                )
-                .await
-            }
-            "spawn_check" => check::check(&self.daemon, &self.peer, &call.params).await,
-            "spawn_status" => spawns::status(&self.handles, &call.params).await,
-            "spawn_output_size" => spawns::output_size(&self.handles, &call.params),
-            "spawn_output_read" => spawns::output_read(&self.handles, &call.params).await,
-            "spawn_kill" => spawns::kill(&self.handles, &call.params),
-            "spawn_release" => spawns::release(&mut self.handles, &call.params),
-            other => Err(RpcError::new(
-                rpc::METHOD_NOT_FOUND,
-                format!("unknown method {other:?}"),
-            )),
-        }
-    }
-
-    /// The access rules in force.
-    fn access(&self) -> crate::policy::Access {
-        crate::policy::Access::Rules {
-            rules: self.daemon.loaded().config.access.clone(),
-            daemon_uid: nix::unistd::geteuid().as_raw(),
-        }
-    }
-
-    /// Refuses (`caller_not_allowed`, recorded once per window) a peer that
-    /// may act for no connector.
-    async fn may_ask(&self, method: &'static str) -> Result<(), RpcError> {
-        if self
-            .access()
-            .allows_some(&request::access_caller(&self.peer))
-        {
-            return Ok(());
-        }
-        let denial = crate::policy::Denial::new(
-            crate::policy::Reason::CallerNotAllowed,
-            "",
-            format!("method:{method}"),
-            vec![],
-            format!(
-                "uid {} (gid {}) may not use this daemon: no [[access]] rule names it; the operator grants it with an [[access]] entry",
-                self.peer.uid, self.peer.gid
-            ),
-        );
-        let error = RpcError::with_data(
-            rpc::CAPABILITY_DENIED,
-            crate::exec::denial_failure(&denial).message,
-            serde_json::to_value(&denial).unwrap_or_default(),
-        );
-        let refusal = refusals::Refusal::denied(method, &denial, None);
-        Err(refusals::refuse(&self.daemon, &self.peer, refusal, error).await)
-    }
-
-    async fn connectors_status(&self) -> Result<Value, RpcError> {
-        let _turn = self.daemon.side_work.acquire().await;
-        let daemon = Arc::clone(&self.daemon);
-        let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.peer.uid))
-            .ok()
-            .flatten()
-            .map(|u| u.dir)
-            .unwrap_or_else(|| PathBuf::from("/nonexistent"));
-        let access = self.access();
-        let caller = request::access_caller(&self.peer);
-        tokio::task::spawn_blocking(move || {
-            let loaded = daemon.loaded();
-            let may_act_for =
-                |m: &crate::manifest::Manifest| access.allows(&caller, &m.connector.name).is_ok();
-            crate::connectors::status(&loaded.config, &loaded.manifests, &home, &may_act_for)
-        })
-        .await
-        .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))
-    }
-
-    async fn health(&self) -> Result<Value, RpcError> {
-        let _turn = self.daemon.side_work.acquire().await;
-        let daemon = Arc::clone(&self.daemon);
-        let report = tokio::task::spawn_blocking(move || {
-            crate::kernel_features::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())
-        })
-        .await
-        .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;
-        let mut report = report;
-        if let Some(why) = self.daemon.audit_failure() {
-            report.audit_lost(why);
-        }
-        let refused = self.daemon.refused_reload();
-        if let Some(r) = &refused {
-            report.degrade(format!(
-                "stale manifests: the reload at {} was refused ({}); the previous config and manifests stay in force until a reload succeeds",
-                r.at, r.error
-            ));
-        }
-        let mut v = serde_json::to_value(&report).unwrap_or_default();
-        v["stale_manifests"] = match refused {
-            Some(r) => json!({"refused_at": r.at, "error": r.error}),
-            None => Value::Null,
-        };
-        v["protocol_version"] = json!(PROTOCOL_VERSION);
-        v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid, "other_user_namespace": self.peer.other_user_namespace});
-        Ok(v)
-    }
 }

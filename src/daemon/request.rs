@@ -148,6 +148,12 @@ pub struct SpawnCall {
     pub timeout_ms: Option<u64>,
     /// `label`: recorded with the spawn ([`crate::policy::check_label`]).
     pub label: Option<String>,
+    /// `stdin_stream`: stdin comes from `spawn_stdin_write`.
+    pub stdin_stream: bool,
+    /// `notify`: output and exit come as notifications.
+    pub notify: bool,
+    /// `lease_ms`: the handle may outlive its connection this long.
+    pub lease_ms: Option<u64>,
 }
 
 /// `stdin` (text) or `stdin_b64` (bytes) from `params`, not both.
@@ -254,6 +260,21 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
         }
         Some(_) => return Err(RpcError::params("label must be a string")),
     };
+    let stdin_stream = bool_param(params, "stdin_stream")?;
+    if stdin_stream && stdin.is_some() {
+        return Err(RpcError::params(
+            "stdin_stream and stdin (or stdin_b64) are both given; keep one",
+        ));
+    }
+    let notify = bool_param(params, "notify")?;
+    let lease_ms = match params.get("lease_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|ms| *ms > 0)
+                .ok_or_else(|| RpcError::params("lease_ms must be a positive integer"))?,
+        ),
+    };
     Ok(SpawnCall {
         connector,
         request: Request {
@@ -266,5 +287,17 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
         stdin,
         timeout_ms,
         label,
+        stdin_stream,
+        notify,
+        lease_ms,
     })
+}
+
+/// An optional boolean parameter (false when absent).
+fn bool_param(params: &Map<String, Value>, name: &str) -> Result<bool, RpcError> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(RpcError::params(format!("{name} must be true or false"))),
+    }
 }

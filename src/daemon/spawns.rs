@@ -31,10 +31,13 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-use super::handles::{new_handle_name, HandleSink, Reservation};
+use super::connection::Connection;
+use super::detached::Lease;
+use super::handles::{new_handle_name, HandleOptions, HandleSink, Reservation};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
+use super::stdin::StdinStream;
 use super::{Daemon, Loaded, Peer};
 use crate::audit::Unsynced;
 use crate::exec::{
@@ -57,18 +60,17 @@ pub(super) fn rpc_error(f: Failure) -> RpcError {
     }
 }
 
-/// `spawn` / `spawn_op`: the handle once the program runs.
-pub async fn spawn(
-    daemon: &Arc<Daemon>,
-    peer: &Peer,
-    handles: &mut Handles,
+/// `spawn` / `spawn_op`: the handle once the program runs (and its lease
+/// token, for a detached spawn).
+pub(super) async fn spawn(
+    conn: &Arc<Connection>,
     method: &str,
     params: &Map<String, Value>,
 ) -> Result<Value, RpcError> {
+    let (daemon, peer) = (&conn.daemon, &conn.peer);
     if let Some(why) = daemon.audit_failure() {
         return Err(RpcError::new(rpc::AUDIT_UNAVAILABLE, why));
     }
-    make_room_for_a_handle(handles)?;
     let method: &'static str = if method == "spawn_op" {
         "spawn_op"
     } else {
@@ -76,18 +78,24 @@ pub async fn spawn(
     };
     let call = spawn_call(daemon, peer, method, params).await?;
     let loaded = daemon.loaded();
+    let lease = lease_for(peer, &loaded, call.lease_ms)?;
     let access = Access::Rules {
         rules: loaded.config.access.clone(),
         daemon_uid: nix::unistd::geteuid().as_raw(),
     };
     let manifest = manifest_for_peer(daemon, peer, method, &loaded, &access, &call).await?;
-    let mut caller = match &handles.caller {
-        Some(known) => known.clone(),
-        None => handles.caller.insert(caller_of(peer)?).clone(),
+    let known = conn.handles().caller.clone();
+    let mut caller = match known {
+        Some(known) => known,
+        None => {
+            let looked_up = caller_of(peer)?;
+            conn.handles().caller.insert(looked_up).clone()
+        }
     };
     // The operator names the workspace; a caller never does.
     caller.workspace = loaded.config.sandbox.workspace.clone();
     caller.label = call.label.clone();
+    let slot = HandleSlot::take(conn)?;
     let reservation = reserve_output(daemon, &loaded.config, &manifest, &call.request)?;
     let permit = Arc::clone(&daemon.in_flight)
         .try_acquire_owned()
@@ -101,7 +109,17 @@ pub async fn spawn(
         .spawner()
         .map_err(|e| RpcError::new(rpc::SANDBOX_UNAVAILABLE, format!("{e}; nothing was run")))?;
     let name = new_handle_name()?;
-    let handle = Handle::new();
+    let (stdin_stream, stdin_pipe) = if call.stdin_stream {
+        let (stream, pipe) = StdinStream::open()?;
+        (Some(stream), Some(pipe))
+    } else {
+        (None, None)
+    };
+    let handle = Handle::new(HandleOptions {
+        stdin: stdin_stream,
+        notify: call.notify,
+        lease,
+    });
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = oneshot::channel();
     let job = Job {
@@ -109,6 +127,7 @@ pub async fn spawn(
         manifest,
         caller,
         call,
+        stdin_pipe,
         access,
         spawner,
         permit,
@@ -116,22 +135,60 @@ pub async fn spawn(
         started_tx,
     };
     tokio::task::spawn_blocking(move || run_job(job));
-    answer_once_started(daemon, handles, name, handle, started_rx).await
+    answer_once_started(conn, slot, name, handle, started_rx).await
 }
 
-/// Drops the connection's finished handles past their lifetime, then
-/// refuses a new spawn if it still holds [`MAX_HANDLES_PER_CONNECTION`].
-fn make_room_for_a_handle(handles: &mut Handles) -> Result<(), RpcError> {
-    handles.expire();
-    if handles.map.len() >= MAX_HANDLES_PER_CONNECTION {
-        return Err(RpcError::new(
-            rpc::OVERLOADED,
-            format!(
-                "this connection holds {MAX_HANDLES_PER_CONNECTION} handles; spawn_release some"
-            ),
+/// The lease a spawn asked for (`lease_ms`), within `[server] max_lease_ms`.
+fn lease_for(
+    peer: &Peer,
+    loaded: &Loaded,
+    lease_ms: Option<u64>,
+) -> Result<Option<Lease>, RpcError> {
+    let Some(ms) = lease_ms else { return Ok(None) };
+    let max = loaded.config.server.max_lease_ms;
+    if max == 0 {
+        return Err(RpcError::params(
+            "lease_ms: this daemon keeps no detached spawns ([server] max_lease_ms = 0)",
         ));
     }
-    Ok(())
+    if ms > max {
+        return Err(RpcError::params(format!(
+            "lease_ms {ms} is over this daemon's {max} ([server] max_lease_ms)"
+        )));
+    }
+    Lease::new(peer, Duration::from_millis(ms)).map(Some)
+}
+
+/// A place for one more handle on the connection, held while the spawn
+/// starts (so concurrent spawns cannot pass the cap) and given back when
+/// it fails, or filled by the handle in the same step it is kept.
+struct HandleSlot<'a> {
+    conn: &'a Connection,
+    open: bool,
+}
+
+impl<'a> HandleSlot<'a> {
+    fn take(conn: &'a Connection) -> Result<HandleSlot<'a>, RpcError> {
+        let mut handles = conn.handles();
+        handles.make_room()?;
+        handles.starting += 1;
+        Ok(HandleSlot { conn, open: true })
+    }
+
+    /// The handle takes the slot's place (`handles` is the connection's,
+    /// already locked).
+    fn fill(mut self, handles: &mut Handles) {
+        handles.starting -= 1;
+        self.open = false;
+    }
+}
+
+impl Drop for HandleSlot<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.handles().starting -= 1;
+        }
+    }
 }
 
 /// A call refused before the gate: the refusal to record, when there is
@@ -291,6 +348,8 @@ struct Job {
     manifest: Manifest,
     caller: Caller,
     call: SpawnCall,
+    /// The read end of a streamed stdin's pipe.
+    stdin_pipe: Option<std::fs::File>,
     access: Access,
     spawner: Arc<Spawner>,
     permit: OwnedSemaphorePermit,
@@ -309,6 +368,7 @@ fn run_job(job: Job) {
         manifest,
         caller,
         call,
+        stdin_pipe,
         access,
         spawner,
         permit: _permit,
@@ -327,12 +387,13 @@ fn run_job(job: Job) {
         caller,
         request,
     };
-    let (source, pump): (StdinSource, crate::exec::Pump) = match stdin {
-        Some(bytes) => (
+    let (source, pump): (StdinSource, crate::exec::Pump) = match (stdin, stdin_pipe) {
+        (_, Some(pipe)) => (StdinSource::Pipe, Some(Box::new(pipe))),
+        (Some(bytes), None) => (
             StdinSource::Pipe,
             Some(Box::new(std::io::Cursor::new(bytes))),
         ),
-        None => (StdinSource::Null, None),
+        (None, None) => (StdinSource::Null, None),
     };
     let started_tx = Mutex::new(Some(started_tx));
     let (started_handle, started_ref) = (Arc::clone(&handle), &started_tx);
@@ -427,6 +488,10 @@ fn mark_ended(handle: &Handle) {
             r.shrink_to(kept);
         }
     });
+    // A streamed stdin's pump thread, if still reading, sees end of file.
+    if let Some(stdin) = &handle.stdin {
+        stdin.close_if_idle();
+    }
     handle.changed.notify_waiters();
 }
 
@@ -448,22 +513,35 @@ fn flush_exit_record_and_reap(exit_record: Option<Unsynced>, leaving: Option<Lea
 
 /// The answer to `spawn`: the handle's name once the program has started
 /// (the handle kept on the connection, and among the daemon's started
-/// spawns for the shutdown's kill), or the error that came first.
+/// spawns for the shutdown's kill), or the error that came first. A
+/// connection that closed meanwhile does not keep it: it is parked or
+/// ended as the connection's other handles were.
 async fn answer_once_started(
-    daemon: &Daemon,
-    handles: &mut Handles,
+    conn: &Connection,
+    slot: HandleSlot<'_>,
     name: String,
     handle: Arc<Handle>,
     started: oneshot::Receiver<Result<(), RpcError>>,
 ) -> Result<Value, RpcError> {
     match started.await {
         Ok(Ok(())) => {
-            if let Ok(mut list) = daemon.started.lock() {
+            if let Ok(mut list) = conn.daemon.started.lock() {
                 list.retain(|w| w.strong_count() > 0);
                 list.push(Arc::downgrade(&handle));
             }
-            handles.map.insert(name.clone(), handle);
-            Ok(json!({"handle": name}))
+            let answer = match &handle.lease {
+                Some(lease) => json!({"handle": name, "token": lease.token()}),
+                None => json!({"handle": name}),
+            };
+            let mut handles = conn.handles();
+            slot.fill(&mut handles);
+            if handles.closed {
+                drop(handles);
+                conn.daemon.detached.park_or_end(name, handle);
+            } else {
+                handles.map.insert(name, handle);
+            }
+            Ok(answer)
         }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(RpcError::new(-32603, "the spawn ended before it reported")),
@@ -525,14 +603,30 @@ fn refused_before_the_program(
     }
 }
 
-/// `spawn_status`.
-pub async fn status(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
-    let h = handles.get(params)?;
-    if let Some(ms) = u64_param(params, "wait_ms")? {
-        h.wait_change(Duration::from_millis(ms), |s| s.ended_at.is_some())
-            .await;
+/// `spawn_status`'s answer: the state and, once ended, the result with
+/// the streams' bytes.
+pub(super) fn status(h: &Handle) -> Value {
+    let mut v = status_without_output(h);
+    if h.with(|s| s.result.is_some()) {
+        h.with(|s| {
+            for (w, key) in ["stdout", "stderr"].into_iter().enumerate() {
+                match std::str::from_utf8(&s.output[w]) {
+                    Ok(text) => v[key]["text"] = json!(text),
+                    Err(_) => {
+                        v[key]["base64"] =
+                            json!(base64::engine::general_purpose::STANDARD.encode(&s.output[w]))
+                    }
+                }
+            }
+        });
     }
-    Ok(h.with(|s| match (&s.result, &s.error, s.ended_at) {
+    v
+}
+
+/// The state and, once ended, the result without the streams' bytes
+/// (their sizes, hashes and `truncated` stay): `spawn_exited`'s status.
+pub(super) fn status_without_output(h: &Handle) -> Value {
+    h.with(|s| match (&s.result, &s.error, s.ended_at) {
         (Some(data), _, _) => {
             let state = if data["timed_out"] == json!(true) {
                 "timed_out"
@@ -543,15 +637,6 @@ pub async fn status(handles: &Handles, params: &Map<String, Value>) -> Result<Va
             };
             let mut v = data.clone();
             v["state"] = json!(state);
-            for (w, key) in ["stdout", "stderr"].into_iter().enumerate() {
-                match std::str::from_utf8(&s.output[w]) {
-                    Ok(text) => v[key]["text"] = json!(text),
-                    Err(_) => {
-                        v[key]["base64"] =
-                            json!(base64::engine::general_purpose::STANDARD.encode(&s.output[w]))
-                    }
-                }
-            }
             v
         }
         (None, Some(e), _) => json!({"state": "failed", "error": e}),
@@ -559,7 +644,36 @@ pub async fn status(handles: &Handles, params: &Map<String, Value>) -> Result<Va
             "state": "running",
             "duration_ms": s.started_at.map_or(0, |t| t.elapsed().as_millis() as u64),
         }),
-    }))
+    })
+}
+
+/// `spawn_wait`: the first of `named` (in their order) that has ended, and
+/// all that have, waiting up to `wait` for one to.
+pub(super) async fn wait_any(
+    named: super::handles::Named,
+    wait: Duration,
+) -> Result<Value, RpcError> {
+    let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
+    loop {
+        // Registered before the check, so an end between the two is not missed.
+        let changes: Vec<_> = named
+            .iter()
+            .map(|(_, h)| Box::pin(h.changed.notified()))
+            .collect();
+        let ended: Vec<&(String, Arc<Handle>)> =
+            named.iter().filter(|(_, h)| h.finished()).collect();
+        if let Some((first, h)) = ended.first() {
+            return Ok(json!({
+                "handle": first,
+                "state": status_without_output(h)["state"],
+                "ended": ended.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            }));
+        }
+        let any = futures_util::future::select_all(changes);
+        if tokio::time::timeout_at(deadline, any).await.is_err() {
+            return Ok(json!({"handle": null, "state": "running", "ended": []}));
+        }
+    }
 }
 
 fn which(params: &Map<String, Value>) -> Result<usize, RpcError> {
@@ -571,8 +685,7 @@ fn which(params: &Map<String, Value>) -> Result<usize, RpcError> {
 }
 
 /// `spawn_output_size`.
-pub fn output_size(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
-    let h = handles.get(params)?;
+pub(super) fn output_size(h: &Handle, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let w = which(params)?;
     Ok(h.with(|s| {
         let key = ["stdout", "stderr"][w];
@@ -584,51 +697,54 @@ pub fn output_size(handles: &Handles, params: &Map<String, Value>) -> Result<Val
     }))
 }
 
-/// `spawn_output_read`: bytes from `offset`, waiting up to `wait_ms` for
-/// new ones: the capped bytes the result keeps, then output past the cap
-/// while the window still holds it (`skipped` counts what left it).
-pub async fn output_read(
-    handles: &Handles,
-    params: &Map<String, Value>,
-) -> Result<Value, RpcError> {
-    let h = handles.get(params)?;
-    let w = which(params)?;
-    let offset = u64_param(params, "offset")?.unwrap_or(0) as usize;
-    let len = u64_param(params, "len")?.unwrap_or(64 << 10).min(1 << 20) as usize;
-    if let Some(ms) = u64_param(params, "wait_ms")? {
-        h.wait_change(Duration::from_millis(ms), |s| {
-            s.past_cap[w].end(s.output[w].len()) > offset as u64 || s.ended_at.is_some()
+/// `spawn_output_read`: bytes from `offset`: the capped bytes the result
+/// keeps, then output past the cap while the window still holds it
+/// (`skipped` counts what left it).
+pub(super) struct OutputRead {
+    which: usize,
+    offset: u64,
+    len: usize,
+}
+
+impl OutputRead {
+    pub(super) fn from_params(params: &Map<String, Value>) -> Result<OutputRead, RpcError> {
+        Ok(OutputRead {
+            which: which(params)?,
+            offset: u64_param(params, "offset")?.unwrap_or(0),
+            len: u64_param(params, "len")?.unwrap_or(64 << 10).min(1 << 20) as usize,
+        })
+    }
+
+    /// Waits up to `wait` for bytes past the offset, or the end.
+    pub(super) async fn wait(&self, h: &Handle, wait: Duration) {
+        let (w, offset) = (self.which, self.offset);
+        h.wait_change(wait, |s| {
+            s.past_cap[w].end(s.output[w].len()) > offset || s.ended_at.is_some()
         })
         .await;
     }
-    Ok(h.with(|s| {
-        let buf = &s.output[w];
-        let past = &s.past_cap[w];
-        let stream_end = past.end(buf.len());
-        // The capped bytes, then what the window holds past them; bytes
-        // that left the window before this read are `skipped`.
-        let (data, skipped): (Vec<u8>, u64) = if offset < buf.len() {
-            let end = offset.saturating_add(len).min(buf.len());
-            (buf[offset..end].to_vec(), 0)
-        } else {
-            let from = (offset as u64).max(past.start);
-            let at = usize::try_from(from - past.start).unwrap_or(usize::MAX);
-            let data = past.bytes.iter().skip(at).take(len).copied().collect();
-            (data, from.saturating_sub(offset as u64))
-        };
-        let next = offset as u64 + skipped + data.len() as u64;
+
+    pub(super) fn answer(&self, h: &Handle) -> Value {
+        let (data, skipped, eof) = h.read_at(self.which, self.offset, self.len);
         json!({
             "data_b64": base64::engine::general_purpose::STANDARD.encode(&data),
             "skipped": skipped,
-            "eof": s.ended_at.is_some() && next >= stream_end,
+            "eof": eof,
         })
-    }))
+    }
 }
 
-/// `spawn_kill`.
-pub fn kill(handles: &Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
-    handles.get(params)?.kill_for("spawn_kill");
-    Ok(json!({}))
+/// `spawn_stdin_write`'s bytes: `data` (text) or `data_b64`.
+pub(super) fn stdin_bytes(params: &Map<String, Value>) -> Result<Vec<u8>, RpcError> {
+    match (params.get("data"), params.get("data_b64")) {
+        (Some(Value::String(t)), None) => Ok(t.as_bytes().to_vec()),
+        (None, Some(Value::String(b))) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map_err(|e| RpcError::params(format!("data_b64: {e}"))),
+        _ => Err(RpcError::params(
+            "give the bytes as data (text) or data_b64 (base64), one of them",
+        )),
+    }
 }
 
 /// `spawn_release`: kills a running sandbox and frees the handle at once.

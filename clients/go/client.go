@@ -1,0 +1,375 @@
+package spawnd
+
+// This file owns the connection: dialing, writing request lines, the one
+// reader goroutine that matches answers to calls by id and routes
+// notifications, and how the connection ends.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultSocket is where a packaged daemon listens (systemd's socket unit).
+const DefaultSocket = "/run/spawnd/spawnd.sock"
+
+// Client is one connection to the daemon, safe for concurrent use by many
+// goroutines. Handles belong to the connection that made them: closing the
+// client kills their programs, except detached ones (SpawnOpParams.Lease).
+type Client struct {
+	conn net.Conn
+	path string
+
+	// A one-slot semaphore: one request line is written at a time, and a
+	// caller waits for its turn under its own context.
+	writing chan struct{}
+	nextID  uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*pendingCall
+	subs    map[string]*subscription
+	// The last error the daemon answered with id null (an oversized frame,
+	// an idle or frame timeout before it closes, overload at connect).
+	lastUnmatched *Error
+	err           error // why the connection ended, once it has
+	done          chan struct{}
+}
+
+// pendingCall is a request written and not yet answered.
+type pendingCall struct {
+	method string
+	// frameBytes is the request line's length without its newline, to
+	// know which calls an oversized-frame error (id null) stands for.
+	frameBytes int
+	answer     chan answer // capacity 1: the reader never blocks on it
+	// onResult runs in the reader goroutine before the answer is handed
+	// over and before the next line is read: a spawn's notification
+	// queue is made there, ahead of its first notification.
+	onResult func(result json.RawMessage)
+	// onAbandoned runs (in its own goroutine) with the result of a call
+	// whose caller stopped waiting: a spawn's handle is released.
+	onAbandoned func(result json.RawMessage)
+	abandoned   bool
+}
+
+type answer struct {
+	result json.RawMessage
+	err    error
+}
+
+// Dial connects to the daemon's socket at path ("" for DefaultSocket).
+// The context bounds the connecting only. A socket that cannot be reached
+// is a *ConnectionError.
+func Dial(ctx context.Context, path string) (*Client, error) {
+	if path == "" {
+		path = DefaultSocket
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, &ConnectionError{Err: err, Path: path}
+	}
+	c := &Client{
+		conn:    conn,
+		path:    path,
+		writing: make(chan struct{}, 1),
+		pending: make(map[uint64]*pendingCall),
+		subs:    make(map[string]*subscription),
+		done:    make(chan struct{}),
+	}
+	go c.readLoop(bufio.NewReaderSize(conn, 64<<10))
+	return c, nil
+}
+
+// Path is the socket this client dialed.
+func (c *Client) Path() string { return c.path }
+
+// Done is closed once the connection has ended (Close, or the daemon
+// closed it); Err then says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the connection is open, then ErrClosed after Close or
+// a *ConnectionError when the connection was lost.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection. Calls in flight return ErrClosed; the daemon
+// kills the programs of this connection's handles, except detached ones.
+func (c *Client) Close() error {
+	c.shutdown(ErrClosed)
+	return nil
+}
+
+// Call sends any method with params (nil for none) and decodes its result
+// into result (nil to drop it). The typed methods are built on it; use it
+// for a method this version does not know.
+func (c *Client) Call(ctx context.Context, method string, params, result interface{}) error {
+	return c.call(ctx, method, params, result, nil, nil)
+}
+
+type request struct {
+	JSONRPC string      `json:"jsonrpc"`
+	ID      uint64      `json:"id"`
+	Method  string      `json:"method"`
+	Params  interface{} `json:"params,omitempty"`
+}
+
+func (c *Client) call(ctx context.Context, method string, params, result interface{},
+	onResult, onAbandoned func(json.RawMessage)) error {
+	id := atomic.AddUint64(&c.nextID, 1)
+	if params == nil {
+		params = struct{}{}
+	}
+	line, err := json.Marshal(request{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	if err != nil {
+		return fmt.Errorf("spawnd: %s: encode params: %w", method, err)
+	}
+	p := &pendingCall{
+		method:      method,
+		frameBytes:  len(line),
+		answer:      make(chan answer, 1),
+		onResult:    onResult,
+		onAbandoned: onAbandoned,
+	}
+	line = append(line, '\n')
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.pending[id] = p
+	c.mu.Unlock()
+	if err := c.write(ctx, line); err != nil {
+		c.forget(id)
+		return err
+	}
+	select {
+	case a := <-p.answer:
+		if a.err != nil {
+			return a.err
+		}
+		if result == nil {
+			return nil
+		}
+		if err := decodeResult(a.result, result); err != nil {
+			return fmt.Errorf("spawnd: %s: decode result: %w", method, err)
+		}
+		return nil
+	case <-ctx.Done():
+		c.abandon(id, p)
+		return ctx.Err()
+	}
+}
+
+// write sends one whole request line. Waiting for the turn to write
+// follows the context; a line once begun is written whole, since a frame
+// cut in the middle would corrupt every later one.
+func (c *Client) write(ctx context.Context, line []byte) error {
+	select {
+	case c.writing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.Err()
+	}
+	defer func() { <-c.writing }()
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if _, err := c.conn.Write(line); err != nil {
+		c.shutdown(&ConnectionError{Err: err, Path: c.path})
+		return c.Err()
+	}
+	return nil
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// abandon is called when a caller stops waiting. A call with an
+// onAbandoned hook stays pending so the hook sees its answer; if the
+// answer came already, the hook gets it now.
+func (c *Client) abandon(id uint64, p *pendingCall) {
+	c.mu.Lock()
+	if _, ok := c.pending[id]; ok {
+		if p.onAbandoned != nil {
+			p.abandoned = true
+		} else {
+			delete(c.pending, id)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	select {
+	case a := <-p.answer:
+		if a.err == nil && p.onAbandoned != nil {
+			go p.onAbandoned(a.result)
+		}
+	default:
+	}
+}
+
+// frame is any line the daemon sends: an answer or a notification.
+type frame struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  *wireError      `json:"error"`
+}
+
+type wireError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func (c *Client) readLoop(r *bufio.Reader) {
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 && (err == nil || err == io.EOF) {
+			c.handleLine(line)
+		}
+		if err != nil {
+			c.shutdown(&ConnectionError{Err: err, Path: c.path})
+			return
+		}
+	}
+}
+
+func (c *Client) handleLine(line []byte) {
+	var f frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		// Not JSON: the stream can no longer be trusted.
+		c.shutdown(&ConnectionError{Err: fmt.Errorf("the daemon sent a line that is not JSON: %w", err), Path: c.path})
+		return
+	}
+	if f.Method != "" && len(f.ID) == 0 {
+		c.route(notificationFrom(f.Method, f.Params))
+		return
+	}
+	if len(f.ID) == 0 || string(f.ID) == "null" {
+		c.unmatched(f)
+		return
+	}
+	id, err := strconv.ParseUint(string(f.ID), 10, 64)
+	if err != nil {
+		return // not an id this client sends
+	}
+	var a answer
+	c.mu.Lock()
+	p, ok := c.pending[id]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	if f.Error != nil {
+		a.err = &Error{Code: f.Error.Code, Message: f.Error.Message, Data: f.Error.Data, Method: p.method}
+	} else {
+		a.result = f.Result
+	}
+	c.mu.Unlock()
+	// Outside the lock (it takes it), and before the next line is read.
+	if a.err == nil && p.onResult != nil && !c.isAbandoned(p) {
+		p.onResult(a.result)
+	}
+	c.mu.Lock()
+	if _, still := c.pending[id]; !still {
+		// The connection ended meanwhile, and told the caller so.
+		c.mu.Unlock()
+		return
+	}
+	delete(c.pending, id)
+	if p.abandoned {
+		c.mu.Unlock()
+		if a.err == nil {
+			go p.onAbandoned(a.result)
+		}
+		return
+	}
+	// Under the lock, so that abandon either marks the call before this
+	// or finds the answer in the channel after it.
+	p.answer <- a
+	c.mu.Unlock()
+}
+
+func (c *Client) isAbandoned(p *pendingCall) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.abandoned
+}
+
+// unmatched handles an error answered with id null. An oversized frame
+// (-32600 with data.max_frame_bytes) was dropped by the daemon unread, so
+// every call whose line was over that size gets the error as its answer;
+// the connection stays open. Any other is kept for the ConnectionError
+// when the daemon then closes the connection.
+func (c *Client) unmatched(f frame) {
+	if f.Error == nil {
+		return
+	}
+	e := &Error{Code: f.Error.Code, Message: f.Error.Message, Data: f.Error.Data}
+	c.mu.Lock()
+	c.lastUnmatched = e
+	var failed []*pendingCall
+	if limit, ok := e.MaxFrameBytes(); ok {
+		for id, p := range c.pending {
+			if p.frameBytes > limit {
+				delete(c.pending, id)
+				if !p.abandoned {
+					failed = append(failed, p)
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range failed {
+		p.answer <- answer{err: &Error{Code: e.Code, Message: e.Message, Data: e.Data, Method: p.method}}
+	}
+}
+
+// shutdown ends the connection once: every call in flight gets why, and
+// every notification channel is closed after what it holds.
+func (c *Client) shutdown(why error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	var ce *ConnectionError
+	if errors.As(why, &ce) && ce.Last == nil {
+		ce.Last = c.lastUnmatched
+	}
+	c.err = why
+	pending := c.pending
+	c.pending = map[uint64]*pendingCall{}
+	subs := c.subs
+	c.subs = map[string]*subscription{}
+	close(c.done)
+	c.mu.Unlock()
+	_ = c.conn.Close()
+	for _, p := range pending {
+		if !p.abandoned {
+			p.answer <- answer{err: why}
+		}
+	}
+	for _, s := range subs {
+		s.finish(why == ErrClosed)
+	}
+}

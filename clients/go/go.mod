@@ -1,0 +1,3 @@
+module spawnd.dev/go/spawnd
+
+go 1.19

@@ -1,0 +1,41 @@
+package spawnd_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// normalized drops each line's indentation and the blank lines, so a
+// README block matches the body of an example however deep it sits.
+func normalized(text string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestReadmeShowsOnlyTheseExamples(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no ```go block")
+	}
+	all := normalized(string(examples))
+	for _, b := range blocks {
+		if !strings.Contains(all, normalized(b[1])) {
+			t.Errorf("this README block is not the body of an example in example_test.go (so it is not compiled or run):\n%s", b[1])
+		}
+	}
+}

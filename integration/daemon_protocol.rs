@@ -1,0 +1,335 @@
+//! One connection, many requests (docs/daemon.md): answers as they
+//! complete, `spawn_wait`, notifications, detached spawns with leases,
+//! streamed stdin, and an oversized frame's error the peer can read.
+
+#[path = "daemon_harness.rs"]
+mod daemon_harness;
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use daemon_harness::{Client, Daemon, CONNECTOR};
+use serde_json::{json, Value};
+
+/// Sends a request with `id` without waiting for its answer.
+fn send(c: &mut Client, id: u64, method: &str, params: Value) {
+    let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    c.send_raw(format!("{req}\n").as_bytes());
+}
+
+/// Reads lines until the answer to `id`, keeping the others in `seen`.
+fn answer_to(c: &mut Client, id: u64, seen: &mut Vec<Value>) -> Value {
+    loop {
+        let line = c.answer().expect("the daemon closed the connection");
+        if line["id"] == id {
+            return line;
+        }
+        seen.push(line);
+    }
+}
+
+fn spawn_sh(c: &mut Client, script: &str, extra: Value) -> Value {
+    let mut params = json!({"connector": CONNECTOR, "op": "sh", "args": {"script": script}});
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    c.ok("spawn_op", params)
+}
+
+fn handle_of(v: &Value) -> String {
+    v["handle"].as_str().expect("a handle").to_string()
+}
+
+/// The exit records' `interrupted_by` values, once `n` exit records exist.
+fn exit_records(audit: &std::path::Path, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let exits: Vec<Value> = std::fs::read_to_string(audit)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["kind"] == "exit")
+            .collect();
+        if exits.len() >= n || Instant::now() > deadline {
+            return exits;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A status that waits on a long spawn does not hold up another request's
+/// answer on the same connection: the answer to the later request comes
+/// first.
+#[test]
+fn a_waiting_request_does_not_hold_up_the_next_answer() {
+    let d = Daemon::start("concurrent", "");
+    let mut c = d.client();
+    let long = handle_of(&spawn_sh(&mut c, "sleep 3", json!({})));
+    let short = handle_of(&spawn_sh(&mut c, "echo quick", json!({})));
+    send(
+        &mut c,
+        100,
+        "spawn_status",
+        json!({"handle": long, "wait_ms": 20000}),
+    );
+    send(
+        &mut c,
+        101,
+        "spawn_status",
+        json!({"handle": short, "wait_ms": 20000}),
+    );
+    let first = c.answer().unwrap();
+    assert_eq!(first["id"], 101, "{first}");
+    assert_eq!(first["result"]["stdout"]["text"], "quick\n", "{first}");
+    let second = c.answer().unwrap();
+    assert_eq!(second["id"], 100, "{second}");
+    assert_eq!(second["result"]["state"], "exited", "{second}");
+}
+
+/// `spawn_wait` answers with the first of its handles to end, and with
+/// none when its wait passes first.
+#[test]
+fn spawn_wait_returns_the_first_to_end() {
+    let d = Daemon::start("wait-any", "");
+    let mut c = d.client();
+    let slow = handle_of(&spawn_sh(&mut c, "sleep 30", json!({})));
+    let fast = handle_of(&spawn_sh(&mut c, "sleep 0.3", json!({})));
+    let none = c.ok("spawn_wait", json!({"handles": [slow, fast], "wait_ms": 1}));
+    assert_eq!(none["handle"], Value::Null, "{none}");
+    let w = c.ok(
+        "spawn_wait",
+        json!({"handles": [slow, fast], "wait_ms": 20000}),
+    );
+    assert_eq!(w["handle"], fast.as_str(), "{w}");
+    assert_eq!(w["state"], "exited", "{w}");
+    assert_eq!(w["ended"], json!([fast]), "{w}");
+    let unknown = c.call("spawn_wait", json!({"handles": [slow, "h-nope"]}));
+    assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
+    let empty = c.call("spawn_wait", json!({"handles": []}));
+    assert_eq!(empty["error"]["code"], -32602, "{empty}");
+    c.ok("spawn_kill", json!({"handle": slow}));
+}
+
+/// With `notify`, the output arrives as `spawn_output` notifications after
+/// the spawn's answer, whole and in order, then one `spawn_exited`.
+#[test]
+fn notifications_carry_the_output_then_the_exit() {
+    let d = Daemon::start("notify", "");
+    let mut c = d.client();
+    send(
+        &mut c,
+        1,
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "notify": true,
+               "args": {"script": "for i in $(seq 1 3000); do echo line $i; done; echo bye >&2; exit 4"}}),
+    );
+    let answer = c.answer().unwrap();
+    assert_eq!(
+        answer["id"], 1,
+        "the answer comes before any notification: {answer}"
+    );
+    let handle = handle_of(&answer["result"]);
+    let mut streams = [Vec::new(), Vec::new()];
+    let status = loop {
+        let n = c.answer().expect("a notification");
+        assert_eq!(n["params"]["handle"], handle.as_str(), "{n}");
+        assert!(n.get("id").is_none(), "{n}");
+        match n["method"].as_str() {
+            Some("spawn_output") => {
+                let w = n["params"]["which"].as_u64().unwrap() as usize;
+                assert_eq!(n["params"]["offset"], streams[w].len(), "{n}");
+                assert_eq!(n["params"]["skipped"], 0, "{n}");
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(n["params"]["data_b64"].as_str().unwrap())
+                    .unwrap();
+                streams[w].extend(data);
+            }
+            Some("spawn_exited") => break n["params"]["status"].clone(),
+            _ => panic!("unexpected line {n}"),
+        }
+    };
+    let expected: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&streams[0]), expected);
+    assert_eq!(streams[1], b"bye\n");
+    assert_eq!(status["exit_code"], 4, "{status}");
+    assert_eq!(status["state"], "exited", "{status}");
+    assert!(status["stdout"].get("text").is_none(), "{status}");
+    assert_eq!(status["stdout"]["bytes"], expected.len(), "{status}");
+}
+
+/// 2 MB through a streamed stdin, in frames within the frame limit, up to
+/// four writes waiting at once; then the program reads end of file.
+#[test]
+fn a_streamed_stdin_carries_two_megabytes() {
+    let d = Daemon::start("stdin-stream", "");
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(
+        &mut c,
+        "sha256sum | cut -d' ' -f1; wc -c < /dev/null",
+        json!({"stdin_stream": true}),
+    ));
+    let chunk: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    let mut all = Vec::new();
+    let mut seen = Vec::new();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&chunk);
+    for round in 0..2u64 {
+        for i in 0..4u64 {
+            send(
+                &mut c,
+                1000 + round * 10 + i,
+                "spawn_stdin_write",
+                json!({"handle": h, "data_b64": b64}),
+            );
+            all.extend_from_slice(&chunk);
+        }
+        for i in 0..4u64 {
+            let a = answer_to(&mut c, 1000 + round * 10 + i, &mut seen);
+            assert_eq!(a["result"]["bytes"], chunk.len(), "{a}");
+        }
+    }
+    c.ok("spawn_stdin_close", json!({"handle": h}));
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}));
+    let digest = sha256_hex(&all);
+    assert_eq!(done["stdout"]["text"], format!("{digest}\n0\n"), "{done}");
+    let after = c.call("spawn_stdin_write", json!({"handle": h, "data": "late"}));
+    assert_eq!(after["error"]["code"], -32002, "{after}");
+    let plain = handle_of(&spawn_sh(&mut c, "true", json!({})));
+    let not_streamed = c.call("spawn_stdin_write", json!({"handle": plain, "data": "x"}));
+    assert_eq!(not_streamed["error"]["code"], -32602, "{not_streamed}");
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// A 2 MB frame: the peer finishes writing it, reads an error that says
+/// why and what to use instead, and the connection goes on serving.
+#[test]
+fn an_oversized_frame_gets_an_error_the_peer_can_read() {
+    let d = Daemon::start("oversized", "");
+    let mut c = d.client();
+    let big = "A".repeat(2 << 20);
+    let req = json!({"jsonrpc": "2.0", "id": 7, "method": "spawn_op",
+                     "params": {"connector": CONNECTOR, "op": "sh", "args": {"script": "cat"}, "stdin_b64": big}});
+    // The whole frame is written before anything is read: the daemon
+    // must keep reading it rather than close the connection under the peer.
+    c.writer
+        .write_all(format!("{req}\n").as_bytes())
+        .expect("the daemon reads the whole oversized frame");
+    let e = c.answer().expect("an error, readable");
+    assert_eq!(e["id"], Value::Null, "{e}");
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(e["error"]["data"]["max_frame_bytes"], 1 << 20, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stdin_stream"),
+        "{e}"
+    );
+    assert_eq!(c.ok("health", json!({}))["protocol_version"], 1);
+}
+
+/// A detached spawn outlives its connection; the same peer takes it up
+/// with its token; a wrong token or an unknown name gets the same -32002;
+/// a lease that runs out kills the program (`interrupted_by: "lease"`).
+#[test]
+fn a_detached_spawn_is_taken_up_again_and_its_lease_ends_it() {
+    let d = Daemon::start("lease", "max_lease_ms = 60000\n");
+    let mut first = d.client();
+    let over = first.call(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "true"}, "lease_ms": 60001}),
+    );
+    assert_eq!(over["error"]["code"], -32602, "{over}");
+    let kept = spawn_sh(
+        &mut first,
+        "echo before; read line; echo got $line",
+        json!({"lease_ms": 60000, "stdin_stream": true}),
+    );
+    let (kept_name, token) = (
+        handle_of(&kept),
+        kept["token"].as_str().unwrap().to_string(),
+    );
+    let short = spawn_sh(&mut first, "sleep 60", json!({"lease_ms": 1000}));
+    let short_name = handle_of(&short);
+    drop(first);
+
+    let mut second = d.client();
+    let wrong = second.call(
+        "spawn_attach",
+        json!({"handle": kept_name, "token": "t-00"}),
+    );
+    let unknown = second.call("spawn_attach", json!({"handle": "h-00", "token": token}));
+    assert_eq!(wrong["error"]["code"], -32002, "{wrong}");
+    assert_eq!(unknown["error"], {
+        let mut e = wrong["error"].clone();
+        e["data"]["handle"] = json!("h-00");
+        e
+    });
+    let attached = second.ok("spawn_attach", json!({"handle": kept_name, "token": token}));
+    assert_eq!(attached["state"], "running", "{attached}");
+    // Held by this connection, it cannot be taken up elsewhere.
+    let mut third = d.client();
+    let elsewhere = third.call("spawn_attach", json!({"handle": kept_name, "token": token}));
+    assert_eq!(elsewhere["error"]["code"], -32002, "{elsewhere}");
+    second.ok(
+        "spawn_stdin_write",
+        json!({"handle": kept_name, "data": "hello\n"}),
+    );
+    let done = second.ok(
+        "spawn_status",
+        json!({"handle": kept_name, "wait_ms": 20000}),
+    );
+    assert_eq!(done["stdout"]["text"], "before\ngot hello\n", "{done}");
+
+    // The short lease runs out with no connection holding it.
+    std::thread::sleep(Duration::from_millis(3000));
+    let late = second.call(
+        "spawn_attach",
+        json!({"handle": short_name, "token": short["token"]}),
+    );
+    assert_eq!(late["error"]["code"], -32002, "{late}");
+    let exits = exit_records(&d.audit, 2);
+    assert!(
+        exits.iter().any(|r| r["interrupted_by"] == "lease"),
+        "{exits:?}"
+    );
+}
+
+/// Without a lease, closing the connection still kills the program.
+#[test]
+fn without_a_lease_closing_the_connection_kills() {
+    let d = Daemon::start("no-lease", "");
+    let mut c = d.client();
+    spawn_sh(&mut c, "sleep 60", json!({}));
+    drop(c);
+    let exits = exit_records(&d.audit, 1);
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    assert_eq!(exits[0]["interrupted_by"], "disconnect", "{exits:?}");
+}
+
+/// A peer that shuts down its writing side after a request still reads
+/// the answer, even one that waits.
+#[test]
+fn a_half_closed_peer_still_gets_its_answers() {
+    let d = Daemon::start("half-close", "");
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(&mut c, "sleep 0.5; echo late", json!({})));
+    send(
+        &mut c,
+        9,
+        "spawn_status",
+        json!({"handle": h, "wait_ms": 20000}),
+    );
+    c.writer.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut line = String::new();
+    c.reader.read_line(&mut line).unwrap();
+    let a: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(a["result"]["stdout"]["text"], "late\n", "{a}");
+}

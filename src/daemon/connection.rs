@@ -1,0 +1,583 @@
+//! One connection: request lines read in order, each answered as it
+//! completes (docs/daemon.md, "One connection, many requests").
+//!
+//! The reading loop takes a line, parses it and starts its method. A method
+//! that cannot wait (a kill, a release, a read or status without `wait_ms`,
+//! an attach) is carried out and answered there and then, so those take
+//! effect in the order they were sent. One that may wait (a spawn, a wait,
+//! `health`, a stdin write) becomes a task of its own and answers when it is
+//! done; at most [`MAX_IN_PROGRESS`] are in progress, and the loop reads no
+//! more until one is answered.
+//!
+//! Answers and notifications go through one writer task, in a bounded queue.
+//! Each is rendered only when its turn to enter the queue comes (one at a
+//! time per connection), so however many requests wait, the connection
+//! holds at most the queue's few rendered lines in memory.
+
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::codec::FramedRead;
+
+use super::detached::Registry;
+use super::frames::{Frame, RequestLines};
+use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
+use super::peer::peer_of;
+use super::stdin::{StdinWork, Ticket};
+use super::{check, notifications, refusals, request, spawns, Daemon, Peer};
+use crate::rpc::{self, string_param, u64_param, Call, RpcError};
+
+/// Requests one connection may have in progress.
+pub const MAX_IN_PROGRESS: usize = 64;
+/// Rendered lines waiting for the writer.
+const OUTBOX_LINES: usize = 4;
+/// How long an answer may take to be written: a peer that stops reading is
+/// disconnected rather than holding the answer in memory.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Handles one `spawn_wait` may name.
+const MAX_WAIT_HANDLES: usize = MAX_HANDLES_PER_CONNECTION;
+
+/// A connection's state, shared by its reading loop and its tasks.
+pub(super) struct Connection {
+    pub(super) daemon: Arc<Daemon>,
+    pub(super) peer: Peer,
+    pub(super) handles: Mutex<Handles>,
+    /// Lines for the writer task.
+    outbox: mpsc::Sender<String>,
+    /// The turn to render a line and put it in the outbox.
+    turn: tokio::sync::Mutex<()>,
+    /// Permits for requests in progress.
+    in_progress: Arc<Semaphore>,
+    /// Set once the connection has closed: waits and notifications stop.
+    closed: watch::Sender<bool>,
+}
+
+/// What starting a method gave: its result, or a task that answers.
+enum Started {
+    Now(Result<Value, RpcError>),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>),
+    /// A task that must run to its end even if the connection closes (a
+    /// spawn keeps or ends its handle; a stdin ticket keeps the order).
+    LaterToTheEnd(
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>,
+    ),
+}
+
+impl Connection {
+    /// The handles, locked (never held across an await).
+    pub(super) fn handles(&self) -> std::sync::MutexGuard<'_, Handles> {
+        match self.handles.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Whether the connection has closed.
+    pub(super) fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Returns once the connection has closed.
+    pub(super) async fn until_closed(&self) {
+        let mut closed = self.closed.subscribe();
+        let _ = closed.wait_for(|c| *c).await;
+    }
+
+    /// Renders a line in its turn and queues it for the writer. False once
+    /// the writer is gone.
+    pub(super) async fn send(&self, render: impl FnOnce() -> String) -> bool {
+        let _turn = self.turn.lock().await;
+        let Ok(slot) = self.outbox.reserve().await else {
+            return false;
+        };
+        slot.send(render());
+        true
+    }
+
+    /// Queues the answer to request `id` (none for a notification).
+    async fn answer(&self, id: Option<Value>, result: impl FnOnce() -> Result<Value, RpcError>) {
+        let Some(id) = id else {
+            // A notification from the peer gets no answer, but its method runs.
+            let _ = result();
+            return;
+        };
+        self.send(|| match result() {
+            Ok(v) => rpc::success(&id, v),
+            Err(e) => rpc::failure(&id, &e),
+        })
+        .await;
+    }
+
+    /// Takes one request line: answers it now, or starts the task that will.
+    async fn take(self: &Arc<Self>, line: &str, permit: OwnedSemaphorePermit) {
+        let call = match rpc::parse(line) {
+            Ok(call) => call,
+            Err((id, e)) => {
+                self.answer(Some(id), || Err(e)).await;
+                return;
+            }
+        };
+        let id = call.id.clone();
+        let method = call.method.clone();
+        match self.start(call) {
+            Started::Now(result) => {
+                let handle = self.new_handle_of(&method, &result);
+                self.answer(id, || result).await;
+                self.notify_about(&method, handle);
+            }
+            Started::Later(work) => {
+                let conn = Arc::clone(self);
+                tokio::spawn(async move {
+                    let result = tokio::select! {
+                        r = work => r,
+                        _ = conn.until_closed() => return,
+                    };
+                    conn.answer(id, || result).await;
+                    drop(permit);
+                });
+            }
+            Started::LaterToTheEnd(work) => {
+                let conn = Arc::clone(self);
+                tokio::spawn(async move {
+                    let result = work.await;
+                    let handle = conn.new_handle_of(&method, &result);
+                    conn.answer(id, || result).await;
+                    conn.notify_about(&method, handle);
+                    drop(permit);
+                });
+            }
+        }
+    }
+
+    /// The handle a spawn or an attach just gave this connection.
+    fn new_handle_of(
+        &self,
+        method: &str,
+        result: &Result<Value, RpcError>,
+    ) -> Option<(String, Arc<Handle>)> {
+        if !matches!(method, "spawn" | "spawn_op" | "spawn_attach") {
+            return None;
+        }
+        let name = result.as_ref().ok()?["handle"].as_str()?.to_string();
+        let handle = self.handles().named(&name).ok()?;
+        Some((name, handle))
+    }
+
+    /// Starts the notifications of a handle just answered, if it asked:
+    /// a new spawn's from its first byte, an attached one's from the next.
+    fn notify_about(self: &Arc<Self>, method: &str, handle: Option<(String, Arc<Handle>)>) {
+        if let Some((name, handle)) = handle.filter(|(_, h)| h.notify) {
+            let from = if method == "spawn_attach" {
+                [handle.stream_end(0), handle.stream_end(1)]
+            } else {
+                [0, 0]
+            };
+            tokio::spawn(notifications::forward(Arc::clone(self), name, handle, from));
+        }
+    }
+
+    fn start(self: &Arc<Self>, call: Call) -> Started {
+        let Call { method, params, .. } = call;
+        let conn = Arc::clone(self);
+        match method.as_str() {
+            "health" => Started::Later(Box::pin(async move {
+                conn.may_ask("health").await?;
+                conn.health().await
+            })),
+            "connectors_status" => Started::Later(Box::pin(async move {
+                conn.may_ask("connectors_status").await?;
+                conn.connectors_status().await
+            })),
+            "spawn" | "spawn_op" => Started::LaterToTheEnd(Box::pin(async move {
+                spawns::spawn(&conn, &method, &params).await
+            })),
+            "spawn_check" => Started::Later(Box::pin(async move {
+                check::check(&conn.daemon, &conn.peer, &params).await
+            })),
+            "spawn_status" => self.with_handle(&params, |h| match wait_of(&params)? {
+                None => Ok(Started::Now(Ok(spawns::status(&h)))),
+                Some(wait) => Ok(Started::Later(Box::pin(async move {
+                    h.wait_change(wait, |s| s.ended_at.is_some()).await;
+                    Ok(spawns::status(&h))
+                }))),
+            }),
+            "spawn_wait" => match self.handles_to_wait_for(&params) {
+                Ok((named, wait)) => Started::Later(Box::pin(spawns::wait_any(named, wait))),
+                Err(e) => Started::Now(Err(e)),
+            },
+            "spawn_output_size" => self.with_handle(&params, |h| {
+                Ok(Started::Now(spawns::output_size(&h, &params)))
+            }),
+            "spawn_output_read" => self.with_handle(&params, |h| {
+                let read = spawns::OutputRead::from_params(&params)?;
+                Ok(match wait_of(&params)? {
+                    None => Started::Now(Ok(read.answer(&h))),
+                    Some(wait) => Started::Later(Box::pin(async move {
+                        read.wait(&h, wait).await;
+                        Ok(read.answer(&h))
+                    })),
+                })
+            }),
+            "spawn_kill" => self.with_handle(&params, |h| {
+                h.kill_for("spawn_kill");
+                Ok(Started::Now(Ok(json!({}))))
+            }),
+            "spawn_release" => Started::Now(spawns::release(&mut self.handles(), &params)),
+            "spawn_stdin_write" => self.with_handle(&params, |h| {
+                let bytes = spawns::stdin_bytes(&params)?;
+                let ticket = stdin_ticket(&h)?;
+                Ok(to_the_end(h, ticket, StdinWork::Write(bytes)))
+            }),
+            "spawn_stdin_close" => self.with_handle(&params, |h| {
+                let ticket = stdin_ticket(&h)?;
+                Ok(to_the_end(h, ticket, StdinWork::Close))
+            }),
+            "spawn_attach" => Started::Now(self.attach(&params)),
+            other => Started::Now(Err(RpcError::new(
+                rpc::METHOD_NOT_FOUND,
+                format!("unknown method {other:?}"),
+            ))),
+        }
+    }
+
+    /// Starts a method on the handle its params name.
+    fn with_handle(
+        &self,
+        params: &Map<String, Value>,
+        start: impl FnOnce(Arc<Handle>) -> Result<Started, RpcError>,
+    ) -> Started {
+        let handle = self.handles().get(params);
+        match handle.and_then(start) {
+            Ok(started) => started,
+            Err(e) => Started::Now(Err(e)),
+        }
+    }
+
+    /// `spawn_wait`'s handles, by name, in the order given, and its wait.
+    fn handles_to_wait_for(
+        &self,
+        params: &Map<String, Value>,
+    ) -> Result<(Named, Duration), RpcError> {
+        let Some(Value::Array(names)) = params.get("handles") else {
+            return Err(RpcError::params(
+                "handles must be an array of this connection's handles",
+            ));
+        };
+        if names.is_empty() || names.len() > MAX_WAIT_HANDLES {
+            return Err(RpcError::params(format!(
+                "handles must name 1 to {MAX_WAIT_HANDLES} handles"
+            )));
+        }
+        let handles = self.handles();
+        let named = names
+            .iter()
+            .map(|n| {
+                let name = n
+                    .as_str()
+                    .ok_or_else(|| RpcError::params("handles must hold strings"))?;
+                Ok((name.to_string(), handles.named(name)?))
+            })
+            .collect::<Result<Vec<_>, RpcError>>()?;
+        Ok((named, wait_of(params)?.unwrap_or(Duration::ZERO)))
+    }
+
+    /// `spawn_attach`: a parked handle joins this connection.
+    fn attach(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
+        let name = string_param(params, "handle")?;
+        let token = string_param(params, "token")?;
+        let mut handles = self.handles();
+        handles.make_room()?;
+        let handle = self.daemon.detached.take(&self.peer, name, token)?;
+        let answer = Registry::attached(name, &handle);
+        handles.map.insert(name.to_string(), handle);
+        Ok(answer)
+    }
+
+    /// The access rules in force.
+    fn access(&self) -> crate::policy::Access {
+        crate::policy::Access::Rules {
+            rules: self.daemon.loaded().config.access.clone(),
+            daemon_uid: nix::unistd::geteuid().as_raw(),
+        }
+    }
+
+    /// Refuses (`caller_not_allowed`, recorded once per window) a peer that
+    /// may act for no connector.
+    async fn may_ask(&self, method: &'static str) -> Result<(), RpcError> {
+        if self
+            .access()
+            .allows_some(&request::access_caller(&self.peer))
+        {
+            return Ok(());
+        }
+        let denial = crate::policy::Denial::new(
+            crate::policy::Reason::CallerNotAllowed,
+            "",
+            format!("method:{method}"),
+            vec![],
+            format!(
+                "uid {} (gid {}) may not use this daemon: no [[access]] rule names it; the operator grants it with an [[access]] entry",
+                self.peer.uid, self.peer.gid
+            ),
+        );
+        let error = RpcError::with_data(
+            rpc::CAPABILITY_DENIED,
+            crate::exec::denial_failure(&denial).message,
+            serde_json::to_value(&denial).unwrap_or_default(),
+        );
+        let refusal = refusals::Refusal::denied(method, &denial, None);
+        Err(refusals::refuse(&self.daemon, &self.peer, refusal, error).await)
+    }
+
+    async fn connectors_status(&self) -> Result<Value, RpcError> {
+        let _turn = self.daemon.side_work.acquire().await;
+        let daemon = Arc::clone(&self.daemon);
+        let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.peer.uid))
+            .ok()
+            .flatten()
+            .map(|u| u.dir)
+            .unwrap_or_else(|| std::path::PathBuf::from("/nonexistent"));
+        let access = self.access();
+        let caller = request::access_caller(&self.peer);
+        tokio::task::spawn_blocking(move || {
+            let loaded = daemon.loaded();
+            let may_act_for =
+                |m: &crate::manifest::Manifest| access.allows(&caller, &m.connector.name).is_ok();
+            crate::connectors::status(&loaded.config, &loaded.manifests, &home, &may_act_for)
+        })
+        .await
+        .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))
+    }
+
+    async fn health(&self) -> Result<Value, RpcError> {
+        let _turn = self.daemon.side_work.acquire().await;
+        let daemon = Arc::clone(&self.daemon);
+        let report = tokio::task::spawn_blocking(move || {
+            crate::kernel_features::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())
+        })
+        .await
+        .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;
+        let mut report = report;
+        if let Some(why) = self.daemon.audit_failure() {
+            report.audit_lost(why);
+        }
+        let refused = self.daemon.refused_reload();
+        if let Some(r) = &refused {
+            report.degrade(format!(
+                "stale manifests: the reload at {} was refused ({}); the previous config and manifests stay in force until a reload succeeds",
+                r.at, r.error
+            ));
+        }
+        let mut v = serde_json::to_value(&report).unwrap_or_default();
+        v["stale_manifests"] = match refused {
+            Some(r) => json!({"refused_at": r.at, "error": r.error}),
+            None => Value::Null,
+        };
+        v["protocol_version"] = json!(super::PROTOCOL_VERSION);
+        v["peer"] = json!({"uid": self.peer.uid, "gid": self.peer.gid, "pid": self.peer.pid, "other_user_namespace": self.peer.other_user_namespace});
+        Ok(v)
+    }
+
+    /// The connection is over: its handles are parked (leased) or ended,
+    /// and its waits and notifications stop.
+    fn close(&self) {
+        let _ = self.closed.send(true);
+        let handles = self.handles().close();
+        for (name, handle) in handles {
+            self.daemon.detached.park_or_end(name, handle);
+        }
+    }
+}
+
+/// A handle's next stdin ticket.
+fn stdin_ticket(handle: &Handle) -> Result<Ticket, RpcError> {
+    match handle.stdin.as_ref() {
+        Some(stream) => stream.ticket(),
+        None => Err(super::stdin::not_streamed()),
+    }
+}
+
+/// A stdin write or close, carried out in its turn even if the connection
+/// closes meanwhile.
+fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
+    Started::LaterToTheEnd(Box::pin(super::stdin::carry_out(handle, ticket, work)))
+}
+
+/// A request's `wait_ms`, when it asks to wait (0 does not).
+fn wait_of(params: &Map<String, Value>) -> Result<Option<Duration>, RpcError> {
+    Ok(u64_param(params, "wait_ms")?
+        .filter(|ms| *ms > 0)
+        .map(|ms| Duration::from_millis(ms).min(MAX_WAIT)))
+}
+
+/// Serves one connection until the peer closes it, the daemon stops, or an
+/// answer cannot be written.
+pub(super) async fn serve_connection(
+    daemon: Arc<Daemon>,
+    stream: UnixStream,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some(peer) = peer_of(&stream) else { return };
+    let (read, write) = stream.into_split();
+    let server = daemon.loaded().config.server.clone();
+    let max = server.max_frame_bytes as usize;
+    let frame_timeout = Duration::from_millis(server.frame_timeout_ms);
+    let idle_timeout = Duration::from_millis(server.idle_timeout_ms);
+    let (outbox, lines_out) = mpsc::channel(OUTBOX_LINES);
+    let (gone_tx, mut gone) = watch::channel(false);
+    let mut writer = tokio::spawn(write_lines(write, lines_out, gone_tx));
+    let conn = Arc::new(Connection {
+        daemon,
+        peer,
+        handles: Mutex::new(Handles::default()),
+        outbox,
+        turn: tokio::sync::Mutex::new(()),
+        in_progress: Arc::new(Semaphore::new(MAX_IN_PROGRESS)),
+        closed: watch::Sender::new(false),
+    });
+    let mut lines = FramedRead::new(read, RequestLines::new(max));
+    // When the bytes of an unfinished request line were first seen (or the
+    // rest of an oversized one began to be dropped): a peer that trickles
+    // them is cut off after `frame_timeout`.
+    let mut partial_since: Option<std::time::Instant> = None;
+    // A connection that holds no handle, has nothing in progress and says
+    // nothing is closed after `idle_timeout`, so silent peers cannot hold
+    // every slot.
+    let mut last_request = std::time::Instant::now();
+    let mut peer_closed = false;
+    loop {
+        let now = std::time::Instant::now();
+        let idle = {
+            let mut handles = conn.handles();
+            handles.expire();
+            handles.is_empty() && conn.in_progress.available_permits() == MAX_IN_PROGRESS
+        };
+        let closing = if lines.read_buffer().is_empty() && !lines.decoder().discarding() {
+            partial_since = None;
+            (idle && now.duration_since(last_request) >= idle_timeout).then(|| {
+                format!(
+                    "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
+                    idle_timeout.as_millis()
+                )
+            })
+        } else {
+            (now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout).then(|| {
+                format!(
+                    "no complete request line within {} ms ([server] frame_timeout_ms); closing",
+                    frame_timeout.as_millis()
+                )
+            })
+        };
+        if let Some(why) = closing {
+            let e = RpcError::new(rpc::INVALID_REQUEST, why);
+            conn.answer(Some(Value::Null), || Err(e)).await;
+            break;
+        }
+        let recheck = match partial_since {
+            Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
+            None => (frame_timeout / 4).min(idle_timeout / 4),
+        };
+        let permit = tokio::select! {
+            p = Arc::clone(&conn.in_progress).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.changed() => break,
+            _ = gone.changed() => break,
+        };
+        let frame = tokio::select! {
+            frame = lines.next() => frame,
+            _ = stop.changed() => break,
+            _ = gone.changed() => break,
+            _ = tokio::time::sleep(recheck.max(Duration::from_millis(5))) => continue,
+        };
+        let Some(frame) = frame else {
+            peer_closed = true;
+            break;
+        };
+        // A whole line arrived: its timer ends here, and time spent
+        // answering it never counts against the next one.
+        partial_since = None;
+        match frame {
+            Ok(Frame::Line(line)) if line.trim().is_empty() => {}
+            Ok(Frame::Line(line)) => conn.take(&line, permit).await,
+            Ok(Frame::NotUtf8) => {
+                let e = RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8");
+                conn.answer(Some(Value::Null), || Err(e)).await;
+            }
+            Ok(Frame::TooLong) => {
+                // The rest of the line is read and dropped, so a peer still
+                // writing it can finish and read this.
+                partial_since = Some(std::time::Instant::now());
+                let e = RpcError::with_data(
+                    rpc::INVALID_REQUEST,
+                    format!("frame over {max} bytes ([server] max_frame_bytes); the rest of this line is dropped; send large stdin with stdin_stream and spawn_stdin_write"),
+                    json!({"max_frame_bytes": max}),
+                );
+                conn.answer(Some(Value::Null), || Err(e)).await;
+            }
+            Err(_) => break,
+        }
+        last_request = std::time::Instant::now();
+    }
+    // A peer that only shut down its writing side still reads: it gets
+    // the answers in progress (each bounded by its own wait) first.
+    if peer_closed && !peer_hung_up(lines.get_ref().as_ref()) {
+        let all = MAX_IN_PROGRESS as u32;
+        tokio::select! {
+            _ = conn.in_progress.acquire_many(all) => {}
+            _ = gone.changed() => {}
+            _ = tokio::time::sleep(MAX_WAIT + WRITE_TIMEOUT) => {}
+        }
+    }
+    conn.close();
+    let (daemon, peer) = (Arc::clone(&conn.daemon), conn.peer);
+    drop(conn);
+    // The writer ends once every task holding the connection is done with
+    // it; one still waiting (a stdin write the program never reads) does
+    // not hold the writer past the write timeout.
+    if tokio::time::timeout(WRITE_TIMEOUT, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+    refusals::connection_closed(&daemon, &peer).await;
+}
+
+/// Whether the peer has closed the connection both ways (not only shut
+/// down its writing side): the socket then reports a hang-up.
+fn peer_hung_up(stream: &UnixStream) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
+        Err(_) => true,
+    }
+}
+
+/// Writes queued lines, each with its newline in one write (the peer is
+/// woken once), until the queue closes or a write fails; then tells the
+/// reading loop the peer is gone.
+async fn write_lines(
+    mut write: tokio::net::unix::OwnedWriteHalf,
+    mut lines: mpsc::Receiver<String>,
+    gone: watch::Sender<bool>,
+) {
+    while let Some(mut line) = lines.recv().await {
+        line.push('\n');
+        let written = tokio::time::timeout(WRITE_TIMEOUT, write.write_all(line.as_bytes())).await;
+        if !matches!(written, Ok(Ok(()))) {
+            break;
+        }
+    }
+    let _ = gone.send(true);
+}

@@ -1,0 +1,171 @@
+//! Detached spawns (`lease_ms` on a spawn): a handle that outlives its
+//! connection. When the connection that holds it closes, the handle is
+//! parked here for its lease, with no connection holding it;
+//! `spawn_attach` with the handle's token, from a peer with the same uid
+//! and gid, takes it up on another connection. A lease that runs out kills
+//! the program (`interrupted_by: "lease"`) and frees the handle; the lease
+//! starts again, whole, each time the handle is parked.
+//!
+//! The token is 128 random bits, compared in constant time. A wrong token,
+//! another peer, an unknown handle and one held by a connection all get
+//! the same answer, so nothing about other peers' handles can be learnt.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::handles::Handle;
+use super::Peer;
+use crate::rpc::{self, RpcError};
+
+/// Parked handles one peer (uid and gid) may have at once; past that, a
+/// handle parked is ended as if its lease had run out.
+pub const MAX_PARKED_PER_PEER: usize = 64;
+
+/// What a detached handle carries: who may take it up, with what token,
+/// and how long it may wait for them.
+pub struct Lease {
+    /// The peer's uid and gid.
+    owner: (u32, u32),
+    /// The secret `spawn_attach` must show.
+    token: String,
+    /// How long the handle is kept with no connection holding it.
+    duration: Duration,
+}
+
+impl Lease {
+    /// A lease of `duration` for `peer`, with a fresh token.
+    pub fn new(peer: &Peer, duration: Duration) -> Result<Lease, RpcError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            RpcError::new(
+                rpc::INTERNAL_ERROR,
+                format!("no randomness for a lease token (getrandom: {e}); nothing was run"),
+            )
+        })?;
+        Ok(Lease {
+            owner: (peer.uid, peer.gid),
+            token: format!("t-{}", hex::encode(bytes)),
+            duration,
+        })
+    }
+
+    /// The token, for the spawn's answer.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// A handle no connection holds.
+struct Parked {
+    handle: Arc<Handle>,
+    /// When its lease runs out.
+    until: Instant,
+}
+
+/// The daemon's parked handles, by name.
+#[derive(Default)]
+pub struct Registry {
+    parked: Mutex<HashMap<String, Parked>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Parked>> {
+        match self.parked.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The connection holding `handle` closed: a leased one is parked for
+    /// its lease; any other one is killed (`disconnect`), as is a leased
+    /// one past its peer's [`MAX_PARKED_PER_PEER`] (`lease`).
+    pub fn park_or_end(&self, name: String, handle: Arc<Handle>) {
+        let Some(lease) = handle.lease.as_ref() else {
+            if !handle.finished() {
+                handle.kill_for("disconnect");
+            }
+            return;
+        };
+        let mut parked = self.lock();
+        let held = parked
+            .values()
+            .filter(|p| p.handle.lease.as_ref().map(|l| l.owner) == Some(lease.owner))
+            .count();
+        if held >= MAX_PARKED_PER_PEER {
+            drop(parked);
+            if !handle.finished() {
+                handle.kill_for("lease");
+            }
+            return;
+        }
+        let until = Instant::now() + lease.duration;
+        parked.insert(name, Parked { handle, until });
+    }
+
+    /// `spawn_attach`: the parked handle `name`, if `peer` owns it and
+    /// `token` is its token; it is no longer parked.
+    pub fn take(&self, peer: &Peer, name: &str, token: &str) -> Result<Arc<Handle>, RpcError> {
+        let mut parked = self.lock();
+        let owned = parked.get(name).is_some_and(|p| {
+            p.handle.lease.as_ref().is_some_and(|l| {
+                l.owner == (peer.uid, peer.gid) && same_secret(l.token.as_bytes(), token.as_bytes())
+            })
+        });
+        match owned.then(|| parked.remove(name)).flatten() {
+            Some(p) => Ok(p.handle),
+            None => Err(RpcError::with_data(
+                rpc::NOT_FOUND,
+                "no detached handle with this name and token for this peer (a connection may hold it, or its lease ran out)",
+                json!({"handle": name}),
+            )),
+        }
+    }
+
+    /// Ends the leases that have run out: their programs are killed
+    /// (`lease`) and the handles freed. Called every second.
+    pub fn expire(&self) {
+        let now = Instant::now();
+        let mut parked = self.lock();
+        let due: Vec<String> = parked
+            .iter()
+            .filter(|(_, p)| p.until <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            if let Some(p) = parked.remove(&name) {
+                if !p.handle.finished() {
+                    p.handle.kill_for("lease");
+                }
+            }
+        }
+    }
+
+    /// `spawn_attach`'s answer for a handle taken up.
+    pub fn attached(name: &str, handle: &Handle) -> Value {
+        let state = if handle.finished() {
+            "ended"
+        } else {
+            "running"
+        };
+        json!({"handle": name, "state": state})
+    }
+}
+
+/// Whether two secrets are equal, in time that depends only on their
+/// lengths.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_compare_by_every_byte() {
+        assert!(super::same_secret(b"t-abc", b"t-abc"));
+        assert!(!super::same_secret(b"t-abc", b"t-abd"));
+        assert!(!super::same_secret(b"t-abc", b"t-ab"));
+    }
+}
