@@ -310,7 +310,7 @@ class AsyncClient:
 
     async def wait(self, handle: str, poll_ms: int = 10_000) -> SpawnStatus:
         while True:
-            status = await self.spawn_status(handle, wait_ms=poll_ms)
+            status = await self.spawn_status(handle, wait_ms=min(poll_ms, p.MAX_WAIT_MS))
             if status.ended:
                 return status
 

@@ -349,7 +349,7 @@ class Client:
     def wait(self, handle: str, poll_ms: int = 10_000) -> SpawnStatus:
         """Blocks until the spawn has ended and returns its result."""
         while True:
-            status = self.spawn_status(handle, wait_ms=poll_ms)
+            status = self.spawn_status(handle, wait_ms=min(poll_ms, p.MAX_WAIT_MS))
             if status.ended:
                 return status
 

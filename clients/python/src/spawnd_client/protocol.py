@@ -35,6 +35,9 @@ DEFAULT_STDIN_CHUNK = 256 * 1024
 #: Bytes per `spawn_output_read` by default.
 DEFAULT_READ_CHUNK = 64 * 1024
 
+#: The longest `wait_ms` the daemon takes.
+MAX_WAIT_MS = 60_000
+
 #: At most this many handles per `spawn_wait`.
 MAX_WAIT_HANDLES = 64
 

@@ -72,7 +72,8 @@ class StreamResult:
 @dataclass(frozen=True)
 class SpawnStatus:
     """`spawn_status`'s answer: `state` (`running`, `exited`, `signaled`,
-    `timed_out`, or another the daemon names such as `failed`) and, once
+    `timed_out`, or `failed` with `error` when the sandbox was lost after the
+    program started) and, once
     ended, the run result of docs/cli.md ("The run result"). The common
     fields are attributes; every other one (`isolation`, `network`,
     `timings`, ...) is in `raw`."""
@@ -92,6 +93,12 @@ class SpawnStatus:
     @property
     def ended(self) -> bool:
         return self.state != RUNNING
+
+    @property
+    def error(self) -> Optional[str]:
+        """Why a `failed` spawn failed."""
+        e = self.raw.get("error")
+        return e if isinstance(e, str) else None
 
     @property
     def ok(self) -> bool:
@@ -136,8 +143,8 @@ class WaitResult:
 
     @classmethod
     def from_json(cls, r: Mapping[str, Any]) -> "WaitResult":
-        # docs/daemon.md does not say whether `ended` lists handles or
-        # {handle, state} objects: both are read as the handles.
+        # `ended` lists handles (docs/daemon.md); objects with a `handle`
+        # are read too, should the daemon ever send {handle, state}.
         ended: List[str] = []
         for e in r.get("ended") or []:
             if isinstance(e, str):
@@ -320,7 +327,9 @@ class ConnectorsStatus:
 @dataclass(frozen=True)
 class SpawnOutputNote:
     """A `spawn_output` notification: new output of `handle`'s stream
-    `which`, at `offset`, after `skipped` bytes this connection missed."""
+    `which`; `data` starts at `offset` in the stream, and `skipped` bytes
+    just before it left the daemon's window unsent (this connection missed
+    them)."""
 
     handle: str
     which: int
@@ -330,9 +339,8 @@ class SpawnOutputNote:
 
     @property
     def next_offset(self) -> int:
-        """Read as for `spawn_output_read`: the data follows `skipped` bytes
-        past `offset`."""
-        return self.offset + self.skipped + len(self.data)
+        """Where the next notification's data should start."""
+        return self.offset + len(self.data)
 
 
 @dataclass(frozen=True)
