@@ -230,7 +230,11 @@ class OneConnectionManyRequests(SyncTest):
         self.assertIsNone(none.handle)
         self.assertEqual((none.state, none.ended), ("running", []))
         self.c.spawn_kill(slow)
-        self.assertEqual(self.c.spawn_wait([slow, quick], wait_ms=PATIENCE_MS).handle, slow)
+        # In the order asked: `slow` comes first once it has ended.
+        killed = self.c.spawn_wait([slow], wait_ms=PATIENCE_MS)
+        self.assertEqual((killed.handle, killed.state), (slow, "signaled"))
+        both = self.c.spawn_wait([slow, quick], wait_ms=PATIENCE_MS)
+        self.assertEqual((both.handle, both.ended), (slow, [slow, quick]))
 
     def test_notifications_carry_the_output_then_the_exit(self):
         h = self.sh("echo one; sleep 0.2; echo two; echo e >&2", notify=True)
@@ -263,7 +267,7 @@ class OneConnectionManyRequests(SyncTest):
 class StreamedStdin(SyncTest):
     def test_two_megabytes_of_stdin_go_through_stdin_writes(self):
         data = os.urandom(2 << 20)
-        h = self.sh("sha256sum; wc -c", stdin_stream=True)
+        h = self.sh("cat > /tmp/in; sha256sum < /tmp/in; wc -c < /tmp/in", stdin_stream=True)
         self.assertEqual(self.c.write_stdin(h, data), len(data))
         done = self.c.wait(h)
         self.assertEqual(done.exit_code, 0)
