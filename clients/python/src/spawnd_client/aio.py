@@ -94,8 +94,19 @@ class AsyncClient:
             raise ConnectionLost(f"cannot connect to spawnd at {socket_path}: {e}") from e
         return cls(reader, writer, on_notification=on_notification, on_unmatched_error=on_unmatched_error)
 
-    async def close(self) -> None:
-        """Closes the connection: calls in flight get `ConnectionLost`."""
+    async def close(self, timeout: float = 5.0) -> None:
+        """Closes the connection as `Client.close` does: stops sending,
+        waits up to `timeout` seconds for the daemon to close its side (its
+        answers in flight delivered, this connection's spawns ended or
+        parked for their lease), then closes; calls still in flight get
+        `ConnectionLost`."""
+        if not self._task.done() and not self._writer.is_closing():
+            try:
+                if self._writer.can_write_eof():
+                    self._writer.write_eof()
+            except OSError:
+                pass
+            await asyncio.wait({self._task}, timeout=timeout)
         self._writer.close()
         try:
             await self._writer.wait_closed()

@@ -113,15 +113,25 @@ class Client:
 
     # -- connection --------------------------------------------------------
 
-    def close(self) -> None:
-        """Closes the connection: calls in flight get `ConnectionLost`, and
-        the daemon kills this connection's running spawns that were not
-        detached."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Closes the connection. It first stops sending and waits up to
+        `timeout` seconds for the daemon to close its side: by then the
+        daemon has answered the calls in flight and ended this connection's
+        spawns (killed, or parked for their lease when detached, ready for
+        `spawn_attach` elsewhere). Calls still in flight after that get
+        `ConnectionLost`."""
+        on_reader = self._reader is threading.current_thread()
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if not on_reader:
+            self._reader.join(timeout=timeout)
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        if self._reader is not threading.current_thread():
+        if not on_reader:
             self._reader.join(timeout=5)
         self._sock.close()
 
