@@ -19,6 +19,7 @@ from spawnd_client import (
     InvalidRequest,
     MethodNotFound,
     NotFound,
+    Overloaded,
     SpawnExitedNote,
     SpawnOutputNote,
 )
@@ -135,6 +136,13 @@ class TypedErrors(SyncTest):
         self.assertTrue(d.audit_id)
         self.assertTrue(d.message)
         self.assertEqual(e.audit_id, d.audit_id)
+
+    def test_an_action_subset_without_the_operation_is_action_denied(self):
+        with self.assertRaises(CapabilityDenied) as caught:
+            self.c.spawn_op(CONNECTOR, "sh", {"script": "true"}, action=["spawn:true"], label="python suite")
+        self.assertEqual(caught.exception.denial.reason, "action_denied")
+        h = self.c.spawn_op(CONNECTOR, "sh", {"script": "true"}, action=["spawn:sh"], label="python suite").handle
+        self.assertTrue(self.c.wait(h).ok)
 
     def test_an_unknown_operation_is_not_found_with_its_denial(self):
         with self.assertRaises(NotFound) as caught:
@@ -288,6 +296,27 @@ class StreamedStdin(SyncTest):
         with self.assertRaises(NotFound):
             self.c.spawn_stdin_write(h, "late")
         self.assertEqual(self.c.wait(h).stdout.data, b"text \x00bytes")
+
+
+    def test_a_fifth_waiting_write_is_overloaded(self):
+        h = self.sh("sleep 60", stdin_stream=True)  # never reads
+        errors = queue.Queue()
+
+        def write():
+            try:
+                self.c.spawn_stdin_write(h, b"w" * 300_000)  # more than a pipe holds
+            except Exception as e:
+                errors.put(e)
+
+        writers = [threading.Thread(target=write) for _ in range(5)]
+        for t in writers:
+            t.start()
+        first = errors.get(timeout=PATIENCE_S)
+        self.assertIsInstance(first, Overloaded)
+        self.assertEqual(first.code, -32003)
+        self.c.spawn_release(h)
+        for t in writers:
+            t.join(timeout=PATIENCE_S)
 
 
 class DetachedSpawns(SyncTest):
