@@ -329,9 +329,22 @@ class DetachedSpawns(SyncTest):
             self.c.spawn_attach(spawned.handle, "0" * 32)  # a wrong token
         attached = self.c.spawn_attach(spawned.handle, spawned.token)
         self.assertEqual(attached.handle, spawned.handle)
+        self.assertFalse(attached.ended)  # it sleeps a second
         done = self.c.wait(spawned.handle)
         self.assertEqual((done.exit_code, done.stdout.data), (0, b"survived\n"))
         self.assertIsNone(done.interrupted_by)
+
+    def test_an_attached_spawn_notifies_the_connection_that_attached_it(self):
+        first = Client(SOCKET)
+        spawned = first.spawn_op(CONNECTOR, "sh", {"script": "read line; echo \"got $line\""},
+                                 lease_ms=60_000, notify=True, stdin_stream=True)
+        first.close()
+        self.c.spawn_attach(spawned.handle, spawned.token)
+        self.c.write_stdin(spawned.handle, b"late\n")
+        notes = list(self.c.notifications(spawned.handle, timeout=PATIENCE_S))
+        out = b"".join(n.data for n in notes if isinstance(n, SpawnOutputNote))
+        self.assertEqual(out, b"got late\n")
+        self.assertEqual(notes[-1].status.exit_code, 0)
 
     def test_a_token_attaches_only_its_own_handle(self):
         first = Client(SOCKET)

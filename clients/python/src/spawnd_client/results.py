@@ -202,10 +202,16 @@ class Output:
 
 @dataclass(frozen=True)
 class Attached:
-    """`spawn_attach`'s answer."""
+    """`spawn_attach`'s answer: `state` is `running`, or what the daemon
+    says of a spawn that ended while detached (`ended`); its result is
+    `spawn_status`'s."""
 
     handle: str
     state: str
+
+    @property
+    def ended(self) -> bool:
+        return self.state != RUNNING
 
     @classmethod
     def from_json(cls, r: Mapping[str, Any]) -> "Attached":
