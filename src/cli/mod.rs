@@ -146,7 +146,11 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Audit(AuditCommand::Export { filter, file, .. }) => {
             audit_cmd::export(cli, file.as_deref(), filter)
         }
-        Command::Connectors { manifest } => {
+        Command::Connectors {
+            socket: Some(socket),
+            ..
+        } => remote::connectors_remote(socket),
+        Command::Connectors { manifest, .. } => {
             let mut config = context::load_config(cli)?;
             if !manifest.is_empty() {
                 config.server.manifests = manifest.clone();
