@@ -2247,3 +2247,74 @@ fn connectors_through_the_socket_shows_the_loaded_manifest_not_the_file() {
         "{gone:?}"
     );
 }
+
+/// A manifest anchored at `{workspace}` where no workspace is named: the
+/// refusal (`workspace_unset`, exit 4) tells each front end its own fix.
+/// A daemon's caller cannot name a workspace, so over the socket (raw
+/// `spawn_op` and `spawnd run --socket`) it says the operator must set
+/// `[sandbox] workspace`; in-process `run` says `--workspace` or the config.
+#[test]
+fn a_workspace_unset_refusal_names_the_fix_each_front_end_can_make() {
+    let w = world();
+    let dir = w.path("daemon-workspace-unset-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("ws-unset.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/ws-unset\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\nfs_read = [\"{workspace}/src\"]\n[capabilities.spawn.operations.t]\nargv = \"true\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &manifest,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let d = Daemon::start_with_manifests("workspace-unset", "", &[&manifest]);
+    let operator_fix = "its operator must set [sandbox] workspace in the daemon's config";
+    let refused = d.client().call(
+        "spawn_op",
+        json!({"connector": "local://test/ws-unset", "op": "t"}),
+    );
+    let error = &refused["error"];
+    assert_eq!(error["data"]["reason"], "workspace_unset", "{refused}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains(operator_fix), "{message}");
+    assert!(!message.contains("--workspace"), "{message}");
+    let remote = run_cli(
+        Some(&d.socket),
+        &[
+            "--json",
+            "--connector",
+            "local://test/ws-unset",
+            "--op",
+            "t",
+        ],
+        b"",
+    );
+    assert_eq!(remote.status.code(), Some(4), "{remote:?}");
+    let v: Value = serde_json::from_slice(&remote.stdout).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(operator_fix), "{v}");
+    assert!(!message.contains("--workspace"), "{v}");
+    let local = run_cli(
+        None,
+        &[
+            "--json",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--op",
+            "t",
+        ],
+        b"",
+    );
+    assert_eq!(local.status.code(), Some(4), "{local:?}");
+    let v: Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(v["error"]["details"]["reason"], "workspace_unset", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "pass `spawnd run --workspace DIR`, or set [sandbox] workspace in the config"
+        ),
+        "{v}"
+    );
+}
