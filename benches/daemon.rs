@@ -6,8 +6,11 @@
 //! Reports, as Markdown: the round trip of `spawn_op` + `spawn_status`
 //! (waiting for the end) against a plain fork/exec of `/usr/bin/true`,
 //! measured interleaved in the same run with one client; sustained spawns per
-//! second under the load; the daemon's RSS idle, at peak and after the load;
-//! and fails if a result was lost or mixed up, or RSS grows without bound.
+//! second under the load; the daemon's own CPU time per spawn under the load
+//! (its spawner's apart); the delay a request waiting on a long spawn adds to
+//! another request's answer on the same connection; the daemon's RSS idle, at
+//! peak and after the load; and fails if a result was lost or mixed up, or
+//! RSS grows without bound.
 //!
 //! Run: `scripts/bench-daemon`. `SPAWND_BENCH_N` changes the per-client count.
 
@@ -22,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 mod support;
-use support::{ms, percentile, rss_kib, spawner_of, start_daemon, Client};
+use support::{cpu_time, ms, percentile, rss_kib, spawner_of, start_daemon, Client, CONNECTOR};
 
 const CLIENTS: usize = 16;
 const GARBAGE_CLIENTS: usize = 4;
@@ -119,6 +122,102 @@ fn load(
     (all, wrong, started.elapsed())
 }
 
+/// The round trips of `rounds` quick requests (`spawn_output_size` of a
+/// finished handle) on one connection, sorted.
+fn quick_round_trips(c: &mut RawClient, handle: &str, rounds: usize) -> Vec<Duration> {
+    let mut times: Vec<Duration> = (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            let id = c.send("spawn_output_size", json!({"handle": handle, "which": 0}));
+            c.answer_to(id);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+/// A client that may have several requests in flight on its connection.
+struct RawClient {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next: u64,
+    /// Answers read while looking for another.
+    early: Vec<serde_json::Value>,
+}
+
+impl RawClient {
+    fn connect(socket: &Path) -> RawClient {
+        let s = UnixStream::connect(socket).expect("connect");
+        RawClient {
+            reader: BufReader::new(s.try_clone().expect("clone")),
+            writer: s,
+            next: 0,
+            early: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, method: &str, params: serde_json::Value) -> u64 {
+        self.next += 1;
+        let req = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        self.writer
+            .write_all(format!("{req}\n").as_bytes())
+            .expect("send");
+        self.next
+    }
+
+    fn answer_to(&mut self, id: u64) -> serde_json::Value {
+        if let Some(at) = self.early.iter().position(|a| a["id"] == id) {
+            return self.early.remove(at);
+        }
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).expect("read");
+            let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+            if v["id"] == id {
+                assert!(v.get("error").is_none(), "{v}");
+                return v["result"].clone();
+            }
+            self.early.push(v);
+        }
+    }
+}
+
+/// How much a request waiting on a long spawn delays the answers to other
+/// requests on the same connection: quick round trips with and without it.
+fn cross_delay(socket: &Path, rounds: usize) -> (Duration, Duration, Duration) {
+    let mut c = RawClient::connect(socket);
+    let id = c.send(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "true", "args": {}}),
+    );
+    let done = c.answer_to(id)["handle"]
+        .as_str()
+        .expect("handle")
+        .to_string();
+    let id = c.send("spawn_status", json!({"handle": done, "wait_ms": 30_000}));
+    c.answer_to(id);
+    let alone = quick_round_trips(&mut c, &done, rounds);
+    let id = c.send(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sleep", "args": {"seconds": "60"}}),
+    );
+    let long = c.answer_to(id)["handle"]
+        .as_str()
+        .expect("handle")
+        .to_string();
+    let waiting = c.send("spawn_status", json!({"handle": long, "wait_ms": 60_000}));
+    let beside = quick_round_trips(&mut c, &done, rounds);
+    let id = c.send("spawn_kill", json!({"handle": long}));
+    c.answer_to(id);
+    c.answer_to(waiting);
+    (
+        percentile(&alone, 0.5),
+        percentile(&beside, 0.5),
+        percentile(&beside, 0.99),
+    )
+}
+
 fn main() {
     let per_client: usize = std::env::var("SPAWND_BENCH_N")
         .ok()
@@ -177,7 +276,13 @@ fn main() {
             }
         })
     };
+    let spawner = spawner_of(pid);
+    let (cpu_before, spawner_before) = (cpu_time(pid), spawner.map(cpu_time));
     let (mut all, wrong, wall) = load(&socket, CLIENTS, per_client);
+    let daemon_cpu = cpu_time(pid) - cpu_before;
+    let spawner_cpu = spawner
+        .zip(spawner_before)
+        .map(|(s, before)| cpu_time(s).saturating_sub(before));
     stop.store(true, Ordering::Relaxed);
     for t in garbage_threads {
         let _ = t.join();
@@ -185,6 +290,8 @@ fn main() {
     let _ = sampler.join();
     std::thread::sleep(Duration::from_millis(500));
     let after_daemon = rss_kib(pid);
+    // 4. One connection: a request waiting on a long spawn beside quick ones.
+    let (alone50, beside50, beside99) = cross_delay(&socket, per_client);
     let alive = daemon.try_wait().expect("wait").is_none();
     let _ = daemon.kill();
     let _ = daemon.wait();
@@ -202,11 +309,13 @@ fn main() {
         "`spawnd serve`, {per_client} round trips interleaved with plain fork/exec, then 8 clients × {per_client} `spawn_op`, then {CLIENTS} clients × {per_client} `spawn_op` + {GARBAGE_CLIENTS} garbage clients\n\n\
 | measure | value | goal |\n|---|---|---|\n\
 | plain fork/exec of /usr/bin/true, p50 (baseline) | {} | |\n\
-| `spawn_op` + `spawn_status` round trip, p50 | {} ({:.2}× plain) | ≤ 2.5× plain |\n\
+| `spawn_op` + `spawn_status` round trip, p50 | {} ({:.2}× plain) | ≤ 2.2× plain |\n\
 | `spawn_op` + `spawn_status` round trip, p99 | {} | |\n\
 | under load: round trip p50 / p99 | {} / {} | |\n\
 | sustained spawns per second, 8 clients | {rate8:.0}/s | |\n\
-| sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 500/s |\n\
+| sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 550/s |\n\
+| daemon CPU time per spawn under that load (its spawner's apart) | {:.3} ms ({}) | ≤ 0.4 ms |\n\
+| quick answer on one connection, p50: alone / beside a request waiting on a long spawn (p99) | {} / {} ({}) | ≤ 1 ms more |\n\
 | results: completed / expected / lost or mixed up | {} / {total} / {} | 0 lost |\n\
 | garbage frames sent meanwhile | {} | |\n\
 | daemon RSS idle / peak under load / after | {:.1} / {:.1} / {:.1} MiB | idle < 15 MiB |\n\
@@ -218,6 +327,14 @@ fn main() {
         ms(p99),
         ms(percentile(&all, 0.5)),
         ms(percentile(&all, 0.99)),
+        daemon_cpu.as_secs_f64() * 1e3 / all.len().max(1) as f64,
+        spawner_cpu.map_or("spawner not read".to_string(), |c| format!(
+            "spawner {:.3} ms",
+            c.as_secs_f64() * 1e3 / all.len().max(1) as f64
+        )),
+        ms(alone50),
+        ms(beside50),
+        ms(beside99),
         all.len() - wrong.len().min(all.len()),
         wrong.len(),
         sent.load(Ordering::Relaxed),

@@ -1140,3 +1140,34 @@ fn connectors_shows_each_param_and_nothing_of_a_disabled_connector() {
     assert_eq!(off["status"], "disabled_by_admin", "{v}");
     assert!(off.get("operations").is_none(), "{v}");
 }
+
+/// A `[server] manifests` entry that does not exist, a directory or a file,
+/// is a config problem: `serve` exits 4 (`CONFIG_ERROR` with `--json`),
+/// naming the entry.
+#[test]
+fn serve_with_a_missing_manifests_entry_exits_4() {
+    let s = Scratch::new();
+    for missing in [s.path("manifests"), s.path("gone.toml")] {
+        let cfg = s.write(
+            "c.toml",
+            &format!(
+                "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\n",
+                s.path("audit.jsonl").display(),
+                s.path("spawnd.sock").display(),
+                missing.display()
+            ),
+        );
+        let out = spawnd(&["serve", "--config", cfg.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(4), "{out:?}");
+        let out = spawnd(&["serve", "--json", "--config", cfg.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(4), "{out:?}");
+        let v = json_of(&out);
+        assert_eq!(v["error"]["code"], "CONFIG_ERROR", "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("{} does not exist", missing.display())),
+            "{message}"
+        );
+        assert!(!s.path("spawnd.sock").exists(), "serve bound its socket");
+    }
+}

@@ -17,7 +17,9 @@ use daemon_harness::{Daemon, CONNECTOR};
 /// its output unless it passes.
 fn client_suite_passes(name: &str) {
     let d = Daemon::start(&format!("client-{name}"), "");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients").join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients")
+        .join(name);
     let out = Command::new(dir.join("run-tests"))
         .current_dir(&dir)
         .env("SPAWND_SOCKET", &d.socket)

@@ -2164,3 +2164,157 @@ fn check_through_the_socket_matches_check_in_process() {
     assert_eq!(reason(&denied), reason(&local_denied), "{denied:?}");
     assert!(!marker.exists(), "check --socket ran the program");
 }
+
+/// `spawnd connectors --socket` shows what the daemon loaded: after the
+/// manifest file changes on disk (and no SIGHUP), it still shows the loaded
+/// one, in text and `--json`, while in-process `connectors` reads the file.
+#[test]
+fn connectors_through_the_socket_shows_the_loaded_manifest_not_the_file() {
+    let w = world();
+    let dir = w.path("daemon-connectors-socket-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("drift.toml");
+    let text = |version: &str, op: &str| {
+        format!("[connector]\nname = \"local://drift/a\"\nversion = \"{version}\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\n[capabilities.spawn.operations.{op}]\nargv = \"true\"\ndescription = \"the {op} one\"\n")
+    };
+    std::fs::write(&path, text("1.0.0", "loaded")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let d = Daemon::start_with_manifests("connectors-socket", "", &[&path]);
+    let config = d.socket.parent().unwrap().join("config.toml");
+    std::fs::write(&path, text("2.0.0", "edited")).unwrap();
+    let connectors = |via_socket: bool, json: bool| {
+        let mut cmd = Command::new(&w.spawnd);
+        cmd.arg("connectors");
+        if via_socket {
+            cmd.arg("--socket").arg(&d.socket);
+        } else {
+            cmd.arg("--config").arg(&config);
+        }
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let entry = |out: &str| {
+        let v: Value = serde_json::from_str(out).unwrap();
+        assert_eq!(
+            (&v["ok"], &v["command"]),
+            (&json!(true), &json!("connectors")),
+            "{v}"
+        );
+        let a = &v["data"]["connectors"]["local://drift/a"];
+        (
+            a["version"].as_str().unwrap_or("missing").to_string(),
+            a["operations"][0]["name"]
+                .as_str()
+                .unwrap_or("missing")
+                .to_string(),
+        )
+    };
+    let loaded = ("1.0.0".to_string(), "loaded".to_string());
+    let on_disk = ("2.0.0".to_string(), "edited".to_string());
+    assert_eq!(entry(&connectors(true, true)), loaded);
+    assert_eq!(entry(&connectors(false, true)), on_disk);
+    // The text is the block, as in-process `connectors` prints its own.
+    let remote = connectors(true, false);
+    let local = connectors(false, false);
+    for block in [&remote, &local] {
+        assert!(
+            block.starts_with("<connector_status captured_at=\"")
+                && block.trim_end().ends_with("</connector_status>"),
+            "{block}"
+        );
+    }
+    assert!(
+        remote.contains("\"the loaded one\"") && !remote.contains("edited"),
+        "{remote}"
+    );
+    assert!(
+        local.contains("\"the edited one\"") && !local.contains("\"the loaded one\""),
+        "{local}"
+    );
+    // A daemon that cannot be reached is exit 5, naming the socket.
+    let gone = Command::new(&w.spawnd)
+        .args(["connectors", "--socket"])
+        .arg(dir.join("no-such.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(5), "{gone:?}");
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("no-such.sock"),
+        "{gone:?}"
+    );
+}
+
+/// A manifest anchored at `{workspace}` where no workspace is named: the
+/// refusal (`workspace_unset`, exit 4) tells each front end its own fix.
+/// A daemon's caller cannot name a workspace, so over the socket (raw
+/// `spawn_op` and `spawnd run --socket`) it says the operator must set
+/// `[sandbox] workspace`; in-process `run` says `--workspace` or the config.
+#[test]
+fn a_workspace_unset_refusal_names_the_fix_each_front_end_can_make() {
+    let w = world();
+    let dir = w.path("daemon-workspace-unset-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("ws-unset.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/ws-unset\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\nfs_read = [\"{workspace}/src\"]\n[capabilities.spawn.operations.t]\nargv = \"true\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &manifest,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let d = Daemon::start_with_manifests("workspace-unset", "", &[&manifest]);
+    let operator_fix = "its operator must set [sandbox] workspace in the daemon's config";
+    let refused = d.client().call(
+        "spawn_op",
+        json!({"connector": "local://test/ws-unset", "op": "t"}),
+    );
+    let error = &refused["error"];
+    assert_eq!(error["data"]["reason"], "workspace_unset", "{refused}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains(operator_fix), "{message}");
+    assert!(!message.contains("--workspace"), "{message}");
+    let remote = run_cli(
+        Some(&d.socket),
+        &[
+            "--json",
+            "--connector",
+            "local://test/ws-unset",
+            "--op",
+            "t",
+        ],
+        b"",
+    );
+    assert_eq!(remote.status.code(), Some(4), "{remote:?}");
+    let v: Value = serde_json::from_slice(&remote.stdout).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(operator_fix), "{v}");
+    assert!(!message.contains("--workspace"), "{v}");
+    let local = run_cli(
+        None,
+        &[
+            "--json",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--op",
+            "t",
+        ],
+        b"",
+    );
+    assert_eq!(local.status.code(), Some(4), "{local:?}");
+    let v: Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(v["error"]["details"]["reason"], "workspace_unset", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "pass `spawnd run --workspace DIR`, or set [sandbox] workspace in the config"
+        ),
+        "{v}"
+    );
+}

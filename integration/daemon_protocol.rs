@@ -333,3 +333,181 @@ fn a_half_closed_peer_still_gets_its_answers() {
     let a: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(a["result"]["stdout"]["text"], "late\n", "{a}");
 }
+
+/// The daemon's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// 64 requests for the status of a handle holding 1 MiB of output, sent
+/// by a peer that reads nothing: the daemon renders an answer only when
+/// it can queue it, so it holds a few, not 64.
+#[test]
+fn answers_waiting_for_a_peer_that_does_not_read_are_not_all_rendered() {
+    let d = Daemon::start("unread", "");
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(&mut c, "head -c 1048576 /dev/urandom", json!({})));
+    let done = c.ok("spawn_status", json!({"handle": h, "wait_ms": 20000}));
+    assert_eq!(done["stdout"]["bytes"], 1 << 20, "{}", done["stdout"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kib(d.child.id());
+    for id in 0..64u64 {
+        let method = if id % 2 == 0 {
+            "spawn_status"
+        } else {
+            "spawn_output_read"
+        };
+        send(
+            &mut c,
+            10_000 + id,
+            method,
+            json!({"handle": h, "wait_ms": 1, "which": 0, "offset": 0, "len": 1 << 20}),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(2000));
+    let grown = rss_kib(d.child.id()).saturating_sub(before);
+    assert!(
+        grown < 24 << 10,
+        "the daemon grew by {grown} KiB for 64 unread answers of about 1.4 MiB each"
+    );
+}
+
+/// A peer with every request slot taken by stdin writes its programs do not
+/// read hangs up: the daemon notices without a line to read, and ends them.
+#[test]
+fn a_peer_that_hangs_up_with_every_slot_taken_has_its_programs_ended() {
+    let d = Daemon::start("hang-up", "");
+    let mut c = d.client();
+    let handles: Vec<String> = (0..16)
+        .map(|_| {
+            handle_of(&spawn_sh(
+                &mut c,
+                "sleep 300",
+                json!({"stdin_stream": true}),
+            ))
+        })
+        .collect();
+    let chunk = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 200 << 10]);
+    let mut id = 0;
+    for h in &handles {
+        for _ in 0..4 {
+            id += 1;
+            send(
+                &mut c,
+                id,
+                "spawn_stdin_write",
+                json!({"handle": h, "data_b64": chunk}),
+            );
+        }
+    }
+    // The writes are read and waiting; then the peer goes.
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(c);
+    let exits = exit_records(&d.audit, 16);
+    assert_eq!(exits.len(), 16, "{exits:?}");
+    assert!(
+        exits.iter().all(|r| r["interrupted_by"] == "disconnect"),
+        "{exits:?}"
+    );
+}
+
+/// Bytes of stdin waiting for their program count in the daemon's buffered
+/// budget: past it, a write is refused (-32003), not held.
+#[test]
+fn waiting_stdin_counts_in_the_buffered_budget() {
+    // One `sh` spawn reserves 1 MiB + 256 KiB of caps and a 512 KiB window.
+    let d = Daemon::start("stdin-budget", "max_buffered_output_bytes = 2135008\n");
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(
+        &mut c,
+        "sleep 300",
+        json!({"stdin_stream": true}),
+    ));
+    let chunk = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 256 << 10]);
+    send(
+        &mut c,
+        1,
+        "spawn_stdin_write",
+        json!({"handle": h, "data_b64": chunk}),
+    );
+    send(
+        &mut c,
+        2,
+        "spawn_stdin_write",
+        json!({"handle": h, "data_b64": chunk}),
+    );
+    let mut seen = Vec::new();
+    let refused = answer_to(&mut c, 2, &mut seen);
+    assert_eq!(refused["error"]["code"], -32003, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_buffered_output_bytes"),
+        "{refused}"
+    );
+    c.ok("spawn_kill", json!({"handle": h}));
+}
+
+/// A detached spawn cannot be taken up from another user namespace of the
+/// same uid (a container, a sandboxed program reaching the socket): the
+/// access rules refuse such a peer every method, `spawn_attach` included.
+#[test]
+fn a_detached_spawn_cannot_be_taken_up_from_another_user_namespace() {
+    let d = Daemon::start("lease-userns", "");
+    let mut c = d.client();
+    let kept = spawn_sh(&mut c, "sleep 60", json!({"lease_ms": 60000}));
+    let (name, token) = (
+        handle_of(&kept),
+        kept["token"].as_str().unwrap().to_string(),
+    );
+    drop(c);
+    let attach = format!(
+        r#"import json, socket
+s = socket.socket(socket.AF_UNIX); s.connect({socket:?})
+s.sendall(json.dumps({{"jsonrpc": "2.0", "id": 1, "method": "spawn_attach", "params": {{"handle": {name:?}, "token": {token:?}}}}}).encode() + b"\n")
+print(s.makefile().readline(), end="")"#,
+        socket = d.socket.display().to_string(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--user",
+            "--map-current-user",
+            "/usr/bin/python3",
+            "-c",
+            &attach,
+        ])
+        .output()
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(answer["error"]["code"], -32002, "{answer}");
+    // The same peer, from the daemon's namespace, still may.
+    let mut again = d.client();
+    let ok = again.ok("spawn_attach", json!({"handle": name, "token": token}));
+    assert_eq!(ok["state"], "running", "{ok}");
+    again.ok("spawn_kill", json!({"handle": name}));
+}
+
+/// A detached spawn whose connection closes before its answer could be
+/// read has a token no one holds: it is ended (`disconnect`), not parked.
+#[test]
+fn a_detached_spawn_nobody_heard_of_is_ended() {
+    let d = Daemon::start("lease-unheard", "");
+    let mut c = d.client();
+    send(
+        &mut c,
+        1,
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}, "lease_ms": 60000}),
+    );
+    drop(c);
+    let exits = exit_records(&d.audit, 1);
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    assert_eq!(exits[0]["interrupted_by"], "disconnect", "{exits:?}");
+}

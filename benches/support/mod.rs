@@ -1,5 +1,5 @@
-//! Shared by the benchmarks: a `spawnd serve` with a two-operation manifest
-//! (`/usr/bin/true`, `/usr/bin/echo TOKEN`), a JSON-RPC client, percentiles,
+//! Shared by the benchmarks: a `spawnd serve` with a small manifest
+//! (`/usr/bin/true`, `/usr/bin/echo TOKEN`, `sleep`, `head -c` of zeros), a JSON-RPC client, percentiles,
 //! RSS readings, and writing a bench's table where `scripts/bench` reads it.
 #![allow(dead_code)]
 
@@ -19,7 +19,7 @@ name = "local://bench/daemon"
 version = "1.0.0"
 
 [capabilities.spawn]
-programs = [{ path = "/usr/bin/true" }, { path = "/usr/bin/echo" }, { path = "/usr/bin/head" }]
+programs = [{ path = "/usr/bin/true" }, { path = "/usr/bin/echo" }, { path = "/usr/bin/head" }, { path = "/usr/bin/sleep" }]
 
 [capabilities.spawn.limits]
 wall_time_ms = 300000
@@ -41,6 +41,12 @@ pattern = "[a-z0-9-]{1,40}"
 [capabilities.spawn.operations.echo.limits]
 wall_time_ms = 30000
 max_stdout_bytes = 1048576
+
+[capabilities.spawn.operations.sleep]
+argv = "sleep {seconds}"
+
+[capabilities.spawn.operations.sleep.params.seconds]
+pattern = "[0-9]{1,3}"
 
 [capabilities.spawn.operations.flood]
 argv = "head -c {bytes} /dev/zero"
@@ -110,6 +116,24 @@ impl Client {
         self.call("spawn_release", json!({ "handle": handle }))?;
         Ok((status, elapsed))
     }
+}
+
+/// The CPU time a process has used, user and system, all its threads.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces): state is
+    // the first, utime the 12th, stime the 13th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    Duration::from_micros(ticks * 1_000_000 / per_second)
 }
 
 pub fn rss_kib(pid: u32) -> u64 {

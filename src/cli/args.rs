@@ -99,12 +99,16 @@ pub enum Command {
     Audit(AuditCommand),
     /// What each connector can do now: the `<connector_status>` block for agents.
     #[command(
-        after_help = "Examples:\n  spawnd connectors --json\n  spawnd connectors --manifest policies/git.toml --manifest policies/tar.toml\n\nStatuses: connected, not_configured (no credential binding, or a program\nmissing or not matching its pin), invalid_credentials (binding unreadable or\nempty), disabled_by_admin ([[disable]]). Without --manifest, the config's\n[server] manifests are read."
+        after_help = "Examples:\n  spawnd connectors --json\n  spawnd connectors --manifest policies/git.toml --manifest policies/tar.toml\n  spawnd connectors --socket /run/spawnd/spawnd.sock\n\nStatuses: connected, not_configured (no credential binding, or a program\nmissing or not matching its pin), invalid_credentials (binding unreadable or\nempty), disabled_by_admin ([[disable]]). Without --manifest, the config's\n[server] manifests are read from disk. With --socket, the daemon answers\n(`connectors_status`) for the manifests it has loaded, which differ from the\nfiles on disk until it reloads them (SIGHUP)."
     )]
     Connectors {
         /// A manifest file (repeatable); default: `[server] manifests`.
         #[arg(long, value_name = "FILE")]
         manifest: Vec<PathBuf>,
+        /// Ask the daemon listening here (`spawnd serve`) what it has loaded,
+        /// instead of reading the manifests in this process.
+        #[arg(long, value_name = "PATH", conflicts_with = "manifest")]
+        socket: Option<PathBuf>,
     },
     /// Run the supervisor daemon: JSON-RPC 2.0 over a Unix socket (docs/daemon.md).
     #[command(

@@ -146,7 +146,11 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Audit(AuditCommand::Export { filter, file, .. }) => {
             audit_cmd::export(cli, file.as_deref(), filter)
         }
-        Command::Connectors { manifest } => {
+        Command::Connectors {
+            socket: Some(socket),
+            ..
+        } => remote::connectors_remote(socket),
+        Command::Connectors { manifest, .. } => {
             let mut config = context::load_config(cli)?;
             if !manifest.is_empty() {
                 config.server.manifests = manifest.clone();
@@ -160,6 +164,11 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         }
         Command::Serve { socket } => {
             let config = context::load_config(cli)?;
+            // `[server] manifests` is the operator's config: a missing or
+            // invalid entry is a config problem (exit 4), told apart here
+            // from what keeps the daemon itself from running (exit 5).
+            crate::config::manifests::load_manifests(&config)
+                .map_err(|e| Failure::config(format!("serve: manifests: {e}")))?;
             let path = context::config_path(cli);
             let reload: crate::daemon::Reload =
                 Box::new(move || context::load_config_from(path.as_deref()).map_err(|f| f.message));

@@ -3,7 +3,8 @@
 //! process. The daemon's loaded manifest and config apply. Output streams live
 //! (or comes back as the `--json` result), and the exit code follows the child
 //! exactly as in-process `run` does; a refusal carries the daemon's denial.
-//! `spawnd check --socket S` sends the same request to `spawn_check`.
+//! `spawnd check --socket S` sends the same request to `spawn_check`, and
+//! `spawnd connectors --socket S` asks for `connectors_status`.
 
 use std::io::Read;
 use std::path::Path;
@@ -66,6 +67,19 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
 pub fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Value, Failure> {
     let (_, params) = remote_call(cli, args, false)?;
     Client::connect(socket)?.call("spawn_check", params)
+}
+
+/// `spawnd connectors --socket S`: the daemon's `connectors_status`, the
+/// status of the manifests it has loaded (not the files on disk, which it
+/// reads again only on a reload) for the connectors this caller may act
+/// for, shown as in-process `connectors` shows its own.
+pub fn connectors_remote(socket: &Path) -> Result<Success, Failure> {
+    let status = Client::connect(socket)?.call("connectors_status", json!({}))?;
+    let block = status["block"]
+        .as_str()
+        .ok_or_else(|| Failure::internal("the daemon's connectors_status answer has no block"))?;
+    let text = block.to_string();
+    Ok(Success::new(status, text))
 }
 
 /// The connector (`--connector`, or the one `--manifest` names), and the

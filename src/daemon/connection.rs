@@ -27,7 +27,7 @@ use tokio_util::codec::FramedRead;
 
 use super::detached::Registry;
 use super::frames::{Frame, RequestLines};
-use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
+use super::handles::{Handle, Handles, Named, Reservation, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::peer::peer_of;
 use super::stdin::{StdinWork, Ticket};
 use super::{check, notifications, refusals, request, spawns, Daemon, Peer};
@@ -36,7 +36,7 @@ use crate::rpc::{self, string_param, u64_param, Call, RpcError};
 /// Requests one connection may have in progress.
 pub const MAX_IN_PROGRESS: usize = 64;
 /// Rendered lines waiting for the writer.
-const OUTBOX_LINES: usize = 4;
+const OUTBOX_LINES: usize = 1;
 /// How long an answer may take to be written: a peer that stops reading is
 /// disconnected rather than holding the answer in memory.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -56,17 +56,48 @@ pub(super) struct Connection {
     in_progress: Arc<Semaphore>,
     /// Set once the connection has closed: waits and notifications stop.
     closed: watch::Sender<bool>,
+    /// One `health`, `connectors_status` or `spawn_check` at a time per
+    /// connection in the daemon's queue for that work.
+    side_turn: tokio::sync::Mutex<()>,
 }
 
-/// What starting a method gave: its result, or a task that answers.
+/// An answer, rendered only in its turn to enter the outbox: however many
+/// requests are in progress, the connection holds few rendered answers.
+pub(super) type Render = Box<dyn FnOnce() -> Result<Value, RpcError> + Send>;
+
+/// A method's wait, ending with its answer.
+type Work = std::pin::Pin<Box<dyn std::future::Future<Output = Render> + Send>>;
+
+/// What starting a method gave.
 enum Started {
-    Now(Result<Value, RpcError>),
-    Later(std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>),
+    /// It was carried out: its answer.
+    Now(Render),
+    /// A wait that ends with its answer; dropped if the connection closes.
+    Later(Work),
     /// A task that must run to its end even if the connection closes (a
     /// spawn keeps or ends its handle; a stdin ticket keeps the order).
-    LaterToTheEnd(
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>,
-    ),
+    LaterToTheEnd(Work),
+}
+
+/// An answer already known.
+fn ready(result: Result<Value, RpcError>) -> Render {
+    Box::new(move || result)
+}
+
+/// A wait whose result is the answer (small values, rendered as they are).
+fn later<F>(work: F) -> Work
+where
+    F: std::future::Future<Output = Result<Value, RpcError>> + Send + 'static,
+{
+    Box::pin(async move { ready(work.await) })
+}
+
+/// What became of an answer.
+struct Answered {
+    /// It reached the outbox.
+    sent: bool,
+    /// The handle a successful spawn or attach answer names.
+    handle: Option<String>,
 }
 
 impl Connection {
@@ -100,150 +131,182 @@ impl Connection {
         true
     }
 
-    /// Queues the answer to request `id` (none for a notification).
-    async fn answer(&self, id: Option<Value>, result: impl FnOnce() -> Result<Value, RpcError>) {
+    /// Renders the answer to request `id` in its turn and queues it (a
+    /// request without an id, a JSON-RPC notification, gets none).
+    async fn answer(&self, id: Option<Value>, render: Render) -> Answered {
         let Some(id) = id else {
-            // A notification from the peer gets no answer, but its method runs.
-            let _ = result();
+            return Answered {
+                sent: false,
+                handle: None,
+            };
+        };
+        let mut handle = None;
+        let sent = self
+            .send(|| match render() {
+                Ok(v) => {
+                    handle = v["handle"].as_str().map(str::to_string);
+                    rpc::success(&id, v)
+                }
+                Err(e) => rpc::failure(&id, &e),
+            })
+            .await;
+        Answered { sent, handle }
+    }
+
+    /// Takes one request line: carries out what cannot wait at once, in
+    /// order, and leaves the answer (and any wait) to a task holding the
+    /// request's permit, so the reading loop never waits on the peer.
+    fn take(self: &Arc<Self>, line: &str, permit: OwnedSemaphorePermit) {
+        let (id, method, started) = match rpc::parse(line) {
+            Ok(call) => (call.id.clone(), call.method.clone(), self.start(call)),
+            Err((id, e)) => (Some(id), String::new(), Started::Now(ready(Err(e)))),
+        };
+        let conn = Arc::clone(self);
+        tokio::spawn(async move {
+            let render = match started {
+                Started::Now(render) => render,
+                Started::Later(work) => tokio::select! {
+                    render = work => render,
+                    _ = conn.until_closed() => return,
+                },
+                Started::LaterToTheEnd(work) => work.await,
+            };
+            let answered = conn.answer(id, render).await;
+            conn.follow_up(&method, answered);
+            drop(permit);
+        });
+    }
+
+    /// Answers a frame that is no request (id null), from a task like
+    /// any answer.
+    fn refuse_frame(self: &Arc<Self>, e: RpcError, permit: OwnedSemaphorePermit) {
+        let conn = Arc::clone(self);
+        tokio::spawn(async move {
+            conn.answer(Some(Value::Null), ready(Err(e))).await;
+            drop(permit);
+        });
+    }
+
+    /// After a spawn's or an attach's answer: the handle's notifications
+    /// start, if it asked for them. A spawn whose answer never reached the
+    /// peer (its handle and token unknown to anyone) is ended.
+    fn follow_up(self: &Arc<Self>, method: &str, answered: Answered) {
+        if !matches!(method, "spawn" | "spawn_op" | "spawn_attach") {
+            return;
+        }
+        let Some(name) = answered.handle else { return };
+        if !answered.sent && method != "spawn_attach" {
+            if let Some(handle) = self.handles().map.remove(&name) {
+                handle.kill_for("disconnect");
+            }
+            return;
+        }
+        let Ok(handle) = self.handles().named(&name) else {
             return;
         };
-        self.send(|| match result() {
-            Ok(v) => rpc::success(&id, v),
-            Err(e) => rpc::failure(&id, &e),
-        })
-        .await;
-    }
-
-    /// Takes one request line: answers it now, or starts the task that will.
-    async fn take(self: &Arc<Self>, line: &str, permit: OwnedSemaphorePermit) {
-        let call = match rpc::parse(line) {
-            Ok(call) => call,
-            Err((id, e)) => {
-                self.answer(Some(id), || Err(e)).await;
-                return;
-            }
-        };
-        let id = call.id.clone();
-        let method = call.method.clone();
-        match self.start(call) {
-            Started::Now(result) => {
-                let handle = self.new_handle_of(&method, &result);
-                self.answer(id, || result).await;
-                self.notify_about(&method, handle);
-            }
-            Started::Later(work) => {
-                let conn = Arc::clone(self);
-                tokio::spawn(async move {
-                    let result = tokio::select! {
-                        r = work => r,
-                        _ = conn.until_closed() => return,
-                    };
-                    conn.answer(id, || result).await;
-                    drop(permit);
-                });
-            }
-            Started::LaterToTheEnd(work) => {
-                let conn = Arc::clone(self);
-                tokio::spawn(async move {
-                    let result = work.await;
-                    let handle = conn.new_handle_of(&method, &result);
-                    conn.answer(id, || result).await;
-                    conn.notify_about(&method, handle);
-                    drop(permit);
-                });
-            }
-        }
-    }
-
-    /// The handle a spawn or an attach just gave this connection.
-    fn new_handle_of(
-        &self,
-        method: &str,
-        result: &Result<Value, RpcError>,
-    ) -> Option<(String, Arc<Handle>)> {
-        if !matches!(method, "spawn" | "spawn_op" | "spawn_attach") {
-            return None;
-        }
-        let name = result.as_ref().ok()?["handle"].as_str()?.to_string();
-        let handle = self.handles().named(&name).ok()?;
-        Some((name, handle))
+        self.notify_about(method, name, handle);
     }
 
     /// Starts the notifications of a handle just answered, if it asked:
     /// a new spawn's from its first byte, an attached one's from the next.
-    fn notify_about(self: &Arc<Self>, method: &str, handle: Option<(String, Arc<Handle>)>) {
-        if let Some((name, handle)) = handle.filter(|(_, h)| h.notify) {
-            let from = if method == "spawn_attach" {
-                [handle.stream_end(0), handle.stream_end(1)]
-            } else {
-                [0, 0]
-            };
-            tokio::spawn(notifications::forward(Arc::clone(self), name, handle, from));
+    fn notify_about(self: &Arc<Self>, method: &str, name: String, handle: Arc<Handle>) {
+        if !handle.notify {
+            return;
         }
+        let from = if method == "spawn_attach" {
+            [handle.stream_end(0), handle.stream_end(1)]
+        } else {
+            [0, 0]
+        };
+        tokio::spawn(notifications::forward(Arc::clone(self), name, handle, from));
     }
 
     fn start(self: &Arc<Self>, call: Call) -> Started {
         let Call { method, params, .. } = call;
         let conn = Arc::clone(self);
         match method.as_str() {
-            "health" => Started::Later(Box::pin(async move {
+            "health" => Started::Later(later(async move {
                 conn.may_ask("health").await?;
+                let _turn = conn.side_turn.lock().await;
                 conn.health().await
             })),
-            "connectors_status" => Started::Later(Box::pin(async move {
+            "connectors_status" => Started::Later(later(async move {
                 conn.may_ask("connectors_status").await?;
+                let _turn = conn.side_turn.lock().await;
                 conn.connectors_status().await
             })),
-            "spawn" | "spawn_op" => Started::LaterToTheEnd(Box::pin(async move {
+            "spawn" | "spawn_op" => Started::LaterToTheEnd(later(async move {
                 spawns::spawn(&conn, &method, &params).await
             })),
-            "spawn_check" => Started::Later(Box::pin(async move {
+            "spawn_check" => Started::Later(later(async move {
+                let _turn = conn.side_turn.lock().await;
                 check::check(&conn.daemon, &conn.peer, &params).await
             })),
-            "spawn_status" => self.with_handle(&params, |h| match wait_of(&params)? {
-                None => Ok(Started::Now(Ok(spawns::status(&h)))),
-                Some(wait) => Ok(Started::Later(Box::pin(async move {
-                    h.wait_change(wait, |s| s.ended_at.is_some()).await;
-                    Ok(spawns::status(&h))
-                }))),
+            "spawn_status" => self.with_handle(&params, |h| {
+                let wait = wait_of(&params)?;
+                Ok(Started::Later(Box::pin(async move {
+                    if let Some(wait) = wait {
+                        let _ = tokio::time::timeout(wait, h.ended()).await;
+                    }
+                    Box::new(move || Ok(spawns::status(&h))) as Render
+                })))
             }),
             "spawn_wait" => match self.handles_to_wait_for(&params) {
-                Ok((named, wait)) => Started::Later(Box::pin(spawns::wait_any(named, wait))),
-                Err(e) => Started::Now(Err(e)),
+                Ok((named, wait)) => Started::Later(later(spawns::wait_any(named, wait))),
+                Err(e) => Started::Now(ready(Err(e))),
             },
             "spawn_output_size" => self.with_handle(&params, |h| {
-                Ok(Started::Now(spawns::output_size(&h, &params)))
+                Ok(Started::Now(ready(spawns::output_size(&h, &params))))
             }),
             "spawn_output_read" => self.with_handle(&params, |h| {
                 let read = spawns::OutputRead::from_params(&params)?;
-                Ok(match wait_of(&params)? {
-                    None => Started::Now(Ok(read.answer(&h))),
-                    Some(wait) => Started::Later(Box::pin(async move {
+                let wait = wait_of(&params)?;
+                Ok(Started::Later(Box::pin(async move {
+                    if let Some(wait) = wait {
                         read.wait(&h, wait).await;
-                        Ok(read.answer(&h))
-                    })),
-                })
+                    }
+                    Box::new(move || Ok(read.answer(&h))) as Render
+                })))
             }),
             "spawn_kill" => self.with_handle(&params, |h| {
                 h.kill_for("spawn_kill");
-                Ok(Started::Now(Ok(json!({}))))
+                Ok(Started::Now(ready(Ok(json!({})))))
             }),
-            "spawn_release" => Started::Now(spawns::release(&mut self.handles(), &params)),
+            "spawn_release" => Started::Now(ready(spawns::release(&mut self.handles(), &params))),
             "spawn_stdin_write" => self.with_handle(&params, |h| {
                 let bytes = spawns::stdin_bytes(&params)?;
-                let ticket = stdin_ticket(&h)?;
+                let ticket = self.stdin_ticket(&h, bytes.len())?;
                 Ok(to_the_end(h, ticket, StdinWork::Write(bytes)))
             }),
             "spawn_stdin_close" => self.with_handle(&params, |h| {
-                let ticket = stdin_ticket(&h)?;
+                let ticket = self.stdin_ticket(&h, 0)?;
                 Ok(to_the_end(h, ticket, StdinWork::Close))
             }),
-            "spawn_attach" => Started::Now(self.attach(&params)),
-            other => Started::Now(Err(RpcError::new(
+            "spawn_attach" => Started::Now(ready(self.attach(&params))),
+            other => Started::Now(ready(Err(RpcError::new(
                 rpc::METHOD_NOT_FOUND,
                 format!("unknown method {other:?}"),
-            ))),
+            )))),
         }
+    }
+
+    /// A handle's next stdin ticket, its bytes counted in the daemon's
+    /// buffered output budget until they are in the program's pipe.
+    fn stdin_ticket(&self, handle: &Handle, bytes: usize) -> Result<Ticket, RpcError> {
+        let Some(stream) = handle.stdin.as_ref() else {
+            return Err(super::stdin::not_streamed());
+        };
+        let budget = self.daemon.loaded().config.server.max_buffered_output_bytes;
+        let reservation = Reservation::take(&self.daemon.buffered, bytes as u64, budget)
+            .ok_or_else(|| {
+                RpcError::new(
+                    rpc::OVERLOADED,
+                    format!(
+                        "the daemon's buffered bytes would pass {budget} ([server] max_buffered_output_bytes, which stdin waiting for its program counts in); wait for earlier writes' answers or try later"
+                    ),
+                )
+            })?;
+        stream.ticket(reservation)
     }
 
     /// Starts a method on the handle its params name.
@@ -255,7 +318,7 @@ impl Connection {
         let handle = self.handles().get(params);
         match handle.and_then(start) {
             Ok(started) => started,
-            Err(e) => Started::Now(Err(e)),
+            Err(e) => Started::Now(ready(Err(e))),
         }
     }
 
@@ -293,7 +356,16 @@ impl Connection {
         let token = string_param(params, "token")?;
         let mut handles = self.handles();
         handles.make_room()?;
-        let handle = self.daemon.detached.take(&self.peer, name, token)?;
+        let access = self.access();
+        let caller = request::access_caller(&self.peer);
+        let may_act_for = |connector: &str| {
+            crate::manifest::Fqn::parse(connector)
+                .is_ok_and(|fqn| access.allows(&caller, &fqn).is_ok())
+        };
+        let handle = self
+            .daemon
+            .detached
+            .take(&self.peer, name, token, may_act_for)?;
         let answer = Registry::attached(name, &handle);
         handles.map.insert(name.to_string(), handle);
         Ok(answer)
@@ -389,24 +461,17 @@ impl Connection {
     fn close(&self) {
         let _ = self.closed.send(true);
         let handles = self.handles().close();
+        let max_lease = Duration::from_millis(self.daemon.loaded().config.server.max_lease_ms);
         for (name, handle) in handles {
-            self.daemon.detached.park_or_end(name, handle);
+            self.daemon.detached.park_or_end(name, handle, max_lease);
         }
-    }
-}
-
-/// A handle's next stdin ticket.
-fn stdin_ticket(handle: &Handle) -> Result<Ticket, RpcError> {
-    match handle.stdin.as_ref() {
-        Some(stream) => stream.ticket(),
-        None => Err(super::stdin::not_streamed()),
     }
 }
 
 /// A stdin write or close, carried out in its turn even if the connection
 /// closes meanwhile.
 fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
-    Started::LaterToTheEnd(Box::pin(super::stdin::carry_out(handle, ticket, work)))
+    Started::LaterToTheEnd(later(super::stdin::carry_out(handle, ticket, work)))
 }
 
 /// A request's `wait_ms`, when it asks to wait (0 does not).
@@ -440,6 +505,7 @@ pub(super) async fn serve_connection(
         turn: tokio::sync::Mutex::new(()),
         in_progress: Arc::new(Semaphore::new(MAX_IN_PROGRESS)),
         closed: watch::Sender::new(false),
+        side_turn: tokio::sync::Mutex::new(()),
     });
     let mut lines = FramedRead::new(read, RequestLines::new(max));
     // When the bytes of an unfinished request line were first seen (or the
@@ -476,13 +542,15 @@ pub(super) async fn serve_connection(
         };
         if let Some(why) = closing {
             let e = RpcError::new(rpc::INVALID_REQUEST, why);
-            conn.answer(Some(Value::Null), || Err(e)).await;
+            conn.answer(Some(Value::Null), ready(Err(e))).await;
             break;
         }
         let recheck = match partial_since {
             Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
             None => (frame_timeout / 4).min(idle_timeout / 4),
         };
+        // With every permit out, the peer is still watched: one that hangs
+        // up is noticed, and its programs ended, without a line to read.
         let permit = tokio::select! {
             p = Arc::clone(&conn.in_progress).acquire_owned() => match p {
                 Ok(p) => p,
@@ -490,6 +558,7 @@ pub(super) async fn serve_connection(
             },
             _ = stop.changed() => break,
             _ = gone.changed() => break,
+            _ = until_hung_up(lines.get_ref().as_ref()) => break,
         };
         let frame = tokio::select! {
             frame = lines.next() => frame,
@@ -505,22 +574,25 @@ pub(super) async fn serve_connection(
         // answering it never counts against the next one.
         partial_since = None;
         match frame {
-            Ok(Frame::Line(line)) if line.trim().is_empty() => {}
-            Ok(Frame::Line(line)) => conn.take(&line, permit).await,
-            Ok(Frame::NotUtf8) => {
-                let e = RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8");
-                conn.answer(Some(Value::Null), || Err(e)).await;
-            }
+            // A blank line is no request: it keeps no connection open.
+            Ok(Frame::Line(line)) if line.trim().is_empty() => continue,
+            Ok(Frame::Line(line)) => conn.take(&line, permit),
+            Ok(Frame::NotUtf8) => conn.refuse_frame(
+                RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8"),
+                permit,
+            ),
             Ok(Frame::TooLong) => {
                 // The rest of the line is read and dropped, so a peer still
                 // writing it can finish and read this.
                 partial_since = Some(std::time::Instant::now());
-                let e = RpcError::with_data(
-                    rpc::INVALID_REQUEST,
-                    format!("frame over {max} bytes ([server] max_frame_bytes); the rest of this line is dropped; send large stdin with stdin_stream and spawn_stdin_write"),
-                    json!({"max_frame_bytes": max}),
+                conn.refuse_frame(
+                    RpcError::with_data(
+                        rpc::INVALID_REQUEST,
+                        format!("frame over {max} bytes ([server] max_frame_bytes); the rest of this line is dropped; send large stdin with stdin_stream and spawn_stdin_write"),
+                        json!({"max_frame_bytes": max}),
+                    ),
+                    permit,
                 );
-                conn.answer(Some(Value::Null), || Err(e)).await;
             }
             Err(_) => break,
         }
@@ -533,6 +605,7 @@ pub(super) async fn serve_connection(
         tokio::select! {
             _ = conn.in_progress.acquire_many(all) => {}
             _ = gone.changed() => {}
+            _ = until_hung_up(lines.get_ref().as_ref()) => {}
             _ = tokio::time::sleep(MAX_WAIT + WRITE_TIMEOUT) => {}
         }
     }
@@ -549,6 +622,16 @@ pub(super) async fn serve_connection(
         writer.abort();
     }
     refusals::connection_closed(&daemon, &peer).await;
+}
+
+/// Returns once the peer has hung up (looked at every second).
+async fn until_hung_up(stream: &UnixStream) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if peer_hung_up(stream) {
+            return;
+        }
+    }
 }
 
 /// Whether the peer has closed the connection both ways (not only shut

@@ -7,8 +7,10 @@
 //! starts again, whole, each time the handle is parked.
 //!
 //! The token is 128 random bits, compared in constant time. A wrong token,
-//! another peer, an unknown handle and one held by a connection all get
-//! the same answer, so nothing about other peers' handles can be learnt.
+//! another peer, a peer the access rules no longer allow for the spawn's
+//! connector (another user namespace included), an unknown handle and one
+//! held by a connection all get the same answer, so nothing about other
+//! peers' handles can be learnt.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,9 @@ pub const MAX_PARKED_PER_PEER: usize = 64;
 pub struct Lease {
     /// The peer's uid and gid.
     owner: (u32, u32),
+    /// The spawn's connector: who takes the handle up must still be
+    /// allowed to act for it.
+    connector: String,
     /// The secret `spawn_attach` must show.
     token: String,
     /// How long the handle is kept with no connection holding it.
@@ -37,7 +42,7 @@ pub struct Lease {
 
 impl Lease {
     /// A lease of `duration` for `peer`, with a fresh token.
-    pub fn new(peer: &Peer, duration: Duration) -> Result<Lease, RpcError> {
+    pub fn new(peer: &Peer, connector: &str, duration: Duration) -> Result<Lease, RpcError> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|e| {
             RpcError::new(
@@ -47,6 +52,7 @@ impl Lease {
         })?;
         Ok(Lease {
             owner: (peer.uid, peer.gid),
+            connector: connector.to_string(),
             token: format!("t-{}", hex::encode(bytes)),
             duration,
         })
@@ -80,14 +86,19 @@ impl Registry {
     }
 
     /// The connection holding `handle` closed: a leased one is parked for
-    /// its lease; any other one is killed (`disconnect`), as is a leased
-    /// one past its peer's [`MAX_PARKED_PER_PEER`] (`lease`).
-    pub fn park_or_end(&self, name: String, handle: Arc<Handle>) {
-        let Some(lease) = handle.lease.as_ref() else {
-            if !handle.finished() {
-                handle.kill_for("disconnect");
+    /// its lease, within `[server] max_lease_ms` as it is now; any other
+    /// one is killed (`disconnect`), as is every one while `max_lease_ms`
+    /// is 0, and a leased one past its peer's [`MAX_PARKED_PER_PEER`] is
+    /// ended as if its lease ran out (`lease`).
+    pub fn park_or_end(&self, name: String, handle: Arc<Handle>, max_lease: Duration) {
+        let lease = match handle.lease.as_ref() {
+            Some(lease) if !max_lease.is_zero() => lease,
+            _ => {
+                if !handle.finished() {
+                    handle.kill_for("disconnect");
+                }
+                return;
             }
-            return;
         };
         let mut parked = self.lock();
         let held = parked
@@ -101,17 +112,28 @@ impl Registry {
             }
             return;
         }
-        let until = Instant::now() + lease.duration;
+        let until = Instant::now() + lease.duration.min(max_lease);
         parked.insert(name, Parked { handle, until });
     }
 
-    /// `spawn_attach`: the parked handle `name`, if `peer` owns it and
-    /// `token` is its token; it is no longer parked.
-    pub fn take(&self, peer: &Peer, name: &str, token: &str) -> Result<Arc<Handle>, RpcError> {
+    /// `spawn_attach`: the parked handle `name`, if `peer` owns it,
+    /// `token` is its token and the peer may act for its connector now
+    /// (`may_act_for`: the access rules in force, which also refuse a peer
+    /// in another user namespace unless a rule allows it); it is no longer
+    /// parked.
+    pub fn take(
+        &self,
+        peer: &Peer,
+        name: &str,
+        token: &str,
+        may_act_for: impl Fn(&str) -> bool,
+    ) -> Result<Arc<Handle>, RpcError> {
         let mut parked = self.lock();
         let owned = parked.get(name).is_some_and(|p| {
             p.handle.lease.as_ref().is_some_and(|l| {
-                l.owner == (peer.uid, peer.gid) && same_secret(l.token.as_bytes(), token.as_bytes())
+                l.owner == (peer.uid, peer.gid)
+                    && same_secret(l.token.as_bytes(), token.as_bytes())
+                    && may_act_for(&l.connector)
             })
         });
         match owned.then(|| parked.remove(name)).flatten() {

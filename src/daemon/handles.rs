@@ -28,7 +28,11 @@ pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// One spawn's shared state.
 pub struct Handle {
     state: Mutex<HandleState>,
+    /// Woken on every change (output, the end).
     pub(super) changed: Notify,
+    /// Woken once, when the sandbox is gone: waits for the end are not
+    /// woken by every chunk of output.
+    pub(super) end: Notify,
     /// A pidfd for the sandbox's init (for `spawn_kill`).
     pub(super) pidfd: Mutex<Option<OwnedFd>>,
     /// The caller's end of a streamed stdin (`stdin_stream`).
@@ -144,6 +148,7 @@ impl Handle {
         Arc::new(Handle {
             state: Mutex::new(HandleState::default()),
             changed: Notify::new(),
+            end: Notify::new(),
             pidfd: Mutex::new(None),
             stdin: options.stdin,
             notify: options.notify,
@@ -180,7 +185,7 @@ impl Handle {
     /// Returns once the sandbox is gone.
     pub(super) async fn ended(&self) {
         loop {
-            let notified = self.changed.notified();
+            let notified = self.end.notified();
             if self.finished() {
                 return;
             }

@@ -425,10 +425,16 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         grace_ms = grace.as_millis() as u64,
         "stopping: no new connections; letting running spawns finish"
     );
-    if tokio::time::timeout(grace, daemon.in_flight.acquire_many(all))
-        .await
-        .is_err()
-    {
+    // Leases still run out during the grace.
+    let ended = async {
+        loop {
+            tokio::select! {
+                _ = daemon.in_flight.acquire_many(all) => return,
+                _ = sweep.tick() => daemon.detached.expire(),
+            }
+        }
+    };
+    if tokio::time::timeout(grace, ended).await.is_err() {
         tracing::warn!("grace period over: killing the sandboxes still running");
         daemon.kill_all();
         let _ =

@@ -174,6 +174,28 @@ fn stdin_of(params: &Map<String, Value>, at: &str) -> Result<Option<Vec<u8>>, Rp
     }
 }
 
+/// The `action` param: the action's capability subset, `None` when absent
+/// or null. A string is split at every `.` into entries; an array's
+/// strings are entries as they are (docs/cli.md, "The action subset").
+fn action_of(params: &Map<String, Value>) -> Result<Option<Vec<String>>, RpcError> {
+    match params.get("action") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(a)) => Ok(Some(a.split('.').map(str::to_string).collect())),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| RpcError::params("action must hold strings"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(RpcError::params(
+            "action must be a string or an array of strings",
+        )),
+    }
+}
+
 /// The call's connector, request, stdin and timeout.
 pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCall, RpcError> {
     let connector = string_param(params, "connector")?.to_string();
@@ -219,24 +241,7 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
             stdin,
         )
     };
-    let action = match params.get("action") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(a)) => Some(a.split('.').map(str::to_string).collect()),
-        Some(Value::Array(a)) => Some(
-            a.iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| RpcError::params("action must hold strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-        Some(_) => {
-            return Err(RpcError::params(
-                "action must be a string or an array of strings",
-            ))
-        }
-    };
+    let action = action_of(params)?;
     let mode = match params.get("mode").and_then(Value::as_str) {
         None => Tier::Readonly,
         Some(m) => m
@@ -299,5 +304,124 @@ fn bool_param(params: &Map<String, Value>, name: &str) -> Result<bool, RpcError>
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
         Some(_) => Err(RpcError::params(format!("{name} must be true or false"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{parse_manifest, LoadOptions};
+    use crate::policy::{
+        decide, Access, Decision, GateContext, ProgramFacts, ProgramFault, ProgramInspector, Reason,
+    };
+    use serde_json::json;
+
+    /// The examples of docs/cli.md, "The action subset".
+    const CLI_DOC: &str = include_str!("../../docs/cli.md");
+    const TABLE_HEADER: &str = "| `action` | entries | `spawn_op` `log` | `spawn_op` `status` | `spawn` of `[\"git\", \"status\"]` |";
+
+    /// No program exists: a request the action subset lets through is
+    /// refused at the program, a later check.
+    struct NoPrograms;
+
+    impl ProgramInspector for NoPrograms {
+        fn inspect(&mut self, path: &std::path::Path) -> Result<ProgramFacts, ProgramFault> {
+            Err(ProgramFault::Missing { path: path.into() })
+        }
+    }
+
+    /// One cell of the table with its backticks removed.
+    fn code(cell: &str) -> &str {
+        cell.trim().trim_matches('`')
+    }
+
+    /// The reason the gate gives `method` with `params`, the `action` param
+    /// added when `action` is some.
+    fn refusal(method: &str, mut params: Value, action: Option<&Value>) -> Reason {
+        if let Some(a) = action {
+            params["action"] = a.clone();
+        }
+        let call = request_from(method, params.as_object().unwrap()).unwrap();
+        let manifest = parse_manifest(
+            "git.toml",
+            "[connector]\nname = \"local://doc/git\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\n[capabilities.spawn.operations.log]\nargv = \"git log\"\n[capabilities.spawn.operations.status]\nargv = \"git status\"\n",
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let bound = std::collections::BTreeSet::new();
+        let ctx = GateContext {
+            connector: "local://doc/git",
+            manifest: Some(&manifest),
+            disabled: false,
+            access: &Access::Local,
+            bound_credentials: &bound,
+            require_program_hash: false,
+            network_enabled: true,
+        };
+        let caller = Caller {
+            uid: 1000,
+            gid: 1000,
+            pid: None,
+            home: "/home/doc".into(),
+            workspace: None,
+            other_user_namespace: false,
+            label: None,
+        };
+        match decide(&ctx, &caller, &call.request, &mut NoPrograms) {
+            Decision::Denied(d) => d.reason,
+            Decision::Allowed(_) => panic!("allowed without a program"),
+        }
+    }
+
+    #[test]
+    fn every_action_subset_example_in_the_cli_doc_parses_and_decides_as_it_says() {
+        let start = CLI_DOC
+            .find(TABLE_HEADER)
+            .expect("the action subset table in docs/cli.md");
+        let rows: Vec<&str> = CLI_DOC[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert!(rows.len() >= 10, "{rows:?}");
+        let log = json!({"connector": "local://doc/git", "op": "log"});
+        let status = json!({"connector": "local://doc/git", "op": "status"});
+        let raw = json!({"connector": "local://doc/git",
+                         "envelope": {"program": "/usr/bin/git", "argv": ["git", "status"], "env": {}}});
+        for row in rows {
+            let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
+            assert_eq!(cells.len(), 5, "{row}");
+            let action: Option<Value> = match cells[0].trim() {
+                "*(absent)*" => None,
+                text => Some(serde_json::from_str(code(text)).unwrap()),
+            };
+            let mut params = json!({});
+            if let Some(a) = &action {
+                params["action"] = a.clone();
+            }
+            let parsed = action_of(params.as_object().unwrap());
+            match cells[1].trim() {
+                "no subset" => assert_eq!(parsed.unwrap(), None, "{row}"),
+                "-32602" => {
+                    assert_eq!(parsed.unwrap_err().code, rpc::INVALID_PARAMS, "{row}");
+                    continue;
+                }
+                entries => {
+                    let entries: Vec<String> = serde_json::from_str(code(entries)).unwrap();
+                    assert_eq!(parsed.unwrap(), Some(entries), "{row}");
+                }
+            }
+            let cases = [("spawn_op", &log), ("spawn_op", &status), ("spawn", &raw)];
+            for ((method, request), said) in cases.into_iter().zip(&cells[2..]) {
+                let reason = refusal(method, request.clone(), action.as_ref());
+                match code(said) {
+                    "permitted" => {
+                        assert_eq!(reason, Reason::ProgramNotRegular, "{row}: {request}")
+                    }
+                    "action_denied" => assert_eq!(reason, Reason::ActionDenied, "{row}: {request}"),
+                    other => panic!("{row}: not a decision: {other}"),
+                }
+            }
+        }
     }
 }

@@ -78,7 +78,7 @@ pub(super) async fn spawn(
     };
     let call = spawn_call(daemon, peer, method, params).await?;
     let loaded = daemon.loaded();
-    let lease = lease_for(peer, &loaded, call.lease_ms)?;
+    let lease = lease_for(peer, &loaded, &call)?;
     let access = Access::Rules {
         rules: loaded.config.access.clone(),
         daemon_uid: nix::unistd::geteuid().as_raw(),
@@ -134,17 +134,21 @@ pub(super) async fn spawn(
         handle: Arc::clone(&handle),
         started_tx,
     };
+    // Among the started spawns before it starts, so a shutdown that comes
+    // while it is being set up kills it too (`mark_started`).
+    if let Ok(mut list) = daemon.started.lock() {
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(&handle));
+    }
     tokio::task::spawn_blocking(move || run_job(job));
     answer_once_started(conn, slot, name, handle, started_rx).await
 }
 
 /// The lease a spawn asked for (`lease_ms`), within `[server] max_lease_ms`.
-fn lease_for(
-    peer: &Peer,
-    loaded: &Loaded,
-    lease_ms: Option<u64>,
-) -> Result<Option<Lease>, RpcError> {
-    let Some(ms) = lease_ms else { return Ok(None) };
+fn lease_for(peer: &Peer, loaded: &Loaded, call: &SpawnCall) -> Result<Option<Lease>, RpcError> {
+    let Some(ms) = call.lease_ms else {
+        return Ok(None);
+    };
     let max = loaded.config.server.max_lease_ms;
     if max == 0 {
         return Err(RpcError::params(
@@ -156,7 +160,7 @@ fn lease_for(
             "lease_ms {ms} is over this daemon's {max} ([server] max_lease_ms)"
         )));
     }
-    Lease::new(peer, Duration::from_millis(ms)).map(Some)
+    Lease::new(peer, &call.connector, Duration::from_millis(ms)).map(Some)
 }
 
 /// A place for one more handle on the connection, held while the spawn
@@ -436,7 +440,13 @@ fn mark_started(handle: &Handle, started_tx: &Mutex<Option<Started>>, pidfd: Opt
     if let Ok(mut g) = handle.pidfd.lock() {
         *g = pidfd;
     }
-    handle.with(|s| s.started_at = Some(Instant::now()));
+    // Killed before it could be (a shutdown during its setup): now it can.
+    if handle.with(|s| {
+        s.started_at = Some(Instant::now());
+        s.killed_by.is_some()
+    }) {
+        handle.kill();
+    }
     if let Some(tx) = started_tx.lock().ok().and_then(|mut g| g.take()) {
         let _ = tx.send(Ok(()));
     }
@@ -493,6 +503,7 @@ fn mark_ended(handle: &Handle) {
         stdin.close_if_idle();
     }
     handle.changed.notify_waiters();
+    handle.end.notify_waiters();
 }
 
 /// The caller has its result; the exit record, already in the log and
@@ -514,8 +525,7 @@ fn flush_exit_record_and_reap(exit_record: Option<Unsynced>, leaving: Option<Lea
 /// The answer to `spawn`: the handle's name once the program has started
 /// (the handle kept on the connection, and among the daemon's started
 /// spawns for the shutdown's kill), or the error that came first. A
-/// connection that closed meanwhile does not keep it: it is parked or
-/// ended as the connection's other handles were.
+/// connection that closed meanwhile does not keep it: it is ended.
 async fn answer_once_started(
     conn: &Connection,
     slot: HandleSlot<'_>,
@@ -525,10 +535,6 @@ async fn answer_once_started(
 ) -> Result<Value, RpcError> {
     match started.await {
         Ok(Ok(())) => {
-            if let Ok(mut list) = conn.daemon.started.lock() {
-                list.retain(|w| w.strong_count() > 0);
-                list.push(Arc::downgrade(&handle));
-            }
             let answer = match &handle.lease {
                 Some(lease) => json!({"handle": name, "token": lease.token()}),
                 None => json!({"handle": name}),
@@ -536,8 +542,10 @@ async fn answer_once_started(
             let mut handles = conn.handles();
             slot.fill(&mut handles);
             if handles.closed {
+                // No one has the handle's name or token: it cannot be
+                // taken up, so it is not parked either.
                 drop(handles);
-                conn.daemon.detached.park_or_end(name, handle);
+                handle.kill_for("disconnect");
             } else {
                 handles.map.insert(name, handle);
             }
@@ -658,7 +666,7 @@ pub(super) async fn wait_any(
         // Registered before the check, so an end between the two is not missed.
         let changes: Vec<_> = named
             .iter()
-            .map(|(_, h)| Box::pin(h.changed.notified()))
+            .map(|(_, h)| Box::pin(h.end.notified()))
             .collect();
         let ended: Vec<&(String, Arc<Handle>)> =
             named.iter().filter(|(_, h)| h.finished()).collect();

@@ -7,7 +7,9 @@
 //! pipe buffer is the only buffer between a write and the program, and a
 //! write is answered once its bytes are in it. Writes and the close of one
 //! handle take tickets in the order the connection read them and are carried
-//! out in that order; at most [`MAX_WAITING_WRITES`] wait at once.
+//! out in that order; at most [`MAX_WAITING_WRITES`] wait at once, and their
+//! bytes count in `[server] max_buffered_output_bytes` until they are in
+//! the pipe.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,7 +19,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
-use super::handles::Handle;
+use super::handles::{Handle, Reservation};
 use crate::rpc::{self, RpcError};
 
 /// `spawn_stdin_write`s (and a close) one handle may have waiting.
@@ -36,9 +38,11 @@ pub struct StdinStream {
     waiting: AtomicUsize,
 }
 
-/// One write's or close's place in the handle's order.
+/// One write's or close's place in the handle's order, and its bytes'
+/// share of the daemon's buffered bytes until they are in the pipe.
 pub struct Ticket {
     number: u64,
+    _reservation: Reservation,
 }
 
 /// What a ticket is for.
@@ -76,7 +80,7 @@ impl StdinStream {
     }
 
     /// A place in this handle's order, taken when the request is read.
-    pub fn ticket(&self) -> Result<Ticket, RpcError> {
+    pub fn ticket(&self, reservation: Reservation) -> Result<Ticket, RpcError> {
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
         if waiting >= MAX_WAITING_WRITES {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -89,6 +93,7 @@ impl StdinStream {
         }
         Ok(Ticket {
             number: self.next_ticket.fetch_add(1, Ordering::AcqRel),
+            _reservation: reservation,
         })
     }
 

@@ -283,9 +283,23 @@ fn check_workspace_named(
             ctx.connector,
             format!("fs:{scope}"),
             vec![],
-            format!("`{scope}` is anchored at the workspace, and none was named: pass `spawnd run --workspace DIR`, or set [sandbox] workspace in the config"),
+            format!(
+                "`{scope}` is anchored at the workspace, and {}",
+                how_to_name_a_workspace(ctx.access)
+            ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// The fix a `workspace_unset` denial suggests, to the front end that
+/// asked: a local invocation names one itself, while a daemon's caller
+/// cannot (its requests carry no workspace), so only the daemon's operator
+/// can.
+fn how_to_name_a_workspace(access: &Access) -> &'static str {
+    match access {
+        Access::Local => "none was named: pass `spawnd run --workspace DIR`, or set [sandbox] workspace in the config",
+        Access::Rules { .. } => "this daemon has none: its operator must set [sandbox] workspace in the daemon's config and reload the daemon (SIGHUP); a daemon's caller cannot name a workspace",
     }
 }
 

@@ -529,3 +529,39 @@ fn a_caller_cannot_name_the_workspace_through_its_values() {
     );
     assert!(d.denial().is_some(), "{d:?}");
 }
+
+#[test]
+fn a_workspace_unset_denial_tells_each_front_end_its_own_fix() {
+    let text = M0.replace("fs_read = [\"~/code/\"]", "fs_read = [\"{workspace}/src\"]");
+    let m = manifest(&text);
+    let message = |access: Access| {
+        let op = Operator {
+            access,
+            ..Operator::default()
+        };
+        let d = decide_full(
+            &m,
+            &Request::op("status", &[]),
+            &op,
+            &mut FakePrograms::standard(),
+        );
+        assert_reason(&d, Reason::WorkspaceUnset, "operator_config");
+        denied(&d).message.clone()
+    };
+    let local = message(Access::Local);
+    assert!(
+        local.contains("pass `spawnd run --workspace DIR`"),
+        "{local}"
+    );
+    assert!(local.contains("[sandbox] workspace"), "{local}");
+    // A daemon's caller cannot pass a workspace: only the operator can.
+    let daemon = message(Access::Rules {
+        rules: Vec::new(),
+        daemon_uid: caller().uid,
+    });
+    assert!(!daemon.contains("--workspace"), "{daemon}");
+    assert!(
+        daemon.contains("its operator must set [sandbox] workspace in the daemon's config"),
+        "{daemon}"
+    );
+}
