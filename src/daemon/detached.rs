@@ -165,13 +165,10 @@ impl Registry {
         }
     }
 
-    /// `spawn_attach`'s answer for a handle taken up.
+    /// `spawn_attach`'s answer for a handle taken up: its `spawn_status`
+    /// state.
     pub fn attached(name: &str, handle: &Handle) -> Value {
-        let state = if handle.finished() {
-            "ended"
-        } else {
-            "running"
-        };
+        let state = super::spawns::status_without_output(handle)["state"].clone();
         json!({"handle": name, "state": state})
     }
 }

@@ -164,8 +164,9 @@ pub fn not_streamed() -> RpcError {
 }
 
 fn closed() -> RpcError {
-    RpcError::new(
+    RpcError::with_data(
         rpc::NOT_FOUND,
         "the program's stdin is closed: by spawn_stdin_close, or the program closed it or ended",
+        json!({"stdin": "closed"}),
     )
 }

@@ -202,8 +202,8 @@ class Output:
 
 @dataclass(frozen=True)
 class Attached:
-    """`spawn_attach`'s answer: `state` is `running`, or what the daemon
-    says of a spawn that ended while detached (`ended`); its result is
+    """`spawn_attach`'s answer: `state` is `spawn_status`'s state
+    (`running`, or how the spawn ended while detached); its result is
     `spawn_status`'s."""
 
     handle: str
