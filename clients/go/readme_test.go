@@ -20,22 +20,25 @@ func normalized(text string) string {
 }
 
 func TestReadmeShowsOnlyTheseExamples(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	examples, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) == 0 {
-		t.Fatal("README.md has no ```go block")
-	}
-	all := normalized(string(examples))
-	for _, b := range blocks {
-		if !strings.Contains(all, normalized(b[1])) {
-			t.Errorf("this README block is not the body of an example in example_test.go (so it is not compiled or run):\n%s", b[1])
+	// This README, and the repository's page on its clients.
+	for _, doc := range []string{"README.md", "../../docs/clients.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		examples, err := os.ReadFile("example_test.go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(text), -1)
+		if len(blocks) == 0 {
+			t.Fatalf("%s has no ```go block", doc)
+		}
+		all := normalized(string(examples))
+		for _, b := range blocks {
+			if !strings.Contains(all, normalized(b[1])) {
+				t.Errorf("this %s block is not the body of an example in example_test.go (so it is not compiled or run):\n%s", doc, b[1])
+			}
 		}
 	}
 }

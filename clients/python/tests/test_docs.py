@@ -12,6 +12,8 @@ from .support import CONNECTOR, SOCKET
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(HERE, "README.md")
+# The repository's page on its clients shows examples of this README.
+CLIENTS_DOC = os.path.join(HERE, "..", "..", "docs", "clients.md")
 RUNTIME = os.path.join(HERE, "examples", "connector_runtime.py")
 DOC_CONNECTOR = "local://test/escape"
 TIMEOUT_S = 120
@@ -36,6 +38,15 @@ def run(argv, **kw):
 
 
 class ReadmeExamples(unittest.TestCase):
+    def test_the_clients_page_shows_examples_of_this_readme(self):
+        with open(README) as f:
+            readme = f.read()
+        with open(CLIENTS_DOC) as f:
+            shown = [code for lang, code in fenced_blocks(f.read()) if lang == "python"]
+        self.assertTrue(shown, "docs/clients.md shows no Python example")
+        for code in shown:
+            self.assertIn(code, readme, "a docs/clients.md example that this README (and so the suite) does not have")
+
     def test_every_fenced_example_runs(self):
         with open(README) as f:
             blocks = fenced_blocks(f.read())
