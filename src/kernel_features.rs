@@ -86,8 +86,15 @@ pub struct HealthReport {
 /// namespace that maps other users (the sandbox's 65534 among them) and
 /// lets groups be set. Root of a namespace that maps only itself (`unshare
 /// -r`, a rootless container) is one user, as any other: its programs run as
-/// it, limited by rlimits.
+/// it, limited by rlimits. Read once per process: spawnd's euid and user
+/// namespace never change (only its children's do), and the daemon would
+/// otherwise read three `/proc` files for every spawn.
 pub fn privileged() -> bool {
+    static PRIVILEGED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRIVILEGED.get_or_init(privileged_now)
+}
+
+fn privileged_now() -> bool {
     if !nix::unistd::geteuid().is_root() {
         return false;
     }
