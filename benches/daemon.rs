@@ -30,8 +30,8 @@ use support::{cpu_time, ms, percentile, rss_kib, spawner_of, start_daemon, Clien
 const CLIENTS: usize = 16;
 const GARBAGE_CLIENTS: usize = 4;
 
-/// Sends malformed frames, over and over, until told to stop; reconnects
-/// whenever the daemon closes the connection.
+/// Sends malformed frames, over and over, each answered with an error,
+/// until told to stop; reconnects whenever the daemon closes the connection.
 fn garbage(socket: PathBuf, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
     let frames: [&[u8]; 6] = [
         b"{not json\n",
@@ -50,9 +50,12 @@ fn garbage(socket: PathBuf, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
         let mut reader = BufReader::new(s.try_clone().expect("clone"));
         while !stop.load(Ordering::Relaxed) {
             i += 1;
-            // Every 50th frame is over the cap: the daemon answers and closes.
+            // Every 50th frame is over the cap: the daemon answers it once
+            // and drops the rest of its line.
             let frame: Vec<u8> = if i.is_multiple_of(50) {
-                vec![b'x'; 2 << 20]
+                let mut big = vec![b'x'; 2 << 20];
+                big.push(b'\n');
+                big
             } else {
                 frames[i % frames.len()].to_vec()
             };
