@@ -20,8 +20,12 @@ fn send(c: &mut Client, id: u64, method: &str, params: Value) {
     c.send_raw(format!("{req}\n").as_bytes());
 }
 
-/// Reads lines until the answer to `id`, keeping the others in `seen`.
+/// The answer to `id`: one read earlier and kept in `seen`, or the next
+/// lines until it comes, keeping the others there.
 fn answer_to(c: &mut Client, id: u64, seen: &mut Vec<Value>) -> Value {
+    if let Some(at) = seen.iter().position(|a| a["id"] == id) {
+        return seen.remove(at);
+    }
     loop {
         let line = c.answer().expect("the daemon closed the connection");
         if line["id"] == id {
@@ -377,43 +381,60 @@ fn answers_waiting_for_a_peer_that_does_not_read_are_not_all_rendered() {
     );
 }
 
-/// A peer with every request slot taken by stdin writes its programs do not
-/// read hangs up: the daemon notices without a line to read, and ends them.
+/// A peer hangs up while the daemon reads no more of its connection (every
+/// request slot taken by waits, or its input budget by stdin writes the
+/// programs do not read): the daemon notices without a line to read, and
+/// ends its programs.
 #[test]
-fn a_peer_that_hangs_up_with_every_slot_taken_has_its_programs_ended() {
+fn a_peer_that_hangs_up_while_the_daemon_waits_for_room_has_its_programs_ended() {
     let d = Daemon::start("hang-up", "");
-    let mut c = d.client();
+    // Every slot: 64 waits on a program that runs on.
+    let mut waits = d.client();
+    let h = handle_of(&spawn_sh(&mut waits, "sleep 300", json!({})));
+    for id in 0..64u64 {
+        send(
+            &mut waits,
+            100 + id,
+            "spawn_status",
+            json!({"handle": h, "wait_ms": 60000}),
+        );
+    }
+    // The input budget: writes of 160 KiB, each filling a program's pipes.
+    let mut writes = d.client();
     let handles: Vec<String> = (0..16)
         .map(|_| {
             handle_of(&spawn_sh(
-                &mut c,
+                &mut writes,
                 "sleep 300",
                 json!({"stdin_stream": true}),
             ))
         })
         .collect();
-    let chunk = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 200 << 10]);
-    let mut id = 0;
-    for h in &handles {
-        for _ in 0..4 {
-            id += 1;
-            send(
-                &mut c,
-                id,
-                "spawn_stdin_write",
-                json!({"handle": h, "data_b64": chunk}),
-            );
+    let socket = writes.writer.try_clone().unwrap();
+    let filling = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 160 << 10]);
+    let writer = std::thread::spawn(move || {
+        for (id, h) in handles.iter().enumerate() {
+            // The daemon stops reading once its budget is taken: this
+            // blocks until the hang-up below.
+            let req = json!({"jsonrpc": "2.0", "id": id, "method": "spawn_stdin_write", "params": {"handle": h, "data_b64": filling}});
+            if writes
+                .writer
+                .write_all(format!("{req}\n").as_bytes())
+                .is_err()
+            {
+                break;
+            }
         }
-    }
-    // The writes are read and waiting; then the peer goes.
+    });
     std::thread::sleep(Duration::from_millis(1500));
-    drop(c);
-    let exits = exit_records(&d.audit, 16);
-    assert_eq!(exits.len(), 16, "{exits:?}");
-    assert!(
-        exits.iter().all(|r| r["interrupted_by"] == "disconnect"),
-        "{exits:?}"
-    );
+    drop(waits);
+    socket.shutdown(std::net::Shutdown::Both).unwrap();
+    writer.join().unwrap();
+    drop(socket);
+    let exits = exit_records(&d.audit, 17);
+    assert_eq!(exits.len(), 17, "{} exit records", exits.len());
+    let by: Vec<&Value> = exits.iter().map(|r| &r["interrupted_by"]).collect();
+    assert!(by.iter().all(|b| *b == "disconnect"), "{by:?}");
 }
 
 /// Bytes of stdin waiting for their program count in the daemon's buffered
@@ -510,4 +531,72 @@ fn a_detached_spawn_nobody_heard_of_is_ended() {
     let exits = exit_records(&d.audit, 1);
     assert_eq!(exits.len(), 1, "{exits:?}");
     assert_eq!(exits[0]["interrupted_by"], "disconnect", "{exits:?}");
+}
+
+/// Requests whose id or method repeat a megabyte, sent by a peer that
+/// reads nothing: the daemon refuses them at once and keeps none of it
+/// (the same amount of lines kept whole would grow it by hundreds of MiB).
+#[test]
+fn long_ids_and_method_names_are_refused_not_kept() {
+    let d = Daemon::start("long-members", "");
+    let mut c = d.client();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kib(d.child.id());
+    let del = "\u{7f}".repeat(1_000_000);
+    for id in 0..32u64 {
+        let method = json!({"jsonrpc": "2.0", "id": id, "method": del});
+        c.send_raw(format!("{method}\n").as_bytes());
+        let long_id = json!({"jsonrpc": "2.0", "id": del, "method": "spawn_output_size", "params": {"handle": "h-00"}});
+        c.send_raw(format!("{long_id}\n").as_bytes());
+    }
+    std::thread::sleep(Duration::from_millis(2000));
+    let grown = rss_kib(d.child.id()).saturating_sub(before);
+    assert!(grown < 24 << 10, "the daemon grew by {grown} KiB");
+    let first = c.answer().unwrap();
+    assert_eq!(
+        first["error"]["code"],
+        -32601,
+        "{}",
+        first.to_string().len()
+    );
+    assert!(first.to_string().len() < 1024, "{first}");
+}
+
+/// A refused stdin write breaks the stream: the writes after it and the
+/// close are refused too, so the program never reads bytes with a hole
+/// before them.
+#[test]
+fn a_refused_stdin_write_breaks_the_stream() {
+    let d = Daemon::start("stdin-broken", "");
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(
+        &mut c,
+        "sleep 2; wc -c",
+        json!({"stdin_stream": true}),
+    ));
+    // The pipes fill, four writes wait, and the next one is refused.
+    let chunk = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 100 << 10]);
+    for id in 1..=8u64 {
+        send(
+            &mut c,
+            id,
+            "spawn_stdin_write",
+            json!({"handle": h, "data_b64": chunk}),
+        );
+    }
+    let mut seen = Vec::new();
+    let answers: Vec<Value> = (1..=8u64)
+        .map(|id| answer_to(&mut c, id, &mut seen))
+        .collect();
+    let first_refused = answers
+        .iter()
+        .position(|a| a.get("error").is_some())
+        .unwrap_or_else(|| panic!("no write was refused: {answers:?}"));
+    for a in &answers[first_refused..] {
+        assert_eq!(a["error"]["code"], -32003, "{a}");
+        assert_eq!(a["error"]["data"]["stdin"], "broken", "{a}");
+    }
+    let close = c.call("spawn_stdin_close", json!({"handle": h}));
+    assert_eq!(close["error"]["data"]["stdin"], "broken", "{close}");
+    c.ok("spawn_kill", json!({"handle": h}));
 }

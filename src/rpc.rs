@@ -94,6 +94,11 @@ impl RpcError {
     }
 }
 
+/// The longest string id a request may carry.
+pub const MAX_ID_BYTES: usize = 128;
+/// The longest method name (longer than every method there is).
+pub const MAX_METHOD_BYTES: usize = 64;
+
 /// A well-formed call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
@@ -131,6 +136,17 @@ pub fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
                 RpcError::new(INVALID_REQUEST, "id must be a string, a number or null"),
             ));
         }
+        // An id is kept with its request until the answer: a long one is
+        // refused rather than held (and echoed).
+        if id.as_str().is_some_and(|s| s.len() > MAX_ID_BYTES) {
+            return Err((
+                Value::Null,
+                RpcError::new(
+                    INVALID_REQUEST,
+                    format!("a string id may have at most {MAX_ID_BYTES} bytes"),
+                ),
+            ));
+        }
     }
     if obj.get("jsonrpc") != Some(&json!("2.0")) {
         return Err(invalid("\"jsonrpc\": \"2.0\" is required"));
@@ -138,6 +154,18 @@ pub fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
     let Some(Value::String(method)) = obj.remove("method") else {
         return Err(invalid("\"method\" must be a string"));
     };
+    if method.len() > MAX_METHOD_BYTES {
+        return Err((
+            answer_id,
+            RpcError::new(
+                METHOD_NOT_FOUND,
+                format!(
+                    "unknown method ({} bytes; no method name is longer than {MAX_METHOD_BYTES})",
+                    method.len()
+                ),
+            ),
+        ));
+    }
     let params = match obj.remove("params") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
@@ -149,9 +177,19 @@ pub fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
         }
     };
     if let Some(extra) = obj.keys().find(|k| *k != "jsonrpc") {
-        return Err(invalid(&format!("unknown member {extra:?}")));
+        return Err(invalid(&format!("unknown member {:?}", at_most(extra, 64))));
     }
     Ok(Call { id, method, params })
+}
+
+/// The start of `text`, at most `bytes` long (cut at a character
+/// boundary): how much of a caller's string an error may repeat.
+pub fn at_most(text: &str, bytes: usize) -> &str {
+    let mut end = text.len().min(bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The success line for `id`.

@@ -92,6 +92,21 @@ where
     Box::pin(async move { ready(work.await) })
 }
 
+/// What a request in progress holds until it is answered: its place among
+/// the [`MAX_IN_PROGRESS`], and its line's bytes from the connection's
+/// input budget ([`input_budget`]).
+type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// The bytes of request lines one connection may have in progress: two
+/// frames' worth. Past that, the next line waits to be taken until earlier
+/// ones are answered, so what requests keep of their lines (a spawn's
+/// arguments, a stdin write's bytes) stays bounded per connection.
+fn input_budget(max_frame_bytes: usize) -> usize {
+    max_frame_bytes
+        .saturating_mul(2)
+        .clamp(1, Semaphore::MAX_PERMITS)
+}
+
 /// What became of an answer.
 struct Answered {
     /// It reached the outbox.
@@ -145,6 +160,11 @@ impl Connection {
             .send(|| match render() {
                 Ok(v) => {
                     handle = v["handle"].as_str().map(str::to_string);
+                    // The line is sure to be queued now: from here the peer
+                    // may know the handle (and a lease's token).
+                    if let Some(h) = handle.as_deref().and_then(|n| self.handles().named(n).ok()) {
+                        h.with(|s| s.announced = true);
+                    }
                     rpc::success(&id, v)
                 }
                 Err(e) => rpc::failure(&id, &e),
@@ -156,7 +176,7 @@ impl Connection {
     /// Takes one request line: carries out what cannot wait at once, in
     /// order, and leaves the answer (and any wait) to a task holding the
     /// request's permit, so the reading loop never waits on the peer.
-    fn take(self: &Arc<Self>, line: &str, permit: OwnedSemaphorePermit) {
+    fn take(self: &Arc<Self>, line: &str, permit: Held) {
         let (id, method, started) = match rpc::parse(line) {
             Ok(call) => (call.id.clone(), call.method.clone(), self.start(call)),
             Err((id, e)) => (Some(id), String::new(), Started::Now(ready(Err(e)))),
@@ -235,20 +255,27 @@ impl Connection {
                 let _turn = conn.side_turn.lock().await;
                 conn.connectors_status().await
             })),
-            "spawn" | "spawn_op" => Started::LaterToTheEnd(later(async move {
-                spawns::spawn(&conn, &method, &params).await
-            })),
-            "spawn_check" => Started::Later(later(async move {
-                let _turn = conn.side_turn.lock().await;
-                check::check(&conn.daemon, &conn.peer, &params).await
-            })),
+            "spawn" | "spawn_op" => {
+                let method = spawns::method_name(&method);
+                let call = spawns::read_call(method, &params);
+                Started::LaterToTheEnd(later(
+                    async move { spawns::spawn(&conn, method, call).await },
+                ))
+            }
+            "spawn_check" => match check::read(&params) {
+                Ok((method, call)) => Started::Later(later(async move {
+                    let _turn = conn.side_turn.lock().await;
+                    check::check(&conn.daemon, &conn.peer, method, call).await
+                })),
+                Err(e) => Started::Now(ready(Err(e))),
+            },
             "spawn_status" => self.with_handle(&params, |h| {
                 let wait = wait_of(&params)?;
                 Ok(Started::Later(Box::pin(async move {
                     if let Some(wait) = wait {
                         let _ = tokio::time::timeout(wait, h.ended()).await;
                     }
-                    Box::new(move || Ok(spawns::status(&h))) as Render
+                    Box::new(move || spawns::status(&h)) as Render
                 })))
             }),
             "spawn_wait" => match self.handles_to_wait_for(&params) {
@@ -265,7 +292,7 @@ impl Connection {
                     if let Some(wait) = wait {
                         read.wait(&h, wait).await;
                     }
-                    Box::new(move || Ok(read.answer(&h))) as Render
+                    Box::new(move || read.answer(&h)) as Render
                 })))
             }),
             "spawn_kill" => self.with_handle(&params, |h| {
@@ -299,12 +326,12 @@ impl Connection {
         let budget = self.daemon.loaded().config.server.max_buffered_output_bytes;
         let reservation = Reservation::take(&self.daemon.buffered, bytes as u64, budget)
             .ok_or_else(|| {
-                RpcError::new(
+                stream.refuse(RpcError::new(
                     rpc::OVERLOADED,
                     format!(
-                        "the daemon's buffered bytes would pass {budget} ([server] max_buffered_output_bytes, which stdin waiting for its program counts in); wait for earlier writes' answers or try later"
+                        "the daemon's buffered bytes would pass {budget} ([server] max_buffered_output_bytes, which stdin waiting for its program counts in)"
                     ),
-                )
+                ))
             })?;
         stream.ticket(reservation)
     }
@@ -507,6 +534,7 @@ pub(super) async fn serve_connection(
         closed: watch::Sender::new(false),
         side_turn: tokio::sync::Mutex::new(()),
     });
+    let input = Arc::new(Semaphore::new(input_budget(max)));
     let mut lines = FramedRead::new(read, RequestLines::new(max));
     // When the bytes of an unfinished request line were first seen (or the
     // rest of an oversized one began to be dropped): a peer that trickles
@@ -576,7 +604,20 @@ pub(super) async fn serve_connection(
         match frame {
             // A blank line is no request: it keeps no connection open.
             Ok(Frame::Line(line)) if line.trim().is_empty() => continue,
-            Ok(Frame::Line(line)) => conn.take(&line, permit),
+            Ok(Frame::Line(line)) => {
+                let bytes =
+                    u32::try_from(line.len().clamp(1, input_budget(max))).unwrap_or(u32::MAX);
+                let held = tokio::select! {
+                    b = Arc::clone(&input).acquire_many_owned(bytes) => match b {
+                        Ok(b) => b,
+                        Err(_) => break,
+                    },
+                    _ = stop.changed() => break,
+                    _ = gone.changed() => break,
+                    _ = until_hung_up(lines.get_ref().as_ref()) => break,
+                };
+                conn.take(&line, (permit, held));
+            }
             Ok(Frame::NotUtf8) => conn.refuse_frame(
                 RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8"),
                 permit,

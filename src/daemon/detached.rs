@@ -88,11 +88,13 @@ impl Registry {
     /// The connection holding `handle` closed: a leased one is parked for
     /// its lease, within `[server] max_lease_ms` as it is now; any other
     /// one is killed (`disconnect`), as is every one while `max_lease_ms`
-    /// is 0, and a leased one past its peer's [`MAX_PARKED_PER_PEER`] is
-    /// ended as if its lease ran out (`lease`).
+    /// is 0 and one whose answer (its token) never reached the peer, and a
+    /// leased one past its peer's [`MAX_PARKED_PER_PEER`] is ended as if
+    /// its lease ran out (`lease`).
     pub fn park_or_end(&self, name: String, handle: Arc<Handle>, max_lease: Duration) {
+        let announced = handle.with(|s| s.announced);
         let lease = match handle.lease.as_ref() {
-            Some(lease) if !max_lease.is_zero() => lease,
+            Some(lease) if !max_lease.is_zero() && announced => lease,
             _ => {
                 if !handle.finished() {
                     handle.kill_for("disconnect");
@@ -141,7 +143,7 @@ impl Registry {
             None => Err(RpcError::with_data(
                 rpc::NOT_FOUND,
                 "no detached handle with this name and token for this peer (a connection may hold it, or its lease ran out)",
-                json!({"handle": name}),
+                json!({"handle": rpc::at_most(name, 64)}),
             )),
         }
     }

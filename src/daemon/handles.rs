@@ -141,6 +141,11 @@ pub(super) struct HandleState {
     /// `spawn_release`, `disconnect`, `shutdown` (the result's and the exit
     /// record's `interrupted_by`).
     pub(super) killed_by: Option<&'static str>,
+    /// `spawn_release` freed the output of the finished spawn.
+    pub(super) released: bool,
+    /// The spawn's answer reached the outbox: its name (and a lease's
+    /// token) may be known to the peer.
+    pub(super) announced: bool,
 }
 
 impl Handle {
@@ -293,7 +298,7 @@ impl Handles {
             RpcError::with_data(
                 rpc::NOT_FOUND,
                 "no such handle on this connection",
-                json!({"handle": name}),
+                json!({"handle": rpc::at_most(name, 64)}),
             )
         })
     }

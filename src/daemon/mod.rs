@@ -98,6 +98,8 @@ pub struct Daemon {
     refused_reload: std::sync::Mutex<Option<RefusedReload>>,
     /// Detached handles no connection holds, for their leases.
     detached: detached::Registry,
+    /// Set when the shutdown begins: no spawn starts after it.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// A SIGHUP whose config or manifests were refused.
@@ -203,6 +205,8 @@ impl Daemon {
 
     /// Kills every sandbox still running (their exit records follow).
     fn kill_all(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Release);
         let list = match self.started.lock() {
             Ok(l) => l.clone(),
             Err(p) => p.into_inner().clone(),
@@ -259,6 +263,7 @@ pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<
         refusals: std::sync::Mutex::new(refusals::Tallies::new(window)),
         refused_reload: std::sync::Mutex::new(None),
         detached: detached::Registry::default(),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -411,6 +416,9 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         }
     };
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    daemon
+        .stopping
+        .store(true, std::sync::atomic::Ordering::Release);
     drop(listener);
     if let Some(p) = created {
         let _ = std::fs::remove_file(p);
@@ -427,9 +435,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     );
     // Leases still run out during the grace.
     let ended = async {
+        let mut all_ended = std::pin::pin!(daemon.in_flight.acquire_many(all));
         loop {
             tokio::select! {
-                _ = daemon.in_flight.acquire_many(all) => return,
+                _ = &mut all_ended => return,
                 _ = sweep.tick() => daemon.detached.expire(),
             }
         }

@@ -37,15 +37,17 @@ pub(super) async fn forward(
         }
         let mut sent_all = true;
         for (w, offset) in offsets.iter_mut().enumerate() {
-            let (data, skipped, _) = handle.read_at(w, *offset, CHUNK);
-            if data.is_empty() && skipped == 0 {
+            if handle.stream_end(w) <= *offset {
                 continue;
             }
-            let at = *offset + skipped;
-            *offset = at + data.len() as u64;
-            sent_all &= data.len() < CHUNK;
+            // Read in its turn, so a slow connection holds no chunk of
+            // output outside the handle's buffers.
             let sent = conn
                 .send(|| {
+                    let (data, skipped, _) = handle.read_at(w, *offset, CHUNK);
+                    let at = *offset + skipped;
+                    *offset = at + data.len() as u64;
+                    sent_all &= data.len() < CHUNK;
                     notification(
                         "spawn_output",
                         json!({

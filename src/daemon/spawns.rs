@@ -64,19 +64,17 @@ pub(super) fn rpc_error(f: Failure) -> RpcError {
 /// token, for a detached spawn).
 pub(super) async fn spawn(
     conn: &Arc<Connection>,
-    method: &str,
-    params: &Map<String, Value>,
+    method: &'static str,
+    call: Result<SpawnCall, Box<Refused>>,
 ) -> Result<Value, RpcError> {
     let (daemon, peer) = (&conn.daemon, &conn.peer);
     if let Some(why) = daemon.audit_failure() {
         return Err(RpcError::new(rpc::AUDIT_UNAVAILABLE, why));
     }
-    let method: &'static str = if method == "spawn_op" {
-        "spawn_op"
-    } else {
-        "spawn"
+    let call = match call {
+        Ok(call) => call,
+        Err(refused) => return Err(refused.recorded(daemon, peer).await),
     };
-    let call = spawn_call(daemon, peer, method, params).await?;
     let loaded = daemon.loaded();
     let lease = lease_for(peer, &loaded, &call)?;
     let access = Access::Rules {
@@ -135,8 +133,20 @@ pub(super) async fn spawn(
         started_tx,
     };
     // Among the started spawns before it starts, so a shutdown that comes
-    // while it is being set up kills it too (`mark_started`).
-    if let Ok(mut list) = daemon.started.lock() {
+    // while it is being set up kills it too (`mark_started`); once the
+    // daemon is stopping, nothing starts (checked under the same lock the
+    // shutdown's kill reads the list under).
+    {
+        let mut list = match daemon.started.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        if daemon.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(RpcError::new(
+                rpc::OVERLOADED,
+                "the daemon is stopping; nothing was run",
+            ));
+        }
         list.retain(|w| w.strong_count() > 0);
         list.push(Arc::downgrade(&handle));
     }
@@ -217,16 +227,12 @@ impl Refused {
     }
 }
 
-/// The call's connector and request, recording a refusal.
-async fn spawn_call(
-    daemon: &Arc<Daemon>,
-    peer: &Peer,
-    method: &'static str,
-    params: &Map<String, Value>,
-) -> Result<SpawnCall, RpcError> {
-    match read_call(method, params) {
-        Ok(call) => Ok(call),
-        Err(refused) => Err(refused.recorded(daemon, peer).await),
+/// `spawn` or `spawn_op`, as the method a request names.
+pub(super) fn method_name(method: &str) -> &'static str {
+    if method == "spawn_op" {
+        "spawn_op"
+    } else {
+        "spawn"
     }
 }
 
@@ -613,7 +619,8 @@ fn refused_before_the_program(
 
 /// `spawn_status`'s answer: the state and, once ended, the result with
 /// the streams' bytes.
-pub(super) fn status(h: &Handle) -> Value {
+pub(super) fn status(h: &Handle) -> Result<Value, RpcError> {
+    released_first(h)?;
     let mut v = status_without_output(h);
     if h.with(|s| s.result.is_some()) {
         h.with(|s| {
@@ -628,7 +635,19 @@ pub(super) fn status(h: &Handle) -> Value {
             }
         });
     }
-    v
+    Ok(v)
+}
+
+/// A handle released before an answer about it was written: its output is
+/// gone, and so is the handle.
+fn released_first(h: &Handle) -> Result<(), RpcError> {
+    if h.with(|s| s.released) {
+        return Err(RpcError::new(
+            rpc::NOT_FOUND,
+            "the handle was released before this answer was written",
+        ));
+    }
+    Ok(())
 }
 
 /// The state and, once ended, the result without the streams' bytes
@@ -732,13 +751,14 @@ impl OutputRead {
         .await;
     }
 
-    pub(super) fn answer(&self, h: &Handle) -> Value {
+    pub(super) fn answer(&self, h: &Handle) -> Result<Value, RpcError> {
+        released_first(h)?;
         let (data, skipped, eof) = h.read_at(self.which, self.offset, self.len);
-        json!({
+        Ok(json!({
             "data_b64": base64::engine::general_purpose::STANDARD.encode(&data),
             "skipped": skipped,
             "eof": eof,
-        })
+        }))
     }
 }
 
@@ -756,13 +776,22 @@ pub(super) fn stdin_bytes(params: &Map<String, Value>) -> Result<Vec<u8>, RpcErr
 }
 
 /// `spawn_release`: kills a running sandbox and frees the handle at once.
-/// A finished one gives its output reservation back here, not when the last
-/// reference goes (the spawn's own thread may still be flushing its exit
-/// record or reaping init).
+/// A finished one frees its output and gives its reservation back here,
+/// not when the last reference goes (the spawn's own thread may still be
+/// flushing its exit record or reaping init, and answers about it not yet
+/// written hold it: they are told it was released).
 pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let h = handles.get(params)?;
     if h.finished() {
-        drop(h.with(|s| s.reservation.take()));
+        let (output, past_cap, reservation) = h.with(|s| {
+            s.released = true;
+            (
+                std::mem::take(&mut s.output),
+                std::mem::take(&mut s.past_cap),
+                s.reservation.take(),
+            )
+        });
+        drop((output, past_cap, reservation));
     } else {
         h.kill_for("spawn_release");
     }

@@ -36,6 +36,10 @@ pub struct StdinStream {
     turn: tokio::sync::watch::Sender<u64>,
     /// Tickets handed out and not yet done.
     waiting: AtomicUsize,
+    /// A write was refused: the bytes after it would reach the program
+    /// with a hole before them, so every later write and the close are
+    /// refused too.
+    broken: std::sync::atomic::AtomicBool,
 }
 
 /// One write's or close's place in the handle's order, and its bytes'
@@ -75,26 +79,40 @@ impl StdinStream {
             next_ticket: AtomicU64::new(0),
             turn: tokio::sync::watch::Sender::new(0),
             waiting: AtomicUsize::new(0),
+            broken: std::sync::atomic::AtomicBool::new(false),
         };
         Ok((stream, std::fs::File::from(read)))
     }
 
     /// A place in this handle's order, taken when the request is read.
     pub fn ticket(&self, reservation: Reservation) -> Result<Ticket, RpcError> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(broken());
+        }
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
         if waiting >= MAX_WAITING_WRITES {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(RpcError::new(
+            return Err(self.refuse(RpcError::new(
                 rpc::OVERLOADED,
                 format!(
                     "{MAX_WAITING_WRITES} writes to this program's stdin are already waiting for it to read; wait for their answers"
                 ),
-            ));
+            )));
         }
         Ok(Ticket {
             number: self.next_ticket.fetch_add(1, Ordering::AcqRel),
             _reservation: reservation,
         })
+    }
+
+    /// Refuses a write with `error`: the stream is broken from here on.
+    pub fn refuse(&self, error: RpcError) -> RpcError {
+        self.broken.store(true, Ordering::Release);
+        RpcError::with_data(
+            error.code,
+            format!("{}; the stream is broken: later writes and the close are refused, kill or release the spawn", error.message),
+            json!({"stdin": "broken"}),
+        )
     }
 
     /// Closes the write end now, if no write holds it (the program ended:
@@ -161,6 +179,14 @@ async fn in_turn(
 /// The error for a handle spawned without `stdin_stream`.
 pub fn not_streamed() -> RpcError {
     RpcError::params("this spawn's stdin is not streamed: spawn it with stdin_stream: true")
+}
+
+fn broken() -> RpcError {
+    RpcError::with_data(
+        rpc::OVERLOADED,
+        "an earlier write to this program's stdin was refused, so the stream is broken (what follows would reach the program with a hole before it); kill or release the spawn",
+        json!({"stdin": "broken"}),
+    )
 }
 
 fn closed() -> RpcError {
