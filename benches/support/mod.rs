@@ -56,9 +56,13 @@ pattern = "[0-9]{1,12}"
 "#;
 
 /// The binary the benchmarks measure: Cargo builds it with the bench
-/// profile (release settings) before the benchmark.
+/// profile (release settings) before the benchmark; `SPAWND_BENCH_BIN`,
+/// when set, names another build to measure the same way (an A/B run
+/// against an older commit).
 pub fn spawnd() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_spawnd"))
+    std::env::var_os("SPAWND_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_spawnd")))
 }
 
 /// One JSON-RPC connection.
