@@ -600,3 +600,44 @@ fn a_refused_stdin_write_breaks_the_stream() {
     assert_eq!(close["error"]["data"]["stdin"], "broken", "{close}");
     c.ok("spawn_kill", json!({"handle": h}));
 }
+
+/// One uid holds at most `max_connections_per_uid` connections: past that
+/// it is told -32003 and closed, and another user still gets in.
+#[test]
+fn one_uid_cannot_hold_every_connection() {
+    let d = Daemon::start("per-uid", "max_connections_per_uid = 2\n");
+    // nobody opens three connections and keeps them; each asks `health`
+    // (refused by the access rules: an answer from a served connection).
+    let ask = format!(
+        r#"import json, socket
+held = []
+for _ in range(3):
+    s = socket.socket(socket.AF_UNIX); s.connect({socket:?}); held.append(s)
+    s.sendall(b'{{"jsonrpc": "2.0", "id": 1, "method": "health"}}\n')
+    print(s.makefile().readline(), end="")"#,
+        socket = d.socket.display().to_string(),
+    );
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c", &ask])
+        .output()
+        .unwrap();
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 3, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(answers[0]["error"]["code"], -32001, "{}", answers[0]);
+    assert_eq!(answers[1]["error"]["code"], -32001, "{}", answers[1]);
+    assert_eq!(answers[2]["error"]["code"], -32003, "{}", answers[2]);
+    assert!(
+        answers[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("uid 65534 has 2 connections open"),
+        "{}",
+        answers[2]
+    );
+    // Another uid is not held up.
+    assert_eq!(d.client().ok("health", json!({}))["protocol_version"], 1);
+}

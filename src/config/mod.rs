@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub manifests: Vec<PathBuf>,
     /// Concurrent connections.
     pub max_connections: u32,
+    /// Connections one uid may have open at once.
+    pub max_connections_per_uid: u32,
     /// Largest request line.
     pub max_frame_bytes: u32,
     /// Output the daemon may hold for all handles together (reserved at
@@ -656,6 +658,7 @@ fn server_config(
             .manifests
             .unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
         max_connections: raw.max_connections.unwrap_or(256),
+        max_connections_per_uid: raw.max_connections_per_uid.unwrap_or(64).max(1),
         max_frame_bytes: raw.max_frame_bytes.unwrap_or(1 << 20),
         max_buffered_output_bytes: raw.max_buffered_output_bytes.unwrap_or(256 << 20),
         shutdown_grace_ms: raw.shutdown_grace_ms.unwrap_or(10_000),

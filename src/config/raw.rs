@@ -41,6 +41,7 @@ pub(super) struct RawServer {
     pub(super) socket_group: Option<String>,
     pub(super) manifests: Option<Vec<PathBuf>>,
     pub(super) max_connections: Option<u32>,
+    pub(super) max_connections_per_uid: Option<u32>,
     pub(super) max_frame_bytes: Option<u32>,
     pub(super) max_buffered_output_bytes: Option<u64>,
     pub(super) shutdown_grace_ms: Option<u64>,

@@ -36,6 +36,7 @@ mod stdin;
 mod peer;
 pub mod refusals;
 pub mod request;
+mod slots;
 pub mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -368,6 +369,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
         .map_err(|e| ServeError(format!("SIGHUP handler: {e}")))?;
     let max = daemon.loaded().config.server.max_connections.max(1) as usize;
     let slots = Arc::new(Semaphore::new(max));
+    let per_uid = daemon.loaded().config.server.max_connections_per_uid.max(1) as usize;
+    let uid_slots = slots::UidSlots::default();
     // Told to connections at the end: answer what is in hand, read no more.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Windows of counted refusals are closed (and their counts written)
@@ -393,17 +396,28 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
             }
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                let uid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+                    .map(|c| c.uid());
+                let Ok(uid) = uid else { continue };
+                let Some(uid_slot) = uid_slots.take(uid, per_uid) else {
+                    tokio::spawn(refuse_overloaded(stream, format!(
+                        "uid {uid} has {per_uid} connections open to this daemon ([server] max_connections_per_uid); close some or try later"
+                    )));
+                    continue;
+                };
                 match Arc::clone(&slots).try_acquire_owned() {
                     Ok(permit) => {
                         let daemon = Arc::clone(&daemon);
                         let stop = stop_rx.clone();
                         tokio::spawn(async move {
                             connection::serve_connection(daemon, stream, stop).await;
-                            drop(permit);
+                            drop((permit, uid_slot));
                         });
                     }
                     Err(_) => {
-                        tokio::spawn(refuse_overloaded(stream, max));
+                        tokio::spawn(refuse_overloaded(stream, format!(
+                            "the daemon has {max} connections open ([server] max_connections); try later"
+                        )));
                     }
                 }
             }
@@ -457,11 +471,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     Ok(())
 }
 
-async fn refuse_overloaded(mut stream: UnixStream, max: usize) {
-    let e = RpcError::new(
-        rpc::OVERLOADED,
-        format!("the daemon has {max} connections open ([server] max_connections); try later"),
-    );
+async fn refuse_overloaded(mut stream: UnixStream, why: String) {
+    let e = RpcError::new(rpc::OVERLOADED, why);
     let _ = stream
         .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
         .await;
