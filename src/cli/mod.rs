@@ -165,14 +165,14 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Serve { socket } => {
             let config = context::load_config(cli)?;
             // `[server] manifests` is the operator's config: a missing or
-            // invalid entry is a config problem (exit 4), told apart here
-            // from what keeps the daemon itself from running (exit 5).
-            crate::config::manifests::load_manifests(&config)
+            // invalid entry is a config problem (exit 4), told apart from
+            // what keeps the daemon itself from running (exit 5).
+            let manifests = crate::config::manifests::load_manifests(&config)
                 .map_err(|e| Failure::config(format!("serve: manifests: {e}")))?;
             let path = context::config_path(cli);
             let reload: crate::daemon::Reload =
                 Box::new(move || context::load_config_from(path.as_deref()).map_err(|f| f.message));
-            crate::daemon::serve(config, reload, socket.clone())
+            crate::daemon::serve(config, manifests, reload, socket.clone())
                 .map(|()| Success::new(serde_json::Value::Null, ""))
                 .map_err(|e| {
                     Failure::new(

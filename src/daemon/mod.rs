@@ -241,10 +241,16 @@ fn raise_open_files_limit() {
     }
 }
 
-/// Runs the daemon until SIGTERM/SIGINT. Must be called single-threaded (it
-/// forks the spawner first). `socket` overrides `[server] socket`.
-pub fn serve(config: Config, reload: Reload, socket: Option<PathBuf>) -> Result<(), ServeError> {
-    let manifests = load_manifests(&config).map_err(|e| ServeError(format!("manifests: {e}")))?;
+/// Runs the daemon until SIGTERM/SIGINT, serving `manifests` (loaded from
+/// the config's `[server] manifests` by the caller, which tells a bad entry
+/// apart as a config problem). Must be called single-threaded (it forks the
+/// spawner first). `socket` overrides `[server] socket`.
+pub fn serve(
+    config: Config,
+    manifests: Manifests,
+    reload: Reload,
+    socket: Option<PathBuf>,
+) -> Result<(), ServeError> {
     crate::sys::bound_allocator_retention();
     raise_open_files_limit();
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;

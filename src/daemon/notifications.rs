@@ -79,16 +79,14 @@ pub(super) async fn forward(
             .await;
             return;
         }
-        if !ended || !caught_up {
-            let [o0, o1] = offsets;
-            tokio::select! {
-                _ = handle.wait_change(MAX_WAIT, |s| {
-                    s.ended_at.is_some()
-                        || s.past_cap[0].end(s.output[0].len()) > o0
-                        || s.past_cap[1].end(s.output[1].len()) > o1
-                }) => {}
-                _ = conn.until_closed() => return,
-            }
+        let [o0, o1] = offsets;
+        tokio::select! {
+            _ = handle.wait_change(MAX_WAIT, |s| {
+                s.ended_at.is_some()
+                    || s.past_cap[0].end(s.output[0].len()) > o0
+                    || s.past_cap[1].end(s.output[1].len()) > o1
+            }) => {}
+            _ = conn.until_closed() => return,
         }
         // Output arriving in many small pieces is sent in fewer, larger
         // notifications.
