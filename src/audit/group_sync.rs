@@ -26,6 +26,7 @@
 
 use std::fs::File;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A record written to the file this ticket names, waiting to be durable.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +88,8 @@ pub fn written(file: &File, key: (u64, u64)) -> Ticket {
         s.epoch += 1;
         s.written = 0;
         s.synced = 0;
+        // Records of the old epoch waiting with patience sync alone now.
+        DONE.notify_all();
     }
     s.written += 1;
     Ticket {
@@ -116,7 +119,14 @@ pub fn stopped_by_a_failed_sync() -> Option<String> {
 /// the same file; `file` is the record's own, for syncing alone. A failure
 /// is also kept for [`stopped_by_a_failed_sync`].
 pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
-    let synced = commit_ticket(file, ticket);
+    commit_within(file, ticket, Duration::ZERO)
+}
+
+/// [`commit`], for a record nothing waits on: for up to `patience`, a sync
+/// another thread begins (the next spawn's decision, say) may cover it, so
+/// that one `fdatasync` serves both; past that, this thread syncs.
+pub fn commit_within(file: &File, ticket: Ticket, patience: Duration) -> std::io::Result<()> {
+    let synced = commit_ticket(file, ticket, Instant::now() + patience);
     if let Err(e) = &synced {
         if FAILED.set(e.to_string()).is_ok() {
             tracing::error!(error = %e, "an audit record could not be made durable; this process starts nothing more");
@@ -125,7 +135,7 @@ pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
     synced
 }
 
-fn commit_ticket(file: &File, ticket: Ticket) -> std::io::Result<()> {
+fn commit_ticket(file: &File, ticket: Ticket, lead_after: Instant) -> std::io::Result<()> {
     if ticket.n == 0 {
         return file.sync_data();
     }
@@ -143,6 +153,15 @@ fn commit_ticket(file: &File, ticket: Ticket) -> std::io::Result<()> {
         if s.leading {
             s = match DONE.wait(s) {
                 Ok(s) => s,
+                Err(_) => return file.sync_data(),
+            };
+            continue;
+        }
+        let now = Instant::now();
+        if now < lead_after {
+            // Waiting for a sync to begin and end that covers this record.
+            s = match DONE.wait_timeout(s, lead_after - now) {
+                Ok((s, _)) => s,
                 Err(_) => return file.sync_data(),
             };
             continue;
@@ -237,6 +256,42 @@ mod tests {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 400);
+    }
+
+    /// A patient record is covered by the next record's sync, long before
+    /// its patience runs out; with no other record, it syncs itself.
+    #[test]
+    fn a_patient_record_shares_the_next_records_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut exit = File::create(&path).unwrap();
+        exit.write_all(b"exit\n").unwrap();
+        let exit_ticket = written_to(&exit);
+        let patient = std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            commit_within(&exit, exit_ticket, Duration::from_secs(30)).unwrap();
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let mut decision = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        decision.write_all(b"decision\n").unwrap();
+        let decision_ticket = written_to(&decision);
+        commit(&decision, decision_ticket).unwrap();
+        let waited = patient.join().unwrap();
+        assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+
+        let mut alone = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        alone.write_all(b"alone\n").unwrap();
+        let ticket = written_to(&alone);
+        commit_within(&alone, ticket, Duration::from_millis(20)).unwrap();
+        let s = state().unwrap();
+        assert!(ticket.n == 0 || s.epoch != ticket.epoch || s.synced >= ticket.n);
     }
 
     /// A sync that fails covers nobody: the epoch ends, and a record of it

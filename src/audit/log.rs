@@ -88,6 +88,20 @@ impl Unsynced {
         })?;
         Ok(self.appended)
     }
+
+    /// [`Unsynced::commit`] for a record nothing waits on (the daemon's exit
+    /// records): another thread's sync that begins within `patience` makes
+    /// it durable too, and only past that does this one flush the disk.
+    pub fn commit_within(self, patience: std::time::Duration) -> Result<Appended, AuditError> {
+        group_sync::commit_within(&self.file, self.ticket, patience).map_err(|source| {
+            AuditError {
+                path: self.path,
+                what: "fsync".into(),
+                source,
+            }
+        })?;
+        Ok(self.appended)
+    }
 }
 
 /// An audit log at a path.

@@ -51,7 +51,7 @@ impl Decoder for RequestLines {
     fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Frame>> {
         loop {
             if self.discarding {
-                match buf.iter().position(|b| *b == b'\n') {
+                match memchr::memchr(b'\n', buf) {
                     Some(at) => {
                         buf.advance(at + 1);
                         self.discarding = false;
@@ -64,9 +64,7 @@ impl Decoder for RequestLines {
                 }
             }
             let read_to = buf.len().min(self.max.saturating_add(1));
-            let found = buf[self.searched.min(read_to)..read_to]
-                .iter()
-                .position(|b| *b == b'\n');
+            let found = memchr::memchr(b'\n', &buf[self.searched.min(read_to)..read_to]);
             match found {
                 Some(offset) => {
                     let at = self.searched.min(read_to) + offset;

@@ -369,9 +369,9 @@ struct Job {
 
 /// A spawn on its blocking thread, start to end: the same pipeline as
 /// `spawnd run` (always through the spawner) with output into the handle,
-/// the result handed on, the handle marked ended, then the exit record
-/// flushed and init reaped. The permit is held until then, so a shutdown
-/// waits for the flush.
+/// the result handed on, the handle marked ended, then init reaped and the
+/// exit record flushed. The permit is held until then, so a shutdown waits
+/// for the flush.
 fn run_job(job: Job) {
     let Job {
         loaded,
@@ -437,7 +437,7 @@ fn run_job(job: Job) {
     hand_over(&handle, result, early);
     mark_ended(&handle);
     drop(handle);
-    flush_exit_record_and_reap(exit_record, leaving);
+    reap_and_flush_exit_record(exit_record, leaving);
 }
 
 /// The program has started: its init's pidfd kept for `spawn_kill`, the
@@ -512,21 +512,28 @@ fn mark_ended(handle: &Handle) {
     handle.end.notify_waiters();
 }
 
-/// The caller has its result; the exit record, already in the log and
-/// chained, is flushed now (docs/audit.md: only decisions and denials must
-/// be durable before what they allow), while init finishes leaving, then
-/// init is reaped. A failed flush stops every later spawn (`group_sync`
-/// keeps it).
-fn flush_exit_record_and_reap(exit_record: Option<Unsynced>, leaving: Option<Leaving<'_>>) {
-    if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
-        tracing::error!("the exit record of a finished spawn: {e}");
-    }
+/// The caller has its result; init is reaped once it has finished leaving,
+/// and the exit record, already in the log and chained, is made durable
+/// (docs/audit.md: only decisions and denials must be durable before what
+/// they allow). A sync that another spawn's record starts within
+/// [`EXIT_RECORD_PATIENCE`] covers it, so back-to-back spawns share one
+/// `fdatasync`; past that this thread flushes. A failed flush stops every
+/// later spawn (`group_sync` keeps it). The job's permit is held until
+/// then, so a shutdown waits for the flush.
+fn reap_and_flush_exit_record(exit_record: Option<Unsynced>, leaving: Option<Leaving<'_>>) {
     if let Some(leaving) = leaving {
         if let Err(e) = leaving.reap() {
             tracing::warn!("reaping a sandbox's init: {e}");
         }
     }
+    if let Some(Err(e)) = exit_record.map(|r| r.commit_within(EXIT_RECORD_PATIENCE)) {
+        tracing::error!("the exit record of a finished spawn: {e}");
+    }
 }
+
+/// How long a finished spawn's exit record waits for another record's
+/// `fdatasync` to cover it before it flushes the disk itself.
+const EXIT_RECORD_PATIENCE: Duration = Duration::from_millis(20);
 
 /// The answer to `spawn`: the handle's name once the program has started
 /// (the handle kept on the connection, and among the daemon's started
