@@ -6,11 +6,13 @@
 //! Reports, as Markdown: the round trip of `spawn_op` + `spawn_status`
 //! (waiting for the end) against a plain fork/exec of `/usr/bin/true`,
 //! measured interleaved in the same run with one client; sustained spawns per
-//! second under the load; the daemon's own CPU time per spawn under the load
-//! (its spawner's apart); the delay a request waiting on a long spawn adds to
-//! another request's answer on the same connection; the daemon's RSS idle, at
-//! peak and after the load; and fails if a result was lost or mixed up, or
-//! RSS grows without bound.
+//! second under the load; the CPU time per spawn under the load of the
+//! daemon (its spawner's apart), of the sandboxes themselves and of the
+//! whole machine, and the rate the cores would allow if the sandboxes' own
+//! CPU time were the only cost; the delay a request waiting on a long spawn
+//! adds to another request's answer on the same connection; the daemon's
+//! RSS idle, at peak and after the load; and fails if a result was lost or
+//! mixed up, or RSS grows without bound.
 //!
 //! Run: `scripts/bench-daemon`. `SPAWND_BENCH_N` changes the per-client count.
 
@@ -25,7 +27,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 mod support;
-use support::{cpu_time, ms, percentile, rss_kib, spawner_of, start_daemon, Client, CONNECTOR};
+use support::{
+    cpu_time, machine_busy_time, ms, percentile, reaped_children_cpu_time, rss_kib, spawner_of,
+    start_daemon, Client, CONNECTOR,
+};
 
 const CLIENTS: usize = 16;
 const GARBAGE_CLIENTS: usize = 4;
@@ -281,11 +286,19 @@ fn main() {
     };
     let spawner = spawner_of(pid);
     let (cpu_before, spawner_before) = (cpu_time(pid), spawner.map(cpu_time));
+    let (sandboxes_before, machine_before) =
+        (spawner.map(reaped_children_cpu_time), machine_busy_time());
     let (mut all, wrong, wall) = load(&socket, CLIENTS, per_client);
     let daemon_cpu = cpu_time(pid) - cpu_before;
+    let machine_cpu = machine_busy_time().saturating_sub(machine_before);
     let spawner_cpu = spawner
         .zip(spawner_before)
         .map(|(s, before)| cpu_time(s).saturating_sub(before));
+    // The sandboxes' own CPU: every init and its program, reaped by the
+    // spawner (a spare's namespaces are made in the process that becomes init).
+    let sandboxes_cpu = spawner
+        .zip(sandboxes_before)
+        .map(|(s, before)| reaped_children_cpu_time(s).saturating_sub(before));
     stop.store(true, Ordering::Relaxed);
     for t in garbage_threads {
         let _ = t.join();
@@ -301,6 +314,7 @@ fn main() {
     all.sort();
 
     let total = CLIENTS * per_client;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rate8 = eight.len() as f64 / wall8.as_secs_f64();
     let rate = all.len() as f64 / wall.as_secs_f64();
     let (p50, p99, plain50) = (
@@ -318,6 +332,9 @@ fn main() {
 | sustained spawns per second, 8 clients | {rate8:.0}/s | |\n\
 | sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 550/s |\n\
 | daemon CPU time per spawn under that load (its spawner's apart) | {:.3} ms ({}) | ≤ 0.4 ms |\n\
+| the sandboxes' own CPU time per spawn under that load (inits and programs, reaped by the spawner) | {} | |\n\
+| the whole machine's busy CPU time per spawn under that load (every process and kernel thread, the clients too) | {:.3} ms | |\n\
+| the most spawns per second {cores} cores allow with the sandboxes' own CPU time alone (daemon, spawner and clients free) | {} | |\n\
 | quick answer on one connection, p50 alone / p50 and slowest beside a request waiting on a long spawn | {} / {} and {} | ≤ 1 ms more |\n\
 | results: completed / expected / lost or mixed up | {} / {total} / {} | 0 lost |\n\
 | garbage frames sent meanwhile | {} | |\n\
@@ -335,6 +352,17 @@ fn main() {
             "spawner {:.3} ms",
             c.as_secs_f64() * 1e3 / all.len().max(1) as f64
         )),
+        sandboxes_cpu.map_or("spawner not read".to_string(), |c| format!(
+            "{:.3} ms",
+            c.as_secs_f64() * 1e3 / all.len().max(1) as f64
+        )),
+        machine_cpu.as_secs_f64() * 1e3 / all.len().max(1) as f64,
+        sandboxes_cpu
+            .filter(|c| !c.is_zero())
+            .map_or("spawner not read".to_string(), |c| format!(
+                "{:.0}/s",
+                cores as f64 * all.len() as f64 / c.as_secs_f64()
+            )),
         ms(alone50),
         ms(beside50),
         ms(beside_max),

@@ -124,20 +124,56 @@ impl Client {
 
 /// The CPU time a process has used, user and system, all its threads.
 pub fn cpu_time(pid: u32) -> Duration {
+    stat_ticks(pid, 11)
+}
+
+/// The CPU time of a process's children it has reaped (and of theirs, as
+/// each reaped its own), user and system.
+pub fn reaped_children_cpu_time(pid: u32) -> Duration {
+    stat_ticks(pid, 13)
+}
+
+/// Two consecutive tick counts of `/proc/PID/stat`, summed, as a duration:
+/// `at` counts the fields after the command name (which may hold spaces),
+/// from 0 for the state: utime is the 12th, stime the 13th, cutime and
+/// cstime the 14th and 15th.
+fn stat_ticks(pid: u32, at: usize) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name (which may hold spaces): state is
-    // the first, utime the 12th, stime the 13th.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<u64> = after
         .split_whitespace()
         .map(|f| f.parse().unwrap_or(0))
         .collect();
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    let ticks = fields.get(at).copied().unwrap_or(0) + fields.get(at + 1).copied().unwrap_or(0);
+    ticks_as_duration(ticks)
+}
+
+fn ticks_as_duration(ticks: u64) -> Duration {
     let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as u64;
     Duration::from_micros(ticks * 1_000_000 / per_second)
+}
+
+/// The CPU time the whole machine has been busy (every core; user, nice,
+/// system, irq and softirq), from `/proc/stat`.
+pub fn machine_busy_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .map_or(0, |fields| {
+            fields
+                .split_whitespace()
+                .map(|f| f.parse::<u64>().unwrap_or(0))
+                .enumerate()
+                // user nice system idle iowait irq softirq steal…: not idle, iowait or steal.
+                .filter(|(i, _)| matches!(i, 0 | 1 | 2 | 5 | 6))
+                .map(|(_, t)| t)
+                .sum()
+        });
+    ticks_as_duration(ticks)
 }
 
 pub fn rss_kib(pid: u32) -> u64 {
