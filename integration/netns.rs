@@ -28,7 +28,7 @@ use spawnd::sandbox::network::Listeners;
 use spawnd::sandbox::seccomp::{filter_for, FilterOptions};
 use spawnd::sandbox::spare::Spare;
 use spawnd::sandbox::spec::{
-    add_runtime_files, build_spec, system_steps, HostKind, RuntimeIdentity,
+    add_runtime_files, build_spec, steps_mountable_ahead, HostKind, RuntimeIdentity,
 };
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -179,7 +179,10 @@ fn run_sandbox(network: &[&str], learning: Option<Learning>, via: Via) -> Seen {
         Via::Spare => {
             let mut spare = Spare::make().unwrap();
             spare
-                .make_ready_for((65534, 65534, privileged), system_steps(&spec.mounts))
+                .make_ready_for(
+                    (65534, 65534, privileged),
+                    steps_mountable_ahead(&spec.mounts),
+                )
                 .unwrap();
             Some(spare)
         }

@@ -372,7 +372,8 @@ fn start_program_process(
 
 /// What every sandbox needs before its request is known, once its ids are
 /// mapped: the staged root with /tmp, /dev and /proc and then `system` (the
-/// system paths the daemon's last request had), its host name, its loopback
+/// system paths and small files the daemon's last request had,
+/// [`super::spec::steps_mountable_ahead`]), its host name, its loopback
 /// up, its bounding set empty. A spare sandbox does this while it
 /// waits for its order.
 pub fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), StepError> {

@@ -341,7 +341,9 @@ pub fn reported_failure(report: &[u8]) -> Option<StepError> {
     ))
 }
 
-/// The namespaces every sandbox gets at clone time (cgroup is unshared once inside its cgroup).
+/// The namespaces every sandbox gets at clone time (cgroup is unshared once
+/// inside its cgroup); a spare sandbox unshares all but its user and pid
+/// namespaces itself, right after its clone (see `spare::CLONED`).
 pub(super) const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWPID

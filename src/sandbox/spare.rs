@@ -9,7 +9,8 @@
 //! A spare is a process in fresh namespaces that has closed every descriptor
 //! but one end of a private socketpair and waits there for, at most, one
 //! "prepare" (its ids were mapped for an identity: build the shared part of
-//! the root, and bind the system paths the last request had, which a
+//! the root, and mount the system paths and small files the last request
+//! had ([`super::spec::steps_mountable_ahead`]), which a
 //! daemon's requests share as they come from one config) and then its
 //! order: the [`LaunchOrder`] and the descriptors of [`Handover`], as one
 //! [`crate::ipc`] frame. From them it builds
@@ -43,6 +44,17 @@ use super::StepError;
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
 use crate::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 
+/// The namespaces a spare is cloned into: its user namespace, and its pid
+/// namespace, which only a clone can make the child's own. The others
+/// ([`UNSHARED`]) the spare makes itself, first thing, owned by that user
+/// namespace as a clone would have made them: their kernel work (the
+/// network namespace's above all) is then the spare's, on whichever core is
+/// free, and does not hold up the spawner (and the requests that come to it)
+/// for the length of a clone.
+const CLONED: libc::c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWPID;
+/// The rest of [`NAMESPACES`]: unshared by the spare before it reads any frame.
+const UNSHARED: libc::c_int = NAMESPACES & !CLONED;
+
 /// A spare sandbox, waiting for its order.
 pub struct Spare {
     /// Its init's pid, until it is handed on (or killed).
@@ -51,7 +63,8 @@ pub struct Spare {
     sock: UnixStream,
     /// Whose ids were mapped in it, once prepared.
     mapped: Option<MappedFor>,
-    /// The system-path steps it was told to mount after the shared ones.
+    /// The steps it was told to mount after the shared ones (system paths
+    /// and small files).
     system: Vec<MountStep>,
 }
 
@@ -61,7 +74,7 @@ pub struct Spare {
 struct ToSpare<'a> {
     order: Option<&'a LaunchOrder>,
     handover: Option<HandoverFacts>,
-    /// With a prepare: the system-path steps to mount after the shared ones.
+    /// With a prepare: the steps to mount after the shared ones.
     system: &'a [MountStep],
 }
 
@@ -82,9 +95,13 @@ impl Spare {
     /// Clones a spare into fresh namespaces. The caller must be single-threaded.
     pub fn make() -> Result<Spare, StepError> {
         ensure_single_threaded()?;
+        // Read here, once per process, so the spare inherits the answer and
+        // its init does not read `/proc/self/stat` once its order has come
+        // (see `init_main`, which hides spawnd's command line).
+        let _ = crate::sys::command_line_area();
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| StepError::new("socketpair(the order channel)", e))?;
-        let pid = clone_process(NAMESPACES).map_err(clone_failed)?;
+        let pid = clone_process(CLONED).map_err(clone_failed)?;
         if pid == 0 {
             drop(ours);
             wait_for_order(OwnedFd::from(theirs));
@@ -104,7 +121,8 @@ impl Spare {
 
     /// Maps the spare's ids for `who` and lets it build the shared part of
     /// its root (/tmp, /dev, /proc, host name, loopback) and bind `system`
-    /// (system paths: binds by path and symbolic links) before any request
+    /// (system paths: binds by path and symbolic links; and the small files
+    /// after them, see [`super::spec::steps_mountable_ahead`]) before any request
     /// comes. It then serves only orders for `who` whose mount steps go on
     /// with `system` ([`Spare::fits`]).
     pub fn make_ready_for(
@@ -134,7 +152,7 @@ impl Spare {
         self.mapped
     }
 
-    /// The system-path steps it mounted ahead (empty unless prepared).
+    /// The steps it mounted ahead after the shared ones (empty unless prepared).
     pub fn system_steps(&self) -> &[MountStep] {
         &self.system
     }
@@ -193,10 +211,14 @@ fn wait_for_order(sock: OwnedFd) -> ! {
     // Back to the daemon's priority from the start, not only once the order
     // comes (see `super::priority`): nothing of a sandbox runs at the
     // spawner's.
+    // Its own mount, network, ipc and uts namespaces, at the daemon's
+    // priority; a spare that cannot make them exits before any frame, and
+    // its order goes to a fresh clone (its delivery fails).
     if closed.is_err()
         || super::priority::back_to_base().is_err()
         || nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
         || default_signal_actions().is_err()
+        || nix::sched::unshare(nix::sched::CloneFlags::from_bits_retain(UNSHARED)).is_err()
     {
         exit_immediately(126)
     }

@@ -316,10 +316,14 @@ pub fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
     mounts.strip_prefix(BASE.get_or_init(base_mounts).as_slice())
 }
 
-/// The system-path steps a sandbox's mounts go on with after the shared
-/// ones (binds by path and symbolic links, before any scope): what a
-/// daemon's requests share, so a spare sandbox can mount them early.
-pub fn system_steps(mounts: &[MountStep]) -> &[MountStep] {
+/// The steps a sandbox's mounts go on with after the shared ones that need
+/// nothing of the request's descriptors: the system paths (binds by path
+/// and symbolic links) and the small files made for it (`/etc/passwd` and
+/// the others of [`add_runtime_files`]), up to the first scope or the
+/// program's own bind. What a daemon's requests share, so a spare sandbox
+/// can mount them early; a request with scopes shares only the system
+/// paths, as its files come after its scopes.
+pub fn steps_mountable_ahead(mounts: &[MountStep]) -> &[MountStep] {
     let rest = after_base(mounts).unwrap_or_default();
     let n = rest
         .iter()
@@ -327,6 +331,7 @@ pub fn system_steps(mounts: &[MountStep]) -> &[MountStep] {
             matches!(
                 m.kind,
                 MountKind::Symlink { .. }
+                    | MountKind::File { .. }
                     | MountKind::Bind {
                         source: BindSource::System(_),
                         ..

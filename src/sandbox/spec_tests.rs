@@ -304,19 +304,21 @@ fn only_a_program_path_on_the_sandboxs_own_filesystems_is_its_own() {
 }
 
 #[test]
-fn system_steps_are_the_system_paths_between_the_shared_steps_and_the_scopes() {
+fn steps_mountable_ahead_are_the_system_paths_between_the_shared_steps_and_the_scopes() {
     let fs = FsPlan {
         read: vec!["/home/u/code".into()],
         ..FsPlan::default()
     };
-    let spec = build_spec(&plan(fs, CwdPlan::FreshTemp), &system(), &host).unwrap();
+    let mut spec = build_spec(&plan(fs, CwdPlan::FreshTemp), &system(), &host).unwrap();
+    add_runtime_files(&mut spec, &nobody());
     let after = after_base(&spec.mounts).expect("begins with the shared steps");
     assert_eq!(after.len(), spec.mounts.len() - base_mounts().len());
-    let targets: Vec<&Path> = system_steps(&spec.mounts)
+    let targets: Vec<&Path> = steps_mountable_ahead(&spec.mounts)
         .iter()
         .map(|m| m.target.as_path())
         .collect();
-    // /lib64 is missing on this host: left out; the scope comes after.
+    // /lib64 is missing on this host: left out; the scope comes after, and
+    // the account files after it.
     assert_eq!(
         targets,
         ["/usr", "/lib", "/bin", "/etc/ld.so.cache"].map(Path::new)
@@ -324,7 +326,45 @@ fn system_steps_are_the_system_paths_between_the_shared_steps_and_the_scopes() {
     assert_eq!(after[targets.len()].target, Path::new("/home/u/code"));
     // Without the shared steps first, nothing is the system's.
     assert!(after_base(&spec.mounts[1..]).is_none());
-    assert!(system_steps(&spec.mounts[1..]).is_empty());
+    assert!(steps_mountable_ahead(&spec.mounts[1..]).is_empty());
+}
+
+#[test]
+fn without_scopes_the_account_files_are_mountable_ahead_too() {
+    let mut spec = build_spec(
+        &plan(FsPlan::default(), CwdPlan::FreshTemp),
+        &system(),
+        &host,
+    )
+    .unwrap();
+    add_runtime_files(&mut spec, &nobody());
+    let ahead = steps_mountable_ahead(&spec.mounts);
+    // Every step after the shared ones: the system paths, then the files.
+    assert_eq!(ahead, after_base(&spec.mounts).unwrap());
+    let targets: Vec<&Path> = ahead.iter().map(|m| m.target.as_path()).collect();
+    assert_eq!(
+        targets,
+        [
+            "/usr",
+            "/lib",
+            "/bin",
+            "/etc/ld.so.cache",
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/hosts",
+            "/etc/nsswitch.conf"
+        ]
+        .map(Path::new)
+    );
+}
+
+fn nobody() -> RuntimeIdentity {
+    RuntimeIdentity {
+        uid: 65534,
+        gid: 65534,
+        user: "nobody".into(),
+        group: "nogroup".into(),
+    }
 }
 
 #[test]

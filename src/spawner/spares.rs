@@ -3,7 +3,8 @@
 //! namespaces (user, mount, pid, network, ipc, uts) already made and only
 //! hands over its order. Spares are then prepared for the identity the last
 //! request ran as (its ids mapped, the shared part of the root built, the
-//! system paths of the last request bound), since a daemon's callers are
+//! system paths and small files of the last request mounted, see
+//! [`steps_mountable_ahead`]), since a daemon's callers are
 //! mostly one connector runtime under one config; a request for another
 //! identity or with other system paths takes an unprepared spare, or clones. Each spare serves
 //! exactly one sandbox: two sandboxes never share a namespace. Spares older
@@ -14,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sandbox::spare::{MappedFor, Spare};
-use crate::sandbox::spec::{system_steps, MountStep};
+use crate::sandbox::spec::{steps_mountable_ahead, MountStep};
 
 /// How many spares are kept ready.
 pub const POOL_SIZE: usize = 4;
@@ -37,7 +38,7 @@ pub struct SparePool {
     ready: Vec<(Spare, Instant)>,
     /// Whom the last request ran as: whom idle spares are prepared for.
     last: Option<MappedFor>,
-    /// The system-path steps of the last request: what idle spares mount.
+    /// The steps of the last request mountable ahead: what idle spares mount.
     system: Vec<MountStep>,
     /// No spare is made before this (after a failure).
     paused_until: Option<Instant>,
@@ -135,7 +136,7 @@ impl SparePool {
     /// namespaces count against the user's limits while a clone is made).
     pub fn take(&mut self, who: MappedFor, mounts: &[MountStep]) -> Option<Spare> {
         self.last = Some(who);
-        let system = system_steps(mounts);
+        let system = steps_mountable_ahead(mounts);
         if self.system != system {
             self.system = system.to_vec();
         }

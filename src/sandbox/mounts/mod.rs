@@ -2,7 +2,8 @@
 //! cut from the host, a tmpfs staged on `/sys`, every step of the spec
 //! mounted into it — first the steps every sandbox shares
 //! ([`stage_base_in_child`]), then the system paths (a spare sandbox
-//! does both before its order, [`Staged::mount_more`]), then the scopes
+//! does both before its order, [`Staged::mount_more`], with the small
+//! files that follow them when no scope comes first), then the scopes
 //! ([`finish_root_in_child`]) —
 //! then `pivot_root` into it and the old root detached. Everything
 //! is nosuid and nodev (device nodes excepted) and noexec unless the spec
@@ -68,7 +69,8 @@ pub struct Staged {
 }
 
 impl Staged {
-    /// Mounts `steps` (system paths: binds by path and symbolic links) after
+    /// Mounts `steps` (system paths: binds by path and symbolic links, and
+    /// small files; [`crate::sandbox::spec::steps_mountable_ahead`]) after
     /// the ones staged; an order's mount steps must then go on with them.
     pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
         apply_steps(&self.stage, steps, &[], None, None)?;
