@@ -19,14 +19,17 @@ use harness::world;
 use serde_json::{json, Value};
 
 #[test]
-fn network_namespaces_of_spare_sandboxes_are_fresh_up_and_never_shared() {
+fn namespaces_of_spare_sandboxes_are_fresh_and_never_shared_and_loopback_is_up() {
     let d = Daemon::start("netns", "");
     // Let the idle spawner fill its pool.
     std::thread::sleep(Duration::from_millis(300));
+    // A spare is cloned into its user and pid namespaces and makes the
+    // others itself: every one of them must be its own, none the host's.
     let code = "import os,socket,time\n\
 s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
 s.bind(('127.0.0.1',0)); s.sendto(b'ping',s.getsockname())\n\
-print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
+ns=','.join(os.readlink('/proc/self/ns/'+n) for n in ('net','mnt','ipc','uts','pid','user'))\n\
+print(ns, s.recv(4).decode()); time.sleep(0.5)";
     let mut c = d.client();
     let handles: Vec<String> = (0..3)
         .map(|_| {
@@ -51,10 +54,12 @@ print(os.readlink('/proc/self/ns/net'), s.recv(4).decode()); time.sleep(0.5)";
         let text = done["stdout"]["text"].as_str().unwrap().to_string();
         let (ns, reply) = text.trim().split_once(' ').unwrap();
         assert_eq!(reply, "ping", "loopback is up: {text}");
-        seen.push(ns.to_string());
+        seen.extend(ns.split(',').map(str::to_string));
     }
-    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
-    seen.push(host.display().to_string());
+    for n in ["net", "mnt", "ipc", "uts", "pid", "user"] {
+        let host = std::fs::read_link(format!("/proc/self/ns/{n}")).unwrap();
+        seen.push(host.display().to_string());
+    }
     let mut unique = seen.clone();
     unique.sort();
     unique.dedup();

@@ -842,10 +842,7 @@ pub(super) fn clone_failed(e: std::io::Error) -> StepError {
         Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
         _ => "",
     };
-    StepError::new(
-        format!("clone(new user, mount, pid, net, ipc, uts namespaces){hint}"),
-        e,
-    )
+    StepError::new(format!("clone(new namespaces){hint}"), e)
 }
 
 fn unique() -> u64 {

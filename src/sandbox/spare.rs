@@ -55,6 +55,18 @@ const CLONED: libc::c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWPID;
 /// The rest of [`NAMESPACES`]: unshared by the spare before it reads any frame.
 const UNSHARED: libc::c_int = NAMESPACES & !CLONED;
 
+/// How long a request waits for the spare it takes to have made its own
+/// namespaces (normally well under a millisecond after its clone).
+pub const MAKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A spare that could not make its own namespaces.
+fn made_error(e: std::io::Error) -> StepError {
+    StepError::new(
+        "a spare sandbox's own mount, network, ipc and uts namespaces (unshare)",
+        e,
+    )
+}
+
 /// A spare sandbox, waiting for its order.
 pub struct Spare {
     /// Its init's pid, until it is handed on (or killed).
@@ -66,7 +78,14 @@ pub struct Spare {
     /// The steps it was told to mount after the shared ones (system paths
     /// and small files).
     system: Vec<MountStep>,
+    /// It said it has made its own namespaces ([`UNSHARED`]).
+    made: bool,
 }
+
+/// The spare's word once it has made its own namespaces; failing, it sends
+/// [`UNSHARE_FAILED`] and the errno (4 bytes, native order) and exits.
+const NAMESPACES_MADE: u8 = b'n';
+const UNSHARE_FAILED: u8 = b'e';
 
 /// A frame to a spare: empty to prepare (its ids are mapped: build the
 /// shared part of the root), or the order with the facts of its handover.
@@ -111,7 +130,66 @@ impl Spare {
             sock: ours,
             mapped: None,
             system: Vec::new(),
+            made: false,
         })
+    }
+
+    /// Whether it has made its own namespaces, without waiting: `false`
+    /// while it is still making them; an error once it has said it could not
+    /// (or died before saying anything). A spare is used only once this is
+    /// `true` ([`Spare::wait_until_made`]).
+    pub fn poll_made(&mut self) -> Result<bool, StepError> {
+        self.read_made(nix::sys::socket::MsgFlags::MSG_DONTWAIT)
+    }
+
+    /// Waits (at most [`MAKING_TIMEOUT`]) until it has made its own
+    /// namespaces; an error when it could not, or took longer.
+    pub fn wait_until_made(&mut self) -> Result<(), StepError> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let deadline = std::time::Instant::now() + MAKING_TIMEOUT;
+        loop {
+            if self.poll_made()? {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(made_error(std::io::Error::from(
+                    std::io::ErrorKind::TimedOut,
+                )));
+            }
+            let ms = PollTimeout::from(left.as_millis().clamp(1, 1000) as u16);
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Ok(_) | Err(nix::Error::EINTR) => {}
+                Err(e) => return Err(made_error(e.into())),
+            }
+        }
+    }
+
+    fn read_made(&mut self, flags: nix::sys::socket::MsgFlags) -> Result<bool, StepError> {
+        use std::os::fd::AsRawFd;
+        if self.made {
+            return Ok(true);
+        }
+        let mut word = [0u8; 5];
+        match nix::sys::socket::recv(self.sock.as_raw_fd(), &mut word, flags) {
+            Ok(1) if word[0] == NAMESPACES_MADE => {
+                self.made = true;
+                Ok(true)
+            }
+            Ok(5) if word[0] == UNSHARE_FAILED => {
+                let errno = i32::from_ne_bytes([word[1], word[2], word[3], word[4]]);
+                Err(made_error(std::io::Error::from_raw_os_error(errno)))
+            }
+            Ok(0) => Err(made_error(std::io::Error::other(
+                "it exited before making them",
+            ))),
+            Ok(_) => Err(made_error(std::io::Error::other("it spoke out of turn"))),
+            Err(nix::Error::EAGAIN) => Ok(false),
+            Err(nix::Error::EINTR) => Ok(false),
+            Err(e) => Err(made_error(e.into())),
+        }
     }
 
     /// Its pid, as seen from here (`None` once handed on).
@@ -174,6 +252,11 @@ impl Spare {
     /// Sends the order and the child's descriptors. On success the spare is
     /// that sandbox's init; the caller's copies of `handover` may be closed.
     pub(super) fn deliver(&self, order: &LaunchOrder, handover: &Handover) -> std::io::Result<()> {
+        if !self.made {
+            return Err(std::io::Error::other(
+                "the spare has not said it made its own namespaces",
+            ));
+        }
         let body = ToSpare {
             order: Some(order),
             handover: Some(handover.facts()),
@@ -211,15 +294,26 @@ fn wait_for_order(sock: OwnedFd) -> ! {
     // Back to the daemon's priority from the start, not only once the order
     // comes (see `super::priority`): nothing of a sandbox runs at the
     // spawner's.
-    // Its own mount, network, ipc and uts namespaces, at the daemon's
-    // priority; a spare that cannot make them exits before any frame, and
-    // its order goes to a fresh clone (its delivery fails).
     if closed.is_err()
         || super::priority::back_to_base().is_err()
         || nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
         || default_signal_actions().is_err()
-        || nix::sched::unshare(nix::sched::CloneFlags::from_bits_retain(UNSHARED)).is_err()
     {
+        exit_immediately(126)
+    }
+    // Its own mount, network, ipc and uts namespaces, at the daemon's
+    // priority, then its word to the parent: no order is sent to a spare
+    // before it has said it made them ([`Spare::wait_until_made`]); one that
+    // cannot make them says why and exits before reading any frame.
+    let word = match nix::sched::unshare(nix::sched::CloneFlags::from_bits_retain(UNSHARED)) {
+        Ok(()) => [NAMESPACES_MADE, 0, 0, 0, 0],
+        Err(e) => {
+            let [a, b, c, d] = (e as i32).to_ne_bytes();
+            let _ = nix::unistd::write(&sock, &[UNSHARE_FAILED, a, b, c, d]);
+            exit_immediately(126)
+        }
+    };
+    if nix::unistd::write(&sock, &word[..1]) != Ok(1) {
         exit_immediately(126)
     }
     let sock = UnixStream::from(sock);
@@ -277,5 +371,46 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         }
         // The parent checked argv and env before sending: not reached.
         Err(_) => exit_immediately(126),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spare stand-in (no process) whose word comes from the other end.
+    fn spare_and_its_end() -> (Spare, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let spare = Spare {
+            pid: None,
+            sock: ours,
+            mapped: None,
+            system: Vec::new(),
+            made: false,
+        };
+        (spare, theirs)
+    }
+
+    #[test]
+    fn a_spare_is_made_only_once_it_says_so() {
+        let (mut spare, theirs) = spare_and_its_end();
+        assert!(!spare.poll_made().unwrap());
+        nix::unistd::write(&theirs, &[NAMESPACES_MADE]).unwrap();
+        assert!(spare.poll_made().unwrap());
+        spare.wait_until_made().unwrap();
+    }
+
+    #[test]
+    fn a_spare_that_could_not_unshare_says_why_and_one_that_died_is_not_made() {
+        let (mut spare, theirs) = spare_and_its_end();
+        let [a, b, c, d] = libc::ENOSPC.to_ne_bytes();
+        nix::unistd::write(&theirs, &[UNSHARE_FAILED, a, b, c, d]).unwrap();
+        let e = spare.poll_made().unwrap_err().to_string();
+        assert!(e.contains("unshare") && e.contains("os error 28"), "{e}");
+
+        let (mut spare, theirs) = spare_and_its_end();
+        drop(theirs);
+        let e = spare.wait_until_made().unwrap_err().to_string();
+        assert!(e.contains("exited before making them"), "{e}");
     }
 }

@@ -323,20 +323,26 @@ pub fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
 /// program's own bind. What a daemon's requests share, so a spare sandbox
 /// can mount them early; a request with scopes shares only the system
 /// paths, as its files come after its scopes.
+///
+/// A small file goes ahead only when it lands in the fresh root itself,
+/// not at or under a system path bound or linked before it (`system_paths`
+/// may name `/etc`): there, while the spare waits, a host mount propagating
+/// onto the bind or a rename on the host could take the file's place.
 pub fn steps_mountable_ahead(mounts: &[MountStep]) -> &[MountStep] {
     let rest = after_base(mounts).unwrap_or_default();
     let n = rest
         .iter()
-        .take_while(|m| {
-            matches!(
-                m.kind,
-                MountKind::Symlink { .. }
-                    | MountKind::File { .. }
-                    | MountKind::Bind {
-                        source: BindSource::System(_),
-                        ..
-                    }
-            )
+        .enumerate()
+        .take_while(|(i, m)| match m.kind {
+            MountKind::Symlink { .. }
+            | MountKind::Bind {
+                source: BindSource::System(_),
+                ..
+            } => true,
+            MountKind::File { .. } => !rest[..*i]
+                .iter()
+                .any(|earlier| m.target.starts_with(&earlier.target)),
+            _ => false,
         })
         .count();
     &rest[..n]

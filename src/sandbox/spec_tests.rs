@@ -358,6 +358,35 @@ fn without_scopes_the_account_files_are_mountable_ahead_too() {
     );
 }
 
+#[test]
+fn account_files_under_a_bound_system_path_are_not_mounted_ahead() {
+    // `system_paths` names /etc: the files are bound over the host's /etc,
+    // where a host mount or rename could take their place while a spare
+    // waits, so they wait for the order.
+    let host_with_etc = |p: &Path| match p.to_str().unwrap_or("") {
+        "/etc" => HostKind::Dir,
+        _ => host(p),
+    };
+    let mut system = system();
+    system.push("/etc".into());
+    let mut spec = build_spec(
+        &plan(FsPlan::default(), CwdPlan::FreshTemp),
+        &system,
+        &host_with_etc,
+    )
+    .unwrap();
+    add_runtime_files(&mut spec, &nobody());
+    let targets: Vec<&Path> = steps_mountable_ahead(&spec.mounts)
+        .iter()
+        .map(|m| m.target.as_path())
+        .collect();
+    assert!(targets.contains(&Path::new("/etc")), "{targets:?}");
+    assert!(
+        !targets.iter().any(|t| t.starts_with("/etc/passwd")),
+        "{targets:?}"
+    );
+}
+
 fn nobody() -> RuntimeIdentity {
     RuntimeIdentity {
         uid: 65534,

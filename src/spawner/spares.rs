@@ -8,9 +8,12 @@
 //! mostly one connector runtime under one config; a request for another
 //! identity or with other system paths takes an unprepared spare, or clones. Each spare serves
 //! exactly one sandbox: two sandboxes never share a namespace. Spares older
-//! than [`MAX_AGE`] are replaced. When a spare cannot be made (user
-//! namespaces gone, say), making pauses for [`RETRY_AFTER`] and launches
-//! clone at request time, which reports the same error.
+//! than [`MAX_AGE`] are replaced. A spare is cloned into its user and pid
+//! namespaces and makes the others itself, then says so; it is used only
+//! once it has. When a spare cannot be made, or says it could not make its
+//! namespaces (user or network namespaces gone, say), making pauses for
+//! [`RETRY_AFTER`] and launches clone at request time, which reports the
+//! same error.
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +32,8 @@ pub const LOW_WATER: usize = 2;
 pub const MAX_AGE: Duration = Duration::from_secs(60);
 /// How long making spares pauses after a failure.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-/// Preparing stops after this many failures in a row (spares are then
-/// used unprepared) until one succeeds.
+/// Preparing pauses for [`RETRY_AFTER`] after this many failures in a row
+/// (spares are then used unprepared).
 const MAX_PREPARE_FAILURES: u32 = 3;
 
 /// The ready spares, oldest first.
@@ -44,6 +47,8 @@ pub struct SparePool {
     paused_until: Option<Instant>,
     /// Preparations that failed in a row.
     prepare_failures: u32,
+    /// No spare is prepared before this (after [`MAX_PREPARE_FAILURES`]).
+    prepare_paused_until: Option<Instant>,
 }
 
 impl SparePool {
@@ -55,6 +60,7 @@ impl SparePool {
             system: Vec::new(),
             paused_until: None,
             prepare_failures: 0,
+            prepare_paused_until: None,
         }
     }
 
@@ -75,7 +81,10 @@ impl SparePool {
 
     fn unprepared(&self) -> Option<usize> {
         self.last?;
-        if self.prepare_failures >= MAX_PREPARE_FAILURES {
+        if self
+            .prepare_paused_until
+            .is_some_and(|t| Instant::now() < t)
+        {
             return None;
         }
         self.ready
@@ -99,6 +108,7 @@ impl SparePool {
     /// [`RETRY_AFTER`] (launches clone at request time meanwhile) and is
     /// returned to be logged.
     pub fn work(&mut self) -> Result<(), String> {
+        self.drop_unmade()?;
         if let Some(i) = self.stale() {
             drop(self.ready.remove(i));
             return Ok(());
@@ -110,6 +120,10 @@ impl SparePool {
                     // It died, or its ids could not be mapped: not usable.
                     self.prepare_failures += 1;
                     drop(self.ready.remove(i));
+                    if self.prepare_failures >= MAX_PREPARE_FAILURES {
+                        self.prepare_failures = 0;
+                        self.prepare_paused_until = Some(Instant::now() + RETRY_AFTER);
+                    }
                 }
             }
             return Ok(());
@@ -121,7 +135,7 @@ impl SparePool {
                     self.ready.push((spare, Instant::now()));
                 }
                 Err(e) => {
-                    self.paused_until = Some(Instant::now() + RETRY_AFTER);
+                    self.pause_making();
                     return Err(e.to_string());
                 }
             }
@@ -149,12 +163,47 @@ impl SparePool {
                     .iter()
                     .position(|(b, _)| b.mapped_for().is_none())
             });
-        match found {
-            Some(i) => Some(self.ready.remove(i).0),
-            None => {
-                self.ready.clear();
+        let Some(i) = found else {
+            self.ready.clear();
+            return None;
+        };
+        let mut spare = self.ready.remove(i).0;
+        // Usually made long since; a spare cloned just before waits the
+        // moment it needs (less than cloning another would take).
+        match spare.wait_until_made() {
+            Ok(()) => Some(spare),
+            Err(e) => {
+                self.pause_making();
+                tracing::warn!(
+                    "spawner: {e}; made at request time, spares retried in {} s",
+                    RETRY_AFTER.as_secs()
+                );
                 None
             }
         }
+    }
+
+    /// Drops the spares that said they could not make their own namespaces
+    /// (or died first), and pauses making more; asks without waiting.
+    fn drop_unmade(&mut self) -> Result<(), String> {
+        let mut failed = None;
+        self.ready.retain_mut(|(spare, _)| match spare.poll_made() {
+            Ok(_) => true,
+            Err(e) => {
+                failed.get_or_insert(e.to_string());
+                false
+            }
+        });
+        match failed {
+            Some(e) => {
+                self.pause_making();
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn pause_making(&mut self) {
+        self.paused_until = Some(Instant::now() + RETRY_AFTER);
     }
 }
