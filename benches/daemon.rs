@@ -7,9 +7,9 @@
 //! (waiting for the end) against a plain fork/exec of `/usr/bin/true`,
 //! measured interleaved in the same run with one client; sustained spawns per
 //! second under the load; the CPU time per spawn under the load of the
-//! daemon (its spawner's apart), of the sandboxes themselves and of the
-//! whole machine, and the rate the cores would allow if the sandboxes' own
-//! CPU time were the only cost; the delay a request waiting on a long spawn
+//! daemon, its spawner, the sandboxes themselves, the clients and the rest
+//! of the machine, and the rate the cores would allow if the daemon and its
+//! spawner cost nothing; the delay a request waiting on a long spawn
 //! adds to another request's answer on the same connection; the daemon's
 //! RSS idle, at peak and after the load; and fails if a result was lost or
 //! mixed up, or RSS grows without bound.
@@ -286,11 +286,16 @@ fn main() {
     };
     let spawner = spawner_of(pid);
     let (cpu_before, spawner_before) = (cpu_time(pid), spawner.map(cpu_time));
-    let (sandboxes_before, machine_before) =
-        (spawner.map(reaped_children_cpu_time), machine_busy_time());
+    let (sandboxes_before, machine_before, clients_before) = (
+        spawner.map(reaped_children_cpu_time),
+        machine_busy_time(),
+        cpu_time(std::process::id()),
+    );
     let (mut all, wrong, wall) = load(&socket, CLIENTS, per_client);
     let daemon_cpu = cpu_time(pid) - cpu_before;
     let machine_cpu = machine_busy_time().saturating_sub(machine_before);
+    // This process: the clients, the garbage senders and the RSS sampler.
+    let clients_cpu = cpu_time(std::process::id()).saturating_sub(clients_before);
     let spawner_cpu = spawner
         .zip(spawner_before)
         .map(|(s, before)| cpu_time(s).saturating_sub(before));
@@ -317,6 +322,20 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rate8 = eight.len() as f64 / wall8.as_secs_f64();
     let rate = all.len() as f64 / wall.as_secs_f64();
+    let per_spawn = |d: Duration| d.as_secs_f64() * 1e3 / all.len().max(1) as f64;
+    // What the machine spent besides the daemon, its spawner, the
+    // sandboxes and the clients; and what it would spend per spawn with a
+    // daemon and spawner that cost nothing.
+    let rest_cpu = sandboxes_cpu.zip(spawner_cpu).map(|(sandboxes, spawner)| {
+        machine_cpu
+            .saturating_sub(daemon_cpu)
+            .saturating_sub(spawner)
+            .saturating_sub(sandboxes)
+            .saturating_sub(clients_cpu)
+    });
+    let without_daemon = sandboxes_cpu
+        .zip(rest_cpu)
+        .map(|(sandboxes, rest)| sandboxes + clients_cpu + rest);
     let (p50, p99, plain50) = (
         percentile(&rt, 0.5),
         percentile(&rt, 0.99),
@@ -333,8 +352,10 @@ fn main() {
 | sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 550/s |\n\
 | daemon CPU time per spawn under that load (its spawner's apart) | {:.3} ms ({}) | ≤ 0.4 ms |\n\
 | the sandboxes' own CPU time per spawn under that load (inits and programs, reaped by the spawner) | {} | |\n\
-| the whole machine's busy CPU time per spawn under that load (every process and kernel thread, the clients too) | {:.3} ms | |\n\
-| the most spawns per second {cores} cores allow with the sandboxes' own CPU time alone (daemon, spawner and clients free) | {} | |\n\
+| the benchmark's clients' CPU time per spawn (this process: clients, garbage senders) | {:.3} ms | |\n\
+| the rest of the machine's busy time per spawn (kernel threads: namespace teardown, softirqs) | {} | |\n\
+| the whole machine's busy CPU time per spawn under that load | {:.3} ms | |\n\
+| the most spawns per second {cores} cores allow if the daemon and its spawner cost nothing: {cores} ÷ (sandboxes + clients + rest) | {} | |\n\
 | quick answer on one connection, p50 alone / p50 and slowest beside a request waiting on a long spawn | {} / {} and {} | ≤ 1 ms more |\n\
 | results: completed / expected / lost or mixed up | {} / {total} / {} | 0 lost |\n\
 | garbage frames sent meanwhile | {} | |\n\
@@ -356,8 +377,13 @@ fn main() {
             "{:.3} ms",
             c.as_secs_f64() * 1e3 / all.len().max(1) as f64
         )),
-        machine_cpu.as_secs_f64() * 1e3 / all.len().max(1) as f64,
-        sandboxes_cpu
+        per_spawn(clients_cpu),
+        rest_cpu.map_or("spawner not read".to_string(), |c| format!(
+            "{:.3} ms",
+            per_spawn(c)
+        )),
+        per_spawn(machine_cpu),
+        without_daemon
             .filter(|c| !c.is_zero())
             .map_or("spawner not read".to_string(), |c| format!(
                 "{:.0}/s",
