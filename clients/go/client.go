@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultSocket is where a packaged daemon listens (systemd's socket unit).
@@ -189,7 +190,14 @@ func (c *Client) write(ctx context.Context, line []byte) error {
 		return err
 	}
 	if _, err := c.conn.Write(line); err != nil {
-		c.shutdown(&ConnectionError{Err: err, Path: c.path})
+		// A daemon that closed the connection may have said why first (a
+		// limit refusing the connection): the read loop gets a second to
+		// read it, so the ConnectionError carries it (Last).
+		select {
+		case <-c.done:
+		case <-time.After(time.Second):
+			c.shutdown(&ConnectionError{Err: err, Path: c.path})
+		}
 		return c.Err()
 	}
 	return nil

@@ -6,13 +6,16 @@ package spawnd_test
 // is checked, not speed.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -547,5 +550,76 @@ func TestDaemonAFifthWaitingStdinWriteIsOverloaded(t *testing.T) {
 	}
 	if err := c.SpawnRelease(ctx, s.Handle); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// holdConnectionsUntilRefused opens raw connections, each asking health and
+// reading its answer, until the daemon refuses one for the uid's limit
+// ([server] max_connections_per_uid); the served ones stay open until the
+// test ends.
+func holdConnectionsUntilRefused(t *testing.T) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		conn, err := net.Dial("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		// The refused one may be closed before the request is written.
+		_, _ = conn.Write([]byte(`{"jsonrpc": "2.0", "id": 1, "method": "health"}` + "\n"))
+		line, err := bufio.NewReader(conn).ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answer struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if err := json.Unmarshal(line, &answer); err != nil {
+			t.Fatal(err)
+		}
+		if string(answer.ID) == "null" {
+			return
+		}
+	}
+	t.Fatal("no connection was refused")
+}
+
+// waitUntilAConnectionIsServed waits, once connections are closed, until
+// the daemon has freed their places: a later test must not be refused.
+func waitUntilAConnectionIsServed(t *testing.T) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := spawnd.Dial(ctx, socket)
+		if err == nil {
+			_, err = c.Health(ctx)
+			_ = c.Close()
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no connection served after the held ones closed: %v", err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDaemonAConnectionOverTheUidLimitIsLostWithWhatTheDaemonSaid(t *testing.T) {
+	// Cleanups run last first: this one once the held connections are closed.
+	t.Cleanup(func() { waitUntilAConnectionIsServed(t) })
+	holdConnectionsUntilRefused(t)
+	ctx := testContext(t)
+	c, err := spawnd.Dial(ctx, socket)
+	if err == nil {
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.Health(ctx)
+	}
+	var ce *spawnd.ConnectionError
+	if !errors.Is(err, spawnd.ErrConnectionLost) || !errors.As(err, &ce) || ce.Last == nil ||
+		ce.Last.Code != spawnd.CodeOverloaded || !strings.Contains(err.Error(), "connections open") {
+		t.Fatalf("over the uid's limit: %v", err)
 	}
 }

@@ -27,6 +27,45 @@ from spawnd_client import (
 from .support import CONNECTOR, PATIENCE_MS, PATIENCE_S, SOCKET, envelope
 
 
+def hold_connections_until_refused(test: unittest.TestCase) -> list:
+    """Opens raw connections, each asking `health` and reading its answer,
+    until one is refused for the uid's limit; keeps the served ones open
+    until the test ends."""
+    import json
+    import socket
+
+    held = []
+    for _ in range(1000):
+        s = socket.socket(socket.AF_UNIX)
+        test.addCleanup(s.close)
+        s.connect(SOCKET)
+        try:
+            s.sendall(b'{"jsonrpc": "2.0", "id": 1, "method": "health"}\n')
+        except BrokenPipeError:
+            pass
+        answer = json.loads(s.makefile().readline())
+        if answer.get("id") is None:
+            return held
+        held.append(s)
+    test.fail("no connection was refused")
+    return held
+
+
+def wait_until_a_connection_is_served() -> None:
+    """Once connections are closed, the daemon frees their places as it
+    notices: a later test's connection must not be refused meanwhile."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with Client(SOCKET) as c:
+                c.health()
+                return
+        except ConnectionLost:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class SyncTest(unittest.TestCase):
     def setUp(self) -> None:
         self.c = Client(SOCKET)
@@ -195,6 +234,22 @@ class TypedErrors(SyncTest):
         c.close()
         with self.assertRaises(ConnectionLost):
             c.health()
+
+    def test_a_connection_over_the_uid_limit_is_lost_with_what_the_daemon_said(self):
+        # Raw connections, each answered, up to the one the daemon refuses
+        # ([server] max_connections_per_uid); the client's is refused too,
+        # closed as it is accepted, and says why.
+        # (Cleanups run last first: this one once the held ones are closed.)
+        self.addCleanup(wait_until_a_connection_is_served)
+        held = hold_connections_until_refused(self)
+        self.assertTrue(held)
+        c = Client(SOCKET)
+        self.addCleanup(c.close)
+        with self.assertRaises(ConnectionLost) as caught:
+            c.health()
+        last = caught.exception.last
+        self.assertIsInstance(last, Overloaded)
+        self.assertIn("connections open", str(caught.exception))
 
 
 class OneConnectionManyRequests(SyncTest):

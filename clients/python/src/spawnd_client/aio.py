@@ -76,6 +76,8 @@ class AsyncClient:
         self._send_lock = asyncio.Lock()
         self._notes: Dict[str, "asyncio.Queue[Union[Notification, _Lost]]"] = {}
         self._lost: Optional[ConnectionLost] = None
+        # The last error the daemon sent with id null (for `ConnectionLost.last`).
+        self._last_null: Optional[SpawndError] = None
         self.max_frame_bytes: Optional[int] = None
         self._task = asyncio.ensure_future(self._read_loop())
 
@@ -141,7 +143,7 @@ class AsyncClient:
             reason = f"the connection failed: {e}"
         except ProtocolViolation as e:
             reason = str(e)
-        self._lose(ConnectionLost(reason))
+        self._lose(ConnectionLost(reason, self._last_null))
 
     def _lose(self, lost: ConnectionLost) -> None:
         if self._lost is None:
@@ -164,6 +166,7 @@ class AsyncClient:
             return
         request_id = answer.request_id
         if request_id is None and answer.error is not None:
+            self._last_null = answer.error
             request_id = self._in_flight.match_null(answer.error)
         fut = self._in_flight.pop(request_id)
         if fut is None:
@@ -187,6 +190,17 @@ class AsyncClient:
                 q.put_nowait(_LOST)
         return q
 
+    async def _lost_on_send(self, e: OSError) -> ConnectionLost:
+        """Why a send failed: a daemon that closed the connection may have
+        said why first (a limit refusing the connection), so what the
+        reader gets to read within a second is told rather than the bare
+        write error."""
+        if asyncio.current_task() is not self._task:
+            await asyncio.wait({self._task}, timeout=1.0)
+        if self._lost is not None:
+            return self._lost.again()
+        return ConnectionLost(f"cannot send to spawnd: {e}")
+
     # -- calls -------------------------------------------------------------
 
     async def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Any:
@@ -195,7 +209,7 @@ class AsyncClient:
         fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
         async with self._send_lock:
             if self._lost is not None:
-                raise ConnectionLost(str(self._lost))
+                raise self._lost.again()
             frame = p.encode_frame(self._in_flight.next_id(), method, params)
             request_id = self._in_flight.add(len(frame), fut)
             try:
@@ -203,7 +217,7 @@ class AsyncClient:
                 await self._writer.drain()
             except OSError as e:
                 self._in_flight.pop(request_id)
-                raise ConnectionLost(f"cannot send to spawnd: {e}") from e
+                raise await self._lost_on_send(e) from e
         try:
             return await fut
         except InvalidRequest as e:
@@ -391,7 +405,7 @@ class AsyncClient:
         item = await self._queue(handle).get()
         if isinstance(item, _Lost):
             self._queue(handle).put_nowait(_LOST)
-            raise ConnectionLost(str(self._lost))
+            raise self._lost.again() if self._lost else ConnectionLost("the connection is gone")
         return item
 
     async def notifications(self, handle: str) -> AsyncIterator[Notification]:

@@ -107,6 +107,8 @@ class Client:
         self._in_flight: p.InFlight[_Slot] = p.InFlight()
         self._notes: Dict[str, "queue.Queue[Union[Notification, _Lost]]"] = {}
         self._lost: Optional[ConnectionLost] = None
+        # The last error the daemon sent with id null (for `ConnectionLost.last`).
+        self._last_null: Optional[SpawndError] = None
         self.max_frame_bytes: Optional[int] = None
         self._reader = threading.Thread(target=self._read_loop, name="spawnd-client-reader", daemon=True)
         self._reader.start()
@@ -155,7 +157,7 @@ class Client:
             reason = f"the connection failed: {e}"
         except ProtocolViolation as e:
             reason = str(e)
-        self._lose(ConnectionLost(reason))
+        self._lose(ConnectionLost(reason, self._last_null))
 
     def _lose(self, lost: ConnectionLost) -> None:
         with self._table_lock:
@@ -175,6 +177,7 @@ class Client:
         with self._table_lock:
             request_id = answer.request_id
             if request_id is None and answer.error is not None:
+                self._last_null = answer.error
                 request_id = self._in_flight.match_null(answer.error)
             slot = self._in_flight.pop(request_id)
         if slot is None:
@@ -215,7 +218,7 @@ class Client:
         with self._send_lock:
             with self._table_lock:
                 if self._lost is not None:
-                    raise ConnectionLost(str(self._lost))
+                    raise self._lost.again()
                 frame = p.encode_frame(self._in_flight.next_id(), method, params)
                 request_id = self._in_flight.add(len(frame), slot)
             try:
@@ -223,13 +226,25 @@ class Client:
             except OSError as e:
                 with self._table_lock:
                     self._in_flight.pop(request_id)
-                raise ConnectionLost(f"cannot send to spawnd: {e}") from e
+                raise self._lost_on_send(e) from e
         slot.event.wait()
         if slot.error is not None:
             if isinstance(slot.error, InvalidRequest) and slot.error.max_frame_bytes:
                 self.max_frame_bytes = slot.error.max_frame_bytes
             raise slot.error
         return slot.result
+
+    def _lost_on_send(self, e: OSError) -> ConnectionLost:
+        """Why a send failed: a daemon that closed the connection may have
+        said why first (a limit refusing the connection), so what the
+        reader gets to read within a second is told rather than the bare
+        write error."""
+        if self._reader is not threading.current_thread():
+            self._reader.join(timeout=1.0)
+        lost = self._lost
+        if lost is not None:
+            return lost.again()
+        return ConnectionLost(f"cannot send to spawnd: {e}")
 
     def health(self) -> Dict[str, Any]:
         """The layers, the audit location, `protocol_version` and `stale_manifests`."""
@@ -437,7 +452,7 @@ class Client:
         item = self._queue(handle).get(timeout=timeout)
         if isinstance(item, _Lost):
             self._queue(handle).put(_LOST)
-            raise ConnectionLost(str(self._lost))
+            raise self._lost.again() if self._lost else ConnectionLost("the connection is gone")
         return item
 
     def notifications(self, handle: str, timeout: Optional[float] = None) -> Iterator[Notification]:

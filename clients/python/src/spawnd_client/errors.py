@@ -219,7 +219,21 @@ class ConnectionLost(ConnectionError):
     """The connection to the daemon closed or failed: every call in flight,
     and every later one, gets this. Not a `SpawndError`, since the daemon
     answered nothing; running spawns of the connection are killed by the
-    daemon unless they were detached (`lease_ms`)."""
+    daemon unless they were detached (`lease_ms`). `last` is the last error
+    the daemon sent with id null before it closed (a limit refusing the
+    connection, an idle timeout), if any: what it said of why."""
+
+    def __init__(self, message: str, last: Optional[SpawndError] = None) -> None:
+        if last is not None:
+            message = f"{message} (the daemon said: {last.message})"
+        super().__init__(message)
+        self.last = last
+
+    def again(self) -> "ConnectionLost":
+        """The same loss, for another call."""
+        again = ConnectionLost(str(self))
+        again.last = self.last
+        return again
 
 
 class ProtocolViolation(Exception):
