@@ -193,9 +193,13 @@ func (c *Client) write(ctx context.Context, line []byte) error {
 		// A daemon that closed the connection may have said why first (a
 		// limit refusing the connection): the read loop gets a second to
 		// read it, so the ConnectionError carries it (Last).
+		wait := time.NewTimer(time.Second)
+		defer wait.Stop()
 		select {
 		case <-c.done:
-		case <-time.After(time.Second):
+		case <-wait.C:
+			c.shutdown(&ConnectionError{Err: err, Path: c.path})
+		case <-ctx.Done():
 			c.shutdown(&ConnectionError{Err: err, Path: c.path})
 		}
 		return c.Err()
@@ -269,6 +273,7 @@ func (c *Client) handleLine(line []byte) {
 		return
 	}
 	if f.Method != "" && len(f.ID) == 0 {
+		c.forgetLastUnmatched()
 		c.route(notificationFrom(f.Method, f.Params))
 		return
 	}
@@ -276,6 +281,7 @@ func (c *Client) handleLine(line []byte) {
 		c.unmatched(f)
 		return
 	}
+	c.forgetLastUnmatched()
 	id, err := strconv.ParseUint(string(f.ID), 10, 64)
 	if err != nil {
 		return // not an id this client sends
@@ -323,11 +329,19 @@ func (c *Client) isAbandoned(p *pendingCall) bool {
 	return p.abandoned
 }
 
+// forgetLastUnmatched: another line came, so an earlier error with id null
+// is not why the daemon closes the connection (if it does).
+func (c *Client) forgetLastUnmatched() {
+	c.mu.Lock()
+	c.lastUnmatched = nil
+	c.mu.Unlock()
+}
+
 // unmatched handles an error answered with id null. An oversized frame
 // (-32600 with data.max_frame_bytes) was dropped by the daemon unread, so
 // every call whose line was over that size gets the error as its answer;
 // the connection stays open. Any other is kept for the ConnectionError
-// when the daemon then closes the connection.
+// when the daemon then closes the connection (until another line comes).
 func (c *Client) unmatched(f frame) {
 	if f.Error == nil {
 		return
@@ -337,6 +351,7 @@ func (c *Client) unmatched(f frame) {
 	c.lastUnmatched = e
 	var failed []*pendingCall
 	if limit, ok := e.MaxFrameBytes(); ok {
+		c.lastUnmatched = nil
 		for id, p := range c.pending {
 			if p.frameBytes > limit {
 				delete(c.pending, id)

@@ -43,7 +43,8 @@ def hold_connections_until_refused(test: unittest.TestCase) -> list:
             s.sendall(b'{"jsonrpc": "2.0", "id": 1, "method": "health"}\n')
         except BrokenPipeError:
             pass
-        answer = json.loads(s.makefile().readline())
+        with s.makefile() as f:
+            answer = json.loads(f.readline())
         if answer.get("id") is None:
             return held
         held.append(s)

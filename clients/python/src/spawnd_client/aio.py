@@ -165,9 +165,12 @@ class AsyncClient:
                 self._queue(answer.notification.handle or "").put_nowait(answer.notification)
             return
         request_id = answer.request_id
+        # Only an error the daemon sent just before it closed says why.
+        self._last_null = None
         if request_id is None and answer.error is not None:
-            self._last_null = answer.error
             request_id = self._in_flight.match_null(answer.error)
+            if request_id is None:
+                self._last_null = answer.error
         fut = self._in_flight.pop(request_id)
         if fut is None:
             if answer.error is not None:
@@ -190,13 +193,11 @@ class AsyncClient:
                 q.put_nowait(_LOST)
         return q
 
-    async def _lost_on_send(self, e: OSError) -> ConnectionLost:
-        """Why a send failed: a daemon that closed the connection may have
-        said why first (a limit refusing the connection), so what the
-        reader gets to read within a second is told rather than the bare
-        write error."""
-        if asyncio.current_task() is not self._task:
-            await asyncio.wait({self._task}, timeout=1.0)
+    def _lost_on_send(self, e: OSError) -> ConnectionLost:
+        """Why a send failed: the connection's loss when the reader has seen
+        it already (with what the daemon said before closing). A failed
+        write closes the transport's reading side too, so a line the daemon
+        sent just before closing is not read after it."""
         if self._lost is not None:
             return self._lost.again()
         return ConnectionLost(f"cannot send to spawnd: {e}")
@@ -217,7 +218,7 @@ class AsyncClient:
                 await self._writer.drain()
             except OSError as e:
                 self._in_flight.pop(request_id)
-                raise await self._lost_on_send(e) from e
+                raise self._lost_on_send(e) from e
         try:
             return await fut
         except InvalidRequest as e:

@@ -176,9 +176,12 @@ class Client:
             return
         with self._table_lock:
             request_id = answer.request_id
+            # Only an error the daemon sent just before it closed says why.
+            self._last_null = None
             if request_id is None and answer.error is not None:
-                self._last_null = answer.error
                 request_id = self._in_flight.match_null(answer.error)
+                if request_id is None:
+                    self._last_null = answer.error
             slot = self._in_flight.pop(request_id)
         if slot is None:
             if answer.error is not None:
@@ -223,10 +226,14 @@ class Client:
                 request_id = self._in_flight.add(len(frame), slot)
             try:
                 self._sock.sendall(frame)
+                send_error: Optional[OSError] = None
             except OSError as e:
                 with self._table_lock:
                     self._in_flight.pop(request_id)
-                raise self._lost_on_send(e) from e
+                send_error = e
+        if send_error is not None:
+            # Outside the send lock: the reader may run a callback that sends.
+            raise self._lost_on_send(send_error) from send_error
         slot.event.wait()
         if slot.error is not None:
             if isinstance(slot.error, InvalidRequest) and slot.error.max_frame_bytes:
