@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,15 +32,14 @@ type Client struct {
 	// caller waits for its turn under its own context.
 	writing chan struct{}
 	nextID  uint64
+	// Set by Close: the daemon's end of the connection is then ErrClosed.
+	closing int32
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingCall
 	subs    map[string]*subscription
-	// The last error the daemon answered with id null (an oversized frame,
-	// an idle or frame timeout before it closes, overload at connect).
-	lastUnmatched *Error
-	err           error // why the connection ended, once it has
-	done          chan struct{}
+	err     error // why the connection ended, once it has
+	done    chan struct{}
 }
 
 // pendingCall is a request written and not yet answered.
@@ -105,9 +103,24 @@ func (c *Client) Err() error {
 	return c.err
 }
 
-// Close ends the connection. Calls in flight return ErrClosed; the daemon
-// kills the programs of this connection's handles, except detached ones.
+// closeWait bounds how long Close waits for the daemon to close its side.
+const closeWait = 5 * time.Second
+
+// Close ends the connection. It stops sending and waits (at most 5 s) for
+// the daemon to close its side: by then the daemon has answered the calls
+// in flight and ended this connection's handles — killed their programs,
+// or parked the detached ones for their lease, ready for SpawnAttach on
+// another connection. Calls still in flight then return ErrClosed.
 func (c *Client) Close() error {
+	atomic.StoreInt32(&c.closing, 1)
+	if uc, ok := c.conn.(*net.UnixConn); ok && uc.CloseWrite() == nil {
+		wait := time.NewTimer(closeWait)
+		defer wait.Stop()
+		select {
+		case <-c.done:
+		case <-wait.C:
+		}
+	}
 	c.shutdown(ErrClosed)
 	return nil
 }
@@ -252,40 +265,54 @@ type wireError struct {
 	Data    json.RawMessage `json:"data"`
 }
 
+// readLoop reads the daemon's lines until the connection ends. An error
+// the daemon sent with id null as its last line (an idle or frame timeout,
+// overload at connect) is why it closed: the ConnectionError carries it.
 func (c *Client) readLoop(r *bufio.Reader) {
+	var last *Error
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 && (err == nil || err == io.EOF) {
-			c.handleLine(line)
+			last = c.handleLine(line)
 		}
 		if err != nil {
-			c.shutdown(&ConnectionError{Err: err, Path: c.path})
+			if atomic.LoadInt32(&c.closing) == 1 {
+				c.shutdown(ErrClosed)
+			} else {
+				c.shutdown(&ConnectionError{Err: err, Path: c.path, Last: last})
+			}
 			return
 		}
 	}
 }
 
-func (c *Client) handleLine(line []byte) {
+// handleLine hands one line on: an answer to its call, a notification to
+// its handle's subscription, an error with id null to unmatched. It returns
+// that error when unmatched keeps it (see readLoop), else nil.
+func (c *Client) handleLine(line []byte) *Error {
 	var f frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		// Not JSON: the stream can no longer be trusted.
 		c.shutdown(&ConnectionError{Err: fmt.Errorf("the daemon sent a line that is not JSON: %w", err), Path: c.path})
-		return
+		return nil
 	}
 	if f.Method != "" && len(f.ID) == 0 {
-		c.forgetLastUnmatched()
 		c.route(notificationFrom(f.Method, f.Params))
-		return
+		return nil
 	}
 	if len(f.ID) == 0 || string(f.ID) == "null" {
-		c.unmatched(f)
-		return
+		return c.unmatched(f)
 	}
-	c.forgetLastUnmatched()
 	id, err := strconv.ParseUint(string(f.ID), 10, 64)
 	if err != nil {
-		return // not an id this client sends
+		return nil // not an id this client sends
 	}
+	c.answerCall(id, f)
+	return nil
+}
+
+// answerCall hands an answer to the call waiting for it, if any.
+func (c *Client) answerCall(id uint64, f frame) {
 	var a answer
 	c.mu.Lock()
 	p, ok := c.pending[id]
@@ -329,35 +356,27 @@ func (c *Client) isAbandoned(p *pendingCall) bool {
 	return p.abandoned
 }
 
-// forgetLastUnmatched: another line came, so an earlier error with id null
-// is not why the daemon closes the connection (if it does).
-func (c *Client) forgetLastUnmatched() {
-	c.mu.Lock()
-	c.lastUnmatched = nil
-	c.mu.Unlock()
-}
-
 // unmatched handles an error answered with id null. An oversized frame
 // (-32600 with data.max_frame_bytes) was dropped by the daemon unread, so
 // every call whose line was over that size gets the error as its answer;
-// the connection stays open. Any other is kept for the ConnectionError
-// when the daemon then closes the connection (until another line comes).
-func (c *Client) unmatched(f frame) {
+// the connection stays open. Any other is returned, for the
+// ConnectionError if the daemon then closes the connection.
+func (c *Client) unmatched(f frame) *Error {
 	if f.Error == nil {
-		return
+		return nil
 	}
 	e := &Error{Code: f.Error.Code, Message: f.Error.Message, Data: f.Error.Data}
+	limit, oversized := e.MaxFrameBytes()
+	if !oversized {
+		return e
+	}
 	c.mu.Lock()
-	c.lastUnmatched = e
 	var failed []*pendingCall
-	if limit, ok := e.MaxFrameBytes(); ok {
-		c.lastUnmatched = nil
-		for id, p := range c.pending {
-			if p.frameBytes > limit {
-				delete(c.pending, id)
-				if !p.abandoned {
-					failed = append(failed, p)
-				}
+	for id, p := range c.pending {
+		if p.frameBytes > limit {
+			delete(c.pending, id)
+			if !p.abandoned {
+				failed = append(failed, p)
 			}
 		}
 	}
@@ -365,6 +384,7 @@ func (c *Client) unmatched(f frame) {
 	for _, p := range failed {
 		p.answer <- answer{err: &Error{Code: e.Code, Message: e.Message, Data: e.Data, Method: p.method}}
 	}
+	return nil
 }
 
 // shutdown ends the connection once: every call in flight gets why, and
@@ -374,10 +394,6 @@ func (c *Client) shutdown(why error) {
 	if c.err != nil {
 		c.mu.Unlock()
 		return
-	}
-	var ce *ConnectionError
-	if errors.As(why, &ce) && ce.Last == nil {
-		ce.Last = c.lastUnmatched
 	}
 	c.err = why
 	pending := c.pending
