@@ -135,8 +135,23 @@ impl SmallDisk {
 }
 
 impl Drop for SmallDisk {
+    /// Unmounts it, waiting (at most 5 s) while it is busy: the loop device
+    /// of a [`FailingDisk`] on it lets go of its image only some moments
+    /// after that disk's own unmount. A tmpfs still busy then is detached
+    /// lazily, so no test leaves a mount behind on the host.
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
+        let t = Instant::now();
+        loop {
+            let quiet = |c: &mut Command| c.stderr(std::process::Stdio::null()).status();
+            if quiet(Command::new("umount").arg(&self.0)).is_ok_and(|s| s.success()) {
+                return;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
