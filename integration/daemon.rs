@@ -799,6 +799,24 @@ fn run_cli(socket: Option<&std::path::Path>, args: &[&str], stdin: &[u8]) -> std
     child.wait_with_output().unwrap()
 }
 
+/// A result's `timings.phases` carry init's own times on its setup, and
+/// they fit within the span the supervisor saw from the clone (or the order
+/// to the spawner) to init's report: init starts after the one and sends
+/// the other once released.
+fn init_times_fit_in_the_supervisors(result: &Value) {
+    let phases = &result["data"]["timings"]["phases"];
+    let us = |key: &str| {
+        phases[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {key} in {phases}"))
+    };
+    let (ready, waited) = (us("init_ready_us"), us("release_wait_us"));
+    assert!(ready > 0, "{phases}");
+    // Whole µs on each side: a rounding each.
+    let seen = us("clone_and_release_us") + us("sandbox_setup_us") + 2;
+    assert!(ready + waited <= seen, "{phases}");
+}
+
 #[test]
 fn run_through_the_socket_matches_run_in_this_process() {
     let d = Daemon::start("remote", "");
@@ -899,6 +917,8 @@ fn run_through_the_socket_matches_run_in_this_process() {
             };
             assert_eq!(keys(&l), keys(&r));
             assert!(r["data"]["audit_id"].is_string(), "{r}");
+            init_times_fit_in_the_supervisors(&l);
+            init_times_fit_in_the_supervisors(&r);
         } else {
             assert_eq!(l["error"]["code"], r["error"]["code"]);
             assert_eq!(

@@ -635,6 +635,8 @@ fn time_spent(
         clone_us = phases.clone_and_release_us,
         audit_commit_us = decided.commit_took.as_micros() as u64,
         setup_us = phases.sandbox_setup_us,
+        init_ready_us = phases.init_ready_us,
+        release_wait_us = phases.release_wait_us,
         program_us = phases.program_us,
         teardown_us = phases.teardown_us,
         "sandbox finished"

@@ -30,7 +30,7 @@ use super::mounts::{finish_root_in_child, stage_base_in_child, ProgramFile, Root
 use super::network::{set_up_network_in_child, NetworkSetup};
 use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
-use super::status_pipe::{self, Applied, ProgramEnded, StatusKind};
+use super::status_pipe::{self, Applied, ProgramEnded, SetupTimes, StatusKind};
 use super::trace::hand_over_listener;
 use super::StepError;
 use crate::sys::{
@@ -119,6 +119,7 @@ const FORWARDED: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP]
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
+    let started = std::time::Instant::now();
     // A spare sandbox did these first thing, while it waited for its
     // order: not a moment at the spawner's raised priority (see
     // `priority`), and every signal action at its default.
@@ -141,7 +142,7 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
         status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
         exit_immediately(126)
     }
-    match init_steps(&mut setup) {
+    match init_steps(&mut setup, started) {
         Ok(program_pid) => supervise_program(setup, program_pid),
         Err(e) => {
             status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
@@ -168,8 +169,9 @@ pub fn default_signal_actions() -> Result<(), StepError> {
         .map_err(|e| StepError::new("sigprocmask(block SIGPIPE)", e.into()))
 }
 
-/// The init process's setup, in order; returns the program's pid.
-fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
+/// The init process's setup, in order, timed from `started` (init's start
+/// on its order); returns the program's pid.
+fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid, StepError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
     join_own_cgroups(s)?;
@@ -191,12 +193,17 @@ fn init_steps(s: &mut ChildSetup<'_>) -> Result<Pid, StepError> {
     take_the_programs_identity(s, emptied)?;
     let tracer = s.tracer.take();
     let applied = confine_init(s, rooted.scope_fds, tracer)?;
+    let ready = std::time::Instant::now();
     // The second go-ahead: the program may start (spawnd has made its audit
     // record durable meanwhile). Without it — spawnd gone, or the sandbox
     // aborted — nothing runs.
     wait_for_go_ahead(&s.go_ahead)?;
+    let times = SetupTimes {
+        ready_us: micros(ready - started),
+        release_wait_us: micros(ready.elapsed()),
+    };
     reap_detach_helper(rooted.detaching)?;
-    report_layers_in_force(s, &applied);
+    report_layers_in_force(s, &applied, times);
     start_program_process(s, script_path.as_deref())
 }
 
@@ -323,15 +330,22 @@ fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
 }
 
 /// Tells the parent the layers in force: Landlock's, and whether the
-/// namespaces were made ahead (a spare sandbox). Sent once, just before the
+/// namespaces were made ahead (a spare sandbox); and init's `times` on its
+/// setup (see [`SetupTimes`]). Sent once, just before the
 /// program starts, so it also marks the end of the sandbox's setup.
-fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied) {
+fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied, times: SetupTimes) {
     let layers = Applied {
         abi: landlock.abi,
         scoped: landlock.scoped,
         netns_of_spare: s.made_ahead,
+        setup: Some(times),
     };
     status_pipe::send(&s.status, &status_pipe::encode_layers(&layers));
+}
+
+/// A duration in whole µs, at most `u32::MAX` (71 minutes).
+fn micros(d: std::time::Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
 /// Starts the program's process ([`start_program`]) with the signals init

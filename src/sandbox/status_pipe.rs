@@ -65,7 +65,8 @@ impl StatusKind {
 
 /// What init reported of the layers it applied: the Landlock ABI, whether
 /// TCP and abstract-socket/signal scoping are enforced, and whether the
-/// network namespace was made before the request (a spare sandbox).
+/// network namespace was made before the request (a spare sandbox); and how
+/// long its own setup took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
     /// Landlock ABI enforced.
@@ -75,6 +76,22 @@ pub struct Applied {
     /// The sandbox's namespaces, network namespace included, were made
     /// before the request (a spare sandbox), not at launch.
     pub netns_of_spare: bool,
+    /// Init's own clock on its setup (absent from an init that did not say).
+    pub setup: Option<SetupTimes>,
+}
+
+/// Init's setup as init timed it, in µs: the part of the sandbox's path
+/// that a supervisor's clock cannot split from the audit record's commit
+/// running beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupTimes {
+    /// From init's start on its order until it stood confined, ready for
+    /// the program: cgroups, root, identity, Landlock, seccomp, and a
+    /// fresh clone's wait for its id maps.
+    pub ready_us: u32,
+    /// From ready until the release came (the audit record was durable):
+    /// near 0 when the sandbox's setup, not the commit, was the longer.
+    pub release_wait_us: u32,
 }
 
 /// How the program ended and what its processes used, as init measured
@@ -186,17 +203,22 @@ pub fn encode_failed(text: impl fmt::Display) -> Encoded {
     line
 }
 
-/// `L<abi> <scoped> <spare>\n`: the layers in force.
+/// `L<abi> <scoped> <spare>[ <ready µs> <release wait µs>]\n`: the layers
+/// in force, and init's times when it has them.
 pub fn encode_layers(applied: &Applied) -> Encoded {
     let mut line = Encoded::new();
     line.push(&[StatusKind::Layers.tag()]);
-    let _ = writeln!(
+    let _ = write!(
         line,
         "{} {} {}",
         applied.abi,
         u8::from(applied.scoped),
         u8::from(applied.netns_of_spare)
     );
+    if let Some(t) = applied.setup {
+        let _ = write!(line, " {} {}", t.ready_us, t.release_wait_us);
+    }
+    line.push(b"\n");
     line
 }
 
@@ -274,14 +296,26 @@ fn decode_ended(body: &[u8]) -> ProgramEnded {
     }
 }
 
-/// A `Layers` line's text: three numbers, the flags true only when 1.
+/// A `Layers` line's text: three numbers, the flags true only when 1, and
+/// init's two times when it sent them.
 fn decode_layers(text: &str) -> Option<Applied> {
     let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
-    match n.as_slice() {
+    let (flags, setup) = match n.as_slice() {
+        [flags @ .., ready_us, release_wait_us] if flags.len() == 3 => (
+            flags,
+            Some(SetupTimes {
+                ready_us: *ready_us,
+                release_wait_us: *release_wait_us,
+            }),
+        ),
+        flags => (flags, None),
+    };
+    match flags {
         [abi, scoped, spare] => Some(Applied {
             abi: *abi,
             scoped: *scoped == 1,
             netns_of_spare: *spare == 1,
+            setup,
         }),
         _ => None,
     }
@@ -340,6 +374,7 @@ mod tests {
         abi: 7,
         scoped: true,
         netns_of_spare: false,
+        setup: None,
     };
 
     /// The wire bytes, written out.
@@ -377,8 +412,12 @@ mod tests {
             abi: 6,
             scoped: true,
             netns_of_spare: true,
+            setup: Some(SetupTimes {
+                ready_us: 480,
+                release_wait_us: 2,
+            }),
         };
-        assert_eq!(encode_layers(&spare).as_bytes(), b"L6 1 1\n");
+        assert_eq!(encode_layers(&spare).as_bytes(), b"L6 1 1 480 2\n");
         assert_eq!(
             encode_ended(&ENDED_3).as_bytes(),
             ended_bytes(3 << 8, 2_500, 1_024).as_slice()
@@ -434,6 +473,26 @@ mod tests {
             Ok(vec![StatusMessage::Failed("mount(/usr): EPE".into())])
         );
         assert_eq!(decode(b"L7 x 0\n"), Ok(vec![]));
+        assert_eq!(decode(b"L7 1 0 480\n"), Ok(vec![]));
+    }
+
+    #[test]
+    fn inits_times_decode_when_sent_and_are_absent_otherwise() {
+        let timed = Applied {
+            setup: Some(SetupTimes {
+                ready_us: 480,
+                release_wait_us: 0,
+            }),
+            ..LAYERS_7
+        };
+        assert_eq!(
+            decode(encode_layers(&timed).as_bytes()),
+            Ok(vec![StatusMessage::Layers(timed)])
+        );
+        assert_eq!(
+            decode(b"L7 1 0\n"),
+            Ok(vec![StatusMessage::Layers(LAYERS_7)])
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 use crate::manifest::Sha256Digest;
 use crate::sandbox::cgroup::SpawnCgroup;
 use crate::sandbox::launch::Running;
+use crate::sandbox::status_pipe::SetupTimes;
 use crate::sys::wait_with_usage;
 
 mod live;
@@ -261,10 +262,13 @@ pub struct Outcome {
     pub phases: Phases,
 }
 
-/// Durations of the phases of one spawn, as seen by the supervisor.
+/// Durations of the phases of one spawn, as seen by the supervisor, and
+/// init's own times on its setup.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct Phases {
-    /// `clone` into the namespaces, id maps, release to build the root (µs).
+    /// `clone` into the namespaces (or the order to the spawner), id maps,
+    /// release to build the root; with a spawner, until its reply was read
+    /// once the audit record was durable (µs).
     pub clone_and_release_us: u64,
     /// Inside: cgroups, fresh root, identity, Landlock, seccomp — and the
     /// go-ahead once the audit record is durable — until init reports (µs).
@@ -273,6 +277,15 @@ pub struct Phases {
     pub program_us: u64,
     /// Killing leftovers, namespace teardown, reaping (µs).
     pub teardown_us: u64,
+    /// By init's clock: from its start on the order until it stood
+    /// confined, ready for the program (µs; absent when init did not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_ready_us: Option<u64>,
+    /// By init's clock: from ready until the release came, that is until
+    /// the audit record was durable (µs). Near 0 when the sandbox's setup,
+    /// not the commit, held the program back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_wait_us: Option<u64>,
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
@@ -365,7 +378,8 @@ fn supervise_blocked<'a>(
         setup_done,
         program_done,
         ended,
-    );
+    )
+    .with_inits_times(landlock.and_then(|applied| applied.setup));
     // A program that ended on its own as the deadline passed (or as spawnd
     // was interrupted) was not ended by it: its own exit stands.
     let outcome = Outcome {
@@ -640,6 +654,17 @@ impl Phases {
             sandbox_setup_us: us(mapped_at, setup_done),
             program_us: us(setup_done, program_done),
             teardown_us: us(program_done, ended),
+            init_ready_us: None,
+            release_wait_us: None,
+        }
+    }
+
+    /// With the times init reported on its setup.
+    fn with_inits_times(self, times: Option<SetupTimes>) -> Phases {
+        Phases {
+            init_ready_us: times.map(|t| u64::from(t.ready_us)),
+            release_wait_us: times.map(|t| u64::from(t.release_wait_us)),
+            ..self
         }
     }
 }

@@ -98,6 +98,7 @@ mod tests {
             abi: 7,
             scoped: true,
             netns_of_spare: false,
+            setup: None,
         };
         encode_layers(&applied).as_bytes().to_vec()
     }
@@ -113,7 +114,8 @@ mod tests {
                 Some(Applied {
                     abi: 7,
                     scoped: true,
-                    netns_of_spare: false
+                    netns_of_spare: false,
+                    setup: None,
                 }),
                 Some(ProgramUsage {
                     cpu_ms: 2,
