@@ -5,7 +5,8 @@
 //!
 //! Reports, as Markdown: the round trip of `spawn_op` + `spawn_status`
 //! (waiting for the end) against a plain fork/exec of `/usr/bin/true`,
-//! measured interleaved in the same run with one client; sustained spawns per
+//! measured interleaved in the same run with one client, and where its time
+//! goes by the results' own `timings`; sustained spawns per
 //! second under the load; the CPU time per spawn under the load of the
 //! daemon, its spawner, the sandboxes themselves, the clients and the rest
 //! of the machine, and the rate the cores would allow if the daemon and its
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 mod support;
 use support::{
@@ -226,6 +227,51 @@ fn cross_delay(socket: &Path, rounds: usize) -> (Duration, Duration, Duration) {
     )
 }
 
+/// The round trips' own `timings` (from `spawn_status`), each phase's
+/// values in µs: where a sequential spawn's time goes.
+#[derive(Default)]
+struct RoundTripTimings {
+    gate_and_spec: Vec<u64>,
+    commit: Vec<u64>,
+    order_to_commit_done: Vec<u64>,
+    init_ready: Vec<u64>,
+    release_wait: Vec<u64>,
+    program: Vec<u64>,
+}
+
+impl RoundTripTimings {
+    fn add(&mut self, t: &Value) {
+        let us = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("timings: {t}"));
+        let phases = &t["phases"];
+        self.gate_and_spec
+            .push(us(&t["gate_us"]) + us(&t["spec_and_filter_us"]));
+        self.commit.push(us(&t["audit_commit_us"]));
+        self.order_to_commit_done
+            .push(us(&phases["clone_and_release_us"]));
+        self.init_ready.push(us(&phases["init_ready_us"]));
+        self.release_wait.push(us(&phases["release_wait_us"]));
+        self.program.push(us(&phases["program_us"]));
+    }
+
+    /// One table cell: each phase's median, in ms.
+    fn medians(&self) -> String {
+        let p50 = |v: &[u64]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v.get(v.len() / 2).copied().unwrap_or(0) as f64 / 1e3
+        };
+        format!(
+            "gate and spec {:.3} ms; then, side by side, the decision record's flush {:.3} ms (done and the spawner's reply read {:.3} ms after the order) and init's setup to ready {:.3} ms, then {:.3} ms waiting for the release; the program {:.3} ms",
+            p50(&self.gate_and_spec),
+            p50(&self.commit),
+            p50(&self.order_to_commit_done),
+            p50(&self.init_ready),
+            p50(&self.release_wait),
+            p50(&self.program),
+        )
+    }
+}
+
 fn main() {
     let per_client: usize = std::env::var("SPAWND_BENCH_N")
         .ok()
@@ -241,6 +287,7 @@ fn main() {
     // 1. Round trip against plain fork/exec, one client, interleaved.
     let mut c = Client::connect(&socket);
     let (mut rt, mut plain) = (Vec::new(), Vec::new());
+    let mut timings = RoundTripTimings::default();
     for i in 0..(per_client + 20) {
         let t = Instant::now();
         let ok = Command::new("/usr/bin/true")
@@ -255,6 +302,7 @@ fn main() {
         if i >= 20 {
             rt.push(d);
             plain.push(p);
+            timings.add(&status["timings"]);
         }
     }
     drop(c);
@@ -347,6 +395,7 @@ fn main() {
 | plain fork/exec of /usr/bin/true, p50 (baseline) | {} | |\n\
 | `spawn_op` + `spawn_status` round trip, p50 | {} ({:.2}× plain) | ≤ 2.2× plain |\n\
 | `spawn_op` + `spawn_status` round trip, p99 | {} | |\n\
+| where a round trip's time goes, p50 of its `timings` | {} | |\n\
 | under load: round trip p50 / p99 | {} / {} | |\n\
 | sustained spawns per second, 8 clients | {rate8:.0}/s | |\n\
 | sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 550/s |\n\
@@ -366,6 +415,7 @@ fn main() {
         ms(p50),
         p50.as_secs_f64() / plain50.as_secs_f64(),
         ms(p99),
+        timings.medians(),
         ms(percentile(&all, 0.5)),
         ms(percentile(&all, 0.99)),
         daemon_cpu.as_secs_f64() * 1e3 / all.len().max(1) as f64,
