@@ -237,38 +237,58 @@ struct RoundTripTimings {
     init_ready: Vec<u64>,
     release_wait: Vec<u64>,
     program: Vec<u64>,
+    /// The round trip less the phases on its path (gate, spec, order to
+    /// release, setup, program, teardown): requests, records, answers.
+    rest: Vec<u64>,
 }
 
 impl RoundTripTimings {
-    fn add(&mut self, t: &Value) {
+    fn add(&mut self, t: &Value, round_trip: Duration) {
         let us = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("timings: {t}"));
         let phases = &t["phases"];
-        self.gate_and_spec
-            .push(us(&t["gate_us"]) + us(&t["spec_and_filter_us"]));
+        let gate_and_spec = us(&t["gate_us"]) + us(&t["spec_and_filter_us"]);
+        self.gate_and_spec.push(gate_and_spec);
         self.commit.push(us(&t["audit_commit_us"]));
         self.order_to_commit_done
             .push(us(&phases["clone_and_release_us"]));
         self.init_ready.push(us(&phases["init_ready_us"]));
         self.release_wait.push(us(&phases["release_wait_us"]));
         self.program.push(us(&phases["program_us"]));
+        let on_path = gate_and_spec
+            + [
+                "clone_and_release_us",
+                "sandbox_setup_us",
+                "program_us",
+                "teardown_us",
+            ]
+            .iter()
+            .map(|k| us(&phases[*k]))
+            .sum::<u64>();
+        self.rest
+            .push((round_trip.as_micros() as u64).saturating_sub(on_path));
     }
 
-    /// One table cell: each phase's median, in ms.
-    fn medians(&self) -> String {
+    /// Table rows: each phase's median.
+    fn rows(&self) -> String {
         let p50 = |v: &[u64]| {
             let mut v = v.to_vec();
             v.sort_unstable();
-            v.get(v.len() / 2).copied().unwrap_or(0) as f64 / 1e3
+            ms(Duration::from_micros(
+                v.get(v.len() / 2).copied().unwrap_or(0),
+            ))
         };
-        format!(
-            "gate and spec {:.3} ms; then, side by side, the decision record's flush {:.3} ms (done and the spawner's reply read {:.3} ms after the order) and init's setup to ready {:.3} ms, then {:.3} ms waiting for the release; the program {:.3} ms",
-            p50(&self.gate_and_spec),
-            p50(&self.commit),
-            p50(&self.order_to_commit_done),
-            p50(&self.init_ready),
-            p50(&self.release_wait),
-            p50(&self.program),
-        )
+        [
+            ("the gate and the sandbox's spec", &self.gate_and_spec),
+            ("the decision record's flush (`audit_commit_us`)", &self.commit),
+            ("from the order to the spawner until that flush was done and the spawner's reply read (`clone_and_release_us`)", &self.order_to_commit_done),
+            ("beside it, init from its start on the order until ready for the program (`init_ready_us`)", &self.init_ready),
+            ("init then waiting for the release (`release_wait_us`)", &self.release_wait),
+            ("the program, from init's report until its end (`program_us`)", &self.program),
+            ("the rest: the requests, the records and the answers around these", &self.rest),
+        ]
+        .iter()
+        .map(|(what, values)| format!("| round trip, p50: {what} | {} | |\n", p50(values)))
+        .collect()
     }
 }
 
@@ -302,7 +322,7 @@ fn main() {
         if i >= 20 {
             rt.push(d);
             plain.push(p);
-            timings.add(&status["timings"]);
+            timings.add(&status["timings"], d);
         }
     }
     drop(c);
@@ -395,7 +415,7 @@ fn main() {
 | plain fork/exec of /usr/bin/true, p50 (baseline) | {} | |\n\
 | `spawn_op` + `spawn_status` round trip, p50 | {} ({:.2}× plain) | ≤ 2.2× plain |\n\
 | `spawn_op` + `spawn_status` round trip, p99 | {} | |\n\
-| where a round trip's time goes, p50 of its `timings` | {} | |\n\
+{}\
 | under load: round trip p50 / p99 | {} / {} | |\n\
 | sustained spawns per second, 8 clients | {rate8:.0}/s | |\n\
 | sustained spawns per second, {CLIENTS} clients + garbage | {rate:.0}/s | ≥ 550/s |\n\
@@ -415,7 +435,7 @@ fn main() {
         ms(p50),
         p50.as_secs_f64() / plain50.as_secs_f64(),
         ms(p99),
-        timings.medians(),
+        timings.rows(),
         ms(percentile(&all, 0.5)),
         ms(percentile(&all, 0.99)),
         daemon_cpu.as_secs_f64() * 1e3 / all.len().max(1) as f64,

@@ -135,23 +135,33 @@ impl SmallDisk {
 }
 
 impl Drop for SmallDisk {
-    /// Unmounts it, waiting (at most 5 s) while it is busy: the loop device
-    /// of a [`FailingDisk`] on it lets go of its image only some moments
-    /// after that disk's own unmount. A tmpfs still busy then is detached
-    /// lazily, so no test leaves a mount behind on the host.
     fn drop(&mut self) {
-        let t = Instant::now();
-        loop {
-            let quiet = |c: &mut Command| c.stderr(std::process::Stdio::null()).status();
-            if quiet(Command::new("umount").arg(&self.0)).is_ok_and(|s| s.success()) {
-                return;
-            }
-            if t.elapsed() > Duration::from_secs(5) {
-                let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        unmount(&self.0);
+    }
+}
+
+/// Unmounts `path`, waiting (at most 5 s) while it is busy: the loop device
+/// of a [`FailingDisk`] lets go of its image on the [`SmallDisk`] below only
+/// some moments after the disk's own unmount. Still busy then, it is
+/// detached lazily and said so on stderr: no test leaves a mount on the
+/// host, and a test that held one too long shows.
+fn unmount(path: &Path) {
+    let t = Instant::now();
+    loop {
+        let unmounted = Command::new("umount")
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if unmounted {
+            return;
         }
+        if t.elapsed() > Duration::from_secs(5) {
+            eprintln!("{} still busy after 5 s: detached lazily", path.display());
+            let _ = Command::new("umount").arg("-l").arg(path).status();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -245,7 +255,7 @@ impl FailingDisk {
 
 impl Drop for FailingDisk {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
+        unmount(&self.mount);
     }
 }
 

@@ -193,6 +193,7 @@ fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid
     take_the_programs_identity(s, emptied)?;
     let tracer = s.tracer.take();
     let applied = confine_init(s, rooted.scope_fds, tracer)?;
+    // Read under the filter, which allows `clock_gettime` (clocks and timers).
     let ready = std::time::Instant::now();
     // The second go-ahead: the program may start (spawnd has made its audit
     // record durable meanwhile). Without it — spawnd gone, or the sandbox

@@ -3,8 +3,10 @@
 //!
 //! - `E<step>: <error>\n` ([`StatusKind::Failed`]): a setup step or the
 //!   program's exec failed, so the program did not run;
-//! - `L<abi> <scoped> <spare>\n` ([`StatusKind::Layers`]): the layers
-//!   in force (decimal numbers, the last three 0 or 1), sent once, just
+//! - `L<abi> <scoped> <spare> <ready µs> <release wait µs>\n`
+//!   ([`StatusKind::Layers`]): the layers in force and init's times on its
+//!   setup (decimal numbers, `scoped` and `spare` 0 or 1; an init that does
+//!   not time its setup sends the first three alone), sent once, just
 //!   before the program starts;
 //! - `W<i32 wait status><u64 cpu µs><u64 max rss KiB>` ([`StatusKind::Ended`]),
 //!   little-endian and of fixed length: the program ended and init has
@@ -40,7 +42,8 @@ pub const ENDED_TAG: u8 = b'W';
 pub enum StatusKind {
     /// `E<step>: <error>\n`: setup or exec failed.
     Failed = FAILED_TAG,
-    /// `L<abi> <scoped> <spare>\n`: the layers in force.
+    /// `L<abi> <scoped> <spare> <ready µs> <release wait µs>\n`: the layers
+    /// in force, and init's times.
     Layers = LAYERS_TAG,
     /// `W` and 20 bytes: the program ended.
     Ended = ENDED_TAG,
@@ -245,7 +248,7 @@ pub fn send(status: impl AsFd, message: &Encoded) {
 /// init sends once (`Layers`, `Ended`) coming twice, or a byte that starts
 /// no message, garbles the whole: nothing of it can be trusted. A `Failed`
 /// or `Layers` line not yet ended by its newline runs to the end of the
-/// bytes; a `Layers` line whose four numbers do not read is left out.
+/// bytes; a `Layers` line that is not three or five numbers is left out.
 pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage<'_>>, Garbled> {
     let mut messages = Vec::new();
     let mut rest = bytes;
@@ -297,9 +300,13 @@ fn decode_ended(body: &[u8]) -> ProgramEnded {
 }
 
 /// A `Layers` line's text: three numbers, the flags true only when 1, and
-/// init's two times when it sent them.
+/// init's two times when it sent them; anything else is no line.
 fn decode_layers(text: &str) -> Option<Applied> {
-    let n: Vec<u32> = text.split(' ').filter_map(|x| x.parse().ok()).collect();
+    let n: Vec<u32> = text
+        .split(' ')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
     let (flags, setup) = match n.as_slice() {
         [flags @ .., ready_us, release_wait_us] if flags.len() == 3 => (
             flags,
@@ -474,6 +481,8 @@ mod tests {
         );
         assert_eq!(decode(b"L7 x 0\n"), Ok(vec![]));
         assert_eq!(decode(b"L7 1 0 480\n"), Ok(vec![]));
+        assert_eq!(decode(b"L7 1 0 x 480 2\n"), Ok(vec![]));
+        assert_eq!(decode(b"L7 1 0 480 2 \n"), Ok(vec![]));
     }
 
     #[test]

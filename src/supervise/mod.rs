@@ -281,9 +281,9 @@ pub struct Phases {
     /// confined, ready for the program (µs; absent when init did not say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_ready_us: Option<u64>,
-    /// By init's clock: from ready until the release came, that is until
-    /// the audit record was durable (µs). Near 0 when the sandbox's setup,
-    /// not the commit, held the program back.
+    /// By init's clock: from ready until the release came, which is once
+    /// the audit record is durable (and, through a spawner, its reply is
+    /// read) (µs). Near 0 when the sandbox's setup held the program back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release_wait_us: Option<u64>,
 }
