@@ -236,6 +236,7 @@ struct RoundTripTimings {
     order_to_commit_done: Vec<u64>,
     init_ready: Vec<u64>,
     release_wait: Vec<u64>,
+    after_release: Vec<u64>,
     program: Vec<u64>,
     /// The round trip less the phases on its path (gate, spec, order to
     /// release, setup, program, teardown): requests, records, answers.
@@ -253,6 +254,7 @@ impl RoundTripTimings {
             .push(us(&phases["clone_and_release_us"]));
         self.init_ready.push(us(&phases["init_ready_us"]));
         self.release_wait.push(us(&phases["release_wait_us"]));
+        self.after_release.push(us(&phases["sandbox_setup_us"]));
         self.program.push(us(&phases["program_us"]));
         let on_path = gate_and_spec
             + [
@@ -283,6 +285,7 @@ impl RoundTripTimings {
             ("from the order to the spawner until that flush was done and the spawner's reply read (`clone_and_release_us`)", &self.order_to_commit_done),
             ("beside it, init from its start on the order until ready for the program (`init_ready_us`)", &self.init_ready),
             ("init then waiting for the release (`release_wait_us`)", &self.release_wait),
+            ("from the release until init's report that the sandbox is set up (`sandbox_setup_us`)", &self.after_release),
             ("the program, from init's report until its end (`program_us`)", &self.program),
             ("the rest: the requests, the records and the answers around these", &self.rest),
         ]
