@@ -92,8 +92,8 @@ pub struct SetupTimes {
     /// the program: cgroups, root, identity, Landlock, seccomp, and a
     /// fresh clone's wait for its id maps.
     pub ready_us: u32,
-    /// From ready until the release came (the audit record was durable):
-    /// near 0 when the sandbox's setup, not the commit, was the longer.
+    /// From ready until the release came, which is once the audit record
+    /// is durable: near 0 when the sandbox's setup was the longer.
     pub release_wait_us: u32,
 }
 
