@@ -18,10 +18,7 @@ const BYTES: u64 = 1 << 30;
 type MakeCommand = Box<dyn Fn() -> Command>;
 
 fn main() {
-    let reps: usize = std::env::var("SPAWND_BENCH_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let reps = support::count_from_env("SPAWND_BENCH_REPS", 5);
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = dir.path().join("bench.toml");
     std::fs::write(&manifest, support::MANIFEST).expect("manifest");

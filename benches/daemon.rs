@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 mod support;
 use support::{
-    cpu_time, machine_busy_time, ms, percentile, reaped_children_cpu_time, rss_kib, spawner_of,
-    start_daemon, Client, CONNECTOR,
+    count_from_env, cpu_time, machine_busy_time, ms, percentile, reaped_children_cpu_time, rss_kib,
+    spawner_of, start_daemon, Client, CONNECTOR,
 };
 
 const CLIENTS: usize = 16;
@@ -296,10 +296,7 @@ impl RoundTripTimings {
 }
 
 fn main() {
-    let per_client: usize = std::env::var("SPAWND_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let per_client = count_from_env("SPAWND_BENCH_N", 200);
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut daemon, socket) = start_daemon(dir.path());
     let pid = daemon.id();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 mod support;
-use support::{start_daemon, Client, CONNECTOR};
+use support::{count_from_env, start_daemon, Client, CONNECTOR};
 
 /// One thread of the daemon: its name, CPU time (ns) and context switches.
 #[derive(Clone)]
@@ -122,10 +122,7 @@ fn part(
 }
 
 fn main() {
-    let calls: usize = std::env::var("SPAWND_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+    let calls = count_from_env("SPAWND_BENCH_N", 500);
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut daemon, socket) = start_daemon(dir.path());
     let pid = daemon.id();

@@ -70,10 +70,7 @@ fn ms(d: Duration) -> String {
 }
 
 fn main() {
-    let n: usize = std::env::var("SPAWND_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(250);
+    let n = support::count_from_env("SPAWND_BENCH_N", 250);
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = dir.path().join("true.toml");
     std::fs::write(&manifest, MANIFEST).expect("manifest");
