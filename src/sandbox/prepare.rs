@@ -136,8 +136,7 @@ pub(super) fn only_root_may_write(program: &File) -> bool {
     let owned = program
         .metadata()
         .is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
-    let local = nix::sys::statfs::fstatfs(program)
-        .is_ok_and(|fs| !server_reported(fs.filesystem_type().0 as i64));
+    let local = nix::sys::statfs::fstatfs(program).is_ok_and(|fs| !server_reported(&fs));
     // Where no lease may be taken (spawnd unprivileged, the file root's),
     // the owner and mode decide: only root could have opened it for writing.
     let no_writer = !matches!(crate::sys::file_open_for_writing(program.as_fd()), Ok(true));
@@ -146,7 +145,11 @@ pub(super) fn only_root_may_write(program: &File) -> bool {
 
 /// Whether a filesystem's type is one whose ownership and contents a
 /// server reports (FUSE, NFS, SMB, 9P, Ceph, AFS).
-pub(super) fn server_reported(kind: i64) -> bool {
+pub(super) fn server_reported(fs: &nix::sys::statfs::Statfs) -> bool {
+    // The type's width and sign are the C library's (`i64` with glibc, an
+    // unsigned word with musl): widened to one type here, once.
+    #[allow(clippy::unnecessary_cast)]
+    let kind = fs.filesystem_type().0 as i64;
     const FUSE: i64 = 0x6573_5546;
     const NFS: i64 = 0x6969;
     const SMB: i64 = 0x517b;

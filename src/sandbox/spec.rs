@@ -548,9 +548,7 @@ pub fn only_root_may_change(path: &Path) -> bool {
 /// its server may change or swap at will, so a bind over it could vanish
 /// between exec and an interpreter's open.
 fn on_a_filesystem_its_server_owns(path: &Path) -> bool {
-    nix::sys::statfs::statfs(path).map_or(true, |fs| {
-        super::prepare::server_reported(fs.filesystem_type().0 as i64)
-    })
+    nix::sys::statfs::statfs(path).map_or(true, |fs| super::prepare::server_reported(&fs))
 }
 
 /// With network grants (or learning), the sandbox resolves names through
