@@ -576,12 +576,18 @@ fn capabilities_health_and_config_show_speak_json() {
     assert_eq!(h["data"]["userns"]["available"], true, "{h}");
     assert!(h["data"]["landlock_abi"].as_u64().unwrap() >= 1, "{h}");
     assert_eq!(h["data"]["seccomp"]["available"], true, "{h}");
-    let expected = if h["data"]["status"] == "healthy" {
-        0
-    } else {
-        5
+    // SPEC §10: 0 while spawns run (healthy, or degraded with each
+    // degradation named), 4 for needs_setup, 5 for error.
+    let expected = match h["data"]["status"].as_str().unwrap() {
+        "healthy" => 0,
+        "degraded" => {
+            assert!(!h["data"]["reasons"].as_array().unwrap().is_empty(), "{h}");
+            0
+        }
+        "needs_setup" => 4,
+        _ => 5,
     };
-    assert_eq!(health.status.code(), Some(expected));
+    assert_eq!(health.status.code(), Some(expected), "{h}");
     let s = Scratch::new();
     let cfg = s.write("c.toml", "[[credentials]]\nconnector = \"local://a/b\"\nkey = \"K\"\nsource = \"file:/etc/spawnd/k\"\n");
     let shown = json_of(&spawnd(&[

@@ -109,7 +109,8 @@ pub fn capabilities() -> Success {
     )
 }
 
-/// `spawnd health`: exit 0 when healthy, 5 otherwise.
+/// `spawnd health`: exit 0 when spawns run (`healthy`, or `degraded` with
+/// each degradation named), 4 for `needs_setup`, 5 for `error` (SPEC §10).
 pub fn health(cli: &Cli) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let exe = std::env::current_exe()
@@ -130,10 +131,10 @@ pub fn health(cli: &Cli) -> Result<Success, Failure> {
         report.cgroups.limits_via,
         report.audit.detail
     ));
-    let exit = if report.status == Status::Healthy {
-        0
-    } else {
-        5
+    let exit = match report.status {
+        Status::Healthy | Status::Degraded => 0,
+        Status::NeedsSetup => 4,
+        Status::Error => 5,
     };
     let mut success = Success::new(&report, text);
     success.exit = exit;
