@@ -16,7 +16,7 @@
 //!   program may reach, on values and bytes alone.
 //! * [`relay`] carries a spawn's granted connections and answers its DNS queries, on the
 //!   listeners the sandbox makes in the program's network namespace.
-//! * [`program`], [`config`], [`kernel_features`] and [`cli`] do I/O at the edges.
+//! * [`program`], [`config`], [`kernel_features`], [`host_policy`] and [`cli`] do I/O at the edges.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
 #![deny(unsafe_code)]
@@ -34,6 +34,7 @@ pub mod egress;
 pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod host_policy;
 pub mod ipc;
 pub mod kernel_features;
 pub mod manifest;

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["sandbox", "kernel_features"],
     &["ipc"],
     &["audit", "vault"],
-    &["config", "program"],
+    &["config", "program", "host_policy"],
     &["policy"],
     &["plan"],
     &["manifest"],
