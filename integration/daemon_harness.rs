@@ -44,6 +44,17 @@ impl Daemon {
         Daemon::start_full(name, "", &[], &[], Some(audit.to_path_buf()))
     }
 
+    /// The daemon run by uid 65534 through `wrap` (which drops to it and
+    /// execs the rest), in a directory of its own that it owns, with its
+    /// socket and audit log there.
+    pub fn start_as_service_user(name: &str, wrap: &[String]) -> Daemon {
+        let dir = world().path(&format!("daemon-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        nix::unistd::chown(&dir, nobody, Some(nix::unistd::Gid::from_raw(65534))).unwrap();
+        Daemon::start_full(name, "", &[], wrap, Some(dir.join("audit.jsonl")))
+    }
+
     fn start_full(
         name: &str,
         extra: &str,

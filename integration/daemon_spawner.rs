@@ -139,6 +139,14 @@ fn spawner_cgroups(d: &Daemon) -> Vec<String> {
 /// sandbox's own.
 #[test]
 fn cgroups_given_out_again_carry_nothing_of_the_last_sandbox() {
+    // Only v1 cgroups are kept for later sandboxes; on the unified
+    // hierarchy each sandbox's cgroup is made and removed (integration/limits.rs).
+    if !std::path::Path::new("/sys/fs/cgroup/memory/spawnd").exists()
+        && !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
+    {
+        eprintln!("no cgroup v1 memory hierarchy: the spawner keeps no cgroups to give out again");
+        return;
+    }
     let d = Daemon::start("cgroup-reuse", "");
     let mut c = d.client();
     let mut run = |op: &str, args: Value| -> Value {

@@ -28,7 +28,7 @@ use tokio_util::codec::FramedRead;
 use super::detached::Registry;
 use super::frames::{Frame, RequestLines};
 use super::handles::{Handle, Handles, Named, Reservation, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
-use super::peer::peer_of;
+use super::peer::{peer_of, Accepted};
 use super::stdin::{StdinWork, Ticket};
 use super::{check, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, string_param, u64_param, Call, RpcError};
@@ -458,7 +458,9 @@ impl Connection {
         let _turn = self.daemon.side_work.acquire().await;
         let daemon = Arc::clone(&self.daemon);
         let report = tokio::task::spawn_blocking(move || {
-            crate::kernel_features::probe(&daemon.exe, daemon.loaded().config.audit.path.as_deref())
+            let config = &daemon.loaded().config;
+            let limits = crate::exec::limits::finding(config.sandbox.limits);
+            crate::kernel_features::probe(&daemon.exe, config.audit.path.as_deref(), limits)
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("health probe: {e}")))?;
@@ -513,9 +515,12 @@ fn wait_of(params: &Map<String, Value>) -> Result<Option<Duration>, RpcError> {
 pub(super) async fn serve_connection(
     daemon: Arc<Daemon>,
     stream: UnixStream,
+    accepted: Accepted,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Some(peer) = peer_of(&stream) else { return };
+    let Some(peer) = peer_of(&stream, accepted) else {
+        return;
+    };
     let (read, write) = stream.into_split();
     let server = daemon.loaded().config.server.clone();
     let max = server.max_frame_bytes as usize;

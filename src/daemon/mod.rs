@@ -253,6 +253,15 @@ pub fn serve(
 ) -> Result<(), ServeError> {
     crate::sys::bound_allocator_retention();
     raise_open_files_limit();
+    // Before any other process starts: on a cgroup v2 host the daemon may
+    // move itself into a leaf of the cgroup systemd delegated to it.
+    if config.sandbox.limits == crate::config::LimitsMode::Auto {
+        let limits = crate::exec::limits::settle_for_daemon();
+        match &limits.why_not_cgroups {
+            None => tracing::info!("sandboxes' limits via {}", limits.via.name()),
+            Some(why) => tracing::warn!("sandboxes' limits via rlimits, per process: {why}"),
+        }
+    }
     let spawner = Spawner::start().map_err(|e| ServeError(format!("spawner: {e}")))?;
     let exe = std::env::current_exe()
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
@@ -402,6 +411,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
             }
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                // Dates the acceptance for the peer's identity by pid (daemon/peer.rs).
+                let accepted_at = peer::Accepted::now();
                 let uid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
                     .map(|c| c.uid());
                 let Ok(uid) = uid else { continue };
@@ -416,7 +427,7 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         let daemon = Arc::clone(&daemon);
                         let stop = stop_rx.clone();
                         tokio::spawn(async move {
-                            connection::serve_connection(daemon, stream, stop).await;
+                            connection::serve_connection(daemon, stream, accepted_at, stop).await;
                             drop((permit, uid_slot));
                         });
                     }

@@ -4,11 +4,8 @@
 //! how its memory and processes are limited (docs/sandbox.md).
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 
 use super::prepared::Prepared;
-use crate::kernel_features::v1_controller_mounts;
-use crate::sandbox::cgroup::V1Roots;
 use crate::sandbox::launch::{launch, LaunchRequest, Launched, LimitsVia, StdinSource};
 use crate::sandbox::network::Listeners;
 use crate::sandbox::seccomp::Policy;
@@ -170,20 +167,7 @@ impl Identity {
                 "spawnd runs as its parent namespace's root (the host's, seen from the first namespace) in a user namespace that maps no other user: a program would run as it; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set; nothing was run",
             ));
         }
-        let auto = p.config.sandbox.limits == crate::config::LimitsMode::Auto;
-        // Where the v1 controllers are mounted, read once per process: the
-        // daemon would otherwise parse mountinfo for every spawn.
-        static V1_MOUNTS: std::sync::OnceLock<(Option<PathBuf>, Option<PathBuf>)> =
-            std::sync::OnceLock::new();
-        // Only looked for when they could be used (root, `limits = "auto"`).
-        let v1_mounts = || V1_MOUNTS.get_or_init(v1_controller_mounts);
-        let limits_via = match (auto && privileged).then(v1_mounts) {
-            Some((Some(memory), Some(pids))) => LimitsVia::CgroupV1(V1Roots {
-                memory: memory.clone(),
-                pids: pids.clone(),
-            }),
-            _ => LimitsVia::Rlimits,
-        };
+        let limits_via = super::limits::for_this_process().under(p.config.sandbox.limits);
         let sandbox = &p.config.sandbox;
         let (uid, gid) = if !privileged {
             (euid, nix::unistd::getegid().as_raw())

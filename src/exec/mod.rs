@@ -7,6 +7,7 @@
 
 mod egress;
 mod launching;
+pub mod limits;
 mod notice;
 mod outcome;
 mod prepared;
@@ -41,8 +42,7 @@ use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::{Access, Decision};
 use crate::program::ProgramOpener;
 use crate::sandbox::as_caller::CallerCreds;
-use crate::sandbox::cgroup::sweep_stale_now_and_then;
-use crate::sandbox::launch::{LaunchRequest, LimitsVia, StdinSource};
+use crate::sandbox::launch::{LaunchRequest, StdinSource};
 use crate::sandbox::network::Listeners;
 use crate::sandbox::seccomp::{filter_for, policy_for, traced_filter_for, FilterOptions, Policy};
 use crate::sandbox::spec::{
@@ -346,7 +346,7 @@ fn prepare_sandbox(
     let options = FilterOptions::for_spawn(
         !plan.fs.unix_sockets.is_empty(),
         identity.privileged,
-        matches!(identity.limits_via, LimitsVia::CgroupV1(_)),
+        identity.limits_via.is_cgroup(),
     );
     let filter = match trace {
         true => traced_filter_for(options),
@@ -469,8 +469,8 @@ fn launch_once_decided<'s>(
     written.start_flush();
     // Stale cgroups (a `kill -9`'d spawnd's) are swept here, beside the
     // sandbox building its root; the spawner sweeps its own way.
-    if let (None, LimitsVia::CgroupV1(roots)) = (spawner, &identity.limits_via) {
-        sweep_stale_now_and_then(roots);
+    if spawner.is_none() {
+        identity.limits_via.sweep_stale_cgroups();
     }
     launching.open_cgroup_readings();
     let committing = std::time::Instant::now();

@@ -213,8 +213,12 @@ fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid
 /// closed once joined.
 fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     for tasks in &s.cgroup_tasks {
-        nix::unistd::write(tasks, b"0")
-            .map_err(|e| StepError::new("join the cgroup (write 0 to tasks)", e.into()))?;
+        nix::unistd::write(tasks, b"0").map_err(|e| {
+            StepError::new(
+                "join the cgroup (write 0 to its tasks or cgroup.procs)",
+                e.into(),
+            )
+        })?;
     }
     s.cgroup_tasks.clear();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)

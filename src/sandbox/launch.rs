@@ -15,7 +15,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::pipe2;
 
 use super::as_caller::{check_as_child, required_access, with_identity, CallerCreds};
-use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots};
+use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots, V2Base};
 use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
 use super::network::{receive_listeners, Listeners, NetworkSetup};
@@ -37,6 +37,8 @@ use crate::sys::clone_process;
 /// How memory and process counts are limited.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum LimitsVia {
+    /// One cgroup per sandbox on the unified hierarchy, made in this place.
+    CgroupV2(V2Base),
     /// cgroup v1 `memory` and `pids` controllers.
     CgroupV1(V1Roots),
     /// `RLIMIT_DATA` (and a wider `RLIMIT_AS`) and `RLIMIT_NPROC`.
@@ -47,9 +49,26 @@ impl LimitsVia {
     /// The name recorded in results and audit.
     pub fn name(&self) -> &'static str {
         match self {
+            LimitsVia::CgroupV2(_) => "cgroup_v2",
             LimitsVia::CgroupV1(_) => "cgroup_v1",
             LimitsVia::Rlimits => "rlimits",
         }
+    }
+
+    /// Whether a memory cgroup counts the sandbox's memory.
+    pub fn is_cgroup(&self) -> bool {
+        !matches!(self, LimitsVia::Rlimits)
+    }
+
+    /// Removes per-spawn cgroups a `kill -9`'d spawnd left behind, at most
+    /// every few seconds ([`crate::sandbox::cgroup::sweep_stale_now_and_then`]).
+    pub fn sweep_stale_cgroups(&self) {
+        let parents = match self {
+            LimitsVia::CgroupV2(base) => vec![base.dir.clone()],
+            LimitsVia::CgroupV1(roots) => roots.parents(),
+            LimitsVia::Rlimits => return,
+        };
+        super::cgroup::sweep_stale_now_and_then(&parents);
     }
 }
 
@@ -728,6 +747,12 @@ fn cgroups_for(
                 None => SpawnCgroup::create(roots, &name(), memory, processes),
             };
             Some(made.map_err(prep("create cgroups"))?)
+        }
+        LimitsVia::CgroupV2(base) => {
+            let name = format!("{}-{}", std::process::id(), unique());
+            let (memory, processes) = (order.limits.max_memory_bytes, order.limits.max_processes);
+            let made = SpawnCgroup::create_v2(base, &name, memory, processes);
+            Some(made.map_err(prep("create the cgroup"))?)
         }
         LimitsVia::Rlimits => None,
     };

@@ -18,8 +18,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use super::spares::SparePool;
 use super::wire::{Reply, Request, StdinKind};
 use crate::ipc::{recv, send};
-use crate::sandbox::cgroup::{sweep_stale_now_and_then, CgroupPool, SpawnCgroup};
-use crate::sandbox::launch::{launch_order, Launched, LimitsVia, Running, StdinSource};
+use crate::sandbox::cgroup::{CgroupPool, SpawnCgroup};
+use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
 use crate::supervise::InitExit;
 use crate::sys::{pidfd_open, try_wait_with_usage};
 
@@ -184,9 +184,7 @@ fn handle(
                             slots.insert(id, Slot::Launched(launched));
                             // With the reply on its way, stale cgroups (a
                             // `kill -9`'d spawnd's) are swept, now and then.
-                            if let LimitsVia::CgroupV1(roots) = &order.limits_via {
-                                sweep_stale_now_and_then(roots);
-                            }
+                            order.limits_via.sweep_stale_cgroups();
                             Ok(())
                         }
                         (Err(e), _, _) => failed(sock, id, &format!("pidfd_open(init): {e}")),

@@ -1,11 +1,16 @@
-//! Memory and process limits through cgroup v1 controllers (the `memory` and
-//! `pids` hierarchies), used when spawnd is root and the host mounts them. The
-//! init process moves itself into both (through `tasks` files spawnd opened)
-//! before it does anything else, so every process of the sandbox is counted; the peak memory and OOM kills are read back afterwards.
-//! Without them the launcher falls back to rlimits and says so.
+//! Memory and process limits through cgroups: on the unified hierarchy
+//! (v2) one cgroup per sandbox with `memory.max`, `memory.swap.max = 0`,
+//! `memory.oom.group = 1` and `pids.max`, made where [`v2`] says; on a host
+//! whose `memory` and `pids` controllers are v1 hierarchies, one cgroup in
+//! each. A machine has each controller on one of the two, never both. The
+//! init process moves itself in (through the `cgroup.procs` or `tasks`
+//! files spawnd opened) before it does anything else, so every process of
+//! the sandbox is counted; the peak memory and OOM kills are read back
+//! afterwards. Without either the launcher falls back to rlimits and says
+//! so.
 //!
-//! A long-lived spawner keeps ended sandboxes' cgroups for later ones
-//! ([`pool`]).
+//! A long-lived spawner keeps ended sandboxes' v1 cgroups for later ones
+//! ([`pool`]); v2 cgroups are made and removed per sandbox.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -13,13 +18,27 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 
 mod pool;
+pub mod v2;
 pub use pool::{hold_for_reading, CgroupPool};
+pub use v2::V2Base;
 
-/// A pair of per-spawn cgroups, with their directories open: every file in
-/// them is reached from those (a fresh cgroup's files miss the dentry cache,
-/// so each full path walk from `/` cost a slow lookup more).
+/// Which hierarchy a sandbox's cgroup is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hierarchy {
+    /// Two cgroups, one in the `memory` and one in the `pids` hierarchy.
+    V1,
+    /// One cgroup on the unified hierarchy (`memory` and `pids` below name
+    /// the same directory).
+    V2,
+}
+
+/// A sandbox's cgroups (a v1 pair, or one v2 cgroup), with their
+/// directories open: every file in them is reached from those (a fresh
+/// cgroup's files miss the dentry cache, so each full path walk from `/`
+/// cost a slow lookup more).
 #[derive(Debug)]
 pub struct SpawnCgroup {
+    hierarchy: Hierarchy,
     memory: PathBuf,
     pids: PathBuf,
     memory_dir: OwnedFd,
@@ -99,6 +118,10 @@ fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
 
 /// The memory controller's peak usage file (cgroup v1).
 const PEAK: &str = "memory.max_usage_in_bytes";
+/// Its v2 counterpart (Linux 5.19; without it a v2 sandbox reports no peak).
+const PEAK_V2: &str = "memory.peak";
+/// The v2 memory controller's event counts, `oom_kill` among them.
+const EVENTS_V2: &str = "memory.events";
 /// Its page counts (cgroup v1).
 const STAT: &str = "memory.stat";
 /// What kernel objects are charged to it (cgroup v1).
@@ -112,7 +135,8 @@ fn parse_peak(text: &str) -> Option<u64> {
     text.trim().parse().ok()
 }
 
-/// The OOM killer's count in a v1 `memory.oom_control` (`None` without one).
+/// The OOM killer's count in a v1 `memory.oom_control` or a v2
+/// `memory.events` (both say `oom_kill N`; `None` without the line).
 fn oom_kills(text: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
@@ -127,12 +151,14 @@ fn parse_oom_killed(text: &str) -> bool {
 /// slow lookup each, better paid while the program runs than after it.
 #[derive(Debug)]
 pub struct Readings {
-    peak: std::fs::File,
+    /// The peak file: always on v1, from Linux 5.19 on v2.
+    peak: Option<std::fs::File>,
     oom: std::fs::File,
 }
 
 impl Readings {
-    /// Opens both files in the memory cgroup directory `dir`.
+    /// Opens both files in the memory cgroup directory `dir`, a v1 one's
+    /// when it has `memory.oom_control`, else a v2 one's.
     pub fn open_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<Readings> {
         let open = |name: &str| {
             nix::fcntl::openat(
@@ -144,9 +170,15 @@ impl Readings {
             .ok()
             .map(std::fs::File::from)
         };
+        if let Some(oom) = open(OOM) {
+            return Some(Readings {
+                peak: Some(open(PEAK)?),
+                oom,
+            });
+        }
         Some(Readings {
-            peak: open(PEAK)?,
-            oom: open(OOM)?,
+            oom: open(EVENTS_V2)?,
+            peak: open(PEAK_V2),
         })
     }
 
@@ -154,9 +186,12 @@ impl Readings {
     /// file cannot be read — the cgroup's owner removed it meanwhile — so
     /// the caller takes the owner's own readings instead of guessing.
     pub fn read(&self) -> Option<(Option<u64>, bool)> {
-        let peak = read_from_start(&self.peak)?;
+        let peak = match &self.peak {
+            Some(file) => parse_peak(&read_from_start(file)?),
+            None => None,
+        };
         let oom = read_from_start(&self.oom)?;
-        Some((parse_peak(&peak), parse_oom_killed(&oom)))
+        Some((peak, parse_oom_killed(&oom)))
     }
 
     /// The OOM killer's count (`None` when unreadable or missing).
@@ -168,7 +203,7 @@ impl Readings {
 /// A cgroup file read from its start (the kernel renders it anew each time).
 fn read_from_start(f: &std::fs::File) -> Option<String> {
     use std::os::unix::fs::FileExt;
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     let n = f.read_at(&mut buf, 0).ok()?;
     String::from_utf8(buf[..n].to_vec()).ok()
 }
@@ -188,8 +223,9 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// [`sweep_stale`] on a process's first call, then at most every
 /// [`SWEEP_EVERY`]. Callers sweep once their sandbox is launched (`run`
 /// while the sandbox builds its root, the spawner once its reply is sent),
-/// so no launch waits for it.
-pub fn sweep_stale_now_and_then(roots: &V1Roots) {
+/// so no launch waits for it. `parents` are the directories per-spawn
+/// cgroups are made in.
+pub fn sweep_stale_now_and_then(parents: &[PathBuf]) {
     static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
     let mut last = LAST
         .lock()
@@ -197,27 +233,33 @@ pub fn sweep_stale_now_and_then(roots: &V1Roots) {
     if last.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
         *last = Some(std::time::Instant::now());
         drop(last);
-        sweep_stale(roots);
+        sweep_stale(parents);
     }
 }
 
 /// Removes per-spawn cgroups whose spawnd (the pid in `<pid>-<n>`) is gone:
 /// what a `kill -9` of spawnd left behind. Busy or foreign ones are left alone.
-fn sweep_stale(roots: &V1Roots) {
-    for root in [&roots.memory, &roots.pids] {
-        for entry in std::fs::read_dir(root.join("spawnd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
+fn sweep_stale(parents: &[PathBuf]) {
+    for parent in parents {
+        for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            let Some((pid, n)) = name.split_once('-') else {
+                continue;
+            };
+            let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u64>()) else {
                 continue;
             };
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = std::fs::remove_dir(entry.path());
             }
         }
+    }
+}
+
+impl V1Roots {
+    /// The directories per-spawn cgroups are made in.
+    pub fn parents(&self) -> Vec<PathBuf> {
+        vec![self.memory.join("spawnd"), self.pids.join("spawnd")]
     }
 }
 
@@ -244,6 +286,7 @@ impl SpawnCgroup {
             let _ = std::fs::remove_dir(&memory);
         })?;
         let cg = SpawnCgroup {
+            hierarchy: Hierarchy::V1,
             memory,
             pids,
             memory_dir,
@@ -266,12 +309,84 @@ impl SpawnCgroup {
         }
     }
 
-    /// Opens both cgroups' `tasks` files for writing, here, with spawnd's
-    /// credentials: the sandbox's init writes `0` to each to move itself in.
+    /// Creates `<base>/<name>` on the unified hierarchy with the given
+    /// limits: `memory.max`, no swap (`memory.swap.max = 0`; a kernel
+    /// without swap accounting is accepted only on a host without swap),
+    /// the whole sandbox killed when the OOM killer picks any of it
+    /// (`memory.oom.group = 1`), and `pids.max`.
+    pub fn create_v2(
+        base: &V2Base,
+        name: &str,
+        memory_bytes: u64,
+        processes: u64,
+    ) -> std::io::Result<SpawnCgroup> {
+        let dir = base.dir.join(name);
+        fresh_dir(&dir)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
+        let opened = open_dir(&dir).and_then(|a| Ok((a, open_dir(&dir)?)));
+        let (memory_dir, pids_dir) = match opened {
+            Ok(fds) => fds,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
+        let cg = SpawnCgroup {
+            hierarchy: Hierarchy::V2,
+            memory: dir.clone(),
+            pids: dir,
+            memory_dir,
+            pids_dir,
+            readings: None,
+        };
+        let limited = write_in(
+            &cg.memory_dir,
+            &cg.memory,
+            "memory.max",
+            &memory_bytes.to_string(),
+        )
+        .and_then(
+            |()| match write_in(&cg.memory_dir, &cg.memory, "memory.swap.max", "0") {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !v2::host_has_swap() => {
+                    Ok(())
+                }
+                other => other,
+            },
+        )
+        .and_then(|()| write_in(&cg.memory_dir, &cg.memory, "memory.oom.group", "1"))
+        .and_then(|()| write_in(&cg.pids_dir, &cg.pids, "pids.max", &processes.to_string()));
+        match limited {
+            Ok(()) => Ok(cg),
+            Err(e) => {
+                cg.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether this is a v2 cgroup (made and removed per sandbox, never
+    /// kept in a [`CgroupPool`]).
+    pub fn is_v2(&self) -> bool {
+        self.hierarchy == Hierarchy::V2
+    }
+
+    /// Opens the files that move a process in for writing, here, with
+    /// spawnd's credentials: both v1 cgroups' `tasks`, or the v2 cgroup's
+    /// `cgroup.procs`. The sandbox's init writes `0` to each to move itself in
+    /// (on v2 the kernel checks the opener's credentials, from Linux 5.16).
     /// A thread moving itself skips the kernel's global threadgroup lock,
     /// whose first use after a quiet spell waits for an RCU grace period
     /// (milliseconds) — moving the child by pid from outside does.
     pub fn open_tasks(&self) -> std::io::Result<Vec<OwnedFd>> {
+        if self.hierarchy == Hierarchy::V2 {
+            return open_in(
+                &self.memory_dir,
+                &self.memory,
+                "cgroup.procs",
+                OFlag::O_WRONLY,
+            )
+            .map(|fd| vec![fd]);
+        }
         [
             (&self.memory_dir, &self.memory),
             (&self.pids_dir, &self.pids),
@@ -312,9 +427,13 @@ impl SpawnCgroup {
         )
     }
 
-    /// Removes both cgroups (retrying while the kernel finishes tearing the processes down).
+    /// Removes its cgroups (retrying while the kernel finishes tearing the processes down).
     pub fn remove(self) {
-        for dir in [&self.memory, &self.pids] {
+        let dirs = match self.hierarchy {
+            Hierarchy::V1 => vec![&self.memory, &self.pids],
+            Hierarchy::V2 => vec![&self.memory],
+        };
+        for dir in dirs {
             for _ in 0..200 {
                 if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
                     break;

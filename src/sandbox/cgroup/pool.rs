@@ -167,11 +167,11 @@ impl CgroupPool {
         SpawnCgroup::create(roots, &name(), memory_bytes, processes)
     }
 
-    /// Keeps an ended sandbox's cgroups (its init reaped, its readings
-    /// taken), or removes them when the pool is full. A kept pair keeps its
+    /// Keeps an ended sandbox's v1 cgroups (its init reaped, its readings
+    /// taken), or removes them when the pool is full or they are v2. A kept pair keeps its
     /// peak and OOM files open, for every later sandbox's readings and check.
     pub fn give_back(&mut self, mut cg: SpawnCgroup) {
-        if self.idle.len() < Self::KEEP {
+        if self.idle.len() < Self::KEEP && !cg.is_v2() {
             if cg.readings.is_none() {
                 cg.open_readings();
             }

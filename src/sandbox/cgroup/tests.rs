@@ -70,6 +70,7 @@ fn fake_pair(memory_files: &[(&str, &str)]) -> (tempfile::TempDir, super::SpawnC
     std::fs::write(pids.join(super::PIDS_NOW), "0\n").unwrap();
     std::fs::write(pids.join("pids.max"), "0").unwrap();
     let cg = super::SpawnCgroup {
+        hierarchy: super::Hierarchy::V1,
         memory_dir: super::open_dir(&memory).unwrap(),
         pids_dir: super::open_dir(&pids).unwrap(),
         memory,
