@@ -49,8 +49,20 @@ pub struct Cgroups {
     pub v1_memory: Option<PathBuf>,
     /// The v1 `pids` hierarchy.
     pub v1_pids: Option<PathBuf>,
-    /// How memory and process limits would be enforced: `cgroup_v2`, `cgroup_v1` or `rlimits`.
+    /// How spawns' memory and process limits are enforced: `cgroup_v2`,
+    /// `cgroup_v1` or `rlimits` (what every run's `limits_via` says).
     pub limits_via: &'static str,
+    /// Why neither cgroup hierarchy is used, when none is.
+    pub why_not_cgroups: Option<String>,
+}
+
+/// How spawns are limited, as the spawn pipeline decided it.
+#[derive(Debug, Clone)]
+pub struct LimitsFinding {
+    /// `cgroup_v2`, `cgroup_v1` or `rlimits`.
+    pub via: &'static str,
+    /// Why neither cgroup hierarchy is used, when none is.
+    pub why_not_cgroups: Option<String>,
 }
 
 /// The whole report.
@@ -80,6 +92,8 @@ pub struct HealthReport {
     /// spawnd runs as its parent namespace's root without root's powers
     /// over other users here: nothing runs ([`runs_as_parents_root`]).
     pub parents_root_alone: bool,
+    /// Ubuntu's AppArmor restriction of unprivileged user namespaces.
+    pub apparmor_userns: crate::host_policy::AppArmorUserns,
 }
 
 /// Whether spawnd acts as root over other users here: euid 0 in a user
@@ -148,14 +162,16 @@ fn maps_id(map: &str, id: u64) -> bool {
     })
 }
 
-/// Probes the kernel. `exe` is spawnd's own binary (for the userns helper).
-pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
+/// Probes the kernel. `exe` is spawnd's own binary (for the userns helper);
+/// `limits` is how this process's spawns are limited (`exec::limits`) and,
+/// without a cgroup, why, so `health` names exactly what runs use.
+pub fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> HealthReport {
     let userns = probe_userns(exe);
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let seccomp = probe_seccomp();
     let root = privileged();
     let parents_root_alone = !root && runs_as_parents_root();
-    let cgroups = probe_cgroups(root);
+    let cgroups = probe_cgroups(limits);
     let audit = probe_audit(audit_path);
     let mut report = HealthReport {
         status: Status::Healthy,
@@ -171,6 +187,7 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>) -> HealthReport {
         audit,
         root,
         parents_root_alone,
+        apparmor_userns: crate::host_policy::apparmor_userns(Path::new("/proc"), exe, root),
     };
     grade(&mut report);
     report
@@ -228,6 +245,11 @@ fn grade(r: &mut HealthReport) {
             reasons,
         );
     }
+    // Error: a restriction that bites leaves no sandbox able to set up (see
+    // host_policy::apparmor_userns), whatever the userns probe said.
+    if let Some(detail) = &r.apparmor_userns.detail {
+        note(Status::Error, detail.clone(), reasons);
+    }
     if r.landlock_abi < LANDLOCK_ABI_REQUIRED {
         note(
             Status::Error,
@@ -248,7 +270,12 @@ fn grade(r: &mut HealthReport) {
     // Without root, rlimits are how every run is limited: nothing is
     // missing for this user.
     if r.cgroups.limits_via == "rlimits" && r.root {
-        note(Status::Degraded, "no usable cgroup memory/pids controller: memory and process limits fall back to rlimits".into(), reasons);
+        let why = r
+            .cgroups
+            .why_not_cgroups
+            .as_deref()
+            .unwrap_or("the operator set [sandbox] limits = \"rlimits\"");
+        note(Status::Degraded, format!("memory and process limits fall back to rlimits, per process rather than per sandbox ({why})"), reasons);
     }
     if !r.audit.available {
         note(
@@ -315,8 +342,10 @@ fn probe_seccomp() -> Layer {
     }
 }
 
-/// cgroup support as the mount table shows it; `root` says whether v1 hierarchies are usable.
-pub fn probe_cgroups(root: bool) -> Cgroups {
+/// cgroup support as the mount table shows it, with `limits` (how spawns
+/// are limited, which the mount table alone cannot tell: a v2 hierarchy
+/// needs a place spawnd may use, `sandbox::cgroup::v2`).
+pub fn probe_cgroups(limits: LimitsFinding) -> Cgroups {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut v2_mount = None;
     let (mut v1_memory, mut v1_pids) = (None, None);
@@ -346,22 +375,13 @@ pub fn probe_cgroups(root: bool) -> Cgroups {
         .and_then(|m| std::fs::read_to_string(m.join("cgroup.controllers")).ok())
         .map(|c| c.split_whitespace().map(str::to_string).collect())
         .unwrap_or_default();
-    let v2_ok = ["memory", "pids"]
-        .iter()
-        .all(|c| v2_controllers.iter().any(|x| x == c));
-    let limits_via = if v2_ok {
-        "cgroup_v2"
-    } else if root && v1_memory.is_some() && v1_pids.is_some() {
-        "cgroup_v1"
-    } else {
-        "rlimits"
-    };
     Cgroups {
         v2_mount,
         v2_controllers,
         v1_memory,
         v1_pids,
-        limits_via,
+        limits_via: limits.via,
+        why_not_cgroups: limits.why_not_cgroups,
     }
 }
 
@@ -385,7 +405,10 @@ pub fn v1_controller_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
     ) {
         (Some(memory), Some(pids)) => (Some(memory), Some(pids)),
         _ => {
-            let cg = probe_cgroups(true);
+            let cg = probe_cgroups(LimitsFinding {
+                via: "rlimits",
+                why_not_cgroups: None,
+            });
             (cg.v1_memory, cg.v1_pids)
         }
     }
@@ -438,17 +461,14 @@ mod tests {
 
     #[test]
     fn the_usual_places_agree_with_the_mount_table() {
-        let table = probe_cgroups(true);
+        let table = probe_cgroups(LimitsFinding {
+            via: "rlimits",
+            why_not_cgroups: None,
+        });
         let canon = |p: Option<PathBuf>| p.map(|p| p.canonicalize().unwrap_or(p));
         let (memory, pids) = v1_controller_mounts();
         assert_eq!(canon(memory), canon(table.v1_memory));
         assert_eq!(canon(pids), canon(table.v1_pids));
-    }
-
-    #[test]
-    fn the_mount_table_yields_some_limit_mechanism() {
-        let c = probe_cgroups(true);
-        assert!(["cgroup_v2", "cgroup_v1", "rlimits"].contains(&c.limits_via));
     }
 
     #[test]
