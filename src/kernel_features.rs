@@ -258,7 +258,15 @@ fn grade(r: &mut HealthReport) {
             reasons,
         );
     } else if r.landlock_abi < LANDLOCK_ABI_FULL {
-        note(Status::Degraded, format!("Landlock ABI {} lacks features of ABI {LANDLOCK_ABI_FULL} (ioctl, scoping); namespaces still apply", r.landlock_abi), reasons);
+        note(
+            Status::Degraded,
+            format!(
+                "Landlock ABI {} lacks {} (docs/sandbox.md says what covers each); every spawn still runs",
+                r.landlock_abi,
+                landlock_features_missing(r.landlock_abi).join(", ")
+            ),
+            reasons,
+        );
     }
     if !r.seccomp.available {
         note(
@@ -285,6 +293,22 @@ fn grade(r: &mut HealthReport) {
         );
     }
     r.status = worst;
+}
+
+/// What a kernel with Landlock ABI `abi` lacks of the features spawnd
+/// asks for at [`LANDLOCK_ABI_FULL`] (TCP, ABI 4, is the network
+/// namespace's to fence at every ABI).
+fn landlock_features_missing(abi: u32) -> Vec<&'static str> {
+    [
+        (2, "REFER (rename and link across directories, ABI 2)"),
+        (3, "TRUNCATE (ABI 3)"),
+        (5, "IOCTL_DEV (device ioctls, ABI 5)"),
+        (6, "scoped abstract unix sockets and signals (ABI 6)"),
+    ]
+    .into_iter()
+    .filter(|(since, _)| abi < *since)
+    .map(|(_, what)| what)
+    .collect()
 }
 
 fn probe_userns(exe: &Path) -> Layer {
@@ -440,6 +464,18 @@ fn probe_audit(path: Option<&Path>) -> Layer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_older_landlock_abi_names_exactly_what_it_lacks() {
+        assert_eq!(landlock_features_missing(2).len(), 3);
+        assert!(landlock_features_missing(2)[0].starts_with("TRUNCATE"));
+        assert_eq!(
+            landlock_features_missing(5),
+            ["scoped abstract unix sockets and signals (ABI 6)"]
+        );
+        assert!(landlock_features_missing(6).is_empty());
+        assert_eq!(landlock_features_missing(1).len(), 4);
+    }
 
     #[test]
     fn an_id_map_maps_an_id_when_a_range_covers_it() {
