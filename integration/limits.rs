@@ -198,31 +198,58 @@ fn on_cgroup_v2_root_makes_each_sandboxs_cgroup_under_spawnd_and_removes_it() {
 }
 
 /// On cgroup v2, a daemon run by a service user in a cgroup delegated to
-/// it (as systemd's `Delegate=yes` does: the directory and its
+/// it (as systemd's `Delegate=yes` does for `User=`: the directory and its
 /// `cgroup.procs`, `cgroup.subtree_control` and `cgroup.threads` owned by
 /// the user) moves itself into a leaf, `supervisor`, and limits each
 /// sandbox in a cgroup of its own beside it; `health` through it says so.
 #[test]
 fn on_cgroup_v2_a_service_users_daemon_limits_each_sandbox_in_its_delegated_cgroup() {
+    daemon_in_a_delegated_cgroup(Delegation::ToServiceUser);
+}
+
+/// The same for a root daemon in a cgroup systemd marked as delegated
+/// (`trusted.delegate = 1`, as systemd sets it for `Delegate=yes`).
+#[test]
+fn on_cgroup_v2_a_root_daemon_limits_each_sandbox_in_the_cgroup_systemd_delegated() {
+    daemon_in_a_delegated_cgroup(Delegation::MarkedForRoot);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Delegation {
+    ToServiceUser,
+    MarkedForRoot,
+}
+
+fn daemon_in_a_delegated_cgroup(how: Delegation) {
     let h = health(As::Root);
     if h["data"]["cgroups"]["limits_via"] != "cgroup_v2" {
         eprintln!("not a cgroup v2 host (limits via {}): nothing to check here; the kernel matrix's v2 guests run this", h["data"]["cgroups"]["limits_via"]);
         return;
     }
     let mount = PathBuf::from(h["data"]["cgroups"]["v2_mount"].as_str().unwrap());
-    let delegated =
-        Delegated::make(&mount.join(format!("spawnd-delegated-{}", std::process::id())));
-    let procs = delegated.0.join("cgroup.procs");
+    let name = match how {
+        Delegation::ToServiceUser => "user",
+        Delegation::MarkedForRoot => "root",
+    };
+    let delegated = Delegated::make(
+        &mount.join(format!("spawnd-delegated-{name}-{}", std::process::id())),
+        how,
+    );
+    let enter = format!("echo $$ > {}", delegated.0.join("cgroup.procs").display());
+    let drop_to = match how {
+        Delegation::ToServiceUser => "setpriv --reuid=65534 --regid=65534 --clear-groups ",
+        Delegation::MarkedForRoot => "",
+    };
     let wrap = [
         "sh".to_string(),
         "-c".to_string(),
-        format!(
-            "echo $$ > {} && exec setpriv --reuid=65534 --regid=65534 --clear-groups \"$@\"",
-            procs.display()
-        ),
+        format!("{enter} && exec {drop_to}\"$@\""),
         "sh".to_string(),
     ];
-    let d = Daemon::start_as_service_user("delegated", &wrap);
+    let d = match how {
+        Delegation::ToServiceUser => Daemon::start_as_service_user("delegated-user", &wrap),
+        Delegation::MarkedForRoot => Daemon::start_under("delegated-root", "", &[], &wrap),
+    };
     let own = std::fs::read_to_string(format!("/proc/{}/cgroup", d.child.id())).unwrap();
     assert!(
         own.trim_end().ends_with("/supervisor"),
@@ -260,21 +287,27 @@ fn on_cgroup_v2_a_service_users_daemon_limits_each_sandbox_in_its_delegated_cgro
     drop(d);
 }
 
-/// A cgroup made for the test and handed to uid 65534 as systemd delegates
-/// one; removed (with what the daemon made in it) when dropped.
+/// A cgroup made for the test and delegated as systemd delegates one: to
+/// uid 65534 by ownership, or marked for a root service; removed (with what
+/// the daemon made in it) when dropped.
 struct Delegated(PathBuf);
 
 impl Delegated {
-    fn make(dir: &Path) -> Delegated {
+    fn make(dir: &Path, how: Delegation) -> Delegated {
         std::fs::create_dir(dir).unwrap();
-        let nobody = Some(nix::unistd::Uid::from_raw(65534));
-        for f in [
-            "",
-            "cgroup.procs",
-            "cgroup.subtree_control",
-            "cgroup.threads",
-        ] {
-            nix::unistd::chown(&dir.join(f), nobody, None).unwrap();
+        match how {
+            Delegation::ToServiceUser => {
+                let nobody = Some(nix::unistd::Uid::from_raw(65534));
+                for f in [
+                    "",
+                    "cgroup.procs",
+                    "cgroup.subtree_control",
+                    "cgroup.threads",
+                ] {
+                    nix::unistd::chown(&dir.join(f), nobody, None).unwrap();
+                }
+            }
+            Delegation::MarkedForRoot => xattr::set(dir, "trusted.delegate", b"1").unwrap(),
         }
         Delegated(dir.to_path_buf())
     }
