@@ -2,7 +2,8 @@
 //! neither `nix` nor `landlock` expose (or expose only as `unsafe fn`), by
 //! concept: `confine.rs` (Landlock's ABI, seccomp, capabilities, loopback),
 //! `process.rs` (clone, reaping, pidfds, nice values), `fds.rs`, `peer.rs`
-//! (a socket peer's pidfd and user namespace), `keyring.rs`, `mount.rs` (the
+//! (a socket peer's pidfd and user namespace, and the boot-time clock that
+//! dates a connection against a process's start), `keyring.rs`, `mount.rs` (the
 //! mount calls and the old root's unmount helpers), `netlink.rs` (a sandbox's
 //! local routes), `notify.rs` (seccomp user notification), `nftables.rs`
 //! (a learning sandbox's redirect of the fake pool) and `start.rs` (the start

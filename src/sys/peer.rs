@@ -1,5 +1,7 @@
 //! Who is at the other end of a unix socket beyond `SO_PEERCRED`: the
-//! peer's pidfd, and through it the peer's user namespace.
+//! peer's pidfd, and through it the peer's user namespace; and the boot-time
+//! clock that dates a connection's acceptance against a process's start
+//! (for kernels without `SO_PEERPIDFD`).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -48,4 +50,22 @@ pub fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<std::os::fd::Ow
         return Err(last_error("ioctl(PIDFD_GET_USER_NAMESPACE)"));
     }
     Ok(adopt_fd(ret as RawFd))
+}
+
+/// `clock_gettime(CLOCK_BOOTTIME)`: time since boot, suspend included — the
+/// clock `/proc/PID/stat` gives a process's start time on.
+pub fn boot_time() -> io::Result<std::time::Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec; the call writes only it.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    if ret < 0 {
+        return Err(last_error("clock_gettime(CLOCK_BOOTTIME)"));
+    }
+    Ok(std::time::Duration::new(
+        ts.tv_sec as u64,
+        ts.tv_nsec as u32,
+    ))
 }
