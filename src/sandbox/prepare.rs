@@ -28,6 +28,29 @@ pub(super) fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> St
     move |e| StepError::new(what, e.into())
 }
 
+/// The refusal of a scope whose path passes through a symlink (to `to`).
+fn through_a_symlink(path: &Path, to: &Path) -> StepError {
+    StepError::new(
+        format!(
+            "scope {} resolves through a symlink to {}; declare the real path in the manifest",
+            path.display(),
+            to.display()
+        ),
+        std::io::Error::from_raw_os_error(libc::ELOOP),
+    )
+}
+
+/// The first component of `path` that is a symlink, if any (read with
+/// `lstat`, for the message only: the refusal stands either way).
+fn symlink_on_the_way(path: &Path) -> Option<std::path::PathBuf> {
+    path.ancestors()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+        .map(Path::to_path_buf)
+}
+
 /// Resolves a scope once, here: what it is now (device and inode). A scope
 /// whose path passes through a symlink is refused: the link could be changed
 /// by whoever can write where it lives, so the manifest must name the real path.
@@ -38,6 +61,12 @@ pub(super) fn identify_scope(
     check: Option<(nix::unistd::AccessFlags, u32)>,
 ) -> Result<ScopeId, StepError> {
     let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
+        // A host with `fs.protected_symlinks = 1` (every systemd distribution)
+        // refuses to follow a link planted in a sticky directory with EACCES
+        // before the check below sees it: name the link, not the errno.
+        if let Some(link) = symlink_on_the_way(path) {
+            return through_a_symlink(path, &link);
+        }
         let mut step = format!("open({}, O_PATH)", path.display());
         if let Some((_, uid)) = check {
             step.push_str(&format!(
@@ -61,14 +90,7 @@ pub(super) fn identify_scope(
     ))
     .map_err(prep(format!("resolve {}", path.display())))?;
     if canonical != path {
-        return Err(StepError::new(
-            format!(
-                "scope {} resolves through a symlink to {}; declare the real path in the manifest",
-                path.display(),
-                canonical.display()
-            ),
-            std::io::Error::from_raw_os_error(libc::ELOOP),
-        ));
+        return Err(through_a_symlink(path, &canonical));
     }
     Ok(ScopeId {
         canonical,
