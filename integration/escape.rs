@@ -2,7 +2,8 @@
 //! attack checked from inside by `spawnd-probe` and, where it matters, from
 //! outside. Every attack runs twice: with spawnd as root and as the
 //! unprivileged user nobody (65534). Groups follow docs/security.md: T terminal,
-//! S syscall filter, F filesystem, X exec/identity, N IPC/network, R resources.
+//! S syscall filter, F filesystem, X exec/identity, N IPC/network, R resources,
+//! C policy integrity.
 
 #[path = "sandbox/harness.rs"]
 mod harness;
@@ -993,7 +994,10 @@ fn f33_a_tmp_scope_is_refused_and_sensitive_proc_entries_are_read_only() {
         assert!(!text.contains("ESCAPED"), "{text}");
         // Writable only for a sandbox whose root is the host's root; for an
         // unprivileged spawnd the seccomp rule on memfd_create carries it alone (F30).
-        if who.is_root() {
+        // Kernels before 6.3 have no such sysctl: there the seccomp rule
+        // carries it for root too (F30).
+        let kernel_has_it = Path::new("/proc/sys/vm/memfd_noexec").exists();
+        if who.is_root() && kernel_has_it {
             assert!(text.contains("memfd_noexec=2"), "{text}");
         }
     }
@@ -1114,5 +1118,228 @@ mod setid_new_syscalls_and_unix_sockets {
             );
             r.assert_blocked();
         };
+    }
+}
+
+// ---------------------------------------------------------------------------
+// C67 — the program may not write its own policy, whatever path reaches it:
+// a write scope is compared with the manifest, the config and the audit
+// log's directory by device and inode, so a hard link or a bind mount into
+// the scope is refused as a plain path inside it is. Judged from outside:
+// the manifest on the host is unchanged, and a next run cannot use what
+// the program would have written.
+// ---------------------------------------------------------------------------
+
+mod c67_policy_files_by_inode {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A manifest over one write scope (and `extra_write`), whose `rewrite`
+    /// operation copies the scope's `next.toml` over `target`, and whose
+    /// `escaped` operation (in the rewritten policy only) writes a marker
+    /// outside every scope the original grants.
+    fn policy(tag: &str, scope: &Path, target: &Path, escape_to: Option<&Path>) -> String {
+        let mut write = vec![scope.display().to_string()];
+        write.extend(escape_to.map(|p| p.display().to_string()));
+        let mut text = format!(
+            "[connector]\nname = \"local://test/c67-{tag}\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/bash\" }}]\nfs_write = {write:?}\n[capabilities.spawn.operations.rewrite]\nargv = [\"bash\", \"-c\", \"cat {scope}/next.toml > {target}\"]\n",
+            scope = scope.display(),
+            target = target.display(),
+        );
+        if let Some(out) = escape_to {
+            text.push_str(&format!(
+                "[capabilities.spawn.operations.escaped]\nargv = [\"bash\", \"-c\", \"echo escaped > {}/marker\"]\n",
+                out.display()
+            ));
+        }
+        text
+    }
+
+    /// A directory made afresh (what an earlier test process left removed),
+    /// writable by the program: a root caller's program runs as 65534, and
+    /// each manifest here is made writable by it (mode 0666) as a caller's
+    /// own manifest in its checkout is writable by the caller's program.
+    /// Only the way to the file is under test.
+    fn fresh_dir(path: &Path) {
+        let _ = std::fs::remove_dir_all(path);
+        std::fs::create_dir_all(path).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+
+    /// Writes the policy the program would put in place into the scope.
+    fn plant_next(tag: &str, scope: &Path, target: &Path, out: &Path) {
+        std::fs::write(
+            scope.join("next.toml"),
+            policy(tag, scope, target, Some(out)),
+        )
+        .unwrap();
+    }
+
+    fn run(w: &World, manifest: &Path, op: &str) -> (Option<i32>, serde_json::Value) {
+        let out = w
+            .command_for(As::Root, manifest, op, &[], &[])
+            .output()
+            .unwrap();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&out.stdout).into_owned())
+        });
+        (out.status.code(), v)
+    }
+
+    /// Runs `rewrite` then `escaped` with `manifest`: the first is refused
+    /// (exit 4, its message containing `said`), the manifest keeps `text`,
+    /// and the second finds no such operation and leaves no marker.
+    fn assert_the_policy_held(w: &World, manifest: &Path, text: &str, out: &Path, said: &str) {
+        let (code, v) = run(w, manifest, "rewrite");
+        let after = std::fs::read_to_string(manifest).unwrap();
+        let (next_code, next) = run(w, manifest, "escaped");
+        assert!(
+            !out.join("marker").exists(),
+            "the next run used the policy the program wrote: {next}"
+        );
+        assert_ne!(next_code, Some(0), "{next}");
+        assert_eq!(after, text, "the program rewrote its manifest: {v}");
+        assert_eq!(code, Some(4), "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(said), "{v}");
+        assert!(message.contains("nothing was run"), "{v}");
+    }
+
+    /// `mount --bind` (as root), undone when dropped.
+    struct Bound(std::path::PathBuf);
+
+    impl Bound {
+        fn new(from: &Path, onto: &Path) -> Bound {
+            let ok = Command::new("mount")
+                .arg("--bind")
+                .arg(from)
+                .arg(onto)
+                .status()
+                .unwrap()
+                .success();
+            assert!(
+                ok,
+                "mount --bind {} {} (needs root)",
+                from.display(),
+                onto.display()
+            );
+            Bound(onto.to_path_buf())
+        }
+    }
+
+    impl Drop for Bound {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+
+    #[test]
+    fn c67_a_manifest_hard_linked_into_a_write_scope_runs_nothing() {
+        let w = world();
+        let home = w.path("outside/c67-link");
+        let scope = w.path("rw/c67-link");
+        let out = w.path("outside/c67-link-out");
+        fresh_dir(&home);
+        fresh_dir(&scope);
+        let _ = std::fs::remove_dir_all(&out);
+        let manifest = home.join("m.toml");
+        let link = scope.join("m.toml");
+        let text = policy("link", &scope, &link, None);
+        std::fs::write(&manifest, &text).unwrap();
+        std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::fs::hard_link(&manifest, &link).unwrap();
+        plant_next("link", &scope, &link, &out);
+        assert_the_policy_held(
+            w,
+            &manifest,
+            &text,
+            &out,
+            &format!(
+                "the manifest {} has 2 links and the write scope {} is on its filesystem",
+                manifest.display(),
+                scope.display()
+            ),
+        );
+    }
+
+    #[test]
+    fn c67_a_manifests_directory_bind_mounted_into_a_write_scope_runs_nothing() {
+        let w = world();
+        let home = w.path("outside/c67-bind");
+        let scope = w.path("rw/c67-bind");
+        let out = w.path("outside/c67-bind-out");
+        fresh_dir(&home);
+        fresh_dir(&scope);
+        let _ = std::fs::remove_dir_all(&out);
+        let manifest = home.join("m.toml");
+        let inside = scope.join("policy");
+        std::fs::create_dir(&inside).unwrap();
+        let target = inside.join("m.toml");
+        let text = policy("bind", &scope, &target, None);
+        std::fs::write(&manifest, &text).unwrap();
+        std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o666)).unwrap();
+        plant_next("bind", &scope, &target, &out);
+        let _bound = Bound::new(&home, &inside);
+        assert_the_policy_held(
+            w,
+            &manifest,
+            &text,
+            &out,
+            &format!(
+                "fs_write {} holds the manifest ({}) through the mount at {}",
+                scope.display(),
+                manifest.display(),
+                inside.display()
+            ),
+        );
+    }
+
+    #[test]
+    fn c67_a_write_scope_that_is_a_bind_mount_of_the_manifests_directory_runs_nothing() {
+        let w = world();
+        let home = w.path("outside/c67-alias");
+        let scope = w.path("rw/c67-alias");
+        let out = w.path("outside/c67-alias-out");
+        fresh_dir(&home);
+        fresh_dir(&scope);
+        let _ = std::fs::remove_dir_all(&out);
+        let manifest = home.join("m.toml");
+        let target = scope.join("m.toml");
+        let text = policy("alias", &scope, &target, None);
+        std::fs::write(&manifest, &text).unwrap();
+        std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let _bound = Bound::new(&home, &scope);
+        plant_next("alias", &scope, &target, &out);
+        assert_the_policy_held(
+            w,
+            &manifest,
+            &text,
+            &out,
+            &format!(
+                "fs_write {} holds the manifest ({})",
+                scope.display(),
+                manifest.display()
+            ),
+        );
+    }
+
+    /// The usual layout, a manifest with one link beside the scope it names
+    /// on the same filesystem, still runs.
+    #[test]
+    fn c67_a_manifest_with_one_link_outside_its_write_scope_runs() {
+        let w = world();
+        let home = w.path("outside/c67-plain");
+        let scope = w.path("rw/c67-plain");
+        fresh_dir(&home);
+        fresh_dir(&scope);
+        let manifest = home.join("m.toml");
+        let target = scope.join("written.toml");
+        let text = policy("plain", &scope, &target, None);
+        std::fs::write(&manifest, &text).unwrap();
+        std::fs::write(scope.join("next.toml"), "copied\n").unwrap();
+        let (code, v) = run(w, &manifest, "rewrite");
+        assert_eq!(code, Some(0), "{v}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "copied\n");
+        assert_eq!(std::fs::read_to_string(&manifest).unwrap(), text);
     }
 }

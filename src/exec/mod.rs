@@ -10,6 +10,7 @@ mod launching;
 pub mod limits;
 mod notice;
 mod outcome;
+mod own_policy;
 mod prepared;
 mod records;
 mod refusals;
@@ -579,44 +580,37 @@ struct Supervised {
     trace: Option<Trace>,
 }
 
-/// No write scope may hold what decides what runs and what records it:
-/// the manifest, the config, the audit log's directory. A program could
-/// otherwise rewrite its own policy for the next run (a manifest carried
-/// in the checkout it builds, say), or the trail. Paths are compared as
-/// the host resolves them now; a write scope still to be made is compared
-/// as written.
+/// No write scope may reach what decides what runs and what records it:
+/// the manifest, the config, the audit log's directory (`own_policy`
+/// compares them by device and inode, hard links and bind mounts
+/// included). A program could otherwise rewrite its own policy for the
+/// next run (a manifest carried in the checkout it builds, say), or the
+/// trail.
 fn check_policy_outside_write_scopes(prepared: &Prepared, plan: &SpawnPlan) -> Result<(), Failure> {
-    let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let manifest = std::path::PathBuf::from(&prepared.manifest.source);
-    let audit_dir = prepared
-        .config
-        .audit
-        .path
-        .as_deref()
-        .and_then(std::path::Path::parent)
-        .map(std::path::Path::to_path_buf);
-    let guarded = [
-        ("the manifest", Some(manifest)),
-        ("the config", prepared.config.source.clone()),
-        ("the audit log's directory", audit_dir),
-    ];
-    for scope in &plan.fs.write {
-        let scope_real = real(scope);
-        for (what, path) in &guarded {
-            let Some(path) = path.as_deref().filter(|p| p.is_absolute() || p.exists()) else {
-                continue;
-            };
-            let path_real = real(path);
-            if path_real.starts_with(&scope_real) {
-                return Err(Failure::config(format!(
-                    "fs_write {} holds {what} ({}): the program could rewrite it for the next run; keep it outside the write scopes (a manifest carried in a checkout, say, beside the scopes it names rather than inside them); nothing was run",
-                    scope.display(),
-                    path_real.display()
-                )));
-            }
-        }
+    let mut guarded = vec![(
+        "the manifest",
+        std::path::PathBuf::from(&prepared.manifest.source),
+    )];
+    guarded.extend(prepared.config.source.clone().map(|p| ("the config", p)));
+    guarded.extend(
+        prepared
+            .config
+            .audit
+            .path
+            .as_deref()
+            .and_then(Path::parent)
+            .map(|p| ("the audit log's directory", p.to_path_buf())),
+    );
+    let (guarded, scopes) = own_policy::policy_facts_on_host(&guarded, &plan.fs.write)
+        .map_err(|e| {
+            Failure::sandbox_unavailable(format!(
+                "cannot tell whether a write scope reaches the manifest, the config or the audit log: {e}; nothing was run"
+            ))
+        })?;
+    match own_policy::policy_exposure(&guarded, &scopes) {
+        Some(exposure) => Err(Failure::config(exposure.to_string())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Where the spawn's time went, from the gate to init's teardown: logged
