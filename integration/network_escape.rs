@@ -31,7 +31,7 @@
 //! | packet sockets | refused; the world's UDP server receives nothing | the same code as root in the world injects a frame that arrives |
 //! | netlink and ioctl adding a route or an address | refused; 203.0.113.10 still has no route | the same code in a fresh namespace as root adds both |
 //! | IPv6 to the world's address and to others | no route, or a reset on a granted port; the server accepts nothing | a literal grant of that address reaches its server |
-//! | SNI mismatch (domain fronting), also fragmented across TLS records and sent byte by byte | reset, `sni_mismatch`; the server receives none of the ClientHello | the same ClientHello naming the granted name arrives whole |
+//! | SNI mismatch (domain fronting), also fragmented across TLS records, sent byte by byte, behind record version `00 01` or a `00 01` warning alert (both accepted by Go's server) | reset, `sni_mismatch` / `malformed_client_hello` with what was wrong; the server receives none of the ClientHello | the same ClientHello naming the granted name arrives whole |
 //! | a ClientHello without SNI, or malformed, or after an alert record | reset, `sni_missing` / `malformed_client_hello`; the server receives nothing | as above |
 //! | an encrypted ClientHello (ECH, draft ESNI) whose outer name is the granted one | reset, `malformed_client_hello`; the server receives nothing | the same hello with an unknown extension instead arrives whole |
 //! | the host's loopback services (127.0.0.1, ::1, 127.0.0.2, 0.0.0.0) | reset or refused; the world's loopback servers accept nothing | a literal grant of 127.0.0.1:P reaches its server |
@@ -1310,17 +1310,29 @@ attempt("whole", lambda: first_flight(fake, 8443, [evil]))
 attempt("two_records", lambda: first_flight(fake, 8443, [in_two_records(evil, 40)]))
 attempt("byte_by_byte", lambda: first_flight(fake, 8443, [evil[i:i + 1] for i in range(len(evil))], 0.002))
 attempt("suffix", lambda: first_flight(fake, 8443, [client_hello("api.test.evil.test")]))
+# Record bytes Go's TLS server accepts: any version below 16.0 in a first
+# record, and a warning alert skipped before the hello.
+attempt("record_version_0_1", lambda: first_flight(fake, 8443, [b"\x16\x00\x01" + evil[3:]]))
+attempt("alert_0_1_first", lambda: first_flight(fake, 8443, [b"\x15\x00\x01\x00\x02\x01\x5a" + evil]))
 finish()
 "#,
     );
-    for label in ["whole", "two_records", "byte_by_byte", "suffix"] {
+    let labels = [
+        "whole",
+        "two_records",
+        "byte_by_byte",
+        "suffix",
+        "record_version_0_1",
+        "alert_0_1_first",
+    ];
+    for label in labels {
         assert_ne!(result(&r, label), "answered", "{label}: {r}");
     }
     // spawnd dials before it reads the first flight (so servers that
     // speak first work); the server sees each connection open and close
     // with nothing received.
     assert!(
-        eventually(|| server.bytes().len() == 5),
+        eventually(|| server.bytes().len() == 1 + labels.len()),
         "{:?}",
         server.bytes()
     );
@@ -1344,7 +1356,7 @@ finish()
     assert_eq!(
         refused_after_dial(&run, "api.test", 8443, "sni_mismatch")
             + refused_after_dial(&run, "api.test", 8443, "malformed_client_hello"),
-        4,
+        labels.len(),
         "{}",
         run.json
     );
@@ -1358,9 +1370,22 @@ finish()
                 && (r["reason"] == "sni_mismatch" || r["reason"] == "malformed_client_hello")
         })
         .count();
-    assert_eq!(refused, 4, "{records:#?}");
+    assert_eq!(refused, labels.len(), "{records:#?}");
     let record = refusal_record(&records, "api.test", 8443, "sni_mismatch");
     assert_eq!(record["sni"], "evil.test", "{record}");
+    // The two that are TLS to a server but not a hello spawnd reads say
+    // what was wrong.
+    for error in [
+        "record version 0.1",
+        "TLS record type 21 before the ClientHello",
+    ] {
+        assert!(
+            records
+                .iter()
+                .any(|r| r["reason"] == "malformed_client_hello" && r["error"] == error),
+            "{error}: {records:#?}"
+        );
+    }
 }
 
 #[test]

@@ -337,3 +337,24 @@ pub fn client_hello(data: &[u8]) {
         }
     }
 }
+
+/// spawnd's reading of a first flight against a reference TLS server's
+/// (`reference`: the server name it read from `data`, if it read a
+/// ClientHello with one; the `client_hello_rustls` fuzz target asks
+/// rustls). One way round: when the reference reads a name, spawnd reads
+/// the same one (up to case and a trailing dot), or holds the bytes
+/// (needs more), or refuses them. Passing them as not TLS, as a hello
+/// without a name, or as one naming another server would let a name
+/// nobody checked reach the server. The checks of [`client_hello`] hold
+/// too.
+pub fn client_hello_against(data: &[u8], reference: Option<&str>) {
+    client_hello(data);
+    let Some(name) = reference else {
+        return;
+    };
+    match classify(data) {
+        FirstFlight::NeedMore | FirstFlight::Malformed(_) => {}
+        FirstFlight::Tls { sni: Some(sni) } if sni_matches(name, &sni) => {}
+        other => panic!("the reference reads server name {name:?}; spawnd reads {other:?}"),
+    }
+}

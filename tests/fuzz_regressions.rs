@@ -1,12 +1,16 @@
 //! Every fuzz seed (`fuzz/seeds/`) and every input a fuzzer once crashed on
 //! (`fuzz/regressions/`) goes through the fuzz targets' own checks
-//! (`spawnd::fuzzing`), so parsers keep handling them.
+//! (`spawnd::fuzzing`), so parsers keep handling them. The
+//! `client_hello_rustls` target's reference parser (rustls) belongs to the
+//! fuzz crate only, so here its inputs go through spawnd's side of the
+//! checks; what it found is pinned, with rustls' answer, in the unit tests
+//! of `egress::client_hello`.
 
 use std::path::Path;
 
 type Check = fn(&[u8]);
 
-const TARGETS: [(&str, Check); 7] = [
+const TARGETS: [(&str, Check); 8] = [
     ("manifest", spawnd::fuzzing::manifest),
     ("template", spawnd::fuzzing::template),
     ("rpc_request", spawnd::fuzzing::rpc_request),
@@ -14,6 +18,7 @@ const TARGETS: [(&str, Check); 7] = [
     ("grant", spawnd::fuzzing::grant),
     ("dns_query", spawnd::fuzzing::dns_query),
     ("client_hello", spawnd::fuzzing::client_hello),
+    ("client_hello_rustls", spawnd::fuzzing::client_hello),
 ];
 
 fn inputs(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -6,17 +6,47 @@
 //! The engine holds the client's bytes until [`classify`] decides, calling
 //! it again on everything received so far while it answers
 //! [`FirstFlight::NeedMore`], for at most [`MAX_FIRST_FLIGHT`] bytes.
-//! Anything that does not start like a TLS handshake record (`0x16 0x03`)
-//! is [`FirstFlight::NotTls`] and passes, since the grant is `host:port`;
-//! a server would not take it for a TLS handshake either. Anything that
-//! does start like one is parsed strictly up to the server_name extension,
-//! and every irregularity is [`FirstFlight::Malformed`], which the engine
-//! closes: a server may read an irregular hello differently, and a parser
-//! that guesses could be shown one name while the server sees another.
-//! Strict means: handshake records only, each 1–16384 bytes, the
-//! ClientHello reassembled across them; the fields before the extensions
-//! within their bounds; the extensions exactly filling the message, none
-//! twice; a server_name list of exactly one host_name of printable ASCII.
+//!
+//! What counts as TLS is what some server would read as TLS, not what a
+//! well-behaved client sends, since only [`FirstFlight::NotTls`] passes
+//! without a name checked. A TLS record begins with its content type;
+//! servers differ on the two version bytes after it (Go's accepts any
+//! version below 16.0 in a first record, OpenSSL's and rustls' only 3.x),
+//! and Go's skips warning alerts ahead of the ClientHello. So, by the
+//! first bytes:
+//!
+//! * 22 (handshake) is TLS whatever follows. Its records must say 3.0–3.4
+//!   (SSL 3.0 to TLS 1.3) and carry a ClientHello, read strictly (below);
+//!   any other version is [`FirstFlight::Malformed`].
+//! * 20 (change_cipher_spec), 21 (alert), 23 (application_data) and 24
+//!   (heartbeat) are TLS too, and Malformed on that first byte, whatever
+//!   the version bytes: no client begins with one, and a server that skips
+//!   an alert or a change_cipher_spec before the hello would read a hello
+//!   nobody checked; application data or a heartbeat first is at best an
+//!   error to a server, so refusing it costs nothing.
+//! * An SSLv2-format record header (high bit of the first byte set) with
+//!   CLIENT-HELLO (1) as third byte is Malformed, whatever version it
+//!   names: OpenSSL and NSS servers still accept such a hello and
+//!   negotiate TLS 1.0–1.2 from it, and it has no extensions, so no
+//!   server name: the server would answer as its default host.
+//! * Anything else is NotTls and passes, since the grant is `host:port`:
+//!   no server reads it as TLS. The cost of the rules above is that a
+//!   plain-text or binary protocol whose first byte is 20–24 (a
+//!   little-endian length of 20–24 bytes, say), or whose first byte has
+//!   its high bit set and whose third is 1, cannot be spoken to a granted
+//!   name; no common protocol begins that way.
+//!
+//! A ClientHello is parsed strictly up to the server_name extension, and
+//! every irregularity is Malformed, which the engine closes: a server may
+//! read an irregular hello differently, and a parser that guesses could
+//! be shown one name while the server sees another. Strict means:
+//! handshake records only, each 1–16384 bytes, the ClientHello
+//! reassembled across them (a first record shorter than the hello is
+//! never enough: what follows must be more handshake records of it, up to
+//! [`MAX_FIRST_FLIGHT`]); the first handshake message a ClientHello; the
+//! fields before the extensions within their bounds; the extensions
+//! exactly filling the message, none twice; a server_name list of exactly
+//! one host_name of printable ASCII.
 //!
 //! Hand-written rather than `tls-parser`: only the path to one field is
 //! needed, that crate brings `nom` and derive macros for it, and it parses
@@ -58,6 +88,10 @@ const DRAFT_ESNI: u16 = 0xffce;
 /// alert (21), (handshake is 22), application_data (23), heartbeat (24).
 const OTHER_TLS_RECORD_FIRST: u8 = 20;
 const OTHER_TLS_RECORD_LAST: u8 = 24;
+
+/// The message type of an SSLv2 CLIENT-HELLO, the third byte of an
+/// SSLv2-format record.
+const SSL2_CLIENT_HELLO: u8 = 1;
 
 /// The server_name entry type of a DNS host name.
 const HOST_NAME: u8 = 0;
@@ -133,9 +167,9 @@ pub enum HelloProblem {
     #[error("an encrypted ClientHello (extension {0:#06x}) hides the server name")]
     EncryptedServerName(u16),
     /// The first record is a TLS record of another type (alert, change
-    /// cipher spec, application data, heartbeat) ahead of any ClientHello,
-    /// or an SSLv2-format hello: TLS, but not a hello whose name can be
-    /// read first.
+    /// cipher spec, application data, heartbeat, whatever its version
+    /// bytes) ahead of any ClientHello, or an SSLv2-format hello: TLS, but
+    /// not a hello whose name can be read first.
     #[error("TLS record type {0} before the ClientHello")]
     NotHelloFirst(u8),
 }
@@ -148,18 +182,18 @@ pub fn classify(bytes: &[u8]) -> FirstFlight {
     // Only the first 16 KiB count, so more bytes never change a decision.
     let bytes = &bytes[..bytes.len().min(MAX_FIRST_FLIGHT)];
     match bytes {
-        [] | [HANDSHAKE] | [OTHER_TLS_RECORD_FIRST..=OTHER_TLS_RECORD_LAST] => {
-            return FirstFlight::NeedMore
-        }
-        [HANDSHAKE, 3, ..] => {}
-        [t @ OTHER_TLS_RECORD_FIRST..=OTHER_TLS_RECORD_LAST, 3, ..] => {
+        [] => return FirstFlight::NeedMore,
+        // A handshake record whatever its version bytes: `client_hello`
+        // reads 3.0–3.4 and refuses any other.
+        [HANDSHAKE, ..] => {}
+        // Any other record type, decided on its first byte alone.
+        [t @ OTHER_TLS_RECORD_FIRST..=OTHER_TLS_RECORD_LAST, ..] => {
             return FirstFlight::Malformed(HelloProblem::NotHelloFirst(*t))
         }
-        // SSLv2's record header (two bytes, high bit set), then
-        // CLIENT-HELLO (1) and a 2.0 or 3.x version.
+        // SSLv2's two-byte record header (high bit set), then
+        // CLIENT-HELLO (1), whatever version follows.
         [b] | [b, _] if b & 0x80 != 0 => return FirstFlight::NeedMore,
-        [b, _, 1] if b & 0x80 != 0 => return FirstFlight::NeedMore,
-        [b, _, 1, 0 | 2 | 3, ..] if b & 0x80 != 0 => {
+        [b, _, SSL2_CLIENT_HELLO, ..] if b & 0x80 != 0 => {
             return FirstFlight::Malformed(HelloProblem::NotHelloFirst(*b))
         }
         _ => return FirstFlight::NotTls,
@@ -526,33 +560,103 @@ mod tests {
             &b"GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n"[..],
             b"SSH-2.0-OpenSSH_9.6\r\n",
             b"\x00",
-            b"\x16\x02",
-            b"\x16\x00\x00",
-            b"\x15\x02",
+            b"\x13\x03\x01",
+            b"\x19\x03\x01",
             b"\x80\x2e\x02",
-            b"\x80\x2e\x01\x01",
+            b"\xff\xff\x00\x03\x01",
         ] {
             assert_eq!(classify(bytes), FirstFlight::NotTls, "{bytes:?}");
         }
         assert_eq!(classify(b""), FirstFlight::NeedMore);
         assert_eq!(classify(b"\x16"), FirstFlight::NeedMore);
+        assert_eq!(classify(b"\x16\x00"), FirstFlight::NeedMore);
+    }
+
+    /// A server reads a first byte of 22 as a TLS handshake record
+    /// whatever its version bytes (Go's accepts any version below 16.0 in
+    /// the first record), so a hello behind `16 00 01` is TLS, and only
+    /// record versions 3.0–3.4 are read: any other is refused, never
+    /// passed as plain text with its server name unread.
+    #[test]
+    fn a_handshake_record_is_tls_whatever_its_version_and_only_3_0_to_3_4_is_read() {
+        let message = handshake(1, &body(Some(&sni_ext("evil.example.org"))));
+        let with_version = |major: u8, minor: u8| {
+            let mut bytes = records(&message, MAX_RECORD);
+            bytes[1..3].copy_from_slice(&[major, minor]);
+            bytes
+        };
+        for (major, minor) in [
+            (0, 1),
+            (0, 0),
+            (1, 0),
+            (2, 0),
+            (3, 5),
+            (3, 0xff),
+            (0x0f, 0xff),
+            (0x10, 0),
+            (0xfe, 0xfd),
+            (0xff, 0xff),
+        ] {
+            let bytes = with_version(major, minor);
+            assert_eq!(
+                malformed(&bytes),
+                HelloProblem::RecordVersion(major, minor),
+                "{major}.{minor}"
+            );
+            assert_eq!(
+                malformed(&bytes[..3]),
+                HelloProblem::RecordVersion(major, minor),
+                "{major}.{minor}, three bytes"
+            );
+        }
+        for minor in 0..=4 {
+            assert_eq!(
+                classify(&with_version(3, minor)),
+                tls(Some("evil.example.org")),
+                "3.{minor}"
+            );
+        }
+        // A later record of the same hello is held to the same versions.
+        let mut second = records(&message, 40);
+        second[45..48].copy_from_slice(&[22, 0, 1]);
+        assert_eq!(malformed(&second), HelloProblem::RecordVersion(0, 1));
     }
 
     /// A TLS record of another type first (an alert or a change cipher
     /// spec a server may skip before the real ClientHello), or an SSLv2
-    /// hello, would let a hello with any server name through unread.
+    /// hello, would let a hello with any server name through unread; so
+    /// would the same records with version bytes other than 3.x, which Go
+    /// accepts in a first record (a warning alert, skipped, then the
+    /// hello).
     #[test]
     fn tls_that_does_not_begin_with_a_readable_hello_is_malformed() {
         let mut alert_then_hello = b"\x15\x03\x03\x00\x02\x01\x00".to_vec();
         alert_then_hello.extend(hello("other.example.com"));
+        let mut odd_alert_then_hello = b"\x15\x00\x01\x00\x02\x01\x5a".to_vec();
+        odd_alert_then_hello.extend(hello("other.example.com"));
         for (bytes, first) in [
             (&b"\x15\x03\x03\x00\x02\x02\x28"[..], 21),
             (&alert_then_hello[..], 21),
+            (&odd_alert_then_hello[..], 21),
+            (b"\x15", 21),
+            (b"\x15\x02", 21),
+            (b"\x15\x00\x01\x00\x02\x01\x00", 21),
             (b"\x14\x03\x03\x00\x01\x01", 20),
+            (b"\x14\x00\x01\x00\x01\x01", 20),
+            (b"\x14", 20),
             (b"\x17\x03\x03", 23),
+            (b"\x17\x00\x00\x00", 23),
+            (b"\x17", 23),
             (b"\x18\x03\x01", 24),
+            (b"\x18\x01\x00", 24),
+            (b"\x18", 24),
             (b"\x80\x2e\x01\x00\x02", 0x80),
             (b"\x80\x2e\x01\x03\x01", 0x80),
+            (b"\x80\x2e\x01", 0x80),
+            (b"\x80\x2e\x01\x01\x01", 0x80),
+            (b"\x80\x2e\x01\x04\x00", 0x80),
+            (b"\x80\x2e\x01\xff\xff", 0x80),
+            (b"\xff\xff\x01\x03\x03", 0xff),
         ] {
             assert_eq!(
                 classify(bytes),
@@ -560,9 +664,51 @@ mod tests {
                 "{bytes:?}"
             );
         }
-        for prefix in [&b"\x15"[..], b"\x80", b"\x80\x2e", b"\x80\x2e\x01"] {
+        for prefix in [&b"\x80"[..], b"\x80\x2e", b"\xc1\x00"] {
             assert_eq!(classify(prefix), FirstFlight::NeedMore, "{prefix:?}");
         }
+    }
+
+    /// A first record that carries only part of the hello is never
+    /// enough: the rest is read from the records after it, or the flight
+    /// is refused. Neither a short first record nor a first message that
+    /// is not a ClientHello lets later records through unread.
+    #[test]
+    fn a_hello_is_read_whole_across_records_or_refused() {
+        let message = handshake(1, &body(Some(&sni_ext("evil.example.org"))));
+        let split = records(&message, 20);
+        // Every record boundary: the first records alone need more.
+        let mut at = 0;
+        while at < split.len() {
+            assert_eq!(classify(&split[..at]), FirstFlight::NeedMore, "{at}");
+            at += 25;
+        }
+        assert_eq!(classify(&split), tls(Some("evil.example.org")));
+        // The rest of the hello in an application_data record, or after
+        // an alert, is not reassembled.
+        for kind in [20, 21, 23, 24] {
+            let mut bytes = split.clone();
+            bytes[25] = kind;
+            assert_eq!(
+                malformed(&bytes),
+                HelloProblem::NotHandshakeRecord(kind),
+                "{kind}"
+            );
+        }
+        // The first record ends, and plain text follows.
+        let mut plain = split[..25].to_vec();
+        plain.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(malformed(&plain), HelloProblem::NotHandshakeRecord(b'G'));
+        // A first message other than a ClientHello, then a hello.
+        let mut request_then_hello = records(&handshake(0, &[]), MAX_RECORD);
+        request_then_hello.extend(records(&message, MAX_RECORD));
+        assert_eq!(
+            malformed(&request_then_hello),
+            HelloProblem::NotClientHello(0)
+        );
+        let mut finished_first = records(&handshake(20, &[0; 12]), MAX_RECORD);
+        finished_first.extend(records(&message, MAX_RECORD));
+        assert_eq!(malformed(&finished_first), HelloProblem::NotClientHello(20));
     }
 
     /// An encrypted ClientHello carries the name that counts inside: the

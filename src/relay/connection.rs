@@ -363,6 +363,7 @@ async fn pump(
             bytes_up,
             bytes_down,
             sni,
+            error,
             ..
         } = record;
         let up = async {
@@ -371,7 +372,7 @@ async fn pump(
                     &mut client_read,
                     granted,
                     relay.config.first_flight_timeout,
-                    sni,
+                    (sni, error),
                     (&activity, start),
                 )
                 .await?;
@@ -416,15 +417,16 @@ async fn pump(
 /// Reads the client's first flight, holding it, until it is classified:
 /// not TLS, or a ClientHello whose server name (recorded in `sni`) is the
 /// granted name, gives back the held bytes to forward; a ClientHello
-/// naming another server, a malformed one, or one not complete within
-/// `first_flight_timeout` of its first byte is refused. The timer starts
+/// naming another server, a malformed one (what is wrong recorded in
+/// `problem`), or one not complete within `first_flight_timeout` of its
+/// first byte is refused. The timer starts
 /// with the first byte because nothing is held before it: a client may
 /// wait for a server that speaks first, bounded by the idle timeout.
 async fn first_flight<R: AsyncRead + Unpin>(
     client: &mut R,
     granted: &str,
     first_flight_timeout: Duration,
-    sni: &mut Option<String>,
+    (sni, problem): (&mut Option<String>, &mut Option<String>),
     (activity, start): (&AtomicU64, tokio::time::Instant),
 ) -> Result<Vec<u8>, Ending> {
     let mut held = vec![0u8; MAX_FIRST_FLIGHT];
@@ -443,18 +445,24 @@ async fn first_flight<R: AsyncRead + Unpin>(
             // The client closed its side: nothing held passes as is (the
             // relay then forwards the close); a ClientHello begun and not
             // finished is refused.
-            return if len == 0 {
-                Ok(Vec::new())
-            } else {
-                Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO))
-            };
+            if len == 0 {
+                return Ok(Vec::new());
+            }
+            *problem = Some("the client closed before its ClientHello was complete".into());
+            return Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO));
         }
         len += n;
         mark(activity, start);
         deadline.get_or_insert_with(|| tokio::time::Instant::now() + first_flight_timeout);
         match classify(&held[..len]) {
             FirstFlight::NeedMore if len < held.len() => continue,
-            FirstFlight::NeedMore | FirstFlight::Malformed(_) => {
+            // `classify` decides within the 16 KiB held; were it not to,
+            // refusing is the answer that lets nothing through unread.
+            FirstFlight::NeedMore => {
+                return Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO));
+            }
+            FirstFlight::Malformed(why) => {
+                *problem = Some(why.to_string());
                 return Err(Ending::Refused(reason::MALFORMED_CLIENT_HELLO));
             }
             FirstFlight::NotTls => {}

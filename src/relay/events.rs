@@ -53,8 +53,10 @@ pub mod reason {
     pub const SNI_MISMATCH: &str = "sni_mismatch";
     /// A TLS ClientHello to a granted name named no server.
     pub const SNI_MISSING: &str = "sni_missing";
-    /// The client's first bytes began a TLS handshake that is not a
-    /// well-formed ClientHello, or ended before it was complete.
+    /// The client's first bytes began TLS (a record of type 20–24 whatever
+    /// its version bytes, or an SSLv2-format hello) that is not a
+    /// well-formed ClientHello in handshake records of version 3.0–3.4,
+    /// or ended before it was complete; the record's `error` says what.
     pub const MALFORMED_CLIENT_HELLO: &str = "malformed_client_hello";
     /// A ClientHello begun did not complete within the first-flight
     /// timeout.
@@ -130,7 +132,9 @@ pub struct ConnectionRecord {
     pub denial: Option<Denial>,
     /// The server name of the client's TLS ClientHello, when checked.
     pub sni: Option<String>,
-    /// The error behind a failed connect or relay, as text.
+    /// The error behind a failed connect or relay, or what was wrong
+    /// with a first flight refused as [`reason::MALFORMED_CLIENT_HELLO`],
+    /// as text.
     pub error: Option<String>,
     /// Bytes relayed from the program to the server.
     pub bytes_up: u64,

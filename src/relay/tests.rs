@@ -447,6 +447,83 @@ fn a_client_hello_must_name_the_granted_name() {
     assert!(records.contains(&mismatch), "{records:#?}");
 }
 
+/// A ClientHello for `sni` in one handshake record whose version bytes
+/// are `version`: a minimal TLS 1.2 hello, its only extension server_name.
+fn hello_record(version: [u8; 2], sni: &str) -> Vec<u8> {
+    let name = sni.as_bytes();
+    let mut sni_ext = vec![0, 0];
+    sni_ext.extend((name.len() as u16 + 5).to_be_bytes());
+    sni_ext.extend((name.len() as u16 + 3).to_be_bytes());
+    sni_ext.push(0);
+    sni_ext.extend((name.len() as u16).to_be_bytes());
+    sni_ext.extend(name);
+    let mut body = vec![3, 3];
+    body.extend([0u8; 32]);
+    body.extend([0, 0, 2, 0, 0x2f, 1, 0]);
+    body.extend((sni_ext.len() as u16).to_be_bytes());
+    body.extend(sni_ext);
+    let mut handshake = vec![1, 0];
+    handshake.extend((body.len() as u16).to_be_bytes());
+    handshake.extend(body);
+    let mut record = vec![0x16, version[0], version[1]];
+    record.extend((handshake.len() as u16).to_be_bytes());
+    record.extend(handshake);
+    record
+}
+
+/// Domain fronting by SNI past a granted name with TLS records a server
+/// accepts and a check reading only `16 03` would not: a handshake record
+/// with version bytes `00 01` (Go's server takes any first-record version
+/// below 16.0), and a warning alert of version `00 01` before an ordinary
+/// hello (Go skips it). Each is reset, recorded as a malformed hello, and
+/// the server behind the granted name never reads a byte of it.
+#[test]
+fn a_hello_behind_record_bytes_a_server_accepts_is_checked_or_refused() {
+    let scenario = Scenario::new(
+        &["api.example.com:443"],
+        &[("api.example.com", &["16.0.0.1"])],
+    );
+    let odd_version = hello_record([0, 1], "evil.example.org");
+    let mut alert_first = vec![0x15, 0, 1, 0, 2, 1, 90];
+    alert_first.extend(hello_record([3, 1], "evil.example.org"));
+    let plain = hello_record([3, 1], "evil.example.org");
+    let flights = [odd_version, alert_first, plain];
+    let Some(finished) = run(scenario, move |_| {
+        for flight in &flights {
+            let mut stream = connect("198.18.0.1", TLS).unwrap();
+            stream.write_all(flight).unwrap();
+            assert_reset(&mut stream);
+        }
+    }) else {
+        return;
+    };
+    assert_eq!(finished.upstream_received, 0);
+    let refused = |why, sni: Option<&str>, error: Option<&str>| {
+        let mut record = relayed(name("api.example.com"), TLS, "16.0.0.1:443", 0, 0);
+        record.refuse(why);
+        record.sni = sni.map(str::to_string);
+        record.error = error.map(str::to_string);
+        record
+    };
+    let records = finished.connections();
+    assert_eq!(records.len(), 3, "{records:#?}");
+    for expected in [
+        refused(
+            reason::MALFORMED_CLIENT_HELLO,
+            None,
+            Some("record version 0.1"),
+        ),
+        refused(
+            reason::MALFORMED_CLIENT_HELLO,
+            None,
+            Some("TLS record type 21 before the ClientHello"),
+        ),
+        refused(reason::SNI_MISMATCH, Some("evil.example.org"), None),
+    ] {
+        assert!(records.contains(&expected), "{expected:#?} in {records:#?}");
+    }
+}
+
 #[test]
 fn a_client_hello_that_does_not_complete_in_time_is_refused() {
     let mut scenario = Scenario::new(

@@ -140,6 +140,8 @@ pub(super) struct Finished {
     pub summary: Summary,
     /// Connections the upstream servers accepted.
     pub upstream_accepted: usize,
+    /// Bytes the upstream servers read, over all their connections.
+    pub upstream_received: usize,
     /// Names the relay asked its resolver for.
     pub resolved: usize,
 }
@@ -240,13 +242,14 @@ async fn world(
     upstream_closed: std::sync::mpsc::Sender<()>,
 ) -> Finished {
     let accepted = Arc::new(AtomicUsize::new(0));
+    let received = Arc::new(AtomicUsize::new(0));
     for (port, banner) in [(ECHO, None), (TLS, None), (BANNER, Some(BANNER_TEXT))] {
         let listener = tokio::net::TcpListener::bind(("::", port)).await.unwrap();
         tokio::spawn(upstream(
             listener,
             banner,
             upstream_closed.clone(),
-            accepted.clone(),
+            (accepted.clone(), received.clone()),
         ));
     }
     let resolved = Arc::new(AtomicUsize::new(0));
@@ -270,18 +273,19 @@ async fn world(
         events,
         summary,
         upstream_accepted: accepted.load(Ordering::Relaxed),
+        upstream_received: received.load(Ordering::Relaxed),
         resolved: resolved.load(Ordering::Relaxed),
     }
 }
 
 /// An upstream server: says `banner` to each connection, then echoes
-/// until the client closes, and reports that close. Counts what it
-/// accepts.
+/// until the client closes, and reports that close. Counts the
+/// connections it accepts and the bytes it reads.
 async fn upstream(
     listener: tokio::net::TcpListener,
     banner: Option<&'static [u8]>,
     closed: std::sync::mpsc::Sender<()>,
-    accepted: Arc<AtomicUsize>,
+    (accepted, received): (Arc<AtomicUsize>, Arc<AtomicUsize>),
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
@@ -289,6 +293,7 @@ async fn upstream(
         };
         accepted.fetch_add(1, Ordering::Relaxed);
         let closed = closed.clone();
+        let received = received.clone();
         tokio::spawn(async move {
             if let Some(banner) = banner {
                 let _ = stream.write_all(banner).await;
@@ -301,6 +306,7 @@ async fn upstream(
                         return;
                     }
                     Ok(n) => {
+                        received.fetch_add(n, Ordering::Relaxed);
                         if stream.write_all(&buffer[..n]).await.is_err() {
                             return;
                         }
