@@ -300,13 +300,7 @@ impl SpawnCgroup {
             &memory_bytes.to_string(),
         )
         .and_then(|()| write_in(&cg.pids_dir, &cg.pids, "pids.max", &processes.to_string()));
-        match limited {
-            Ok(()) => Ok(cg),
-            Err(e) => {
-                cg.remove();
-                Err(e)
-            }
-        }
+        cg.kept_if(limited)
     }
 
     /// Creates `<base>/<name>` on the unified hierarchy with the given
@@ -355,10 +349,16 @@ impl SpawnCgroup {
         )
         .and_then(|()| write_in(&cg.memory_dir, &cg.memory, "memory.oom.group", "1"))
         .and_then(|()| write_in(&cg.pids_dir, &cg.pids, "pids.max", &processes.to_string()));
+        cg.kept_if(limited)
+    }
+
+    /// The cgroup, if its limits were written; else it is removed and the
+    /// write's error returned.
+    fn kept_if(self, limited: std::io::Result<()>) -> std::io::Result<SpawnCgroup> {
         match limited {
-            Ok(()) => Ok(cg),
+            Ok(()) => Ok(self),
             Err(e) => {
-                cg.remove();
+                self.remove();
                 Err(e)
             }
         }
