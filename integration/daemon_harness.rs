@@ -176,7 +176,40 @@ pub struct Client {
     pub reader: BufReader<UnixStream>,
     pub writer: UnixStream,
     next: u64,
+    /// For a client of another uid: the process that holds its connection
+    /// and relays it (ended when the client is dropped).
+    proxy: Option<Child>,
 }
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(mut proxy) = self.proxy.take() {
+            let _ = proxy.kill();
+            let _ = proxy.wait();
+        }
+    }
+}
+
+/// Relays its stdin to the daemon's socket (its first argument) and the
+/// socket to its stdout, as whoever runs it.
+const PROXY: &str = r#"import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+def up():
+    while True:
+        b = os.read(0, 65536)
+        if not b:
+            s.shutdown(socket.SHUT_WR)
+            return
+        s.sendall(b)
+threading.Thread(target=up, daemon=True).start()
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    while b:
+        b = b[os.write(1, b):]
+"#;
 
 impl Client {
     pub fn connect(path: &std::path::Path) -> Client {
@@ -186,6 +219,34 @@ impl Client {
             reader: BufReader::new(s.try_clone().unwrap()),
             writer: s,
             next: 0,
+            proxy: None,
+        }
+    }
+
+    /// A client whose connection is made by uid and gid `id` (no groups):
+    /// a process of that identity connects and relays it.
+    pub fn connect_as(path: &std::path::Path, id: u32) -> Client {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let out = theirs.try_clone().unwrap();
+        let proxy = Command::new("setpriv")
+            .args([
+                format!("--reuid={id}"),
+                format!("--regid={id}"),
+                "--clear-groups".into(),
+            ])
+            .args(["/usr/bin/python3", "-c", PROXY])
+            .arg(path)
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(out)))
+            .spawn()
+            .unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Client {
+            reader: BufReader::new(ours.try_clone().unwrap()),
+            writer: ours,
+            next: 0,
+            proxy: Some(proxy),
         }
     }
 

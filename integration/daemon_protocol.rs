@@ -1,6 +1,7 @@
 //! One connection, many requests (docs/daemon.md): answers as they
 //! complete, `spawn_wait`, notifications, detached spawns with leases,
-//! streamed stdin, and an oversized frame's error the peer can read.
+//! streamed stdin, an oversized frame's error the peer can read, requests
+//! that never wait behind waits, cancellation, and each uid's fair share.
 
 #[path = "daemon_harness.rs"]
 mod daemon_harness;
@@ -645,4 +646,115 @@ for _ in range(3):
     );
     // Another uid is not held up.
     assert_eq!(d.client().ok("health", json!({}))["protocol_version"], 1);
+}
+
+/// With every wait slot of a connection held by waits that do not end, a
+/// kill and `health` on the same connection are still read and answered
+/// (before any of the waits), one more wait is refused at once with the
+/// bound in its `data`, and `$/cancelRequest` ends a wait (-32800) and
+/// frees its slot.
+#[test]
+fn waits_never_hold_up_a_kill_or_health() {
+    let d = Daemon::start("no-stall", "");
+    let mut c = d.client();
+    let waited = handle_of(&spawn_sh(&mut c, "sleep 300", json!({})));
+    let killed = handle_of(&spawn_sh(&mut c, "sleep 300", json!({})));
+    for id in 0..64u64 {
+        send(
+            &mut c,
+            100 + id,
+            "spawn_status",
+            json!({"handle": waited, "wait_ms": 60000}),
+        );
+    }
+    send(&mut c, 1, "health", json!({}));
+    send(&mut c, 2, "spawn_kill", json!({"handle": killed}));
+    send(
+        &mut c,
+        3,
+        "spawn_wait",
+        json!({"handles": [waited], "wait_ms": 60000}),
+    );
+    let mut seen = Vec::new();
+    let health = answer_to(&mut c, 1, &mut seen);
+    assert_eq!(health["result"]["protocol_version"], 1, "{health}");
+    let kill = answer_to(&mut c, 2, &mut seen);
+    assert!(kill.get("error").is_none(), "{kill}");
+    let refused = answer_to(&mut c, 3, &mut seen);
+    assert_eq!(refused["error"]["code"], -32003, "{refused}");
+    assert_eq!(
+        refused["error"]["data"],
+        json!({"limit": "waits_in_progress_per_connection", "max": 64, "caller_uses": 64}),
+        "{refused}"
+    );
+    assert!(
+        seen.iter()
+            .all(|a| a["id"].as_u64().is_some_and(|id| id < 100)),
+        "a wait was answered though its program runs on: {seen:?}"
+    );
+    // A cancelled wait is answered at once, and its slot is free again.
+    c.send_raw(
+        format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 100}})
+        )
+        .as_bytes(),
+    );
+    let cancelled = answer_to(&mut c, 100, &mut seen);
+    assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+    send(
+        &mut c,
+        4,
+        "spawn_status",
+        json!({"handle": killed, "wait_ms": 60000}),
+    );
+    let ended = answer_to(&mut c, 4, &mut seen);
+    assert!(!ended["result"]["interrupted_by"].is_null(), "{ended}");
+}
+
+/// Many tenants, one daemon: while one uid (root) takes every running
+/// spawn it may, with detached spawns that outlive its connection, a
+/// second uid that is present keeps its share: its spawns and `health`
+/// are answered. The first is refused past what leaves the second's share
+/// free, and its -32003 names the limit and its use.
+#[test]
+fn a_present_tenant_keeps_its_share_of_running_spawns() {
+    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n");
+    let d = Daemon::start("shares", &extra);
+    let mut second = Client::connect_as(&d.socket, 65534);
+    assert_eq!(second.ok("health", json!({}))["protocol_version"], 1);
+    let mut first = d.client();
+    let mut started = 0;
+    let refused = loop {
+        let a = first.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 300"}, "lease_ms": 60000}),
+        );
+        if a.get("error").is_some() || started == 64 {
+            break a;
+        }
+        started += 1;
+    };
+    assert_eq!(
+        started, 48,
+        "the first uid ran {started} at once: {refused}"
+    );
+    assert_eq!(refused["error"]["code"], -32003, "{refused}");
+    let data = &refused["error"]["data"];
+    assert_eq!(data["limit"], "server.running_spawns_share", "{refused}");
+    assert_eq!(
+        (data["max"].as_u64(), data["caller_uses"].as_u64()),
+        (Some(16), Some(48)),
+        "{refused}"
+    );
+    // The detached spawns run on without their connection.
+    drop(first);
+    for _ in 0..16 {
+        let a = second.call(
+            "spawn_op",
+            json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 300"}}),
+        );
+        assert!(a.get("error").is_none(), "the second uid: {a}");
+    }
+    assert_eq!(second.ok("health", json!({}))["protocol_version"], 1);
 }

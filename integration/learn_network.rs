@@ -90,6 +90,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
         trace: false,
         ended_by: None,
         network_learning: Some(learning),
+        shared_connections: None,
     });
     match result {
         Ok(success) => println!("{}", serde_json::json!({ "data": success.data })),

@@ -45,6 +45,7 @@ pub mod program;
 pub mod relay;
 pub mod rpc;
 pub mod sandbox;
+pub mod shares;
 pub mod spawner;
 pub mod supervise;
 pub mod sys;

@@ -26,6 +26,8 @@ pub const SANDBOX_UNAVAILABLE: i64 = -32004;
 pub const CREDENTIAL: i64 = -32005;
 /// -32006: the audit trail could not be written.
 pub const AUDIT_UNAVAILABLE: i64 = -32006;
+/// -32800: the request was cancelled by `$/cancelRequest` (as in LSP).
+pub const REQUEST_CANCELLED: i64 = -32800;
 /// Internal error (standard).
 pub const INTERNAL_ERROR: i64 = -32603;
 

@@ -134,6 +134,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         },
         trace: true,
         ended_by: None,
+        shared_connections: None,
         network_learning: match args.net.as_str() {
             "forward" => Some(Learning::Forward),
             "record" => Some(Learning::Record),

@@ -44,6 +44,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         on_notice: &print_notice,
         trace: args.trace,
         ended_by: None,
+        shared_connections: None,
         network_learning: None,
     })
 }

@@ -100,6 +100,13 @@ pub struct ServerConfig {
     pub refusal_window_ms: u64,
     /// The longest `lease_ms` a spawn may ask for (0: no detached spawns).
     pub max_lease_ms: u64,
+    /// Spawns running at once, detached ones included (read at start).
+    pub max_running_spawns: u32,
+    /// Each uid's share of `max_running_spawns`, kept for it while another
+    /// uid would take more than its own (read at start; `crate::shares`).
+    pub running_spawns_share: u32,
+    /// Each uid's share of `max_buffered_output_bytes` (read at start).
+    pub buffered_output_share_bytes: u64,
 }
 
 /// `[network]`: what manifests' network grants may reach.
@@ -122,6 +129,9 @@ pub struct NetworkConfig {
     /// Relayed connections one spawn may have open at once; more are
     /// reset (`too_many_connections`).
     pub max_connections_per_spawn: u32,
+    /// Each uid's share of the relayed connections of every spawn the
+    /// daemon serves together (read at start; `crate::shares`).
+    pub connections_share: u32,
 }
 
 /// `[network] connect_timeout_ms` when the config does not say.
@@ -132,6 +142,21 @@ pub const DEFAULT_NETWORK_IDLE_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_MAX_CONNECTIONS_PER_SPAWN: u32 = 64;
 /// The relay's limit for all spawns of one process together.
 pub const MAX_CONNECTIONS_PER_PROCESS: u32 = 1024;
+/// `[network] connections_share` when the config does not say: a quarter
+/// of the process's.
+pub const DEFAULT_CONNECTIONS_SHARE: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
+/// `[server] max_running_spawns` when the config does not say.
+pub const DEFAULT_MAX_RUNNING_SPAWNS: u32 = 64;
+/// The most `[server] max_running_spawns` may be: each running spawn
+/// holds a thread of the daemon.
+pub const MAX_RUNNING_SPAWNS_LIMIT: u32 = 1024;
+/// `[server] running_spawns_share` when the config does not say.
+pub const DEFAULT_RUNNING_SPAWNS_SHARE: u32 = 16;
+/// `[server] max_buffered_output_bytes` when the config does not say.
+pub const DEFAULT_MAX_BUFFERED_OUTPUT_BYTES: u64 = 256 << 20;
+/// `[server] buffered_output_share_bytes` when the config does not say: a
+/// quarter of the default whole.
+pub const DEFAULT_BUFFERED_OUTPUT_SHARE_BYTES: u64 = DEFAULT_MAX_BUFFERED_OUTPUT_BYTES / 4;
 /// The most `[network] max_connections_per_spawn` may be: a quarter of
 /// the process's, so no one spawn takes every slot.
 pub const MAX_CONNECTIONS_PER_SPAWN_LIMIT: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
@@ -301,6 +326,7 @@ impl Config {
         let keep_rotated = keep_rotated(raw.audit.keep_rotated, &at)?;
         let refusal_window_ms = refusal_window_ms(raw.server.refusal_window_ms, &at)?;
         let max_lease_ms = max_lease_ms(raw.server.max_lease_ms, &at)?;
+        let shares = server_shares(&raw.server, &at)?;
         let (run_as, run_as_everyone) = run_as(&raw.sandbox, &at)?;
         let limits = limits_mode(raw.sandbox.limits.as_deref(), &at)?;
         let system_paths = system_paths(raw.sandbox.system_paths, &at)?;
@@ -313,7 +339,13 @@ impl Config {
                 keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
             },
-            server: server_config(raw.server, socket_mode, refusal_window_ms, max_lease_ms),
+            server: server_config(
+                raw.server,
+                socket_mode,
+                refusal_window_ms,
+                max_lease_ms,
+                shares,
+            ),
             access,
             credentials,
             disabled,
@@ -561,6 +593,15 @@ fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, Con
         }
         n => n.unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_SPAWN),
     };
+    let connections_share = match raw.connections_share {
+        Some(n) if n == 0 || n > MAX_CONNECTIONS_PER_PROCESS => {
+            return Err(at.invalid(
+                "network.connections_share",
+                format!("must be from 1 to {MAX_CONNECTIONS_PER_PROCESS} (the connections one spawnd relays at once)"),
+            ))
+        }
+        n => n.unwrap_or(DEFAULT_CONNECTIONS_SHARE),
+    };
     Ok(NetworkConfig {
         enabled: raw.enabled.unwrap_or(true),
         allow_cidrs: cidrs(raw.allow_cidrs, "network.allow_cidrs")?,
@@ -576,6 +617,7 @@ fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, Con
             "network.idle_timeout_ms",
         )?,
         max_connections_per_spawn,
+        connections_share,
     })
 }
 
@@ -640,13 +682,58 @@ fn system_paths(raw: Option<Vec<PathBuf>>, at: &Origin<'_>) -> Result<Vec<PathBu
     Ok(system_paths)
 }
 
-/// `[server]` with its defaults filled in, `socket_mode` and
-/// `refusal_window_ms` already checked.
+/// `[server]`'s running spawns and their share, and the share of the
+/// buffered output: each share at least 1 and at most its whole.
+struct ServerShares {
+    max_running_spawns: u32,
+    running_spawns_share: u32,
+    buffered_output_share_bytes: u64,
+}
+
+fn server_shares(raw: &RawServer, at: &Origin<'_>) -> Result<ServerShares, ConfigError> {
+    let max_running_spawns = raw.max_running_spawns.unwrap_or(DEFAULT_MAX_RUNNING_SPAWNS);
+    if !(1..=MAX_RUNNING_SPAWNS_LIMIT).contains(&max_running_spawns) {
+        return Err(at.invalid(
+            "server.max_running_spawns",
+            format!("must be from 1 to {MAX_RUNNING_SPAWNS_LIMIT} (each running spawn holds a thread of the daemon)"),
+        ));
+    }
+    let running_spawns_share = raw
+        .running_spawns_share
+        .unwrap_or(DEFAULT_RUNNING_SPAWNS_SHARE.min(max_running_spawns));
+    if !(1..=max_running_spawns).contains(&running_spawns_share) {
+        return Err(at.invalid(
+            "server.running_spawns_share",
+            format!("must be from 1 to server.max_running_spawns ({max_running_spawns})"),
+        ));
+    }
+    let whole = raw
+        .max_buffered_output_bytes
+        .unwrap_or(DEFAULT_MAX_BUFFERED_OUTPUT_BYTES);
+    let buffered_output_share_bytes = raw
+        .buffered_output_share_bytes
+        .unwrap_or(DEFAULT_BUFFERED_OUTPUT_SHARE_BYTES.min(whole));
+    if buffered_output_share_bytes == 0 || buffered_output_share_bytes > whole {
+        return Err(at.invalid(
+            "server.buffered_output_share_bytes",
+            format!("must be from 1 to server.max_buffered_output_bytes ({whole})"),
+        ));
+    }
+    Ok(ServerShares {
+        max_running_spawns,
+        running_spawns_share,
+        buffered_output_share_bytes,
+    })
+}
+
+/// `[server]` with its defaults filled in, `socket_mode`,
+/// `refusal_window_ms`, `max_lease_ms` and the shares already checked.
 fn server_config(
     raw: RawServer,
     socket_mode: u32,
     refusal_window_ms: u64,
     max_lease_ms: u64,
+    shares: ServerShares,
 ) -> ServerConfig {
     ServerConfig {
         socket: raw
@@ -660,12 +747,17 @@ fn server_config(
         max_connections: raw.max_connections.unwrap_or(256),
         max_connections_per_uid: raw.max_connections_per_uid.unwrap_or(64).max(1),
         max_frame_bytes: raw.max_frame_bytes.unwrap_or(1 << 20),
-        max_buffered_output_bytes: raw.max_buffered_output_bytes.unwrap_or(256 << 20),
+        max_buffered_output_bytes: raw
+            .max_buffered_output_bytes
+            .unwrap_or(DEFAULT_MAX_BUFFERED_OUTPUT_BYTES),
         shutdown_grace_ms: raw.shutdown_grace_ms.unwrap_or(10_000),
         frame_timeout_ms: raw.frame_timeout_ms.unwrap_or(10_000).max(1),
         idle_timeout_ms: raw.idle_timeout_ms.unwrap_or(120_000).max(1),
         refusal_window_ms,
         max_lease_ms,
+        max_running_spawns: shares.max_running_spawns,
+        running_spawns_share: shares.running_spawns_share,
+        buffered_output_share_bytes: shares.buffered_output_share_bytes,
     }
 }
 

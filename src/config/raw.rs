@@ -49,6 +49,9 @@ pub(super) struct RawServer {
     pub(super) idle_timeout_ms: Option<u64>,
     pub(super) refusal_window_ms: Option<u64>,
     pub(super) max_lease_ms: Option<u64>,
+    pub(super) max_running_spawns: Option<u32>,
+    pub(super) running_spawns_share: Option<u32>,
+    pub(super) buffered_output_share_bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,4 +102,5 @@ pub(super) struct RawNetwork {
     pub(super) connect_timeout_ms: Option<u64>,
     pub(super) idle_timeout_ms: Option<u64>,
     pub(super) max_connections_per_spawn: Option<u32>,
+    pub(super) connections_share: Option<u32>,
 }

@@ -242,3 +242,70 @@ fn the_network_table_sets_the_relays_timeouts_and_connection_limit_within_bounds
         assert!(e.contains(key), "{text}: {e}");
     }
 }
+
+#[test]
+fn the_shares_have_defaults_below_their_wholes_and_stay_within_them() {
+    let c = Config::parse(Path::new("c.toml"), "", None).unwrap();
+    assert_eq!(
+        (
+            c.server.max_running_spawns,
+            c.server.running_spawns_share,
+            c.server.buffered_output_share_bytes,
+            c.network.connections_share
+        ),
+        (64, 16, 64 << 20, 256)
+    );
+    // A smaller whole than the default share brings the share down with it.
+    let c = Config::parse(
+        Path::new("c.toml"),
+        "[server]\nmax_running_spawns = 8\nmax_buffered_output_bytes = 1000\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            c.server.running_spawns_share,
+            c.server.buffered_output_share_bytes
+        ),
+        (8, 1000)
+    );
+    for (text, key) in [
+        (
+            "[server]\nmax_running_spawns = 0",
+            "server.max_running_spawns",
+        ),
+        (
+            "[server]\nmax_running_spawns = 1025",
+            "server.max_running_spawns",
+        ),
+        (
+            "[server]\nrunning_spawns_share = 0",
+            "server.running_spawns_share",
+        ),
+        (
+            "[server]\nrunning_spawns_share = 65",
+            "server.running_spawns_share",
+        ),
+        (
+            "[server]\nbuffered_output_share_bytes = 0",
+            "server.buffered_output_share_bytes",
+        ),
+        (
+            "[server]\nmax_buffered_output_bytes = 10\nbuffered_output_share_bytes = 11",
+            "server.buffered_output_share_bytes",
+        ),
+        (
+            "[network]\nconnections_share = 0",
+            "network.connections_share",
+        ),
+        (
+            "[network]\nconnections_share = 1025",
+            "network.connections_share",
+        ),
+    ] {
+        let e = Config::parse(Path::new("c.toml"), text, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+}

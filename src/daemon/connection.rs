@@ -3,17 +3,26 @@
 //!
 //! The reading loop takes a line, parses it and starts its method. A method
 //! that cannot wait (a kill, a release, a read or status without `wait_ms`,
-//! an attach) is carried out and answered there and then, so those take
-//! effect in the order they were sent. One that may wait (a spawn, a wait,
-//! `health`, a stdin write) becomes a task of its own and answers when it is
-//! done; at most [`MAX_IN_PROGRESS`] are in progress, and the loop reads no
-//! more until one is answered.
+//! an attach, a cancel) is carried out and answered there and then, so those
+//! take effect in the order they were sent. One that may wait (a spawn, a
+//! wait, a stdin write) or that probes (`health`, `connectors_status`,
+//! `spawn_check`) becomes a task of its own and answers when it is done.
+//!
+//! Each class has its own bound ([`InProgress`]), so nothing waits behind
+//! another class: with every wait slot held, a kill or `health` is still
+//! read and answered. Past the bound of waits or probes, the request is
+//! refused at once (-32003, its `data` naming the bound); past the bound of
+//! immediate answers (a peer that does not read them), the loop reads no
+//! more until one is written. A wait or probe in progress ends early when
+//! the peer cancels it (`$/cancelRequest {id}`, as in LSP): it is answered
+//! -32800 and its slot is free.
 //!
 //! Answers and notifications go through one writer task, in a bounded queue.
 //! Each is rendered only when its turn to enter the queue comes (one at a
 //! time per connection), so however many requests wait, the connection
 //! holds at most the queue's few rendered lines in memory.
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,17 +33,24 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
 
 use super::detached::Registry;
 use super::frames::{Frame, RequestLines};
-use super::handles::{Handle, Handles, Named, Reservation, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
+use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::peer::{peer_of, Accepted};
 use super::stdin::{StdinWork, Ticket};
 use super::{check, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, string_param, u64_param, Call, RpcError};
 
-/// Requests one connection may have in progress.
-pub const MAX_IN_PROGRESS: usize = 64;
+/// Waits (a spawn, `wait_ms`, `spawn_wait`, a stdin write) one connection
+/// may have in progress.
+pub const MAX_WAITS_IN_PROGRESS: usize = 64;
+/// Probes (`health`, `connectors_status`, `spawn_check`) one connection may
+/// have in progress; they run one at a time.
+pub const MAX_PROBES_IN_PROGRESS: usize = 4;
+/// Immediate answers one connection may have waiting to be written.
+pub const MAX_IMMEDIATE_IN_PROGRESS: usize = 64;
 /// Rendered lines waiting for the writer.
 const OUTBOX_LINES: usize = 1;
 /// How long an answer may take to be written: a peer that stops reading is
@@ -52,8 +68,11 @@ pub(super) struct Connection {
     outbox: mpsc::Sender<String>,
     /// The turn to render a line and put it in the outbox.
     turn: tokio::sync::Mutex<()>,
-    /// Permits for requests in progress.
-    in_progress: Arc<Semaphore>,
+    /// Permits for requests in progress, by class.
+    in_progress: InProgress,
+    /// The waits and probes in progress that `$/cancelRequest` can end, by
+    /// their id's JSON text.
+    cancellable: Mutex<HashMap<String, Cancel>>,
     /// Set once the connection has closed: waits and notifications stop.
     closed: watch::Sender<bool>,
     /// One `health`, `connectors_status` or `spawn_check` at a time per
@@ -93,9 +112,110 @@ where
 }
 
 /// What a request in progress holds until it is answered: its place among
-/// the [`MAX_IN_PROGRESS`], and its line's bytes from the connection's
-/// input budget ([`input_budget`]).
+/// its class's ([`InProgress`]), and its line's bytes from the
+/// connection's input budget ([`input_budget`]).
 type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// The classes of requests, each bounded on its own so that none waits
+/// behind another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// Carried out and answered at once.
+    Immediate,
+    /// May wait without bound of its own (a spawn, `wait_ms`,
+    /// `spawn_wait`, a stdin write).
+    Wait,
+    /// Probes the host or programs (`health`, `connectors_status`,
+    /// `spawn_check`): bounded work, one at a time per connection.
+    Probe,
+}
+
+impl Class {
+    /// The class of `call`: by its method, and for a status, read or wait
+    /// by whether it asks to wait.
+    fn of(call: &Call) -> Class {
+        let waits = || matches!(wait_of(&call.params), Ok(Some(_)));
+        match call.method.as_str() {
+            "spawn" | "spawn_op" | "spawn_stdin_write" | "spawn_stdin_close" => Class::Wait,
+            "spawn_status" | "spawn_output_read" | "spawn_wait" if waits() => Class::Wait,
+            "health" | "connectors_status" | "spawn_check" => Class::Probe,
+            _ => Class::Immediate,
+        }
+    }
+}
+
+/// A connection's permits for requests in progress, by [`Class`].
+struct InProgress {
+    immediate: Arc<Semaphore>,
+    waits: Arc<Semaphore>,
+    probes: Arc<Semaphore>,
+}
+
+impl InProgress {
+    fn new() -> InProgress {
+        InProgress {
+            immediate: Arc::new(Semaphore::new(MAX_IMMEDIATE_IN_PROGRESS)),
+            waits: Arc::new(Semaphore::new(MAX_WAITS_IN_PROGRESS)),
+            probes: Arc::new(Semaphore::new(MAX_PROBES_IN_PROGRESS)),
+        }
+    }
+
+    /// Whether no request is in progress.
+    fn none(&self) -> bool {
+        self.immediate.available_permits() == MAX_IMMEDIATE_IN_PROGRESS
+            && self.waits.available_permits() == MAX_WAITS_IN_PROGRESS
+            && self.probes.available_permits() == MAX_PROBES_IN_PROGRESS
+    }
+
+    /// Returns once every request in progress has been answered.
+    async fn all_answered(&self) {
+        let _ = self.waits.acquire_many(MAX_WAITS_IN_PROGRESS as u32).await;
+        let _ = self
+            .probes
+            .acquire_many(MAX_PROBES_IN_PROGRESS as u32)
+            .await;
+        let _ = self
+            .immediate
+            .acquire_many(MAX_IMMEDIATE_IN_PROGRESS as u32)
+            .await;
+    }
+
+    /// A wait's or probe's place, or why there is none: -32003 naming the
+    /// bound and what this connection has in progress.
+    fn try_take(&self, class: Class) -> Result<OwnedSemaphorePermit, RpcError> {
+        let (permits, max, limit, what) = match class {
+            Class::Probe => (
+                &self.probes,
+                MAX_PROBES_IN_PROGRESS,
+                "probes_in_progress_per_connection",
+                "health, connectors_status and spawn_check requests",
+            ),
+            _ => (
+                &self.waits,
+                MAX_WAITS_IN_PROGRESS,
+                "waits_in_progress_per_connection",
+                "waiting requests (spawns, wait_ms, spawn_wait, stdin writes)",
+            ),
+        };
+        Arc::clone(permits).try_acquire_owned().map_err(|_| {
+            RpcError::with_data(
+                rpc::OVERLOADED,
+                format!(
+                    "this connection has {max} {what} in progress; wait for their answers, cancel some ($/cancelRequest), or wait on many handles with one spawn_wait"
+                ),
+                json!({"limit": limit, "max": max, "caller_uses": max}),
+            )
+        })
+    }
+}
+
+/// How a cancellable request in progress is ended early; requests that
+/// share an id share it.
+struct Cancel {
+    token: CancellationToken,
+    /// Requests in progress with this id.
+    requests: usize,
+}
 
 /// The bytes of request lines one connection may have in progress: two
 /// frames' worth. Past that, the next line waits to be taken until earlier
@@ -173,22 +293,26 @@ impl Connection {
         Answered { sent, handle }
     }
 
-    /// Takes one request line: carries out what cannot wait at once, in
+    /// Takes one parsed request: carries out what cannot wait at once, in
     /// order, and leaves the answer (and any wait) to a task holding the
     /// request's permit, so the reading loop never waits on the peer.
-    fn take(self: &Arc<Self>, line: &str, permit: Held) {
-        let (id, method, started) = match rpc::parse(line) {
-            Ok(call) => (call.id.clone(), call.method.clone(), self.start(call)),
-            Err((id, e)) => (Some(id), String::new(), Started::Now(ready(Err(e)))),
-        };
+    fn take(self: &Arc<Self>, call: Call, permit: Held) {
+        let (id, method) = (call.id.clone(), call.method.clone());
+        let started = self.start(call);
         let conn = Arc::clone(self);
         tokio::spawn(async move {
             let render = match started {
                 Started::Now(render) => render,
-                Started::Later(work) => tokio::select! {
-                    render = work => render,
-                    _ = conn.until_closed() => return,
-                },
+                Started::Later(work) => {
+                    let cancel = conn.cancellable(id.as_ref());
+                    let render = tokio::select! {
+                        render = work => render,
+                        () = cancel.cancelled() => ready(Err(cancelled())),
+                        _ = conn.until_closed() => return,
+                    };
+                    conn.no_longer_cancellable(id.as_ref());
+                    render
+                }
                 Started::LaterToTheEnd(work) => work.await,
             };
             let answered = conn.answer(id, render).await;
@@ -197,14 +321,81 @@ impl Connection {
         });
     }
 
-    /// Answers a frame that is no request (id null), from a task like
-    /// any answer.
-    fn refuse_frame(self: &Arc<Self>, e: RpcError, permit: OwnedSemaphorePermit) {
+    /// Answers a request that was not started: its error, from a task
+    /// holding `permit` like any answer.
+    fn refuse(self: &Arc<Self>, id: Option<Value>, e: RpcError, permit: Held) {
         let conn = Arc::clone(self);
         tokio::spawn(async move {
-            conn.answer(Some(Value::Null), ready(Err(e))).await;
+            conn.answer(id, ready(Err(e))).await;
             drop(permit);
         });
+    }
+
+    /// A stdin write or close refused before it took its turn breaks its
+    /// handle's stream, as one the stream refuses does: a later write
+    /// would reach the program with a hole before it.
+    fn breaks_stdin(&self, call: &Call, e: RpcError) -> RpcError {
+        if !matches!(
+            call.method.as_str(),
+            "spawn_stdin_write" | "spawn_stdin_close"
+        ) {
+            return e;
+        }
+        let handle = self.handles().get(&call.params);
+        match handle.as_ref().ok().and_then(|h| h.stdin.as_ref()) {
+            Some(stream) => stream.refuse(e),
+            None => e,
+        }
+    }
+
+    /// The token that ends the request with `id` early (a request without
+    /// an id cannot be named, so its token is never cancelled).
+    fn cancellable(&self, id: Option<&Value>) -> CancellationToken {
+        let Some(id) = id else {
+            return CancellationToken::new();
+        };
+        let mut cancellable = lock(&self.cancellable);
+        let entry = cancellable.entry(id.to_string()).or_insert_with(|| Cancel {
+            token: CancellationToken::new(),
+            requests: 0,
+        });
+        entry.requests += 1;
+        entry.token.clone()
+    }
+
+    /// The request with `id` has ended.
+    fn no_longer_cancellable(&self, id: Option<&Value>) {
+        let Some(id) = id else { return };
+        let mut cancellable = lock(&self.cancellable);
+        let key = id.to_string();
+        if let Some(entry) = cancellable.get_mut(&key) {
+            entry.requests -= 1;
+            if entry.requests == 0 {
+                cancellable.remove(&key);
+            }
+        }
+    }
+
+    /// `$/cancelRequest {id}`: ends the waits and probes in progress with
+    /// that id (each is answered -32800). Spawns and stdin writes run to
+    /// their end and answer as usual. How many were ended.
+    fn cancel(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
+        let Some(id) = params
+            .get("id")
+            .filter(|id| id.is_string() || id.is_number())
+        else {
+            return Err(RpcError::params(
+                "$/cancelRequest needs the id (a string or number) of a request in progress",
+            ));
+        };
+        let cancelled = match lock(&self.cancellable).remove(&id.to_string()) {
+            Some(entry) => {
+                entry.token.cancel();
+                entry.requests
+            }
+            None => 0,
+        };
+        Ok(json!({ "cancelled": cancelled }))
     }
 
     /// After a spawn's or an attach's answer: the handle's notifications
@@ -310,6 +501,7 @@ impl Connection {
                 Ok(to_the_end(h, ticket, StdinWork::Close))
             }),
             "spawn_attach" => Started::Now(ready(self.attach(&params))),
+            "$/cancelRequest" => Started::Now(ready(self.cancel(&params))),
             other => Started::Now(ready(Err(RpcError::new(
                 rpc::METHOD_NOT_FOUND,
                 format!("unknown method {other:?}"),
@@ -323,14 +515,14 @@ impl Connection {
         let Some(stream) = handle.stdin.as_ref() else {
             return Err(super::stdin::not_streamed());
         };
-        let budget = self.daemon.loaded().config.server.max_buffered_output_bytes;
-        let reservation = Reservation::take(&self.daemon.buffered, bytes as u64, budget)
-            .ok_or_else(|| {
-                stream.refuse(RpcError::new(
-                    rpc::OVERLOADED,
-                    format!(
-                        "the daemon's buffered bytes would pass {budget} ([server] max_buffered_output_bytes, which stdin waiting for its program counts in)"
-                    ),
+        let reservation = self
+            .daemon
+            .buffered
+            .take(self.peer.uid, bytes as u64)
+            .map_err(|refusal| {
+                stream.refuse(super::overloaded(
+                    &refusal,
+                    "stdin waiting for its program counts in the buffered bytes; wait for earlier writes' answers",
                 ))
             })?;
         stream.ticket(reservation)
@@ -497,6 +689,19 @@ impl Connection {
     }
 }
 
+/// A mutex's guard, even if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// The answer to a request ended by `$/cancelRequest`.
+fn cancelled() -> RpcError {
+    RpcError::new(rpc::REQUEST_CANCELLED, "cancelled by $/cancelRequest")
+}
+
 /// A stdin write or close, carried out in its turn even if the connection
 /// closes meanwhile.
 fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
@@ -535,7 +740,8 @@ pub(super) async fn serve_connection(
         handles: Mutex::new(Handles::default()),
         outbox,
         turn: tokio::sync::Mutex::new(()),
-        in_progress: Arc::new(Semaphore::new(MAX_IN_PROGRESS)),
+        in_progress: InProgress::new(),
+        cancellable: Mutex::new(HashMap::new()),
         closed: watch::Sender::new(false),
         side_turn: tokio::sync::Mutex::new(()),
     });
@@ -555,7 +761,7 @@ pub(super) async fn serve_connection(
         let idle = {
             let mut handles = conn.handles();
             handles.expire();
-            handles.is_empty() && conn.in_progress.available_permits() == MAX_IN_PROGRESS
+            handles.is_empty() && conn.in_progress.none()
         };
         let closing = if lines.read_buffer().is_empty() && !lines.decoder().discarding() {
             partial_since = None;
@@ -582,17 +788,6 @@ pub(super) async fn serve_connection(
             Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
             None => (frame_timeout / 4).min(idle_timeout / 4),
         };
-        // With every permit out, the peer is still watched: one that hangs
-        // up is noticed, and its programs ended, without a line to read.
-        let permit = tokio::select! {
-            p = Arc::clone(&conn.in_progress).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = stop.changed() => break,
-            _ = gone.changed() => break,
-            _ = until_hung_up(lines.get_ref().as_ref()) => break,
-        };
         let frame = tokio::select! {
             frame = lines.next() => frame,
             _ = stop.changed() => break,
@@ -606,50 +801,63 @@ pub(super) async fn serve_connection(
         // A whole line arrived: its timer ends here, and time spent
         // answering it never counts against the next one.
         partial_since = None;
-        match frame {
+        let (bytes, parsed) = match frame {
             // A blank line is no request: it keeps no connection open.
             Ok(Frame::Line(line)) if line.trim().is_empty() => continue,
-            Ok(Frame::Line(line)) => {
-                let bytes =
-                    u32::try_from(line.len().clamp(1, input_budget(max))).unwrap_or(u32::MAX);
-                let held = tokio::select! {
-                    b = Arc::clone(&input).acquire_many_owned(bytes) => match b {
-                        Ok(b) => b,
-                        Err(_) => break,
-                    },
-                    _ = stop.changed() => break,
-                    _ = gone.changed() => break,
-                    _ = until_hung_up(lines.get_ref().as_ref()) => break,
-                };
-                conn.take(&line, (permit, held));
-            }
-            Ok(Frame::NotUtf8) => conn.refuse_frame(
-                RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8"),
-                permit,
+            Ok(Frame::Line(line)) => (line.len(), rpc::parse(&line)),
+            Ok(Frame::NotUtf8) => (
+                1,
+                Err((
+                    Value::Null,
+                    RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8"),
+                )),
             ),
             Ok(Frame::TooLong) => {
                 // The rest of the line is read and dropped, so a peer still
                 // writing it can finish and read this.
                 partial_since = Some(std::time::Instant::now());
-                conn.refuse_frame(
-                    RpcError::with_data(
-                        rpc::INVALID_REQUEST,
-                        format!("frame over {max} bytes ([server] max_frame_bytes); the rest of this line is dropped; send large stdin with stdin_stream and spawn_stdin_write"),
-                        json!({"max_frame_bytes": max}),
-                    ),
-                    permit,
-                );
+                (1, Err((Value::Null, RpcError::with_data(
+                    rpc::INVALID_REQUEST,
+                    format!("frame over {max} bytes ([server] max_frame_bytes); the rest of this line is dropped; send large stdin with stdin_stream and spawn_stdin_write"),
+                    json!({"max_frame_bytes": max}),
+                ))))
             }
             Err(_) => break,
+        };
+        let class = match &parsed {
+            Ok(call) => Class::of(call),
+            Err(_) => Class::Immediate,
+        };
+        // The line's bytes, then its class's place. While the loop waits
+        // for them the peer is still watched: one that hangs up is
+        // noticed, and its programs ended, without a line to read.
+        let bytes = u32::try_from(bytes.clamp(1, input_budget(max))).unwrap_or(u32::MAX);
+        let placed = tokio::select! {
+            placed = place(&conn, &input, bytes, class) => match placed {
+                Some(placed) => placed,
+                None => break,
+            },
+            _ = stop.changed() => break,
+            _ = gone.changed() => break,
+            _ = until_hung_up(lines.get_ref().as_ref()) => break,
+        };
+        match (parsed, placed) {
+            (Ok(call), Placed::Taken(held)) => conn.take(call, held),
+            (Ok(call), Placed::Refused(e, held)) => {
+                let e = conn.breaks_stdin(&call, e);
+                conn.refuse(call.id, e, held)
+            }
+            (Err((id, e)), Placed::Taken(held) | Placed::Refused(_, held)) => {
+                conn.refuse(Some(id), e, held)
+            }
         }
         last_request = std::time::Instant::now();
     }
     // A peer that only shut down its writing side still reads: it gets
     // the answers in progress (each bounded by its own wait) first.
     if peer_closed && !peer_hung_up(lines.get_ref().as_ref()) {
-        let all = MAX_IN_PROGRESS as u32;
         tokio::select! {
-            _ = conn.in_progress.acquire_many(all) => {}
+            () = conn.in_progress.all_answered() => {}
             _ = gone.changed() => {}
             _ = until_hung_up(lines.get_ref().as_ref()) => {}
             _ = tokio::time::sleep(MAX_WAIT + WRITE_TIMEOUT) => {}
@@ -668,6 +876,34 @@ pub(super) async fn serve_connection(
         writer.abort();
     }
     refusals::connection_closed(&daemon, &peer).await;
+}
+
+/// A request's place: its line's bytes and its class's permit, or, for a
+/// wait or probe past its class's bound, why not (answered at once, from
+/// an immediate answer's place).
+enum Placed {
+    Taken(Held),
+    Refused(RpcError, Held),
+}
+
+/// Takes a request's place: the line's `bytes` from the input budget, then
+/// a permit of its `class` (an immediate answer waits for one; a wait or
+/// probe past its bound is refused). `None`: the connection is closing.
+async fn place(
+    conn: &Connection,
+    input: &Arc<Semaphore>,
+    bytes: u32,
+    class: Class,
+) -> Option<Placed> {
+    let held = Arc::clone(input).acquire_many_owned(bytes).await.ok()?;
+    let immediate = Arc::clone(&conn.in_progress.immediate);
+    if class == Class::Immediate {
+        return Some(Placed::Taken((immediate.acquire_owned().await.ok()?, held)));
+    }
+    Some(match conn.in_progress.try_take(class) {
+        Ok(permit) => Placed::Taken((permit, held)),
+        Err(e) => Placed::Refused(e, (immediate.acquire_owned().await.ok()?, held)),
+    })
 }
 
 /// Returns once the peer has hung up (looked at every second).

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,40 +49,6 @@ pub(super) struct HandleOptions {
     pub(super) stdin: Option<super::stdin::StdinStream>,
     pub(super) notify: bool,
     pub(super) lease: Option<super::detached::Lease>,
-}
-
-/// Bytes of the daemon-wide output budget held by one handle; returned on drop.
-pub struct Reservation {
-    pool: Arc<AtomicU64>,
-    bytes: u64,
-}
-
-impl Reservation {
-    /// Takes `bytes` from `pool` unless that would pass `limit`.
-    pub(super) fn take(pool: &Arc<AtomicU64>, bytes: u64, limit: u64) -> Option<Reservation> {
-        pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(bytes).filter(|total| *total <= limit)
-        })
-        .ok()
-        .map(|_| Reservation {
-            pool: Arc::clone(pool),
-            bytes,
-        })
-    }
-
-    /// Gives back what is no longer needed beyond `bytes`.
-    pub(super) fn shrink_to(&mut self, bytes: u64) {
-        if bytes < self.bytes {
-            self.pool.fetch_sub(self.bytes - bytes, Ordering::AcqRel);
-            self.bytes = bytes;
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.pool.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
 }
 
 /// Output past a stream's cap, for live readers only (the result keeps
@@ -130,7 +95,7 @@ pub(super) struct HandleState {
     /// Output past each stream's cap, for live readers.
     pub(super) past_cap: [PastCap; 2],
     /// This handle's share of the output budget.
-    pub(super) reservation: Option<Reservation>,
+    pub(super) reservation: Option<crate::shares::Taken>,
     /// The `run --json` result data, once the sandbox is gone.
     pub(super) result: Option<Value>,
     /// An error after the program started (supervision or audit failure).

@@ -36,7 +36,6 @@ mod stdin;
 mod peer;
 pub mod refusals;
 pub mod request;
-mod slots;
 pub mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -52,6 +51,7 @@ use tokio::sync::Semaphore;
 use crate::config::manifests::{load_manifests, ManifestChanges, Manifests};
 use crate::config::Config;
 use crate::rpc::{self, RpcError};
+use crate::shares::{Limits, Pool, Refusal, Tenants};
 use crate::spawner::Spawner;
 pub use peer::Peer;
 
@@ -84,12 +84,19 @@ pub struct Daemon {
     pub exe: PathBuf,
     /// The spawner every sandbox is launched through (replaced if it dies).
     spawner: std::sync::Mutex<Arc<Spawner>>,
-    /// Spawns running at once (back-pressure: the next one is `overloaded`).
-    pub in_flight: Arc<Semaphore>,
+    /// Who is present to claim a share of the pools below: uids with a
+    /// connection open, or refused lately.
+    pub tenants: Arc<Tenants>,
+    /// Spawns running at once, shared among uids (back-pressure: the next
+    /// one is `overloaded`).
+    pub running: Arc<Pool>,
     /// Every started spawn, for the kill at the end of the shutdown grace.
     pub started: std::sync::Mutex<Vec<std::sync::Weak<spawns::Handle>>>,
-    /// Bytes of output reserved by every handle together.
-    pub buffered: Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes of output (and stdin on its way) reserved by every handle
+    /// together, shared among uids.
+    pub buffered: Arc<Pool>,
+    /// The relay's connections of every spawn together, shared among uids.
+    pub relay_connections: Arc<Pool>,
     /// Permits for `health` and `connectors_status`.
     side_work: Semaphore,
     /// Refusals counted per peer and window.
@@ -218,11 +225,71 @@ impl Daemon {
     }
 }
 
-/// Spawns the daemon runs at once.
-pub const MAX_IN_FLIGHT: usize = 64;
 /// `health` and `connectors_status` (each probes or hashes programs) running
 /// at once; more callers wait their turn.
 pub const SIDE_WORK: usize = 2;
+
+/// The daemon's shared pools, each with its whole and a uid's share from
+/// the config (read at start): running spawns, buffered output, relayed
+/// connections.
+struct Pools {
+    running: Arc<Pool>,
+    buffered: Arc<Pool>,
+    relay_connections: Arc<Pool>,
+}
+
+impl Pools {
+    fn new(config: &Config, tenants: &Arc<Tenants>) -> Pools {
+        let server = &config.server;
+        let pool =
+            |what, whole, share| Pool::new(Limits { what, whole, share }, Arc::clone(tenants));
+        Pools {
+            running: pool(
+                "running spawns",
+                (
+                    "server.max_running_spawns",
+                    u64::from(server.max_running_spawns),
+                ),
+                (
+                    "server.running_spawns_share",
+                    u64::from(server.running_spawns_share),
+                ),
+            ),
+            buffered: pool(
+                "bytes of buffered output",
+                (
+                    "server.max_buffered_output_bytes",
+                    server.max_buffered_output_bytes,
+                ),
+                (
+                    "server.buffered_output_share_bytes",
+                    server.buffered_output_share_bytes,
+                ),
+            ),
+            relay_connections: pool(
+                "relayed connections",
+                (
+                    "relayed_connections_per_process",
+                    u64::from(crate::config::MAX_CONNECTIONS_PER_PROCESS),
+                ),
+                (
+                    "network.connections_share",
+                    u64::from(config.network.connections_share),
+                ),
+            ),
+        }
+    }
+}
+
+/// A pool's refusal as -32003 (`overloaded`), its `data` naming the limit,
+/// its value and what the caller and everyone use; `then` says what to do.
+pub(crate) fn overloaded(refusal: &Refusal, then: &str) -> RpcError {
+    RpcError::with_data(
+        rpc::OVERLOADED,
+        format!("{refusal}; {then}"),
+        serde_json::to_value(refusal).unwrap_or_default(),
+    )
+}
 
 /// Raises this process's soft limit of open files to its hard limit: the
 /// daemon holds descriptors for every connection, handle, sandbox and
@@ -267,14 +334,19 @@ pub fn serve(
         .map_err(|e| ServeError(format!("cannot find spawnd's own binary: {e}")))?;
     let socket = socket.unwrap_or_else(|| config.server.socket.clone());
     let window = Duration::from_millis(config.server.refusal_window_ms);
+    let tenants = Arc::new(Tenants::default());
+    let pools = Pools::new(&config, &tenants);
+    let max_running = config.server.max_running_spawns as usize;
     let daemon = Arc::new(Daemon {
         loaded: std::sync::RwLock::new(Arc::new(Loaded { config, manifests })),
         reload,
         exe,
         spawner: std::sync::Mutex::new(Arc::new(spawner)),
-        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        tenants,
+        running: pools.running,
         started: std::sync::Mutex::new(Vec::new()),
-        buffered: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        buffered: pools.buffered,
+        relay_connections: pools.relay_connections,
         side_work: Semaphore::new(SIDE_WORK),
         refusals: std::sync::Mutex::new(refusals::Tallies::new(window)),
         refused_reload: std::sync::Mutex::new(None),
@@ -285,7 +357,7 @@ pub fn serve(
         .worker_threads(2)
         // Every running spawn holds one; refusals and `health` or
         // `connectors_status` take a few more. Beyond that, work waits.
-        .max_blocking_threads(MAX_IN_FLIGHT + 2 * SIDE_WORK)
+        .max_blocking_threads(max_running + 2 * SIDE_WORK)
         .thread_name("spawnd-worker")
         .enable_all()
         .build()
@@ -385,7 +457,6 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let max = daemon.loaded().config.server.max_connections.max(1) as usize;
     let slots = Arc::new(Semaphore::new(max));
     let per_uid = daemon.loaded().config.server.max_connections_per_uid.max(1) as usize;
-    let uid_slots = slots::UidSlots::default();
     // Told to connections at the end: answer what is in hand, read no more.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Windows of counted refusals are closed (and their counts written)
@@ -416,10 +487,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                 let uid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
                     .map(|c| c.uid());
                 let Ok(uid) = uid else { continue };
-                let Some(uid_slot) = uid_slots.take(uid, per_uid) else {
-                    tokio::spawn(refuse_overloaded(stream, format!(
+                let Some(arrival) = daemon.tenants.arrive(uid, per_uid) else {
+                    tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
                         "uid {uid} has {per_uid} connections open to this daemon ([server] max_connections_per_uid); close some or try later"
-                    )));
+                    ), serde_json::json!({"limit": "server.max_connections_per_uid", "max": per_uid, "caller_uses": per_uid}))));
                     continue;
                 };
                 match Arc::clone(&slots).try_acquire_owned() {
@@ -428,13 +499,14 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         let stop = stop_rx.clone();
                         tokio::spawn(async move {
                             connection::serve_connection(daemon, stream, accepted_at, stop).await;
-                            drop((permit, uid_slot));
+                            drop((permit, arrival));
                         });
                     }
                     Err(_) => {
-                        tokio::spawn(refuse_overloaded(stream, format!(
+                        let mine = daemon.tenants.connections_of(uid);
+                        tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
                             "the daemon has {max} connections open ([server] max_connections); try later"
-                        )));
+                        ), serde_json::json!({"limit": "server.max_connections", "max": max, "caller_uses": mine, "all_use": max}))));
                     }
                 }
             }
@@ -456,17 +528,16 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     }
     // Running spawns may finish within the grace period; then they are
     // killed. Either way each one's exit record is written before we leave.
-    let all = MAX_IN_FLIGHT as u32;
     let grace = Duration::from_millis(daemon.loaded().config.server.shutdown_grace_ms);
     tracing::info!(
         signal,
-        running = MAX_IN_FLIGHT - daemon.in_flight.available_permits(),
+        running = daemon.running.in_use(),
         grace_ms = grace.as_millis() as u64,
         "stopping: no new connections; letting running spawns finish"
     );
     // Leases still run out during the grace.
     let ended = async {
-        let mut all_ended = std::pin::pin!(daemon.in_flight.acquire_many(all));
+        let mut all_ended = std::pin::pin!(daemon.running.until_empty());
         loop {
             tokio::select! {
                 _ = &mut all_ended => return,
@@ -477,8 +548,7 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     if tokio::time::timeout(grace, ended).await.is_err() {
         tracing::warn!("grace period over: killing the sandboxes still running");
         daemon.kill_all();
-        let _ =
-            tokio::time::timeout(Duration::from_secs(10), daemon.in_flight.acquire_many(all)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), daemon.running.until_empty()).await;
     }
     // Every spawn has ended: connections answer what they are answering and close.
     let _ = stop_tx.send(true);
@@ -488,8 +558,7 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     Ok(())
 }
 
-async fn refuse_overloaded(mut stream: UnixStream, why: String) {
-    let e = RpcError::new(rpc::OVERLOADED, why);
+async fn refuse_overloaded(mut stream: UnixStream, e: RpcError) {
     let _ = stream
         .write_all(format!("{}\n", rpc::failure(&Value::Null, &e)).as_bytes())
         .await;

@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::oneshot;
 
 use super::connection::Connection;
 use super::detached::Lease;
-use super::handles::{new_handle_name, HandleOptions, HandleSink, Reservation};
+use super::handles::{new_handle_name, HandleOptions, HandleSink};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
@@ -48,6 +48,7 @@ use crate::policy::{Access, Caller, Decision, GateContext, Request, RequestKind}
 use crate::program::ProgramOpener;
 use crate::rpc::{self, string_param, u64_param, RpcError};
 use crate::sandbox::launch::StdinSource;
+use crate::shares::{Claim, Taken};
 use crate::spawner::Spawner;
 use crate::supervise::Leaving;
 
@@ -94,15 +95,13 @@ pub(super) async fn spawn(
     caller.workspace = loaded.config.sandbox.workspace.clone();
     caller.label = call.label.clone();
     let slot = HandleSlot::take(conn)?;
-    let reservation = reserve_output(daemon, &loaded.config, &manifest, &call.request)?;
-    let permit = Arc::clone(&daemon.in_flight)
-        .try_acquire_owned()
-        .map_err(|_| {
-            RpcError::new(
-                rpc::OVERLOADED,
-                "the daemon is at its limit of running spawns; try later",
-            )
-        })?;
+    let reservation = reserve_output(daemon, peer, &manifest, &call.request)?;
+    let permit = daemon.running.take(peer.uid, 1).map_err(|refusal| {
+        super::overloaded(
+            &refusal,
+            "try later, when some of this daemon's spawns have ended (detached ones count while they run)",
+        )
+    })?;
     let spawner = daemon
         .spawner()
         .map_err(|e| RpcError::new(rpc::SANDBOX_UNAVAILABLE, format!("{e}; nothing was run")))?;
@@ -129,6 +128,7 @@ pub(super) async fn spawn(
         access,
         spawner,
         permit,
+        shared_connections: Claim::new(&daemon.relay_connections, peer.uid),
         handle: Arc::clone(&handle),
         started_tx,
     };
@@ -315,15 +315,16 @@ pub(super) fn peer_manifest(
     })
 }
 
-/// Reserves, from `[server] max_buffered_output_bytes`, the most output
-/// this spawn can leave in its handle: its operation's stdout and stderr
-/// caps. Past the budget the daemon is overloaded and nothing starts.
+/// Reserves, from `[server] max_buffered_output_bytes` (the caller's
+/// share of it, while others are present), the most output this spawn can
+/// leave in its handle: its operation's stdout and stderr caps. Past that
+/// the daemon is overloaded for this caller and nothing starts.
 fn reserve_output(
     daemon: &Daemon,
-    config: &crate::config::Config,
+    peer: &Peer,
     manifest: &Manifest,
     request: &Request,
-) -> Result<Reservation, RpcError> {
+) -> Result<Taken, RpcError> {
     let caps = manifest.spawn.as_ref().map_or(0, |g| {
         let limits = match &request.kind {
             RequestKind::Op { name, .. } => g.operations.get(name).map_or(g.limits, |op| op.limits),
@@ -335,13 +336,10 @@ fn reserve_output(
     });
     // And the window of output past each stream's cap, kept for live readers.
     let caps = caps.saturating_add(2 * super::handles::PAST_CAP_WINDOW as u64);
-    let budget = config.server.max_buffered_output_bytes;
-    Reservation::take(&daemon.buffered, caps, budget).ok_or_else(|| {
-        RpcError::new(
-            rpc::OVERLOADED,
-            format!(
-                "the daemon's buffered output would pass {budget} bytes ([server] max_buffered_output_bytes; this spawn may keep {caps}, its caps and a window of output past them for live readers); spawn_release finished handles or try later"
-            ),
+    daemon.buffered.take(peer.uid, caps).map_err(|refusal| {
+        super::overloaded(
+            &refusal,
+            "a spawn reserves its operation's stdout and stderr caps and a window of output past them for live readers; spawn_release finished handles or try later",
         )
     })
 }
@@ -362,7 +360,9 @@ struct Job {
     stdin_pipe: Option<std::fs::File>,
     access: Access,
     spawner: Arc<Spawner>,
-    permit: OwnedSemaphorePermit,
+    permit: Taken,
+    /// The caller's claim on the daemon's relayed connections.
+    shared_connections: Claim,
     handle: Arc<Handle>,
     started_tx: Started,
 }
@@ -382,6 +382,7 @@ fn run_job(job: Job) {
         access,
         spawner,
         permit: _permit,
+        shared_connections,
         handle,
         started_tx,
     } = job;
@@ -431,6 +432,7 @@ fn run_job(job: Job) {
                 mark_started(&started_handle, started_ref, pidfd)
             })),
             network_learning: None,
+            shared_connections: Some(shared_connections),
         })
     };
     let early = started_tx.lock().ok().and_then(|mut g| g.take());

@@ -19,8 +19,9 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
-use super::handles::{Handle, Reservation};
+use super::handles::Handle;
 use crate::rpc::{self, RpcError};
+use crate::shares::Taken;
 
 /// `spawn_stdin_write`s (and a close) one handle may have waiting.
 pub const MAX_WAITING_WRITES: usize = 4;
@@ -46,7 +47,7 @@ pub struct StdinStream {
 /// share of the daemon's buffered bytes until they are in the pipe.
 pub struct Ticket {
     number: u64,
-    _reservation: Reservation,
+    _reservation: Taken,
 }
 
 /// What a ticket is for.
@@ -85,7 +86,7 @@ impl StdinStream {
     }
 
     /// A place in this handle's order, taken when the request is read.
-    pub fn ticket(&self, reservation: Reservation) -> Result<Ticket, RpcError> {
+    pub fn ticket(&self, reservation: Taken) -> Result<Ticket, RpcError> {
         if self.broken.load(Ordering::Acquire) {
             return Err(broken());
         }

@@ -37,6 +37,7 @@ use crate::relay::{
     SystemResolver,
 };
 use crate::sandbox::network::Listeners;
+use crate::shares::Claim;
 
 /// Connection records kept for the result; more are counted, not listed
 /// (every one is in the audit log).
@@ -137,14 +138,22 @@ pub(super) struct Reported {
     contacted_unlisted: u64,
 }
 
+/// What a spawn's relay runs under: the operator's `[network]`, and where
+/// its connections count among every spawn's of this process.
+pub(super) struct RelayTerms<'a> {
+    pub(super) network: &'a NetworkConfig,
+    pub(super) shared_connections: Option<Claim>,
+}
+
 /// Starts the relay for `plan`'s grants (or, learning, for any name) on
 /// `listeners`, its records going to `audit`.
 pub(super) fn start(
     plan: &SpawnPlan,
-    network: &NetworkConfig,
+    terms: &RelayTerms<'_>,
     listeners: Listeners,
     audit: NetAudit,
 ) -> Result<Egress, Failure> {
+    let network = terms.network;
     let mode = relay_mode(plan, network)?;
     let stop = CancellationToken::new();
     let config = RelayConfig {
@@ -152,6 +161,10 @@ pub(super) fn start(
         connect_timeout: std::time::Duration::from_millis(network.connect_timeout_ms),
         idle_timeout: std::time::Duration::from_millis(network.idle_timeout_ms),
         max_connections: network.max_connections_per_spawn as usize,
+        shared_connections: terms
+            .shared_connections
+            .clone()
+            .unwrap_or_else(crate::relay::process_connections),
         ..RelayConfig::default()
     };
     let stopping = stop.clone();

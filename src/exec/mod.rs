@@ -29,13 +29,12 @@ pub use records::{load_audit_key, open_audit};
 pub use refusals::{describe as describe_refusal, Refusal};
 pub use report::{conclude, interrupting_signal};
 
-use egress::{Egress, NetAudit};
+use egress::{Egress, NetAudit, RelayTerms};
 use launching::{Identity, Launching};
 use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
 
 use crate::audit::{events, Kind, Unsynced};
-use crate::config::NetworkConfig;
 use crate::egress::learning::Learning;
 use crate::kernel_features::LANDLOCK_ABI_REQUIRED;
 use crate::manifest::ScopePath;
@@ -51,6 +50,7 @@ use crate::sandbox::spec::{
     SandboxSpec,
 };
 use crate::sandbox::trace::{Trace, Tracer};
+use crate::shares::Claim;
 use crate::spawner::Spawner;
 use crate::supervise::{
     supervise_to_report, Leaving, LiveOutput, Outcome, Phases, Supervision, Watched,
@@ -101,6 +101,10 @@ pub struct Execution<'a> {
     /// `spawnd learn` only: the program's network is learned, not granted
     /// ([`SpawnPlan::network_learning`]). `None` everywhere else.
     pub network_learning: Option<Learning>,
+    /// Where the spawn's relayed connections count among every spawn's of
+    /// this process: the daemon's pool, by caller. `None`: this process's
+    /// single caller has them all ([`crate::relay::process_connections`]).
+    pub shared_connections: Option<Claim>,
 }
 
 /// Says who ended a program from outside ([`Execution::ended_by`]).
@@ -204,11 +208,15 @@ fn execute_inner<'a>(
         .traced(answers.is_some());
     let (decided, launching) =
         launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
+    let terms = RelayTerms {
+        network: &prepared.config.network,
+        shared_connections: x.shared_connections,
+    };
     let (running, egress, tracer) = release(
         &audit,
         &decided,
         &plan,
-        &prepared.config.network,
+        terms,
         launching,
         x.on_started,
         answers,
@@ -502,7 +510,7 @@ fn release<'s>(
     audit: &SpawnAudit<'_>,
     decided: &Decided,
     plan: &SpawnPlan,
-    network: &NetworkConfig,
+    terms: RelayTerms<'_>,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
     answers: Option<Policy>,
@@ -517,7 +525,7 @@ fn release<'s>(
                 connector: plan.connector.clone(),
                 op: plan.op.clone(),
             };
-            egress::start(plan, network, listeners, records)
+            egress::start(plan, &terms, listeners, records)
                 .map(Some)
                 .map_err(|f| f.message)
         }

@@ -27,7 +27,7 @@ use nix::unistd::pipe2;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
 use crate::egress::address_policy::Denial;
@@ -113,16 +113,27 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
         relay.events.refused(record, started);
         return;
     }
-    let permits = relay
-        .slots
-        .clone()
-        .try_acquire_owned()
-        .and_then(|own| process_slots().try_acquire_owned().map(|all| (own, all)));
-    let Ok(permit) = permits else {
-        record.refuse(reason::TOO_MANY_CONNECTIONS);
-        reset(client);
-        relay.events.refused(record, started);
-        return;
+    let permits = match relay.slots.clone().try_acquire_owned() {
+        Ok(own) => relay
+            .config
+            .shared_connections
+            .take(1)
+            .map(|shared| (own, shared))
+            .map_err(|refusal| refusal.to_string()),
+        Err(_) => Err(format!(
+            "at this spawn's limit of {} relayed connections ([network] max_connections_per_spawn)",
+            relay.config.max_connections
+        )),
+    };
+    let permit = match permits {
+        Ok(permit) => permit,
+        Err(why) => {
+            record.refuse(reason::TOO_MANY_CONNECTIONS);
+            record.error = Some(why);
+            reset(client);
+            relay.events.refused(record, started);
+            return;
+        }
     };
     running.spawn(run(relay.clone(), client, record, started, permit));
 }
@@ -131,16 +142,9 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
 /// holds two sockets (the program's side and the dialed side) and, while
 /// it relays, a splice pipe per direction (six descriptors in all), so the
 /// relays of many spawns together stay well inside the daemon's limit of
-/// open files, and one spawn's program cannot starve the others.
+/// open files. Shared among callers ([`crate::shares`]), so one caller's
+/// programs cannot starve the others'.
 pub const MAX_PROCESS_CONNECTIONS: usize = crate::config::MAX_CONNECTIONS_PER_PROCESS as usize;
-
-/// The process-wide share of [`MAX_PROCESS_CONNECTIONS`].
-fn process_slots() -> Arc<Semaphore> {
-    static SLOTS: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
-    SLOTS
-        .get_or_init(|| Arc::new(Semaphore::new(MAX_PROCESS_CONNECTIONS)))
-        .clone()
-}
 
 /// The address an accepted connection was going to: its local address,
 /// or, in a learning relay, where it was going before the sandbox's
@@ -189,7 +193,7 @@ async fn run(
     client: TcpStream,
     mut record: ConnectionRecord,
     started: Instant,
-    _permit: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    _permit: (OwnedSemaphorePermit, crate::shares::Taken),
 ) {
     // Biased: a connection that has ended as the spawn stops is recorded
     // as ended, not as stopped. When the spawn ends first, what its

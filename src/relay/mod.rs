@@ -63,7 +63,9 @@ use crate::egress::fake_pool::{GrantedNames, PoolExhausted};
 use crate::egress::grant::{Grant, Host};
 use crate::egress::learning::{Contacted, LearnedNames, Learning};
 use crate::sandbox::network::Listeners;
+use crate::shares::{Claim, Limits, Pool, Tenants};
 
+pub use connection::MAX_PROCESS_CONNECTIONS;
 pub use events::{
     reason, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RefusalKind, Summary,
     MAX_CONNECTIONS_REPORTED, MAX_DNS_REFUSED_EVENTS, MAX_REFUSALS_REPORTED,
@@ -85,6 +87,9 @@ pub struct RelayConfig {
     pub first_flight_timeout: Duration,
     /// Connections open at once; more are reset.
     pub max_connections: usize,
+    /// Where the spawn's connections count among every spawn's of this
+    /// process: its caller's share of them ([`crate::shares`]).
+    pub shared_connections: Claim,
     /// Whether a TLS connection to a granted name must name it (SNI).
     pub sni_check: bool,
     /// Which addresses may be dialed.
@@ -105,10 +110,30 @@ impl Default for RelayConfig {
             idle_timeout: Duration::from_millis(DEFAULT_NETWORK_IDLE_TIMEOUT_MS),
             first_flight_timeout: Duration::from_secs(5),
             max_connections: DEFAULT_MAX_CONNECTIONS_PER_SPAWN as usize,
+            shared_connections: process_connections(),
             sni_check: true,
             policy: AddressPolicy::default(),
         }
     }
+}
+
+/// The relayed connections of one process with a single caller (`spawnd
+/// run`, `learn`): [`MAX_PROCESS_CONNECTIONS`], all of them its own. The
+/// daemon gives each spawn its caller's claim on its own pool instead.
+pub fn process_connections() -> Claim {
+    static POOL: std::sync::OnceLock<Arc<Pool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        let all = MAX_PROCESS_CONNECTIONS as u64;
+        Pool::new(
+            Limits {
+                what: "relayed connections",
+                whole: ("relayed_connections_per_process", all),
+                share: ("relayed_connections_per_process", all),
+            },
+            Arc::new(Tenants::default()),
+        )
+    });
+    Claim::new(pool, nix::unistd::geteuid().as_raw())
 }
 
 /// Why the relay could not start. Nothing was accepted.

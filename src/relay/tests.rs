@@ -626,14 +626,12 @@ fn connections_past_the_maximum_are_reset() {
     };
     let records = finished.connections();
     let too_many: Vec<_> = records.iter().filter(|r| !r.allowed).collect();
-    assert_eq!(
-        too_many,
-        [&refused(
-            name("api.example.com"),
-            ECHO,
-            reason::TOO_MANY_CONNECTIONS
-        )]
+    let mut expected = refused(name("api.example.com"), ECHO, reason::TOO_MANY_CONNECTIONS);
+    expected.error = Some(
+        "at this spawn's limit of 2 relayed connections ([network] max_connections_per_spawn)"
+            .into(),
     );
+    assert_eq!(too_many, [&expected]);
     assert_eq!(finished.summary.connections, 4);
 }
 
