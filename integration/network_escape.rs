@@ -37,6 +37,7 @@
 //! | the host's loopback services (127.0.0.1, ::1, 127.0.0.2, 0.0.0.0) | reset or refused; the world's loopback servers accept nothing | a literal grant of 127.0.0.1:P reaches its server |
 //! | taking over spawnd's listeners (bind the granted port, the DNS port; inherited fds) | EADDRINUSE/EACCES, no listener fd; the next connection is still spawnd's | binding another port works |
 //! | proxy variables naming an ungranted proxy | curl and urllib fail; the proxy's server accepts nothing | curl without the proxy is served |
+//! | one caller's spawns holding every relayed connection they may (root, through the daemon) | past what leaves a present caller's share, reset (`too_many_connections`, the record naming `[network] connections_share`) | the second caller (nobody) fetches through the same daemon |
 //! | 10,000 connections | at most 64 reach the server at once; `too_many_connections` counted; the spawn ends; another spawn's fetches stay fast | the server saw the flood; the other spawn was served |
 //! | slow peers holding relays (one that never reads, one that drips a byte a second) | other connections of the spawn served; the wall time ends it on time; both peers see their connection closed | both peers were reached |
 //! | a double-forked daemon holding a relayed connection after the program exits | the spawn ends at once; the server sees the close; no process left | the daemon's connection reached the server |
@@ -1637,6 +1638,163 @@ finish()
 }
 
 // ---- load and lifetime ----------------------------------------------------
+
+/// A `spawnd serve` in the world, killed when dropped.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Many tenants, one daemon: while one uid's spawns (root's) open every
+/// relayed connection they may and hold them, a second uid (nobody) that
+/// is present keeps its share of the 1024 a spawnd relays (`[network]
+/// connections_share`, 256): its granted fetch is served. The first is
+/// reset past what leaves that share free, and its refusal names the limit.
+#[test]
+fn one_callers_held_connections_leave_a_present_callers_share_of_the_relay() {
+    let Some(s) = Setup::new(&[]) else { return };
+    let held = serve(&s.world, at(WORLD_IP, 8080), Peer::Hold);
+    let api = serve(&s.world, at(WORLD_IP, 8081), Peer::Http("shared"));
+    let m = s.manifest(
+        "tenants-manifest.toml",
+        &["api.test:8080", "api.test:8081"],
+        "",
+        "[capabilities.spawn.operations.hold]\n\
+         argv = \"python3 {script}\"\n\
+         network = [\"api.test:8080\"]\n\n\
+         [capabilities.spawn.operations.get]\n\
+         argv = \"curl -sS --max-time 60 http://api.test:8081/\"\n\
+         network = [\"api.test:8081\"]\n",
+    );
+    let socket = s.world.writable_dir("daemon").join("spawnd.sock");
+    let config = s.world.operator_config(
+        "tenants",
+        &format!(
+            "[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [\"{}\"]\n\
+             [[access]]\nconnector = \"local://test/escape\"\nuids = [65534]\n\
+             [network]\nallow_cidrs = [\"{WORLD_CIDR}\"]\nmax_connections_per_spawn = 256\n",
+            socket.display(),
+            m.display()
+        ),
+    );
+    let _daemon = Serving(s.world.spawnd(&config).arg("serve").spawn().unwrap());
+    assert!(
+        eventually(|| std::os::unix::net::UnixStream::connect(&socket).is_ok()),
+        "the daemon did not start"
+    );
+    // The second uid is present: a connection of its own, answered.
+    let mut present = Serving(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                PYTHON,
+                "-c",
+            ])
+            .arg(
+                "import socket, sys, time\n\
+                 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+                 s.sendall(b'{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"health\"}\\n')\n\
+                 print(s.makefile().readline(), flush=True); time.sleep(600)",
+            )
+            .arg(&socket)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Kept open to the end: the second uid's process must not die of a
+    // closed pipe.
+    let mut said = std::io::BufReader::new(present.0.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    assert!(line.contains("protocol_version"), "{line}");
+    // The first uid: six spawns of 200 connections each, held (more than
+    // the relay's 1024 together).
+    let arg = s.script(
+        "hold",
+        r#"
+addr = resolve("api.test")
+held = []
+for _ in range(200):
+    s = socket.socket()
+    s.settimeout(10)
+    try:
+        s.connect((addr, 8080))
+        held.append(s)
+    except OSError:
+        s.close()
+time.sleep(600)
+"#,
+    );
+    let client = |command: &mut Command, op: &str, args: &[String]| {
+        command
+            .args(["run", "--json", "--socket"])
+            .arg(&socket)
+            .args(["--connector", "local://test/escape", "--op", op]);
+        for arg in args {
+            command.args(["--arg", arg]);
+        }
+    };
+    let holders: Vec<Serving> = (0..6)
+        .map(|_| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_spawnd"));
+            client(&mut command, "hold", std::slice::from_ref(&arg));
+            Serving(command.stdout(Stdio::null()).spawn().unwrap())
+        })
+        .collect();
+    // Until the first uid's connections stop growing.
+    let started = Instant::now();
+    let mut last = (0, Instant::now());
+    while started.elapsed() < Duration::from_secs(120) {
+        let now = held.accepted();
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if now > 0 && last.1.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the first uid holds {} connections ({} closed)",
+        held.accepted(),
+        held.closed()
+    );
+    assert_eq!(held.accepted(), 1024 - 256, "the first uid's connections");
+    assert_eq!(held.closed(), 0, "the first uid's connections are held");
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_spawnd"));
+    client(&mut command, "get", &[]);
+    let fetch = Run::of(&mut command);
+    assert_eq!(fetch.code(), Some(0), "{}", fetch.json);
+    assert_eq!(fetch.stdout(), "shared", "{}", fetch.json);
+    assert_eq!(api.accepted(), 1);
+    drop(holders);
+    let audit = s.world.path("tenants.audit.jsonl");
+    let mut records = Vec::new();
+    assert!(
+        eventually(|| {
+            records = net_records(&audit);
+            records
+                .iter()
+                .any(|r| r["reason"] == "too_many_connections")
+        }),
+        "no refusal recorded"
+    );
+    let refused = refusal_record(&records, "api.test", 8080, "too_many_connections");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("[network] connections_share")),
+        "{refused}"
+    );
+}
 
 #[test]
 fn ten_thousand_connections_are_bounded_to_64_open_and_another_spawn_is_not_slowed() {
