@@ -599,7 +599,7 @@ fn an_unknown_kind_is_a_usage_error_listing_the_kinds() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("bogus") && err.contains("decision, denial, exit, net, note"),
+        err.contains("bogus") && err.contains("decision, denial, exit, attach, net, note"),
         "{err}"
     );
     let json = spawnd(&["audit", "query", "--json", "--kind", "Denial", l]);
@@ -609,7 +609,7 @@ fn an_unknown_kind_is_a_usage_error_listing_the_kinds() {
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("decision, denial, exit, net, note"),
+            .contains("decision, denial, exit, attach, net, note"),
         "{v}"
     );
     for (kind, seq) in [

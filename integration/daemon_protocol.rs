@@ -758,3 +758,237 @@ fn a_present_tenant_keeps_its_share_of_running_spawns() {
     }
     assert_eq!(second.ok("health", json!({}))["protocol_version"], 1);
 }
+
+/// Starts a spawn with `params` from a process of its own (Python,
+/// standard library only) that exits once it has the answer, closing its
+/// connection: the first process of a detached spawn, or a client that
+/// went away. Returns that process's pid and the answer's result.
+fn spawn_from_a_process_that_exits(d: &Daemon, params: Value) -> (u32, Value) {
+    let script = "import socket,sys,json\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ns.sendall((json.dumps({'jsonrpc':'2.0','id':1,'method':'spawn_op','params':json.loads(sys.argv[2])})+'\\n').encode())\nprint(s.makefile('rb').readline().decode().strip())\n";
+    let child = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(&d.socket)
+        .arg(params.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(answer.get("error").is_none(), "{answer}");
+    (pid, answer["result"].clone())
+}
+
+/// The records of the audit log at `path`.
+fn records_of(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// `spawnd audit …` on the log at `path`: its standard output.
+fn audit_cli(path: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(&harness::world().spawnd)
+        .arg("audit")
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Who did what to a detached spawn is on record, not the process that
+/// started it: a spawn started by a process that then exits, taken up by
+/// another (this test) and killed there, has an `attach` record naming the
+/// process that took it up, and an exit record naming that one as
+/// `interrupted_by_peer` and carrying the spawn's label; `audit query
+/// --label` finds the spawn's records, its lines say who took the spawn up
+/// and who ended it, and the OCSF export carries the label and
+/// `interrupted_by`.
+#[test]
+fn a_reattached_spawn_killed_there_names_who_took_it_up_and_who_killed_it() {
+    let d = Daemon::start("actors", "max_lease_ms = 60000\n");
+    let (first_pid, started) = spawn_from_a_process_that_exits(
+        &d,
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}, "label": "ci-job-7", "lease_ms": 60000}),
+    );
+    let me = std::process::id();
+    assert_ne!(first_pid, me);
+    let name = handle_of(&started);
+    let mut c = d.client();
+    let attached = c.ok(
+        "spawn_attach",
+        json!({"handle": name, "token": started["token"]}),
+    );
+    assert_eq!(attached["state"], "running", "{attached}");
+    c.ok("spawn_kill", json!({"handle": name}));
+    let status = c.ok("spawn_status", json!({"handle": name, "wait_ms": 10000}));
+    assert_eq!(status["interrupted_by"], "spawn_kill", "{status}");
+    let audit_id = status["audit_id"].as_str().unwrap().to_string();
+
+    let records = records_of(&d.audit);
+    let of_spawn: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["audit_id"] == audit_id.as_str())
+        .collect();
+    let kinds: Vec<&str> = of_spawn.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert_eq!(kinds, ["decision", "attach", "exit"], "{of_spawn:?}");
+    let (decision, attach, exit) = (of_spawn[0], of_spawn[1], of_spawn[2]);
+    assert_eq!(decision["caller"]["pid"], first_pid, "{decision}");
+    assert_eq!(
+        attach["caller"],
+        json!({"uid": 0, "gid": 0, "pid": me}),
+        "{attach}"
+    );
+    assert_eq!(
+        (
+            &attach["connector"],
+            &attach["op"],
+            &attach["label"],
+            &attach["state"]
+        ),
+        (
+            &json!(CONNECTOR),
+            &json!("sh"),
+            &json!("ci-job-7"),
+            &json!("running")
+        ),
+        "{attach}"
+    );
+    // The exit names the spawn's caller (the first process, with its
+    // label) and, apart, the peer that killed it.
+    assert_eq!(exit["caller"]["pid"], first_pid, "{exit}");
+    assert_eq!(exit["caller"]["label"], "ci-job-7", "{exit}");
+    assert_eq!(exit["interrupted_by"], "spawn_kill", "{exit}");
+    assert_eq!(
+        exit["interrupted_by_peer"],
+        json!({"uid": 0, "gid": 0, "pid": me}),
+        "{exit}"
+    );
+
+    // `audit query --label` finds exactly the spawn's labelled records.
+    let found: Value = serde_json::from_str(&audit_cli(
+        &d.audit,
+        &["query", "--label", "ci-job-7", "--json"],
+    ))
+    .unwrap();
+    let found: Vec<(&str, &str)> = found["data"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap(), r["audit_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("decision", audit_id.as_str()),
+            ("attach", audit_id.as_str()),
+            ("exit", audit_id.as_str())
+        ]
+    );
+    assert!(audit_cli(&d.audit, &["query", "--label", "ci-job-8"])
+        .trim()
+        .is_empty());
+    // Its one-liners show the label, who took the spawn up and who ended it.
+    let lines = audit_cli(&d.audit, &["query", "--label", "ci-job-7"]);
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains(" label ci-job-7 ")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains(&format!("attached sh by uid 0 gid 0 pid {me} (running)")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains(&format!("signal 9 (spawn_kill by uid 0 gid 0 pid {me})")),
+        "{lines:?}"
+    );
+
+    // The OCSF export carries both.
+    let events: Vec<Value> = audit_cli(
+        &d.audit,
+        &["export", "--format", "ocsf", "--label", "ci-job-7"],
+    )
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let terminate = events
+        .iter()
+        .find(|e| e["type_uid"] == 100702)
+        .unwrap_or_else(|| panic!("no Terminate event: {events:?}"));
+    assert_eq!(terminate["unmapped"]["label"], "ci-job-7", "{terminate}");
+    assert_eq!(
+        terminate["unmapped"]["interrupted_by"], "spawn_kill",
+        "{terminate}"
+    );
+    assert_eq!(
+        terminate["unmapped"]["interrupted_by_peer"]["pid"], me,
+        "{terminate}"
+    );
+    let open = events
+        .iter()
+        .find(|e| e["type_uid"] == 100703)
+        .unwrap_or_else(|| panic!("no Open event for the attach: {events:?}"));
+    assert_eq!(open["actor"]["process"]["pid"], me, "{open}");
+    assert_eq!(
+        open["metadata"]["correlation_uid"],
+        audit_id.as_str(),
+        "{open}"
+    );
+}
+
+/// `spawn_release` of a running spawn, a connection that closes with a
+/// spawn running, and a lease that runs out are on record too, each exit
+/// record with the spawn's label: the peer that released it, the peer
+/// whose connection closed (another process), and for the lease no peer.
+#[test]
+fn release_disconnect_and_lease_expiry_record_who_ended_the_program() {
+    let d = Daemon::start("actors-end", "max_lease_ms = 60000\n");
+    let me = std::process::id();
+    let mut c = d.client();
+    let released = spawn_sh(&mut c, "sleep 60", json!({"label": "released"}));
+    c.ok("spawn_release", json!({"handle": handle_of(&released)}));
+    let (gone_pid, _) = spawn_from_a_process_that_exits(
+        &d,
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}, "label": "went-away"}),
+    );
+    spawn_from_a_process_that_exits(
+        &d,
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}, "label": "leased", "lease_ms": 1000}),
+    );
+    let exits = exit_records(&d.audit, 3);
+    let by_label = |label: &str| {
+        exits
+            .iter()
+            .find(|r| r["caller"]["label"] == label)
+            .unwrap_or_else(|| panic!("no exit record labelled {label}: {exits:?}"))
+    };
+    let released = by_label("released");
+    assert_eq!(released["interrupted_by"], "spawn_release", "{released}");
+    assert_eq!(
+        released["interrupted_by_peer"],
+        json!({"uid": 0, "gid": 0, "pid": me}),
+        "{released}"
+    );
+    let gone = by_label("went-away");
+    assert_eq!(gone["interrupted_by"], "disconnect", "{gone}");
+    assert_eq!(gone["interrupted_by_peer"]["pid"], gone_pid, "{gone}");
+    assert_eq!(gone["caller"]["pid"], gone_pid, "{gone}");
+    let leased = by_label("leased");
+    assert_eq!(leased["interrupted_by"], "lease", "{leased}");
+    assert!(leased.get("interrupted_by_peer").is_none(), "{leased}");
+    let lines = audit_cli(&d.audit, &["query", "--kind", "exit"]);
+    assert!(lines.contains("(lease ran out) label leased "), "{lines}");
+    assert!(
+        lines.contains(&format!(
+            "(disconnect by uid 0 gid 0 pid {gone_pid}) label went-away "
+        )),
+        "{lines}"
+    );
+}

@@ -15,12 +15,67 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-fn caller_json(c: &Caller) -> Value {
+/// The caller as every record of its spawn names it: `{uid, gid, pid,
+/// label?}`.
+pub fn caller_json(c: &Caller) -> Value {
     let mut v = json!({"uid": c.uid, "gid": c.gid, "pid": c.pid});
     if let Some(label) = &c.label {
         v["label"] = json!(label);
     }
     v
+}
+
+/// A daemon peer that acted on a spawn it may not have started (took it
+/// up, killed or released it, or closed the connection holding it), as
+/// `SO_PEERCRED` gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Actor {
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+    /// Its pid, when the kernel told.
+    pub pid: Option<u32>,
+}
+
+impl Actor {
+    /// `{uid, gid, pid}`, as a record's `caller` (without a label: the
+    /// label is the spawn's, given by whoever started it).
+    pub fn json(&self) -> Value {
+        json!({"uid": self.uid, "gid": self.gid, "pid": self.pid})
+    }
+}
+
+/// What a detached spawn's records are filed under: the connector and
+/// operation its decision record names, and its caller's label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnFiled {
+    /// The spawn's `audit_id` (its decision's).
+    pub audit_id: String,
+    /// The connector's FQN.
+    pub connector: String,
+    /// The operation.
+    pub op: String,
+    /// The label the spawn's caller gave it.
+    pub label: Option<String>,
+}
+
+/// A detached spawn taken up again by `spawn_attach`: who took it up
+/// (`caller`), the spawn's connector, op and label, and its state then
+/// (`running`, or how it ended while no connection held it). The record's
+/// `audit_id` is the spawn's.
+pub fn attach(spawn: &SpawnFiled, by: &Actor, state: &Value) -> Map<String, Value> {
+    let mut body = object(json!({
+        "connector": spawn.connector,
+        "op": spawn.op,
+        "caller": by.json(),
+        "method": "spawn_attach",
+        "state": state,
+    }));
+    if let Some(label) = &spawn.label {
+        body.insert("label".into(), json!(label));
+    }
+    body
 }
 
 /// An allowed spawn, written before the child starts.
@@ -73,7 +128,9 @@ pub fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
     body
 }
 
-/// How an allowed spawn ended; `result` is the run's result object.
+/// How an allowed spawn ended; `result` is the run's result object. The
+/// caller, and who interrupted the program when a peer did, are added by
+/// [`ended_by`].
 pub fn exit(result: &Value) -> Map<String, Value> {
     let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"]});
     let mut body = object(json!({
@@ -100,4 +157,15 @@ pub fn exit(result: &Value) -> Map<String, Value> {
         body.insert("network".into(), Value::Object(summary));
     }
     body
+}
+
+/// What an exit record says of who: the spawn's `caller` (with its
+/// label), and when a daemon peer ended the program from outside
+/// (`spawn_kill`, `spawn_release`, closing its connection), that peer as
+/// `interrupted_by_peer`; `interrupted_by` itself names how.
+pub fn ended_by(body: &mut Map<String, Value>, caller: &Caller, peer: Option<&Actor>) {
+    body.insert("caller".into(), caller_json(caller));
+    if let Some(peer) = peer {
+        body.insert("interrupted_by_peer".into(), peer.json());
+    }
 }

@@ -8,11 +8,14 @@
 //! | `decision` | `activity_id` 1 Launch, `status_id` 1 Success, `disposition_id` 1 Allowed |
 //! | `denial` | `activity_id` 1 Launch, `status_id` 2 Failure, `disposition_id` 2 Blocked, `status_detail` = reason |
 //! | `exit` | `activity_id` 2 Terminate, `exit_code` |
+//! | `attach` | `activity_id` 3 Open (a peer took a detached spawn's handle up), `status_id` 1 Success; `actor` is that peer |
 //! | `ts` | `time` (epoch ms) |
 //! | `audit_id`, `seq`, `hash` | `metadata.uid`, `metadata.sequence`, `metadata.correlation_uid` = audit_id |
 //! | `caller.uid/gid/pid` | `actor.user.uid`, `actor.user.groups`, `actor.process.pid` |
 //! | `program.resolved`, `program.sha256` | `process.file.path`, `process.file.hashes[{algorithm_id: 3 SHA-256}]` |
 //! | `argv_shape` | `process.cmd_line` (placeholder names, never values) |
+//! | `caller.label` (an attach record's `label`) | `unmapped.label` |
+//! | `interrupted_by`, `interrupted_by_peer {uid, gid, pid}` | `unmapped.interrupted_by`, `unmapped.interrupted_by_peer` |
 //! | `connector`, `op`, `reason`, everything else | `unmapped` |
 //!
 //! | `net` record | OCSF |
@@ -37,7 +40,7 @@ fn epoch_ms(ts: &str) -> Option<i64> {
 /// One record as an OCSF event (`None` for `note` records).
 pub fn to_ocsf(record: &Map<String, Value>, hostname: &str) -> Option<Value> {
     match record.get("kind")?.as_str()? {
-        "decision" | "denial" | "exit" => Some(process_activity(record, hostname)),
+        "decision" | "denial" | "exit" | "attach" => Some(process_activity(record, hostname)),
         "net" if record.get("protocol").and_then(Value::as_str) == Some("dns") => {
             Some(dns_activity(record, hostname))
         }
@@ -89,11 +92,12 @@ fn set_status(event: &mut Value, failed: bool, detail: Option<&Value>) {
     }
 }
 
-/// A `decision`, `denial` or `exit` as Process Activity.
+/// A `decision`, `denial`, `exit` or `attach` as Process Activity.
 fn process_activity(record: &Map<String, Value>, hostname: &str) -> Value {
     let kind = record.get("kind").and_then(Value::as_str).unwrap_or("");
     let activity = match kind {
         "exit" => (2, "Terminate"),
+        "attach" => (3, "Open"),
         _ => (1, "Launch"),
     };
     let denied = kind == "denial";
@@ -129,7 +133,24 @@ fn process_activity(record: &Map<String, Value>, hostname: &str) -> Value {
             event["status_detail"] = record.get("reason").cloned().unwrap_or(Value::Null);
         }
         "decision" => set_disposition(&mut event, false),
-        _ => event["exit_code"] = record.get("exit_code").cloned().unwrap_or(Value::Null),
+        "exit" => {
+            event["exit_code"] = record.get("exit_code").cloned().unwrap_or(Value::Null);
+            // Who ended the program from outside: how, and the peer that
+            // did, when one did (the actor stays the spawn's caller).
+            for key in ["interrupted_by", "interrupted_by_peer"] {
+                if let Some(v) = record.get(key).filter(|v| !v.is_null()) {
+                    event["unmapped"][key] = v.clone();
+                }
+            }
+        }
+        _ => {}
+    }
+    let label = caller
+        .get("label")
+        .or_else(|| record.get("label"))
+        .filter(|l| l.is_string());
+    if let Some(label) = label {
+        event["unmapped"]["label"] = label.clone();
     }
     event
 }
@@ -246,6 +267,48 @@ mod tests {
             (x["type_uid"].as_i64(), x["exit_code"].as_i64()),
             (Some(100702), Some(3))
         );
+    }
+
+    #[test]
+    fn an_exit_carries_its_label_and_who_ended_it_and_an_attach_is_an_open_by_its_peer() {
+        let record = |fields: Value| -> Map<String, Value> {
+            let mut r: Map<String, Value> = serde_json::from_value(json!({"ts": "2026-11-22T01:02:03.456Z", "seq": 5, "audit_id": "a", "connector": "local://t/x", "op": "sh"})).unwrap();
+            r.extend(serde_json::from_value::<Map<String, Value>>(fields).unwrap());
+            r
+        };
+        let killed = to_ocsf(&record(json!({"kind": "exit", "caller": {"uid": 1000, "gid": 1000, "pid": 7, "label": "ci-job-7"}, "exit_code": null, "signal": 9, "interrupted_by": "spawn_kill", "interrupted_by_peer": {"uid": 1000, "gid": 1000, "pid": 99}})), "host").unwrap();
+        assert_eq!(killed["unmapped"]["label"], "ci-job-7");
+        assert_eq!(killed["unmapped"]["interrupted_by"], "spawn_kill");
+        assert_eq!(
+            killed["unmapped"]["interrupted_by_peer"],
+            json!({"uid": 1000, "gid": 1000, "pid": 99})
+        );
+        // The actor of the spawn's events stays the caller that started it.
+        assert_eq!(killed["actor"]["process"]["pid"], 7);
+        let expired = to_ocsf(&record(json!({"kind": "exit", "caller": {"uid": 1000, "gid": 1000, "pid": 7}, "exit_code": null, "signal": 9, "interrupted_by": "lease"})), "host").unwrap();
+        assert_eq!(expired["unmapped"]["interrupted_by"], "lease");
+        assert!(
+            expired["unmapped"].get("interrupted_by_peer").is_none(),
+            "{expired}"
+        );
+        assert!(expired["unmapped"].get("label").is_none(), "{expired}");
+        let on_its_own = to_ocsf(&record(json!({"kind": "exit", "caller": {"uid": 0, "gid": 0, "pid": 7}, "exit_code": 0, "interrupted_by": null})), "host").unwrap();
+        assert!(
+            on_its_own["unmapped"].get("interrupted_by").is_none(),
+            "{on_its_own}"
+        );
+        let attach = to_ocsf(&record(json!({"kind": "attach", "caller": {"uid": 1000, "gid": 1000, "pid": 99}, "label": "ci-job-7", "method": "spawn_attach", "state": "running"})), "host").unwrap();
+        for key in REQUIRED {
+            assert!(!attach[*key].is_null(), "{key} missing: {attach}");
+        }
+        assert_eq!(
+            (attach["type_uid"].as_i64(), attach["status_id"].as_i64()),
+            (Some(100703), Some(1))
+        );
+        assert_eq!(attach["actor"]["process"]["pid"], 99);
+        assert_eq!(attach["actor"]["user"]["uid"], "1000");
+        assert_eq!(attach["unmapped"]["label"], "ci-job-7");
+        assert_eq!(attach["metadata"]["correlation_uid"], "a");
     }
 
     /// The attributes OCSF 1.5 marks required for Network Activity (4001)

@@ -20,6 +20,9 @@ pub enum Kind {
     Denial,
     /// How an allowed spawn ended.
     Exit,
+    /// A detached spawn taken up again (`spawn_attach`), by whom; between
+    /// its decision and its exit.
+    Attach,
     /// One of a spawn's network connections, or the first refusal of a
     /// kind, or a DNS name refused; between its decision and its exit.
     Net,
@@ -29,10 +32,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order the docs list them.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Decision,
         Kind::Denial,
         Kind::Exit,
+        Kind::Attach,
         Kind::Net,
         Kind::Note,
     ];
@@ -48,6 +52,7 @@ impl Kind {
             Kind::Decision => "decision",
             Kind::Denial => "denial",
             Kind::Exit => "exit",
+            Kind::Attach => "attach",
             Kind::Net => "net",
             Kind::Note => "note",
         }

@@ -206,7 +206,7 @@ pub enum AuditCommand {
     },
     /// Records matching every filter given.
     #[command(
-        after_help = "Examples:\n  spawnd audit query --kind denial --reason option_injection\n  spawnd audit query --kind net --since 2h\n  spawnd audit query --connector local://spawnd/git --since 2026-11-01T00:00:00Z --until 2026-11-02T00:00:00+01:00 --json"
+        after_help = "Examples:\n  spawnd audit query --kind denial --reason option_injection\n  spawnd audit query --kind net --since 2h\n  spawnd audit query --label ci-job-41\n  spawnd audit query --connector local://spawnd/git --since 2026-11-01T00:00:00Z --until 2026-11-02T00:00:00+01:00 --json\n\n--label finds the spawns a caller labelled (`run --label`, the daemon's `label`\nparam): their decision, attach and exit records. Each line shows the label,\nwho took a detached spawn up, and who ended a program from outside\n(`spawn_kill by uid 1000 gid 1000 pid 4242`, `lease ran out`, `shutdown`)."
     )]
     Query {
         /// Which records.
@@ -238,9 +238,13 @@ pub struct AuditFilter {
     /// Operation name.
     #[arg(long)]
     pub op: Option<String>,
-    /// Record kind: decision, denial, exit, net or note.
+    /// Record kind: decision, denial, exit, attach, net or note.
     #[arg(long, value_name = "KIND", value_parser = parse_kind)]
     pub kind: Option<Kind>,
+    /// The label a caller gave its spawns (`run --label`, the daemon's
+    /// `label` param), exactly: their decision, attach and exit records.
+    #[arg(long, value_name = "LABEL")]
+    pub label: Option<String>,
     /// Denial reason, e.g. option_injection.
     #[arg(long)]
     pub reason: Option<String>,

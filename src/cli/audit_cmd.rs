@@ -133,6 +133,7 @@ fn fields_match(r: &Map<String, Value>, f: &AuditFilter) -> bool {
         && f.op.as_deref().is_none_or(|o| s("op") == Some(o))
         && f.kind.is_none_or(|k| s("kind") == Some(k.as_str()))
         && f.reason.as_deref().is_none_or(|x| s("reason") == Some(x))
+        && f.label.as_deref().is_none_or(|l| label_of(r) == Some(l))
         && f.uid.is_none_or(|u| {
             r.get("caller")
                 .and_then(|c| c.get("uid"))
@@ -145,6 +146,40 @@ fn fields_match(r: &Map<String, Value>, f: &AuditFilter) -> bool {
                 .and_then(Value::as_str)
                 == Some(h)
         })
+}
+
+/// The label a spawn's caller gave it: its decision's and exit's
+/// `caller.label`, an attach record's `label`.
+fn label_of(r: &Map<String, Value>) -> Option<&str> {
+    r.get("caller")
+        .and_then(|c| c.get("label"))
+        .or_else(|| r.get("label"))
+        .and_then(Value::as_str)
+}
+
+/// A peer in words: `uid U gid G pid P` (`pid -` when the kernel did not
+/// tell).
+fn peer_words(p: &Value) -> String {
+    let n = |k: &str| {
+        p.get(k)
+            .and_then(Value::as_u64)
+            .map_or_else(|| "-".to_string(), |v| v.to_string())
+    };
+    format!("uid {} gid {} pid {}", n("uid"), n("gid"), n("pid"))
+}
+
+/// Who ended a program from outside, as an exit line says it: ` (spawn_kill
+/// by uid U gid G pid P)`, ` (lease ran out)`, ` (shutdown)`, ` (SIGINT)`;
+/// nothing when it ended on its own.
+fn ended_from_outside(r: &Map<String, Value>) -> String {
+    let Some(how) = r.get("interrupted_by").and_then(Value::as_str) else {
+        return String::new();
+    };
+    match r.get("interrupted_by_peer").filter(|p| p.is_object()) {
+        Some(peer) => format!(" ({} by {})", printable(how), peer_words(peer)),
+        None if how == "lease" => " (lease ran out)".to_string(),
+        None => format!(" ({})", printable(how)),
+    }
 }
 
 /// What a `net` record says: a connection (where to, allowed or refused
@@ -202,26 +237,37 @@ fn one_line(r: &Map<String, Value>) -> String {
             r.get("signal").and_then(Value::as_i64),
         ) {
             (Some(c), _) => format!(
-                "exit {c}{}",
+                "exit {c}{}{}",
                 if r.get("timed_out") == Some(&Value::Bool(true)) {
                     " (timed out)"
                 } else {
                     ""
-                }
+                },
+                ended_from_outside(r)
             ),
-            (None, Some(sig)) => format!("signal {sig}"),
+            (None, Some(sig)) => format!("signal {sig}{}", ended_from_outside(r)),
             _ if r.get("failed").is_some() => format!("failed: {}", s("failed")),
             _ => format!("setup failed: {}", s("setup_failed")),
         },
+        "attach" => format!(
+            "attached {} by {} ({})",
+            s("op"),
+            peer_words(r.get("caller").unwrap_or(&Value::Null)),
+            s("state")
+        ),
         "net" => net_line(r),
         other => format!("{other}: {}", s("note")),
     };
+    let label = label_of(r)
+        .map(|l| format!(" label {}", printable(l)))
+        .unwrap_or_default();
     format!(
-        "{} #{} {} {} {}",
+        "{} #{} {} {}{} {}",
         s("ts"),
         r.get("seq").and_then(Value::as_u64).unwrap_or(0),
         s("connector"),
         what,
+        label,
         s("audit_id")
     )
 }
@@ -319,4 +365,104 @@ pub fn export(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Su
         .collect::<Vec<_>>()
         .join("\n");
     Ok(Success::new(json!({"events": events}), text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(v: Value) -> Map<String, Value> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// A labelled spawn's decision, attach and exit, another spawn's
+    /// decision, and a `net` record of the labelled spawn (which carries no
+    /// label).
+    fn log() -> Vec<Map<String, Value>> {
+        vec![
+            record(
+                json!({"kind": "decision", "seq": 1, "ts": "2026-11-22T01:00:00.000Z", "audit_id": "a1", "connector": "local://t/x", "op": "sh", "argv_shape": "sh -c {script}", "caller": {"uid": 1000, "gid": 1000, "pid": 7, "label": "ci-job-7"}}),
+            ),
+            record(
+                json!({"kind": "decision", "seq": 2, "ts": "2026-11-22T01:00:01.000Z", "audit_id": "b2", "connector": "local://t/x", "op": "sh", "caller": {"uid": 1000, "gid": 1000, "pid": 8, "label": "ci-job-8"}}),
+            ),
+            record(
+                json!({"kind": "net", "seq": 3, "ts": "2026-11-22T01:00:02.000Z", "audit_id": "a1", "connector": "local://t/x", "op": "sh", "protocol": "dns", "query": "x.example", "type": "A"}),
+            ),
+            record(
+                json!({"kind": "attach", "seq": 4, "ts": "2026-11-22T01:00:03.000Z", "audit_id": "a1", "connector": "local://t/x", "op": "sh", "caller": {"uid": 1000, "gid": 1000, "pid": 99}, "label": "ci-job-7", "state": "running"}),
+            ),
+            record(
+                json!({"kind": "exit", "seq": 5, "ts": "2026-11-22T01:00:04.000Z", "audit_id": "a1", "connector": "local://t/x", "op": "sh", "caller": {"uid": 1000, "gid": 1000, "pid": 7, "label": "ci-job-7"}, "exit_code": null, "signal": 9, "interrupted_by": "spawn_kill", "interrupted_by_peer": {"uid": 1000, "gid": 1000, "pid": 99}}),
+            ),
+        ]
+    }
+
+    fn seqs(filter: &AuditFilter) -> Vec<u64> {
+        let records = log();
+        let m = Matcher::new(filter, OffsetDateTime::now_utc());
+        records
+            .iter()
+            .filter(|r| m.matches(r))
+            .filter_map(|r| r.get("seq").and_then(Value::as_u64))
+            .collect()
+    }
+
+    #[test]
+    fn the_label_filter_finds_a_spawns_decision_attach_and_exit_and_nothing_else() {
+        let label = |l: &str| AuditFilter {
+            label: Some(l.to_string()),
+            ..AuditFilter::default()
+        };
+        assert_eq!(seqs(&label("ci-job-7")), [1, 4, 5]);
+        assert_eq!(seqs(&label("ci-job-8")), [2]);
+        // Exactly the label: no prefix, no other case.
+        assert!(seqs(&label("ci-job")).is_empty());
+        assert!(seqs(&label("CI-JOB-7")).is_empty());
+        // With the other filters, every one must match.
+        let exits = AuditFilter {
+            label: Some("ci-job-7".into()),
+            kind: Some(crate::audit::Kind::Exit),
+            ..AuditFilter::default()
+        };
+        assert_eq!(seqs(&exits), [5]);
+        assert_eq!(seqs(&AuditFilter::default()), [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_line_shows_the_label_who_took_a_spawn_up_and_who_ended_it() {
+        let records = log();
+        let lines: Vec<String> = records.iter().map(one_line).collect();
+        assert_eq!(
+            lines[0],
+            "2026-11-22T01:00:00.000Z #1 local://t/x allowed sh sh -c {script} label ci-job-7 a1"
+        );
+        assert_eq!(
+            lines[3],
+            "2026-11-22T01:00:03.000Z #4 local://t/x attached sh by uid 1000 gid 1000 pid 99 (running) label ci-job-7 a1"
+        );
+        assert_eq!(
+            lines[4],
+            "2026-11-22T01:00:04.000Z #5 local://t/x signal 9 (spawn_kill by uid 1000 gid 1000 pid 99) label ci-job-7 a1"
+        );
+        let ended = |fields: Value| {
+            let mut r = records[4].clone();
+            r.remove("interrupted_by_peer");
+            r.extend(record(fields));
+            one_line(&r)
+        };
+        assert!(
+            ended(json!({"interrupted_by": "lease"})).contains("signal 9 (lease ran out) label")
+        );
+        assert!(ended(json!({"interrupted_by": "shutdown"})).contains("signal 9 (shutdown) label"));
+        assert!(ended(json!({"interrupted_by": "disconnect", "interrupted_by_peer": {"uid": 0, "gid": 0, "pid": null}})).contains("(disconnect by uid 0 gid 0 pid -)"));
+        assert!(
+            ended(json!({"interrupted_by": null, "signal": null, "exit_code": 0}))
+                .contains(" exit 0 label ci-job-7 ")
+        );
+        // A label is escaped like every other field: it adds no line.
+        let mut forged = records[0].clone();
+        forged["caller"]["label"] = json!("x\n2026 #9 forged");
+        assert!(!one_line(&forged).contains('\n'), "{}", one_line(&forged));
+    }
 }

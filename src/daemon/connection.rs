@@ -40,7 +40,7 @@ use super::frames::{Frame, RequestLines};
 use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::peer::{peer_of, Accepted};
 use super::stdin::{StdinWork, Ticket};
-use super::{check, notifications, refusals, request, spawns, Daemon, Peer};
+use super::{check, detached, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, string_param, u64_param, Call, RpcError};
 
 /// Waits (a spawn, `wait_ms`, `spawn_wait`, a stdin write) one connection
@@ -408,7 +408,7 @@ impl Connection {
         let Some(name) = answered.handle else { return };
         if !answered.sent && method != "spawn_attach" {
             if let Some(handle) = self.handles().map.remove(&name) {
-                handle.kill_for("disconnect");
+                handle.kill_for("disconnect", Some(&self.peer));
             }
             return;
         }
@@ -487,10 +487,14 @@ impl Connection {
                 })))
             }),
             "spawn_kill" => self.with_handle(&params, |h| {
-                h.kill_for("spawn_kill");
+                h.kill_for("spawn_kill", Some(&self.peer));
                 Ok(Started::Now(ready(Ok(json!({})))))
             }),
-            "spawn_release" => Started::Now(ready(spawns::release(&mut self.handles(), &params))),
+            "spawn_release" => Started::Now(ready(spawns::release(
+                &mut self.handles(),
+                &self.peer,
+                &params,
+            ))),
             "spawn_stdin_write" => self.with_handle(&params, |h| {
                 let bytes = spawns::stdin_bytes(&params)?;
                 let ticket = self.stdin_ticket(&h, bytes.len())?;
@@ -500,7 +504,7 @@ impl Connection {
                 let ticket = self.stdin_ticket(&h, 0)?;
                 Ok(to_the_end(h, ticket, StdinWork::Close))
             }),
-            "spawn_attach" => Started::Now(ready(self.attach(&params))),
+            "spawn_attach" => self.attach(&params),
             "$/cancelRequest" => Started::Now(ready(self.cancel(&params))),
             other => Started::Now(ready(Err(RpcError::new(
                 rpc::METHOD_NOT_FOUND,
@@ -569,8 +573,56 @@ impl Connection {
         Ok((named, wait_of(params)?.unwrap_or(Duration::ZERO)))
     }
 
-    /// `spawn_attach`: a parked handle joins this connection.
-    fn attach(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    /// `spawn_attach`: a parked handle joins this connection at once, and
+    /// its `attach` record is in the log before the next request is read;
+    /// the answer waits until the record is durable. A record that cannot
+    /// be written or flushed puts the handle back (-32006).
+    fn attach(self: &Arc<Self>, params: &Map<String, Value>) -> Started {
+        let (name, handle, answer) = match self.take_up(params) {
+            Ok(taken) => taken,
+            Err(e) => return Started::Now(ready(Err(e))),
+        };
+        let written = tokio::task::block_in_place(|| {
+            detached::write_attach_record(&self.daemon, &self.peer, &handle, &answer["state"])
+        });
+        let conn = Arc::clone(self);
+        Started::LaterToTheEnd(later(async move {
+            let recorded = match written {
+                Ok(written) => detached::commit_attach_record(written).await,
+                Err(why) => Err(why),
+            };
+            match recorded {
+                Ok(()) => Ok(answer),
+                Err(why) => {
+                    conn.park_again(name, &handle);
+                    Err(RpcError::new(
+                        rpc::AUDIT_UNAVAILABLE,
+                        format!("{why}; the attach could not be recorded, and the handle stays detached"),
+                    ))
+                }
+            }
+        }))
+    }
+
+    /// A handle taken up whose `attach` record was lost leaves this
+    /// connection again, parked as if it had closed (unless a later
+    /// request released it meanwhile).
+    fn park_again(&self, name: String, handle: &Arc<Handle>) {
+        let held = self.handles().map.remove(&name);
+        if held.is_some_and(|h| Arc::ptr_eq(&h, handle)) {
+            let max_lease = Duration::from_millis(self.daemon.loaded().config.server.max_lease_ms);
+            self.daemon
+                .detached
+                .park_or_end(name, Arc::clone(handle), max_lease, &self.peer);
+        }
+    }
+
+    /// The parked handle `spawn_attach` names, taken up by this connection:
+    /// its name, the handle and the answer.
+    fn take_up(
+        &self,
+        params: &Map<String, Value>,
+    ) -> Result<(String, Arc<Handle>, Value), RpcError> {
         let name = string_param(params, "handle")?;
         let token = string_param(params, "token")?;
         let mut handles = self.handles();
@@ -586,8 +638,8 @@ impl Connection {
             .detached
             .take(&self.peer, name, token, may_act_for)?;
         let answer = Registry::attached(name, &handle);
-        handles.map.insert(name.to_string(), handle);
-        Ok(answer)
+        handles.map.insert(name.to_string(), Arc::clone(&handle));
+        Ok((name.to_string(), handle, answer))
     }
 
     /// The access rules in force.
@@ -684,7 +736,9 @@ impl Connection {
         let handles = self.handles().close();
         let max_lease = Duration::from_millis(self.daemon.loaded().config.server.max_lease_ms);
         for (name, handle) in handles {
-            self.daemon.detached.park_or_end(name, handle, max_lease);
+            self.daemon
+                .detached
+                .park_or_end(name, handle, max_lease, &self.peer);
         }
     }
 }

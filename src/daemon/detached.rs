@@ -6,6 +6,11 @@
 //! the program (`interrupted_by: "lease"`) and frees the handle; the lease
 //! starts again, whole, each time the handle is parked.
 //!
+//! Each taking up is on record: an `attach` record (under the spawn's
+//! `audit_id`) names the peer that took it up, so a kill or a closed
+//! connection that follows, whose exit record names its peer
+//! (`interrupted_by_peer`), is never taken for the first caller's.
+//!
 //! The token is 128 random bits, compared in constant time. A wrong token,
 //! another peer, a peer the access rules no longer allow for the spawn's
 //! connector (another user namespace included), an unknown handle and one
@@ -20,6 +25,7 @@ use serde_json::{json, Value};
 
 use super::handles::Handle;
 use super::Peer;
+use crate::audit::{Kind, Unsynced};
 use crate::rpc::{self, RpcError};
 
 /// Parked handles one peer (uid and gid) may have at once; past that, a
@@ -85,19 +91,25 @@ impl Registry {
         }
     }
 
-    /// The connection holding `handle` closed: a leased one is parked for
-    /// its lease, within `[server] max_lease_ms` as it is now; any other
-    /// one is killed (`disconnect`), as is every one while `max_lease_ms`
-    /// is 0 and one whose answer (its token) never reached the peer, and a
-    /// leased one past its peer's [`MAX_PARKED_PER_PEER`] is ended as if
-    /// its lease ran out (`lease`).
-    pub fn park_or_end(&self, name: String, handle: Arc<Handle>, max_lease: Duration) {
+    /// The connection of `closed_by` holding `handle` closed: a leased one
+    /// is parked for its lease, within `[server] max_lease_ms` as it is
+    /// now; any other one is killed (`disconnect`, by that peer), as is
+    /// every one while `max_lease_ms` is 0 and one whose answer (its token)
+    /// never reached the peer, and a leased one past its peer's
+    /// [`MAX_PARKED_PER_PEER`] is ended as if its lease ran out (`lease`).
+    pub fn park_or_end(
+        &self,
+        name: String,
+        handle: Arc<Handle>,
+        max_lease: Duration,
+        closed_by: &Peer,
+    ) {
         let announced = handle.with(|s| s.announced);
         let lease = match handle.lease.as_ref() {
             Some(lease) if !max_lease.is_zero() && announced => lease,
             _ => {
                 if !handle.finished() {
-                    handle.kill_for("disconnect");
+                    handle.kill_for("disconnect", Some(closed_by));
                 }
                 return;
             }
@@ -110,7 +122,7 @@ impl Registry {
         if held >= MAX_PARKED_PER_PEER {
             drop(parked);
             if !handle.finished() {
-                handle.kill_for("lease");
+                handle.kill_for("lease", None);
             }
             return;
         }
@@ -161,7 +173,7 @@ impl Registry {
         for name in due {
             if let Some(p) = parked.remove(&name) {
                 if !p.handle.finished() {
-                    p.handle.kill_for("lease");
+                    p.handle.kill_for("lease", None);
                 }
             }
         }
@@ -173,6 +185,36 @@ impl Registry {
         let state = super::spawns::status_without_output(handle)["state"].clone();
         json!({"handle": name, "state": state})
     }
+}
+
+/// Writes the `attach` record of `handle`, just taken up by `peer` (its
+/// `state` as the answer gives it): chained in the log, not yet durable.
+/// The caller writes it before it reads the connection's next request, so
+/// whatever that request does to the spawn is recorded after it, and
+/// commits it before answering.
+pub fn write_attach_record(
+    daemon: &super::Daemon,
+    peer: &Peer,
+    handle: &Handle,
+    state: &Value,
+) -> Result<Unsynced, String> {
+    let Some(filed) = handle.with(|s| s.filed.clone()) else {
+        return Err("a detached handle whose spawn never started was taken up".into());
+    };
+    let body = crate::audit::events::attach(&filed, &peer.actor(), state);
+    let config = daemon.loaded().config.clone();
+    let log = crate::exec::open_audit(&config).map_err(|f| f.message)?;
+    log.write(Kind::Attach, Some(&filed.audit_id), body)
+        .map_err(|e| format!("audit unavailable: {e}"))
+}
+
+/// Makes an `attach` record durable, on a blocking thread.
+pub async fn commit_attach_record(written: Unsynced) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || written.commit())
+        .await
+        .map_err(|e| format!("the attach record's flush: {e}"))?
+        .map(|_| ())
+        .map_err(|e| format!("audit unavailable: {e}"))
 }
 
 /// Whether two secrets are equal, in time that depends only on their

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
+use crate::exec::{Interruption, SpawnFiled};
 use crate::policy::Caller;
 use crate::rpc::{self, string_param, RpcError};
 use crate::supervise::LiveOutput;
@@ -103,9 +104,13 @@ pub(super) struct HandleState {
     pub(super) ended_at: Option<Instant>,
     pub(super) started_at: Option<Instant>,
     /// Who ended the program from outside, first one only: `spawn_kill`,
-    /// `spawn_release`, `disconnect`, `shutdown` (the result's and the exit
-    /// record's `interrupted_by`).
-    pub(super) killed_by: Option<&'static str>,
+    /// `spawn_release`, `disconnect`, `lease`, `shutdown` (the result's and
+    /// the exit record's `interrupted_by`), with the peer that did it, if
+    /// one did (the exit record's `interrupted_by_peer`).
+    pub(super) killed_by: Option<Interruption>,
+    /// What the spawn's records are filed under, once it has started: a
+    /// `spawn_attach` record names the same.
+    pub(super) filed: Option<SpawnFiled>,
     /// `spawn_release` freed the output of the finished spawn.
     pub(super) released: bool,
     /// The spawn's answer reached the outbox: its name (and a lease's
@@ -194,12 +199,17 @@ impl Handle {
         })
     }
 
-    /// Kills the sandbox for `who` ([`HandleState::killed_by`]), if it
-    /// still runs.
-    pub fn kill_for(&self, who: &'static str) {
+    /// Kills the sandbox for `how` ([`HandleState::killed_by`]), by `peer`
+    /// when a peer's request or closed connection does it, if it still
+    /// runs.
+    pub fn kill_for(&self, how: &'static str, peer: Option<&super::Peer>) {
+        let interruption = Interruption {
+            how,
+            peer: peer.map(super::Peer::actor),
+        };
         self.with(|s| {
             if s.ended_at.is_none() {
-                s.killed_by.get_or_insert(who);
+                s.killed_by.get_or_insert(interruption);
             }
         });
         self.kill();

@@ -220,7 +220,7 @@ impl Daemon {
             Err(p) => p.into_inner().clone(),
         };
         for h in list.iter().filter_map(std::sync::Weak::upgrade) {
-            h.kill_for("shutdown");
+            h.kill_for("shutdown", None);
         }
     }
 }

@@ -83,6 +83,17 @@ pub struct Peer {
     pub other_user_namespace: bool,
 }
 
+impl Peer {
+    /// The peer as the audit trail names one that acted on a spawn.
+    pub fn actor(&self) -> crate::audit::events::Actor {
+        crate::audit::events::Actor {
+            uid: self.uid,
+            gid: self.gid,
+            pid: self.pid.and_then(|p| u32::try_from(p).ok()),
+        }
+    }
+}
+
 /// When a connection was accepted, on the boot-time clock that
 /// `/proc/PID/stat` dates process starts by (`None` if the clock could not
 /// be read: then no peer is identified by pid).

@@ -41,7 +41,8 @@ use super::stdin::StdinStream;
 use super::{Daemon, Loaded, Peer};
 use crate::audit::Unsynced;
 use crate::exec::{
-    denial_failure, execute_until_written, Execution, Failure, Finished, Notice, Prepared, Success,
+    denial_failure, execute_until_written, Execution, Failure, Finished, Notice, Prepared,
+    SpawnFiled, Success,
 };
 use crate::manifest::Manifest;
 use crate::policy::{Access, Caller, Decision, GateContext, Request, RequestKind};
@@ -428,9 +429,11 @@ fn run_job(job: Job) {
             on_notice: &log_notice,
             trace: false,
             ended_by: Some(ended_by),
-            on_started: Some(Box::new(move |_audit_id: &str, pidfd: Option<OwnedFd>| {
-                mark_started(&started_handle, started_ref, pidfd)
-            })),
+            on_started: Some(Box::new(
+                move |filed: &SpawnFiled, pidfd: Option<OwnedFd>| {
+                    mark_started(&started_handle, started_ref, filed, pidfd)
+                },
+            )),
             network_learning: None,
             shared_connections: Some(shared_connections),
         })
@@ -443,14 +446,21 @@ fn run_job(job: Job) {
 }
 
 /// The program has started: its init's pidfd kept for `spawn_kill`, the
-/// time noted, and the caller answered with the handle.
-fn mark_started(handle: &Handle, started_tx: &Mutex<Option<Started>>, pidfd: Option<OwnedFd>) {
+/// time and what its records are filed under noted, and the caller
+/// answered with the handle.
+fn mark_started(
+    handle: &Handle,
+    started_tx: &Mutex<Option<Started>>,
+    filed: &SpawnFiled,
+    pidfd: Option<OwnedFd>,
+) {
     if let Ok(mut g) = handle.pidfd.lock() {
         *g = pidfd;
     }
     // Killed before it could be (a shutdown during its setup): now it can.
     if handle.with(|s| {
         s.started_at = Some(Instant::now());
+        s.filed = Some(filed.clone());
         s.killed_by.is_some()
     }) {
         handle.kill();
@@ -560,7 +570,7 @@ async fn answer_once_started(
                 // No one has the handle's name or token: it cannot be
                 // taken up, so it is not parked either.
                 drop(handles);
-                handle.kill_for("disconnect");
+                handle.kill_for("disconnect", Some(&conn.peer));
             } else {
                 handles.map.insert(name, handle);
             }
@@ -784,12 +794,16 @@ pub(super) fn stdin_bytes(params: &Map<String, Value>) -> Result<Vec<u8>, RpcErr
     }
 }
 
-/// `spawn_release`: kills a running sandbox and frees the handle at once.
-/// A finished one frees its output and gives its reservation back here,
-/// not when the last reference goes (the spawn's own thread may still be
-/// flushing its exit record or reaping init, and answers about it not yet
-/// written hold it: they are told it was released).
-pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Value, RpcError> {
+/// `spawn_release` by `peer`: kills a running sandbox and frees the handle
+/// at once. A finished one frees its output and gives its reservation back
+/// here, not when the last reference goes (the spawn's own thread may still
+/// be flushing its exit record or reaping init, and answers about it not
+/// yet written hold it: they are told it was released).
+pub fn release(
+    handles: &mut Handles,
+    peer: &Peer,
+    params: &Map<String, Value>,
+) -> Result<Value, RpcError> {
     let h = handles.get(params)?;
     if h.finished() {
         let (output, past_cap, reservation) = h.with(|s| {
@@ -802,7 +816,7 @@ pub fn release(handles: &mut Handles, params: &Map<String, Value>) -> Result<Val
         });
         drop((output, past_cap, reservation));
     } else {
-        h.kill_for("spawn_release");
+        h.kill_for("spawn_release", Some(peer));
     }
     let name = string_param(params, "handle")?;
     handles.map.remove(name);

@@ -29,6 +29,8 @@ pub use records::{load_audit_key, open_audit};
 pub use refusals::{describe as describe_refusal, Refusal};
 pub use report::{conclude, interrupting_signal};
 
+pub use crate::audit::events::{Actor, SpawnFiled};
+
 use egress::{Egress, NetAudit, RelayTerms};
 use launching::{Identity, Launching};
 use records::{exit_record_lost, SpawnAudit};
@@ -81,7 +83,9 @@ pub struct Execution<'a> {
     pub json: bool,
     /// Launch through this spawner instead of in this process.
     pub spawner: Option<&'a Spawner>,
-    /// Called once the program has started: its audit id and a pidfd for its init.
+    /// Called once the program has started: what its records are filed
+    /// under (its audit id, connector, op and label) and a pidfd for its
+    /// init.
     pub on_started: Option<OnStarted<'a>>,
     /// SIGINT/SIGTERM/SIGHUP to this process kill the sandbox (`run`, not the daemon).
     pub signals_end_the_run: bool,
@@ -91,7 +95,7 @@ pub struct Execution<'a> {
     /// Who ended the program from outside, if anyone did (the daemon's
     /// `spawn_kill`, a closed connection, a shutdown): asked once the
     /// program has ended, for the result's and the exit record's
-    /// `interrupted_by`.
+    /// `interrupted_by` (and the exit record's `interrupted_by_peer`).
     pub ended_by: Option<EndedBy>,
     /// Watch the program's path calls and the calls the filter refuses
     /// ([`crate::sandbox::trace`]): the result's `trace` says what the
@@ -108,10 +112,24 @@ pub struct Execution<'a> {
 }
 
 /// Says who ended a program from outside ([`Execution::ended_by`]).
-pub type EndedBy = std::sync::Arc<dyn Fn() -> Option<&'static str> + Send + Sync>;
+pub type EndedBy = std::sync::Arc<dyn Fn() -> Option<Interruption> + Send + Sync>;
 
-/// Told the audit id and a pidfd for init once a program has started.
-pub type OnStarted<'a> = Box<dyn FnOnce(&str, Option<OwnedFd>) + Send + 'a>;
+/// Who ended a program from outside: how (the daemon's `spawn_kill`,
+/// `spawn_release`, `disconnect`, `lease` or `shutdown`: the result's and
+/// the exit record's `interrupted_by`) and, when a peer's request or the
+/// closing of its connection did, that peer (`interrupted_by_peer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interruption {
+    /// How: the `interrupted_by` of the result and the exit record.
+    pub how: &'static str,
+    /// The peer that acted, if one did (a lease running out or a shutdown
+    /// has none).
+    pub peer: Option<Actor>,
+}
+
+/// Told what a program's records are filed under and a pidfd for init
+/// once it has started.
+pub type OnStarted<'a> = Box<dyn FnOnce(&SpawnFiled, Option<OwnedFd>) + Send + 'a>;
 
 /// Runs an [`Execution`] to its result, exit record durable, init reaped.
 /// The exit record goes to disk first, while the kernel tears init's
@@ -242,7 +260,7 @@ fn execute_inner<'a>(
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ended_by = x.ended_by.as_ref().and_then(|f| f());
     let ran = Ran {
-        ended_by,
+        ended_by: ended_by.map(|i| i.how),
         plan: &plan,
         spec: &spec,
         id: &identity,
@@ -256,7 +274,8 @@ fn execute_inner<'a>(
     // reaps init (and removes its cgroups) afterwards.
     let reported = report(x.json, ran, x.on_notice).map_err(|f| ("setup_failed", f));
     *leaving_out = leaving;
-    let (result, written) = audit.write_exit(&decided.audit_id, reported);
+    let interrupter = ended_by.and_then(|i| i.peer);
+    let (result, written) = audit.write_exit(&decided.audit_id, reported, interrupter.as_ref());
     *exit_out = written;
     result
 }
@@ -533,7 +552,13 @@ fn release<'s>(
     match launching.start_program(relay, answers) {
         Ok((released, egress)) => {
             if let Some(f) = on_started {
-                f(&decided.audit_id, released.pidfd);
+                let filed = SpawnFiled {
+                    audit_id: decided.audit_id.clone(),
+                    connector: plan.connector.clone(),
+                    op: plan.op.clone(),
+                    label: audit.caller.label.clone(),
+                };
+                f(&filed, released.pidfd);
             }
             Ok((released.running, egress, released.tracer))
         }

@@ -7,7 +7,8 @@ use serde_json::json;
 
 use super::notice::{Notice, OnNotice};
 use super::outcome::{denial_failure, Failure, Success};
-use crate::audit::{events, AuditError, AuditLog, Kind, Unsynced};
+use crate::audit::events::{self, Actor};
+use crate::audit::{AuditError, AuditLog, Kind, Unsynced};
 use crate::policy::Caller;
 
 /// One spawn's audit trail: the log, the caller every record names, and who
@@ -86,7 +87,7 @@ impl SpawnAudit<'_> {
         audit_id: &str,
         reported: Result<Success, (&str, Failure)>,
     ) -> Result<Success, Failure> {
-        let (result, written) = self.write_exit(audit_id, reported);
+        let (result, written) = self.write_exit(audit_id, reported, None);
         match (result, written.map(Unsynced::commit)) {
             (Ok(mut s), Some(Err(e))) => {
                 (self.on_notice)(exit_record_lost(&mut s, &e));
@@ -105,13 +106,14 @@ impl SpawnAudit<'_> {
     /// Writes the exit record of a run and links it to the result, without
     /// waiting for the disk: the record is in the log, chained, and durable once
     /// the returned [`Unsynced`] is committed (`None`: the write itself failed,
-    /// and the result says so).
+    /// and the result says so). It names the spawn's caller (with its label)
+    /// and `interrupter`, the daemon peer that ended the program, if one did.
     pub(super) fn write_exit(
         &self,
         audit_id: &str,
         reported: Result<Success, (&str, Failure)>,
+        interrupter: Option<&Actor>,
     ) -> (Result<Success, Failure>, Option<Unsynced>) {
-        let caller = self.caller;
         let mut body = match &reported {
             Ok(s) => events::exit(&s.data),
             Err((key, f)) => {
@@ -120,10 +122,7 @@ impl SpawnAudit<'_> {
                 m
             }
         };
-        body.insert(
-            "caller".into(),
-            json!({"uid": caller.uid, "gid": caller.gid, "pid": caller.pid}),
-        );
+        events::ended_by(&mut body, self.caller, interrupter);
         tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
         let written = self.log.write(Kind::Exit, Some(audit_id), body);
         match (reported, written) {
