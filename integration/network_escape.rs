@@ -11,7 +11,8 @@
 //!
 //! spawnd runs inside the world as root (the program as 65534), and as
 //! `nobody` for a battery of the attacks and for killing it. The names of
-//! the world resolve to 203.0.113.10, whose range the operator allows.
+//! the world resolve to 203.0.113.10, on the world's internet, whose range
+//! the operator allows.
 //!
 //! | attack | judged by | positive control |
 //! |---|---|---|
@@ -28,7 +29,7 @@
 //! | DNS exfiltration through the stub (100 names, A/AAAA/TXT, UDP/TCP, under a granted name) | the world's DNS log holds only the granted name; the names in `dns_refused` and the audit trail, capped | spawnd's own question for the granted name is logged |
 //! | TXT, ANY, AXFR, HTTPS, MX for a granted name | no answer records; the world is asked nothing but A/AAAA | A answers a fake address, which connects |
 //! | raw sockets (UDP, ICMP, IPv6, ping) | refused; the world's UDP server receives nothing | the same code as root in the world delivers a datagram |
-//! | packet sockets | refused; the world's UDP server receives nothing | the same code as root in the world injects a frame that arrives |
+//! | packet sockets | refused; the world's UDP server receives nothing | the same code as root on the internet (where the address is) injects a frame that arrives |
 //! | netlink and ioctl adding a route or an address | refused; 203.0.113.10 still has no route | the same code in a fresh namespace as root adds both |
 //! | IPv6 to the world's address and to others | no route, or a reset on a granted port; the server accepts nothing | a literal grant of that address reaches its server |
 //! | SNI mismatch (domain fronting), also fragmented across TLS records, sent byte by byte, behind record version `00 01` or a `00 01` warning alert (both accepted by Go's server) | reset, `sni_mismatch` / `malformed_client_hello` with what was wrong; the server receives none of the ClientHello | the same ClientHello naming the granted name arrives whole |
@@ -307,9 +308,14 @@ impl Setup {
     /// Runs the script `name` outside any sandbox, as root in the world:
     /// the attack's control.
     fn outside(&self, name: &str) -> Value {
+        self.outside_in(self.world.name(), name)
+    }
+
+    /// Runs the script `name` as root in the network namespace `ns`.
+    fn outside_in(&self, ns: &str, name: &str) -> Value {
         let out = run_checked(
             Command::new("ip")
-                .args(["netns", "exec", self.world.name(), PYTHON])
+                .args(["netns", "exec", ns, PYTHON])
                 .arg(self.script_path(name)),
         );
         last_json_line(&String::from_utf8_lossy(&out.stdout))
@@ -1163,7 +1169,9 @@ finish()
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(udp.received(), 0);
-    let outside = s.outside("packet");
+    // The control: the same script as root where 203.0.113.10 is an
+    // address (on the internet) injects a frame that arrives.
+    let outside = s.outside_in(s.world.internet_name(), "packet");
     assert_eq!(result(&outside, "packet_raw"), "sent", "{outside}");
     assert!(eventually(|| udp.received() == 1), "{}", udp.received());
 }
