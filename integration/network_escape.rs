@@ -36,6 +36,7 @@
 //! | a ClientHello without SNI, or malformed, or after an alert record | reset, `sni_missing` / `malformed_client_hello`; the server receives nothing | as above |
 //! | an encrypted ClientHello (ECH, draft ESNI) whose outer name is the granted one | reset, `malformed_client_hello`; the server receives nothing | the same hello with an unknown extension instead arrives whole |
 //! | the host's loopback services (127.0.0.1, ::1, 127.0.0.2, 0.0.0.0) | reset or refused; the world's loopback servers accept nothing | a literal grant of 127.0.0.1:P reaches its server |
+//! | a granted name resolving to an address of the host (203.0.113.7 on the world's own interface, in the range the operator allows; also as `::ffff:203.0.113.7`) | reset, `resolved_to_denied_address` with `host_address`; the host's service on `0.0.0.0` accepts nothing | the same run reaches the internet's server by name; a literal grant of 203.0.113.7:P reaches the host's service |
 //! | taking over spawnd's listeners (bind the granted port, the DNS port; inherited fds) | EADDRINUSE/EACCES, no listener fd; the next connection is still spawnd's | binding another port works |
 //! | proxy variables naming an ungranted proxy | curl and urllib fail; the proxy's server accepts nothing | curl without the proxy is served |
 //! | 10,000 connections | at most 64 reach the server at once; `too_many_connections` counted; the spawn ends; another spawn's fetches stay fast | the server saw the flood; the other spawn was served |
@@ -1548,6 +1549,73 @@ finish()
     );
     assert_eq!(lo_8081.accepted(), 1);
     assert_eq!(lo_8080.accepted(), 0);
+}
+
+/// The host's own public-looking address, on an interface of the world
+/// (spawnd's host), in the range the operator allows.
+const HOST_PUBLIC: &str = "203.0.113.7";
+
+#[test]
+fn a_granted_name_resolving_to_an_address_of_the_host_reaches_no_host_service_unless_granted_as_a_literal(
+) {
+    let Some(s) = Setup::new(&[]) else { return };
+    s.world.add_host_address(ip(HOST_PUBLIC));
+    s.world.map("self.test", &[ip(HOST_PUBLIC)]);
+    s.world
+        .map("mapped.test", &[ip(&format!("::ffff:{HOST_PUBLIC}"))]);
+    // A service of the host bound to every address it has, as a service
+    // on 0.0.0.0 is; the internet's api.test on the same port.
+    let seen = Arc::new(Seen::default());
+    let shared = seen.clone();
+    s.world.host_tcp_server(at("0.0.0.0", 8080), move |stream| {
+        handle(stream, Peer::Http("host service"), &shared)
+    });
+    let api = serve(&s.world, at(WORLD_IP, 8080), Peer::Http("api"));
+    let body = r#"
+attempt("self", lambda: get("self.test", 8080))
+attempt("mapped", lambda: get("mapped.test", 8080))
+attempt("api", lambda: get("api.test", 8080))
+finish()
+"#;
+    let m = s.manifest(
+        "m.toml",
+        &["self.test:8080", "mapped.test:8080", "api.test:8080"],
+        "",
+        "",
+    );
+    let (run, r) = s.attack(&m, "host_address", body);
+    assert_not_served(&r, "self");
+    assert_not_served(&r, "mapped");
+    assert_eq!(
+        seen.accepted(),
+        0,
+        "the host's service reached: {}",
+        run.json
+    );
+    // The control: the same run reached the internet's server by name.
+    assert_eq!(result(&r, "api"), "reply:api", "{r}");
+    assert_eq!(api.accepted(), 1);
+    let records = s.net_records();
+    for name in ["self.test", "mapped.test"] {
+        let c = listed(&run, name, 8080);
+        assert_eq!(c["reason"], "resolved_to_denied_address", "{c}");
+        assert_eq!(c["denial"], "host_address", "{c}");
+        assert_eq!(c["dialed"], Value::Null, "{c}");
+        let record = refusal_record(&records, name, 8080, "resolved_to_denied_address");
+        assert_eq!(record["denial"], "host_address", "{record}");
+    }
+
+    // A literal grant of the address names it, and reaches the service.
+    let literal = format!("{HOST_PUBLIC}:8080");
+    let m = s.manifest("literal.toml", &[&literal], "", "");
+    let body =
+        format!("attempt(\"literal\", lambda: exchange(\"{HOST_PUBLIC}\", 8080))\nfinish()\n");
+    let (run, r) = s.attack(&m, "host_literal", &body);
+    assert_eq!(result(&r, "literal"), "reply:host service", "{r}");
+    assert_eq!(seen.accepted(), 1);
+    let c = listed(&run, HOST_PUBLIC, 8080);
+    assert_eq!(c["dialed"], literal.as_str(), "{c}");
+    assert_eq!(c["allowed"], true, "{c}");
 }
 
 #[test]
