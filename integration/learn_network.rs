@@ -1,11 +1,11 @@
 //! `spawnd learn`'s network, end to end through the library: curl in a
 //! full sandbox, run by [`spawnd::exec::execute`] with
 //! `Execution::network_learning` set (what the `learn` command does), from
-//! a manifest that grants no network at all. The servers, the DNS server
-//! and this binary's spawning side are in a world network namespace
-//! (`world.rs`): the test re-executes itself there through `ip netns
-//! exec`, as a single-threaded process that may clone sandboxes, and reads
-//! the result it prints.
+//! a manifest that grants no network at all. The DNS server and this
+//! binary's spawning side are in a world network namespace, the servers
+//! on its internet (`world.rs`): the test re-executes itself in the world
+//! through `ip netns exec`, as a single-threaded process that may clone
+//! sandboxes, and reads the result it prints.
 //!
 //! Forward: curl reaches a name nobody granted on two ports, and the
 //! result lists both pairs. Record: curl's connections are refused, the

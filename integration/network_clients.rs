@@ -3,12 +3,12 @@
 //! http-backend`), python's urllib and `pip download` from a local HTTPS
 //! index (pip refuses a plain-HTTP index that is not on loopback), and
 //! bash's `/dev/tcp`, which ignores proxy variables. Each runs in spawnd's
-//! sandbox and reaches test servers by name: the servers listen in a world
+//! sandbox and reaches test servers by name: spawnd runs inside a world
 //! network namespace the test creates (`world.rs`), whose DNS server the
-//! test controls, and spawnd runs inside that world, so it resolves the
-//! test's names (`api.test`, `git.test`, `pypi.test`) there and dials the
-//! world's address 203.0.113.10 (a documentation range, allowed by the
-//! test's `[network] allow_cidrs`). Also: what a client sees when the
+//! test controls, so it resolves the test's names (`api.test`,
+//! `git.test`, `pypi.test`) there and dials the servers on the world's
+//! internet at 203.0.113.10 (a documentation range, allowed by the test's
+//! `[network] allow_cidrs`). Also: what a client sees when the
 //! operator did not allow that range, when a granted name does not resolve
 //! or nothing listens, when its IPv6 address is unreachable, and with a
 //! large download.
@@ -659,7 +659,7 @@ fn the_daemon_in_the_world_relays_curl_to_a_granted_name() {
 #[test]
 fn a_name_whose_ipv6_address_is_unreachable_is_dialed_at_its_ipv4_one() {
     let Some(world) = World::new() else { return };
-    // 2001:db8::10 is on nothing in the world: no route to it.
+    // 2001:db8::10 is on nothing in the world's internet: no route to it.
     world.map("api.test", &["2001:db8::10".parse().unwrap(), world_ip()]);
     let server = world.http_server(8080, "over IPv4");
     let config = world.operator_config(

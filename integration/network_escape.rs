@@ -11,7 +11,8 @@
 //!
 //! spawnd runs inside the world as root (the program as 65534), and as
 //! `nobody` for a battery of the attacks and for killing it. The names of
-//! the world resolve to 203.0.113.10, whose range the operator allows.
+//! the world resolve to 203.0.113.10, on the world's internet, whose range
+//! the operator allows.
 //!
 //! | attack | judged by | positive control |
 //! |---|---|---|
@@ -28,13 +29,14 @@
 //! | DNS exfiltration through the stub (100 names, A/AAAA/TXT, UDP/TCP, under a granted name) | the world's DNS log holds only the granted name; the names in `dns_refused` and the audit trail, capped | spawnd's own question for the granted name is logged |
 //! | TXT, ANY, AXFR, HTTPS, MX for a granted name | no answer records; the world is asked nothing but A/AAAA | A answers a fake address, which connects |
 //! | raw sockets (UDP, ICMP, IPv6, ping) | refused; the world's UDP server receives nothing | the same code as root in the world delivers a datagram |
-//! | packet sockets | refused; the world's UDP server receives nothing | the same code as root in the world injects a frame that arrives |
+//! | packet sockets | refused; the world's UDP server receives nothing | the same code as root on the internet (where the address is) injects a frame that arrives |
 //! | netlink and ioctl adding a route or an address | refused; 203.0.113.10 still has no route | the same code in a fresh namespace as root adds both |
 //! | IPv6 to the world's address and to others | no route, or a reset on a granted port; the server accepts nothing | a literal grant of that address reaches its server |
 //! | SNI mismatch (domain fronting), also fragmented across TLS records, sent byte by byte, behind record version `00 01` or a `00 01` warning alert (both accepted by Go's server) | reset, `sni_mismatch` / `malformed_client_hello` with what was wrong; the server receives none of the ClientHello | the same ClientHello naming the granted name arrives whole |
 //! | a ClientHello without SNI, or malformed, or after an alert record | reset, `sni_missing` / `malformed_client_hello`; the server receives nothing | as above |
 //! | an encrypted ClientHello (ECH, draft ESNI) whose outer name is the granted one | reset, `malformed_client_hello`; the server receives nothing | the same hello with an unknown extension instead arrives whole |
 //! | the host's loopback services (127.0.0.1, ::1, 127.0.0.2, 0.0.0.0) | reset or refused; the world's loopback servers accept nothing | a literal grant of 127.0.0.1:P reaches its server |
+//! | a granted name resolving to an address of the host (203.0.113.7 on the world's own interface, in the range the operator allows; also as `::ffff:203.0.113.7`) | reset, `resolved_to_denied_address` with `host_address`; the host's service on `0.0.0.0` accepts nothing | the same run reaches the internet's server by name; a literal grant of 203.0.113.7:P reaches the host's service |
 //! | taking over spawnd's listeners (bind the granted port, the DNS port; inherited fds) | EADDRINUSE/EACCES, no listener fd; the next connection is still spawnd's | binding another port works |
 //! | proxy variables naming an ungranted proxy | curl and urllib fail; the proxy's server accepts nothing | curl without the proxy is served |
 //! | one caller's spawns holding every relayed connection they may (root, through the daemon) | past what leaves a present caller's share, reset (`too_many_connections`, the record naming `[network] connections_share`) | the second caller (nobody) fetches through the same daemon |
@@ -308,9 +310,14 @@ impl Setup {
     /// Runs the script `name` outside any sandbox, as root in the world:
     /// the attack's control.
     fn outside(&self, name: &str) -> Value {
+        self.outside_in(self.world.name(), name)
+    }
+
+    /// Runs the script `name` as root in the network namespace `ns`.
+    fn outside_in(&self, ns: &str, name: &str) -> Value {
         let out = run_checked(
             Command::new("ip")
-                .args(["netns", "exec", self.world.name(), PYTHON])
+                .args(["netns", "exec", ns, PYTHON])
                 .arg(self.script_path(name)),
         );
         last_json_line(&String::from_utf8_lossy(&out.stdout))
@@ -1164,7 +1171,9 @@ finish()
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(udp.received(), 0);
-    let outside = s.outside("packet");
+    // The control: the same script as root where 203.0.113.10 is an
+    // address (on the internet) injects a frame that arrives.
+    let outside = s.outside_in(s.world.internet_name(), "packet");
     assert_eq!(result(&outside, "packet_raw"), "sent", "{outside}");
     assert!(eventually(|| udp.received() == 1), "{}", udp.received());
 }
@@ -1541,6 +1550,73 @@ finish()
     );
     assert_eq!(lo_8081.accepted(), 1);
     assert_eq!(lo_8080.accepted(), 0);
+}
+
+/// The host's own public-looking address, on an interface of the world
+/// (spawnd's host), in the range the operator allows.
+const HOST_PUBLIC: &str = "203.0.113.7";
+
+#[test]
+fn a_granted_name_resolving_to_an_address_of_the_host_reaches_no_host_service_unless_granted_as_a_literal(
+) {
+    let Some(s) = Setup::new(&[]) else { return };
+    s.world.add_host_address(ip(HOST_PUBLIC));
+    s.world.map("self.test", &[ip(HOST_PUBLIC)]);
+    s.world
+        .map("mapped.test", &[ip(&format!("::ffff:{HOST_PUBLIC}"))]);
+    // A service of the host bound to every address it has, as a service
+    // on 0.0.0.0 is; the internet's api.test on the same port.
+    let seen = Arc::new(Seen::default());
+    let shared = seen.clone();
+    s.world.host_tcp_server(at("0.0.0.0", 8080), move |stream| {
+        handle(stream, Peer::Http("host service"), &shared)
+    });
+    let api = serve(&s.world, at(WORLD_IP, 8080), Peer::Http("api"));
+    let body = r#"
+attempt("self", lambda: get("self.test", 8080))
+attempt("mapped", lambda: get("mapped.test", 8080))
+attempt("api", lambda: get("api.test", 8080))
+finish()
+"#;
+    let m = s.manifest(
+        "m.toml",
+        &["self.test:8080", "mapped.test:8080", "api.test:8080"],
+        "",
+        "",
+    );
+    let (run, r) = s.attack(&m, "host_address", body);
+    assert_not_served(&r, "self");
+    assert_not_served(&r, "mapped");
+    assert_eq!(
+        seen.accepted(),
+        0,
+        "the host's service reached: {}",
+        run.json
+    );
+    // The control: the same run reached the internet's server by name.
+    assert_eq!(result(&r, "api"), "reply:api", "{r}");
+    assert_eq!(api.accepted(), 1);
+    let records = s.net_records();
+    for name in ["self.test", "mapped.test"] {
+        let c = listed(&run, name, 8080);
+        assert_eq!(c["reason"], "resolved_to_denied_address", "{c}");
+        assert_eq!(c["denial"], "host_address", "{c}");
+        assert_eq!(c["dialed"], Value::Null, "{c}");
+        let record = refusal_record(&records, name, 8080, "resolved_to_denied_address");
+        assert_eq!(record["denial"], "host_address", "{record}");
+    }
+
+    // A literal grant of the address names it, and reaches the service.
+    let literal = format!("{HOST_PUBLIC}:8080");
+    let m = s.manifest("literal.toml", &[&literal], "", "");
+    let body =
+        format!("attempt(\"literal\", lambda: exchange(\"{HOST_PUBLIC}\", 8080))\nfinish()\n");
+    let (run, r) = s.attack(&m, "host_literal", &body);
+    assert_eq!(result(&r, "literal"), "reply:host service", "{r}");
+    assert_eq!(seen.accepted(), 1);
+    let c = listed(&run, HOST_PUBLIC, 8080);
+    assert_eq!(c["dialed"], literal.as_str(), "{c}");
+    assert_eq!(c["allowed"], true, "{c}");
 }
 
 #[test]

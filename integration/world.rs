@@ -1,11 +1,21 @@
 //! A small internet on this machine for black-box network tests: a
 //! **world**, a network namespace the test creates (`ip netns add`, a
-//! unique name), with `lo` up and the addresses the test gives it, a DNS
-//! server the test controls, and servers listening inside it. spawnd runs
-//! inside the world too (`ip netns exec`), so its own resolver (getaddrinfo
-//! in spawnd's network namespace) asks the world's DNS server, and what it
-//! dials is the world's servers; the program it sandboxes gets its own
-//! namespace from there, as always.
+//! unique name), the host spawnd runs on, with `lo` up, a DNS server the
+//! test controls, and a link (a veth pair) to its **internet**, a second
+//! namespace holding the addresses the test gives the world and the
+//! servers listening there. spawnd runs inside the world (`ip netns
+//! exec`), so its own resolver (getaddrinfo in spawnd's network
+//! namespace) asks the world's DNS server, and what it dials is the
+//! internet's servers; the program it sandboxes gets its own namespace
+//! from there, as always. The internet's addresses are not the world's
+//! own: spawnd refuses a granted name that resolves to an address of its
+//! host.
+//!
+//! * **The link**: the world is [`HOST_IP`] and [`HOST_IP6`] on `wan0`,
+//!   with a route through it to each address of the internet
+//!   ([`World::add_address`], on the internet's end `wan1`) and no other:
+//!   any other address has no route. The internet routes everything back
+//!   through `wan1`.
 //!
 //! * **Names**: `/etc/netns/<world>/resolv.conf` names `127.0.0.1`, where a
 //!   thread of the test process answers over UDP from a table the test sets
@@ -17,20 +27,23 @@
 //!   for what it runs.
 //! * **Servers**: [`World::http_server`], [`World::tcp_server`] and
 //!   [`World::udp_server`] are threads of the test process whose sockets
-//!   were made inside the world (a thread that entered it with `setns`; a
-//!   socket keeps its namespace), and count what they accept or receive.
-//!   [`World::start`] runs any program inside the world and waits for it
-//!   to say `ready`; [`World::start_http`] runs `world_http.py` (static
-//!   files, HTTPS with a CA from [`World::make_tls`], `git http-backend`),
-//!   which logs every request with its Host header and TLS server name
+//!   were made inside the internet, or the world for a loopback address
+//!   (a thread that entered the namespace with `setns`; a socket keeps its
+//!   namespace), and count what they accept or receive.
+//!   [`World::host_tcp_server`] is a service of the world itself, on any
+//!   of its addresses ([`World::add_host_address`]). [`World::start`]
+//!   runs any program inside the internet and waits for it to say
+//!   `ready`; [`World::start_http`] runs `world_http.py` (static files,
+//!   HTTPS with a CA from [`World::make_tls`], `git http-backend`), which
+//!   logs every request with its Host header and TLS server name
 //!   ([`server_log`]).
 //! * **spawnd**: [`World::operator_config`] writes a config with its own
 //!   audit log, and [`World::spawnd`] a command running spawnd inside the
 //!   world, optionally as another user ([`World::spawnd_as`]); [`Run`]
 //!   parses what `spawnd run --json` printed.
 //!
-//! Dropping the world stops its servers, kills its processes, deletes the
-//! namespace and `/etc/netns/<world>`, also when a test panicked. Needs
+//! Dropping the world stops its servers, kills its processes, deletes both
+//! namespaces and `/etc/netns/<world>`, also when a test panicked. Needs
 //! root: without it a test fails, unless SPAWND_TEST_SKIP_PRIVILEGED asks
 //! to skip.
 
@@ -59,6 +72,11 @@ use serde_json::Value;
 pub const WORLD_IP: &str = "203.0.113.10";
 /// The range holding [`WORLD_IP`], for `[network] allow_cidrs`.
 pub const WORLD_CIDR: &str = "203.0.113.0/24";
+/// The world's own address on its link to the internet (TEST-NET-1), the
+/// source of what spawnd dials.
+pub const HOST_IP: &str = "192.0.2.1";
+/// The world's own IPv6 address on that link.
+pub const HOST_IP6: &str = "2001:db8:ffff::1";
 
 /// The Python that runs `world_http.py` (and tests' helper scripts).
 pub const PYTHON: &str = "/usr/bin/python3";
@@ -85,9 +103,12 @@ struct Dns {
     queries: Mutex<Vec<DnsQuery>>,
 }
 
-/// A network namespace with its DNS server, servers and processes.
+/// A network namespace with its DNS server, its internet, servers and
+/// processes.
 pub struct World {
     name: String,
+    /// The internet's namespace.
+    internet: String,
     dir: tempfile::TempDir,
     dns: Arc<Dns>,
     stop: Arc<AtomicBool>,
@@ -96,8 +117,9 @@ pub struct World {
 }
 
 impl World {
-    /// A new world with `lo` up, [`WORLD_IP`] on it, and its DNS server
-    /// answering nothing yet (every name NXDOMAIN). Without root it fails
+    /// A new world with `lo` up, its link to an internet holding
+    /// [`WORLD_IP`], and its DNS server answering nothing yet (every name
+    /// NXDOMAIN). Without root it fails
     /// the test, unless SPAWND_TEST_SKIP_PRIVILEGED asks to skip: then
     /// `None`.
     pub fn new() -> Option<World> {
@@ -115,7 +137,9 @@ impl World {
             std::process::id(),
             COUNT.fetch_add(1, Ordering::SeqCst)
         );
+        let internet = format!("{name}-net");
         run_checked(Command::new("ip").args(["netns", "add", &name]));
+        run_checked(Command::new("ip").args(["netns", "add", &internet]));
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(
             dir.path(),
@@ -124,13 +148,14 @@ impl World {
         .unwrap();
         let world = World {
             name,
+            internet,
             dir,
             dns: Arc::default(),
             stop: Arc::default(),
             threads: Mutex::default(),
             processes: Mutex::default(),
         };
-        run_checked(Command::new("ip").args(["-n", &world.name, "link", "set", "lo", "up"]));
+        world.link_to_the_internet();
         world.add_address(WORLD_IP.parse().unwrap());
         let etc = world.etc();
         std::fs::create_dir_all(&etc).unwrap();
@@ -145,6 +170,70 @@ impl World {
         &self.name
     }
 
+    /// The internet's namespace's name (as `ip netns` knows it).
+    pub fn internet_name(&self) -> &str {
+        &self.internet
+    }
+
+    /// `lo` up in both namespaces, and the veth pair between them: the
+    /// world's end `wan0` with [`HOST_IP`] and [`HOST_IP6`], the
+    /// internet's `wan1` its route back for everything. Duplicate address
+    /// detection is off in both, so IPv6 works at once (a tentative
+    /// link-local address sends no neighbour solicitation).
+    fn link_to_the_internet(&self) {
+        for ns in [&self.name, &self.internet] {
+            run_checked(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]));
+            run_checked(
+                Command::new("ip")
+                    .args(["netns", "exec", ns, "sysctl", "-qw"])
+                    .args([
+                        "net.ipv6.conf.all.accept_dad=0",
+                        "net.ipv6.conf.default.accept_dad=0",
+                    ]),
+            );
+        }
+        let ip_in = |ns: &str, args: &[&str]| {
+            run_checked(Command::new("ip").args(["-n", ns]).args(args));
+        };
+        ip_in(
+            &self.name,
+            &[
+                "link",
+                "add",
+                "wan0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "wan1",
+                "netns",
+                &self.internet,
+            ],
+        );
+        ip_in(
+            &self.name,
+            &["addr", "add", &format!("{HOST_IP}/32"), "dev", "wan0"],
+        );
+        ip_in(
+            &self.name,
+            &[
+                "addr",
+                "add",
+                &format!("{HOST_IP6}/128"),
+                "dev",
+                "wan0",
+                "nodad",
+            ],
+        );
+        ip_in(&self.name, &["link", "set", "wan0", "up"]);
+        ip_in(&self.internet, &["link", "set", "wan1", "up"]);
+        ip_in(&self.internet, &["route", "add", "default", "dev", "wan1"]);
+        ip_in(
+            &self.internet,
+            &["-6", "route", "add", "default", "dev", "wan1"],
+        );
+    }
+
     /// A path in the world's scratch directory (mode 0755, so the
     /// sandbox's uid 65534 can read what the test makes readable).
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -157,26 +246,23 @@ impl World {
         Path::new("/etc/netns").join(&self.name)
     }
 
-    /// Adds `ip` to the world's `lo` (a /32 or /128), so servers can
-    /// listen there and spawnd can dial it. An IPv6 address skips
-    /// duplicate address detection (`nodad`): while it is tentative,
-    /// binding it fails with EADDRNOTAVAIL.
+    /// Adds `ip` to the internet's end of the link, `wan1` (a /32 or
+    /// /128), and a route to it through the world's end, so servers can
+    /// listen there and spawnd can dial it. On `wan1` rather than `lo`:
+    /// IPv6 neighbour discovery answers only for an address of the
+    /// interface asked.
     pub fn add_address(&self, ip: IpAddr) {
-        let prefix = if ip.is_ipv4() { 32 } else { 128 };
-        let mut command = Command::new("ip");
-        command.args([
-            "-n",
-            &self.name,
-            "addr",
-            "add",
-            &format!("{ip}/{prefix}"),
-            "dev",
-            "lo",
-        ]);
-        if ip.is_ipv6() {
-            command.arg("nodad");
-        }
-        run_checked(&mut command);
+        add_address_in(&self.internet, ip, "wan1");
+        let host = host_prefix(ip);
+        run_checked(
+            Command::new("ip").args(["-n", &self.name, "route", "add", &host, "dev", "wan0"]),
+        );
+    }
+
+    /// Adds `ip` to the world's own link `wan0`: an address of the host
+    /// spawnd runs on, as a public address on a machine's uplink is.
+    pub fn add_host_address(&self, ip: IpAddr) {
+        add_address_in(&self.name, ip, "wan0");
     }
 
     /// From now on the world's DNS server answers `name` with `ips` (its
@@ -198,16 +284,23 @@ impl World {
     /// Runs `f` on a thread inside the world's network namespace: the
     /// sockets it makes belong to the world wherever they are used later.
     pub fn in_world<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let ns = File::open(Path::new("/run/netns").join(&self.name)).unwrap();
-        std::thread::scope(|scope| {
-            scope
-                .spawn(move || {
-                    setns(&ns, CloneFlags::CLONE_NEWNET).expect("setns into the world");
-                    f()
-                })
-                .join()
-                .unwrap()
-        })
+        in_namespace(&self.name, f)
+    }
+
+    /// Runs `f` on a thread inside the internet's network namespace.
+    pub fn in_internet<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        in_namespace(&self.internet, f)
+    }
+
+    /// Runs `f` where a server on `addr` belongs: the world for a
+    /// loopback address (its own services, which only it reaches), the
+    /// internet for any other.
+    fn where_served<T: Send>(&self, addr: SocketAddr, f: impl FnOnce() -> T + Send) -> T {
+        if addr.ip().is_loopback() {
+            self.in_world(f)
+        } else {
+            self.in_internet(f)
+        }
     }
 
     /// The DNS server on 127.0.0.1:53 (UDP) of the world.
@@ -216,11 +309,11 @@ impl World {
     }
 
     /// The world's DNS server answers on `addr` (UDP) too, from the same
-    /// table and into the same question log: a resolver at an address of
-    /// the world, as a program would hard-code one (`addr`'s address must
-    /// be the world's, [`World::add_address`]).
+    /// table and into the same question log: a resolver on the internet,
+    /// as a program would hard-code one (`addr`'s address must be the
+    /// internet's, [`World::add_address`]).
     pub fn dns_also_on(&self, addr: SocketAddr) {
-        let socket = self.in_world(|| UdpSocket::bind(addr).unwrap());
+        let socket = self.where_served(addr, || UdpSocket::bind(addr).unwrap());
         socket.set_read_timeout(Some(POLL)).unwrap();
         let dns = self.dns.clone();
         let stop = self.stop.clone();
@@ -241,15 +334,39 @@ impl World {
         self.threads.lock().unwrap().push(std::thread::spawn(f));
     }
 
-    /// A TCP server on `addr` in the world: each accepted connection is
-    /// counted, then handed to `serve` on a thread of its own.
+    /// A TCP server on `addr` on the internet (in the world for a
+    /// loopback address): each accepted connection is counted, then
+    /// handed to `serve` on a thread of its own.
     pub fn tcp_server(
         &self,
         addr: SocketAddr,
         serve: impl Fn(TcpStream) + Send + Sync + 'static,
     ) -> TcpServer {
-        let serve = Arc::new(serve);
+        let listener = self.where_served(addr, || TcpListener::bind(addr).unwrap());
+        self.serve_tcp(listener, serve)
+    }
+
+    /// A TCP server on `addr` in the world itself, a service of the host
+    /// spawnd runs on (`0.0.0.0:P` listens on every address the world
+    /// has), served as [`World::tcp_server`] serves.
+    pub fn host_tcp_server(
+        &self,
+        addr: SocketAddr,
+        serve: impl Fn(TcpStream) + Send + Sync + 'static,
+    ) -> TcpServer {
         let listener = self.in_world(|| TcpListener::bind(addr).unwrap());
+        self.serve_tcp(listener, serve)
+    }
+
+    /// Counts each connection `listener` accepts and hands it to `serve`
+    /// on a thread of its own, until the world is dropped.
+    fn serve_tcp(
+        &self,
+        listener: TcpListener,
+        serve: impl Fn(TcpStream) + Send + Sync + 'static,
+    ) -> TcpServer {
+        let addr = listener.local_addr().unwrap();
+        let serve = Arc::new(serve);
         listener.set_nonblocking(true).unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -270,10 +387,11 @@ impl World {
         TcpServer { addr, accepted }
     }
 
-    /// A UDP server on `addr` in the world that counts the datagrams it
-    /// receives and answers none.
+    /// A UDP server on `addr` on the internet (in the world for a
+    /// loopback address) that counts the datagrams it receives and
+    /// answers none.
     pub fn udp_server(&self, addr: SocketAddr) -> UdpServer {
-        let socket = self.in_world(|| UdpSocket::bind(addr).unwrap());
+        let socket = self.where_served(addr, || UdpSocket::bind(addr).unwrap());
         socket.set_read_timeout(Some(POLL)).unwrap();
         let received = Arc::new(AtomicUsize::new(0));
         let count = received.clone();
@@ -289,21 +407,21 @@ impl World {
         UdpServer { addr, received }
     }
 
-    /// An HTTP server on `0.0.0.0:port` in the world that answers every
-    /// request with 200 and `body`, and counts what it accepts.
+    /// An HTTP server on `0.0.0.0:port` on the internet that answers
+    /// every request with 200 and `body`, and counts what it accepts.
     pub fn http_server(&self, port: u16, body: &'static str) -> TcpServer {
         self.tcp_server(SocketAddr::from(([0, 0, 0, 0], port)), move |stream| {
             answer_http(stream, body)
         })
     }
 
-    /// Starts `argv` inside the world and waits until it prints a line
+    /// Starts `argv` on the internet and waits until it prints a line
     /// `ready` on stdout; its stderr goes to `<name>.stderr` in the
     /// scratch directory. It is killed when the world is dropped.
     pub fn start(&self, name: &str, argv: &[&str]) {
         let stderr = File::create(self.path(&format!("{name}.stderr"))).unwrap();
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.name])
+            .args(["netns", "exec", &self.internet])
             .args(argv)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -327,7 +445,7 @@ impl World {
         }
     }
 
-    /// Starts `world_http.py` on `0.0.0.0:port` in the world, serving the
+    /// Starts `world_http.py` on `0.0.0.0:port` on the internet, serving the
     /// files under `root`, with `extra` options (`--cert F --key F` for
     /// HTTPS, `--git-root D` for `git http-backend` at `/git/`). Returns
     /// its request log, `<name>.log` in the scratch directory (one line
@@ -482,9 +600,9 @@ impl Drop for World {
         for thread in self.threads.lock().unwrap().drain(..) {
             let _ = thread.join();
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        for ns in [&self.name, &self.internet] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
         let _ = std::fs::remove_dir_all(self.etc());
     }
 }
@@ -583,6 +701,40 @@ fn dns_reply(query: &[u8], dns: &Dns) -> Option<Vec<u8>> {
         }
     }
     reply.to_vec().ok()
+}
+
+/// Runs `f` on a thread inside the network namespace `ns` (as `ip netns`
+/// knows it): the sockets it makes belong to it wherever they are used
+/// later.
+fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    let ns = File::open(Path::new("/run/netns").join(ns)).unwrap();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                setns(&ns, CloneFlags::CLONE_NEWNET).expect("setns into the namespace");
+                f()
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+/// `ip` as a /32 or /128.
+fn host_prefix(ip: IpAddr) -> String {
+    let prefix = if ip.is_ipv4() { 32 } else { 128 };
+    format!("{ip}/{prefix}")
+}
+
+/// Adds `ip` (a /32 or /128) to interface `dev` in namespace `ns`. An
+/// IPv6 address skips duplicate address detection (`nodad`): while it is
+/// tentative, binding it fails with EADDRNOTAVAIL.
+fn add_address_in(ns: &str, ip: IpAddr, dev: &str) {
+    let mut command = Command::new("ip");
+    command.args(["-n", ns, "addr", "add", &host_prefix(ip), "dev", dev]);
+    if ip.is_ipv6() {
+        command.arg("nodad");
+    }
+    run_checked(&mut command);
 }
 
 /// Runs `command` and panics with its output unless it succeeds.

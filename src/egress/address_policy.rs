@@ -18,15 +18,27 @@
 //!   2001::/32) is judged as that IPv4 address, so `::ffff:127.0.0.1` and
 //!   `64:ff9b::a9fe:a9fe` are loopback and metadata.
 //! * The operator's `deny_cidrs` deny whatever they cover.
+//! * **The host's own addresses** ([`HostAddresses`]: those assigned to
+//!   the interfaces of the network namespace the engine dials from) are
+//!   denied to a name whatever else allows them, `allow_cidrs` included,
+//!   and so is an IPv6 form that carries one of them. A connection to
+//!   one of them is a connection to the host itself: it reaches every
+//!   service bound to `0.0.0.0` or `::`, through `lo`, past security
+//!   groups and the `-i lo -j ACCEPT` of host firewalls. `allow_cidrs`
+//!   opens networks (a LAN, a VPC) to granted names; the host's own
+//!   address inside such a network (its LAN address, `docker0`'s
+//!   172.17.0.1) is not a service of that network, so only a grant that
+//!   names the address reaches it.
 //!
 //! A grant that is itself an address allows exactly that address, even in
-//! a denied range (`127.0.0.1:8080` reaches a service on the host's
-//! loopback), except where the operator's `deny_cidrs` say otherwise and
-//! except metadata services, the unspecified network and the fake pool:
-//! a metadata service hands out the machine's cloud credentials, so no
-//! manifest reaches it. The tables are data below ([`V4_RANGES`],
-//! [`V6_RANGES`]), most specific first.
+//! a denied range or when it is the host's own (`127.0.0.1:8080` reaches
+//! a service on the host's loopback), except where the operator's
+//! `deny_cidrs` say otherwise and except metadata services, the
+//! unspecified network and the fake pool: a metadata service hands out
+//! the machine's cloud credentials, so no manifest reaches it. The tables
+//! are data below ([`V4_RANGES`], [`V6_RANGES`]), most specific first.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
@@ -74,11 +86,14 @@ pub enum DenyReason {
     OperatorDenied,
     /// Not the address an address grant names.
     NotGrantedAddress,
+    /// Assigned to an interface of the host the engine dials from, and
+    /// reached through a name: only a grant of the address itself may.
+    HostAddress,
 }
 
 impl DenyReason {
     /// Every reason, for documentation checks and tests.
-    pub const ALL: [DenyReason; 16] = [
+    pub const ALL: [DenyReason; 17] = [
         DenyReason::Unspecified,
         DenyReason::Loopback,
         DenyReason::LinkLocal,
@@ -95,6 +110,7 @@ impl DenyReason {
         DenyReason::SiteLocal,
         DenyReason::OperatorDenied,
         DenyReason::NotGrantedAddress,
+        DenyReason::HostAddress,
     ];
 
     /// The reason as audit records and messages name it.
@@ -116,6 +132,7 @@ impl DenyReason {
             DenyReason::SiteLocal => "site_local",
             DenyReason::OperatorDenied => "operator_denied",
             DenyReason::NotGrantedAddress => "not_granted_address",
+            DenyReason::HostAddress => "host_address",
         }
     }
 }
@@ -387,8 +404,9 @@ impl AddressPolicy {
 
     /// Whether the engine may dial `candidate` for a grant of `host`: for
     /// a name, an address it resolved to; for an address grant, the
-    /// address itself. IPv4-mapped candidates count as their IPv4 address.
-    pub fn check(&self, host: &Host, candidate: IpAddr) -> Result<(), Denial> {
+    /// address itself. `own` are the addresses of the host the engine
+    /// dials from. IPv4-mapped candidates count as their IPv4 address.
+    pub fn check(&self, host: &Host, candidate: IpAddr, own: &HostAddresses) -> Result<(), Denial> {
         let candidate = candidate.to_canonical();
         let (class, embedded, carried) = match candidate {
             IpAddr::V4(v4) => (classify_v4(v4), None, vec![]),
@@ -440,10 +458,55 @@ impl AddressPolicy {
         match class {
             AlwaysDenied(reason) => deny(reason),
             _ if operator_denied => deny(DenyReason::OperatorDenied),
-            DeniedUnlessAllowed(_) if operator_allowed => Ok(()),
-            DeniedUnlessAllowed(reason) => deny(reason),
-            Class::Public => Ok(()),
+            DeniedUnlessAllowed(reason) if !operator_allowed => deny(reason),
+            // Whatever allowed it, the host's own address is not for a
+            // name: checked last, so an address denied for its range
+            // keeps that reason.
+            DeniedUnlessAllowed(_) | Class::Public => match own.held_by(candidate, &carried) {
+                Some(embedded) => Err(Denial {
+                    reason: DenyReason::HostAddress,
+                    embedded,
+                }),
+                None => Ok(()),
+            },
         }
+    }
+}
+
+/// The addresses of the host the engine dials from: those assigned to
+/// the interfaces of its network namespace, as the engine reads them
+/// when it checks a connection. Kept canonical (IPv4 unmapped).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostAddresses(BTreeSet<IpAddr>);
+
+impl HostAddresses {
+    /// Whether `ip` is one of them (an IPv4-mapped `ip` as its IPv4
+    /// address).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip.to_canonical())
+    }
+
+    /// Whether `candidate` (canonical), or one of the IPv4 addresses it
+    /// `carries`, is one of them: `Some` with the embedding that carried
+    /// it (`None` for the address itself), else `None`.
+    fn held_by(
+        &self,
+        candidate: IpAddr,
+        carried: &[(Embedding, Ipv4Addr)],
+    ) -> Option<Option<Embedding>> {
+        if self.contains(candidate) {
+            return Some(None);
+        }
+        carried
+            .iter()
+            .find(|&&(_, v4)| self.contains(IpAddr::V4(v4)))
+            .map(|&(how, _)| Some(how))
+    }
+}
+
+impl FromIterator<IpAddr> for HostAddresses {
+    fn from_iter<I: IntoIterator<Item = IpAddr>>(addresses: I) -> HostAddresses {
+        HostAddresses(addresses.into_iter().map(|ip| ip.to_canonical()).collect())
     }
 }
 
@@ -544,6 +607,11 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    /// A host with no address a candidate could be.
+    fn no_host() -> HostAddresses {
+        HostAddresses::default()
     }
 
     fn cidrs(list: &[&str]) -> Vec<Cidr> {
@@ -651,7 +719,7 @@ mod tests {
         ];
         let policy = AddressPolicy::default();
         for (text, want) in table {
-            let got = policy.check(&name(), ip(text)).err();
+            let got = policy.check(&name(), ip(text), &no_host()).err();
             let want = want.map(|(reason, embedded)| Denial { reason, embedded });
             assert_eq!(got, want, "{text}");
         }
@@ -677,7 +745,11 @@ mod tests {
             "64:ff9b::a00:5",
             "240.0.0.1",
         ] {
-            assert_eq!(policy.check(&name(), ip(allowed)), Ok(()), "{allowed}");
+            assert_eq!(
+                policy.check(&name(), ip(allowed), &no_host()),
+                Ok(()),
+                "{allowed}"
+            );
         }
         // Alibaba's metadata address is inside CGNAT space, and stays denied.
         for denied in [
@@ -692,12 +764,18 @@ mod tests {
             "224.0.0.1",
             "fe80::1",
         ] {
-            assert!(policy.check(&name(), ip(denied)).is_err(), "{denied}");
+            assert!(
+                policy.check(&name(), ip(denied), &no_host()).is_err(),
+                "{denied}"
+            );
         }
         // An embedded address is allowed when the list covers the IPv4 it carries.
         let narrow = AddressPolicy::new(cidrs(&["10.0.0.0/8"]), vec![]);
-        assert_eq!(narrow.check(&name(), ip("64:ff9b::a00:5")), Ok(()));
-        assert!(narrow.check(&name(), ip("172.16.0.1")).is_err());
+        assert_eq!(
+            narrow.check(&name(), ip("64:ff9b::a00:5"), &no_host()),
+            Ok(())
+        );
+        assert!(narrow.check(&name(), ip("172.16.0.1"), &no_host()).is_err());
     }
 
     #[test]
@@ -712,17 +790,32 @@ mod tests {
                 embedded,
             })
         };
-        assert_eq!(policy.check(&name(), ip("10.2.0.1")), Ok(()));
-        assert_eq!(policy.check(&name(), ip("10.1.0.1")), operator(None));
-        assert_eq!(policy.check(&name(), ip("8.8.8.8")), operator(None));
-        assert_eq!(policy.check(&name(), ip("::ffff:8.8.8.8")), operator(None));
+        assert_eq!(policy.check(&name(), ip("10.2.0.1"), &no_host()), Ok(()));
         assert_eq!(
-            policy.check(&name(), ip("64:ff9b::808:808")),
+            policy.check(&name(), ip("10.1.0.1"), &no_host()),
+            operator(None)
+        );
+        assert_eq!(
+            policy.check(&name(), ip("8.8.8.8"), &no_host()),
+            operator(None)
+        );
+        assert_eq!(
+            policy.check(&name(), ip("::ffff:8.8.8.8"), &no_host()),
+            operator(None)
+        );
+        assert_eq!(
+            policy.check(&name(), ip("64:ff9b::808:808"), &no_host()),
             operator(Some(Embedding::Nat64))
         );
-        assert_eq!(policy.check(&name(), ip("2001:4860::8888")), operator(None));
+        assert_eq!(
+            policy.check(&name(), ip("2001:4860::8888"), &no_host()),
+            operator(None)
+        );
         let literal = Host::Ip(ip("8.8.8.8"));
-        assert_eq!(policy.check(&literal, ip("8.8.8.8")), operator(None));
+        assert_eq!(
+            policy.check(&literal, ip("8.8.8.8"), &no_host()),
+            operator(None)
+        );
     }
 
     #[test]
@@ -730,19 +823,24 @@ mod tests {
         let policy = AddressPolicy::default();
         for text in ["127.0.0.1", "10.0.0.5", "::1", "192.0.2.1", "93.184.215.14"] {
             let host = Host::Ip(ip(text));
-            assert_eq!(policy.check(&host, ip(text)), Ok(()), "{text}");
+            assert_eq!(policy.check(&host, ip(text), &no_host()), Ok(()), "{text}");
         }
         // Link-local addresses hold cloud credential services beside the
         // metadata ones: never dialed, even when granted by address.
         for text in ["fe80::1", "169.254.170.3", "169.254.170.2"] {
             let host = Host::Ip(ip(text));
-            assert!(policy.check(&host, ip(text)).is_err(), "{text}");
+            assert!(policy.check(&host, ip(text), &no_host()).is_err(), "{text}");
         }
         let loopback = Host::Ip(ip("127.0.0.1"));
-        assert_eq!(policy.check(&loopback, ip("::ffff:127.0.0.1")), Ok(()));
+        assert_eq!(
+            policy.check(&loopback, ip("::ffff:127.0.0.1"), &no_host()),
+            Ok(())
+        );
         for other in ["127.0.0.2", "::1", "93.184.215.14"] {
             assert_eq!(
-                policy.check(&loopback, ip(other)).map_err(|d| d.reason),
+                policy
+                    .check(&loopback, ip(other), &no_host())
+                    .map_err(|d| d.reason),
                 Err(DenyReason::NotGrantedAddress),
                 "{other}"
             );
@@ -757,11 +855,146 @@ mod tests {
         ] {
             let host = Host::Ip(ip(text));
             assert_eq!(
-                policy.check(&host, ip(text)).map_err(|d| d.reason),
+                policy
+                    .check(&host, ip(text), &no_host())
+                    .map_err(|d| d.reason),
                 Err(reason),
                 "{text}"
             );
         }
+    }
+
+    /// The host of the report: an ordinary address on one of its
+    /// interfaces (203.0.113.7, in a range the operator allows), a LAN
+    /// address, a public IPv4 and IPv6 address.
+    fn host() -> HostAddresses {
+        [
+            "203.0.113.7",
+            "10.0.0.5",
+            "93.184.215.14",
+            "2606:4700::1111",
+        ]
+        .into_iter()
+        .map(ip)
+        .collect()
+    }
+
+    #[test]
+    fn a_name_never_reaches_an_address_of_the_host_even_where_the_operator_allows_it() {
+        let policy = AddressPolicy::new(
+            cidrs(&["203.0.113.0/24", "10.0.0.0/8", "0.0.0.0/0", "::/0"]),
+            vec![],
+        );
+        let host_address = |embedded| {
+            Err(Denial {
+                reason: DenyReason::HostAddress,
+                embedded,
+            })
+        };
+        for text in [
+            "203.0.113.7",
+            "::ffff:203.0.113.7",
+            "10.0.0.5",
+            "93.184.215.14",
+            "2606:4700::1111",
+        ] {
+            assert_eq!(
+                policy.check(&name(), ip(text), &host()),
+                host_address(None),
+                "{text}"
+            );
+        }
+        for (text, how) in [
+            ("64:ff9b::cb00:7107", Embedding::Nat64),
+            ("::203.0.113.7", Embedding::Ipv4Compatible),
+            ("::ffff:0:203.0.113.7", Embedding::Ipv4Translated),
+            ("2002:cb00:7107::1", Embedding::SixToFour),
+            ("2001:0:cb00:7107::f7f7:f7f7", Embedding::Teredo),
+        ] {
+            assert_eq!(
+                policy.check(&name(), ip(text), &host()),
+                host_address(Some(how)),
+                "{text}"
+            );
+        }
+        // The host's neighbours are the network's, as before.
+        for text in [
+            "203.0.113.8",
+            "10.0.0.6",
+            "93.184.215.15",
+            "2606:4700::1112",
+        ] {
+            assert_eq!(policy.check(&name(), ip(text), &host()), Ok(()), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_address_denied_for_its_range_keeps_that_reason_on_the_host() {
+        let own: HostAddresses = ["127.0.0.1", "::1", "fe80::1", "10.0.0.5", "8.8.8.8"]
+            .into_iter()
+            .map(ip)
+            .collect();
+        let policy = AddressPolicy::new(vec![], cidrs(&["8.8.8.0/24"]));
+        for (text, reason) in [
+            ("127.0.0.1", DenyReason::Loopback),
+            ("::1", DenyReason::Loopback),
+            ("fe80::1", DenyReason::LinkLocal),
+            ("10.0.0.5", DenyReason::Private),
+            ("8.8.8.8", DenyReason::OperatorDenied),
+            ("0.0.0.0", DenyReason::Unspecified),
+            ("::", DenyReason::Unspecified),
+        ] {
+            assert_eq!(
+                policy.check(&name(), ip(text), &own).map_err(|d| d.reason),
+                Err(reason),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_grant_of_the_hosts_own_address_reaches_exactly_it() {
+        let policy = AddressPolicy::default();
+        for text in [
+            "203.0.113.7",
+            "10.0.0.5",
+            "93.184.215.14",
+            "2606:4700::1111",
+        ] {
+            let literal = Host::Ip(ip(text));
+            assert_eq!(policy.check(&literal, ip(text), &host()), Ok(()), "{text}");
+        }
+        let literal = Host::Ip(ip("203.0.113.7"));
+        assert_eq!(
+            policy.check(&literal, ip("::ffff:203.0.113.7"), &host()),
+            Ok(())
+        );
+        assert_eq!(
+            policy
+                .check(&literal, ip("10.0.0.5"), &host())
+                .map_err(|d| d.reason),
+            Err(DenyReason::NotGrantedAddress)
+        );
+        // The unspecified address is this machine to `connect`, and no
+        // grant reaches it.
+        for text in ["0.0.0.0", "::", "::ffff:0.0.0.0"] {
+            let literal = Host::Ip(ip(text));
+            assert_eq!(
+                policy
+                    .check(&literal, ip(text), &host())
+                    .map_err(|d| d.reason),
+                Err(DenyReason::Unspecified),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn host_addresses_are_kept_canonical() {
+        let own: HostAddresses = [ip("::ffff:203.0.113.7")].into_iter().collect();
+        assert!(own.contains(ip("203.0.113.7")));
+        assert!(own.contains(ip("::ffff:203.0.113.7")));
+        assert!(!own.contains(ip("203.0.113.8")));
     }
 
     #[test]
@@ -857,16 +1090,33 @@ mod tests {
             let v4 = Ipv4Addr::from(bits);
             let allow = if allow_private { cidrs(&["10.0.0.0/8", "172.16.0.0/12"]) } else { vec![] };
             let policy = AddressPolicy::new(allow, vec![]);
-            let direct = policy.check(&name(), IpAddr::V4(v4)).map_err(|d| d.reason);
-            let mapped = policy.check(&name(), IpAddr::V6(v4.to_ipv6_mapped())).map_err(|d| d.reason);
+            let direct = policy.check(&name(), IpAddr::V4(v4), &no_host()).map_err(|d| d.reason);
+            let mapped = policy.check(&name(), IpAddr::V6(v4.to_ipv6_mapped()), &no_host()).map_err(|d| d.reason);
             prop_assert_eq!(mapped, direct);
             for (v6, how) in embeddings(v4) {
-                let got = policy.check(&name(), IpAddr::V6(v6));
+                let got = policy.check(&name(), IpAddr::V6(v6), &no_host());
                 match direct {
                     Ok(()) => prop_assert_eq!(got, Ok(()), "{} {:?}", v6, how),
                     Err(reason) => prop_assert_eq!(got, Err(Denial { reason, embedded: Some(how) }), "{}", v6),
                 }
             }
+        }
+
+        /// An IPv4 address of the host is denied to a name in every form
+        /// that carries it, whatever the operator allows; an address
+        /// grant of it reaches it.
+        #[test]
+        fn a_host_address_is_denied_to_a_name_in_every_form(bits in any::<u32>()) {
+            let v4 = Ipv4Addr::from(bits);
+            let own: HostAddresses = [IpAddr::V4(v4)].into_iter().collect();
+            let everything = AddressPolicy::new(cidrs(&["0.0.0.0/0", "::/0"]), vec![]);
+            let forms = embeddings(v4).into_iter().map(|(v6, _)| IpAddr::V6(v6));
+            for candidate in [IpAddr::V4(v4), IpAddr::V6(v4.to_ipv6_mapped())].into_iter().chain(forms) {
+                prop_assert!(everything.check(&name(), candidate, &own).is_err(), "{}", candidate);
+            }
+            let literal = Host::Ip(IpAddr::V4(v4));
+            let fixed = everything.check(&literal, IpAddr::V4(v4), &no_host());
+            prop_assert_eq!(everything.check(&literal, IpAddr::V4(v4), &own), fixed);
         }
 
         /// No allow list lets an always-denied address through.
@@ -878,7 +1128,7 @@ mod tests {
                     IpAddr::V4(a) => matches!(classify_v4(a), AlwaysDenied(_)),
                     IpAddr::V6(a) => matches!(classify_v6(a).0, AlwaysDenied(_)),
                 };
-                prop_assert_eq!(everything.check(&name(), candidate).is_err(), always, "{}", candidate);
+                prop_assert_eq!(everything.check(&name(), candidate, &no_host()).is_err(), always, "{}", candidate);
             }
         }
     }

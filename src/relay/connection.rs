@@ -30,14 +30,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
-use crate::egress::address_policy::Denial;
+use crate::egress::address_policy::{Denial, DenyReason, HostAddresses};
 use crate::egress::client_hello::{classify, sni_matches, FirstFlight, MAX_FIRST_FLIGHT};
 use crate::egress::fake_pool::in_fake_pool;
 use crate::egress::grant::Host;
 use crate::egress::learning::Learning;
 
 use super::events::{reason, ConnectionRecord};
-use super::{Relay, Rules, Running};
+use super::{host_addresses, Relay, Rules, Running};
 
 /// The chunk each direction of a relay reads at a time when it copies
 /// through a buffer.
@@ -254,13 +254,16 @@ struct AddressRefusal {
 
 /// The addresses a granted host may be dialed at, in order: an address
 /// grant's own address, or what a name resolved to (once) that the
-/// policy allows, without repeats. Each is canonical (IPv4 unmapped), so
-/// what was checked is exactly what is dialed.
+/// policy allows, without repeats, none of them an address of the host
+/// this thread dials from. Each is canonical (IPv4 unmapped), so what
+/// was checked is exactly what is dialed.
 async fn allowed_addresses(relay: &Relay, host: &Host) -> Result<Vec<IpAddr>, AddressRefusal> {
     let policy = &relay.config.policy;
     let name = match host {
         Host::Ip(ip) => {
-            return match policy.check(host, *ip) {
+            // A grant of the address itself may reach the host: the
+            // host's addresses are not read.
+            return match policy.check(host, *ip, &HostAddresses::default()) {
                 Ok(()) => Ok(vec![*ip]),
                 Err(denial) => Err(AddressRefusal {
                     reason: reason::DENIED_ADDRESS,
@@ -284,10 +287,21 @@ async fn allowed_addresses(relay: &Relay, host: &Host) -> Result<Vec<IpAddr>, Ad
     if resolved.is_empty() {
         return Err(unresolved("no address".to_string()));
     }
+    // Read after resolving, just before dialing, on the thread that
+    // dials. When they cannot be read, no address can be told apart
+    // from the host's, so none is dialed.
+    let own = host_addresses::read_host_addresses().map_err(|e| AddressRefusal {
+        reason: reason::RESOLVED_TO_DENIED_ADDRESS,
+        denial: Some(Denial {
+            reason: DenyReason::HostAddress,
+            embedded: None,
+        }),
+        error: Some(format!("cannot read the host's addresses: {e}")),
+    })?;
     let mut allowed = Vec::new();
     let mut first_denial = None;
     for ip in resolved.into_iter().map(|ip| ip.to_canonical()) {
-        match policy.check(host, ip) {
+        match policy.check(host, ip, &own) {
             Ok(()) if !allowed.contains(&ip) => allowed.push(ip),
             Ok(()) => {}
             Err(denial) => {

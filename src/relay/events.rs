@@ -44,7 +44,9 @@ pub mod reason {
     /// address).
     pub const UNRESOLVED: &str = "unresolved";
     /// Every address the granted name resolved to is denied by the
-    /// address policy; the record's `denial` is the first one's.
+    /// address policy (an address of spawnd's own host among the
+    /// reasons, `host_address`); the record's `denial` is the first
+    /// one's.
     pub const RESOLVED_TO_DENIED_ADDRESS: &str = "resolved_to_denied_address";
     /// The granted address itself is denied by the address policy (a
     /// metadata service, the operator's `deny_cidrs`…).

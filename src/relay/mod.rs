@@ -14,7 +14,9 @@
 //!   anything else is reset at once (`connection.rs`).
 //! * A granted name is resolved once per connection by a [`Resolve`]r
 //!   (spawnd's resolver, never the sandbox's), and only the addresses the
-//!   operator's [`AddressPolicy`] allows are dialed, exactly as checked.
+//!   operator's [`AddressPolicy`] allows are dialed, exactly as checked;
+//!   never, for a name, an address of spawnd's own host, read as the
+//!   connection is checked (`host_addresses.rs`).
 //! * For a name, the client's first bytes are held until
 //!   [`client_hello::classify`](crate::egress::client_hello::classify)
 //!   decides: a TLS ClientHello naming another server is closed
@@ -40,6 +42,7 @@
 mod connection;
 mod dns_stub;
 pub mod events;
+mod host_addresses;
 pub mod resolve;
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use crate::egress::address_policy::{AddressPolicy, Denial, DenyReason};
 use crate::egress::grant::Host;
 
 use super::world_tests::{
-    connect, read_end, read_exact, roundtrip, run, Scenario, BANNER, BANNER_TEXT, ECHO, TLS,
+    connect, read_end, read_exact, roundtrip, run, Scenario, BANNER, BANNER_TEXT, ECHO,
+    HOST_ADDRESS, TLS,
 };
 use super::{reason, ConnectionRecord, NetEvent, Summary};
 
@@ -294,6 +295,61 @@ fn only_allowed_addresses_are_dialed_and_private_ones_when_the_operator_allows_t
         1,
         1
     )));
+}
+
+#[test]
+fn a_name_never_dials_the_hosts_own_address_and_a_grant_of_the_address_does() {
+    let mut scenario = Scenario::new(
+        &[
+            "self.example.com:7",
+            "mixed.example.com:7",
+            &format!("{HOST_ADDRESS}:7"),
+        ],
+        &[
+            ("self.example.com", &[HOST_ADDRESS]),
+            ("mixed.example.com", &[HOST_ADDRESS, "16.0.0.2"]),
+        ],
+    );
+    // Allowing every range does not make the host's address a name's.
+    scenario.config.policy = AddressPolicy::new(
+        vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+        vec![],
+    );
+    let Some(finished) = run(scenario, |_| {
+        assert_reset_at("198.18.0.1", ECHO);
+        let mut stream = connect("198.18.0.2", ECHO).unwrap();
+        assert_eq!(roundtrip(&mut stream, b"x").unwrap(), b"x");
+        finish(stream);
+        // Nothing listens on the host: dialed, and the dial refused.
+        assert_reset_at(HOST_ADDRESS, ECHO);
+    }) else {
+        return;
+    };
+    let records = finished.connections();
+    let mut own = refused(
+        name("self.example.com"),
+        ECHO,
+        reason::RESOLVED_TO_DENIED_ADDRESS,
+    );
+    own.denial = Some(Denial {
+        reason: DenyReason::HostAddress,
+        embedded: None,
+    });
+    assert!(records.contains(&own), "{records:?}");
+    assert!(records.contains(&relayed(
+        name("mixed.example.com"),
+        ECHO,
+        "16.0.0.2:7",
+        1,
+        1
+    )));
+    let literal = records
+        .iter()
+        .find(|r| r.host == Host::Ip(HOST_ADDRESS.parse().unwrap()))
+        .expect("the literal grant's record");
+    assert_eq!(literal.dialed, Some(addr(&format!("{HOST_ADDRESS}:7"))));
+    assert_eq!(literal.reason, Some(reason::CONNECT_FAILED));
+    assert_eq!(finished.upstream_accepted, 1);
 }
 
 /// A DNS query for `name` of type `qtype`, id 0x5eed, RD set.

@@ -1,16 +1,22 @@
 //! A small internet for the relay's tests, with no real network
-//! (network.md §1.5). Two threads of the test process each enter a new
+//! (network.md §1.5). Three threads of the test process each enter a new
 //! network namespace (`unshare(CLONE_NEWNET)` acts on the calling thread
 //! only):
 //!
 //! * the **world**: `lo` up with "public" addresses 16.0.0.1 and
 //!   16.0.0.2, and 10.0.0.5 and 169.254.169.254 for the policy's cases;
 //!   upstream servers on `[::]` (echo on [`ECHO`] and [`TLS`], a server
-//!   that speaks first on [`BANNER`]), and the relay, all on one
-//!   current-thread runtime, so every socket they make is in the world;
+//!   that speaks first on [`BANNER`]) on a current-thread runtime, so
+//!   every socket they make is in the world;
+//! * the **host**, spawnd's side: `lo` up, [`HOST_ADDRESS`] on a veth
+//!   whose peer is in the world, a route to each of the world's addresses
+//!   through it, and the relay on a current-thread runtime. The world's
+//!   addresses are not the host's, as the internet's are not spawnd's
+//!   (the relay refuses a name that resolves to an address of its own
+//!   host);
 //! * the **sandbox**: `lo` up, the fake pool and each granted address
 //!   routed `local` on it, the listeners the sandbox's init would make,
-//!   sent to the world over a channel (sockets keep their namespace),
+//!   sent to the host over a channel (sockets keep their namespace),
 //!   then the test's client code, with blocking std sockets. A learning
 //!   scenario's sandbox is set up by init's own code (routes, listener and
 //!   the nf_tables redirect).
@@ -55,6 +61,10 @@ pub(super) const BANNER_TEXT: &[u8] = b"220 upstream ready\r\n";
 
 /// The world's addresses besides loopback.
 const WORLD_ADDRESSES: [&str; 4] = ["16.0.0.1", "16.0.0.2", "10.0.0.5", "169.254.169.254"];
+
+/// The host's address on its link to the world, the source of what the
+/// relay dials.
+pub(super) const HOST_ADDRESS: &str = "16.0.9.1";
 
 /// How long a client socket waits before a test fails rather than hangs.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -164,10 +174,10 @@ impl Finished {
 }
 
 /// Runs `client` in a sandbox namespace against a relay serving
-/// `scenario` in a world namespace; stops the relay when `client`
-/// returns (or panics) and gives back what it reported. `None` when this
-/// process may not make network namespaces and SPAWND_TEST_SKIP_PRIVILEGED
-/// asks to skip (without it, the test fails).
+/// `scenario` in a host namespace linked to the world; stops the relay
+/// when `client` returns (or panics) and gives back what it reported.
+/// `None` when this process may not make network namespaces and
+/// SPAWND_TEST_SKIP_PRIVILEGED asks to skip (without it, the test fails).
 pub(super) fn run(
     scenario: Scenario,
     client: impl FnOnce(&Client) + Send + 'static,
@@ -186,6 +196,9 @@ pub(super) fn run(
     let (served_tx, served_rx) = std::sync::mpsc::channel();
     let (closed_tx, closed_rx) = std::sync::mpsc::channel();
     let (client_done_tx, client_done_rx) = tokio::sync::oneshot::channel::<()>();
+    let (host_ns_tx, host_ns_rx) = std::sync::mpsc::channel();
+    let (world_up_tx, world_up_rx) = std::sync::mpsc::channel();
+    let upstream = Upstream::default();
     let sandbox = {
         let mode = scenario.mode.clone();
         let client_side = Client {
@@ -201,57 +214,108 @@ pub(super) fn run(
             enter_new_netns().expect("unshare the sandbox");
             listeners_tx
                 .send(sandbox_listeners(&mode))
-                .expect("the world takes the listeners");
+                .expect("the host takes the listeners");
             client(&client_side);
         })
     };
-    let world = thread::spawn(move || {
-        enter_new_netns().expect("unshare the world");
+    let world = {
+        let upstream = upstream.clone();
+        thread::spawn(move || {
+            enter_new_netns().expect("unshare the world");
+            ip(&["link", "set", "lo", "up"]);
+            for address in WORLD_ADDRESSES {
+                ip(&["addr", "add", &format!("{address}/32"), "dev", "lo"]);
+            }
+            let host_ns: String = host_ns_rx.recv().expect("the host's namespace");
+            let peer = ["peer", "name", "wan0", "netns", &host_ns];
+            ip(&[&["link", "add", "wan1", "type", "veth"][..], &peer].concat());
+            ip(&["link", "set", "wan1", "up"]);
+            // Whatever the source, answers go back to the host.
+            ip(&["route", "add", "default", "dev", "wan1"]);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                upstream.serve(closed_tx).await;
+                let _ = world_up_tx.send(());
+                // The upstream servers go on until the client code is
+                // done, so they see what the relay's stop did to their
+                // connections.
+                let _ = client_done_rx.await;
+            });
+        })
+    };
+    let host = thread::spawn(move || {
+        enter_new_netns().expect("unshare the host");
+        let ns = format!(
+            "/proc/{}/task/{}/ns/net",
+            std::process::id(),
+            nix::unistd::gettid()
+        );
+        host_ns_tx
+            .send(ns)
+            .expect("the world takes the host's namespace");
+        world_up_rx.recv().expect("the world's link and servers");
         ip(&["link", "set", "lo", "up"]);
+        ip(&["addr", "add", &format!("{HOST_ADDRESS}/32"), "dev", "wan0"]);
+        ip(&["link", "set", "wan0", "up"]);
         for address in WORLD_ADDRESSES {
-            ip(&["addr", "add", &format!("{address}/32"), "dev", "lo"]);
+            ip(&["route", "add", &format!("{address}/32"), "dev", "wan0"]);
         }
         let listeners = listeners_rx.recv().expect("the sandbox's listeners");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        runtime.block_on(async {
-            let finished = world(scenario, listeners, stop, served_tx, closed_tx).await;
-            // The upstream servers go on until the client code is done,
-            // so they see what the relay's stop did to their connections.
-            let _ = client_done_rx.await;
-            finished
-        })
+        runtime.block_on(relay(scenario, listeners, stop, served_tx, upstream))
     });
-    // The client's panic says more than the world's that follows it.
+    // The client's panic says more than the host's and the world's that
+    // follow it.
     let sandbox_result = sandbox.join();
+    let host_result = host.join();
     let world_result = world.join();
     if let Err(panic) = sandbox_result {
         std::panic::resume_unwind(panic);
     }
-    Some(world_result.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    if let Err(panic) = world_result {
+        std::panic::resume_unwind(panic);
+    }
+    Some(host_result.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
 }
 
-/// The world's upstream servers and the relay, until the relay stops.
-async fn world(
+/// The world's upstream servers and what they saw, shared with the host,
+/// which reads it when the relay has stopped.
+#[derive(Clone, Default)]
+struct Upstream {
+    accepted: Arc<AtomicUsize>,
+    received: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    /// Starts the servers on the world's runtime, listening once this
+    /// returns.
+    async fn serve(&self, upstream_closed: std::sync::mpsc::Sender<()>) {
+        for (port, banner) in [(ECHO, None), (TLS, None), (BANNER, Some(BANNER_TEXT))] {
+            let listener = tokio::net::TcpListener::bind(("::", port)).await.unwrap();
+            tokio::spawn(upstream(
+                listener,
+                banner,
+                upstream_closed.clone(),
+                (self.accepted.clone(), self.received.clone()),
+            ));
+        }
+    }
+}
+
+/// The relay, on the host, until it stops.
+async fn relay(
     scenario: Scenario,
     listeners: Listeners,
     stop: CancellationToken,
     served: std::sync::mpsc::Sender<()>,
-    upstream_closed: std::sync::mpsc::Sender<()>,
+    upstream: Upstream,
 ) -> Finished {
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let received = Arc::new(AtomicUsize::new(0));
-    for (port, banner) in [(ECHO, None), (TLS, None), (BANNER, Some(BANNER_TEXT))] {
-        let listener = tokio::net::TcpListener::bind(("::", port)).await.unwrap();
-        tokio::spawn(upstream(
-            listener,
-            banner,
-            upstream_closed.clone(),
-            (accepted.clone(), received.clone()),
-        ));
-    }
     let resolved = Arc::new(AtomicUsize::new(0));
     let (events_tx, mut events_rx) = tokio::sync::mpsc::channel(256);
     let summary = serve(
@@ -272,8 +336,8 @@ async fn world(
     Finished {
         events,
         summary,
-        upstream_accepted: accepted.load(Ordering::Relaxed),
-        upstream_received: received.load(Ordering::Relaxed),
+        upstream_accepted: upstream.accepted.load(Ordering::Relaxed),
+        upstream_received: upstream.received.load(Ordering::Relaxed),
         resolved: resolved.load(Ordering::Relaxed),
     }
 }
