@@ -294,12 +294,14 @@ impl Handles {
     /// the spawns still starting) is refused.
     pub(super) fn make_room(&mut self) -> Result<(), RpcError> {
         self.expire();
-        if self.map.len() + self.starting >= MAX_HANDLES_PER_CONNECTION {
-            return Err(RpcError::new(
+        let held = self.map.len() + self.starting;
+        if held >= MAX_HANDLES_PER_CONNECTION {
+            return Err(RpcError::with_data(
                 rpc::OVERLOADED,
                 format!(
                     "this connection holds {MAX_HANDLES_PER_CONNECTION} handles; spawn_release some"
                 ),
+                json!({"limit": "handles_per_connection", "max": MAX_HANDLES_PER_CONNECTION, "caller_uses": held}),
             ));
         }
         Ok(())

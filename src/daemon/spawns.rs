@@ -16,9 +16,13 @@
 //! until `spawn_release` or [`HANDLE_LIFETIME`], and a connection's running
 //! sandboxes are killed when it closes.
 //!
-//! Buffered output is bounded across the daemon: a spawn reserves its
+//! Running spawns and buffered output are bounded across the daemon and
+//! shared among callers by uid ([`crate::shares`]): a spawn takes one of
+//! `[server] max_running_spawns` and reserves its
 //! operation's stdout and stderr caps from `[server] max_buffered_output_bytes`
-//! before it starts (else -32003, overloaded), the reservation shrinks to the
+//! before it starts (else -32003, overloaded, its `data` naming the limit
+//! and the caller's use); its relayed connections count against its
+//! caller's share of the relay's. The reservation shrinks to the
 //! bytes actually kept when it ends, and is returned when the handle goes.
 //! The result keeps no second copy of the output: `spawn_status` renders the
 //! streams from the buffers.
