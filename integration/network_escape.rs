@@ -1713,6 +1713,68 @@ finish()
     assert_eq!(api.accepted(), 1);
 }
 
+/// Refused egress is shown: `spawnd run` ends with one `spawnd: network:`
+/// line per refused destination and DNS name (count, reason, what would
+/// grant it), though the program swallowed every refusal and exited 0;
+/// `--fail-on-refusal` turns that run into exit 7, and a program that
+/// failed keeps its own code.
+#[test]
+fn refused_egress_is_shown_and_fail_on_refusal_fails_the_step() {
+    let Some(s) = Setup::new(&[]) else { return };
+    s.world.map("private.test", &[ip("10.0.0.5")]);
+    let m = s.manifest(
+        "m.toml",
+        &["api.test:8080", "other.test:8081", "private.test:8080"],
+        "env_passthrough = [\"CODE\"]",
+        "",
+    );
+    let arg = s.script(
+        "swallowed",
+        r#"
+attempt("port", lambda: exchange(resolve("api.test"), 8081))
+attempt("name", lambda: resolve("evil.test"))
+attempt("private", lambda: exchange(resolve("private.test"), 8080))
+attempt("again", lambda: exchange(resolve("api.test"), 8081))
+finish()
+sys.exit(int(os.environ.get("CODE", "0")))
+"#,
+    );
+    let run = |extra: &[&str], code: &str| {
+        let mut command = s.world.spawnd(&s.config);
+        command.args(["run", "--manifest"]).arg(&m);
+        command.args(["--op", "py", "--arg", &arg, "--env"]);
+        command.arg(format!("CODE={code}"));
+        command.args(extra);
+        command.output().unwrap()
+    };
+    let shown = run(&[], "0");
+    let stderr = String::from_utf8_lossy(&shown.stderr);
+    eprintln!("{stderr}");
+    assert_eq!(shown.status.code(), Some(0), "{stderr}");
+    for line in [
+        "spawnd: network: api.test:8081 refused \u{d7}2 (not_granted; grant \"api.test:8081\" in the manifest's network)",
+        "spawnd: network: DNS evil.test (A) refused \u{d7}1 (not_granted; grant \"evil.test:PORT\" in the manifest's network)",
+        "spawnd: network: private.test:8080 refused \u{d7}1 (resolved_to_denied_address; the operator's [network] allow_cidrs",
+    ] {
+        assert!(stderr.lines().any(|l| l.starts_with(line)), "no {line:?} in:\n{stderr}");
+    }
+    let failed = run(&["--fail-on-refusal"], "0");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(7), "{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some("spawnd: exit 7 (network egress refused; --fail-on-refusal)"),
+        "{stderr}"
+    );
+    let own = run(&["--fail-on-refusal"], "3");
+    assert_eq!(
+        own.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+}
+
 // ---- load and lifetime ----------------------------------------------------
 
 /// A `spawnd serve` in the world, killed when dropped.

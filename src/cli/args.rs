@@ -347,6 +347,13 @@ pub struct RunArgs {
     /// say): at most 128 bytes, no control characters; `audit query` shows it
     #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,
+    /// `run`: exit 7 when the program succeeded but spawnd refused any of
+    /// its network egress (each refusal is listed on stderr as `spawnd:
+    /// network: HOST:PORT refused ×N (reason; what would grant it)`), so a
+    /// CI step fails where a tool swallowed the refusal; a program that
+    /// failed keeps its own exit code
+    #[arg(long)]
+    pub fail_on_refusal: bool,
 }
 
 /// `spawnd learn`'s arguments.

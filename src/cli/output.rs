@@ -112,7 +112,9 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
 /// wall time, or an interruption of spawnd; `None` when the code is the
 /// program's own (its exit code, or 128+N after its signal N).
 fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
-    if data["timed_out"] == json!(true) {
+    if data["failed_on_refusal"] == json!(true) {
+        Some("network egress refused; --fail-on-refusal")
+    } else if data["timed_out"] == json!(true) {
         Some("timed_out")
     } else if crate::exec::interrupting_signal(data).is_some() {
         Some("interrupted")

@@ -15,8 +15,32 @@ use crate::sandbox::launch::StdinSource;
 use crate::spawner::Spawner;
 use crate::supervise::{LiveOutput, LiveView};
 
+/// The exit code of a run whose program succeeded while spawnd refused
+/// some of its network egress, under `--fail-on-refusal`.
+pub const EXIT_NETWORK_REFUSED: i32 = 7;
+
 /// `spawnd run`.
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+    let ran = run_here_or_remote(cli, args)?;
+    Ok(match args.fail_on_refusal {
+        true => fail_on_refusal(ran),
+        false => ran,
+    })
+}
+
+/// A run whose program exited 0 while spawnd refused some of its network
+/// egress ends with [`EXIT_NETWORK_REFUSED`] (`data.failed_on_refusal`);
+/// any other exit code stays as it is, the program's own failure first.
+fn fail_on_refusal(mut ran: Success) -> Success {
+    let refused = !crate::exec::network_refusals(&ran.data["network"]).is_empty();
+    if refused && ran.exit == 0 {
+        ran.exit = EXIT_NETWORK_REFUSED;
+        ran.data["failed_on_refusal"] = serde_json::json!(true);
+    }
+    ran
+}
+
+fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     if let Some(socket) = &args.socket {
         return super::remote::run_remote(cli, args, socket);
     }

@@ -27,7 +27,7 @@ pub use outcome::{denial_failure, Failure, FailureKind, Success};
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, open_audit};
 pub use refusals::{describe as describe_refusal, Refusal};
-pub use report::{conclude, interrupting_signal};
+pub use report::{conclude, interrupting_signal, network_refusals};
 
 pub use crate::audit::events::{Actor, SpawnFiled};
 

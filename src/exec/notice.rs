@@ -67,6 +67,18 @@ pub enum Notice {
     /// The program failed with what reads like a wall of the sandbox
     /// (a missing file, a refused permission), and the run was not traced.
     TryTrace,
+    /// spawnd refused the program's network egress to one destination
+    /// (its relay, or its DNS stub), this many times.
+    NetworkRefused {
+        /// `host:port`, or a DNS name.
+        what: String,
+        /// How many attempts.
+        count: u64,
+        /// The refusal's reason (docs/network.md).
+        reason: String,
+        /// What would grant it.
+        grant: String,
+    },
     /// A traced run's program met a wall: the layer, the call and path,
     /// what would move it ([`super::describe_refusal`]).
     Refused {
@@ -113,6 +125,18 @@ impl fmt::Display for Notice {
                 printable(error)
             ),
             Notice::Refused { line } => write!(f, "{}", printable(line)),
+            Notice::NetworkRefused {
+                what,
+                count,
+                reason,
+                grant,
+            } => write!(
+                f,
+                "network: {} refused \u{d7}{count} ({}; {})",
+                printable(what),
+                printable(reason),
+                printable(grant)
+            ),
             Notice::MemoryRefused { max_memory_bytes } => write!(
                 f,
                 "the program reports an allocation refused: the memory limit is {max_memory_bytes} bytes (max_memory_bytes in the manifest's limits, up to the operator's ceiling)"
@@ -178,6 +202,15 @@ mod tests {
                     error: "No space left".into(),
                 },
                 "the exit record could not be written either: No space left",
+            ),
+            (
+                Notice::NetworkRefused {
+                    what: "evil.example.org:443".into(),
+                    count: 3,
+                    reason: "not_granted".into(),
+                    grant: "grant \"evil.example.org:443\" in the manifest's network".into(),
+                },
+                "network: evil.example.org:443 refused \u{d7}3 (not_granted; grant \"evil.example.org:443\" in the manifest's network)",
             ),
         ];
         for (notice, text) in cases {

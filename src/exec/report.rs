@@ -204,6 +204,9 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
                 max_memory_bytes: limits["max_memory_bytes"].clone(),
             });
         }
+        for refused in network_refusals(&data["network"]) {
+            on_notice(refused);
+        }
         tell_refusals(&data["trace"], on_notice);
         if exit != 0 {
             tell_likely_walls(&data, on_notice);
@@ -221,6 +224,77 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
     success.exit = if audit_failed { 5 } else { exit };
     success.keep_ok = !audit_failed;
     success
+}
+
+/// Every network egress spawnd refused the program, from a result's
+/// `network` object: each refused destination with its count, reason and
+/// what would grant it, then each DNS name refused. Empty when nothing was
+/// refused (or the spawn had no network).
+pub fn network_refusals(network: &Value) -> Vec<Notice> {
+    let mut refused = Vec::new();
+    for r in network["refusals"].as_array().into_iter().flatten() {
+        let (host, port) = (r["host"].as_str().unwrap_or("?"), &r["port"]);
+        let reason = r["reason"].as_str().unwrap_or("refused");
+        refused.push(Notice::NetworkRefused {
+            what: format!("{host}:{port}"),
+            count: r["count"].as_u64().unwrap_or(1),
+            reason: reason.to_string(),
+            grant: what_would_grant(reason, host, port),
+        });
+    }
+    let unreported = network["refusals_unreported"].as_u64().unwrap_or(0);
+    if unreported > 0 {
+        refused.push(Notice::NetworkRefused {
+            what: "other destinations".into(),
+            count: unreported,
+            reason: "of other kinds".into(),
+            grant: "the audit log's net records list them".into(),
+        });
+    }
+    for d in network["dns_refused"].as_array().into_iter().flatten() {
+        let name = d["name"].as_str().unwrap_or("?");
+        refused.push(Notice::NetworkRefused {
+            what: format!("DNS {name} ({})", d["type"].as_str().unwrap_or("?")),
+            count: 1,
+            reason: crate::relay::reason::NOT_GRANTED.into(),
+            grant: format!("grant \"{name}:PORT\" in the manifest's network"),
+        });
+    }
+    let more = network["dns_refused_more"].as_u64().unwrap_or(0);
+    if more > 0 {
+        refused.push(Notice::NetworkRefused {
+            what: "other DNS names".into(),
+            count: more,
+            reason: crate::relay::reason::NOT_GRANTED.into(),
+            grant: "the audit log's net records list them".into(),
+        });
+    }
+    refused
+}
+
+/// What would let a refused connection to `host:port` through, by the
+/// refusal's reason (docs/network.md lists them).
+fn what_would_grant(reason: &str, host: &str, port: &Value) -> String {
+    use crate::relay::reason;
+    match reason {
+        reason::NOT_GRANTED => format!("grant \"{host}:{port}\" in the manifest's network"),
+        reason::TOO_MANY_CONNECTIONS => {
+            "the operator's [network] max_connections_per_spawn, or connections_share through a daemon".into()
+        }
+        reason::RESOLVED_TO_DENIED_ADDRESS | reason::DENIED_ADDRESS => {
+            "the operator's [network] allow_cidrs, for a private range; loopback, link-local, metadata and the host's own addresses only by a grant of the address itself".into()
+        }
+        reason::SNI_MISMATCH | reason::SNI_MISSING => format!(
+            "the TLS client must name {host} as its server (SNI); grant the name it asked for instead, if that one is meant"
+        ),
+        reason::MALFORMED_CLIENT_HELLO | reason::FIRST_FLIGHT_TIMEOUT => {
+            "a TLS client that sends a well-formed ClientHello naming the granted server".into()
+        }
+        reason::RECORD_ONLY => {
+            "learning in record mode refuses every connection; `spawnd learn --net forward` relays them, and the draft grants what it saw".into()
+        }
+        _ => "docs/network.md explains the reason".into(),
+    }
 }
 
 /// What a failed program's stderr suggests: an allocation the rlimits
