@@ -2,7 +2,8 @@ package spawnd
 
 // This file owns the connection: dialing, writing request lines, the one
 // reader goroutine that matches answers to calls by id and routes
-// notifications, and how the connection ends.
+// notifications, telling the daemon ($/cancelRequest) of a call whose
+// caller gave up, and how the connection ends.
 
 import (
 	"bufio"
@@ -40,6 +41,11 @@ type Client struct {
 	subs    map[string]*subscription
 	err     error // why the connection ended, once it has
 	done    chan struct{}
+
+	// waits is the one spawn_wait loop every Wait joins.
+	waits *waiter
+	// probes holds a place per probe in progress (MaxProbesInProgress).
+	probes chan struct{}
 }
 
 // pendingCall is a request written and not yet answered.
@@ -84,6 +90,8 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 		subs:    make(map[string]*subscription),
 		done:    make(chan struct{}),
 	}
+	c.waits = newWaiter(c)
+	c.probes = make(chan struct{}, MaxProbesInProgress)
 	go c.readLoop(bufio.NewReaderSize(conn, 64<<10))
 	return c, nil
 }
@@ -139,15 +147,79 @@ type request struct {
 	Params  interface{} `json:"params,omitempty"`
 }
 
+// notification is a request line without an id: the daemon answers none.
+type notification struct {
+	JSONRPC string      `json:"jsonrpc"`
+	Method  string      `json:"method"`
+	Params  interface{} `json:"params,omitempty"`
+}
+
+// MethodCancelRequest is the notification that ends a wait or probe in
+// progress at the daemon (LSP's `$/cancelRequest {id}`): the daemon
+// answers that request -32800 and frees its slot. A call whose context
+// ends while it is in progress sends it; spawns and stdin writes are not
+// ended by it.
+const MethodCancelRequest = "$/cancelRequest"
+
+// MaxProbesInProgress is how many probes (health, connectors_status,
+// spawn_check) the daemon takes in progress per connection; the client
+// holds more until one is answered, so that they are not refused.
+const MaxProbesInProgress = 4
+
+func isProbe(method string) bool {
+	return method == "health" || method == "connectors_status" || method == "spawn_check"
+}
+
 func (c *Client) call(ctx context.Context, method string, params, result interface{},
 	onResult, onAbandoned func(json.RawMessage)) error {
+	done := func() {}
+	if isProbe(method) {
+		select {
+		case c.probes <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return c.Err()
+		}
+		done = func() { <-c.probes }
+	}
+	id, p, err := c.start(ctx, method, params, onResult, onAbandoned)
+	if err != nil {
+		done()
+		return err
+	}
+	select {
+	case a := <-p.answer:
+		done()
+		return decodeAnswer(method, a, result)
+	case <-ctx.Done():
+		// A spawn runs to its end whatever is sent (its handle is released
+		// when its answer comes); any other call in progress is cancelled at
+		// the daemon, which frees its place. The caller does not wait on
+		// that write; a probe's place is the client's again once it is sent.
+		if c.abandon(id, p) && p.onAbandoned == nil {
+			go func() {
+				c.cancelAtDaemon(id)
+				done()
+			}()
+		} else {
+			done()
+		}
+		return ctx.Err()
+	}
+}
+
+// start writes a request and registers it for its answer, which comes on
+// the pendingCall's channel.
+func (c *Client) start(ctx context.Context, method string, params interface{},
+	onResult, onAbandoned func(json.RawMessage)) (uint64, *pendingCall, error) {
 	id := atomic.AddUint64(&c.nextID, 1)
 	if params == nil {
 		params = struct{}{}
 	}
 	line, err := json.Marshal(request{JSONRPC: "2.0", ID: id, Method: method, Params: params})
 	if err != nil {
-		return fmt.Errorf("spawnd: %s: encode params: %w", method, err)
+		return 0, nil, fmt.Errorf("spawnd: %s: encode params: %w", method, err)
 	}
 	p := &pendingCall{
 		method:      method,
@@ -161,30 +233,45 @@ func (c *Client) call(ctx context.Context, method string, params, result interfa
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return err
+		return 0, nil, err
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
 	if err := c.write(ctx, line); err != nil {
 		c.forget(id)
-		return err
+		return 0, nil, err
 	}
-	select {
-	case a := <-p.answer:
-		if a.err != nil {
-			return a.err
-		}
-		if result == nil {
-			return nil
-		}
-		if err := decodeResult(a.result, result); err != nil {
-			return fmt.Errorf("spawnd: %s: decode result: %w", method, err)
-		}
+	return id, p, nil
+}
+
+func decodeAnswer(method string, a answer, result interface{}) error {
+	if a.err != nil {
+		return a.err
+	}
+	if result == nil {
 		return nil
-	case <-ctx.Done():
-		c.abandon(id, p)
-		return ctx.Err()
 	}
+	if err := decodeResult(a.result, result); err != nil {
+		return fmt.Errorf("spawnd: %s: decode result: %w", method, err)
+	}
+	return nil
+}
+
+// cancelWrite bounds how long sending a $/cancelRequest waits for its
+// turn to write.
+const cancelWrite = 10 * time.Second
+
+// cancelAtDaemon sends $/cancelRequest for the request id, best effort:
+// a connection that has ended has nothing to cancel.
+func (c *Client) cancelAtDaemon(id uint64) {
+	line, err := json.Marshal(notification{JSONRPC: "2.0", Method: MethodCancelRequest,
+		Params: map[string]uint64{"id": id}})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelWrite)
+	defer cancel()
+	_ = c.write(ctx, append(line, '\n'))
 }
 
 // write sends one whole request line. Waiting for the turn to write
@@ -226,10 +313,11 @@ func (c *Client) forget(id uint64) {
 	c.mu.Unlock()
 }
 
-// abandon is called when a caller stops waiting. A call with an
-// onAbandoned hook stays pending so the hook sees its answer; if the
-// answer came already, the hook gets it now.
-func (c *Client) abandon(id uint64, p *pendingCall) {
+// abandon is called when a caller stops waiting, and says whether the
+// request is still in progress at the daemon (not answered yet). A call
+// with an onAbandoned hook stays pending so the hook sees its answer; if
+// the answer came already, the hook gets it now.
+func (c *Client) abandon(id uint64, p *pendingCall) bool {
 	c.mu.Lock()
 	if _, ok := c.pending[id]; ok {
 		if p.onAbandoned != nil {
@@ -238,7 +326,7 @@ func (c *Client) abandon(id uint64, p *pendingCall) {
 			delete(c.pending, id)
 		}
 		c.mu.Unlock()
-		return
+		return true
 	}
 	c.mu.Unlock()
 	select {
@@ -248,6 +336,7 @@ func (c *Client) abandon(id uint64, p *pendingCall) {
 		}
 	default:
 	}
+	return false
 }
 
 // frame is any line the daemon sends: an answer or a notification.

@@ -626,3 +626,125 @@ func TestDaemonAConnectionOverTheUidLimitIsLostWithWhatTheDaemonSaid(t *testing.
 		t.Fatalf("over the uid's limit: %v", err)
 	}
 }
+
+// spawnRetrying spawns, trying again while the daemon is at its limit of
+// running spawns: the programs of earlier tests' connections end as the
+// daemon notices those connections closed.
+func spawnRetrying(ctx context.Context, t *testing.T, c *spawnd.Client, p spawnd.SpawnOpParams) *spawnd.Spawned {
+	t.Helper()
+	for {
+		s, err := c.SpawnOp(ctx, p)
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, spawnd.ErrOverloaded) || ctx.Err() != nil {
+			t.Fatalf("spawn: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDaemonSixtyFourWaitsHoldUpNeitherAKillNorHealthNorAnotherWait(t *testing.T) {
+	c := dial(t)
+	ctx := testContext(t)
+	handles := make([]string, spawnd.MaxWaitHandles)
+	for i := range handles {
+		handles[i] = spawnRetrying(ctx, t, c, sh(fmt.Sprintf("echo %d; exec sleep 300", i))).Handle
+	}
+	type waited struct {
+		i   int
+		st  *spawnd.Status
+		err error
+	}
+	results := make(chan waited, len(handles))
+	for i, h := range handles {
+		go func(i int, h string) {
+			st, err := c.Wait(ctx, h)
+			results <- waited{i, st, err}
+		}(i, h)
+	}
+	// Time for the Waits to join; nothing below depends on how many have.
+	time.Sleep(300 * time.Millisecond)
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatalf("health with 64 Waits in progress: %v", err)
+	}
+	// The Waits hold one of the connection's 64 waits, not 64 of them.
+	if _, err := c.SpawnStatus(ctx, handles[0], time.Millisecond); err != nil {
+		t.Fatalf("a status wait with 64 Waits in progress: %v", err)
+	}
+	for _, h := range handles {
+		if err := c.SpawnKill(ctx, h); err != nil {
+			t.Fatalf("kill %s with Waits in progress: %v", h, err)
+		}
+	}
+	for range handles {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("Wait %d: %v", r.i, r.err)
+		}
+		st := r.st
+		if st.State != spawnd.StateSignaled || st.Signal == nil || *st.Signal != 9 || st.InterruptedBy != "spawn_kill" ||
+			st.Stdout.String() != fmt.Sprintf("%d\n", r.i) {
+			t.Fatalf("Wait %d: %+v (stdout %+v)", r.i, st, st.Stdout)
+		}
+	}
+}
+
+func TestDaemonCancelledWaitsFreeTheirPlacesAndAnOverloadNamesTheBound(t *testing.T) {
+	c := dial(t)
+	ctx := testContext(t)
+	s := spawnRetrying(ctx, t, c, sh("exec sleep 300"))
+	defer func() { _ = c.SpawnRelease(ctx, s.Handle) }()
+	waits, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A place a short wait below held a moment is asked again.
+			for {
+				_, err := c.SpawnStatus(waits, s.Handle, time.Minute)
+				if !errors.Is(err, spawnd.ErrOverloaded) {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	// Short waits, one at a time, until the 64 long ones fill the bound.
+	var e *spawnd.Error
+	for {
+		time.Sleep(100 * time.Millisecond)
+		_, err := c.SpawnStatus(ctx, s.Handle, time.Millisecond)
+		if errors.As(err, &e) && e.Code == spawnd.CodeOverloaded {
+			break
+		}
+		if err != nil {
+			t.Fatalf("a short wait: %v", err)
+		}
+	}
+	o := e.Overload()
+	if o == nil || o.Limit != "waits_in_progress_per_connection" || o.Max != 64 || o.CallerUses != 64 {
+		t.Fatalf("the refused wait: %v (data %s)", e, e.Data)
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatalf("health with every wait place taken: %v", err)
+	}
+	// The callers give up: each call sends $/cancelRequest, and the daemon
+	// frees their places long before their minute is up.
+	cancel()
+	wg.Wait()
+	freed, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	for {
+		_, err := c.SpawnStatus(freed, s.Handle, time.Millisecond)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, spawnd.ErrOverloaded) || freed.Err() != nil {
+			t.Fatalf("a wait after the others were cancelled: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

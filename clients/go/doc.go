@@ -7,9 +7,12 @@
 // a single reader goroutine hands every answer to the call that waits for
 // it, so a slow call (a spawn, a wait, a stdin write the program does not
 // read yet) never holds up another. Each call takes a context; when the
-// context ends first the call returns its error and the answer is dropped
-// when it comes (a spawn whose caller gave up is released, so its program
-// does not run unobserved).
+// context ends first the call returns its error, the daemon is told
+// ($/cancelRequest) so that it ends the request and frees its place, and
+// the answer is dropped when it comes (a spawn, which runs to its end, is
+// released, so its program does not run unobserved). Every [Client.Wait]
+// on a connection joins one loop that keeps a single spawn_wait in flight
+// over all the handles waited on.
 //
 // Every method of the protocol has a typed method here (Health,
 // ConnectorsStatus, Spawn, SpawnOp, SpawnCheck, SpawnStatus, SpawnWait,
@@ -20,7 +23,8 @@
 //
 // Errors the daemon answers are [*Error] values: match them with
 // errors.Is against the sentinels (ErrDenied, ErrNotFound, …) and take the
-// denial object out with errors.As into a [*Denial]. A connection that ends
+// denial object out with errors.As into a [*Denial], and the limit of a
+// -32003 into an [*Overload]. A connection that ends
 // fails every call in flight with a [*ConnectionError] (errors.Is
 // ErrConnectionLost).
 //

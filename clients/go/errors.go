@@ -23,6 +23,9 @@ const (
 	CodeCredential         = -32005
 	CodeAuditUnavailable   = -32006
 	CodeInternal           = -32603
+	// CodeRequestCancelled answers a wait or probe ended by
+	// $/cancelRequest (MethodCancelRequest).
+	CodeRequestCancelled = -32800
 )
 
 // Sentinels for errors.Is, one per code: errors.Is(err, ErrDenied) holds
@@ -39,6 +42,7 @@ var (
 	ErrCredential         = errors.New("spawnd: credential")
 	ErrAuditUnavailable   = errors.New("spawnd: audit trail unavailable")
 	ErrInternal           = errors.New("spawnd: internal error")
+	ErrRequestCancelled   = errors.New("spawnd: request cancelled")
 	// ErrFrameTooLarge is a request line over the daemon's
 	// max_frame_bytes (-32600 with data.max_frame_bytes). The connection
 	// stays open; send large stdin with SpawnOpParams.StdinStream.
@@ -57,6 +61,7 @@ var sentinels = map[int]error{
 	CodeCredential:         ErrCredential,
 	CodeAuditUnavailable:   ErrAuditUnavailable,
 	CodeInternal:           ErrInternal,
+	CodeRequestCancelled:   ErrRequestCancelled,
 }
 
 // Error is an error the daemon answered.
@@ -66,7 +71,8 @@ type Error struct {
 	// Data is the error's data as sent: the denial object for -32001 and
 	// -32005 (and for a refusal that is -32002: an unknown connector or
 	// operation), {field, bytes, audit_id} for an invalid name,
-	// {max_frame_bytes} for an oversized frame.
+	// {max_frame_bytes} for an oversized frame, {handle} for a handle not
+	// found, the limit that refused for -32003 (Overload).
 	Data json.RawMessage
 	// Method is the method of the call answered; empty for an error the
 	// daemon sent with id null.
@@ -90,8 +96,9 @@ func (e *Error) Is(target error) bool {
 	return ok && s == target
 }
 
-// As fills a **Denial with the denial object e carries, and an
-// **InvalidName with the invalid-name data.
+// As fills a **Denial with the denial object e carries, an
+// **InvalidName with the invalid-name data, and an **Overload with the
+// limit of a -32003.
 func (e *Error) As(target interface{}) bool {
 	switch t := target.(type) {
 	case **Denial:
@@ -106,6 +113,12 @@ func (e *Error) As(target interface{}) bool {
 			*t = n
 		}
 		return n != nil
+	case **Overload:
+		o := e.Overload()
+		if o != nil {
+			*t = o
+		}
+		return o != nil
 	}
 	return false
 }
@@ -142,6 +155,58 @@ func (e *Error) MaxFrameBytes() (int, bool) {
 		return 0, false
 	}
 	return *d.Max, true
+}
+
+// Overload is the data of a -32003 refusal: the limit that refused, and
+// what the caller and everyone use of it. Take it out of an error with
+// errors.As(err, &overload) or Error.Overload.
+type Overload struct {
+	// Limit names the limit: a config key of the daemon's pools
+	// ("server.running_spawns_share", "server.max_running_spawns",
+	// "server.buffered_output_share_bytes", …) or a per-connection bound
+	// ("waits_in_progress_per_connection",
+	// "probes_in_progress_per_connection").
+	Limit string `json:"limit"`
+	// Max is the limit's value.
+	Max int64 `json:"max"`
+	// Asked is what the refused request asked for (0 when the limit does
+	// not say, as for the per-connection bounds).
+	Asked int64 `json:"asked"`
+	// CallerUses is what the caller holds of it: its uid's for a pool, this
+	// connection's for a per-connection bound.
+	CallerUses int64 `json:"caller_uses"`
+	// AllUse is what every caller holds together (0 when the limit does
+	// not say).
+	AllUse int64 `json:"all_use"`
+	// Raw is the whole data object, with keys this version does not name.
+	Raw json.RawMessage `json:"-"`
+}
+
+func (o *Overload) Error() string {
+	return fmt.Sprintf("spawnd: at the limit %s (%d; the caller uses %d)", o.Limit, o.Max, o.CallerUses)
+}
+
+// Overload is the limit a -32003 names, or nil (another code, or a
+// refusal without data).
+func (e *Error) Overload() *Overload {
+	var o Overload
+	if e.Code != CodeOverloaded || len(e.Data) == 0 || json.Unmarshal(e.Data, &o) != nil || o.Limit == "" {
+		return nil
+	}
+	o.Raw = e.Data
+	return &o
+}
+
+// NotFoundHandle is the handle a -32002 says is not found (its data
+// {handle}), or "" for another error.
+func (e *Error) NotFoundHandle() string {
+	var d struct {
+		Handle string `json:"handle"`
+	}
+	if e.Code != CodeNotFound || len(e.Data) == 0 || json.Unmarshal(e.Data, &d) != nil {
+		return ""
+	}
+	return d.Handle
 }
 
 // Denial is the gate's refusal (docs/cli.md, "Denial reasons"). Take it

@@ -1,7 +1,7 @@
 package spawnd
 
 // This file owns the conveniences a connector runtime wants on top of the
-// methods: waiting for the end, running an operation to its result,
+// methods: running an operation to its result (Wait is waiter.go's),
 // reading a whole stream as an io.Reader (following `skipped`), and
 // streaming stdin as an io.Writer in frames within the daemon's limit.
 
@@ -13,7 +13,8 @@ import (
 )
 
 // longWait is how long one waiting call asks the daemon to block; loops
-// ask again until the end or the context's deadline.
+// ask again until the end or the context's deadline (the daemon caps a
+// wait at 60 s).
 const longWait = 10 * time.Second
 
 // waitFor is the wait for one call: longWait, or less when the context's
@@ -29,23 +30,6 @@ func waitFor(ctx context.Context) time.Duration {
 		wait = time.Millisecond
 	}
 	return wait
-}
-
-// Wait blocks until the spawn has ended (or ctx ends) and returns its
-// result.
-func (c *Client) Wait(ctx context.Context, handle string) (*Status, error) {
-	for {
-		s, err := c.SpawnStatus(ctx, handle, waitFor(ctx))
-		if err != nil {
-			return nil, err
-		}
-		if s.Ended() {
-			return s, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // Run runs an operation and returns its result, output included (up to

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,8 @@ type wireRequest struct {
 	Method string                 `json:"method"`
 	Params map[string]interface{} `json:"params"`
 	Bytes  int                    `json:"-"`
+	// HasID is false for a notification (a line without an id).
+	HasID bool `json:"-"`
 }
 
 // connected is a client and the peer it talks to.
@@ -75,6 +78,9 @@ func (p *peer) read() wireRequest {
 		p.t.Fatalf("peer: request %q: %v", line, err)
 	}
 	req.Bytes = len(line) - 1
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(line, &keys)
+	_, req.HasID = keys["id"]
 	return req
 }
 
@@ -483,6 +489,291 @@ func TestWireSpawnWaitsEndedDecodesFromEachShape(t *testing.T) {
 		}
 		if len(w.Ended) != 2 || !w.Ended.Contains("h-1") || !w.Ended.Contains("h-2") || w.Ended.Contains("h-3") {
 			t.Fatalf("%s: %v", raw, w.Ended)
+		}
+	}
+}
+
+// handlesOf is the handles a spawn_wait names.
+func handlesOf(t *testing.T, r wireRequest) []string {
+	t.Helper()
+	raw, ok := r.Params["handles"].([]interface{})
+	if !ok {
+		t.Fatalf("%s without handles: %+v", r.Method, r.Params)
+	}
+	out := make([]string, len(raw))
+	for i, h := range raw {
+		out[i] = h.(string)
+	}
+	return out
+}
+
+// cancelled is the id a $/cancelRequest names, after checking that it
+// came as a notification.
+func cancelled(t *testing.T, r wireRequest) uint64 {
+	t.Helper()
+	if r.Method != spawnd.MethodCancelRequest || r.HasID {
+		t.Fatalf("want a $/cancelRequest notification, got %+v (with an id: %v)", r, r.HasID)
+	}
+	id, ok := r.Params["id"].(float64)
+	if !ok {
+		t.Fatalf("$/cancelRequest without a numeric id: %+v", r.Params)
+	}
+	return uint64(id)
+}
+
+// untilOneSpawnWaitNames reads the spawn_waits of the Wait loop (and the
+// cancellations of those it restarts) until one names every handle in
+// want, and fails if a second spawn_wait is ever in flight or anything
+// else comes. It returns that spawn_wait.
+func untilOneSpawnWaitNames(t *testing.T, p *peer, want []string) wireRequest {
+	t.Helper()
+	inFlight := map[uint64]bool{}
+	restarts := 0
+	for {
+		r := p.read()
+		switch r.Method {
+		case "spawn_wait":
+			if len(inFlight) != 0 {
+				t.Fatalf("a second spawn_wait in flight: %d with %v", r.ID, inFlight)
+			}
+			if _, asks := r.Params["wait_ms"]; !asks {
+				t.Fatalf("spawn_wait without wait_ms: %+v", r.Params)
+			}
+			inFlight[r.ID] = true
+			got := handlesOf(t, r)
+			all := len(got) == len(want)
+			for _, h := range want {
+				all = all && containsString(got, h)
+			}
+			if all {
+				t.Logf("one spawn_wait over %d handles after %d restarts", len(want), restarts)
+				return r
+			}
+		case spawnd.MethodCancelRequest:
+			id := cancelled(t, r)
+			if !inFlight[id] {
+				t.Fatalf("$/cancelRequest of %d, which is not the spawn_wait in flight (%v)", id, inFlight)
+			}
+			delete(inFlight, id)
+			restarts++
+		default:
+			t.Fatalf("the Wait loop sent %s %+v", r.Method, r.Params)
+		}
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestWireSixtyFourWaitsShareOneSpawnWaitAndReadEachStatusWithoutWaiting(t *testing.T) {
+	c, p := connected(t)
+	ctx := testContext(t)
+	handles := make([]string, spawnd.MaxWaitHandles)
+	for i := range handles {
+		handles[i] = fmt.Sprintf("h-%02d", i)
+	}
+	results := make(chan error, len(handles))
+	for _, h := range handles {
+		go func(h string) {
+			st, err := c.Wait(ctx, h)
+			if err == nil && (st.State != spawnd.StateExited || *st.ExitCode != 0) {
+				err = fmt.Errorf("%s: status %+v", h, st)
+			}
+			results <- err
+		}(h)
+	}
+	// Every restart cancels the spawn_wait before it, so exactly one is in
+	// flight however the 64 Waits join; no Wait sends anything itself.
+	all := untilOneSpawnWaitNames(t, p, handles)
+	p.answer(all.ID, map[string]interface{}{"handle": handles[0], "state": "exited", "ended": handles})
+	// Each Wait reads its handle's final status once, without a wait.
+	asked := map[string]bool{}
+	for range handles {
+		r := p.read()
+		h, _ := r.Params["handle"].(string)
+		if _, waits := r.Params["wait_ms"]; r.Method != "spawn_status" || waits || asked[h] || !containsString(handles, h) {
+			t.Fatalf("after the spawn_wait's answer: %s %+v", r.Method, r.Params)
+		}
+		asked[h] = true
+		p.answer(r.ID, map[string]interface{}{"state": "exited", "exit_code": 0})
+	}
+	for range handles {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nobody waits: the loop has stopped, and the next line is the next call.
+	done := async(func() error { return c.Call(ctx, "ping", nil, nil) })
+	if r := p.read(); r.Method != "ping" {
+		t.Fatalf("after every Wait returned: %s %+v", r.Method, r.Params)
+	} else {
+		p.answer(r.ID, true)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWireACanceledContextSendsCancelRequestWithTheCallsID(t *testing.T) {
+	c, p := connected(t)
+	ctx, cancel := context.WithCancel(testContext(t))
+	done := async(func() error { _, err := c.SpawnStatus(ctx, "h-1", time.Minute); return err })
+	r := p.read()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the call: %v", err)
+	}
+	if id := cancelled(t, p.read()); id != r.ID {
+		t.Fatalf("$/cancelRequest of %d, the call was %d", id, r.ID)
+	}
+	// The daemon's -32800 for it goes nowhere; the connection carries on.
+	p.fail(r.ID, spawnd.CodeRequestCancelled, "cancelled by $/cancelRequest", nil)
+	ok := async(func() error { return c.Call(testContext(t), "ping", nil, nil) })
+	p.answer(p.read().ID, true)
+	if err := <-ok; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWireAWaitWhoseContextEndsLeavesAndTheLoopCancelsItsSpawnWait(t *testing.T) {
+	c, p := connected(t)
+	ctx, cancel := context.WithCancel(testContext(t))
+	done := async(func() error { _, err := c.Wait(ctx, "h-1"); return err })
+	r := untilOneSpawnWaitNames(t, p, []string{"h-1"})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the Wait: %v", err)
+	}
+	// Nobody waits any more: the loop gives up its spawn_wait at the daemon.
+	if id := cancelled(t, p.read()); id != r.ID {
+		t.Fatalf("$/cancelRequest of %d, the spawn_wait was %d", id, r.ID)
+	}
+}
+
+func TestWireAHandleNotFoundFailsOnlyItsOwnWait(t *testing.T) {
+	c, p := connected(t)
+	ctx := testContext(t)
+	gone := async(func() error { _, err := c.Wait(ctx, "h-gone"); return err })
+	live := async(func() error { _, err := c.Wait(ctx, "h-live"); return err })
+	r := untilOneSpawnWaitNames(t, p, []string{"h-gone", "h-live"})
+	p.fail(r.ID, spawnd.CodeNotFound, "no such handle on this connection", map[string]string{"handle": "h-gone"})
+	err := <-gone
+	var e *spawnd.Error
+	if !errors.Is(err, spawnd.ErrNotFound) || !errors.As(err, &e) || e.NotFoundHandle() != "h-gone" {
+		t.Fatalf("the Wait of the handle not found: %v", err)
+	}
+	// The loop goes on with the other handle alone.
+	r = p.read()
+	if r.Method != "spawn_wait" || fmt.Sprint(handlesOf(t, r)) != "[h-live]" {
+		t.Fatalf("after the handle not found: %s %+v", r.Method, r.Params)
+	}
+	select {
+	case err := <-live:
+		t.Fatalf("the other Wait returned: %v", err)
+	default:
+	}
+	p.answer(r.ID, map[string]interface{}{"handle": "h-live", "state": "signaled", "ended": []string{"h-live"}})
+	st := p.read()
+	if st.Method != "spawn_status" || st.Params["handle"] != "h-live" {
+		t.Fatalf("after h-live ended: %s %+v", st.Method, st.Params)
+	}
+	p.answer(st.ID, map[string]interface{}{"state": "signaled", "signal": 9, "interrupted_by": "spawn_kill"})
+	if err := <-live; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWireALostConnectionFailsEveryWait(t *testing.T) {
+	c, p := connected(t)
+	ctx := testContext(t)
+	first := async(func() error { _, err := c.Wait(ctx, "h-1"); return err })
+	second := async(func() error { _, err := c.Wait(ctx, "h-2"); return err })
+	untilOneSpawnWaitNames(t, p, []string{"h-1", "h-2"})
+	_ = p.conn.Close()
+	for _, done := range []<-chan error{first, second} {
+		if err := <-done; !errors.Is(err, spawnd.ErrConnectionLost) {
+			t.Fatalf("a Wait when the connection ended: %v", err)
+		}
+	}
+}
+
+func TestWireAnOverloadNamesTheLimitAndWhatTheCallerUses(t *testing.T) {
+	c, p := connected(t)
+	ctx := testContext(t)
+	done := async(func() error {
+		_, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "local://x/y", Op: "run"})
+		return err
+	})
+	p.fail(p.read().ID, spawnd.CodeOverloaded, "at the limit of 16 running spawns ([server] running_spawns_share)",
+		map[string]interface{}{"limit": "server.running_spawns_share", "max": 16, "asked": 1, "caller_uses": 16, "all_use": 40})
+	err := <-done
+	var o *spawnd.Overload
+	if !errors.Is(err, spawnd.ErrOverloaded) || !errors.As(err, &o) {
+		t.Fatalf("spawn: %v", err)
+	}
+	want := spawnd.Overload{Limit: "server.running_spawns_share", Max: 16, Asked: 1, CallerUses: 16, AllUse: 40}
+	if !bytes.Contains(o.Raw, []byte(`"all_use"`)) {
+		t.Fatalf("overload raw %s", o.Raw)
+	}
+	o.Raw = nil
+	if !reflect.DeepEqual(*o, want) {
+		t.Fatalf("overload %+v, want %+v", *o, want)
+	}
+	done = async(func() error { _, err := c.SpawnStatus(ctx, "h", time.Second); return err })
+	p.fail(p.read().ID, spawnd.CodeOverloaded, "this connection has 64 waiting requests in progress",
+		map[string]interface{}{"limit": "waits_in_progress_per_connection", "max": 64, "caller_uses": 64})
+	var e *spawnd.Error
+	if err := <-done; !errors.As(err, &e) || e.Overload() == nil || e.Overload().Limit != "waits_in_progress_per_connection" ||
+		e.Overload().CallerUses != 64 || e.Overload().Asked != 0 {
+		t.Fatalf("status wait: %v", err)
+	}
+	done = async(func() error { return c.Call(ctx, "m", nil, nil) })
+	p.fail(p.read().ID, spawnd.CodeOverloaded, "busy", nil)
+	var none *spawnd.Overload
+	if err := <-done; !errors.As(err, &e) || e.Overload() != nil || errors.As(err, &none) {
+		t.Fatalf("an overload without data: %v", err)
+	}
+}
+
+func TestWireAFifthProbeWaitsInTheClientForAPlace(t *testing.T) {
+	c, p := connected(t)
+	ctx := testContext(t)
+	var healths []<-chan error
+	for i := 0; i < spawnd.MaxProbesInProgress+1; i++ {
+		healths = append(healths, async(func() error { _, err := c.Health(ctx); return err }))
+	}
+	var probes []wireRequest
+	for len(probes) < spawnd.MaxProbesInProgress {
+		probes = append(probes, p.read())
+	}
+	// The fifth is held: the next line is a call of another class.
+	ping := async(func() error { return c.Call(ctx, "ping", nil, nil) })
+	if r := p.read(); r.Method != "ping" {
+		t.Fatalf("with %d probes in progress: %s", len(probes), r.Method)
+	} else {
+		p.answer(r.ID, true)
+	}
+	if err := <-ping; err != nil {
+		t.Fatal(err)
+	}
+	p.answer(probes[0].ID, map[string]int{"protocol_version": 1})
+	if r := p.read(); r.Method != "health" {
+		t.Fatalf("once a probe was answered: %s", r.Method)
+	} else {
+		probes = append(probes[1:], r)
+	}
+	for _, r := range probes {
+		p.answer(r.ID, map[string]int{"protocol_version": 1})
+	}
+	for _, done := range healths {
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

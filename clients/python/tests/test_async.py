@@ -17,6 +17,7 @@ from spawnd_client import (
     InvalidRequest,
     MethodNotFound,
     NotFound,
+    Overloaded,
     SpawnExitedNote,
     SpawnOutputNote,
 )
@@ -114,6 +115,25 @@ class OneConnectionManyRequests(AsyncTest):
 
         got = await asyncio.gather(*(run(i) for i in range(8)))
         self.assertEqual(got, [f"{i}\n".encode() for i in range(8)])
+
+    async def test_64_waits_hold_up_neither_a_kill_nor_health(self):
+        handles = []
+        for i in range(64):
+            while True:
+                try:
+                    handles.append(await self.sh(f"echo {i}; exec sleep 300"))
+                    break
+                except Overloaded:  # earlier tests' programs still ending
+                    await asyncio.sleep(0.05)
+        waits = [asyncio.ensure_future(self.c.wait(h)) for h in handles]
+        await asyncio.sleep(0.3)  # time for the waits to join
+        self.assertEqual((await self.c.health())["protocol_version"], 1)
+        self.assertEqual((await self.c.spawn_status(handles[0], wait_ms=1)).state, "running")
+        for h in handles:
+            await self.c.spawn_kill(h)
+        done = await asyncio.wait_for(asyncio.gather(*waits), PATIENCE_S)
+        self.assertEqual([(s.state, s.signal, s.stdout.data) for s in done],
+                         [("signaled", 9, f"{i}\n".encode()) for i in range(64)])
 
     async def test_spawn_wait(self):
         slow, quick = await self.sh("sleep 60"), await self.sh("true")

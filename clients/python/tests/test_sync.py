@@ -52,6 +52,20 @@ def hold_connections_until_refused(test: unittest.TestCase) -> list:
     return held
 
 
+def spawn_retrying(spawn):
+    """`spawn()`, again while the daemon is at its limit of running spawns:
+    the programs of earlier tests' connections end as the daemon notices
+    those connections closed."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        try:
+            return spawn()
+        except Overloaded:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def wait_until_a_connection_is_served() -> None:
     """Once connections are closed, the daemon frees their places as it
     notices: a later test's connection must not be refused meanwhile."""
@@ -282,6 +296,33 @@ class OneConnectionManyRequests(SyncTest):
         for t in threads:
             t.join()
         self.assertEqual(results, {i: f"{i}\n".encode() for i in range(8)})
+
+    def test_64_waits_hold_up_neither_a_kill_nor_health_nor_another_wait(self):
+        handles = [spawn_retrying(lambda i=i: self.sh(f"echo {i}; exec sleep 300")) for i in range(64)]
+        results = {}
+
+        def wait(i, h):
+            try:
+                results[i] = self.c.wait(h, timeout=PATIENCE_S)
+            except Exception as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=wait, args=(i, h)) for i, h in enumerate(handles)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)  # time for the waits to join; nothing below depends on how many have
+        self.assertEqual(self.c.health()["protocol_version"], 1)
+        # The waits hold one of the connection's 64 waits, not 64 of them.
+        self.assertEqual(self.c.spawn_status(handles[0], wait_ms=1).state, "running")
+        for h in handles:
+            self.c.spawn_kill(h)
+        for t in threads:
+            t.join()
+        for i in range(64):
+            status = results[i]
+            self.assertNotIsInstance(status, Exception)
+            self.assertEqual((status.state, status.signal, status.stdout.data), ("signaled", 9, f"{i}\n".encode()))
+            self.assertEqual(status["interrupted_by"], "spawn_kill")
 
     def test_spawn_wait_gives_the_first_of_the_handles_that_ended(self):
         slow = self.sh("sleep 60")

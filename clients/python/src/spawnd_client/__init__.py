@@ -25,6 +25,7 @@ from .errors import (
     Overloaded,
     ParseError,
     ProtocolViolation,
+    RequestCancelled,
     SandboxUnavailable,
     SpawndError,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "Param",
     "ParseError",
     "ProtocolViolation",
+    "RequestCancelled",
     "STDERR",
     "STDOUT",
     "SandboxUnavailable",

@@ -2,6 +2,11 @@
 request in flight. Any number of tasks may await calls at once; answers
 are matched by `id`, and notifications go to per-handle queues (or to the
 `on_notification` callback).
+
+`wait()` joins the connection's one waiter task, which keeps a single
+`spawn_wait` in flight over every handle waited on (waits.py). A call whose
+task is cancelled (`asyncio.wait_for`, `Task.cancel`) while in progress at
+the daemon sends `$/cancelRequest` for it, so the daemon frees its place.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    List,
     Mapping,
     Optional,
     Sequence,
+    Set,
+    Tuple,
     Union,
 )
 
 from . import protocol as p
+from . import waits
 from .client import check_params, pieces
 from .errors import ConnectionLost, InvalidRequest, ProtocolViolation, SpawndError
 from .results import (
@@ -79,6 +88,12 @@ class AsyncClient:
         # The last error the daemon sent with id null (for `ConnectionLost.last`).
         self._last_null: Optional[SpawndError] = None
         self.max_frame_bytes: Optional[int] = None
+        # Spawns whose caller gave up: their handles are released when answered.
+        self._abandoned_spawns: Set[int] = set()
+        # The waiter task's set, and what wakes it (a handle joined, nobody waits).
+        self._waits: waits.WaitSet["asyncio.Future[None]"] = waits.WaitSet()
+        self._wake = asyncio.Event()
+        self._wait_task: "Optional[asyncio.Future[None]]" = None
         self._task = asyncio.ensure_future(self._read_loop())
 
     @classmethod
@@ -120,6 +135,9 @@ class AsyncClient:
         except asyncio.CancelledError:
             pass
         self._lose(ConnectionLost("the client closed the connection"))
+        if self._wait_task is not None:
+            # It ends once it sees the loss.
+            await asyncio.wait({self._wait_task}, timeout=timeout)
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -151,6 +169,7 @@ class AsyncClient:
         for fut in self._in_flight.drain():
             if not fut.done():
                 fut.set_exception(lost)
+        self._settle(self._waits.fail_all(lost))
         for q in self._notes.values():
             q.put_nowait(_LOST)
 
@@ -172,6 +191,12 @@ class AsyncClient:
             if request_id is None:
                 self._last_null = answer.error
         fut = self._in_flight.pop(request_id)
+        if fut is None and request_id in self._abandoned_spawns:
+            self._abandoned_spawns.discard(request_id)
+            handle = answer.result.get("handle") if isinstance(answer.result, dict) else None
+            if isinstance(handle, str):
+                asyncio.ensure_future(self._release_quietly(handle))
+            return
         if fut is None:
             if answer.error is not None:
                 self.unmatched_errors.append(answer.error)
@@ -206,8 +231,33 @@ class AsyncClient:
 
     async def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Any:
         """Sends one request and returns its `result`, or raises the typed
-        error the daemon answered, or `ConnectionLost`."""
+        error the daemon answered, or `ConnectionLost`. A caller cancelled
+        while the request is in progress tells the daemon
+        (`$/cancelRequest`), which frees its place; a spawn is not
+        cancelled, and its handle is released when its answer comes."""
         fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
+        request_id = await self._send(method, params, fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # Answered just as the caller was cancelled.
+                if method in p.SPAWNS and isinstance(fut.result(), dict):
+                    handle = fut.result().get("handle")
+                    if isinstance(handle, str):
+                        asyncio.ensure_future(self._release_quietly(handle))
+            else:
+                self._give_up(request_id, method)
+            raise
+        except InvalidRequest as e:
+            if e.max_frame_bytes:
+                self.max_frame_bytes = e.max_frame_bytes
+            raise
+        finally:
+            self._in_flight.pop(request_id)
+
+    async def _send(self, method: str, params: Optional[Mapping[str, Any]], fut: "asyncio.Future[Any]") -> int:
+        """Writes one request whose answer goes to `fut`; its id."""
         async with self._send_lock:
             if self._lost is not None:
                 raise self._lost.again()
@@ -219,14 +269,34 @@ class AsyncClient:
             except OSError as e:
                 self._in_flight.pop(request_id)
                 raise self._lost_on_send(e) from e
+            except asyncio.CancelledError:
+                # The line is written whole (write does not wait): the
+                # request is on its way.
+                self._give_up(request_id, method)
+                raise
+        return request_id
+
+    def _give_up(self, request_id: int, method: str) -> None:
+        """Stops waiting for a request. One still in progress is cancelled
+        at the daemon (a wait or probe), or has its handle released when
+        its answer comes (a spawn). The notification is written at once:
+        a whole line, never inside another."""
+        if self._in_flight.pop(request_id) is None:
+            return  # answered already
+        if method in p.SPAWNS:
+            self._abandoned_spawns.add(request_id)
+        if method in p.NOT_CANCELLABLE or self._writer.is_closing():
+            return
         try:
-            return await fut
-        except InvalidRequest as e:
-            if e.max_frame_bytes:
-                self.max_frame_bytes = e.max_frame_bytes
-            raise
-        finally:
-            self._in_flight.pop(request_id)
+            self._writer.write(p.encode_cancel(request_id))
+        except OSError:
+            pass  # the connection is gone, and the request with it
+
+    async def _release_quietly(self, handle: str) -> None:
+        try:
+            await self.spawn_release(handle)
+        except (SpawndError, ConnectionLost):
+            pass
 
     async def health(self) -> Dict[str, Any]:
         result: Dict[str, Any] = await self.call("health")
@@ -334,11 +404,74 @@ class AsyncClient:
 
     # -- conveniences --------------------------------------------------------
 
-    async def wait(self, handle: str, poll_ms: int = 10_000) -> SpawnStatus:
+    async def wait(self, handle: str) -> SpawnStatus:
+        """Waits until the spawn has ended and returns its result (bound it
+        with `asyncio.wait_for`). Every `wait` on the connection joins one
+        waiter task that keeps a single `spawn_wait` in flight over all the
+        handles waited on; once the handle has ended, its status is read
+        with `spawn_status` (without a wait). A handle not found raises
+        `NotFound` in its own waits only."""
         while True:
-            status = await self.spawn_status(handle, wait_ms=min(poll_ms, p.MAX_WAIT_MS))
+            if self._lost is not None:
+                raise self._lost.again()
+            ended: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+            if self._waits.join(handle, ended):
+                self._wake.set()
+            if self._wait_task is None:
+                self._wait_task = asyncio.ensure_future(self._wait_loop())
+            try:
+                await ended
+            except asyncio.CancelledError:
+                if self._waits.leave(handle, ended):
+                    self._wake.set()
+                raise
+            status = await self.spawn_status(handle)
             if status.ended:
                 return status
+
+    def _settle(self, delivered: "List[waits.Delivery[asyncio.Future[None]]]") -> None:
+        for ended, error in delivered:
+            if ended.done():
+                continue
+            if error is None:
+                ended.set_result(None)
+            else:
+                ended.set_exception(error)
+
+    async def _wait_loop(self) -> None:
+        """The waiter task: one `spawn_wait` in flight over the handles
+        waited on, restarted (the one before cancelled) when the set
+        changes, until nobody waits."""
+        current: "Optional[Tuple[int, asyncio.Future[Any], List[str]]]" = None
+        try:
+            while True:
+                self._wake.clear()
+                batch = self._waits.batch()
+                if not batch:
+                    return
+                if current is None or current[2] != batch:
+                    if current is not None:
+                        self._give_up(current[0], "spawn_wait")
+                    fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
+                    try:
+                        current = (await self._send("spawn_wait", waits.spawn_wait_params(batch), fut), fut, batch)
+                    except ConnectionLost as e:
+                        current = None
+                        self._settle(self._waits.fail_all(e))
+                        continue
+                _, answer, asked = current
+                if not answer.done():
+                    woken = asyncio.ensure_future(self._wake.wait())
+                    await asyncio.wait({answer, woken}, return_when=asyncio.FIRST_COMPLETED)
+                    woken.cancel()
+                if answer.done():
+                    current = None
+                    error = answer.exception()
+                    self._settle(self._waits.answered(asked, None if error else answer.result(), error))
+        finally:
+            self._wait_task = None
+            if current is not None and not current[1].done():
+                self._give_up(current[0], "spawn_wait")
 
     async def iter_output(
         self,

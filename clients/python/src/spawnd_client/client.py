@@ -6,6 +6,11 @@ the reader thread reads every line the daemon sends and hands answers to
 their callers and notifications to per-handle queues (or to the
 `on_notification` callback). So a thread blocked in `spawn_status(h,
 wait_ms=...)` holds up no other thread's call on the same connection.
+
+`wait()` joins the connection's one waiter thread, which keeps a single
+`spawn_wait` in flight over every handle waited on (waits.py). A call
+given a `timeout` that passes sends `$/cancelRequest` for it, so the
+daemon frees its place.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import queue
 import socket
 import threading
+import time
 from typing import (
     IO,
     Any,
@@ -22,13 +28,17 @@ from typing import (
     Deque,
     Dict,
     Iterator,
+    List,
     Mapping,
     Optional,
     Sequence,
+    Set,
+    Tuple,
     Union,
 )
 
 from . import protocol as p
+from . import waits
 from .errors import ConnectionLost, InvalidRequest, ProtocolViolation, SpawndError
 from .results import (
     STDOUT,
@@ -51,13 +61,27 @@ ErrorCallback = Callable[[SpawndError], None]
 
 
 class _Slot:
-    """Where the reader thread leaves one answer for its caller."""
+    """Where the reader thread leaves one answer for its caller: `answered`
+    is set before `event` (which the waiter thread shares with its other
+    wake-ups)."""
 
-    __slots__ = ("event", "result", "error")
+    __slots__ = ("event", "result", "error", "answered")
+
+    def __init__(self, event: Optional[threading.Event] = None) -> None:
+        self.event = event or threading.Event()
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.answered = False
+
+
+class _Ticket:
+    """One `wait()`'s place in the waiter thread's set: `event` is set once
+    its handle has ended (`error` None) or will never be seen to."""
+
+    __slots__ = ("event", "error")
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.result: Any = None
         self.error: Optional[BaseException] = None
 
 
@@ -110,6 +134,13 @@ class Client:
         # The last error the daemon sent with id null (for `ConnectionLost.last`).
         self._last_null: Optional[SpawndError] = None
         self.max_frame_bytes: Optional[int] = None
+        # Spawns whose caller gave up: their handles are released when answered.
+        self._abandoned_spawns: Set[int] = set()
+        # The waiter thread's set, and what wakes it (a handle joined, nobody
+        # waits, its spawn_wait was answered); both under _table_lock.
+        self._waits: waits.WaitSet[_Ticket] = waits.WaitSet()
+        self._wake = threading.Event()
+        self._waiting = False
         self._reader = threading.Thread(target=self._read_loop, name="spawnd-client-reader", daemon=True)
         self._reader.start()
 
@@ -164,8 +195,10 @@ class Client:
             self._lost = lost
             slots = self._in_flight.drain()
             queues = list(self._notes.values())
+            self._settle(self._waits.fail_all(lost))
         for slot in slots:
             slot.error = lost
+            slot.answered = True
             slot.event.set()
         for q in queues:
             q.put(_LOST)
@@ -183,6 +216,11 @@ class Client:
                 if request_id is None:
                     self._last_null = answer.error
             slot = self._in_flight.pop(request_id)
+            abandoned_spawn = slot is None and request_id in self._abandoned_spawns
+            self._abandoned_spawns.discard(request_id)
+        if abandoned_spawn:
+            self._release_abandoned(answer.result)
+            return
         if slot is None:
             if answer.error is not None:
                 self.unmatched_errors.append(answer.error)
@@ -190,6 +228,7 @@ class Client:
                     self._on_unmatched_error(answer.error)
             return
         slot.result, slot.error = answer.result, answer.error
+        slot.answered = True
         slot.event.set()
 
     def _deliver(self, note: Notification) -> None:
@@ -213,11 +252,28 @@ class Client:
 
     # -- calls -------------------------------------------------------------
 
-    def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Any:
+    def call(self, method: str, params: Optional[Mapping[str, Any]] = None, *, timeout: Optional[float] = None) -> Any:
         """Sends one request and returns its `result`, or raises the typed
         error the daemon answered (`SpawndError` subclasses), or
-        `ConnectionLost`. Any thread may call; answers are matched by id."""
+        `ConnectionLost`. Any thread may call; answers are matched by id.
+
+        With `timeout` (seconds), a call still unanswered then raises
+        `TimeoutError`, and the daemon is told (`$/cancelRequest`) so that
+        it frees the request's place; a spawn is not cancelled, and its
+        handle is released when its answer comes."""
         slot = _Slot()
+        request_id = self._send(method, params, slot)
+        if not slot.event.wait(timeout) and self._give_up(request_id, method):
+            raise TimeoutError(f"spawnd {method}: no answer within {timeout} s")
+        slot.event.wait()
+        if slot.error is not None:
+            if isinstance(slot.error, InvalidRequest) and slot.error.max_frame_bytes:
+                self.max_frame_bytes = slot.error.max_frame_bytes
+            raise slot.error
+        return slot.result
+
+    def _send(self, method: str, params: Optional[Mapping[str, Any]], slot: _Slot) -> int:
+        """Writes one request whose answer goes to `slot`; its id."""
         with self._send_lock:
             with self._table_lock:
                 if self._lost is not None:
@@ -234,12 +290,40 @@ class Client:
         if send_error is not None:
             # Outside the send lock: the reader may run a callback that sends.
             raise self._lost_on_send(send_error) from send_error
-        slot.event.wait()
-        if slot.error is not None:
-            if isinstance(slot.error, InvalidRequest) and slot.error.max_frame_bytes:
-                self.max_frame_bytes = slot.error.max_frame_bytes
-            raise slot.error
-        return slot.result
+        return request_id
+
+    def _give_up(self, request_id: int, method: str) -> bool:
+        """Stops waiting for a request; False when its answer came first.
+        A wait or probe still in progress is cancelled at the daemon; a
+        spawn's handle is released when its answer comes."""
+        with self._table_lock:
+            if self._in_flight.pop(request_id) is None:
+                return False
+            if method in p.SPAWNS:
+                self._abandoned_spawns.add(request_id)
+        if method not in p.NOT_CANCELLABLE:
+            try:
+                with self._send_lock:
+                    self._sock.sendall(p.encode_cancel(request_id))
+            except OSError:
+                pass  # the connection is gone, and the request with it
+        return True
+
+    def _release_abandoned(self, result: Any) -> None:
+        """Releases the handle of a spawn whose caller gave up, from a
+        thread of its own (the reader must go on reading its answer)."""
+        handle = result.get("handle") if isinstance(result, dict) else None
+        if not isinstance(handle, str):
+            return
+        name: str = handle
+
+        def release() -> None:
+            try:
+                self.spawn_release(name)
+            except (SpawndError, ConnectionLost):
+                pass
+
+        threading.Thread(target=release, name="spawnd-client-release", daemon=True).start()
 
     def _lost_on_send(self, e: OSError) -> ConnectionLost:
         """Why a send failed: a daemon that closed the connection may have
@@ -378,12 +462,82 @@ class Client:
 
     # -- conveniences --------------------------------------------------------
 
-    def wait(self, handle: str, poll_ms: int = 10_000) -> SpawnStatus:
-        """Blocks until the spawn has ended and returns its result."""
+    def wait(self, handle: str, timeout: Optional[float] = None) -> SpawnStatus:
+        """Blocks until the spawn has ended and returns its result; raises
+        `TimeoutError` after `timeout` seconds. Every `wait` on the
+        connection joins one waiter thread that keeps a single `spawn_wait`
+        in flight over all the handles waited on; once the handle has
+        ended, its status is read with `spawn_status` (without a wait). A
+        handle not found raises `NotFound` in its own waits only."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.spawn_status(handle, wait_ms=min(poll_ms, p.MAX_WAIT_MS))
+            ticket = self._join_waits(handle)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not ticket.event.wait(left):
+                with self._table_lock:
+                    if self._waits.leave(handle, ticket):
+                        self._wake.set()
+                    if not ticket.event.is_set():
+                        raise TimeoutError(f"spawnd wait: {handle} did not end within {timeout} s")
+            if ticket.error is not None:
+                raise ticket.error
+            status = self.spawn_status(handle)
             if status.ended:
                 return status
+
+    def _join_waits(self, handle: str) -> _Ticket:
+        ticket = _Ticket()
+        with self._table_lock:
+            if self._lost is not None:
+                raise self._lost.again()
+            if self._waits.join(handle, ticket):
+                self._wake.set()
+            if not self._waiting:
+                self._waiting = True
+                threading.Thread(target=self._wait_loop, name="spawnd-client-waiter", daemon=True).start()
+        return ticket
+
+    def _settle(self, delivered: "List[waits.Delivery[_Ticket]]") -> None:
+        """Ends waits (under _table_lock, so a wait that times out sees
+        whether it was ended first)."""
+        for ticket, error in delivered:
+            ticket.error = error
+            ticket.event.set()
+
+    def _wait_loop(self) -> None:
+        """The waiter thread: one `spawn_wait` in flight over the handles
+        waited on, restarted (the one before cancelled) when the set
+        changes, until nobody waits."""
+        current: Optional[Tuple[int, _Slot, List[str]]] = None
+        try:
+            while True:
+                with self._table_lock:
+                    self._wake.clear()
+                    batch = self._waits.batch()
+                    if not batch:
+                        self._waiting = False
+                        return
+                if current is None or current[2] != batch:
+                    if current is not None:
+                        self._give_up(current[0], "spawn_wait")
+                    slot = _Slot(self._wake)
+                    try:
+                        current = (self._send("spawn_wait", waits.spawn_wait_params(batch), slot), slot, batch)
+                    except ConnectionLost as e:
+                        current = None
+                        with self._table_lock:
+                            self._settle(self._waits.fail_all(e))
+                        continue
+                request_id, slot, asked = current
+                if not slot.answered:
+                    self._wake.wait()
+                if slot.answered:
+                    current = None
+                    with self._table_lock:
+                        self._settle(self._waits.answered(asked, slot.result, slot.error))
+        finally:
+            if current is not None and not current[1].answered:
+                self._give_up(current[0], "spawn_wait")
 
     def iter_output(
         self,

@@ -152,15 +152,54 @@ class NotFound(SpawndError):
     """-32002: handle (also another connection's, or a wrong attach token),
     connector, operation or program not found. When the gate said so
     (`connector_unknown`, `op_unknown`, a missing program file), `denial`
-    has the denial object."""
+    has the denial object; for a handle, `handle` names it."""
 
     code = -32002
 
+    @property
+    def handle(self) -> Optional[str]:
+        """The handle not found (`data.handle`), else None."""
+        v = self.data.get("handle") if isinstance(self.data, dict) else None
+        return v if isinstance(v, str) else None
+
 
 class Overloaded(SpawndError):
-    """-32003: at a connection, spawn, handle or output limit; try later."""
+    """-32003: at a connection, spawn, handle or output limit; try later.
+    `data` names the limit that refused, exposed as properties: `limit`
+    (a config key of the daemon's pools, such as
+    `server.running_spawns_share`, or a per-connection bound:
+    `waits_in_progress_per_connection`,
+    `probes_in_progress_per_connection`), `max` (its value), `asked` (what
+    the request asked for), `caller_uses` (what the caller's uid holds, or
+    this connection for a per-connection bound) and `all_use` (what every
+    caller holds); each is None when the daemon did not say."""
 
     code = -32003
+
+    def _number(self, key: str) -> Optional[int]:
+        v = self.data.get(key) if isinstance(self.data, dict) else None
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def limit(self) -> Optional[str]:
+        v = self.data.get("limit") if isinstance(self.data, dict) else None
+        return v if isinstance(v, str) else None
+
+    @property
+    def max(self) -> Optional[int]:
+        return self._number("max")
+
+    @property
+    def asked(self) -> Optional[int]:
+        return self._number("asked")
+
+    @property
+    def caller_uses(self) -> Optional[int]:
+        return self._number("caller_uses")
+
+    @property
+    def all_use(self) -> Optional[int]:
+        return self._number("all_use")
 
 
 class SandboxUnavailable(SpawndError):
@@ -188,6 +227,13 @@ class InternalError(SpawndError):
     code = -32603
 
 
+class RequestCancelled(SpawndError):
+    """-32800: a wait or probe ended by `$/cancelRequest` (the clients send
+    it for a call their caller gave up on)."""
+
+    code = -32800
+
+
 ERRORS_BY_CODE: Dict[int, Type[SpawndError]] = {
     cls.code: cls
     for cls in (
@@ -202,6 +248,7 @@ ERRORS_BY_CODE: Dict[int, Type[SpawndError]] = {
         CredentialError,
         AuditUnavailable,
         InternalError,
+        RequestCancelled,
     )
 }
 

@@ -38,7 +38,8 @@ DEFAULT_READ_CHUNK = 64 * 1024
 #: The longest `wait_ms` the daemon takes.
 MAX_WAIT_MS = 60_000
 
-#: At most this many handles per `spawn_wait`.
+#: At most this many handles per `spawn_wait`: the daemon's limit of
+#: handles per connection.
 MAX_WAIT_HANDLES = 64
 
 Params = Dict[str, Any]
@@ -51,6 +52,25 @@ def encode_frame(request_id: int, method: str, params: Optional[Mapping[str, Any
     if params is not None:
         request["params"] = dict(params)
     return json.dumps(request, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+#: The notification that ends a wait or probe in progress (as in LSP):
+#: the daemon answers that request -32800 and frees its slot.
+CANCEL_REQUEST = "$/cancelRequest"
+
+#: Requests `$/cancelRequest` does not end: they run to their end, so a
+#: spawn whose caller gave up has its handle released when it is answered.
+NOT_CANCELLABLE = frozenset({"spawn", "spawn_op", "spawn_stdin_write", "spawn_stdin_close"})
+
+#: Spawn methods, whose answer names a handle to release when the caller
+#: gave up.
+SPAWNS = frozenset({"spawn", "spawn_op"})
+
+
+def encode_cancel(request_id: int) -> bytes:
+    """`$/cancelRequest {id}` as a notification (no `id` of its own)."""
+    notification = {"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": request_id}}
+    return json.dumps(notification, separators=(",", ":")).encode() + b"\n"
 
 
 def stdin_chunk_for(max_frame_bytes: int) -> int:
