@@ -119,6 +119,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         fs: FsPlan::default(),
         network: network.iter().map(|g| Grant::parse(g).unwrap()).collect(),
         network_learning: learning,
+        on_violation: Default::default(),
         limits: Limits::default(),
     }
 }

@@ -1775,6 +1775,96 @@ sys.exit(int(os.environ.get("CODE", "0")))
     );
 }
 
+/// `on_violation = "terminate"` (the ADR's "capability denial at
+/// runtime"): the first refused egress, a connection to an ungranted port
+/// of a granted name or a lookup of an ungranted name, kills the sandbox
+/// at once, judged from outside by a marker the program would write next
+/// and by its server; the result is a `capability_denied` naming what was
+/// requested and granted with the audit id, exit 3; the exit record says
+/// `network_violation`. The granted fetch before it was served.
+#[test]
+fn on_violation_terminate_kills_the_sandbox_at_the_first_refused_egress() {
+    let Some(s) = Setup::new(&[]) else { return };
+    let api = serve(&s.world, at(WORLD_IP, 8080), Peer::Http("granted"));
+    let m = s.manifest(
+        "m.toml",
+        &["api.test:8080", "other.test:8081"],
+        "on_violation = \"terminate\"",
+        "",
+    );
+    for (name, attack, requested) in [
+        (
+            "port",
+            "exchange(resolve(\"api.test\"), 8081)",
+            "network:api.test:8081",
+        ),
+        ("name", "resolve(\"evil.test\")", "network:evil.test"),
+    ] {
+        let marker = s.world.path(&format!("out/{name}-after"));
+        let arg = s.script(
+            name,
+            &format!(
+                "attempt(\"granted\", lambda: get(\"api.test\", 8080))\n\
+                 attempt(\"refused\", lambda: {attack})\n\
+                 time.sleep(3)\n\
+                 open(\"{}\", \"w\").write(\"still running\")\n\
+                 finish()\n",
+                marker.display()
+            ),
+        );
+        let run = s.run(&m, "py", std::slice::from_ref(&arg));
+        assert_eq!(run.code(), Some(3), "{name}: {}", run.json);
+        assert!(
+            !marker.exists(),
+            "{name}: the program ran on after its refused egress"
+        );
+        assert_eq!(run.json["ok"], false, "{}", run.json);
+        let error = &run.json["error"];
+        assert_eq!(error["code"], "PERMISSION_DENIED", "{error}");
+        let details = &error["details"];
+        assert_eq!(details["class"], "capability_denied", "{details}");
+        assert_eq!(details["requested"], requested, "{details}");
+        assert_eq!(
+            details["granted"],
+            serde_json::json!(["network:api.test:8080", "network:other.test:8081"]),
+            "{details}"
+        );
+        let audit_id = details["audit_id"]
+            .as_str()
+            .expect("an audit id")
+            .to_string();
+        assert_eq!(run.json["data"]["interrupted_by"], "network_violation");
+        let exit = std::fs::read_to_string(s.world.path("spawnd.audit.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|r| r["kind"] == "exit" && r["audit_id"] == audit_id.as_str())
+            .expect("the exit record");
+        assert_eq!(exit["interrupted_by"], "network_violation", "{exit}");
+        assert_eq!(
+            exit["network"]["violation"]["requested"], requested,
+            "{exit}"
+        );
+        // Without --json: exit 3 and spawnd's own last line; the second
+        // attack through a spawner, as the daemon launches.
+        let mut plain = s.world.spawnd(&s.config);
+        plain.args(["run", "--manifest"]).arg(&m);
+        if name == "name" {
+            plain.arg("--via-spawner");
+        }
+        plain.args(["--op", "py", "--arg", &arg]);
+        let out = plain.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert_eq!(
+            stderr.lines().last(),
+            Some("spawnd: exit 3 (permission_denied)"),
+            "{stderr}"
+        );
+    }
+    assert!(api.accepted() >= 2, "the granted fetches were served");
+}
+
 // ---- load and lifetime ----------------------------------------------------
 
 /// A `spawnd serve` in the world, killed when dropped.

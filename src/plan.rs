@@ -48,6 +48,8 @@ pub struct SpawnPlan {
     /// manifest or daemon request can ask for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_learning: Option<Learning>,
+    /// What a refused network egress does (the manifest's `on_violation`).
+    pub on_violation: crate::manifest::OnViolation,
     /// Limits in force.
     pub limits: Limits,
 }

@@ -66,9 +66,13 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
             let ok = s.exit == 0 || s.keep_ok;
             let mut envelope = json!({"ok": ok, "tool": "spawnd", "command": meta.command, "data": s.data, "meta": meta_json(meta)});
             if !ok {
-                let message = s.human.lines().next().unwrap_or("see data");
+                let details = violation_details(&s.data);
+                let message = match details["requested"].as_str() {
+                    Some(requested) => format!("denied ({}): {requested} is not granted; on_violation = \"terminate\" killed the sandbox", details["reason"].as_str().unwrap_or("?")),
+                    None => s.human.lines().next().unwrap_or("see data").to_string(),
+                };
                 envelope["error"] =
-                    json!({"code": error_code(s.exit), "message": message, "details": Value::Null});
+                    json!({"code": error_code(s.exit), "message": message, "details": details});
             }
             print_line(&envelope.to_string());
             s.exit
@@ -112,7 +116,9 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
 /// wall time, or an interruption of spawnd; `None` when the code is the
 /// program's own (its exit code, or 128+N after its signal N).
 fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
-    if data["failed_on_refusal"] == json!(true) {
+    if data["network"]["violation"].is_object() {
+        Some("permission_denied")
+    } else if data["failed_on_refusal"] == json!(true) {
         Some("network egress refused; --fail-on-refusal")
     } else if data["timed_out"] == json!(true) {
         Some("timed_out")
@@ -123,6 +129,24 @@ fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// A run killed at its first refused egress (`on_violation =
+/// "terminate"`): the `capability_denied` the ADR describes, with what was
+/// requested and granted and the audit id; null for any other result.
+fn violation_details(data: &Value) -> Value {
+    let violation = &data["network"]["violation"];
+    if !violation.is_object() {
+        return Value::Null;
+    }
+    json!({
+        "class": "capability_denied",
+        "connector": data["connector"],
+        "reason": violation["reason"],
+        "requested": violation["requested"],
+        "granted": violation["granted"],
+        "audit_id": data["audit_id"],
+    })
 }
 
 /// The last line of `spawnd run` when the exit code is spawnd's own, not

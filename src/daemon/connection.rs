@@ -299,12 +299,18 @@ impl Connection {
     fn take(self: &Arc<Self>, call: Call, permit: Held) {
         let (id, method) = (call.id.clone(), call.method.clone());
         let started = self.start(call);
+        // Cancellable from here, in the reading loop: a `$/cancelRequest`
+        // read next finds it, whenever its task first runs.
+        let cancel = match &started {
+            Started::Later(_) => Some(self.cancellable(id.as_ref())),
+            _ => None,
+        };
         let conn = Arc::clone(self);
         tokio::spawn(async move {
-            let render = match started {
-                Started::Now(render) => render,
-                Started::Later(work) => {
-                    let cancel = conn.cancellable(id.as_ref());
+            let render = match (started, cancel) {
+                (Started::Now(render), _) => render,
+                (Started::Later(work), cancel) => {
+                    let cancel = cancel.unwrap_or_default();
                     let render = tokio::select! {
                         render = work => render,
                         () = cancel.cancelled() => ready(Err(cancelled())),
@@ -313,7 +319,7 @@ impl Connection {
                     conn.no_longer_cancellable(id.as_ref());
                     render
                 }
-                Started::LaterToTheEnd(work) => work.await,
+                (Started::LaterToTheEnd(work), _) => work.await,
             };
             let answered = conn.answer(id, render).await;
             conn.follow_up(&method, answered);

@@ -31,6 +31,7 @@ use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
 use crate::egress::learning::Learning;
+use crate::manifest::OnViolation;
 use crate::plan::SpawnPlan;
 use crate::relay::{
     serve, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RelayConfig, RelayMode, Summary,
@@ -38,6 +39,7 @@ use crate::relay::{
 };
 use crate::sandbox::network::Listeners;
 use crate::shares::Claim;
+use crate::supervise::Killer;
 
 /// Connection records kept for the result; more are counted, not listed
 /// (every one is in the audit log).
@@ -110,6 +112,74 @@ fn net_record(event: &NetEvent) -> Option<Value> {
 pub(super) struct Egress {
     stop: CancellationToken,
     thread: Option<JoinHandle<Reported>>,
+    /// Under `on_violation = "terminate"`: what kills the sandbox at the
+    /// first refused egress.
+    tripwire: Option<Arc<Tripwire>>,
+}
+
+/// `on_violation = "terminate"`: the first refused egress kills the
+/// sandbox, once the pipeline has armed the tripwire with a way to (the
+/// program is released just before; a refusal in between kills it as the
+/// tripwire is armed).
+#[derive(Default)]
+pub(super) struct Tripwire {
+    state: std::sync::Mutex<TripState>,
+}
+
+#[derive(Default)]
+struct TripState {
+    killer: Option<Killer>,
+    tripped: bool,
+}
+
+impl Tripwire {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TripState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A refused egress: the sandbox is killed now, or as soon as armed.
+    fn trip(&self) {
+        let mut state = self.lock();
+        state.tripped = true;
+        if let Some(kill) = &state.killer {
+            kill();
+        }
+    }
+
+    /// Gives the tripwire its way to kill the sandbox.
+    fn arm(&self, killer: Killer) {
+        let mut state = self.lock();
+        if state.tripped {
+            killer();
+        }
+        state.killer = Some(killer);
+    }
+}
+
+/// Whether spawnd refusing `event` is a violation of the spawn's grants
+/// (a destination, name or server it was not granted; not a limit such as
+/// its number of connections), and if so, what was requested.
+fn violation_of(event: &NetEvent) -> Option<(String, &'static str)> {
+    use crate::relay::reason;
+    match event {
+        NetEvent::Connection(r)
+            if !r.allowed
+                && !matches!(
+                    r.reason,
+                    Some(reason::TOO_MANY_CONNECTIONS | reason::RECORD_ONLY)
+                ) =>
+        {
+            Some((
+                format!("network:{}:{}", r.host, r.port),
+                r.reason.unwrap_or(reason::NOT_GRANTED),
+            ))
+        }
+        NetEvent::DnsRefused { name, .. } => Some((format!("network:{name}"), reason::NOT_GRANTED)),
+        _ => None,
+    }
 }
 
 /// An egress dropped unfinished (its spawn failed on the way) is stopped
@@ -132,6 +202,9 @@ pub(super) struct Reported {
     unreported: Vec<DialedCount>,
     summary: Option<Summary>,
     error: Option<String>,
+    /// Under `on_violation = "terminate"`, the refused egress that ended
+    /// the sandbox: `{requested, reason, granted}`.
+    violation: Option<Value>,
     /// A learning spawn's mode, and what its program contacted.
     learning: Option<Learning>,
     contacted: Vec<Grant>,
@@ -146,7 +219,8 @@ pub(super) struct RelayTerms<'a> {
 }
 
 /// Starts the relay for `plan`'s grants (or, learning, for any name) on
-/// `listeners`, its records going to `audit`.
+/// `listeners`, its records going to `audit`; under `on_violation =
+/// "terminate"` with a tripwire for [`Egress::arm`].
 pub(super) fn start(
     plan: &SpawnPlan,
     terms: &RelayTerms<'_>,
@@ -168,6 +242,16 @@ pub(super) fn start(
         ..RelayConfig::default()
     };
     let stopping = stop.clone();
+    let tripwire = (plan.on_violation == OnViolation::Terminate && plan.network_learning.is_none())
+        .then(|| Arc::new(Tripwire::default()));
+    let trip = tripwire.as_ref().map(|t| Violations {
+        tripwire: Arc::clone(t),
+        granted: plan
+            .network
+            .iter()
+            .map(|g| format!("network:{g}"))
+            .collect(),
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(RELAY_BLOCKING_THREADS)
@@ -176,7 +260,7 @@ pub(super) fn start(
     let thread = std::thread::Builder::new()
         .name("spawnd-relay".into())
         .spawn(move || {
-            let reported = runtime.block_on(relay(mode, config, listeners, audit, stopping));
+            let reported = runtime.block_on(relay(mode, config, listeners, audit, stopping, trip));
             // A name resolution past its timeout may still be blocking a
             // thread: it is not waited for.
             runtime.shutdown_background();
@@ -186,6 +270,7 @@ pub(super) fn start(
     Ok(Egress {
         stop,
         thread: Some(thread),
+        tripwire,
     })
 }
 
@@ -208,7 +293,22 @@ fn relay_mode(plan: &SpawnPlan, network: &NetworkConfig) -> Result<RelayMode, Fa
     }
 }
 
+/// What the recording side of a terminating relay needs: the tripwire, and
+/// the grants a violation's record names.
+struct Violations {
+    tripwire: Arc<Tripwire>,
+    granted: Vec<String>,
+}
+
 impl Egress {
+    /// Under `on_violation = "terminate"`, gives the relay its way to kill
+    /// the sandbox (right after the program's release); a no-op otherwise.
+    pub(super) fn arm(&self, killer: Option<Killer>) {
+        if let (Some(tripwire), Some(killer)) = (&self.tripwire, killer) {
+            tripwire.arm(killer);
+        }
+    }
+
     /// Stops the relay (every listener and connection closes) and gives
     /// back what it reported.
     pub(super) fn finish(mut self) -> Reported {
@@ -231,6 +331,7 @@ async fn relay(
     listeners: Listeners,
     audit: NetAudit,
     stop: CancellationToken,
+    trip: Option<Violations>,
 ) -> Reported {
     let learning = match &mode {
         RelayMode::Learning(learning) => Some(*learning),
@@ -245,7 +346,7 @@ async fn relay(
         events,
         stop.clone(),
     );
-    let (served, mut reported) = tokio::join!(serving, record(received, audit, stop));
+    let (served, mut reported) = tokio::join!(serving, record(received, audit, stop, trip));
     if let Err(e) = served {
         reported.error = Some(e.to_string());
     }
@@ -260,11 +361,24 @@ async fn record(
     mut received: mpsc::Receiver<NetEvent>,
     audit: NetAudit,
     stop: CancellationToken,
+    trip: Option<Violations>,
 ) -> Reported {
     let audit = Arc::new(audit);
     let mut reported = Reported::default();
     let mut batch = Vec::new();
     while received.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        // Before the records are written: the first violation ends the
+        // sandbox at once.
+        if let (Some(trip), None) = (&trip, &reported.violation) {
+            if let Some((requested, reason)) = batch.iter().find_map(violation_of) {
+                reported.violation = Some(json!({
+                    "requested": requested,
+                    "reason": reason,
+                    "granted": trip.granted,
+                }));
+                trip.tripwire.trip();
+            }
+        }
         if reported.error.is_none() {
             let writer = audit.clone();
             let events = std::mem::take(&mut batch);
@@ -380,6 +494,9 @@ impl Reported {
         if let Some(e) = &self.error {
             v["error"] = json!(e);
         }
+        if let Some(violation) = &self.violation {
+            v["violation"] = violation.clone();
+        }
         v
     }
 }
@@ -428,6 +545,7 @@ mod tests {
             fs: FsPlan::default(),
             network: network.iter().map(|g| g.parse().unwrap()).collect(),
             network_learning: learning,
+            on_violation: Default::default(),
             limits: Limits::default(),
         }
     }

@@ -39,7 +39,7 @@ use report::{report, Ran};
 use crate::audit::{events, Kind, Unsynced};
 use crate::egress::learning::Learning;
 use crate::kernel_features::LANDLOCK_ABI_REQUIRED;
-use crate::manifest::ScopePath;
+use crate::manifest::{OnViolation, ScopePath};
 use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::{Access, Decision};
 use crate::program::ProgramOpener;
@@ -551,6 +551,11 @@ fn release<'s>(
     };
     match launching.start_program(relay, answers) {
         Ok((released, egress)) => {
+            // Under `on_violation = "terminate"`, the relay may now kill
+            // the sandbox at the first refused egress.
+            if let (Some(e), OnViolation::Terminate) = (&egress, plan.on_violation) {
+                e.arm(released.running.end.killer());
+            }
             if let Some(f) = on_started {
                 let filed = SpawnFiled {
                     audit_id: decided.audit_id.clone(),

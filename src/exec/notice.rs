@@ -79,6 +79,14 @@ pub enum Notice {
         /// What would grant it.
         grant: String,
     },
+    /// Under `on_violation = "terminate"`, a refused egress ended the
+    /// sandbox.
+    NetworkViolation {
+        /// What was requested (`network:HOST:PORT`, `network:NAME`).
+        requested: String,
+        /// The refusal's reason.
+        reason: String,
+    },
     /// A traced run's program met a wall: the layer, the call and path,
     /// what would move it ([`super::describe_refusal`]).
     Refused {
@@ -125,6 +133,12 @@ impl fmt::Display for Notice {
                 printable(error)
             ),
             Notice::Refused { line } => write!(f, "{}", printable(line)),
+            Notice::NetworkViolation { requested, reason } => write!(
+                f,
+                "denied ({}): {} is not granted, and the manifest says on_violation = \"terminate\": the sandbox was killed",
+                printable(reason),
+                printable(requested)
+            ),
             Notice::NetworkRefused {
                 what,
                 count,

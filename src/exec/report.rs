@@ -134,6 +134,10 @@ pub(super) fn report(
         "stderr": stream_json(&o.stderr),
     });
     if let Some(network) = network {
+        // `on_violation = "terminate"`: the relay killed the sandbox.
+        if network["violation"].is_object() {
+            data["interrupted_by"] = json!(NETWORK_VIOLATION);
+        }
         data["network"] = network;
     }
     if let Some(trace) = trace {
@@ -141,6 +145,13 @@ pub(super) fn report(
     }
     Ok(conclude(json, data, on_notice))
 }
+
+/// `interrupted_by` of a sandbox killed at its first refused egress
+/// (`on_violation = "terminate"`).
+pub const NETWORK_VIOLATION: &str = "network_violation";
+
+/// The exit code of a run ended for a refused egress: the gate's denial's.
+const EXIT_DENIED: i32 = 3;
 
 /// Who interrupted the program: the signal that interrupted spawnd
 /// (`SIGINT`, `SIGTERM`, `SIGHUP`), else what ended it from outside
@@ -182,6 +193,12 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
         (None, false, None, Some(s)) => 128 + s,
         _ => 10,
     };
+    // Killed for a refused egress: a denial, whatever the program did.
+    let violation = &data["network"]["violation"];
+    let exit = match violation.is_object() {
+        true => EXIT_DENIED,
+        false => exit,
+    };
     if !json {
         for name in ["stdout", "stderr"] {
             let c = &data[name];
@@ -207,6 +224,12 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
         for refused in network_refusals(&data["network"]) {
             on_notice(refused);
         }
+        if violation.is_object() {
+            on_notice(Notice::NetworkViolation {
+                requested: violation["requested"].as_str().unwrap_or("?").to_string(),
+                reason: violation["reason"].as_str().unwrap_or("?").to_string(),
+            });
+        }
         tell_refusals(&data["trace"], on_notice);
         if exit != 0 {
             tell_likely_walls(&data, on_notice);
@@ -220,9 +243,10 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
             error: data["audit_error"].as_str().unwrap_or_default().to_string(),
         });
     }
+    let denied = violation.is_object();
     let mut success = Success::new(data, String::new());
     success.exit = if audit_failed { 5 } else { exit };
-    success.keep_ok = !audit_failed;
+    success.keep_ok = !audit_failed && !denied;
     success
 }
 

@@ -283,6 +283,31 @@ pub struct SpawnGrant {
     pub cwd: Option<ScopePath>,
     /// Connector-wide limits.
     pub limits: Limits,
+    /// What spawnd does when it refuses the program's network egress.
+    pub on_violation: OnViolation,
+}
+
+/// What spawnd does when it refuses a program's network egress
+/// (`[capabilities.spawn] on_violation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnViolation {
+    /// The attempt fails for the program (a reset, NXDOMAIN), which goes on.
+    #[default]
+    Refuse,
+    /// The sandbox is killed at the first refused attempt, and the result
+    /// is a `capability_denied` naming what was requested and granted.
+    Terminate,
+}
+
+impl OnViolation {
+    /// The manifest's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnViolation::Refuse => "refuse",
+            OnViolation::Terminate => "terminate",
+        }
+    }
 }
 
 impl SpawnGrant {

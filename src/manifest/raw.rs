@@ -146,6 +146,8 @@ pub struct RawSpawn {
     pub cwd: Option<Spanned<String>>,
     /// Connector-wide limits.
     pub limits: Option<Spanned<RawLimits>>,
+    /// What a refused network egress does: `refuse` (default) or `terminate`.
+    pub on_violation: Option<Spanned<String>>,
 }
 
 /// One entry of `programs`.

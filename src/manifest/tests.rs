@@ -543,3 +543,35 @@ fn scopes_and_the_cwd_may_be_anchored_at_the_workspace_and_nothing_else_may() {
     ))
     .is_err());
 }
+
+#[test]
+fn on_violation_is_refuse_by_default_terminate_when_asked_and_nothing_else() {
+    let m = load(&good_spawn(PROGRAMS, LOG_OP, ENV, "")).unwrap();
+    assert_eq!(
+        m.spawn.unwrap().on_violation,
+        crate::manifest::OnViolation::Refuse
+    );
+    let m = load(&good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        ENV,
+        "on_violation = \"terminate\"",
+    ))
+    .unwrap();
+    assert_eq!(
+        m.spawn.unwrap().on_violation,
+        crate::manifest::OnViolation::Terminate
+    );
+    let e = load(&good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        ENV,
+        "on_violation = \"kill\"",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("capabilities.spawn.on_violation") && e.contains("`kill`"),
+        "{e}"
+    );
+}

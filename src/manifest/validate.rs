@@ -10,7 +10,8 @@ use toml::Spanned;
 use super::error::{Collector, ManifestError};
 use super::limits::{Limits, LIMIT_SPECS, MIN_TMPFS_BYTES, WALL_TIME_HARD_CEILING_MS};
 use super::model::{
-    ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Sha256Digest, SpawnGrant, Warning,
+    ConnectorId, Fqn, Informational, Manifest, Oauth2Info, OnViolation, Sha256Digest, SpawnGrant,
+    Warning,
 };
 use super::network::{check_grants, warn_of_special_literals};
 use super::ops::validate_operations;
@@ -338,6 +339,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
     warn_of_unix_sockets(c, &operations);
     check_broad_scopes(c, &fs_read, &fs_write);
     check_nested_scopes(c, s, &fs_write);
+    let on_violation = check_on_violation(c, s.on_violation.as_ref());
     Some(SpawnGrant {
         programs,
         operations,
@@ -351,7 +353,28 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         network,
         cwd,
         limits: base_limits?,
+        on_violation: on_violation?,
     })
+}
+
+/// `on_violation`: `refuse` (the default) or `terminate`.
+fn check_on_violation(c: &mut Checker, raw: Option<&Spanned<String>>) -> Option<OnViolation> {
+    let Some(raw) = raw else {
+        return Some(OnViolation::Refuse);
+    };
+    match raw.get_ref().as_str() {
+        "refuse" => Some(OnViolation::Refuse),
+        "terminate" => Some(OnViolation::Terminate),
+        other => {
+            c.error(
+                raw.span(),
+                "capabilities.spawn.on_violation",
+                format!("`{other}` is not a way to meet a refused network egress"),
+                "say \"refuse\" (the attempt fails, the program goes on) or \"terminate\" (the sandbox is killed at the first one)",
+            );
+            None
+        }
+    }
 }
 
 /// `unix_sockets` is the one way a program reaches a host service: say what

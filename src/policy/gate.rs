@@ -85,6 +85,7 @@ fn gate(
         network: op.network.clone(),
         // Learning is never a manifest's or a request's to ask for.
         network_learning: None,
+        on_violation: spawn.on_violation,
         limits: op.limits,
     })
 }

@@ -27,6 +27,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         fs,
         network: Vec::new(),
         network_learning: None,
+        on_violation: Default::default(),
         limits: Limits::default(),
     }
 }

@@ -54,6 +54,13 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
         let _ = pidfd_send_signal(self.pidfd.as_fd(), signal as i32);
     }
 
+    fn killer(&self) -> Option<crate::supervise::Killer> {
+        self.pidfd
+            .try_clone()
+            .ok()
+            .map(crate::supervise::killer_through)
+    }
+
     /// Read through the directory the spawner sent, so the exit can be
     /// recorded before the spawner has reaped init; if the spawner removed
     /// the cgroup first, its exit report carries the readings.

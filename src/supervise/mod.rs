@@ -72,6 +72,24 @@ pub trait SandboxEnd {
     fn reap_recorded(self: Box<Self>) -> std::io::Result<()> {
         self.reap().map(drop)
     }
+    /// A way to kill the sandbox from another thread (the network relay's,
+    /// for `on_violation = "terminate"`), through a pidfd for init, so it
+    /// never signals a process that reused init's pid; `None` when no pidfd
+    /// can be had.
+    fn killer(&self) -> Option<Killer> {
+        None
+    }
+}
+
+/// Kills a sandbox (SIGKILL to its init) from any thread.
+pub type Killer = Box<dyn Fn() + Send + Sync>;
+
+/// A [`Killer`] through `pidfd`.
+pub fn killer_through(pidfd: std::os::fd::OwnedFd) -> Killer {
+    Box::new(move || {
+        let _ =
+            crate::sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&pidfd), Signal::SIGKILL as i32);
+    })
 }
 
 /// How a sandbox's init ended, with what it used.
@@ -124,6 +142,13 @@ impl SandboxEnd for LocalEnd {
     fn reap(self: Box<Self>) -> std::io::Result<InitExit> {
         let LocalEnd { init, cgroup, .. } = *self;
         reap_init(init.as_raw(), cgroup)
+    }
+
+    fn killer(&self) -> Option<Killer> {
+        // Init is this process's child, not yet reaped: the pidfd is init's.
+        crate::sys::pidfd_open(self.init.as_raw())
+            .ok()
+            .map(killer_through)
     }
 
     fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
