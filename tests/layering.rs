@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["manifest"],
     &["egress"],
-    &["template", "printable"],
+    &["template", "printable", "shares"],
     &["sys"],
     &["lib"],
 ];
