@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::error::{Collector, ManifestError};
+use super::exec::check_exec;
 use super::limits::{Limits, LIMIT_SPECS, MIN_TMPFS_BYTES, WALL_TIME_HARD_CEILING_MS};
 use super::model::{
     ConnectorId, Fqn, Informational, Manifest, Oauth2Info, Sha256Digest, SpawnGrant, Warning,
@@ -327,6 +328,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         || Some(Limits::default()),
         |l| check_limits(c, l, "capabilities.spawn.limits", &Limits::default(), false),
     );
+    let (exec, also_runs) = check_exec(c, s);
     let (programs, operations) = validate_operations(
         c,
         s,
@@ -351,6 +353,8 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         network,
         cwd,
         limits: base_limits?,
+        exec: exec?,
+        also_runs: also_runs?,
     })
 }
 
