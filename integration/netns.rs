@@ -110,6 +110,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
             resolved: std::fs::canonicalize(PYTHON).unwrap(),
             sha256: Sha256Digest([0; 32]),
             pinned: false,
+            interpreter: None,
         },
         argv: vec!["python3".into(), "-c".into(), SCRIPT.into()],
         argv_shape: "python3 -c {script}".into(),
@@ -120,6 +121,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         network: network.iter().map(|g| Grant::parse(g).unwrap()).collect(),
         network_learning: learning,
         limits: Limits::default(),
+        exec: Default::default(),
     }
 }
 

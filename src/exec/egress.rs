@@ -419,6 +419,7 @@ mod tests {
                 resolved: "/usr/bin/true".into(),
                 sha256: Sha256Digest([0; 32]),
                 pinned: false,
+                interpreter: None,
             },
             argv: vec!["true".into()],
             argv_shape: "true".into(),
@@ -429,6 +430,7 @@ mod tests {
             network: network.iter().map(|g| g.parse().unwrap()).collect(),
             network_learning: learning,
             limits: Limits::default(),
+            exec: Default::default(),
         }
     }
 
