@@ -96,6 +96,8 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         setid: false,
         file_caps: false,
         sha256: Sha256Digest([1; 32]),
+        interpreter: None,
+        file: Default::default(),
     });
     time_each(n, || {
         let d = decide(&ctx, &caller, req, &mut programs);
@@ -145,6 +147,8 @@ fn main() {
             setid: false,
             file_caps: false,
             sha256: Sha256Digest([1; 32]),
+            interpreter: None,
+            file: Default::default(),
         });
         decide(&ctx, &caller, &op, &mut p)
             .plan()

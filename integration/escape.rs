@@ -181,6 +181,9 @@ as_root_and_nobody! {
         blocked(who, "exec-outside", &["/sbin/../../root/anything"]);
     };
 
+    x44_under_exec_declared_only_declared_programs_run => |who| only_declared_programs_run(who);
+    x44_a_changed_also_runs_file_refuses_the_spawn => |who| a_changed_also_runs_file_refuses_the_spawn(who);
+
     x41_a_script_runs_the_bytes_that_were_hashed_even_when_its_file_is_swapped => |who| {
         a_swapped_script_runs_what_was_hashed(who)
     };
@@ -1362,4 +1365,222 @@ mod c67_policy_files_by_inode {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "copied\n");
         assert_eq!(std::fs::read_to_string(&manifest).unwrap(), text);
     }
+}
+
+/// What a `#!` script under `exec = "declared"` tries (its write scope is
+/// also an fs_exec scope and /tmp allows execution, so only Landlock's
+/// per-file grants stand in the way): the undeclared `touch`, a copy of it
+/// in the write scope and one it wrote into /tmp, each asked to leave a
+/// marker on the host; `id`; and the also_runs `mkdir`. It also loads a
+/// shared library with `dlopen` (mapped, not executed: no grant needed).
+const EXEC_ATTEMPTS: &str = r#"
+import ctypes, json, os, shutil, subprocess
+rw = "RW"
+open(rw + "/marker-started", "w").close()
+out = {}
+def attempt(name, argv):
+    try:
+        out[name] = "ran:%d" % subprocess.run(argv, capture_output=True).returncode
+    except OSError as e:
+        out[name] = "errno:%d" % e.errno
+attempt("system", ["/usr/bin/touch", rw + "/marker-system"])
+attempt("id", ["/usr/bin/id"])
+shutil.copy("/usr/bin/touch", rw + "/touch-copy")
+os.chmod(rw + "/touch-copy", 0o755)
+attempt("scope_copy", [rw + "/touch-copy", rw + "/marker-scope-copy"])
+with open("/tmp/own", "wb") as f:
+    f.write(open("/usr/bin/touch", "rb").read())
+os.chmod("/tmp/own", 0o755)
+attempt("tmp_own", ["/tmp/own", rw + "/marker-tmp-own"])
+attempt("also_runs", ["/usr/bin/mkdir", rw + "/marker-also-runs"])
+try:
+    ctypes.CDLL("libm.so.6").cos
+    out["dlopen"] = "ok"
+except OSError as e:
+    out["dlopen"] = str(e)
+print(json.dumps(out))
+"#;
+
+/// A world for one `exec = "declared"` case: its write scope (emptied),
+/// the script, and a manifest with `exec` and the pin given for `mkdir`.
+fn exec_world(
+    who: As,
+    case: &str,
+    exec: &str,
+    mkdir_pin: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let rw = w.path(&format!("exec-{case}-{who:?}"));
+    let _ = std::fs::remove_dir_all(&rw);
+    std::fs::create_dir(&rw).unwrap();
+    std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let script = w.path(&format!("outside/attempt-{case}-{who:?}.py"));
+    let text = format!(
+        "#!/usr/bin/python3 -I\n{}",
+        EXEC_ATTEMPTS.replace("\"RW\"", &format!("{:?}", rw.display().to_string()))
+    );
+    std::fs::write(&script, text).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let manifest = w.path(&format!("outside/exec-{case}-{who:?}.toml"));
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"[connector]
+name = "local://test/exec-declared"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{{ path = "{script}" }}]
+exec = "{exec}"
+also_runs = [{{ path = "/usr/bin/mkdir", hash = "{mkdir_pin}" }}]
+fs_write = ["{rw}"]
+fs_exec = ["{rw}"]
+env_set = {{ PATH = "/usr/bin:/bin" }}
+
+[capabilities.spawn.limits]
+tmp_exec = true
+
+[capabilities.spawn.operations.attempt]
+argv = ["{script}"]
+"#,
+            script = script.display(),
+            rw = rw.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o644)).unwrap();
+    (rw, manifest)
+}
+
+fn sha256_of(path: &str) -> String {
+    let out = Command::new(&world().spawnd)
+        .args(["hash", path])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split_whitespace()
+        .find(|t| t.starts_with("sha256:"))
+        .unwrap_or_else(|| panic!("spawnd hash {path}: {text}"))
+        .to_string()
+}
+
+fn run_attempts(who: As, manifest: &Path) -> (serde_json::Value, serde_json::Value) {
+    let out = world()
+        .command_for(who, manifest, "attempt", &[], &[])
+        .output()
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");
+    let attempts = text
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("the script reported nothing: {v}"));
+    (v, attempts)
+}
+
+fn only_declared_programs_run(who: As) {
+    let pin = sha256_of("/usr/bin/mkdir");
+    let eacces = format!("errno:{}", libc::EACCES);
+    let (rw, manifest) = exec_world(who, "declared", "declared", &pin);
+    let (v, attempts) = run_attempts(who, &manifest);
+    assert_eq!(v["ok"], true, "{v}");
+    // The declared script ran, and so did the also_runs program.
+    assert!(rw.join("marker-started").exists(), "{v}");
+    assert_eq!(attempts["also_runs"], "ran:0", "{attempts}");
+    assert!(rw.join("marker-also-runs").is_dir(), "{attempts}");
+    // Nothing undeclared ran, wherever it was: judged by its markers.
+    for (name, marker) in [
+        ("system", "marker-system"),
+        ("scope_copy", "marker-scope-copy"),
+        ("tmp_own", "marker-tmp-own"),
+    ] {
+        assert_eq!(attempts[name], eacces, "ESCAPED: {name} ran: {attempts}");
+        assert!(!rw.join(marker).exists(), "ESCAPED: {name} left its marker");
+    }
+    assert_eq!(attempts["id"], eacces, "{attempts}");
+    // Shared libraries are mapped, not executed: no grant, and they load.
+    assert_eq!(attempts["dlopen"], "ok", "{attempts}");
+    let execute = &v["data"]["isolation"]["landlock"]["execute"];
+    assert_eq!(execute["policy"], "declared", "{execute}");
+    let granted: Vec<(String, String)> = execute["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["granted_as"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let loader = std::fs::canonicalize("/lib64/ld-linux-x86-64.so.2")
+        .or_else(|_| std::fs::canonicalize("/lib/ld-linux-aarch64.so.1"))
+        .unwrap();
+    for (path, why) in [
+        (python.to_str().unwrap(), "interpreter"),
+        ("/usr/bin/mkdir", "also_runs"),
+        (loader.to_str().unwrap(), "loader"),
+    ] {
+        assert!(
+            granted.contains(&(path.to_string(), why.to_string())),
+            "{path} as {why}: {granted:?}"
+        );
+    }
+    assert_eq!(execute["count"], granted.len(), "{execute}");
+    assert!(
+        !granted
+            .iter()
+            .any(|(p, _)| p.contains("libc.so") || p.contains("libm.so")),
+        "{granted:?}"
+    );
+    // The audit trail says the same.
+    let log = std::fs::read_to_string(world().audit_log(who)).unwrap();
+    assert!(
+        log.contains("\"limited_to\":\"declared programs"),
+        "no declared exec in the audit log"
+    );
+
+    // The same attempts under the default all run: the refusals above are
+    // exec = "declared"'s, not the mounts'.
+    let (rw, manifest) = exec_world(who, "scopes", "scopes", &pin);
+    let (v, attempts) = run_attempts(who, &manifest);
+    for name in ["system", "scope_copy", "tmp_own", "also_runs", "id"] {
+        assert_eq!(
+            attempts[name], "ran:0",
+            "{name} under scopes: {attempts}\n{v}"
+        );
+    }
+    assert!(rw.join("marker-scope-copy").exists());
+    assert_eq!(
+        v["data"]["isolation"]["landlock"]["execute"]["policy"], "scopes",
+        "{v}"
+    );
+}
+
+fn a_changed_also_runs_file_refuses_the_spawn(who: As) {
+    let wrong = sha256_of("/usr/bin/true");
+    let (rw, manifest) = exec_world(who, "wrong-pin", "declared", &wrong);
+    let out = world()
+        .command_for(who, &manifest, "attempt", &[], &[])
+        .output()
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(out.status.code(), Some(3), "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "program_hash_mismatch",
+        "{v}"
+    );
+    let message = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+        + &v.to_string();
+    assert!(message.contains("also_runs /usr/bin/mkdir"), "{v}");
+    assert!(!rw.join("marker-started").exists(), "the script ran");
 }

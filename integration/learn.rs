@@ -351,6 +351,82 @@ fn refusals_name_their_layer(who: As) {
     );
 }
 
+/// What a run executed besides its program is pinned in `also_runs`, and
+/// the draft allows only those (`exec = "declared"`): it reruns as learned,
+/// and the same operation asked to run a program it never ran is refused.
+fn learned_programs_are_pinned_and_rerun_under_exec_declared(who: As) {
+    let ws = fresh(&format!("declared-{who:?}"));
+    let script = "id -u > uid.txt && mkdir made";
+    let (draft, data) = learn_then_run(who, "declared", &ws, &["sh", "-c", script], || {
+        std::fs::remove_file(ws.join("uid.txt")).unwrap();
+        std::fs::remove_dir(ws.join("made")).unwrap();
+    });
+    assert!(draft.lines().any(|l| l == "exec = \"declared\""), "{draft}");
+    for program in ["/usr/bin/id", "/usr/bin/mkdir"] {
+        let hash = String::from_utf8(
+            Command::new(&world().spawnd)
+                .args(["hash", program])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let hash = hash
+            .split_whitespace()
+            .find(|t| t.starts_with("sha256:"))
+            .unwrap();
+        assert!(
+            draft.contains(&format!("{{ path = \"{program}\", hash = \"{hash}\" }}")),
+            "{program} not pinned: {draft}"
+        );
+    }
+    assert!(
+        ws.join("uid.txt").exists() && ws.join("made").is_dir(),
+        "{data}"
+    );
+    let execute = &data["isolation"]["landlock"]["execute"];
+    assert_eq!(execute["policy"], "declared", "{data}");
+    let granted = execute["files"].to_string();
+    assert!(
+        granted.contains("/usr/bin/mkdir") && granted.contains("also_runs"),
+        "{execute}"
+    );
+    // The same operation, asked to run a program the learned run did not.
+    let drafts = world().path(&format!("learn/drafts-declared-{who:?}/draft.toml"));
+    let param = draft
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("[capabilities.spawn.operations.run.params.")?
+                .strip_suffix(']')
+        })
+        .unwrap_or_else(|| panic!("no param: {draft}"));
+    let other = spawnd(
+        who,
+        &ws,
+        &[
+            "--json",
+            "run",
+            "--manifest",
+            drafts.to_str().unwrap(),
+            "--op",
+            "run",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--mode",
+            "write",
+            "--arg",
+            &format!("{param}=touch touched || echo refused $?"),
+        ],
+    );
+    let v: Value =
+        serde_json::from_slice(&other.stdout).unwrap_or_else(|e| panic!("{e}: {other:?}"));
+    assert!(
+        !ws.join("touched").exists(),
+        "an unlearned program ran: {v}"
+    );
+    assert!(stdout(&v["data"]).contains("refused 126"), "{v}");
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -365,7 +441,8 @@ both!(
     git_clones_and_commits,
     node_runs_under_the_default_limits,
     identity_names_and_the_ca_store,
-    refusals_name_their_layer
+    refusals_name_their_layer,
+    learned_programs_are_pinned_and_rerun_under_exec_declared
 );
 
 /// Learning writes for real, so it refuses a draft inside what the command

@@ -110,6 +110,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
             resolved: std::fs::canonicalize(PYTHON).unwrap(),
             sha256: Sha256Digest([0; 32]),
             pinned: false,
+            interpreter: None,
         },
         argv: vec!["python3".into(), "-c".into(), SCRIPT.into()],
         argv_shape: "python3 -c {script}".into(),
@@ -121,6 +122,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         network_learning: learning,
         on_violation: Default::default(),
         limits: Limits::default(),
+        exec: Default::default(),
     }
 }
 

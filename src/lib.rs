@@ -9,7 +9,7 @@
 //!         ─► sandbox ─► supervise ─► audit ─► response
 //! ```
 //!
-//! * [`manifest`], [`template`], [`policy`], [`plan`] and [`printable`] are pure: no kernel,
+//! * [`manifest`], [`template`], [`policy`], [`plan`], [`interpreter`] and [`printable`] are pure: no kernel,
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
 //! * [`egress`] is the pure core of network grants, what spawnd decides a sandboxed
@@ -35,6 +35,7 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host_policy;
+pub mod interpreter;
 pub mod ipc;
 pub mod kernel_features;
 pub mod manifest;

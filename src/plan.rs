@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::egress::grant::Grant;
 use crate::egress::learning::Learning;
@@ -52,6 +52,8 @@ pub struct SpawnPlan {
     pub on_violation: crate::manifest::OnViolation,
     /// Limits in force.
     pub limits: Limits,
+    /// What the program may execute.
+    pub exec: ExecPlan,
 }
 
 impl SpawnPlan {
@@ -72,6 +74,63 @@ pub struct ProgramPlan {
     pub sha256: Sha256Digest,
     /// Whether the manifest pinned that hash.
     pub pinned: bool,
+    /// The interpreter (`#!`) or ELF loader it names, when absolute.
+    #[serde(skip)]
+    pub interpreter: Option<crate::interpreter::Interpreter>,
+}
+
+/// A file's device and inode: which file a path held when it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileId {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+/// What the program may execute (the manifest's `exec`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "policy")]
+pub enum ExecPlan {
+    /// Files under the system paths and `fs_exec` scopes (and `/tmp` with
+    /// `tmp_exec`).
+    #[default]
+    Scopes,
+    /// Only these files (the program itself besides, by its descriptor).
+    Declared {
+        /// Each file granted, as opened and checked by the gate.
+        files: Vec<ExecutableFile>,
+    },
+}
+
+/// A file `exec = "declared"` lets the program execute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecutableFile {
+    /// Its path after symlinks (where the gate opened it).
+    pub path: PathBuf,
+    /// Why it may run.
+    pub granted_as: GrantedAs,
+    /// The SHA-256 of its bytes when the gate read them.
+    pub sha256: Sha256Digest,
+    /// Which file that was: the sandbox's rule is made only on that file.
+    #[serde(skip)]
+    pub file: FileId,
+}
+
+/// Why a file may be executed under `exec = "declared"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantedAs {
+    /// The program this spawn runs.
+    Program,
+    /// Another entry of `programs`.
+    DeclaredProgram,
+    /// An `also_runs` entry.
+    AlsoRuns,
+    /// The interpreter a granted `#!` script names.
+    Interpreter,
+    /// The ELF loader (`PT_INTERP`) a granted file names.
+    Loader,
 }
 
 /// One env key of the child.

@@ -1,6 +1,6 @@
 //! The docs' reference tables must list every entry of the code's tables, so
-//! documentation cannot drift from behaviour: reserved env keys in
-//! `docs/manifest.md`, denial reasons in `docs/cli.md`, operator config keys
+//! documentation cannot drift from behaviour: reserved env keys and the
+//! keys of `[capabilities.spawn]` in `docs/manifest.md`, denial reasons in `docs/cli.md`, operator config keys
 //! in `docs/operations.md`, the relay's connection reasons in
 //! `docs/network.md`.
 
@@ -99,6 +99,54 @@ fn every_connection_reason_is_in_the_network_doc() {
         assert!(
             text.contains(&format!("| `{reason}` | ")),
             "docs/network.md lacks the row for {reason}"
+        );
+    }
+}
+
+/// Each field of the raw manifest tables of `[capabilities.spawn]`, from
+/// the source that parses them.
+fn spawn_fields() -> Vec<(&'static str, String)> {
+    let src = include_str!("../src/manifest/raw.rs");
+    let tables = [
+        ("RawSpawn", "[capabilities.spawn]"),
+        ("RawProgram", "programs"),
+        ("RawAlsoRuns", "also_runs"),
+        ("RawOperation", "[capabilities.spawn.operations.NAME]"),
+        ("RawParam", "[…params.NAME]"),
+        ("RawLimits", "[…limits]"),
+    ];
+    let mut out = Vec::new();
+    for (name, table) in tables {
+        let start = src
+            .find(&format!("struct {name} {{"))
+            .unwrap_or_else(|| panic!("{name} in raw.rs"));
+        let body = &src[start..start + src[start..].find("\n}").unwrap()];
+        for line in body.lines() {
+            if let Some(rest) = line.trim().strip_prefix("pub ") {
+                out.push((table, rest.split(':').next().unwrap().trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_spawn_manifest_key_is_in_the_manifest_doc() {
+    let text = doc("manifest.md");
+    let fields = spawn_fields();
+    assert!(fields.len() > 30, "{fields:?}");
+    for (table, key) in fields {
+        let documented = text.contains(&format!("\n{key} = "))
+            || text.contains(&format!("{{ {key} = "))
+            || text.contains(&format!(", {key} = "))
+            || text.contains(&format!("  {key} = "))
+            || text.contains(&format!("# {key} = "))
+            || text.contains(&format!("`{key}`"))
+            || text.contains(&format!(".{key}]"))
+            || text.contains(&format!(".{key}."));
+        assert!(
+            documented,
+            "docs/manifest.md does not describe {table} {key}"
         );
     }
 }

@@ -186,20 +186,7 @@ impl Observed {
             .iter()
             .filter(|(p, _)| p != &self.program)
             .collect();
-        if !others.is_empty() {
-            let _ = writeln!(
-                text,
-                "# It ran these too (allowed by system paths or fs_exec, not pinned):"
-            );
-            for (p, digest) in &others {
-                let _ = writeln!(
-                    text,
-                    "#   {} ({})",
-                    shown(p),
-                    digest.as_deref().unwrap_or("not readable")
-                );
-            }
-        }
+        self.write_exec(&mut text, &mut review, &others, host);
         let shell = std::iter::once(&self.program)
             .chain(others.iter().map(|(p, _)| p))
             .find(|p| {
@@ -371,6 +358,86 @@ impl Observed {
             text = head + &text;
         }
         Draft { text, review }
+    }
+
+    /// `also_runs`, every other program it ran pinned as it was then, and
+    /// `exec = "declared"` when that list is whole: when something ran
+    /// from where the run could write (the workspace, `--write`, its own
+    /// `/tmp`), or could not be read, no pin would hold for the next run
+    /// (a build makes its programs anew), so the draft keeps the default
+    /// and says why. A draft that reruns as learned comes first.
+    fn write_exec(
+        &self,
+        text: &mut String,
+        review: &mut Vec<String>,
+        others: &[&(PathBuf, Option<String>)],
+        host: &dyn Host,
+    ) {
+        let mut pinned = Vec::new();
+        let mut unpinned = Vec::new();
+        for (path, digest) in others {
+            let writable = self.writable.iter().any(|w| path.starts_with(w));
+            // The sandbox's own /tmp, /run and /dev are not the host's.
+            let private = ["/tmp", "/run", "/dev"].iter().any(|d| path.starts_with(d));
+            if path == Path::new("/proc/self/exe") {
+                // The program itself, whose rule is its own.
+                continue;
+            }
+            if writable || private || !path.is_absolute() {
+                unpinned.push(path);
+            } else if !host.exists(path) {
+                // An attempt that found nothing (a search along PATH).
+                continue;
+            } else if let Some(digest) = digest {
+                pinned.push((path, digest));
+            } else {
+                unpinned.push(path);
+            }
+        }
+        if unpinned.is_empty() {
+            let _ = writeln!(
+                text,
+                "# Only the programs declared here may be executed (exec = \"declared\"): the\n# program above, each it ran (also_runs, pinned), and their interpreters and loaders."
+            );
+            let _ = writeln!(text, "exec = \"declared\"");
+        } else {
+            let _ = writeln!(
+                text,
+                "# REVIEW: it ran programs no pin can hold (made or changed where it writes, or unreadable):"
+            );
+            for p in &unpinned {
+                let _ = writeln!(text, "#   {}", shown(p));
+            }
+            let _ = writeln!(
+                text,
+                "# so what runs is left to the system paths and fs_exec scopes. To allow only the\n# programs declared here, once none of those is needed:\n# exec = \"declared\""
+            );
+            review.push(format!(
+                "it ran {} from where it writes (or unreadable): exec = \"declared\" left off",
+                unpinned
+                    .iter()
+                    .map(|p| shown(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !pinned.is_empty() {
+            let entries: Vec<String> = pinned
+                .iter()
+                .map(|(p, digest)| {
+                    format!(
+                        "  {{ path = {}, hash = {} }},",
+                        quote(&p.display().to_string()),
+                        quote(digest)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                text,
+                "# It ran these too, pinned as they were:\nalso_runs = [\n{}\n]",
+                entries.join("\n")
+            );
+        }
     }
 
     /// Whether `path` can be written as a scope (scope syntax reserves
@@ -886,7 +953,10 @@ mod tests {
             ],
             executed: vec![
                 ("/usr/bin/tar".into(), Some("sha256:00".into())),
-                ("/usr/bin/gzip".into(), Some("sha256:11".into())),
+                (
+                    "/usr/bin/gzip".into(),
+                    Some(format!("sha256:{}", "1".repeat(64))),
+                ),
                 ("/w/proj/out dir/tool".into(), None),
                 ("/etc/shadow".into(), None),
                 ("/w/proj/gone".into(), None),
@@ -912,6 +982,7 @@ mod tests {
             ("/w/proj/src", true),
             ("/w/proj/out dir/tool", false),
             ("/etc/shadow", false),
+            ("/usr/bin/gzip", false),
         ])
     }
 
@@ -947,7 +1018,21 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("network = [\"example.com:443\"]"), "{t}");
-        assert!(t.contains("/usr/bin/gzip (sha256:11)"), "{t}");
+        // What it ran besides is pinned; what it ran from where it writes
+        // cannot be, so exec = "declared" is offered, not set.
+        assert!(
+            t.contains(&format!(
+                "also_runs = [\n  {{ path = \"/usr/bin/gzip\", hash = \"sha256:{}\" }},\n]",
+                "1".repeat(64)
+            )),
+            "{t}"
+        );
+        assert!(t.contains("\n# exec = \"declared\"\n"), "{t}");
+        assert!(!t.lines().any(|l| l.starts_with("exec")), "{t}");
+        assert!(draft
+            .review
+            .iter()
+            .any(|r| r.contains("exec = \"declared\" left off")));
         assert!(draft.review.iter().any(|r| r.contains(".ssh")));
         // An attempt outside what learning let it write is shown, not granted.
         assert!(
@@ -964,6 +1049,39 @@ mod tests {
             "{t}"
         );
         assert!(draft.review.iter().any(|r| r.contains("--owner=")));
+    }
+
+    #[test]
+    fn a_run_whose_programs_all_pin_drafts_exec_declared_with_also_runs() {
+        let mut o = observed();
+        let pin = |d: &str| Some(format!("sha256:{}", d.repeat(64)));
+        o.executed = vec![
+            ("/usr/bin/tar".into(), pin("0")),
+            // A search along PATH: nothing there, nothing granted.
+            ("/usr/local/bin/gzip".into(), None),
+            ("/usr/bin/gzip".into(), pin("1")),
+            ("/proc/self/exe".into(), None),
+        ];
+        let draft = o.draft(&host());
+        let t = &draft.text;
+        let m =
+            crate::manifest::parse_manifest("(draft)", t, crate::manifest::LoadOptions::default())
+                .unwrap_or_else(|e| panic!("{e}\n{t}"));
+        let spawn = m.spawn.unwrap();
+        assert_eq!(spawn.exec, crate::manifest::ExecPolicy::Declared, "{t}");
+        assert_eq!(
+            spawn.also_runs,
+            vec![crate::manifest::AlsoRuns {
+                path: "/usr/bin/gzip".into(),
+                hash: format!("sha256:{}", "1".repeat(64)).parse().unwrap()
+            }],
+            "{t}"
+        );
+        // Something it made in its own /tmp and ran: no pin, no declared.
+        o.executed.push(("/tmp/built".into(), None));
+        let t = o.draft(&host()).text;
+        assert!(!t.lines().any(|l| l.starts_with("exec")), "{t}");
+        assert!(t.contains("#   /tmp/built"), "{t}");
     }
 
     #[test]

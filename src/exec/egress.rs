@@ -536,6 +536,7 @@ mod tests {
                 resolved: "/usr/bin/true".into(),
                 sha256: Sha256Digest([0; 32]),
                 pinned: false,
+                interpreter: None,
             },
             argv: vec!["true".into()],
             argv_shape: "true".into(),
@@ -547,6 +548,7 @@ mod tests {
             network_learning: learning,
             on_violation: Default::default(),
             limits: Limits::default(),
+            exec: Default::default(),
         }
     }
 

@@ -341,7 +341,15 @@ fn prepare_sandbox(
         .landlock_min_abi
         .max(LANDLOCK_ABI_REQUIRED);
     if landlock_abi < required {
-        return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi); enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
+        // exec = "declared" is Landlock's execute right on each file: no
+        // other layer could stand in for it, as none stands in for any.
+        let declared = match plan.exec {
+            crate::plan::ExecPlan::Declared { .. } => {
+                "; exec = \"declared\" is enforced by Landlock alone"
+            }
+            crate::plan::ExecPlan::Scopes => "",
+        };
+        return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi){declared}; enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
     }
     check_policy_outside_write_scopes(prepared, plan).map_err(unstarted)?;
     let mut spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)

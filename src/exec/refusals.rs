@@ -210,6 +210,16 @@ fn wall(
             ),
         ));
     }
+    if let (Use::Execute, Some(files)) = (how, &spec.executables) {
+        let declared = path == spec.program || files.iter().any(|f| f.path == path);
+        return (!declared).then(|| {
+            (
+                "landlock",
+                "EACCES",
+                format!("exec = \"declared\" lets only the declared programs and also_runs files be executed; pin {shown} in also_runs (`spawnd hash` prints its sha256)"),
+            )
+        });
+    }
     let granted = spec
         .landlock
         .iter()
@@ -300,6 +310,7 @@ mod tests {
             tmp_exec: false,
             program_root_only: false,
             program: "/usr/bin/cc".into(),
+            executables: None,
         };
         for (target, access) in [
             ("/usr", Access::ReadExec),
@@ -376,5 +387,29 @@ mod tests {
                 ("noexec", Some("/tmp/built".into())),
             ]
         );
+    }
+
+    #[test]
+    fn under_exec_declared_an_undeclared_program_is_landlocks_refusal() {
+        let mut spec = spec();
+        spec.executables = Some(vec![crate::sandbox::spec::ExecutableRule {
+            path: "/usr/bin/as".into(),
+            file: crate::plan::FileId::default(),
+        }]);
+        let trace = Trace {
+            paths: vec![
+                used("/usr/bin/cc", Use::Execute),
+                used("/usr/bin/as", Use::Execute),
+                used("/usr/bin/ld", Use::Execute),
+            ],
+            ..Trace::default()
+        };
+        let got = refusals(&trace, &spec, &|_: &Path| true);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].layer, got[0].path.as_deref()),
+            ("landlock", Some(Path::new("/usr/bin/ld")))
+        );
+        assert!(got[0].fix.contains("also_runs"), "{}", got[0].fix);
     }
 }

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use super::launching::Identity;
 use super::notice::{Notice, OnNotice};
 use super::outcome::{Failure, Success};
-use crate::plan::SpawnPlan;
-use crate::sandbox::spec::SandboxSpec;
+use crate::plan::{ExecPlan, SpawnPlan};
+use crate::sandbox::spec::{Access, SandboxSpec};
 use crate::supervise::{Captured, Ending, Outcome};
 
 /// Everything known about a finished run, for the report.
@@ -50,7 +50,7 @@ fn isolation_json(
     filter_len: usize,
     o: &Outcome,
 ) -> Value {
-    let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped}));
+    let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped, "execute": execute_json(plan, spec)}));
     let made = match o.landlock {
         Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
         _ => "fresh, made at clone",
@@ -84,6 +84,39 @@ fn isolation_json(
         "fresh_cwd": spec.fresh_cwd,
         "tmpfs": super::tmpfs_json(spec),
     })
+}
+
+/// What Landlock lets the program execute, for an auditor: under
+/// `exec = "declared"` every file granted (the program first) and why;
+/// under the default, the directories whose files may run.
+fn execute_json(plan: &SpawnPlan, spec: &SandboxSpec) -> Value {
+    match &plan.exec {
+        ExecPlan::Declared { files } => {
+            let program = json!({"path": plan.program.resolved, "granted_as": "program", "sha256": plan.program.sha256});
+            let mut listed = vec![program];
+            listed.extend(
+                files
+                    .iter()
+                    .filter(|f| f.path != plan.program.resolved)
+                    .map(|f| json!(f)),
+            );
+            json!({
+                "policy": "declared",
+                "limited_to": "declared programs: no directory grants execution, only these files",
+                "count": listed.len(),
+                "files": listed,
+            })
+        }
+        ExecPlan::Scopes => {
+            let directories: Vec<&std::path::Path> = spec
+                .landlock
+                .iter()
+                .filter(|r| matches!(r.access, Access::ReadExec | Access::ReadWriteExec))
+                .map(|r| r.path.as_path())
+                .collect();
+            json!({"policy": "scopes", "directories": directories})
+        }
+    }
 }
 
 pub(super) fn report(

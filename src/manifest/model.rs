@@ -229,6 +229,55 @@ pub struct Program {
     pub hash: Option<Sha256Digest>,
 }
 
+/// What the sandbox lets a program execute (`exec` under
+/// `[capabilities.spawn]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecPolicy {
+    /// Files under the operator's system paths and the `fs_exec` scopes
+    /// (and `/tmp` with `tmp_exec`): Landlock's execute right on those
+    /// directories.
+    #[default]
+    Scopes,
+    /// Only the declared programs, the `also_runs` files, and the
+    /// interpreters and ELF loaders these name: Landlock's execute right
+    /// on each file, on no directory.
+    Declared,
+}
+
+impl FromStr for ExecPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "scopes" => Ok(ExecPolicy::Scopes),
+            "declared" => Ok(ExecPolicy::Declared),
+            other => Err(format!(
+                "unknown exec policy `{}`; use \"scopes\" (the system paths and fs_exec scopes) or \"declared\" (only the declared programs and also_runs)",
+                crate::printable::printable(other)
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ExecPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExecPolicy::Scopes => "scopes",
+            ExecPolicy::Declared => "declared",
+        })
+    }
+}
+
+/// An `also_runs` entry: a file the program may execute under
+/// `exec = "declared"`, pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlsoRuns {
+    /// Absolute path, as declared.
+    pub path: std::path::PathBuf,
+    /// Its pinned hash.
+    pub hash: Sha256Digest,
+}
+
 /// A declared operation, bound to one program.
 #[derive(Debug, Clone)]
 pub struct Operation {
@@ -283,6 +332,10 @@ pub struct SpawnGrant {
     pub cwd: Option<ScopePath>,
     /// Connector-wide limits.
     pub limits: Limits,
+    /// What the program may execute.
+    pub exec: ExecPolicy,
+    /// Files besides `programs` it may execute under [`ExecPolicy::Declared`].
+    pub also_runs: Vec<AlsoRuns>,
     /// What spawnd does when it refuses the program's network egress.
     pub on_violation: OnViolation,
 }

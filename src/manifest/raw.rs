@@ -148,6 +148,24 @@ pub struct RawSpawn {
     pub limits: Option<Spanned<RawLimits>>,
     /// What a refused network egress does: `refuse` (default) or `terminate`.
     pub on_violation: Option<Spanned<String>>,
+    /// What the sandbox lets the program execute: `scopes` (default) or
+    /// `declared` (extension).
+    pub exec: Option<Spanned<String>>,
+    /// Files besides `programs` that may be executed under
+    /// `exec = "declared"`, each pinned (extension).
+    #[serde(default)]
+    pub also_runs: Vec<Spanned<RawAlsoRuns>>,
+}
+
+/// One entry of `also_runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlsoRuns {
+    /// Absolute path.
+    pub path: Spanned<String>,
+    /// `sha256:<hex>`; required (an optional key here, so that its absence
+    /// gets a message of ours).
+    pub hash: Option<Spanned<String>>,
 }
 
 /// One entry of `programs`.

@@ -575,3 +575,121 @@ fn on_violation_is_refuse_by_default_terminate_when_asked_and_nothing_else() {
         "{e}"
     );
 }
+
+#[test]
+fn exec_is_scopes_unless_declared_and_nothing_else() {
+    let spawn = load(&base()).unwrap().spawn.unwrap();
+    assert_eq!(spawn.exec, ExecPolicy::Scopes);
+    assert!(spawn.also_runs.is_empty());
+    for (written, policy) in [
+        ("scopes", ExecPolicy::Scopes),
+        ("declared", ExecPolicy::Declared),
+    ] {
+        let text = good_spawn(PROGRAMS, LOG_OP, ENV, &format!("exec = \"{written}\""));
+        assert_eq!(load(&text).unwrap().spawn.unwrap().exec, policy);
+    }
+    for bad in ["\"Declared\"", "\"all\"", "\"\"", "true", "[\"declared\"]"] {
+        let text = good_spawn(PROGRAMS, LOG_OP, ENV, &format!("exec = {bad}"));
+        let e = load(&text).unwrap_err();
+        assert!(e.mentions("exec"), "{bad}: {e}");
+        // Pointed at: the line of `exec`, past the connector header.
+        assert_eq!(e.problems[0].line, 10, "{bad}: {e}");
+    }
+    let e = load(&good_spawn(PROGRAMS, LOG_OP, ENV, "exec = \"all\"")).unwrap_err();
+    assert!(e.mentions("unknown exec policy `all`"), "{e}");
+    assert_eq!(e.problems[0].column, 8, "{e}");
+}
+
+#[test]
+fn also_runs_entries_are_absolute_paths_each_pinned_once() {
+    let good = format!(
+        "exec = \"declared\"\nalso_runs = [{{ path = \"/usr/bin/node\", hash = \"{HASH}\" }}, {{ path = \"/usr/lib/node_modules/npm/bin/npm-cli.js\", hash = \"{HASH}\" }}]"
+    );
+    let m = load(&good_spawn(PROGRAMS, LOG_OP, ENV, &good)).unwrap();
+    let spawn = m.spawn.unwrap();
+    assert_eq!(
+        spawn.also_runs,
+        vec![
+            AlsoRuns {
+                path: "/usr/bin/node".into(),
+                hash: HASH.parse().unwrap()
+            },
+            AlsoRuns {
+                path: "/usr/lib/node_modules/npm/bin/npm-cli.js".into(),
+                hash: HASH.parse().unwrap()
+            },
+        ]
+    );
+    assert!(
+        !m.warnings.iter().any(|w| w.key.contains("also_runs")),
+        "{:?}",
+        m.warnings
+    );
+    let cases: &[(&str, &str)] = &[
+        ("{ path = \"/usr/bin/node\" }", "hash is required"),
+        ("{ path = \"/usr/bin/node\", hash = \"sha256:abc\" }", "64 lowercase hex"),
+        ("{ path = \"/usr/bin/node\", hash = \"md5:00\" }", "sha256:"),
+        ("{ path = \"~/bin/tool\", hash = \"HASH\" }", "is not absolute"),
+        ("{ path = \"{workspace}/bin/tool\", hash = \"HASH\" }", "also_runs[0].path"),
+        ("{ path = \"bin/tool\", hash = \"HASH\" }", "also_runs[0].path"),
+        ("{ path = \"/usr/../bin/tool\", hash = \"HASH\" }", "also_runs[0].path"),
+        ("{ path = \"\", hash = \"HASH\" }", "also_runs[0].path"),
+        (
+            "{ path = \"/usr/bin/node\", hash = \"HASH\" }, { path = \"/usr/bin/node\", hash = \"HASH\" }",
+            "listed twice",
+        ),
+        ("{ path = \"/usr/bin/node\", hash = \"HASH\", mode = \"x\" }", "unknown field `mode`"),
+        ("\"/usr/bin/node\"", "also_runs"),
+    ];
+    for (entry, needle) in cases {
+        let entry = entry.replace("HASH", HASH);
+        let text = good_spawn(
+            PROGRAMS,
+            LOG_OP,
+            ENV,
+            &format!("exec = \"declared\"\nalso_runs = [{entry}]"),
+        );
+        let e = load(&text).unwrap_err();
+        assert!(
+            e.mentions(needle),
+            "{entry}: error does not say {needle:?}: {e}"
+        );
+        assert_eq!(e.problems[0].line, 11, "{entry}: {e}");
+    }
+}
+
+#[test]
+fn exec_settings_that_grant_nothing_are_named_in_warnings() {
+    // also_runs without exec = "declared" decides nothing.
+    let text = good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        ENV,
+        &format!("also_runs = [{{ path = \"/usr/bin/node\", hash = \"{HASH}\" }}]"),
+    );
+    let m = load(&text).unwrap();
+    assert!(
+        m.warnings
+            .iter()
+            .any(|w| w.key == "capabilities.spawn.also_runs"
+                && w.message.contains("only with exec = \"declared\"")),
+        "{:?}",
+        m.warnings
+    );
+    // tmp_exec lets nothing run under exec = "declared" (no file of the
+    // private /tmp can be pinned).
+    let text = good_spawn(
+        PROGRAMS,
+        LOG_OP,
+        ENV,
+        "exec = \"declared\"\n[capabilities.spawn.limits]\ntmp_exec = true\n",
+    );
+    let m = load(&text).unwrap();
+    assert!(
+        m.warnings
+            .iter()
+            .any(|w| w.key == "capabilities.spawn.limits.tmp_exec"),
+        "{:?}",
+        m.warnings
+    );
+}

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::error::{Collector, ManifestError};
+use super::exec::check_exec;
 use super::limits::{Limits, LIMIT_SPECS, MIN_TMPFS_BYTES, WALL_TIME_HARD_CEILING_MS};
 use super::model::{
     ConnectorId, Fqn, Informational, Manifest, Oauth2Info, OnViolation, Sha256Digest, SpawnGrant,
@@ -328,6 +329,7 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         || Some(Limits::default()),
         |l| check_limits(c, l, "capabilities.spawn.limits", &Limits::default(), false),
     );
+    let (exec, also_runs) = check_exec(c, s);
     let (programs, operations) = validate_operations(
         c,
         s,
@@ -354,6 +356,8 @@ fn check_spawn(c: &mut Checker, spawn: &Spanned<RawSpawn>) -> Option<SpawnGrant>
         cwd,
         limits: base_limits?,
         on_violation: on_violation?,
+        exec: exec?,
+        also_runs: also_runs?,
     })
 }
 

@@ -211,6 +211,7 @@ pub(super) fn check_program(
         resolved: facts.resolved,
         sha256: facts.sha256,
         pinned: declared.hash.is_some(),
+        interpreter: facts.interpreter,
     })
 }
 

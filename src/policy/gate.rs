@@ -6,6 +6,7 @@ use super::checks::{
     arg_denial, check_bindings, check_cwd, check_env, check_path_values, check_program,
 };
 use super::decision::{shown, Decision, Denial};
+use super::executables::check_executables;
 use super::inspector::ProgramInspector;
 use super::raw::{choose_candidate, match_raw};
 use super::reason::Reason;
@@ -65,6 +66,7 @@ fn gate(
         .collect();
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
+    let exec = check_executables(ctx, spawn, op, caller, programs, &program, require_pin(ctx))?;
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
     let cwd = check_cwd(ctx, spawn, req.cwd.as_deref(), caller, &fs)?;
     check_bindings(ctx, spawn)?;
@@ -87,6 +89,7 @@ fn gate(
         network_learning: None,
         on_violation: spawn.on_violation,
         limits: op.limits,
+        exec,
     })
 }
 

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::manifest::Sha256Digest;
+use crate::plan::FileId;
 
 /// What the gate needs to know about a program file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +21,11 @@ pub struct ProgramFacts {
     pub file_caps: bool,
     /// SHA-256 of its bytes (meaningful only for a regular file).
     pub sha256: Sha256Digest,
+    /// The interpreter (`#!`) or ELF loader (`PT_INTERP`) it names, when
+    /// absolute ([`crate::interpreter`]).
+    pub interpreter: Option<crate::interpreter::Interpreter>,
+    /// Its device and inode, as opened.
+    pub file: FileId,
 }
 
 /// Why a program could not be inspected.

@@ -4,6 +4,7 @@
 
 mod checks;
 mod decision;
+mod executables;
 mod gate;
 mod inspector;
 mod raw;

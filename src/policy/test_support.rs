@@ -55,6 +55,8 @@ impl FakePrograms {
                     setid: false,
                     file_caps: false,
                     sha256: Sha256Digest(GIT_SHA),
+                    interpreter: None,
+                    file: Default::default(),
                 },
             );
         }

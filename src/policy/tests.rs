@@ -4,7 +4,7 @@
 //! R2–R5, R23–R34, R38) are not gate behaviour and are tested with those parts.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::test_support::*;
 use super::*;
@@ -564,4 +564,160 @@ fn a_workspace_unset_denial_tells_each_front_end_its_own_fix() {
         daemon.contains("its operator must set [sandbox] workspace in the daemon's config"),
         "{daemon}"
     );
+}
+
+mod exec_declared {
+    use super::*;
+    use crate::interpreter::{Interpreter, InterpreterKind};
+    use crate::manifest::Sha256Digest;
+    use crate::plan::{ExecPlan, FileId, GrantedAs};
+
+    fn fact(path: &str, sha: u8, interpreter: Option<(&str, InterpreterKind)>) -> ProgramFacts {
+        ProgramFacts {
+            resolved: path.into(),
+            regular: true,
+            setid: false,
+            file_caps: false,
+            sha256: Sha256Digest([sha; 32]),
+            interpreter: interpreter.map(|(p, kind)| Interpreter {
+                path: p.into(),
+                kind,
+            }),
+            file: FileId {
+                dev: 1,
+                ino: u64::from(sha),
+            },
+        }
+    }
+
+    /// A script, its interpreter, their loader, a second program and an
+    /// also_runs file.
+    fn files() -> FakePrograms {
+        let mut f = FakePrograms::default();
+        for facts in [
+            fact(
+                "/opt/t/run.sh",
+                1,
+                Some(("/bin/sh", InterpreterKind::Shebang)),
+            ),
+            fact(
+                "/usr/bin/dash",
+                2,
+                Some(("/lib64/ld.so", InterpreterKind::ElfLoader)),
+            ),
+            fact("/usr/lib/ld.so", 3, None),
+            fact(
+                "/usr/bin/git",
+                4,
+                Some(("/lib64/ld.so", InterpreterKind::ElfLoader)),
+            ),
+            fact(
+                "/usr/bin/node",
+                5,
+                Some(("/lib64/ld.so", InterpreterKind::ElfLoader)),
+            ),
+        ] {
+            let named = match facts.resolved.to_str() {
+                Some("/usr/bin/dash") => "/bin/sh",
+                Some("/usr/lib/ld.so") => "/lib64/ld.so",
+                Some(p) => p,
+                None => unreachable!(),
+            };
+            f.files.insert(named.into(), facts);
+        }
+        f
+    }
+
+    fn manifest_text(exec: &str, node_pin: u8) -> String {
+        format!(
+            "{EMPTY}[capabilities.spawn]\nprograms = [{{ path = \"/opt/t/run.sh\" }}, {{ path = \"/usr/bin/git\", hash = \"{}\" }}]\n{exec}\nalso_runs = [{{ path = \"/usr/bin/node\", hash = \"{}\" }}]\n[capabilities.spawn.operations.run]\nargv = \"run.sh\"\n",
+            Sha256Digest([4; 32]),
+            Sha256Digest([node_pin; 32])
+        )
+    }
+
+    #[test]
+    fn declared_grants_the_programs_also_runs_and_their_interpreters_and_loaders() {
+        let m = manifest(&manifest_text("exec = \"declared\"", 5));
+        let mut programs = files();
+        let d = decide_full(
+            &m,
+            &Request::op("run", &[]),
+            &Operator::default(),
+            &mut programs,
+        );
+        let ExecPlan::Declared { files } = &allowed(&d).exec else {
+            panic!("not declared: {:?}", allowed(&d).exec)
+        };
+        let got: Vec<(&str, GrantedAs)> = files
+            .iter()
+            .map(|f| (f.path.to_str().unwrap(), f.granted_as))
+            .collect();
+        // The program itself is the plan's own; each file once.
+        assert_eq!(
+            got,
+            [
+                ("/usr/bin/git", GrantedAs::DeclaredProgram),
+                ("/usr/bin/node", GrantedAs::AlsoRuns),
+                ("/usr/lib/ld.so", GrantedAs::Loader),
+                ("/usr/bin/dash", GrantedAs::Interpreter),
+            ]
+        );
+        assert_eq!(files[1].file, FileId { dev: 1, ino: 5 });
+    }
+
+    #[test]
+    fn the_default_opens_nothing_beyond_the_program() {
+        let m = manifest(&manifest_text("", 5));
+        let mut programs = files();
+        let d = decide_full(
+            &m,
+            &Request::op("run", &[]),
+            &Operator::default(),
+            &mut programs,
+        );
+        assert_eq!(allowed(&d).exec, ExecPlan::Scopes);
+        assert_eq!(programs.calls.get(), 1);
+    }
+
+    #[test]
+    fn a_changed_also_runs_file_refuses_the_spawn() {
+        let m = manifest(&manifest_text("exec = \"declared\"", 9));
+        let d = decide_full(
+            &m,
+            &Request::op("run", &[]),
+            &Operator::default(),
+            &mut files(),
+        );
+        assert_reason(&d, Reason::ProgramHashMismatch, "connector_manifest");
+        assert!(
+            denied(&d).message.contains("also_runs /usr/bin/node"),
+            "{:?}",
+            denied(&d)
+        );
+    }
+
+    #[test]
+    fn a_missing_also_runs_file_or_a_setuid_interpreter_refuses_the_spawn() {
+        let m = manifest(&manifest_text("exec = \"declared\"", 5));
+        let mut programs = files();
+        programs.files.remove(Path::new("/usr/bin/node"));
+        let d = decide_full(
+            &m,
+            &Request::op("run", &[]),
+            &Operator::default(),
+            &mut programs,
+        );
+        assert_reason(&d, Reason::ProgramNotRegular, "connector_manifest");
+        assert!(denied(&d).missing_program);
+        let mut programs = files();
+        programs.files.get_mut(Path::new("/bin/sh")).unwrap().setid = true;
+        let d = decide_full(
+            &m,
+            &Request::op("run", &[]),
+            &Operator::default(),
+            &mut programs,
+        );
+        assert_reason(&d, Reason::ProgramSetuid, "connector_manifest");
+    }
 }

@@ -304,6 +304,7 @@ fn confine_init(
         &s.spec.landlock,
         &scope_fds,
         (!s.script && !s.sealed).then(|| s.program.as_fd()),
+        s.spec.executables.as_deref(),
         s.landlock_abi,
     )?;
     drop(scope_fds);

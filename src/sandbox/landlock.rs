@@ -20,7 +20,7 @@ use landlock::{
 };
 use serde::Serialize;
 
-use super::spec::{Access, LandlockRule};
+use super::spec::{Access, ExecutableRule, LandlockRule};
 use super::StepError;
 
 /// What was applied.
@@ -61,10 +61,15 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 /// copy bound there). A `#!` script run from its descriptor, a sealed memfd
 /// copy, gets no rule: Landlock refuses rules on files of the kernel's
 /// internal mounts, and does not govern access to them.
+///
+/// With `executables` (`exec = "declared"`), no rule of `rules` grants
+/// execution, whatever its access says, and each of those files gets a
+/// rule to read and execute it alone ([`add_executable_rules`]).
 pub fn restrict_current_process(
     rules: &[LandlockRule],
     scope_fds: &[std::os::fd::OwnedFd],
     program: Option<BorrowedFd<'_>>,
+    executables: Option<&[ExecutableRule]>,
     kernel_abi: u32,
 ) -> Result<LandlockApplied, StepError> {
     let abi = ABI::from(kernel_abi as i32);
@@ -89,7 +94,13 @@ pub fn restrict_current_process(
         if rights(rule.access, abi, true).is_empty() {
             continue;
         }
-        let rights_for = |is_dir: bool| rights(rule.access, abi, is_dir);
+        let rights_for = |is_dir: bool| {
+            let granted = rights(rule.access, abi, is_dir);
+            match executables {
+                Some(_) => granted & !AccessFs::Execute,
+                None => granted,
+            }
+        };
         created = match rule.scope.and_then(|i| scope_fds.get(i)) {
             Some(fd) => created
                 .add_rule(PathBeneath::new(fd, rights_for(is_dir(fd.as_fd()))))
@@ -112,6 +123,9 @@ pub fn restrict_current_process(
             }
         };
     }
+    if let Some(files) = executables {
+        created = add_executable_rules(created, files, abi)?;
+    }
     if let Some(program) = program {
         let program_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
         created = created
@@ -129,6 +143,57 @@ pub fn restrict_current_process(
         abi: kernel_abi,
         scoped,
     })
+}
+
+/// One rule per file `exec = "declared"` grants: read and execute, on the
+/// file found at its path, which must be the very file the gate opened
+/// (same device and inode: a bind shows its source's), else nothing runs.
+/// A file the sandbox does not show gets no rule: it cannot be executed
+/// there anyway.
+fn add_executable_rules(
+    mut created: landlock::RulesetCreated,
+    files: &[ExecutableRule],
+    abi: ABI,
+) -> Result<landlock::RulesetCreated, StepError> {
+    let file_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
+    for file in files {
+        let fd = match PathFd::new(&file.path) {
+            Ok(fd) => fd,
+            Err(_) if !file.path.exists() => continue,
+            Err(e) => {
+                return Err(StepError::new(
+                    format!("landlock open {}", file.path.display()),
+                    std::io::Error::other(e.to_string()),
+                ))
+            }
+        };
+        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| {
+            StepError::new(
+                format!("fstat({}) for landlock", file.path.display()),
+                e.into(),
+            )
+        })?;
+        if st.st_dev != file.file.dev || st.st_ino != file.file.ino {
+            return Err(StepError::new(
+                format!(
+                    "landlock: {} is no longer the file the gate hashed (device {}, inode {}; found {}, {})",
+                    file.path.display(),
+                    file.file.dev,
+                    file.file.ino,
+                    st.st_dev,
+                    st.st_ino
+                ),
+                std::io::Error::from_raw_os_error(libc::ESTALE),
+            ));
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, file_rights))
+            .map_err(fail(&format!(
+                "executable rule for {}",
+                file.path.display()
+            )))?;
+    }
+    Ok(created)
 }
 
 /// A Landlock error as a step error naming `what`.

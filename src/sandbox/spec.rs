@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::Limits;
-use crate::plan::{CwdPlan, SpawnPlan, RUNTIME_HOME};
+use crate::plan::{CwdPlan, ExecPlan, FileId, GrantedAs, SpawnPlan, RUNTIME_HOME};
 
 /// What a host path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +120,17 @@ pub struct LandlockRule {
     pub scope: Option<usize>,
 }
 
+/// A file `exec = "declared"` grants Landlock's execute right: a rule on
+/// the file found at `path` inside the sandbox, made only if it is still
+/// the file the gate opened (`file`), so nothing put there since gains it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutableRule {
+    /// Path inside the sandbox (where the host shows it).
+    pub path: PathBuf,
+    /// The device and inode the gate opened and hashed.
+    pub file: FileId,
+}
+
 /// The decided sandbox for one spawn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
@@ -153,6 +164,11 @@ pub struct SandboxSpec {
     /// sealed copy is bound over it, so its interpreter is given its path.
     #[serde(default)]
     pub program_root_only: bool,
+    /// `exec = "declared"`: no rule of [`SandboxSpec::landlock`] grants
+    /// execution, and these files (besides the program, by its descriptor)
+    /// are the only ones that may be executed. `None`: the default, where
+    /// the rules' own access says.
+    pub executables: Option<Vec<ExecutableRule>>,
 }
 
 impl SandboxSpec {
@@ -217,6 +233,9 @@ pub enum SpecError {
     /// The working directory does not exist.
     #[error("the working directory {0} does not exist on the host; create it or request another")]
     MissingCwd(PathBuf),
+    /// A file `exec = "declared"` grants lies in a writable scope.
+    #[error("{0} may be executed (exec = \"declared\") and lies in the writable scope {1}: the program could rewrite its pinned bytes in place and run them; keep executables outside fs_write scopes")]
+    ExecutableInWritable(PathBuf, PathBuf),
 }
 
 /// Paths the sandbox builds itself; no scope may sit on or under them.
@@ -289,6 +308,7 @@ pub fn build_spec(
         tmp_exec: plan.limits.tmp_exec,
         program: plan.program.resolved.clone(),
         program_root_only: false,
+        executables: None,
     };
     if spec.tmp_exec {
         allow_execution_in_tmp(&mut spec.landlock);
@@ -297,6 +317,9 @@ pub fn build_spec(
     add_scopes(&mut spec, plan, host);
     add_program(&mut spec, system_paths, host);
     add_resolver(&mut spec, plan);
+    if let ExecPlan::Declared { files } = &plan.exec {
+        limit_execution_to_declared_files(&mut spec, plan, files)?;
+    }
     if let CwdPlan::Dir(dir) = &plan.cwd {
         let created = spec.create_write_scopes.iter().any(|w| dir.starts_with(w));
         if host(dir) != HostKind::Dir && !created {
@@ -306,6 +329,46 @@ pub fn build_spec(
         spec.fresh_cwd = false;
     }
     Ok(spec)
+}
+
+/// `exec = "declared"`: every directory rule loses its execute right
+/// (system paths, `fs_exec` scopes, `/tmp` with `tmp_exec`), and each
+/// granted file gets one of its own. The mounts stay as they are: a mount
+/// that allows execution is also what lets shared libraries be mapped
+/// executable, which Landlock does not govern (mmap is not execve). The
+/// program itself is left out, as its rule is made on the descriptor it
+/// runs from; so is any file in a writable scope, which is refused: the
+/// program could write new bytes into that same file and execute them.
+fn limit_execution_to_declared_files(
+    spec: &mut SandboxSpec,
+    plan: &SpawnPlan,
+    files: &[crate::plan::ExecutableFile],
+) -> Result<(), SpecError> {
+    for rule in &mut spec.landlock {
+        rule.access = match rule.access {
+            Access::ReadExec => Access::Read,
+            Access::ReadWriteExec => Access::ReadWrite,
+            other => other,
+        };
+    }
+    let mut rules = Vec::new();
+    for f in files {
+        if f.granted_as == GrantedAs::Program || f.path == plan.program.resolved {
+            continue;
+        }
+        if let Some(scope) = plan.fs.write.iter().find(|w| f.path.starts_with(w)) {
+            return Err(SpecError::ExecutableInWritable(
+                f.path.clone(),
+                scope.clone(),
+            ));
+        }
+        rules.push(ExecutableRule {
+            path: f.path.clone(),
+            file: f.file,
+        });
+    }
+    spec.executables = Some(rules);
+    Ok(())
 }
 
 /// A sandbox's mount steps after the shared ones ([`base_mounts`]), or

@@ -18,6 +18,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
             resolved: "/usr/bin/true".into(),
             sha256: Sha256Digest([0; 32]),
             pinned: false,
+            interpreter: None,
         },
         argv: vec!["true".into()],
         argv_shape: "true".into(),
@@ -29,6 +30,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         network_learning: None,
         on_violation: Default::default(),
         limits: Limits::default(),
+        exec: Default::default(),
     }
 }
 
@@ -542,4 +544,118 @@ fn only_a_path_root_alone_may_change_is_bound_over_for_a_script() {
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     assert!(!only_root_may_change(&f));
     assert!(!only_root_may_change(&d.path().join("missing")));
+}
+
+mod exec_declared {
+    use super::*;
+    use crate::plan::{ExecPlan, ExecutableFile, FileId, GrantedAs};
+
+    fn file(path: &str, granted_as: GrantedAs, ino: u64) -> ExecutableFile {
+        ExecutableFile {
+            path: path.into(),
+            granted_as,
+            sha256: Sha256Digest([0; 32]),
+            file: FileId { dev: 8, ino },
+        }
+    }
+
+    fn declared_plan(files: Vec<ExecutableFile>) -> SpawnPlan {
+        let mut p = plan(
+            FsPlan {
+                exec: vec!["/home/u/code/sub".into()],
+                write: vec!["/home/u/code/out".into()],
+                ..FsPlan::default()
+            },
+            CwdPlan::FreshTemp,
+        );
+        p.limits.tmp_exec = true;
+        p.exec = ExecPlan::Declared { files };
+        p
+    }
+
+    #[test]
+    fn no_directory_grants_execution_and_each_declared_file_does() {
+        let spec = build_spec(
+            &declared_plan(vec![
+                file("/usr/bin/true", GrantedAs::Program, 1),
+                file("/usr/bin/node", GrantedAs::AlsoRuns, 2),
+                file("/usr/lib/ld.so", GrantedAs::Loader, 3),
+            ]),
+            &system(),
+            &host,
+        )
+        .unwrap();
+        let executing: Vec<&Path> = spec
+            .landlock
+            .iter()
+            .filter(|r| matches!(r.access, Access::ReadExec | Access::ReadWriteExec))
+            .map(|r| r.path.as_path())
+            .collect();
+        assert_eq!(executing, Vec::<&Path>::new());
+        // The program gets its rule from its descriptor, not here.
+        assert_eq!(
+            spec.executables,
+            Some(vec![
+                ExecutableRule {
+                    path: "/usr/bin/node".into(),
+                    file: FileId { dev: 8, ino: 2 }
+                },
+                ExecutableRule {
+                    path: "/usr/lib/ld.so".into(),
+                    file: FileId { dev: 8, ino: 3 }
+                },
+            ])
+        );
+        // The mounts are those of the default: shared libraries still map.
+        let default = build_spec(
+            &plan(declared_plan(vec![]).fs, CwdPlan::FreshTemp),
+            &system(),
+            &host,
+        );
+        let mut default = default.unwrap();
+        default.tmp_exec = true;
+        assert_eq!(
+            spec.mounts
+                .iter()
+                .filter(|m| m.target != Path::new("/tmp"))
+                .collect::<Vec<_>>(),
+            default
+                .mounts
+                .iter()
+                .filter(|m| m.target != Path::new("/tmp"))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_declared_file_in_a_writable_scope_is_refused() {
+        let e = build_spec(
+            &declared_plan(vec![file("/home/u/code/out/tool", GrantedAs::AlsoRuns, 4)]),
+            &system(),
+            &host,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            SpecError::ExecutableInWritable(
+                "/home/u/code/out/tool".into(),
+                "/home/u/code/out".into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_default_leaves_execution_to_the_rules() {
+        let spec = build_spec(
+            &plan(FsPlan::default(), CwdPlan::FreshTemp),
+            &system(),
+            &host,
+        )
+        .unwrap();
+        assert_eq!(spec.executables, None);
+        assert!(spec
+            .landlock
+            .iter()
+            .any(|r| r.path == Path::new("/usr") && r.access == Access::ReadExec));
+    }
 }
