@@ -1722,6 +1722,8 @@ finish()
 fn refused_egress_is_shown_and_fail_on_refusal_fails_the_step() {
     let Some(s) = Setup::new(&[]) else { return };
     s.world.map("private.test", &[ip("10.0.0.5")]);
+    // The server behind the fronted hello, which must receive none of it.
+    let fronted = serve(&s.world, at(WORLD_IP, 8080), Peer::Hold);
     let m = s.manifest(
         "m.toml",
         &["api.test:8080", "other.test:8081", "private.test:8080"],
@@ -1735,6 +1737,7 @@ attempt("port", lambda: exchange(resolve("api.test"), 8081))
 attempt("name", lambda: resolve("evil.test"))
 attempt("private", lambda: exchange(resolve("private.test"), 8080))
 attempt("again", lambda: exchange(resolve("api.test"), 8081))
+attempt("fronted", lambda: first_flight(resolve("api.test"), 8080, [client_hello("evil.example.org")]))
 finish()
 sys.exit(int(os.environ.get("CODE", "0")))
 "#,
@@ -1755,6 +1758,7 @@ sys.exit(int(os.environ.get("CODE", "0")))
         "spawnd: network: api.test:8081 refused \u{d7}2 (not_granted; grant \"api.test:8081\" in the manifest's network)",
         "spawnd: network: DNS evil.test (A) refused \u{d7}1 (not_granted; grant \"evil.test:PORT\" in the manifest's network)",
         "spawnd: network: private.test:8080 refused \u{d7}1 (resolved_to_denied_address; the operator's [network] allow_cidrs",
+        "spawnd: network: api.test:8080 refused \u{d7}1 (sni_mismatch; the TLS client must name api.test",
     ] {
         assert!(stderr.lines().any(|l| l.starts_with(line)), "no {line:?} in:\n{stderr}");
     }
@@ -1772,6 +1776,12 @@ sys.exit(int(os.environ.get("CODE", "0")))
         Some(3),
         "{}",
         String::from_utf8_lossy(&own.stderr)
+    );
+    assert_eq!(
+        fronted.bytes().iter().sum::<usize>(),
+        0,
+        "the fronted hello reached the server: {:?}",
+        fronted.bytes()
     );
 }
 

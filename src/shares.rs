@@ -8,9 +8,11 @@
 //! that is present while another saturates everything it may take still
 //! gets its share at once.
 //!
-//! Present ([`Tenants`]): a uid with a connection open to the daemon, or
+//! Present ([`Tenants`]): a uid with a connection open to the daemon that
+//! the access rules let act for some connector ([`Arrival::vouch`]), or
 //! one a pool refused within [`REFUSED_IS_PRESENT`] (a caller that connects
-//! per request and was told to try later is waiting too). Nothing taken is
+//! per request and was told to try later is waiting too). A stranger's
+//! connection reserves nothing. Nothing taken is
 //! taken back: a uid that borrowed before another arrived keeps what it
 //! holds until it gives it back, and from then on borrows only what is
 //! left over.
@@ -38,6 +40,8 @@ pub struct Tenants {
 struct Presence {
     /// Connections open, by uid.
     connected: HashMap<u32, usize>,
+    /// Of those, the ones vouched for (the peer may act for a connector).
+    vouched: HashMap<u32, usize>,
     /// When each uid was last refused by a pool.
     refused: HashMap<u32, Instant>,
 }
@@ -47,6 +51,7 @@ struct Presence {
 pub struct Arrival {
     tenants: Arc<Tenants>,
     uid: u32,
+    vouched: bool,
 }
 
 impl Tenants {
@@ -70,6 +75,7 @@ impl Tenants {
         Some(Arrival {
             tenants: Arc::clone(self),
             uid,
+            vouched: false,
         })
     }
 
@@ -85,27 +91,49 @@ impl Tenants {
             .refused
             .retain(|_, at| at.elapsed() < REFUSED_IS_PRESENT);
         let Presence {
-            connected, refused, ..
+            vouched, refused, ..
         } = &*state;
-        let mut others: Vec<u32> = connected.keys().chain(refused.keys()).copied().collect();
+        let mut others: Vec<u32> = vouched.keys().chain(refused.keys()).copied().collect();
         others.sort_unstable();
         others.dedup();
         others.retain(|u| *u != uid);
         others
     }
 
-    fn refused(&self, uid: u32) {
+    fn mark_refused(&self, uid: u32) {
         self.lock().refused.insert(uid, Instant::now());
+    }
+}
+
+impl Arrival {
+    /// The connection's peer may act for some connector: its uid is
+    /// present, and has its shares kept for it, while the connection is
+    /// open.
+    pub fn vouch(&mut self) {
+        if self.vouched {
+            return;
+        }
+        self.vouched = true;
+        *self.tenants.lock().vouched.entry(self.uid).or_insert(0) += 1;
     }
 }
 
 impl Drop for Arrival {
     fn drop(&mut self) {
         let mut state = self.tenants.lock();
-        if let Some(open) = state.connected.get_mut(&self.uid) {
-            *open -= 1;
-            if *open == 0 {
-                state.connected.remove(&self.uid);
+        let Presence {
+            connected, vouched, ..
+        } = &mut *state;
+        let counts = match self.vouched {
+            true => vec![connected, vouched],
+            false => vec![connected],
+        };
+        for count in counts {
+            if let Some(open) = count.get_mut(&self.uid) {
+                *open -= 1;
+                if *open == 0 {
+                    count.remove(&self.uid);
+                }
             }
         }
     }
@@ -218,6 +246,14 @@ impl Pool {
     /// `amount` for `uid`: within the whole, and past the uid's share only
     /// what leaves every other present uid's unused share free.
     pub fn take(self: &Arc<Self>, uid: u32, amount: u64) -> Result<Taken, Refusal> {
+        // Nothing is always there to take (a stdin close holds no bytes).
+        if amount == 0 {
+            return Ok(Taken {
+                pool: Arc::clone(self),
+                uid,
+                amount,
+            });
+        }
         let mut used = self.lock();
         let mine = used.by_uid.get(&uid).copied().unwrap_or(0);
         let refusal = |limit, max| Refusal {
@@ -248,7 +284,7 @@ impl Pool {
         };
         if let Some(refusal) = refused {
             drop(used);
-            self.tenants.refused(uid);
+            self.tenants.mark_refused(uid);
             return Err(refusal);
         }
         *used.by_uid.entry(uid).or_insert(0) += amount;
@@ -342,6 +378,24 @@ impl std::fmt::Debug for Taken {
 mod tests {
     use super::*;
 
+    fn vouched(tenants: &Arc<Tenants>, uid: u32) -> Arrival {
+        let mut arrival = tenants.arrive(uid, 4).expect("arrives");
+        arrival.vouch();
+        arrival
+    }
+
+    #[test]
+    fn a_strangers_connection_reserves_nothing_and_nothing_is_always_there() {
+        let (tenants, pool) = pool(4, 1);
+        let _a = vouched(&tenants, 1000);
+        // 1001 is connected, but no access rule vouches for it.
+        let _stranger = tenants.arrive(1001, 4).expect("arrives");
+        let held: Vec<_> = (0..4).map(|_| pool.take(1000, 1).expect("taken")).collect();
+        assert!(pool.take(1000, 1).is_err(), "the whole is taken");
+        assert!(pool.take(1000, 0).is_ok(), "nothing is always there");
+        drop(held);
+    }
+
     fn pool(whole: u64, share: u64) -> (Arc<Tenants>, Arc<Pool>) {
         let tenants = Arc::new(Tenants::default());
         let pool = Pool::new(
@@ -358,7 +412,7 @@ mod tests {
     #[test]
     fn a_single_tenant_keeps_the_whole() {
         let (tenants, pool) = pool(8, 2);
-        let _a = tenants.arrive(1000, 4).expect("arrives");
+        let _a = vouched(&tenants, 1000);
         let held: Vec<_> = (0..8).map(|_| pool.take(1000, 1).expect("taken")).collect();
         let refused = pool.take(1000, 1).expect_err("the whole is taken");
         assert_eq!(refused.limit, "server.max_things");
@@ -373,8 +427,8 @@ mod tests {
     #[test]
     fn a_present_tenant_keeps_its_share_while_another_saturates() {
         let (tenants, pool) = pool(8, 2);
-        let _a = tenants.arrive(1000, 4).expect("arrives");
-        let _b = tenants.arrive(1001, 4).expect("arrives");
+        let _a = vouched(&tenants, 1000);
+        let _b = vouched(&tenants, 1001);
         let held: Vec<_> = (0..6).map(|_| pool.take(1000, 1).expect("taken")).collect();
         let refused = pool.take(1000, 1).expect_err("the rest is 1001's share");
         assert_eq!(refused.limit, "server.things_share");
@@ -398,7 +452,7 @@ mod tests {
     #[test]
     fn a_refused_uid_counts_as_present_without_a_connection() {
         let (tenants, pool) = pool(4, 1);
-        let _a = tenants.arrive(1000, 4).expect("arrives");
+        let _a = vouched(&tenants, 1000);
         let held: Vec<_> = (0..4).map(|_| pool.take(1000, 1).expect("taken")).collect();
         // 1001 arrives late and is refused: the whole is 1000's.
         assert!(pool.take(1001, 1).is_err());

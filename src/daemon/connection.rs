@@ -316,7 +316,7 @@ impl Connection {
                         () = cancel.cancelled() => ready(Err(cancelled())),
                         _ = conn.until_closed() => return,
                     };
-                    conn.no_longer_cancellable(id.as_ref());
+                    conn.no_longer_cancellable(id.as_ref(), &cancel);
                     render
                 }
                 (Started::LaterToTheEnd(work), _) => work.await,
@@ -369,9 +369,14 @@ impl Connection {
         entry.token.clone()
     }
 
-    /// The request with `id` has ended.
-    fn no_longer_cancellable(&self, id: Option<&Value>) {
+    /// The request with `id`, holding `token`, has ended. A cancelled
+    /// token's entry is gone already (a later request may have reused the
+    /// id since, under an entry of its own).
+    fn no_longer_cancellable(&self, id: Option<&Value>, token: &CancellationToken) {
         let Some(id) = id else { return };
+        if token.is_cancelled() {
+            return;
+        }
         let mut cancellable = lock(&self.cancellable);
         let key = id.to_string();
         if let Some(entry) = cancellable.get_mut(&key) {
@@ -781,11 +786,21 @@ pub(super) async fn serve_connection(
     daemon: Arc<Daemon>,
     stream: UnixStream,
     accepted: Accepted,
+    mut arrival: crate::shares::Arrival,
     mut stop: watch::Receiver<bool>,
 ) {
     let Some(peer) = peer_of(&stream, accepted) else {
         return;
     };
+    // A peer the access rules let act for some connector is present: its
+    // shares are kept for it while it is connected (a stranger's are not).
+    let access = crate::policy::Access::Rules {
+        rules: daemon.loaded().config.access.clone(),
+        daemon_uid: nix::unistd::geteuid().as_raw(),
+    };
+    if access.allows_some(&request::access_caller(&peer)) {
+        arrival.vouch();
+    }
     let (read, write) = stream.into_split();
     let server = daemon.loaded().config.server.clone();
     let max = server.max_frame_bytes as usize;

@@ -498,8 +498,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         let daemon = Arc::clone(&daemon);
                         let stop = stop_rx.clone();
                         tokio::spawn(async move {
-                            connection::serve_connection(daemon, stream, accepted_at, stop).await;
-                            drop((permit, arrival));
+                            connection::serve_connection(daemon, stream, accepted_at, arrival, stop).await;
+                            drop(permit);
                         });
                     }
                     Err(_) => {

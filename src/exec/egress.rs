@@ -169,8 +169,18 @@ fn violation_of(event: &NetEvent) -> Option<(String, &'static str)> {
             if !r.allowed
                 && !matches!(
                     r.reason,
-                    Some(reason::TOO_MANY_CONNECTIONS | reason::RECORD_ONLY)
-                ) =>
+                    Some(
+                        reason::TOO_MANY_CONNECTIONS
+                            | reason::RECORD_ONLY
+                            | reason::UNRESOLVED
+                            | reason::CONNECT_FAILED
+                            | reason::CONNECT_TIMEOUT
+                    )
+                )
+                && !r
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("host's addresses")) =>
         {
             Some((
                 format!("network:{}:{}", r.host, r.port),
@@ -303,8 +313,8 @@ struct Violations {
 impl Egress {
     /// Under `on_violation = "terminate"`, gives the relay its way to kill
     /// the sandbox (right after the program's release); a no-op otherwise.
-    pub(super) fn arm(&self, killer: Option<Killer>) {
-        if let (Some(tripwire), Some(killer)) = (&self.tripwire, killer) {
+    pub(super) fn arm(&self, killer: Killer) {
+        if let Some(tripwire) = &self.tripwire {
             tripwire.arm(killer);
         }
     }

@@ -562,7 +562,15 @@ fn release<'s>(
             // Under `on_violation = "terminate"`, the relay may now kill
             // the sandbox at the first refused egress.
             if let (Some(e), OnViolation::Terminate) = (&egress, plan.on_violation) {
-                e.arm(released.running.end.killer());
+                match released.running.end.killer() {
+                    Some(killer) => e.arm(killer),
+                    // Never unguarded: a sandbox the relay cannot kill is
+                    // killed now (its result says signal 9).
+                    None => released
+                        .running
+                        .end
+                        .signal(nix::sys::signal::Signal::SIGKILL),
+                }
             }
             if let Some(f) = on_started {
                 let filed = SpawnFiled {

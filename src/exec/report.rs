@@ -299,6 +299,47 @@ pub fn network_refusals(network: &Value) -> Vec<Notice> {
             grant: what_would_grant(reason, host, port),
         });
     }
+    // Refused after the dial (the first flight: SNI, a malformed
+    // ClientHello): listed one by one within the budget, counted by
+    // destination past it.
+    let mut dialed: Vec<(String, String, u64)> = Vec::new();
+    for c in network["listed"].as_array().into_iter().flatten() {
+        if c["allowed"] == false && !c["dialed"].is_null() {
+            let what = format!("{}:{}", c["host"].as_str().unwrap_or("?"), c["port"]);
+            let reason = c["reason"].as_str().unwrap_or("refused").to_string();
+            match dialed
+                .iter_mut()
+                .find(|(w, r, _)| *w == what && *r == reason)
+            {
+                Some(seen) => seen.2 += 1,
+                None => dialed.push((what, reason, 1)),
+            }
+        }
+    }
+    for (what, reason, count) in dialed {
+        let (host, port) = what.rsplit_once(':').unwrap_or((&what, "?"));
+        refused.push(Notice::NetworkRefused {
+            grant: what_would_grant(&reason, host, &json!(port)),
+            what,
+            count,
+            reason,
+        });
+    }
+    for c in network["connections_unreported"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let count = c["refused"].as_u64().unwrap_or(0);
+        if count > 0 {
+            refused.push(Notice::NetworkRefused {
+                what: format!("{}:{}", c["host"].as_str().unwrap_or("?"), c["port"]),
+                count,
+                reason: "refused after the dial".into(),
+                grant: "the audit log's exit record counts them; the first of each kind has a net record".into(),
+            });
+        }
+    }
     let unreported = network["refusals_unreported"].as_u64().unwrap_or(0);
     if unreported > 0 {
         refused.push(Notice::NetworkRefused {

@@ -353,7 +353,15 @@ impl EventSink {
                 .lock()
                 .map(|mut dialed| dialed.count(&record))
                 .unwrap_or(false);
-            return within_budget.then_some(NetEvent::Connection(record));
+            if within_budget {
+                return Some(NetEvent::Connection(record));
+            }
+            // Past the budget, one refused after its dial (a ClientHello
+            // naming another server) is also counted under its kind, the
+            // first of each reported, so no refusal goes unseen.
+            if record.allowed {
+                return None;
+            }
         }
         let first = self
             .refusals

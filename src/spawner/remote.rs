@@ -40,7 +40,8 @@ pub struct RemoteSandbox<'s> {
 
 /// The supervisor's handle on a remote sandbox's init.
 struct RemoteEnd<'s> {
-    pidfd: OwnedFd,
+    /// Shared with the [`crate::supervise::Killer`] it gives out.
+    pidfd: std::sync::Arc<OwnedFd>,
     cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
     /// Its peak and OOM files, opened while the program runs.
     readings: Option<crate::sandbox::cgroup::Readings>,
@@ -55,10 +56,9 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
     }
 
     fn killer(&self) -> Option<crate::supervise::Killer> {
-        self.pidfd
-            .try_clone()
-            .ok()
-            .map(crate::supervise::killer_through)
+        Some(crate::supervise::killer_through(std::sync::Arc::clone(
+            &self.pidfd,
+        )))
     }
 
     /// Read through the directory the spawner sent, so the exit can be
@@ -109,7 +109,7 @@ impl<'s> RemoteSandbox<'s> {
             mapped_at: replied_at,
             released_at,
             end: Box::new(RemoteEnd {
-                pidfd: self.pidfd,
+                pidfd: std::sync::Arc::new(self.pidfd),
                 // Opened now, while the program runs (best effort: without
                 // them, the readings open the files themselves).
                 readings: self

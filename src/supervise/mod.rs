@@ -73,22 +73,23 @@ pub trait SandboxEnd {
         self.reap().map(drop)
     }
     /// A way to kill the sandbox from another thread (the network relay's,
-    /// for `on_violation = "terminate"`), through a pidfd for init, so it
-    /// never signals a process that reused init's pid; `None` when no pidfd
-    /// can be had.
-    fn killer(&self) -> Option<Killer> {
-        None
-    }
+    /// for `on_violation = "terminate"`) that never signals a process that
+    /// reused init's pid. Every real end has one; `None` only for an end
+    /// that cannot be signalled from elsewhere (the caller then kills the
+    /// sandbox rather than run it unguarded).
+    fn killer(&self) -> Option<Killer>;
 }
 
 /// Kills a sandbox (SIGKILL to its init) from any thread.
 pub type Killer = Box<dyn Fn() + Send + Sync>;
 
-/// A [`Killer`] through `pidfd`.
-pub fn killer_through(pidfd: std::os::fd::OwnedFd) -> Killer {
+/// A [`Killer`] through a pidfd for init.
+pub fn killer_through(pidfd: std::sync::Arc<std::os::fd::OwnedFd>) -> Killer {
     Box::new(move || {
-        let _ =
-            crate::sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&pidfd), Signal::SIGKILL as i32);
+        let _ = crate::sys::pidfd_send_signal(
+            std::os::fd::AsFd::as_fd(&*pidfd),
+            Signal::SIGKILL as i32,
+        );
     })
 }
 
@@ -146,9 +147,17 @@ impl SandboxEnd for LocalEnd {
 
     fn killer(&self) -> Option<Killer> {
         // Init is this process's child, not yet reaped: the pidfd is init's.
-        crate::sys::pidfd_open(self.init.as_raw())
-            .ok()
-            .map(killer_through)
+        // Without one (no descriptor left), its pid serves as well: the
+        // killer is dropped with the relay, before init is reaped.
+        match crate::sys::pidfd_open(self.init.as_raw()) {
+            Ok(pidfd) => Some(killer_through(std::sync::Arc::new(pidfd))),
+            Err(_) => {
+                let init = self.init;
+                Some(Box::new(move || {
+                    let _ = kill(init, Signal::SIGKILL);
+                }))
+            }
+        }
     }
 
     fn readings_before_reap(&self) -> Option<(Option<u64>, bool)> {
@@ -720,6 +729,10 @@ mod tests {
 
         fn reap(self: Box<Self>) -> std::io::Result<InitExit> {
             Err(std::io::ErrorKind::Unsupported.into())
+        }
+
+        fn killer(&self) -> Option<Killer> {
+            None
         }
     }
 
