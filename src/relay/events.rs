@@ -690,9 +690,21 @@ mod tests {
             closing.push(event);
         }
         finishing.await.unwrap();
-        let [NetEvent::Unreported { connections }] = closing.as_slice() else {
+        // The one refused past the budget is also counted under its kind,
+        // and, the first of its kind, reported on its own.
+        let [NetEvent::Connection(first), NetEvent::Refusals { counts, .. }, NetEvent::Unreported { connections }] =
+            closing.as_slice()
+        else {
             panic!("{closing:?}");
         };
+        assert_eq!(first.reason, Some(reason::SNI_MISMATCH), "{first:?}");
+        assert_eq!(
+            counts
+                .iter()
+                .map(|c| (c.kind.port, c.kind.reason, c.count))
+                .collect::<Vec<_>>(),
+            [(443, reason::SNI_MISMATCH, 1)]
+        );
         let counted: Vec<(u16, u64, u64, u64)> = connections
             .iter()
             .map(|c| (c.port, c.count, c.refused, c.bytes_down))
