@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["manifest"],
     &["egress"],
-    &["template", "printable", "shares"],
+    &["template", "printable", "shares", "interpreter"],
     &["sys"],
     &["lib"],
 ];
