@@ -58,18 +58,6 @@ fn unquoted(token: &str) -> String {
     format!("{}\"\"{}", &token[..1], &token[1..])
 }
 
-/// Waits until some host process carries `token`.
-fn wait_running(token: &str) {
-    let t = Instant::now();
-    while host_processes_with(token).is_empty() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{token} never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// The daemon's last word on a connection: an error naming `key`, after a
 /// time within `window`, and then the end of the stream.
 fn assert_told_and_closed(
@@ -324,7 +312,7 @@ fn the_audit_disk_filling_mid_run_is_reported_and_the_chain_still_verifies() {
         "audit-fills",
         &format!("exec -a {} sleep 1", unquoted(token)),
     );
-    wait_running(token);
+    harness::wait_for_host_process(token);
     // The decision is on disk; now the disk fills before the exit record.
     disk.fill();
     let out = run.wait_with_output().unwrap();
@@ -361,7 +349,7 @@ fn an_exit_record_the_disk_fails_to_flush_after_its_answer_stops_every_later_spa
         "spawn_op",
         json!({"connector": CONNECTOR, "op": "sh", "args": {"script": format!("exec -a {} sleep 1", unquoted(token))}}),
     ));
-    wait_running(token);
+    harness::wait_for_host_process(token);
     // The decision is on disk; now the disk fails before the exit record.
     disk.fail_writes_to(&log);
     // The caller still gets its result: the exit record is written (into
@@ -443,7 +431,7 @@ fn cgroups_left_by_a_kill_9_of_spawnd_run_are_swept_by_the_next_run() {
         "cgroup-sweep",
         &format!("exec -a {} sleep 30", unquoted(token)),
     );
-    wait_running(token);
+    harness::wait_for_host_process(token);
     let left = cgroups_of(run.id());
     let v1 = Path::new("/sys/fs/cgroup/memory/spawnd").exists();
     assert_eq!(
@@ -483,7 +471,7 @@ fn the_audit_disk_turning_read_only_mid_run_is_reported_and_the_chain_still_veri
         "audit-ro",
         &format!("exec -a {} sleep 1", unquoted(token)),
     );
-    wait_running(token);
+    harness::wait_for_host_process(token);
     // A read-only bind mount over the log's directory (the file system itself
     // cannot be remounted read-only while the log is open for writing).
     let out = Command::new("mount")
@@ -579,7 +567,7 @@ fn a_hanging_credential_helper_is_cut_off_while_others_are_served() {
             json!({"connector": "local://test/hangs", "op": "sh", "args": {"script": "true"}}),
         )
     });
-    wait_running(token);
+    harness::wait_for_host_process(token);
     // Meanwhile another caller is served at once.
     let mut other = d.client();
     let quick = Instant::now();
@@ -618,7 +606,7 @@ fn the_spawner_killed_mid_run_ends_its_spawns_with_an_error_and_a_new_one_serves
             ))
         })
         .collect();
-    wait_running(token);
+    harness::wait_for_host_process(token);
     let daemon_pid = d.child.id();
     let children =
         std::fs::read_to_string(format!("/proc/{daemon_pid}/task/{daemon_pid}/children")).unwrap();

@@ -359,3 +359,17 @@ pub fn host_processes_with(token: &str) -> Vec<i32> {
     }
     pids
 }
+
+/// Waits until some host process carries `token` (a sandbox reaches exec
+/// in milliseconds here and in seconds in an emulated guest), failing the
+/// test when none appears within 30 s.
+pub fn wait_for_host_process(token: &str) {
+    let started = std::time::Instant::now();
+    while host_processes_with(token).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no host process carrying {token} appeared within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
