@@ -175,12 +175,9 @@ fn violation_of(event: &NetEvent) -> Option<(String, &'static str)> {
                             | reason::UNRESOLVED
                             | reason::CONNECT_FAILED
                             | reason::CONNECT_TIMEOUT
+                            | reason::HOST_ADDRESSES_UNREADABLE
                     )
-                )
-                && !r
-                    .error
-                    .as_deref()
-                    .is_some_and(|e| e.contains("host's addresses")) =>
+                ) =>
         {
             Some((
                 format!("network:{}:{}", r.host, r.port),
@@ -618,5 +615,46 @@ mod tests {
             json!(["a.example:80", "a.example:443"])
         );
         assert_eq!(learned["contacted_unlisted"], 2);
+    }
+
+    #[test]
+    fn only_refusals_of_what_was_not_granted_are_violations() {
+        use crate::relay::reason;
+        let refused = |why: &'static str| {
+            NetEvent::Connection(crate::relay::ConnectionRecord {
+                host: crate::egress::grant::Host::Name("api.example.com".into()),
+                port: 443,
+                dialed: None,
+                allowed: false,
+                connected: false,
+                reason: Some(why),
+                denial: None,
+                sni: None,
+                error: None,
+                bytes_up: 0,
+                bytes_down: 0,
+                duration_ms: 0,
+            })
+        };
+        for why in [
+            reason::NOT_GRANTED,
+            reason::SNI_MISMATCH,
+            reason::RESOLVED_TO_DENIED_ADDRESS,
+        ] {
+            assert_eq!(
+                violation_of(&refused(why)),
+                Some(("network:api.example.com:443".to_string(), why))
+            );
+        }
+        // A limit, or spawnd's own failure, is no violation of the grants.
+        for why in [
+            reason::TOO_MANY_CONNECTIONS,
+            reason::UNRESOLVED,
+            reason::CONNECT_FAILED,
+            reason::CONNECT_TIMEOUT,
+            reason::HOST_ADDRESSES_UNREADABLE,
+        ] {
+            assert_eq!(violation_of(&refused(why)), None, "{why}");
+        }
     }
 }

@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 
-use crate::egress::address_policy::{Denial, DenyReason, HostAddresses};
+use crate::egress::address_policy::{Denial, HostAddresses};
 use crate::egress::client_hello::{classify, sni_matches, FirstFlight, MAX_FIRST_FLIGHT};
 use crate::egress::fake_pool::in_fake_pool;
 use crate::egress::grant::Host;
@@ -291,11 +291,8 @@ async fn allowed_addresses(relay: &Relay, host: &Host) -> Result<Vec<IpAddr>, Ad
     // dials. When they cannot be read, no address can be told apart
     // from the host's, so none is dialed.
     let own = host_addresses::read_host_addresses().map_err(|e| AddressRefusal {
-        reason: reason::RESOLVED_TO_DENIED_ADDRESS,
-        denial: Some(Denial {
-            reason: DenyReason::HostAddress,
-            embedded: None,
-        }),
+        reason: reason::HOST_ADDRESSES_UNREADABLE,
+        denial: None,
         error: Some(format!("cannot read the host's addresses: {e}")),
     })?;
     let mut allowed = Vec::new();

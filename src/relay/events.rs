@@ -77,9 +77,13 @@ pub mod reason {
     /// A learning relay in record mode (`spawnd learn`): the connection
     /// was recorded, then refused without dialing.
     pub const RECORD_ONLY: &str = "record_only";
+    /// spawnd could not read its host's own addresses, so it could not
+    /// tell a resolved address from one of the host's: nothing was
+    /// dialed (spawnd's failure, not the program's).
+    pub const HOST_ADDRESSES_UNREADABLE: &str = "host_addresses_unreadable";
 
     /// Every reason, for documentation checks and tests.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         NOT_GRANTED,
         SNI_MISSING,
         TOO_MANY_CONNECTIONS,
@@ -95,6 +99,7 @@ pub mod reason {
         STOPPED,
         IO_ERROR,
         RECORD_ONLY,
+        HOST_ADDRESSES_UNREADABLE,
     ];
 }
 
