@@ -1,12 +1,14 @@
 //! A sandbox with network grants, at the `sandbox::launch` level (below the
 //! exec pipeline and its relay, which `network.rs` tests end to end): the
 //! program inside reaches the listeners init handed to this process through
-//! the fake pool and an IP-literal grant, nothing else has a route, the DNS
+//! the fake pool and an IP-literal grant, every other TCP connection (but
+//! to its loopback or a granted port) is refused at once and logged to the
+//! socket handed over with them, the DNS
 //! stub's UDP socket gets its queries, and `/etc/resolv.conf` names the stub.
 //! A sandbox without grants gets none of it; a learning sandbox
-//! (`spawnd learn`) gets the pool routed and every port of it redirected
-//! to one loopback listener, whose connections say where they were going
-//! (`SO_ORIGINAL_DST`). Run as root, through a spare
+//! (`spawnd learn`) gets every port of the pool redirected to one loopback
+//! listener, whose connections say where they were going
+//! (`SO_ORIGINAL_DST`), and other destinations refused and logged. Run as root, through a spare
 //! sandbox too, and as the unprivileged user `nobody` (65534), which this
 //! binary re-executes itself as. `harness = false`: a launch needs a
 //! single-threaded process.
@@ -15,7 +17,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -232,11 +234,14 @@ fn check_with_grants(via: Via) {
     let get = |k: &str| r.get(k).map(String::as_str).unwrap_or("missing");
     assert_eq!(get("pool_granted"), "ok", "{r:?}");
     assert_eq!(get("literal_granted"), "ok", "{r:?}");
-    // Another port of the pool: nothing listens there.
+    // Another port of the pool: refused at once by the sandbox's rules,
+    // and logged.
     assert_eq!(get("pool_other_port"), "ECONNREFUSED", "{r:?}");
-    assert_eq!(get("elsewhere_granted_port"), "ENETUNREACH", "{r:?}");
+    // Every address is routed to the loopback: on a granted port another
+    // address reaches the listener too, where spawnd judges it.
+    assert_eq!(get("elsewhere_granted_port"), "ok", "{r:?}");
     assert_eq!(get("route_pool"), "ok", "{r:?}");
-    assert_eq!(get("route_elsewhere"), "ENETUNREACH", "{r:?}");
+    assert_eq!(get("route_elsewhere"), "ok", "{r:?}");
     assert_eq!(get("dns_sent"), "ok", "{r:?}");
     // The granted port is the listener's, which holds [::]:8443 without
     // SO_REUSE*: the program cannot take it over.
@@ -269,8 +274,13 @@ fn check_with_grants(via: Via) {
     )
     .expect("the DNS query is queued on the UDP listener");
     assert_eq!(&buf[..n], b"dns-query-from-inside");
+    assert_eq!(
+        logged(&listeners),
+        [("198.18.0.1".parse().unwrap(), 6, Some(8444))]
+    );
     // The sockets' own properties, from this side.
-    for fd in listeners.fds() {
+    for (_, fd) in &listeners.tcp {
+        let fd = fd.as_fd();
         let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
         assert!(flags & libc::O_NONBLOCK != 0, "nonblocking");
         let v6only =
@@ -320,10 +330,10 @@ fn check_learning(via: Via) {
     // Every port of the pool reaches spawnd's one listener.
     assert_eq!(get("pool_granted"), "ok", "{r:?}");
     assert_eq!(get("pool_other_port"), "ok", "{r:?}");
-    // Addresses are not learned: no route.
-    assert_eq!(get("literal_granted"), "ENETUNREACH", "{r:?}");
-    assert_eq!(get("elsewhere_granted_port"), "ENETUNREACH", "{r:?}");
-    assert_eq!(get("route_elsewhere"), "ENETUNREACH", "{r:?}");
+    // Addresses are not learned: refused at once, and logged.
+    assert_eq!(get("literal_granted"), "ECONNREFUSED", "{r:?}");
+    assert_eq!(get("elsewhere_granted_port"), "ECONNREFUSED", "{r:?}");
+    assert_eq!(get("route_elsewhere"), "ok", "{r:?}");
     assert_eq!(get("dns_sent"), "ok", "{r:?}");
     // The program's own ports and loopback are its own.
     assert_eq!(get("bind_any6"), "ok", "{r:?}");
@@ -339,6 +349,32 @@ fn check_learning(via: Via) {
     let pool = |p: u16| SocketAddr::new("198.18.0.1".parse().unwrap(), p);
     assert_eq!(accept_original(listener), pool(GRANTED));
     assert_eq!(accept_original(listener), pool(OTHER));
+    assert_eq!(
+        logged(&listeners),
+        [
+            ("203.0.113.7".parse().unwrap(), 6, Some(GRANTED)),
+            ("10.9.9.9".parse().unwrap(), 6, Some(GRANTED))
+        ]
+    );
+}
+
+/// What the sandbox's rules refused and logged, as (destination,
+/// protocol, port), read from the log socket init handed over.
+fn logged(listeners: &Listeners) -> Vec<(IpAddr, u8, Option<u16>)> {
+    let mut buf = vec![0u8; 65536];
+    let mut seen = Vec::new();
+    while let Ok(n) = nix::sys::socket::recv(
+        listeners.refusal_log.as_raw_fd(),
+        &mut buf,
+        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    ) {
+        seen.extend(
+            spawnd::sys::read_logged_packets(&buf[..n])
+                .into_iter()
+                .map(|p| (p.destination, p.protocol, p.port)),
+        );
+    }
+    seen
 }
 
 fn scenarios(spares: bool) {

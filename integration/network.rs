@@ -374,7 +374,7 @@ fn a_flood_of_refused_connections_is_one_record_and_a_count() {
     assert_eq!(network["refused"], 3000, "{network}");
     assert_eq!(
         network["refusals"],
-        serde_json::json!([{"host": "127.0.0.2", "port": granted.port, "reason": "not_granted", "count": 3000}]),
+        serde_json::json!([{"host": "127.0.0.2", "port": granted.port, "protocol": "tcp", "reason": "not_granted", "count": 3000}]),
         "{network}"
     );
     // Judged by the log: one record for the 3000 refusals, one per

@@ -18,20 +18,20 @@
 //! |---|---|---|
 //! | an undeclared name | NXDOMAIN inside; its server accepts nothing; the world's DNS never hears it; `dns_refused` and a `dns` audit record name it | the granted name fetched, its server counts it |
 //! | a granted name on another port | no listener (ECONNREFUSED), or a reset on another grant's port; those servers accept nothing; `not_granted` recorded | the granted ports served |
-//! | the IP literal of a granted name (v4, v4-mapped, NAT64) | no route; the server's count stays at the control's | the name reaches that very server |
+//! | the IP literal of a granted name (v4, v4-mapped, NAT64) | reset by spawnd, `not_granted` recorded; the server's count stays at the control's | the name reaches that very server |
 //! | an address of the fake pool no name holds | reset, `not_granted` | the name's fake address works |
-//! | UDP (QUIC) to a granted name | refused inside; the world's UDP server receives nothing | the same name over TCP |
+//! | UDP (QUIC) to a granted name or its address | the send fails (EPERM), a `udp` record; the world's UDP server receives nothing | the same name over TCP |
 //! | rebinding: a granted name answering 127.0.0.1, 169.254.169.254, 10.0.0.5 | reset, `resolved_to_denied_address` with the range; the server there accepts nothing | the name served while it answered the public address; the server there reached from the world; 10.0.0.5 reached once the operator allows 10.0.0.0/8 |
 //! | rebinding through IPv6 forms (`::ffff:127.0.0.1`, `64:ff9b::a9fe:a9fe`) | as above, judged as the IPv4 address | as above |
 //! | a granted name answering loopback and metadata beside a public address | only the public address dialed; the others' servers accept nothing | the public one serves every connection; the others reached from the world |
 //! | rebinding mid-run (public, then 127.0.0.1, within one spawn) | the second connection refused; loopback's server accepts nothing | the first connection served; spawnd asked the world again |
-//! | DNS to an outside resolver (UDP and TCP, v4 and v6) | no route; the world's resolver at 203.0.113.53 never logs the name | the same query from the world is logged |
+//! | DNS to an outside resolver (UDP and TCP, v4 and v6) | refused at once and recorded (`udp` records, a `not_granted` one for TCP); the world's resolver at 203.0.113.53 never logs the name | the same query from the world is logged |
 //! | DNS exfiltration through the stub (100 names, A/AAAA/TXT, UDP/TCP, under a granted name) | the world's DNS log holds only the granted name; the names in `dns_refused` and the audit trail, capped | spawnd's own question for the granted name is logged |
 //! | TXT, ANY, AXFR, HTTPS, MX for a granted name | no answer records; the world is asked nothing but A/AAAA | A answers a fake address, which connects |
 //! | raw sockets (UDP, ICMP, IPv6, ping) | refused; the world's UDP server receives nothing | the same code as root in the world delivers a datagram |
 //! | packet sockets | refused; the world's UDP server receives nothing | the same code as root on the internet (where the address is) injects a frame that arrives |
-//! | netlink and ioctl adding a route or an address | refused; 203.0.113.10 still has no route | the same code in a fresh namespace as root adds both |
-//! | IPv6 to the world's address and to others | no route, or a reset on a granted port; the server accepts nothing | a literal grant of that address reaches its server |
+//! | netlink and ioctl adding a route or an address | refused; 203.0.113.10 is still reset by spawnd, `not_granted` | the same code in a fresh namespace as root adds both |
+//! | IPv6 to the world's address and to others | ECONNREFUSED from the sandbox's rules, or a reset on a granted port, each recorded; the server accepts nothing | a literal grant of that address reaches its server |
 //! | SNI mismatch (domain fronting), also fragmented across TLS records, sent byte by byte, behind record version `00 01` or a `00 01` warning alert (both accepted by Go's server) | reset, `sni_mismatch` / `malformed_client_hello` with what was wrong; the server receives none of the ClientHello | the same ClientHello naming the granted name arrives whole |
 //! | a ClientHello without SNI, or malformed, or after an alert record | reset, `sni_missing` / `malformed_client_hello`; the server receives nothing | as above |
 //! | an encrypted ClientHello (ECH, draft ESNI) whose outer name is the granted one | reset, `malformed_client_hello`; the server receives nothing | the same hello with an unknown extension instead arrives whole |
@@ -384,6 +384,21 @@ fn refusal_record<'a>(records: &'a [Value], host: &str, port: u16, reason: &str)
         .unwrap_or_else(|| panic!("no {reason} record for {host}:{port}: {records:#?}"))
 }
 
+/// The audit trail's `udp` record of a datagram to `host:port` the
+/// sandbox's rules refused.
+fn datagram_refusal<'a>(records: &'a [Value], host: &str, port: u16) -> &'a Value {
+    records
+        .iter()
+        .find(|r| {
+            r["protocol"] == "udp"
+                && r["host"] == host
+                && r["port"] == port
+                && r["allowed"] == false
+                && r["reason"] == "not_granted"
+        })
+        .unwrap_or_else(|| panic!("no udp record for {host}:{port}: {records:#?}"))
+}
+
 /// The result's count of refusals of `host:port` for `reason` (0 when
 /// none).
 fn refusals(run: &Run, host: &str, port: u16, reason: &str) -> u64 {
@@ -659,7 +674,7 @@ finish()
 }
 
 #[test]
-fn the_ip_literal_of_a_granted_names_address_has_no_route_in_any_form() {
+fn the_ip_literal_of_a_granted_names_address_is_refused_and_recorded_in_any_form() {
     let Some(s) = Setup::new(&[]) else { return };
     let api = serve(&s.world, at(WORLD_IP, 8080), Peer::Http("api"));
     let m = s.manifest("m.toml", &["api.test:8080"], "", "");
@@ -678,12 +693,24 @@ finish()
     );
     assert_eq!(run.code(), Some(0), "{}", run.json);
     assert_eq!(result(&r, "name"), "reply:api", "{r}");
+    // On the granted port each reaches spawnd's listener, which resets it
+    // before anything moves, and records it.
     for label in ["v4", "v4_mapped", "nat64", "v4_compatible", "six_to_four"] {
-        assert_eq!(result(&r, label), "ENETUNREACH", "{label}: {r}");
+        assert_eq!(result(&r, label), "ECONNRESET", "{label}: {r}");
     }
     // Only the name's connection reached the server.
     assert_eq!(api.accepted(), 1);
-    assert_eq!(run.network()["connections"], 1, "{}", run.json);
+    assert_eq!(run.network()["refused"], 5, "{}", run.json);
+    assert_eq!(refusals(&run, "203.0.113.10", 8080, "not_granted"), 2);
+    let records = s.net_records();
+    for host in [
+        "203.0.113.10",
+        "[64:ff9b::cb00:710a]",
+        "[::cb00:710a]",
+        "[2002:cb00:710a::1]",
+    ] {
+        refusal_record(&records, host, 8080, "not_granted");
+    }
 }
 
 #[test]
@@ -712,7 +739,7 @@ finish()
 }
 
 #[test]
-fn udp_to_a_granted_name_goes_nowhere_while_tcp_to_it_is_served() {
+fn udp_to_a_granted_name_is_refused_and_recorded_while_tcp_to_it_is_served() {
     let Some(s) = Setup::new(&[]) else { return };
     let api = serve(&s.world, at(WORLD_IP, 8443), Peer::Http("api"));
     let quic = s.world.udp_server(at(WORLD_IP, 8443));
@@ -738,10 +765,15 @@ finish()
     );
     assert_eq!(result(&r, "tcp"), "reply:api", "{r}");
     assert_eq!(api.accepted(), 1);
-    assert_eq!(result(&r, "udp_name"), "ECONNREFUSED", "{r}");
-    assert_eq!(result(&r, "udp_literal"), "ENETUNREACH", "{r}");
+    // Refused at once by the sandbox's rules (the send fails), and
+    // recorded: the fake address under its name.
+    assert_eq!(result(&r, "udp_name"), "EPERM", "{r}");
+    assert_eq!(result(&r, "udp_literal"), "EPERM", "{r}");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(quic.received(), 0);
+    let records = s.net_records();
+    datagram_refusal(&records, "api.test", 8443);
+    datagram_refusal(&records, "203.0.113.10", 8443);
 }
 
 // ---- rebinding --------------------------------------------------------------
@@ -924,7 +956,7 @@ finish()
 // ---- DNS --------------------------------------------------------------------
 
 #[test]
-fn dns_to_an_outside_resolver_has_no_route_and_the_resolver_never_hears_the_name() {
+fn dns_to_an_outside_resolver_is_refused_and_recorded_and_the_resolver_never_hears_the_name() {
     let Some(s) = Setup::new(&[]) else { return };
     s.world.add_address(ip("203.0.113.53"));
     s.world.dns_also_on(at("203.0.113.53", 53));
@@ -944,12 +976,21 @@ attempt("granted", lambda: get("api.test", 8080))
 finish()
 "#,
     );
-    for label in ["udp", "tcp", "public", "v6"] {
-        assert_eq!(result(&r, label), "ENETUNREACH", "{label}: {r}");
+    // Refused at once by the sandbox's rules (a datagram's send fails, a
+    // connection is reset), and recorded.
+    for label in ["udp", "public", "v6"] {
+        assert_eq!(result(&r, label), "EPERM", "{label}: {r}");
     }
-    // A query to an address of the fake pool lands on the sandbox's own
-    // stub, which answers NXDOMAIN and forwards nothing.
-    assert_eq!(result(&r, "stub_via_pool"), "rcode=3 answers=0", "{r}");
+    assert_eq!(result(&r, "tcp"), "ECONNREFUSED", "{r}");
+    let records = s.net_records();
+    datagram_refusal(&records, "203.0.113.53", 53);
+    datagram_refusal(&records, "8.8.8.8", 53);
+    datagram_refusal(&records, "[2001:4860:4860::8888]", 53);
+    refusal_record(&records, "203.0.113.53", 53, "not_granted");
+    // The stub answers on the loopback alone: a query to an address of
+    // the fake pool is refused the same way.
+    assert_eq!(result(&r, "stub_via_pool"), "EPERM", "{r}");
+    datagram_refusal(&s.net_records(), "198.18.0.99", 53);
     assert_eq!(result(&r, "granted"), "reply:api", "{r}");
     assert_eq!(api.accepted(), 1);
     assert_eq!(tcp53.accepted(), 0);
@@ -1214,8 +1255,11 @@ fn netlink_and_ioctl_cannot_add_a_route_or_an_address_while_root_in_a_fresh_name
     let (_run, r) = s.attack(&m, "routes", ROUTES);
     assert_eq!(result(&r, "netlink_route"), "EPERM", "{r}");
     assert_eq!(result(&r, "ioctl_address"), "EPERM", "{r}");
-    assert_eq!(result(&r, "after"), "ENETUNREACH", "{r}");
+    // Every address is the sandbox's own already: on the granted port
+    // spawnd's listener resets the address nobody granted.
+    assert_eq!(result(&r, "after"), "ECONNRESET", "{r}");
     assert_eq!(api.accepted(), 0);
+    refusal_record(&s.net_records(), "203.0.113.10", 8080, "not_granted");
     // The control: the same code as root in a fresh network namespace.
     let out = run_checked(
         Command::new("unshare")
@@ -1237,7 +1281,7 @@ fn netlink_and_ioctl_cannot_add_a_route_or_an_address_while_root_in_a_fresh_name
 }
 
 #[test]
-fn ipv6_destinations_are_unreachable_unless_granted_as_literals() {
+fn ipv6_destinations_are_refused_and_recorded_unless_granted_as_literals() {
     let Some(s) = Setup::new(&[]) else { return };
     s.world.add_address(ip("2001:db8::10"));
     let v6 = serve(&s.world, at("2001:db8::10", 8080), Peer::Http("v6"));
@@ -1262,9 +1306,13 @@ finish()
     // The literal grant routes 2001:db8::10 to the sandbox's listeners:
     // on the other grant's port spawnd resets it.
     assert_not_served(&r, "other_port");
-    refusal_record(&s.net_records(), "[2001:db8::10]", 8080, "not_granted");
-    assert_eq!(result(&r, "documentation"), "ENETUNREACH", "{r}");
-    assert_eq!(result(&r, "public"), "ENETUNREACH", "{r}");
+    let records = s.net_records();
+    refusal_record(&records, "[2001:db8::10]", 8080, "not_granted");
+    // Ports nobody granted: refused by the sandbox's rules, recorded.
+    assert_eq!(result(&r, "documentation"), "ECONNREFUSED", "{r}");
+    assert_eq!(result(&r, "public"), "ECONNREFUSED", "{r}");
+    refusal_record(&records, "[2001:db8::1]", 443, "not_granted");
+    refusal_record(&records, "[2606:4700::1111]", 443, "not_granted");
     assert_not_served(&r, "link_local");
     // The stub gives a granted name no IPv6 address.
     assert_eq!(result(&r, "aaaa"), "gaierror", "{r}");
@@ -1738,6 +1786,10 @@ attempt("name", lambda: resolve("evil.test"))
 attempt("private", lambda: exchange(resolve("private.test"), 8080))
 attempt("again", lambda: exchange(resolve("api.test"), 8081))
 attempt("fronted", lambda: first_flight(resolve("api.test"), 8080, [client_hello("evil.example.org")]))
+attempt("literal", lambda: exchange("203.0.113.10", 22))
+attempt("other_port", lambda: exchange(resolve("api.test"), 9999))
+attempt("datagram", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("203.0.113.10", 123)))
+attempt("own_loopback", lambda: exchange("127.0.0.1", 22))
 finish()
 sys.exit(int(os.environ.get("CODE", "0")))
 "#,
@@ -1759,9 +1811,16 @@ sys.exit(int(os.environ.get("CODE", "0")))
         "spawnd: network: DNS evil.test (A) refused \u{d7}1 (not_granted; grant \"evil.test:PORT\" in the manifest's network)",
         "spawnd: network: private.test:8080 refused \u{d7}1 (resolved_to_denied_address; the operator's [network] allow_cidrs",
         "spawnd: network: api.test:8080 refused \u{d7}1 (sni_mismatch; the TLS client must name api.test",
+        // Refused by the sandbox's own rules: an IP literal, a port no
+        // grant names, a datagram.
+        "spawnd: network: 203.0.113.10:22 refused \u{d7}1 (not_granted; grant \"203.0.113.10:22\" in the manifest's network)",
+        "spawnd: network: api.test:9999 refused \u{d7}1 (not_granted; grant \"api.test:9999\" in the manifest's network)",
+        "spawnd: network: 203.0.113.10:123/udp refused \u{d7}1 (not_granted; nothing: UDP leaves a sandbox only as DNS",
     ] {
         assert!(stderr.lines().any(|l| l.starts_with(line)), "no {line:?} in:\n{stderr}");
     }
+    // The program's own loopback is its own: nothing to refuse.
+    assert!(!stderr.contains("127.0.0.1:22"), "{stderr}");
     let failed = run(&["--fail-on-refusal"], "0");
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert_eq!(failed.status.code(), Some(7), "{stderr}");
@@ -1787,7 +1846,8 @@ sys.exit(int(os.environ.get("CODE", "0")))
 
 /// `on_violation = "terminate"` (the ADR's "capability denial at
 /// runtime"): the first refused egress, a connection to an ungranted port
-/// of a granted name or a lookup of an ungranted name, kills the sandbox
+/// of a granted name, a lookup of an ungranted name, a connection to an
+/// IP literal or a datagram the sandbox's rules refused, kills the sandbox
 /// at once, judged from outside by a marker the program would write next
 /// and by its server; the result is a `capability_denied` naming what was
 /// requested and granted with the audit id, exit 3; the exit record says
@@ -1809,6 +1869,16 @@ fn on_violation_terminate_kills_the_sandbox_at_the_first_refused_egress() {
             "network:api.test:8081",
         ),
         ("name", "resolve(\"evil.test\")", "network:evil.test"),
+        (
+            "literal",
+            "exchange(\"203.0.113.10\", 22)",
+            "network:203.0.113.10:22",
+        ),
+        (
+            "datagram",
+            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"203.0.113.10\", 123))",
+            "network:203.0.113.10:123/udp",
+        ),
     ] {
         let marker = s.world.path(&format!("out/{name}-after"));
         let arg = s.script(
@@ -1859,7 +1929,7 @@ fn on_violation_terminate_kills_the_sandbox_at_the_first_refused_egress() {
         // attack through a spawner, as the daemon launches.
         let mut plain = s.world.spawnd(&s.config);
         plain.args(["run", "--manifest"]).arg(&m);
-        if name == "name" {
+        if matches!(name, "name" | "datagram") {
             plain.arg("--via-spawner");
         }
         plain.args(["--op", "py", "--arg", &arg]);
@@ -2445,11 +2515,11 @@ finish()
     assert_eq!(result(&r, "granted"), "reply:api", "{r}");
     assert_eq!(api.accepted(), 1);
     assert_eq!(result(&r, "undeclared"), "gaierror", "{r}");
-    assert_eq!(result(&r, "literal"), "ENETUNREACH", "{r}");
+    assert_eq!(result(&r, "literal"), "ECONNRESET", "{r}");
     assert_not_served(&r, "rebound");
     assert_not_served(&r, "loopback");
     assert_eq!(loopback.accepted(), 0);
-    assert_eq!(result(&r, "resolver"), "ENETUNREACH", "{r}");
+    assert_eq!(result(&r, "resolver"), "EPERM", "{r}");
     assert_ne!(result(&r, "fronting"), "answered", "{r}");
     assert!(eventually(|| tls.closed() == 1), "{}", tls.closed());
     assert_eq!(tls.bytes(), [0]);
@@ -2468,4 +2538,6 @@ finish()
     refusal_record(&records, "loop.test", 8080, "resolved_to_denied_address");
     refusal_record(&records, "api.test", 8443, "sni_mismatch");
     refusal_record(&records, "127.0.0.1", 8080, "not_granted");
+    refusal_record(&records, "203.0.113.10", 8080, "not_granted");
+    datagram_refusal(&records, "203.0.113.53", 53);
 }

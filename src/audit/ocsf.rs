@@ -23,6 +23,7 @@
 //! | `protocol: tcp`, reached its server (`connected`, `allowed`) | 4001, `activity_id` 2 Close, `disposition_id` 1 Allowed |
 //! | `protocol: tcp`, allowed but not connected | 4001, `activity_id` 4 Fail, `status_id` 2 Failure |
 //! | `protocol: tcp`, refused | 4001, `activity_id` 5 Refuse, `disposition_id` 2 Blocked |
+//! | `protocol: udp` (always refused: a datagram the sandbox's rules stopped) | 4001, `activity_id` 5 Refuse, `disposition_id` 2 Blocked, `connection_info.protocol_name` `udp` |
 //! | `host`, `port`, `dialed` | `dst_endpoint.hostname` (a name) or `.ip`, `.port`; `dst_endpoint.ip` = the address dialed |
 //! | `bytes_up`, `bytes_down`, `duration_ms` | `traffic.bytes_out`, `traffic.bytes_in`, `duration` |
 //! | `sni` | `tls.sni` |
@@ -185,7 +186,11 @@ fn network_activity(record: &Map<String, Value>, hostname: &str) -> Value {
         }
     }
     event["dst_endpoint"] = destination;
-    event["connection_info"] = json!({"direction_id": 2, "direction": "Outbound", "protocol_name": "tcp", "protocol_num": 6});
+    let (protocol_name, protocol_num) = match record.get("protocol").and_then(Value::as_str) {
+        Some("udp") => ("udp", 17),
+        _ => ("tcp", 6),
+    };
+    event["connection_info"] = json!({"direction_id": 2, "direction": "Outbound", "protocol_name": protocol_name, "protocol_num": protocol_num});
     let up = record.get("bytes_up").and_then(Value::as_u64).unwrap_or(0);
     let down = record
         .get("bytes_down")
@@ -361,6 +366,16 @@ mod tests {
         assert_eq!(
             refused["dst_endpoint"],
             json!({"ip": "10.0.0.5", "port": 22})
+        );
+        assert_eq!(refused["connection_info"]["protocol_name"], "tcp");
+        let datagram = to_ocsf(&net(json!({"protocol": "udp", "host": "8.8.8.8", "port": 123, "dialed": null, "allowed": false, "connected": false, "reason": "not_granted"})), "host").unwrap();
+        assert_eq!(
+            (
+                datagram["type_uid"].as_i64(),
+                datagram["connection_info"]["protocol_name"].as_str(),
+                datagram["connection_info"]["protocol_num"].as_i64()
+            ),
+            (Some(400105), Some("udp"), Some(17))
         );
         let failed = to_ocsf(&net(json!({"protocol": "tcp", "host": "api.example.com", "port": 443, "allowed": true, "connected": false, "reason": "connect_failed"})), "host").unwrap();
         assert_eq!(failed["type_uid"].as_i64(), Some(400104));

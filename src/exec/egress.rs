@@ -88,11 +88,7 @@ impl NetAudit {
 /// name refused. Counts and totals go into the exit record instead.
 fn net_record(event: &NetEvent) -> Option<Value> {
     match event {
-        NetEvent::Connection(record) => {
-            let mut v = connection_json(record);
-            v["protocol"] = json!("tcp");
-            Some(v)
-        }
+        NetEvent::Connection(record) => Some(connection_json(record)),
         NetEvent::DnsRefused { name, record_type } => Some(json!({
             "protocol": "dns",
             "query": name,
@@ -179,8 +175,12 @@ fn violation_of(event: &NetEvent) -> Option<(String, &'static str)> {
                     )
                 ) =>
         {
+            let datagram = match r.transport {
+                crate::relay::Transport::Udp => "/udp",
+                crate::relay::Transport::Tcp => "",
+            };
             Some((
-                format!("network:{}:{}", r.host, r.port),
+                format!("network:{}:{}{datagram}", r.host, r.port),
                 r.reason.unwrap_or(reason::NOT_GRANTED),
             ))
         }
@@ -460,6 +460,7 @@ impl Reported {
                 json!({
                     "host": c.kind.host.to_string(),
                     "port": c.kind.port,
+                    "protocol": c.kind.transport.as_str(),
                     "reason": c.kind.reason,
                     "count": c.count,
                 })
@@ -510,6 +511,7 @@ impl Reported {
 
 fn connection_json(c: &ConnectionRecord) -> Value {
     json!({
+        "protocol": c.transport.as_str(),
         "host": c.host.to_string(),
         "port": c.port,
         "dialed": c.dialed.map(|a| a.to_string()),
@@ -624,6 +626,7 @@ mod tests {
             NetEvent::Connection(crate::relay::ConnectionRecord {
                 host: crate::egress::grant::Host::Name("api.example.com".into()),
                 port: 443,
+                transport: Default::default(),
                 dialed: None,
                 allowed: false,
                 connected: false,

@@ -292,11 +292,22 @@ pub fn network_refusals(network: &Value) -> Vec<Notice> {
     for r in network["refusals"].as_array().into_iter().flatten() {
         let (host, port) = (r["host"].as_str().unwrap_or("?"), &r["port"]);
         let reason = r["reason"].as_str().unwrap_or("refused");
+        let (what, grant) = match r["protocol"].as_str() {
+            Some("udp") => (
+                format!("{host}:{port}/udp"),
+                "nothing: UDP leaves a sandbox only as DNS to spawnd's stub (grants are TCP)"
+                    .to_string(),
+            ),
+            _ => (
+                format!("{host}:{port}"),
+                what_would_grant(reason, host, port),
+            ),
+        };
         refused.push(Notice::NetworkRefused {
-            what: format!("{host}:{port}"),
+            what,
             count: r["count"].as_u64().unwrap_or(1),
             reason: reason.to_string(),
-            grant: what_would_grant(reason, host, port),
+            grant,
         });
     }
     // Refused after the dial (the first flight: SNI, a malformed

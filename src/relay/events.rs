@@ -116,14 +116,37 @@ pub const MAX_CONNECTIONS_REPORTED: u64 = 256;
 /// ([`NetEvent::Refusals`]).
 pub const MAX_REFUSALS_REPORTED: usize = 64;
 
-/// One connection a sandboxed program opened, as it ended.
+/// How a program tried to reach a destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// A TCP connection: the only transport a grant names.
+    #[default]
+    Tcp,
+    /// A UDP datagram (refused, but for DNS to spawnd's stub).
+    Udp,
+}
+
+impl Transport {
+    /// Its name in records and messages: `tcp`, `udp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        }
+    }
+}
+
+/// One connection a sandboxed program opened, as it ended, or one attempt
+/// the sandbox's own rules refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionRecord {
     /// The destination: the granted name a fake address stands for, or
     /// the address the program connected to.
     pub host: Host,
-    /// The destination port.
+    /// The destination port (0 when the refused packet did not say).
     pub port: u16,
+    /// TCP, or UDP for a refused datagram.
+    pub transport: Transport,
     /// The address spawnd connected to (the last one tried when none
     /// answered).
     pub dialed: Option<SocketAddr>,
@@ -157,6 +180,7 @@ impl ConnectionRecord {
         ConnectionRecord {
             host,
             port,
+            transport: Transport::Tcp,
             dialed: None,
             allowed: true,
             connected: false,
@@ -189,6 +213,7 @@ impl ConnectionRecord {
         RefusalKind {
             host: self.host.clone(),
             port: self.port,
+            transport: self.transport,
             reason: self.reason.unwrap_or(reason::CONNECT_FAILED),
         }
     }
@@ -201,6 +226,8 @@ pub struct RefusalKind {
     pub host: Host,
     /// Its port.
     pub port: u16,
+    /// How.
+    pub transport: Transport,
     /// One of [`reason`]'s names.
     pub reason: &'static str,
 }
@@ -387,6 +414,15 @@ impl EventSink {
         }
     }
 
+    /// Counts refusals the kernel could not log (its log's buffer was
+    /// full): at least one, of kinds unknown, counted as unreported.
+    pub(super) fn refusals_lost(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut refusals) = self.refusals.lock() {
+            refusals.unreported += 1;
+        }
+    }
+
     /// Sends `event`, waiting for room. A closed channel drops it.
     pub(super) async fn send(&self, event: NetEvent) {
         let _ = self.events.send(event).await;
@@ -502,7 +538,7 @@ impl Refusals {
 
     /// The closing counts, if anything was refused.
     fn closing(&self) -> Option<NetEvent> {
-        (!self.order.is_empty()).then(|| NetEvent::Refusals {
+        (!self.order.is_empty() || self.unreported > 0).then(|| NetEvent::Refusals {
             counts: self
                 .order
                 .iter()

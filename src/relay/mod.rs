@@ -33,6 +33,10 @@
 //!   `host:port` pair, then refused without dialing or relayed as a
 //!   granted one would be ([`Learning`]). The pairs are reported when the
 //!   relay stops ([`NetEvent::Contacted`]).
+//! * Every other TCP connection attempt and UDP datagram the program
+//!   sends, but to its own loopback, is refused by the sandbox's rules
+//!   and logged; the log is read here, each entry a `not_granted`
+//!   refusal (`refusal_log.rs`).
 //! * Every connection that reached its server ends in one
 //!   [`NetEvent::Connection`] record; refusals are counted by kind, the
 //!   first of each reported; [`serve`] ends, when the spawn does, with
@@ -43,6 +47,7 @@ mod connection;
 mod dns_stub;
 pub mod events;
 mod host_addresses;
+mod refusal_log;
 pub mod resolve;
 
 #[cfg(test)]
@@ -70,7 +75,7 @@ use crate::shares::{Claim, Limits, Pool, Tenants};
 
 pub use connection::MAX_PROCESS_CONNECTIONS;
 pub use events::{
-    reason, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RefusalKind, Summary,
+    reason, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RefusalKind, Summary, Transport,
     MAX_CONNECTIONS_REPORTED, MAX_DNS_REFUSED_EVENTS, MAX_REFUSALS_REPORTED,
 };
 pub use resolve::{Resolve, Resolving, SystemResolver};
@@ -263,6 +268,7 @@ pub async fn serve(
         .map(|(_, fd)| tokio_listener(std::net::TcpListener::from(fd), "tcp"))
         .collect::<Result<Vec<_>, _>>()?;
     let dns_tcp = tokio_listener(std::net::TcpListener::from(listeners.dns_tcp), "dns tcp")?;
+    let refusal_log = listeners.refusal_log;
     let dns_udp = std::net::UdpSocket::from(listeners.dns_udp);
     let dns_udp = dns_udp
         .set_nonblocking(true)
@@ -291,6 +297,7 @@ pub async fn serve(
     }
     running.spawn(dns_stub::serve_udp(relay.clone(), dns_udp));
     running.spawn(dns_stub::serve_tcp(relay.clone(), dns_tcp, running.clone()));
+    running.spawn(refusal_log::watch(relay.clone(), refusal_log));
     drop(running);
     // Every task watches `stop`: the accept loops drop their listeners,
     // connections record how far they got. Nothing is ever sent on the

@@ -422,6 +422,11 @@ fn sandbox_listeners(mode: &RelayMode) -> Listeners {
             .collect(),
         dns_udp: OwnedFd::from(UdpSocket::bind("[::]:53").unwrap()),
         dns_tcp: OwnedFd::from(std::net::TcpListener::bind("[::]:53").unwrap()),
+        refusal_log: crate::sys::bind_log_group(
+            crate::sandbox::network::REFUSAL_LOG_GROUP,
+            crate::sys::LOGGED_BYTES,
+        )
+        .expect("the refused-egress log"),
     }
 }
 

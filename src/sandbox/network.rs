@@ -1,23 +1,28 @@
 //! A sandbox's network grants, from its own side: the sandbox keeps its own
 //! network namespace with only `lo`, and spawnd's sockets inside it are the
 //! only way out. While init still holds CAP_NET_ADMIN over the namespace it
-//! routes the fake pool (198.18.0.0/15) and each IP-literal grant to `lo` as
-//! `local` routes, opens the listeners — TCP on `[::]:P` (dual-stack) for
-//! each granted port, UDP and TCP on `[::]:53` for the DNS stub — and hands
-//! them to the process that launched it over a private socketpair, keeping
-//! no copy. Sockets keep the namespace they were made in, so spawnd accepts
-//! the program's connections from its own namespace without `setns`; every
-//! other destination has no route (`ENETUNREACH`). A spawn without grants
-//! does none of this.
+//! routes every address to `lo` as `local` routes (`0.0.0.0/0`, `::/0`), so
+//! no attempt fails for want of a route; opens the listeners — TCP on
+//! `[::]:P` (dual-stack) for each granted port, UDP and TCP on `[::]:53`
+//! for the DNS stub; adds nf_tables rules that log every other TCP
+//! connection attempt and UDP datagram leaving for anything but the
+//! loopback to an NFLOG group and refuse it at once (a reset, ICMP port
+//! unreachable: [`crate::sys::log_and_refuse_other_egress`]); binds a
+//! socket to that group; and hands the listeners and that socket to the
+//! process that launched it over a private socketpair, keeping no copy.
+//! Sockets keep the namespace they were made in, so spawnd accepts the
+//! program's connections, and reads what its rules refused, from its own
+//! namespace without `setns`. A spawn without grants does none of this:
+//! every destination but its loopback has no route (`ENETUNREACH`).
 //!
 //! A learning sandbox (`spawnd learn`, [`NetworkSetup::for_learning`]) has
-//! no grants and takes every port: init routes the fake pool the same way,
-//! opens the DNS stub's sockets and one TCP listener on `127.0.0.1` at a
-//! port the kernel picks, and adds an nf_tables rule that redirects every
-//! TCP connection to the pool to that listener
+//! no grants and takes every port of the fake pool: init opens the DNS
+//! stub's sockets and one TCP listener on `127.0.0.1` at a port the kernel
+//! picks, and adds an nf_tables rule that redirects every TCP connection
+//! to the pool to that listener
 //! ([`crate::sys::redirect_tcp_to_loopback_port`]); spawnd reads each
-//! connection's original destination. The program, without CAP_NET_ADMIN,
-//! cannot change the rule.
+//! connection's original destination. Other egress is logged and refused
+//! as above. The program, without CAP_NET_ADMIN, cannot change the rules.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -30,12 +35,16 @@ use nix::sys::socket::{
 
 use super::StepError;
 use crate::egress::fake_pool::{FAKE_POOL_BASE, FAKE_POOL_PREFIX};
-use crate::egress::grant::{Grant, Host};
+use crate::egress::grant::Grant;
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
 use crate::plan::SpawnPlan;
 
 /// The DNS stub's port, on both UDP and TCP.
 pub const DNS_PORT: u16 = 53;
+
+/// The NFLOG group a sandbox's refused egress is logged to (groups are
+/// per network namespace: each sandbox has its own).
+pub const REFUSAL_LOG_GROUP: u16 = 1;
 
 /// Most distinct granted ports: their listeners, the DNS stub's two and a
 /// launched sandbox's other descriptors travel in one [`crate::ipc`] frame.
@@ -44,9 +53,6 @@ pub const MAX_PORTS: usize = 64;
 /// What init sets up in its namespace for a spawn with grants.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NetworkSetup {
-    /// The IP-literal grants' addresses, each routed `local` (/32, /128);
-    /// the fake pool is always routed.
-    pub literal_routes: Vec<IpAddr>,
     /// The distinct granted ports, ascending: one TCP listener each.
     pub ports: Vec<u16>,
     /// A learning sandbox: no grants, one loopback listener that every
@@ -70,7 +76,6 @@ impl NetworkSetup {
     /// stub's sockets, and one listener that takes the pool's every port.
     pub fn for_learning() -> NetworkSetup {
         NetworkSetup {
-            literal_routes: Vec::new(),
             ports: Vec::new(),
             learning: true,
         }
@@ -93,17 +98,7 @@ impl NetworkSetup {
                 std::io::Error::from_raw_os_error(libc::E2BIG),
             ));
         }
-        let mut literal_routes: Vec<IpAddr> = grants
-            .iter()
-            .filter_map(|g| match g.host() {
-                Host::Ip(ip) => Some(*ip),
-                Host::Name(_) => None,
-            })
-            .collect();
-        literal_routes.sort_unstable();
-        literal_routes.dedup();
         Ok(Some(NetworkSetup {
-            literal_routes,
             ports,
             learning: false,
         }))
@@ -121,6 +116,9 @@ pub struct Listeners {
     /// a learning sandbox, the one TCP `127.0.0.1:P` the fake pool is
     /// redirected to.
     pub tcp: Vec<(u16, OwnedFd)>,
+    /// NETLINK_NETFILTER, bound to [`REFUSAL_LOG_GROUP`]: what the
+    /// sandbox's rules refused.
+    pub refusal_log: OwnedFd,
 }
 
 impl Listeners {
@@ -128,7 +126,13 @@ impl Listeners {
     pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut v = vec![self.dns_udp.as_fd(), self.dns_tcp.as_fd()];
         v.extend(self.tcp.iter().map(|(_, fd)| fd.as_fd()));
+        v.push(self.refusal_log.as_fd());
         v
+    }
+
+    /// How many descriptors [`Listeners::fds`] gives for `ports`.
+    pub fn count(ports: &[u16]) -> usize {
+        3 + ports.len()
     }
 
     /// The granted ports, in the order of their descriptors.
@@ -139,17 +143,19 @@ impl Listeners {
     /// The listeners again, from [`Listeners::ports`] and the descriptors
     /// of [`Listeners::fds`] as received.
     pub fn from_fds(ports: &[u16], fds: Vec<OwnedFd>) -> Option<Listeners> {
-        if fds.len() != 2 + ports.len() {
+        if fds.len() != Listeners::count(ports) {
             return None;
         }
         let mut fds = fds.into_iter();
         let dns_udp = fds.next()?;
         let dns_tcp = fds.next()?;
+        let refusal_log = fds.next_back()?;
         let tcp = ports.iter().copied().zip(fds).collect();
         Some(Listeners {
             dns_udp,
             dns_tcp,
             tcp,
+            refusal_log,
         })
     }
 }
@@ -165,40 +171,50 @@ pub fn set_up_network_in_child(setup: &NetworkSetup, channel: OwnedFd) -> Result
     Ok(())
 }
 
-/// Routes, listeners and, for a learning sandbox, the redirect, in the
-/// current network namespace (whose `lo` is up).
+/// Routes, listeners, for a learning sandbox the redirect, and the logged
+/// refusal of other egress, in the current network namespace (whose `lo`
+/// is up).
 pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, StepError> {
-    add_local_routes(setup)?;
-    let listeners = open_listeners(setup)?;
+    route_everything_to_loopback()?;
+    let (dns_udp, dns_tcp, tcp) = open_listeners(setup)?;
+    // Ports whose connections reach a listener (in a learning sandbox,
+    // redirected to the loopback before the rules see them).
+    let mut served = Vec::new();
     if setup.learning {
-        if let Some((port, _)) = listeners.tcp.first() {
+        if let Some((port, _)) = tcp.first() {
             crate::sys::redirect_tcp_to_loopback_port(FAKE_POOL_BASE, FAKE_POOL_PREFIX, *port)
                 .map_err(|e| {
                     StepError::new("redirect the fake pool to the learning listener", e)
                 })?;
         }
+    } else {
+        served.clone_from(&setup.ports);
     }
-    Ok(listeners)
+    let refusal_log = crate::sys::bind_log_group(REFUSAL_LOG_GROUP, crate::sys::LOGGED_BYTES)
+        .map_err(|e| StepError::new("bind the refused-egress log", e))?;
+    crate::sys::log_and_refuse_other_egress(&served, REFUSAL_LOG_GROUP)
+        .map_err(|e| StepError::new("log and refuse egress nothing granted", e))?;
+    Ok(Listeners {
+        dns_udp,
+        dns_tcp,
+        tcp,
+        refusal_log,
+    })
 }
 
-/// `local 198.18.0.0/15 dev lo`, and `local <ip>/32|/128 dev lo` for each
-/// IP-literal grant, in the local table.
-fn add_local_routes(setup: &NetworkSetup) -> Result<(), StepError> {
+/// `local 0.0.0.0/0 dev lo` and `local ::/0 dev lo`, in the local table:
+/// every destination is the sandbox's own, so a connection to any address
+/// meets a listener or the logged refusal, never `ENETUNREACH`, and
+/// nothing can leave the namespace.
+fn route_everything_to_loopback() -> Result<(), StepError> {
     let lo = nix::net::if_::if_nametoindex("lo")
         .map_err(|e| StepError::new("if_nametoindex(lo)", e.into()))?;
-    let pool = std::iter::once((IpAddr::V4(FAKE_POOL_BASE), FAKE_POOL_PREFIX));
-    let literals = setup.literal_routes.iter().map(|ip| match ip {
-        IpAddr::V4(_) => (*ip, 32),
-        IpAddr::V6(_) => (*ip, 128),
-    });
-    for (dst, len) in pool.chain(literals) {
-        // The namespace's own loopback addresses are routed `local`
-        // already: a literal grant of one needs no route of its own.
-        if dst.is_loopback() {
-            continue;
-        }
-        crate::sys::add_local_route(dst, len, lo)
-            .map_err(|e| StepError::new(format!("add the route local {dst}/{len} dev lo"), e))?;
+    for dst in [
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    ] {
+        crate::sys::add_local_route(dst, 0, lo)
+            .map_err(|e| StepError::new(format!("add the route local {dst}/0 dev lo"), e))?;
     }
     Ok(())
 }
@@ -207,7 +223,10 @@ fn add_local_routes(setup: &NetworkSetup) -> Result<(), StepError> {
 /// AF_INET6 with IPV6_V6ONLY off (IPv4 arrives v4-mapped), bound to
 /// `[::]`, close-on-exec and nonblocking. Neither SO_REUSEADDR nor
 /// SO_REUSEPORT is set, so nothing in the sandbox can bind the same port.
-fn open_listeners(setup: &NetworkSetup) -> Result<Listeners, StepError> {
+#[allow(clippy::type_complexity)]
+fn open_listeners(
+    setup: &NetworkSetup,
+) -> Result<(OwnedFd, OwnedFd, Vec<(u16, OwnedFd)>), StepError> {
     let dns_udp = dual_stack_socket(SockType::Datagram, DNS_PORT)?;
     let dns_tcp = dual_stack_socket(SockType::Stream, DNS_PORT)?;
     let tcp = if setup.learning {
@@ -219,11 +238,7 @@ fn open_listeners(setup: &NetworkSetup) -> Result<Listeners, StepError> {
             .map(|&p| dual_stack_socket(SockType::Stream, p).map(|fd| (p, fd)))
             .collect::<Result<Vec<_>, _>>()?
     };
-    Ok(Listeners {
-        dns_udp,
-        dns_tcp,
-        tcp,
-    })
+    Ok((dns_udp, dns_tcp, tcp))
 }
 
 fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, StepError> {
@@ -303,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn grants_give_their_distinct_ports_and_literal_addresses() {
+    fn grants_give_their_distinct_ports() {
         let setup = NetworkSetup::for_grants(&grants(&[
             "api.example.com:443",
             "example.org:443",
@@ -313,20 +328,13 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(setup.ports, vec![22, 443, 8443]);
-        assert_eq!(
-            setup.literal_routes,
-            vec![
-                "203.0.113.7".parse::<IpAddr>().unwrap(),
-                "2001:db8::7".parse().unwrap()
-            ]
-        );
     }
 
     #[test]
-    fn a_learning_setup_routes_the_pool_alone_and_listens_on_one_port() {
+    fn a_learning_setup_listens_on_one_port() {
         let learning = NetworkSetup::for_learning();
         assert!(learning.learning);
-        assert!(learning.ports.is_empty() && learning.literal_routes.is_empty());
+        assert!(learning.ports.is_empty());
         // A grants' setup is never a learning one.
         let granted = NetworkSetup::for_grants(&grants(&["api.example.com:443"]))
             .unwrap()

@@ -282,7 +282,10 @@ impl Spawner {
                 let cgroup_memory = if cgroup { fds.next() } else { None };
                 let listeners = match listener_ports {
                     Some(ports) => {
-                        let taken: Vec<OwnedFd> = fds.by_ref().take(2 + ports.len()).collect();
+                        let taken: Vec<OwnedFd> = fds
+                            .by_ref()
+                            .take(crate::sandbox::network::Listeners::count(&ports))
+                            .collect();
                         match crate::sandbox::network::Listeners::from_fds(&ports, taken) {
                             Some(l) => Some(l),
                             None => {

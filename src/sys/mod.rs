@@ -6,7 +6,8 @@
 //! dates a connection against a process's start), `keyring.rs`, `mount.rs` (the
 //! mount calls and the old root's unmount helpers), `netlink.rs` (a sandbox's
 //! local routes), `notify.rs` (seccomp user notification), `nftables.rs`
-//! (a learning sandbox's redirect of the fake pool) and `start.rs` (the start
+//! (a learning sandbox's redirect of the fake pool, a granted sandbox's
+//! logged refusal of other egress), `nflog.rs` (reading that log) and `start.rs` (the start
 //! of the sandboxed program); for the static musl build, behind the binary's features
 //! `musl-dlmalloc` and `musl-small-memcpy` (on by default), the allocator
 //! (`heap.rs`) and, on x86_64, `memcpy`/`memmove` (`memcopy.rs`).
@@ -29,6 +30,7 @@ mod keyring;
 mod memcopy;
 mod mount;
 mod netlink;
+mod nflog;
 mod nftables;
 mod notify;
 mod peer;
@@ -39,7 +41,11 @@ pub use mount::{
     WaitingDetach,
 };
 pub use netlink::add_local_route;
-pub use nftables::{redirect_tcp_to_loopback_port, LEARN_TABLE};
+pub use nflog::{bind_log_group, read_logged_packets, watched_log, LoggedPacket};
+pub use nftables::{
+    log_and_refuse_other_egress, redirect_tcp_to_loopback_port, EGRESS_TABLE, LEARN_TABLE,
+    LOGGED_BYTES,
+};
 pub use notify::{
     answer_notification, install_seccomp_filter_with_listener, notification_pending,
     prefer_sync_wake_up, receive_notification, Answer, Notification,

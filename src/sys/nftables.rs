@@ -1,5 +1,11 @@
-//! One nf_tables batch, built by hand: a table `ip spawnd_learn` with a
-//! `nat` chain on the output hook and one rule, as `nft` would send
+//! nf_tables batches, built by hand: the two rule sets a sandbox's init
+//! adds to its own network namespace while it still holds CAP_NET_ADMIN
+//! over it (the program never can).
+//!
+//! A learning sandbox (`spawnd learn`) has no listener per port: every TCP
+//! connection its program makes to a prefix (the fake pool) is redirected
+//! to one listener on the sandbox's loopback, and spawnd reads where it was
+//! going with `SO_ORIGINAL_DST` ([`redirect_tcp_to_loopback_port`]):
 //!
 //! ```text
 //! table ip spawnd_learn {
@@ -10,16 +16,29 @@
 //! }
 //! ```
 //!
-//! A learning sandbox (`spawnd learn`) has no listener per port: every TCP
-//! connection its program makes to a prefix (the fake pool) is redirected
-//! to one listener on the sandbox's loopback, and spawnd reads where it was
-//! going with `SO_ORIGINAL_DST`. The sandbox's init adds the rule while it
-//! still holds CAP_NET_ADMIN over its namespace; the program never can.
+//! A sandbox with grants routes every address to its loopback, so that no
+//! attempt fails before a packet exists; its refused egress is then
+//! logged to an NFLOG group spawnd reads and refused at once
+//! ([`log_and_refuse_other_egress`]), the same in `ip6`:
 //!
-//! Hand-built for the reason `netlink.rs` is: one fixed message, sent from
+//! ```text
+//! table ip spawnd_egress {
+//!     chain out {
+//!         type filter hook output priority 0; policy accept;
+//!         ip daddr 127.0.0.0/8 accept
+//!         meta l4proto tcp tcp flags & (syn | ack) != syn accept
+//!         meta l4proto tcp tcp dport P accept        # each granted port
+//!         meta l4proto tcp log group G snaplen 128 reject with tcp reset
+//!         meta l4proto udp log group G snaplen 128 reject with icmp port-unreachable
+//!     }
+//! }
+//! ```
+//!
+//! Hand-built for the reason `netlink.rs` is: fixed messages, sent from
 //! init, with no `unsafe` (bytes with `to_ne_bytes`/`to_be_bytes`, sent and
-//! read through `nix`). nf_tables' own values are big-endian; netlink's
-//! headers are the machine's order.
+//! read through `nix`), where the crates bring a generic message model and
+//! its allocations into init. nf_tables' own values are big-endian;
+//! netlink's headers are the machine's order.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -32,9 +51,11 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
-/// The table the rule lives in.
+/// The table the learning redirect lives in.
 pub const LEARN_TABLE: &str = "spawnd_learn";
-/// Its chain.
+/// The tables (one `ip`, one `ip6`) of a sandbox with grants.
+pub const EGRESS_TABLE: &str = "spawnd_egress";
+/// Each table's chain.
 const CHAIN: &str = "out";
 
 const NLMSG_ERROR: u16 = 2;
@@ -52,6 +73,7 @@ const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFPROTO_IPV4: u8 = 2;
+const NFPROTO_IPV6: u8 = 10;
 
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
@@ -68,20 +90,47 @@ const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_DATA_VALUE: u16 = 1;
+const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_VERDICT_CODE: u16 = 1;
 
 /// `NF_INET_LOCAL_OUT`: the program's own packets, before routing.
 const HOOK_LOCAL_OUT: u32 = 3;
 /// `NF_IP_PRI_NAT_DST`: where destination NAT runs.
 const PRIORITY_NAT_DST: i32 = -100;
+/// `NF_IP_PRI_FILTER`.
+const PRIORITY_FILTER: i32 = 0;
 const NF_ACCEPT: u32 = 1;
 /// nf_tables' first 32-bit data register (`NFT_REG_1`).
 const REG_1: u32 = 1;
+/// `NFT_REG_VERDICT`.
+const REG_VERDICT: u32 = 0;
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+/// The destination address's offset in an IPv6 header.
+const IPV6_DADDR_OFFSET: u32 = 24;
+/// The TCP flags byte's offset in a TCP header.
+const TCP_FLAGS_OFFSET: u32 = 13;
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+/// The destination port's offset in a TCP or UDP header.
+const DPORT_OFFSET: u32 = 2;
 /// The destination address's offset in an IPv4 header.
 const IPV4_DADDR_OFFSET: u32 = 16;
 const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
 const NFT_META_L4PROTO: u32 = 16;
 const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+/// `NFT_REJECT_ICMP_UNREACH` and `NFT_REJECT_TCP_RST`.
+const NFT_REJECT_ICMP_UNREACH: u32 = 0;
+const NFT_REJECT_TCP_RST: u32 = 1;
+/// Port unreachable: ICMP code 3, ICMPv6 code 4.
+const ICMP_PORT_UNREACH: u8 = 3;
+const ICMPV6_PORT_UNREACH: u8 = 4;
+/// How much of a refused packet the log carries: its IP header (IPv6's is
+/// 40 bytes, an IPv4 header at most 60) and the start of its TCP or UDP
+/// header.
+pub const LOGGED_BYTES: u32 = 128;
 /// `NF_NAT_RANGE_PROTO_SPECIFIED`: the redirect names a port.
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
 
@@ -167,6 +216,77 @@ impl Message {
         self.end().end()
     }
 
+    /// `payload load base offset len => reg 1`.
+    fn load(&mut self, base: u32, offset: u32, len: u32) -> &mut Message {
+        self.expression("payload", |m| {
+            m.be32(1, REG_1) // NFTA_PAYLOAD_DREG
+                .be32(2, base) // NFTA_PAYLOAD_BASE
+                .be32(3, offset) // NFTA_PAYLOAD_OFFSET
+                .be32(4, len); // NFTA_PAYLOAD_LEN
+        })
+    }
+
+    /// `bitwise reg 1 = (reg 1 & mask) ^ 0`.
+    fn mask(&mut self, mask: &[u8]) -> &mut Message {
+        let len = u32::try_from(mask.len()).unwrap_or(0);
+        let zero = vec![0u8; mask.len()];
+        self.expression("bitwise", |m| {
+            m.be32(1, REG_1) // NFTA_BITWISE_SREG
+                .be32(2, REG_1) // NFTA_BITWISE_DREG
+                .be32(3, len) // NFTA_BITWISE_LEN
+                .data(4, mask) // NFTA_BITWISE_MASK
+                .data(5, &zero); // NFTA_BITWISE_XOR
+        })
+    }
+
+    /// `cmp op reg 1 value`.
+    fn compare(&mut self, op: u32, value: &[u8]) -> &mut Message {
+        self.expression("cmp", |m| {
+            m.be32(1, REG_1) // NFTA_CMP_SREG
+                .be32(2, op) // NFTA_CMP_OP
+                .data(3, value); // NFTA_CMP_DATA
+        })
+    }
+
+    /// `meta l4proto == proto`.
+    fn l4proto(&mut self, proto: u8) -> &mut Message {
+        self.expression("meta", |m| {
+            m.be32(1, REG_1) // NFTA_META_DREG
+                .be32(2, NFT_META_L4PROTO); // NFTA_META_KEY
+        })
+        .compare(NFT_CMP_EQ, &[proto])
+    }
+
+    /// `accept`: the verdict, as an immediate into the verdict register.
+    fn accept(&mut self) -> &mut Message {
+        self.expression("immediate", |m| {
+            m.be32(1, REG_VERDICT) // NFTA_IMMEDIATE_DREG
+                .begin(2) // NFTA_IMMEDIATE_DATA
+                .begin(NFTA_DATA_VERDICT)
+                .be32(NFTA_VERDICT_CODE, NF_ACCEPT)
+                .end()
+                .end();
+        })
+    }
+
+    /// `log group G snaplen LOGGED_BYTES`.
+    fn log(&mut self, group: u16) -> &mut Message {
+        self.expression("log", |m| {
+            m.attr(1, &group.to_be_bytes()) // NFTA_LOG_GROUP
+                .be32(3, LOGGED_BYTES); // NFTA_LOG_SNAPLEN
+        })
+    }
+
+    /// `reject with tcp reset`, or with an ICMP `code`.
+    fn reject(&mut self, kind: u32, code: Option<u8>) -> &mut Message {
+        self.expression("reject", |m| {
+            m.be32(1, kind); // NFTA_REJECT_TYPE
+            if let Some(code) = code {
+                m.attr(2, &[code]); // NFTA_REJECT_ICMP_CODE
+            }
+        })
+    }
+
     fn pad(&mut self) {
         while !self.bytes.len().is_multiple_of(4) {
             self.bytes.push(0);
@@ -185,6 +305,96 @@ fn nft_type(msg: u16) -> u16 {
     (NFNL_SUBSYS_NFTABLES << 8) | msg
 }
 
+/// A batch under construction: batch begin, then messages that each ask
+/// for an acknowledgement, numbered on from the first.
+struct Batch {
+    bytes: Vec<u8>,
+    seq: u32,
+    acks: Vec<u32>,
+}
+
+impl Batch {
+    fn new(seq: u32) -> Batch {
+        let mut bytes = Vec::with_capacity(1024);
+        bytes.extend(
+            Message::new(
+                NFNL_MSG_BATCH_BEGIN,
+                NLM_F_REQUEST,
+                seq,
+                0,
+                NFNL_SUBSYS_NFTABLES,
+            )
+            .finish(),
+        );
+        Batch {
+            bytes,
+            seq,
+            acks: Vec::new(),
+        }
+    }
+
+    /// The next message's sequence number, to be acknowledged.
+    fn next(&mut self) -> u32 {
+        self.seq += 1;
+        self.acks.push(self.seq);
+        self.seq
+    }
+
+    fn table(&mut self, family: u8, table: &str) {
+        let seq = self.next();
+        let create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+        let mut m = Message::new(nft_type(NFT_MSG_NEWTABLE), create, seq, family, 0);
+        m.string(NFTA_TABLE_NAME, table);
+        self.bytes.extend(m.finish());
+    }
+
+    /// A base chain [`CHAIN`] on the output hook, policy accept.
+    fn chain(&mut self, family: u8, table: &str, kind: &str, priority: i32) {
+        let seq = self.next();
+        let create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+        let mut m = Message::new(nft_type(NFT_MSG_NEWCHAIN), create, seq, family, 0);
+        m.string(NFTA_CHAIN_TABLE, table)
+            .string(NFTA_CHAIN_NAME, CHAIN)
+            .begin(NFTA_CHAIN_HOOK)
+            .be32(NFTA_HOOK_HOOKNUM, HOOK_LOCAL_OUT)
+            .attr(NFTA_HOOK_PRIORITY, &priority.to_be_bytes())
+            .end()
+            .be32(NFTA_CHAIN_POLICY, NF_ACCEPT)
+            .string(NFTA_CHAIN_TYPE, kind);
+        self.bytes.extend(m.finish());
+    }
+
+    /// A rule appended to the table's chain, its expressions written by
+    /// `expressions`.
+    fn rule(&mut self, family: u8, table: &str, expressions: impl FnOnce(&mut Message)) {
+        let seq = self.next();
+        let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
+        let mut m = Message::new(nft_type(NFT_MSG_NEWRULE), flags, seq, family, 0);
+        m.string(NFTA_RULE_TABLE, table)
+            .string(NFTA_RULE_CHAIN, CHAIN)
+            .begin(NFTA_RULE_EXPRESSIONS);
+        expressions(&mut m);
+        m.end();
+        self.bytes.extend(m.finish());
+    }
+
+    /// The batch's bytes, ended, and the sequence numbers to be
+    /// acknowledged.
+    fn finish(mut self) -> (Vec<u8>, Vec<u32>) {
+        self.bytes.extend(
+            Message::new(
+                NFNL_MSG_BATCH_END,
+                NLM_F_REQUEST,
+                self.seq + 1,
+                0,
+                NFNL_SUBSYS_NFTABLES,
+            )
+            .finish(),
+        );
+        (self.bytes, self.acks)
+    }
+}
+
 /// The bytes of the batch that redirects every TCP connection to
 /// `prefix/prefix_len` to port `port` of the loopback, its messages
 /// numbered from `seq`: batch begin, the table, the chain, the rule, batch
@@ -195,93 +405,87 @@ pub fn redirect_batch(prefix: Ipv4Addr, prefix_len: u8, port: u16, seq: u32) -> 
         .checked_shl(32 - u32::from(prefix_len.min(32)))
         .unwrap_or(0);
     let network = u32::from(prefix) & mask;
-    let create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-    let mut batch = Vec::with_capacity(512);
-    batch.extend(
-        Message::new(
-            NFNL_MSG_BATCH_BEGIN,
-            NLM_F_REQUEST,
-            seq,
-            0,
-            NFNL_SUBSYS_NFTABLES,
-        )
-        .finish(),
-    );
-    let mut table = Message::new(nft_type(NFT_MSG_NEWTABLE), create, seq + 1, NFPROTO_IPV4, 0);
-    table.string(NFTA_TABLE_NAME, LEARN_TABLE);
-    batch.extend(table.finish());
-    let mut chain = Message::new(nft_type(NFT_MSG_NEWCHAIN), create, seq + 2, NFPROTO_IPV4, 0);
-    chain
-        .string(NFTA_CHAIN_TABLE, LEARN_TABLE)
-        .string(NFTA_CHAIN_NAME, CHAIN)
-        .begin(NFTA_CHAIN_HOOK)
-        .be32(NFTA_HOOK_HOOKNUM, HOOK_LOCAL_OUT)
-        .attr(NFTA_HOOK_PRIORITY, &PRIORITY_NAT_DST.to_be_bytes())
-        .end()
-        .be32(NFTA_CHAIN_POLICY, NF_ACCEPT)
-        .string(NFTA_CHAIN_TYPE, "nat");
-    batch.extend(chain.finish());
-    let rule_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
-    let mut rule = Message::new(
-        nft_type(NFT_MSG_NEWRULE),
-        rule_flags,
-        seq + 3,
-        NFPROTO_IPV4,
-        0,
-    );
-    rule.string(NFTA_RULE_TABLE, LEARN_TABLE)
-        .string(NFTA_RULE_CHAIN, CHAIN)
-        .begin(NFTA_RULE_EXPRESSIONS)
-        // ip daddr & mask == network
-        .expression("payload", |m| {
-            m.be32(1, REG_1) // NFTA_PAYLOAD_DREG
-                .be32(2, NFT_PAYLOAD_NETWORK_HEADER) // NFTA_PAYLOAD_BASE
-                .be32(3, IPV4_DADDR_OFFSET) // NFTA_PAYLOAD_OFFSET
-                .be32(4, 4); // NFTA_PAYLOAD_LEN
-        })
-        .expression("bitwise", |m| {
-            m.be32(1, REG_1) // NFTA_BITWISE_SREG
-                .be32(2, REG_1) // NFTA_BITWISE_DREG
-                .be32(3, 4) // NFTA_BITWISE_LEN
-                .data(4, &mask.to_be_bytes()) // NFTA_BITWISE_MASK
-                .data(5, &[0; 4]); // NFTA_BITWISE_XOR
-        })
-        .expression("cmp", |m| {
-            m.be32(1, REG_1) // NFTA_CMP_SREG
-                .be32(2, NFT_CMP_EQ) // NFTA_CMP_OP
-                .data(3, &network.to_be_bytes()); // NFTA_CMP_DATA
-        })
-        // meta l4proto == tcp
-        .expression("meta", |m| {
-            m.be32(1, REG_1) // NFTA_META_DREG
-                .be32(2, NFT_META_L4PROTO); // NFTA_META_KEY
-        })
-        .expression("cmp", |m| {
-            m.be32(1, REG_1).be32(2, NFT_CMP_EQ).data(3, &[IPPROTO_TCP]);
-        })
-        // redirect to :port
-        .expression("immediate", |m| {
-            m.be32(1, REG_1) // NFTA_IMMEDIATE_DREG
-                .data(2, &port.to_be_bytes()); // NFTA_IMMEDIATE_DATA
-        })
-        .expression("redir", |m| {
-            m.be32(1, REG_1) // NFTA_REDIR_REG_PROTO_MIN
-                .be32(2, REG_1) // NFTA_REDIR_REG_PROTO_MAX
-                .be32(3, NF_NAT_RANGE_PROTO_SPECIFIED); // NFTA_REDIR_FLAGS
-        })
-        .end();
-    batch.extend(rule.finish());
-    batch.extend(
-        Message::new(
-            NFNL_MSG_BATCH_END,
-            NLM_F_REQUEST,
-            seq + 4,
-            0,
-            NFNL_SUBSYS_NFTABLES,
-        )
-        .finish(),
-    );
-    batch
+    let mut batch = Batch::new(seq);
+    batch.table(NFPROTO_IPV4, LEARN_TABLE);
+    batch.chain(NFPROTO_IPV4, LEARN_TABLE, "nat", PRIORITY_NAT_DST);
+    batch.rule(NFPROTO_IPV4, LEARN_TABLE, |m| {
+        // ip daddr & mask == network, meta l4proto tcp
+        m.load(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4)
+            .mask(&mask.to_be_bytes())
+            .compare(NFT_CMP_EQ, &network.to_be_bytes())
+            .l4proto(IPPROTO_TCP)
+            // redirect to :port
+            .expression("immediate", |m| {
+                m.be32(1, REG_1) // NFTA_IMMEDIATE_DREG
+                    .data(2, &port.to_be_bytes()); // NFTA_IMMEDIATE_DATA
+            })
+            .expression("redir", |m| {
+                m.be32(1, REG_1) // NFTA_REDIR_REG_PROTO_MIN
+                    .be32(2, REG_1) // NFTA_REDIR_REG_PROTO_MAX
+                    .be32(3, NF_NAT_RANGE_PROTO_SPECIFIED); // NFTA_REDIR_FLAGS
+            });
+    });
+    batch.finish().0
+}
+
+/// The bytes of the batch behind [`log_and_refuse_other_egress`] (the
+/// module documentation shows its rules), its messages numbered from
+/// `seq`, and the sequence numbers to be acknowledged: for each of `ip`
+/// and `ip6`, the table, the chain and each rule.
+pub fn egress_batch(ports: &[u16], group: u16, seq: u32) -> (Vec<u8>, Vec<u32>) {
+    let mut batch = Batch::new(seq);
+    for family in [NFPROTO_IPV4, NFPROTO_IPV6] {
+        batch.table(family, EGRESS_TABLE);
+        batch.chain(family, EGRESS_TABLE, "filter", PRIORITY_FILTER);
+        // The sandbox's own loopback: a test suite's servers, the DNS
+        // stub at 127.0.0.1 and its answers.
+        batch.rule(family, EGRESS_TABLE, |m| {
+            if family == NFPROTO_IPV4 {
+                m.load(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4)
+                    .mask(&[255, 0, 0, 0])
+                    .compare(NFT_CMP_EQ, &[127, 0, 0, 0]);
+            } else {
+                m.load(NFT_PAYLOAD_NETWORK_HEADER, IPV6_DADDR_OFFSET, 16)
+                    .compare(NFT_CMP_EQ, &std::net::Ipv6Addr::LOCALHOST.octets());
+            }
+            m.accept();
+        });
+        // Only a connection's first packet (SYN without ACK) is judged:
+        // replies and resets pass.
+        batch.rule(family, EGRESS_TABLE, |m| {
+            m.l4proto(IPPROTO_TCP)
+                .load(NFT_PAYLOAD_TRANSPORT_HEADER, TCP_FLAGS_OFFSET, 1)
+                .mask(&[TCP_SYN | TCP_ACK])
+                .compare(NFT_CMP_NEQ, &[TCP_SYN])
+                .accept();
+        });
+        // A granted port reaches spawnd's listener, which judges the
+        // destination.
+        for port in ports {
+            batch.rule(family, EGRESS_TABLE, |m| {
+                m.l4proto(IPPROTO_TCP)
+                    .load(NFT_PAYLOAD_TRANSPORT_HEADER, DPORT_OFFSET, 2)
+                    .compare(NFT_CMP_EQ, &port.to_be_bytes())
+                    .accept();
+            });
+        }
+        let unreachable = if family == NFPROTO_IPV4 {
+            ICMP_PORT_UNREACH
+        } else {
+            ICMPV6_PORT_UNREACH
+        };
+        batch.rule(family, EGRESS_TABLE, |m| {
+            m.l4proto(IPPROTO_TCP)
+                .log(group)
+                .reject(NFT_REJECT_TCP_RST, None);
+        });
+        batch.rule(family, EGRESS_TABLE, |m| {
+            m.l4proto(IPPROTO_UDP)
+                .log(group)
+                .reject(NFT_REJECT_ICMP_UNREACH, Some(unreachable));
+        });
+    }
+    batch.finish()
 }
 
 /// The kernel's answers in one read: for each `NLMSG_ERROR` among them,
@@ -322,8 +526,35 @@ pub fn redirect_tcp_to_loopback_port(
     prefix_len: u8,
     port: u16,
 ) -> io::Result<()> {
-    let shown =
-        format!("nf_tables: ip daddr {prefix}/{prefix_len} meta l4proto tcp redirect to :{port}");
+    let seq = 1;
+    let batch = redirect_batch(prefix, prefix_len, port, seq);
+    apply(
+        &batch,
+        &[seq + 1, seq + 2, seq + 3],
+        &format!("nf_tables: ip daddr {prefix}/{prefix_len} meta l4proto tcp redirect to :{port}"),
+    )
+}
+
+/// In the current network namespace (needs CAP_NET_ADMIN over it), logs
+/// every TCP connection attempt and UDP datagram that leaves neither for
+/// the loopback nor for one of `ports` (TCP) to NFLOG group `group`, and
+/// refuses it at once (a reset, ICMP port unreachable), for IPv4 and IPv6
+/// ([`egress_batch`]); waits for the kernel to acknowledge every part.
+/// The error names the step.
+pub fn log_and_refuse_other_egress(ports: &[u16], group: u16) -> io::Result<()> {
+    let (batch, acks) = egress_batch(ports, group, 1);
+    apply(
+        &batch,
+        &acks,
+        &format!(
+            "nf_tables: table {EGRESS_TABLE}, log group {group} and refuse egress but to the loopback and TCP ports {ports:?}"
+        ),
+    )
+}
+
+/// Sends `batch` and waits for an acknowledgement of each of `acks`; the
+/// error names `shown`.
+fn apply(batch: &[u8], acks: &[u32], shown: &str) -> io::Result<()> {
     let named = |what: &str, e: nix::Error| {
         io::Error::new(io::Error::from(e).kind(), format!("{what} ({shown}): {e}"))
     };
@@ -338,13 +569,11 @@ pub fn redirect_tcp_to_loopback_port(
     let within = TimeVal::new(ACK_WITHIN.as_secs() as _, 0);
     setsockopt(&sock, sockopt::ReceiveTimeout, &within)
         .map_err(|e| named("setsockopt(SO_RCVTIMEO)", e))?;
-    let seq = 1;
-    let batch = redirect_batch(prefix, prefix_len, port, seq);
-    send(sock.as_raw_fd(), &batch, MsgFlags::empty()).map_err(|e| named("send", e))?;
+    send(sock.as_raw_fd(), batch, MsgFlags::empty()).map_err(|e| named("send", e))?;
     // An error answer echoes the whole request after its error field.
-    let mut answer = vec![0u8; 8192];
+    let mut answer = vec![0u8; 65536];
     let mut acknowledged = Vec::new();
-    while acknowledged.len() < 3 {
+    while acknowledged.len() < acks.len() {
         let n =
             recv(sock.as_raw_fd(), &mut answer, MsgFlags::empty()).map_err(|e| named("recv", e))?;
         for (answered, errno) in read_answers(&answer[..n])? {
@@ -352,7 +581,7 @@ pub fn redirect_tcp_to_loopback_port(
                 let e = io::Error::from_raw_os_error(-errno);
                 return Err(io::Error::new(e.kind(), format!("{shown}: {e}")));
             }
-            if (seq + 1..=seq + 3).contains(&answered) && !acknowledged.contains(&answered) {
+            if acks.contains(&answered) && !acknowledged.contains(&answered) {
                 acknowledged.push(answered);
             }
         }
@@ -511,5 +740,54 @@ mod tests {
         let mut cut = error(2, 0, 0);
         cut[..4].copy_from_slice(&100u32.to_ne_bytes());
         assert!(read_answers(&cut).is_err());
+    }
+
+    /// The expression names of a rule message's attributes.
+    fn expression_names(rule: &[u8]) -> Vec<String> {
+        let rule = attrs(rule);
+        let (_, _, list) = rule
+            .iter()
+            .find(|(k, _, _)| *k == NFTA_RULE_EXPRESSIONS)
+            .unwrap();
+        attrs(list)
+            .into_iter()
+            .map(|(_, _, elem)| {
+                let name = attrs(&elem)[0].2.clone();
+                String::from_utf8(name)
+                    .unwrap()
+                    .trim_end_matches('\0')
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_egress_batch_logs_and_refuses_all_but_the_loopback_and_the_granted_ports_in_both_families(
+    ) {
+        let (batch, acks) = egress_batch(&[443, 8080], 1, 1);
+        let m = messages(&batch);
+        // Per family: the table, the chain, loopback, not-a-first-packet,
+        // two ports, TCP, UDP.
+        assert_eq!(m.len(), 2 + 2 * 8);
+        assert_eq!(acks, (2..=17).collect::<Vec<u32>>());
+        let families: Vec<u8> = m[1..17].iter().map(|(_, _, _, f, _)| *f).collect();
+        assert_eq!(families[..8], [NFPROTO_IPV4; 8]);
+        assert_eq!(families[8..], [NFPROTO_IPV6; 8]);
+        let chain = attrs(&m[2].4);
+        assert_eq!(chain[4], (NFTA_CHAIN_TYPE, false, b"filter\0".to_vec()));
+        let names: Vec<Vec<String>> = m[3..9].iter().map(|r| expression_names(&r.4)).collect();
+        assert_eq!(
+            names,
+            [
+                vec!["payload", "bitwise", "cmp", "immediate"],
+                vec!["meta", "cmp", "payload", "bitwise", "cmp", "immediate"],
+                vec!["meta", "cmp", "payload", "cmp", "immediate"],
+                vec!["meta", "cmp", "payload", "cmp", "immediate"],
+                vec!["meta", "cmp", "log", "reject"],
+                vec!["meta", "cmp", "log", "reject"],
+            ]
+        );
+        // IPv6's loopback rule compares the whole address with ::1.
+        assert_eq!(expression_names(&m[11].4), ["payload", "cmp", "immediate"]);
     }
 }
