@@ -76,6 +76,9 @@ pub struct HealthReport {
     pub kernel: String,
     /// User namespaces.
     pub userns: Layer,
+    /// A granted sandbox's network: its routes, listeners and the logged
+    /// refusal of other egress (nf_tables, NFLOG), set up in a helper.
+    pub network_grants: Layer,
     /// Landlock ABI (0: none).
     pub landlock_abi: u32,
     /// The required minimum.
@@ -166,7 +169,16 @@ fn maps_id(map: &str, id: u64) -> bool {
 /// `limits` is how this process's spawns are limited (`exec::limits`) and,
 /// without a cgroup, why, so `health` names exactly what runs use.
 pub fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> HealthReport {
-    let userns = probe_userns(exe);
+    let userns = probe_helper(
+        exe,
+        "__probe-userns",
+        "unshare(CLONE_NEWUSER) succeeded in a helper",
+    );
+    let network_grants = probe_helper(
+        exe,
+        "__probe-network",
+        "a granted sandbox's routes, listeners and logged refusals set up in a helper",
+    );
     let landlock_abi = landlock_abi_version().unwrap_or(0);
     let seccomp = probe_seccomp();
     let root = privileged();
@@ -180,6 +192,7 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> He
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default(),
         userns,
+        network_grants,
         landlock_abi,
         landlock_abi_required: LANDLOCK_ABI_REQUIRED,
         seccomp,
@@ -250,6 +263,17 @@ fn grade(r: &mut HealthReport) {
     if let Some(detail) = &r.apparmor_userns.detail {
         note(Status::Error, detail.clone(), reasons);
     }
+    // Spawns without grants still run; those with grants fail closed.
+    if r.userns.available && !r.network_grants.available {
+        note(
+            Status::Degraded,
+            format!(
+                "network grants cannot be set up here, so spawns with grants do not run (those without do): {} (docs/network.md says what the kernel needs: nf_tables with its log and reject expressions, nfnetlink_log)",
+                r.network_grants.detail
+            ),
+            reasons,
+        );
+    }
     if r.landlock_abi < LANDLOCK_ABI_REQUIRED {
         note(
             Status::Error,
@@ -311,9 +335,11 @@ fn landlock_features_missing(abi: u32) -> Vec<&'static str> {
     .collect()
 }
 
-fn probe_userns(exe: &Path) -> Layer {
+/// Runs spawnd's hidden probe `command` in a helper process: available
+/// when it succeeds (`detail` then), else its error.
+fn probe_helper(exe: &Path, command: &str, detail: &str) -> Layer {
     let out = Command::new(exe)
-        .arg("__probe-userns")
+        .arg(command)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -321,7 +347,7 @@ fn probe_userns(exe: &Path) -> Layer {
     match out {
         Ok(o) if o.status.success() => Layer {
             available: true,
-            detail: "unshare(CLONE_NEWUSER) succeeded in a helper".into(),
+            detail: detail.into(),
         },
         Ok(o) => Layer {
             available: false,
@@ -512,5 +538,51 @@ mod tests {
         let layer = probe_audit(None);
         assert!(!layer.available, "{}", layer.detail);
         assert!(probe_audit(Some(Path::new("/tmp/spawnd-probe/x/audit.jsonl"))).available);
+    }
+
+    #[test]
+    fn a_kernel_that_cannot_set_up_grants_is_degraded_and_says_what_runs() {
+        let layer = |available: bool, detail: &str| Layer {
+            available,
+            detail: detail.into(),
+        };
+        let mut report = HealthReport {
+            status: Status::Healthy,
+            reasons: Vec::new(),
+            kernel: "6.1.0".into(),
+            userns: layer(true, "ok"),
+            network_grants: layer(
+                false,
+                "log and refuse egress nothing granted: nf_tables: Operation not supported",
+            ),
+            landlock_abi: LANDLOCK_ABI_FULL,
+            landlock_abi_required: LANDLOCK_ABI_REQUIRED,
+            seccomp: layer(true, "ok"),
+            cgroups: Cgroups {
+                v2_mount: None,
+                v2_controllers: Vec::new(),
+                v1_memory: None,
+                v1_pids: None,
+                limits_via: "cgroup_v2",
+                why_not_cgroups: None,
+            },
+            audit: layer(true, "ok"),
+            root: true,
+            parents_root_alone: false,
+            apparmor_userns: crate::host_policy::AppArmorUserns {
+                restrict_unprivileged_userns: None,
+                label: None,
+                blocks: false,
+                detail: None,
+            },
+        };
+        grade(&mut report);
+        assert_eq!(report.status, Status::Degraded);
+        assert_eq!(report.reasons.len(), 1, "{:?}", report.reasons);
+        assert!(
+            report.reasons[0].starts_with("network grants cannot be set up here, so spawns with grants do not run (those without do): log and refuse egress nothing granted: nf_tables: Operation not supported"),
+            "{}",
+            report.reasons[0]
+        );
     }
 }

@@ -122,6 +122,11 @@ pub enum Command {
     /// Internal: create a user namespace and exit (used by `health`).
     #[command(name = "__probe-userns", hide = true)]
     ProbeUserns,
+    /// Internal: set up a granted sandbox's network (routes, listeners,
+    /// the logged refusal of other egress) in fresh user and network
+    /// namespaces and exit (used by `health`).
+    #[command(name = "__probe-network", hide = true)]
+    ProbeNetwork,
     /// Internal: serve as the daemon's spawner on descriptor 3 (a restart
     /// after the first spawner died).
     #[command(name = "__spawner", hide = true)]

@@ -109,6 +109,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Audit(AuditCommand::Query { .. }) => "audit.query",
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
         Command::ProbeUserns => "probe-userns",
+        Command::ProbeNetwork => "probe-network",
         Command::Spawner { .. } => "spawner",
         Command::Serve { .. } => "serve",
         Command::Connectors { .. } => "connectors",
@@ -183,6 +184,10 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         }
         Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
         Command::ProbeUserns => match crate::kernel_features::userns_probe_helper() {
+            Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
+            Err(e) => Err(Failure::sandbox_unavailable(e)),
+        },
+        Command::ProbeNetwork => match crate::sandbox::network::network_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
             Err(e) => Err(Failure::sandbox_unavailable(e)),
         },

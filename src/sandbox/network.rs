@@ -219,6 +219,21 @@ fn route_everything_to_loopback() -> Result<(), StepError> {
     Ok(())
 }
 
+/// `spawnd health`'s helper (a fresh, single-threaded process): in new user
+/// and network namespaces, sets up what a sandbox granted one port gets,
+/// so that a kernel lacking any part of it is named before a spawn fails.
+pub fn network_probe_helper() -> Result<(), String> {
+    use nix::sched::{unshare, CloneFlags};
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET): {e}"))?;
+    crate::sys::set_loopback_up().map_err(|e| format!("bring lo up: {e}"))?;
+    let setup = NetworkSetup {
+        ports: vec![443],
+        learning: false,
+    };
+    set_up_network(&setup).map(drop).map_err(|e| e.to_string())
+}
+
 /// The DNS stub's UDP and TCP sockets and one TCP listener per port: all
 /// AF_INET6 with IPV6_V6ONLY off (IPv4 arrives v4-mapped), bound to
 /// `[::]`, close-on-exec and nonblocking. Neither SO_REUSEADDR nor
