@@ -20,6 +20,7 @@
 //! | a granted name on another port | no listener (ECONNREFUSED), or a reset on another grant's port; those servers accept nothing; `not_granted` recorded | the granted ports served |
 //! | the IP literal of a granted name (v4, v4-mapped, NAT64) | reset by spawnd, `not_granted` recorded; the server's count stays at the control's | the name reaches that very server |
 //! | an address of the fake pool no name holds | reset, `not_granted` | the name's fake address works |
+//! | IPv4 source routing through the loopback, UDP-Lite | refused at once, recorded under the header's destination or as `other` with its protocol | the granted name served |
 //! | UDP (QUIC) to a granted name or its address | the send fails (EPERM), a `udp` record; the world's UDP server receives nothing | the same name over TCP |
 //! | rebinding: a granted name answering 127.0.0.1, 169.254.169.254, 10.0.0.5 | reset, `resolved_to_denied_address` with the range; the server there accepts nothing | the name served while it answered the public address; the server there reached from the world; 10.0.0.5 reached once the operator allows 10.0.0.0/8 |
 //! | rebinding through IPv6 forms (`::ffff:127.0.0.1`, `64:ff9b::a9fe:a9fe`) | as above, judged as the IPv4 address | as above |
@@ -774,6 +775,80 @@ finish()
     let records = s.net_records();
     datagram_refusal(&records, "api.test", 8443);
     datagram_refusal(&records, "203.0.113.10", 8443);
+}
+
+/// Headers that carry the destination past the one the sandbox's rules
+/// read (IPv4 loose source routing through the loopback to the world's
+/// server), and a transport other than TCP and UDP (UDP-Lite): each is
+/// refused at once and recorded; the world's server accepts nothing.
+#[test]
+fn source_routes_and_other_transports_are_refused_and_recorded() {
+    let Some(s) = Setup::new(&[]) else { return };
+    let api = serve(&s.world, at(WORLD_IP, 8080), Peer::Http("api"));
+    let ssh = serve(&s.world, at(WORLD_IP, 22), Peer::Hold);
+    let m = s.manifest("m.toml", &["api.test:8080"], "", "");
+    let (run, r) = s.attack(
+        &m,
+        "routed",
+        r#"
+def source_routed():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        # LSRR through 127.0.0.1: the header names the loopback, the
+        # option carries 203.0.113.10 on.
+        try:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([0x83, 7, 4, 127, 0, 0, 1, 0]))
+        except OSError as e:
+            return "setsockopt " + errno.errorcode.get(e.errno, str(e.errno))
+        s.connect(("203.0.113.10", 22))
+        return "connected"
+    finally:
+        s.close()
+def udp_lite():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
+    try:
+        u.sendto(b"lite", ("203.0.113.10", 53))
+        return "sent"
+    finally:
+        u.close()
+attempt("granted", lambda: get("api.test", 8080))
+attempt("source_routed", source_routed)
+attempt("udp_lite", udp_lite)
+finish()
+"#,
+    );
+    assert_eq!(result(&r, "granted"), "reply:api", "{r}");
+    assert_eq!(api.accepted(), 1);
+    assert_eq!(ssh.accepted(), 0);
+    let records = s.net_records();
+    // Kernels that let an unprivileged socket set a source route see its
+    // SYN refused at once (its send fails: not a timeout), recorded under
+    // the header's destination; others refuse the option itself.
+    if result(&r, "source_routed") != "setsockopt EPERM" {
+        assert_eq!(result(&r, "source_routed"), "EPERM", "{r}");
+        refusal_record(&records, "127.0.0.1", 22, "not_granted");
+    }
+    // A kernel without UDP-Lite cannot be asked for it.
+    if result(&r, "udp_lite") != "EPROTONOSUPPORT" {
+        assert_eq!(result(&r, "udp_lite"), "EPERM", "{r}");
+        let lite = records
+            .iter()
+            .find(|r| r["protocol"] == "other" && r["ip_protocol"] == 136)
+            .unwrap_or_else(|| panic!("no record of the UDP-Lite datagram: {records:#?}"));
+        assert_eq!(
+            (&lite["host"], &lite["reason"]),
+            (
+                &serde_json::json!("203.0.113.10"),
+                &serde_json::json!("not_granted")
+            )
+        );
+    }
+    assert!(
+        run.network()["refused"].as_u64().unwrap() >= 1,
+        "{}",
+        run.json
+    );
 }
 
 // ---- rebinding --------------------------------------------------------------

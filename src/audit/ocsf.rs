@@ -187,8 +187,9 @@ fn network_activity(record: &Map<String, Value>, hostname: &str) -> Value {
     }
     event["dst_endpoint"] = destination;
     let (protocol_name, protocol_num) = match record.get("protocol").and_then(Value::as_str) {
-        Some("udp") => ("udp", 17),
-        _ => ("tcp", 6),
+        Some("udp") => ("udp", json!(17)),
+        Some("other") => ("other", json!(record.get("ip_protocol"))),
+        _ => ("tcp", json!(6)),
     };
     event["connection_info"] = json!({"direction_id": 2, "direction": "Outbound", "protocol_name": protocol_name, "protocol_num": protocol_num});
     let up = record.get("bytes_up").and_then(Value::as_u64).unwrap_or(0);

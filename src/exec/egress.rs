@@ -176,8 +176,9 @@ fn violation_of(event: &NetEvent) -> Option<(String, &'static str)> {
                 ) =>
         {
             let datagram = match r.transport {
-                crate::relay::Transport::Udp => "/udp",
                 crate::relay::Transport::Tcp => "",
+                crate::relay::Transport::Udp => "/udp",
+                crate::relay::Transport::Other(_) => "/other",
             };
             Some((
                 format!("network:{}:{}{datagram}", r.host, r.port),
@@ -457,13 +458,17 @@ impl Reported {
             .refusals
             .iter()
             .map(|c| {
-                json!({
+                let mut v = json!({
                     "host": c.kind.host.to_string(),
                     "port": c.kind.port,
                     "protocol": c.kind.transport.as_str(),
                     "reason": c.kind.reason,
                     "count": c.count,
-                })
+                });
+                if let Some(n) = c.kind.transport.ip_protocol() {
+                    v["ip_protocol"] = json!(n);
+                }
+                v
             })
             .collect();
         let unreported: Vec<Value> = self
@@ -510,7 +515,7 @@ impl Reported {
 }
 
 fn connection_json(c: &ConnectionRecord) -> Value {
-    json!({
+    let mut v = json!({
         "protocol": c.transport.as_str(),
         "host": c.host.to_string(),
         "port": c.port,
@@ -524,7 +529,11 @@ fn connection_json(c: &ConnectionRecord) -> Value {
         "bytes_up": c.bytes_up,
         "bytes_down": c.bytes_down,
         "duration_ms": c.duration_ms,
-    })
+    });
+    if let Some(n) = c.transport.ip_protocol() {
+        v["ip_protocol"] = json!(n);
+    }
+    v
 }
 
 #[cfg(test)]

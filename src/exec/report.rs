@@ -298,6 +298,10 @@ pub fn network_refusals(network: &Value) -> Vec<Notice> {
                 "nothing: UDP leaves a sandbox only as DNS to spawnd's stub (grants are TCP)"
                     .to_string(),
             ),
+            Some("other") => (
+                format!("{host} (IP protocol {})", r["ip_protocol"]),
+                "nothing: only TCP to granted destinations and DNS to spawnd's stub leave a sandbox, without IP options or IPv6 extension headers".to_string(),
+            ),
             _ => (
                 format!("{host}:{port}"),
                 what_would_grant(reason, host, port),

@@ -124,14 +124,26 @@ pub enum Transport {
     Tcp,
     /// A UDP datagram (refused, but for DNS to spawnd's stub).
     Udp,
+    /// A packet of another IP protocol (UDP-Lite, SCTP…; always refused),
+    /// by its number.
+    Other(u8),
 }
 
 impl Transport {
-    /// Its name in records and messages: `tcp`, `udp`.
+    /// Its name in records and messages: `tcp`, `udp`, `other`.
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
+            Transport::Other(_) => "other",
+        }
+    }
+
+    /// The IP protocol number of an `other` transport.
+    pub fn ip_protocol(self) -> Option<u8> {
+        match self {
+            Transport::Other(n) => Some(n),
+            Transport::Tcp | Transport::Udp => None,
         }
     }
 }

@@ -24,6 +24,11 @@ use crate::sys::{read_logged_packets, watched_log, LoggedPacket};
 /// Big enough for any batch of log messages the kernel sends at once.
 const READ_BUFFER: usize = 64 * 1024;
 
+/// Reads of what is left once the spawn ended: enough for the log's whole
+/// receive buffer, and a bound on a program that floods on regardless
+/// (its spawn ends all the same).
+const DRAIN_READS: usize = 4096;
+
 /// Reads the log until the spawn ends, then what is left in it; each
 /// packet is a refusal. A log that cannot be read any more is warned
 /// about, and the rules keep refusing.
@@ -60,7 +65,7 @@ pub(super) async fn watch(relay: Arc<Relay>, log: OwnedFd) {
     }
     // The program is gone: what it was refused last is in the log already
     // (a packet is logged as it is refused).
-    loop {
+    for _ in 0..DRAIN_READS {
         match read(log.get_ref(), &mut buffer) {
             Ok(n) => take(&relay, &buffer[..n]),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => relay.events.refusals_lost(),
@@ -93,11 +98,16 @@ fn refusal(relay: &Relay, packet: LoggedPacket) -> ConnectionRecord {
     };
     let mut record = ConnectionRecord::new(host, packet.port.unwrap_or(0));
     record.transport = match packet.protocol {
+        6 => Transport::Tcp,
         17 => Transport::Udp,
-        _ => Transport::Tcp,
+        other => Transport::Other(other),
     };
     record.refuse(reason::NOT_GRANTED);
-    record.error =
-        Some("refused in the sandbox before it left: nothing spawnd serves there".into());
+    record.error = Some(match record.transport {
+        Transport::Other(n) => format!(
+            "refused in the sandbox before it left: IP protocol {n} (IPv4 options and IPv6 extension headers are refused too)"
+        ),
+        _ => "refused in the sandbox before it left: nothing spawnd serves there".into(),
+    });
     record
 }

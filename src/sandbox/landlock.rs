@@ -8,9 +8,10 @@
 //! TCP is left to the network namespace: Landlock's TCP rights are per
 //! port, for every address alike, so denying them would also deny the
 //! program its own loopback (a test suite's local server or database). The
-//! namespace holds only `lo` and, with network grants, the local routes to
-//! spawnd's listeners ([`super::network`]): every other destination has no
-//! route, whatever the port.
+//! namespace holds only `lo`: without grants every other destination has
+//! no route; with them every address is the sandbox's own, and what no
+//! listener of spawnd's serves is refused and logged by nf_tables rules
+//! ([`super::network`]), whatever the port.
 
 use std::os::fd::{AsFd, BorrowedFd};
 

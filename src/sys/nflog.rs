@@ -28,6 +28,7 @@ const NFULNL_MSG_PACKET: u16 = 0;
 const NFULNL_MSG_CONFIG: u16 = 1;
 const NFULA_CFG_CMD: u16 = 1;
 const NFULA_CFG_MODE: u16 = 2;
+const NFULA_CFG_NLBUFSIZ: u16 = 3;
 const NFULA_CFG_QTHRESH: u16 = 5;
 const NFULNL_CFG_CMD_BIND: u8 = 1;
 const NFULNL_COPY_PACKET: u8 = 2;
@@ -37,11 +38,16 @@ const AF_INET6: u8 = 10;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
 
-/// The socket's receive buffer: a burst of refused packets waits here
-/// until spawnd reads it; past it the kernel drops log messages (the
-/// program's packets are refused all the same) and the next read says
-/// `ENOBUFS`.
+/// The socket's receive buffer asked for (the kernel caps it at
+/// `net.core.rmem_max`): a burst of refused packets waits here until
+/// spawnd reads it; past it the kernel drops log messages (the program's
+/// packets are refused all the same) and the next read says `ENOBUFS`.
 const RECEIVE_BUFFER: usize = 1 << 20;
+
+/// The size of each log message's buffer: the kernel's default is a page
+/// or more per message, which would fill the receive buffer after about a
+/// hundred entries; a message here is a few hundred bytes.
+const MESSAGE_BUFFER: u32 = 512;
 
 /// How long init waits for the kernel's acknowledgement.
 const ACK_WITHIN: Duration = Duration::from_secs(5);
@@ -60,7 +66,8 @@ pub struct LoggedPacket {
 /// The configuration request binding this socket to `group`, asking for
 /// the first `bytes` of each packet, each sent as it is logged (a queue
 /// threshold of 1: the kernel's default holds up to 100 packets for up
-/// to a second), with sequence number `seq`.
+/// to a second) in a message buffer of its own size, with sequence number
+/// `seq`.
 pub fn bind_request(group: u16, bytes: u32, seq: u32) -> Vec<u8> {
     let mut msg = Vec::with_capacity(40);
     msg.extend_from_slice(&0u32.to_ne_bytes());
@@ -80,10 +87,13 @@ pub fn bind_request(group: u16, bytes: u32, seq: u32) -> Vec<u8> {
     msg.extend_from_slice(&NFULA_CFG_MODE.to_ne_bytes());
     msg.extend_from_slice(&bytes.to_be_bytes());
     msg.extend_from_slice(&[NFULNL_COPY_PACKET, 0, 0, 0]);
-    // NFULA_CFG_QTHRESH { __be32 }.
+    // NFULA_CFG_QTHRESH { __be32 }, NFULA_CFG_NLBUFSIZ { __be32 }.
     msg.extend_from_slice(&8u16.to_ne_bytes());
     msg.extend_from_slice(&NFULA_CFG_QTHRESH.to_ne_bytes());
     msg.extend_from_slice(&1u32.to_be_bytes());
+    msg.extend_from_slice(&8u16.to_ne_bytes());
+    msg.extend_from_slice(&NFULA_CFG_NLBUFSIZ.to_ne_bytes());
+    msg.extend_from_slice(&MESSAGE_BUFFER.to_be_bytes());
     let len = msg.len() as u32;
     msg[..4].copy_from_slice(&len.to_ne_bytes());
     msg
@@ -253,8 +263,8 @@ mod tests {
     #[test]
     fn the_bind_request_names_the_group_the_command_and_the_copy_range() {
         let m = bind_request(7, 128, 1);
-        assert_eq!(m.len(), 48);
-        assert_eq!(u32::from_ne_bytes(m[..4].try_into().unwrap()), 48);
+        assert_eq!(m.len(), 56);
+        assert_eq!(u32::from_ne_bytes(m[..4].try_into().unwrap()), 56);
         assert_eq!(u16::from_ne_bytes([m[4], m[5]]), 0x0401);
         assert_eq!(&m[18..20], &[0, 7]);
         assert_eq!(&m[20..25], &[5, 0, 1, 0, NFULNL_CFG_CMD_BIND]);
@@ -262,6 +272,7 @@ mod tests {
         assert_eq!(&m[32..36], &128u32.to_be_bytes());
         assert_eq!(m[36], NFULNL_COPY_PACKET);
         assert_eq!(&m[40..48], &[8, 0, 5, 0, 0, 0, 0, 1]);
+        assert_eq!(&m[48..56], &[8, 0, 3, 0, 0, 0, 2, 0]);
     }
 
     #[test]

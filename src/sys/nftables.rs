@@ -25,14 +25,22 @@
 //! table ip spawnd_egress {
 //!     chain out {
 //!         type filter hook output priority 0; policy accept;
+//!         ip ihl != 5 log group G snaplen 128 reject with icmp port-unreachable
 //!         ip daddr 127.0.0.0/8 accept
 //!         meta l4proto tcp tcp flags & (syn | ack) != syn accept
 //!         meta l4proto tcp tcp dport P accept        # each granted port
 //!         meta l4proto tcp log group G snaplen 128 reject with tcp reset
-//!         meta l4proto udp log group G snaplen 128 reject with icmp port-unreachable
+//!         meta l4proto != icmp log group G snaplen 128 reject with icmp port-unreachable
 //!     }
 //! }
 //! ```
+//!
+//! The first rule refuses IPv4 options (source routing would name a first
+//! hop in the header and carry the real destination further in); in `ip6`
+//! its place is taken by a rule refusing every next header but TCP, UDP
+//! and ICMPv6 (a routing header does the same). The last refuses UDP and
+//! every other transport (UDP-Lite, SCTP, DCCP) alike; ICMP passes, for
+//! the refusals' own messages.
 //!
 //! Hand-built for the reason `netlink.rs` is: fixed messages, sent from
 //! init, with no `unsafe` (bytes with `to_ne_bytes`/`to_be_bytes`, sent and
@@ -108,6 +116,12 @@ const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 /// The destination address's offset in an IPv6 header.
 const IPV6_DADDR_OFFSET: u32 = 24;
+/// The version and header length byte's offset in an IPv4 header, and
+/// the next header's in an IPv6 one.
+const IPV4_VERSION_IHL_OFFSET: u32 = 0;
+const IPV6_NEXT_HEADER_OFFSET: u32 = 6;
+/// An IPv4 header without options: 5 words.
+const IPV4_IHL_PLAIN: u8 = 5;
 /// The TCP flags byte's offset in a TCP header.
 const TCP_FLAGS_OFFSET: u32 = 13;
 const TCP_SYN: u8 = 0x02;
@@ -119,8 +133,10 @@ const IPV4_DADDR_OFFSET: u32 = 16;
 const NFT_CMP_EQ: u32 = 0;
 const NFT_CMP_NEQ: u32 = 1;
 const NFT_META_L4PROTO: u32 = 16;
+const IPPROTO_ICMP: u8 = 1;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
+const IPPROTO_ICMPV6: u8 = 58;
 /// `NFT_REJECT_ICMP_UNREACH` and `NFT_REJECT_TCP_RST`.
 const NFT_REJECT_ICMP_UNREACH: u32 = 0;
 const NFT_REJECT_TCP_RST: u32 = 1;
@@ -435,8 +451,29 @@ pub fn redirect_batch(prefix: Ipv4Addr, prefix_len: u8, port: u16, seq: u32) -> 
 pub fn egress_batch(ports: &[u16], group: u16, seq: u32) -> (Vec<u8>, Vec<u32>) {
     let mut batch = Batch::new(seq);
     for family in [NFPROTO_IPV4, NFPROTO_IPV6] {
+        let (unreachable, icmp) = if family == NFPROTO_IPV4 {
+            (ICMP_PORT_UNREACH, IPPROTO_ICMP)
+        } else {
+            (ICMPV6_PORT_UNREACH, IPPROTO_ICMPV6)
+        };
         batch.table(family, EGRESS_TABLE);
         batch.chain(family, EGRESS_TABLE, "filter", PRIORITY_FILTER);
+        // Headers that could carry the destination past the one judged
+        // here (IPv4 options, IPv6 extension headers), to any address.
+        batch.rule(family, EGRESS_TABLE, |m| {
+            if family == NFPROTO_IPV4 {
+                m.load(NFT_PAYLOAD_NETWORK_HEADER, IPV4_VERSION_IHL_OFFSET, 1)
+                    .mask(&[0x0f])
+                    .compare(NFT_CMP_NEQ, &[IPV4_IHL_PLAIN]);
+            } else {
+                m.load(NFT_PAYLOAD_NETWORK_HEADER, IPV6_NEXT_HEADER_OFFSET, 1)
+                    .compare(NFT_CMP_NEQ, &[IPPROTO_TCP])
+                    .compare(NFT_CMP_NEQ, &[IPPROTO_UDP])
+                    .compare(NFT_CMP_NEQ, &[IPPROTO_ICMPV6]);
+            }
+            m.log(group)
+                .reject(NFT_REJECT_ICMP_UNREACH, Some(unreachable));
+        });
         // The sandbox's own loopback: a test suite's servers, the DNS
         // stub at 127.0.0.1 and its answers.
         batch.rule(family, EGRESS_TABLE, |m| {
@@ -469,20 +506,21 @@ pub fn egress_batch(ports: &[u16], group: u16, seq: u32) -> (Vec<u8>, Vec<u32>) 
                     .accept();
             });
         }
-        let unreachable = if family == NFPROTO_IPV4 {
-            ICMP_PORT_UNREACH
-        } else {
-            ICMPV6_PORT_UNREACH
-        };
         batch.rule(family, EGRESS_TABLE, |m| {
             m.l4proto(IPPROTO_TCP)
                 .log(group)
                 .reject(NFT_REJECT_TCP_RST, None);
         });
+        // UDP and every other transport; ICMP passes (the refusals' own
+        // port-unreachable messages among it).
         batch.rule(family, EGRESS_TABLE, |m| {
-            m.l4proto(IPPROTO_UDP)
-                .log(group)
-                .reject(NFT_REJECT_ICMP_UNREACH, Some(unreachable));
+            m.expression("meta", |m| {
+                m.be32(1, REG_1) // NFTA_META_DREG
+                    .be32(2, NFT_META_L4PROTO); // NFTA_META_KEY
+            })
+            .compare(NFT_CMP_NEQ, &[icmp])
+            .log(group)
+            .reject(NFT_REJECT_ICMP_UNREACH, Some(unreachable));
         });
     }
     batch.finish()
@@ -536,10 +574,12 @@ pub fn redirect_tcp_to_loopback_port(
 }
 
 /// In the current network namespace (needs CAP_NET_ADMIN over it), logs
-/// every TCP connection attempt and UDP datagram that leaves neither for
-/// the loopback nor for one of `ports` (TCP) to NFLOG group `group`, and
-/// refuses it at once (a reset, ICMP port unreachable), for IPv4 and IPv6
-/// ([`egress_batch`]); waits for the kernel to acknowledge every part.
+/// every TCP connection attempt that leaves neither for the loopback nor
+/// for one of `ports`, every datagram of another transport but ICMP not
+/// for the loopback, and every packet with IPv4 options or IPv6 extension
+/// headers, to NFLOG group `group`, and refuses it at once (a reset, ICMP
+/// port unreachable), for IPv4 and IPv6 ([`egress_batch`]); waits for the
+/// kernel to acknowledge every part.
 /// The error names the step.
 pub fn log_and_refuse_other_egress(ports: &[u16], group: u16) -> io::Result<()> {
     let (batch, acks) = egress_batch(ports, group, 1);
@@ -766,19 +806,21 @@ mod tests {
     ) {
         let (batch, acks) = egress_batch(&[443, 8080], 1, 1);
         let m = messages(&batch);
-        // Per family: the table, the chain, loopback, not-a-first-packet,
-        // two ports, TCP, UDP.
-        assert_eq!(m.len(), 2 + 2 * 8);
-        assert_eq!(acks, (2..=17).collect::<Vec<u32>>());
-        let families: Vec<u8> = m[1..17].iter().map(|(_, _, _, f, _)| *f).collect();
-        assert_eq!(families[..8], [NFPROTO_IPV4; 8]);
-        assert_eq!(families[8..], [NFPROTO_IPV6; 8]);
+        // Per family: the table, the chain, headers that carry another
+        // destination, loopback, not-a-first-packet, two ports, TCP, the
+        // other transports.
+        assert_eq!(m.len(), 2 + 2 * 9);
+        assert_eq!(acks, (2..=19).collect::<Vec<u32>>());
+        let families: Vec<u8> = m[1..19].iter().map(|(_, _, _, f, _)| *f).collect();
+        assert_eq!(families[..9], [NFPROTO_IPV4; 9]);
+        assert_eq!(families[9..], [NFPROTO_IPV6; 9]);
         let chain = attrs(&m[2].4);
         assert_eq!(chain[4], (NFTA_CHAIN_TYPE, false, b"filter\0".to_vec()));
-        let names: Vec<Vec<String>> = m[3..9].iter().map(|r| expression_names(&r.4)).collect();
+        let names: Vec<Vec<String>> = m[3..10].iter().map(|r| expression_names(&r.4)).collect();
         assert_eq!(
             names,
             [
+                vec!["payload", "bitwise", "cmp", "log", "reject"],
                 vec!["payload", "bitwise", "cmp", "immediate"],
                 vec!["meta", "cmp", "payload", "bitwise", "cmp", "immediate"],
                 vec!["meta", "cmp", "payload", "cmp", "immediate"],
@@ -787,7 +829,12 @@ mod tests {
                 vec!["meta", "cmp", "log", "reject"],
             ]
         );
-        // IPv6's loopback rule compares the whole address with ::1.
-        assert_eq!(expression_names(&m[11].4), ["payload", "cmp", "immediate"]);
+        // IPv6 refuses every next header but TCP, UDP and ICMPv6, and its
+        // loopback rule compares the whole address with ::1.
+        assert_eq!(
+            expression_names(&m[12].4),
+            ["payload", "cmp", "cmp", "cmp", "log", "reject"]
+        );
+        assert_eq!(expression_names(&m[13].4), ["payload", "cmp", "immediate"]);
     }
 }
