@@ -198,7 +198,9 @@ pub enum AuditCommand {
         file: Option<PathBuf>,
     },
     /// The last records as one-liners (`--json`: the raw records); `-f` follows new ones.
-    #[command(after_help = "Examples:\n  spawnd audit tail -n 20\n  spawnd audit tail -f")]
+    #[command(
+        after_help = "Examples:\n  spawnd audit tail -n 20\n  spawnd audit tail -f\n  spawnd audit tail -f --from-seq 4242 --json\n\nRecords come from the whole chain: the rotated files (<log>.N, oldest first),\nthen the live file. -f follows the log across rotations: it finishes the file\nthat was renamed before it goes on with the new one, and prints each record\nonce. --from-seq resumes after an interruption: every record from that seq on\n(the first is the one after the last a follower printed)."
+    )]
     Tail {
         /// How many records.
         #[arg(short = 'n', long, default_value_t = 10)]
@@ -206,6 +208,9 @@ pub enum AuditCommand {
         /// Keep printing records as they are appended.
         #[arg(short, long)]
         follow: bool,
+        /// Print every record from this seq on (instead of the last N).
+        #[arg(long, value_name = "SEQ")]
+        from_seq: Option<u64>,
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
@@ -221,11 +226,16 @@ pub enum AuditCommand {
         file: Option<PathBuf>,
     },
     /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
-    #[command(after_help = "Example:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl")]
+    #[command(
+        after_help = "Examples:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl\n  spawnd audit export --format ocsf --follow --since 1h | shipper\n\nEvents come from the whole chain (rotated files, then the live one);\n--follow goes on with records as they are appended, across rotations, each\nonce."
+    )]
     Export {
         /// Output format (only `ocsf`).
         #[arg(long, value_parser = ["ocsf"])]
         format: String,
+        /// Keep exporting records as they are appended.
+        #[arg(short, long)]
+        follow: bool,
         /// Which records.
         #[command(flatten)]
         filter: AuditFilter,

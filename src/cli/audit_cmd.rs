@@ -1,5 +1,6 @@
-//! `spawnd audit verify`, `tail`, `query` and `export`: the audit log read
-//! for people (one escaped line per record) or as JSON, filtered by
+//! `spawnd audit verify`, `tail`, `query` and `export`: the audit chain
+//! (its rotated files, then the live one: [`crate::audit::chain`]) read for
+//! people (one escaped line per record) or as JSON, filtered by
 //! [`AuditFilter`] with its times compared as instants.
 
 use crate::exec::FailureKind;
@@ -11,6 +12,7 @@ use time::OffsetDateTime;
 use super::args::{AuditFilter, Cli};
 use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
+use crate::audit::chain;
 use crate::audit::ocsf::to_ocsf;
 use crate::audit::time_bound::record_instant;
 use crate::audit::verify as verify_chain;
@@ -75,18 +77,23 @@ fn log_path(cli: &Cli, file: Option<&Path>) -> Result<PathBuf, Failure> {
     }
 }
 
+/// Every record of the chain `path` is the live file of.
 fn read_records(path: &Path) -> Result<Vec<Map<String, Value>>, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::from_io(
-            &e,
-            FailureKind::Config,
-            format!("cannot read audit log {}: {e}", path.display()),
-        )
-    })?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    if !path.exists() && chain::chain_files(path).is_empty() {
+        return Err(cannot_read(
+            path,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    chain::read_chain(path).map_err(|e| cannot_read(path, e))
+}
+
+fn cannot_read(path: &Path, e: std::io::Error) -> Failure {
+    Failure::from_io(
+        &e,
+        FailureKind::Config,
+        format!("cannot read audit log {}: {e}", path.display()),
+    )
 }
 
 /// A filter with its times resolved to instants against one `now`.
@@ -311,16 +318,26 @@ fn listing(records: &[&Map<String, Value>]) -> Success {
     Success::new(json!({"records": records}), text)
 }
 
-/// `spawnd audit tail [-n N] [-f]`.
-pub fn tail(cli: &Cli, file: Option<&Path>, n: usize, follow: bool) -> Result<Success, Failure> {
+/// `spawnd audit tail [-n N | --from-seq S] [-f]`.
+pub fn tail(
+    cli: &Cli,
+    file: Option<&Path>,
+    n: usize,
+    follow: bool,
+    from_seq: Option<u64>,
+) -> Result<Success, Failure> {
     let path = log_path(cli, file)?;
     let records = read_records(&path)?;
-    let last: Vec<&Map<String, Value>> = records
-        .iter()
-        .skip(records.len().saturating_sub(n))
-        .collect();
+    let first = match from_seq {
+        Some(seq) => records
+            .iter()
+            .position(|r| r.get("seq").and_then(Value::as_u64).unwrap_or(0) >= seq)
+            .unwrap_or(records.len()),
+        None => records.len().saturating_sub(n),
+    };
+    let shown: Vec<&Map<String, Value>> = records.iter().skip(first).collect();
     if !follow {
-        return Ok(listing(&last));
+        return Ok(listing(&shown));
     }
     let print = |r: &Map<String, Value>| {
         if cli.json {
@@ -329,13 +346,21 @@ pub fn tail(cli: &Cli, file: Option<&Path>, n: usize, follow: bool) -> Result<Su
             print_line(&one_line(r));
         }
     };
-    last.iter().for_each(|r| print(r));
-    let mut seen = records.len();
+    shown.iter().for_each(|r| print(r));
+    // Follow from the last record read, across rotations, each record once.
+    let last = records
+        .last()
+        .and_then(|r| r.get("seq"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let mut follower = chain::Follower::after(&path, last);
     loop {
+        follower
+            .poll()
+            .map_err(|e| cannot_read(&path, e))?
+            .iter()
+            .for_each(print);
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let now = read_records(&path)?;
-        now.iter().skip(seen).for_each(print);
-        seen = now.len();
     }
 }
 
@@ -347,12 +372,32 @@ pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Suc
     Ok(listing(&hits))
 }
 
-/// `spawnd audit export --format ocsf`: one OCSF event per line.
-pub fn export(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
-    let records = read_records(&log_path(cli, file)?)?;
+/// `spawnd audit export --format ocsf [--follow]`: one OCSF event per line.
+pub fn export(
+    cli: &Cli,
+    file: Option<&Path>,
+    filter: &AuditFilter,
+    follow: bool,
+) -> Result<Success, Failure> {
+    let path = log_path(cli, file)?;
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if follow {
+        let mut follower = chain::Follower::after(&path, 0);
+        loop {
+            let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
+            for record in follower.poll().map_err(|e| cannot_read(&path, e))? {
+                if matcher.matches(&record) {
+                    if let Some(event) = to_ocsf(&record, &host) {
+                        print_line(&event.to_string());
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+    let records = read_records(&path)?;
     let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
     let events: Vec<Value> = records
         .iter()

@@ -139,14 +139,18 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Audit(AuditCommand::Tail {
             lines,
             follow,
+            from_seq,
             file,
-        }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow),
+        }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow, *from_seq),
         Command::Audit(AuditCommand::Query { filter, file }) => {
             audit_cmd::query(cli, file.as_deref(), filter)
         }
-        Command::Audit(AuditCommand::Export { filter, file, .. }) => {
-            audit_cmd::export(cli, file.as_deref(), filter)
-        }
+        Command::Audit(AuditCommand::Export {
+            filter,
+            file,
+            follow,
+            ..
+        }) => audit_cmd::export(cli, file.as_deref(), filter, *follow),
         Command::Connectors {
             socket: Some(socket),
             ..
