@@ -830,3 +830,73 @@ fn an_ocsf_export_follows_across_rotations() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `audit keygen` writes a 256-bit key (64 hex digits, mode 0600) and never
+/// overwrites one; a key shorter than 32 bytes runs nothing and says how to
+/// make one; a generated key chains and verifies.
+#[test]
+fn keys_are_made_by_keygen_and_short_ones_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let (cfg, log) = audit_config("keys");
+    let dir = log.parent().unwrap();
+    let key = dir.join("audit.key");
+    let made = spawnd(&["audit", "keygen", key.to_str().unwrap()]);
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
+    let text = std::fs::read_to_string(&key).unwrap();
+    assert_eq!(text.len(), 65, "{text:?}");
+    assert!(text.trim_end().bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = spawnd(&["audit", "keygen", key.to_str().unwrap()]);
+    assert_ne!(again.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), text);
+    let short = dir.join("short.key");
+    std::fs::write(&short, "k\n").unwrap();
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = |k: &std::path::Path| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[audit]\npath = \"{}\"\nhmac_key_file = \"{}\"\n",
+                log.display(),
+                k.display()
+            ),
+        )
+        .unwrap()
+    };
+    config(&short);
+    let refused = w.run(
+        As::Root,
+        "probe0",
+        &[("attack", "whoami")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_ne!(refused.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("is 1 bytes, fewer than the 32") && said.contains("spawnd audit keygen"),
+        "{said}"
+    );
+    assert!(records(&log).is_empty(), "nothing ran, nothing was written");
+    config(&key);
+    let ran = w.run(
+        As::Root,
+        "probe0",
+        &[("attack", "whoami")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert!(records(&log)[0]["hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("hmac-sha256:"));
+    let verified = spawnd(&["audit", "verify", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(verified.status.code(), Some(0), "{verified:?}");
+}

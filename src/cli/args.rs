@@ -225,6 +225,15 @@ pub enum AuditCommand {
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
+    /// Write a new HMAC key for `[audit] hmac_key_file`: 256 random bits as
+    /// 64 hex digits, mode 0600; an existing file is never overwritten.
+    #[command(
+        after_help = "Example:\n  sudo spawnd audit keygen /etc/spawnd/audit.key\n  # then in /etc/spawnd/config.toml:\n  #   [audit]\n  #   hmac_key_file = \"/etc/spawnd/audit.key\"\n\nspawnd refuses keys shorter than 32 bytes. A new key starts a keyed chain;\nrecords written under no key or another key verify only with that one."
+    )]
+    Keygen {
+        /// Where to write the key.
+        file: PathBuf,
+    },
     /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
     #[command(
         after_help = "Examples:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl\n  spawnd audit export --format ocsf --follow --since 1h | shipper\n\nEvents come from the whole chain (rotated files, then the live one);\n--follow goes on with records as they are appended, across rotations, each\nonce."

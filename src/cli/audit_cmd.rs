@@ -364,6 +364,46 @@ pub fn tail(
     }
 }
 
+/// `spawnd audit keygen FILE`: 32 random bytes as 64 hex digits and a
+/// newline, in a new file of mode 0600.
+pub fn keygen(file: &Path) -> Result<Success, Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Failure::internal(format!("getrandom: {e}")))?;
+    let mut key = hex::encode(bytes);
+    key.push('\n');
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .and_then(|mut f| f.write_all(key.as_bytes()).and_then(|()| f.sync_all()));
+    written.map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
+            format!(
+                "cannot write a new key to {}: {e}{}",
+                file.display(),
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    " (an existing key is never overwritten: records chained with it verify only with it)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    })?;
+    Ok(Success::new(
+        json!({"file": file}),
+        format!(
+            "wrote a 256-bit key to {} (mode 0600); set [audit] hmac_key_file = \"{}\"",
+            file.display(),
+            file.display()
+        ),
+    ))
+}
+
 /// `spawnd audit query …`.
 pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
     let records = read_records(&log_path(cli, file)?)?;

@@ -108,6 +108,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Audit(AuditCommand::Tail { .. }) => "audit.tail",
         Command::Audit(AuditCommand::Query { .. }) => "audit.query",
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
+        Command::Audit(AuditCommand::Keygen { .. }) => "audit.keygen",
         Command::ProbeUserns => "probe-userns",
         Command::ProbeNetwork => "probe-network",
         Command::Spawner { .. } => "spawner",
@@ -142,6 +143,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             from_seq,
             file,
         }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow, *from_seq),
+        Command::Audit(AuditCommand::Keygen { file }) => audit_cmd::keygen(file),
         Command::Audit(AuditCommand::Query { filter, file }) => {
             audit_cmd::query(cli, file.as_deref(), filter)
         }
