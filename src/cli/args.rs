@@ -275,9 +275,25 @@ pub struct AuditFilter {
     /// Caller uid.
     #[arg(long)]
     pub uid: Option<u32>,
-    /// Program hash (`sha256:…`).
+    /// Caller pid.
     #[arg(long)]
+    pub pid: Option<u32>,
+    /// One spawn's records: its decision (or denial), attach, net and exit.
+    #[arg(long, value_name = "ID")]
+    pub audit_id: Option<String>,
+    /// Program hash: `sha256:` and 64 hex digits (the prefix may be left out).
+    #[arg(long, value_name = "HASH", value_parser = parse_sha256)]
     pub program_sha256: Option<String>,
+    /// Exit records of programs ended by this signal (9 for a kill).
+    #[arg(long, value_name = "N")]
+    pub signal: Option<i64>,
+    /// Exit records of programs that ran out of their wall time.
+    #[arg(long)]
+    pub timed_out: bool,
+    /// Exit records of programs ended from outside for this reason
+    /// (`spawn_kill`, `lease_expired`, `shutdown`, `network_violation`…).
+    #[arg(long, value_name = "WHY")]
+    pub interrupted_by: Option<String>,
     /// Records at or after this time: RFC 3339 (`2026-11-26T10:00:00Z`,
     /// `2026-11-26T11:00:00+01:00`) or back from now (`90s`, `15m`, `2h`, `3d`).
     #[arg(long, value_name = "TIME", value_parser = TimeBound::parse)]
@@ -285,6 +301,17 @@ pub struct AuditFilter {
     /// Records before this time, in the same forms as --since.
     #[arg(long, value_name = "TIME", value_parser = TimeBound::parse)]
     pub until: Option<TimeBound>,
+}
+
+/// `--program-sha256`: `sha256:` and 64 hex digits, the prefix optional,
+/// as records write it (lowercase).
+pub(super) fn parse_sha256(text: &str) -> Result<String, String> {
+    let hex = text.strip_prefix("sha256:").unwrap_or(text);
+    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
+    } else {
+        Err("not a sha256: give `sha256:` and 64 hex digits (as `spawnd hash FILE` prints)".into())
+    }
 }
 
 /// `--kind`: a record kind's wire name; the message lists them all.

@@ -147,6 +147,21 @@ fn fields_match(r: &Map<String, Value>, f: &AuditFilter) -> bool {
                 .and_then(Value::as_u64)
                 == Some(u64::from(u))
         })
+        && f.pid.is_none_or(|p| {
+            r.get("caller")
+                .and_then(|c| c.get("pid"))
+                .and_then(Value::as_u64)
+                == Some(u64::from(p))
+        })
+        && f.audit_id
+            .as_deref()
+            .is_none_or(|id| s("audit_id") == Some(id))
+        && f.signal
+            .is_none_or(|n| r.get("signal").and_then(Value::as_i64) == Some(n))
+        && (!f.timed_out || r.get("timed_out").and_then(Value::as_bool) == Some(true))
+        && f.interrupted_by
+            .as_deref()
+            .is_none_or(|why| s("interrupted_by") == Some(why))
         && f.program_sha256.as_deref().is_none_or(|h| {
             r.get("program")
                 .and_then(|p| p.get("sha256"))
@@ -549,5 +564,31 @@ mod tests {
         let mut forged = records[0].clone();
         forged["caller"]["label"] = json!("x\n2026 #9 forged");
         assert!(!one_line(&forged).contains('\n'), "{}", one_line(&forged));
+    }
+
+    #[test]
+    fn an_analyst_filters_by_spawn_pid_signal_and_who_ended_it() {
+        let f = |edit: &dyn Fn(&mut AuditFilter)| {
+            let mut filter = AuditFilter::default();
+            edit(&mut filter);
+            seqs(&filter)
+        };
+        assert_eq!(f(&|x| x.audit_id = Some("a1".into())), [1, 3, 4, 5]);
+        assert_eq!(f(&|x| x.pid = Some(7)), [1, 5]);
+        assert_eq!(f(&|x| x.signal = Some(9)), [5]);
+        assert_eq!(f(&|x| x.interrupted_by = Some("spawn_kill".into())), [5]);
+        assert!(f(&|x| x.timed_out = true).is_empty());
+        assert!(f(&|x| x.signal = Some(15)).is_empty());
+    }
+
+    #[test]
+    fn a_program_hash_without_its_prefix_is_taken_and_anything_else_is_refused() {
+        let hex = "AB".repeat(32);
+        let full = format!("sha256:{}", hex.to_ascii_lowercase());
+        assert_eq!(super::super::args::parse_sha256(&hex).unwrap(), full);
+        assert_eq!(super::super::args::parse_sha256(&full).unwrap(), full);
+        for bad in ["ab", "sha256:", "sha512:00", &format!("{hex}0")] {
+            assert!(super::super::args::parse_sha256(bad).is_err(), "{bad}");
+        }
     }
 }
