@@ -258,16 +258,10 @@ fn one_line(r: &Map<String, Value>) -> String {
             r.get("exit_code").and_then(Value::as_i64),
             r.get("signal").and_then(Value::as_i64),
         ) {
-            (Some(c), _) => format!(
-                "exit {c}{}{}",
-                if r.get("timed_out") == Some(&Value::Bool(true)) {
-                    " (timed out)"
-                } else {
-                    ""
-                },
-                ended_from_outside(r)
-            ),
-            (None, Some(sig)) => format!("signal {sig}{}", ended_from_outside(r)),
+            (Some(c), _) => format!("exit {c}{}{}", timed_out(r), ended_from_outside(r)),
+            (None, Some(sig)) => {
+                format!("signal {sig}{}{}", timed_out(r), ended_from_outside(r))
+            }
             _ if r.get("failed").is_some() => format!("failed: {}", s("failed")),
             _ => format!("setup failed: {}", s("setup_failed")),
         },
@@ -283,15 +277,39 @@ fn one_line(r: &Map<String, Value>) -> String {
     let label = label_of(r)
         .map(|l| format!(" label {}", printable(l)))
         .unwrap_or_default();
+    // Who asked: the caller of a decision, denial or exit (an attach
+    // names its peer above).
+    let caller = match (s("kind").as_str(), r.get("caller")) {
+        ("decision" | "denial" | "exit", Some(c)) => {
+            let id = |k: &str| c.get(k).and_then(Value::as_u64);
+            match (id("uid"), id("pid")) {
+                (Some(uid), Some(pid)) => format!(" uid {uid} pid {pid}"),
+                (Some(uid), None) => format!(" uid {uid}"),
+                _ => String::new(),
+            }
+        }
+        _ => String::new(),
+    };
     format!(
-        "{} #{} {} {}{} {}",
+        "{} #{} {} {}{}{} {}",
         s("ts"),
         r.get("seq").and_then(Value::as_u64).unwrap_or(0),
         s("connector"),
         what,
         label,
+        caller,
         s("audit_id")
     )
+}
+
+/// ` (timed out)` for an exit record of a program that ran out of its
+/// wall time.
+fn timed_out(r: &Map<String, Value>) -> &'static str {
+    if r.get("timed_out") == Some(&Value::Bool(true)) {
+        " (timed out)"
+    } else {
+        ""
+    }
 }
 
 /// What a daemon's refusal record adds to its line: the method refused
@@ -535,7 +553,7 @@ mod tests {
         let lines: Vec<String> = records.iter().map(one_line).collect();
         assert_eq!(
             lines[0],
-            "2026-11-22T01:00:00.000Z #1 local://t/x allowed sh sh -c {script} label ci-job-7 a1"
+            "2026-11-22T01:00:00.000Z #1 local://t/x allowed sh sh -c {script} label ci-job-7 uid 1000 pid 7 a1"
         );
         assert_eq!(
             lines[3],
@@ -543,7 +561,7 @@ mod tests {
         );
         assert_eq!(
             lines[4],
-            "2026-11-22T01:00:04.000Z #5 local://t/x signal 9 (spawn_kill by uid 1000 gid 1000 pid 99) label ci-job-7 a1"
+            "2026-11-22T01:00:04.000Z #5 local://t/x signal 9 (spawn_kill by uid 1000 gid 1000 pid 99) label ci-job-7 uid 1000 pid 7 a1"
         );
         let ended = |fields: Value| {
             let mut r = records[4].clone();
@@ -551,14 +569,16 @@ mod tests {
             r.extend(record(fields));
             one_line(&r)
         };
-        assert!(
-            ended(json!({"interrupted_by": "lease"})).contains("signal 9 (lease ran out) label")
-        );
+        assert!(ended(json!({"interrupted_by": "lease"}))
+            .contains("signal 9 (lease ran out) label ci-job-7 uid 1000 pid 7"));
         assert!(ended(json!({"interrupted_by": "shutdown"})).contains("signal 9 (shutdown) label"));
+        // A program its wall time killed says so.
+        assert!(ended(json!({"interrupted_by": null, "timed_out": true}))
+            .contains("signal 9 (timed out) label ci-job-7 uid 1000 pid 7"));
         assert!(ended(json!({"interrupted_by": "disconnect", "interrupted_by_peer": {"uid": 0, "gid": 0, "pid": null}})).contains("(disconnect by uid 0 gid 0 pid -)"));
         assert!(
             ended(json!({"interrupted_by": null, "signal": null, "exit_code": 0}))
-                .contains(" exit 0 label ci-job-7 ")
+                .contains(" exit 0 label ci-job-7 uid 1000 pid 7 ")
         );
         // A label is escaped like every other field: it adds no line.
         let mut forged = records[0].clone();
