@@ -686,3 +686,217 @@ fn two_swapped_records_are_reported_as_out_of_order_not_deleted() {
         "{v}"
     );
 }
+
+/// A log rotated three times (`rotate_bytes`, no retention), written by
+/// denied runs: each a denial record.
+fn rotated_log(name: &str, runs: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cfg, log) = audit_config(name);
+    std::fs::write(
+        &cfg,
+        format!(
+            "[audit]\npath = \"{}\"\nrotate_bytes = 1500\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    deny(&cfg, 0..runs);
+    (cfg, log)
+}
+
+/// Denied runs, each leaving one denial record.
+fn deny(cfg: &std::path::Path, runs: std::ops::Range<usize>) {
+    for i in runs {
+        let out = world().run(
+            As::Root,
+            "probe0",
+            &[("attack", "whoami"), ("nope", &format!("{i}"))],
+            &["--config", cfg.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+    }
+}
+
+/// The seqs of `--json` lines.
+fn seqs_of(stdout: &[u8]) -> Vec<u64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["seq"].as_u64())
+        .collect()
+}
+
+/// `query`, `tail` and `export` read the whole chain: the rotated files,
+/// oldest first, then the live one.
+#[test]
+fn query_tail_and_export_read_the_rotated_files_too() {
+    let (_cfg, log) = rotated_log("chain-read", 24);
+    let l = log.to_str().unwrap();
+    let rotated = std::fs::read_dir(log.parent().unwrap())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("audit.jsonl.")
+        })
+        .count();
+    assert!(rotated >= 3, "{rotated} rotated files");
+    let denials = spawnd(&["audit", "query", "--kind", "denial", "--json", l]);
+    let v: Value = serde_json::from_slice(&denials.stdout).unwrap();
+    let seqs: Vec<u64> = v["data"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 24, "{v}");
+    assert_eq!(seqs[0], 1, "{v}");
+    let tail = spawnd(&["audit", "tail", "-n", "30", "--json", l]);
+    let v: Value = serde_json::from_slice(&tail.stdout).unwrap();
+    assert_eq!(v["data"]["records"].as_array().unwrap().len(), 24, "{v}");
+    let from = spawnd(&["audit", "tail", "--from-seq", "20", "--json", l]);
+    let v: Value = serde_json::from_slice(&from.stdout).unwrap();
+    let seqs: Vec<u64> = v["data"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [20, 21, 22, 23, 24], "{v}");
+    let export = spawnd(&["audit", "export", "--format", "ocsf", l]);
+    assert_eq!(
+        String::from_utf8_lossy(&export.stdout).lines().count(),
+        24,
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+}
+
+/// `tail -f` follows the log across rotations: every record exactly once,
+/// in order, while runs append and rotate beside it.
+#[test]
+fn a_follower_across_three_rotations_prints_every_record_exactly_once() {
+    let (cfg, log) = rotated_log("chain-follow", 2);
+    let mut follower = Command::new(&world().spawnd)
+        .args(["audit", "tail", "-f", "-n", "100", "--json"])
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    deny(&cfg, 2..40);
+    let rotated = std::fs::read_dir(log.parent().unwrap())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("audit.jsonl.")
+        })
+        .count();
+    assert!(rotated >= 3, "{rotated} rotated files");
+    // The follower polls every 250 ms; give it time to catch up.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    follower.kill().unwrap();
+    let out = follower.wait_with_output().unwrap();
+    assert_eq!(seqs_of(&out.stdout), (1..=40).collect::<Vec<u64>>());
+}
+
+/// `export --follow` gives an OCSF event for every record, across
+/// rotations, each once.
+#[test]
+fn an_ocsf_export_follows_across_rotations() {
+    let (cfg, log) = rotated_log("chain-export", 2);
+    let mut export = Command::new(&world().spawnd)
+        .args(["audit", "export", "--format", "ocsf", "--follow"])
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    deny(&cfg, 2..30);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    export.kill().unwrap();
+    let out = export.wait_with_output().unwrap();
+    let seqs: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|e| e["metadata"]["sequence"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=30).collect::<Vec<u64>>(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// `audit keygen` writes a 256-bit key (64 hex digits, mode 0600) and never
+/// overwrites one; a key shorter than 32 bytes runs nothing and says how to
+/// make one; a generated key chains and verifies.
+#[test]
+fn keys_are_made_by_keygen_and_short_ones_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let (cfg, log) = audit_config("keys");
+    let dir = log.parent().unwrap();
+    let key = dir.join("audit.key");
+    let made = spawnd(&["audit", "keygen", key.to_str().unwrap()]);
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
+    let text = std::fs::read_to_string(&key).unwrap();
+    assert_eq!(text.len(), 65, "{text:?}");
+    assert!(text.trim_end().bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = spawnd(&["audit", "keygen", key.to_str().unwrap()]);
+    assert_ne!(again.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), text);
+    let short = dir.join("short.key");
+    std::fs::write(&short, "k\n").unwrap();
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = |k: &std::path::Path| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[audit]\npath = \"{}\"\nhmac_key_file = \"{}\"\n",
+                log.display(),
+                k.display()
+            ),
+        )
+        .unwrap()
+    };
+    config(&short);
+    let refused = w.run(
+        As::Root,
+        "probe0",
+        &[("attack", "whoami")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_ne!(refused.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("is 1 bytes, fewer than the 32") && said.contains("spawnd audit keygen"),
+        "{said}"
+    );
+    assert!(records(&log).is_empty(), "nothing ran, nothing was written");
+    config(&key);
+    let ran = w.run(
+        As::Root,
+        "probe0",
+        &[("attack", "whoami")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert!(records(&log)[0]["hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("hmac-sha256:"));
+    let verified = spawnd(&["audit", "verify", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(verified.status.code(), Some(0), "{verified:?}");
+}

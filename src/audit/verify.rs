@@ -211,6 +211,19 @@ fn verify_file(
             *out = fail_at(std::mem::take(out), seq, line_no, &format!("{label}{why}"));
             return false;
         }
+        // The line must be the record exactly as spawnd writes it: a key
+        // given twice (parsers disagree on which value wins), other
+        // spacing or escapes would verify as the record parsed, not as
+        // the bytes a reader sees.
+        if serde_json::to_vec(&record).ok().as_deref() != Some(*raw) {
+            *out = fail_at(
+                std::mem::take(out),
+                seq,
+                line_no,
+                &format!("{label}the line is not the record's canonical form (a key given twice, or spacing or escapes changed): rewritten"),
+            );
+            return false;
+        }
         if let Some(start) = retention_start(&record) {
             starts_noted.push(start);
         }

@@ -198,7 +198,9 @@ pub enum AuditCommand {
         file: Option<PathBuf>,
     },
     /// The last records as one-liners (`--json`: the raw records); `-f` follows new ones.
-    #[command(after_help = "Examples:\n  spawnd audit tail -n 20\n  spawnd audit tail -f")]
+    #[command(
+        after_help = "Examples:\n  spawnd audit tail -n 20\n  spawnd audit tail -f\n  spawnd audit tail -f --from-seq 4242 --json\n\nRecords come from the whole chain: the rotated files (<log>.N, oldest first),\nthen the live file. -f follows the log across rotations: it finishes the file\nthat was renamed before it goes on with the new one, and prints each record\nonce. --from-seq resumes after an interruption: every record from that seq on\n(the first is the one after the last a follower printed)."
+    )]
     Tail {
         /// How many records.
         #[arg(short = 'n', long, default_value_t = 10)]
@@ -206,6 +208,9 @@ pub enum AuditCommand {
         /// Keep printing records as they are appended.
         #[arg(short, long)]
         follow: bool,
+        /// Print every record from this seq on (instead of the last N).
+        #[arg(long, value_name = "SEQ")]
+        from_seq: Option<u64>,
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
@@ -220,12 +225,26 @@ pub enum AuditCommand {
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
+    /// Write a new HMAC key for `[audit] hmac_key_file`: 256 random bits as
+    /// 64 hex digits, mode 0600; an existing file is never overwritten.
+    #[command(
+        after_help = "Example:\n  sudo spawnd audit keygen /etc/spawnd/audit.key\n  # then in /etc/spawnd/config.toml:\n  #   [audit]\n  #   hmac_key_file = \"/etc/spawnd/audit.key\"\n\nspawnd refuses keys shorter than 32 bytes. A new key starts a keyed chain;\nrecords written under no key or another key verify only with that one."
+    )]
+    Keygen {
+        /// Where to write the key.
+        file: PathBuf,
+    },
     /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
-    #[command(after_help = "Example:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl")]
+    #[command(
+        after_help = "Examples:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl\n  spawnd audit export --format ocsf --follow --since 1h | shipper\n\nEvents come from the whole chain (rotated files, then the live one);\n--follow goes on with records as they are appended, across rotations, each\nonce."
+    )]
     Export {
         /// Output format (only `ocsf`).
         #[arg(long, value_parser = ["ocsf"])]
         format: String,
+        /// Keep exporting records as they are appended.
+        #[arg(short, long)]
+        follow: bool,
         /// Which records.
         #[command(flatten)]
         filter: AuditFilter,
@@ -256,9 +275,25 @@ pub struct AuditFilter {
     /// Caller uid.
     #[arg(long)]
     pub uid: Option<u32>,
-    /// Program hash (`sha256:…`).
+    /// Caller pid.
     #[arg(long)]
+    pub pid: Option<u32>,
+    /// One spawn's records: its decision (or denial), attach, net and exit.
+    #[arg(long, value_name = "ID")]
+    pub audit_id: Option<String>,
+    /// Program hash: `sha256:` and 64 hex digits (the prefix may be left out).
+    #[arg(long, value_name = "HASH", value_parser = parse_sha256)]
     pub program_sha256: Option<String>,
+    /// Exit records of programs ended by this signal (9 for a kill).
+    #[arg(long, value_name = "N")]
+    pub signal: Option<i64>,
+    /// Exit records of programs that ran out of their wall time.
+    #[arg(long)]
+    pub timed_out: bool,
+    /// Exit records of programs ended from outside for this reason
+    /// (`spawn_kill`, `lease_expired`, `shutdown`, `network_violation`…).
+    #[arg(long, value_name = "WHY")]
+    pub interrupted_by: Option<String>,
     /// Records at or after this time: RFC 3339 (`2026-11-26T10:00:00Z`,
     /// `2026-11-26T11:00:00+01:00`) or back from now (`90s`, `15m`, `2h`, `3d`).
     #[arg(long, value_name = "TIME", value_parser = TimeBound::parse)]
@@ -266,6 +301,17 @@ pub struct AuditFilter {
     /// Records before this time, in the same forms as --since.
     #[arg(long, value_name = "TIME", value_parser = TimeBound::parse)]
     pub until: Option<TimeBound>,
+}
+
+/// `--program-sha256`: `sha256:` and 64 hex digits, the prefix optional,
+/// as records write it (lowercase).
+pub(super) fn parse_sha256(text: &str) -> Result<String, String> {
+    let hex = text.strip_prefix("sha256:").unwrap_or(text);
+    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
+    } else {
+        Err("not a sha256: give `sha256:` and 64 hex digits (as `spawnd hash FILE` prints)".into())
+    }
 }
 
 /// `--kind`: a record kind's wire name; the message lists them all.

@@ -1,5 +1,6 @@
-//! `spawnd audit verify`, `tail`, `query` and `export`: the audit log read
-//! for people (one escaped line per record) or as JSON, filtered by
+//! `spawnd audit verify`, `tail`, `query` and `export`: the audit chain
+//! (its rotated files, then the live one: [`crate::audit::chain`]) read for
+//! people (one escaped line per record) or as JSON, filtered by
 //! [`AuditFilter`] with its times compared as instants.
 
 use crate::exec::FailureKind;
@@ -11,6 +12,7 @@ use time::OffsetDateTime;
 use super::args::{AuditFilter, Cli};
 use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
+use crate::audit::chain;
 use crate::audit::ocsf::to_ocsf;
 use crate::audit::time_bound::record_instant;
 use crate::audit::verify as verify_chain;
@@ -75,18 +77,23 @@ fn log_path(cli: &Cli, file: Option<&Path>) -> Result<PathBuf, Failure> {
     }
 }
 
+/// Every record of the chain `path` is the live file of.
 fn read_records(path: &Path) -> Result<Vec<Map<String, Value>>, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::from_io(
-            &e,
-            FailureKind::Config,
-            format!("cannot read audit log {}: {e}", path.display()),
-        )
-    })?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    if !path.exists() && chain::chain_files(path).is_empty() {
+        return Err(cannot_read(
+            path,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    chain::read_chain(path).map_err(|e| cannot_read(path, e))
+}
+
+fn cannot_read(path: &Path, e: std::io::Error) -> Failure {
+    Failure::from_io(
+        &e,
+        FailureKind::Config,
+        format!("cannot read audit log {}: {e}", path.display()),
+    )
 }
 
 /// A filter with its times resolved to instants against one `now`.
@@ -140,6 +147,21 @@ fn fields_match(r: &Map<String, Value>, f: &AuditFilter) -> bool {
                 .and_then(Value::as_u64)
                 == Some(u64::from(u))
         })
+        && f.pid.is_none_or(|p| {
+            r.get("caller")
+                .and_then(|c| c.get("pid"))
+                .and_then(Value::as_u64)
+                == Some(u64::from(p))
+        })
+        && f.audit_id
+            .as_deref()
+            .is_none_or(|id| s("audit_id") == Some(id))
+        && f.signal
+            .is_none_or(|n| r.get("signal").and_then(Value::as_i64) == Some(n))
+        && (!f.timed_out || r.get("timed_out").and_then(Value::as_bool) == Some(true))
+        && f.interrupted_by
+            .as_deref()
+            .is_none_or(|why| s("interrupted_by") == Some(why))
         && f.program_sha256.as_deref().is_none_or(|h| {
             r.get("program")
                 .and_then(|p| p.get("sha256"))
@@ -236,16 +258,10 @@ fn one_line(r: &Map<String, Value>) -> String {
             r.get("exit_code").and_then(Value::as_i64),
             r.get("signal").and_then(Value::as_i64),
         ) {
-            (Some(c), _) => format!(
-                "exit {c}{}{}",
-                if r.get("timed_out") == Some(&Value::Bool(true)) {
-                    " (timed out)"
-                } else {
-                    ""
-                },
-                ended_from_outside(r)
-            ),
-            (None, Some(sig)) => format!("signal {sig}{}", ended_from_outside(r)),
+            (Some(c), _) => format!("exit {c}{}{}", timed_out(r), ended_from_outside(r)),
+            (None, Some(sig)) => {
+                format!("signal {sig}{}{}", timed_out(r), ended_from_outside(r))
+            }
             _ if r.get("failed").is_some() => format!("failed: {}", s("failed")),
             _ => format!("setup failed: {}", s("setup_failed")),
         },
@@ -261,15 +277,39 @@ fn one_line(r: &Map<String, Value>) -> String {
     let label = label_of(r)
         .map(|l| format!(" label {}", printable(l)))
         .unwrap_or_default();
+    // Who asked: the caller of a decision, denial or exit (an attach
+    // names its peer above).
+    let caller = match (s("kind").as_str(), r.get("caller")) {
+        ("decision" | "denial" | "exit", Some(c)) => {
+            let id = |k: &str| c.get(k).and_then(Value::as_u64);
+            match (id("uid"), id("pid")) {
+                (Some(uid), Some(pid)) => format!(" uid {uid} pid {pid}"),
+                (Some(uid), None) => format!(" uid {uid}"),
+                _ => String::new(),
+            }
+        }
+        _ => String::new(),
+    };
     format!(
-        "{} #{} {} {}{} {}",
+        "{} #{} {} {}{}{} {}",
         s("ts"),
         r.get("seq").and_then(Value::as_u64).unwrap_or(0),
         s("connector"),
         what,
         label,
+        caller,
         s("audit_id")
     )
+}
+
+/// ` (timed out)` for an exit record of a program that ran out of its
+/// wall time.
+fn timed_out(r: &Map<String, Value>) -> &'static str {
+    if r.get("timed_out") == Some(&Value::Bool(true)) {
+        " (timed out)"
+    } else {
+        ""
+    }
 }
 
 /// What a daemon's refusal record adds to its line: the method refused
@@ -311,16 +351,26 @@ fn listing(records: &[&Map<String, Value>]) -> Success {
     Success::new(json!({"records": records}), text)
 }
 
-/// `spawnd audit tail [-n N] [-f]`.
-pub fn tail(cli: &Cli, file: Option<&Path>, n: usize, follow: bool) -> Result<Success, Failure> {
+/// `spawnd audit tail [-n N | --from-seq S] [-f]`.
+pub fn tail(
+    cli: &Cli,
+    file: Option<&Path>,
+    n: usize,
+    follow: bool,
+    from_seq: Option<u64>,
+) -> Result<Success, Failure> {
     let path = log_path(cli, file)?;
     let records = read_records(&path)?;
-    let last: Vec<&Map<String, Value>> = records
-        .iter()
-        .skip(records.len().saturating_sub(n))
-        .collect();
+    let first = match from_seq {
+        Some(seq) => records
+            .iter()
+            .position(|r| r.get("seq").and_then(Value::as_u64).unwrap_or(0) >= seq)
+            .unwrap_or(records.len()),
+        None => records.len().saturating_sub(n),
+    };
+    let shown: Vec<&Map<String, Value>> = records.iter().skip(first).collect();
     if !follow {
-        return Ok(listing(&last));
+        return Ok(listing(&shown));
     }
     let print = |r: &Map<String, Value>| {
         if cli.json {
@@ -329,14 +379,62 @@ pub fn tail(cli: &Cli, file: Option<&Path>, n: usize, follow: bool) -> Result<Su
             print_line(&one_line(r));
         }
     };
-    last.iter().for_each(|r| print(r));
-    let mut seen = records.len();
+    shown.iter().for_each(|r| print(r));
+    // Follow from the last record read, across rotations, each record once.
+    let last = records
+        .last()
+        .and_then(|r| r.get("seq"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let mut follower = chain::Follower::after(&path, last);
     loop {
+        follower
+            .poll()
+            .map_err(|e| cannot_read(&path, e))?
+            .iter()
+            .for_each(print);
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let now = read_records(&path)?;
-        now.iter().skip(seen).for_each(print);
-        seen = now.len();
     }
+}
+
+/// `spawnd audit keygen FILE`: 32 random bytes as 64 hex digits and a
+/// newline, in a new file of mode 0600.
+pub fn keygen(file: &Path) -> Result<Success, Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Failure::internal(format!("getrandom: {e}")))?;
+    let mut key = hex::encode(bytes);
+    key.push('\n');
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .and_then(|mut f| f.write_all(key.as_bytes()).and_then(|()| f.sync_all()));
+    written.map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
+            format!(
+                "cannot write a new key to {}: {e}{}",
+                file.display(),
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    " (an existing key is never overwritten: records chained with it verify only with it)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    })?;
+    Ok(Success::new(
+        json!({"file": file}),
+        format!(
+            "wrote a 256-bit key to {} (mode 0600); set [audit] hmac_key_file = \"{}\"",
+            file.display(),
+            file.display()
+        ),
+    ))
 }
 
 /// `spawnd audit query …`.
@@ -347,12 +445,32 @@ pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Suc
     Ok(listing(&hits))
 }
 
-/// `spawnd audit export --format ocsf`: one OCSF event per line.
-pub fn export(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
-    let records = read_records(&log_path(cli, file)?)?;
+/// `spawnd audit export --format ocsf [--follow]`: one OCSF event per line.
+pub fn export(
+    cli: &Cli,
+    file: Option<&Path>,
+    filter: &AuditFilter,
+    follow: bool,
+) -> Result<Success, Failure> {
+    let path = log_path(cli, file)?;
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if follow {
+        let mut follower = chain::Follower::after(&path, 0);
+        loop {
+            let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
+            for record in follower.poll().map_err(|e| cannot_read(&path, e))? {
+                if matcher.matches(&record) {
+                    if let Some(event) = to_ocsf(&record, &host) {
+                        print_line(&event.to_string());
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+    let records = read_records(&path)?;
     let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
     let events: Vec<Value> = records
         .iter()
@@ -435,7 +553,7 @@ mod tests {
         let lines: Vec<String> = records.iter().map(one_line).collect();
         assert_eq!(
             lines[0],
-            "2026-11-22T01:00:00.000Z #1 local://t/x allowed sh sh -c {script} label ci-job-7 a1"
+            "2026-11-22T01:00:00.000Z #1 local://t/x allowed sh sh -c {script} label ci-job-7 uid 1000 pid 7 a1"
         );
         assert_eq!(
             lines[3],
@@ -443,7 +561,7 @@ mod tests {
         );
         assert_eq!(
             lines[4],
-            "2026-11-22T01:00:04.000Z #5 local://t/x signal 9 (spawn_kill by uid 1000 gid 1000 pid 99) label ci-job-7 a1"
+            "2026-11-22T01:00:04.000Z #5 local://t/x signal 9 (spawn_kill by uid 1000 gid 1000 pid 99) label ci-job-7 uid 1000 pid 7 a1"
         );
         let ended = |fields: Value| {
             let mut r = records[4].clone();
@@ -451,18 +569,46 @@ mod tests {
             r.extend(record(fields));
             one_line(&r)
         };
-        assert!(
-            ended(json!({"interrupted_by": "lease"})).contains("signal 9 (lease ran out) label")
-        );
+        assert!(ended(json!({"interrupted_by": "lease"}))
+            .contains("signal 9 (lease ran out) label ci-job-7 uid 1000 pid 7"));
         assert!(ended(json!({"interrupted_by": "shutdown"})).contains("signal 9 (shutdown) label"));
+        // A program its wall time killed says so.
+        assert!(ended(json!({"interrupted_by": null, "timed_out": true}))
+            .contains("signal 9 (timed out) label ci-job-7 uid 1000 pid 7"));
         assert!(ended(json!({"interrupted_by": "disconnect", "interrupted_by_peer": {"uid": 0, "gid": 0, "pid": null}})).contains("(disconnect by uid 0 gid 0 pid -)"));
         assert!(
             ended(json!({"interrupted_by": null, "signal": null, "exit_code": 0}))
-                .contains(" exit 0 label ci-job-7 ")
+                .contains(" exit 0 label ci-job-7 uid 1000 pid 7 ")
         );
         // A label is escaped like every other field: it adds no line.
         let mut forged = records[0].clone();
         forged["caller"]["label"] = json!("x\n2026 #9 forged");
         assert!(!one_line(&forged).contains('\n'), "{}", one_line(&forged));
+    }
+
+    #[test]
+    fn an_analyst_filters_by_spawn_pid_signal_and_who_ended_it() {
+        let f = |edit: &dyn Fn(&mut AuditFilter)| {
+            let mut filter = AuditFilter::default();
+            edit(&mut filter);
+            seqs(&filter)
+        };
+        assert_eq!(f(&|x| x.audit_id = Some("a1".into())), [1, 3, 4, 5]);
+        assert_eq!(f(&|x| x.pid = Some(7)), [1, 5]);
+        assert_eq!(f(&|x| x.signal = Some(9)), [5]);
+        assert_eq!(f(&|x| x.interrupted_by = Some("spawn_kill".into())), [5]);
+        assert!(f(&|x| x.timed_out = true).is_empty());
+        assert!(f(&|x| x.signal = Some(15)).is_empty());
+    }
+
+    #[test]
+    fn a_program_hash_without_its_prefix_is_taken_and_anything_else_is_refused() {
+        let hex = "AB".repeat(32);
+        let full = format!("sha256:{}", hex.to_ascii_lowercase());
+        assert_eq!(super::super::args::parse_sha256(&hex).unwrap(), full);
+        assert_eq!(super::super::args::parse_sha256(&full).unwrap(), full);
+        for bad in ["ab", "sha256:", "sha512:00", &format!("{hex}0")] {
+            assert!(super::super::args::parse_sha256(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -108,6 +108,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Audit(AuditCommand::Tail { .. }) => "audit.tail",
         Command::Audit(AuditCommand::Query { .. }) => "audit.query",
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
+        Command::Audit(AuditCommand::Keygen { .. }) => "audit.keygen",
         Command::ProbeUserns => "probe-userns",
         Command::ProbeNetwork => "probe-network",
         Command::Spawner { .. } => "spawner",
@@ -139,14 +140,19 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Audit(AuditCommand::Tail {
             lines,
             follow,
+            from_seq,
             file,
-        }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow),
+        }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow, *from_seq),
+        Command::Audit(AuditCommand::Keygen { file }) => audit_cmd::keygen(file),
         Command::Audit(AuditCommand::Query { filter, file }) => {
             audit_cmd::query(cli, file.as_deref(), filter)
         }
-        Command::Audit(AuditCommand::Export { filter, file, .. }) => {
-            audit_cmd::export(cli, file.as_deref(), filter)
-        }
+        Command::Audit(AuditCommand::Export {
+            filter,
+            file,
+            follow,
+            ..
+        }) => audit_cmd::export(cli, file.as_deref(), filter, *follow),
         Command::Connectors {
             socket: Some(socket),
             ..

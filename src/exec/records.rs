@@ -181,5 +181,18 @@ pub fn load_audit_key(config: &crate::config::Config) -> Result<Option<Vec<u8>>,
     };
     let secret = crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
         .map_err(|e| Failure::audit_unavailable(format!("audit unavailable: the HMAC key: {e}")))?;
-    Ok(Some(secret.expose().to_vec()))
+    let key = secret.expose();
+    if key.len() < MIN_AUDIT_KEY_BYTES {
+        return Err(Failure::audit_unavailable(format!(
+            "audit unavailable: the HMAC key in {} is {} bytes, fewer than the {MIN_AUDIT_KEY_BYTES} a key needs; make one with `spawnd audit keygen {}`",
+            path.display(),
+            key.len(),
+            path.display()
+        )));
+    }
+    Ok(Some(key.to_vec()))
 }
+
+/// The shortest HMAC key spawnd takes (`spawnd audit keygen` writes 64
+/// hex digits: 256 bits).
+pub const MIN_AUDIT_KEY_BYTES: usize = 32;

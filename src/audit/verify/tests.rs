@@ -391,3 +391,24 @@ fn a_forged_start_of_the_oldest_file_is_reported() {
         assert!(verify(&path, None).unwrap().tamper.is_some(), "{forged}");
     }
 }
+
+#[test]
+fn a_line_that_is_not_its_records_canonical_form_is_named() {
+    // A key given twice, the first a forged value: parsers disagree on
+    // which one wins, so the line is not the record spawnd wrote.
+    let (_d, path) = log_with(4);
+    let mut l = lines(&path);
+    l[1] = l[1].replacen('{', "{\"op\":\"forged\",", 1);
+    write_lines(&path, &l);
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 2, "{t:?}");
+    assert!(t.reason.contains("canonical"), "{t:?}");
+    // Spacing changed, content the same.
+    let (_d, path) = log_with(4);
+    let mut l = lines(&path);
+    l[2] = l[2].replacen(":", ": ", 1);
+    write_lines(&path, &l);
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 3, "{t:?}");
+    assert!(t.reason.contains("canonical"), "{t:?}");
+}
