@@ -37,13 +37,19 @@ pub fn chain_files(log: &Path) -> Vec<PathBuf> {
 pub fn read_chain(log: &Path) -> std::io::Result<Vec<Record>> {
     let mut records = Vec::new();
     for file in chain_files(log) {
-        match std::fs::read(&file) {
-            Ok(bytes) => records.extend(complete_records(&bytes).0),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        records.extend(records_of(&file)?);
     }
     Ok(records)
+}
+
+/// The complete records of one file; none when it is gone (retention
+/// removed it after it was listed).
+fn records_of(file: &Path) -> std::io::Result<Vec<Record>> {
+    match std::fs::read(file) {
+        Ok(bytes) => Ok(complete_records(&bytes).0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The records of the complete (newline-ended) lines in `bytes`, and how
@@ -131,12 +137,8 @@ impl Follower {
             None => {
                 // First read: the whole chain, then hold the live file at
                 // its end.
-                for file in rotated_files(&self.log) {
-                    match std::fs::read(&file.1) {
-                        Ok(bytes) => found.extend(complete_records(&bytes).0),
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
-                    }
+                for (_, file) in rotated_files(&self.log) {
+                    found.extend(records_of(&file)?);
                 }
                 match Held::open(&self.log, 0) {
                     Ok(mut held) => {
@@ -170,9 +172,7 @@ impl Follower {
                             continue;
                         }
                         if after_held {
-                            if let Ok(bytes) = std::fs::read(&path) {
-                                found.extend(complete_records(&bytes).0);
-                            }
+                            found.extend(records_of(&path)?);
                         }
                     }
                     // When the held file is gone from the rotated ones too
@@ -181,9 +181,7 @@ impl Follower {
                     // record once.
                     if !after_held {
                         for (_, path) in rotated_files(&self.log) {
-                            if let Ok(bytes) = std::fs::read(&path) {
-                                found.extend(complete_records(&bytes).0);
-                            }
+                            found.extend(records_of(&path)?);
                         }
                     }
                     match Held::open(&self.log, 0) {
