@@ -78,6 +78,7 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         workspace: None,
         other_user_namespace: false,
         label: None,
+        origin: std::sync::Arc::new(spawnd::origin::Origin::via(spawnd::origin::Via::Cli)),
     };
     let bound = BTreeSet::new();
     let name = m.connector.name.to_string();
@@ -130,6 +131,7 @@ fn main() {
             workspace: None,
             other_user_namespace: false,
             label: None,
+            origin: std::sync::Arc::new(spawnd::origin::Origin::via(spawnd::origin::Via::Cli)),
         };
         let bound = BTreeSet::new();
         let ctx = GateContext {

@@ -68,6 +68,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
             workspace: None,
             other_user_namespace: false,
             label: None,
+            origin: std::sync::Arc::new(spawnd::origin::Origin::of_command()),
         },
         request: Request::op("get", &[("first", FIRST), ("second", SECOND)]),
     };

@@ -105,6 +105,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         connector: "local://test/netns".into(),
         version: "1".into(),
         manifest_sha256: Sha256Digest([0; 32]),
+        manifest_path: String::new(),
         op: "probe".into(),
         op_mode: Tier::Readonly,
         program: ProgramPlan {

@@ -198,6 +198,7 @@ pub fn rpc_request(data: &[u8]) {
         workspace: None,
         other_user_namespace: false,
         label: None,
+        origin: std::sync::Arc::new(crate::origin::Origin::via(crate::origin::Via::Daemon)),
     };
     let bound = BTreeSet::new();
     let ctx = GateContext {

@@ -39,6 +39,7 @@ pub mod interpreter;
 pub mod ipc;
 pub mod kernel_features;
 pub mod manifest;
+pub mod origin;
 pub mod plan;
 pub mod policy;
 pub mod printable;

@@ -21,6 +21,8 @@ pub struct SpawnPlan {
     pub version: String,
     /// SHA-256 of the manifest file.
     pub manifest_sha256: Sha256Digest,
+    /// Where the manifest was read from (its path, for the audit trail).
+    pub manifest_path: String,
     /// Operation name.
     pub op: String,
     /// The operation's tier.

@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["manifest"],
     &["egress"],
-    &["template", "printable", "shares", "interpreter"],
+    &["template", "printable", "shares", "interpreter", "origin"],
     &["sys"],
     &["lib"],
 ];

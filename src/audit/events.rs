@@ -5,6 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::origin::Origin;
 use crate::plan::SpawnPlan;
 use crate::policy::{Caller, Denial};
 
@@ -16,13 +17,23 @@ fn object(v: Value) -> Map<String, Value> {
 }
 
 /// The caller as every record of its spawn names it: `{uid, gid, pid,
-/// label?}`.
+/// label?, via, exe?, exe_sha256?, cgroup?, start_time?, login_uid?,
+/// parent?}` ([`crate::origin`]).
 pub fn caller_json(c: &Caller) -> Value {
-    let mut v = json!({"uid": c.uid, "gid": c.gid, "pid": c.pid});
+    let mut v = peer_json(c.uid, c.gid, c.pid, &c.origin);
     if let Some(label) = &c.label {
         v["label"] = json!(label);
     }
     v
+}
+
+/// A peer as a record's `caller`: its credentials and where it came from.
+pub fn peer_json(uid: u32, gid: u32, pid: Option<u32>, origin: &Origin) -> Value {
+    let mut m = origin.json_fields();
+    m.insert("uid".into(), json!(uid));
+    m.insert("gid".into(), json!(gid));
+    m.insert("pid".into(), json!(pid));
+    Value::Object(m)
 }
 
 /// A daemon peer that acted on a spawn it may not have started (took it
@@ -61,14 +72,14 @@ pub struct SpawnFiled {
 }
 
 /// A detached spawn taken up again by `spawn_attach`: who took it up
-/// (`caller`), the spawn's connector, op and label, and its state then
+/// (`caller`, as [`peer_json`] gives it), the spawn's connector, op and label, and its state then
 /// (`running`, or how it ended while no connection held it). The record's
 /// `audit_id` is the spawn's.
-pub fn attach(spawn: &SpawnFiled, by: &Actor, state: &Value) -> Map<String, Value> {
+pub fn attach(spawn: &SpawnFiled, by: Value, state: &Value) -> Map<String, Value> {
     let mut body = object(json!({
         "connector": spawn.connector,
         "op": spawn.op,
-        "caller": by.json(),
+        "caller": by,
         "method": "spawn_attach",
         "state": state,
     }));
@@ -85,6 +96,7 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
         "connector": plan.connector,
         "connector_version": plan.version,
         "manifest_sha256": plan.manifest_sha256.to_string(),
+        "manifest_path": plan.manifest_path,
         "caller": caller_json(caller),
         "op": plan.op,
         "program": {"declared": plan.program.declared, "resolved": plan.program.resolved, "sha256": plan.program.sha256.to_string(), "pinned": plan.program.pinned},
@@ -132,7 +144,7 @@ pub fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
 /// caller, and who interrupted the program when a peer did, are added by
 /// [`ended_by`].
 pub fn exit(result: &Value) -> Map<String, Value> {
-    let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"]});
+    let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"], "redactions": s["redactions"]});
     let mut body = object(json!({
         "connector": result["connector"],
         "op": result["op"],

@@ -416,7 +416,8 @@ impl AuditLog {
         Ok(head)
     }
 
-    /// Appends one record after `head` and updates the head file: the new
+    /// Appends one record after `head` (naming this host, `super::host`) and
+    /// updates the head file: the new
     /// head and the head file's bytes. `written` counts the bytes appended.
     fn write_record(
         &self,
@@ -429,6 +430,8 @@ impl AuditLog {
     ) -> Result<(Head, Vec<u8>), AuditError> {
         let seq = head.seq + 1;
         let key = self.key.as_deref().map(Vec::as_slice);
+        let mut body = body;
+        body.insert("host".into(), super::host::this_host().clone());
         let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body, key);
         let hash = record["hash"].as_str().unwrap_or_default().to_string();
         let mut line = serde_json::to_vec(&Value::Object(record))

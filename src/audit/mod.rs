@@ -2,13 +2,15 @@
 //! hash-chained to the one before and made durable before the decision takes
 //! effect (`log`), the record format and chain (`record`), verification
 //! (`verify`), the whole chain read back across rotations (`chain`), and the
-//! times records are filtered by (`time_bound`). Values
+//! times records are filtered by (`time_bound`); every record names the
+//! host that wrote it (`host`). Values
 //! of arguments and env keys are never written: records hold argv shapes
 //! with placeholder names, env key names, and hashes.
 
 pub mod chain;
 pub mod events;
 pub mod group_sync;
+pub mod host;
 pub mod log;
 pub mod ocsf;
 pub mod record;

@@ -38,6 +38,7 @@ pub fn current_caller() -> Result<Caller, Failure> {
         workspace: None,
         other_user_namespace: false,
         label: None,
+        origin: std::sync::Arc::new(crate::origin::Origin::of_command()),
     })
 }
 

@@ -789,7 +789,9 @@ pub(super) async fn serve_connection(
     mut arrival: crate::shares::Arrival,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Some(peer) = peer_of(&stream, accepted) else {
+    // Reading the peer may hash its executable (once per file): off the
+    // async workers' hands.
+    let Some(peer) = tokio::task::block_in_place(|| peer_of(&stream, accepted)) else {
         return;
     };
     // A peer the access rules let act for some connector is present: its
@@ -939,7 +941,7 @@ pub(super) async fn serve_connection(
         }
     }
     conn.close();
-    let (daemon, peer) = (Arc::clone(&conn.daemon), conn.peer);
+    let (daemon, peer) = (Arc::clone(&conn.daemon), conn.peer.clone());
     drop(conn);
     // The writer ends once every task holding the connection is done with
     // it; one still waiting (a stdin write the program never reads) does

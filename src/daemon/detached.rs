@@ -201,7 +201,7 @@ pub fn write_attach_record(
     let Some(filed) = handle.with(|s| s.filed.clone()) else {
         return Err("a detached handle whose spawn never started was taken up".into());
     };
-    let body = crate::audit::events::attach(&filed, &peer.actor(), state);
+    let body = crate::audit::events::attach(&filed, peer.caller_json(), state);
     let config = daemon.loaded().config.clone();
     let log = crate::exec::open_audit(&config).map_err(|f| f.message)?;
     log.write(Kind::Attach, Some(&filed.audit_id), body)

@@ -33,6 +33,7 @@ mod handles;
 mod notifications;
 mod stdin;
 
+mod origin;
 mod peer;
 pub mod refusals;
 pub mod request;

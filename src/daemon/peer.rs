@@ -61,7 +61,7 @@
 //! Anything that cannot be read counts as another namespace: fail closed.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
@@ -70,7 +70,7 @@ use tokio::net::UnixStream;
 use crate::sys::{boot_time, peer_pidfd, pidfd_open, pidfd_user_namespace};
 
 /// The peer of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// Its uid.
     pub uid: u32,
@@ -81,9 +81,22 @@ pub struct Peer {
     /// It runs in another user namespace than the daemon (or that could not
     /// be ruled out).
     pub other_user_namespace: bool,
+    /// Where it connected from (its executable and hash, cgroup, start
+    /// time, login uid), for the records; read once, at acceptance.
+    pub origin: std::sync::Arc<crate::origin::Origin>,
 }
 
 impl Peer {
+    /// The peer as a record's `caller`: credentials and origin.
+    pub fn caller_json(&self) -> serde_json::Value {
+        crate::audit::events::peer_json(
+            self.uid,
+            self.gid,
+            self.pid.and_then(|p| u32::try_from(p).ok()),
+            &self.origin,
+        )
+    }
+
     /// The peer as the audit trail names one that acted on a spawn.
     pub fn actor(&self) -> crate::audit::events::Actor {
         crate::audit::events::Actor {
@@ -122,7 +135,7 @@ enum FoundBy {
 /// gives no credentials.
 pub fn peer_of(stream: &UnixStream, accepted: Accepted) -> Option<Peer> {
     let cred = stream.peer_cred().ok()?;
-    let (own, found_by) = in_own_user_namespace(stream.as_fd(), cred.pid(), accepted);
+    let (own, found_by, pidfd) = in_own_user_namespace(stream.as_fd(), cred.pid(), accepted);
     tracing::debug!(
         uid = cred.uid(),
         pid = ?cred.pid(),
@@ -130,31 +143,38 @@ pub fn peer_of(stream: &UnixStream, accepted: Accepted) -> Option<Peer> {
         found_by = ?found_by,
         "peer"
     );
+    let origin = match (cred.pid(), &pidfd) {
+        (Some(pid), Some(pidfd)) => super::origin::of_peer(pid, pidfd.as_fd()),
+        _ => crate::origin::Origin::via(crate::origin::Via::Daemon),
+    };
     Some(Peer {
         uid: cred.uid(),
         gid: cred.gid(),
         pid: cred.pid(),
         other_user_namespace: !own,
+        origin: std::sync::Arc::new(origin),
     })
 }
 
 /// Whether the process that connected `socket` shares the daemon's user
-/// namespace, and how it was found (see the module doc).
+/// namespace, how it was found (see the module doc), and the pidfd that
+/// names it, if one was had.
 fn in_own_user_namespace(
     socket: BorrowedFd<'_>,
     pid: Option<i32>,
     accepted: Accepted,
-) -> (bool, FoundBy) {
+) -> (bool, FoundBy, Option<OwnedFd>) {
     match peer_pidfd(socket) {
         Ok(pidfd) => (
             names_own_namespace(pidfd.as_fd(), pid),
             FoundBy::SocketPidfd,
+            Some(pidfd),
         ),
-        Err(e) if socket_pidfd_unsupported(&e) => (
-            in_own_user_namespace_by_pid(socket, pid, accepted),
-            FoundBy::Pid,
-        ),
-        Err(_) => (false, FoundBy::Nothing),
+        Err(e) if socket_pidfd_unsupported(&e) => {
+            let (own, pidfd) = in_own_user_namespace_by_pid(socket, pid, accepted);
+            (own, FoundBy::Pid, pidfd)
+        }
+        Err(_) => (false, FoundBy::Nothing, None),
     }
 }
 
@@ -188,17 +208,18 @@ fn in_own_user_namespace_by_pid(
     socket: BorrowedFd<'_>,
     pid: Option<i32>,
     accepted: Accepted,
-) -> bool {
+) -> (bool, Option<OwnedFd>) {
     let Some(pid) = pid.filter(|p| *p > 0) else {
-        return false;
+        return (false, None);
     };
     let Ok(pidfd) = pidfd_open(pid) else {
-        return false;
+        return (false, None);
     };
-    started_by(pid, accepted)
+    let own = started_by(pid, accepted)
         && names_own_namespace(pidfd.as_fd(), Some(pid))
         && still_running(pidfd.as_fd())
-        && !hung_up(socket)
+        && !hung_up(socket);
+    (own, Some(pidfd))
 }
 
 /// Whether the process at `pid` started no later than the clock tick of
@@ -218,18 +239,8 @@ fn started_by(pid: i32, accepted: Accepted) -> bool {
     let accepted_tick = accepted.as_nanos() * hz / 1_000_000_000;
     std::fs::read(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|stat| start_ticks(&stat))
+        .and_then(|stat| crate::origin::start_ticks(&stat))
         .is_some_and(|start| u128::from(start) <= accepted_tick)
-}
-
-/// Field 22 of a `/proc/PID/stat` line: the start time in clock ticks since
-/// boot. The command name (field 2, in parentheses) may hold spaces and
-/// parentheses of its own, so fields are counted after the last `)`.
-fn start_ticks(stat: &[u8]) -> Option<u64> {
-    let close = stat.iter().rposition(|b| *b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    // Field 3 (state) comes first after the name.
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// The daemon's own user namespace, read once: its identity and id maps.
@@ -253,7 +264,7 @@ fn own_user_namespace() -> Option<&'static OwnNamespace> {
 }
 
 /// A pidfd polls readable once its process has exited.
-fn still_running(pidfd: BorrowedFd<'_>) -> bool {
+pub(super) fn still_running(pidfd: BorrowedFd<'_>) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut fds = [PollFd::new(pidfd, PollFlags::POLLIN)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
@@ -285,6 +296,7 @@ mod tests {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
     use nix::unistd::Pid;
 
+    use crate::origin::start_ticks;
     use crate::sys::{clone_process, exit_immediately};
 
     #[test]
@@ -377,7 +389,7 @@ mod tests {
 
         /// The fallback for kernels without `SO_PEERPIDFD`, called directly.
         fn by_pid(&self, accepted: Accepted) -> bool {
-            in_own_user_namespace_by_pid(self.stream.as_fd(), Some(self.peer_pid()), accepted)
+            in_own_user_namespace_by_pid(self.stream.as_fd(), Some(self.peer_pid()), accepted).0
         }
     }
 
@@ -437,7 +449,7 @@ mod tests {
         assert!(!hung_up(c.stream.as_fd()));
         assert!(!c.by_pid(c.accepted));
         // The way the running kernel offers agrees (by pid before 6.5).
-        let (own, found_by) = in_own_user_namespace(c.stream.as_fd(), Some(pid), c.accepted);
+        let (own, found_by, _) = in_own_user_namespace(c.stream.as_fd(), Some(pid), c.accepted);
         assert!(!own, "{found_by:?}");
         assert_ne!(found_by, FoundBy::Nothing);
     }

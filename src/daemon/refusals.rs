@@ -112,7 +112,7 @@ impl Refusal {
         let mut body = json!({
             "decision": "denied",
             "connector": self.connector,
-            "caller": caller_json(peer.uid, peer.gid, peer_pid(peer)),
+            "caller": peer.caller_json(),
             "op": self.op,
             "class": self.class,
             "boundary_detail": self.boundary_detail,
@@ -130,10 +130,6 @@ impl Refusal {
             _ => Map::new(),
         }
     }
-}
-
-fn caller_json(uid: u32, gid: u32, pid: Option<u32>) -> Value {
-    json!({"uid": uid, "gid": gid, "pid": pid})
 }
 
 fn peer_pid(peer: &Peer) -> Option<u32> {
@@ -265,7 +261,7 @@ impl Repeats {
         let body = json!({
             "decision": "denied",
             "connector": only(&self.connectors, self.named.0),
-            "caller": caller_json(self.key.uid, self.key.gid, self.pid),
+            "caller": crate::audit::events::peer_json(self.key.uid, self.key.gid, self.pid, &crate::origin::Origin::via(crate::origin::Via::Daemon)),
             "op": only(&self.ops, self.named.1),
             "class": self.class,
             "boundary_detail": self.boundary_detail,
@@ -575,6 +571,7 @@ mod tests {
             gid: uid,
             pid: Some(pid),
             other_user_namespace: false,
+            origin: std::sync::Arc::new(crate::origin::Origin::via(crate::origin::Via::Daemon)),
         }
     }
 

@@ -25,6 +25,7 @@ pub fn access_caller(peer: &Peer) -> Caller {
         workspace: None,
         other_user_namespace: peer.other_user_namespace,
         label: None,
+        origin: std::sync::Arc::clone(&peer.origin),
     }
 }
 
@@ -114,6 +115,7 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
         workspace: None,
         other_user_namespace: peer.other_user_namespace,
         label: None,
+        origin: std::sync::Arc::clone(&peer.origin),
     })
 }
 
@@ -366,6 +368,7 @@ mod tests {
             workspace: None,
             other_user_namespace: false,
             label: None,
+            origin: std::sync::Arc::new(crate::origin::Origin::via(crate::origin::Via::Daemon)),
         };
         match decide(&ctx, &caller, &call.request, &mut NoPrograms) {
             Decision::Denied(d) => d.reason,

@@ -547,6 +547,7 @@ mod tests {
             connector: "local://t/t".into(),
             version: "1.0.0".into(),
             manifest_sha256: Sha256Digest([0; 32]),
+            manifest_path: String::new(),
             op: "x".into(),
             op_mode: Tier::Readonly,
             program: ProgramPlan {

@@ -29,7 +29,7 @@ pub(super) struct Ran<'a> {
 }
 
 fn stream_json(c: &Captured) -> Value {
-    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string()});
+    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string(), "redactions": c.redactions});
     match std::str::from_utf8(&c.kept) {
         Ok(text) => v["text"] = json!(text),
         Err(_) => {

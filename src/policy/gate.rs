@@ -75,6 +75,7 @@ fn gate(
         connector: manifest.connector.name.to_string(),
         version: manifest.connector.version.to_string(),
         manifest_sha256: manifest.digest,
+        manifest_path: manifest.source.clone(),
         op: op.name.clone(),
         op_mode: op.mode,
         program,

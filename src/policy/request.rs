@@ -95,6 +95,9 @@ pub struct Caller {
     /// A label the caller gives the spawn (a CI job id, say): recorded with
     /// it, never decided on ([`check_label`]).
     pub label: Option<String>,
+    /// Where the request came from (front end, executable, cgroup, start
+    /// time, login uid): recorded, never decided on.
+    pub origin: std::sync::Arc<crate::origin::Origin>,
 }
 
 /// Most bytes of a spawn's label.

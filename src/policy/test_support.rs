@@ -87,6 +87,7 @@ pub(super) fn caller() -> Caller {
         workspace: None,
         other_user_namespace: false,
         label: None,
+        origin: std::sync::Arc::new(crate::origin::Origin::via(crate::origin::Via::Cli)),
     }
 }
 

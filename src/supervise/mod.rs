@@ -256,6 +256,9 @@ pub struct Captured {
     pub truncated: bool,
     /// SHA-256 of exactly `kept`.
     pub sha256: Sha256Digest,
+    /// Credential values replaced by `[REDACTED:KEY]` in the whole stream
+    /// (kept or not).
+    pub redactions: u64,
 }
 
 /// How the program ended.

@@ -11,6 +11,8 @@ pub struct Redactor {
     secrets: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
     /// Bytes held back: they may be the start of a value.
     pending: Zeroizing<Vec<u8>>,
+    /// Values replaced so far.
+    replaced: u64,
 }
 
 impl Redactor {
@@ -30,7 +32,13 @@ impl Redactor {
         Redactor {
             secrets: list,
             pending: Zeroizing::new(Vec::new()),
+            replaced: 0,
         }
+    }
+
+    /// How many values were replaced so far (the audit record counts them).
+    pub fn replaced(&self) -> u64 {
+        self.replaced
     }
 
     /// Whether there is anything to redact.
@@ -46,13 +54,14 @@ impl Redactor {
         crate::vault::extend_wiped(&mut self.pending, chunk);
         let mut out = Vec::with_capacity(self.pending.len());
         let mut i = 0;
-        let buf = &self.pending;
+        let buf = &*self.pending;
         'scan: while i < buf.len() {
             let rest = &buf[i..];
             for (value, replacement) in &self.secrets {
                 if rest.starts_with(value) {
                     out.extend_from_slice(replacement);
                     i += value.len();
+                    self.replaced += 1;
                     continue 'scan;
                 }
             }
@@ -90,6 +99,21 @@ mod tests {
         }
         out.extend(r.finish());
         out
+    }
+
+    #[test]
+    fn every_value_replaced_is_counted_once() {
+        let mut r = Redactor::new([("A", &b"sekrit"[..]), ("B", &b"other"[..])]);
+        let _ = r.push(b"sek");
+        assert_eq!(r.replaced(), 0, "a held-back prefix is not counted");
+        let _ = r.push(b"rit other sekri");
+        let _ = r.push(b"t sekri");
+        let _ = r.finish();
+        assert_eq!(
+            r.replaced(),
+            3,
+            "the prefix released at the end is not a value"
+        );
     }
 
     #[test]

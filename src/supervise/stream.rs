@@ -73,6 +73,7 @@ impl Stream {
             total: self.total,
             truncated,
             sha256: Sha256Digest(self.hasher.finalize().into()),
+            redactions: self.redactor.replaced(),
         }
     }
 }
