@@ -900,3 +900,62 @@ fn keys_are_made_by_keygen_and_short_ones_are_refused() {
     let verified = spawnd(&["audit", "verify", "--config", cfg.to_str().unwrap()]);
     assert_eq!(verified.status.code(), Some(0), "{verified:?}");
 }
+
+/// The `0::` line of a `/proc/PID/cgroup` text, or its lines joined with `;`.
+fn cgroup_of(pid: u32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    match text.lines().find_map(|l| l.strip_prefix("0::")) {
+        Some(path) => path.to_string(),
+        None => text.lines().collect::<Vec<_>>().join(";"),
+    }
+}
+
+/// Every record names the host that wrote it, and a run's records say it
+/// came through the command line, from which process, in which cgroup,
+/// started when, as which login, under which manifest file.
+#[test]
+fn records_name_the_host_and_where_a_command_line_request_came_from() {
+    let w = world();
+    let (cfg, log) = audit_config("origin-cli");
+    let out = w.run(
+        As::Root,
+        "sh",
+        &[("script", "true")],
+        &["--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let recs = records(&log);
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let hostname = nix::unistd::gethostname().unwrap();
+    for r in &recs {
+        assert_eq!(r["host"]["boot_id"], boot_id.trim(), "{r}");
+        assert_eq!(r["host"]["name"], hostname.to_str().unwrap(), "{r}");
+        if let Ok(machine_id) = std::fs::read_to_string("/etc/machine-id") {
+            assert_eq!(r["host"]["machine_id"], machine_id.trim(), "{r}");
+        }
+    }
+    let decision = &recs[0];
+    let caller = &decision["caller"];
+    assert_eq!(caller["via"], "cli", "{decision}");
+    // spawnd's parent is this test.
+    assert_eq!(caller["parent"]["pid"], std::process::id(), "{caller}");
+    let me = std::fs::read_link("/proc/self/exe").unwrap();
+    assert_eq!(caller["parent"]["exe"], me.to_str().unwrap(), "{caller}");
+    assert_eq!(caller["cgroup"], cgroup_of(std::process::id()), "{caller}");
+    let started = time::OffsetDateTime::parse(
+        caller["start_time"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let age = time::OffsetDateTime::now_utc() - started;
+    assert!(
+        age < time::Duration::minutes(10) && age > -time::Duration::seconds(2),
+        "{caller}"
+    );
+    assert_eq!(
+        decision["manifest_path"],
+        w.manifest.display().to_string(),
+        "{decision}"
+    );
+    assert_eq!(recs[1]["caller"]["via"], "cli");
+}

@@ -322,6 +322,13 @@ fn credentials_reach_the_child_only_and_come_back_redacted() {
     let audit = std::fs::read_to_string(&d.audit).unwrap();
     assert!(!audit.contains(&secret), "the secret is in the audit trail");
     assert!(audit.contains("TOKEN"), "the key name is recorded");
+    // The exit record counts what was redacted in each stream.
+    let exit = audit_records(&d.audit)
+        .into_iter()
+        .find(|r| r["kind"] == "exit")
+        .unwrap();
+    assert_eq!(exit["stdout"]["redactions"], 2, "{exit}");
+    assert_eq!(exit["stderr"]["redactions"], 1, "{exit}");
     // A group-readable file is refused before anything runs.
     std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
     let d2 = Daemon::start_with_manifests("creds-exposed", &extra, &[&manifest]);
@@ -2356,4 +2363,67 @@ fn a_workspace_unset_refusal_names_the_fix_each_front_end_can_make() {
         ),
         "{v}"
     );
+}
+
+/// SHA-256 of a file, as records write it.
+fn sha256_of(path: &std::path::Path) -> String {
+    use sha2::Digest;
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+    )
+}
+
+/// A daemon's records say a request came through the daemon and from which
+/// process: its executable and that file's hash, cgroup, start time — for
+/// a spawn and for a refusal alike.
+#[test]
+fn records_name_where_a_daemon_request_came_from() {
+    let d = Daemon::start("origin", "");
+    let mut c = d.client();
+    let done = c.run_sh("true");
+    assert_eq!(done["exit_code"], 0, "{done}");
+    let me = std::fs::read_link("/proc/self/exe").unwrap();
+    let records = audit_records(&d.audit);
+    let decision = records.iter().find(|r| r["kind"] == "decision").unwrap();
+    let caller = &decision["caller"];
+    assert_eq!(caller["via"], "daemon", "{caller}");
+    assert_eq!(caller["pid"], std::process::id(), "{caller}");
+    assert_eq!(caller["exe"], me.to_str().unwrap(), "{caller}");
+    assert_eq!(caller["exe_sha256"], sha256_of(&me), "{caller}");
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let cgroup = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_string)
+        .unwrap_or_else(|| cgroup.lines().collect::<Vec<_>>().join(";"));
+    assert_eq!(caller["cgroup"], cgroup, "{caller}");
+    assert!(caller["start_time"].as_str().is_some(), "{caller}");
+    assert!(decision["host"]["boot_id"].as_str().is_some(), "{decision}");
+    // A refused stranger: python, as uid 65534.
+    let script = format!(
+        "import socket,json\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(json.dumps({{'jsonrpc':'2.0','id':1,'method':'spawn_op','params':{{'connector':{CONNECTOR:?},'op':'true'}}}}).encode()+b'\\n')\nprint(s.makefile().readline())",
+        d.socket.display().to_string()
+    );
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let denial = audit_records(&d.audit)
+        .into_iter()
+        .find(|r| r["kind"] == "denial" && r["caller"]["uid"] == 65534)
+        .unwrap();
+    let caller = &denial["caller"];
+    assert_eq!(caller["via"], "daemon", "{caller}");
+    assert_eq!(caller["exe"], python.to_str().unwrap(), "{caller}");
+    assert_eq!(caller["exe_sha256"], sha256_of(&python), "{caller}");
 }
