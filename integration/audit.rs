@@ -687,14 +687,15 @@ fn two_swapped_records_are_reported_as_out_of_order_not_deleted() {
     );
 }
 
-/// A log rotated three times (`rotate_bytes`, no retention), written by
+/// A log rotated at least three times (`rotate_bytes`; every rotated file
+/// kept), written by
 /// denied runs: each a denial record.
 fn rotated_log(name: &str, runs: usize) -> (std::path::PathBuf, std::path::PathBuf) {
     let (cfg, log) = audit_config(name);
     std::fs::write(
         &cfg,
         format!(
-            "[audit]\npath = \"{}\"\nrotate_bytes = 1500\n",
+            "[audit]\npath = \"{}\"\nrotate_bytes = 1500\nkeep_rotated = 1000\n",
             log.display()
         ),
     )

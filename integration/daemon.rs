@@ -2427,3 +2427,128 @@ fn records_name_where_a_daemon_request_came_from() {
     assert_eq!(caller["exe"], python.to_str().unwrap(), "{caller}");
     assert_eq!(caller["exe_sha256"], sha256_of(&python), "{caller}");
 }
+
+/// Waits up to 30 s for a record `found` accepts in the log; returns it.
+fn await_record(audit: &std::path::Path, found: impl Fn(&Value) -> bool) -> Value {
+    let started = Instant::now();
+    loop {
+        if let Some(r) = audit_records(audit).into_iter().find(|r| found(r)) {
+            return r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no such record in {}",
+            std::fs::read_to_string(audit).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_lifecycle(r: &Value, event: &str) -> bool {
+    r["kind"] == "lifecycle" && r["event"] == event
+}
+
+/// The daemon's life is on record: its start (what it serves, by path and
+/// hash), heartbeats, a reload that changed a manifest (both hashes), and a
+/// clean stop; after a `kill -9`, the next daemon's start lists the spawn
+/// the killed one left without an exit record and says it recorded no stop.
+#[test]
+fn the_daemons_start_reload_heartbeats_stop_and_spawns_left_without_an_exit_are_recorded() {
+    let w = world();
+    let dir = w.path("daemon-lifecycle-files");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let audit = dir.join("audit.jsonl");
+    let extra = dir.join("extra.toml");
+    let manifest = |version: &str| {
+        format!("[connector]\nname = \"local://test/lifecycle\"\nversion = \"{version}\"\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/true\" }}]\n[capabilities.spawn.operations.t]\nargv = [\"true\"]\n")
+    };
+    std::fs::write(&extra, manifest("1.0.0")).unwrap();
+    std::fs::set_permissions(&extra, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let first_hash = sha256_of(&extra);
+    let mut d = Daemon::start_auditing("lifecycle", &audit, "heartbeat_secs = 1", &[&extra]);
+    let start = audit_records(&audit).remove(0);
+    assert!(is_lifecycle(&start, "start"), "{start}");
+    assert_eq!(start["pid"], d.child.id(), "{start}");
+    assert_eq!(start["unfinished"], json!([]), "{start}");
+    let served = start["manifests"].as_array().unwrap();
+    let ours = served
+        .iter()
+        .find(|m| m["connector"] == "local://test/lifecycle")
+        .unwrap();
+    assert_eq!(ours["path"], extra.display().to_string(), "{start}");
+    assert_eq!(ours["sha256"], first_hash, "{start}");
+    let beat = await_record(&audit, |r| r["kind"] == "heartbeat");
+    assert_eq!(beat["pid"], d.child.id(), "{beat}");
+    assert_eq!(beat["interval_s"], 1, "{beat}");
+    // A reload that changed the manifest names both hashes.
+    std::fs::write(&extra, manifest("1.0.1")).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let reload = await_record(&audit, |r| is_lifecycle(r, "reload"));
+    assert_eq!(reload["outcome"], "taken", "{reload}");
+    assert_eq!(
+        reload["changed"][0]["connector"], "local://test/lifecycle",
+        "{reload}"
+    );
+    assert_eq!(
+        reload["changed"][0]["previous_sha256"], first_hash,
+        "{reload}"
+    );
+    assert_eq!(
+        reload["changed"][0]["sha256"],
+        sha256_of(&extra),
+        "{reload}"
+    );
+    // A spawn running when the daemon is killed has a decision and no exit.
+    let token = format!("left-by-kill9-{}", std::process::id());
+    let mut holder = d.client();
+    let handle = holder.ok(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": format!("sleep 60; : {token}")}}),
+    );
+    assert!(handle.get("handle").is_some(), "{handle}");
+    harness::wait_for_host_process(&token);
+    let decided = audit_records(&audit)
+        .into_iter()
+        .rfind(|r| r["kind"] == "decision")
+        .unwrap();
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    drop(holder);
+    let killed_pid = d.child.id();
+    let mut d = Daemon::start_auditing("lifecycle", &audit, "heartbeat_secs = 1", &[&extra]);
+    let again = await_record(&audit, |r| {
+        is_lifecycle(r, "start") && r["pid"] == d.child.id()
+    });
+    assert_eq!(
+        again["unfinished"][0]["audit_id"], decided["audit_id"],
+        "{again}"
+    );
+    assert_eq!(again["previous_start"]["pid"], killed_pid, "{again}");
+    assert_eq!(again["previous_start"]["stopped"], false, "{again}");
+    // A clean stop is the last record.
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.child.wait().unwrap();
+    let last = audit_records(&audit).pop().unwrap();
+    assert!(is_lifecycle(&last, "stop"), "{last}");
+    assert_eq!(last["signal"], "SIGTERM", "{last}");
+    let verified = Command::new(&w.spawnd)
+        .args(["audit", "verify"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    assert_eq!(verified.status.code(), Some(0), "{verified:?}");
+    let lines = Command::new(&w.spawnd)
+        .args(["audit", "query", "--kind", "lifecycle"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&lines.stdout);
+    assert!(text.contains("daemon start pid"), "{text}");
+    assert!(
+        text.contains("1 spawn(s) of an earlier daemon left without an exit"),
+        "{text}"
+    );
+    assert!(text.contains("0 added, 0 removed, 1 changed"), "{text}");
+    assert!(text.contains("(SIGTERM)"), "{text}");
+}

@@ -36,12 +36,12 @@ impl Daemon {
         more: &[&std::path::Path],
         wrap: &[String],
     ) -> Daemon {
-        Daemon::start_full(name, extra, more, wrap, None)
+        Daemon::start_full(name, extra, more, wrap, None, "")
     }
 
     /// The daemon with its audit log at `audit` (else in its own directory).
     pub fn start_logging_to(name: &str, audit: &std::path::Path) -> Daemon {
-        Daemon::start_full(name, "", &[], &[], Some(audit.to_path_buf()))
+        Daemon::start_full(name, "", &[], &[], Some(audit.to_path_buf()), "")
     }
 
     /// The daemon run by uid 65534 through `wrap` (which drops to it and
@@ -52,7 +52,18 @@ impl Daemon {
         std::fs::create_dir_all(&dir).unwrap();
         let nobody = Some(nix::unistd::Uid::from_raw(65534));
         nix::unistd::chown(&dir, nobody, Some(nix::unistd::Gid::from_raw(65534))).unwrap();
-        Daemon::start_full(name, "", &[], wrap, Some(dir.join("audit.jsonl")))
+        Daemon::start_full(name, "", &[], wrap, Some(dir.join("audit.jsonl")), "")
+    }
+
+    /// The daemon with its audit log at `audit`, `audit_extra` in its
+    /// `[audit]` table, and `more` manifests.
+    pub fn start_auditing(
+        name: &str,
+        audit: &std::path::Path,
+        audit_extra: &str,
+        more: &[&std::path::Path],
+    ) -> Daemon {
+        Daemon::start_full(name, "", more, &[], Some(audit.to_path_buf()), audit_extra)
     }
 
     fn start_full(
@@ -61,6 +72,7 @@ impl Daemon {
         more: &[&std::path::Path],
         wrap: &[String],
         audit: Option<PathBuf>,
+        audit_extra: &str,
     ) -> Daemon {
         let w = world();
         let dir = w.path(&format!("daemon-{name}"));
@@ -74,7 +86,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [{}]\n{extra}",
+                "[audit]\npath = \"{}\"\n{audit_extra}\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [{}]\n{extra}",
                 audit.display(),
                 socket.display(),
                 std::iter::once(w.manifest.as_path())

@@ -44,7 +44,7 @@ pub fn read_chain(log: &Path) -> std::io::Result<Vec<Record>> {
 
 /// The complete records of one file; none when it is gone (retention
 /// removed it after it was listed).
-fn records_of(file: &Path) -> std::io::Result<Vec<Record>> {
+pub fn records_of(file: &Path) -> std::io::Result<Vec<Record>> {
     match std::fs::read(file) {
         Ok(bytes) => Ok(complete_records(&bytes).0),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),

@@ -11,6 +11,7 @@ pub mod chain;
 pub mod events;
 pub mod group_sync;
 pub mod host;
+pub mod lifecycle;
 pub mod log;
 pub mod ocsf;
 pub mod record;

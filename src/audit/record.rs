@@ -28,17 +28,25 @@ pub enum Kind {
     Net,
     /// Something about the log itself (a torn line chained past).
     Note,
+    /// The daemon's own life: its start (what it serves, and the spawns
+    /// an earlier daemon left without an exit record), a reload (what
+    /// changed), its stop.
+    Lifecycle,
+    /// The daemon is alive and writing: every `[audit] heartbeat_secs`.
+    Heartbeat,
 }
 
 impl Kind {
     /// Every kind, in the order the docs list them.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Decision,
         Kind::Denial,
         Kind::Exit,
         Kind::Attach,
         Kind::Net,
         Kind::Note,
+        Kind::Lifecycle,
+        Kind::Heartbeat,
     ];
 
     /// The kind whose wire name is `name`, exactly.
@@ -55,6 +63,8 @@ impl Kind {
             Kind::Attach => "attach",
             Kind::Net => "net",
             Kind::Note => "note",
+            Kind::Lifecycle => "lifecycle",
+            Kind::Heartbeat => "heartbeat",
         }
     }
 }

@@ -262,7 +262,7 @@ pub struct AuditFilter {
     /// Operation name.
     #[arg(long)]
     pub op: Option<String>,
-    /// Record kind: decision, denial, exit, attach, net or note.
+    /// Record kind: decision, denial, exit, attach, net, note, lifecycle or heartbeat.
     #[arg(long, value_name = "KIND", value_parser = parse_kind)]
     pub kind: Option<Kind>,
     /// The label a caller gave its spawns (`run --label`, the daemon's

@@ -242,6 +242,40 @@ fn net_line(r: &Map<String, Value>) -> String {
     }
 }
 
+/// A daemon's start, reload or stop.
+fn lifecycle_line(r: &Map<String, Value>) -> String {
+    let s = |k: &str| printable(r.get(k).and_then(Value::as_str).unwrap_or("-")).into_owned();
+    let n = |k: &str| r.get(k).and_then(Value::as_array).map_or(0, Vec::len);
+    let pid = r.get("pid").and_then(Value::as_u64).unwrap_or(0);
+    match s("event").as_str() {
+        "start" => {
+            let left = n("unfinished") as u64
+                + r.get("unfinished_more")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+            let left = match left {
+                0 => String::new(),
+                k => format!(", {k} spawn(s) of an earlier daemon left without an exit"),
+            };
+            format!(
+                "daemon start pid {pid} serving {} manifest(s){left}",
+                n("manifests")
+            )
+        }
+        "reload" if s("outcome") == "refused" => {
+            format!("daemon reload REFUSED pid {pid}: {}", s("error"))
+        }
+        "reload" => format!(
+            "daemon reload pid {pid}: {} added, {} removed, {} changed",
+            n("added"),
+            n("removed"),
+            n("changed")
+        ),
+        "stop" => format!("daemon stop pid {pid} ({})", s("signal")),
+        other => format!("daemon {other} pid {pid}"),
+    }
+}
+
 /// One human line per record. Every field is escaped ([`printable`]): a
 /// record can hold text a caller or an editor of the file chose, and it must
 /// not add a line or reach the terminal as control codes.
@@ -272,6 +306,12 @@ fn one_line(r: &Map<String, Value>) -> String {
             s("state")
         ),
         "net" => net_line(r),
+        "lifecycle" => lifecycle_line(r),
+        "heartbeat" => format!(
+            "heartbeat pid {} ({} running)",
+            r.get("pid").and_then(Value::as_u64).unwrap_or(0),
+            r.get("running").and_then(Value::as_u64).unwrap_or(0)
+        ),
         other => format!("{other}: {}", s("note")),
     };
     let label = label_of(r)

@@ -65,6 +65,8 @@ pub struct AuditConfig {
     pub keep_rotated: u32,
     /// Key for a keyed (HMAC) chain.
     pub hmac_key_file: Option<PathBuf>,
+    /// Seconds between the daemon's `heartbeat` records.
+    pub heartbeat_secs: u64,
 }
 
 /// `[server]`.
@@ -324,6 +326,7 @@ impl Config {
         let socket_mode = socket_mode(raw.server.socket_mode.as_deref(), &at)?;
         let max_wall_time_ms = max_wall_time_ms(raw.sandbox.max_wall_time_ms, &at)?;
         let keep_rotated = keep_rotated(raw.audit.keep_rotated, &at)?;
+        let heartbeat_secs = heartbeat_secs(raw.audit.heartbeat_secs, &at)?;
         let refusal_window_ms = refusal_window_ms(raw.server.refusal_window_ms, &at)?;
         let max_lease_ms = max_lease_ms(raw.server.max_lease_ms, &at)?;
         let shares = server_shares(&raw.server, &at)?;
@@ -338,6 +341,7 @@ impl Config {
                 rotate_bytes: raw.audit.rotate_bytes.unwrap_or(100 << 20),
                 keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
+                heartbeat_secs,
             },
             server: server_config(
                 raw.server,
@@ -499,6 +503,21 @@ fn max_wall_time_ms(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigErro
         ));
     }
     Ok(max_wall_time_ms)
+}
+
+/// `[audit] heartbeat_secs` when the config does not say: 5 minutes.
+pub const DEFAULT_HEARTBEAT_SECS: u64 = 300;
+
+/// `[audit] heartbeat_secs`: 1 second to a day.
+fn heartbeat_secs(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError> {
+    let secs = raw.unwrap_or(DEFAULT_HEARTBEAT_SECS);
+    if !(1..=86_400).contains(&secs) {
+        return Err(at.invalid(
+            "audit.heartbeat_secs",
+            format!("{secs} is outside 1 to 86400 (seconds between the daemon's heartbeat records; the default is {DEFAULT_HEARTBEAT_SECS})"),
+        ));
+    }
+    Ok(secs)
 }
 
 /// `[audit] keep_rotated`: at least the file just rotated.

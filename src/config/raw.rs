@@ -31,6 +31,7 @@ pub(super) struct RawAudit {
     pub(super) rotate_bytes: Option<u64>,
     pub(super) keep_rotated: Option<u32>,
     pub(super) hmac_key_file: Option<PathBuf>,
+    pub(super) heartbeat_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -160,7 +160,21 @@ impl Daemon {
         });
         match fresh {
             Ok(l) => {
-                let changes = ManifestChanges::between(&self.loaded().manifests, &l.manifests);
+                let old = self.loaded();
+                let recorded = self.record(
+                    crate::audit::Kind::Lifecycle,
+                    crate::audit::lifecycle::reload(&served(&old), &served(&l)),
+                );
+                if let Err(e) = recorded {
+                    let e = format!("the reload could not be recorded in the audit log: {e}");
+                    tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force");
+                    self.set_refused_reload(Some(RefusedReload {
+                        error: e,
+                        at: crate::audit::log::now_rfc3339_millis(),
+                    }));
+                    return;
+                }
+                let changes = ManifestChanges::between(&old.manifests, &l.manifests);
                 if changes.is_empty() {
                     tracing::info!(
                         manifests = l.manifests.len(),
@@ -182,12 +196,60 @@ impl Daemon {
             }
             Err(e) => {
                 tracing::error!(error = %e, "reload refused; the previous config and manifests stay in force");
+                if let Err(lost) = self.record(
+                    crate::audit::Kind::Lifecycle,
+                    crate::audit::lifecycle::reload_refused(&e),
+                ) {
+                    tracing::error!(error = %lost, "the refused reload could not be recorded in the audit log");
+                }
                 self.set_refused_reload(Some(RefusedReload {
                     error: e,
                     at: crate::audit::log::now_rfc3339_millis(),
                 }));
             }
         }
+    }
+
+    /// Appends one of the daemon's own records (a lifecycle event, a
+    /// heartbeat) durably, to the log of the config in force.
+    fn record(
+        &self,
+        kind: crate::audit::Kind,
+        body: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), String> {
+        let log = crate::exec::open_audit(&self.loaded().config).map_err(|f| f.message)?;
+        log.append(kind, None, body)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The `start` record: what is served, and the spawns an earlier
+    /// daemon left without an exit record. Nothing is served unless it is
+    /// on disk.
+    fn record_start(&self) -> Result<(), ServeError> {
+        let loaded = self.loaded();
+        let log = crate::exec::open_audit(&loaded.config).map_err(|f| ServeError(f.message))?;
+        let unfinished = crate::audit::lifecycle::unfinished(log.path()).map_err(|e| {
+            ServeError(format!(
+                "cannot read the audit log {} back for spawns left without an exit: {e}",
+                log.path().display()
+            ))
+        })?;
+        if !unfinished.spawns.is_empty() {
+            tracing::warn!(
+                spawns = unfinished.spawns.len() + unfinished.more,
+                "an earlier daemon left spawns without an exit record; the start record lists them"
+            );
+        }
+        let body = crate::audit::lifecycle::start(
+            loaded.config.source.as_deref(),
+            &served(&loaded),
+            loaded.config.audit.heartbeat_secs,
+            &unfinished,
+        );
+        log.append(crate::audit::Kind::Lifecycle, None, body)
+            .map_err(|e| ServeError(format!("the start record: {e}")))?;
+        Ok(())
     }
 
     fn set_refused_reload(&self, refused: Option<RefusedReload>) {
@@ -212,6 +274,16 @@ impl Daemon {
         crate::audit::group_sync::stopped_by_a_failed_sync()
     }
 
+    /// Writes a heartbeat record (the log's next record proves the daemon
+    /// was alive and writing at this time).
+    fn heartbeat(&self) {
+        let secs = self.loaded().config.audit.heartbeat_secs;
+        let body = crate::audit::lifecycle::heartbeat(secs, self.running.in_use());
+        if let Err(e) = self.record(crate::audit::Kind::Heartbeat, body) {
+            tracing::error!(error = %e, "the heartbeat record could not be written");
+        }
+    }
+
     /// Kills every sandbox still running (their exit records follow).
     fn kill_all(&self) {
         self.stopping
@@ -224,6 +296,19 @@ impl Daemon {
             h.kill_for("shutdown", None);
         }
     }
+}
+
+/// The manifests in force as the lifecycle records name them.
+fn served(loaded: &Loaded) -> Vec<crate::audit::lifecycle::Served> {
+    loaded
+        .manifests
+        .iter()
+        .map(|(name, m)| crate::audit::lifecycle::Served {
+            connector: name.clone(),
+            path: m.source.clone(),
+            sha256: m.digest.to_string(),
+        })
+        .collect()
 }
 
 /// `health` and `connectors_status` (each probes or hashes programs) running
@@ -363,6 +448,7 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(|e| ServeError(format!("async runtime: {e}")))?;
+    daemon.record_start()?;
     let result = runtime.block_on(accept_loop(Arc::clone(&daemon), &socket));
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
@@ -464,6 +550,9 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     // within a second of their end.
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let beat = Duration::from_secs(daemon.loaded().config.audit.heartbeat_secs);
+    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     {
         let loaded = daemon.loaded();
@@ -511,6 +600,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                     }
                 }
             }
+            _ = heartbeat.tick() => {
+                let d = Arc::clone(&daemon);
+                let _ = tokio::task::spawn_blocking(move || d.heartbeat()).await;
+            }
             _ = hup.recv() => {
                 let d = Arc::clone(&daemon);
                 let _ = tokio::task::spawn_blocking(move || d.reload()).await;
@@ -555,6 +648,17 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(max as u32)).await;
     refusals::close_all(&daemon).await;
+    let d = Arc::clone(&daemon);
+    let recorded = tokio::task::spawn_blocking(move || {
+        d.record(
+            crate::audit::Kind::Lifecycle,
+            crate::audit::lifecycle::stop(signal),
+        )
+    })
+    .await;
+    if let Ok(Err(e)) = recorded {
+        tracing::error!(error = %e, "the stop record could not be written");
+    }
     tracing::info!("stopped");
     Ok(())
 }
