@@ -2552,3 +2552,34 @@ fn the_daemons_start_reload_heartbeats_stop_and_spawns_left_without_an_exit_are_
     assert!(text.contains("0 added, 0 removed, 1 changed"), "{text}");
     assert!(text.contains("(SIGTERM)"), "{text}");
 }
+
+/// An edit of the live log under a running daemon is written into the log
+/// by the daemon itself (a `note`) at its next heartbeat.
+#[test]
+fn an_edit_of_the_live_log_under_the_daemon_is_noted_at_its_next_heartbeat() {
+    let w = world();
+    let dir = w.path("daemon-watch-files");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let audit = dir.join("audit.jsonl");
+    let d = Daemon::start_auditing("watch", &audit, "heartbeat_secs = 1", &[]);
+    let done = d.client().run_sh("true");
+    assert_eq!(done["exit_code"], 0, "{done}");
+    // Let a heartbeat see the log as the daemon wrote it.
+    await_record(&audit, |r| r["kind"] == "heartbeat");
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let edited = text.replacen("\"exit_code\":0", "\"exit_code\":7", 1);
+    assert_ne!(edited, text);
+    std::fs::write(&audit, edited).unwrap();
+    let note = await_record(&audit, |r| {
+        r["kind"] == "note" && r.get("log_changed").is_some()
+    });
+    assert_eq!(note["log_changed"], "rewritten", "{note}");
+    assert!(
+        note["note"]
+            .as_str()
+            .unwrap()
+            .contains("changed under the running daemon"),
+        "{note}"
+    );
+}

@@ -17,6 +17,7 @@ pub mod ocsf;
 pub mod record;
 pub mod time_bound;
 pub mod verify;
+pub mod watch;
 
 pub use log::{AuditError, AuditLog, Unsynced};
 pub use record::Kind;

@@ -109,6 +109,8 @@ pub struct Daemon {
     detached: detached::Registry,
     /// Set when the shutdown begins: no spawn starts after it.
     stopping: std::sync::atomic::AtomicBool,
+    /// The watch over the live audit log, checked at each heartbeat.
+    watch: std::sync::Mutex<Option<crate::audit::watch::Watch>>,
 }
 
 /// A SIGHUP whose config or manifests were refused.
@@ -249,7 +251,33 @@ impl Daemon {
         );
         log.append(crate::audit::Kind::Lifecycle, None, body)
             .map_err(|e| ServeError(format!("the start record: {e}")))?;
+        self.check_log(log.path());
         Ok(())
+    }
+
+    /// Checks that the live log only grew since the last check (the first
+    /// check only looks), and records a `note` when it did not.
+    fn check_log(&self, path: &Path) {
+        let mut slot = match self.watch.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let watch = match slot.as_mut() {
+            Some(w) if w.log() == path => w,
+            _ => slot.insert(crate::audit::watch::Watch::new(path)),
+        };
+        match watch.check() {
+            Ok(None) => {}
+            Ok(Some(changed)) => {
+                tracing::error!(change = %changed.describe(), "the audit log changed under the daemon");
+                if let Err(e) = self.record(crate::audit::Kind::Note, changed.note()) {
+                    tracing::error!(error = %e, "the note of the change could not be written");
+                }
+            }
+            Err(e) => {
+                tracing::error!(log = %path.display(), error = %e, "cannot read the audit log back to check it")
+            }
+        }
     }
 
     fn set_refused_reload(&self, refused: Option<RefusedReload>) {
@@ -274,9 +302,13 @@ impl Daemon {
         crate::audit::group_sync::stopped_by_a_failed_sync()
     }
 
-    /// Writes a heartbeat record (the log's next record proves the daemon
-    /// was alive and writing at this time).
+    /// Checks that the live log only grew since the last heartbeat, then
+    /// writes a heartbeat record (proof that the daemon was alive and
+    /// writing at this time).
     fn heartbeat(&self) {
+        if let Some(path) = self.loaded().config.audit.path.clone() {
+            self.check_log(&path);
+        }
         let secs = self.loaded().config.audit.heartbeat_secs;
         let body = crate::audit::lifecycle::heartbeat(secs, self.running.in_use());
         if let Err(e) = self.record(crate::audit::Kind::Heartbeat, body) {
@@ -438,6 +470,7 @@ pub fn serve(
         refused_reload: std::sync::Mutex::new(None),
         detached: detached::Registry::default(),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        watch: std::sync::Mutex::new(None),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
