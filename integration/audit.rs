@@ -960,3 +960,60 @@ fn records_name_the_host_and_where_a_command_line_request_came_from() {
     );
     assert_eq!(recs[1]["caller"]["via"], "cli");
 }
+
+/// Every record also goes, as it is written, to the host's log service
+/// when `[audit] forward` names one: the same bytes as the file's line.
+#[test]
+fn records_are_forwarded_to_syslog_and_journald_as_they_are_written() {
+    let w = world();
+    for service in ["syslog", "journald"] {
+        let (cfg, log) = audit_config(&format!("forward-{service}"));
+        let socket = log.with_file_name("log.sock");
+        let server = std::os::unix::net::UnixDatagram::bind(&socket).unwrap();
+        server
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "[audit]\npath = \"{}\"\nforward = \"{service}\"\nforward_socket = \"{}\"\n",
+                log.display(),
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let out = w.run(
+            As::Root,
+            "sh",
+            &[("script", "true")],
+            &["--config", cfg.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let lines: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(lines.len(), 2);
+        for line in &lines {
+            let mut buf = vec![0u8; 1 << 16];
+            let n = server.recv(&mut buf).unwrap();
+            let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+            match service {
+                "syslog" => {
+                    assert!(got.starts_with("<86>spawnd["), "{got}");
+                    assert!(got.ends_with(&format!("]: {line}")), "{got}");
+                }
+                _ => {
+                    assert!(got.contains("SYSLOG_IDENTIFIER=spawnd\n"), "{got}");
+                    assert!(got.contains(&format!("SPAWND_RECORD={line}\n")), "{got}");
+                    let record: Value = serde_json::from_str(line).unwrap();
+                    assert!(
+                        got.contains(&format!("SPAWND_SEQ={}\n", record["seq"])),
+                        "{got}"
+                    );
+                }
+            }
+        }
+    }
+}

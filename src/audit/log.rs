@@ -111,6 +111,7 @@ pub struct AuditLog {
     key: Option<zeroize::Zeroizing<Vec<u8>>>,
     rotate_bytes: Option<u64>,
     keep_rotated: Option<u32>,
+    forward: Option<std::sync::Arc<super::forward::Forwarder>>,
 }
 
 /// The last record's `seq` and `hash`, as the head file keeps them.
@@ -214,6 +215,7 @@ impl AuditLog {
             key: None,
             rotate_bytes: None,
             keep_rotated: None,
+            forward: None,
         };
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new()
@@ -248,6 +250,13 @@ impl AuditLog {
     /// oldest beyond that are removed, after a durable `note` record says so.
     pub fn with_retention(mut self, keep: u32) -> AuditLog {
         self.keep_rotated = Some(keep.max(1));
+        self
+    }
+
+    /// Sends a copy of every record, once written, to the host's log
+    /// service (`[audit] forward`, [`super::forward`]).
+    pub fn with_forward(mut self, forwarder: super::forward::Forwarder) -> AuditLog {
+        self.forward = Some(std::sync::Arc::new(forwarder));
         self
     }
 
@@ -434,11 +443,14 @@ impl AuditLog {
         body.insert("host".into(), super::host::this_host().clone());
         let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body, key);
         let hash = record["hash"].as_str().unwrap_or_default().to_string();
-        let mut line = serde_json::to_vec(&Value::Object(record))
+        let mut line = serde_json::to_vec(&record)
             .map_err(|e| self.err("encode", std::io::Error::other(e)))?;
         line.push(b'\n');
         file.write_all(&line).map_err(|e| self.err("write", e))?;
         *written += line.len() as u64;
+        if let Some(forward) = &self.forward {
+            forward.send(&record, &line);
+        }
         let new_head = Head { seq, hash };
         let text = self.write_head(&new_head)?;
         Ok((new_head, text))

@@ -9,6 +9,7 @@
 
 pub mod chain;
 pub mod events;
+pub mod forward;
 pub mod group_sync;
 pub mod host;
 pub mod lifecycle;

@@ -67,6 +67,20 @@ pub struct AuditConfig {
     pub hmac_key_file: Option<PathBuf>,
     /// Seconds between the daemon's `heartbeat` records.
     pub heartbeat_secs: u64,
+    /// A live copy of every record to the host's log service.
+    pub forward: Option<LogService>,
+    /// The service's socket, when not its usual one.
+    pub forward_socket: Option<PathBuf>,
+}
+
+/// A host log service audit records are copied to (`[audit] forward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogService {
+    /// RFC 3164 datagrams to a syslog socket (`/dev/log`).
+    Syslog,
+    /// journald's native protocol.
+    Journald,
 }
 
 /// `[server]`.
@@ -327,6 +341,7 @@ impl Config {
         let max_wall_time_ms = max_wall_time_ms(raw.sandbox.max_wall_time_ms, &at)?;
         let keep_rotated = keep_rotated(raw.audit.keep_rotated, &at)?;
         let heartbeat_secs = heartbeat_secs(raw.audit.heartbeat_secs, &at)?;
+        let forward = forward(raw.audit.forward.as_deref(), &at)?;
         let refusal_window_ms = refusal_window_ms(raw.server.refusal_window_ms, &at)?;
         let max_lease_ms = max_lease_ms(raw.server.max_lease_ms, &at)?;
         let shares = server_shares(&raw.server, &at)?;
@@ -342,6 +357,8 @@ impl Config {
                 keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
                 heartbeat_secs,
+                forward,
+                forward_socket: raw.audit.forward_socket,
             },
             server: server_config(
                 raw.server,
@@ -518,6 +535,19 @@ fn heartbeat_secs(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError>
         ));
     }
     Ok(secs)
+}
+
+/// `[audit] forward`: `syslog` or `journald`.
+fn forward(raw: Option<&str>, at: &Origin<'_>) -> Result<Option<LogService>, ConfigError> {
+    match raw {
+        None => Ok(None),
+        Some("syslog") => Ok(Some(LogService::Syslog)),
+        Some("journald") => Ok(Some(LogService::Journald)),
+        Some(other) => Err(at.invalid(
+            "audit.forward",
+            format!("{other:?} is not a log service: use \"syslog\" (/dev/log) or \"journald\" (journald's native socket), or leave it out"),
+        )),
+    }
 }
 
 /// `[audit] keep_rotated`: at least the file just rotated.

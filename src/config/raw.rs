@@ -32,6 +32,8 @@ pub(super) struct RawAudit {
     pub(super) keep_rotated: Option<u32>,
     pub(super) hmac_key_file: Option<PathBuf>,
     pub(super) heartbeat_secs: Option<u64>,
+    pub(super) forward: Option<String>,
+    pub(super) forward_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

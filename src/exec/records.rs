@@ -167,6 +167,13 @@ pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
         })?
         .with_rotation(config.audit.rotate_bytes)
         .with_retention(config.audit.keep_rotated);
+    let log = match &config.audit.forward {
+        Some(service) => log.with_forward(crate::audit::forward::Forwarder::new(
+            *service,
+            config.audit.forward_socket.as_deref(),
+        )),
+        None => log,
+    };
     Ok(match load_audit_key(config)? {
         Some(key) => log.with_key(key),
         None => log,
