@@ -65,6 +65,12 @@ pub struct AuditConfig {
     pub keep_rotated: u32,
     /// Key for a keyed (HMAC) chain.
     pub hmac_key_file: Option<PathBuf>,
+    /// Retired HMAC keys: a chain last sealed with one of them goes on
+    /// under `hmac_key_file` after a key rotation note sealed by both, and
+    /// `audit verify` takes them into its keyring.
+    pub previous_hmac_key_files: Vec<PathBuf>,
+    /// The ed25519 signing key `audit checkpoint` signs with.
+    pub checkpoint_key_file: Option<PathBuf>,
 }
 
 /// `[server]`.
@@ -338,6 +344,8 @@ impl Config {
                 rotate_bytes: raw.audit.rotate_bytes.unwrap_or(100 << 20),
                 keep_rotated,
                 hmac_key_file: raw.audit.hmac_key_file,
+                previous_hmac_key_files: raw.audit.previous_hmac_key_files.unwrap_or_default(),
+                checkpoint_key_file: raw.audit.checkpoint_key_file,
             },
             server: server_config(
                 raw.server,

@@ -31,6 +31,8 @@ pub(super) struct RawAudit {
     pub(super) rotate_bytes: Option<u64>,
     pub(super) keep_rotated: Option<u32>,
     pub(super) hmac_key_file: Option<PathBuf>,
+    pub(super) previous_hmac_key_files: Option<Vec<PathBuf>>,
+    pub(super) checkpoint_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
