@@ -496,7 +496,10 @@ impl AuditLog {
             }
             Some(Ok(head)) => {
                 let counter = head.counter;
-                if self.key.is_some() && !self.known_keys().any(|k| head.vouched_by(k)) {
+                if self.key.is_some()
+                    && !self.known_keys().any(|k| head.vouched_by(k))
+                    && !unkeyed_head_of(&head, tail.record.as_ref())
+                {
                     notes.push(json!({"note": "head file not vouched for by the key (its MAC is missing or wrong); chained from the log's last complete record", "head_error": "mac", "head_seq": head.seq}));
                     (None, counter)
                 } else {
@@ -705,6 +708,21 @@ impl AuditLog {
 /// same bytes (two `hmac-sha256:` values and two u64 fit within it, and it
 /// stays inside the first 512-byte sector).
 const HEAD_WIDTH: usize = 256;
+
+/// Whether `head` is the MAC-less head of an unkeyed chain that ends in
+/// `last`: the same `seq` and plain `sha256:` hash, and `last` no key
+/// rotation note (after which the chain is keyed and its head must carry a
+/// MAC). A writer given a key for such a chain moves it to the key.
+fn unkeyed_head_of(head: &Head, last: Option<&Map<String, Value>>) -> bool {
+    let Some(last) = last else {
+        return false;
+    };
+    head.mac.is_none()
+        && head.hash.starts_with("sha256:")
+        && last.get("seq").and_then(Value::as_u64) == Some(head.seq)
+        && last.get("hash").and_then(Value::as_str) == Some(head.hash.as_str())
+        && key_rotation(last).is_none()
+}
 
 /// The key a chain goes on under after its last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
