@@ -937,8 +937,7 @@ fn verify_json(args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["audit", "verify", "--json"];
     all.extend_from_slice(args);
     let out = spawnd(&all);
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("{out:?}"));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{out:?}"));
     (out.status.code(), v)
 }
 
@@ -956,7 +955,14 @@ fn a_cut_tail_with_a_head_copied_from_the_log_or_no_head_fails_a_keyed_chain() {
         .lines()
         .map(str::to_string)
         .collect();
-    std::fs::write(&log, lines[..3].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    std::fs::write(
+        &log,
+        lines[..3]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
     let third: Value = serde_json::from_str(&lines[2]).unwrap();
     let head = log.with_extension("jsonl.head");
     let old: Value = serde_json::from_str(&std::fs::read_to_string(&head).unwrap()).unwrap();
@@ -987,7 +993,9 @@ fn replacing_the_hmac_key_seals_a_rotation_and_the_whole_chain_verifies() {
     denied_runs(&cfg, 2);
     let new = log.parent().unwrap().join("new.key");
     assert_eq!(
-        spawnd(&["audit", "keygen", new.to_str().unwrap()]).status.code(),
+        spawnd(&["audit", "keygen", new.to_str().unwrap()])
+            .status
+            .code(),
         Some(0)
     );
     let config = |previous: &str| {
@@ -1017,7 +1025,10 @@ fn replacing_the_hmac_key_seals_a_rotation_and_the_whole_chain_verifies() {
     assert_eq!(refused.status.code(), Some(5), "{said}");
     assert!(said.contains("previous_hmac_key_files"), "{said}");
     assert_eq!(records(&log).len(), 2, "nothing written");
-    config(&format!("previous_hmac_key_files = [\"{}\"]\n", old.display()));
+    config(&format!(
+        "previous_hmac_key_files = [\"{}\"]\n",
+        old.display()
+    ));
     denied_runs(&cfg, 2);
     let recs = records(&log);
     assert_eq!(recs[2]["kind"], "note", "{:?}", recs[2]);
@@ -1080,7 +1091,13 @@ fn a_signed_checkpoint_catches_what_root_with_the_key_rewrites() {
     let (cfg, log, key) = keyed_config("checkpoint");
     let dir = log.parent().unwrap().to_path_buf();
     let signing = dir.join("checkpoint.key");
-    let made = spawnd(&["audit", "keygen", "--signing", "--json", signing.to_str().unwrap()]);
+    let made = spawnd(&[
+        "audit",
+        "keygen",
+        "--signing",
+        "--json",
+        signing.to_str().unwrap(),
+    ]);
     assert_eq!(made.status.code(), Some(0), "{made:?}");
     let public = serde_json::from_slice::<Value>(&made.stdout).unwrap()["data"]["public_key"]
         .as_str()
@@ -1127,8 +1144,11 @@ fn a_signed_checkpoint_catches_what_root_with_the_key_rewrites() {
     let shipped = offhost.join("audit.jsonl");
     let verify_offhost = || {
         std::fs::copy(&log, &shipped).unwrap();
-        std::fs::copy(log.with_extension("jsonl.head"), shipped.with_extension("jsonl.head"))
-            .unwrap();
+        std::fs::copy(
+            log.with_extension("jsonl.head"),
+            shipped.with_extension("jsonl.head"),
+        )
+        .unwrap();
         verify_json(&[
             "--config",
             empty.to_str().unwrap(),
@@ -1186,7 +1206,11 @@ fn a_signed_checkpoint_catches_what_root_with_the_key_rewrites() {
         std::fs::write(&log, &snapshot).unwrap();
         rewrite(&log);
         let (code, v) = verify_json(&["--config", c]);
-        assert_eq!(code, Some(0), "{what}: the host's own verify is fooled: {v}");
+        assert_eq!(
+            code,
+            Some(0),
+            "{what}: the host's own verify is fooled: {v}"
+        );
         let (code, v) = verify_offhost();
         assert_eq!(code, Some(1), "{what}: {v}");
         let reason = v["data"]["tamper"]["reason"].as_str().unwrap();
@@ -1223,10 +1247,24 @@ fn a_signed_checkpoint_catches_what_root_with_the_key_rewrites() {
         shipped.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(4), "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("signature does not verify"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("signature does not verify"));
     // A chain that does not verify is not signed.
-    std::fs::write(&log, String::from_utf8_lossy(&snapshot).replacen("\"seq\":2", "\"seq\":9", 1)).unwrap();
-    let refused = spawnd(&["audit", "checkpoint", "--config", c, "--signing-key", signing.to_str().unwrap()]);
+    std::fs::write(
+        &log,
+        String::from_utf8_lossy(&snapshot).replacen("\"seq\":2", "\"seq\":9", 1),
+    )
+    .unwrap();
+    let refused = spawnd(&[
+        "audit",
+        "checkpoint",
+        "--config",
+        c,
+        "--signing-key",
+        signing.to_str().unwrap(),
+    ]);
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     assert!(String::from_utf8_lossy(&refused.stdout).contains("not signed"));
 }
@@ -1245,7 +1283,11 @@ fn verify_reports_every_break_not_only_the_first() {
     lines[1] = lines[1].replacen("\"ts\":\"20", "\"ts\":\"19", 1);
     lines[6] = lines[6].replacen("\"ts\":\"20", "\"ts\":\"19", 1);
     lines.remove(4);
-    std::fs::write(&log, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    std::fs::write(
+        &log,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
     let l = log.to_str().unwrap();
     let (code, v) = verify_json(&[l]);
     assert_eq!(code, Some(1), "{v}");
@@ -1274,21 +1316,41 @@ fn a_shipped_segment_verifies_on_its_own() {
         .map(str::to_string)
         .collect();
     let segment = log.parent().unwrap().join("segment.jsonl");
-    std::fs::write(&segment, all[3..].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    std::fs::write(
+        &segment,
+        all[3..]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
     let s = segment.to_str().unwrap();
     let (code, v) = verify_json(&[s]);
     assert_eq!(code, Some(1), "{v}");
-    assert!(v["data"]["tamper"]["reason"].as_str().unwrap().contains("--from-seq 4"));
+    assert!(v["data"]["tamper"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("--from-seq 4"));
     let out = spawnd(&["audit", "verify", "--from-seq", "4", s]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains("segment from seq 4, start unanchored"), "{text}");
+    assert!(
+        text.contains("segment from seq 4, start unanchored"),
+        "{text}"
+    );
     let third: Value = serde_json::from_str(&all[2]).unwrap();
     let anchor = format!("3:{}", third["hash"].as_str().unwrap());
     let out = spawnd(&["audit", "verify", "--anchor", &anchor, s]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains("segment from seq 4, start vouched by --anchor 3:"), "{text}");
+    assert!(
+        text.contains("segment from seq 4, start vouched by --anchor 3:"),
+        "{text}"
+    );
     let bad = spawnd(&["audit", "verify", "--anchor", "3:sha256:00", s]);
-    assert_eq!(bad.status.code(), Some(2), "a malformed anchor is a usage error");
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "a malformed anchor is a usage error"
+    );
 }

@@ -70,8 +70,11 @@ pub fn public_key_text(key: &VerifyingKey) -> String {
 pub fn parse_public_key(text: &str) -> Result<VerifyingKey, CheckpointError> {
     let bad = || CheckpointError::PublicKey(text.to_string());
     let mut bytes = [0u8; 32];
-    hex::decode_to_slice(text.trim().strip_prefix("ed25519:").ok_or_else(bad)?, &mut bytes)
-        .map_err(|_| bad())?;
+    hex::decode_to_slice(
+        text.trim().strip_prefix("ed25519:").ok_or_else(bad)?,
+        &mut bytes,
+    )
+    .map_err(|_| bad())?;
     VerifyingKey::from_bytes(&bytes).map_err(|_| bad())
 }
 

@@ -46,8 +46,8 @@ use serde_json::{json, Map, Value};
 
 use super::group_sync::{self, Ticket};
 use super::record::{
-    head_mac, head_mac_matches, key_id, key_rotation, seal, seal_key_rotation, sealed_with,
-    Kind, GENESIS,
+    head_mac, head_mac_matches, key_id, key_rotation, seal, seal_key_rotation, sealed_with, Kind,
+    GENESIS,
 };
 use tail::read_tail;
 

@@ -176,7 +176,8 @@ pub fn sealed_with(record: &Map<String, Value>, key: Option<&[u8]>) -> bool {
 }
 
 /// The `note` text of a key rotation record.
-pub const KEY_ROTATED: &str = "HMAC key rotated: the records after this one are sealed with the new key";
+pub const KEY_ROTATED: &str =
+    "HMAC key rotated: the records after this one are sealed with the new key";
 
 /// The domain of a key rotation note's MAC under the new key.
 const ROTATION_MAC_DOMAIN: &[u8] = b"spawnd audit key rotation v1\n";
@@ -308,7 +309,10 @@ mod tests {
     #[test]
     fn a_key_id_names_a_key_without_showing_it() {
         let id = key_id(b"0123456789abcdef0123456789abcdef");
-        assert!(id.starts_with("hmac-sha256:") && id.len() == 12 + 16, "{id}");
+        assert!(
+            id.starts_with("hmac-sha256:") && id.len() == 12 + 16,
+            "{id}"
+        );
         assert!(!id.contains("0123456789abcdef"));
         assert_ne!(id, key_id(b"0123456789abcdef0123456789abcdeF"));
         assert_eq!(id, key_id(b"0123456789abcdef0123456789abcdef"));
@@ -322,7 +326,13 @@ mod tests {
         assert!(!head_mac_matches(b"k1", 6, "sha256:aa", 9, &mac));
         assert!(!head_mac_matches(b"k1", 7, "sha256:ab", 9, &mac));
         assert!(!head_mac_matches(b"k1", 7, "sha256:aa", 8, &mac));
-        assert!(!head_mac_matches(b"k1", 7, "sha256:aa", 9, "hmac-sha256:zz"));
+        assert!(!head_mac_matches(
+            b"k1",
+            7,
+            "sha256:aa",
+            9,
+            "hmac-sha256:zz"
+        ));
     }
 
     #[test]

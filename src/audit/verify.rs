@@ -254,7 +254,10 @@ fn new_walk<'a>(keys: &'a [&'a [u8]], anchors: &[Anchor]) -> Walk<'a> {
         skip_below: None,
         unkeyed_since: None,
         starts_noted: Vec::new(),
-        anchored: anchors.iter().map(|a| (a.seq, None)).collect::<BTreeMap<_, _>>(),
+        anchored: anchors
+            .iter()
+            .map(|a| (a.seq, None))
+            .collect::<BTreeMap<_, _>>(),
         daemon: Daemon::default(),
         out: Verified::default(),
     }
@@ -391,7 +394,9 @@ fn check_head(path: &Path, walk: &mut Walk) -> std::io::Result<()> {
         if keyed.is_some() && !segment {
             walk.report(last_seq + 1, 0, "no head file and the chain is keyed: records cut off the end cannot be ruled out (the head file beside the log was deleted)".into());
         } else if segment {
-            walk.out.warnings.push("no head file beside the segment: only anchors vouch for its end".into());
+            walk.out
+                .warnings
+                .push("no head file beside the segment: only anchors vouch for its end".into());
         } else {
             walk.out
                 .warnings
@@ -440,11 +445,9 @@ fn check_head(path: &Path, walk: &mut Walk) -> std::io::Result<()> {
 fn check_heartbeat(walk: &mut Walk, now: Option<OffsetDateTime>) {
     let daemon = &walk.daemon;
     let ends_in_heartbeat = daemon.last_kind.as_deref() == Some("heartbeat");
-    let (Some(now), Some(interval), true) = (
-        now,
-        daemon.interval_s,
-        daemon.running || ends_in_heartbeat,
-    ) else {
+    let (Some(now), Some(interval), true) =
+        (now, daemon.interval_s, daemon.running || ends_in_heartbeat)
+    else {
         return;
     };
     let Some(at) = daemon

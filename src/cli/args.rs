@@ -304,7 +304,9 @@ pub struct VerifyArgs {
 pub(super) fn parse_anchor(text: &str) -> Result<(u64, String), String> {
     let usage = "give SEQ:HASH, e.g. 5500:sha256:<64 hex> (the seq and hash of a record, as `spawnd audit tail --json` shows them)";
     let (seq, hash) = text.split_once(':').ok_or_else(|| usage.to_string())?;
-    let seq: u64 = seq.parse().map_err(|_| format!("{seq:?} is not a seq: {usage}"))?;
+    let seq: u64 = seq
+        .parse()
+        .map_err(|_| format!("{seq:?} is not a seq: {usage}"))?;
     let hex = hash
         .strip_prefix("sha256:")
         .or_else(|| hash.strip_prefix("hmac-sha256:"))

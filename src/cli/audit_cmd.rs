@@ -11,13 +11,13 @@ use time::OffsetDateTime;
 
 use super::args::{AuditFilter, Cli, VerifyArgs};
 use super::context::{load_audit_key, load_config};
-use crate::audit::checkpoint;
-use crate::audit::verify::{verify_with as verify_chain, Anchor, Options as VerifyOptions};
-use crate::exec::load_previous_audit_keys;
 use super::output::{print_line, Failure, Success};
 use crate::audit::chain;
+use crate::audit::checkpoint;
 use crate::audit::ocsf::to_ocsf;
 use crate::audit::time_bound::record_instant;
+use crate::audit::verify::{verify_with as verify_chain, Anchor, Options as VerifyOptions};
+use crate::exec::load_previous_audit_keys;
 use crate::printable::printable;
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
@@ -139,8 +139,9 @@ fn keyring(
             .map(zeroize::Zeroizing::new),
     );
     for path in extra {
-        let secret = crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
-            .map_err(|e| Failure::config(format!("--key {}: {e}", path.display())))?;
+        let secret =
+            crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
+                .map_err(|e| Failure::config(format!("--key {}: {e}", path.display())))?;
         keys.push(zeroize::Zeroizing::new(secret.expose().to_vec()));
     }
     Ok(keys)
@@ -288,21 +289,24 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
 
 /// A signing key file (owned by this user, mode 0600).
 fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, Failure> {
-    let secret = crate::vault::read_secret(&crate::config::CredentialSource::File(
-        path.to_path_buf(),
-    ))
-    .map_err(|e| Failure::config(format!("the checkpoint signing key: {e}")))?;
-    checkpoint::signing_key(secret.expose())
-        .map_err(|e| Failure::config(format!("the checkpoint signing key {}: {e}", path.display())))
+    let secret =
+        crate::vault::read_secret(&crate::config::CredentialSource::File(path.to_path_buf()))
+            .map_err(|e| Failure::config(format!("the checkpoint signing key: {e}")))?;
+    checkpoint::signing_key(secret.expose()).map_err(|e| {
+        Failure::config(format!(
+            "the checkpoint signing key {}: {e}",
+            path.display()
+        ))
+    })
 }
 
 /// `spawnd audit keygen --signing FILE`: a new ed25519 signing key (its
 /// 32-byte seed as 64 hex digits), mode 0600; prints the public key.
 pub fn keygen_signing(file: &Path) -> Result<Success, Failure> {
-    let text = checkpoint::new_signing_key_text()
-        .map_err(|e| Failure::internal(e.to_string()))?;
+    let text = checkpoint::new_signing_key_text().map_err(|e| Failure::internal(e.to_string()))?;
     write_new_key(file, text.as_bytes())?;
-    let key = checkpoint::signing_key(text.as_bytes()).map_err(|e| Failure::internal(e.to_string()))?;
+    let key =
+        checkpoint::signing_key(text.as_bytes()).map_err(|e| Failure::internal(e.to_string()))?;
     let public = checkpoint::public_key_text(&key.verifying_key());
     Ok(Success::new(
         json!({"file": file, "public_key": public}),

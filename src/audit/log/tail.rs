@@ -42,8 +42,7 @@ pub(super) fn read_tail(file: &File) -> std::io::Result<Tail> {
             (at, len - at)
         });
         let record = end.and_then(|_| {
-            serde_json::from_slice::<Map<String, Value>>(&complete[line_start.unwrap_or(0)..])
-                .ok()
+            serde_json::from_slice::<Map<String, Value>>(&complete[line_start.unwrap_or(0)..]).ok()
         });
         let last = record.as_ref().and_then(|record| {
             Some(Head::at(

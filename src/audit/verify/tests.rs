@@ -460,7 +460,10 @@ fn records_cut_off_the_end_and_a_head_copied_from_the_log_are_caught_when_keyed(
     for forged in forged_heads {
         std::fs::write(crate::audit::log::head_path(&path), forged.to_string()).unwrap();
         let v = verify(&path, Some(K1)).unwrap();
-        let t = v.tamper.clone().unwrap_or_else(|| panic!("{forged}: {v:?}"));
+        let t = v
+            .tamper
+            .clone()
+            .unwrap_or_else(|| panic!("{forged}: {v:?}"));
         assert_eq!(t.seq, 4, "{t:?}");
         assert!(t.reason.contains("rewritten without the key"), "{t:?}");
     }
@@ -480,7 +483,10 @@ fn a_missing_head_is_an_error_for_a_keyed_chain_and_a_warning_without_a_key() {
     std::fs::remove_file(crate::audit::log::head_path(&plain)).unwrap();
     let v = verify(&plain, None).unwrap();
     assert_eq!(v.tamper, None);
-    assert!(v.warnings.iter().any(|w| w.contains("no head file")), "{v:?}");
+    assert!(
+        v.warnings.iter().any(|w| w.contains("no head file")),
+        "{v:?}"
+    );
     // The next keyed append notes the missing head, so the hole stays on
     // record after the head is back.
     AuditLog::open(&path)
@@ -519,7 +525,10 @@ fn a_keyed_head_behind_the_log_or_garbled_still_chains_and_is_noted() {
     let v = verify(&path, Some(K1)).unwrap();
     assert_eq!((v.tamper.clone(), v.last_seq), (None, 5), "{v:?}");
     let head = v.head.clone().unwrap();
-    assert!(head.vouched && head.seq == 5 && head.counter == 4, "{head:?}");
+    assert!(
+        head.vouched && head.seq == 5 && head.counter == 4,
+        "{head:?}"
+    );
     std::fs::write(crate::audit::log::head_path(&path), b"{\"seq\":5,\"ha\0\0").unwrap();
     assert!(verify(&path, Some(K1)).unwrap().tamper.is_some());
     AuditLog::open(&path)
@@ -574,7 +583,10 @@ fn a_rotated_key_keeps_the_old_chain_verifying_with_the_keyring() {
     assert_eq!((v.tamper.clone(), v.last_seq), (None, 6), "{v:?}");
     assert!(v.head.unwrap().vouched);
     // Either key alone verifies only its part.
-    let t = verify_with(&path, &with_keys(&[K2])).unwrap().tamper.unwrap();
+    let t = verify_with(&path, &with_keys(&[K2]))
+        .unwrap()
+        .tamper
+        .unwrap();
     assert_eq!(t.seq, 1, "{t:?}");
     let v = verify_with(&path, &with_keys(&[K1])).unwrap();
     assert!(
@@ -626,8 +638,14 @@ fn a_key_change_without_a_note_vouched_for_by_both_keys_is_caught() {
     note.insert("hash".into(), Value::from(h));
     l[3] = Value::Object(note).to_string();
     write_lines(&path, &l);
-    let t = verify_with(&path, &with_keys(&[K1, K2])).unwrap().tamper.unwrap();
-    assert!(t.reason.contains("not vouched for by the key it moves to"), "{t:?}");
+    let t = verify_with(&path, &with_keys(&[K1, K2]))
+        .unwrap()
+        .tamper
+        .unwrap();
+    assert!(
+        t.reason.contains("not vouched for by the key it moves to"),
+        "{t:?}"
+    );
 }
 
 /// A chain written before a key was set moves to it at the next append.
@@ -707,7 +725,11 @@ fn an_anchor_catches_a_consistent_rewrite_a_cut_and_a_restart() {
     let again = rebuilt.path().join("audit.jsonl");
     let log = AuditLog::open(&again).unwrap().with_key(K1.to_vec());
     for i in 0..8 {
-        let op = if i == 1 { "forged".into() } else { format!("op{i}") };
+        let op = if i == 1 {
+            "forged".into()
+        } else {
+            format!("op{i}")
+        };
         log.append(Kind::Decision, None, body(&op)).unwrap();
     }
     assert_eq!(verify(&again, Some(K1)).unwrap().tamper, None);
@@ -725,7 +747,10 @@ fn an_anchor_catches_a_consistent_rewrite_a_cut_and_a_restart() {
         log.append(Kind::Decision, None, body(&format!("op{i}")))
             .unwrap();
     }
-    let t = verify_with(&short, &options(vec![a])).unwrap().tamper.unwrap();
+    let t = verify_with(&short, &options(vec![a]))
+        .unwrap()
+        .tamper
+        .unwrap();
     assert!(t.reason.contains("cut off the end"), "{t:?}");
 }
 
@@ -749,7 +774,11 @@ fn a_shipped_segment_verifies_on_its_own_and_says_what_vouches_for_its_start() {
         },
     )
     .unwrap();
-    assert_eq!((v.tamper.clone(), v.first_seq, v.records), (None, 5, 5), "{v:?}");
+    assert_eq!(
+        (v.tamper.clone(), v.first_seq, v.records),
+        (None, 5, 5),
+        "{v:?}"
+    );
     assert_eq!(v.segment.clone().unwrap().vouched_by, None);
     let vouched = verify_with(
         &segment,
@@ -826,7 +855,9 @@ fn a_daemon_silent_past_its_heartbeat_is_a_warning_and_a_stop_is_not() {
         decision["hash"].as_str().unwrap(),
         json!({"event": "stop"}),
     );
-    let at = |s: &str| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap();
+    let at = |s: &str| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap()
+    };
     let judged = |records: &[&Map<String, Value>], now: &str| {
         let text: Vec<String> = records
             .iter()
@@ -855,7 +886,14 @@ fn a_daemon_silent_past_its_heartbeat_is_a_warning_and_a_stop_is_not() {
         late[0].starts_with("the last record is 2 h 0 min old; the daemon that wrote it sends a heartbeat every 60 s and recorded no stop"),
         "{late:?}"
     );
-    assert_eq!(judged(&[&start, &beat], "2026-03-02T10:00:00.000Z").len(), 1);
+    assert_eq!(
+        judged(&[&start, &beat], "2026-03-02T10:00:00.000Z").len(),
+        1
+    );
     // A daemon that recorded its stop owes no heartbeat.
-    assert!(judged(&[&start, &beat, &decision, &stop], "2026-03-05T00:00:00.000Z").is_empty());
+    assert!(judged(
+        &[&start, &beat, &decision, &stop],
+        "2026-03-05T00:00:00.000Z"
+    )
+    .is_empty());
 }
