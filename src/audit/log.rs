@@ -501,7 +501,9 @@ impl AuditLog {
                     && !unkeyed_head_of(&head, tail.record.as_ref())
                 {
                     notes.push(json!({"note": "head file not vouched for by the key (its MAC is missing or wrong); chained from the log's last complete record", "head_error": "mac", "head_seq": head.seq}));
-                    (None, counter)
+                    // Its counter is not vouched for either: counting starts
+                    // again after the note.
+                    (None, 0)
                 } else {
                     (Some(head), counter)
                 }
