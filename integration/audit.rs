@@ -1017,3 +1017,457 @@ fn records_are_forwarded_to_syslog_and_journald_as_they_are_written() {
         }
     }
 }
+
+/// A config whose chain is keyed with a fresh key; returns (config, log, key).
+fn keyed_config(name: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let (cfg, log) = audit_config(name);
+    let key = log.parent().unwrap().join("audit.key");
+    let made = spawnd(&["audit", "keygen", key.to_str().unwrap()]);
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[audit]\npath = \"{}\"\nhmac_key_file = \"{}\"\n",
+            log.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    (cfg, log, key)
+}
+
+/// `n` denied runs, each one denial record.
+fn denied_runs(cfg: &std::path::Path, n: usize) {
+    let w = world();
+    for i in 0..n {
+        let out = w.run(
+            As::Root,
+            "probe0",
+            &[("attack", "whoami"), ("nope", &format!("{i}"))],
+            &["--config", cfg.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+    }
+}
+
+fn verify_json(args: &[&str]) -> (Option<i32>, Value) {
+    let mut all = vec!["audit", "verify", "--json"];
+    all.extend_from_slice(args);
+    let out = spawnd(&all);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{out:?}"));
+    (out.status.code(), v)
+}
+
+/// Issue 35, point 3: the last 3 records dropped and the head rewritten
+/// with values copied from the log, or the head deleted, are caught when
+/// the chain is keyed.
+#[test]
+fn a_cut_tail_with_a_head_copied_from_the_log_or_no_head_fails_a_keyed_chain() {
+    let (cfg, log, _key) = keyed_config("cut-tail");
+    denied_runs(&cfg, 6);
+    let c = cfg.to_str().unwrap();
+    assert_eq!(verify_json(&["--config", c]).0, Some(0));
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    std::fs::write(
+        &log,
+        lines[..3]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let third: Value = serde_json::from_str(&lines[2]).unwrap();
+    let head = log.with_extension("jsonl.head");
+    let old: Value = serde_json::from_str(&std::fs::read_to_string(&head).unwrap()).unwrap();
+    let copied = serde_json::json!({"seq": 3, "hash": third["hash"], "counter": old["counter"], "mac": old["mac"]});
+    std::fs::write(&head, copied.to_string()).unwrap();
+    let (code, v) = verify_json(&["--config", c]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["data"]["tamper"]["seq"], 4, "{v}");
+    assert!(v["data"]["tamper"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("rewritten without the key"));
+    std::fs::remove_file(&head).unwrap();
+    let (code, v) = verify_json(&["--config", c]);
+    assert_eq!(code, Some(1), "{v}");
+    assert!(v["data"]["tamper"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no head file"));
+}
+
+/// Issue 35, point 5: replacing the key keeps the old chain verifying. A
+/// writer without the old key refuses (exit 5, saying how to fix it); with
+/// it as a retired key, it seals a rotation note under both.
+#[test]
+fn replacing_the_hmac_key_seals_a_rotation_and_the_whole_chain_verifies() {
+    let (cfg, log, old) = keyed_config("rotate-key");
+    denied_runs(&cfg, 2);
+    let new = log.parent().unwrap().join("new.key");
+    assert_eq!(
+        spawnd(&["audit", "keygen", new.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+    let config = |previous: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[audit]\npath = \"{}\"\nhmac_key_file = \"{}\"\n{previous}",
+                log.display(),
+                new.display()
+            ),
+        )
+        .unwrap()
+    };
+    config("");
+    let c = cfg.to_str().unwrap();
+    let refused = world().run(
+        As::Root,
+        "probe0",
+        &[("attack", "whoami")],
+        &["--config", c],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(refused.status.code(), Some(5), "{said}");
+    assert!(said.contains("previous_hmac_key_files"), "{said}");
+    assert_eq!(records(&log).len(), 2, "nothing written");
+    config(&format!(
+        "previous_hmac_key_files = [\"{}\"]\n",
+        old.display()
+    ));
+    denied_runs(&cfg, 2);
+    let recs = records(&log);
+    assert_eq!(recs[2]["kind"], "note", "{:?}", recs[2]);
+    assert!(recs[2]["key_rotated"]["to_key_id"].is_string());
+    let (code, v) = verify_json(&["--config", c]);
+    assert_eq!(code, Some(0), "{v}");
+    // Off the host: no config, the keys given as --key.
+    let empty = log.parent().unwrap().join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let (code, v) = verify_json(&[
+        "--config",
+        empty.to_str().unwrap(),
+        "--key",
+        new.to_str().unwrap(),
+        "--key",
+        old.to_str().unwrap(),
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{v}");
+    // The new key alone does not vouch for the old records.
+    let (code, _) = verify_json(&[
+        "--config",
+        empty.to_str().unwrap(),
+        "--key",
+        new.to_str().unwrap(),
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+}
+
+/// Rewrites every record of `log` with `edit`, resealing the chain and the
+/// head with `key`: what root holding the key can do.
+fn reseal(log: &std::path::Path, key: &[u8], edit: &dyn Fn(&mut serde_json::Map<String, Value>)) {
+    use spawnd::audit::record::{chain_hash, head_mac, GENESIS};
+    let mut prev = GENESIS.to_string();
+    let mut out = String::new();
+    let mut seq = 0;
+    for line in std::fs::read_to_string(log).unwrap().lines() {
+        let mut r: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+        edit(&mut r);
+        seq += 1;
+        r.insert("seq".into(), seq.into());
+        r.insert("prev".into(), prev.clone().into());
+        r.remove("hash");
+        prev = chain_hash(&r, Some(key));
+        r.insert("hash".into(), prev.clone().into());
+        out.push_str(&format!("{}\n", Value::Object(r)));
+    }
+    std::fs::write(log, out).unwrap();
+    let head = serde_json::json!({"seq": seq, "hash": prev, "counter": 1000, "mac": head_mac(key, seq, &prev, 1000)});
+    std::fs::write(log.with_extension("jsonl.head"), head.to_string()).unwrap();
+}
+
+/// Issue 35, point 4: root holding the HMAC key rewrites records, drops a
+/// spawn and renumbers, or wipes the log and starts again: the host's own
+/// verify says intact, a signed checkpoint taken before catches each, off
+/// the host with just the files, the keys and the public key.
+#[test]
+fn a_signed_checkpoint_catches_what_root_with_the_key_rewrites() {
+    let (cfg, log, key) = keyed_config("checkpoint");
+    let dir = log.parent().unwrap().to_path_buf();
+    let signing = dir.join("checkpoint.key");
+    let made = spawnd(&[
+        "audit",
+        "keygen",
+        "--signing",
+        "--json",
+        signing.to_str().unwrap(),
+    ]);
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
+    let public = serde_json::from_slice::<Value>(&made.stdout).unwrap()["data"]["public_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(public.starts_with("ed25519:"), "{public}");
+    let again = spawnd(&["audit", "keygen", "--public", signing.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), public);
+    let refused = spawnd(&["audit", "keygen", "--signing", signing.to_str().unwrap()]);
+    assert_ne!(refused.status.code(), Some(0), "never over a key");
+    denied_runs(&cfg, 5);
+    let c = cfg.to_str().unwrap();
+    let checkpoints = dir.join("checkpoints.jsonl");
+    let taken = spawnd(&[
+        "audit",
+        "checkpoint",
+        "--config",
+        c,
+        "--signing-key",
+        signing.to_str().unwrap(),
+        "-o",
+        checkpoints.to_str().unwrap(),
+    ]);
+    assert_eq!(taken.status.code(), Some(0), "{taken:?}");
+    let line: Value = serde_json::from_slice(&taken.stdout).unwrap();
+    assert_eq!(line["seq"], 5, "{line}");
+    assert_eq!(line["public_key"], public.as_str());
+    for field in ["name", "machine_id", "boot_id"] {
+        assert!(line["host"].get(field).is_some(), "{line}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&checkpoints).unwrap().trim(),
+        String::from_utf8_lossy(&taken.stdout).trim()
+    );
+    denied_runs(&cfg, 2);
+    let snapshot = std::fs::read(&log).unwrap();
+    let key_bytes = std::fs::read_to_string(&key).unwrap();
+    let key_bytes = key_bytes.trim_end().as_bytes();
+    // Off the host: a copy of the files, no config but an empty one.
+    let offhost = dir.join("offhost");
+    std::fs::create_dir_all(&offhost).unwrap();
+    let empty = offhost.join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let shipped = offhost.join("audit.jsonl");
+    let verify_offhost = || {
+        std::fs::copy(&log, &shipped).unwrap();
+        std::fs::copy(
+            log.with_extension("jsonl.head"),
+            shipped.with_extension("jsonl.head"),
+        )
+        .unwrap();
+        verify_json(&[
+            "--config",
+            empty.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--checkpoint",
+            checkpoints.to_str().unwrap(),
+            "--public-key",
+            &public,
+            shipped.to_str().unwrap(),
+        ])
+    };
+    let (code, v) = verify_offhost();
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["data"]["anchored"].as_array().unwrap().len(), 1, "{v}");
+    type Rewrite<'a> = Box<dyn Fn(&std::path::Path) + 'a>;
+    let rewrites: Vec<(&str, Rewrite)> = vec![
+        (
+            "every record's caller uid rewritten",
+            Box::new(|l: &std::path::Path| {
+                reseal(l, key_bytes, &|r| {
+                    if let Some(caller) = r.get_mut("caller") {
+                        caller["uid"] = 4242.into();
+                    }
+                })
+            }),
+        ),
+        (
+            "a record dropped and the rest renumbered",
+            Box::new(|l: &std::path::Path| {
+                let text = std::fs::read_to_string(l).unwrap();
+                let kept: String = text
+                    .lines()
+                    .enumerate()
+                    .filter(|(i, _)| *i != 1)
+                    .map(|(_, x)| format!("{x}\n"))
+                    .collect();
+                std::fs::write(l, kept).unwrap();
+                reseal(l, key_bytes, &|_| {});
+            }),
+        ),
+        (
+            "the log wiped and started again at seq 1",
+            Box::new(|l: &std::path::Path| {
+                let text = std::fs::read_to_string(l).unwrap();
+                let first: String = text.lines().take(3).map(|x| format!("{x}\n")).collect();
+                std::fs::write(l, first).unwrap();
+                reseal(l, key_bytes, &|r| {
+                    r.insert("ts".into(), "2030-01-01T00:00:00.000Z".into());
+                });
+            }),
+        ),
+    ];
+    for (what, rewrite) in rewrites {
+        std::fs::write(&log, &snapshot).unwrap();
+        rewrite(&log);
+        let (code, v) = verify_json(&["--config", c]);
+        assert_eq!(
+            code,
+            Some(0),
+            "{what}: the host's own verify is fooled: {v}"
+        );
+        let (code, v) = verify_offhost();
+        assert_eq!(code, Some(1), "{what}: {v}");
+        let reason = v["data"]["tamper"]["reason"].as_str().unwrap();
+        assert!(reason.contains("checkpoint"), "{what}: {reason}");
+    }
+    // A checkpoint signed by another key, or edited, vouches for nothing.
+    let (code, _) = verify_json(&[
+        "--config",
+        empty.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--checkpoint",
+        checkpoints.to_str().unwrap(),
+        "--public-key",
+        &format!("ed25519:{}", "11".repeat(32)),
+        shipped.to_str().unwrap(),
+    ]);
+    assert_ne!(code, Some(0));
+    let edited = offhost.join("edited.jsonl");
+    std::fs::write(
+        &edited,
+        std::fs::read_to_string(&checkpoints)
+            .unwrap()
+            .replacen("\"seq\":5", "\"seq\":4", 1),
+    )
+    .unwrap();
+    let (code, v) = verify_json(&[
+        "--config",
+        empty.to_str().unwrap(),
+        "--checkpoint",
+        edited.to_str().unwrap(),
+        "--public-key",
+        &public,
+        shipped.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(4), "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("signature does not verify"));
+    // A chain that does not verify is not signed.
+    std::fs::write(
+        &log,
+        String::from_utf8_lossy(&snapshot).replacen("\"seq\":2", "\"seq\":9", 1),
+    )
+    .unwrap();
+    let refused = spawnd(&[
+        "audit",
+        "checkpoint",
+        "--config",
+        c,
+        "--signing-key",
+        signing.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("not signed"));
+}
+
+/// Issue 35, point 10 (verify stops at the first break): every break is
+/// listed in the text and in `tampered`, `tamper` staying the first.
+#[test]
+fn verify_reports_every_break_not_only_the_first() {
+    let (cfg, log) = audit_config("every-break");
+    denied_runs(&cfg, 8);
+    let mut lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines[1] = lines[1].replacen("\"ts\":\"20", "\"ts\":\"19", 1);
+    lines[6] = lines[6].replacen("\"ts\":\"20", "\"ts\":\"19", 1);
+    lines.remove(4);
+    std::fs::write(
+        &log,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let l = log.to_str().unwrap();
+    let (code, v) = verify_json(&[l]);
+    assert_eq!(code, Some(1), "{v}");
+    let at: Vec<u64> = v["data"]["tampered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(at, [2, 5, 7], "{v}");
+    assert_eq!(v["data"]["tamper"]["seq"], 2);
+    let text = String::from_utf8(spawnd(&["audit", "verify", l]).stdout).unwrap();
+    assert_eq!(text.matches("TAMPERED at seq").count(), 3, "{text}");
+}
+
+/// Issue 35, point 4: a shipped segment (a rotated file on its own) is
+/// verified from its first record, its start vouched for by an anchor or
+/// said to be unanchored.
+#[test]
+fn a_shipped_segment_verifies_on_its_own() {
+    let (cfg, log) = audit_config("segment");
+    denied_runs(&cfg, 6);
+    let all: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let segment = log.parent().unwrap().join("segment.jsonl");
+    std::fs::write(
+        &segment,
+        all[3..]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let s = segment.to_str().unwrap();
+    let (code, v) = verify_json(&[s]);
+    assert_eq!(code, Some(1), "{v}");
+    assert!(v["data"]["tamper"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("--from-seq 4"));
+    let out = spawnd(&["audit", "verify", "--from-seq", "4", s]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("segment from seq 4, start unanchored"),
+        "{text}"
+    );
+    let third: Value = serde_json::from_str(&all[2]).unwrap();
+    let anchor = format!("3:{}", third["hash"].as_str().unwrap());
+    let out = spawnd(&["audit", "verify", "--anchor", &anchor, s]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("segment from seq 4, start vouched by --anchor 3:"),
+        "{text}"
+    );
+    let bad = spawnd(&["audit", "verify", "--anchor", "3:sha256:00", s]);
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "a malformed anchor is a usage error"
+    );
+}

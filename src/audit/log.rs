@@ -17,6 +17,17 @@
 //! head gets a `note` record). A torn last line left by a crash is detected,
 //! reported in a `note` record and chained past — never silently dropped.
 //!
+//! With a key (`with_key`), the head also carries a `counter` of head writes
+//! (continued from the previous head, never reset) and a `mac` over `seq`,
+//! `hash` and `counter`, so that a head rewritten without the key (records
+//! cut off the end and the head set to match) is caught. A head found
+//! missing, garbled or not vouched for by the key gets a `note` before the
+//! chain goes on from the log's last record, so the next append cannot hide
+//! it. When the chain was sealed with another key than the writer's (a
+//! retired key named by `with_previous_keys`, or none), the writer first
+//! writes a key rotation note sealed by both; a chain sealed with a key it
+//! does not hold is never continued (fail closed: nothing is written).
+//!
 //! Rotation (`with_rotation`) renames a full log to `<log>.N`; retention
 //! (`with_retention`) then removes the oldest rotated files beyond the number
 //! kept. Before any is removed, a `note` record naming them and where the
@@ -34,7 +45,10 @@ use nix::fcntl::{Flock, FlockArg};
 use serde_json::{json, Map, Value};
 
 use super::group_sync::{self, Ticket};
-use super::record::{seal, Kind, GENESIS};
+use super::record::{
+    head_mac, head_mac_matches, key_id, key_rotation, seal, seal_key_rotation, sealed_with, Kind,
+    GENESIS,
+};
 use tail::read_tail;
 
 mod tail;
@@ -109,18 +123,46 @@ impl Unsynced {
 pub struct AuditLog {
     path: PathBuf,
     key: Option<zeroize::Zeroizing<Vec<u8>>>,
+    previous_keys: Vec<zeroize::Zeroizing<Vec<u8>>>,
     rotate_bytes: Option<u64>,
     keep_rotated: Option<u32>,
     forward: Option<std::sync::Arc<super::forward::Forwarder>>,
 }
 
-/// The last record's `seq` and `hash`, as the head file keeps them.
+/// The last record's `seq` and `hash`, as the head file keeps them, with
+/// the head's write counter and (keyed) its MAC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
     /// Last sequence number (0: empty log).
     pub seq: u64,
     /// Last hash (`GENESIS` for an empty log).
     pub hash: String,
+    /// How many times the head file was written, continued from the head
+    /// before (0 when the head file does not say).
+    pub counter: u64,
+    /// `hmac-sha256:` over `seq`, `hash` and `counter` under the chain's
+    /// key ([`head_mac`]); `None` for an unkeyed chain.
+    pub mac: Option<String>,
+}
+
+impl Head {
+    /// The head of a chain whose last record is `seq` with `hash` (no
+    /// counter, no MAC: as a record, not a head file, says it).
+    pub fn at(seq: u64, hash: &str) -> Head {
+        Head {
+            seq,
+            hash: hash.to_string(),
+            counter: 0,
+            mac: None,
+        }
+    }
+
+    /// Whether the head's MAC verifies under `key`.
+    pub fn vouched_by(&self, key: &[u8]) -> bool {
+        self.mac
+            .as_deref()
+            .is_some_and(|mac| head_mac_matches(key, self.seq, &self.hash, self.counter, mac))
+    }
 }
 
 /// The head file beside a log.
@@ -158,7 +200,26 @@ fn parse_head(bytes: &[u8]) -> std::io::Result<Head> {
         .as_str()
         .ok_or_else(|| invalid("head file without hash"))?
         .to_string();
-    Ok(Head { seq, hash })
+    let counter = match &v["counter"] {
+        Value::Null => 0,
+        c => c
+            .as_u64()
+            .ok_or_else(|| invalid("head file with a counter that is not a number"))?,
+    };
+    let mac = match &v["mac"] {
+        Value::Null => None,
+        m => Some(
+            m.as_str()
+                .ok_or_else(|| invalid("head file with a mac that is not a string"))?
+                .to_string(),
+        ),
+    };
+    Ok(Head {
+        seq,
+        hash,
+        counter,
+        mac,
+    })
 }
 
 /// What this process's last append left behind: the log file (device,
@@ -170,6 +231,9 @@ fn parse_head(bytes: &[u8]) -> std::io::Result<Head> {
 /// full reading, with its notes.
 struct LastAppend {
     log: PathBuf,
+    /// The key id the chain was continued under (a writer with another key
+    /// must read the tail and seal the rotation).
+    key_id: Option<String>,
     file: (u64, u64),
     len: u64,
     head: Head,
@@ -213,6 +277,7 @@ impl AuditLog {
         let log = AuditLog {
             path: path.to_path_buf(),
             key: None,
+            previous_keys: Vec::new(),
             rotate_bytes: None,
             keep_rotated: None,
             forward: None,
@@ -237,6 +302,26 @@ impl AuditLog {
     pub fn with_key(mut self, key: Vec<u8>) -> AuditLog {
         self.key = Some(zeroize::Zeroizing::new(key));
         self
+    }
+
+    /// Retired keys (`[audit] previous_hmac_key_files`): a chain last sealed
+    /// with one of them is continued after a key rotation note sealed with
+    /// it and vouched for by the current key.
+    pub fn with_previous_keys(mut self, keys: Vec<Vec<u8>>) -> AuditLog {
+        self.previous_keys = keys.into_iter().map(zeroize::Zeroizing::new).collect();
+        self
+    }
+
+    /// The current key, then the retired ones.
+    fn known_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.key
+            .iter()
+            .chain(self.previous_keys.iter())
+            .map(|k| k.as_slice())
+    }
+
+    fn key_id(&self) -> Option<String> {
+        self.key.as_deref().map(|k| key_id(k))
     }
 
     /// Starts a new file once the current one reaches `bytes`; the full one
@@ -327,8 +412,10 @@ impl AuditLog {
         let at = (before.dev(), before.ino());
         let head_bytes =
             read_head_bytes(&self.path).map_err(|e| self.err("read the head file", e))?;
+        let key_id = self.key_id();
         let known = take_last_append().filter(|last| {
             last.log == self.path
+                && last.key_id == key_id
                 && last.file == at
                 && last.len == before.len()
                 && head_bytes.as_deref() == Some(last.head_bytes.as_slice())
@@ -354,6 +441,7 @@ impl AuditLog {
         }
         keep_last_append(LastAppend {
             log: self.path.clone(),
+            key_id,
             file: at,
             len: before.len() + written,
             head: head.clone(),
@@ -378,42 +466,93 @@ impl AuditLog {
 
     /// Where the chain continues when this process does not know how the
     /// log ends: from the head file or the log's last complete record,
-    /// whichever is further along, after noting a torn last line or a
-    /// garbled head file. `written` counts the bytes appended.
+    /// whichever is further along, after noting a torn last line or a head
+    /// file that is garbled, or (keyed) missing or not vouched for by the
+    /// key, and after sealing a key rotation when the chain was last sealed
+    /// with another key. `written` counts the bytes appended.
     fn chain_from_disk(
         &self,
         file: &mut File,
         head_bytes: Option<&[u8]>,
         written: &mut u64,
     ) -> Result<Head, AuditError> {
-        let genesis = Head {
-            seq: 0,
-            hash: GENESIS.into(),
+        let mut tail = read_tail(file).map_err(|e| self.err("read the last record", e))?;
+        if tail.last.is_none() {
+            // A log rotated a moment ago is empty: its chain ends in the
+            // newest rotated file.
+            if let Some((_, newest)) = rotated_files(&self.path).pop() {
+                let rotated = File::open(&newest)
+                    .and_then(|f| read_tail(&f))
+                    .map_err(|e| self.err("read the last rotated file's last record", e))?;
+                tail.last = rotated.last;
+                tail.record = rotated.record;
+            }
+        }
+        let mut notes = Vec::new();
+        // The head file counts as where the chain ends only when it parses
+        // and, with a key, its MAC verifies under a key this writer holds:
+        // a head rewritten without the key must not move the chain.
+        let (recorded, counter) = match head_bytes.map(parse_head) {
+            None => {
+                if self.key.is_some() && tail.last.is_some() {
+                    notes.push(json!({"note": "head file missing; chained from the log's last complete record", "head_error": "missing"}));
+                }
+                (None, 0)
+            }
+            Some(Err(e)) => {
+                notes.push(json!({"note": "head file unreadable; chained from the log's last complete record", "head_error": e.to_string()}));
+                (None, 0)
+            }
+            Some(Ok(head)) => {
+                let counter = head.counter;
+                if self.key.is_some()
+                    && !self.known_keys().any(|k| head.vouched_by(k))
+                    && !unkeyed_head_of(&head, tail.record.as_ref())
+                {
+                    notes.push(json!({"note": "head file not vouched for by the key (its MAC is missing or wrong); chained from the log's last complete record", "head_error": "mac", "head_seq": head.seq}));
+                    // Its counter is not vouched for either: counting starts
+                    // again after the note.
+                    (None, 0)
+                } else {
+                    (Some(head), counter)
+                }
+            }
         };
-        let (recorded, garbled) = match head_bytes.map(parse_head) {
-            None => (genesis, None),
-            Some(Ok(head)) => (head, None),
-            Some(Err(e)) => (genesis, Some(e.to_string())),
-        };
-        let tail = read_tail(file).map_err(|e| self.err("read the last record", e))?;
         // The chain continues from whichever is further along: the head file,
         // or the log's last complete record (a crash between writing a record
         // and updating the head leaves the head behind — found by the kill -9
         // fault test). A log shorter than its head (records cut off) keeps the
         // head, so the gap stays visible to `verify`.
-        let mut head = match tail.last {
-            Some(last) if last.seq > recorded.seq => last,
-            _ => recorded,
+        let from_record = match (&tail.last, &recorded) {
+            (Some(last), Some(head)) => last.seq > head.seq,
+            (Some(_), None) => true,
+            (None, _) => false,
         };
-        let mut notes = Vec::new();
+        let mut head = if from_record {
+            tail.last.clone()
+        } else {
+            recorded.clone()
+        }
+        .unwrap_or_else(|| Head::at(0, GENESIS));
+        head.counter = counter;
+        if head.seq > 0 {
+            let same_point = from_record || tail.last.as_ref().map(|l| l.seq) == Some(head.seq);
+            let last = tail.record.as_ref().filter(|_| same_point);
+            let under = self.continues_under(from_record, recorded.as_ref(), last);
+            self.check_key(&head, under)?;
+            if let (Some(key), Under::Key(Some(_)) | Under::Unkeyed) = (&self.key, under) {
+                let from = match under {
+                    Under::Key(Some(i)) => self.previous_keys.get(i).map(|k| k.as_slice()),
+                    _ => None,
+                };
+                head = self.write_key_rotation(file, &head, from, key, written)?;
+            }
+        }
         if let Some(torn) = tail.torn {
             file.write_all(b"\n")
                 .map_err(|e| self.err("close a torn line", e))?;
             *written += 1;
-            notes.push(json!({"note": "torn line left by an interrupted write; chained past", "torn_at_byte": torn.0, "torn_bytes": torn.1}));
-        }
-        if let Some(why) = garbled {
-            notes.push(json!({"note": "head file unreadable; chained from the log's last complete record", "head_error": why}));
+            notes.insert(0, json!({"note": "torn line left by an interrupted write; chained past", "torn_at_byte": torn.0, "torn_bytes": torn.1}));
         }
         for note in notes {
             let body = note.as_object().cloned().unwrap_or_default();
@@ -423,6 +562,81 @@ impl AuditLog {
                 .0;
         }
         Ok(head)
+    }
+
+    /// The key the chain goes on under after the point it continues from:
+    /// the key the head file's MAC verifies under when the head names that
+    /// point, else the key that sealed the last record (the new key after a
+    /// rotation note).
+    fn continues_under(
+        &self,
+        from_record: bool,
+        head: Option<&Head>,
+        last: Option<&Map<String, Value>>,
+    ) -> Under {
+        let position = |found: Option<usize>| match found {
+            Some(0) if self.key.is_some() => Under::Key(None),
+            Some(i) => Under::Key(Some(i - usize::from(self.key.is_some()))),
+            None => Under::Unknown,
+        };
+        if let (false, Some(head)) = (from_record, head) {
+            if head.mac.is_some() {
+                return position(self.known_keys().position(|k| head.vouched_by(k)));
+            }
+        }
+        let Some(record) = last else {
+            return match head {
+                Some(h) if h.hash.starts_with("sha256:") && h.mac.is_none() => Under::Unkeyed,
+                _ => Under::Unknown,
+            };
+        };
+        if let Some((_, to)) = key_rotation(record) {
+            return position(self.known_keys().position(|k| key_id(k) == to));
+        }
+        let stored = record.get("hash").and_then(Value::as_str).unwrap_or("");
+        if stored.starts_with("sha256:") {
+            return Under::Unkeyed;
+        }
+        position(self.known_keys().position(|k| sealed_with(record, Some(k))))
+    }
+
+    /// Refuses to continue a chain under a key this writer cannot seal the
+    /// switch from: a keyed chain without a key, or a key it does not hold.
+    fn check_key(&self, head: &Head, under: Under) -> Result<(), AuditError> {
+        let refuse = |why: String| {
+            Err(self.err(
+                "continue the chain",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+            ))
+        };
+        match (&self.key, under) {
+            (None, Under::Unkeyed) | (Some(_), Under::Unkeyed | Under::Key(_)) => Ok(()),
+            (None, _) => refuse(format!(
+                "the chain is keyed (its last record, seq {}, is sealed with an HMAC key) and no key is set: set [audit] hmac_key_file to the key it was written with",
+                head.seq
+            )),
+            (Some(_), _) => refuse(format!(
+                "the chain's last record (seq {}) is sealed with a key this writer does not hold ([audit] hmac_key_file is {}): add the key it was written with to [audit] previous_hmac_key_files, so that the switch to the new key can be sealed by both",
+                head.seq,
+                self.key_id().unwrap_or_default()
+            )),
+        }
+    }
+
+    /// Writes the note that moves the chain from `from` (`None`: unkeyed)
+    /// to `to`, sealed by the old key and vouched for by the new one.
+    fn write_key_rotation(
+        &self,
+        file: &mut File,
+        head: &Head,
+        from: Option<&[u8]>,
+        to: &[u8],
+        written: &mut u64,
+    ) -> Result<Head, AuditError> {
+        let id = new_audit_id().map_err(|e| self.err("make an audit id", e))?;
+        let seq = head.seq + 1;
+        let record = seal_key_rotation(seq, &now_rfc3339_millis(), &id, &head.hash, from, to);
+        Ok(self.append_sealed(file, head, record, written)?.0)
     }
 
     /// Appends one record after `head` (naming this host, `super::host`) and
@@ -442,6 +656,20 @@ impl AuditLog {
         let mut body = body;
         body.insert("host".into(), super::host::this_host().clone());
         let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body, key);
+        self.append_sealed(file, head, record, written)
+    }
+
+    /// Appends a sealed record after `head` and updates the head file (its
+    /// counter one more than `head`'s): the new head and the head file's
+    /// bytes.
+    fn append_sealed(
+        &self,
+        file: &mut File,
+        head: &Head,
+        record: Map<String, Value>,
+        written: &mut u64,
+    ) -> Result<(Head, Vec<u8>), AuditError> {
+        let seq = head.seq + 1;
         let hash = record["hash"].as_str().unwrap_or_default().to_string();
         let mut line = serde_json::to_vec(&record)
             .map_err(|e| self.err("encode", std::io::Error::other(e)))?;
@@ -451,7 +679,12 @@ impl AuditLog {
         if let Some(forward) = &self.forward {
             forward.send(&record, &line);
         }
-        let new_head = Head { seq, hash };
+        let mut new_head = Head::at(seq, &hash);
+        new_head.counter = head.counter.saturating_add(1);
+        new_head.mac = self
+            .key
+            .as_deref()
+            .map(|k| head_mac(k, seq, &hash, new_head.counter));
         let text = self.write_head(&new_head)?;
         Ok((new_head, text))
     }
@@ -462,7 +695,11 @@ impl AuditLog {
     /// chained past by the next append, never trusted.
     fn write_head(&self, head: &Head) -> Result<Vec<u8>, AuditError> {
         use std::os::unix::fs::FileExt;
-        let mut text = json!({"seq": head.seq, "hash": head.hash}).to_string();
+        let mut fields = json!({"seq": head.seq, "hash": head.hash, "counter": head.counter});
+        if let Some(mac) = &head.mac {
+            fields["mac"] = json!(mac);
+        }
+        let mut text = fields.to_string();
         while text.len() + 1 < HEAD_WIDTH {
             text.push(' ');
         }
@@ -485,8 +722,35 @@ impl AuditLog {
 }
 
 /// The head file's line width: padded so that every update overwrites the
-/// same bytes (a record's hash and a u64 seq fit well within it).
-const HEAD_WIDTH: usize = 160;
+/// same bytes (two `hmac-sha256:` values and two u64 fit within it, and it
+/// stays inside the first 512-byte sector).
+const HEAD_WIDTH: usize = 256;
+
+/// Whether `head` is the MAC-less head of an unkeyed chain that ends in
+/// `last`: the same `seq` and plain `sha256:` hash, and `last` no key
+/// rotation note (after which the chain is keyed and its head must carry a
+/// MAC). A writer given a key for such a chain moves it to the key.
+fn unkeyed_head_of(head: &Head, last: Option<&Map<String, Value>>) -> bool {
+    let Some(last) = last else {
+        return false;
+    };
+    head.mac.is_none()
+        && head.hash.starts_with("sha256:")
+        && last.get("seq").and_then(Value::as_u64) == Some(head.seq)
+        && last.get("hash").and_then(Value::as_str) == Some(head.hash.as_str())
+        && key_rotation(last).is_none()
+}
+
+/// The key a chain goes on under after its last record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Under {
+    /// Plain SHA-256.
+    Unkeyed,
+    /// The writer's key (`None`) or its retired key number `i`.
+    Key(Option<usize>),
+    /// A key the writer does not hold.
+    Unknown,
+}
 
 impl AuditLog {
     /// Renames a full log to `<log>.N` and starts an empty one; with

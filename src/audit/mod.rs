@@ -1,13 +1,15 @@
 //! The audit trail (docs/audit.md): one append-only JSON-lines file, every record
 //! hash-chained to the one before and made durable before the decision takes
 //! effect (`log`), the record format and chain (`record`), verification
-//! (`verify`), the whole chain read back across rotations (`chain`), and the
-//! times records are filtered by (`time_bound`); every record names the
+//! (`verify`), signed checkpoints that anchor it off the host
+//! (`checkpoint`), the whole chain read back across rotations (`chain`), and
+//! the times records are filtered by (`time_bound`); every record names the
 //! host that wrote it (`host`). Values
 //! of arguments and env keys are never written: records hold argv shapes
 //! with placeholder names, env key names, and hashes.
 
 pub mod chain;
+pub mod checkpoint;
 pub mod events;
 pub mod forward;
 pub mod group_sync;

@@ -26,7 +26,9 @@ pub enum Kind {
     /// One of a spawn's network connections, or the first refusal of a
     /// kind, or a DNS name refused; between its decision and its exit.
     Net,
-    /// Something about the log itself (a torn line chained past).
+    /// Something about the log itself (a torn line chained past, a head
+    /// file found missing or rewritten, rotated files removed, the HMAC key
+    /// rotated).
     Note,
     /// The daemon's own life: its start (what it serves, and the spawns
     /// an earlier daemon left without an exit record), a reload (what
@@ -100,6 +102,149 @@ pub fn chain_hash(record: &Map<String, Value>, key: Option<&[u8]>) -> String {
     }
 }
 
+/// HMAC-SHA256 of `parts` under `key`, as `hmac-sha256:<hex>`.
+fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
+    use hmac::{Hmac, Mac};
+    // HMAC takes a key of any length; `new_from_slice` cannot fail for it.
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        return String::new();
+    };
+    for part in parts {
+        mac.update(part);
+    }
+    format!("hmac-sha256:{}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Whether `mac` is HMAC-SHA256 of `parts` under `key`, compared in
+/// constant time.
+fn hmac_matches(key: &[u8], parts: &[&[u8]], mac: &str) -> bool {
+    use hmac::{Hmac, Mac};
+    let Some(Ok(tag)) = mac.strip_prefix("hmac-sha256:").map(hex::decode) else {
+        return false;
+    };
+    let Ok(mut m) = Hmac::<Sha256>::new_from_slice(key) else {
+        return false;
+    };
+    for part in parts {
+        m.update(part);
+    }
+    m.verify_slice(&tag).is_ok()
+}
+
+/// A key's public name: `hmac-sha256:` and the first 16 hex digits of the
+/// SHA-256 of the key behind a domain string, so that records, notes and
+/// messages can say which key without revealing it (nor any hash a key
+/// holder could check a guess against outside this use).
+pub fn key_id(key: &[u8]) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"spawnd audit key id v1\0")
+        .chain_update(key)
+        .finalize();
+    format!("hmac-sha256:{}", &hex::encode(digest)[..16])
+}
+
+/// The domain of a head file's MAC.
+const HEAD_MAC_DOMAIN: &[u8] = b"spawnd audit head v1\n";
+
+/// The head file's MAC: HMAC-SHA256 under the chain's key of a domain
+/// string and the canonical JSON `{"counter":C,"hash":H,"seq":S}`.
+pub fn head_mac(key: &[u8], seq: u64, hash: &str, counter: u64) -> String {
+    let canon = head_canonical(seq, hash, counter);
+    hmac_hex(key, &[HEAD_MAC_DOMAIN, &canon])
+}
+
+/// Whether `mac` is the head file's MAC of `seq`, `hash` and `counter`
+/// under `key`.
+pub fn head_mac_matches(key: &[u8], seq: u64, hash: &str, counter: u64, mac: &str) -> bool {
+    let canon = head_canonical(seq, hash, counter);
+    hmac_matches(key, &[HEAD_MAC_DOMAIN, &canon], mac)
+}
+
+fn head_canonical(seq: u64, hash: &str, counter: u64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"counter": counter, "hash": hash, "seq": seq}))
+        .unwrap_or_default()
+}
+
+/// Whether `record`'s stored `hash` is its chain hash under `key` (`None`:
+/// plain SHA-256).
+pub fn sealed_with(record: &Map<String, Value>, key: Option<&[u8]>) -> bool {
+    let stored = record.get("hash").and_then(Value::as_str).unwrap_or("");
+    match key {
+        Some(key) => hmac_matches(key, &[&canonical(record)], stored),
+        None => stored == chain_hash(record, None),
+    }
+}
+
+/// The `note` text of a key rotation record.
+pub const KEY_ROTATED: &str =
+    "HMAC key rotated: the records after this one are sealed with the new key";
+
+/// The domain of a key rotation note's MAC under the new key.
+const ROTATION_MAC_DOMAIN: &[u8] = b"spawnd audit key rotation v1\n";
+
+/// The canonical bytes a rotation note's `rotation_mac` covers: the record
+/// without `hash` and without `rotation_mac`.
+fn rotation_canonical(record: &Map<String, Value>) -> Vec<u8> {
+    let mut copy = record.clone();
+    copy.remove("rotation_mac");
+    canonical(&copy)
+}
+
+/// Seals the note that moves the chain from the key `from` (`None`: an
+/// unkeyed chain) to the key `to`: `key_rotated {from_key_id, to_key_id}`,
+/// `rotation_mac` (HMAC under `to` of the note without `hash` and itself),
+/// and `hash` under `from`, so the switch is vouched for by both keys.
+pub fn seal_key_rotation(
+    seq: u64,
+    ts: &str,
+    audit_id: &str,
+    prev: &str,
+    from: Option<&[u8]>,
+    to: &[u8],
+) -> Map<String, Value> {
+    let mut r = Map::new();
+    r.insert("note".into(), Value::from(KEY_ROTATED));
+    r.insert(
+        "key_rotated".into(),
+        serde_json::json!({"from_key_id": from.map(key_id), "to_key_id": key_id(to)}),
+    );
+    r.insert("v".into(), Value::from(1));
+    r.insert("kind".into(), Value::from(Kind::Note.as_str()));
+    r.insert("seq".into(), Value::from(seq));
+    r.insert("ts".into(), Value::from(ts));
+    r.insert("audit_id".into(), Value::from(audit_id));
+    r.insert("prev".into(), Value::from(prev));
+    let mac = hmac_hex(to, &[ROTATION_MAC_DOMAIN, &rotation_canonical(&r)]);
+    r.insert("rotation_mac".into(), Value::from(mac));
+    let hash = chain_hash(&r, from);
+    r.insert("hash".into(), Value::from(hash));
+    r
+}
+
+/// A key rotation note's `from_key_id` (`None` for an unkeyed chain) and
+/// `to_key_id`; `None` when `record` is not one.
+pub fn key_rotation(record: &Map<String, Value>) -> Option<(Option<String>, String)> {
+    if record.get("kind").and_then(Value::as_str) != Some(Kind::Note.as_str()) {
+        return None;
+    }
+    let r = record.get("key_rotated")?;
+    let from = match r.get("from_key_id")? {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        _ => return None,
+    };
+    Some((from, r.get("to_key_id")?.as_str()?.to_string()))
+}
+
+/// Whether a rotation note's `rotation_mac` verifies under `to`.
+pub fn rotation_vouched_by(record: &Map<String, Value>, to: &[u8]) -> bool {
+    let mac = record
+        .get("rotation_mac")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    hmac_matches(to, &[ROTATION_MAC_DOMAIN, &rotation_canonical(record)], mac)
+}
+
 /// Seals `body` into a record: envelope fields added, `hash` computed.
 pub fn seal(
     kind: Kind,
@@ -157,5 +302,56 @@ mod tests {
             chain_hash(&keyed, Some(b"other")),
             keyed["hash"].as_str().unwrap()
         );
+        assert!(sealed_with(&keyed, Some(b"k")) && !sealed_with(&keyed, Some(b"other")));
+        assert!(sealed_with(&r, None) && !sealed_with(&r, Some(b"k")));
+    }
+
+    #[test]
+    fn a_key_id_names_a_key_without_showing_it() {
+        let id = key_id(b"0123456789abcdef0123456789abcdef");
+        assert!(
+            id.starts_with("hmac-sha256:") && id.len() == 12 + 16,
+            "{id}"
+        );
+        assert!(!id.contains("0123456789abcdef"));
+        assert_ne!(id, key_id(b"0123456789abcdef0123456789abcdeF"));
+        assert_eq!(id, key_id(b"0123456789abcdef0123456789abcdef"));
+    }
+
+    #[test]
+    fn a_head_mac_covers_seq_hash_and_counter() {
+        let mac = head_mac(b"k1", 7, "sha256:aa", 9);
+        assert!(head_mac_matches(b"k1", 7, "sha256:aa", 9, &mac));
+        assert!(!head_mac_matches(b"k2", 7, "sha256:aa", 9, &mac));
+        assert!(!head_mac_matches(b"k1", 6, "sha256:aa", 9, &mac));
+        assert!(!head_mac_matches(b"k1", 7, "sha256:ab", 9, &mac));
+        assert!(!head_mac_matches(b"k1", 7, "sha256:aa", 8, &mac));
+        assert!(!head_mac_matches(
+            b"k1",
+            7,
+            "sha256:aa",
+            9,
+            "hmac-sha256:zz"
+        ));
+    }
+
+    #[test]
+    fn a_rotation_note_is_sealed_by_the_old_key_and_vouched_for_by_the_new() {
+        let ts = "2026-01-01T00:00:00.000Z";
+        let note = seal_key_rotation(4, ts, "a1", "hmac-sha256:00", Some(b"old"), b"new");
+        assert!(sealed_with(&note, Some(b"old")));
+        assert!(rotation_vouched_by(&note, b"new"));
+        assert!(!rotation_vouched_by(&note, b"old"));
+        assert_eq!(
+            key_rotation(&note),
+            Some((Some(key_id(b"old")), key_id(b"new")))
+        );
+        // The new key's MAC covers the chain link too.
+        let mut moved = note.clone();
+        moved.insert("prev".into(), Value::from("hmac-sha256:01"));
+        assert!(!rotation_vouched_by(&moved, b"new"));
+        let from_none = seal_key_rotation(1, ts, "a1", GENESIS, None, b"new");
+        assert!(sealed_with(&from_none, None) && rotation_vouched_by(&from_none, b"new"));
+        assert_eq!(key_rotation(&from_none), Some((None, key_id(b"new"))));
     }
 }

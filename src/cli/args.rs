@@ -189,14 +189,11 @@ pub enum ManifestCommand {
 /// `spawnd audit …`.
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Check the hash chain end to end; name the first edited, deleted, reordered, inserted or truncated record.
+    /// Check the hash chain end to end; name every edited, deleted, reordered, inserted, truncated or rewritten record.
     #[command(
-        after_help = "Examples:\n  spawnd audit verify\n  spawnd audit verify /var/log/spawnd/audit.jsonl\n\nExit 0 when intact (a torn last line left by a crash is a warning), 1 when tampered."
+        after_help = "Examples:\n  spawnd audit verify\n  spawnd audit verify /var/log/spawnd/audit.jsonl\n  spawnd audit verify --key old.key --key audit.key audit.jsonl\n  spawnd audit verify --checkpoint checkpoints.jsonl --public-key ed25519:3b6a… audit.jsonl\n  spawnd audit verify --from-seq 5501 --anchor 5500:hmac-sha256:9f… audit.jsonl.12\n\nExit 0 when intact (a torn last line left by a crash is a warning), 1 when\ntampered: every break is listed (the first 100; the rest counted), and the walk\ngoes on after each. The keyring is the config's hmac_key_file and\nprevious_hmac_key_files plus each --key: the chain may change keys only at a\nkey rotation note vouched for by both. A checkpoint (`spawnd audit checkpoint`)\nor an anchor says which hash the record at a seq must have; a log that no longer\nreaches that seq was cut. Off the host, give the files, the public key and\n(for a keyed chain) the HMAC keys, with --config /dev/null so that nothing of\nthat host is read."
     )]
-    Verify {
-        /// The log (default: the config's `[audit]` path).
-        file: Option<PathBuf>,
-    },
+    Verify(VerifyArgs),
     /// The last records as one-liners (`--json`: the raw records); `-f` follows new ones.
     #[command(
         after_help = "Examples:\n  spawnd audit tail -n 20\n  spawnd audit tail -f\n  spawnd audit tail -f --from-seq 4242 --json\n\nRecords come from the whole chain: the rotated files (<log>.N, oldest first),\nthen the live file. -f follows the log across rotations: it finishes the file\nthat was renamed before it goes on with the new one, and prints each record\nonce. --from-seq resumes after an interruption: every record from that seq on\n(the first is the one after the last a follower printed)."
@@ -225,14 +222,36 @@ pub enum AuditCommand {
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
-    /// Write a new HMAC key for `[audit] hmac_key_file`: 256 random bits as
-    /// 64 hex digits, mode 0600; an existing file is never overwritten.
+    /// Write a new HMAC key for `[audit] hmac_key_file` (256 random bits as
+    /// 64 hex digits), or with --signing an ed25519 key for checkpoints;
+    /// mode 0600, an existing file is never overwritten.
     #[command(
-        after_help = "Example:\n  sudo spawnd audit keygen /etc/spawnd/audit.key\n  # then in /etc/spawnd/config.toml:\n  #   [audit]\n  #   hmac_key_file = \"/etc/spawnd/audit.key\"\n\nspawnd refuses keys shorter than 32 bytes. A new key starts a keyed chain;\nrecords written under no key or another key verify only with that one."
+        after_help = "Examples:\n  sudo spawnd audit keygen /etc/spawnd/audit.key\n  # then in /etc/spawnd/config.toml:\n  #   [audit]\n  #   hmac_key_file = \"/etc/spawnd/audit.key\"\n  sudo spawnd audit keygen --signing /etc/spawnd/checkpoint.key\n  spawnd audit keygen --public /etc/spawnd/checkpoint.key   # its public key again\n\nspawnd refuses HMAC keys shorter than 32 bytes. A new HMAC key starts a keyed\nchain; to replace one, move the old file's path to [audit]\nprevious_hmac_key_files and set the new one: the next append writes a key\nrotation note sealed by both. --signing prints the public key that verifiers\ngive to `spawnd audit verify --public-key`."
     )]
     Keygen {
-        /// Where to write the key.
+        /// Where to write the key (with --public: the signing key to read).
         file: PathBuf,
+        /// Write an ed25519 signing key for `spawnd audit checkpoint`
+        /// (`[audit] checkpoint_key_file`) and print its public key.
+        #[arg(long)]
+        signing: bool,
+        /// Print the public key of the signing key in FILE (writes nothing).
+        #[arg(long, conflicts_with = "signing")]
+        public: bool,
+    },
+    /// Sign the head of the verified chain (seq, hash, time, host) with an ed25519 key, for shipping off the host.
+    #[command(
+        after_help = "Examples:\n  sudo spawnd audit checkpoint --signing-key /etc/spawnd/checkpoint.key\n  sudo spawnd audit checkpoint -o /var/lib/spawnd/checkpoints.jsonl   # key from [audit] checkpoint_key_file\n\nThe chain is verified first; a chain that does not verify is not signed (exit 1).\nPrints one JSON line {v, seq, hash, ts, host {name, machine_id, boot_id}, log,\npublic_key, signature}; -o also appends it to OUT. Copy the lines off the host\n(a timer, a log shipper): there, `spawnd audit verify --checkpoint FILE\n--public-key KEY` catches a log rewritten, cut or replaced since, even by root\nholding the HMAC key."
+    )]
+    Checkpoint {
+        /// The ed25519 signing key (default: `[audit] checkpoint_key_file`).
+        #[arg(long, value_name = "FILE")]
+        signing_key: Option<PathBuf>,
+        /// Append the line to this file too.
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        output: Option<PathBuf>,
+        /// The log (default: the config's `[audit]` path).
+        file: Option<PathBuf>,
     },
     /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
     #[command(
@@ -251,6 +270,51 @@ pub enum AuditCommand {
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
+}
+
+/// `spawnd audit verify`'s arguments.
+#[derive(Debug, Args, Default)]
+pub struct VerifyArgs {
+    /// The log (default: the config's `[audit]` path).
+    pub file: Option<PathBuf>,
+    /// An HMAC key the chain may be sealed with, in a 0600 file
+    /// (repeatable; added to the config's keys).
+    #[arg(long = "key", value_name = "FILE")]
+    pub keys: Vec<PathBuf>,
+    /// A file of checkpoint lines (`spawnd audit checkpoint`), each checked
+    /// against --public-key and then against the log (repeatable).
+    #[arg(long = "checkpoint", value_name = "FILE")]
+    pub checkpoints: Vec<PathBuf>,
+    /// A public key checkpoints may be signed with: `ed25519:` and 64 hex
+    /// digits, or a file holding it (repeatable).
+    #[arg(long = "public-key", value_name = "KEY")]
+    pub public_keys: Vec<String>,
+    /// The record at SEQ must have exactly HASH (repeatable).
+    #[arg(long = "anchor", value_name = "SEQ:HASH", value_parser = parse_anchor)]
+    pub anchors: Vec<(u64, String)>,
+    /// Verify a segment from this seq on (records before it are skipped);
+    /// its start is vouched for by an anchor or checkpoint at SEQ-1, or
+    /// reported as unanchored.
+    #[arg(long, value_name = "SEQ")]
+    pub from_seq: Option<u64>,
+}
+
+/// `--anchor SEQ:HASH`: a seq, a colon, and a record hash as records
+/// write it (`sha256:` or `hmac-sha256:` and 64 hex digits).
+pub(super) fn parse_anchor(text: &str) -> Result<(u64, String), String> {
+    let usage = "give SEQ:HASH, e.g. 5500:sha256:<64 hex> (the seq and hash of a record, as `spawnd audit tail --json` shows them)";
+    let (seq, hash) = text.split_once(':').ok_or_else(|| usage.to_string())?;
+    let seq: u64 = seq
+        .parse()
+        .map_err(|_| format!("{seq:?} is not a seq: {usage}"))?;
+    let hex = hash
+        .strip_prefix("sha256:")
+        .or_else(|| hash.strip_prefix("hmac-sha256:"))
+        .ok_or_else(|| format!("{hash:?} is not a record hash: {usage}"))?;
+    if seq == 0 || hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(format!("{text:?}: {usage}"));
+    }
+    Ok((seq, hash.to_string()))
 }
 
 /// Filters a security team uses; every one given must match.

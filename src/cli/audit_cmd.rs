@@ -9,51 +9,75 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 use time::OffsetDateTime;
 
-use super::args::{AuditFilter, Cli};
+use super::args::{AuditFilter, Cli, VerifyArgs};
 use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
 use crate::audit::chain;
+use crate::audit::checkpoint;
 use crate::audit::ocsf::to_ocsf;
 use crate::audit::time_bound::record_instant;
-use crate::audit::verify as verify_chain;
+use crate::audit::verify::{verify_with as verify_chain, Anchor, Options as VerifyOptions};
+use crate::exec::load_previous_audit_keys;
 use crate::printable::printable;
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
-pub fn verify_log(file: &Path, key: Option<&[u8]>) -> Result<Success, Failure> {
-    let report = verify_chain(file, key).map_err(|e| {
+pub fn verify_log(file: &Path, options: &VerifyOptions) -> Result<Success, Failure> {
+    let report = verify_chain(file, options).map_err(|e| {
         Failure::from_io(
             &e,
             FailureKind::Config,
             format!("cannot read audit log {}: {e}", file.display()),
         )
     })?;
-    let mut text = match &report.tamper {
-        None => format!(
+    let mut lines = Vec::new();
+    match report.tampered.split_first() {
+        None => lines.push(format!(
             "{}: intact, {} records (last seq {})",
             file.display(),
             report.records,
             report.last_seq
-        ),
-        Some(t) => format!(
-            "{}: TAMPERED at seq {}{}: {}",
-            file.display(),
-            t.seq,
-            if t.line > 0 {
-                format!(" (line {})", t.line)
-            } else {
-                String::new()
-            },
-            t.reason
-        ),
-    };
-    for w in &report.warnings {
-        text.push_str(&format!("\nwarning: {w}"));
+        )),
+        Some((first, rest)) => {
+            lines.push(format!("{}: {}", file.display(), tamper_words(first)));
+            lines.extend(rest.iter().map(tamper_words));
+            if report.tampered_unlisted > 0 {
+                lines.push(format!(
+                    "… and {} more breaks (only the first {} are listed)",
+                    report.tampered_unlisted,
+                    crate::audit::verify::MAX_LISTED
+                ));
+            }
+        }
     }
-    let tampered = report.tamper.is_some();
+    if let Some(segment) = &report.segment {
+        lines.push(match &segment.vouched_by {
+            Some(by) => format!("segment from seq {}, start vouched by {by}", segment.from_seq),
+            None => format!(
+                "segment from seq {}, start unanchored: its first record's prev is taken as it stands (vouch for it with --anchor or --checkpoint at seq {})",
+                segment.from_seq,
+                segment.from_seq - 1
+            ),
+        });
+    }
+    for anchored in &report.anchored {
+        lines.push(format!("anchored at {anchored}"));
+    }
+    if let Some(head) = &report.head {
+        lines.push(format!(
+            "head: seq {}, counter {}{}",
+            head.seq,
+            head.counter,
+            if head.vouched { ", MAC verified" } else { "" }
+        ));
+    }
+    for w in &report.warnings {
+        lines.push(format!("warning: {w}"));
+    }
+    let tampered = !report.intact();
     let mut data = serde_json::to_value(&report).unwrap_or_default();
     data["file"] = serde_json::json!(file);
     data["intact"] = serde_json::json!(!tampered);
-    let mut s = Success::new(data, text);
+    let mut s = Success::new(data, lines.join("\n"));
     if tampered {
         s.exit = 1;
         s.keep_ok = true;
@@ -61,10 +85,247 @@ pub fn verify_log(file: &Path, key: Option<&[u8]>) -> Result<Success, Failure> {
     Ok(s)
 }
 
-/// `spawnd audit verify [FILE]` (default: the config's audit path).
-pub fn verify(cli: &Cli, file: Option<&Path>) -> Result<Success, Failure> {
-    let key = load_audit_key(&load_config(cli)?)?;
-    verify_log(&log_path(cli, file)?, key.as_deref())
+/// `TAMPERED at seq S (line L): why`.
+fn tamper_words(t: &crate::audit::verify::Tamper) -> String {
+    format!(
+        "TAMPERED at seq {}{}: {}",
+        t.seq,
+        if t.line > 0 {
+            format!(" (line {})", t.line)
+        } else {
+            String::new()
+        },
+        t.reason
+    )
+}
+
+/// `spawnd audit verify [FILE] [--key F]… [--checkpoint F]… [--public-key
+/// K]… [--anchor SEQ:HASH]… [--from-seq N]` (default FILE: the config's
+/// audit path).
+pub fn verify(cli: &Cli, args: &VerifyArgs) -> Result<Success, Failure> {
+    let config = load_config(cli)?;
+    let keys = keyring(&config, &args.keys)?;
+    let mut anchors: Vec<Anchor> = args
+        .anchors
+        .iter()
+        .map(|(seq, hash)| Anchor {
+            seq: *seq,
+            hash: hash.clone(),
+            by: format!("--anchor {seq}:{hash}"),
+        })
+        .collect();
+    anchors.extend(checkpoints(&config, &args.checkpoints, &args.public_keys)?);
+    let options = VerifyOptions {
+        keys: keys.iter().map(|k| k.as_slice()).collect(),
+        anchors,
+        from_seq: args.from_seq,
+        now: Some(OffsetDateTime::now_utc()),
+    };
+    verify_log(&log_path(cli, args.file.as_deref())?, &options)
+}
+
+/// The HMAC keys `verify` may meet: the config's current and retired keys,
+/// then each `--key` file (0600, any length: a retired key may predate the
+/// 32-byte minimum).
+fn keyring(
+    config: &crate::config::Config,
+    extra: &[PathBuf],
+) -> Result<Vec<zeroize::Zeroizing<Vec<u8>>>, Failure> {
+    let mut keys: Vec<zeroize::Zeroizing<Vec<u8>>> = Vec::new();
+    keys.extend(load_audit_key(config)?.map(zeroize::Zeroizing::new));
+    keys.extend(
+        load_previous_audit_keys(config)?
+            .into_iter()
+            .map(zeroize::Zeroizing::new),
+    );
+    for path in extra {
+        let secret =
+            crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
+                .map_err(|e| Failure::config(format!("--key {}: {e}", path.display())))?;
+        keys.push(zeroize::Zeroizing::new(secret.expose().to_vec()));
+    }
+    Ok(keys)
+}
+
+/// The anchors of every checkpoint line in `files`, each signature checked
+/// against the public keys given (and the config's checkpoint key's, when
+/// this user can read it). A checkpoint that does not verify stops the
+/// verification: what it vouches for cannot be trusted.
+fn checkpoints(
+    config: &crate::config::Config,
+    files: &[PathBuf],
+    public_keys: &[String],
+) -> Result<Vec<Anchor>, Failure> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut trusted = Vec::new();
+    for given in public_keys {
+        let text = if given.starts_with("ed25519:") {
+            given.clone()
+        } else {
+            std::fs::read_to_string(given).map_err(|e| {
+                Failure::usage(format!(
+                    "--public-key {given}: neither `ed25519:` and 64 hex digits nor a readable file holding them: {e}"
+                ))
+            })?
+        };
+        trusted.push(
+            checkpoint::parse_public_key(&text)
+                .map_err(|e| Failure::usage(format!("--public-key {given}: {e}")))?,
+        );
+    }
+    if let Some(path) = &config.audit.checkpoint_key_file {
+        if let Ok(secret) =
+            crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
+        {
+            if let Ok(key) = checkpoint::signing_key(secret.expose()) {
+                trusted.push(key.verifying_key());
+            }
+        }
+    }
+    if trusted.is_empty() {
+        return Err(Failure::usage(
+            "--checkpoint needs --public-key KEY: a checkpoint vouches for the log only under a key you trust (`spawnd audit keygen --public SIGNING_KEY` prints it)",
+        ));
+    }
+    let mut anchors = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            Failure::from_io(
+                &e,
+                FailureKind::Config,
+                format!("cannot read checkpoint file {}: {e}", file.display()),
+            )
+        })?;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let source = format!("{}:{}", file.display(), i + 1);
+            anchors.push(
+                checkpoint::verify_line(line, &trusted, &source).map_err(|e| {
+                    Failure::config(format!(
+                        "checkpoint {source}: {e}; nothing verified (a checkpoint that does not verify vouches for nothing)"
+                    ))
+                })?,
+            );
+        }
+    }
+    Ok(anchors)
+}
+
+/// `spawnd audit checkpoint [--signing-key F] [-o OUT] [FILE]`: verifies
+/// the chain, then signs its last record's `seq` and `hash`.
+pub fn checkpoint(
+    cli: &Cli,
+    file: Option<&Path>,
+    signing_key: Option<&Path>,
+    output: Option<&Path>,
+) -> Result<Success, Failure> {
+    let config = load_config(cli)?;
+    let key_path = signing_key
+        .map(Path::to_path_buf)
+        .or_else(|| config.audit.checkpoint_key_file.clone())
+        .ok_or_else(|| Failure::config("no signing key: give --signing-key FILE or set [audit] checkpoint_key_file (make one with `spawnd audit keygen --signing FILE`)"))?;
+    let key = read_signing_key(&key_path)?;
+    let path = log_path(cli, file)?;
+    let keys = keyring(&config, &[])?;
+    let options = VerifyOptions {
+        keys: keys.iter().map(|k| k.as_slice()).collect(),
+        now: Some(OffsetDateTime::now_utc()),
+        ..VerifyOptions::default()
+    };
+    let report = verify_chain(&path, &options).map_err(|e| cannot_read(&path, e))?;
+    if !report.intact() || report.records == 0 {
+        let why = match report.tamper.as_ref() {
+            Some(t) => tamper_words(t),
+            None => "the log holds no record".to_string(),
+        };
+        let mut s = Success::new(
+            json!({"file": path, "verified": report}),
+            format!(
+                "{}: not signed: the chain does not verify ({why}); run `spawnd audit verify` for every break",
+                path.display()
+            ),
+        );
+        s.exit = 1;
+        return Ok(s);
+    }
+    let log = std::path::absolute(&path).unwrap_or(path);
+    let line = checkpoint::sign(
+        &key,
+        report.last_seq,
+        &report.last_hash,
+        &crate::audit::log::now_rfc3339_millis(),
+        checkpoint::host_identity(),
+        &log,
+    );
+    let text = Value::Object(line.clone()).to_string();
+    if let Some(out) = output {
+        append_line(out, &text).map_err(|e| {
+            Failure::from_io(
+                &e,
+                FailureKind::Config,
+                format!("cannot append the checkpoint to {}: {e}", out.display()),
+            )
+        })?;
+    }
+    Ok(Success::new(Value::Object(line), text))
+}
+
+/// Appends `line` and a newline to `path` (created 0644), durably.
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .open(path)?;
+    f.write_all(format!("{line}\n").as_bytes())?;
+    f.sync_data()
+}
+
+/// A signing key file (owned by this user, mode 0600).
+fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, Failure> {
+    let secret =
+        crate::vault::read_secret(&crate::config::CredentialSource::File(path.to_path_buf()))
+            .map_err(|e| Failure::config(format!("the checkpoint signing key: {e}")))?;
+    checkpoint::signing_key(secret.expose()).map_err(|e| {
+        Failure::config(format!(
+            "the checkpoint signing key {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// `spawnd audit keygen --signing FILE`: a new ed25519 signing key (its
+/// 32-byte seed as 64 hex digits), mode 0600; prints the public key.
+pub fn keygen_signing(file: &Path) -> Result<Success, Failure> {
+    let text = checkpoint::new_signing_key_text().map_err(|e| Failure::internal(e.to_string()))?;
+    write_new_key(file, text.as_bytes())?;
+    let key =
+        checkpoint::signing_key(text.as_bytes()).map_err(|e| Failure::internal(e.to_string()))?;
+    let public = checkpoint::public_key_text(&key.verifying_key());
+    Ok(Success::new(
+        json!({"file": file, "public_key": public}),
+        format!(
+            "wrote an ed25519 signing key to {} (mode 0600); set [audit] checkpoint_key_file = \"{}\"\npublic key (give it to verifiers: spawnd audit verify --public-key …):\n{public}",
+            file.display(),
+            file.display()
+        ),
+    ))
+}
+
+/// `spawnd audit keygen --public FILE`: the public key of a signing key.
+pub fn public_key(file: &Path) -> Result<Success, Failure> {
+    let key = read_signing_key(file)?;
+    let public = checkpoint::public_key_text(&key.verifying_key());
+    Ok(Success::new(
+        json!({"file": file, "public_key": public}),
+        public,
+    ))
 }
 
 fn log_path(cli: &Cli, file: Option<&Path>) -> Result<PathBuf, Failure> {
@@ -440,33 +701,12 @@ pub fn tail(
 /// `spawnd audit keygen FILE`: 32 random bytes as 64 hex digits and a
 /// newline, in a new file of mode 0600.
 pub fn keygen(file: &Path) -> Result<Success, Failure> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| Failure::internal(format!("getrandom: {e}")))?;
-    let mut key = hex::encode(bytes);
+    let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
+    getrandom::fill(bytes.as_mut_slice())
+        .map_err(|e| Failure::internal(format!("getrandom: {e}")))?;
+    let mut key = zeroize::Zeroizing::new(hex::encode(bytes.as_slice()));
     key.push('\n');
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(file)
-        .and_then(|mut f| f.write_all(key.as_bytes()).and_then(|()| f.sync_all()));
-    written.map_err(|e| {
-        Failure::from_io(
-            &e,
-            FailureKind::Config,
-            format!(
-                "cannot write a new key to {}: {e}{}",
-                file.display(),
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    " (an existing key is never overwritten: records chained with it verify only with it)"
-                } else {
-                    ""
-                }
-            ),
-        )
-    })?;
+    write_new_key(file, key.as_bytes())?;
     Ok(Success::new(
         json!({"file": file}),
         format!(
@@ -475,6 +715,34 @@ pub fn keygen(file: &Path) -> Result<Success, Failure> {
             file.display()
         ),
     ))
+}
+
+/// Writes a key to a new file of mode 0600; an existing file is never
+/// overwritten.
+fn write_new_key(file: &Path, key: &[u8]) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .and_then(|mut f| f.write_all(key).and_then(|()| f.sync_all()));
+    written.map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
+            format!(
+                "cannot write a new key to {}: {e}{}",
+                file.display(),
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    " (an existing key is never overwritten: what was sealed or signed with it verifies only with it)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    })
 }
 
 /// `spawnd audit query …`.

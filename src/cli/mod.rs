@@ -104,7 +104,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Capabilities => "capabilities",
         Command::Health => "health",
         Command::Config(ConfigCommand::Show) => "config.show",
-        Command::Audit(AuditCommand::Verify { .. }) => "audit.verify",
+        Command::Audit(AuditCommand::Verify(_)) => "audit.verify",
+        Command::Audit(AuditCommand::Checkpoint { .. }) => "audit.checkpoint",
         Command::Audit(AuditCommand::Tail { .. }) => "audit.tail",
         Command::Audit(AuditCommand::Query { .. }) => "audit.query",
         Command::Audit(AuditCommand::Export { .. }) => "audit.export",
@@ -136,14 +137,32 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Capabilities => Ok(info::capabilities()),
         Command::Health => info::health(cli),
         Command::Config(ConfigCommand::Show) => info::config_show(cli),
-        Command::Audit(AuditCommand::Verify { file }) => audit_cmd::verify(cli, file.as_deref()),
+        Command::Audit(AuditCommand::Verify(args)) => audit_cmd::verify(cli, args),
+        Command::Audit(AuditCommand::Checkpoint {
+            signing_key,
+            output,
+            file,
+        }) => audit_cmd::checkpoint(
+            cli,
+            file.as_deref(),
+            signing_key.as_deref(),
+            output.as_deref(),
+        ),
         Command::Audit(AuditCommand::Tail {
             lines,
             follow,
             from_seq,
             file,
         }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow, *from_seq),
-        Command::Audit(AuditCommand::Keygen { file }) => audit_cmd::keygen(file),
+        Command::Audit(AuditCommand::Keygen {
+            file,
+            signing,
+            public,
+        }) => match (signing, public) {
+            (_, true) => audit_cmd::public_key(file),
+            (true, false) => audit_cmd::keygen_signing(file),
+            (false, false) => audit_cmd::keygen(file),
+        },
         Command::Audit(AuditCommand::Query { filter, file }) => {
             audit_cmd::query(cli, file.as_deref(), filter)
         }

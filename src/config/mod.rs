@@ -71,6 +71,12 @@ pub struct AuditConfig {
     pub forward: Option<LogService>,
     /// The service's socket, when not its usual one.
     pub forward_socket: Option<PathBuf>,
+    /// Retired HMAC keys: a chain last sealed with one of them goes on
+    /// under `hmac_key_file` after a key rotation note sealed by both, and
+    /// `audit verify` takes them into its keyring.
+    pub previous_hmac_key_files: Vec<PathBuf>,
+    /// The ed25519 signing key `audit checkpoint` signs with.
+    pub checkpoint_key_file: Option<PathBuf>,
 }
 
 /// A host log service audit records are copied to (`[audit] forward`).
@@ -359,6 +365,8 @@ impl Config {
                 heartbeat_secs,
                 forward,
                 forward_socket: raw.audit.forward_socket,
+                previous_hmac_key_files: raw.audit.previous_hmac_key_files.unwrap_or_default(),
+                checkpoint_key_file: raw.audit.checkpoint_key_file,
             },
             server: server_config(
                 raw.server,

@@ -34,6 +34,8 @@ pub(super) struct RawAudit {
     pub(super) heartbeat_secs: Option<u64>,
     pub(super) forward: Option<String>,
     pub(super) forward_socket: Option<PathBuf>,
+    pub(super) previous_hmac_key_files: Option<Vec<PathBuf>>,
+    pub(super) checkpoint_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -174,10 +174,32 @@ pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
         )),
         None => log,
     };
+    let log = log.with_previous_keys(load_previous_audit_keys(config)?);
     Ok(match load_audit_key(config)? {
         Some(key) => log.with_key(key),
         None => log,
     })
+}
+
+/// The retired HMAC keys (`[audit] previous_hmac_key_files`), each a file
+/// owned by spawnd's user and readable by no one else. They only verify
+/// records sealed before a rotation and seal the rotation note, so any
+/// length is taken (keys made before the 32-byte minimum included).
+pub fn load_previous_audit_keys(config: &crate::config::Config) -> Result<Vec<Vec<u8>>, Failure> {
+    config
+        .audit
+        .previous_hmac_key_files
+        .iter()
+        .map(|path| {
+            crate::vault::read_secret(&crate::config::CredentialSource::File(path.clone()))
+                .map(|secret| secret.expose().to_vec())
+                .map_err(|e| {
+                    Failure::audit_unavailable(format!(
+                        "audit unavailable: the retired HMAC key in [audit] previous_hmac_key_files: {e}"
+                    ))
+                })
+        })
+        .collect()
 }
 
 /// The operator's HMAC key for the audit chain (`[audit] hmac_key_file`), if set:

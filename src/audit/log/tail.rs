@@ -3,7 +3,7 @@
 
 use std::fs::File;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::Head;
 
@@ -11,6 +11,8 @@ use super::Head;
 pub(super) struct Tail {
     /// `seq` and `hash` of the last newline-terminated record, if any.
     pub(super) last: Option<Head>,
+    /// That record itself (the writer checks which key sealed it).
+    pub(super) record: Option<Map<String, Value>>,
     /// Offset and length of a last line without its newline.
     pub(super) torn: Option<(u64, u64)>,
 }
@@ -39,15 +41,16 @@ pub(super) fn read_tail(file: &File) -> std::io::Result<Tail> {
             let at = start + torn_from as u64;
             (at, len - at)
         });
-        let last = end.and_then(|_| {
-            let record: Value =
-                serde_json::from_slice(&complete[line_start.unwrap_or(0)..]).ok()?;
-            Some(Head {
-                seq: record["seq"].as_u64()?,
-                hash: record["hash"].as_str()?.to_string(),
-            })
+        let record = end.and_then(|_| {
+            serde_json::from_slice::<Map<String, Value>>(&complete[line_start.unwrap_or(0)..]).ok()
         });
-        return Ok(Tail { last, torn });
+        let last = record.as_ref().and_then(|record| {
+            Some(Head::at(
+                record.get("seq")?.as_u64()?,
+                record.get("hash")?.as_str()?,
+            ))
+        });
+        return Ok(Tail { last, record, torn });
     }
 }
 

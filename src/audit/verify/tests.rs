@@ -412,3 +412,500 @@ fn a_line_that_is_not_its_records_canonical_form_is_named() {
     assert_eq!(t.seq, 3, "{t:?}");
     assert!(t.reason.contains("canonical"), "{t:?}");
 }
+
+const K1: &[u8] = b"first key, thirty-two bytes long";
+const K2: &[u8] = b"second key, 32 bytes long as wel";
+
+fn keyed_log_with(n: usize, key: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path).unwrap().with_key(key.to_vec());
+    for i in 0..n {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    (dir, path)
+}
+
+fn with_keys<'a>(keys: &[&'a [u8]]) -> Options<'a> {
+    Options {
+        keys: keys.to_vec(),
+        ..Options::default()
+    }
+}
+
+fn head_text(path: &std::path::Path) -> String {
+    std::fs::read_to_string(crate::audit::log::head_path(path)).unwrap()
+}
+
+/// The issue's reproduction: the last 3 records dropped and the head
+/// rewritten with values copied from the log (its old counter and MAC kept,
+/// or none at all). Without a key only a head that knows more records than
+/// the log catches a cut; with one, the head's MAC does.
+#[test]
+fn records_cut_off_the_end_and_a_head_copied_from_the_log_are_caught_when_keyed() {
+    let (_d, path) = keyed_log_with(6, K1);
+    let head: Value = serde_json::from_str(&head_text(&path)).unwrap();
+    assert_eq!(head["counter"], 6, "{head}");
+    assert!(head["mac"].as_str().unwrap().starts_with("hmac-sha256:"));
+    assert_eq!(head_text(&path).len(), 256, "a fixed-width line");
+    let l = lines(&path);
+    write_lines(&path, &l[..3]);
+    let third: Value = serde_json::from_str(&l[2]).unwrap();
+    let forged_heads = [
+        json!({"seq": 3, "hash": third["hash"], "counter": head["counter"], "mac": head["mac"]}),
+        json!({"seq": 3, "hash": third["hash"], "counter": 3}),
+        json!({"seq": 3, "hash": third["hash"]}),
+    ];
+    for forged in forged_heads {
+        std::fs::write(crate::audit::log::head_path(&path), forged.to_string()).unwrap();
+        let v = verify(&path, Some(K1)).unwrap();
+        let t = v
+            .tamper
+            .clone()
+            .unwrap_or_else(|| panic!("{forged}: {v:?}"));
+        assert_eq!(t.seq, 4, "{t:?}");
+        assert!(t.reason.contains("rewritten without the key"), "{t:?}");
+    }
+    // The same head without a key in force: the unkeyed chain's head has no
+    // MAC to check (the documented limit), but this chain is keyed.
+    assert!(verify(&path, None).unwrap().tamper.is_some());
+}
+
+#[test]
+fn a_missing_head_is_an_error_for_a_keyed_chain_and_a_warning_without_a_key() {
+    let (_d, path) = keyed_log_with(3, K1);
+    std::fs::remove_file(crate::audit::log::head_path(&path)).unwrap();
+    let t = verify(&path, Some(K1)).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 4, "{t:?}");
+    assert!(t.reason.contains("no head file"), "{t:?}");
+    let (_d2, plain) = log_with(3);
+    std::fs::remove_file(crate::audit::log::head_path(&plain)).unwrap();
+    let v = verify(&plain, None).unwrap();
+    assert_eq!(v.tamper, None);
+    assert!(
+        v.warnings.iter().any(|w| w.contains("no head file")),
+        "{v:?}"
+    );
+    // The next keyed append notes the missing head, so the hole stays on
+    // record after the head is back.
+    AuditLog::open(&path)
+        .unwrap()
+        .with_key(K1.to_vec())
+        .append(Kind::Decision, None, body("after"))
+        .unwrap();
+    let v = verify(&path, Some(K1)).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 5), "{v:?}");
+    assert!(
+        v.warnings
+            .iter()
+            .any(|w| w.contains("seq 4: the writer found the head file missing")),
+        "{v:?}"
+    );
+}
+
+/// A crash between a record and its head update leaves a keyed head
+/// behind: a warning, and the next append chains from the log with the
+/// counter going on. A garbled keyed head gets its note.
+#[test]
+fn a_keyed_head_behind_the_log_or_garbled_still_chains_and_is_noted() {
+    let (_d, path) = keyed_log_with(3, K1);
+    let stale = head_text(&path);
+    let log = AuditLog::open(&path).unwrap().with_key(K1.to_vec());
+    log.append(Kind::Decision, None, body("x")).unwrap();
+    std::fs::write(crate::audit::log::head_path(&path), &stale).unwrap();
+    let v = verify(&path, Some(K1)).unwrap();
+    assert_eq!(v.tamper, None, "{v:?}");
+    assert!(v.warnings.iter().any(|w| w.contains("behind")), "{v:?}");
+    AuditLog::open(&path)
+        .unwrap()
+        .with_key(K1.to_vec())
+        .append(Kind::Decision, None, body("y"))
+        .unwrap();
+    let v = verify(&path, Some(K1)).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 5), "{v:?}");
+    let head = v.head.clone().unwrap();
+    assert!(
+        head.vouched && head.seq == 5 && head.counter == 4,
+        "{head:?}"
+    );
+    std::fs::write(crate::audit::log::head_path(&path), b"{\"seq\":5,\"ha\0\0").unwrap();
+    assert!(verify(&path, Some(K1)).unwrap().tamper.is_some());
+    AuditLog::open(&path)
+        .unwrap()
+        .with_key(K1.to_vec())
+        .append(Kind::Decision, None, body("z"))
+        .unwrap();
+    let v = verify(&path, Some(K1)).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 7), "{v:?}");
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("head file unreadable"));
+}
+
+/// Replacing the key: the writer holding the old one as a retired key seals
+/// a rotation note under both, and the keyring verifies the whole chain.
+#[test]
+fn a_rotated_key_keeps_the_old_chain_verifying_with_the_keyring() {
+    let (_d, path) = keyed_log_with(3, K1);
+    // Without the old key the writer refuses: it cannot seal the switch.
+    let refused = AuditLog::open(&path)
+        .unwrap()
+        .with_key(K2.to_vec())
+        .append(Kind::Decision, None, body("refused"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("previous_hmac_key_files") && refused.contains("seq 3"),
+        "{refused}"
+    );
+    assert_eq!(lines(&path).len(), 3, "nothing written");
+    let refused = AuditLog::open(&path)
+        .unwrap()
+        .append(Kind::Decision, None, body("refused"))
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("hmac_key_file"), "{refused}");
+    let log = AuditLog::open(&path)
+        .unwrap()
+        .with_key(K2.to_vec())
+        .with_previous_keys(vec![K1.to_vec()]);
+    for i in 0..2 {
+        log.append(Kind::Decision, None, body(&format!("new{i}")))
+            .unwrap();
+    }
+    let note: Map<String, Value> = serde_json::from_str(&lines(&path)[3]).unwrap();
+    assert_eq!(
+        note["key_rotated"],
+        json!({"from_key_id": crate::audit::record::key_id(K1), "to_key_id": crate::audit::record::key_id(K2)})
+    );
+    let v = verify_with(&path, &with_keys(&[K2, K1])).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 6), "{v:?}");
+    assert!(v.head.unwrap().vouched);
+    // Either key alone verifies only its part.
+    let t = verify_with(&path, &with_keys(&[K2]))
+        .unwrap()
+        .tamper
+        .unwrap();
+    assert_eq!(t.seq, 1, "{t:?}");
+    let v = verify_with(&path, &with_keys(&[K1])).unwrap();
+    assert!(
+        v.tampered
+            .iter()
+            .any(|t| t.seq == 5 && t.reason.contains("was not given")),
+        "{v:?}"
+    );
+}
+
+/// A chain that changes keys without a rotation note (records sealed with
+/// another key of the keyring spliced in) is tampering, and so is a
+/// rotation note the new key does not vouch for.
+#[test]
+fn a_key_change_without_a_note_vouched_for_by_both_keys_is_caught() {
+    let (_d, path) = keyed_log_with(3, K1);
+    let head = crate::audit::log::read_head(&path).unwrap().unwrap();
+    let spliced = crate::audit::record::seal(
+        Kind::Decision,
+        4,
+        "2026-01-01T00:00:00.000Z",
+        "0123456789abcdef",
+        &head.hash,
+        body("spliced"),
+        Some(K2),
+    );
+    let mut l = lines(&path);
+    l.push(Value::Object(spliced).to_string());
+    write_lines(&path, &l);
+    let v = verify_with(&path, &with_keys(&[K1, K2])).unwrap();
+    let t = v.tamper.unwrap();
+    assert_eq!(t.seq, 4, "{t:?}");
+    assert!(t.reason.contains("no key rotation note"), "{t:?}");
+    // A rotation note forged by whoever holds only the old key.
+    let mut note = crate::audit::record::seal_key_rotation(
+        4,
+        "2026-01-01T00:00:00.000Z",
+        "0123456789abcdef",
+        &head.hash,
+        Some(K1),
+        K2,
+    );
+    note.insert(
+        "rotation_mac".into(),
+        Value::from(format!("hmac-sha256:{}", "0".repeat(64))),
+    );
+    note.remove("hash");
+    let h = crate::audit::record::chain_hash(&note, Some(K1));
+    note.insert("hash".into(), Value::from(h));
+    l[3] = Value::Object(note).to_string();
+    write_lines(&path, &l);
+    let t = verify_with(&path, &with_keys(&[K1, K2]))
+        .unwrap()
+        .tamper
+        .unwrap();
+    assert!(
+        t.reason.contains("not vouched for by the key it moves to"),
+        "{t:?}"
+    );
+}
+
+/// A chain written before a key was set moves to it at the next append.
+#[test]
+fn an_unkeyed_chain_moves_to_a_new_key_through_a_rotation_note() {
+    let (_d, path) = log_with(2);
+    AuditLog::open(&path)
+        .unwrap()
+        .with_key(K1.to_vec())
+        .append(Kind::Decision, None, body("keyed"))
+        .unwrap();
+    let l = lines(&path);
+    assert!(l[2].contains("\"from_key_id\":null"), "{}", l[2]);
+    assert!(l[3].contains("hmac-sha256:"));
+    let v = verify(&path, Some(K1)).unwrap();
+    assert_eq!((v.tamper.clone(), v.last_seq), (None, 4), "{v:?}");
+    // Without the key the keyed part is named.
+    let t = verify(&path, None).unwrap().tamper.unwrap();
+    assert_eq!(t.seq, 4, "{t:?}");
+}
+
+/// Every break is listed, each at its record, and the walk goes on.
+#[test]
+fn verify_lists_every_break_and_goes_on_after_each() {
+    let (_d, path) = log_with(12);
+    let mut l = lines(&path);
+    l[1] = l[1].replace("op1", "forged");
+    l[5] = l[5].replace("op5", "forged");
+    l.remove(9);
+    write_lines(&path, &l);
+    let v = verify(&path, None).unwrap();
+    let at: Vec<u64> = v.tampered.iter().map(|t| t.seq).collect();
+    assert_eq!(at, [2, 6, 10], "{v:?}");
+    assert_eq!(v.tamper.as_ref().unwrap().seq, 2);
+    assert!(v.tampered[2].reason.contains("deleted"), "{v:?}");
+    assert_eq!((v.records, v.last_seq), (11, 12));
+    // Past the listing bound, breaks are counted.
+    let (_d, path) = log_with(150);
+    let l: Vec<String> = lines(&path)
+        .iter()
+        .map(|x| x.replacen("op", "OP", 1))
+        .collect();
+    write_lines(&path, &l);
+    let v = verify(&path, None).unwrap();
+    assert_eq!(v.tampered.len(), MAX_LISTED, "{:?}", v.tampered.len());
+    assert_eq!(v.tampered_unlisted, 50);
+}
+
+fn anchor(path: &std::path::Path, seq: u64) -> Anchor {
+    let l = lines(path);
+    let r: Value = serde_json::from_str(&l[seq as usize - 1]).unwrap();
+    Anchor {
+        seq,
+        hash: r["hash"].as_str().unwrap().to_string(),
+        by: format!("test anchor {seq}"),
+    }
+}
+
+/// Root with the key can rebuild a chain that verifies; an anchor taken
+/// before (an off-host checkpoint) catches the rebuilt record, a log cut
+/// below it, and a log wiped and started again.
+#[test]
+fn an_anchor_catches_a_consistent_rewrite_a_cut_and_a_restart() {
+    let (_d, path) = keyed_log_with(8, K1);
+    let a = anchor(&path, 6);
+    let options = |anchors: Vec<Anchor>| Options {
+        keys: vec![K1],
+        anchors,
+        ..Options::default()
+    };
+    let v = verify_with(&path, &options(vec![a.clone()])).unwrap();
+    assert_eq!(v.tamper, None, "{v:?}");
+    assert_eq!(v.anchored.len(), 1);
+    // Rewrite record 2 and reseal everything after with the key (a writer
+    // with the key does exactly that).
+    let rebuilt = tempfile::tempdir().unwrap();
+    let again = rebuilt.path().join("audit.jsonl");
+    let log = AuditLog::open(&again).unwrap().with_key(K1.to_vec());
+    for i in 0..8 {
+        let op = if i == 1 {
+            "forged".into()
+        } else {
+            format!("op{i}")
+        };
+        log.append(Kind::Decision, None, body(&op)).unwrap();
+    }
+    assert_eq!(verify(&again, Some(K1)).unwrap().tamper, None);
+    let t = verify_with(&again, &options(vec![a.clone()]))
+        .unwrap()
+        .tamper
+        .unwrap();
+    assert_eq!(t.seq, 6, "{t:?}");
+    assert!(t.reason.contains("rewritten"), "{t:?}");
+    // Wiped and started at seq 1: four records, fewer than the anchor's 6.
+    let wiped = tempfile::tempdir().unwrap();
+    let short = wiped.path().join("audit.jsonl");
+    let log = AuditLog::open(&short).unwrap().with_key(K1.to_vec());
+    for i in 0..4 {
+        log.append(Kind::Decision, None, body(&format!("op{i}")))
+            .unwrap();
+    }
+    let t = verify_with(&short, &options(vec![a]))
+        .unwrap()
+        .tamper
+        .unwrap();
+    assert!(t.reason.contains("cut off the end"), "{t:?}");
+}
+
+/// A segment shipped on its own verifies from its first record: vouched
+/// for by an anchor on the record before it, or reported unanchored when
+/// asked for with `from_seq`; without either it is deleted records, with a
+/// hint.
+#[test]
+fn a_shipped_segment_verifies_on_its_own_and_says_what_vouches_for_its_start() {
+    let (_d, path) = log_with(9);
+    let dir = tempfile::tempdir().unwrap();
+    let segment = dir.path().join("segment.jsonl");
+    write_lines(&segment, &lines(&path)[4..]);
+    let t = verify(&segment, None).unwrap().tamper.unwrap();
+    assert!(t.reason.contains("--from-seq 5"), "{t:?}");
+    let v = verify_with(
+        &segment,
+        &Options {
+            from_seq: Some(5),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (v.tamper.clone(), v.first_seq, v.records),
+        (None, 5, 5),
+        "{v:?}"
+    );
+    assert_eq!(v.segment.clone().unwrap().vouched_by, None);
+    let vouched = verify_with(
+        &segment,
+        &Options {
+            anchors: vec![anchor(&path, 4)],
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(vouched.tamper, None, "{vouched:?}");
+    assert_eq!(
+        vouched.segment.unwrap().vouched_by.as_deref(),
+        Some("test anchor 4")
+    );
+    // An anchor for the record before that names another hash: the
+    // segment does not continue the chain it vouches for.
+    let mut wrong = anchor(&path, 4);
+    wrong.hash = anchor(&path, 3).hash;
+    let t = verify_with(
+        &segment,
+        &Options {
+            anchors: vec![wrong],
+            ..Options::default()
+        },
+    )
+    .unwrap()
+    .tamper
+    .unwrap();
+    assert_eq!(t.seq, 5, "{t:?}");
+}
+
+/// A record sealed with its `ts` set by the test.
+fn sealed_at(kind: Kind, seq: u64, ts: &str, prev: &str, fields: Value) -> Map<String, Value> {
+    crate::audit::record::seal(
+        kind,
+        seq,
+        ts,
+        "0123456789abcdef",
+        prev,
+        fields.as_object().cloned().unwrap(),
+        None,
+    )
+}
+
+#[test]
+fn a_daemon_silent_past_its_heartbeat_is_a_warning_and_a_stop_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let start = sealed_at(
+        Kind::Lifecycle,
+        1,
+        "2026-03-01T10:00:00.000Z",
+        crate::audit::record::GENESIS,
+        json!({"event": "start"}),
+    );
+    let beat = sealed_at(
+        Kind::Heartbeat,
+        2,
+        "2026-03-01T10:01:00.000Z",
+        start["hash"].as_str().unwrap(),
+        json!({"interval_s": 60, "pid": 42}),
+    );
+    let decision = sealed_at(
+        Kind::Decision,
+        3,
+        "2026-03-01T10:01:30.000Z",
+        beat["hash"].as_str().unwrap(),
+        json!({"op": "x"}),
+    );
+    let stop = sealed_at(
+        Kind::Lifecycle,
+        4,
+        "2026-03-01T10:02:00.000Z",
+        decision["hash"].as_str().unwrap(),
+        json!({"event": "stop"}),
+    );
+    let at = |s: &str| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap()
+    };
+    let judged = |records: &[&Map<String, Value>], now: &str| {
+        let text: Vec<String> = records
+            .iter()
+            .map(|r| Value::Object((*r).clone()).to_string())
+            .collect();
+        write_lines(&path, &text);
+        let v = verify_with(
+            &path,
+            &Options {
+                now: Some(at(now)),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(v.tamper, None, "{v:?}");
+        v.warnings
+            .into_iter()
+            .filter(|w| w.contains("heartbeat"))
+            .collect::<Vec<_>>()
+    };
+    // 2 × 60 s + 60 s after the last record is still fine; past it is not.
+    assert!(judged(&[&start, &beat, &decision], "2026-03-01T10:04:30.000Z").is_empty());
+    let late = judged(&[&start, &beat, &decision], "2026-03-01T12:01:30.000Z");
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert!(
+        late[0].starts_with("the last record is 2 h 0 min old; the daemon that wrote it sends a heartbeat every 60 s and recorded no stop"),
+        "{late:?}"
+    );
+    assert_eq!(
+        judged(&[&start, &beat], "2026-03-02T10:00:00.000Z").len(),
+        1
+    );
+    // A daemon that recorded its stop owes no heartbeat.
+    assert!(judged(
+        &[&start, &beat, &decision, &stop],
+        "2026-03-05T00:00:00.000Z"
+    )
+    .is_empty());
+    // Before its first heartbeat, the start record says how often they come.
+    let announced = sealed_at(
+        Kind::Lifecycle,
+        1,
+        "2026-03-01T10:00:00.000Z",
+        crate::audit::record::GENESIS,
+        json!({"event": "start", "heartbeat_secs": 300}),
+    );
+    assert!(judged(&[&announced], "2026-03-01T10:10:00.000Z").is_empty());
+    let silent = judged(&[&announced], "2026-03-01T11:00:00.000Z");
+    assert_eq!(silent.len(), 1, "{silent:?}");
+    assert!(silent[0].contains("every 300 s"), "{silent:?}");
+}
