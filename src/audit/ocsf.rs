@@ -18,16 +18,16 @@
 //! own `host` when it has one; a record without it gets the exporting
 //! machine's name, and `unmapped.device_from_exporter: true` says so.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
 
 /// The OCSF release the events follow (`metadata.version`).
 pub const OCSF_VERSION: &str = "1.5.0";
 
-/// How many spawns' decisions an export keeps for their later records: a
-/// spawn whose exit never came (its writer was killed) is forgotten after
-/// this many newer ones.
+/// How many open spawns' decisions an export keeps for their later
+/// records: past it, the oldest is forgotten (a spawn whose exit never
+/// came, as when its writer was killed).
 const SPAWNS_REMEMBERED: usize = 65_536;
 
 /// An event class: its uid and name, and its category's.
@@ -125,8 +125,12 @@ struct Spawn {
 /// spawn's decision until its exit.
 pub struct Exporter {
     exporter_host: String,
-    spawns: HashMap<String, Spawn>,
-    order: VecDeque<String>,
+    /// Open spawns by audit id: when each was remembered, and its decision.
+    spawns: HashMap<String, (u64, Spawn)>,
+    /// The open spawns' audit ids, oldest first.
+    by_age: BTreeMap<u64, String>,
+    remembered: u64,
+    capacity: usize,
 }
 
 /// One record as an event, alone (no earlier decision to draw on).
@@ -138,10 +142,17 @@ impl Exporter {
     /// An exporter on the machine named `exporter_host` (the `device` of a
     /// record that does not name its host).
     pub fn new(exporter_host: &str) -> Exporter {
+        Exporter::remembering(exporter_host, SPAWNS_REMEMBERED)
+    }
+
+    /// An exporter that keeps at most `capacity` open spawns.
+    fn remembering(exporter_host: &str, capacity: usize) -> Exporter {
         Exporter {
             exporter_host: exporter_host.to_string(),
             spawns: HashMap::new(),
-            order: VecDeque::new(),
+            by_age: BTreeMap::new(),
+            remembered: 0,
+            capacity,
         }
     }
 
@@ -153,7 +164,7 @@ impl Exporter {
         let spawn = r
             .str("audit_id")
             .and_then(|id| self.spawns.get(id))
-            .cloned();
+            .map(|(_, s)| s.clone());
         let mut out = Out::new();
         match r.str("kind").unwrap_or("") {
             "decision" => {
@@ -163,9 +174,7 @@ impl Exporter {
             "denial" => denial(&r, &mut out),
             "exit" => {
                 exit(&r, spawn.as_ref(), &mut out);
-                if let Some(id) = r.str("audit_id") {
-                    self.spawns.remove(id);
-                }
+                self.forget(&r);
             }
             "attach" => attach(&r, spawn.as_ref(), &mut out),
             "net" if r.str("protocol") == Some("dns") => dns(&r, spawn.as_ref(), &mut out),
@@ -178,15 +187,27 @@ impl Exporter {
         out.finish(&r, &self.exporter_host)
     }
 
+    /// Keeps a spawn's decision for its later records; past `capacity`
+    /// open spawns, the oldest is forgotten (a spawn whose exit never
+    /// came, as when its writer was killed).
     fn remember(&mut self, r: &Record, spawn: Spawn) {
         let Some(id) = r.str("audit_id") else { return };
-        if self.spawns.insert(id.to_string(), spawn).is_none() {
-            self.order.push_back(id.to_string());
+        self.forget(r);
+        self.remembered += 1;
+        self.by_age.insert(self.remembered, id.to_string());
+        self.spawns.insert(id.to_string(), (self.remembered, spawn));
+        while self.spawns.len() > self.capacity {
+            let Some((_, oldest)) = self.by_age.pop_first() else {
+                break;
+            };
+            self.spawns.remove(&oldest);
         }
-        while self.order.len() > SPAWNS_REMEMBERED {
-            if let Some(old) = self.order.pop_front() {
-                self.spawns.remove(&old);
-            }
+    }
+
+    /// A spawn ended: its decision is no longer needed.
+    fn forget(&mut self, r: &Record) {
+        if let Some((age, _)) = r.str("audit_id").and_then(|id| self.spawns.remove(id)) {
+            self.by_age.remove(&age);
         }
     }
 }

@@ -870,3 +870,38 @@ fn ids_are_the_records_own_whatever_came_before() {
         );
     }
 }
+
+#[test]
+fn a_long_spawn_outlives_many_short_ones_and_forgotten_spawns_are_bounded() {
+    let mut exporter = Exporter::remembering("h", 4);
+    let decision_of = |id: &str| {
+        enveloped(
+            "decision",
+            1,
+            id,
+            json!({"caller": {"uid": 0, "gid": 0, "pid": 1}, "program": {"resolved": "/usr/bin/bash", "sha256": SHA_PROGRAM}, "argv_shape": "bash -c {script}"}),
+        )
+    };
+    let exit_of = |id: &str| enveloped("exit", 2, id, json!({"exit_code": 0}));
+    exporter.event(&decision_of("long"));
+    for i in 0..100 {
+        let id = format!("short{i}");
+        exporter.event(&decision_of(&id));
+        exporter.event(&exit_of(&id));
+    }
+    let long_exit = exporter.event(&exit_of("long"));
+    assert_eq!(
+        long_exit["process"]["cmd_line"], "bash -c {script}",
+        "{long_exit}"
+    );
+    // Decisions without exits: only the newest `capacity` are kept.
+    for i in 0..10 {
+        exporter.event(&decision_of(&format!("lost{i}")));
+    }
+    assert_eq!((exporter.spawns.len(), exporter.by_age.len()), (4, 4));
+    assert!(exporter.event(&exit_of("lost0"))["process"]
+        .get("cmd_line")
+        .is_none());
+    let kept = exporter.event(&exit_of("lost9"));
+    assert_eq!(kept["process"]["cmd_line"], "bash -c {script}", "{kept}");
+}
