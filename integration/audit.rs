@@ -1,15 +1,20 @@
 //! The audit trail through the real binary: every run leaves a decision and
 //! an exit record (or one denial record) on disk, chained and verifiable, with
 //! hashes that match what the caller got back and no argument or env value in
-//! sight; an unwritable audit location runs nothing.
+//! sight; an unwritable audit location runs nothing. Its OCSF export is
+//! validated strictly against the OCSF 1.5.0 schema (`scripts/validate-ocsf`,
+//! itself tested here on events it must refuse).
 
+#[path = "daemon_harness.rs"]
+mod daemon_harness;
 #[path = "sandbox/harness.rs"]
 mod harness;
 
+use std::path::Path;
 use std::process::Command;
 
 use harness::{world, As};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A config whose audit log lives in a fresh directory of the world.
 fn audit_config(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -272,23 +277,50 @@ fn query_tail_and_ocsf_export_read_the_log() {
         [100701, 100702, 100701]
     );
     assert_eq!(events[2]["disposition"], "Blocked");
-    // And against the OCSF 1.5.0 Process Activity model of the `ocsf-emitter`
-    // package (PyPI), installed by the script into target/ocsf-venv.
+    // And strictly against the OCSF 1.5.0 schema itself.
     let file = log.with_extension("ocsf.jsonl");
     std::fs::write(&file, &ocsf).unwrap();
-    let checked = Command::new(concat!(
+    let (code, said) = validate_ocsf(&file);
+    assert_eq!(code, Some(0), "OCSF validation failed: {said}");
+}
+
+/// `scripts/validate-ocsf FILE`: its exit code, and what it printed.
+fn validate_ocsf(file: &Path) -> (Option<i32>, String) {
+    let out = Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/scripts/validate-ocsf"
     ))
-    .arg(&file)
+    .arg(file)
     .output()
     .unwrap();
-    assert!(
-        checked.status.success(),
-        "OCSF validation failed: {}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
+    (out.status.code(), said)
+}
+
+/// `spawnd audit export --format ocsf LOG`, written beside the log and
+/// validated strictly (every event valid, or the test fails with the
+/// validator's report); the events.
+fn export_valid_ocsf(log: &Path) -> Vec<Value> {
+    let out = spawnd(&["audit", "export", "--format", "ocsf", log.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let file = log.with_extension("ocsf.jsonl");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let (code, said) = validate_ocsf(&file);
+    assert_eq!(
+        code,
+        Some(0),
+        "the export of {} is not valid OCSF:\n{said}",
+        log.display()
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// Fault test: `kill -9` of spawnd at random points while runs are in
@@ -451,6 +483,19 @@ fn only_keep_rotated_files_remain_and_what_remains_verifies() {
     let v: Value = serde_json::from_slice(&verified.stdout).unwrap();
     assert_eq!(verified.status.code(), Some(0), "{v}");
     assert!(v["data"]["first_seq"].as_u64().unwrap() > 1, "{v}");
+    // The retention notes are exported, as Event Log Activity: Delete.
+    let events = export_valid_ocsf(&log);
+    let deletes: Vec<&Value> = events.iter().filter(|e| e["type_uid"] == 100802).collect();
+    assert!(
+        !deletes.is_empty(),
+        "no retention note exported: {events:#?}"
+    );
+    assert!(
+        deletes
+            .iter()
+            .all(|e| e["unmapped"]["removed_files"].is_array()),
+        "{deletes:#?}"
+    );
     // Removing the oldest remaining file is not retention: it is caught.
     std::fs::remove_file(dir.join(&rotated[0])).unwrap();
     let tampered = spawnd(&["audit", "verify", "--json", l]);
@@ -1470,4 +1515,456 @@ fn a_shipped_segment_verifies_on_its_own() {
         Some(2),
         "a malformed anchor is a usage error"
     );
+}
+
+// ---------------------------------------------------------------------------
+// The OCSF export, strictly valid: the validator refuses what the schema
+// does not allow, and an export of every kind of record a run makes passes.
+// ---------------------------------------------------------------------------
+
+/// A valid OCSF 1.5.0 Process Activity event, written by hand.
+fn launch_event() -> Value {
+    json!({
+        "class_uid": 1007, "class_name": "Process Activity",
+        "category_uid": 1, "category_name": "System Activity",
+        "activity_id": 1, "activity_name": "Launch",
+        "type_uid": 100701, "type_name": "Process Activity: Launch",
+        "severity_id": 1, "severity": "Informational",
+        "status_id": 1, "status": "Success",
+        "disposition_id": 1, "disposition": "Allowed",
+        "time": 1_795_309_323_456_i64,
+        "metadata": {"version": "1.5.0", "profiles": ["security_control"], "product": {"name": "spawnd", "vendor_name": "spawnd"}, "uid": "a:1"},
+        "actor": {"user": {"uid": "1000"}, "process": {"pid": 7}},
+        "device": {"hostname": "build-7", "type_id": 0},
+        "process": {"pid": 4242, "cmd_line": "git status", "file": {"name": "git", "path": "/usr/bin/git", "type_id": 1, "hashes": [{"algorithm_id": 3, "value": "ab12"}]}},
+        "unmapped": {"anything": {"goes": [1, "here", null]}},
+    })
+}
+
+/// Sets `path` (dotted) of `event` to `value`, or removes it for `None`.
+fn edited(mut event: Value, path: &str, value: Option<Value>) -> Value {
+    let (parent, key) = path.rsplit_once('.').unwrap_or(("", path));
+    let target = parent
+        .split('.')
+        .filter(|k| !k.is_empty())
+        .fold(&mut event, |v, k| &mut v[k]);
+    match value {
+        Some(v) => target[key] = v,
+        None => {
+            target.as_object_mut().unwrap().remove(key);
+        }
+    }
+    event
+}
+
+/// `scripts/validate-ocsf` accepts a valid event and refuses, each with
+/// its line, attribute path and why: a required attribute missing, a value
+/// of the wrong type, an unknown attribute, an `at_least_one` constraint
+/// unmet, a profile's attribute without the profile declared, an unknown
+/// profile, an enum value the class does not define, a `type_uid` that is
+/// not class * 100 + activity, a sibling that is not its enum's caption, a
+/// hash that is not hex, a null, a lone value where an array belongs, an
+/// older OCSF version.
+#[test]
+fn the_ocsf_validator_refuses_what_the_schema_does_not_allow() {
+    let dir = world().path("outside/ocsf-validator");
+    std::fs::create_dir_all(&dir).unwrap();
+    let one = dir.join("accepted.jsonl");
+    std::fs::write(&one, format!("{}\n", launch_event())).unwrap();
+    let (code, said) = validate_ocsf(&one);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("1 events, 0 invalid"), "{said}");
+
+    let bad: Vec<(Value, &str)> = vec![
+        (
+            edited(launch_event(), "time", None),
+            "time: required attribute missing",
+        ),
+        (
+            edited(launch_event(), "process.pid", Some(json!("4242"))),
+            "process.pid: is a string, not integer_t",
+        ),
+        (
+            edited(launch_event(), "process.colour", Some(json!("red"))),
+            "process.colour: unknown attribute: object 'process' does not define 'colour'",
+        ),
+        (
+            edited(
+                edited(launch_event(), "process.pid", None),
+                "process.file",
+                None,
+            ),
+            "process: object 'process' needs at least one of pid, uid, cpid; none is given",
+        ),
+        (
+            edited(launch_event(), "metadata.profiles", Some(json!([]))),
+            "disposition_id: belongs to profile security_control, which metadata.profiles does not declare",
+        ),
+        (
+            edited(
+                launch_event(),
+                "metadata.profiles",
+                Some(json!(["security_control", "nonesuch"])),
+            ),
+            "metadata.profiles[1]: the schema in",
+        ),
+        (
+            edited(
+                edited(
+                    edited(launch_event(), "activity_id", Some(json!(7))),
+                    "type_uid",
+                    Some(json!(100707)),
+                ),
+                "activity_name",
+                None,
+            ),
+            "activity_id: 7 is not a value of this enum",
+        ),
+        (
+            edited(launch_event(), "type_uid", Some(json!(100702))),
+            "type_uid: is 100702, not class_uid 1007 * 100 + activity_id 1 = 100701",
+        ),
+        (
+            edited(launch_event(), "activity_name", Some(json!("Terminate"))),
+            "activity_name: is 'Terminate', but activity_id 1 is 'Launch'",
+        ),
+        (
+            edited(
+                launch_event(),
+                "process.file.hashes",
+                Some(json!([{"algorithm_id": 3, "value": "sha256:ab12"}])),
+            ),
+            "process.file.hashes[0].value: 'sha256:ab12' does not match file_hash_t's pattern",
+        ),
+        (
+            edited(launch_event(), "exit_code", Some(Value::Null)),
+            "exit_code: is null",
+        ),
+        (
+            edited(launch_event(), "metadata.profiles", Some(json!("security_control"))),
+            "metadata.profiles: is a string, not an array of string_t",
+        ),
+        (
+            edited(launch_event(), "metadata.version", Some(json!("1.4.0"))),
+            "metadata.version: is '1.4.0'; this schema is '1.5.0'",
+        ),
+    ];
+    let file = dir.join("mixed.jsonl");
+    let text: String = std::iter::once(launch_event())
+        .chain(bad.iter().map(|(e, _)| e.clone()))
+        .map(|e| format!("{e}\n"))
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let (code, said) = validate_ocsf(&file);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        !said.contains("line 1:"),
+        "the valid event was refused: {said}"
+    );
+    for (i, (_, why)) in bad.iter().enumerate() {
+        let expected = format!("line {}: {why}", i + 2);
+        assert!(
+            said.contains(&expected),
+            "expected {expected:?} in:\n{said}"
+        );
+    }
+    assert!(
+        said.contains(&format!("{} events, {} invalid", bad.len() + 1, bad.len())),
+        "{said}"
+    );
+    // Nothing to validate is not a pass.
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    assert_eq!(validate_ocsf(&empty).0, Some(1));
+}
+
+/// A host server that answers every connection with a short HTTP reply.
+fn http_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let _ = std::io::Read::read(&mut stream, &mut request);
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+        }
+    });
+    port
+}
+
+/// A port on the host's loopback where nothing listens.
+fn dead_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The records of `log` (a torn line left out) once `done` holds for
+/// them (10 s at most).
+fn records_once(log: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let started = std::time::Instant::now();
+    loop {
+        let recs: Vec<Value> = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if done(&recs) || started.elapsed() > std::time::Duration::from_secs(10) {
+            return recs;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The issue's "done": one log holding every kind of record the suite's
+/// runs make (`spawnd run`: clean, nonzero, killed by a signal, past its
+/// wall time, refused, failed in setup, connections granted, refused and
+/// failed, a datagram and a DNS name refused; `spawnd serve`: a detached
+/// spawn taken up and killed there, an invalid name refused three times
+/// and counted; a torn line chained past) exports to events every one of
+/// which the strict validator accepts, and which carry what a SIEM needs.
+#[test]
+fn an_export_of_every_kind_of_record_a_run_makes_is_strictly_valid_ocsf() {
+    let w = world();
+    let (cfg, log) = audit_config("ocsf-whole-run");
+    let c = cfg.to_str().unwrap();
+    let run = |script: &str, extra: &[&str]| {
+        let mut all = vec!["--config", c];
+        all.extend_from_slice(extra);
+        w.run(As::Root, "sh", &[("script", script)], &all)
+    };
+    assert_eq!(run("echo hello", &[]).status.code(), Some(0));
+    assert_eq!(run("exit 4", &[]).status.code(), Some(4));
+    run("kill -9 $$", &[]);
+    assert_eq!(
+        run("sleep 10", &["--timeout", "300ms"]).status.code(),
+        Some(124)
+    );
+    let refused = w.run(
+        As::Root,
+        "probe1",
+        &[("attack", "x"), ("a1", "x"), ("extra", "y")],
+        &["--config", c],
+    );
+    assert_eq!(refused.status.code(), Some(3));
+    // A crash mid-write leaves a torn line; the next writer chains past it
+    // with a note.
+    let mut torn = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut torn, b"{\"v\":1,\"kind\":\"dec").unwrap();
+    drop(torn);
+    let strict = log.with_file_name("strict.toml");
+    std::fs::write(
+        &strict,
+        format!(
+            "[audit]\npath = \"{}\"\n[sandbox]\nlandlock_min_abi = 99\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let unstarted = w.run(
+        As::Root,
+        "true",
+        &[],
+        &["--config", strict.to_str().unwrap()],
+    );
+    assert_eq!(unstarted.status.code(), Some(5), "{unstarted:?}");
+
+    // Connections: granted and served, granted with no listener, refused;
+    // a datagram and a DNS name, refused.
+    let (served, dead) = (http_server(), dead_port());
+    let manifest = log.with_file_name("net.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"[connector]
+name = "local://test/ocsf-net"
+version = "1.0.0"
+
+[capabilities.spawn]
+programs = [{{ path = "/usr/bin/python3" }}]
+network = ["127.0.0.1:{served}", "127.0.0.1:{dead}"]
+
+[capabilities.spawn.operations.python]
+argv = "python3 -c {{code}}"
+"#
+        ),
+    )
+    .unwrap();
+    let code = format!(
+        "import socket, urllib.request\n\
+         print(urllib.request.urlopen('http://127.0.0.1:{served}/', timeout=5).read())\n\
+         for host, port in (('127.0.0.1', {dead}), ('192.0.2.1', 80)):\n    try: socket.create_connection((host, port), timeout=5).close()\n    except OSError: pass\n\
+         try: socket.getaddrinfo('leak.invalid', 80)\nexcept OSError: pass\n\
+         try: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('192.0.2.1', 53))\nexcept OSError: pass\n"
+    );
+    let net = w
+        .command_for(
+            As::Root,
+            &manifest,
+            "python",
+            &[("code", &code)],
+            &["--config", c],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(net.status.code(), Some(0), "{net:?}");
+
+    // The daemon: a detached spawn taken up by another connection and
+    // killed there; an invalid connector name, three times on one
+    // connection (the first recorded, the repeats counted when it closes).
+    let d = daemon_harness::Daemon::start_logging_to("ocsf-whole-run", &log);
+    let mut first = d.client();
+    let kept = first.ok(
+        "spawn_op",
+        json!({"connector": daemon_harness::CONNECTOR, "op": "sh", "args": {"script": "sleep 60"}, "lease_ms": 60000, "label": "ocsf-run"}),
+    );
+    drop(first);
+    let mut second = d.client();
+    let handle = kept["handle"].clone();
+    second.ok(
+        "spawn_attach",
+        json!({"handle": handle, "token": kept["token"]}),
+    );
+    second.ok("spawn_kill", json!({"handle": handle}));
+    second.ok("spawn_status", json!({"handle": handle, "wait_ms": 10000}));
+    let mut third = d.client();
+    for _ in 0..3 {
+        let answer = third.call("spawn_op", json!({"connector": "not a name", "op": "sh"}));
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    }
+    drop(third);
+    let recs = records_once(&log, |r| {
+        r.iter()
+            .any(|r| r["kind"] == "denial" && r["repeats"].is_object())
+            && r.iter()
+                .any(|r| r["kind"] == "exit" && r["interrupted_by"] == "spawn_kill")
+    });
+    drop(d);
+
+    // Every kind the suite makes is in the log, which verifies.
+    let has = |f: &dyn Fn(&Value) -> bool| recs.iter().any(f);
+    for (what, found) in [
+        (
+            "a clean exit",
+            has(&|r| r["kind"] == "exit" && r["exit_code"] == 0),
+        ),
+        (
+            "a nonzero exit",
+            has(&|r| r["kind"] == "exit" && r["exit_code"] == 4),
+        ),
+        (
+            "a signal kill",
+            has(&|r| r["kind"] == "exit" && r["signal"] == 9 && r["interrupted_by"].is_null()),
+        ),
+        (
+            "a timeout",
+            has(&|r| r["kind"] == "exit" && r["timed_out"] == true),
+        ),
+        (
+            "a setup failure",
+            has(&|r| r["kind"] == "exit" && r["setup_failed"].is_string()),
+        ),
+        (
+            "a kill by a peer",
+            has(&|r| r["kind"] == "exit" && r["interrupted_by"] == "spawn_kill"),
+        ),
+        (
+            "a denial",
+            has(&|r| r["kind"] == "denial" && r["reason"] == "arg_unknown"),
+        ),
+        (
+            "an invalid name's denial",
+            has(&|r| {
+                r["kind"] == "denial" && r["class"] == "invalid_params" && r["repeats"].is_null()
+            }),
+        ),
+        (
+            "a record of repeats",
+            has(&|r| r["kind"] == "denial" && r["repeats"]["count"].is_u64()),
+        ),
+        ("an attach", has(&|r| r["kind"] == "attach")),
+        (
+            "a connection",
+            has(&|r| r["kind"] == "net" && r["connected"] == true),
+        ),
+        (
+            "a failed dial",
+            has(&|r| r["kind"] == "net" && r["allowed"] == true && r["connected"] == false),
+        ),
+        (
+            "a refused connection",
+            has(&|r| r["kind"] == "net" && r["protocol"] == "tcp" && r["allowed"] == false),
+        ),
+        (
+            "a refused datagram",
+            has(&|r| r["kind"] == "net" && r["protocol"] == "udp"),
+        ),
+        (
+            "a refused name",
+            has(&|r| r["kind"] == "net" && r["protocol"] == "dns"),
+        ),
+        ("a note", has(&|r| r["kind"] == "note")),
+    ] {
+        assert!(found, "no {what} in the log: {recs:#?}");
+    }
+    let verified = spawnd(&["audit", "verify", log.to_str().unwrap()]);
+    assert_eq!(verified.status.code(), Some(0), "{verified:?}");
+
+    // Exported, every event is valid OCSF 1.5.0, one per record.
+    let events = export_valid_ocsf(&log);
+    assert_eq!(events.len(), recs.len());
+    let of = |r: &Value| {
+        events
+            .iter()
+            .find(|e| e["metadata"]["sequence"] == r["seq"])
+            .unwrap_or_else(|| panic!("no event for {r}"))
+    };
+    let find = |f: &dyn Fn(&Value) -> bool| of(recs.iter().find(|r| f(r)).unwrap());
+    // A kill is a failure with its signal, not a clean exit.
+    let killed =
+        find(&|r| r["kind"] == "exit" && r["signal"] == 9 && r["interrupted_by"].is_null());
+    assert_eq!(killed["status"], "Failure", "{killed}");
+    assert_eq!(killed["unmapped"]["signal"], 9, "{killed}");
+    assert!(killed["duration"].is_u64(), "{killed}");
+    let timed_out = find(&|r| r["kind"] == "exit" && r["timed_out"] == true);
+    assert_eq!(
+        (&timed_out["status"], &timed_out["unmapped"]["timed_out"]),
+        (&json!("Failure"), &json!(true)),
+        "{timed_out}"
+    );
+    // The program is named, with its run-as user, on its exit too.
+    let clean = find(&|r| r["kind"] == "exit" && r["exit_code"] == 0);
+    assert_eq!(clean["process"]["file"]["path"], "/usr/bin/bash", "{clean}");
+    assert_eq!(clean["process"]["user"]["uid"], "65534", "{clean}");
+    assert_eq!(clean["process"]["cmd_line"], "bash -c {script}", "{clean}");
+    // Repeats are counted.
+    let repeats = find(&|r| r["kind"] == "denial" && r["repeats"].is_object());
+    assert!(repeats["count"].as_u64().unwrap() >= 1, "{repeats}");
+    assert!(
+        repeats["start_time"].is_i64() && repeats["end_time"].is_i64(),
+        "{repeats}"
+    );
+    // Network events have the spawn's caller as actor.
+    let connection = find(&|r| r["kind"] == "net" && r["connected"] == true);
+    assert_eq!(connection["actor"]["user"]["uid"], "0", "{connection}");
+    // The label and the peer that killed the attached spawn.
+    let by_peer = find(&|r| r["kind"] == "exit" && r["interrupted_by"] == "spawn_kill");
+    assert_eq!(by_peer["unmapped"]["label"], "ocsf-run", "{by_peer}");
+    // Notes are exported. The device is the record's host, or, for a
+    // record that does not name it, the exporter, and the event says so.
+    assert!(
+        events.iter().any(|e| e["class_uid"] == 1008),
+        "no note exported"
+    );
+    for r in &recs {
+        let e = of(r);
+        match r["host"]["name"].as_str() {
+            Some(name) => assert_eq!(e["device"]["hostname"], name, "{e}"),
+            None => assert_eq!(e["unmapped"]["device_from_exporter"], true, "{e}"),
+        }
+    }
 }

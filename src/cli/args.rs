@@ -253,9 +253,9 @@ pub enum AuditCommand {
         /// The log (default: the config's `[audit]` path).
         file: Option<PathBuf>,
     },
-    /// Export as OCSF Process Activity events (class 1007), one JSON object per line.
+    /// Export as OCSF 1.5.0 events, one JSON object per line, one per record.
     #[command(
-        after_help = "Examples:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl\n  spawnd audit export --format ocsf --follow --since 1h | shipper\n\nEvents come from the whole chain (rotated files, then the live one);\n--follow goes on with records as they are appended, across rotations, each\nonce."
+        after_help = "Examples:\n  spawnd audit export --format ocsf > spawnd-ocsf.jsonl\n  spawnd audit export --format ocsf --follow --since 1h | shipper\n\nA spawn's decision, denial, attach and exit are Process Activity (1007), its\nnet records Network Activity (4001) or DNS Activity (4003), a note about the\nlog Event Log Activity (1008), the daemon's lifecycle and heartbeat records\nApplication Lifecycle (6002); what OCSF has no attribute for is in `unmapped`\n(docs/audit.md, \"OCSF mapping\"). Events come from the whole chain (rotated\nfiles, then the live one), and filters choose which are printed: a spawn's\ndecision still fills the process and caller of its later events. --follow\ngoes on with records as they are appended, across rotations, each once.\nscripts/validate-ocsf checks an export against the OCSF 1.5.0 schema."
     )]
     Export {
         /// Output format (only `ocsf`).

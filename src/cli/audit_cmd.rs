@@ -14,7 +14,7 @@ use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
 use crate::audit::chain;
 use crate::audit::checkpoint;
-use crate::audit::ocsf::to_ocsf;
+use crate::audit::ocsf::Exporter;
 use crate::audit::time_bound::record_instant;
 use crate::audit::verify::{verify_with as verify_chain, Anchor, Options as VerifyOptions};
 use crate::exec::load_previous_audit_keys;
@@ -754,6 +754,8 @@ pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Suc
 }
 
 /// `spawnd audit export --format ocsf [--follow]`: one OCSF event per line.
+/// Every record of the chain passes through the exporter, those the filter
+/// leaves out too: a spawn's decision fills its later events.
 pub fn export(
     cli: &Cli,
     file: Option<&Path>,
@@ -764,15 +766,15 @@ pub fn export(
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let mut exporter = Exporter::new(&host);
     if follow {
         let mut follower = chain::Follower::after(&path, 0);
         loop {
             let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
             for record in follower.poll().map_err(|e| cannot_read(&path, e))? {
+                let event = exporter.event(&record);
                 if matcher.matches(&record) {
-                    if let Some(event) = to_ocsf(&record, &host) {
-                        print_line(&event.to_string());
-                    }
+                    print_line(&event.to_string());
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(250));
@@ -782,8 +784,8 @@ pub fn export(
     let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
     let events: Vec<Value> = records
         .iter()
-        .filter(|r| matcher.matches(r))
-        .filter_map(|r| to_ocsf(r, &host))
+        .map(|r| (exporter.event(r), matcher.matches(r)))
+        .filter_map(|(event, wanted)| wanted.then_some(event))
         .collect();
     let text = events
         .iter()
