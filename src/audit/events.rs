@@ -156,6 +156,7 @@ pub fn exit(result: &Value) -> Map<String, Value> {
         "cpu_ms": result["cpu_ms"],
         "peak_memory_bytes": result["peak_memory_bytes"],
         "oom_killed": result["oom_killed"],
+        "sandbox_pid": result["sandbox_pid"],
         "stdout": stream(&result["stdout"]),
         "stderr": stream(&result["stderr"]),
         "isolation_applied": result["isolation"],

@@ -630,6 +630,14 @@ fn exit(r: &Record, spawn: Option<&Spawn>, out: &mut Out) {
             process.insert("terminated_time".into(), json!(ms));
         }
     }
+    // The host pid of the sandbox's init, the process the program runs under.
+    if let Some(pid) = r
+        .get("sandbox_pid")
+        .filter(|p| p.as_i64().is_some_and(|p| p > 0))
+    {
+        process.insert("pid".into(), pid.clone());
+        out.maps(&["sandbox_pid"]);
+    }
     out.set("process", Value::Object(process));
     if let Some(code) = r.get("exit_code").filter(|c| c.is_i64()) {
         out.set("exit_code", code.clone());

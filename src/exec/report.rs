@@ -157,6 +157,7 @@ pub(super) fn report(
         "cpu_ms": o.cpu_ms,
         "peak_memory_bytes": o.peak_memory_bytes,
         "oom_killed": o.oom_killed,
+        "sandbox_pid": o.sandbox_pid,
         "connector": plan.connector,
         "op": plan.op,
         "program": plan.program,

@@ -108,6 +108,7 @@ impl<'s> RemoteSandbox<'s> {
             cloned_at: launched_at,
             mapped_at: replied_at,
             released_at,
+            init_pid: self.init_pid,
             end: Box::new(RemoteEnd {
                 pidfd: std::sync::Arc::new(self.pidfd),
                 // Opened now, while the program runs (best effort: without

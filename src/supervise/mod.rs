@@ -52,6 +52,8 @@ pub struct Watched<'a> {
     pub mapped_at: Instant,
     /// When the program was released: the wall-time clock starts here.
     pub released_at: Instant,
+    /// The host pid of the sandbox's init (the program is its child).
+    pub init_pid: i32,
     /// Signalling and reaping init.
     pub end: Box<dyn SandboxEnd + 'a>,
 }
@@ -200,6 +202,7 @@ impl From<Running> for Watched<'static> {
             cloned_at: r.cloned_at,
             mapped_at: r.mapped_at,
             released_at: r.released_at,
+            init_pid: r.init_pid,
             end: Box::new(LocalEnd {
                 init: Pid::from_raw(r.init_pid),
                 cgroup: r.cgroup,
@@ -297,6 +300,8 @@ pub struct Outcome {
     pub oom_killed: bool,
     /// Where the time went.
     pub phases: Phases,
+    /// The host pid of the sandbox's init.
+    pub sandbox_pid: i32,
 }
 
 /// Durations of the phases of one spawn, as seen by the supervisor, and
@@ -373,6 +378,7 @@ fn supervise_blocked<'a>(
     signals: &SigSet,
 ) -> std::io::Result<(Outcome, Option<Leaving<'a>>)> {
     let started = running.released_at;
+    let sandbox_pid = running.init_pid;
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
     let end = running.end;
     let redactor =
@@ -431,6 +437,7 @@ fn supervise_blocked<'a>(
         peak_memory_bytes,
         oom_killed,
         phases,
+        sandbox_pid,
     };
     Ok((outcome, leaving))
 }

@@ -308,7 +308,7 @@ fn every_kind() -> Vec<Map<String, Value>> {
             "exit",
             10,
             spawn,
-            json!({"connector": "local://t/x", "op": "py", "caller": full_caller(), "exit_code": null, "signal": 9, "timed_out": true, "interrupted_by": "spawn_kill", "interrupted_by_peer": {"uid": 0, "gid": 0, "pid": 99}, "duration_ms": 30000, "cpu_ms": 12, "peak_memory_bytes": 4096, "oom_killed": false, "stdout": {"bytes": 5, "total_bytes": 5, "truncated": false, "sha256": SHA_PROGRAM, "redactions": 2}, "stderr": {"bytes": 0, "total_bytes": 0, "truncated": false, "sha256": SHA_EXE, "redactions": 0}, "isolation_applied": {"uid": 65534, "gid": 65534, "no_new_privs": true}, "network": {"connections": 1, "refused": 3, "bytes_up": 10, "bytes_down": 20}}),
+            json!({"connector": "local://t/x", "op": "py", "caller": full_caller(), "exit_code": null, "signal": 9, "timed_out": true, "interrupted_by": "spawn_kill", "interrupted_by_peer": {"uid": 0, "gid": 0, "pid": 99}, "duration_ms": 30000, "cpu_ms": 12, "peak_memory_bytes": 4096, "oom_killed": false, "sandbox_pid": 31337, "stdout": {"bytes": 5, "total_bytes": 5, "truncated": false, "sha256": SHA_PROGRAM, "redactions": 2}, "stderr": {"bytes": 0, "total_bytes": 0, "truncated": false, "sha256": SHA_EXE, "redactions": 0}, "isolation_applied": {"uid": 65534, "gid": 65534, "no_new_privs": true}, "network": {"connections": 1, "refused": 3, "bytes_up": 10, "bytes_down": 20}}),
         ),
         enveloped(
             "denial",
@@ -427,6 +427,7 @@ const MAPPED: &[(&str, &str, &str, bool)] = &[
     ("denial", "repeats.last_ts", "end_time", true),
     ("exit", "exit_code", "exit_code", true),
     ("exit", "duration_ms", "duration", true),
+    ("exit", "sandbox_pid", "process.pid", true),
     ("exit", "isolation_applied.uid", "process.user.uid", true),
     ("exit", "isolation_applied.gid", "process.user.groups", true),
     ("net", "protocol", "class_uid", false),
@@ -639,6 +640,8 @@ fn every_process_event_names_the_spawn_and_its_decision_fills_the_later_ones() {
         SHA_PROGRAM.strip_prefix("sha256:").unwrap()
     );
     assert_eq!(exit["process"]["terminated_time"], exit["time"], "{exit}");
+    // The host pid of the sandbox's init, which the exit record names.
+    assert_eq!(exit["process"]["pid"], 31337, "{exit}");
     // A denial launched nothing: its process is the refused request's id.
     let denied = &events[10];
     assert_eq!(denied["process"], json!({"uid": "00000000000000b1"}));
