@@ -152,7 +152,7 @@ fn start_time_of(stat: &[u8]) -> Option<String> {
     let hz = u64::try_from(hz).ok().filter(|h| *h > 0)?;
     let since_boot = crate::sys::boot_time().ok()?;
     let started_after_boot =
-        std::time::Duration::from_nanos(ticks.checked_mul(1_000_000_000 / hz).unwrap_or(u64::MAX));
+        std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / hz));
     let ago = since_boot.checked_sub(started_after_boot)?;
     let at = time::OffsetDateTime::now_utc() - ago;
     let fmt = time::macros::format_description!(

@@ -72,7 +72,7 @@ impl Forwarder {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             // The first loss, then every thousandth: a service that is down
             // must not flood spawnd's own log.
-            if dropped == 1 || dropped % 1000 == 0 {
+            if dropped == 1 || dropped.is_multiple_of(1000) {
                 tracing::warn!(socket = %self.socket_path.display(), error = %e, dropped, "audit forward: a record's copy was dropped (the audit file has it)");
             }
         }
