@@ -974,10 +974,10 @@ fn records_name_the_host_and_where_a_command_line_request_came_from() {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let hostname = nix::unistd::gethostname().unwrap();
     for r in &recs {
-        assert_eq!(r["host"]["boot_id"], boot_id.trim(), "{r}");
-        assert_eq!(r["host"]["name"], hostname.to_str().unwrap(), "{r}");
+        assert_eq!(r["machine"]["boot_id"], boot_id.trim(), "{r}");
+        assert_eq!(r["machine"]["hostname"], hostname.to_str().unwrap(), "{r}");
         if let Ok(machine_id) = std::fs::read_to_string("/etc/machine-id") {
-            assert_eq!(r["host"]["machine_id"], machine_id.trim(), "{r}");
+            assert_eq!(r["machine"]["machine_id"], machine_id.trim(), "{r}");
         }
     }
     let decision = &recs[0];
@@ -1287,8 +1287,8 @@ fn a_signed_checkpoint_catches_what_root_with_the_key_rewrites() {
     let line: Value = serde_json::from_slice(&taken.stdout).unwrap();
     assert_eq!(line["seq"], 5, "{line}");
     assert_eq!(line["public_key"], public.as_str());
-    for field in ["name", "machine_id", "boot_id"] {
-        assert!(line["host"].get(field).is_some(), "{line}");
+    for field in ["hostname", "machine_id", "boot_id"] {
+        assert!(line["machine"].get(field).is_some(), "{line}");
     }
     assert_eq!(
         std::fs::read_to_string(&checkpoints).unwrap().trim(),
@@ -1962,7 +1962,7 @@ argv = "python3 -c {{code}}"
     );
     for r in &recs {
         let e = of(r);
-        match r["host"]["name"].as_str() {
+        match r["machine"]["hostname"].as_str() {
             Some(name) => assert_eq!(e["device"]["hostname"], name, "{e}"),
             None => assert_eq!(e["unmapped"]["device_from_exporter"], true, "{e}"),
         }

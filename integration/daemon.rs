@@ -152,14 +152,14 @@ fn a_handle_belongs_to_its_connection() {
     );
 }
 
-#[test]
-fn a_peer_not_in_access_is_refused_and_audited() {
-    let d = Daemon::start("access", "");
+/// A `spawn_op` of the test connector sent by python as uid 65534 (whom
+/// no `[[access]]` rule names); prints the answer line.
+fn spawn_op_as_nobody_from_python(d: &Daemon) -> std::process::Output {
     let script = format!(
         "import socket,json\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(json.dumps({{'jsonrpc':'2.0','id':1,'method':'spawn_op','params':{{'connector':{CONNECTOR:?},'op':'true'}}}}).encode()+b'\\n')\nprint(s.makefile().readline())",
         d.socket.display().to_string()
     );
-    let out = Command::new("setpriv")
+    Command::new("setpriv")
         .args([
             "--reuid=65534",
             "--regid=65534",
@@ -169,7 +169,13 @@ fn a_peer_not_in_access_is_refused_and_audited() {
             &script,
         ])
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_peer_not_in_access_is_refused_and_audited() {
+    let d = Daemon::start("access", "");
+    let out = spawn_op_as_nobody_from_python(&d);
     let answer: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(answer["error"]["code"], -32001, "{answer}");
@@ -2399,23 +2405,12 @@ fn records_name_where_a_daemon_request_came_from() {
         .unwrap_or_else(|| cgroup.lines().collect::<Vec<_>>().join(";"));
     assert_eq!(caller["cgroup"], cgroup, "{caller}");
     assert!(caller["start_time"].as_str().is_some(), "{caller}");
-    assert!(decision["host"]["boot_id"].as_str().is_some(), "{decision}");
-    // A refused stranger: python, as uid 65534.
-    let script = format!(
-        "import socket,json\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(json.dumps({{'jsonrpc':'2.0','id':1,'method':'spawn_op','params':{{'connector':{CONNECTOR:?},'op':'true'}}}}).encode()+b'\\n')\nprint(s.makefile().readline())",
-        d.socket.display().to_string()
+    assert!(
+        decision["machine"]["boot_id"].as_str().is_some(),
+        "{decision}"
     );
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-c",
-            &script,
-        ])
-        .output()
-        .unwrap();
+    // A refused stranger: python, as uid 65534.
+    let out = spawn_op_as_nobody_from_python(&d);
     assert!(out.status.success(), "{out:?}");
     let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
     let denial = audit_records(&d.audit)

@@ -840,8 +840,13 @@ fn a_reattached_spawn_killed_there_names_who_took_it_up_and_who_killed_it() {
     let (decision, attach, exit) = (of_spawn[0], of_spawn[1], of_spawn[2]);
     assert_eq!(decision["caller"]["pid"], first_pid, "{decision}");
     assert_eq!(
-        attach["caller"],
-        json!({"uid": 0, "gid": 0, "pid": me}),
+        (
+            &attach["caller"]["uid"],
+            &attach["caller"]["gid"],
+            &attach["caller"]["pid"],
+            &attach["caller"]["via"]
+        ),
+        (&json!(0), &json!(0), &json!(me), &json!("daemon")),
         "{attach}"
     );
     assert_eq!(

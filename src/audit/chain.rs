@@ -131,24 +131,15 @@ impl Follower {
 
     /// The records appended since the last call (on the first, every record
     /// of the chain after the starting `seq`), each once, in order.
+    ///
+    /// The live file is opened before the rotated files are listed: a
+    /// rotation between the two then leaves the file it renamed among the
+    /// rotated ones (read here) or in hand (read from its start), never
+    /// between them unread.
     pub fn poll(&mut self) -> std::io::Result<Vec<Record>> {
         let mut found = Vec::new();
-        match self.held.as_mut() {
-            None => {
-                // First read: the whole chain, then hold the live file at
-                // its end.
-                for (_, file) in rotated_files(&self.log) {
-                    found.extend(records_of(&file)?);
-                }
-                match Held::open(&self.log, 0) {
-                    Ok(mut held) => {
-                        found.extend(held.read_new()?);
-                        self.held = Some(held);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
-            }
+        let after = match self.held.as_mut() {
+            None => None,
             Some(held) => {
                 found.extend(held.read_new()?);
                 let live = match std::fs::metadata(&self.log) {
@@ -156,45 +147,53 @@ impl Follower {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                     Err(e) => return Err(e),
                 };
-                if live.as_ref().is_some_and(|meta| !held.is(meta)) {
-                    // Rotated: what was appended to the held file before
-                    // the rename is read above; files rotated after it,
-                    // then the new live file, follow.
-                    found.extend(held.read_new()?);
-                    let (dev, ino) = (held.dev, held.ino);
-                    let mut after_held = false;
-                    for (_, path) in rotated_files(&self.log) {
-                        let Ok(meta) = std::fs::metadata(&path) else {
-                            continue;
-                        };
-                        if (meta.dev(), meta.ino()) == (dev, ino) {
-                            after_held = true;
-                            continue;
-                        }
-                        if after_held {
-                            found.extend(records_of(&path)?);
-                        }
-                    }
-                    // When the held file is gone from the rotated ones too
-                    // (retention removed it), every rotated file may hold
-                    // what was missed: the seq filter below keeps each
-                    // record once.
-                    if !after_held {
-                        for (_, path) in rotated_files(&self.log) {
-                            found.extend(records_of(&path)?);
-                        }
-                    }
-                    match Held::open(&self.log, 0) {
-                        Ok(mut next) => {
-                            found.extend(next.read_new()?);
-                            self.held = Some(next);
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.held = None,
-                        Err(e) => return Err(e),
-                    }
+                if !live.as_ref().is_some_and(|meta| !held.is(meta)) {
+                    return Ok(self.given(found));
                 }
+                // Rotated: what was appended to the held file before the
+                // rename is read above; files rotated after it, then the
+                // new live file, follow.
+                found.extend(held.read_new()?);
+                Some((held.dev, held.ino))
             }
+        };
+        let next = match Held::open(&self.log, 0) {
+            Ok(next) => Some(next),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let mut rotated = Vec::new();
+        for (_, path) in rotated_files(&self.log) {
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if next.as_ref().is_some_and(|n| n.is(&meta)) {
+                // Rotated since it was opened: read through the handle.
+                break;
+            }
+            rotated.push(((meta.dev(), meta.ino()), path));
         }
+        // The files after the one held; all of them on the first read, or
+        // when the held file is gone from the rotated ones too (retention
+        // removed it): the seq filter keeps each record once.
+        let start = after
+            .and_then(|id| rotated.iter().position(|(file, _)| *file == id))
+            .map_or(0, |i| i + 1);
+        for (_, path) in &rotated[start..] {
+            found.extend(records_of(path)?);
+        }
+        self.held = match next {
+            Some(mut next) => {
+                found.extend(next.read_new()?);
+                Some(next)
+            }
+            None => None,
+        };
+        Ok(self.given(found))
+    }
+
+    /// The records of `found` after the last `seq` given, each once.
+    fn given(&mut self, found: Vec<Record>) -> Vec<Record> {
         let mut given = Vec::with_capacity(found.len());
         for record in found {
             let seq = seq_of(&record);
@@ -203,7 +202,7 @@ impl Follower {
                 given.push(record);
             }
         }
-        Ok(given)
+        given
     }
 }
 

@@ -5,7 +5,7 @@
 //! chain that verifies, but not one whose record at `seq` has the hash a
 //! checkpoint signed before, nor a log that no longer reaches `seq`.
 //!
-//! The line is `{v, seq, hash, ts, host {name, machine_id, boot_id}, log,
+//! The line is `{v, seq, hash, ts, machine {hostname, machine_id, boot_id}, log,
 //! public_key, signature}`; `signature` is over a domain string and the
 //! canonical JSON of every other field (keys sorted, no spacing). The
 //! `public_key` in the line only says which key signed it: a verifier
@@ -78,32 +78,13 @@ pub fn parse_public_key(text: &str) -> Result<VerifyingKey, CheckpointError> {
     VerifyingKey::from_bytes(&bytes).map_err(|_| bad())
 }
 
-/// Where a checkpoint was taken: the host name, `/etc/machine-id` and the
-/// kernel's boot id (each `null` when unreadable).
-pub fn host_identity() -> Value {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-    };
-    let name = nix::unistd::gethostname()
-        .ok()
-        .map(|h| h.to_string_lossy().into_owned());
-    json!({
-        "name": name,
-        "machine_id": read("/etc/machine-id"),
-        "boot_id": read("/proc/sys/kernel/random/boot_id"),
-    })
-}
-
 /// The signed line for record `seq` with `hash` of the chain at `log`.
 pub fn sign(
     key: &SigningKey,
     seq: u64,
     hash: &str,
     ts: &str,
-    host: Value,
+    machine: Value,
     log: &Path,
 ) -> Map<String, Value> {
     let mut fields = Map::new();
@@ -111,7 +92,7 @@ pub fn sign(
     fields.insert("seq".into(), json!(seq));
     fields.insert("hash".into(), json!(hash));
     fields.insert("ts".into(), json!(ts));
-    fields.insert("host".into(), host);
+    fields.insert("machine".into(), machine);
     fields.insert("log".into(), json!(log.display().to_string()));
     fields.insert(
         "public_key".into(),
@@ -198,7 +179,7 @@ mod tests {
             7,
             "sha256:ab",
             "2026-01-01T00:00:00.000Z",
-            host_identity(),
+            crate::audit::machine::this_machine().clone(),
             Path::new("/var/log/spawnd/audit.jsonl"),
         ))
         .to_string();
@@ -235,7 +216,7 @@ mod tests {
             7,
             "sha256:ab",
             "2026-01-01T00:00:00.000Z",
-            host_identity(),
+            crate::audit::machine::this_machine().clone(),
             Path::new("/x"),
         ))
         .to_string();

@@ -639,7 +639,7 @@ impl AuditLog {
         Ok(self.append_sealed(file, head, record, written)?.0)
     }
 
-    /// Appends one record after `head` (naming this host, `super::host`) and
+    /// Appends one record after `head` (naming this machine, `super::machine`) and
     /// updates the head file: the new
     /// head and the head file's bytes. `written` counts the bytes appended.
     fn write_record(
@@ -654,7 +654,7 @@ impl AuditLog {
         let seq = head.seq + 1;
         let key = self.key.as_deref().map(Vec::as_slice);
         let mut body = body;
-        body.insert("host".into(), super::host::this_host().clone());
+        body.insert("machine".into(), super::machine::this_machine().clone());
         let record = seal(kind, seq, &now_rfc3339_millis(), id, &head.hash, body, key);
         self.append_sealed(file, head, record, written)
     }

@@ -4,7 +4,7 @@
 //! (`verify`), signed checkpoints that anchor it off the host
 //! (`checkpoint`), the whole chain read back across rotations (`chain`), and
 //! the times records are filtered by (`time_bound`); every record names the
-//! host that wrote it (`host`). Values
+//! machine that wrote it (`machine`). Values
 //! of arguments and env keys are never written: records hold argv shapes
 //! with placeholder names, env key names, and hashes.
 
@@ -13,9 +13,9 @@ pub mod checkpoint;
 pub mod events;
 pub mod forward;
 pub mod group_sync;
-pub mod host;
 pub mod lifecycle;
 pub mod log;
+pub mod machine;
 pub mod ocsf;
 pub mod record;
 pub mod time_bound;

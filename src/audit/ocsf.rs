@@ -110,8 +110,8 @@ const PROFILE_ATTRIBUTES: &[(&str, &[&str])] = &[
 
 /// Record fields every class maps: `v` (`metadata.log_version`), `kind`
 /// (the class and activity), `seq`, `ts`, `audit_id` (`metadata`, `time`)
-/// and `host` (`device`). `prev` and `hash` go to `unmapped`.
-const ENVELOPE: &[&str] = &["v", "kind", "seq", "ts", "audit_id", "host"];
+/// and `machine` (`device`). `prev` and `hash` go to `unmapped`.
+const ENVELOPE: &[&str] = &["v", "kind", "seq", "ts", "audit_id", "machine"];
 
 /// What a spawn's decision said of its process and caller, for the spawn's
 /// later records.
@@ -345,10 +345,10 @@ impl Out {
         if let Some(ms) = r.str("ts").and_then(epoch_ms) {
             self.set("time", json!(ms));
         }
-        let (device, host_left, from_exporter) = device(r, exporter_host);
+        let (device, machine_left, from_exporter) = device(r, exporter_host);
         self.set("device", device);
-        if let Some(left) = host_left {
-            self.unmapped.insert("host".into(), Value::Object(left));
+        if let Some(left) = machine_left {
+            self.unmapped.insert("machine".into(), Value::Object(left));
         }
         if from_exporter {
             self.unmapped
@@ -464,20 +464,20 @@ fn actor_of(caller: &Map<String, Value>) -> (Value, Map<String, Value>) {
     (Value::Object(actor), without(caller, &held))
 }
 
-/// The device a record happened on: its `host {name, machine_id,
+/// The device a record happened on: its `machine {hostname, machine_id,
 /// boot_id}`, or the exporting machine. Returns the device, what of
-/// `host` it does not hold, and whether it is the exporter's.
+/// `machine` it does not hold, and whether it is the exporter's.
 fn device(r: &Record, exporter_host: &str) -> (Value, Option<Map<String, Value>>, bool) {
     let mut device = json!({"type_id": 0, "type": "Unknown"});
-    let Some(host) = r.object("host") else {
+    let Some(machine) = r.object("machine") else {
         device["hostname"] = json!(exporter_host);
         return (device, None, true);
     };
-    let field = |k: &str| host.get(k).and_then(Value::as_str);
+    let field = |k: &str| machine.get(k).and_then(Value::as_str);
     let mut held = Vec::new();
-    if let Some(name) = field("name") {
+    if let Some(name) = field("hostname") {
         device["hostname"] = json!(name);
-        held.push("name");
+        held.push("hostname");
     }
     if let Some(id) = field("machine_id") {
         device["uid"] = json!(id);
@@ -490,7 +490,7 @@ fn device(r: &Record, exporter_host: &str) -> (Value, Option<Map<String, Value>>
         device["boot_uid"] = json!(boot);
         held.push("boot_id");
     }
-    let left = without(host, &held);
+    let left = without(machine, &held);
     (device, (!left.is_empty()).then_some(left), false)
 }
 

@@ -258,7 +258,7 @@ pub fn checkpoint(
         report.last_seq,
         &report.last_hash,
         &crate::audit::log::now_rfc3339_millis(),
-        checkpoint::host_identity(),
+        crate::audit::machine::this_machine().clone(),
         &log,
     );
     let text = Value::Object(line.clone()).to_string();

@@ -648,7 +648,7 @@ mod tests {
         );
         assert_eq!(
             body["caller"],
-            json!({"uid": 65534, "gid": 65534, "pid": 7})
+            json!({"uid": 65534, "gid": 65534, "pid": 7, "via": "daemon"})
         );
         // The window closed: the next refusal opens a new one.
         assert_eq!(

@@ -225,14 +225,14 @@ fn rec(v: Value) -> Map<String, Value> {
 const SHA_PROGRAM: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const SHA_EXE: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
-fn host() -> Value {
-    json!({"name": "build-7.example", "machine_id": "0123456789abcdef0123456789abcdef", "boot_id": "5b1c6f0e-3f1a-4c55-9a57-1f1d2c3b4a59"})
+fn machine() -> Value {
+    json!({"hostname": "build-7.example", "machine_id": "0123456789abcdef0123456789abcdef", "boot_id": "5b1c6f0e-3f1a-4c55-9a57-1f1d2c3b4a59"})
 }
 
-/// A record with the envelope every record has, `host` included.
+/// A record with the envelope every record has, `machine` included.
 fn enveloped(kind: &str, seq: u64, audit_id: &str, body: Value) -> Map<String, Value> {
     let mut r = rec(
-        json!({"v": 1, "kind": kind, "seq": seq, "ts": format!("2026-11-22T01:00:{:02}.000Z", seq % 60), "audit_id": audit_id, "prev": format!("sha256:prev{seq}"), "hash": format!("sha256:hash{seq}"), "host": host()}),
+        json!({"v": 1, "kind": kind, "seq": seq, "ts": format!("2026-11-22T01:00:{:02}.000Z", seq % 60), "audit_id": audit_id, "prev": format!("sha256:prev{seq}"), "hash": format!("sha256:hash{seq}"), "machine": machine()}),
     );
     r.extend(rec(body));
     r
@@ -404,9 +404,9 @@ const MAPPED: &[(&str, &str, &str, bool)] = &[
     ("*", "seq", "metadata.sequence", true),
     ("*", "ts", "time", true),
     ("*", "audit_id", "metadata.correlation_uid", true),
-    ("*", "host.name", "device.hostname", true),
-    ("*", "host.machine_id", "device.uid", true),
-    ("*", "host.boot_id", "device.boot_uid", true),
+    ("*", "machine.hostname", "device.hostname", true),
+    ("*", "machine.machine_id", "device.uid", true),
+    ("*", "machine.boot_id", "device.boot_uid", true),
     ("*", "caller.uid", "actor.user.uid", true),
     ("*", "caller.gid", "actor.user.groups", true),
     ("*", "caller.pid", "actor.process.pid", true),
@@ -523,10 +523,10 @@ fn the_events_of_every_kind_of_record_are_valid_ocsf_1_5_0() {
     let records = every_kind();
     let mut events = exported(&records);
     // The same records exported on their own: no decision to draw on, and
-    // no host (an older record).
+    // no machine (an older record).
     for r in &records {
         let mut old = r.clone();
-        old.remove("host");
+        old.remove("machine");
         events.push(to_ocsf(&old, "exporter.example"));
     }
     let dir = tempfile::tempdir().unwrap();
@@ -837,7 +837,7 @@ fn profiles_an_event_uses_are_declared() {
 }
 
 #[test]
-fn the_device_is_the_records_host_and_never_silently_the_exporter() {
+fn the_device_is_the_records_machine_and_never_silently_the_exporter() {
     let events = exported(&every_kind());
     assert_eq!(
         events[1]["device"],
@@ -845,19 +845,19 @@ fn the_device_is_the_records_host_and_never_silently_the_exporter() {
     );
     assert!(events[1]["unmapped"].get("device_from_exporter").is_none());
     let mut old = every_kind()[1].clone();
-    old.remove("host");
+    old.remove("machine");
     let e = to_ocsf(&old, "exporter.example");
     assert_eq!(e["device"]["hostname"], "exporter.example");
     assert_eq!(e["unmapped"]["device_from_exporter"], true);
     let mut odd = every_kind()[1].clone();
     odd.insert(
-        "host".into(),
-        json!({"name": "n", "machine_id": "not-hex", "rack": 4}),
+        "machine".into(),
+        json!({"hostname": "n", "machine_id": "not-hex", "rack": 4}),
     );
     let e = to_ocsf(&odd, "exporter.example");
     assert_eq!(e["device"]["uid"], "not-hex");
     assert!(e["device"].get("os_machine_uuid").is_none(), "{e}");
-    assert_eq!(e["unmapped"]["host"], json!({"rack": 4}));
+    assert_eq!(e["unmapped"]["machine"], json!({"rack": 4}));
 }
 
 #[test]

@@ -1,21 +1,22 @@
-//! The host a record was written on, as every record names it: `host
-//! {name, machine_id, boot_id}` — the host name, `/etc/machine-id` (the
-//! installation) and the kernel's boot id (this boot), read once per
-//! process. An export then names the host that wrote each record, not the
-//! one exporting it, and a restart shows as a new `boot_id`. Each part that
-//! cannot be read is `null`.
+//! The machine a record was written on, as every record names it:
+//! `machine {hostname, machine_id, boot_id}` — the host name,
+//! `/etc/machine-id` (the installation) and the kernel's boot id (this
+//! boot), read once per process. An export then names the machine that
+//! wrote each record, not the one exporting it, and a reboot shows as a new
+//! `boot_id`. Each part that cannot be read is `null`. (A `net` record's
+//! `host` is another thing: where the program connected.)
 
 use serde_json::{json, Value};
 
-/// This host, read the first time it is asked for.
-pub fn this_host() -> &'static Value {
+/// This machine, read the first time it is asked for.
+pub fn this_machine() -> &'static Value {
     static HOST: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
         let name = nix::unistd::gethostname()
             .ok()
             .map(|n| n.to_string_lossy().into_owned());
         json!({
-            "name": name,
+            "hostname": name,
             "machine_id": id_file("/etc/machine-id"),
             "boot_id": id_file("/proc/sys/kernel/random/boot_id"),
         })
@@ -35,10 +36,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_host_has_its_name_and_boot_id() {
-        let host = this_host();
+    fn this_machine_has_its_hostname_and_boot_id() {
+        let host = this_machine();
         assert!(
-            host["name"].as_str().is_some_and(|n| !n.is_empty()),
+            host["hostname"].as_str().is_some_and(|n| !n.is_empty()),
             "{host}"
         );
         let boot = host["boot_id"].as_str().unwrap();
