@@ -147,7 +147,7 @@ impl Follower {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                     Err(e) => return Err(e),
                 };
-                if !live.as_ref().is_some_and(|meta| !held.is(meta)) {
+                if live.as_ref().is_none_or(|meta| held.is(meta)) {
                     return Ok(self.given(found));
                 }
                 // Rotated: what was appended to the held file before the
