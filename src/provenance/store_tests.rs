@@ -269,3 +269,27 @@ fn opening_an_entry_whose_bytes_changed_names_both_hashes() {
         .to_string();
     assert!(e.contains("no install puts there"), "{e}");
 }
+
+#[test]
+fn bytes_moved_between_the_program_and_the_manifest_keep_the_content_hash_and_are_refused() {
+    let s = setup();
+    let dir = s.connector(
+        "c",
+        "github://acme/tool",
+        "1.0.0",
+        Some(b"#!/bin/sh\necho hi\n"),
+    );
+    let manifest = std::fs::read_to_string(dir.join("manifest.toml")).unwrap();
+    let shifted = format!("# moved\n{manifest}");
+    std::fs::write(dir.join("manifest.toml"), &shifted).unwrap();
+    let before = hash_connector(&dir).unwrap().content;
+    // The comment line moves from the manifest's start to the program's end:
+    // the stream, and so the content hash, is the same.
+    std::fs::write(dir.join("bin/tool"), "#!/bin/sh\necho hi\n# moved\n").unwrap();
+    std::fs::write(dir.join("manifest.toml"), &manifest).unwrap();
+    assert_eq!(hash_connector(&dir).unwrap().content, before);
+    let mut r = s.request(&dir);
+    r.expect_hash = Some(before);
+    // provenance_hash still names the program as published.
+    assert_eq!(s.refusal(&r).reason, Refusal::ProvenanceMismatch);
+}
