@@ -20,7 +20,7 @@ pub(super) fn open_regular(path: &Path) -> io::Result<File> {
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ELOOP) => io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "is a symbolic link (ship the file itself)",
+                "is a symbolic link: give the file itself",
             ),
             _ => e,
         })?;

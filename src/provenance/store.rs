@@ -104,6 +104,10 @@ impl Entry {
     }
 }
 
+/// An entry as `list` finds it: its hash, and the entry or why it fails
+/// its checks.
+pub type Listed = (Sha256Digest, Result<Entry, StoreError>);
+
 /// What to install and what it must be.
 pub struct InstallRequest<'a> {
     /// The connector directory.
@@ -279,11 +283,7 @@ impl Store {
 
     /// Every entry, opened and checked (an entry that fails its checks is
     /// listed with why).
-    pub fn list(
-        &self,
-        options: LoadOptions,
-        keyring: &Keyring,
-    ) -> Result<Vec<(Sha256Digest, Result<Entry, StoreError>)>, StoreError> {
+    pub fn list(&self, options: LoadOptions, keyring: &Keyring) -> Result<Vec<Listed>, StoreError> {
         Ok(self
             .hashes()?
             .into_iter()
