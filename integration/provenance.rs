@@ -631,6 +631,17 @@ fn a_publisher_rotates_its_key_and_the_operator_follows() {
         s.refused(&v3, &[], "signature_untrusted", 3);
         let (v, code) = s.json(&["keyring", "remove", "github://acme", "--key", &old_id]);
         assert_eq!(code, Some(6), "{v}");
+        let (v, code) = s.json(&["keyring", "trust", "github://acme", "--key", "missing.pub"]);
+        assert_eq!(code, Some(6), "{v}");
+        let (v, code) = s.json(&["keyring", "trust", "github://acme/tool", "--key", "new.pub"]);
+        assert_eq!(code, Some(2), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("its authority is `github://acme`"),
+            "{v}"
+        );
     }
 }
 

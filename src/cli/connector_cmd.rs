@@ -66,9 +66,7 @@ fn options(config: &Config) -> LoadOptions {
 
 fn content_failure(e: ContentError) -> Failure {
     let kind = match &e {
-        ContentError::Unreadable { cause, .. } if cause.contains("No such file") => {
-            FailureKind::NotFound
-        }
+        ContentError::Missing { .. } => FailureKind::NotFound,
         _ => FailureKind::Config,
     };
     Failure::new(kind, e.to_string())

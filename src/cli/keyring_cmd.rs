@@ -25,9 +25,7 @@ pub fn dispatch(cli: &Cli, command: &KeyringCommand) -> Result<Success, Failure>
 fn keyring_failure(e: KeyringError) -> Failure {
     match e {
         KeyringError::NotFound(m) => Failure::not_found(m),
-        KeyringError::Io { ref cause, .. } if cause.contains("No such file") => {
-            Failure::not_found(e.to_string())
-        }
+        e @ KeyringError::Missing { .. } => Failure::not_found(e.to_string()),
         e => Failure::config(e.to_string()),
     }
 }

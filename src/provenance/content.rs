@@ -47,6 +47,12 @@ pub enum ContentError {
         /// The directory.
         dir: PathBuf,
     },
+    /// The directory does not exist.
+    #[error("{path} does not exist: give the connector's directory")]
+    Missing {
+        /// The path.
+        path: PathBuf,
+    },
     /// A file or directory that could not be read.
     #[error("cannot read {path}: {cause}")]
     Unreadable {
@@ -131,24 +137,30 @@ impl ContentHasher {
     }
 }
 
+/// Checks that `dir` is a directory with a `manifest.toml` (not a link).
+pub fn check_connector_dir(dir: &Path) -> Result<(), ContentError> {
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ContentError::Missing {
+            path: dir.to_path_buf(),
+        }),
+        Err(e) => Err(unreadable(dir, e)),
+        Ok(meta) if !meta.is_dir() => Err(ContentError::Unreadable {
+            path: dir.to_path_buf(),
+            cause: "not a directory: give the connector's directory".into(),
+        }),
+        Ok(_) if std::fs::symlink_metadata(dir.join(MANIFEST_FILE)).is_err() => {
+            Err(ContentError::NoManifest {
+                dir: dir.to_path_buf(),
+            })
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 /// Reads and hashes the connector directory `dir`.
 pub fn hash_connector(dir: &Path) -> Result<ConnectorContent, ContentError> {
+    check_connector_dir(dir)?;
     let manifest_path = dir.join(MANIFEST_FILE);
-    if std::fs::symlink_metadata(&manifest_path).is_err() {
-        return Err(match std::fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() => ContentError::NoManifest {
-                dir: dir.to_path_buf(),
-            },
-            Ok(_) => ContentError::Unreadable {
-                path: dir.to_path_buf(),
-                cause: "not a directory: give the connector's directory".into(),
-            },
-            Err(e) => ContentError::Unreadable {
-                path: dir.to_path_buf(),
-                cause: e.to_string(),
-            },
-        });
-    }
     let mut hasher = ContentHasher::new();
     let mut files = Vec::new();
     for name in shipped_names(dir)? {

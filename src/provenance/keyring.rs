@@ -44,6 +44,14 @@ pub enum KeyringError {
         /// What failed.
         cause: String,
     },
+    /// The key file given does not exist.
+    #[error(
+        "{path} does not exist: give the publisher's public key file (its keys/publisher.pub)"
+    )]
+    Missing {
+        /// The file given.
+        path: PathBuf,
+    },
     /// A file in the keyring that is not a key spawnd wrote, or not safe.
     #[error("keyring file {path} {why}")]
     Corrupt {
@@ -103,7 +111,15 @@ impl Keyring {
         authority: &Authority,
         key_file: &Path,
     ) -> Result<(TrustedKey, TrustOutcome), KeyringError> {
-        let text = files::read_small(key_file, MAX_KEY_FILE_BYTES).map_err(|e| io(key_file, e))?;
+        let text = files::read_small(key_file, MAX_KEY_FILE_BYTES).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                KeyringError::Missing {
+                    path: key_file.to_path_buf(),
+                }
+            } else {
+                io(key_file, e)
+            }
+        })?;
         let text = String::from_utf8(text).map_err(|_| KeyringError::Key {
             path: key_file.to_path_buf(),
             source: KeyError::Public("the file is not text".into()),

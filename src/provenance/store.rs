@@ -385,23 +385,8 @@ impl Store {
         let unreadable =
             |e: ContentError| InstallRefusal::new(Refusal::ConnectorUnreadable, e.to_string());
         // What the source holds, named and checked before anything is copied.
+        super::content::check_connector_dir(source).map_err(unreadable)?;
         let names = super::content::shipped_names(source).map_err(unreadable)?;
-        if std::fs::symlink_metadata(source.join(MANIFEST_FILE)).is_err() {
-            return Err(unreadable(match std::fs::metadata(source) {
-                Ok(m) if m.is_dir() => ContentError::NoManifest {
-                    dir: source.to_path_buf(),
-                },
-                Ok(_) => ContentError::Unreadable {
-                    path: source.to_path_buf(),
-                    cause: "not a directory: give the connector's directory".into(),
-                },
-                Err(e) => ContentError::Unreadable {
-                    path: source.to_path_buf(),
-                    cause: e.to_string(),
-                },
-            })
-            .into());
-        }
         let staged = tempfile::Builder::new()
             .prefix(".install-")
             .tempdir_in(&self.root)
