@@ -289,7 +289,8 @@ fn parse_digest(text: &str) -> Result<crate::manifest::Sha256Digest, String> {
 #[derive(Debug, Subcommand)]
 pub enum KeyringCommand {
     /// Trust a publisher's public key for an authority (`github://acme`):
-    /// signatures by it are accepted on connectors whose name starts with it.
+    /// its signatures are accepted on that authority's connectors
+    /// (`github://acme/…`, not `github://acmecorp/…`).
     #[command(
         after_help = "Examples:\n  sudo spawnd keyring trust github://acme --key publisher.pub\n  curl -fsSL https://raw.githubusercontent.com/acme/gitcrawl/main/keys/publisher.pub > acme.pub\n  sudo spawnd keyring trust github://acme --key acme.pub\n\nFILE is the publisher's keys/publisher.pub: PEM (`openssl pkey -pubout`) or the\nraw 32-byte key in base64. An authority may have several keys: to follow a\nrotation, trust the new key, then remove the old one."
     )]
