@@ -16,6 +16,8 @@
 //!   program may reach, on values and bytes alone.
 //! * [`relay`] carries a spawn's granted connections and answers its DNS queries, on the
 //!   listeners the sandbox makes in the program's network namespace.
+//! * [`provenance`] says which bytes a connector is and who vouches for them: content
+//!   hashes, publisher signatures, the keyring and the content-addressed store.
 //! * [`program`], [`config`], [`kernel_features`], [`host_policy`] and [`cli`] do I/O at the edges.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
@@ -44,6 +46,7 @@ pub mod plan;
 pub mod policy;
 pub mod printable;
 pub mod program;
+pub mod provenance;
 pub mod relay;
 pub mod rpc;
 pub mod sandbox;

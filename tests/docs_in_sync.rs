@@ -1,6 +1,7 @@
 //! The docs' reference tables must list every entry of the code's tables, so
 //! documentation cannot drift from behaviour: reserved env keys and the
-//! keys of `[capabilities.spawn]` in `docs/manifest.md`, denial reasons in `docs/cli.md`, operator config keys
+//! keys of `[capabilities.spawn]` in `docs/manifest.md`, denial reasons and
+//! connector install refusals in `docs/cli.md`, operator config keys
 //! in `docs/operations.md`, the relay's connection reasons in
 //! `docs/network.md`.
 
@@ -44,6 +45,15 @@ fn every_denial_reason_is_in_the_cli_doc() {
     }
 }
 
+#[test]
+fn every_install_refusal_is_in_the_cli_doc() {
+    let text = doc("cli.md");
+    for r in spawnd::provenance::REFUSALS {
+        let row = format!("| `{}` | {} | {} |", r.refusal.as_str(), r.exit, r.when);
+        assert!(text.contains(&row), "docs/cli.md lacks the row {row}");
+    }
+}
+
 /// Each field of each raw config table, from the source that parses them.
 fn config_fields() -> Vec<(&'static str, String)> {
     let src = include_str!("../src/config/raw.rs");
@@ -55,6 +65,7 @@ fn config_fields() -> Vec<(&'static str, String)> {
         ("RawDisable", "[[disable]]"),
         ("RawSandbox", "[sandbox]"),
         ("RawNetwork", "[network]"),
+        ("RawConnectors", "[connectors]"),
     ];
     let mut out = Vec::new();
     for (name, table) in tables {

@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["ipc"],
     &["audit", "vault"],
     &["config", "program", "host_policy"],
+    &["provenance"],
     &["policy"],
     &["plan"],
     &["manifest"],

@@ -20,6 +20,8 @@ Examples:
   spawnd serve --config /etc/spawnd/config.toml the daemon (JSON-RPC over a Unix socket)
   spawnd run --socket /run/spawnd/spawnd.sock --connector local://spawnd/git --op status
                                                 the same run, through the daemon
+  spawnd connector install ./gitcrawl --hash sha256:…
+                                                check and copy a connector into the store
   spawnd audit verify                           check the audit trail's hash chain
   spawnd health --json                          which kernel layers this machine offers
 
@@ -110,6 +112,13 @@ pub enum Command {
         #[arg(long, value_name = "PATH", conflicts_with = "manifest")]
         socket: Option<PathBuf>,
     },
+    /// Connectors as published artifacts: hash, sign, install into the
+    /// content-addressed store, list, pin, remove (docs/provenance.md).
+    #[command(subcommand)]
+    Connector(ConnectorCommand),
+    /// The publisher keys trusted to sign connectors, per authority (`github://acme`).
+    #[command(subcommand)]
+    Keyring(KeyringCommand),
     /// Run the supervisor daemon: JSON-RPC 2.0 over a Unix socket (docs/daemon.md).
     #[command(
         after_help = "Examples:\n  spawnd serve --config /etc/spawnd/config.toml\n  spawnd serve --socket /tmp/spawnd.sock\n  printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"health\"}' | socat - UNIX-CONNECT:/run/spawnd/spawnd.sock\n\nThe socket is systemd's (LISTEN_FDS) or `[server] socket` (mode `socket_mode`,\ngroup `socket_group`). SIGTERM or SIGINT stops accepting and lets open\nconnections finish (up to 10 s)."
@@ -183,6 +192,130 @@ pub enum ManifestCommand {
         /// program's bytes.
         #[arg(long)]
         check: bool,
+    },
+}
+
+/// `spawnd connector …`.
+#[derive(Debug, Subcommand)]
+pub enum ConnectorCommand {
+    /// Print a connector directory's content hash: the SHA-256 of its
+    /// shipped files (bin/*, in name order) followed by its manifest.toml.
+    #[command(
+        after_help = "Examples:\n  spawnd connector hash ./gitcrawl\n  spawnd connector hash --json ./gitcrawl | jq -r .data.shipped   # the manifest's provenance_hash\n\nA connector directory holds manifest.toml and, in bin/, the files it ships;\nnothing else in it is hashed. The same hash from a shell:\n  (cd ./gitcrawl && LC_ALL=C cat bin/* manifest.toml | sha256sum)\n  sha256sum ./gitcrawl/manifest.toml          # when nothing is shipped\nActions pin connectors by (name, version, this hash); `spawnd connector install\n--hash` refuses other bytes."
+    )]
+    Hash {
+        /// The connector directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Write a new ed25519 publisher key pair: the private key PREFIX
+    /// (PKCS#8 PEM, mode 0600) and the public key PREFIX.pub (PEM, as
+    /// `openssl pkey -pubout` prints it); never over an existing file.
+    #[command(
+        after_help = "Examples:\n  spawnd connector keygen --output ~/.config/acme/publisher\n  # publish ~/.config/acme/publisher.pub as keys/publisher.pub in the connector's repository\n\nThe same pair from openssl works too:\n  openssl genpkey -algorithm ed25519 -out publisher && openssl pkey -in publisher -pubout -out publisher.pub\nKeep the private key off the hosts that install connectors; operators trust\nthe .pub with `spawnd keyring trust github://OWNER --key publisher.pub`."
+    )]
+    Keygen {
+        /// Where to write the private key; the public key goes to PREFIX.pub.
+        #[arg(long, short = 'o', value_name = "PREFIX")]
+        output: PathBuf,
+    },
+    /// Sign a connector directory: write DIR/signature.json, an ed25519
+    /// signature over its name, version, content hash and files.
+    #[command(
+        after_help = "Examples:\n  spawnd connector sign ./gitcrawl --key ~/.config/acme/publisher\n  spawnd connector sign ./gitcrawl --key publisher.pem   # a key from `openssl genpkey -algorithm ed25519`\n\nThe manifest must load, and when bin/ ships files its provenance_hash must be\ntheir hash (`spawnd connector hash --json DIR` prints it as `shipped`).\nsignature.json is outside the hashed bytes; signing again (a rotated key)\nreplaces it. Any edit to bin/ or manifest.toml afterwards voids it."
+    )]
+    Sign {
+        /// The connector directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The publisher's private key (PKCS#8 PEM).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+    },
+    /// Copy a connector into the content-addressed store, after checking
+    /// its name, version, provenance hash and signature.
+    #[command(
+        after_help = "Examples:\n  sudo spawnd connector install ./gitcrawl\n  sudo spawnd connector install ./gitcrawl --name github://acme/gitcrawl@1.2.3 --hash sha256:3b6a…\n\nRefused (exit 3 or 4, with the reason): a name whose scheme is not github://,\ngitlab:// or local://; a version that is not strict SemVer (`latest`, `^1.2`,\n`1.2`); a --name or --hash the connector does not have; a provenance_hash that\nis missing or not the shipped files' hash; a signature that does not verify,\nor by a key the keyring does not trust for the name's authority; another\ncontent under a name and version already installed. An unsigned connector\ninstalls and is listed as unsigned. The entry is STORE/sha256-<hex>/, read-only."
+    )]
+    Install {
+        /// The connector directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The content hash it must have (`sha256:` and 64 hex digits).
+        #[arg(long, value_name = "sha256:HEX", value_parser = parse_digest)]
+        hash: Option<crate::manifest::Sha256Digest>,
+        /// The name it must have, optionally with the version: FQN or FQN@VERSION.
+        #[arg(long, value_name = "FQN[@VERSION]")]
+        name: Option<String>,
+    },
+    /// The installed connectors: name, version, content hash, signature
+    /// status and signer, each re-checked against its bytes and the keyring.
+    #[command(
+        after_help = "Examples:\n  spawnd connector list\n  spawnd connector list --json | jq '.data.connectors[] | select(.signature.status != \"signed\")'\n\nSignature status: signed (by a key the keyring trusts for the name's\nauthority; the key id is shown), unsigned, untrusted (its key is not, or no\nlonger, trusted), invalid. An entry whose bytes changed since install, or\nthat others could change, is listed with its problem."
+    )]
+    List,
+    /// Remove an installed connector (and its operator pins).
+    #[command(
+        after_help = "Examples:\n  sudo spawnd connector remove github://acme/gitcrawl@1.2.3\n  sudo spawnd connector remove sha256:3b6a…"
+    )]
+    Remove {
+        /// NAME@VERSION, or the content hash.
+        #[arg(value_name = "NAME@VERSION|sha256:HEX")]
+        target: String,
+    },
+    /// Pin the system programs an installed connector declares (e.g.
+    /// /usr/bin/git) to this host's bytes, in a file beside the stored
+    /// connector: its manifest and signature stay as published.
+    #[command(
+        after_help = "Examples:\n  sudo spawnd connector pin github://acme/gitcrawl@1.2.3\n  sudo spawnd connector pin --check github://acme/gitcrawl@1.2.3   # exit 1 when a pin is missing or stale\n\nThe pins go to STORE/sha256-<hex>.pins.toml. A program the publisher pinned\nkeeps the publisher's pin (reported as matching this host or not); `~/`\nprograms are each caller's own and are not pinned."
+    )]
+    Pin {
+        /// NAME@VERSION, or the content hash.
+        #[arg(value_name = "NAME@VERSION|sha256:HEX")]
+        target: String,
+        /// Write nothing; exit 1 when a pin is missing or differs from the
+        /// program's bytes.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+/// `--hash`: a content hash, `sha256:` and 64 lowercase hex digits.
+fn parse_digest(text: &str) -> Result<crate::manifest::Sha256Digest, String> {
+    text.parse()
+}
+
+/// `spawnd keyring …`.
+#[derive(Debug, Subcommand)]
+pub enum KeyringCommand {
+    /// Trust a publisher's public key for an authority (`github://acme`):
+    /// its signatures are accepted on that authority's connectors
+    /// (`github://acme/…`, not `github://acmecorp/…`).
+    #[command(
+        after_help = "Examples:\n  sudo spawnd keyring trust github://acme --key publisher.pub\n  curl -fsSL https://raw.githubusercontent.com/acme/gitcrawl/main/keys/publisher.pub > acme.pub\n  sudo spawnd keyring trust github://acme --key acme.pub\n\nFILE is the publisher's keys/publisher.pub: PEM (`openssl pkey -pubout`) or the\nraw 32-byte key in base64. An authority may have several keys: to follow a\nrotation, trust the new key, then remove the old one."
+    )]
+    Trust {
+        /// The publisher: scheme and owner, e.g. `github://acme`.
+        #[arg(value_name = "AUTHORITY")]
+        authority: String,
+        /// The public key file.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+    },
+    /// The trusted keys: authority, key id, file.
+    #[command(after_help = "Examples:\n  spawnd keyring list\n  spawnd keyring list --json")]
+    List,
+    /// Stop trusting one key of an authority (--key ID), or all of them.
+    #[command(
+        after_help = "Examples:\n  sudo spawnd keyring remove github://acme --key 0123456789abcdef\n  sudo spawnd keyring remove github://acme\n\nInstalled connectors signed by a removed key stay installed; `spawnd connector\nlist` shows them as untrusted, and a new install of one is refused."
+    )]
+    Remove {
+        /// The publisher: scheme and owner, e.g. `github://acme`.
+        #[arg(value_name = "AUTHORITY")]
+        authority: String,
+        /// The key id (`spawnd keyring list` shows it).
+        #[arg(long, value_name = "ID")]
+        key: Option<String>,
     },
 }
 

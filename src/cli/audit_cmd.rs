@@ -719,7 +719,7 @@ pub fn keygen(file: &Path) -> Result<Success, Failure> {
 
 /// Writes a key to a new file of mode 0600; an existing file is never
 /// overwritten.
-fn write_new_key(file: &Path, key: &[u8]) -> Result<(), Failure> {
+pub(super) fn write_new_key(file: &Path, key: &[u8]) -> Result<(), Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let written = std::fs::OpenOptions::new()

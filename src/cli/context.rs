@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::args::Cli;
 use super::output::Failure;
-use crate::config::{default_audit_path, Config};
+use crate::config::{default_audit_path, default_connector_paths, Config};
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 
@@ -62,7 +62,15 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let home = invoking_home().ok().flatten();
     let xdg = std::env::var("XDG_STATE_HOME").ok();
     let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
-    match path {
+    let data = std::env::var("XDG_DATA_HOME").ok();
+    let config_home = std::env::var("XDG_CONFIG_HOME").ok();
+    let connectors = default_connector_paths(
+        uid,
+        data.as_deref(),
+        config_home.as_deref(),
+        home.as_deref(),
+    );
+    let config = match path {
         // A config that cannot be read is a config problem (exit 4), missing
         // or not: the file named is the operator's, not a thing looked up.
         Some(path) => Config::load(path, default_audit).map_err(|e| match e {
@@ -72,7 +80,8 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
             _ => Failure::config(e.to_string()),
         }),
         None => Config::defaults(default_audit).map_err(|e| Failure::internal(e.to_string())),
-    }
+    }?;
+    Ok(config.with_default_connector_paths(connectors))
 }
 
 /// Reads and validates a manifest file.

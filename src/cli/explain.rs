@@ -28,7 +28,7 @@ pub fn explain_text(m: &Manifest) -> String {
     if let Some(hash) = &c.provenance_hash {
         let _ = writeln!(
             out,
-            "Publisher's provenance hash: {} (recorded, not checked by spawnd).",
+            "Publisher's provenance hash: {} (the hash of the shipped bin/ files; `spawnd connector install` checks it).",
             p(hash)
         );
     }

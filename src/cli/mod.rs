@@ -5,10 +5,12 @@
 mod args;
 mod audit_cmd;
 pub(crate) mod check;
+mod connector_cmd;
 pub(crate) mod context;
 mod draft;
 mod explain;
 mod info;
+mod keyring_cmd;
 mod learn;
 mod logging;
 mod manifest_cmd;
@@ -20,8 +22,8 @@ pub(crate) use std::time::Instant;
 use clap::Parser;
 
 pub use args::{
-    parse_duration_ms, AuditCommand, AuditFilter, Cli, Command, ConfigCommand, ManifestCommand,
-    RunArgs,
+    parse_duration_ms, AuditCommand, AuditFilter, Cli, Command, ConfigCommand, ConnectorCommand,
+    KeyringCommand, ManifestCommand, RunArgs,
 };
 pub use output::{error_code, Failure, Success};
 
@@ -115,6 +117,20 @@ fn command_name(command: &Command) -> &'static str {
         Command::Spawner { .. } => "spawner",
         Command::Serve { .. } => "serve",
         Command::Connectors { .. } => "connectors",
+        Command::Connector(c) => match c {
+            ConnectorCommand::Hash { .. } => "connector.hash",
+            ConnectorCommand::Keygen { .. } => "connector.keygen",
+            ConnectorCommand::Sign { .. } => "connector.sign",
+            ConnectorCommand::Install { .. } => "connector.install",
+            ConnectorCommand::List => "connector.list",
+            ConnectorCommand::Remove { .. } => "connector.remove",
+            ConnectorCommand::Pin { .. } => "connector.pin",
+        },
+        Command::Keyring(k) => match k {
+            KeyringCommand::Trust { .. } => "keyring.trust",
+            KeyringCommand::List => "keyring.list",
+            KeyringCommand::Remove { .. } => "keyring.remove",
+        },
     }
 }
 
@@ -172,6 +188,8 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             follow,
             ..
         }) => audit_cmd::export(cli, file.as_deref(), filter, *follow),
+        Command::Connector(command) => connector_cmd::dispatch(cli, command),
+        Command::Keyring(command) => keyring_cmd::dispatch(cli, command),
         Command::Connectors {
             socket: Some(socket),
             ..

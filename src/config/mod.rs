@@ -20,7 +20,9 @@ mod raw;
 mod tests;
 
 pub use credentials::{CredentialBinding, CredentialSource};
-use raw::{RawAccess, RawBinding, RawConfig, RawDisable, RawNetwork, RawSandbox, RawServer};
+use raw::{
+    RawAccess, RawBinding, RawConfig, RawConnectors, RawDisable, RawNetwork, RawSandbox, RawServer,
+};
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -220,6 +222,46 @@ pub enum LimitsMode {
     Rlimits,
 }
 
+/// `[connectors]`: where installed connectors and the publisher keys
+/// trusted for their signatures live (docs/provenance.md). `None` when
+/// the config names none and no default applies (no home directory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct ConnectorsConfig {
+    /// The content-addressed store.
+    pub store: Option<PathBuf>,
+    /// The keyring.
+    pub keyring: Option<PathBuf>,
+}
+
+/// Where the store and the keyring live when the config does not say
+/// (docs/operations.md): under /var/lib and /etc for root, else in the
+/// user's XDG data and config directories.
+pub fn default_connector_paths(
+    uid: u32,
+    xdg_data_home: Option<&str>,
+    xdg_config_home: Option<&str>,
+    home: Option<&Path>,
+) -> ConnectorsConfig {
+    if uid == 0 {
+        return ConnectorsConfig {
+            store: Some("/var/lib/spawnd/connectors".into()),
+            keyring: Some("/etc/spawnd/keyring".into()),
+        };
+    }
+    let under = |xdg: Option<&str>, fallback: &str, rel: &str| match (
+        xdg.filter(|x| x.starts_with('/')),
+        home,
+    ) {
+        (Some(xdg), _) => Some(Path::new(xdg).join(rel)),
+        (None, Some(home)) => Some(home.join(fallback).join(rel)),
+        (None, None) => None,
+    };
+    ConnectorsConfig {
+        store: under(xdg_data_home, ".local/share", "spawnd/connectors"),
+        keyring: under(xdg_config_home, ".config", "spawnd/keyring"),
+    }
+}
+
 /// The operator config, typed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Config {
@@ -240,6 +282,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[network]`.
     pub network: NetworkConfig,
+    /// `[connectors]`.
+    pub connectors: ConnectorsConfig,
 }
 
 fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<S::Ok, S::Error> {
@@ -355,6 +399,7 @@ impl Config {
         let limits = limits_mode(raw.sandbox.limits.as_deref(), &at)?;
         let system_paths = system_paths(raw.sandbox.system_paths, &at)?;
         let network = network_config(raw.network, &at)?;
+        let connectors = connectors_config(raw.connectors, &at)?;
         Ok(Config {
             source: path.map(Path::to_path_buf),
             audit: AuditConfig {
@@ -389,7 +434,19 @@ impl Config {
                 workspace: workspace_dir(raw.sandbox.workspace, &at)?,
             },
             network,
+            connectors,
         })
+    }
+
+    /// Fills the `[connectors]` locations the config leaves out with `defaults`.
+    pub fn with_default_connector_paths(mut self, defaults: ConnectorsConfig) -> Config {
+        if self.connectors.store.is_none() {
+            self.connectors.store = defaults.store;
+        }
+        if self.connectors.keyring.is_none() {
+            self.connectors.keyring = defaults.keyring;
+        }
+        self
     }
 
     /// Whether the operator disabled `connector`.
@@ -675,6 +732,24 @@ fn network_config(raw: RawNetwork, at: &Origin<'_>) -> Result<NetworkConfig, Con
         )?,
         max_connections_per_spawn,
         connections_share,
+    })
+}
+
+/// `[connectors]`: each location absolute, without `.` or `..`.
+fn connectors_config(raw: RawConnectors, at: &Origin<'_>) -> Result<ConnectorsConfig, ConfigError> {
+    let check = |dir: Option<PathBuf>, key: &str| match dir {
+        Some(d) if !(d.is_absolute() && crate::manifest::paths_plain(&d)) => Err(at.invalid(
+            key,
+            format!(
+                "`{}` must be an absolute path without `.` or `..`",
+                d.display()
+            ),
+        )),
+        d => Ok(d),
+    };
+    Ok(ConnectorsConfig {
+        store: check(raw.store, "connectors.store")?,
+        keyring: check(raw.keyring, "connectors.keyring")?,
     })
 }
 

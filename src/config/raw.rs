@@ -22,6 +22,8 @@ pub(super) struct RawConfig {
     pub(super) sandbox: RawSandbox,
     #[serde(default)]
     pub(super) network: RawNetwork,
+    #[serde(default)]
+    pub(super) connectors: RawConnectors,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,4 +110,11 @@ pub(super) struct RawNetwork {
     pub(super) idle_timeout_ms: Option<u64>,
     pub(super) max_connections_per_spawn: Option<u32>,
     pub(super) connections_share: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConnectors {
+    pub(super) store: Option<PathBuf>,
+    pub(super) keyring: Option<PathBuf>,
 }

@@ -93,6 +93,44 @@ fn credential_sources_parse_and_print_back() {
 }
 
 #[test]
+fn connector_locations_default_by_user_and_must_be_absolute() {
+    use super::default_connector_paths;
+    let root = default_connector_paths(0, Some("/x"), Some("/y"), None);
+    assert_eq!(root.store, Some("/var/lib/spawnd/connectors".into()));
+    assert_eq!(root.keyring, Some("/etc/spawnd/keyring".into()));
+    let xdg = default_connector_paths(1000, Some("/x/data"), Some("/x/config"), None);
+    assert_eq!(xdg.store, Some("/x/data/spawnd/connectors".into()));
+    assert_eq!(xdg.keyring, Some("/x/config/spawnd/keyring".into()));
+    let home = default_connector_paths(1000, None, Some("relative"), Some(Path::new("/home/u")));
+    assert_eq!(
+        home.store,
+        Some("/home/u/.local/share/spawnd/connectors".into())
+    );
+    assert_eq!(home.keyring, Some("/home/u/.config/spawnd/keyring".into()));
+    assert_eq!(
+        default_connector_paths(1000, None, None, None),
+        Default::default()
+    );
+
+    let c = Config::parse(
+        Path::new("c.toml"),
+        "[connectors]\nstore = \"/srv/connectors\"\n",
+        None,
+    )
+    .unwrap()
+    .with_default_connector_paths(root);
+    assert_eq!(c.connectors.store, Some("/srv/connectors".into()));
+    assert_eq!(c.connectors.keyring, Some("/etc/spawnd/keyring".into()));
+    for bad in ["store = \"rel\"", "keyring = \"/a/../b\"", "other = \"/x\""] {
+        let text = format!("[connectors]\n{bad}\n");
+        assert!(
+            Config::parse(Path::new("c.toml"), &text, None).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
 fn default_audit_location_follows_the_spec() {
     assert_eq!(
         default_audit_path(0, None, None),

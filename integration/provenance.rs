@@ -1,0 +1,744 @@
+//! Connector provenance through the built binary (docs/provenance.md), as
+//! root and as the unprivileged user 65534 wherever it applies: the content
+//! hash equals the documented shell recipe; publisher keys made by spawnd
+//! or by openssl sign connectors that install once the keyring trusts the
+//! key for the name's authority; every refusal is named, exits with its
+//! code and installs nothing; unsigned connectors install and are listed
+//! as unsigned; a publisher key rotates; versions coexist and are removed
+//! one at a time; the operator's pins leave the published bytes alone;
+//! an entry edited after install is caught with both hashes named.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Who runs spawnd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum As {
+    Root,
+    Nobody,
+}
+
+impl As {
+    fn uid(self) -> u32 {
+        match self {
+            As::Root => 0,
+            As::Nobody => 65534,
+        }
+    }
+}
+
+const BOTH: [As; 2] = [As::Root, As::Nobody];
+
+/// A world-readable scratch directory holding a copy of spawnd (copied by
+/// another process: a copy this one wrote would be open for writing while
+/// tests fork, and executing it would fail with ETXTBSY).
+struct World {
+    dir: PathBuf,
+    spawnd: PathBuf,
+}
+
+fn world() -> &'static World {
+    static WORLD: std::sync::OnceLock<World> = std::sync::OnceLock::new();
+    WORLD.get_or_init(|| {
+        remove_stale_worlds();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("spawnd-provenance-{}-", std::process::id()))
+            .tempdir_in("/tmp")
+            .unwrap()
+            .keep();
+        chmod(&dir, 0o755);
+        let spawnd = dir.join("spawnd");
+        let copied = Command::new("cp")
+            .arg(env!("CARGO_BIN_EXE_spawnd"))
+            .arg(&spawnd)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        chmod(&spawnd, 0o755);
+        World { dir, spawnd }
+    })
+}
+
+/// Removes the worlds of earlier test processes that are gone.
+fn remove_stale_worlds() {
+    for entry in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("spawnd-provenance-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("rm").arg("-rf").arg(entry.path()).status();
+        }
+    }
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Gives `path` and everything under it to `uid`.
+fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for e in std::fs::read_dir(path).unwrap() {
+            chown_tree(&e.unwrap().path(), uid);
+        }
+    }
+}
+
+fn at() -> char {
+    char::from(64)
+}
+
+/// `NAME@VERSION`.
+fn nv(name: &str, version: &str) -> String {
+    format!("{name}{}{version}", at())
+}
+
+/// One test's own directory, store, keyring and config, owned by `who`.
+struct Site {
+    who: As,
+    dir: PathBuf,
+    config: PathBuf,
+}
+
+impl Site {
+    fn new(name: &str, who: As) -> Site {
+        let dir = world().dir.join(format!("{name}-{}", who.uid()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        chmod(&dir, 0o755);
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[audit]\npath = \"{0}/audit/audit.jsonl\"\n\n[connectors]\nstore = \"{0}/store\"\nkeyring = \"{0}/keyring\"\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        chown_tree(&dir, who.uid());
+        Site { who, dir, config }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// spawnd as this site's user, with its config.
+    fn spawnd(&self, args: &[&str]) -> Output {
+        let mut c = match self.who {
+            As::Root => Command::new(&world().spawnd),
+            As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&world().spawnd);
+                c
+            }
+        };
+        c.args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", "/nonexistent")
+            .env("SPAWND_CONFIG", &self.config)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap()
+    }
+
+    /// `spawnd --json ARGS`, its envelope and exit code.
+    fn json(&self, args: &[&str]) -> (Value, Option<i32>) {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.spawnd(&all);
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: not JSON ({e}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (v, out.status.code())
+    }
+
+    /// `spawnd ARGS`, which must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.spawnd(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?} as {:?}: {}{}",
+            self.who,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A connector directory `rel` for `name` at `version`; with `program`,
+    /// it ships `bin/tool` with those bytes and states its provenance_hash.
+    fn connector(&self, rel: &str, name: &str, version: &str, program: Option<&[u8]>) -> PathBuf {
+        let dir = self.path(rel);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut manifest = format!("[connector]\nname = \"{name}\"\nversion = \"{version}\"\n");
+        if let Some(bytes) = program {
+            std::fs::create_dir_all(dir.join("bin")).unwrap();
+            std::fs::write(dir.join("bin/tool"), bytes).unwrap();
+            chmod(&dir.join("bin/tool"), 0o755);
+            manifest.push_str(&format!("provenance_hash = \"{}\"\n", sha256_of(bytes)));
+        }
+        manifest.push_str(
+            "\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/git\" }]\n\n[capabilities.spawn.operations.status]\nargv = \"git status\"\n",
+        );
+        std::fs::write(dir.join("manifest.toml"), manifest).unwrap();
+        chown_tree(&dir, self.who.uid());
+        dir
+    }
+
+    /// A publisher key pair made by `spawnd connector keygen`: the private
+    /// key's path (the public key is beside it, `.pub`).
+    fn keygen(&self, name: &str) -> PathBuf {
+        let prefix = self.path(name);
+        self.ok(&["connector", "keygen", "--output", prefix.to_str().unwrap()]);
+        prefix
+    }
+
+    fn trust(&self, authority: &str, public: &Path) -> String {
+        self.ok(&[
+            "keyring",
+            "trust",
+            authority,
+            "--key",
+            public.to_str().unwrap(),
+        ])
+    }
+
+    fn sign(&self, dir: &Path, key: &Path) {
+        self.ok(&[
+            "connector",
+            "sign",
+            dir.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ]);
+    }
+
+    /// `connector list --json`'s entries.
+    fn listed(&self) -> Vec<Value> {
+        let (v, code) = self.json(&["connector", "list"]);
+        assert_eq!(code, Some(0), "{v}");
+        v["data"]["connectors"].as_array().unwrap().clone()
+    }
+
+    /// Installing `dir` (with `extra` flags) is refused for `reason` with
+    /// `exit`, and nothing is installed; returns the message.
+    fn refused(&self, dir: &Path, extra: &[&str], reason: &str, exit: i32) -> String {
+        let before = self.listed().len();
+        let mut args = vec!["connector", "install", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (v, code) = self.json(&args);
+        assert_eq!(code, Some(exit), "{reason} as {:?}: {v}", self.who);
+        assert_eq!(v["error"]["details"]["reason"], reason, "{v}");
+        let message = v["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            message.starts_with(&format!("refused ({reason}): ")),
+            "{message}"
+        );
+        assert_eq!(
+            self.listed().len(),
+            before,
+            "{reason}: something was installed"
+        );
+        // The text form names the reason too, on stderr.
+        let out = self.spawnd(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("refused ({reason})")), "{stderr}");
+        message
+    }
+}
+
+fn sha256_of(bytes: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!("sha256:{}", &String::from_utf8(out.stdout).unwrap()[..64])
+}
+
+/// The documented recipe, run by a shell in `dir`.
+fn recipe(dir: &Path) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("if [ -d bin ]; then LC_ALL=C cat bin/* manifest.toml; else cat manifest.toml; fi | sha256sum")
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    format!("sha256:{}", &String::from_utf8(out.stdout).unwrap()[..64])
+}
+
+#[test]
+fn connector_hash_prints_what_the_shell_recipe_computes() {
+    for who in BOTH {
+        let s = Site::new("hash", who);
+        let plain = s.connector("plain", "github://acme/plain", "1.0.0", None);
+        assert_eq!(
+            s.ok(&["connector", "hash", plain.to_str().unwrap()]).trim(),
+            recipe(&plain)
+        );
+        let shipped = s.connector(
+            "shipped",
+            "github://acme/tool",
+            "1.0.0",
+            Some(b"#!/bin/sh\necho one\n"),
+        );
+        // A second file, named to sort first in byte order.
+        std::fs::write(shipped.join("bin/Aux"), "data\n").unwrap();
+        let (v, code) = s.json(&["connector", "hash", shipped.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{v}");
+        assert_eq!(v["data"]["content"], recipe(&shipped), "{v}");
+        let files: Vec<&str> = v["data"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(files, ["bin/Aux", "bin/tool", "manifest.toml"]);
+        let (v, code) = s.json(&["connector", "hash", s.path("nowhere").to_str().unwrap()]);
+        assert_eq!(code, Some(6), "{v}");
+    }
+}
+
+#[test]
+fn a_signed_connector_installs_once_the_keyring_trusts_its_publishers_key() {
+    for who in BOTH {
+        let s = Site::new("signed", who);
+        let dir = s.connector(
+            "c",
+            "github://acme/tool",
+            "1.2.3",
+            Some(b"#!/bin/sh\necho hi\n"),
+        );
+        let key = s.keygen("publisher");
+        let meta = std::fs::metadata(&key).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        s.sign(&dir, &key);
+        let message = s.refused(&dir, &[], "signature_untrusted", 3);
+        assert!(
+            message.contains("spawnd keyring trust github://acme"),
+            "{message}"
+        );
+        // A key trusted for another authority does not count.
+        s.trust("github://other", &s.path("publisher.pub"));
+        s.refused(&dir, &[], "signature_untrusted", 3);
+        s.trust("github://acme", &s.path("publisher.pub"));
+        let hash = recipe(&dir);
+        let (v, code) = s.json(&[
+            "connector",
+            "install",
+            dir.to_str().unwrap(),
+            "--hash",
+            &hash,
+            "--name",
+            &nv("github://acme/tool", "1.2.3"),
+        ]);
+        assert_eq!(code, Some(0), "{v}");
+        let listed = s.listed();
+        assert_eq!(listed.len(), 1);
+        let e = &listed[0];
+        assert_eq!(
+            (e["name"].as_str(), e["version"].as_str()),
+            (Some("github://acme/tool"), Some("1.2.3"))
+        );
+        assert_eq!(e["hash"], hash.as_str());
+        assert_eq!(e["signature"]["status"], "signed", "{e}");
+        assert_eq!(e["signature"]["authority"], "github://acme");
+        let keys = s.json(&["keyring", "list"]).0;
+        let acme_key = keys["data"]["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["authority"] == "github://acme")
+            .unwrap()
+            .clone();
+        assert_eq!(e["signature"]["key_id"], acme_key["key_id"]);
+        // The entry: the stream and the signature, read-only, under the hash.
+        let entry = s.path(&format!("store/sha256-{}", &hash[7..]));
+        assert_eq!(e["dir"], entry.to_str().unwrap());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&entry), 0o555);
+        assert_eq!(mode(&entry.join("manifest.toml")), 0o444);
+        assert!(entry.join("signature.json").exists());
+        assert_eq!(recipe(&entry), hash);
+        let text = s.ok(&["connector", "list"]);
+        assert!(
+            text.contains(&nv("github://acme/tool", "1.2.3"))
+                && text.contains("signed by github://acme key"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn keys_made_by_openssl_are_trusted_and_sign_and_spawnds_keys_read_in_openssl() {
+    let s = Site::new("openssl", As::Root);
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&s.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    openssl(&["genpkey", "-algorithm", "ed25519", "-out", "ossl.pem"]);
+    openssl(&["pkey", "-in", "ossl.pem", "-pubout", "-out", "ossl.pub"]);
+    let der = openssl(&["pkey", "-in", "ossl.pem", "-pubout", "-outform", "DER"]);
+    let raw = Command::new("base64")
+        .arg("-w0")
+        .stdin(
+            std::fs::File::open({
+                let p = s.path("raw.bin");
+                std::fs::write(&p, &der[der.len() - 32..]).unwrap();
+                p
+            })
+            .unwrap(),
+        )
+        .output()
+        .unwrap()
+        .stdout;
+    std::fs::write(s.path("raw.b64"), raw).unwrap();
+    let added = s.trust("github://acme", &s.path("ossl.pub"));
+    assert!(added.starts_with("trusted key "), "{added}");
+    // The same key as raw base64: the same id, trusted already.
+    let again = s.trust("github://acme", &s.path("raw.b64"));
+    assert!(
+        again.contains("trusted for github://acme already"),
+        "{again}"
+    );
+    let (v, _) = s.json(&[
+        "keyring",
+        "trust",
+        "gitlab://team",
+        "--key",
+        s.path("raw.b64").to_str().unwrap(),
+    ]);
+    assert_eq!(v["data"]["added"], true, "{v}");
+    // An openssl private key signs; the connector installs.
+    let dir = s.connector("c", "github://acme/tool", "1.0.0", None);
+    s.sign(&dir, &s.path("ossl.pem"));
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    assert_eq!(s.listed()[0]["signature"]["status"], "signed");
+    // spawnd's key pair reads in openssl: the same public key, byte for byte.
+    let key = s.keygen("spawnd-key");
+    let public = openssl(&["pkey", "-in", key.to_str().unwrap(), "-pubout"]);
+    assert_eq!(public, std::fs::read(s.path("spawnd-key.pub")).unwrap());
+    // A private key is never taken for a publisher's public key.
+    let (v, code) = s.json(&["keyring", "trust", "github://acme", "--key", "ossl.pem"]);
+    assert_eq!(code, Some(4), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("private key"),
+        "{v}"
+    );
+    // keygen never overwrites.
+    let out = s.spawnd(&["connector", "keygen", "--output", key.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0));
+}
+
+#[test]
+fn each_refusal_is_named_exits_with_its_code_and_installs_nothing() {
+    for who in BOTH {
+        let s = Site::new("refusals", who);
+        let key = s.keygen("publisher");
+        s.trust("github://acme", &s.path("publisher.pub"));
+
+        // A signature edited after signing, and a manifest edited after signing.
+        let dir = s.connector("sig", "github://acme/tool", "1.0.0", Some(b"prog"));
+        s.sign(&dir, &key);
+        let signature = std::fs::read_to_string(dir.join("signature.json")).unwrap();
+        let sig_start = signature.find("\"ed25519:").unwrap() + 9;
+        let flipped = if &signature[sig_start..sig_start + 1] == "0" {
+            "1"
+        } else {
+            "0"
+        };
+        let tampered = format!(
+            "{}{flipped}{}",
+            &signature[..sig_start],
+            &signature[sig_start + 1..]
+        );
+        std::fs::write(dir.join("signature.json"), &tampered).unwrap();
+        let m = s.refused(&dir, &[], "signature_invalid", 3);
+        assert!(m.contains("does not verify"), "{m}");
+        std::fs::write(dir.join("signature.json"), &signature).unwrap();
+        let signed_hash = recipe(&dir);
+        let manifest = std::fs::read_to_string(dir.join("manifest.toml")).unwrap();
+        std::fs::write(
+            dir.join("manifest.toml"),
+            manifest.replace("git status", "git status --short"),
+        )
+        .unwrap();
+        let m = s.refused(&dir, &[], "signature_invalid", 3);
+        assert!(
+            m.contains(&signed_hash) && m.contains(&recipe(&dir)) && m.contains("manifest.toml"),
+            "{m}"
+        );
+
+        // An untrusted key.
+        let stranger = s.keygen("stranger");
+        let dir = s.connector("by-stranger", "github://acme/tool", "1.0.0", None);
+        s.sign(&dir, &stranger);
+        s.refused(&dir, &[], "signature_untrusted", 3);
+
+        // --name and --hash that the connector does not have.
+        let dir = s.connector("plain", "github://acme/tool", "1.0.0", None);
+        let m = s.refused(&dir, &["--name", "github://evil/tool"], "name_mismatch", 4);
+        assert!(
+            m.contains("github://evil/tool") && m.contains("github://acme/tool"),
+            "{m}"
+        );
+        s.refused(
+            &dir,
+            &["--name", &nv("github://acme/tool", "1.0.1")],
+            "name_mismatch",
+            4,
+        );
+        let wrong = format!("sha256:{}", "0".repeat(64));
+        let m = s.refused(&dir, &["--hash", &wrong], "hash_mismatch", 3);
+        assert!(m.contains(&wrong) && m.contains(&recipe(&dir)), "{m}");
+
+        // Versions that are not strict SemVer, an unknown scheme.
+        for (version, what) in [
+            ("latest", "`latest` is not a version"),
+            ("^1.2", "is a version range"),
+            ("1.2", "not strict SemVer"),
+        ] {
+            let dir = s.connector("version", "github://acme/tool", version, None);
+            let m = s.refused(&dir, &[], "version_not_strict", 4);
+            assert!(m.contains(what), "{version}: {m}");
+        }
+        let dir = s.connector("scheme", "hub://acme/tool", "1.0.0", None);
+        let m = s.refused(&dir, &[], "scheme_unknown", 4);
+        assert!(m.contains("`hub`"), "{m}");
+
+        // A shipped program other than the one the manifest recorded.
+        let dir = s.connector("prov", "github://acme/tool", "1.0.0", Some(b"prog"));
+        std::fs::write(dir.join("bin/tool"), "replaced").unwrap();
+        s.refused(&dir, &[], "provenance_mismatch", 3);
+
+        // A release re-tagged with other bytes.
+        let one = s.connector("one", "github://acme/tool", "3.0.0", Some(b"one"));
+        let two = s.connector("two", "github://acme/tool", "3.0.0", Some(b"two"));
+        s.ok(&["connector", "install", one.to_str().unwrap()]);
+        let m = s.refused(&two, &[], "version_conflict", 3);
+        assert!(
+            m.contains(&recipe(&one)) && m.contains(&recipe(&two)),
+            "{m}"
+        );
+        let leftovers: Vec<String> = std::fs::read_dir(s.path("store"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("sha256-") && n != ".lock")
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
+
+#[test]
+fn an_unsigned_connector_installs_and_is_listed_as_unsigned() {
+    for who in BOTH {
+        let s = Site::new("unsigned", who);
+        let dir = s.connector(
+            "c",
+            "gitlab://team/tool",
+            "0.1.0-rc.1",
+            Some(b"#!/bin/sh\n"),
+        );
+        let text = s.ok(&["connector", "install", dir.to_str().unwrap()]);
+        assert!(
+            text.contains("installed") && text.contains("(unsigned)"),
+            "{text}"
+        );
+        let listed = s.listed();
+        assert_eq!(listed[0]["signature"]["status"], "unsigned");
+        assert_eq!(listed[0]["hash"], recipe(&dir).as_str());
+        // The same bytes again: installed already, nothing changes.
+        let again = s.ok(&["connector", "install", dir.to_str().unwrap()]);
+        assert!(again.contains("is installed already"), "{again}");
+        assert_eq!(s.listed().len(), 1);
+    }
+}
+
+#[test]
+fn a_publisher_rotates_its_key_and_the_operator_follows() {
+    for who in BOTH {
+        let s = Site::new("rotation", who);
+        let old = s.keygen("old");
+        s.trust("github://acme", &s.path("old.pub"));
+        let v1 = s.connector("v1", "github://acme/tool", "1.0.0", Some(b"one"));
+        s.sign(&v1, &old);
+        s.ok(&["connector", "install", v1.to_str().unwrap()]);
+        // The publisher's new key; the operator trusts it beside the old one.
+        let new = s.keygen("new");
+        let v2 = s.connector("v2", "github://acme/tool", "2.0.0", Some(b"two"));
+        s.sign(&v2, &new);
+        s.refused(&v2, &[], "signature_untrusted", 3);
+        s.trust("github://acme", &s.path("new.pub"));
+        assert_eq!(
+            s.json(&["keyring", "list"]).0["data"]["keys"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        s.ok(&["connector", "install", v2.to_str().unwrap()]);
+        // Then the old key goes.
+        let old_id = s.json(&["connector", "list"]).0["data"]["connectors"][0]["signature"]
+            ["key_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let removed = s.ok(&["keyring", "remove", "github://acme", "--key", &old_id]);
+        assert!(removed.contains(&old_id), "{removed}");
+        let listed = s.listed();
+        let status = |version: &str| {
+            listed.iter().find(|e| e["version"] == version).unwrap()["signature"]["status"].clone()
+        };
+        assert_eq!(status("1.0.0"), "untrusted");
+        assert_eq!(status("2.0.0"), "signed");
+        // What the old key signs is no longer installed.
+        let v3 = s.connector("v3", "github://acme/tool", "3.0.0", None);
+        s.sign(&v3, &old);
+        s.refused(&v3, &[], "signature_untrusted", 3);
+        let (v, code) = s.json(&["keyring", "remove", "github://acme", "--key", &old_id]);
+        assert_eq!(code, Some(6), "{v}");
+        let (v, code) = s.json(&["keyring", "trust", "github://acme", "--key", "missing.pub"]);
+        assert_eq!(code, Some(6), "{v}");
+        let (v, code) = s.json(&["keyring", "trust", "github://acme/tool", "--key", "new.pub"]);
+        assert_eq!(code, Some(2), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("its authority is `github://acme`"),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn two_versions_coexist_and_are_removed_one_at_a_time() {
+    for who in BOTH {
+        let s = Site::new("versions", who);
+        let a = s.connector("a", "github://acme/tool", "1.0.0", Some(b"one"));
+        let b = s.connector("b", "github://acme/tool", "1.1.0", Some(b"two"));
+        s.ok(&["connector", "install", a.to_str().unwrap()]);
+        s.ok(&["connector", "install", b.to_str().unwrap()]);
+        let versions: Vec<Value> = s.listed().iter().map(|e| e["version"].clone()).collect();
+        assert_eq!(versions, ["1.0.0", "1.1.0"]);
+        s.ok(&["connector", "remove", &nv("github://acme/tool", "1.0.0")]);
+        let listed = s.listed();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0]["version"], "1.1.0");
+        s.ok(&["connector", "remove", &recipe(&b)]);
+        assert!(s.listed().is_empty());
+        let (v, code) = s.json(&["connector", "remove", &nv("github://acme/tool", "1.0.0")]);
+        assert_eq!(code, Some(6), "{v}");
+        let (v, code) = s.json(&["connector", "remove", "github://acme/tool"]);
+        assert_eq!(code, Some(2), "{v}");
+    }
+}
+
+#[test]
+fn operator_pins_live_beside_the_entry_and_leave_the_signed_bytes_alone() {
+    for who in BOTH {
+        let s = Site::new("pins", who);
+        let key = s.keygen("publisher");
+        s.trust("github://acme", &s.path("publisher.pub"));
+        let dir = s.connector("c", "github://acme/tool", "1.0.0", None);
+        s.sign(&dir, &key);
+        s.ok(&["connector", "install", dir.to_str().unwrap()]);
+        let hash = recipe(&dir);
+        let target = nv("github://acme/tool", "1.0.0");
+        let out = s.spawnd(&["connector", "pin", "--check", &target]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let text = s.ok(&["connector", "pin", &target]);
+        assert!(text.contains("pinned /usr/bin/git sha256:"), "{text}");
+        let pins = s.path(&format!("store/sha256-{}.pins.toml", &hash[7..]));
+        let written = std::fs::read_to_string(&pins).unwrap();
+        let git = sha256_of(&std::fs::read("/usr/bin/git").unwrap());
+        assert!(
+            written.contains(&format!("connector = \"{hash}\"")) && written.contains(&git),
+            "{written}"
+        );
+        // The entry is the publisher's bytes still, its signature holding.
+        let entry = s.path(&format!("store/sha256-{}", &hash[7..]));
+        assert_eq!(recipe(&entry), hash);
+        assert_eq!(
+            std::fs::read(entry.join("manifest.toml")).unwrap(),
+            std::fs::read(dir.join("manifest.toml")).unwrap()
+        );
+        let listed = s.listed();
+        assert_eq!(listed[0]["signature"]["status"], "signed");
+        assert_eq!(listed[0]["operator_pins"], 1);
+        s.ok(&["connector", "pin", "--check", &target]);
+        // A stale pin is caught.
+        std::fs::write(
+            &pins,
+            written.replace(&git, &format!("sha256:{}", "1".repeat(64))),
+        )
+        .unwrap();
+        let out = s.spawnd(&["connector", "pin", "--check", &target]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("updated /usr/bin/git"));
+        s.ok(&["connector", "remove", &target]);
+        assert!(!pins.exists());
+    }
+}
+
+#[test]
+fn an_entry_edited_after_install_is_listed_with_both_hashes() {
+    let s = Site::new("tampered", As::Root);
+    let dir = s.connector("c", "github://acme/tool", "1.0.0", Some(b"prog"));
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    let hash = recipe(&dir);
+    let entry = s.path(&format!("store/sha256-{}", &hash[7..]));
+    let manifest = entry.join("manifest.toml");
+    chmod(&entry, 0o755);
+    chmod(&manifest, 0o644);
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("git status", "git push")).unwrap();
+    chmod(&manifest, 0o444);
+    chmod(&entry, 0o555);
+    let listed = s.listed();
+    let problem = listed[0]["problem"].as_str().unwrap();
+    assert!(
+        problem.contains(&hash) && problem.contains(&recipe(&entry)),
+        "{problem}"
+    );
+    assert!(problem.contains("changed after install"), "{problem}");
+}
