@@ -2560,8 +2560,20 @@ fn an_edit_of_the_live_log_under_the_daemon_is_noted_at_its_next_heartbeat() {
     let d = Daemon::start_auditing("watch", &audit, "heartbeat_secs = 1", &[]);
     let done = d.client().run_sh("true");
     assert_eq!(done["exit_code"], 0, "{done}");
-    // Let a heartbeat see the log as the daemon wrote it.
-    await_record(&audit, |r| r["kind"] == "heartbeat");
+    // The watch guards what it saw at its last check. Each heartbeat's
+    // check runs just before it is written, so the check before the second
+    // heartbeat after the exit record ran after that record was written,
+    // and saw it.
+    let exit_seq = audit_records(&audit)
+        .iter()
+        .find(|r| r["kind"] == "exit")
+        .and_then(|r| r["seq"].as_u64())
+        .unwrap();
+    let after_exit = |r: &Value| r["kind"] == "heartbeat" && r["seq"].as_u64() > Some(exit_seq);
+    let first = await_record(&audit, after_exit)["seq"].as_u64().unwrap();
+    await_record(&audit, |r| {
+        r["kind"] == "heartbeat" && r["seq"].as_u64() > Some(first)
+    });
     let text = std::fs::read_to_string(&audit).unwrap();
     let edited = text.replacen("\"exit_code\":0", "\"exit_code\":7", 1);
     assert_ne!(edited, text);
