@@ -320,6 +320,18 @@ impl AuditLog {
             .map(|k| k.as_slice())
     }
 
+    /// Whether `record`'s stored hash is its chain hash under one of this
+    /// writer's keys (the current one, or a retired one), or its plain
+    /// SHA-256 on an unkeyed chain.
+    pub fn seals(&self, record: &Map<String, Value>) -> bool {
+        let stored = record.get("hash").and_then(Value::as_str).unwrap_or("");
+        if stored.starts_with("sha256:") {
+            return super::record::sealed_with(record, None);
+        }
+        self.known_keys()
+            .any(|k| super::record::sealed_with(record, Some(k)))
+    }
+
     fn key_id(&self) -> Option<String> {
         self.key.as_deref().map(|k| key_id(k))
     }

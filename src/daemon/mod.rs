@@ -266,7 +266,14 @@ impl Daemon {
             Some(w) if w.log() == path => w,
             _ => slot.insert(crate::audit::watch::Watch::new(path)),
         };
-        match watch.check() {
+        let seals = match crate::exec::open_audit(&self.loaded().config) {
+            Ok(log) => log,
+            Err(f) => {
+                tracing::error!(error = %f.message, "cannot open the audit log to check it");
+                return;
+            }
+        };
+        match watch.check(&|record| seals.seals(record)) {
             Ok(None) => {}
             Ok(Some(changed)) => {
                 tracing::error!(change = %changed.describe(), "the audit log changed under the daemon");
