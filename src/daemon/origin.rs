@@ -8,6 +8,8 @@
 //! which reaches the file even in another mount namespace or after it was
 //! deleted) and kept per file — device, inode, size, modification and
 //! change times — so a program that connects often is hashed once, not per
+//! connection. An executable over 256 MiB is not hashed (its path is
+//! still recorded), so no peer makes the daemon read more than that for a
 //! connection. A daemon that may not look at the peer's process (a service
 //! user, another user's peer) records what it could read, without the
 //! executable.
@@ -21,6 +23,10 @@ use crate::origin::{Origin, Via};
 
 /// Executables hashed at most: past it the memory starts again empty.
 const MAX_HASHED: usize = 256;
+
+/// The largest executable hashed (256 MiB): a peer cannot make the daemon
+/// read more than this for a connection; a larger one is recorded by path.
+const MAX_EXE_BYTES: u64 = 256 << 20;
 
 /// A file as its hash is kept by: device, inode, size, mtime, ctime (ns).
 type FileKey = (u64, u64, u64, i128, i128);
@@ -46,6 +52,9 @@ pub fn of_peer(pid: i32, pidfd: BorrowedFd<'_>) -> Origin {
 fn exe_sha256(pid: u32) -> Option<String> {
     let file = std::fs::File::open(format!("/proc/{pid}/exe")).ok()?;
     let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.size() > MAX_EXE_BYTES {
+        return None;
+    }
     let key: FileKey = (
         meta.dev(),
         meta.ino(),
