@@ -291,6 +291,14 @@ mod tests {
     use super::*;
     use crate::audit::{AuditLog, Kind};
 
+    /// A new log in a directory of its own.
+    fn fresh_log() -> (tempfile::TempDir, PathBuf, AuditLog) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        (dir, path, log)
+    }
+
     fn append(log: &AuditLog, op: &str) {
         let body = serde_json::json!({"op": op}).as_object().cloned().unwrap();
         log.append(Kind::Note, None, body).unwrap();
@@ -305,9 +313,7 @@ mod tests {
 
     #[test]
     fn appends_and_rotations_are_quiet_and_edits_cuts_and_replacements_are_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let (dir, path, log) = fresh_log();
         let seals = |r: &Record| log.seals(r);
         append(&log, "one");
         let mut w = Watch::new(&path);
@@ -361,9 +367,7 @@ mod tests {
 
     #[test]
     fn an_edit_of_a_rotated_file_since_the_last_check_is_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let (dir, path, log) = fresh_log();
         let seals = |r: &Record| log.seals(r);
         append(&log, "one");
         let mut w = Watch::new(&path);
@@ -387,9 +391,7 @@ mod tests {
 
     #[test]
     fn a_record_edited_before_any_check_saw_it_is_found_as_new_lines_are_checked() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let (_dir, path, log) = fresh_log();
         let seals = |r: &Record| log.seals(r);
         append(&log, "one");
         let mut w = Watch::new(&path);
@@ -413,9 +415,7 @@ mod tests {
 
     #[test]
     fn a_torn_line_closed_and_noted_by_the_next_writer_is_not_an_edit() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let (_dir, path, log) = fresh_log();
         let seals = |r: &Record| log.seals(r);
         append(&log, "one");
         let mut w = Watch::new(&path);

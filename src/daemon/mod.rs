@@ -251,13 +251,14 @@ impl Daemon {
         );
         log.append(crate::audit::Kind::Lifecycle, None, body)
             .map_err(|e| ServeError(format!("the start record: {e}")))?;
-        self.check_log(log.path());
+        self.check_log(&log);
         Ok(())
     }
 
     /// Checks that the live log only grew since the last check (the first
-    /// check only looks), and records a `note` when it did not.
-    fn check_log(&self, path: &Path) {
+    /// check only looks), and records a `note` in it when it did not.
+    fn check_log(&self, log: &crate::audit::AuditLog) {
+        let path = log.path();
         let mut slot = match self.watch.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -266,18 +267,11 @@ impl Daemon {
             Some(w) if w.log() == path => w,
             _ => slot.insert(crate::audit::watch::Watch::new(path)),
         };
-        let seals = match crate::exec::open_audit(&self.loaded().config) {
-            Ok(log) => log,
-            Err(f) => {
-                tracing::error!(error = %f.message, "cannot open the audit log to check it");
-                return;
-            }
-        };
-        match watch.check(&|record| seals.seals(record)) {
+        match watch.check(&|record| log.seals(record)) {
             Ok(None) => {}
             Ok(Some(changed)) => {
                 tracing::error!(change = %changed.describe(), "the audit log changed under the daemon");
-                if let Err(e) = self.record(crate::audit::Kind::Note, changed.note()) {
+                if let Err(e) = log.append(crate::audit::Kind::Note, None, changed.note()) {
                     tracing::error!(error = %e, "the note of the change could not be written");
                 }
             }
@@ -313,12 +307,20 @@ impl Daemon {
     /// writes a heartbeat record (proof that the daemon was alive and
     /// writing at this time).
     fn heartbeat(&self) {
-        if let Some(path) = self.loaded().config.audit.path.clone() {
-            self.check_log(&path);
-        }
-        let secs = self.loaded().config.audit.heartbeat_secs;
-        let body = crate::audit::lifecycle::heartbeat(secs, self.running.in_use());
-        if let Err(e) = self.record(crate::audit::Kind::Heartbeat, body) {
+        let loaded = self.loaded();
+        let log = match crate::exec::open_audit(&loaded.config) {
+            Ok(log) => log,
+            Err(f) => {
+                tracing::error!(error = %f.message, "the heartbeat record could not be written");
+                return;
+            }
+        };
+        self.check_log(&log);
+        let body = crate::audit::lifecycle::heartbeat(
+            loaded.config.audit.heartbeat_secs,
+            self.running.in_use(),
+        );
+        if let Err(e) = log.append(crate::audit::Kind::Heartbeat, None, body) {
             tracing::error!(error = %e, "the heartbeat record could not be written");
         }
     }
