@@ -159,8 +159,9 @@ pub enum HelloProblem {
     /// A server_name entry of a type other than host_name.
     #[error("server_name entry type {0}, not host_name")]
     ServerNameType(u8),
-    /// A host_name that is empty, too long, or not printable ASCII.
-    #[error("a host_name that is not a printable ASCII name")]
+    /// A host_name that is empty, too long, not printable ASCII, or has an
+    /// empty label (a leading dot, two dots in a row, two at the end).
+    #[error("a host_name that is not a printable ASCII name of non-empty labels")]
     HostName,
     /// An encrypted_client_hello (or draft ESNI) extension: the server
     /// name that counts is hidden, so the visible one proves nothing.
@@ -363,7 +364,9 @@ fn host_name_of(data: &[u8]) -> Result<String, HelloProblem> {
         return Err(HelloProblem::TrailingBytes("host_name"));
     }
     let name = name.strip_suffix(b".").unwrap_or(name);
-    if name.is_empty() || name.len() > MAX_HOST_NAME || !name.iter().all(|b| b.is_ascii_graphic()) {
+    let printable = name.iter().all(|b| b.is_ascii_graphic());
+    let labels_non_empty = name.split(|&b| b == b'.').all(|label| !label.is_empty());
+    if name.len() > MAX_HOST_NAME || !printable || !labels_non_empty {
         return Err(HelloProblem::HostName);
     }
     Ok(String::from_utf8_lossy(name).to_ascii_lowercase())
@@ -796,6 +799,9 @@ mod tests {
             ),
             (full(&ext(0, &server_names(&[(0, b"")]))), P::HostName),
             (full(&ext(0, &server_names(&[(0, b".")]))), P::HostName),
+            (full(&ext(0, &server_names(&[(0, b"a.b..")]))), P::HostName),
+            (full(&ext(0, &server_names(&[(0, b"a..b")]))), P::HostName),
+            (full(&ext(0, &server_names(&[(0, b".a.b")]))), P::HostName),
             (
                 full(&ext(0, &server_names(&[(0, b"a.b\0.evil")]))),
                 P::HostName,
