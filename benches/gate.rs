@@ -51,6 +51,14 @@ impl ProgramInspector for Fixed {
     fn inspect(&mut self, _: &Path) -> Result<ProgramFacts, ProgramFault> {
         Ok(self.0.clone())
     }
+
+    fn recheck_installed(
+        &mut self,
+        _: &spawnd::manifest::Installed,
+        _: &[(std::path::PathBuf, spawnd::manifest::Sha256Digest)],
+    ) -> Result<(), spawnd::policy::ContentChanged> {
+        Ok(())
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

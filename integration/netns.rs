@@ -106,6 +106,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         version: "1".into(),
         manifest_sha256: Sha256Digest([0; 32]),
         manifest_path: String::new(),
+        provenance: None,
         op: "probe".into(),
         op_mode: Tier::Readonly,
         program: ProgramPlan {

@@ -742,3 +742,265 @@ fn an_entry_edited_after_install_is_listed_with_both_hashes() {
     );
     assert!(problem.contains("changed after install"), "{problem}");
 }
+
+/// A `spawnd serve` for a site (as root): its store and keyring, an empty
+/// manifests directory, its own socket; killed when dropped.
+struct Served {
+    child: std::process::Child,
+    socket: PathBuf,
+    audit: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Site {
+    /// An installable connector `rel` for `name` at `version` whose
+    /// operation `hello` runs `/usr/bin/echo` with `word`.
+    fn echo_connector(&self, rel: &str, name: &str, version: &str, word: &str) -> PathBuf {
+        let dir = self.path(rel);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("manifest.toml"),
+            format!("[connector]\nname = \"{name}\"\nversion = \"{version}\"\n\n[capabilities.spawn]\nprograms = [{{ path = \"/usr/bin/echo\" }}]\n\n[capabilities.spawn.operations.hello]\nargv = \"echo {word}\"\n"),
+        )
+        .unwrap();
+        chown_tree(&dir, self.who.uid());
+        dir
+    }
+
+    fn serve(&self) -> Served {
+        let manifests = self.path("manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        let socket = self.path("spawnd.sock");
+        let audit = self.path("audit/audit.jsonl");
+        let config = self.path("serve.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "{}\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\n",
+                std::fs::read_to_string(&self.config).unwrap(),
+                socket.display(),
+                manifests.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(&world().spawnd)
+            .args(["--config", config.to_str().unwrap(), "serve"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(start.elapsed().as_secs() < 30, "the daemon did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Served {
+            child,
+            socket,
+            audit,
+        }
+    }
+}
+
+impl Served {
+    /// One JSON-RPC call on a new connection: the answer.
+    fn call(&self, method: &str, params: Value) -> Value {
+        use std::io::{BufRead, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        let request =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stream)
+            .read_line(&mut line)
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// `spawn_op` of `op` with `pins` merged in, waited for: its stdout, or
+    /// the error.
+    fn run(&self, connector: &str, op: &str, pins: Value) -> Result<String, Value> {
+        use std::io::{BufRead, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+        let mut ask = |id: u32, method: &str, params: Value| -> Value {
+            let request =
+                serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            serde_json::from_str(&line).unwrap()
+        };
+        let mut params = serde_json::json!({"connector": connector, "op": op, "args": {}});
+        for (k, v) in pins.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        let started = ask(1, "spawn_op", params);
+        if let Some(e) = started.get("error") {
+            return Err(e.clone());
+        }
+        let handle = started["result"]["handle"].clone();
+        let status = ask(
+            2,
+            "spawn_status",
+            serde_json::json!({"handle": handle, "wait_ms": 20000}),
+        );
+        assert_eq!(status["result"]["exit_code"], 0, "{status}");
+        Ok(status["result"]["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .to_string())
+    }
+
+    /// The audit records that hold `needle`.
+    fn records_with(&self, needle: &str) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// Each installed version's content hash, by version.
+fn installed_hashes(s: &Site) -> std::collections::BTreeMap<String, String> {
+    s.listed()
+        .iter()
+        .map(|e| {
+            (
+                e["version"].as_str().unwrap().to_string(),
+                e["hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_daemon_serves_installed_connectors_pinned_by_version_and_hash() {
+    let s = Site::new("serve-pins", As::Root);
+    let name = "github://acme/hello";
+    let key = s.keygen("acme");
+    s.trust("github://acme", &s.path("acme.pub"));
+    for (version, word) in [("1.0.0", "one"), ("2.0.0", "two")] {
+        let dir = s.echo_connector(&format!("hello-{version}"), name, version, word);
+        s.sign(&dir, &key);
+        s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    }
+    let hashes = installed_hashes(&s);
+    let daemon = s.serve();
+    // Two versions served: an unpinned request must pin one.
+    let e = daemon
+        .run(name, "hello", serde_json::json!({}))
+        .unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_version_required", "{e}");
+    // Each version by its pin, and by its hash.
+    assert_eq!(
+        daemon.run(name, "hello", serde_json::json!({"version": "1.0.0"})),
+        Ok("one\n".to_string())
+    );
+    assert_eq!(
+        daemon.run(name, "hello", serde_json::json!({"hash": hashes["2.0.0"]})),
+        Ok("two\n".to_string())
+    );
+    // A pin no served version has: refused, the served ones named.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let e = daemon
+        .run(
+            name,
+            "hello",
+            serde_json::json!({"version": "1.0.0", "hash": wrong}),
+        )
+        .unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_pin_mismatch", "{e}");
+    let granted = e["data"]["granted"].to_string();
+    assert!(
+        granted.contains(&hashes["1.0.0"]) && granted.contains(&hashes["2.0.0"]),
+        "{e}"
+    );
+    let e = daemon
+        .run(name, "hello", serde_json::json!({"version": "3.0.0"}))
+        .unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_pin_mismatch", "{e}");
+    // connectors_status names each version, its hash and signer.
+    let status = daemon.call("connectors_status", serde_json::json!({}));
+    let one = &status["result"]["connectors"][format!("{name}@1.0.0")];
+    assert_eq!(one["hash"], hashes["1.0.0"], "{status}");
+    assert_eq!(one["signature"], "signed", "{status}");
+    assert!(one["signer"].as_str().is_some(), "{status}");
+    // Every decision and denial names (name, version, hash, signer).
+    let allowed = daemon.records_with("\"decision\":\"allowed\"");
+    assert_eq!(allowed.len(), 2);
+    for r in &allowed {
+        let version = r["connector_version"].as_str().unwrap();
+        assert_eq!(r["connector_hash"], hashes[version], "{r}");
+        assert_eq!(r["connector_signature"], "signed", "{r}");
+        assert_eq!(r["connector_signer"], one["signer"], "{r}");
+    }
+    let denied = daemon.records_with("connector_pin_mismatch");
+    assert!(!denied.is_empty());
+    assert!(daemon.records_with("connector_version_required").len() == 1);
+}
+
+#[test]
+fn a_stored_manifest_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes() {
+    let s = Site::new("serve-tamper", As::Root);
+    let name = "github://acme/tampered";
+    let dir = s.echo_connector("tampered", name, "1.0.0", "fine");
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    let installed = installed_hashes(&s)["1.0.0"].clone();
+    let daemon = s.serve();
+    assert_eq!(
+        daemon.run(name, "hello", serde_json::json!({})),
+        Ok("fine\n".to_string())
+    );
+    // Root widens the stored manifest in place (an extra operation).
+    let entry = s.path(&format!("store/sha256-{}", &installed["sha256:".len()..]));
+    let manifest = entry.join("manifest.toml");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str("\n[capabilities.spawn.operations.more]\nargv = \"echo more\"\n");
+    chmod(&manifest, 0o644);
+    std::fs::write(&manifest, &text).unwrap();
+    let found = recipe(&entry);
+    let e = daemon
+        .run(name, "hello", serde_json::json!({}))
+        .unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_hash_mismatch", "{e}");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains(&installed) && message.contains(&found),
+        "{message}"
+    );
+    // The widened operation was never served: the daemon enforces what it
+    // verified at load.
+    let records = daemon.records_with("connector_hash_mismatch");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["connector_hash"], installed);
+    assert!(records[0]["requested"].as_str().unwrap().contains(&found));
+    // A reload refuses the tampered entry and keeps refusing the spawn.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let health = daemon.call("health", serde_json::json!({}));
+    assert!(
+        health["result"]["stale_manifests"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("changed after install"),
+        "{health}"
+    );
+    let e = daemon
+        .run(name, "hello", serde_json::json!({}))
+        .unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_hash_mismatch", "{e}");
+}

@@ -31,6 +31,12 @@ pub fn call_for(
     let mut params = Map::new();
     params.insert("connector".into(), json!(connector));
     params.insert("mode".into(), json!(request.mode));
+    if let Some(v) = &request.pin.version {
+        params.insert("version".into(), json!(v.to_string()));
+    }
+    if let Some(h) = &request.pin.hash {
+        params.insert("hash".into(), json!(h.to_string()));
+    }
     if let Some(t) = timeout_ms {
         params.insert("timeout_ms".into(), json!(t));
     }
@@ -237,6 +243,7 @@ mod tests {
             cwd: Some("/srv/repo".into()),
             action: None,
             mode: Tier::Write,
+            pin: Default::default(),
         };
         let (method, params) = call_for(
             "local://x/git",
@@ -264,12 +271,16 @@ mod tests {
             cwd: None,
             action: None,
             mode: Tier::Readonly,
+            pin: crate::policy::ConnectorPin {
+                version: Some(semver::Version::new(1, 2, 3)),
+                hash: None,
+            },
         };
         let (method, params) = call_for("local://x/git", request, None, None);
         assert_eq!(method, "spawn");
         assert_eq!(
             params,
-            json!({"connector": "local://x/git", "mode": "readonly",
+            json!({"connector": "local://x/git", "mode": "readonly", "version": "1.2.3",
                    "envelope": {"program": "/usr/bin/git", "argv": ["git", "status"], "env": {}}})
         );
     }

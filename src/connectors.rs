@@ -23,17 +23,26 @@ use crate::template::DEFAULT_MAX_LEN;
 /// shape with each parameter as one line of text, for a prompt.
 pub fn status(
     config: &Config,
-    manifests: &BTreeMap<String, Manifest>,
+    manifests: &BTreeMap<String, Vec<Manifest>>,
     home: &Path,
     shown: &dyn Fn(&Manifest) -> bool,
 ) -> Value {
     let captured_at = crate::audit::log::now_rfc3339_millis();
     let mut connectors = Map::new();
     let mut compact = Map::new();
-    for (name, m) in manifests.iter().filter(|(_, m)| shown(m)) {
-        let (full, short) = one(config, m, home);
-        connectors.insert(name.clone(), full);
-        compact.insert(name.clone(), short);
+    for (name, versions) in manifests {
+        let versions: Vec<&Manifest> = versions.iter().filter(|m| shown(m)).collect();
+        for m in &versions {
+            // One version served: its name; several: each as NAME@VERSION,
+            // which a request picks by pinning `version`.
+            let key = match versions.len() {
+                1 => name.clone(),
+                _ => format!("{name}@{}", m.connector.version),
+            };
+            let (full, short) = one(config, m, home);
+            connectors.insert(key.clone(), full);
+            compact.insert(key, short);
+        }
     }
     let block = format!(
         "<connector_status captured_at=\"{captured_at}\">\n{}\n</connector_status>",
@@ -48,6 +57,11 @@ pub fn status(
 fn one(config: &Config, m: &Manifest, home: &Path) -> (Value, Value) {
     let (status, detail) = judge(config, m, home);
     let mut full = json!({"version": m.connector.version.to_string(), "status": status});
+    if let Some(installed) = &m.installed {
+        full["hash"] = json!(installed.content.to_string());
+        full["signature"] = json!(installed.signature);
+        full["signer"] = json!(installed.signer);
+    }
     if let Some((key, text)) = detail {
         full[key] = json!(text);
     }
@@ -170,6 +184,21 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
             )),
         );
     }
+    if let Some(installed) = &m.installed {
+        if let Err(changed) = crate::provenance::recheck::recheck_installed(installed, &[]) {
+            let found = changed.found.map_or("unreadable".into(), |h| h.to_string());
+            return (
+                "not_configured",
+                Some((
+                    "error",
+                    format!(
+                        "installed as {} and its stored files are now {found} ({}); reinstall it",
+                        installed.content, changed.what
+                    ),
+                )),
+            );
+        }
+    }
     let Some(spawn) = m.spawn.as_ref() else {
         return ("connected", None);
     };
@@ -210,7 +239,8 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
                 )
             }
         };
-        if let Some(pinned) = &program.hash {
+        let operator_pin = m.installed.as_ref().and_then(|i| i.pins.get(&path));
+        if let Some(pinned) = program.hash.as_ref().or(operator_pin) {
             if pinned != &hash {
                 return (
                     "not_configured",

@@ -12,6 +12,29 @@ use crate::egress::grant::Grant;
 use crate::egress::learning::Learning;
 use crate::manifest::{Limits, Sha256Digest, Tier};
 
+/// An installed connector's provenance as records name it: the content
+/// hash it was verified to have before the spawn, and who signed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// The content hash.
+    pub hash: Sha256Digest,
+    /// `signed` or `unsigned`.
+    pub signature: &'static str,
+    /// The signing key's id, when signed.
+    pub signer: Option<String>,
+}
+
+impl Provenance {
+    /// The provenance of `manifest`, when it is an installed connector.
+    pub fn of(manifest: &crate::manifest::Manifest) -> Option<Provenance> {
+        manifest.installed.as_ref().map(|i| Provenance {
+            hash: i.content,
+            signature: i.signature,
+            signer: i.signer.clone(),
+        })
+    }
+}
+
 /// What will run, decided and resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SpawnPlan {
@@ -23,6 +46,8 @@ pub struct SpawnPlan {
     pub manifest_sha256: Sha256Digest,
     /// Where the manifest was read from (its path, for the audit trail).
     pub manifest_path: String,
+    /// For an installed connector, its content hash and signer.
+    pub provenance: Option<Provenance>,
     /// Operation name.
     pub op: String,
     /// The operation's tier.

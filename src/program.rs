@@ -49,6 +49,14 @@ impl ProgramInspector for ProgramOpener {
         self.opened.push((path.to_path_buf(), opened));
         Ok(facts)
     }
+
+    fn recheck_installed(
+        &mut self,
+        installed: &crate::manifest::Installed,
+        hashed: &[(PathBuf, Sha256Digest)],
+    ) -> Result<(), crate::policy::ContentChanged> {
+        crate::provenance::recheck::recheck_installed(installed, hashed)
+    }
 }
 
 /// Opens and inspects one program file.

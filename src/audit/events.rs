@@ -108,6 +108,7 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
         "workspace": caller.workspace,
         "isolation": isolation,
     }));
+    insert_provenance(&mut body, plan.provenance.as_ref());
     // Only `spawnd learn` sets it: the record says the network was learned.
     if let Some(learning) = plan.network_learning {
         body.insert("network_learning".into(), json!(learning.as_str()));
@@ -117,9 +118,10 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
 
 /// A refused request (the denial object holds no submitted values).
 pub fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Value> {
-    object(json!({
+    let mut body = object(json!({
         "decision": "denied",
         "connector": d.connector,
+        "connector_version": d.connector_version,
         "caller": caller_json(caller),
         "op": op,
         "class": d.class,
@@ -127,7 +129,27 @@ pub fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Valu
         "reason": d.reason,
         "requested": d.requested,
         "granted": d.granted,
-    }))
+    }));
+    insert_provenance(&mut body, d.provenance.as_ref());
+    body
+}
+
+/// The connector's `(hash, signer)` beside its name and version: the
+/// content hash, signature status and signing key of an installed
+/// connector, all null for one served from a manifest file.
+fn insert_provenance(body: &mut Map<String, Value>, provenance: Option<&crate::plan::Provenance>) {
+    body.insert(
+        "connector_hash".into(),
+        json!(provenance.map(|p| p.hash.to_string())),
+    );
+    body.insert(
+        "connector_signature".into(),
+        json!(provenance.map(|p| p.signature)),
+    );
+    body.insert(
+        "connector_signer".into(),
+        json!(provenance.and_then(|p| p.signer.clone())),
+    );
 }
 
 /// One network event of a spawn (`event`: a connection, or a DNS name

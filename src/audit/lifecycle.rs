@@ -30,11 +30,21 @@ pub struct Served {
     pub path: String,
     /// Its SHA-256 (`sha256:` and 64 hex).
     pub sha256: String,
+    /// The connector's version.
+    pub version: String,
+    /// For an installed connector, its content hash and signer.
+    pub provenance: Option<crate::plan::Provenance>,
 }
 
 impl Served {
     fn json(&self) -> Value {
-        json!({"connector": self.connector, "path": self.path, "sha256": self.sha256})
+        let mut out = json!({"connector": self.connector, "version": self.version, "path": self.path, "sha256": self.sha256});
+        if let Some(p) = &self.provenance {
+            out["connector_hash"] = json!(p.hash.to_string());
+            out["signature"] = json!(p.signature);
+            out["signer"] = json!(p.signer);
+        }
+        out
     }
 }
 
@@ -244,6 +254,8 @@ mod tests {
             connector: name.into(),
             path: format!("/etc/spawnd/manifests/{name}.toml"),
             sha256: sha.into(),
+            version: "1.0.0".into(),
+            provenance: None,
         }
     }
 

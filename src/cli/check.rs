@@ -145,6 +145,7 @@ pub fn request_of(
         env,
         cwd,
         action: None,
+        pin: Default::default(),
         mode: cli.mode.unwrap_or_default(),
     })
 }

@@ -112,6 +112,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             env,
             cwd: Some(cwd.display().to_string()),
             action: None,
+            pin: Default::default(),
             mode: Tier::Write,
         },
     };

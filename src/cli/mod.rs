@@ -197,7 +197,9 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Connectors { manifest, .. } => {
             let mut config = context::load_config(cli)?;
             if !manifest.is_empty() {
+                // Those files only, not the store's connectors too.
                 config.server.manifests = manifest.clone();
+                config.connectors.store = None;
             }
             let manifests =
                 crate::config::manifests::load_manifests(&config).map_err(Failure::config)?;

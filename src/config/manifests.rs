@@ -1,5 +1,7 @@
-//! The manifests `[server] manifests` names (files, or directories of
-//! `*.toml`): the ones `spawnd serve` serves and `spawnd connectors` shows.
+//! The manifests `spawnd serve` serves and `spawnd connectors` shows: those
+//! `[server] manifests` names (files, or directories of `*.toml`), and every
+//! connector installed in the store (`[connectors] store`, checked by
+//! [`crate::provenance::serve`]).
 //! Each is checked for who can change it: the file and the directory
 //! holding it. A file is opened once, without following a
 //! symbolic link, checked through that descriptor and read through it, so
@@ -10,13 +12,20 @@ use std::path::{Path, PathBuf};
 
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 
-/// The manifests the daemon serves, by connector name.
-pub type Manifests = BTreeMap<String, Manifest>;
+/// The manifests the daemon serves, by connector name: each version served
+/// (one per manifest file, one per installed version), in load order.
+pub type Manifests = BTreeMap<String, Vec<Manifest>>;
 
-/// Loads `[server] manifests` (files, or directories of `*.toml`). A file
-/// writable by group or others, or owned by neither root nor spawnd's user,
-/// is refused, and so is a second manifest with an FQN already loaded (the
-/// error names both files).
+/// Every manifest served, in name order.
+pub fn all(manifests: &Manifests) -> impl Iterator<Item = &Manifest> {
+    manifests.values().flatten()
+}
+
+/// Loads `[server] manifests` (files, or directories of `*.toml`), then the
+/// connectors installed in the store. A file writable by group or others,
+/// or owned by neither root nor spawnd's user, is refused, and so is a
+/// second manifest with an FQN already loaded from a file, or a version
+/// already served (the error names both).
 pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in &config.server.manifests {
@@ -49,16 +58,44 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
         let manifest = parse_manifest(&file.display().to_string(), &text, options)
             .map_err(|e| e.to_string())?;
         let name = manifest.connector.name.to_string();
-        if let Some(first) = out.get(&name) {
+        if let Some(first) = out.get(&name).and_then(|v| v.first()) {
             return Err(format!(
                 "connector {name} is named by two manifests, {} and {}; keep one of them in [server] manifests",
                 first.source,
                 file.display()
             ));
         }
-        out.insert(name, manifest);
+        out.insert(name, vec![manifest]);
+    }
+    for manifest in installed(config, options)? {
+        let name = manifest.connector.name.to_string();
+        let versions = out.entry(name.clone()).or_default();
+        if let Some(first) = versions
+            .iter()
+            .find(|m| m.connector.version == manifest.connector.version)
+        {
+            return Err(format!(
+                "connector {name}@{} is served twice, from {} and {}; remove one of them",
+                manifest.connector.version, first.source, manifest.source
+            ));
+        }
+        versions.push(manifest);
     }
     Ok(out)
+}
+
+/// The connectors installed in the store, checked (none when the config
+/// names no store or it does not exist yet).
+fn installed(config: &super::Config, options: LoadOptions) -> Result<Vec<Manifest>, String> {
+    let (Some(store), Some(keyring)) = (&config.connectors.store, &config.connectors.keyring)
+    else {
+        return Ok(Vec::new());
+    };
+    crate::provenance::serve::installed_manifests(
+        &crate::provenance::Store::at(store),
+        &crate::provenance::Keyring::at(keyring),
+        options,
+    )
 }
 
 /// What a reload changes: connectors by name, each list sorted.
@@ -73,16 +110,29 @@ pub struct ManifestChanges {
 }
 
 impl ManifestChanges {
-    /// The connectors that differ between `old` and `new`: a manifest is
-    /// changed when its file's SHA-256 or its path differs.
+    /// The connectors that differ between `old` and `new`: a connector is
+    /// changed when a version is served or no longer served, or a served
+    /// manifest's SHA-256 or path differs.
     pub fn between(old: &Manifests, new: &Manifests) -> ManifestChanges {
         let mut changes = ManifestChanges::default();
-        for (name, m) in new {
+        let served = |ms: &Vec<Manifest>| {
+            let mut v: Vec<_> = ms
+                .iter()
+                .map(|m| {
+                    (
+                        m.connector.version.to_string(),
+                        m.digest.to_string(),
+                        m.source.clone(),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        for (name, ms) in new {
             match old.get(name) {
                 None => changes.added.push(name.clone()),
-                Some(was) if was.digest != m.digest || was.source != m.source => {
-                    changes.changed.push(name.clone())
-                }
+                Some(was) if served(was) != served(ms) => changes.changed.push(name.clone()),
                 Some(_) => {}
             }
         }
@@ -219,7 +269,7 @@ mod tests {
     fn a_reloads_changes_name_the_connectors_added_removed_and_changed() {
         let set = |ms: Vec<Manifest>| -> Manifests {
             ms.into_iter()
-                .map(|m| (m.connector.name.to_string(), m))
+                .map(|m| (m.connector.name.to_string(), vec![m]))
                 .collect()
         };
         let old = set(vec![

@@ -341,13 +341,13 @@ impl Daemon {
 
 /// The manifests in force as the lifecycle records name them.
 fn served(loaded: &Loaded) -> Vec<crate::audit::lifecycle::Served> {
-    loaded
-        .manifests
-        .iter()
-        .map(|(name, m)| crate::audit::lifecycle::Served {
-            connector: name.clone(),
+    crate::config::manifests::all(&loaded.manifests)
+        .map(|m| crate::audit::lifecycle::Served {
+            connector: m.connector.name.to_string(),
             path: m.source.clone(),
             sha256: m.digest.to_string(),
+            version: m.connector.version.to_string(),
+            provenance: crate::plan::Provenance::of(m),
         })
         .collect()
 }

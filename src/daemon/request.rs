@@ -198,6 +198,30 @@ fn action_of(params: &Map<String, Value>) -> Result<Option<Vec<String>>, RpcErro
     }
 }
 
+/// The `version` and `hash` params: what the call pins of its connector
+/// (an action's `[[requires.connectors]]` entry). A version is strict
+/// SemVer, a hash `sha256:` and 64 lowercase hex.
+fn pin_of(params: &Map<String, Value>) -> Result<crate::policy::ConnectorPin, RpcError> {
+    let text = |name: &str| match params.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(RpcError::params(format!("{name} must be a string"))),
+    };
+    let version = text("version")?
+        .map(|v| {
+            crate::provenance::identity::parse_strict_version(&v)
+                .map_err(|why| RpcError::params(format!("version: {why}")))
+        })
+        .transpose()?;
+    let hash = text("hash")?
+        .map(|h| {
+            h.parse::<crate::manifest::Sha256Digest>()
+                .map_err(|why| RpcError::params(format!("hash {why}")))
+        })
+        .transpose()?;
+    Ok(crate::policy::ConnectorPin { version, hash })
+}
+
 /// The call's connector, request, stdin and timeout.
 pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCall, RpcError> {
     let connector = string_param(params, "connector")?.to_string();
@@ -244,6 +268,7 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
         )
     };
     let action = action_of(params)?;
+    let pin = pin_of(params)?;
     let mode = match params.get("mode").and_then(Value::as_str) {
         None => Tier::Readonly,
         Some(m) => m
@@ -290,6 +315,7 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
             cwd,
             action,
             mode,
+            pin,
         },
         stdin,
         timeout_ms,
@@ -329,6 +355,14 @@ mod tests {
     impl ProgramInspector for NoPrograms {
         fn inspect(&mut self, path: &std::path::Path) -> Result<ProgramFacts, ProgramFault> {
             Err(ProgramFault::Missing { path: path.into() })
+        }
+
+        fn recheck_installed(
+            &mut self,
+            _installed: &crate::manifest::Installed,
+            _hashed: &[(std::path::PathBuf, crate::manifest::Sha256Digest)],
+        ) -> Result<(), crate::policy::ContentChanged> {
+            Ok(())
         }
     }
 

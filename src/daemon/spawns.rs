@@ -287,37 +287,41 @@ pub(super) fn peer_manifest(
     access: &Access,
     call: &SpawnCall,
 ) -> Result<Manifest, Box<Refused>> {
-    let manifest = loaded.manifests.get(&call.connector).cloned();
-    let stranger = match &manifest {
-        None => true,
-        Some(m) => access
-            .allows(&access_caller(peer), &m.connector.name)
-            .is_err(),
-    };
-    if stranger {
-        let denial = refused_before_the_program(
-            &loaded.config,
-            manifest.as_ref(),
-            access,
-            peer,
-            &call.connector,
-            &call.request,
-        );
+    let served: Vec<&Manifest> = loaded
+        .manifests
+        .get(&call.connector)
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    let refused = |denial: Box<crate::policy::Denial>| {
         let op = match &call.request.kind {
             RequestKind::Op { name, .. } => Some(name.clone()),
             RequestKind::Raw { .. } => None,
         };
-        return Err(Box::new(Refused {
+        Box::new(Refused {
             refusal: Some(Refusal::denied(method, &denial, op)),
             error: rpc_error(denial_failure(&denial)),
-        }));
-    }
-    manifest.ok_or_else(|| {
-        Box::new(Refused {
-            refusal: None,
-            error: RpcError::new(-32603, "a connector that is not loaded passed the gate"),
         })
-    })
+    };
+    // Every version of a connector has its name, so one access check
+    // covers them all, and comes before anything is said of the versions.
+    let stranger = served.first().is_none_or(|m| {
+        access
+            .allows(&access_caller(peer), &m.connector.name)
+            .is_err()
+    });
+    if stranger {
+        return Err(refused(refused_before_the_program(
+            &loaded.config,
+            served.first().copied(),
+            access,
+            peer,
+            &call.connector,
+            &call.request,
+        )));
+    }
+    crate::policy::select_served(&call.connector, &served, &call.request.pin)
+        .cloned()
+        .map_err(refused)
 }
 
 /// Reserves, from `[server] max_buffered_output_bytes` (the caller's

@@ -548,6 +548,7 @@ mod tests {
             version: "1.0.0".into(),
             manifest_sha256: Sha256Digest([0; 32]),
             manifest_path: String::new(),
+            provenance: None,
             op: "x".into(),
             op_mode: Tier::Readonly,
             program: ProgramPlan {

@@ -396,4 +396,30 @@ pub struct Manifest {
     pub spawn: Option<SpawnGrant>,
     /// Lint findings.
     pub warnings: Vec<Warning>,
+    /// The store entry it was loaded from, when it is an installed
+    /// connector (`None` for a manifest file): what the gate verifies
+    /// again before each spawn, and what records name.
+    pub installed: Option<std::sync::Arc<Installed>>,
+}
+
+/// An installed connector as the daemon loaded it from the store
+/// (docs/provenance.md): where it lies, the content hash it was verified
+/// to have, each file of its stream with its digest, who signed it, and
+/// the operator's pins of its system programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// The entry's directory, with symbolic links resolved.
+    pub dir: std::path::PathBuf,
+    /// Its content hash.
+    pub content: Sha256Digest,
+    /// Each file of the stream in stream order (`bin/NAME`, then
+    /// `manifest.toml`) and the SHA-256 of its bytes at load.
+    pub files: Vec<(String, Sha256Digest)>,
+    /// The signature's status: `signed` or `unsigned` (an entry whose
+    /// signature is untrusted or invalid is not served).
+    pub signature: &'static str,
+    /// The id of the key that signed it, when signed.
+    pub signer: Option<String>,
+    /// The operator's pins: program path → hash.
+    pub pins: BTreeMap<std::path::PathBuf, Sha256Digest>,
 }

@@ -133,6 +133,7 @@ fn build(
         info,
         spawn,
         warnings,
+        installed: None,
     }
 }
 

@@ -158,7 +158,6 @@ pub(super) fn check_program(
     // workspace: it always expands (the empty path would open nothing).
     let path = declared.path.expand(&caller.anchors()).unwrap_or_default();
     let requested = format!("program:{}", declared.path);
-    let pinned: Vec<String> = declared.hash.iter().map(|h| h.to_string()).collect();
     let facts = programs.inspect(&path).map_err(|fault| {
         let mut d = Denial::new(
             Reason::ProgramNotRegular,
@@ -197,9 +196,17 @@ pub(super) fn check_program(
             format!("program {resolved} is {what}; spawnd never runs privilege-raising programs"),
         ));
     }
-    match declared.hash {
+    // The publisher's pin, else the operator's pin kept beside an installed
+    // connector (docs/provenance.md, "Operator pins").
+    let operator_pin = ctx
+        .manifest
+        .and_then(|m| m.installed.as_ref())
+        .and_then(|i| i.pins.get(&path).copied());
+    let pin = declared.hash.or(operator_pin);
+    let pinned: Vec<String> = pin.iter().map(|h| h.to_string()).collect();
+    match pin {
         Some(pin) if pin != facts.sha256 => {
-            return Err(Denial::new(Reason::ProgramHashMismatch, ctx.connector, format!("program:{resolved} {}", facts.sha256), pinned, format!("program {resolved} has sha256 {} but the manifest pins {pin}; the file changed since it was pinned (re-pin with `spawnd manifest pin` only if the change is expected)", facts.sha256)));
+            return Err(Denial::new(Reason::ProgramHashMismatch, ctx.connector, format!("program:{resolved} {}", facts.sha256), pinned, format!("program {resolved} has sha256 {} but {} pins {pin}; the file changed since it was pinned (re-pin with `{}` only if the change is expected)", facts.sha256, if declared.hash.is_some() { "the manifest" } else { "the operator" }, if declared.hash.is_some() { "spawnd manifest pin" } else { "spawnd connector pin" })));
         }
         None if require_pin => {
             return Err(Denial::new(Reason::ProgramHashMismatch, ctx.connector, format!("program:{resolved} {}", facts.sha256), vec![], format!("the operator requires pinned program hashes and {} has none; run `spawnd manifest pin`", declared.path)));
@@ -210,7 +217,7 @@ pub(super) fn check_program(
         declared: declared.path.to_string(),
         resolved: facts.resolved,
         sha256: facts.sha256,
-        pinned: declared.hash.is_some(),
+        pinned: pin.is_some(),
         interpreter: facts.interpreter,
     })
 }

@@ -75,6 +75,13 @@ pub struct Denial {
     /// The program file does not exist (exit code 6 rather than 3).
     #[serde(skip)]
     pub missing_program: bool,
+    /// The version of the connector the request was decided under, when
+    /// one was chosen (for the audit record, not the wire).
+    #[serde(skip)]
+    pub connector_version: Option<String>,
+    /// That connector's provenance, when it is installed.
+    #[serde(skip)]
+    pub provenance: Option<crate::plan::Provenance>,
 }
 
 impl Denial {
@@ -98,6 +105,8 @@ impl Denial {
             message: message.into(),
             audit_id: None,
             missing_program: false,
+            connector_version: None,
+            provenance: None,
         })
     }
 

@@ -5,6 +5,7 @@
 use super::checks::{
     arg_denial, check_bindings, check_cwd, check_env, check_path_values, check_program,
 };
+use super::connector::{check_installed_content, check_pin};
 use super::decision::{shown, Decision, Denial};
 use super::executables::check_executables;
 use super::inspector::ProgramInspector;
@@ -23,7 +24,13 @@ pub fn decide(
 ) -> Decision {
     match gate(ctx, caller, req, programs) {
         Ok(plan) => Decision::Allowed(Box::new(plan)),
-        Err(denial) => Decision::Denied(denial),
+        Err(mut denial) => {
+            if let Some(m) = ctx.manifest {
+                denial.connector_version = Some(m.connector.version.to_string());
+                denial.provenance = crate::plan::Provenance::of(m);
+            }
+            Decision::Denied(denial)
+        }
     }
 }
 
@@ -35,6 +42,7 @@ fn gate(
 ) -> Result<SpawnPlan, Box<Denial>> {
     let manifest = check_connector(ctx)?;
     check_caller(ctx, manifest, caller)?;
+    check_pin(ctx, manifest, &req.pin)?;
     let action = ActionSubset::check(ctx, req)?;
     let spawn = manifest.spawn.as_ref();
     let (op, args) = match &req.kind {
@@ -67,6 +75,7 @@ fn gate(
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
     let exec = check_executables(ctx, spawn, op, caller, programs, &program, require_pin(ctx))?;
+    check_installed_content(ctx, manifest, &program, programs)?;
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
     let cwd = check_cwd(ctx, spawn, req.cwd.as_deref(), caller, &fs)?;
     check_bindings(ctx, spawn)?;
@@ -76,6 +85,7 @@ fn gate(
         version: manifest.connector.version.to_string(),
         manifest_sha256: manifest.digest,
         manifest_path: manifest.source.clone(),
+        provenance: crate::plan::Provenance::of(manifest),
         op: op.name.clone(),
         op_mode: op.mode,
         program,

@@ -1,11 +1,13 @@
-//! The one impure step the gate takes: looking at the program file. The gate
-//! asks a `ProgramInspector`; the real one (`crate::program::ProgramOpener`)
-//! opens the file once, checks it and hashes it through that same descriptor,
-//! and keeps the descriptor for execution. Tests use a table instead.
+//! The one impure step the gate takes: looking at files. The gate asks a
+//! `ProgramInspector`; the real one (`crate::program::ProgramOpener`) opens
+//! the program once, checks it and hashes it through that same descriptor,
+//! and keeps the descriptor for execution; for an installed connector it
+//! also checks the entry's stored files against their digests at load.
+//! Tests use a table instead.
 
 use std::path::{Path, PathBuf};
 
-use crate::manifest::Sha256Digest;
+use crate::manifest::{Installed, Sha256Digest};
 use crate::plan::FileId;
 
 /// What the gate needs to know about a program file.
@@ -47,8 +49,30 @@ pub enum ProgramFault {
     },
 }
 
-/// Looks at program files for the gate.
+/// How an installed connector's stored files differ from what was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentChanged {
+    /// What differs: a file changed, added or removed, or why it could not
+    /// be read.
+    pub what: String,
+    /// The content hash the entry's files have now, when they could be
+    /// hashed.
+    pub found: Option<Sha256Digest>,
+}
+
+/// Looks at files for the gate.
 pub trait ProgramInspector {
     /// Opens, checks and hashes the program at `path` (symlinks followed).
     fn inspect(&mut self, path: &Path) -> Result<ProgramFacts, ProgramFault>;
+
+    /// Checks that the installed connector's stored files are still those
+    /// it was loaded with: the same names in `bin/`, each file's digest as
+    /// at load. `hashed` holds digests this spawn already took (the
+    /// program's, by resolved path), used instead of reading those files
+    /// again.
+    fn recheck_installed(
+        &mut self,
+        installed: &Installed,
+        hashed: &[(PathBuf, Sha256Digest)],
+    ) -> Result<(), ContentChanged>;
 }

@@ -3,6 +3,7 @@
 //! looked at only through the `ProgramInspector` the caller passes in.
 
 mod checks;
+mod connector;
 mod decision;
 mod executables;
 mod gate;
@@ -11,14 +12,18 @@ mod raw;
 mod reason;
 mod request;
 
+pub use connector::select_served;
 pub use decision::{Decision, Denial};
 pub use gate::decide;
-pub use inspector::{ProgramFacts, ProgramFault, ProgramInspector};
+pub use inspector::{ContentChanged, ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{
-    check_label, Access, AccessRule, Caller, GateContext, Request, RequestKind, MAX_LABEL_BYTES,
+    check_label, Access, AccessRule, Caller, ConnectorPin, GateContext, Request, RequestKind,
+    MAX_LABEL_BYTES,
 };
 
+#[cfg(test)]
+mod connector_tests;
 #[cfg(test)]
 mod hostile_request_tests;
 #[cfg(test)]

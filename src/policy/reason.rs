@@ -15,6 +15,15 @@ pub enum Reason {
     ConnectorDisabled,
     /// The peer may not act for this connector (`[[access]]`).
     CallerNotAllowed,
+    /// Several versions of the connector are served and the request pins
+    /// none.
+    ConnectorVersionRequired,
+    /// No served version of the connector has the version or content hash
+    /// the request pins.
+    ConnectorPinMismatch,
+    /// The installed connector's stored bytes no longer have the content
+    /// hash it was installed and loaded with.
+    ConnectorHashMismatch,
     /// The action's capability subset does not permit this spawn.
     ActionDenied,
     /// The operation's tier is above the invocation's `--mode`.
@@ -74,6 +83,9 @@ pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo { reason: ConnectorUnknown, detail: "connector_manifest", when: "no manifest with this FQN is loaded" },
     ReasonInfo { reason: ConnectorDisabled, detail: "connector_manifest", when: "the operator disabled it with [[disable]]" },
     ReasonInfo { reason: CallerNotAllowed, detail: "caller", when: "the peer's uid/gid is not in [[access]] for this connector" },
+    ReasonInfo { reason: ConnectorVersionRequired, detail: "action", when: "several versions of the connector are served and the request pins neither `version` nor `hash`" },
+    ReasonInfo { reason: ConnectorPinMismatch, detail: "action", when: "no served version of the connector has the `version` and `hash` the request pins" },
+    ReasonInfo { reason: ConnectorHashMismatch, detail: "connector_manifest", when: "an installed connector's stored files (manifest or shipped program) no longer hash to its content hash" },
     ReasonInfo { reason: ActionDenied, detail: "action", when: "the action subset permits neither `spawn` nor `spawn:<op>`" },
     ReasonInfo { reason: OpUnknown, detail: "connector_manifest", when: "no operation of that name" },
     ReasonInfo { reason: ModeInsufficient, detail: "action", when: "the operation's tier is above the invocation's --mode" },
@@ -110,6 +122,9 @@ impl Reason {
             ConnectorUnknown => "connector_unknown",
             ConnectorDisabled => "connector_disabled",
             CallerNotAllowed => "caller_not_allowed",
+            ConnectorVersionRequired => "connector_version_required",
+            ConnectorPinMismatch => "connector_pin_mismatch",
+            ConnectorHashMismatch => "connector_hash_mismatch",
             ActionDenied => "action_denied",
             ModeInsufficient => "mode_insufficient",
             OpUnknown => "op_unknown",
@@ -152,7 +167,7 @@ mod tests {
             let json = serde_json::to_string(&row.reason).unwrap();
             assert_eq!(json, format!("\"{}\"", row.reason.as_str()));
         }
-        assert_eq!(REASONS.len(), 22);
+        assert_eq!(REASONS.len(), 25);
     }
 
     #[test]

@@ -38,6 +38,19 @@ pub struct Request {
     pub action: Option<Vec<String>>,
     /// The invocation's tier.
     pub mode: Tier,
+    /// The connector's version and content hash the caller pins (an
+    /// action's `[[requires.connectors]]` entry).
+    pub pin: ConnectorPin,
+}
+
+/// What a request pins of its connector: the version, the content hash,
+/// both, or neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectorPin {
+    /// Strict SemVer.
+    pub version: Option<semver::Version>,
+    /// The content hash.
+    pub hash: Option<crate::manifest::Sha256Digest>,
 }
 
 impl Request {
@@ -69,6 +82,7 @@ impl Request {
             cwd: None,
             action: None,
             mode: Tier::Readonly,
+            pin: ConnectorPin::default(),
         }
     }
 }

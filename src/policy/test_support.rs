@@ -36,6 +36,10 @@ pub(super) const EMPTY: &str =
 pub(super) struct FakePrograms {
     pub files: BTreeMap<PathBuf, ProgramFacts>,
     pub calls: Cell<usize>,
+    /// What `recheck_installed` finds changed (nothing by default), and
+    /// the digests it was handed.
+    pub installed_change: Option<ContentChanged>,
+    pub rechecked: Vec<(PathBuf, Sha256Digest)>,
 }
 
 impl FakePrograms {
@@ -71,6 +75,15 @@ impl ProgramInspector for FakePrograms {
             .get(path)
             .cloned()
             .ok_or(ProgramFault::Missing { path: path.into() })
+    }
+
+    fn recheck_installed(
+        &mut self,
+        _installed: &crate::manifest::Installed,
+        hashed: &[(PathBuf, Sha256Digest)],
+    ) -> Result<(), ContentChanged> {
+        self.rechecked = hashed.to_vec();
+        self.installed_change.clone().map_or(Ok(()), Err)
     }
 }
 

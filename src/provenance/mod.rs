@@ -23,7 +23,9 @@ pub mod identity;
 pub mod keyring;
 pub mod keys;
 pub mod pins;
+pub mod recheck;
 pub mod refusal;
+pub mod serve;
 pub mod signature;
 pub mod store;
 

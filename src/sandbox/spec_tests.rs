@@ -12,6 +12,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         version: "1.0.0".into(),
         manifest_sha256: Sha256Digest([0; 32]),
         manifest_path: "/etc/spawnd/manifests/t.toml".into(),
+        provenance: None,
         op: "x".into(),
         op_mode: Tier::Readonly,
         program: ProgramPlan {

@@ -1,0 +1,81 @@
+//! Before each spawn of an installed connector, its stored files checked
+//! against the digests it was loaded with ([`Installed`]): the names in
+//! `bin/` and each file's SHA-256, the program's taken from the digest the
+//! gate computed as it opened it, so the program is read once per spawn
+//! and only the manifest (small) is read again. Equal names and equal
+//! digests for every file of the stream mean an equal stream, so the
+//! content hash holds without hashing the stream again; on a difference the
+//! directory is hashed whole, to name the content hash it has now.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::content::{hash_connector, shipped_names, MAX_MANIFEST_BYTES, SHIPPED_DIR};
+use crate::manifest::{Installed, Sha256Digest};
+use crate::policy::ContentChanged;
+
+/// Checks `installed`'s stored files; `hashed` holds digests already taken
+/// this spawn, by resolved path.
+pub fn recheck_installed(
+    installed: &Installed,
+    hashed: &[(PathBuf, Sha256Digest)],
+) -> Result<(), ContentChanged> {
+    first_difference(installed, hashed).map_or(Ok(()), |what| {
+        Err(ContentChanged {
+            what,
+            found: hash_connector(&installed.dir).ok().map(|c| c.content),
+        })
+    })
+}
+
+/// What differs first, if anything.
+fn first_difference(installed: &Installed, hashed: &[(PathBuf, Sha256Digest)]) -> Option<String> {
+    let prefix = format!("{SHIPPED_DIR}/");
+    let loaded: Vec<&str> = installed
+        .files
+        .iter()
+        .filter_map(|(path, _)| path.strip_prefix(&prefix))
+        .collect();
+    let names = match shipped_names(&installed.dir) {
+        Ok(names) => names,
+        Err(e) => return Some(e.to_string()),
+    };
+    if names != loaded {
+        return Some(format!(
+            "{SHIPPED_DIR}/ holds [{}] where it held [{}]",
+            names.join(", "),
+            loaded.join(", ")
+        ));
+    }
+    for (rel, expected) in &installed.files {
+        let path = installed.dir.join(rel);
+        let known = hashed.iter().find(|(p, _)| *p == path).map(|(_, h)| *h);
+        let found = match known {
+            Some(digest) => digest,
+            None => match digest_of(&path) {
+                Ok(digest) => digest,
+                Err(e) => return Some(format!("{rel}: {e}")),
+            },
+        };
+        if found != *expected {
+            return Some(format!("{rel} is {found}, installed as {expected}"));
+        }
+    }
+    None
+}
+
+/// The SHA-256 of a stored file, opened without following a link; a
+/// manifest larger than any spawnd reads counts as changed.
+fn digest_of(path: &Path) -> std::io::Result<Sha256Digest> {
+    let file = super::files::open_regular(path)?;
+    let limit = if path.ends_with(super::content::MANIFEST_FILE) {
+        MAX_MANIFEST_BYTES + 1
+    } else {
+        u64::MAX
+    };
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file.take(limit), &mut hasher)?;
+    Ok(Sha256Digest(hasher.finalize().into()))
+}
