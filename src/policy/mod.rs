@@ -12,13 +12,17 @@ mod reason;
 mod request;
 
 pub use decision::{Decision, Denial};
-pub use gate::decide;
+pub use gate::{
+    action_network_entry, decide, ActionEntryError, ACTION_NETWORK_PREFIX, MAX_ACTION_GRANT_BYTES,
+};
 pub use inspector::{ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{
     check_label, Access, AccessRule, Caller, GateContext, Request, RequestKind, MAX_LABEL_BYTES,
 };
 
+#[cfg(test)]
+mod action_network_tests;
 #[cfg(test)]
 mod hostile_request_tests;
 #[cfg(test)]
