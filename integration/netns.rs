@@ -123,6 +123,7 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         cwd: CwdPlan::FreshTemp,
         fs: FsPlan::default(),
         network: network.iter().map(|g| Grant::parse(g).unwrap()).collect(),
+        action: None,
         network_learning: learning,
         on_violation: Default::default(),
         limits: Limits::default(),

@@ -22,7 +22,12 @@ struct HostServer {
 
 impl HostServer {
     fn start(body: &'static str) -> HostServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        HostServer::start_at("127.0.0.1:0", body)
+    }
+
+    /// A server listening at `address` (`127.0.0.2:PORT`, say).
+    fn start_at(address: &str, body: &'static str) -> HostServer {
+        let listener = TcpListener::bind(address).unwrap();
         let port = listener.local_addr().unwrap().port();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -321,6 +326,162 @@ fn the_daemon_relays_for_its_spawns_too() {
     assert_eq!(v["data"]["stdout"]["text"], "through the daemon", "{v}");
     assert_eq!(v["data"]["network"]["connections"], 1, "{v}");
     assert_eq!(server.accepted(), 1, "{v}");
+}
+
+/// A JSON-RPC connection to the daemon (its handles are its own).
+struct DaemonConnection {
+    reader: std::io::BufReader<std::os::unix::net::UnixStream>,
+    writer: std::os::unix::net::UnixStream,
+}
+
+impl DaemonConnection {
+    fn open(socket: &Path) -> DaemonConnection {
+        let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        DaemonConnection {
+            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+
+    /// One call: its answer.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        use std::io::BufRead;
+        let request =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        self.writer
+            .write_all(format!("{request}\n").as_bytes())
+            .unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+#[test]
+fn an_action_subset_naming_one_grant_leaves_the_others_unreachable() {
+    // Three services the operation is granted: the one the action names,
+    // another address on its port (a connection spawnd's relay takes and
+    // refuses), and another port (which the sandbox's loopback refuses).
+    let named = HostServer::start("named");
+    let same_port = HostServer::start_at(&format!("127.0.0.2:{}", named.port), "same port");
+    let other_port = HostServer::start("other port");
+    let s = Scratch::new();
+    let named_grant = format!("127.0.0.1:{}", named.port);
+    let same_port_grant = format!("127.0.0.2:{}", same_port.port);
+    let other_port_grant = format!("127.0.0.1:{}", other_port.port);
+    let m = s.manifest(&[
+        named_grant.clone(),
+        same_port_grant.clone(),
+        other_port_grant.clone(),
+    ]);
+    let socket = s.path("spawnd.sock");
+    std::fs::write(
+        s.path("serve.toml"),
+        format!(
+            "[audit]\npath = \"{}\"\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\n",
+            s.path("audit.jsonl").display(),
+            socket.display(),
+            m.display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        .env("SPAWND_CONFIG", s.path("serve.toml"))
+        .arg("serve")
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !socket.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let code = format!(
+        "import urllib.request\n\
+         def get(u):\n    \
+           try: return urllib.request.urlopen(u, timeout=5).read().decode()\n    \
+           except Exception as e: return 'refused: ' + type(e).__name__\n\
+         print(get('http://{named_grant}/'))\n\
+         print(get('http://{same_port_grant}/'))\n\
+         print(get('http://{other_port_grant}/'))"
+    );
+    let action = serde_json::json!(["spawn:python", format!("network:{named_grant}")]);
+    let mut connection = DaemonConnection::open(&socket);
+    // A malformed network entry is refused before anything runs.
+    let malformed = connection.call(
+        "spawn_op",
+        serde_json::json!({"connector": "local://test/net", "op": "python", "args": {"code": "print(1)"},
+                           "action": ["spawn:python", "network:127.0.0.1"]}),
+    );
+    // The check shows the narrowed grants.
+    let check = connection.call(
+        "spawn_check",
+        serde_json::json!({"connector": "local://test/net", "op": "python", "args": {"code": code}, "action": action}),
+    );
+    let started = connection.call(
+        "spawn_op",
+        serde_json::json!({"connector": "local://test/net", "op": "python", "args": {"code": code}, "action": action}),
+    );
+    let status = connection.call(
+        "spawn_status",
+        serde_json::json!({"handle": started["result"]["handle"], "wait_ms": 30000}),
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+    assert!(
+        malformed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("action entry 1 is not a network grant"),
+        "{malformed}"
+    );
+    assert_eq!(
+        check["result"]["network"],
+        serde_json::json!([named_grant]),
+        "{check}"
+    );
+    let r = &status["result"];
+    assert_eq!(r["exit_code"], 0, "{status}");
+    let lines: Vec<&str> = r["stdout"]["text"].as_str().unwrap().lines().collect();
+    assert_eq!(lines.len(), 3, "{status}");
+    assert_eq!(lines[0], "named", "{status}");
+    for refused in &lines[1..] {
+        assert!(refused.starts_with("refused: "), "{status}");
+    }
+    // Judged from outside: the named grant's service served once, the
+    // withheld ones never saw a connection.
+    assert_eq!(named.accepted(), 1, "{status}");
+    assert_eq!(same_port.accepted(), 0, "{status}");
+    assert_eq!(other_port.accepted(), 0, "{status}");
+    assert_eq!(r["network"]["refused"], 1, "{status}");
+    assert_eq!(
+        r["network"]["refusals"],
+        serde_json::json!([{"host": "127.0.0.2", "port": named.port, "protocol": "tcp", "reason": "not_granted", "count": 1}]),
+        "{status}"
+    );
+    // The trail: the decision names the subset and what it left granted,
+    // and the refusal has its record.
+    let records = s.records();
+    let decision = records.iter().find(|r| r["kind"] == "decision").unwrap();
+    assert_eq!(decision["action"], action, "{decision}");
+    assert_eq!(
+        decision["network_granted"],
+        serde_json::json!([named_grant]),
+        "{decision}"
+    );
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "net" && r["allowed"] == false)
+        .collect();
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    assert_eq!(
+        (&refused[0]["host"], &refused[0]["reason"]),
+        (&Value::from("127.0.0.2"), &Value::from("not_granted")),
+        "{refused:#?}"
+    );
+    s.verify();
 }
 
 #[test]

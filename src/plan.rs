@@ -67,8 +67,13 @@ pub struct SpawnPlan {
     pub cwd: CwdPlan,
     /// Filesystem scopes, expanded for the caller.
     pub fs: FsPlan,
-    /// The `host:port` pairs the program may reach (the operation's).
+    /// The `host:port` pairs the program may reach: the operation's, or
+    /// those of them the request's action subset names when it names any.
     pub network: Vec<Grant>,
+    /// The request's action subset, as records repeat it (each entry
+    /// `shown`, at most 16 of them), when it carried one.
+    #[serde(skip)]
+    pub action: Option<Vec<String>>,
     /// `spawnd learn` only: no grants, every name reachable on every port,
     /// each connection recorded and then refused or relayed as this says
     /// ([`crate::egress::learning`]). The gate always leaves it `None`: no

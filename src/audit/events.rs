@@ -107,8 +107,15 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
         "fs": {"read": plan.fs.read, "write": plan.fs.write, "exec": plan.fs.exec},
         "workspace": caller.workspace,
         "isolation": isolation,
+        // What the program may reach, after the action subset narrowed the
+        // op's grants. Not `network`: an exit's `network` is an object.
+        "network_granted": plan.network,
     }));
     insert_provenance(&mut body, plan.provenance.as_ref());
+    // The action subset the request carried, as the gate repeats it.
+    if let Some(action) = &plan.action {
+        body.insert("action".into(), json!(action));
+    }
     // Only `spawnd learn` sets it: the record says the network was learned.
     if let Some(learning) = plan.network_learning {
         body.insert("network_learning".into(), json!(learning.as_str()));

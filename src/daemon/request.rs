@@ -178,24 +178,55 @@ fn stdin_of(params: &Map<String, Value>, at: &str) -> Result<Option<Vec<u8>>, Rp
 
 /// The `action` param: the action's capability subset, `None` when absent
 /// or null. A string is split at every `.` into entries; an array's
-/// strings are entries as they are (docs/cli.md, "The action subset").
+/// strings are entries as they are (docs/cli.md, "The action subset"). A
+/// network entry (`network:HOST:PORT`) must name a grant as a manifest
+/// writes one: a malformed one is refused here, never read as no grant.
 fn action_of(params: &Map<String, Value>) -> Result<Option<Vec<String>>, RpcError> {
-    match params.get("action") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(a)) => Ok(Some(a.split('.').map(str::to_string).collect())),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| RpcError::params("action must hold strings"))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(_) => Err(RpcError::params(
-            "action must be a string or an array of strings",
-        )),
-    }
+    let (entries, split) = match params.get("action") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(a)) => (a.split('.').map(str::to_string).collect(), true),
+        Some(Value::Array(a)) => (
+            a.iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| RpcError::params("action must hold strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            false,
+        ),
+        Some(_) => {
+            return Err(RpcError::params(
+                "action must be a string or an array of strings",
+            ))
+        }
+    };
+    check_network_entries(&entries, split)?;
+    Ok(Some(entries))
+}
+
+/// Refuses the first network entry of an action subset that names no
+/// grant, saying which entry and why. `split`: the entries came from the
+/// string form, which cuts a name's or an address's dots apart.
+fn check_network_entries(entries: &[String], split: bool) -> Result<(), RpcError> {
+    let Some((at, why)) =
+        entries.iter().enumerate().find_map(
+            |(at, entry)| match crate::policy::action_network_entry(entry) {
+                Some(Err(why)) => Some((at, why)),
+                _ => None,
+            },
+        )
+    else {
+        return Ok(());
+    };
+    let hint = if split {
+        "; the string form splits at every `.`: give `action` as an array to list a network entry such as `network:api.example.com:443`"
+    } else {
+        "; a network entry is `network:HOST:PORT`, the host and port as the manifest grants them (`network:api.example.com:443`)"
+    };
+    Err(RpcError::params(format!(
+        "action entry {at} is not a network grant: {why}{hint}"
+    )))
 }
 
 /// The `version` and `hash` params: what the call pins of its connector
@@ -408,6 +439,78 @@ mod tests {
             Decision::Denied(d) => d.reason,
             Decision::Allowed(_) => panic!("allowed without a program"),
         }
+    }
+
+    /// The `action` param parsed from `action`, or its error's message.
+    fn action_param(action: Value) -> Result<Option<Vec<String>>, String> {
+        let params = json!({ "action": action });
+        action_of(params.as_object().unwrap()).map_err(|e| {
+            assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
+            e.message
+        })
+    }
+
+    #[test]
+    fn a_well_formed_network_entry_is_kept_as_given() {
+        assert_eq!(
+            action_param(json!([
+                "spawn:send",
+                "network:gmail.googleapis.com:443",
+                "network:[2001:db8::1]:443"
+            ])),
+            Ok(Some(vec![
+                "spawn:send".to_string(),
+                "network:gmail.googleapis.com:443".to_string(),
+                "network:[2001:db8::1]:443".to_string(),
+            ]))
+        );
+        // Without the exact prefix it is another entry, kept and unchecked.
+        assert_eq!(
+            action_param(json!("spawn.Network:x")),
+            Ok(Some(vec!["spawn".to_string(), "Network:x".to_string()]))
+        );
+    }
+
+    #[test]
+    fn a_malformed_network_entry_is_refused_with_which_and_why() {
+        for (entry, why) in [
+            ("network:gmail.googleapis.com", "has no port"),
+            ("network:Gmail.googleapis.com:443", "uppercase"),
+            ("network:*.googleapis.com:443", "wildcard"),
+            ("network:https://gmail.googleapis.com", "URL scheme"),
+            ("network:127.0.0.1:70000", "above 65535"),
+            ("network:", "empty"),
+        ] {
+            let refused = action_param(json!(["spawn", entry])).unwrap_err();
+            assert!(
+                refused.starts_with("action entry 1 is not a network grant: ")
+                    && refused.contains(why)
+                    && refused.contains("network:HOST:PORT"),
+                "{entry}: {refused}"
+            );
+        }
+        let long = format!("network:{}.com:443", "a".repeat(5000));
+        let refused = action_param(json!([long])).unwrap_err();
+        assert!(refused.contains("5008 bytes long"), "{refused}");
+        assert!(refused.len() < 400, "{refused}");
+    }
+
+    #[test]
+    fn the_string_form_cannot_carry_a_dotted_network_entry_and_says_to_use_an_array() {
+        let refused = action_param(json!("spawn.network:gmail.googleapis.com:443")).unwrap_err();
+        assert!(
+            refused.starts_with("action entry 1 is not a network grant: ")
+                && refused.contains("give `action` as an array"),
+            "{refused}"
+        );
+        // An IPv6 literal has no dots, so the string form keeps it whole.
+        assert_eq!(
+            action_param(json!("spawn.network:[2001:db8::1]:443")),
+            Ok(Some(vec![
+                "spawn".to_string(),
+                "network:[2001:db8::1]:443".to_string()
+            ]))
+        );
     }
 
     #[test]

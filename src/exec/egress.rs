@@ -565,6 +565,7 @@ mod tests {
             cwd: CwdPlan::FreshTemp,
             fs: FsPlan::default(),
             network: network.iter().map(|g| g.parse().unwrap()).collect(),
+            action: None,
             network_learning: learning,
             on_violation: Default::default(),
             limits: Limits::default(),

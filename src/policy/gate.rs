@@ -12,6 +12,7 @@ use super::inspector::ProgramInspector;
 use super::raw::{choose_candidate, match_raw};
 use super::reason::Reason;
 use super::request::{Access, Caller, GateContext, Request, RequestKind};
+use crate::egress::grant::{Grant, GrantError};
 use crate::manifest::{system_path_overlap, Manifest, Operation, SpawnGrant, Tier};
 use crate::plan::{FsPlan, SpawnPlan};
 
@@ -79,7 +80,8 @@ fn gate(
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
     let cwd = check_cwd(ctx, spawn, req.cwd.as_deref(), caller, &fs)?;
     check_bindings(ctx, spawn)?;
-    check_network_enabled(ctx, op)?;
+    let network = action.network(&op.network);
+    check_network_enabled(ctx, op, &network)?;
     Ok(SpawnPlan {
         connector: manifest.connector.name.to_string(),
         version: manifest.connector.version.to_string(),
@@ -95,7 +97,8 @@ fn gate(
         env_values,
         cwd,
         fs,
-        network: op.network.clone(),
+        network,
+        action: action.0.map(shown_entries),
         // Learning is never a manifest's or a request's to ask for.
         network_learning: None,
         on_violation: spawn.on_violation,
@@ -144,10 +147,60 @@ fn check_caller(
     })
 }
 
-/// How many entries of a refused action subset a denial repeats.
+/// How many entries of an action subset a denial or a decision record
+/// repeats.
 const MAX_ACTION_ENTRIES_SHOWN: usize = 16;
 
-/// The action's capability subset, checked before and after the op is known.
+/// What starts an action subset's network entry, `network:HOST:PORT`: a
+/// grant spelled as denials name one (`network:api.example.com:443`).
+pub const ACTION_NETWORK_PREFIX: &str = "network:";
+
+/// The longest grant text a network entry may hold after its prefix: a
+/// name of [`crate::egress::grant::MAX_NAME_LEN`] bytes, `:` and a port of
+/// five digits. Longer text is no grant, and is refused without being
+/// parsed or repeated.
+pub const MAX_ACTION_GRANT_BYTES: usize = crate::egress::grant::MAX_NAME_LEN + 6;
+
+/// An action subset's entry as a network grant: `None` when the entry is
+/// not a network entry (it does not start with [`ACTION_NETWORK_PREFIX`]),
+/// else the grant it names, parsed as a manifest's grant is (exactly, in
+/// canonical form), or why it names none.
+pub fn action_network_entry(entry: &str) -> Option<Result<Grant, ActionEntryError>> {
+    let text = entry.strip_prefix(ACTION_NETWORK_PREFIX)?;
+    if text.len() > MAX_ACTION_GRANT_BYTES {
+        return Some(Err(ActionEntryError::TooLong(text.len())));
+    }
+    Some(Grant::parse(text).map_err(ActionEntryError::Grant))
+}
+
+/// Why a network entry of an action subset names no grant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActionEntryError {
+    /// The text after `network:` is longer than any grant.
+    #[error("its grant is {0} bytes long, above the {MAX_ACTION_GRANT_BYTES} a `host:port` grant may have")]
+    TooLong(usize),
+    /// The text after `network:` is not a grant.
+    #[error("{0}")]
+    Grant(GrantError),
+}
+
+/// The entries of an action subset as records and denials repeat them:
+/// each `shown`, at most [`MAX_ACTION_ENTRIES_SHOWN`] of them, then how
+/// many there were in all.
+fn shown_entries(entries: &[String]) -> Vec<String> {
+    let mut shown_list: Vec<String> = entries
+        .iter()
+        .take(MAX_ACTION_ENTRIES_SHOWN)
+        .map(|e| shown(e))
+        .collect();
+    if entries.len() > MAX_ACTION_ENTRIES_SHOWN {
+        shown_list.push(format!("… ({} entries in all)", entries.len()));
+    }
+    shown_list
+}
+
+/// The action's capability subset, checked before and after the op is
+/// known, and narrowing the op's network grants once it is.
 struct ActionSubset<'r>(Option<&'r [String]>);
 
 impl<'r> ActionSubset<'r> {
@@ -188,6 +241,31 @@ impl<'r> ActionSubset<'r> {
         }
     }
 
+    /// The op's grants the spawn may reach. A subset that lists no network
+    /// entry (or no subset) leaves them as they are; one that lists some
+    /// keeps only the grants it names, which may be none. An entry naming a
+    /// grant the op lacks adds nothing (the action may name another op's
+    /// grants), and a malformed one names no grant: the daemon refuses
+    /// those before the gate, and here they can only narrow.
+    fn network(&self, granted: &[Grant]) -> Vec<Grant> {
+        let Some(entries) = self.0 else {
+            return granted.to_vec();
+        };
+        let named: Vec<Option<Grant>> = entries
+            .iter()
+            .filter_map(|e| action_network_entry(e))
+            .map(Result::ok)
+            .collect();
+        if named.is_empty() {
+            return granted.to_vec();
+        }
+        granted
+            .iter()
+            .filter(|g| named.iter().flatten().any(|n| n == *g))
+            .cloned()
+            .collect()
+    }
+
     fn denial(&self, ctx: &GateContext, op: &str) -> Box<Denial> {
         let requested = if op.is_empty() {
             "spawn".to_string()
@@ -196,15 +274,7 @@ impl<'r> ActionSubset<'r> {
         };
         // The entries are the caller's: echoed as `shown`, and at most
         // MAX_ACTION_ENTRIES_SHOWN of them.
-        let entries = self.0.unwrap_or(&[]);
-        let mut granted: Vec<String> = entries
-            .iter()
-            .take(MAX_ACTION_ENTRIES_SHOWN)
-            .map(|e| shown(e))
-            .collect();
-        if entries.len() > MAX_ACTION_ENTRIES_SHOWN {
-            granted.push(format!("… ({} entries in all)", entries.len()));
-        }
+        let granted = shown_entries(self.0.unwrap_or(&[]));
         Denial::new(Reason::ActionDenied, ctx.connector, requested, granted, "the action's capability subset does not permit this spawn; the action file must list `spawn` or `spawn:<op>`")
     }
 }
@@ -356,9 +426,15 @@ fn expand_scopes(
 }
 
 /// An operation with network grants runs only where the operator has not
-/// disabled them (`[network] enabled = false`).
-fn check_network_enabled(ctx: &GateContext, op: &Operation) -> Result<(), Box<Denial>> {
-    match op.network.first() {
+/// disabled them (`[network] enabled = false`). `network` is what the
+/// spawn would reach, after the action subset narrowed the op's grants: a
+/// spawn left with none needs no network.
+fn check_network_enabled(
+    ctx: &GateContext,
+    op: &Operation,
+    network: &[Grant],
+) -> Result<(), Box<Denial>> {
+    match network.first() {
         Some(first) if !ctx.network_enabled => Err(Denial::new(
             Reason::NetworkDisabled,
             ctx.connector,
@@ -367,7 +443,7 @@ fn check_network_enabled(ctx: &GateContext, op: &Operation) -> Result<(), Box<De
             format!(
                 "operation `{}` is granted network access ({}), and the operator disabled network grants ([network] enabled = false)",
                 op.name,
-                op.network.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                network.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             ),
         )),
         _ => Ok(()),

@@ -14,7 +14,9 @@ mod request;
 
 pub use connector::select_served;
 pub use decision::{Decision, Denial};
-pub use gate::decide;
+pub use gate::{
+    action_network_entry, decide, ActionEntryError, ACTION_NETWORK_PREFIX, MAX_ACTION_GRANT_BYTES,
+};
 pub use inspector::{ContentChanged, ProgramFacts, ProgramFault, ProgramInspector};
 pub use reason::{Reason, ReasonInfo, REASONS};
 pub use request::{
@@ -22,6 +24,8 @@ pub use request::{
     MAX_LABEL_BYTES,
 };
 
+#[cfg(test)]
+mod action_network_tests;
 #[cfg(test)]
 mod connector_tests;
 #[cfg(test)]

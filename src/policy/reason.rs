@@ -103,7 +103,7 @@ pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo { reason: CwdOutsideScope, detail: "connector_manifest", when: "the cwd is relative, has `..`, or lies outside fs_read/fs_write (or outside the manifest's cwd)" },
     ReasonInfo { reason: BindingRequired, detail: "vault", when: "a credential_env_key has no [[credentials]] binding" },
     ReasonInfo { reason: InvalidCredentials, detail: "vault", when: "the bound credential could not be read" },
-    ReasonInfo { reason: NetworkDisabled, detail: "operator_config", when: "the operation has network grants and the operator set [network] enabled = false" },
+    ReasonInfo { reason: NetworkDisabled, detail: "operator_config", when: "the operation has network grants (those the action subset leaves it) and the operator set [network] enabled = false" },
     ReasonInfo { reason: WorkspaceUnset, detail: "operator_config", when: "a scope or the cwd starts with {workspace}/ and neither spawnd run --workspace nor [sandbox] workspace names one" },
 ];
 

@@ -29,6 +29,7 @@ fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
         cwd,
         fs,
         network: Vec::new(),
+        action: None,
         network_learning: None,
         on_violation: Default::default(),
         limits: Limits::default(),
