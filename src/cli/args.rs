@@ -540,14 +540,20 @@ pub struct RunArgs {
     /// running in this process; output and exit codes are the same.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// With `--socket`: the connector's FQN, instead of reading it from `--manifest`.
+    /// With `--socket`: the connector's FQN, instead of reading it from
+    /// `--manifest`; `FQN@VERSION` pins the version the daemon must serve
+    /// (an action's `[[requires.connectors]]` entry).
     #[arg(
         long,
-        value_name = "FQN",
+        value_name = "FQN[@VERSION]",
         requires = "socket",
         conflicts_with = "manifest"
     )]
     pub connector: Option<String>,
+    /// With `--socket`: the content hash the daemon's installed connector
+    /// must have (`sha256:…`, as `spawnd connector list` shows it).
+    #[arg(long, value_name = "SHA256", requires = "socket")]
+    pub connector_hash: Option<String>,
     /// The operation to run.
     #[arg(
         long,

@@ -95,11 +95,20 @@ fn remote_call(
             "--workspace names the workspace for a run in this process; through --socket the daemon's [sandbox] workspace applies, and its callers never name one",
         ));
     }
+    let mut pin = crate::policy::ConnectorPin::default();
     let (connector, manifest) = match (&args.connector, &args.manifest) {
-        (Some(fqn), _) => {
+        (Some(named), _) => {
+            let (fqn, version) = match named.rsplit_once('@') {
+                Some((fqn, version)) => (fqn, Some(version)),
+                None => (named.as_str(), None),
+            };
             crate::manifest::Fqn::parse(fqn)
                 .map_err(|why| Failure::usage(format!("--connector is not a valid FQN: {why}")))?;
-            (fqn.clone(), None)
+            pin.version = version
+                .map(crate::provenance::identity::parse_strict_version)
+                .transpose()
+                .map_err(|why| Failure::usage(format!("--connector's version: {why}")))?;
+            (fqn.to_string(), None)
         }
         (None, Some(path)) => {
             let m = load_manifest(path, &load_config(cli)?)?;
@@ -111,7 +120,14 @@ fn remote_call(
             ))
         }
     };
-    let request = request_of(cli, args, manifest.as_ref())?;
+    pin.hash = args
+        .connector_hash
+        .as_deref()
+        .map(str::parse::<crate::manifest::Sha256Digest>)
+        .transpose()
+        .map_err(|why| Failure::usage(format!("--connector-hash {why}")))?;
+    let mut request = request_of(cli, args, manifest.as_ref())?;
+    request.pin = pin;
     let stdin = if with_stdin {
         read_stdin(args.stdin_file.as_deref())?
     } else {
