@@ -611,11 +611,11 @@ fn also_runs_entries_are_absolute_paths_each_pinned_once() {
         spawn.also_runs,
         vec![
             AlsoRuns {
-                path: "/usr/bin/node".into(),
+                path: ScopePath::Absolute("/usr/bin/node".into()),
                 hash: HASH.parse().unwrap()
             },
             AlsoRuns {
-                path: "/usr/lib/node_modules/npm/bin/npm-cli.js".into(),
+                path: ScopePath::Absolute("/usr/lib/node_modules/npm/bin/npm-cli.js".into()),
                 hash: HASH.parse().unwrap()
             },
         ]
