@@ -788,7 +788,11 @@ fn a_shipped_program_named_at_the_connector_runs_from_its_store_entry() {
     for who in BOTH {
         let s = Site::new("anchored", who);
         let dir = s.shipping("c", TOOL_SCRIPT);
-        s.ok(&["manifest", "lint", dir.join("manifest.toml").to_str().unwrap()]);
+        s.ok(&[
+            "manifest",
+            "lint",
+            dir.join("manifest.toml").to_str().unwrap(),
+        ]);
         s.ok(&["connector", "install", dir.to_str().unwrap()]);
         // The store entry's directory, as `connector list --json` gives it.
         let listed = s.listed();
@@ -835,7 +839,10 @@ fn run_checks_the_provenance_hash_against_the_files_beside_the_manifest() {
     std::fs::write(dir.join("bin/tool"), edited).unwrap();
     let (v, code) = s.run_hello(&manifest, "no");
     assert_eq!(code, Some(3), "{v}");
-    assert_eq!(v["error"]["details"]["reason"], "provenance_mismatch", "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "provenance_mismatch",
+        "{v}"
+    );
     let message = v["error"]["message"].as_str().unwrap();
     assert!(
         message.starts_with("refused (provenance_mismatch): ")
@@ -855,7 +862,11 @@ fn run_checks_the_provenance_hash_against_the_files_beside_the_manifest() {
         "word=no",
     ]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("refused (provenance_mismatch)"), "{stderr}");
 
@@ -863,7 +874,10 @@ fn run_checks_the_provenance_hash_against_the_files_beside_the_manifest() {
     std::fs::remove_dir_all(dir.join("bin")).unwrap();
     let (v, code) = s.run_hello(&manifest, "none");
     assert_eq!(code, Some(3), "{v}");
-    assert_eq!(v["error"]["details"]["reason"], "provenance_mismatch", "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "provenance_mismatch",
+        "{v}"
+    );
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("nothing is shipped"), "{message}");
 }

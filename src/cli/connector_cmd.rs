@@ -410,7 +410,13 @@ fn pins_for(
         .unwrap_or_default();
     for program in &programs {
         let ScopePath::Absolute(path) = &program.path else {
-            report.push(json!({"path": program.path.to_string(), "status": "skipped", "why": "a ~/ program is each caller's own"}));
+            let why = match program.path {
+                ScopePath::Connector(_) => {
+                    "the connector ships it: provenance_hash and the content hash fix its bytes"
+                }
+                _ => "a ~/ program is each caller's own",
+            };
+            report.push(json!({"path": program.path.to_string(), "status": "skipped", "why": why}));
             continue;
         };
         let digest = crate::program::hash_path(path).map_err(|e| {

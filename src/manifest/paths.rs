@@ -460,7 +460,9 @@ mod tests {
         };
         assert_eq!(
             tool.expand(&known),
-            Some(PathBuf::from("/var/lib/spawnd/connectors/sha256-ab/bin/tool"))
+            Some(PathBuf::from(
+                "/var/lib/spawnd/connectors/sha256-ab/bin/tool"
+            ))
         );
         assert_eq!(
             ScopePath::parse_scope("{connector}")

@@ -562,7 +562,10 @@ fn programs_also_runs_read_and_exec_scopes_and_the_cwd_may_be_anchored_at_the_co
     assert_eq!(s.fs_exec[0].to_string(), "{connector}/bin");
     assert_eq!(s.also_runs[0].path.to_string(), "{connector}/bin/helper");
     assert!(s.cwd.as_ref().unwrap().needs_connector_dir());
-    assert_eq!(s.first_connector_path().unwrap().to_string(), "{connector}/bin/tool");
+    assert_eq!(
+        s.first_connector_path().unwrap().to_string(),
+        "{connector}/bin/tool"
+    );
     // Parsed from text, the manifest has no directory; from a file named by
     // its absolute path, it is that file's.
     assert_eq!(m.dir, None);

@@ -157,7 +157,10 @@ pub(super) fn check_program(
     // A program's path is absolute, `~/` or `{connector}/`, never anchored
     // at the workspace, and the gate checked that the connector's directory
     // is known: it always expands (the empty path would open nothing).
-    let path = declared.path.expand(&ctx.anchors(caller)).unwrap_or_default();
+    let path = declared
+        .path
+        .expand(&ctx.anchors(caller))
+        .unwrap_or_default();
     let requested = format!("program:{}", declared.path);
     let pinned: Vec<String> = declared.hash.iter().map(|h| h.to_string()).collect();
     let facts = programs.inspect(&path).map_err(|fault| {
@@ -320,7 +323,10 @@ pub(super) fn check_cwd(
     fs: &FsPlan,
 ) -> Result<CwdPlan, Box<Denial>> {
     // Every anchor is named (the gate checked the workspace first).
-    let manifest_cwd = spawn.cwd.as_ref().and_then(|c| c.expand(&ctx.anchors(caller)));
+    let manifest_cwd = spawn
+        .cwd
+        .as_ref()
+        .and_then(|c| c.expand(&ctx.anchors(caller)));
     let in_scopes = |p: &Path| fs.read.iter().chain(&fs.write).any(|s| is_within(p, s));
     if let Some(policy_cwd) = manifest_cwd.as_ref().filter(|c| !in_scopes(c)) {
         // Validation refuses this at load; kept so the plan can never hold it.

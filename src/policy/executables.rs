@@ -44,7 +44,10 @@ pub(super) fn check_executables(
         if i == op.program {
             continue;
         }
-        let path = declared.path.expand(&ctx.anchors(caller)).unwrap_or_default();
+        let path = declared
+            .path
+            .expand(&ctx.anchors(caller))
+            .unwrap_or_default();
         let what = format!("program {}", declared.path);
         let pin = match (declared.hash, require_pin) {
             (Some(pin), _) => Pin::Must(pin),

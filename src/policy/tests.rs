@@ -744,14 +744,25 @@ fn a_connector_path_expands_to_the_directory_of_the_manifests_file() {
             ..shipped
         },
     );
-    let d = decide_full(&m, &Request::op("status", &[]), &Operator::default(), &mut programs);
+    let d = decide_full(
+        &m,
+        &Request::op("status", &[]),
+        &Operator::default(),
+        &mut programs,
+    );
     let plan = allowed(&d);
     assert_eq!(plan.program.declared, "{connector}/bin/git");
-    assert_eq!(plan.program.resolved, PathBuf::from("/store/sha256-ab/bin/git"));
+    assert_eq!(
+        plan.program.resolved,
+        PathBuf::from("/store/sha256-ab/bin/git")
+    );
     assert_eq!(plan.fs.exec, [PathBuf::from("/store/sha256-ab/bin")]);
     assert_eq!(
         plan.fs.read,
-        [PathBuf::from("/home/alr/code"), PathBuf::from("/store/sha256-ab")]
+        [
+            PathBuf::from("/home/alr/code"),
+            PathBuf::from("/store/sha256-ab")
+        ]
     );
     assert_eq!(plan.cwd, CwdPlan::Dir(PathBuf::from("/store/sha256-ab")));
     // A raw envelope may name the program by its expanded path.
@@ -769,12 +780,21 @@ fn a_connector_path_whose_directory_is_unknown_is_refused_before_any_file_is_ope
     let m = manifest(&shipped_tool_manifest());
     assert_eq!(m.dir, None);
     let mut programs = FakePrograms::standard();
-    let d = decide_full(&m, &Request::op("status", &[]), &Operator::default(), &mut programs);
+    let d = decide_full(
+        &m,
+        &Request::op("status", &[]),
+        &Operator::default(),
+        &mut programs,
+    );
     assert_reason(&d, Reason::ConnectorDirUnknown, "operator_config");
     let denial = denied(&d);
     assert_eq!(denial.exit_code(), 4);
     assert_eq!(denial.requested, "path:{connector}/bin/git");
-    assert!(denial.message.contains("absolute path"), "{}", denial.message);
+    assert!(
+        denial.message.contains("absolute path"),
+        "{}",
+        denial.message
+    );
     assert_eq!(programs.calls.get(), 0);
     // A manifest without such paths needs no directory.
     let d = decide_m(M0, &Request::op("status", &[]));
