@@ -22,7 +22,8 @@ pub const SYSTEM_PATHS: &[&str] = &[
     "/sbin", "/sys", "/usr", "/var/lib", "/var/log", "/var/run",
 ];
 
-/// A declared path: absolute, or relative to the caller's home.
+/// A declared path: absolute, or relative to the caller's home, the
+/// workspace or the connector's directory.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ScopePath {
     /// `/var/spool/jobs`.
@@ -173,7 +174,8 @@ impl ScopePath {
     }
 
     /// True when this scope lies strictly inside `outer`, both written the
-    /// same way (absolute, or `~/`); by components, never as strings.
+    /// same way (absolute, `~/`, `{workspace}/` or `{connector}/`); by
+    /// components, never as strings.
     pub fn lies_inside(&self, outer: &ScopePath) -> bool {
         match (self, outer) {
             (ScopePath::Absolute(p), ScopePath::Absolute(o))
