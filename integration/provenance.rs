@@ -6,7 +6,10 @@
 //! code and installs nothing; unsigned connectors install and are listed
 //! as unsigned; a publisher key rotates; versions coexist and are removed
 //! one at a time; the operator's pins leave the published bytes alone;
-//! an entry edited after install is caught with both hashes named.
+//! an entry edited after install is caught with both hashes named; a
+//! program the connector ships, named at `{connector}`, runs from its store
+//! entry; `run --manifest` refuses files beside the manifest that do not
+//! match its provenance_hash.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -1003,4 +1006,176 @@ fn a_stored_manifest_edited_under_the_daemon_refuses_the_next_spawn_naming_both_
         .run(name, "hello", serde_json::json!({}))
         .unwrap_err();
     assert_eq!(e["data"]["reason"], "connector_hash_mismatch", "{e}");
+}
+
+/// A shell script a connector ships as its program.
+const TOOL_SCRIPT: &[u8] = b"#!/bin/sh\necho \"shipped tool says $1\"\n";
+
+impl Site {
+    /// A connector directory `rel` whose program is the script it ships,
+    /// `bin/tool`, named at `{connector}` as docs/manifest.md shows, with
+    /// its provenance_hash.
+    fn shipping(&self, rel: &str, script: &[u8]) -> PathBuf {
+        let dir = self.path(rel);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::write(dir.join("bin/tool"), script).unwrap();
+        chmod(&dir.join("bin/tool"), 0o755);
+        let manifest = format!(
+            "[connector]\nname = \"github://acme/shipped\"\nversion = \"1.0.0\"\nprovenance_hash = \"{}\"\n\n[capabilities.spawn]\nprograms = [{{ path = \"{{connector}}/bin/tool\" }}]\nfs_exec = [\"{{connector}}/bin\"]\n\n[capabilities.spawn.operations.hello]\nargv = \"tool {{word}}\"\n",
+            sha256_of(script)
+        );
+        std::fs::write(dir.join("manifest.toml"), manifest).unwrap();
+        chown_tree(&dir, self.who.uid());
+        dir
+    }
+
+    /// `spawnd --json run --manifest FILE --op hello --arg word=WORD`.
+    fn run_hello(&self, manifest: &Path, word: &str) -> (Value, Option<i32>) {
+        let arg = format!("word={word}");
+        self.json(&[
+            "run",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--op",
+            "hello",
+            "--arg",
+            &arg,
+        ])
+    }
+}
+
+#[test]
+fn a_shipped_program_named_at_the_connector_runs_from_its_store_entry() {
+    for who in BOTH {
+        let s = Site::new("anchored", who);
+        let dir = s.shipping("c", TOOL_SCRIPT);
+        s.ok(&[
+            "manifest",
+            "lint",
+            dir.join("manifest.toml").to_str().unwrap(),
+        ]);
+        s.ok(&["connector", "install", dir.to_str().unwrap()]);
+        // The store entry's directory, as `connector list --json` gives it.
+        let listed = s.listed();
+        let entry = PathBuf::from(listed[0]["dir"].as_str().unwrap());
+        assert!(entry.starts_with(s.path("store")), "{entry:?}");
+        let manifest = entry.join("manifest.toml");
+        let (v, code) = s.run_hello(&manifest, "hi");
+        assert_eq!(code, Some(0), "as {who:?}: {v}");
+        assert_eq!(
+            v["data"]["stdout"]["text"], "shipped tool says hi\n",
+            "as {who:?}: {v}"
+        );
+        // The program is the entry's own file, resolved from `{connector}`.
+        let explained = s.ok(&["manifest", "explain", manifest.to_str().unwrap()]);
+        assert!(
+            explained.contains(&format!("here {}", entry.display())),
+            "{explained}"
+        );
+    }
+}
+
+#[test]
+fn run_checks_the_provenance_hash_against_the_files_beside_the_manifest() {
+    let s = Site::new("run-provenance", As::Root);
+    let dir = s.shipping("c", TOOL_SCRIPT);
+    let manifest = dir.join("manifest.toml");
+    // `manifest pin` pins the `{connector}` program by the file beside it.
+    s.ok(&["manifest", "pin", manifest.to_str().unwrap()]);
+    let pinned = std::fs::read_to_string(&manifest).unwrap();
+    assert!(
+        pinned.contains(&format!(
+            "{{ path = \"{{connector}}/bin/tool\", hash = \"{}\" }}",
+            sha256_of(TOOL_SCRIPT)
+        )),
+        "{pinned}"
+    );
+    let (v, code) = s.run_hello(&manifest, "ok");
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "shipped tool says ok\n", "{v}");
+
+    // A shipped file edited after the hash was taken: refused, naming both
+    // hashes, before anything runs.
+    let edited = b"#!/bin/sh\necho \"edited tool says $1\"\n";
+    std::fs::write(dir.join("bin/tool"), edited).unwrap();
+    let (v, code) = s.run_hello(&manifest, "no");
+    assert_eq!(code, Some(3), "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "provenance_mismatch",
+        "{v}"
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("refused (provenance_mismatch): ")
+            && message.contains(&sha256_of(TOOL_SCRIPT))
+            && message.contains(&sha256_of(edited)),
+        "{message}"
+    );
+    assert!(v.get("data").is_none_or(Value::is_null), "{v}");
+    // The text form says so on stderr, and nothing ran.
+    let out = s.spawnd(&[
+        "run",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--op",
+        "hello",
+        "--arg",
+        "word=no",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("refused (provenance_mismatch)"), "{stderr}");
+
+    // A provenance_hash with nothing shipped beside it.
+    std::fs::remove_dir_all(dir.join("bin")).unwrap();
+    let (v, code) = s.run_hello(&manifest, "none");
+    assert_eq!(code, Some(3), "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "provenance_mismatch",
+        "{v}"
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("nothing is shipped"), "{message}");
+}
+
+#[test]
+fn a_shipped_program_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes() {
+    let s = Site::new("serve-shipped", As::Root);
+    let name = "github://acme/shipped";
+    let dir = s.shipping("shipped", TOOL_SCRIPT);
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    let installed = installed_hashes(&s)["1.0.0"].clone();
+    let daemon = s.serve();
+    let word = serde_json::json!({"args": {"word": "hi"}});
+    assert_eq!(
+        daemon.run(name, "hello", word.clone()),
+        Ok("shipped tool says hi\n".to_string())
+    );
+    // Root rewrites the shipped program in place.
+    let entry = s.path(&format!("store/sha256-{}", &installed["sha256:".len()..]));
+    let tool = entry.join("bin/tool");
+    chmod(&tool, 0o755);
+    std::fs::write(&tool, b"#!/bin/sh\necho \"exfiltrated $1\"\n").unwrap();
+    let found = recipe(&entry);
+    assert_ne!(found, installed);
+    let e = daemon.run(name, "hello", word).unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_hash_mismatch", "{e}");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains(&installed) && message.contains(&found) && message.contains("bin/tool"),
+        "{message}"
+    );
+    let records = daemon.records_with("connector_hash_mismatch");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["connector_hash"], installed);
+    // Nothing the rewritten program would print was ever produced.
+    assert!(!std::fs::read_to_string(&daemon.audit)
+        .unwrap()
+        .contains("exfiltrated"));
 }

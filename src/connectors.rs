@@ -228,6 +228,7 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
             .expand(&crate::manifest::Anchors {
                 home,
                 workspace: None,
+                connector: m.dir.as_deref(),
             })
             .unwrap_or_default();
         let hash = match crate::program::hash_path(&path) {

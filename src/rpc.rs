@@ -22,7 +22,8 @@ pub const NOT_FOUND: i64 = -32002;
 pub const OVERLOADED: i64 = -32003;
 /// -32004: a kernel layer or the sandbox setup failed.
 pub const SANDBOX_UNAVAILABLE: i64 = -32004;
-/// -32005: `binding_required`, `invalid_credentials`, `workspace_unset` (a setup the operator or the invocation must fix).
+/// -32005: `binding_required`, `invalid_credentials`, `workspace_unset`,
+/// `connector_dir_unknown` (a setup the operator or the invocation must fix).
 pub const CREDENTIAL: i64 = -32005;
 /// -32006: the audit trail could not be written.
 pub const AUDIT_UNAVAILABLE: i64 = -32006;

@@ -45,6 +45,7 @@ pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         .as_deref()
         .ok_or_else(|| Failure::usage("give --manifest FILE (or --socket S --connector FQN)"))?;
     let manifest = load_manifest(path, &config)?;
+    check_shipped_files(&manifest)?;
     let mut caller = current_caller()?;
     caller.workspace = workspace_of(args.workspace.as_deref(), &config)?;
     caller.label = label_of(args.label.as_deref())?;
@@ -55,6 +56,17 @@ pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
         caller,
         request,
     })
+}
+
+/// A manifest that states a `provenance_hash` runs only with the files its
+/// directory ships matching it, refused as `connector install` refuses
+/// them (docs/provenance.md), before anything runs or is recorded.
+fn check_shipped_files(manifest: &Manifest) -> Result<(), Failure> {
+    let dir = manifest.dir.as_deref().ok_or_else(|| {
+        Failure::internal("the manifest was loaded without its directory; nothing was run")
+    })?;
+    crate::provenance::store::check_provenance_beside(manifest, dir)
+        .map_err(|r| super::connector_cmd::refusal_failure(&r))
 }
 
 /// `--label`, checked ([`crate::policy::check_label`]).

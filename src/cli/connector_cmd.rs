@@ -20,8 +20,8 @@ use crate::provenance::keys::{
 use crate::provenance::pins::OperatorPins;
 use crate::provenance::store::{check_provenance, InstallError};
 use crate::provenance::{
-    signature, ConnectorRef, Entry, InstallRequest, KeyId, Keyring, SignatureStatus, Store,
-    StoreError,
+    signature, ConnectorRef, Entry, InstallRefusal, InstallRequest, KeyId, Keyring,
+    SignatureStatus, Store, StoreError,
 };
 
 /// Runs one `connector` subcommand.
@@ -200,6 +200,17 @@ fn sign(dir: &Path, key_file: &Path) -> Result<Success, Failure> {
     ))
 }
 
+/// A refusal as the CLI reports it: `refused (REASON): …`, its exit code
+/// (3 for a refusal of trust, 4 for a manifest problem), `{reason,
+/// message}` in `error.details`.
+pub(super) fn refusal_failure(r: &InstallRefusal) -> Failure {
+    let kind = match r.reason.exit_code() {
+        3 => FailureKind::Denied,
+        _ => FailureKind::Config,
+    };
+    Failure::new(kind, r.to_string()).with_details(r)
+}
+
 /// `connector install DIR [--hash H] [--name FQN[@VERSION]]`.
 fn install(
     cli: &Cli,
@@ -218,13 +229,7 @@ fn install(
         keyring: &keyring,
     };
     let installed = store.install(&request).map_err(|e| match e {
-        InstallError::Refused(r) => {
-            let kind = match r.reason.exit_code() {
-                3 => FailureKind::Denied,
-                _ => FailureKind::Config,
-            };
-            Failure::new(kind, r.to_string()).with_details(&r)
-        }
+        InstallError::Refused(r) => refusal_failure(&r),
         InstallError::Store(e) => store_failure(e),
     })?;
     let entry = &installed.entry;
@@ -405,7 +410,13 @@ fn pins_for(
         .unwrap_or_default();
     for program in &programs {
         let ScopePath::Absolute(path) = &program.path else {
-            report.push(json!({"path": program.path.to_string(), "status": "skipped", "why": "a ~/ program is each caller's own"}));
+            let why = match program.path {
+                ScopePath::Connector(_) => {
+                    "the connector ships it: provenance_hash and the content hash fix its bytes"
+                }
+                _ => "a ~/ program is each caller's own",
+            };
+            report.push(json!({"path": program.path.to_string(), "status": "skipped", "why": why}));
             continue;
         };
         let digest = crate::program::hash_path(path).map_err(|e| {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::args::Cli;
 use super::output::Failure;
 use crate::config::{default_audit_path, default_connector_paths, Config};
+use crate::exec::FailureKind;
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 
@@ -84,7 +85,25 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     Ok(config.with_default_connector_paths(connectors))
 }
 
-/// Reads and validates a manifest file.
+/// The directory holding the manifest file `path`, resolved to its real
+/// path: what its `{connector}/` paths expand against, so that they are
+/// real paths too.
+pub fn manifest_dir(path: &Path) -> Result<PathBuf, Failure> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::canonicalize(parent).map_err(|e| {
+        Failure::from_io(
+            &e,
+            FailureKind::Config,
+            format!("cannot resolve the directory of {}: {e}", path.display()),
+        )
+    })
+}
+
+/// Reads and validates a manifest file; its [`Manifest::dir`] is the
+/// file's directory ([`manifest_dir`]).
 pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         let f = format!("cannot read manifest {}: {e}", path.display());
@@ -97,8 +116,9 @@ pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> 
     let options = LoadOptions {
         max_wall_time_ms: config.sandbox.max_wall_time_ms,
     };
-    let manifest = parse_manifest(&path.display().to_string(), &text, options)
+    let mut manifest = parse_manifest(&path.display().to_string(), &text, options)
         .map_err(|e| Failure::config(e.to_string()).with_details(&e))?;
+    manifest.dir = Some(manifest_dir(path)?);
     tracing::debug!(
         file = %path.display(),
         connector = %manifest.connector.name,

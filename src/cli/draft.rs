@@ -1072,7 +1072,7 @@ mod tests {
         assert_eq!(
             spawn.also_runs,
             vec![crate::manifest::AlsoRuns {
-                path: "/usr/bin/gzip".into(),
+                path: crate::manifest::ScopePath::Absolute("/usr/bin/gzip".into()),
                 hash: format!("sha256:{}", "1".repeat(64)).parse().unwrap()
             }],
             "{t}"

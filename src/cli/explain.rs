@@ -28,7 +28,7 @@ pub fn explain_text(m: &Manifest) -> String {
     if let Some(hash) = &c.provenance_hash {
         let _ = writeln!(
             out,
-            "Publisher's provenance hash: {} (the hash of the shipped bin/ files; `spawnd connector install` checks it).",
+            "Publisher's provenance hash: {} (the hash of the shipped bin/ files; `spawnd connector install` and `spawnd run --manifest` check it).",
             p(hash)
         );
     }
@@ -37,12 +37,27 @@ pub fn explain_text(m: &Manifest) -> String {
         None => out.push_str(
             "\nIt declares no [capabilities.spawn]: spawnd will not run any program for it.\n",
         ),
-        Some(s) => explain_spawn(s, &mut out),
+        Some(s) => {
+            explain_spawn(s, &mut out);
+            explain_connector_dir(s, m.dir.as_deref(), &mut out);
+        }
     }
     for w in &m.warnings {
         let _ = writeln!(out, "Warning: {}: {}", p(&w.key), p(&w.message));
     }
     out
+}
+
+/// Where `{connector}/` paths point, when the manifest has any.
+fn explain_connector_dir(s: &SpawnGrant, dir: Option<&std::path::Path>, out: &mut String) {
+    if s.first_connector_path().is_none() {
+        return;
+    }
+    let here = match dir {
+        Some(d) => format!("here {}", p(d.display().to_string())),
+        None => "not known for this manifest, so it cannot run".to_string(),
+    };
+    let _ = writeln!(out, "\n{{connector}} is the directory holding this manifest ({here}); for an installed connector, its entry in the store. The program may never write there.");
 }
 
 fn explain_informational(m: &Manifest, out: &mut String) {

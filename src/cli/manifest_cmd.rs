@@ -7,7 +7,7 @@ use serde_json::json;
 use toml_edit::{DocumentMut, Item, Value};
 
 use super::args::Cli;
-use super::context::{current_caller, load_config, load_manifest};
+use super::context::{current_caller, load_config, load_manifest, manifest_dir};
 use super::explain::explain_text;
 use super::output::{Failure, Success};
 use crate::manifest::ScopePath;
@@ -18,7 +18,7 @@ pub fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let mut manifest = load_manifest(file, &config)?;
     if let (Some(spawn), Ok(caller)) = (&manifest.spawn, current_caller()) {
-        let found = sockets_in_scopes(spawn, &caller.home);
+        let found = sockets_in_scopes(spawn, &caller.home, manifest.dir.as_deref());
         manifest.warnings.extend(found);
     }
     let mut text = format!(
@@ -52,6 +52,7 @@ const SOCKET_SCAN_ENTRIES: usize = 20_000;
 fn sockets_in_scopes(
     spawn: &crate::manifest::SpawnGrant,
     home: &Path,
+    connector: Option<&Path>,
 ) -> Vec<crate::manifest::Warning> {
     use std::os::unix::fs::FileTypeExt;
     let mut warnings = Vec::new();
@@ -66,6 +67,7 @@ fn sockets_in_scopes(
             let Some(root) = scope.expand(&crate::manifest::Anchors {
                 home,
                 workspace: None,
+                connector,
             }) else {
                 continue;
             };
@@ -260,14 +262,18 @@ fn pin_one(cli: &Cli, file: &Path, check: bool) -> Result<Vec<serde_json::Value>
         .parse()
         .map_err(|e| Failure::config(format!("{}: {e}", file.display())))?;
     let home = current_caller()?.home;
+    // A `{connector}/` program is pinned by the file beside this manifest.
+    let connector = manifest_dir(file)?;
     let mut report = Vec::new();
     for_each_program(&mut doc, |path, hash_slot| {
-        let scope = ScopePath::parse(path)
+        let scope = ScopePath::parse_program(path)
             .map_err(|e| Failure::config(format!("program path `{path}` {e}")))?;
+        // Programs are never anchored at the workspace: this always expands.
         let resolved = scope
             .expand(&crate::manifest::Anchors {
                 home: &home,
                 workspace: None,
+                connector: Some(&connector),
             })
             .unwrap_or_default();
         let digest = hash_path(&resolved)

@@ -55,8 +55,20 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     };
     for file in files {
         let text = read_checked(&file, me)?;
-        let manifest = parse_manifest(&file.display().to_string(), &text, options)
+        let mut manifest = parse_manifest(&file.display().to_string(), &text, options)
             .map_err(|e| e.to_string())?;
+        // `{connector}` paths expand at the file's own directory, resolved,
+        // whatever form [server] manifests gives it in.
+        manifest.dir = file
+            .parent()
+            .map(|d| {
+                if d.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    d
+                }
+            })
+            .and_then(|d| d.canonicalize().ok());
         let name = manifest.connector.name.to_string();
         if let Some(first) = out.get(&name).and_then(|v| v.first()) {
             return Err(format!(

@@ -361,10 +361,10 @@ fn prepare_sandbox(
         .iter()
         .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
         .collect();
-    let declared = ScopePath::parse(&plan.program.declared)
+    let declared = ScopePath::parse_program(&plan.program.declared)
         .map_err(|e| e.to_string())
         .and_then(|p| {
-            p.expand(&prepared.caller.anchors())
+            p.expand(&prepared.caller.anchors(prepared.manifest.dir.as_deref()))
                 .ok_or_else(|| "the program's path did not expand".to_string())
         })
         .map_err(|e| unstarted(Failure::internal(e)))?;

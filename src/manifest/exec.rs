@@ -1,7 +1,8 @@
 //! What a program may execute: `exec` (`"scopes"`, the default, or
 //! `"declared"`) and the pinned `also_runs` files of `[capabilities.spawn]`
 //! (docs/manifest.md, "What may be executed"). Each entry of `also_runs` is
-//! an absolute path and a required `sha256:` pin, named once.
+//! an absolute path, or one in the connector's directory (`{connector}/…`),
+//! and a required `sha256:` pin, named once.
 
 use toml::Spanned;
 
@@ -53,14 +54,15 @@ fn check_also_runs(c: &mut Checker, entries: &[Spanned<RawAlsoRuns>]) -> Option<
     for (i, entry) in entries.iter().enumerate() {
         let raw = entry.get_ref();
         let key = format!("capabilities.spawn.also_runs[{i}]");
-        let path = match ScopePath::parse(raw.path.get_ref()) {
-            Ok(ScopePath::Absolute(path)) => Some(path),
+        let hint = "give the file's absolute path, e.g. \"/usr/bin/node\", or `{connector}/bin/NAME` for a file the connector ships";
+        let path = match ScopePath::parse_program(raw.path.get_ref()) {
+            Ok(path @ (ScopePath::Absolute(_) | ScopePath::Connector(_))) => Some(path),
             Ok(_) => {
                 c.error(
                     raw.path.span(),
                     &format!("{key}.path"),
                     format!("`{}` is not absolute", raw.path.get_ref()),
-                    "give the file's absolute path, e.g. \"/usr/bin/node\"",
+                    hint,
                 );
                 None
             }
@@ -69,7 +71,7 @@ fn check_also_runs(c: &mut Checker, entries: &[Spanned<RawAlsoRuns>]) -> Option<
                     raw.path.span(),
                     &format!("{key}.path"),
                     format!("`{}` {why}", raw.path.get_ref()),
-                    "give the file's absolute path, e.g. \"/usr/bin/node\"",
+                    hint,
                 );
                 None
             }
@@ -96,7 +98,7 @@ fn check_also_runs(c: &mut Checker, entries: &[Spanned<RawAlsoRuns>]) -> Option<
                     c.error(
                         raw.path.span(),
                         &format!("{key}.path"),
-                        format!("`{}` is listed twice", path.display()),
+                        format!("`{path}` is listed twice"),
                         "remove the duplicate",
                     );
                     ok = false;

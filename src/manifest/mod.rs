@@ -23,8 +23,8 @@ pub use model::{
 };
 pub use ops::{check_op_name, code_placeholders, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
 pub use paths::{
-    paths_plain, system_path_overlap, Anchors, PathProblem, ScopePath, SYSTEM_PATHS,
-    WORKSPACE_ANCHOR,
+    paths_plain, system_path_overlap, Anchors, PathProblem, ScopePath, CONNECTOR_ANCHOR,
+    SYSTEM_PATHS, WORKSPACE_ANCHOR,
 };
 pub use validate::{parse_manifest, LoadOptions};
 

@@ -272,8 +272,9 @@ impl fmt::Display for ExecPolicy {
 /// `exec = "declared"`, pinned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlsoRuns {
-    /// Absolute path, as declared.
-    pub path: std::path::PathBuf,
+    /// Absolute, or in the connector's directory (`{connector}/…`), as
+    /// declared.
+    pub path: ScopePath,
     /// Its pinned hash.
     pub hash: Sha256Digest,
 }
@@ -370,6 +371,21 @@ impl SpawnGrant {
             .values()
             .filter(move |op| op.program == index)
     }
+
+    /// The first declared path anchored at the connector's directory
+    /// (`{connector}/…`): a program, an `also_runs` file, a scope or the
+    /// cwd. Such a manifest runs only where that directory is known.
+    pub fn first_connector_path(&self) -> Option<&ScopePath> {
+        self.programs
+            .iter()
+            .map(|p| &p.path)
+            .chain(self.also_runs.iter().map(|a| &a.path))
+            .chain(&self.fs_read)
+            .chain(&self.fs_write)
+            .chain(&self.fs_exec)
+            .chain(&self.cwd)
+            .find(|p| p.needs_connector_dir())
+    }
 }
 
 /// A non-fatal finding `lint` reports.
@@ -386,6 +402,11 @@ pub struct Warning {
 pub struct Manifest {
     /// Where it came from (for messages).
     pub source: String,
+    /// The directory holding the manifest's file, absolute: what
+    /// `{connector}` paths expand against. `None` for a manifest not read
+    /// from a file named by an absolute path (a draft, a test's text), where
+    /// a `{connector}` path names no place.
+    pub dir: Option<std::path::PathBuf>,
     /// SHA-256 of the file's bytes (recorded in audit).
     pub digest: Sha256Digest,
     /// Identity.

@@ -12,7 +12,7 @@ use super::model::{Operation, Program, Sha256Digest, ValueKind};
 use super::network::check_operation_grants;
 use super::paths::ScopePath;
 use super::raw::{RawArgv, RawArgvItem, RawOperation, RawParam, RawProgram, RawSpawn};
-use super::scopes::check_path;
+use super::scopes::{check_path, check_program_path};
 use super::validate::{check_limits, Checker};
 use crate::egress::grant::Grant;
 use crate::template::{ParamRule, Params, Pattern, Template, TokenSource};
@@ -90,7 +90,7 @@ fn check_programs(
                 })
                 .ok()
         });
-        let Some(path) = check_path(c, &p.path, &key) else {
+        let Some(path) = check_program_path(c, &p.path, &key) else {
             ok = false;
             continue;
         };

@@ -1,7 +1,9 @@
 //! Filesystem scopes as typed values: a `ScopePath` is absolute, anchored at
-//! the calling user's home (`~/`), or, for scopes and the cwd, at the
-//! workspace (`{workspace}/`) that the invocation or the operator names
-//! (`spawnd run --workspace`, `[sandbox] workspace`), never the caller; never
+//! the calling user's home (`~/`), for scopes and the cwd at the workspace
+//! (`{workspace}/`) that the invocation or the operator names (`spawnd run
+//! --workspace`, `[sandbox] workspace`), never the caller, or, for programs,
+//! `also_runs`, read and exec scopes and the cwd, at the connector's own
+//! directory (`{connector}/`), the one holding its manifest file; never
 //! relative, never with `..`, never with a wildcard. Containment is decided by path components after `~` expansion and
 //! lexical normalization, so `~/code/../.ssh` can never pass as inside `~/code/`
 //! and `/var/spoolish` is not inside `/var/spool`.
@@ -20,7 +22,8 @@ pub const SYSTEM_PATHS: &[&str] = &[
     "/sbin", "/sys", "/usr", "/var/lib", "/var/log", "/var/run",
 ];
 
-/// A declared path: absolute, or relative to the caller's home.
+/// A declared path: absolute, or relative to the caller's home, the
+/// workspace or the connector's directory.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ScopePath {
     /// `/var/spool/jobs`.
@@ -31,20 +34,34 @@ pub enum ScopePath {
     /// `Workspace("")`. Only scopes and the cwd may be anchored so
     /// ([`ScopePath::parse_scope`]).
     Workspace(PathBuf),
+    /// `{connector}/bin/tool` is `Connector("bin/tool")`; `{connector}`
+    /// alone is `Connector("")`: the directory holding the manifest file.
+    /// Programs, `also_runs`, scopes and the cwd may be anchored so
+    /// ([`ScopePath::parse_program`], [`ScopePath::parse_scope`]); the
+    /// manifest refuses it in `fs_write`.
+    Connector(PathBuf),
 }
 
 /// What anchored paths expand against for one request: the caller's home,
-/// and the workspace its invocation or the operator named, if any.
+/// the workspace its invocation or the operator named, if any, and the
+/// directory of the manifest's file, if it was loaded from one.
 #[derive(Debug, Clone, Copy)]
 pub struct Anchors<'a> {
     /// The caller's home directory.
     pub home: &'a Path,
     /// The workspace, absolute, when one was named.
     pub workspace: Option<&'a Path>,
+    /// The connector's directory (the one holding its manifest file),
+    /// absolute, when the manifest was loaded from a file.
+    pub connector: Option<&'a Path>,
 }
 
 /// The anchor a scope may start with.
 pub const WORKSPACE_ANCHOR: &str = "{workspace}";
+
+/// The anchor a program, `also_runs` entry, read or exec scope or cwd may
+/// start with: the directory holding the manifest file.
+pub const CONNECTOR_ANCHOR: &str = "{connector}";
 
 /// Why a path string is not a valid scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,30 +117,28 @@ impl ScopePath {
     }
 
     /// Parses a scope or cwd: what [`ScopePath::parse`] takes, or a path
-    /// anchored at the workspace (`{workspace}` or `{workspace}/…`).
+    /// anchored at the workspace (`{workspace}` or `{workspace}/…`) or at
+    /// the connector's directory (`{connector}` or `{connector}/…`).
     pub fn parse_scope(text: &str) -> Result<ScopePath, PathProblem> {
-        let rest = match text.strip_prefix(WORKSPACE_ANCHOR) {
-            Some("") => "",
-            Some(rest) if rest.starts_with('/') => rest,
-            _ => return ScopePath::parse(text),
-        };
-        if rest.contains('\0') {
-            return Err(PathProblem::Nul);
+        if let Some(rest) = anchored_rest(text, WORKSPACE_ANCHOR) {
+            return relative_part(rest).map(ScopePath::Workspace);
         }
-        if rest.contains(WILDCARDS) {
-            return Err(PathProblem::Wildcard);
+        ScopePath::parse_program(text)
+    }
+
+    /// Parses a program or `also_runs` path: what [`ScopePath::parse`]
+    /// takes, or a path anchored at the connector's directory
+    /// (`{connector}/bin/tool`), where the files it ships are.
+    pub fn parse_program(text: &str) -> Result<ScopePath, PathProblem> {
+        match anchored_rest(text, CONNECTOR_ANCHOR) {
+            Some(rest) => relative_part(rest).map(ScopePath::Connector),
+            None => ScopePath::parse(text),
         }
-        let normalized = normalize(Path::new(rest)).ok_or(PathProblem::DotDot)?;
-        Ok(ScopePath::Workspace(
-            normalized
-                .strip_prefix("/")
-                .unwrap_or(&normalized)
-                .to_path_buf(),
-        ))
     }
 
     /// The absolute path for a request with these anchors; `None` for a
-    /// workspace path when no workspace was named.
+    /// workspace path when no workspace was named, and for a connector path
+    /// when the manifest's directory is not known.
     pub fn expand(&self, at: &Anchors<'_>) -> Option<PathBuf> {
         let joined = |base: &Path, rest: &Path| {
             if rest.as_os_str().is_empty() {
@@ -136,12 +151,18 @@ impl ScopePath {
             ScopePath::Absolute(p) => Some(p.clone()),
             ScopePath::Home(rest) => Some(joined(at.home, rest)),
             ScopePath::Workspace(rest) => at.workspace.map(|w| joined(w, rest)),
+            ScopePath::Connector(rest) => at.connector.map(|c| joined(c, rest)),
         }
     }
 
     /// Whether it is anchored at the workspace.
     pub fn needs_workspace(&self) -> bool {
         matches!(self, ScopePath::Workspace(_))
+    }
+
+    /// Whether it is anchored at the connector's directory.
+    pub fn needs_connector_dir(&self) -> bool {
+        matches!(self, ScopePath::Connector(_))
     }
 
     /// True for an absolute scope that covers or lies inside a system path.
@@ -153,12 +174,14 @@ impl ScopePath {
     }
 
     /// True when this scope lies strictly inside `outer`, both written the
-    /// same way (absolute, or `~/`); by components, never as strings.
+    /// same way (absolute, `~/`, `{workspace}/` or `{connector}/`); by
+    /// components, never as strings.
     pub fn lies_inside(&self, outer: &ScopePath) -> bool {
         match (self, outer) {
             (ScopePath::Absolute(p), ScopePath::Absolute(o))
             | (ScopePath::Home(p), ScopePath::Home(o))
-            | (ScopePath::Workspace(p), ScopePath::Workspace(o)) => p != o && p.starts_with(o),
+            | (ScopePath::Workspace(p), ScopePath::Workspace(o))
+            | (ScopePath::Connector(p), ScopePath::Connector(o)) => p != o && p.starts_with(o),
             _ => false,
         }
     }
@@ -166,9 +189,10 @@ impl ScopePath {
     /// The last component as declared (`/usr/bin/git` → `git`).
     pub fn file_name(&self) -> Option<&str> {
         match self {
-            ScopePath::Absolute(p) | ScopePath::Home(p) | ScopePath::Workspace(p) => {
-                p.file_name()?.to_str()
-            }
+            ScopePath::Absolute(p)
+            | ScopePath::Home(p)
+            | ScopePath::Workspace(p)
+            | ScopePath::Connector(p) => p.file_name()?.to_str(),
         }
     }
 }
@@ -181,8 +205,35 @@ impl fmt::Display for ScopePath {
             ScopePath::Home(p) => write!(f, "~/{}", p.display()),
             ScopePath::Workspace(p) if p.as_os_str().is_empty() => f.write_str(WORKSPACE_ANCHOR),
             ScopePath::Workspace(p) => write!(f, "{WORKSPACE_ANCHOR}/{}", p.display()),
+            ScopePath::Connector(p) if p.as_os_str().is_empty() => f.write_str(CONNECTOR_ANCHOR),
+            ScopePath::Connector(p) => write!(f, "{CONNECTOR_ANCHOR}/{}", p.display()),
         }
     }
+}
+
+/// What follows `anchor` in `text` when `text` is the anchor alone or the
+/// anchor and `/…`; `None` otherwise (`{connector}x` is no anchor).
+fn anchored_rest<'t>(text: &'t str, anchor: &str) -> Option<&'t str> {
+    match text.strip_prefix(anchor) {
+        Some("") => Some(""),
+        Some(rest) if rest.starts_with('/') => Some(rest),
+        _ => None,
+    }
+}
+
+/// The part after an anchor, checked and normalized, relative.
+fn relative_part(rest: &str) -> Result<PathBuf, PathProblem> {
+    if rest.contains('\0') {
+        return Err(PathProblem::Nul);
+    }
+    if rest.contains(WILDCARDS) {
+        return Err(PathProblem::Wildcard);
+    }
+    let normalized = normalize(Path::new(rest)).ok_or(PathProblem::DotDot)?;
+    Ok(normalized
+        .strip_prefix("/")
+        .unwrap_or(&normalized)
+        .to_path_buf())
 }
 
 /// The system path that `path` equals, lies inside or contains, if any.
@@ -229,6 +280,7 @@ mod tests {
         let at = Anchors {
             home: Path::new("/home/alr"),
             workspace: None,
+            connector: None,
         };
         let p = ScopePath::parse(path).expect("path").expand(&at).unwrap();
         let s = ScopePath::parse(scope).expect("scope").expand(&at).unwrap();
@@ -294,6 +346,7 @@ mod tests {
         let at = Anchors {
             home,
             workspace: None,
+            connector: None,
         };
         assert_eq!(ScopePath::parse("~").unwrap().expand(&at).unwrap(), home);
         assert_eq!(
@@ -332,11 +385,13 @@ mod tests {
         let unset = Anchors {
             home,
             workspace: None,
+            connector: None,
         };
         assert_eq!(scope.expand(&unset), None);
         let set = Anchors {
             home,
             workspace: Some(Path::new("/ci/checkout")),
+            connector: None,
         };
         assert_eq!(
             scope.expand(&set),
@@ -346,6 +401,80 @@ mod tests {
             parsed("{workspace}").unwrap().expand(&set),
             Some(PathBuf::from("/ci/checkout"))
         );
+    }
+
+    #[test]
+    fn a_connector_path_expands_only_against_a_known_connector_directory() {
+        assert_eq!(
+            ScopePath::parse_program("{connector}"),
+            Ok(ScopePath::Connector(PathBuf::new()))
+        );
+        let tool = ScopePath::parse_program("{connector}/./bin//tool").unwrap();
+        assert_eq!(tool, ScopePath::Connector(PathBuf::from("bin/tool")));
+        assert_eq!(tool.to_string(), "{connector}/bin/tool");
+        assert_eq!(tool.file_name(), Some("tool"));
+        assert!(tool.needs_connector_dir() && !tool.needs_workspace());
+        assert_eq!(
+            ScopePath::parse_scope("{connector}/bin"),
+            Ok(ScopePath::Connector(PathBuf::from("bin")))
+        );
+        assert_eq!(
+            ScopePath::parse_program("{connector}/../etc/passwd"),
+            Err(PathProblem::DotDot)
+        );
+        assert_eq!(
+            ScopePath::parse_program("{connector}/bin/*"),
+            Err(PathProblem::Wildcard)
+        );
+        assert_eq!(
+            ScopePath::parse_program("{connector}bin/tool"),
+            Err(PathProblem::Wildcard)
+        );
+        assert_eq!(
+            ScopePath::parse_program("{connector}/a\0b"),
+            Err(PathProblem::Nul)
+        );
+        // Programs are never anchored at the workspace, and a plain path
+        // takes no anchor at all.
+        assert_eq!(
+            ScopePath::parse_program("{workspace}/bin/tool"),
+            Err(PathProblem::Wildcard)
+        );
+        assert_eq!(
+            ScopePath::parse("{connector}/bin/tool"),
+            Err(PathProblem::Wildcard)
+        );
+        assert_eq!(
+            ScopePath::parse_program("/usr/bin/git"),
+            Ok(ScopePath::Absolute(PathBuf::from("/usr/bin/git")))
+        );
+        let home = Path::new("/home/alr");
+        let unknown = Anchors {
+            home,
+            workspace: Some(Path::new("/ci/checkout")),
+            connector: None,
+        };
+        assert_eq!(tool.expand(&unknown), None);
+        let known = Anchors {
+            home,
+            workspace: None,
+            connector: Some(Path::new("/var/lib/spawnd/connectors/sha256-ab")),
+        };
+        assert_eq!(
+            tool.expand(&known),
+            Some(PathBuf::from(
+                "/var/lib/spawnd/connectors/sha256-ab/bin/tool"
+            ))
+        );
+        assert_eq!(
+            ScopePath::parse_scope("{connector}")
+                .unwrap()
+                .expand(&known),
+            Some(PathBuf::from("/var/lib/spawnd/connectors/sha256-ab"))
+        );
+        let bin = ScopePath::parse_scope("{connector}/bin").unwrap();
+        assert!(tool.lies_inside(&bin));
+        assert!(!tool.lies_inside(&ScopePath::parse_scope("{workspace}/bin").unwrap()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The environment and filesystem parts of `[capabilities.spawn]`: env keys
 //! (POSIX shape, reserved loader/interpreter keys, duplicates, overlaps),
-//! scopes (absolute or `~/`, no `..`, no system paths in `fs_write`) and the
-//! cwd policy.
+//! scopes (absolute, `~/`, `{workspace}/` or `{connector}/`, no `..`, no
+//! system path and no `{connector}/` path in `fs_write`) and the cwd policy.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -107,8 +107,28 @@ pub(super) fn check_path(c: &mut Checker, path: &Spanned<String>, key: &str) -> 
         .ok()
 }
 
+/// A declared program: a path [`check_path`] takes, or one in the
+/// connector's directory (`{connector}/bin/tool`, a file it ships).
+pub(super) fn check_program_path(
+    c: &mut Checker,
+    path: &Spanned<String>,
+    key: &str,
+) -> Option<ScopePath> {
+    ScopePath::parse_program(path.get_ref())
+        .map_err(|why| {
+            c.error(
+                path.span(),
+                key,
+                format!("`{}` {why}", path.get_ref()),
+                "give the program's absolute path, e.g. \"/usr/bin/git\", one starting with `~/`, or, for a program the connector ships, `{connector}/bin/NAME`",
+            )
+        })
+        .ok()
+}
+
 /// A scope or the cwd: a path [`check_path`] takes, or one anchored at the
-/// workspace (`{workspace}/…`).
+/// workspace (`{workspace}/…`) or the connector's directory
+/// (`{connector}/…`).
 pub(super) fn check_scope_path(
     c: &mut Checker,
     path: &Spanned<String>,
@@ -120,7 +140,7 @@ pub(super) fn check_scope_path(
                 path.span(),
                 key,
                 format!("`{}` {why}", path.get_ref()),
-                "write an absolute path, one starting with `~/`, or one starting with `{workspace}/` (the checkout `spawnd run --workspace` or the operator names)",
+                "write an absolute path, one starting with `~/`, one starting with `{workspace}/` (the checkout `spawnd run --workspace` or the operator names), or one starting with `{connector}/` (the directory holding this manifest)",
             )
         })
         .ok()
@@ -132,10 +152,26 @@ pub(super) fn check_scopes(
     field: &str,
 ) -> Vec<ScopePath> {
     let key = format!("capabilities.spawn.{field}");
-    paths
-        .iter()
-        .filter_map(|p| check_scope_path(c, p, &key))
-        .collect()
+    let mut scopes = Vec::new();
+    for p in paths {
+        let Some(scope) = check_scope_path(c, p, &key) else {
+            continue;
+        };
+        // The connector's directory holds what it ships, covered by its
+        // content hash and provenance_hash: a program that could write
+        // there could change what runs next time.
+        if field == "fs_write" && scope.needs_connector_dir() {
+            c.error(
+                p.span(),
+                &key,
+                format!("`{scope}` would make the connector's own files writable: the files it ships are fixed by its content hash and provenance_hash, and a program that could change them would change what runs next"),
+                "grant a directory of its own for what it writes, e.g. \"~/.cache/NAME/\"; `{connector}/` paths belong in fs_read or fs_exec",
+            );
+            continue;
+        }
+        scopes.push(scope);
+    }
+    scopes
 }
 
 pub(super) fn check_cwd_in_scopes(
@@ -148,7 +184,8 @@ pub(super) fn check_cwd_in_scopes(
     let same_kind_inside = |scope: &ScopePath| match (cwd, scope) {
         (ScopePath::Absolute(p), ScopePath::Absolute(s))
         | (ScopePath::Home(p), ScopePath::Home(s))
-        | (ScopePath::Workspace(p), ScopePath::Workspace(s)) => p.starts_with(s),
+        | (ScopePath::Workspace(p), ScopePath::Workspace(s))
+        | (ScopePath::Connector(p), ScopePath::Connector(s)) => p.starts_with(s),
         _ => false,
     };
     // Compared in the form written: a `~/` cwd needs a `~/` scope and an
@@ -158,7 +195,7 @@ pub(super) fn check_cwd_in_scopes(
             span,
             "capabilities.spawn.cwd",
             format!("`{cwd}` lies outside fs_read and fs_write"),
-            "add a scope that contains it, written the same way (both absolute, both `~/` or both `{workspace}/`), or change cwd",
+            "add a scope that contains it, written the same way (both absolute, both `~/`, both `{workspace}/` or both `{connector}/`), or change cwd",
         );
     }
 }

@@ -545,6 +545,66 @@ fn scopes_and_the_cwd_may_be_anchored_at_the_workspace_and_nothing_else_may() {
 }
 
 #[test]
+fn programs_also_runs_read_and_exec_scopes_and_the_cwd_may_be_anchored_at_the_connector() {
+    let spawn = |extra: &str, programs: &str| {
+        format!(
+            "{HEADER}[capabilities.spawn]\nprograms = [{programs}]\n{extra}\n[capabilities.spawn.operations.x]\nargv = \"tool\"\n"
+        )
+    };
+    let tool = "{ path = \"{connector}/bin/tool\" }";
+    let m = load(&spawn(
+        &format!("fs_read = [\"{{connector}}\"]\nfs_exec = [\"{{connector}}/bin\"]\ncwd = \"{{connector}}/data\"\nexec = \"declared\"\nalso_runs = [{{ path = \"{{connector}}/bin/helper\", hash = \"{HASH}\" }}]"),
+        tool,
+    ))
+    .unwrap();
+    let s = m.spawn.unwrap();
+    assert_eq!(s.programs[0].path.to_string(), "{connector}/bin/tool");
+    assert_eq!(s.fs_exec[0].to_string(), "{connector}/bin");
+    assert_eq!(s.also_runs[0].path.to_string(), "{connector}/bin/helper");
+    assert!(s.cwd.as_ref().unwrap().needs_connector_dir());
+    assert_eq!(
+        s.first_connector_path().unwrap().to_string(),
+        "{connector}/bin/tool"
+    );
+    // Parsed from text, the manifest has no directory; from a file named by
+    // its absolute path, it is that file's.
+    assert_eq!(m.dir, None);
+    let text = spawn("fs_exec = [\"{connector}/bin\"]", tool);
+    let at = parse_manifest("/opt/c/manifest.toml", &text, LoadOptions::default()).unwrap();
+    assert_eq!(at.dir, Some(std::path::PathBuf::from("/opt/c")));
+    let dotted = parse_manifest("/opt/c/../manifest.toml", &text, LoadOptions::default()).unwrap();
+    assert_eq!(dotted.dir, None);
+    // Unix sockets are never anchored at the connector, nor is a path
+    // climbing out of it.
+    assert!(load(&spawn("unix_sockets = [\"{connector}/s.sock\"]", tool)).is_err());
+    assert!(load(&spawn("", "{ path = \"{connector}/../bin/tool\" }")).is_err());
+    assert!(load(&spawn("", "{ path = \"{connector}bin/tool\" }")).is_err());
+    // A cwd at the connector needs a scope at the connector.
+    assert!(load(&spawn("fs_read = [\"/opt\"]\ncwd = \"{connector}\"", tool)).is_err());
+}
+
+#[test]
+fn a_write_scope_at_the_connector_is_refused_saying_why() {
+    let text = format!(
+        "{HEADER}[capabilities.spawn]\nprograms = [{{ path = \"{{connector}}/bin/tool\" }}]\nfs_write = [\"~/.cache/x\", \"{{connector}}/state\"]\n\n[capabilities.spawn.operations.x]\nargv = \"tool\"\n"
+    );
+    let e = load(&text).unwrap_err();
+    assert!(e.mentions("capabilities.spawn.fs_write"), "{e}");
+    let shown = e.to_string();
+    assert!(
+        shown.contains("`{connector}/state` would make the connector's own files writable"),
+        "{shown}"
+    );
+    assert!(shown.contains("provenance_hash"), "{shown}");
+    assert!(shown.contains("fs_read or fs_exec"), "{shown}");
+    // The whole directory too.
+    expect_error(
+        &text.replace("{connector}/state", "{connector}"),
+        "own files writable",
+    );
+}
+
+#[test]
 fn on_violation_is_refuse_by_default_terminate_when_asked_and_nothing_else() {
     let m = load(&good_spawn(PROGRAMS, LOG_OP, ENV, "")).unwrap();
     assert_eq!(
@@ -611,11 +671,11 @@ fn also_runs_entries_are_absolute_paths_each_pinned_once() {
         spawn.also_runs,
         vec![
             AlsoRuns {
-                path: "/usr/bin/node".into(),
+                path: ScopePath::Absolute("/usr/bin/node".into()),
                 hash: HASH.parse().unwrap()
             },
             AlsoRuns {
-                path: "/usr/lib/node_modules/npm/bin/npm-cli.js".into(),
+                path: ScopePath::Absolute("/usr/lib/node_modules/npm/bin/npm-cli.js".into()),
                 hash: HASH.parse().unwrap()
             },
         ]

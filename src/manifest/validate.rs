@@ -128,6 +128,7 @@ fn build(
 ) -> Manifest {
     Manifest {
         source: source.to_string(),
+        dir: dir_of_source(source),
         digest: Sha256Digest(Sha256::digest(text.as_bytes()).into()),
         connector,
         info,
@@ -135,6 +136,19 @@ fn build(
         warnings,
         installed: None,
     }
+}
+
+/// The directory of `source` when it is a file's absolute path without
+/// `.` or `..` (`/etc/spawnd/manifests/x.toml` gives
+/// `/etc/spawnd/manifests`): where that manifest's `{connector}` paths
+/// point. A loader that names the file otherwise sets [`Manifest::dir`]
+/// itself.
+fn dir_of_source(source: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(source);
+    if !path.is_absolute() || !super::paths::paths_plain(path) {
+        return None;
+    }
+    path.parent().map(std::path::Path::to_path_buf)
 }
 
 /// The line's key for a parse error (best effort: the text before `=`).

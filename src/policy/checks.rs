@@ -128,7 +128,7 @@ pub(super) fn check_path_values(
         if value.starts_with('/') {
             let path = ScopePath::parse(value)
                 .ok()
-                .and_then(|p| p.expand(&caller.anchors()))
+                .and_then(|p| p.expand(&ctx.anchors(caller)))
                 .ok_or_else(|| deny("is not a valid path"))?;
             let inside = fs
                 .read
@@ -154,9 +154,13 @@ pub(super) fn check_program(
     require_pin: bool,
 ) -> Result<ProgramPlan, Box<Denial>> {
     let declared = &spawn.programs[op.program];
-    // A program's path is absolute or `~/`, never anchored at the
-    // workspace: it always expands (the empty path would open nothing).
-    let path = declared.path.expand(&caller.anchors()).unwrap_or_default();
+    // A program's path is absolute, `~/` or `{connector}/`, never anchored
+    // at the workspace, and the gate checked that the connector's directory
+    // is known: it always expands (the empty path would open nothing).
+    let path = declared
+        .path
+        .expand(&ctx.anchors(caller))
+        .unwrap_or_default();
     let requested = format!("program:{}", declared.path);
     let facts = programs.inspect(&path).map_err(|fault| {
         let mut d = Denial::new(
@@ -326,7 +330,10 @@ pub(super) fn check_cwd(
     fs: &FsPlan,
 ) -> Result<CwdPlan, Box<Denial>> {
     // Every anchor is named (the gate checked the workspace first).
-    let manifest_cwd = spawn.cwd.as_ref().and_then(|c| c.expand(&caller.anchors()));
+    let manifest_cwd = spawn
+        .cwd
+        .as_ref()
+        .and_then(|c| c.expand(&ctx.anchors(caller)));
     let in_scopes = |p: &Path| fs.read.iter().chain(&fs.write).any(|s| is_within(p, s));
     if let Some(policy_cwd) = manifest_cwd.as_ref().filter(|c| !in_scopes(c)) {
         // Validation refuses this at load; kept so the plan can never hold it.
@@ -370,7 +377,7 @@ pub(super) fn check_cwd(
     };
     let path = ScopePath::parse(text)
         .map_err(|e| deny(format!("is refused: it {e}")))?
-        .expand(&caller.anchors())
+        .expand(&ctx.anchors(caller))
         .ok_or_else(|| deny("is not a valid path".into()))?;
     if !fs.read.iter().chain(&fs.write).any(|s| is_within(&path, s)) {
         return Err(deny(

@@ -121,7 +121,10 @@ impl Denial {
         match self.reason {
             Reason::ConnectorUnknown | Reason::OpUnknown => 6,
             Reason::ProgramNotRegular if self.missing_program => 6,
-            Reason::BindingRequired | Reason::InvalidCredentials | Reason::WorkspaceUnset => 4,
+            Reason::BindingRequired
+            | Reason::InvalidCredentials
+            | Reason::WorkspaceUnset
+            | Reason::ConnectorDirUnknown => 4,
             _ => 3,
         }
     }

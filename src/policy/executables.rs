@@ -44,7 +44,10 @@ pub(super) fn check_executables(
         if i == op.program {
             continue;
         }
-        let path = declared.path.expand(&caller.anchors()).unwrap_or_default();
+        let path = declared
+            .path
+            .expand(&ctx.anchors(caller))
+            .unwrap_or_default();
         let what = format!("program {}", declared.path);
         let pin = match (declared.hash, require_pin) {
             (Some(pin), _) => Pin::Must(pin),
@@ -57,8 +60,10 @@ pub(super) fn check_executables(
         found.add(facts, GrantedAs::DeclaredProgram);
     }
     for also in &spawn.also_runs {
-        let what = format!("also_runs {}", also.path.display());
-        let facts = inspect(ctx, programs, &also.path, &what)?;
+        let what = format!("also_runs {}", also.path);
+        // Every anchor is known (the gate checked the connector's directory first).
+        let path = also.path.expand(&ctx.anchors(caller)).unwrap_or_default();
+        let facts = inspect(ctx, programs, &path, &what)?;
         check_file(ctx, &what, &facts, Pin::Must(also.hash))?;
         interpreters.extend(facts.interpreter.clone().map(|i| (i, 1)));
         found.add(facts, GrantedAs::AlsoRuns);

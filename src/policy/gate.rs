@@ -44,6 +44,7 @@ fn gate(
     let manifest = check_connector(ctx)?;
     check_caller(ctx, manifest, caller)?;
     check_pin(ctx, manifest, &req.pin)?;
+    check_connector_dir_known(ctx, manifest)?;
     let action = ActionSubset::check(ctx, req)?;
     let spawn = manifest.spawn.as_ref();
     let (op, args) = match &req.kind {
@@ -71,7 +72,7 @@ fn gate(
     fs.unix_sockets = op
         .unix_sockets
         .iter()
-        .filter_map(|s| s.expand(&caller.anchors()))
+        .filter_map(|s| s.expand(&ctx.anchors(caller)))
         .collect();
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
@@ -377,6 +378,29 @@ fn check_workspace_named(
     }
 }
 
+/// A manifest that names a path at `{connector}` runs only where the
+/// directory holding its file is known: without it such a path would name
+/// no place (and never the empty path).
+fn check_connector_dir_known(ctx: &GateContext, manifest: &Manifest) -> Result<(), Box<Denial>> {
+    let anchored = manifest
+        .spawn
+        .as_ref()
+        .and_then(SpawnGrant::first_connector_path);
+    match anchored {
+        Some(path) if manifest.dir.is_none() => Err(Denial::new(
+            Reason::ConnectorDirUnknown,
+            ctx.connector,
+            format!("path:{path}"),
+            vec![],
+            format!(
+                "`{path}` lies in the connector's own directory, and spawnd does not know where the manifest {} is: name its file by an absolute path (in [server] manifests), or install the connector with `spawnd connector install`",
+                shown(&manifest.source)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The fix a `workspace_unset` denial suggests, to the front end that
 /// asked: a local invocation names one itself, while a daemon's caller
 /// cannot (its requests carry no workspace), so only the daemon's operator
@@ -400,7 +424,7 @@ fn expand_scopes(
     // Every anchor is named ([`check_workspace_named`] came first).
     let expand = |v: &[crate::manifest::ScopePath]| {
         v.iter()
-            .filter_map(|s| s.expand(&caller.anchors()))
+            .filter_map(|s| s.expand(&ctx.anchors(caller)))
             .collect::<Vec<_>>()
     };
     let fs = FsPlan {

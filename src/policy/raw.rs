@@ -86,11 +86,12 @@ pub(super) fn match_raw<'a>(
     };
     let spawn = spawn.ok_or_else(|| not_declared(vec![]))?;
     let index =
-        find_program(spawn, caller, program).ok_or_else(|| not_declared(declared(spawn)))?;
-    // A program's path always expands (never anchored at the workspace).
+        find_program(ctx, spawn, caller, program).ok_or_else(|| not_declared(declared(spawn)))?;
+    // A program's path always expands: never anchored at the workspace,
+    // and the gate checked that the connector's directory is known.
     let program_path = spawn.programs[index]
         .path
-        .expand(&caller.anchors())
+        .expand(&ctx.anchors(caller))
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned();
@@ -115,11 +116,16 @@ pub(super) fn match_raw<'a>(
 }
 
 /// A declared program named by its path (after `~`) or, uniquely, by its file name.
-fn find_program(spawn: &SpawnGrant, caller: &Caller, program: &str) -> Option<usize> {
+fn find_program(
+    ctx: &GateContext,
+    spawn: &SpawnGrant,
+    caller: &Caller,
+    program: &str,
+) -> Option<usize> {
     let by_path = spawn.programs.iter().position(|p| {
         p.path.to_string() == program
             || p.path
-                .expand(&caller.anchors())
+                .expand(&ctx.anchors(caller))
                 .is_some_and(|e| e.as_os_str() == program)
     });
     by_path.or_else(|| {

@@ -63,6 +63,9 @@ pub enum Reason {
     /// The manifest's scopes or cwd are anchored at `{workspace}` and no
     /// workspace was named.
     WorkspaceUnset,
+    /// The manifest names a path at `{connector}` and was not loaded from a
+    /// file whose directory spawnd knows.
+    ConnectorDirUnknown,
 }
 
 /// One row of the reason table.
@@ -105,6 +108,7 @@ pub const REASONS: &[ReasonInfo] = &[
     ReasonInfo { reason: InvalidCredentials, detail: "vault", when: "the bound credential could not be read" },
     ReasonInfo { reason: NetworkDisabled, detail: "operator_config", when: "the operation has network grants (those the action subset leaves it) and the operator set [network] enabled = false" },
     ReasonInfo { reason: WorkspaceUnset, detail: "operator_config", when: "a scope or the cwd starts with {workspace}/ and neither spawnd run --workspace nor [sandbox] workspace names one" },
+    ReasonInfo { reason: ConnectorDirUnknown, detail: "operator_config", when: "a program, an also_runs file, a scope or the cwd starts with {connector}/ and the manifest was not loaded from a file named by its absolute path" },
 ];
 
 impl Reason {
@@ -144,6 +148,7 @@ impl Reason {
             InvalidCredentials => "invalid_credentials",
             NetworkDisabled => "network_disabled",
             WorkspaceUnset => "workspace_unset",
+            ConnectorDirUnknown => "connector_dir_unknown",
         }
     }
 
@@ -167,7 +172,7 @@ mod tests {
             let json = serde_json::to_string(&row.reason).unwrap();
             assert_eq!(json, format!("\"{}\"", row.reason.as_str()));
         }
-        assert_eq!(REASONS.len(), 25);
+        assert_eq!(REASONS.len(), 26);
     }
 
     #[test]

@@ -133,11 +133,16 @@ pub fn check_label(label: &str) -> Result<(), String> {
 }
 
 impl Caller {
-    /// What this caller's anchored paths expand against.
-    pub fn anchors(&self) -> crate::manifest::Anchors<'_> {
+    /// What this caller's anchored paths expand against, in a manifest
+    /// whose file lies in `connector` (its [`Manifest::dir`]).
+    pub fn anchors<'a>(
+        &'a self,
+        connector: Option<&'a std::path::Path>,
+    ) -> crate::manifest::Anchors<'a> {
         crate::manifest::Anchors {
             home: &self.home,
             workspace: self.workspace.as_deref(),
+            connector,
         }
     }
 }
@@ -236,4 +241,12 @@ pub struct GateContext<'a> {
     pub require_program_hash: bool,
     /// `[network] enabled`: whether operations with network grants may run.
     pub network_enabled: bool,
+}
+
+impl GateContext<'_> {
+    /// What `caller`'s anchored paths in this context's manifest expand
+    /// against: the caller's home and workspace, the manifest's directory.
+    pub fn anchors<'c>(&'c self, caller: &'c Caller) -> crate::manifest::Anchors<'c> {
+        caller.anchors(self.manifest.and_then(|m| m.dir.as_deref()))
+    }
 }

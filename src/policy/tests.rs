@@ -721,3 +721,82 @@ mod exec_declared {
         assert_reason(&d, Reason::ProgramSetuid, "connector_manifest");
     }
 }
+
+/// M0 running a program the connector ships, named at `{connector}`.
+fn shipped_tool_manifest() -> String {
+    M0.replace(
+        "programs = [{ path = \"/usr/bin/git\" }]",
+        "programs = [{ path = \"{connector}/bin/git\" }]\nfs_exec = [\"{connector}/bin\"]\ncwd = \"{connector}\"",
+    )
+    .replace("fs_read = [\"~/code/\"]", "fs_read = [\"~/code/\", \"{connector}\"]")
+}
+
+#[test]
+fn a_connector_path_expands_to_the_directory_of_the_manifests_file() {
+    let mut m = manifest(&shipped_tool_manifest());
+    m.dir = Some(PathBuf::from("/store/sha256-ab"));
+    let mut programs = FakePrograms::standard();
+    let shipped = programs.files[Path::new("/usr/bin/git")].clone();
+    programs.files.insert(
+        "/store/sha256-ab/bin/git".into(),
+        ProgramFacts {
+            resolved: "/store/sha256-ab/bin/git".into(),
+            ..shipped
+        },
+    );
+    let d = decide_full(
+        &m,
+        &Request::op("status", &[]),
+        &Operator::default(),
+        &mut programs,
+    );
+    let plan = allowed(&d);
+    assert_eq!(plan.program.declared, "{connector}/bin/git");
+    assert_eq!(
+        plan.program.resolved,
+        PathBuf::from("/store/sha256-ab/bin/git")
+    );
+    assert_eq!(plan.fs.exec, [PathBuf::from("/store/sha256-ab/bin")]);
+    assert_eq!(
+        plan.fs.read,
+        [
+            PathBuf::from("/home/alr/code"),
+            PathBuf::from("/store/sha256-ab")
+        ]
+    );
+    assert_eq!(plan.cwd, CwdPlan::Dir(PathBuf::from("/store/sha256-ab")));
+    // A raw envelope may name the program by its expanded path.
+    let d = decide_full(
+        &m,
+        &Request::raw("/store/sha256-ab/bin/git", &["git", "status"]),
+        &Operator::default(),
+        &mut programs,
+    );
+    assert_eq!(allowed(&d).op, "status");
+}
+
+#[test]
+fn a_connector_path_whose_directory_is_unknown_is_refused_before_any_file_is_opened() {
+    let m = manifest(&shipped_tool_manifest());
+    assert_eq!(m.dir, None);
+    let mut programs = FakePrograms::standard();
+    let d = decide_full(
+        &m,
+        &Request::op("status", &[]),
+        &Operator::default(),
+        &mut programs,
+    );
+    assert_reason(&d, Reason::ConnectorDirUnknown, "operator_config");
+    let denial = denied(&d);
+    assert_eq!(denial.exit_code(), 4);
+    assert_eq!(denial.requested, "path:{connector}/bin/git");
+    assert!(
+        denial.message.contains("absolute path"),
+        "{}",
+        denial.message
+    );
+    assert_eq!(programs.calls.get(), 0);
+    // A manifest without such paths needs no directory.
+    let d = decide_m(M0, &Request::op("status", &[]));
+    allowed(&d);
+}

@@ -161,12 +161,7 @@ pub fn check_connector_dir(dir: &Path) -> Result<(), ContentError> {
 pub fn hash_connector(dir: &Path) -> Result<ConnectorContent, ContentError> {
     check_connector_dir(dir)?;
     let manifest_path = dir.join(MANIFEST_FILE);
-    let mut hasher = ContentHasher::new();
-    let mut files = Vec::new();
-    for name in shipped_names(dir)? {
-        let rel = format!("{SHIPPED_DIR}/{name}");
-        files.push(hash_shipped(&dir.join(&rel), &rel, &mut hasher)?);
-    }
+    let (mut files, hasher) = hash_shipped_files(dir)?;
     let shipped = hasher.shipped_digest();
     let manifest = super::files::read_small(&manifest_path, MAX_MANIFEST_BYTES)
         .map_err(|e| unreadable(&manifest_path, e))?;
@@ -185,6 +180,26 @@ pub fn hash_connector(dir: &Path) -> Result<ConnectorContent, ContentError> {
         content,
         manifest_text,
     })
+}
+
+/// The hash of what `dir` ships (its `bin/` files in the stream's order),
+/// `None` when it ships nothing: what its manifest's `provenance_hash` must
+/// say. `dir` need not hold a `manifest.toml` (`spawnd run --manifest F`
+/// checks F's directory, whatever F is called).
+pub fn hash_shipped_part(dir: &Path) -> Result<Option<Sha256Digest>, ContentError> {
+    Ok(hash_shipped_files(dir)?.1.shipped_digest())
+}
+
+/// Each shipped file of `dir`, hashed on its own and into the stream, in
+/// the stream's order.
+fn hash_shipped_files(dir: &Path) -> Result<(Vec<StreamFile>, ContentHasher), ContentError> {
+    let mut hasher = ContentHasher::new();
+    let mut files = Vec::new();
+    for name in shipped_names(dir)? {
+        let rel = format!("{SHIPPED_DIR}/{name}");
+        files.push(hash_shipped(&dir.join(&rel), &rel, &mut hasher)?);
+    }
+    Ok((files, hasher))
 }
 
 fn unreadable(path: &Path, e: std::io::Error) -> ContentError {
@@ -336,6 +351,16 @@ mod tests {
         h.shipped(b"ram");
         assert_eq!(h.shipped_digest(), Some(sha(b"program")));
         assert_eq!(h.finish(b"manifest"), sha(b"programmanifest"));
+    }
+
+    #[test]
+    fn the_shipped_part_alone_hashes_as_in_the_connector_hash() {
+        let dir = connector(&[("x.toml", b"M"), ("bin/b", b"BB"), ("bin/a", b"A")]);
+        assert_eq!(hash_shipped_part(dir.path()).unwrap(), Some(sha(b"ABB")));
+        let dir = connector(&[("x.toml", b"M")]);
+        assert_eq!(hash_shipped_part(dir.path()).unwrap(), None);
+        let dir = connector(&[("x.toml", b"M"), ("bin/.x", b"A")]);
+        assert!(hash_shipped_part(dir.path()).is_err());
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::content::{hash_connector, ConnectorContent, ContentError, MANIFEST_FILE, SHIPPED_DIR};
+use super::content::{
+    hash_connector, hash_shipped_part, ConnectorContent, ContentError, MANIFEST_FILE, SHIPPED_DIR,
+};
 use super::files;
 use super::identity::{known_scheme, parse_strict_version, Authority, ConnectorRef};
 use super::keyring::{Keyring, KeyringError};
@@ -559,7 +561,32 @@ pub fn check_provenance(
     manifest: &Manifest,
     content: &ConnectorContent,
 ) -> Result<(), InstallRefusal> {
-    match (manifest.connector.provenance_hash, content.shipped) {
+    compare_provenance(manifest.connector.provenance_hash, content.shipped)
+}
+
+/// For `spawnd run --manifest F` (docs/provenance.md): when the manifest
+/// states a `provenance_hash`, what `dir` (F's directory) ships must hash to
+/// it, with install's refusals (`provenance_mismatch`, also when nothing is
+/// shipped; `connector_unreadable` when `bin/` cannot be hashed). A
+/// manifest without one is not checked: only install requires it.
+pub fn check_provenance_beside(manifest: &Manifest, dir: &Path) -> Result<(), InstallRefusal> {
+    if manifest.connector.provenance_hash.is_none() {
+        return Ok(());
+    }
+    let shipped = hash_shipped_part(dir).map_err(|e| {
+        InstallRefusal::new(
+            Refusal::ConnectorUnreadable,
+            format!("{e} (the manifest states a provenance_hash, so the files beside it in {SHIPPED_DIR}/ are checked before it runs)"),
+        )
+    })?;
+    compare_provenance(manifest.connector.provenance_hash, shipped)
+}
+
+fn compare_provenance(
+    declared: Option<Sha256Digest>,
+    shipped: Option<Sha256Digest>,
+) -> Result<(), InstallRefusal> {
+    match (declared, shipped) {
         (None, None) => Ok(()),
         (Some(declared), Some(shipped)) if declared == shipped => Ok(()),
         (None, Some(shipped)) => Err(InstallRefusal::new(
