@@ -569,7 +569,7 @@ fn every_shipped_policy_is_valid() {
 fn capabilities_health_and_config_show_speak_json() {
     let caps = json_of(&spawnd(&["capabilities", "--json"]));
     assert_eq!(caps["data"]["tool"], "spawnd");
-    assert_eq!(caps["data"]["denial_reasons"].as_array().unwrap().len(), 23);
+    assert_eq!(caps["data"]["denial_reasons"].as_array().unwrap().len(), 26);
     let health = spawnd(&["health", "--json"]);
     let h = json_of(&health);
     // This machine offers every layer: the probe must find them.
