@@ -1179,3 +1179,34 @@ fn a_shipped_program_edited_under_the_daemon_refuses_the_next_spawn_naming_both_
         .unwrap()
         .contains("exfiltrated"));
 }
+
+/// A `[server] manifests` file that ships its program at `{connector}` and
+/// states a provenance_hash: `spawnd run --manifest` checks the files beside
+/// it, and so must the daemon, or the daemon runs for every caller what
+/// `run` refuses (docs/manifest.md: the shipped files are pinned by
+/// provenance_hash, so a `{connector}` program needs no hash of its own).
+#[test]
+fn a_served_manifest_files_shipped_program_is_checked_against_its_provenance_hash() {
+    let s = Site::new("serve-file-shipped", As::Root);
+    let name = "github://acme/shipped";
+    // The manifests directory the daemon serves is the connector's own.
+    let dir = s.shipping("manifests", TOOL_SCRIPT);
+    let daemon = s.serve();
+    let word = serde_json::json!({"args": {"word": "hi"}});
+    assert_eq!(
+        daemon.run(name, "hello", word.clone()),
+        Ok("shipped tool says hi\n".to_string())
+    );
+    let edited = b"#!/bin/sh\necho \"edited tool says $1\"\n";
+    std::fs::write(dir.join("bin/tool"), edited).unwrap();
+    // `run --manifest` refuses the edited program...
+    let (v, code) = s.run_hello(&dir.join("manifest.toml"), "hi");
+    assert_eq!(code, Some(3), "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "provenance_mismatch",
+        "{v}"
+    );
+    // ...and the daemon must not run it either.
+    let ran = daemon.run(name, "hello", word);
+    assert_ne!(ran, Ok("edited tool says hi\n".to_string()));
+}
