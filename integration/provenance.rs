@@ -1179,3 +1179,122 @@ fn a_shipped_program_edited_under_the_daemon_refuses_the_next_spawn_naming_both_
         .unwrap()
         .contains("exfiltrated"));
 }
+
+/// A `[server] manifests` file that ships its program at `{connector}` and
+/// states a provenance_hash: `spawnd run --manifest` checks the files beside
+/// it, and so must the daemon, or the daemon runs for every caller what
+/// `run` refuses (docs/manifest.md: the shipped files are pinned by
+/// provenance_hash, so a `{connector}` program needs no hash of its own).
+#[test]
+fn a_served_manifest_files_shipped_program_is_checked_against_its_provenance_hash() {
+    let s = Site::new("serve-file-shipped", As::Root);
+    let name = "github://acme/shipped";
+    // The manifests directory the daemon serves is the connector's own.
+    let dir = s.shipping("manifests", TOOL_SCRIPT);
+    let daemon = s.serve();
+    let word = serde_json::json!({"args": {"word": "hi"}});
+    assert_eq!(
+        daemon.run(name, "hello", word.clone()),
+        Ok("shipped tool says hi\n".to_string())
+    );
+    let edited = b"#!/bin/sh\necho \"edited tool says $1\"\n";
+    std::fs::write(dir.join("bin/tool"), edited).unwrap();
+    // `run --manifest` refuses the edited program...
+    let (v, code) = s.run_hello(&dir.join("manifest.toml"), "hi");
+    assert_eq!(code, Some(3), "{v}");
+    assert_eq!(
+        v["error"]["details"]["reason"], "provenance_mismatch",
+        "{v}"
+    );
+    // ...and the daemon must not run it either.
+    let ran = daemon.run(name, "hello", word);
+    assert_ne!(ran, Ok("edited tool says hi\n".to_string()));
+}
+
+/// The store named through a symbolic link (`[connectors] store` at a link
+/// to the real directory): `{connector}` must expand at the entry's
+/// resolved directory, the one the per-spawn check reads, so the program
+/// that is executed is the one checked. Retargeting the link after load
+/// makes the program open from another tree; the check must see it.
+#[test]
+fn a_store_named_through_a_link_retargeted_after_load_is_caught_before_the_spawn() {
+    let s = Site::new("serve-store-link", As::Root);
+    let name = "github://acme/shipped";
+    // [connectors] store = DIR/via/store, `via` a link to `real`.
+    let real = s.path("real");
+    std::fs::create_dir_all(&real).unwrap();
+    chmod(&real, 0o755);
+    let link = s.path("via");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let config = std::fs::read_to_string(&s.config).unwrap().replace(
+        &format!("{}/store", s.dir.display()),
+        &format!("{}/store", link.display()),
+    );
+    std::fs::write(&s.config, config).unwrap();
+    // Without fs_exec the program runs from the descriptor the gate opened.
+    let dir = s.shipping("shipped", TOOL_SCRIPT);
+    let m = std::fs::read_to_string(dir.join("manifest.toml"))
+        .unwrap()
+        .replace("fs_exec = [\"{connector}/bin\"]\n", "");
+    std::fs::write(dir.join("manifest.toml"), m).unwrap();
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    let installed = installed_hashes(&s)["1.0.0"].clone();
+    let daemon = s.serve();
+    let word = serde_json::json!({"args": {"word": "hi"}});
+    assert_eq!(
+        daemon.run(name, "hello", word.clone()),
+        Ok("shipped tool says hi\n".to_string())
+    );
+    // A second tree with the same entry name and another program; the link
+    // now points there. The entry the daemon verified is untouched.
+    let other = s.path("other-store");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&real)
+        .arg(&other)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let tool = other
+        .join("store")
+        .join(format!("sha256-{}", &installed["sha256:".len()..]))
+        .join("bin/tool");
+    chmod(tool.parent().unwrap(), 0o755);
+    chmod(&tool, 0o755);
+    std::fs::write(&tool, b"#!/bin/sh\necho \"swapped $1\"\n").unwrap();
+    chmod(&tool, 0o555);
+    chmod(tool.parent().unwrap(), 0o555);
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    let ran = daemon.run(name, "hello", word);
+    assert_ne!(ran, Ok("swapped hi\n".to_string()));
+}
+
+/// An installed connector whose program and fs_exec are at `{connector}`
+/// runs when the store is named through a link: `{connector}` is the
+/// entry's resolved directory, which the sandbox mounts.
+#[test]
+fn a_shipped_program_runs_from_a_store_named_through_a_link() {
+    let s = Site::new("serve-store-via", As::Root);
+    let real = s.path("real");
+    std::fs::create_dir_all(&real).unwrap();
+    chmod(&real, 0o755);
+    let link = s.path("via");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let config = std::fs::read_to_string(&s.config).unwrap().replace(
+        &format!("{}/store", s.dir.display()),
+        &format!("{}/store", link.display()),
+    );
+    std::fs::write(&s.config, config).unwrap();
+    let dir = s.shipping("shipped", TOOL_SCRIPT);
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    let daemon = s.serve();
+    assert_eq!(
+        daemon.run(
+            "github://acme/shipped",
+            "hello",
+            serde_json::json!({"args": {"word": "hi"}})
+        ),
+        Ok("shipped tool says hi\n".to_string())
+    );
+}

@@ -146,3 +146,47 @@ fn the_operators_pin_beside_an_installed_connector_is_enforced() {
         denied(&d)
     );
 }
+
+/// Under `exec = "declared"` every declared program is opened and its pin
+/// checked, not only the op's own; `spawnd connector pin` pins each of
+/// them, so the operator's pin of a second program holds as the
+/// publisher's would.
+#[test]
+fn the_operators_pin_of_another_declared_program_is_enforced() {
+    let text = M0
+        .replace(
+            "programs = [{ path = \"/usr/bin/git\" }]",
+            "programs = [{ path = \"/usr/bin/git\" }, { path = \"/usr/bin/curl\" }]\nexec = \"declared\"",
+        );
+    let req = Request::op("status", &[]);
+    let stale = installed(
+        &text,
+        1,
+        &[("/usr/bin/git", GIT_SHA), ("/usr/bin/curl", [3; 32])],
+    );
+    let d = decide_full(
+        &stale,
+        &req,
+        &Operator::default(),
+        &mut FakePrograms::standard(),
+    );
+    assert_reason(&d, Reason::ProgramHashMismatch, "connector_manifest");
+    assert!(
+        denied(&d).message.contains("/usr/bin/curl"),
+        "{:?}",
+        denied(&d)
+    );
+    // The operator's pin satisfies [sandbox] require_program_hash as the
+    // publisher's does.
+    let matching = installed(
+        &text,
+        1,
+        &[("/usr/bin/git", GIT_SHA), ("/usr/bin/curl", GIT_SHA)],
+    );
+    let strict = Operator {
+        require_pin: true,
+        ..Operator::default()
+    };
+    let d = decide_full(&matching, &req, &strict, &mut FakePrograms::standard());
+    allowed(&d);
+}

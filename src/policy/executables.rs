@@ -49,10 +49,17 @@ pub(super) fn check_executables(
             .expand(&ctx.anchors(caller))
             .unwrap_or_default();
         let what = format!("program {}", declared.path);
-        let pin = match (declared.hash, require_pin) {
-            (Some(pin), _) => Pin::Must(pin),
-            (None, true) => Pin::Required,
-            (None, false) => Pin::None,
+        // The publisher's pin, else the operator's kept beside an installed
+        // connector (docs/provenance.md, "Operator pins"), as for the program.
+        let operator_pin = ctx
+            .manifest
+            .and_then(|m| m.installed.as_ref())
+            .and_then(|i| i.pins.get(&path).copied());
+        let pin = match (declared.hash, operator_pin, require_pin) {
+            (Some(pin), _, _) => Pin::Must(pin),
+            (None, Some(pin), _) => Pin::Operator(pin),
+            (None, None, true) => Pin::Required,
+            (None, None, false) => Pin::None,
         };
         let facts = inspect(ctx, programs, &path, &what)?;
         check_file(ctx, &what, &facts, pin)?;
@@ -115,8 +122,10 @@ impl Found {
 /// What a file's hash must be.
 #[derive(Clone, Copy)]
 enum Pin {
-    /// This pin.
+    /// This pin, the manifest's.
     Must(Sha256Digest),
+    /// This pin, the operator's (`spawnd connector pin`).
+    Operator(Sha256Digest),
     /// A pin, which the manifest lacks (`[sandbox] require_program_hash`).
     Required,
     /// None (an unpinned program, or an interpreter).
@@ -180,6 +189,13 @@ fn check_file(
             format!("exec:{resolved} {}", facts.sha256),
             vec![pin.to_string()],
             format!("{what} ({resolved}) has sha256 {} but the manifest pins {pin}; the file changed since it was pinned (re-pin it only if the change is expected)", facts.sha256),
+        )),
+        Pin::Operator(pin) if pin != facts.sha256 => Err(Denial::new(
+            Reason::ProgramHashMismatch,
+            ctx.connector,
+            format!("exec:{resolved} {}", facts.sha256),
+            vec![pin.to_string()],
+            format!("{what} ({resolved}) has sha256 {} but the operator pins {pin}; the file changed since it was pinned (re-pin with `spawnd connector pin` only if the change is expected)", facts.sha256),
         )),
         Pin::Required => Err(Denial::new(
             Reason::ProgramHashMismatch,

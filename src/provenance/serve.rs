@@ -67,6 +67,10 @@ fn served(
         .canonicalize()
         .map_err(|e| format!("{name}: {}: {e}", entry.dir.display()))?;
     let mut manifest = entry.manifest;
+    // `{connector}` expands at the resolved directory, the one the per-spawn
+    // check reads (`Installed::dir`): the program opened there is the one
+    // whose digest that check takes, whatever links the store's path has.
+    manifest.dir = Some(dir.clone());
     manifest.source = dir
         .join(super::content::MANIFEST_FILE)
         .display()

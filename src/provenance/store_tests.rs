@@ -293,3 +293,15 @@ fn bytes_moved_between_the_program_and_the_manifest_keep_the_content_hash_and_ar
     // provenance_hash still names the program as published.
     assert_eq!(s.refusal(&r).reason, Refusal::ProvenanceMismatch);
 }
+
+/// SemVer ignores build metadata for precedence: `1.0.0+a` and `1.0.0+b`
+/// are one release, so other bytes under the second are a re-tag too.
+#[test]
+fn a_release_retagged_with_other_build_metadata_is_refused() {
+    let s = setup();
+    let first = s.connector("a", "github://acme/tool", "1.0.0+a", Some(b"one"));
+    let retagged = s.connector("b", "github://acme/tool", "1.0.0+b", Some(b"two"));
+    s.store.install(&s.request(&first)).unwrap();
+    let r = s.refusal(&s.request(&retagged));
+    assert_eq!(r.reason, Refusal::VersionConflict);
+}
