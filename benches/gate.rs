@@ -54,7 +54,7 @@ impl ProgramInspector for Fixed {
 
     fn recheck_installed(
         &mut self,
-        _: &spawnd::manifest::Installed,
+        _: &spawnd::manifest::Verified,
         _: &[(std::path::PathBuf, spawnd::manifest::Sha256Digest)],
     ) -> Result<(), spawnd::policy::ContentChanged> {
         Ok(())

@@ -98,7 +98,7 @@ fn recheck_alone(store: &Path, n: usize) -> (Duration, Duration) {
         spawnd::manifest::LoadOptions::default(),
     )
     .expect("the store loads");
-    let installed = served[0].installed.clone().expect("installed");
+    let installed = served[0].verified.clone().expect("installed");
     let program = installed.dir.join("bin/true");
     let digest = installed.files[0].1;
     let hashed: Vec<(PathBuf, spawnd::manifest::Sha256Digest)> = vec![(program, digest)];

@@ -1209,6 +1209,22 @@ fn a_served_manifest_files_shipped_program_is_checked_against_its_provenance_has
     // ...and the daemon must not run it either.
     let ran = daemon.run(name, "hello", word);
     assert_ne!(ran, Ok("edited tool says hi\n".to_string()));
+    let e = ran.unwrap_err();
+    assert_eq!(e["data"]["reason"], "connector_hash_mismatch", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("bin/tool"), "{e}");
+    drop(daemon);
+    // A daemon started now refuses to load it, naming both hashes.
+    let config = s.path("serve.toml");
+    let out = Command::new(&world().spawnd)
+        .args(["--config", config.to_str().unwrap(), "serve"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("provenance_hash") && stderr.contains(&sha256_of(edited)),
+        "{stderr}"
+    );
 }
 
 /// The store named through a symbolic link (`[connectors] store` at a link

@@ -57,7 +57,7 @@ pub fn status(
 fn one(config: &Config, m: &Manifest, home: &Path) -> (Value, Value) {
     let (status, detail) = judge(config, m, home);
     let mut full = json!({"version": m.connector.version.to_string(), "status": status});
-    if let Some(installed) = &m.installed {
+    if let Some(installed) = m.verified.as_ref().filter(|v| v.installed) {
         full["hash"] = json!(installed.content.to_string());
         full["signature"] = json!(installed.signature);
         full["signer"] = json!(installed.signer);
@@ -184,7 +184,7 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
             )),
         );
     }
-    if let Some(installed) = &m.installed {
+    if let Some(installed) = &m.verified {
         if let Err(changed) = crate::provenance::recheck::recheck_installed(installed, &[]) {
             let found = changed.found.map_or("unreadable".into(), |h| h.to_string());
             return (
@@ -192,8 +192,14 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
                 Some((
                     "error",
                     format!(
-                        "installed as {} and its stored files are now {found} ({}); reinstall it",
-                        installed.content, changed.what
+                        "verified as {} and its files are now {found} ({}); {}",
+                        installed.content,
+                        changed.what,
+                        if installed.installed {
+                            "reinstall it"
+                        } else {
+                            "restore them and reload the daemon"
+                        }
                     ),
                 )),
             );
@@ -240,7 +246,7 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
                 )
             }
         };
-        let operator_pin = m.installed.as_ref().and_then(|i| i.pins.get(&path));
+        let operator_pin = m.verified.as_ref().and_then(|i| i.pins.get(&path));
         if let Some(pinned) = program.hash.as_ref().or(operator_pin) {
             if pinned != &hash {
                 return (

@@ -25,13 +25,18 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    /// The provenance of `manifest`, when it is an installed connector.
+    /// The provenance of `manifest`, when it is an installed connector
+    /// (a manifest file has no signature or store entry to name).
     pub fn of(manifest: &crate::manifest::Manifest) -> Option<Provenance> {
-        manifest.installed.as_ref().map(|i| Provenance {
-            hash: i.content,
-            signature: i.signature,
-            signer: i.signer.clone(),
-        })
+        manifest
+            .verified
+            .as_ref()
+            .filter(|v| v.installed)
+            .map(|i| Provenance {
+                hash: i.content,
+                signature: i.signature,
+                signer: i.signer.clone(),
+            })
     }
 }
 

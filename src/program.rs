@@ -52,7 +52,7 @@ impl ProgramInspector for ProgramOpener {
 
     fn recheck_installed(
         &mut self,
-        installed: &crate::manifest::Installed,
+        installed: &crate::manifest::Verified,
         hashed: &[(PathBuf, Sha256Digest)],
     ) -> Result<(), crate::policy::ContentChanged> {
         crate::provenance::recheck::recheck_installed(installed, hashed)

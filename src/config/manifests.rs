@@ -69,6 +69,14 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
                 }
             })
             .and_then(|d| d.canonicalize().ok());
+        // A manifest stating provenance_hash ships what lies beside it:
+        // checked now and before every spawn.
+        if manifest.connector.provenance_hash.is_some() {
+            let verified =
+                crate::provenance::serve::verified_file(&file, text.as_bytes(), &manifest)?;
+            manifest.dir = Some(verified.dir.clone());
+            manifest.verified = Some(std::sync::Arc::new(verified));
+        }
         let name = manifest.connector.name.to_string();
         if let Some(first) = out.get(&name).and_then(|v| v.first()) {
             return Err(format!(
@@ -82,10 +90,9 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     for manifest in installed(config, options)? {
         let name = manifest.connector.name.to_string();
         let versions = out.entry(name.clone()).or_default();
-        if let Some(first) = versions
-            .iter()
-            .find(|m| m.connector.version == manifest.connector.version)
-        {
+        if let Some(first) = versions.iter().find(|m| {
+            crate::manifest::same_release(&m.connector.version, &manifest.connector.version)
+        }) {
             return Err(format!(
                 "connector {name}@{} is served twice, from {} and {}; remove one of them",
                 manifest.connector.version, first.source, manifest.source

@@ -390,7 +390,7 @@ mod tests {
 
         fn recheck_installed(
             &mut self,
-            _installed: &crate::manifest::Installed,
+            _installed: &crate::manifest::Verified,
             _hashed: &[(std::path::PathBuf, crate::manifest::Sha256Digest)],
         ) -> Result<(), crate::policy::ContentChanged> {
             Ok(())

@@ -17,9 +17,9 @@ mod validate;
 pub use error::{line_column, ManifestError, Problem};
 pub use limits::{LimitSpec, Limits, LIMIT_SPECS};
 pub use model::{
-    AlsoRuns, ConnectorId, ExecPolicy, Fqn, Informational, Installed, Manifest, Oauth2Info,
-    OnViolation, Operation, Program, Sha256Digest, SpawnGrant, Tier, ValueKind, Warning,
-    FQN_SCHEMES, MAX_FQN_BYTES,
+    names_version, same_release, AlsoRuns, ConnectorId, ExecPolicy, Fqn, Informational, Manifest,
+    Oauth2Info, OnViolation, Operation, Program, Sha256Digest, SpawnGrant, Tier, ValueKind,
+    Verified, Warning, FQN_SCHEMES, MAX_FQN_BYTES,
 };
 pub use ops::{check_op_name, code_placeholders, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
 pub use paths::{

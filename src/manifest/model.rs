@@ -417,27 +417,52 @@ pub struct Manifest {
     pub spawn: Option<SpawnGrant>,
     /// Lint findings.
     pub warnings: Vec<Warning>,
-    /// The store entry it was loaded from, when it is an installed
-    /// connector (`None` for a manifest file): what the gate verifies
-    /// again before each spawn, and what records name.
-    pub installed: Option<std::sync::Arc<Installed>>,
+    /// Its connector directory as verified at load, for an installed
+    /// connector and for a served manifest file that states
+    /// `provenance_hash` (`None` otherwise): what the gate verifies again
+    /// before each spawn, and what records name.
+    pub verified: Option<std::sync::Arc<Verified>>,
 }
 
-/// An installed connector as the daemon loaded it from the store
-/// (docs/provenance.md): where it lies, the content hash it was verified
-/// to have, each file of its stream with its digest, who signed it, and
-/// the operator's pins of its system programs.
+/// Whether `named` (as a request, an action or a command names a version)
+/// names the release `actual`: equal, build metadata included when `named`
+/// has some; when it has none, build metadata is not compared (SemVer gives
+/// it no part in a version's identity, and the store holds one content per
+/// release, [`same_release`]).
+pub fn names_version(named: &semver::Version, actual: &semver::Version) -> bool {
+    if named.build.is_empty() {
+        same_release(named, actual)
+    } else {
+        named == actual
+    }
+}
+
+/// Whether two versions are the same release: equal but for build metadata.
+pub fn same_release(a: &semver::Version, b: &semver::Version) -> bool {
+    (a.major, a.minor, a.patch, &a.pre) == (b.major, b.minor, b.patch, &b.pre)
+}
+
+/// A connector directory as the daemon verified it at load
+/// (docs/provenance.md): an installed connector (a store entry), or a
+/// served manifest file that states `provenance_hash` and the `bin/` beside
+/// it. Where it lies, the content hash of its stream, each file of the
+/// stream with its digest, and for an installed one who signed it and the
+/// operator's pins of its system programs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Installed {
-    /// The entry's directory, with symbolic links resolved.
+pub struct Verified {
+    /// The directory, with symbolic links resolved.
     pub dir: std::path::PathBuf,
-    /// Its content hash.
+    /// A store entry (an installed connector), not a manifest file.
+    pub installed: bool,
+    /// The content hash of its stream.
     pub content: Sha256Digest,
-    /// Each file of the stream in stream order (`bin/NAME`, then
-    /// `manifest.toml`) and the SHA-256 of its bytes at load.
+    /// Each file of the stream in stream order (`bin/NAME`, then the
+    /// manifest: `manifest.toml` in a store entry, the file's own name
+    /// otherwise) and the SHA-256 of its bytes at load.
     pub files: Vec<(String, Sha256Digest)>,
     /// The signature's status: `signed` or `unsigned` (an entry whose
-    /// signature is untrusted or invalid is not served).
+    /// signature is untrusted or invalid is not served); `unchecked` for
+    /// a manifest file, whose signature nothing checks.
     pub signature: &'static str,
     /// The id of the key that signed it, when signed.
     pub signer: Option<String>,

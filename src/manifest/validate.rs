@@ -134,7 +134,7 @@ fn build(
         info,
         spawn,
         warnings,
-        installed: None,
+        verified: None,
     }
 }
 

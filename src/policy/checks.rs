@@ -204,7 +204,7 @@ pub(super) fn check_program(
     // connector (docs/provenance.md, "Operator pins").
     let operator_pin = ctx
         .manifest
-        .and_then(|m| m.installed.as_ref())
+        .and_then(|m| m.verified.as_ref())
         .and_then(|i| i.pins.get(&path).copied());
     let pin = declared.hash.or(operator_pin);
     let pinned: Vec<String> = pin.iter().map(|h| h.to_string()).collect();

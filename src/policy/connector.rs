@@ -69,10 +69,13 @@ fn satisfies(manifest: &Manifest, pin: &ConnectorPin) -> bool {
     let version_ok = pin
         .version
         .as_ref()
-        .is_none_or(|v| *v == manifest.connector.version);
-    let hash_ok = pin
-        .hash
-        .is_none_or(|h| manifest.installed.as_ref().is_some_and(|i| i.content == h));
+        .is_none_or(|v| crate::manifest::names_version(v, &manifest.connector.version));
+    let hash_ok = pin.hash.is_none_or(|h| {
+        manifest
+            .verified
+            .as_ref()
+            .is_some_and(|v| v.installed && v.content == h)
+    });
     version_ok && hash_ok
 }
 
@@ -103,9 +106,10 @@ fn served_list(served: &[&Manifest]) -> Vec<String> {
         .iter()
         .map(|m| {
             let hash = m
-                .installed
+                .verified
                 .as_ref()
-                .map_or("(manifest file)".to_string(), |i| i.content.to_string());
+                .filter(|v| v.installed)
+                .map_or("(manifest file)".to_string(), |v| v.content.to_string());
             format!(
                 "connector:{}@{} {hash}",
                 m.connector.name, m.connector.version
@@ -122,17 +126,18 @@ fn versions(served: &[&Manifest]) -> String {
         .join(", ")
 }
 
-/// Before each spawn of an installed connector: its stored files are the
-/// ones it was verified and loaded with (the content hash), the program's
-/// digest taken as the gate opened it reused rather than read again. A
-/// difference refuses the spawn, naming both content hashes.
+/// Before each spawn of a connector verified at load (installed, or a
+/// manifest file stating `provenance_hash`): its files are the ones it was
+/// verified and loaded with (the content hash), the program's digest taken
+/// as the gate opened it reused rather than read again. A difference
+/// refuses the spawn, naming both content hashes.
 pub(super) fn check_installed_content(
     ctx: &GateContext,
     manifest: &Manifest,
     program: &ProgramPlan,
     programs: &mut dyn ProgramInspector,
 ) -> Result<(), Box<Denial>> {
-    let Some(installed) = &manifest.installed else {
+    let Some(installed) = &manifest.verified else {
         return Ok(());
     };
     let hashed: [(PathBuf, Sha256Digest); 1] = [(program.resolved.clone(), program.sha256)];
@@ -148,12 +153,22 @@ pub(super) fn check_installed_content(
                 ctx.connector,
                 format!("connector:{name} {found}"),
                 vec![format!("connector:{name} {}", installed.content)],
-                format!(
-                    "installed connector {name} was verified as {} and its stored files are now {found} ({}): they changed after install; find out who changed {}, then reinstall it from its source with `spawnd connector install`",
-                    installed.content,
-                    changed.what,
-                    installed.dir.display()
-                ),
+                if installed.installed {
+                    format!(
+                        "installed connector {name} was verified as {} and its stored files are now {found} ({}): they changed after install; find out who changed {}, then reinstall it from its source with `spawnd connector install`",
+                        installed.content,
+                        changed.what,
+                        installed.dir.display()
+                    )
+                } else {
+                    format!(
+                        "connector {name} (manifest {}) was verified at load as {} and its files are now {found} ({}): they changed since the daemon loaded them; find out who changed {}, then restore them and reload the daemon",
+                        manifest.source,
+                        installed.content,
+                        changed.what,
+                        installed.dir.display()
+                    )
+                },
             )
         })
 }

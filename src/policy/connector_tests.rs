@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::test_support::*;
 use super::*;
-use crate::manifest::{Installed, Manifest, Sha256Digest};
+use crate::manifest::{Manifest, Sha256Digest, Verified};
 
 fn installed(text: &str, content: u8, pins: &[(&str, [u8; 32])]) -> Manifest {
     let mut m = manifest(text);
-    m.installed = Some(Arc::new(Installed {
+    m.verified = Some(Arc::new(Verified {
         dir: "/store/sha256-aa".into(),
+        installed: true,
         content: Sha256Digest([content; 32]),
         files: vec![("manifest.toml".into(), m.digest)],
         signature: "signed",

@@ -53,7 +53,7 @@ pub(super) fn check_executables(
         // connector (docs/provenance.md, "Operator pins"), as for the program.
         let operator_pin = ctx
             .manifest
-            .and_then(|m| m.installed.as_ref())
+            .and_then(|m| m.verified.as_ref())
             .and_then(|i| i.pins.get(&path).copied());
         let pin = match (declared.hash, operator_pin, require_pin) {
             (Some(pin), _, _) => Pin::Must(pin),

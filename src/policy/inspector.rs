@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::manifest::{Installed, Sha256Digest};
+use crate::manifest::{Sha256Digest, Verified};
 use crate::plan::FileId;
 
 /// What the gate needs to know about a program file.
@@ -72,7 +72,7 @@ pub trait ProgramInspector {
     /// again.
     fn recheck_installed(
         &mut self,
-        installed: &Installed,
+        installed: &Verified,
         hashed: &[(PathBuf, Sha256Digest)],
     ) -> Result<(), ContentChanged>;
 }

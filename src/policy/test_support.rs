@@ -79,7 +79,7 @@ impl ProgramInspector for FakePrograms {
 
     fn recheck_installed(
         &mut self,
-        _installed: &crate::manifest::Installed,
+        _installed: &crate::manifest::Verified,
         hashed: &[(PathBuf, Sha256Digest)],
     ) -> Result<(), ContentChanged> {
         self.rechecked = hashed.to_vec();

@@ -192,7 +192,7 @@ pub fn hash_shipped_part(dir: &Path) -> Result<Option<Sha256Digest>, ContentErro
 
 /// Each shipped file of `dir`, hashed on its own and into the stream, in
 /// the stream's order.
-fn hash_shipped_files(dir: &Path) -> Result<(Vec<StreamFile>, ContentHasher), ContentError> {
+pub fn hash_shipped_files(dir: &Path) -> Result<(Vec<StreamFile>, ContentHasher), ContentError> {
     let mut hasher = ContentHasher::new();
     let mut files = Vec::new();
     for name in shipped_names(dir)? {

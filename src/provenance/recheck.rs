@@ -1,5 +1,5 @@
 //! Before each spawn of an installed connector, its stored files checked
-//! against the digests it was loaded with ([`Installed`]): the names in
+//! against the digests it was loaded with ([`Verified`]): the names in
 //! `bin/` and each file's SHA-256, the program's taken from the digest the
 //! gate computed as it opened it, so the program is read once per spawn
 //! and only the manifest (small) is read again. Equal names and equal
@@ -12,26 +12,36 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::content::{hash_connector, shipped_names, MAX_MANIFEST_BYTES, SHIPPED_DIR};
-use crate::manifest::{Installed, Sha256Digest};
+use super::content::shipped_names;
+use super::content::{hash_shipped_files, MAX_MANIFEST_BYTES, SHIPPED_DIR};
+use crate::manifest::{Sha256Digest, Verified};
 use crate::policy::ContentChanged;
 
 /// Checks `installed`'s stored files; `hashed` holds digests already taken
 /// this spawn, by resolved path.
 pub fn recheck_installed(
-    installed: &Installed,
+    installed: &Verified,
     hashed: &[(PathBuf, Sha256Digest)],
 ) -> Result<(), ContentChanged> {
     first_difference(installed, hashed).map_or(Ok(()), |what| {
         Err(ContentChanged {
             what,
-            found: hash_connector(&installed.dir).ok().map(|c| c.content),
+            found: content_now(installed),
         })
     })
 }
 
+/// The content hash of the directory's stream as it is now: the files of
+/// `bin/`, then the manifest file the stream ends with.
+fn content_now(verified: &Verified) -> Option<Sha256Digest> {
+    let (manifest, _) = verified.files.last()?;
+    let (_, stream) = hash_shipped_files(&verified.dir).ok()?;
+    let text = super::files::read_small(&verified.dir.join(manifest), MAX_MANIFEST_BYTES).ok()?;
+    Some(stream.finish(&text))
+}
+
 /// What differs first, if anything.
-fn first_difference(installed: &Installed, hashed: &[(PathBuf, Sha256Digest)]) -> Option<String> {
+fn first_difference(installed: &Verified, hashed: &[(PathBuf, Sha256Digest)]) -> Option<String> {
     let prefix = format!("{SHIPPED_DIR}/");
     let loaded: Vec<&str> = installed
         .files
@@ -49,32 +59,35 @@ fn first_difference(installed: &Installed, hashed: &[(PathBuf, Sha256Digest)]) -
             loaded.join(", ")
         ));
     }
-    for (rel, expected) in &installed.files {
+    let last = installed.files.len().saturating_sub(1);
+    for (i, (rel, expected)) in installed.files.iter().enumerate() {
         let path = installed.dir.join(rel);
         let known = hashed.iter().find(|(p, _)| *p == path).map(|(_, h)| *h);
+        // The stream ends with the manifest, which spawnd reads only so far.
+        let limit = if i == last {
+            MAX_MANIFEST_BYTES + 1
+        } else {
+            u64::MAX
+        };
         let found = match known {
             Some(digest) => digest,
-            None => match digest_of(&path) {
+            None => match digest_of(&path, limit) {
                 Ok(digest) => digest,
                 Err(e) => return Some(format!("{rel}: {e}")),
             },
         };
         if found != *expected {
-            return Some(format!("{rel} is {found}, installed as {expected}"));
+            return Some(format!("{rel} is {found}, loaded as {expected}"));
         }
     }
     None
 }
 
-/// The SHA-256 of a stored file, opened without following a link; a
-/// manifest larger than any spawnd reads counts as changed.
-fn digest_of(path: &Path) -> std::io::Result<Sha256Digest> {
+/// The SHA-256 of a stored file's first `limit` bytes, opened without
+/// following a link (a manifest larger than any spawnd reads hashes short,
+/// so it counts as changed).
+fn digest_of(path: &Path, limit: u64) -> std::io::Result<Sha256Digest> {
     let file = super::files::open_regular(path)?;
-    let limit = if path.ends_with(super::content::MANIFEST_FILE) {
-        MAX_MANIFEST_BYTES + 1
-    } else {
-        u64::MAX
-    };
     let mut hasher = Sha256::new();
     std::io::copy(&mut file.take(limit), &mut hasher)?;
     Ok(Sha256Digest(hasher.finalize().into()))

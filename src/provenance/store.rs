@@ -305,8 +305,11 @@ impl Store {
                 .hashes()?
                 .into_iter()
                 .filter(|h| {
-                    identity_of(&self.entry_dir(h))
-                        .is_some_and(|(n, v)| n == name.as_str() && v == version.to_string())
+                    identity_of(&self.entry_dir(h)).is_some_and(|(n, v)| {
+                        n == name.as_str()
+                            && semver::Version::parse(&v)
+                                .is_ok_and(|v| crate::manifest::names_version(version, &v))
+                    })
                 })
                 .collect(),
         };
@@ -408,7 +411,11 @@ impl Store {
         hash: &Sha256Digest,
     ) -> Result<(), InstallError> {
         let c = &manifest.connector;
-        let r = ConnectorRef::NameVersion(c.name.clone(), c.version.clone());
+        // One content per release: another build of the same version is
+        // the same release re-tagged.
+        let mut release = c.version.clone();
+        release.build = semver::BuildMetadata::EMPTY;
+        let r = ConnectorRef::NameVersion(c.name.clone(), release);
         let others: Vec<String> = match self.find(&r) {
             Ok(found) => found
                 .iter()
