@@ -235,9 +235,12 @@ impl Site {
     }
 
     /// `connector list --json`'s entries.
+    /// `connector list --json`'s entries; it exits 1 exactly when the
+    /// store is not servable.
     fn listed(&self) -> Vec<Value> {
         let (v, code) = self.json(&["connector", "list"]);
-        assert_eq!(code, Some(0), "{v}");
+        let servable = v["data"]["servable"].as_bool().expect("servable");
+        assert_eq!(code, Some(if servable { 0 } else { 1 }), "{v}");
         v["data"]["connectors"].as_array().unwrap().clone()
     }
 
@@ -744,6 +747,15 @@ fn an_entry_edited_after_install_is_listed_with_both_hashes() {
         "{problem}"
     );
     assert!(problem.contains("changed after install"), "{problem}");
+    // A script sees it from the exit code: the daemon would not load this.
+    let (v, code) = s.json(&["connector", "list"]);
+    assert_eq!(
+        (code, &v["data"]["servable"]),
+        (Some(1), &Value::Bool(false))
+    );
+    // `manifest explain` of the entry refuses it too, with the same problem.
+    let (v, code) = s.json(&["manifest", "explain", &hash]);
+    assert_ne!(code, Some(0), "{v}");
 }
 
 /// A `spawnd serve` for a site (as root): its store and keyring, an empty
@@ -898,6 +910,12 @@ fn the_daemon_serves_installed_connectors_pinned_by_version_and_hash() {
         s.ok(&["connector", "install", dir.to_str().unwrap()]);
     }
     let hashes = installed_hashes(&s);
+    // `manifest explain` names an installed connector's hash and signer.
+    let explained = s.ok(&["manifest", "explain", &nv(name, "1.0.0")]);
+    assert!(
+        explained.contains(&hashes["1.0.0"]) && explained.contains("signed by key"),
+        "{explained}"
+    );
     let daemon = s.serve();
     // Two versions served: an unpinned request must pin one.
     let e = daemon

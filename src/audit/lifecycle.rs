@@ -183,25 +183,33 @@ pub fn start(
     }))
 }
 
-/// A reload taken: what changed between `old` and `new`.
+/// A reload taken: what changed between `old` and `new`, each connector
+/// version on its own (a new version of a served connector is added).
 pub fn reload(old: &[Served], new: &[Served]) -> Map<String, Value> {
-    let find = |list: &[Served], name: &str| list.iter().find(|s| s.connector == name).cloned();
+    let find = |list: &[Served], s: &Served| {
+        list.iter()
+            .find(|o| o.connector == s.connector && o.version == s.version)
+            .cloned()
+    };
     let added: Vec<Value> = new
         .iter()
-        .filter(|s| find(old, &s.connector).is_none())
+        .filter(|s| find(old, s).is_none())
         .map(Served::json)
         .collect();
     let removed: Vec<Value> = old
         .iter()
-        .filter(|s| find(new, &s.connector).is_none())
+        .filter(|s| find(new, s).is_none())
         .map(Served::json)
         .collect();
     let changed: Vec<Value> = new
         .iter()
         .filter_map(|s| {
-            let was = find(old, &s.connector)?;
+            let was = find(old, s)?;
             (was != *s).then(|| {
-                json!({"connector": s.connector, "path": s.path, "sha256": s.sha256, "previous_path": was.path, "previous_sha256": was.sha256})
+                let mut v = s.json();
+                v["previous_path"] = json!(was.path);
+                v["previous_sha256"] = json!(was.sha256);
+                v
             })
         })
         .collect();

@@ -175,9 +175,12 @@ pub enum ManifestCommand {
         file: PathBuf,
     },
     /// Say in plain words what a manifest lets a program do (for a security reviewer).
-    #[command(after_help = "Example:\n  spawnd manifest explain policies/git.toml")]
+    #[command(
+        after_help = "Examples:\n  spawnd manifest explain policies/git.toml\n  spawnd manifest explain github://acme/gitcrawl@1.2.3   # an installed connector\n  spawnd manifest explain sha256:3b6a…                 # by content hash"
+    )]
     Explain {
-        /// Manifest file.
+        /// Manifest file, or an installed connector (`NAME@VERSION` or its
+        /// content hash, as `spawnd connector list` shows them).
         file: PathBuf,
     },
     /// Fill in or update each program's `hash` in place, keeping comments and layout.
@@ -251,7 +254,7 @@ pub enum ConnectorCommand {
     /// The installed connectors: name, version, content hash, signature
     /// status and signer, each re-checked against its bytes and the keyring.
     #[command(
-        after_help = "Examples:\n  spawnd connector list\n  spawnd connector list --json | jq '.data.connectors[] | select(.signature.status != \"signed\")'\n\nSignature status: signed (by a key the keyring trusts for the name's\nauthority; the key id is shown), unsigned, untrusted (its key is not, or no\nlonger, trusted), invalid. An entry whose bytes changed since install, or\nthat others could change, is listed with its problem."
+        after_help = "Examples:\n  spawnd connector list\n  spawnd connector list --json | jq '.data.connectors[] | select(.signature.status != \"signed\")'\n\nSignature status: signed (by a key the keyring trusts for the name's\nauthority; the key id is shown), unsigned, untrusted (its key is not, or no\nlonger, trusted), invalid. An entry whose bytes changed since install, or\nthat others could change, is listed with its problem. Exit 1 when an entry has\na problem or an untrusted or invalid signature: `spawnd serve` would refuse to\nload the store (`servable` in --json)."
     )]
     List,
     /// Remove an installed connector (and its operator pins).

@@ -334,10 +334,24 @@ fn list(cli: &Cli) -> Result<Success, Failure> {
             store.root().display()
         ));
     }
-    Ok(Success::new(
-        json!({"store": store.root(), "connectors": rows}),
+    // Exit 1 when the daemon would refuse to load the store: an entry with
+    // a problem, or a signature that is untrusted or invalid.
+    let unservable = listed.iter().any(|(_, opened)| match opened {
+        Ok(entry) => !matches!(
+            entry.signature,
+            crate::provenance::SignatureStatus::Signed { .. }
+                | crate::provenance::SignatureStatus::Unsigned
+        ),
+        Err(_) => true,
+    });
+    let mut done = Success::new(
+        json!({"store": store.root(), "connectors": rows, "servable": !unservable}),
         lines.join("\n"),
-    ))
+    );
+    if unservable {
+        done.exit = 1;
+    }
+    Ok(done)
 }
 
 /// `connector remove NAME@VERSION | sha256:…`.
@@ -353,21 +367,28 @@ fn remove(cli: &Cli, target: &str) -> Result<Success, Failure> {
     ))
 }
 
-/// `connector pin NAME@VERSION | sha256:… [--check]`.
-fn pin(cli: &Cli, target: &str, check: bool) -> Result<Success, Failure> {
-    let r = ConnectorRef::parse(target).map_err(Failure::usage)?;
-    let config = load_config(cli)?;
-    let (store, keyring) = store_and_keyring(&config)?;
-    let found = store.find(&r).map_err(store_failure)?;
+/// The one installed entry `r` names, opened and checked, and the store.
+pub(super) fn open_entry(config: &Config, r: &ConnectorRef) -> Result<(Entry, Store), Failure> {
+    let (store, keyring) = store_and_keyring(config)?;
+    let found = store.find(r).map_err(store_failure)?;
     let [hash] = found.as_slice() else {
         return Err(Failure::config(format!(
-            "{r} names {} entries; pin one by its content hash",
+            "{r} names {} entries; name one by its content hash",
             found.len()
         )));
     };
     let entry = store
-        .open(hash, options(&config), &keyring)
+        .open(hash, options(config), &keyring)
         .map_err(store_failure)?;
+    Ok((entry, store))
+}
+
+/// `connector pin NAME@VERSION | sha256:… [--check]`.
+fn pin(cli: &Cli, target: &str, check: bool) -> Result<Success, Failure> {
+    let r = ConnectorRef::parse(target).map_err(Failure::usage)?;
+    let config = load_config(cli)?;
+    let (entry, store) = open_entry(&config, &r)?;
+    let hash = &entry.hash();
     let old = store.pins(hash).map_err(store_failure)?;
     let (pins, report, stale) = pins_for(&entry, &old)?;
     let mut lines: Vec<String> = report.iter().map(report_line).collect();

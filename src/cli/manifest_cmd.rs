@@ -107,12 +107,61 @@ fn sockets_in_scopes(
 /// `manifest explain`: what the manifest lets a program do, in plain words.
 pub fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
+    // Not a file: an installed connector, as `connector list` names it.
+    let named = file.to_str().filter(|_| !file.exists());
+    if let Some(r) = named.and_then(|t| crate::provenance::ConnectorRef::parse(t).ok()) {
+        let (entry, store) = super::connector_cmd::open_entry(&config, &r)?;
+        let pins = store
+            .pins(&entry.hash())
+            .map_err(|e| Failure::config(e.to_string()))?;
+        let mut manifest = entry.manifest.clone();
+        manifest.dir = entry.dir.canonicalize().ok();
+        let text = format!(
+            "{}{}",
+            explain_installed(&entry, &pins),
+            explain_text(&manifest)
+        );
+        return Ok(Success::new(
+            json!({"connector": r.to_string(), "dir": entry.dir, "hash": entry.hash(), "signature": entry.signature, "explanation": text}),
+            text,
+        ));
+    }
     let manifest = load_manifest(file, &config)?;
     let text = explain_text(&manifest);
     Ok(Success::new(
         json!({"file": file, "explanation": text}),
         text,
     ))
+}
+
+/// What the store says of an installed connector: its content hash (its
+/// files hashed again just now), who signed it, and the operator's pins.
+fn explain_installed(
+    entry: &crate::provenance::Entry,
+    pins: &crate::provenance::pins::OperatorPins,
+) -> String {
+    use crate::provenance::SignatureStatus;
+    let signature = match &entry.signature {
+        SignatureStatus::Signed { authority, key_id } => {
+            format!("signed by key {key_id}, which the keyring trusts for {authority}")
+        }
+        SignatureStatus::Unsigned => "unsigned".to_string(),
+        SignatureStatus::Untrusted { authority, key_id } => format!(
+            "signed by key {key_id}, which the keyring does not trust for {authority}: the daemon will not serve it"
+        ),
+        SignatureStatus::Invalid { why } => {
+            format!("a signature that does not hold ({why}): the daemon will not serve it")
+        }
+    };
+    let pinned = match pins.programs.len() {
+        0 => "no operator pins".to_string(),
+        n => format!("{n} program(s) pinned by the operator beside it"),
+    };
+    format!(
+        "Installed in the store at {} as content {} (its files hashed again just now and matching); {signature}; {pinned}. The daemon serves it, checks these files again before every spawn, and records this hash and signer with every decision.\n",
+        crate::printable::printable(&entry.dir.display().to_string()),
+        entry.hash()
+    )
 }
 
 /// `manifest init`: a starting manifest for `programs`, each pinned, with
