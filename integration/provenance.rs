@@ -758,8 +758,9 @@ fn an_entry_edited_after_install_is_listed_with_both_hashes() {
     assert_ne!(code, Some(0), "{v}");
 }
 
-/// A `spawnd serve` for a site (as root): its store and keyring, an empty
-/// manifests directory, its own socket; killed when dropped.
+/// A `spawnd serve` for a site, run by the site's user: its store and
+/// keyring, an empty manifests directory, its own socket; killed when
+/// dropped.
 struct Served {
     child: std::process::Child,
     socket: PathBuf,
@@ -805,8 +806,20 @@ impl Site {
             ),
         )
         .unwrap();
-        let child = Command::new(&world().spawnd)
+        let mut command = match self.who {
+            As::Root => Command::new(&world().spawnd),
+            As::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(&world().spawnd);
+                c
+            }
+        };
+        let child = command
             .args(["--config", config.to_str().unwrap(), "serve"])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", "/nonexistent")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -900,7 +913,13 @@ fn installed_hashes(s: &Site) -> std::collections::BTreeMap<String, String> {
 
 #[test]
 fn the_daemon_serves_installed_connectors_pinned_by_version_and_hash() {
-    let s = Site::new("serve-pins", As::Root);
+    for who in BOTH {
+        serving_installed_connectors_pinned_by_version_and_hash_as(who);
+    }
+}
+
+fn serving_installed_connectors_pinned_by_version_and_hash_as(who: As) {
+    let s = Site::new("serve-pins", who);
     let name = "github://acme/hello";
     let key = s.keygen("acme");
     s.trust("github://acme", &s.path("acme.pub"));
@@ -968,11 +987,38 @@ fn the_daemon_serves_installed_connectors_pinned_by_version_and_hash() {
     let denied = daemon.records_with("connector_pin_mismatch");
     assert!(!denied.is_empty());
     assert!(daemon.records_with("connector_version_required").len() == 1);
+    // A version installed while the daemon runs is served after a reload,
+    // and the reload record names it.
+    let dir = s.echo_connector("hello-3.0.0", name, "3.0.0", "three");
+    s.sign(&dir, &key);
+    s.ok(&["connector", "install", dir.to_str().unwrap()]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    while daemon.records_with("\"event\":\"reload\"").is_empty() {
+        assert!(start.elapsed().as_secs() < 20, "no reload record");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let reload = &daemon.records_with("\"event\":\"reload\"")[0];
+    assert_eq!(reload["added"][0]["version"], "3.0.0", "{reload}");
+    assert_eq!(
+        daemon.run(name, "hello", serde_json::json!({"version": "3.0.0"})),
+        Ok("three\n".to_string())
+    );
 }
 
 #[test]
 fn a_stored_manifest_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes() {
-    let s = Site::new("serve-tamper", As::Root);
+    for who in BOTH {
+        a_stored_manifest_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes_as(who);
+    }
+}
+
+fn a_stored_manifest_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes_as(who: As) {
+    let s = Site::new("serve-tamper", who);
     let name = "github://acme/tampered";
     let dir = s.echo_connector("tampered", name, "1.0.0", "fine");
     s.ok(&["connector", "install", dir.to_str().unwrap()]);
@@ -1164,7 +1210,13 @@ fn run_checks_the_provenance_hash_against_the_files_beside_the_manifest() {
 
 #[test]
 fn a_shipped_program_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes() {
-    let s = Site::new("serve-shipped", As::Root);
+    for who in BOTH {
+        a_shipped_program_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes_as(who);
+    }
+}
+
+fn a_shipped_program_edited_under_the_daemon_refuses_the_next_spawn_naming_both_hashes_as(who: As) {
+    let s = Site::new("serve-shipped", who);
     let name = "github://acme/shipped";
     let dir = s.shipping("shipped", TOOL_SCRIPT);
     s.ok(&["connector", "install", dir.to_str().unwrap()]);
