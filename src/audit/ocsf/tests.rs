@@ -260,7 +260,7 @@ fn every_kind() -> Vec<Map<String, Value>> {
             "decision",
             2,
             spawn,
-            json!({"decision": "allowed", "connector": "local://t/x", "connector_version": "1.2.0", "manifest_sha256": "sha256:3333", "manifest_path": "/etc/spawnd/x.toml", "caller": full_caller(), "op": "py", "program": {"declared": "python3", "resolved": "/usr/bin/python3.12", "sha256": SHA_PROGRAM, "pinned": true}, "argv_shape": "python3 -c {code}", "env_keys": ["PATH", "HOME"], "credential_keys": ["TOKEN"], "cwd": "/work/app", "fs": {"read": ["/work/app"], "write": [], "exec": []}, "workspace": "/work/app", "isolation": {"namespaces": ["user", "mount"], "landlock_abi": 6, "seccomp_filter": "f1", "limits_via": "cgroup", "uid": 65534, "gid": 65534, "missing_read_scopes": [], "tmpfs": {"tmp_bytes": 1, "tmp_exec": false, "dev_shm_bytes": 1}}, "network_granted": ["api.example.com:443"], "action": ["spawn:py", "network:api.example.com:443", "network:10.0.0.5:22"], "network_learning": "record"}),
+            json!({"decision": "allowed", "connector": "local://t/x", "connector_version": "1.2.0", "connector_hash": SHA_PROGRAM, "connector_signature": "signed", "connector_signer": "0123456789abcdef", "manifest_sha256": "sha256:3333", "manifest_path": "/etc/spawnd/x.toml", "caller": full_caller(), "op": "py", "program": {"declared": "python3", "resolved": "/usr/bin/python3.12", "sha256": SHA_PROGRAM, "pinned": true}, "argv_shape": "python3 -c {code}", "env_keys": ["PATH", "HOME"], "credential_keys": ["TOKEN"], "cwd": "/work/app", "fs": {"read": ["/work/app"], "write": [], "exec": []}, "workspace": "/work/app", "isolation": {"namespaces": ["user", "mount"], "landlock_abi": 6, "seccomp_filter": "f1", "limits_via": "cgroup", "uid": 65534, "gid": 65534, "missing_read_scopes": [], "tmpfs": {"tmp_bytes": 1, "tmp_exec": false, "dev_shm_bytes": 1}}, "network_granted": ["api.example.com:443"], "action": ["spawn:py", "network:api.example.com:443", "network:10.0.0.5:22"], "network_learning": "record"}),
         ),
         enveloped(
             "attach",
@@ -708,6 +708,21 @@ fn what_has_no_ocsf_attribute_is_in_unmapped() {
     );
     assert_eq!(decision["network_granted"], json!(["api.example.com:443"]));
     assert_eq!(decision["connector"], "local://t/x");
+    // The connector's (version, hash, signer) beside its name.
+    assert_eq!(
+        (
+            &decision["connector_version"],
+            &decision["connector_hash"],
+            &decision["connector_signature"],
+            &decision["connector_signer"]
+        ),
+        (
+            &json!("1.2.0"),
+            &json!(SHA_PROGRAM),
+            &json!("signed"),
+            &json!("0123456789abcdef")
+        )
+    );
     let unstarted = &events[13];
     assert_eq!(unstarted["unmapped"]["cwd"], "fresh_temp", "{unstarted}");
     let denied = &events[10]["unmapped"];
