@@ -52,7 +52,7 @@ impl ProgramInspector for Fixed {
         Ok(self.0.clone())
     }
 
-    fn recheck_installed(
+    fn recheck_verified(
         &mut self,
         _: &spawnd::manifest::Verified,
         _: &[(std::path::PathBuf, spawnd::manifest::Sha256Digest)],

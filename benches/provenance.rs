@@ -7,7 +7,7 @@
 //! program is a copy of `true` padded to 8 MiB, the size of a typical CLI,
 //! so hashing it is part of both ways, as the gate always hashes the
 //! program it runs. The check itself is timed in-process too
-//! (`recheck_installed` with the program's digest given, as the gate calls
+//! (`recheck_verified` with the program's digest given, as the gate calls
 //! it). Run as root: `cargo bench --bench provenance` (`scripts/bench` runs
 //! it); SPAWND_BENCH_N sets the count.
 
@@ -106,7 +106,7 @@ fn recheck_alone(store: &Path, n: usize) -> (Duration, Duration) {
         let mut times: Vec<Duration> = (0..n)
             .map(|_| {
                 let t = Instant::now();
-                spawnd::provenance::recheck::recheck_installed(&installed, hashed)
+                spawnd::provenance::recheck::recheck_verified(&installed, hashed)
                     .expect("unchanged");
                 t.elapsed()
             })
@@ -196,7 +196,7 @@ fn main() {
         ));
     }
     table.push_str(&format!(
-        "\nThe check alone (`recheck_installed`, median of 200): {:.1} µs with the program's digest the gate took, {:.1} µs reading the program again.\n",
+        "\nThe check alone (`recheck_verified`, median of 200): {:.1} µs with the program's digest the gate took, {:.1} µs reading the program again.\n",
         check.as_secs_f64() * 1e6,
         rereading.as_secs_f64() * 1e6
     ));

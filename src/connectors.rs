@@ -185,7 +185,7 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
         );
     }
     if let Some(installed) = &m.verified {
-        if let Err(changed) = crate::provenance::recheck::recheck_installed(installed, &[]) {
+        if let Err(changed) = crate::provenance::recheck::recheck_verified(installed, &[]) {
             let found = changed.found.map_or("unreadable".into(), |h| h.to_string());
             return (
                 "not_configured",

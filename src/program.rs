@@ -50,12 +50,12 @@ impl ProgramInspector for ProgramOpener {
         Ok(facts)
     }
 
-    fn recheck_installed(
+    fn recheck_verified(
         &mut self,
-        installed: &crate::manifest::Verified,
+        verified: &crate::manifest::Verified,
         hashed: &[(PathBuf, Sha256Digest)],
     ) -> Result<(), crate::policy::ContentChanged> {
-        crate::provenance::recheck::recheck_installed(installed, hashed)
+        crate::provenance::recheck::recheck_verified(verified, hashed)
     }
 }
 

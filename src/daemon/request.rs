@@ -388,7 +388,7 @@ mod tests {
             Err(ProgramFault::Missing { path: path.into() })
         }
 
-        fn recheck_installed(
+        fn recheck_verified(
             &mut self,
             _installed: &crate::manifest::Verified,
             _hashed: &[(std::path::PathBuf, crate::manifest::Sha256Digest)],

@@ -1,5 +1,6 @@
 //! Which served connector a request is decided under, and whether an
-//! installed one is still the bytes it was installed as
+//! verified one (installed, or a manifest file stating `provenance_hash`)
+//! is still the bytes it was verified as at load
 //! (docs/provenance.md, "Served from the store").
 //!
 //! Several versions of one connector may be served at once (each installed
@@ -131,18 +132,18 @@ fn versions(served: &[&Manifest]) -> String {
 /// verified and loaded with (the content hash), the program's digest taken
 /// as the gate opened it reused rather than read again. A difference
 /// refuses the spawn, naming both content hashes.
-pub(super) fn check_installed_content(
+pub(super) fn check_verified_content(
     ctx: &GateContext,
     manifest: &Manifest,
     program: &ProgramPlan,
     programs: &mut dyn ProgramInspector,
 ) -> Result<(), Box<Denial>> {
-    let Some(installed) = &manifest.verified else {
+    let Some(verified) = &manifest.verified else {
         return Ok(());
     };
     let hashed: [(PathBuf, Sha256Digest); 1] = [(program.resolved.clone(), program.sha256)];
     programs
-        .recheck_installed(installed, &hashed)
+        .recheck_verified(verified, &hashed)
         .map_err(|changed| {
             let found = changed
                 .found
@@ -152,21 +153,21 @@ pub(super) fn check_installed_content(
                 Reason::ConnectorHashMismatch,
                 ctx.connector,
                 format!("connector:{name} {found}"),
-                vec![format!("connector:{name} {}", installed.content)],
-                if installed.installed {
+                vec![format!("connector:{name} {}", verified.content)],
+                if verified.installed {
                     format!(
                         "installed connector {name} was verified as {} and its stored files are now {found} ({}): they changed after install; find out who changed {}, then reinstall it from its source with `spawnd connector install`",
-                        installed.content,
+                        verified.content,
                         changed.what,
-                        installed.dir.display()
+                        verified.dir.display()
                     )
                 } else {
                     format!(
                         "connector {name} (manifest {}) was verified at load as {} and its files are now {found} ({}): they changed since the daemon loaded them; find out who changed {}, then restore them and reload the daemon",
                         manifest.source,
-                        installed.content,
+                        verified.content,
                         changed.what,
-                        installed.dir.display()
+                        verified.dir.display()
                     )
                 },
             )

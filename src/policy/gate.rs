@@ -5,7 +5,7 @@
 use super::checks::{
     arg_denial, check_bindings, check_cwd, check_env, check_path_values, check_program,
 };
-use super::connector::{check_installed_content, check_pin};
+use super::connector::{check_verified_content, check_pin};
 use super::decision::{shown, Decision, Denial};
 use super::executables::check_executables;
 use super::inspector::ProgramInspector;
@@ -77,7 +77,7 @@ fn gate(
     check_path_values(ctx, op, &args, &fs, caller)?;
     let program = check_program(ctx, spawn, op, caller, programs, require_pin(ctx))?;
     let exec = check_executables(ctx, spawn, op, caller, programs, &program, require_pin(ctx))?;
-    check_installed_content(ctx, manifest, &program, programs)?;
+    check_verified_content(ctx, manifest, &program, programs)?;
     let (env, env_values) = check_env(ctx, spawn, &req.env)?;
     let cwd = check_cwd(ctx, spawn, req.cwd.as_deref(), caller, &fs)?;
     check_bindings(ctx, spawn)?;

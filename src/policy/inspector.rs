@@ -1,8 +1,9 @@
 //! The one impure step the gate takes: looking at files. The gate asks a
 //! `ProgramInspector`; the real one (`crate::program::ProgramOpener`) opens
 //! the program once, checks it and hashes it through that same descriptor,
-//! and keeps the descriptor for execution; for an installed connector it
-//! also checks the entry's stored files against their digests at load.
+//! and keeps the descriptor for execution; for a connector verified at load
+//! (installed, or a manifest file stating `provenance_hash`) it also
+//! checks its files against their digests at load.
 //! Tests use a table instead.
 
 use std::path::{Path, PathBuf};
@@ -49,7 +50,7 @@ pub enum ProgramFault {
     },
 }
 
-/// How an installed connector's stored files differ from what was loaded.
+/// How a verified connector's files differ from what was loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentChanged {
     /// What differs: a file changed, added or removed, or why it could not
@@ -65,14 +66,14 @@ pub trait ProgramInspector {
     /// Opens, checks and hashes the program at `path` (symlinks followed).
     fn inspect(&mut self, path: &Path) -> Result<ProgramFacts, ProgramFault>;
 
-    /// Checks that the installed connector's stored files are still those
+    /// Checks that the verified connector's files are still those
     /// it was loaded with: the same names in `bin/`, each file's digest as
     /// at load. `hashed` holds digests this spawn already took (the
     /// program's, by resolved path), used instead of reading those files
     /// again.
-    fn recheck_installed(
+    fn recheck_verified(
         &mut self,
-        installed: &Verified,
+        verified: &Verified,
         hashed: &[(PathBuf, Sha256Digest)],
     ) -> Result<(), ContentChanged>;
 }

@@ -36,7 +36,7 @@ pub(super) const EMPTY: &str =
 pub(super) struct FakePrograms {
     pub files: BTreeMap<PathBuf, ProgramFacts>,
     pub calls: Cell<usize>,
-    /// What `recheck_installed` finds changed (nothing by default), and
+    /// What `recheck_verified` finds changed (nothing by default), and
     /// the digests it was handed.
     pub installed_change: Option<ContentChanged>,
     pub rechecked: Vec<(PathBuf, Sha256Digest)>,
@@ -77,7 +77,7 @@ impl ProgramInspector for FakePrograms {
             .ok_or(ProgramFault::Missing { path: path.into() })
     }
 
-    fn recheck_installed(
+    fn recheck_verified(
         &mut self,
         _installed: &crate::manifest::Verified,
         hashed: &[(PathBuf, Sha256Digest)],

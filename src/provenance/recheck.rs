@@ -1,4 +1,5 @@
-//! Before each spawn of an installed connector, its stored files checked
+//! Before each spawn of a verified connector (installed, or a served
+//! manifest file stating `provenance_hash`), its files checked
 //! against the digests it was loaded with ([`Verified`]): the names in
 //! `bin/` and each file's SHA-256, the program's taken from the digest the
 //! gate computed as it opened it, so the program is read once per spawn
@@ -17,16 +18,16 @@ use super::content::{hash_shipped_files, MAX_MANIFEST_BYTES, SHIPPED_DIR};
 use crate::manifest::{Sha256Digest, Verified};
 use crate::policy::ContentChanged;
 
-/// Checks `installed`'s stored files; `hashed` holds digests already taken
+/// Checks `verified`'s files; `hashed` holds digests already taken
 /// this spawn, by resolved path.
-pub fn recheck_installed(
-    installed: &Verified,
+pub fn recheck_verified(
+    verified: &Verified,
     hashed: &[(PathBuf, Sha256Digest)],
 ) -> Result<(), ContentChanged> {
-    first_difference(installed, hashed).map_or(Ok(()), |what| {
+    first_difference(verified, hashed).map_or(Ok(()), |what| {
         Err(ContentChanged {
             what,
-            found: content_now(installed),
+            found: content_now(verified),
         })
     })
 }
@@ -41,14 +42,14 @@ fn content_now(verified: &Verified) -> Option<Sha256Digest> {
 }
 
 /// What differs first, if anything.
-fn first_difference(installed: &Verified, hashed: &[(PathBuf, Sha256Digest)]) -> Option<String> {
+fn first_difference(verified: &Verified, hashed: &[(PathBuf, Sha256Digest)]) -> Option<String> {
     let prefix = format!("{SHIPPED_DIR}/");
-    let loaded: Vec<&str> = installed
+    let loaded: Vec<&str> = verified
         .files
         .iter()
         .filter_map(|(path, _)| path.strip_prefix(&prefix))
         .collect();
-    let names = match shipped_names(&installed.dir) {
+    let names = match shipped_names(&verified.dir) {
         Ok(names) => names,
         Err(e) => return Some(e.to_string()),
     };
@@ -59,9 +60,9 @@ fn first_difference(installed: &Verified, hashed: &[(PathBuf, Sha256Digest)]) ->
             loaded.join(", ")
         ));
     }
-    let last = installed.files.len().saturating_sub(1);
-    for (i, (rel, expected)) in installed.files.iter().enumerate() {
-        let path = installed.dir.join(rel);
+    let last = verified.files.len().saturating_sub(1);
+    for (i, (rel, expected)) in verified.files.iter().enumerate() {
+        let path = verified.dir.join(rel);
         let known = hashed.iter().find(|(p, _)| *p == path).map(|(_, h)| *h);
         // The stream ends with the manifest, which spawnd reads only so far.
         let limit = if i == last {
