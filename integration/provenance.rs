@@ -1297,6 +1297,24 @@ fn a_served_manifest_files_shipped_program_is_checked_against_its_provenance_has
     );
 }
 
+impl Site {
+    /// Names the store through a link: `[connectors] store` becomes
+    /// DIR/via/store, `via` a link to DIR/real. Returns both.
+    fn store_through_link(&self) -> (PathBuf, PathBuf) {
+        let real = self.path("real");
+        std::fs::create_dir_all(&real).unwrap();
+        chmod(&real, 0o755);
+        let link = self.path("via");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let config = std::fs::read_to_string(&self.config).unwrap().replace(
+            &format!("{}/store", self.dir.display()),
+            &format!("{}/store", link.display()),
+        );
+        std::fs::write(&self.config, config).unwrap();
+        (real, link)
+    }
+}
+
 /// The store named through a symbolic link (`[connectors] store` at a link
 /// to the real directory): `{connector}` must expand at the entry's
 /// resolved directory, the one the per-spawn check reads, so the program
@@ -1306,17 +1324,7 @@ fn a_served_manifest_files_shipped_program_is_checked_against_its_provenance_has
 fn a_store_named_through_a_link_retargeted_after_load_is_caught_before_the_spawn() {
     let s = Site::new("serve-store-link", As::Root);
     let name = "github://acme/shipped";
-    // [connectors] store = DIR/via/store, `via` a link to `real`.
-    let real = s.path("real");
-    std::fs::create_dir_all(&real).unwrap();
-    chmod(&real, 0o755);
-    let link = s.path("via");
-    std::os::unix::fs::symlink(&real, &link).unwrap();
-    let config = std::fs::read_to_string(&s.config).unwrap().replace(
-        &format!("{}/store", s.dir.display()),
-        &format!("{}/store", link.display()),
-    );
-    std::fs::write(&s.config, config).unwrap();
+    let (real, link) = s.store_through_link();
     // Without fs_exec the program runs from the descriptor the gate opened.
     let dir = s.shipping("shipped", TOOL_SCRIPT);
     let m = std::fs::read_to_string(dir.join("manifest.toml"))
@@ -1362,16 +1370,7 @@ fn a_store_named_through_a_link_retargeted_after_load_is_caught_before_the_spawn
 #[test]
 fn a_shipped_program_runs_from_a_store_named_through_a_link() {
     let s = Site::new("serve-store-via", As::Root);
-    let real = s.path("real");
-    std::fs::create_dir_all(&real).unwrap();
-    chmod(&real, 0o755);
-    let link = s.path("via");
-    std::os::unix::fs::symlink(&real, &link).unwrap();
-    let config = std::fs::read_to_string(&s.config).unwrap().replace(
-        &format!("{}/store", s.dir.display()),
-        &format!("{}/store", link.display()),
-    );
-    std::fs::write(&s.config, config).unwrap();
+    s.store_through_link();
     let dir = s.shipping("shipped", TOOL_SCRIPT);
     s.ok(&["connector", "install", dir.to_str().unwrap()]);
     let daemon = s.serve();

@@ -5,7 +5,7 @@
 use super::checks::{
     arg_denial, check_bindings, check_cwd, check_env, check_path_values, check_program,
 };
-use super::connector::{check_verified_content, check_pin};
+use super::connector::{check_pin, check_verified_content};
 use super::decision::{shown, Decision, Denial};
 use super::executables::check_executables;
 use super::inspector::ProgramInspector;
