@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Who runs spawnd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -929,6 +929,19 @@ fn serving_installed_connectors_pinned_by_version_and_hash_as(who: As) {
         s.ok(&["connector", "install", dir.to_str().unwrap()]);
     }
     let hashes = installed_hashes(&s);
+    // `spawnd connectors` shows each installed version with its hash.
+    let (v, code) = s.json(&["connectors"]);
+    assert_eq!(code, Some(0), "{v}");
+    let listed = &v["data"]["connectors"][format!("{name}@2.0.0")];
+    assert_eq!(
+        (&listed["hash"], &listed["signature"], &listed["status"]),
+        (
+            &json!(hashes["2.0.0"]),
+            &json!("signed"),
+            &json!("connected")
+        ),
+        "{v}"
+    );
     // `manifest explain` names an installed connector's hash and signer.
     let explained = s.ok(&["manifest", "explain", &nv(name, "1.0.0")]);
     assert!(

@@ -25,14 +25,22 @@ pub fn all(manifests: &Manifests) -> impl Iterator<Item = &Manifest> {
 /// connectors installed in the store. A file writable by group or others,
 /// or owned by neither root nor spawnd's user, is refused, and so is a
 /// second manifest with an FQN already loaded from a file, or a version
-/// already served (the error names both).
+/// already served (the error names both). A `[server] manifests` entry that
+/// does not exist is an error, except the default directory on a host
+/// whose store serves connectors.
 pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
+    let mut missing_default = None;
     for entry in &config.server.manifests {
         // Not followed: a link that leads nowhere is read_checked's to name.
         if let Err(e) = std::fs::symlink_metadata(entry) {
             if e.kind() == std::io::ErrorKind::NotFound {
-                return Err(missing_entry(entry, config.source.as_deref()));
+                let error = missing_entry(entry, config.source.as_deref());
+                if config.server.manifests == [PathBuf::from(super::DEFAULT_MANIFESTS)] {
+                    missing_default = Some(error);
+                    continue;
+                }
+                return Err(error);
             }
         }
         if entry.is_dir() {
@@ -87,7 +95,11 @@ pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
         }
         out.insert(name, vec![manifest]);
     }
-    for manifest in installed(config, options)? {
+    let installed = installed(config, options)?;
+    if let Some(error) = missing_default.filter(|_| installed.is_empty()) {
+        return Err(error);
+    }
+    for manifest in installed {
         let name = manifest.connector.name.to_string();
         let versions = out.entry(name.clone()).or_default();
         if let Some(first) = versions.iter().find(|m| {

@@ -15,6 +15,9 @@ use crate::policy::AccessRule;
 
 mod credentials;
 pub mod manifests;
+
+/// Where `[server] manifests` looks when the config does not say.
+pub const DEFAULT_MANIFESTS: &str = "/etc/spawnd/manifests";
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -875,7 +878,7 @@ fn server_config(
         socket_group: raw.socket_group,
         manifests: raw
             .manifests
-            .unwrap_or_else(|| vec!["/etc/spawnd/manifests".into()]),
+            .unwrap_or_else(|| vec![DEFAULT_MANIFESTS.into()]),
         max_connections: raw.max_connections.unwrap_or(256),
         max_connections_per_uid: raw.max_connections_per_uid.unwrap_or(64).max(1),
         max_frame_bytes: raw.max_frame_bytes.unwrap_or(1 << 20),
