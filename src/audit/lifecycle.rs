@@ -183,12 +183,14 @@ pub fn start(
     }))
 }
 
-/// A reload taken: what changed between `old` and `new`, each connector
-/// version on its own (a new version of a served connector is added).
+/// A reload taken: what changed between `old` and `new`. A connector
+/// served before and now is the same one when its version or its manifest
+/// file is (a file edited to another version has changed; an installed
+/// version beside others, each in its own entry, is added or removed).
 pub fn reload(old: &[Served], new: &[Served]) -> Map<String, Value> {
     let find = |list: &[Served], s: &Served| {
         list.iter()
-            .find(|o| o.connector == s.connector && o.version == s.version)
+            .find(|o| o.connector == s.connector && (o.version == s.version || o.path == s.path))
             .cloned()
     };
     let added: Vec<Value> = new
@@ -209,6 +211,7 @@ pub fn reload(old: &[Served], new: &[Served]) -> Map<String, Value> {
                 let mut v = s.json();
                 v["previous_path"] = json!(was.path);
                 v["previous_sha256"] = json!(was.sha256);
+                v["previous_version"] = json!(was.version);
                 v
             })
         })
