@@ -799,7 +799,7 @@ impl Site {
         std::fs::write(
             &config,
             format!(
-                "{}\n[server]\nsocket = \"{}\"\nmanifests = [\"{}\"]\n",
+                "{}\n[server]\nsocket = \"{}\"\nsocket_mode = \"0666\"\nmanifests = [\"{}\"]\n",
                 std::fs::read_to_string(&self.config).unwrap(),
                 socket.display(),
                 manifests.display()
@@ -999,6 +999,44 @@ fn serving_installed_connectors_pinned_by_version_and_hash_as(who: As) {
     }
     let denied = daemon.records_with("connector_pin_mismatch");
     assert!(!denied.is_empty());
+    if who == As::Root {
+        // A peer the access rules refuse learns nothing of the versions, and
+        // its refusal record names none: none was chosen.
+        let ask = format!(
+            "import socket, json\ns = socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(json.dumps({{'jsonrpc': '2.0', 'id': 1, 'method': 'spawn_op', 'params': {{'connector': {:?}, 'op': 'hello', 'args': {{}}}}}}).encode() + b'\\n')\nprint(s.makefile().readline())",
+            daemon.socket.display().to_string(),
+            name
+        );
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                &ask,
+            ])
+            .output()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(
+            answer["error"]["data"]["reason"], "caller_not_allowed",
+            "{answer}"
+        );
+        assert!(!answer.to_string().contains(&hashes["1.0.0"]), "{answer}");
+        let refused = daemon.records_with("caller_not_allowed");
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            (
+                &refused[0]["connector_version"],
+                &refused[0]["connector_hash"]
+            ),
+            (&Value::Null, &Value::Null),
+            "{:?}",
+            refused[0]
+        );
+    }
     assert!(daemon.records_with("connector_version_required").len() == 1);
     // A version installed while the daemon runs is served after a reload,
     // and the reload record names it.
