@@ -184,8 +184,32 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
             )),
         );
     }
-    if let Some(installed) = &m.verified {
-        if let Err(changed) = crate::provenance::recheck::recheck_verified(installed, &[]) {
+    // Each program hashed once: its own pin check and the verified
+    // connector's recheck (which would otherwise read it again) share it.
+    let programs: Vec<_> = m
+        .spawn
+        .iter()
+        .flat_map(|s| &s.programs)
+        .map(|program| {
+            // A program's path always expands (never anchored at the workspace).
+            let path = program
+                .path
+                .expand(&crate::manifest::Anchors {
+                    home,
+                    workspace: None,
+                    connector: m.dir.as_deref(),
+                })
+                .unwrap_or_default();
+            let hash = crate::program::hash_path(&path);
+            (program, path, hash)
+        })
+        .collect();
+    if let Some(verified) = &m.verified {
+        let hashed: Vec<_> = programs
+            .iter()
+            .filter_map(|(_, path, hash)| hash.as_ref().ok().map(|h| (path.clone(), *h)))
+            .collect();
+        if let Err(changed) = crate::provenance::recheck::recheck_verified(verified, &hashed) {
             let found = changed.found.map_or("unreadable".into(), |h| h.to_string());
             return (
                 "not_configured",
@@ -193,9 +217,9 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
                     "error",
                     format!(
                         "verified as {} and its files are now {found} ({}); {}",
-                        installed.content,
+                        verified.content,
                         changed.what,
-                        if installed.installed {
+                        if verified.installed {
                             "reinstall it"
                         } else {
                             "restore them and reload the daemon"
@@ -227,17 +251,8 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
             );
         }
     }
-    for program in &spawn.programs {
-        // A program's path always expands (never anchored at the workspace).
-        let path = program
-            .path
-            .expand(&crate::manifest::Anchors {
-                home,
-                workspace: None,
-                connector: m.dir.as_deref(),
-            })
-            .unwrap_or_default();
-        let hash = match crate::program::hash_path(&path) {
+    for (program, path, hash) in &programs {
+        let hash = match hash {
             Ok(h) => h,
             Err(e) => {
                 return (
@@ -246,9 +261,9 @@ fn judge(config: &Config, m: &Manifest, home: &Path) -> Verdict {
                 )
             }
         };
-        let operator_pin = m.verified.as_ref().and_then(|i| i.pins.get(&path));
+        let operator_pin = m.verified.as_ref().and_then(|i| i.pins.get(path));
         if let Some(pinned) = program.hash.as_ref().or(operator_pin) {
-            if pinned != &hash {
+            if pinned != hash {
                 return (
                     "not_configured",
                     Some((
