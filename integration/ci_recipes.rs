@@ -102,10 +102,7 @@ fn sh(who: As, cwd: &Path, script: &str, env: &BTreeMap<String, String>) -> std:
     };
     cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", script])
         .env_clear()
-        .env(
-            "PATH",
-            format!("{}:/usr/bin:/bin", spawnd_bin().display()),
-        )
+        .env("PATH", format!("{}:/usr/bin:/bin", spawnd_bin().display()))
         .env("HOME", "/nonexistent")
         .envs(env)
         .current_dir(cwd)
@@ -232,7 +229,12 @@ fn shell_script(who: As) {
     let (dir, co) = checkout_with_manifests(who, "shell");
     let script = dir.join("ci.sh");
     std::fs::write(&script, recipes()["shell"].as_str().unwrap()).unwrap();
-    let out = sh(who, &co, &format!("sh {}", script.display()), &BTreeMap::new());
+    let out = sh(
+        who,
+        &co,
+        &format!("sh {}", script.display()),
+        &BTreeMap::new(),
+    );
     assert!(out.status.success(), "shell {who:?}: {}", show(&out));
     let labels: Vec<String> = ["install", "build", "test"]
         .iter()
@@ -342,7 +344,11 @@ fn gitlab_job(who: As) {
     let out = sh(who, &co, &lines("script"), &env);
     assert!(out.status.success(), "gitlab {who:?}: {}", show(&out));
     let after = sh(who, &co, &lines("after_script"), &env);
-    assert!(after.status.success(), "gitlab after_script {who:?}: {}", show(&after));
+    assert!(
+        after.status.success(),
+        "gitlab after_script {who:?}: {}",
+        show(&after)
+    );
     let artifacts = job["artifacts"]["paths"].as_array().unwrap();
     assert_eq!(artifacts.len(), 1);
     let results = co.join(artifacts[0].as_str().unwrap());

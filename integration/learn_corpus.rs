@@ -1,0 +1,645 @@
+//! A corpus of real CI steps, each run three ways as root and as nobody:
+//! directly, under `spawnd learn`, and under `spawnd run` with the draft
+//! learn wrote, nothing added. Each way starts from the same fresh
+//! workspace and is judged on the host by what the step left there.
+//!
+//! The steps: `tar` of a source under the host's `/tmp`, `git clone` from a
+//! `/tmp` path and a commit in the clone, `make` building C, `python3 -m
+//! unittest`, `pip install --target` from a local package index (a PEP 503
+//! index in a directory, read through `file://`), `cargo build --offline`
+//! with a toolchain under a home, and `go build` with vendored modules.
+//!
+//! The test prints a report (learned first try, rerun first try, REVIEW
+//! marks, and the time each way took) and fails naming every step that
+//! did not learn or rerun first try.
+
+#[path = "sandbox/harness.rs"]
+mod harness;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use harness::{world, As};
+
+/// One step of the corpus, set up for one runner.
+struct Step {
+    name: &'static str,
+    /// The workspace the step runs in (the current directory).
+    workspace: PathBuf,
+    command: Vec<String>,
+    /// Flags given to `learn` before `--` (scopes the step needs named).
+    learn_flags: Vec<String>,
+    /// Environment the step needs, given to each way (`learn --env K`).
+    env: Vec<(String, String)>,
+    /// Removes what the step made, so each way starts alike.
+    reset: Box<dyn Fn()>,
+    /// Whether the workspace shows the step's work; `Err` says what is missing.
+    done: Box<dyn Fn() -> Result<(), String>>,
+}
+
+/// How one step fared.
+struct Report {
+    name: &'static str,
+    who: As,
+    direct: Result<u128, String>,
+    learned: Result<u128, String>,
+    rerun: Result<u128, String>,
+    review_marks: usize,
+}
+
+fn uid_of(who: As) -> u32 {
+    if who.is_root() {
+        0
+    } else {
+        65534
+    }
+}
+
+/// A fresh directory owned by the runner, for one step.
+fn fresh(who: As, name: &str) -> PathBuf {
+    let dir = world().path(&format!("corpus-{who:?}/{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    own(who, &world().path(&format!("corpus-{who:?}")));
+    dir
+}
+
+/// Gives `path` (recursively) to the runner.
+fn own(who: As, path: &Path) {
+    let uid = uid_of(who);
+    let ok = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{uid}"))
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "chown {}", path.display());
+}
+
+/// `program args` as the runner, in `cwd`, with a plain environment.
+fn as_runner(
+    who: As,
+    cwd: &Path,
+    program: &str,
+    args: &[String],
+    home: &Path,
+    env: &[(String, String)],
+) -> Output {
+    let mut cmd = match who {
+        As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(program);
+            c
+        }
+        _ => Command::new(program),
+    };
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home)
+        .env("LANG", "C.UTF-8")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn show(out: &Output) -> String {
+    let tail = |b: &[u8]| {
+        let s = String::from_utf8_lossy(b);
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    };
+    format!(
+        "exit {:?}\n{}\n{}",
+        out.status.code(),
+        tail(&out.stdout),
+        tail(&out.stderr)
+    )
+}
+
+/// Runs `step` directly, under learn, and under the draft, in that order.
+fn try_step(who: As, step: Step) -> Report {
+    let w = world();
+    let spawnd = w.spawnd.display().to_string();
+    let config = w.config(who).display().to_string();
+    let slug: String = step
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let home = fresh(who, &format!("{slug}-home"));
+    let drafts = fresh(who, &format!("{slug}-drafts"));
+    let draft = drafts.join("draft.toml");
+    let timed = |out: Output, started: Instant| -> Result<u128, String> {
+        let ms = started.elapsed().as_millis();
+        if !out.status.success() {
+            return Err(show(&out));
+        }
+        (step.done)().map(|()| ms)
+    };
+
+    (step.reset)();
+    let started = Instant::now();
+    let out = as_runner(
+        who,
+        &step.workspace,
+        &step.command[0],
+        &step.command[1..],
+        &home,
+        &step.env,
+    );
+    let direct = timed(out, started);
+
+    (step.reset)();
+    let mut args: Vec<String> = vec![
+        "--config".into(),
+        config.clone(),
+        "learn".into(),
+        "--output".into(),
+        draft.display().to_string(),
+    ];
+    args.extend(step.learn_flags.iter().cloned());
+    for (k, _) in &step.env {
+        args.extend(["--env".to_string(), k.clone()]);
+    }
+    args.push("--".into());
+    args.extend(step.command.iter().cloned());
+    let started = Instant::now();
+    let out = as_runner(who, &step.workspace, &spawnd, &args, &home, &step.env);
+    let learned = timed(out, started);
+    let text = std::fs::read_to_string(&draft).unwrap_or_default();
+    let review_marks = text.lines().filter(|l| l.contains("REVIEW:")).count();
+
+    (step.reset)();
+    let args: Vec<String> = [
+        "--config",
+        &config,
+        "run",
+        "--manifest",
+        &draft.display().to_string(),
+        "--op",
+        "run",
+        "--workspace",
+        &step.workspace.display().to_string(),
+        "--mode",
+        "write",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = Instant::now();
+    let rerun = match learned {
+        Ok(_) => {
+            let out = as_runner(who, &step.workspace, &spawnd, &args, &home, &step.env);
+            timed(out, started).map_err(|e| format!("{e}\n--- the draft:\n{text}"))
+        }
+        Err(_) => Err("not learned".into()),
+    };
+    Report {
+        name: step.name,
+        who,
+        direct,
+        learned,
+        rerun,
+        review_marks,
+    }
+}
+
+fn file_exists(path: PathBuf) -> Box<dyn Fn() -> Result<(), String>> {
+    Box::new(move || match path.exists() {
+        true => Ok(()),
+        false => Err(format!("{} is missing", path.display())),
+    })
+}
+
+fn remove(path: PathBuf) -> Box<dyn Fn()> {
+    Box::new(move || {
+        let _ = std::fs::remove_dir_all(&path);
+        let _ = std::fs::remove_file(&path);
+    })
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// `tar czf out.tgz -C SRC .`, SRC under the host's /tmp, outside the workspace.
+fn tar_of_a_tmp_source(who: As) -> Step {
+    let ws = fresh(who, "tar");
+    let src = fresh(who, "tar-source");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("a.txt"), "a\n").unwrap();
+    std::fs::write(src.join("sub/b.txt"), "b\n").unwrap();
+    own(who, &src);
+    let out = ws.join("out.tgz");
+    let listed = out.clone();
+    Step {
+        name: "tar of a /tmp source",
+        workspace: ws.clone(),
+        command: vec![
+            "tar".into(),
+            "czf".into(),
+            "out.tgz".into(),
+            "-C".into(),
+            src.display().to_string(),
+            ".".into(),
+        ],
+        learn_flags: vec![],
+        env: vec![],
+        reset: remove(out),
+        done: Box::new(move || {
+            let list = Command::new("tar")
+                .arg("-tzf")
+                .arg(&listed)
+                .output()
+                .unwrap();
+            match String::from_utf8_lossy(&list.stdout).contains("sub/b.txt") {
+                true => Ok(()),
+                false => Err(format!("{} lacks sub/b.txt", listed.display())),
+            }
+        }),
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "safe.directory=*",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", "/nonexistent")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// `git clone ORIGIN clone`, ORIGIN a repository under the host's /tmp.
+fn git_clone_from_a_tmp_path(who: As) -> Step {
+    let ws = fresh(who, "git-clone");
+    let origin = fresh(who, "git-origin");
+    git(&origin, &["init", "-q", "-b", "main"]);
+    std::fs::write(origin.join("f"), "1\n").unwrap();
+    git(&origin, &["add", "f"]);
+    git(&origin, &["commit", "-q", "-m", "one"]);
+    own(who, &origin);
+    Step {
+        name: "git clone from /tmp",
+        workspace: ws.clone(),
+        command: vec![
+            "git".into(),
+            "clone".into(),
+            "-q".into(),
+            origin.display().to_string(),
+            "clone".into(),
+        ],
+        learn_flags: vec![],
+        env: vec![],
+        reset: remove(ws.join("clone")),
+        done: file_exists(ws.join("clone/f")),
+    }
+}
+
+/// `git commit` in a clone the runner owns.
+fn git_commit(who: As) -> Step {
+    let ws = fresh(who, "git-commit");
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("f"), "1\n").unwrap();
+    git(&ws, &["add", "f"]);
+    git(&ws, &["commit", "-q", "-m", "one"]);
+    own(who, &ws);
+    let count = {
+        let ws = ws.clone();
+        move || {
+            let out = Command::new("git")
+                .args(["-c", "safe.directory=*", "rev-list", "--count", "HEAD"])
+                .current_dir(&ws)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<u32>()
+                .unwrap_or(0)
+        }
+    };
+    let before = std::rc::Rc::new(std::cell::Cell::new(0));
+    let taken = before.clone();
+    let counted = count.clone();
+    Step {
+        name: "git commit",
+        workspace: ws.clone(),
+        command: strings(&[
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "step",
+        ]),
+        learn_flags: vec![],
+        env: vec![],
+        reset: Box::new(move || taken.set(count())),
+        done: Box::new(move || match counted() == before.get() + 1 {
+            true => Ok(()),
+            false => Err("no new commit".into()),
+        }),
+    }
+}
+
+/// `make` building and running a C program.
+fn make_builds_c(who: As) -> Step {
+    let ws = fresh(who, "make");
+    std::fs::write(
+        ws.join("hello.c"),
+        "#include <stdio.h>\nint main(void){puts(\"built and ran\");return 0;}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("Makefile"),
+        "run: hello\n\t./hello\nhello: hello.c\n\tcc -O2 -o hello hello.c\n",
+    )
+    .unwrap();
+    own(who, &ws);
+    Step {
+        name: "make (C)",
+        workspace: ws.clone(),
+        command: strings(&["make", "run"]),
+        learn_flags: vec![],
+        env: vec![],
+        reset: remove(ws.join("hello")),
+        done: file_exists(ws.join("hello")),
+    }
+}
+
+/// `python3 -B -m unittest` over a package.
+fn python_unittest(who: As) -> Step {
+    let ws = fresh(who, "unittest");
+    std::fs::create_dir_all(ws.join("pkg")).unwrap();
+    std::fs::write(
+        ws.join("pkg/__init__.py"),
+        "def double(x):\n    return 2 * x\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("test_pkg.py"),
+        "import unittest, pkg\nclass T(unittest.TestCase):\n    def test_double(self):\n        self.assertEqual(pkg.double(21), 42)\n        open('passed', 'w').close()\n",
+    )
+    .unwrap();
+    own(who, &ws);
+    Step {
+        name: "python3 -m unittest",
+        workspace: ws.clone(),
+        command: strings(&["python3", "-B", "-m", "unittest", "-v"]),
+        learn_flags: vec![],
+        env: vec![],
+        reset: remove(ws.join("passed")),
+        done: file_exists(ws.join("passed")),
+    }
+}
+
+/// A PEP 503 index in a directory under /tmp holding one wheel, `shout`.
+fn local_index() -> &'static Path {
+    static INDEX: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let root = world().path("corpus-index");
+        let src = root.join("src");
+        std::fs::create_dir_all(src.join("shout")).unwrap();
+        std::fs::write(
+            src.join("pyproject.toml"),
+            "[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"shout\"\nversion = \"1.0.0\"\n",
+        )
+        .unwrap();
+        std::fs::write(src.join("shout/__init__.py"), "def shout(t):\n    return t.upper()\n").unwrap();
+        let wheels = root.join("simple/shout");
+        std::fs::create_dir_all(&wheels).unwrap();
+        let built = Command::new("/usr/bin/python3")
+            .args(["-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w"])
+            .arg(&wheels)
+            .arg(&src)
+            .env("HOME", root.as_os_str())
+            .output()
+            .unwrap();
+        assert!(built.status.success(), "pip wheel: {built:?}");
+        let wheel = std::fs::read_dir(&wheels)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.ends_with(".whl"))
+            .unwrap();
+        std::fs::write(
+            wheels.join("index.html"),
+            format!("<!DOCTYPE html><html><body><a href=\"{wheel}\">{wheel}</a></body></html>\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("simple/index.html"),
+            "<!DOCTYPE html><html><body><a href=\"shout/\">shout</a></body></html>\n",
+        )
+        .unwrap();
+        let _ = std::fs::remove_dir_all(src.join("build"));
+        Command::new("chmod").args(["-R", "a+rX"]).arg(&root).status().unwrap();
+        root
+    })
+}
+
+/// `pip install --target .deps shout` from the local index.
+fn pip_install_from_a_local_index(who: As) -> Step {
+    let ws = fresh(who, "pip");
+    let index = format!("file://{}/simple", local_index().display());
+    Step {
+        name: "pip install --target (local index)",
+        workspace: ws.clone(),
+        command: vec![
+            "python3".into(),
+            "-m".into(),
+            "pip".into(),
+            "install".into(),
+            "-q".into(),
+            "--no-cache-dir".into(),
+            "--index-url".into(),
+            index,
+            "--target".into(),
+            ".deps".into(),
+            "shout".into(),
+        ],
+        learn_flags: vec![],
+        env: vec![],
+        reset: remove(ws.join(".deps")),
+        done: file_exists(ws.join(".deps/shout/__init__.py")),
+    }
+}
+
+/// This machine's Rust toolchain, hard-linked under a home anyone may
+/// read: `HOME/.rustup/toolchains/stable`.
+fn toolchain_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let home = world().path("corpus-toolchain-home");
+        let toolchains = home.join(".rustup/toolchains");
+        std::fs::create_dir_all(&toolchains).unwrap();
+        let sysroot = Command::new("rustc")
+            .args(["--print", "sysroot"])
+            .output()
+            .unwrap();
+        let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
+        let target = toolchains.join("stable");
+        let linked = Command::new("cp")
+            .arg("-al")
+            .arg(&sysroot)
+            .arg(&target)
+            .status()
+            .unwrap()
+            .success();
+        if !linked {
+            let copied = Command::new("cp")
+                .arg("-a")
+                .arg(&sysroot)
+                .arg(&target)
+                .status()
+                .unwrap();
+            assert!(copied.success(), "copying the toolchain {sysroot}");
+        }
+        for dir in [&home, &home.join(".rustup"), &toolchains] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        home
+    })
+}
+
+/// `cargo build --offline` of a crate with no dependencies, cargo and
+/// rustc from a toolchain under a home.
+fn cargo_build_offline(who: As) -> Step {
+    let ws = fresh(who, "cargo");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(
+        ws.join("Cargo.toml"),
+        "[package]\nname = \"hello\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() { println!(\"hi\"); }\n").unwrap();
+    own(who, &ws);
+    let toolchain = toolchain_home().join(".rustup/toolchains/stable");
+    let bin = toolchain.join("bin");
+    Step {
+        name: "cargo build --offline (toolchain in a home)",
+        workspace: ws.clone(),
+        command: vec![
+            bin.join("cargo").display().to_string(),
+            "build".into(),
+            "--offline".into(),
+            "-q".into(),
+        ],
+        learn_flags: vec!["--exec".into(), toolchain.display().to_string()],
+        env: vec![("RUSTC".into(), bin.join("rustc").display().to_string())],
+        reset: remove(ws.join("target")),
+        done: file_exists(ws.join("target/debug/hello")),
+    }
+}
+
+/// `go build -mod=vendor` of a module whose one dependency is vendored.
+fn go_build_vendored(who: As) -> Step {
+    let ws = fresh(who, "go");
+    let dep = ws.join("vendor/example.com/greet");
+    std::fs::create_dir_all(&dep).unwrap();
+    std::fs::write(
+        ws.join("go.mod"),
+        "module example.com/hello\n\ngo 1.19\n\nrequire example.com/greet v1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("main.go"),
+        "package main\n\nimport \"example.com/greet\"\n\nfunc main() { println(greet.Hello()) }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dep.join("greet.go"),
+        "package greet\n\nfunc Hello() string { return \"hello\" }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("vendor/modules.txt"),
+        "# example.com/greet v1.0.0\n## explicit\nexample.com/greet\n",
+    )
+    .unwrap();
+    own(who, &ws);
+    Step {
+        name: "go build -mod=vendor",
+        workspace: ws.clone(),
+        command: strings(&["go", "build", "-mod=vendor", "-o", "hello", "."]),
+        learn_flags: vec![],
+        env: vec![],
+        reset: remove(ws.join("hello")),
+        done: file_exists(ws.join("hello")),
+    }
+}
+
+fn cell(r: &Result<u128, String>) -> String {
+    match r {
+        Ok(ms) => format!("yes, {ms} ms"),
+        Err(_) => "no".into(),
+    }
+}
+
+#[test]
+fn the_corpus_learns_and_reruns_first_try() {
+    let steps: &[fn(As) -> Step] = &[
+        tar_of_a_tmp_source,
+        git_clone_from_a_tmp_path,
+        git_commit,
+        make_builds_c,
+        python_unittest,
+        pip_install_from_a_local_index,
+        cargo_build_offline,
+        go_build_vendored,
+    ];
+    let mut reports = Vec::new();
+    for who in [As::Root, As::Nobody] {
+        for make in steps {
+            reports.push(try_step(who, make(who)));
+        }
+    }
+    let mut table = String::from(
+        "| step | as | direct | learned first try | rerun first try | REVIEW marks |\n|---|---|---|---|---|---|\n",
+    );
+    let mut failures = Vec::new();
+    for r in &reports {
+        table.push_str(&format!(
+            "| {} | {:?} | {} | {} | {} | {} |\n",
+            r.name,
+            r.who,
+            cell(&r.direct),
+            cell(&r.learned),
+            cell(&r.rerun),
+            r.review_marks
+        ));
+        for (way, result) in [
+            ("direct", &r.direct),
+            ("learn", &r.learned),
+            ("rerun", &r.rerun),
+        ] {
+            if let Err(why) = result {
+                failures.push(format!("{} as {:?}, {way}: {why}", r.name, r.who));
+            }
+        }
+    }
+    eprintln!("{table}");
+    let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("learn-corpus.md");
+    std::fs::write(&report, &table).unwrap();
+    assert!(failures.is_empty(), "{}\n\n{table}", failures.join("\n\n"));
+}
