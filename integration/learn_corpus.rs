@@ -7,7 +7,9 @@
 //! `/tmp` path and a commit in the clone, `make` building C, `python3 -m
 //! unittest`, `pip install --target` from a local package index (a PEP 503
 //! index in a directory, read through `file://`), `cargo build --offline`
-//! with a toolchain under a home, and `go build` with vendored modules.
+//! with a toolchain under a home, `go build` with vendored modules, and
+//! `npm install` from a registry the test serves in a network namespace
+//! of its own (`world.rs`), learned with `--net forward`.
 //!
 //! The test prints a report (learned first try, rerun first try, REVIEW
 //! marks, and the time each way took) and fails naming every step that
@@ -15,6 +17,7 @@
 
 #[path = "sandbox/harness.rs"]
 mod harness;
+mod world;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 use harness::{world, As};
+use world::{World, WORLD_CIDR, WORLD_IP};
 
 /// One step of the corpus, set up for one runner.
 struct Step {
@@ -33,6 +37,10 @@ struct Step {
     learn_flags: Vec<String>,
     /// Environment the step needs, given to each way (`learn --env K`).
     env: Vec<(String, String)>,
+    /// What each way runs inside (`ip netns exec WORLD` for a step that
+    /// reaches a test's servers), and the operator config then.
+    within: Vec<String>,
+    config: Option<PathBuf>,
     /// Removes what the step made, so each way starts alike.
     reset: Box<dyn Fn()>,
     /// Whether the workspace shows the step's work; `Err` says what is missing.
@@ -80,30 +88,26 @@ fn own(who: As, path: &Path) {
 }
 
 /// `program args` as the runner, in `cwd`, with a plain environment.
-fn as_runner(
-    who: As,
-    cwd: &Path,
-    program: &str,
-    args: &[String],
-    home: &Path,
-    env: &[(String, String)],
-) -> Output {
-    let mut cmd = match who {
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(program);
-            c
-        }
-        _ => Command::new(program),
-    };
-    cmd.args(args)
+fn as_runner(who: As, step: &Step, program: &str, args: &[String], home: &Path) -> Output {
+    let mut argv = step.within.clone();
+    if who == As::Nobody {
+        argv.extend(strings(&[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]));
+    }
+    argv.push(program.to_string());
+    argv.extend(args.iter().cloned());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", home)
         .env("LANG", "C.UTF-8")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(cwd)
+        .envs(step.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&step.workspace)
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -127,7 +131,12 @@ fn show(out: &Output) -> String {
 fn try_step(who: As, step: Step) -> Report {
     let w = world();
     let spawnd = w.spawnd.display().to_string();
-    let config = w.config(who).display().to_string();
+    let config = step
+        .config
+        .clone()
+        .unwrap_or_else(|| w.config(who))
+        .display()
+        .to_string();
     let slug: String = step
         .name
         .chars()
@@ -146,14 +155,7 @@ fn try_step(who: As, step: Step) -> Report {
 
     (step.reset)();
     let started = Instant::now();
-    let out = as_runner(
-        who,
-        &step.workspace,
-        &step.command[0],
-        &step.command[1..],
-        &home,
-        &step.env,
-    );
+    let out = as_runner(who, &step, &step.command[0], &step.command[1..], &home);
     let direct = timed(out, started);
 
     (step.reset)();
@@ -171,7 +173,7 @@ fn try_step(who: As, step: Step) -> Report {
     args.push("--".into());
     args.extend(step.command.iter().cloned());
     let started = Instant::now();
-    let out = as_runner(who, &step.workspace, &spawnd, &args, &home, &step.env);
+    let out = as_runner(who, &step, &spawnd, &args, &home);
     let learned = timed(out, started);
     let text = std::fs::read_to_string(&draft).unwrap_or_default();
     let review_marks = text.lines().filter(|l| l.contains("REVIEW:")).count();
@@ -196,7 +198,7 @@ fn try_step(who: As, step: Step) -> Report {
     let started = Instant::now();
     let rerun = match learned {
         Ok(_) => {
-            let out = as_runner(who, &step.workspace, &spawnd, &args, &home, &step.env);
+            let out = as_runner(who, &step, &spawnd, &args, &home);
             timed(out, started).map_err(|e| format!("{e}\n--- the draft:\n{text}"))
         }
         Err(_) => Err("not learned".into()),
@@ -252,6 +254,8 @@ fn tar_of_a_tmp_source(who: As) -> Step {
         ],
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: remove(out),
         done: Box::new(move || {
             let list = Command::new("tar")
@@ -307,6 +311,8 @@ fn git_clone_from_a_tmp_path(who: As) -> Step {
         ],
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: remove(ws.join("clone")),
         done: file_exists(ws.join("clone/f")),
     }
@@ -354,6 +360,8 @@ fn git_commit(who: As) -> Step {
         ]),
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: Box::new(move || taken.set(count())),
         done: Box::new(move || match counted() == before.get() + 1 {
             true => Ok(()),
@@ -382,6 +390,8 @@ fn make_builds_c(who: As) -> Step {
         command: strings(&["make", "run"]),
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: remove(ws.join("hello")),
         done: file_exists(ws.join("hello")),
     }
@@ -408,6 +418,8 @@ fn python_unittest(who: As) -> Step {
         command: strings(&["python3", "-B", "-m", "unittest", "-v"]),
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: remove(ws.join("passed")),
         done: file_exists(ws.join("passed")),
     }
@@ -480,6 +492,8 @@ fn pip_install_from_a_local_index(who: As) -> Step {
         ],
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: remove(ws.join(".deps")),
         done: file_exists(ws.join(".deps/shout/__init__.py")),
     }
@@ -547,6 +561,8 @@ fn cargo_build_offline(who: As) -> Step {
         ],
         learn_flags: vec!["--exec".into(), toolchain.display().to_string()],
         env: vec![("RUSTC".into(), bin.join("rustc").display().to_string())],
+        within: vec![],
+        config: None,
         reset: remove(ws.join("target")),
         done: file_exists(ws.join("target/debug/hello")),
     }
@@ -584,6 +600,8 @@ fn go_build_vendored(who: As) -> Step {
         command: strings(&["go", "build", "-mod=vendor", "-o", "hello", "."]),
         learn_flags: vec![],
         env: vec![],
+        within: vec![],
+        config: None,
         reset: remove(ws.join("hello")),
         done: file_exists(ws.join("hello")),
     }
@@ -596,29 +614,14 @@ fn cell(r: &Result<u128, String>) -> String {
     }
 }
 
-#[test]
-fn the_corpus_learns_and_reruns_first_try() {
-    let steps: &[fn(As) -> Step] = &[
-        tar_of_a_tmp_source,
-        git_clone_from_a_tmp_path,
-        git_commit,
-        make_builds_c,
-        python_unittest,
-        pip_install_from_a_local_index,
-        cargo_build_offline,
-        go_build_vendored,
-    ];
-    let mut reports = Vec::new();
-    for who in [As::Root, As::Nobody] {
-        for make in steps {
-            reports.push(try_step(who, make(who)));
-        }
-    }
+/// Prints the reports as a table, writes it to `CARGO_TARGET_TMPDIR/file`,
+/// and fails naming every way that did not succeed.
+fn judge(reports: &[Report], file: &str) {
     let mut table = String::from(
         "| step | as | direct | learned first try | rerun first try | REVIEW marks |\n|---|---|---|---|---|---|\n",
     );
     let mut failures = Vec::new();
-    for r in &reports {
+    for r in reports {
         table.push_str(&format!(
             "| {} | {:?} | {} | {} | {} | {} |\n",
             r.name,
@@ -639,7 +642,164 @@ fn the_corpus_learns_and_reruns_first_try() {
         }
     }
     eprintln!("{table}");
-    let report = Path::new(env!("CARGO_TARGET_TMPDIR")).join("learn-corpus.md");
-    std::fs::write(&report, &table).unwrap();
+    std::fs::write(Path::new(env!("CARGO_TARGET_TMPDIR")).join(file), &table).unwrap();
     assert!(failures.is_empty(), "{}\n\n{table}", failures.join("\n\n"));
+}
+
+#[test]
+fn the_corpus_learns_and_reruns_first_try() {
+    let steps: &[fn(As) -> Step] = &[
+        tar_of_a_tmp_source,
+        git_clone_from_a_tmp_path,
+        git_commit,
+        make_builds_c,
+        python_unittest,
+        pip_install_from_a_local_index,
+        cargo_build_offline,
+        go_build_vendored,
+    ];
+    let mut reports = Vec::new();
+    for who in [As::Root, As::Nobody] {
+        for make in steps {
+            reports.push(try_step(who, make(who)));
+        }
+    }
+    judge(&reports, "learn-corpus.md");
+}
+
+/// The registry's name in the world, and its port.
+const REGISTRY: &str = "registry.test";
+const REGISTRY_PORT: u16 = 8080;
+
+/// A static npm registry holding `shout@1.0.0`, served by the world's
+/// internet at `http://registry.test:8080/`.
+fn npm_registry(world: &World) {
+    let root = world.path("registry");
+    let package = world.path("registry-src/package");
+    std::fs::create_dir_all(root.join("tarballs")).unwrap();
+    std::fs::create_dir_all(&package).unwrap();
+    std::fs::write(
+        package.join("package.json"),
+        r#"{"name":"shout","version":"1.0.0","main":"index.js"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        package.join("index.js"),
+        "module.exports = (t) => t.toUpperCase();\n",
+    )
+    .unwrap();
+    let tarball = root.join("tarballs/shout-1.0.0.tgz");
+    let packed = Command::new("tar")
+        .arg("czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(package.parent().unwrap())
+        .arg("package")
+        .status()
+        .unwrap();
+    assert!(packed.success());
+    let bytes = std::fs::read(&tarball).unwrap();
+    let sha1 = {
+        let out = Command::new("sha1sum").arg(&tarball).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let integrity = {
+        use base64::Engine;
+        use sha2::Digest;
+        format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(&bytes))
+        )
+    };
+    let packument = serde_json::json!({
+        "name": "shout",
+        "dist-tags": {"latest": "1.0.0"},
+        "versions": {"1.0.0": {
+            "name": "shout",
+            "version": "1.0.0",
+            "main": "index.js",
+            "dist": {
+                "tarball": format!("http://{REGISTRY}:{REGISTRY_PORT}/tarballs/shout-1.0.0.tgz"),
+                "shasum": sha1,
+                "integrity": integrity,
+            }
+        }}
+    });
+    std::fs::write(root.join("shout"), packument.to_string()).unwrap();
+    Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(&root)
+        .status()
+        .unwrap();
+    world.map(REGISTRY, &[WORLD_IP.parse().unwrap()]);
+    world.start_http("registry", REGISTRY_PORT, &root, &[]);
+}
+
+/// `npm install` of a project depending on `shout`, from the registry,
+/// learned with `--net forward`.
+fn npm_install_from_a_local_registry(world: &World, who: As) -> Step {
+    let ws = fresh(who, "npm");
+    std::fs::write(
+        ws.join("package.json"),
+        r#"{"name":"app","version":"1.0.0","dependencies":{"shout":"1.0.0"}}"#,
+    )
+    .unwrap();
+    own(who, &ws);
+    let audit = world.writable_dir(&format!("audit-{who:?}"));
+    if who.is_root() {
+        std::os::unix::fs::chown(&audit, Some(0), Some(0)).unwrap();
+    }
+    let config = world.path(&format!("spawnd-{who:?}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\npath = \"{}/audit.jsonl\"\n\n[network]\nallow_cidrs = [\"{WORLD_CIDR}\"]\n",
+            audit.display()
+        ),
+    )
+    .unwrap();
+    let node_modules = ws.join("node_modules");
+    let lock = ws.join("package-lock.json");
+    Step {
+        name: "npm install (local registry)",
+        workspace: ws.clone(),
+        command: vec![
+            "npm".into(),
+            "install".into(),
+            "--no-audit".into(),
+            "--no-fund".into(),
+            "--no-update-notifier".into(),
+            "--registry".into(),
+            format!("http://{REGISTRY}:{REGISTRY_PORT}/"),
+        ],
+        learn_flags: strings(&["--net", "forward"]),
+        env: vec![],
+        within: vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            world.name().into(),
+        ],
+        config: Some(config),
+        reset: Box::new(move || {
+            let _ = std::fs::remove_dir_all(&node_modules);
+            let _ = std::fs::remove_file(&lock);
+        }),
+        done: file_exists(ws.join("node_modules/shout/index.js")),
+    }
+}
+
+#[test]
+fn npm_learns_from_a_local_registry_and_reruns_first_try() {
+    let Some(world) = World::new() else { return };
+    npm_registry(&world);
+    let reports: Vec<Report> = [As::Root, As::Nobody]
+        .into_iter()
+        .map(|who| try_step(who, npm_install_from_a_local_registry(&world, who)))
+        .collect();
+    judge(&reports, "learn-corpus-npm.md");
 }
