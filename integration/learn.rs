@@ -473,3 +473,118 @@ fn learn_refuses_a_draft_in_its_workspace_and_a_home_as_workspace() {
     assert_eq!(root.status.code(), Some(2), "{root:?}");
     assert!(!ws.join("d.toml").exists());
 }
+
+/// Drives `argv` on a pseudo-terminal, as a user at a terminal would: once
+/// `ready` exists, types Ctrl-C; returns the exit code and what the
+/// terminal showed.
+fn ctrl_c_on_a_terminal(argv: &[&std::ffi::OsStr], ready: &Path) -> (i32, String) {
+    const DRIVER: &str = r#"
+import os, pty, select, sys, time
+ready, argv = sys.argv[1], sys.argv[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+shown = b""
+def read_for(seconds):
+    global shown
+    end = time.time() + seconds
+    while time.time() < end:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            shown += chunk
+deadline = time.time() + 30
+while not os.path.exists(ready) and time.time() < deadline:
+    read_for(0.05)
+read_for(0.2)
+os.write(fd, b"\x03")
+read_for(10)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(str(os.waitstatus_to_exitcode(status)) + "\n")
+sys.stdout.write(shown.decode(errors="replace"))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(ready)
+        .args(argv)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (code, shown) = text
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("the driver failed: {out:?}"));
+    (code.parse().unwrap(), shown.to_string())
+}
+
+/// Ctrl-C at a terminal reaches spawnd alone (the sandbox is outside the
+/// terminal's process group): the program gets SIGTERM, never the
+/// terminal's SIGINT, and spawnd exits 130 with `interrupted_by: SIGINT`.
+fn ctrl_c_at_a_terminal_gives_the_program_sigterm(who: As) {
+    let ws = fresh(&format!("ctrl-c-{who:?}"));
+    let manifest = world().path(&format!("learn/ctrl-c-{who:?}.toml"));
+    let script = "trap 'echo INT >> got' INT; trap 'echo TERM >> got; exit 0' TERM; : > ready; while :; do sleep 0.05; done";
+    std::fs::write(
+        &manifest,
+        format!(
+            "[connector]\nname = \"local://test/ctrl-c\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/bin/sh\" }}]\nfs_write = [\"{{workspace}}\"]\ncwd = \"{{workspace}}\"\n[capabilities.spawn.operations.wait]\nargv = [\"sh\", \"-c\", {}]\nmode = \"write\"\n",
+            serde_json::to_string(script).unwrap()
+        ),
+    )
+    .unwrap();
+    let pin = spawnd(who, &ws, &["manifest", "pin", manifest.to_str().unwrap()]);
+    assert!(pin.status.success(), "{pin:?}");
+    let w = world();
+    let config = w.config(who);
+    let mut argv: Vec<&std::ffi::OsStr> = Vec::new();
+    if who == As::Nobody {
+        argv.extend(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]
+            .map(std::ffi::OsStr::new),
+        );
+    }
+    argv.extend([
+        w.spawnd.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    argv.extend(
+        ["--json", "run", "--manifest"]
+            .map(std::ffi::OsStr::new)
+            .into_iter()
+            .chain([manifest.as_os_str()])
+            .chain(["--op", "wait", "--workspace"].map(std::ffi::OsStr::new))
+            .chain([ws.as_os_str()])
+            .chain(["--mode", "write"].map(std::ffi::OsStr::new)),
+    );
+    let (code, shown) = ctrl_c_on_a_terminal(&argv, &ws.join("ready"));
+    let got = std::fs::read_to_string(ws.join("got")).unwrap_or_default();
+    assert_eq!(got, "TERM\n", "{who:?}: the program got {got:?}\n{shown}");
+    assert_eq!(code, 130, "{shown}");
+    let json = &shown[shown.find('{').unwrap_or(0)..=shown.rfind('}').unwrap_or(0)];
+    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    assert_eq!(v["data"]["interrupted_by"], "SIGINT", "{v}");
+}
+
+mod terminal {
+    use super::*;
+
+    #[test]
+    fn ctrl_c_at_a_terminal_gives_the_program_sigterm_as_root() {
+        super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Root)
+    }
+
+    #[test]
+    fn ctrl_c_at_a_terminal_gives_the_program_sigterm_as_nobody() {
+        super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Nobody)
+    }
+}
