@@ -500,11 +500,25 @@ fn pin_fills_in_hashes_keeping_comments_and_layout() {
     ]);
     assert_eq!(checked.status.code(), Some(1));
     let said = String::from_utf8_lossy(&checked.stdout);
+    // It writes nothing, so it says what pinning would do.
     assert!(
-        said.contains(&format!("updated /usr/bin/git {stale} -> {}", hash.trim())),
+        said.contains(&format!(
+            "would update /usr/bin/git {stale} -> {}",
+            hash.trim()
+        )),
         "{said}"
     );
+    assert!(!said.lines().any(|l| l.starts_with("updated")), "{said}");
     assert!(std::fs::read_to_string(&m2).unwrap().contains(&stale));
+    let m3 = s.write("unpinned.toml", text);
+    let unpinned = spawnd(&["manifest", "pin", "--check", m3.to_str().unwrap()]);
+    assert_eq!(unpinned.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&unpinned.stdout)
+            .starts_with(&format!("would pin /usr/bin/git {}", hash.trim())),
+        "{unpinned:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&m3).unwrap(), text);
     let fine = spawnd(&["manifest", "pin", "--check", m.to_str().unwrap()]);
     assert_eq!(fine.status.code(), Some(0));
     // Re-pinned in one go, it says what changed: old -> new.
