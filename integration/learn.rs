@@ -588,3 +588,49 @@ mod terminal {
         super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Nobody)
     }
 }
+
+/// `run --trace` knows the files the sandbox writes for itself: reading
+/// `/etc/passwd` and `/etc/hosts` meets no wall, and nothing suggests
+/// granting the host's.
+fn trace_reports_no_refusal_for_the_sandboxs_own_files(who: As) {
+    let ws = fresh(&format!("own-files-{who:?}"));
+    let manifest = world().path(&format!("learn/own-files-{who:?}.toml"));
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/own-files\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/cat\" }]\n[capabilities.spawn.operations.cat]\nargv = \"cat /etc/passwd /etc/hosts\"\n",
+    )
+    .unwrap();
+    let pin = spawnd(who, &ws, &["manifest", "pin", manifest.to_str().unwrap()]);
+    assert!(pin.status.success(), "{pin:?}");
+    let run = [
+        "run",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--op",
+        "cat",
+        "--trace",
+    ];
+    let json: Vec<&str> = std::iter::once("--json").chain(run).collect();
+    let out = spawnd(who, &ws, &json);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    assert!(stdout(&v["data"]).contains("localhost"), "{v}");
+    assert_eq!(v["data"]["trace"]["refusals"], serde_json::json!([]), "{v}");
+    let human = spawnd(who, &ws, &run);
+    let err = String::from_utf8_lossy(&human.stderr);
+    assert!(!err.contains("refused by"), "{err}");
+}
+
+mod own_files {
+    use super::*;
+
+    #[test]
+    fn trace_reports_no_refusal_for_the_sandboxs_own_files_as_root() {
+        super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Root)
+    }
+
+    #[test]
+    fn trace_reports_no_refusal_for_the_sandboxs_own_files_as_nobody() {
+        super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Nobody)
+    }
+}

@@ -80,47 +80,6 @@ const RUNTIME_FILES: &[&str] = &[
     "/etc/ld.so.cache",
 ];
 
-/// Paths that hold secrets: drafted commented out, never granted silently.
-const SENSITIVE_IN_HOME: &[&str] = &[
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".pgpass",
-    ".password-store",
-    ".local/share/keyrings",
-    ".mozilla",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/gh",
-    ".config/hub",
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".vault-token",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
-];
-
-/// Sensitive paths outside homes.
-const SENSITIVE: &[&str] = &[
-    "/etc/shadow",
-    "/etc/gshadow",
-    "/etc/sudoers",
-    "/etc/ssh",
-    "/etc/ssl/private",
-    "/etc/krb5.keytab",
-    "/root",
-    "/var/lib/spawnd",
-];
-
 /// Programs that run whatever code they are given.
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
 
@@ -538,44 +497,15 @@ impl Observed {
             || self.system_paths.iter().any(|s| p.starts_with(s))
     }
 
-    /// The sensitive path `p` lies in, if any: one of [`SENSITIVE`], or a
-    /// [`SENSITIVE_IN_HOME`] name under any directory (another user's home,
-    /// a home under `/var/home`…).
+    /// The secret path `p` lies in, if any ([`crate::secret_paths::containing`]).
     fn sensitive(&self, p: &Path) -> Option<PathBuf> {
-        if let Some(s) = SENSITIVE
-            .iter()
-            .map(PathBuf::from)
-            .find(|s| p.starts_with(s))
-        {
-            return Some(s);
-        }
-        let parts: Vec<_> = p.components().collect();
-        SENSITIVE_IN_HOME.iter().find_map(|name| {
-            let want: Vec<_> = Path::new(name).components().collect();
-            (1..parts.len())
-                .find(|&i| parts[i..].starts_with(&want))
-                .map(|i| parts[..i + want.len()].iter().collect::<PathBuf>())
-        })
+        crate::secret_paths::containing(p)
     }
 
-    /// A sensitive path that exists strictly inside `scope`, if any.
+    /// A secret path that exists strictly inside `scope`, if any
+    /// ([`crate::secret_paths::inside`]).
     fn holds_sensitive(&self, scope: &Path, host: &dyn Host) -> Option<PathBuf> {
-        let mut candidates: Vec<PathBuf> = SENSITIVE.iter().map(PathBuf::from).collect();
-        for name in SENSITIVE_IN_HOME {
-            candidates.push(scope.join(name));
-            if let Some(home) = &self.home {
-                candidates.push(home.join(name));
-            }
-            // `~/.config` holds `gcloud` of `.config/gcloud`.
-            if let Some((first, rest)) = name.split_once('/') {
-                if scope.file_name().is_some_and(|n| n == first) {
-                    candidates.push(scope.join(rest));
-                }
-            }
-        }
-        candidates
-            .into_iter()
-            .find(|c| c != scope && c.starts_with(scope) && host.exists(c))
+        crate::secret_paths::inside(scope, self.home.as_deref(), &|c: &Path| host.exists(c))
     }
 
     /// Directories written (a file's parent) where learning let it write,
