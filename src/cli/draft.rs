@@ -159,8 +159,59 @@ impl Observed {
                 shown(shell)
             ));
         }
-        self.write_list(&mut text, &mut review, "fs_read", &read, host);
-        self.write_list(&mut text, &mut review, "fs_write", &write, host);
+        // What is left out but may be wanted: each as a whole alternative
+        // line of its key, valid TOML once uncommented in place of the key's.
+        let mut read_withheld = Vec::new();
+        let mut write_withheld = Vec::new();
+        for (path, uses) in &read_sensitive {
+            read_withheld.push(Withheld {
+                path: path.clone(),
+                why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
+            });
+            review.push(format!(
+                "{} may hold secrets: left out (commented in the draft)",
+                shown(path)
+            ));
+        }
+        for (path, uses) in &write_sensitive {
+            write_withheld.push(Withheld {
+                path: path.clone(),
+                why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
+            });
+            review.push(format!(
+                "{} may hold secrets: left out (commented in the draft)",
+                shown(path)
+            ));
+        }
+        for dir in &attempted {
+            write_withheld.push(Withheld {
+                path: dir.clone(),
+                why: format!(
+                    "it tried to write in {}, where learning let it not (refused then)",
+                    shown(dir)
+                ),
+            });
+            review.push(format!(
+                "it tried to write in {} (refused while learning): not granted",
+                shown(dir)
+            ));
+        }
+        self.write_list(
+            &mut text,
+            &mut review,
+            "fs_read",
+            &read,
+            &read_withheld,
+            host,
+        );
+        self.write_list(
+            &mut text,
+            &mut review,
+            "fs_write",
+            &write,
+            &write_withheld,
+            host,
+        );
         for dir in exec.intersection(&write) {
             let _ = writeln!(
                 text,
@@ -172,36 +223,7 @@ impl Observed {
                 shown(dir)
             ));
         }
-        self.write_list(&mut text, &mut review, "fs_exec", &exec, host);
-        for (path, uses) in read_sensitive.iter().chain(&write_sensitive) {
-            let key = if write_sensitive.iter().any(|(p, _)| p == path) {
-                "fs_write"
-            } else {
-                "fs_read"
-            };
-            let _ = writeln!(
-                text,
-                "# REVIEW: it used {} ({uses}), which may hold secrets; uncomment to grant:\n# {key} += [{}]",
-                shown(path),
-                quote(&self.scope_text(path))
-            );
-            review.push(format!(
-                "{} may hold secrets: left out (commented in the draft)",
-                shown(path)
-            ));
-        }
-        for dir in &attempted {
-            let _ = writeln!(
-                text,
-                "# REVIEW: it tried to write in {}, where learning let it not (refused then); to grant:\n# fs_write += [{}]",
-                shown(dir),
-                quote(&self.scope_text(dir))
-            );
-            review.push(format!(
-                "it tried to write in {} (refused while learning): not granted",
-                shown(dir)
-            ));
-        }
+        self.write_list(&mut text, &mut review, "fs_exec", &exec, &[], host);
         if !self.refused.is_empty() {
             let _ = writeln!(text, "# While learning, the sandbox refused:");
             for r in &self.refused {
@@ -424,13 +446,26 @@ impl Observed {
         path.display().to_string()
     }
 
-    /// Writes `key = [...]`, a broad scope marked for review.
+    /// `key = [...]` with `scopes`, as the draft writes it.
+    fn list_line(&self, key: &str, scopes: &BTreeSet<PathBuf>) -> String {
+        let written: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
+        format!(
+            "{key} = [{}]",
+            join_quoted(written.iter().map(String::as_str))
+        )
+    }
+
+    /// Writes `key = [...]`, a broad scope marked for review. Each of
+    /// `withheld` comes first as a commented alternative: the whole line
+    /// with it added, to use in place of the key's line (valid TOML once
+    /// uncommented; `+=` is not TOML).
     fn write_list(
         &self,
         text: &mut String,
         review: &mut Vec<String>,
         key: &str,
         scopes: &BTreeSet<PathBuf>,
+        withheld: &[Withheld],
         host: &dyn Host,
     ) {
         let (scopes, unwritable): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) = scopes
@@ -448,10 +483,6 @@ impl Observed {
                 shown(p)
             ));
         }
-        if scopes.is_empty() {
-            return;
-        }
-        let written: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
         for p in &scopes {
             if self.is_broad(p) {
                 let _ = writeln!(text, "# REVIEW: {} is broad", shown(p));
@@ -474,11 +505,24 @@ impl Observed {
                 let _ = writeln!(text, "# {} does not exist now; spawnd creates it", shown(p));
             }
         }
-        let _ = writeln!(
-            text,
-            "{key} = [{}]",
-            join_quoted(written.iter().map(String::as_str))
-        );
+        for w in withheld.iter().filter(|w| Self::writable_as_scope(&w.path)) {
+            let mut with = scopes.clone();
+            with.insert(w.path.clone());
+            let _ = writeln!(
+                text,
+                "# REVIEW: {}; to grant it, {}:\n# {}",
+                w.why,
+                if scopes.is_empty() {
+                    "uncomment"
+                } else {
+                    "use this line in place of the one below"
+                },
+                self.list_line(key, &outermost(with))
+            );
+        }
+        if !scopes.is_empty() {
+            let _ = writeln!(text, "{}", self.list_line(key, &scopes));
+        }
     }
 
     /// A top-level directory, a home, or the workspace's parent or above.
@@ -690,6 +734,13 @@ struct WriteScopes {
     sensitive: Vec<(PathBuf, String)>,
     /// Left out: directories it tried to write outside the writable ones.
     attempted: BTreeSet<PathBuf>,
+}
+
+/// A path the draft leaves out of a key but offers, commented.
+struct Withheld {
+    path: PathBuf,
+    /// Why it is left out, for the comment.
+    why: String,
 }
 
 /// An argv placeholder the draft offers.
@@ -916,6 +967,56 @@ mod tests {
         ])
     }
 
+    /// Each commented line that is a TOML key line (a suggestion), taken
+    /// alone: uncommented in place of its table's line of that key, the
+    /// draft still parses as a manifest. Returns the suggestions.
+    fn every_suggestion_parses(text: &str) -> Vec<String> {
+        assert!(!text.contains("+="), "not TOML: {text}");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut suggestions = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line.strip_prefix("# ") else {
+                continue;
+            };
+            let Some((key, _)) = rest.split_once(" = ") else {
+                continue;
+            };
+            if !key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                || toml::from_str::<toml::Table>(rest).is_err()
+            {
+                continue;
+            }
+            let table_start = lines[..i]
+                .iter()
+                .rposition(|l| l.starts_with('['))
+                .unwrap_or(0);
+            let table_end = lines[i..]
+                .iter()
+                .position(|l| l.starts_with('['))
+                .map_or(lines.len(), |n| i + n);
+            let uncommented: Vec<&str> = lines
+                .iter()
+                .enumerate()
+                .filter(|(j, l)| {
+                    !(*j > table_start
+                        && *j < table_end
+                        && *j != i
+                        && l.starts_with(&format!("{key} = ")))
+                })
+                .map(|(j, l)| if j == i { rest } else { *l })
+                .collect();
+            let variant = uncommented.join("\n");
+            crate::manifest::parse_manifest(
+                "(draft)",
+                &variant,
+                crate::manifest::LoadOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{rest}: {e}\n{variant}"));
+            suggestions.push(rest.to_string());
+        }
+        suggestions
+    }
+
     #[test]
     fn a_draft_grants_what_was_used_and_marks_what_needs_review() {
         let draft = observed().draft(&host());
@@ -928,7 +1029,13 @@ mod tests {
             t.contains("fs_read = [\"~/.config/tool.conf\", \"{workspace}\"]"),
             "{t}"
         );
-        assert!(t.contains("# fs_read += [\"~/.ssh\"]"), "{t}");
+        let suggestions = every_suggestion_parses(t);
+        assert!(
+            suggestions.contains(
+                &"fs_read = [\"~/.config/tool.conf\", \"~/.ssh\", \"{workspace}\"]".to_string()
+            ),
+            "{suggestions:?}\n{t}"
+        );
         assert!(
             !t.contains("/usr/lib/x.so") && !t.contains("\"/etc/passwd\"") && !t.contains("/tmp/x"),
             "{t}"
@@ -966,10 +1073,15 @@ mod tests {
         assert!(draft.review.iter().any(|r| r.contains(".ssh")));
         // An attempt outside what learning let it write is shown, not granted.
         assert!(
-            t.contains("# fs_write += [\"/var/spool/cron/crontabs\"]"),
+            suggestions.contains(
+                &"fs_write = [\"/var/spool/cron/crontabs\", \"{workspace}/out dir\"]".to_string()
+            ),
+            "{suggestions:?}\n{t}"
+        );
+        assert!(
+            !t.lines().any(|l| l.starts_with("fs_write = [\"/var")),
             "{t}"
         );
-        assert!(!t.contains("fs_write = [\"/var"), "{t}");
         // Secrets are never made executable; nothing is granted for an
         // execution that found no file; a file name cannot end a comment.
         assert!(!t.contains("fs_exec = [\"/etc/shadow"), "{t}");
