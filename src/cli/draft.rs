@@ -71,14 +71,28 @@ pub struct Draft {
 /// Paths the sandbox makes itself: never a scope.
 const PROVIDED: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/run"];
 
-/// Files every sandbox gets written for it.
+/// Files every sandbox gets written for it (`/etc/resolv.conf` with
+/// network grants and while learning; without grants there is no resolver
+/// to name), and `ld.so.cache`, a system path: never a scope, since a
+/// scope of the host's file would only hide the sandbox's own.
 const RUNTIME_FILES: &[&str] = &[
     "/etc/passwd",
     "/etc/group",
     "/etc/hosts",
     "/etc/nsswitch.conf",
+    "/etc/resolv.conf",
     "/etc/ld.so.cache",
 ];
+
+/// Files read by habit that never matter inside a sandbox: the resolver's
+/// options and address sorting (`host.conf`, `gai.conf`: the defaults
+/// serve), and `ld.so.preload`, libraries to load into every program,
+/// which a sandbox must never take from the host.
+const NOISE: &[&str] = &["/etc/host.conf", "/etc/gai.conf", "/etc/ld.so.preload"];
+
+/// Never a scope as a whole: it holds the host's accounts and secrets
+/// (`/etc/shadow`, `/etc/ssh`); the files read in it are granted one by one.
+const ETC: &str = "/etc";
 
 /// Programs that run whatever code they are given.
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
@@ -95,7 +109,11 @@ impl Observed {
             sensitive: write_sensitive,
             attempted,
         } = self.write_scopes(host);
-        let (mut read, read_sensitive) = self.read_scopes(host, &write);
+        let ReadScopes {
+            granted: mut read,
+            repositories,
+            sensitive: read_sensitive,
+        } = self.read_scopes(host, &write);
         // The working directory must lie in a scope.
         if !read.iter().chain(&write).any(|s| self.cwd.starts_with(s)) {
             read.insert(self.cwd.clone());
@@ -195,6 +213,19 @@ impl Observed {
                 "it tried to write in {} (refused while learning): not granted",
                 shown(dir)
             ));
+        }
+        for repository in &repositories {
+            let _ = writeln!(
+                text,
+                "# {} is a repository, granted whole: git (or hg) finds all of it, and the\n# directory whose owner git checks (safe.directory) is the real one",
+                shown(repository)
+            );
+        }
+        if read.iter().any(|p| p.starts_with(ETC)) {
+            let _ = writeln!(
+                text,
+                "# Under /etc only the files it read are granted (the sandbox writes its own passwd,\n# group, hosts and nsswitch.conf); to widen, list more files or a directory under\n# /etc, never /etc itself: it holds the host's accounts and secrets (/etc/shadow)"
+            );
         }
         self.write_list(
             &mut text,
@@ -517,7 +548,7 @@ impl Observed {
                 } else {
                     "use this line in place of the one below"
                 },
-                self.list_line(key, &outermost(with))
+                self.list_line(key, &with)
             );
         }
         if !scopes.is_empty() {
@@ -537,13 +568,16 @@ impl Observed {
             return false;
         }
         PROVIDED.iter().any(|d| p.starts_with(d))
-            || RUNTIME_FILES.iter().any(|f| p == Path::new(f))
+            || RUNTIME_FILES.iter().chain(NOISE).any(|f| p == Path::new(f))
             || self.system_paths.iter().any(|s| p.starts_with(s))
     }
 
-    /// The secret path `p` lies in, if any ([`crate::secret_paths::containing`]).
+    /// The secret path `p` lies in, if any ([`crate::secret_paths::containing`]),
+    /// but for one that holds the workspace, chosen by the caller (root's
+    /// `/root/proj`): what lies in the workspace is the work.
     fn sensitive(&self, p: &Path) -> Option<PathBuf> {
         crate::secret_paths::containing(p)
+            .filter(|s| !(p.starts_with(&self.workspace) && self.workspace.starts_with(s)))
     }
 
     /// A secret path that exists strictly inside `scope`, if any
@@ -611,13 +645,10 @@ impl Observed {
 
     /// Paths read, collapsed into scopes, none inside a write scope; and
     /// the sensitive ones, left out.
-    fn read_scopes(
-        &self,
-        host: &dyn Host,
-        write: &BTreeSet<PathBuf>,
-    ) -> (BTreeSet<PathBuf>, Vec<(PathBuf, String)>) {
+    fn read_scopes(&self, host: &dyn Host, write: &BTreeSet<PathBuf>) -> ReadScopes {
         let mut by_dir = BTreeMap::<PathBuf, BTreeSet<PathBuf>>::new();
         let mut listed = BTreeSet::new();
+        let mut repositories = BTreeSet::new();
         let mut sensitive = BTreeMap::<PathBuf, BTreeSet<&str>>::new();
         for (path, how) in &self.paths {
             if !matches!(how, Use::Read | Use::List)
@@ -633,6 +664,14 @@ impl Observed {
                 sensitive.entry(s).or_default().insert("read");
                 continue;
             }
+            if let Some(root) = self.repository_scope(path, host, write) {
+                repositories.insert(root.clone());
+                listed.insert(root);
+                continue;
+            }
+            if path == Path::new(ETC) {
+                continue;
+            }
             if *how == Use::List || host.is_dir(path) {
                 listed.insert(path.clone());
             } else if let Some(dir) = path.parent() {
@@ -644,7 +683,9 @@ impl Observed {
         }
         let mut scopes = BTreeSet::new();
         for (dir, files) in by_dir {
-            let collapse = files.len() >= COLLAPSE_AT && self.holds_sensitive(&dir, host).is_none();
+            let collapse = files.len() >= COLLAPSE_AT
+                && dir != Path::new(ETC)
+                && self.holds_sensitive(&dir, host).is_none();
             if collapse || listed.contains(&dir) {
                 scopes.insert(dir);
             } else {
@@ -667,11 +708,57 @@ impl Observed {
             }
             scopes.insert(self.workspace.clone());
         }
-        let scopes = outermost(scopes)
+        let granted: BTreeSet<PathBuf> = outermost(scopes)
             .into_iter()
             .filter(|p| !write.iter().any(|w| p.starts_with(w)))
             .collect();
-        (scopes, flatten(sensitive))
+        ReadScopes {
+            repositories: repositories
+                .into_iter()
+                .filter(|r| granted.contains(r))
+                .collect(),
+            granted,
+            sensitive: flatten(sensitive),
+        }
+    }
+
+    /// The scope that lets a program reading `path` use the whole
+    /// repository it lies in: the repository's root (the directory holding
+    /// `.git` or `.hg`, or a bare repository's own directory), so git finds
+    /// every file it may need next time, and the directory whose owner git
+    /// checks (`safe.directory`) is the real one, not a directory the
+    /// sandbox made to hold a narrower scope. When the root lies above the
+    /// workspace, only its `.git` (granting the root would grant the
+    /// workspace's parents). None for a repository in the workspace (the
+    /// workspace covers it), one that holds or is a secret, a home, or one
+    /// that overlaps a write scope.
+    fn repository_scope(
+        &self,
+        path: &Path,
+        host: &dyn Host,
+        write: &BTreeSet<PathBuf>,
+    ) -> Option<PathBuf> {
+        let root = repository_root(path, host)?;
+        if root.starts_with(&self.workspace) {
+            return None;
+        }
+        let scope = if self.workspace.starts_with(&root) {
+            let git_dir = root.join(".git");
+            if !path.starts_with(&git_dir) || !host.is_dir(&git_dir) {
+                return None;
+            }
+            git_dir
+        } else {
+            root
+        };
+        let overlaps_write = write
+            .iter()
+            .any(|w| w.starts_with(&scope) || scope.starts_with(w));
+        let fit = !overlaps_write
+            && self.home.as_deref() != Some(scope.as_path())
+            && self.sensitive(&scope).is_none()
+            && self.holds_sensitive(&scope, host).is_none();
+        fit.then_some(scope)
     }
 
     /// Executed files outside the system paths: the write scope they lie
@@ -694,6 +781,30 @@ impl Observed {
         }
         outermost(out)
     }
+}
+
+/// The innermost repository `path` lies in (or is), if any: a directory
+/// holding `.git` (a directory, or a file naming one elsewhere) or `.hg`,
+/// or a bare git repository (`HEAD`, `objects/` and `refs/`); a `.git`
+/// directory stands for the working tree above it.
+fn repository_root(path: &Path, host: &dyn Host) -> Option<PathBuf> {
+    path.ancestors()
+        .filter(|a| a.parent().is_some())
+        .find_map(|a| {
+            if host.exists(&a.join(".git")) || host.is_dir(&a.join(".hg")) {
+                return Some(a.to_path_buf());
+            }
+            let bare = host.exists(&a.join("HEAD"))
+                && host.is_dir(&a.join("objects"))
+                && host.is_dir(&a.join("refs"));
+            if !bare {
+                return None;
+            }
+            match (a.file_name(), a.parent()) {
+                (Some(name), Some(tree)) if name == ".git" => Some(tree.to_path_buf()),
+                _ => Some(a.to_path_buf()),
+            }
+        })
 }
 
 /// `set` without the paths that lie inside another of its paths.
@@ -734,6 +845,16 @@ struct WriteScopes {
     sensitive: Vec<(PathBuf, String)>,
     /// Left out: directories it tried to write outside the writable ones.
     attempted: BTreeSet<PathBuf>,
+}
+
+/// What [`Observed::read_scopes`] finds.
+struct ReadScopes {
+    /// Granted: what was read, collapsed.
+    granted: BTreeSet<PathBuf>,
+    /// Among them, repositories granted whole.
+    repositories: BTreeSet<PathBuf>,
+    /// Left out: sensitive paths read, and how.
+    sensitive: Vec<(PathBuf, String)>,
 }
 
 /// A path the draft leaves out of a key but offers, commented.
@@ -1172,6 +1293,139 @@ mod tests {
             .review
             .iter()
             .any(|r| r.contains("cannot be written as a scope")));
+    }
+
+    /// A table host from paths: those ending in `/` are directories.
+    fn table(paths: &[&str]) -> Table {
+        Table(
+            paths
+                .iter()
+                .map(|p| {
+                    let p: &'static str =
+                        Box::leak(p.trim_end_matches('/').to_string().into_boxed_str());
+                    (p, false)
+                })
+                .zip(paths.iter().map(|p| p.ends_with('/')))
+                .map(|((p, _), dir)| (p, dir))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn reads_inside_a_repository_collapse_to_its_root() {
+        let mut o = observed();
+        o.executed.clear();
+        o.paths = [
+            // git clone /srv/origin: a working tree outside the workspace.
+            "/srv/origin/.git/HEAD",
+            "/srv/origin/.git/config",
+            "/srv/origin/.git/objects/ab/cdef",
+            "/srv/origin/.git/refs/heads/main",
+            // A bare repository.
+            "/srv/bare.git/HEAD",
+            "/srv/bare.git/packed-refs",
+            // The workspace's own repository lies above it.
+            "/w/.git/HEAD",
+        ]
+        .iter()
+        .map(|p| (PathBuf::from(p), Use::Read))
+        .chain([(PathBuf::from("/srv/origin/.git/objects"), Use::List)])
+        .collect();
+        o.workspace = "/w/proj".into();
+        o.cwd = "/w/proj".into();
+        let host = table(&[
+            "/srv/origin/",
+            "/srv/origin/.git/",
+            "/srv/origin/.git/HEAD",
+            "/srv/origin/.git/config",
+            "/srv/origin/.git/objects/",
+            "/srv/origin/.git/objects/ab/",
+            "/srv/origin/.git/objects/ab/cdef",
+            "/srv/origin/.git/refs/",
+            "/srv/origin/.git/refs/heads/",
+            "/srv/origin/.git/refs/heads/main",
+            "/srv/bare.git/",
+            "/srv/bare.git/HEAD",
+            "/srv/bare.git/packed-refs",
+            "/srv/bare.git/objects/",
+            "/srv/bare.git/refs/",
+            "/w/",
+            "/w/.git/",
+            "/w/.git/HEAD",
+        ]);
+        let t = o.draft(&host).text;
+        assert!(
+            t.contains(
+                "fs_read = [\"/srv/bare.git\", \"/srv/origin\", \"/w/.git\", \"{workspace}\"]"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("# /srv/origin is a repository, granted whole"),
+            "{t}"
+        );
+        every_suggestion_parses(&t);
+    }
+
+    #[test]
+    fn etc_is_granted_file_by_file_without_the_sandboxs_own_files_and_noise() {
+        let mut o = observed();
+        o.executed.clear();
+        let mut read: Vec<&str> = vec![
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/hosts",
+            "/etc/nsswitch.conf",
+            "/etc/resolv.conf",
+            "/etc/host.conf",
+            "/etc/gai.conf",
+            "/etc/ld.so.preload",
+        ];
+        let many: Vec<String> = (0..9).map(|i| format!("/etc/tool{i}.conf")).collect();
+        read.extend(many.iter().map(String::as_str));
+        o.paths = read
+            .iter()
+            .map(|p| (PathBuf::from(p), Use::Read))
+            .chain([(PathBuf::from("/etc"), Use::List)])
+            .collect();
+        let mut on_host = read.clone();
+        on_host.extend(["/etc/", "/etc/shadow"]);
+        let t = o.draft(&table(&on_host)).text;
+        let fs_read = t
+            .lines()
+            .find(|l| l.starts_with("fs_read = "))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(!fs_read.contains("\"/etc\""), "{t}");
+        assert!(fs_read.contains("\"/etc/tool0.conf\""), "{t}");
+        for noise in &read[..8] {
+            assert!(!fs_read.contains(&format!("\"{noise}\"")), "{noise}: {t}");
+        }
+        assert!(
+            t.contains("# Under /etc only the files it read are granted"),
+            "{t}"
+        );
+        every_suggestion_parses(&t);
+    }
+
+    #[test]
+    fn a_secret_read_by_root_is_offered_as_a_whole_valid_line() {
+        let mut o = observed();
+        o.executed.clear();
+        o.home = Some("/root".into());
+        o.workspace = "/root/proj".into();
+        o.cwd = "/root/proj".into();
+        o.writable = vec!["/root/proj".into()];
+        o.paths = vec![
+            ("/root/.bashrc".into(), Use::Read),
+            ("/root/proj/out".into(), Use::Write),
+        ];
+        let t = o
+            .draft(&table(&["/root/", "/root/.bashrc", "/root/proj/"]))
+            .text;
+        let suggestions = every_suggestion_parses(&t);
+        assert_eq!(suggestions[0], "fs_read = [\"/root\"]", "{t}");
+        assert!(!t.lines().any(|l| l.starts_with("fs_read")), "{t}");
+        assert!(t.contains("\nfs_write = [\"{workspace}\"]\n"), "{t}");
     }
 
     #[test]
