@@ -634,3 +634,81 @@ mod own_files {
         super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Nobody)
     }
 }
+
+/// `git clone` of a repository outside the workspace: the draft grants the
+/// repository's root, not a handful of files in its `.git`, so the rerun
+/// finds all of it, owned as on the host (git refuses a repository of
+/// "dubious ownership").
+fn git_clones_a_repository_outside_the_workspace(who: As) {
+    // Outside /tmp: learning shows the host's top-level directories but
+    // /tmp, which is the sandbox's own.
+    let parent = tempfile::Builder::new()
+        .prefix("spawnd-learn-origin-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let origin = parent.path().join("origin");
+    std::fs::create_dir(&origin).unwrap();
+    let ws = fresh(&format!("outside-clone-{who:?}"));
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&origin)
+            .env("HOME", "/nonexistent")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(origin.join("f"), "1\n").unwrap();
+    git(&["add", "f"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "-m",
+        "one",
+    ]);
+    // The program runs as nobody, also for a root caller.
+    let owned = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&origin)
+        .status()
+        .unwrap();
+    assert!(owned.success());
+    let clone = ws.join("clone");
+    let (draft, _) = learn_then_run(
+        who,
+        "git-clone-outside",
+        &ws,
+        &["git", "clone", "-q", origin.to_str().unwrap(), "clone"],
+        || std::fs::remove_dir_all(&clone).unwrap(),
+    );
+    assert!(clone.join("f").exists(), "{draft}");
+    let fs_read = draft
+        .lines()
+        .find(|l| l.starts_with("fs_read = "))
+        .unwrap_or_else(|| panic!("{draft}"));
+    assert!(
+        fs_read.contains(&format!("\"{}\"", origin.display())) && !fs_read.contains(".git/"),
+        "{draft}"
+    );
+}
+
+mod repository_outside {
+    use super::*;
+
+    #[test]
+    fn git_clones_a_repository_outside_the_workspace_as_root() {
+        super::git_clones_a_repository_outside_the_workspace(As::Root)
+    }
+
+    #[test]
+    fn git_clones_a_repository_outside_the_workspace_as_nobody() {
+        super::git_clones_a_repository_outside_the_workspace(As::Nobody)
+    }
+}
