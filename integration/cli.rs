@@ -500,11 +500,25 @@ fn pin_fills_in_hashes_keeping_comments_and_layout() {
     ]);
     assert_eq!(checked.status.code(), Some(1));
     let said = String::from_utf8_lossy(&checked.stdout);
+    // It writes nothing, so it says what pinning would do.
     assert!(
-        said.contains(&format!("updated /usr/bin/git {stale} -> {}", hash.trim())),
+        said.contains(&format!(
+            "would update /usr/bin/git {stale} -> {}",
+            hash.trim()
+        )),
         "{said}"
     );
+    assert!(!said.lines().any(|l| l.starts_with("updated")), "{said}");
     assert!(std::fs::read_to_string(&m2).unwrap().contains(&stale));
+    let m3 = s.write("unpinned.toml", text);
+    let unpinned = spawnd(&["manifest", "pin", "--check", m3.to_str().unwrap()]);
+    assert_eq!(unpinned.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&unpinned.stdout)
+            .starts_with(&format!("would pin /usr/bin/git {}", hash.trim())),
+        "{unpinned:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&m3).unwrap(), text);
     let fine = spawnd(&["manifest", "pin", "--check", m.to_str().unwrap()]);
     assert_eq!(fine.status.code(), Some(0));
     // Re-pinned in one go, it says what changed: old -> new.
@@ -1176,4 +1190,38 @@ fn serve_with_a_missing_manifests_entry_exits_4() {
         );
         assert!(!s.path("spawnd.sock").exists(), "serve bound its socket");
     }
+}
+
+/// Root of a user namespace that maps only itself (`unshare -r`) is one
+/// user like any other: with no config, its audit log goes under
+/// `XDG_STATE_HOME`, as the hint on an unusable location says, not to
+/// `/var/log/spawnd`.
+#[test]
+fn under_unshare_r_the_default_audit_log_follows_xdg_state_home() {
+    let (dir, spawnd, _config) = reachable_by_anyone();
+    let manifest = dir.path().join("m.toml");
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://t/state\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/true\" }]\n[capabilities.spawn.operations.t]\nargv = \"true\"\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "unshare",
+            "-r",
+        ])
+        .arg(&spawnd)
+        .args(["run", "--manifest", manifest.to_str().unwrap(), "--op", "t"])
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let log = std::fs::read_to_string(state.join("spawnd/audit.jsonl")).unwrap();
+    assert!(log.contains("\"local://t/state\""), "{log}");
 }

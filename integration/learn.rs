@@ -473,3 +473,242 @@ fn learn_refuses_a_draft_in_its_workspace_and_a_home_as_workspace() {
     assert_eq!(root.status.code(), Some(2), "{root:?}");
     assert!(!ws.join("d.toml").exists());
 }
+
+/// Drives `argv` on a pseudo-terminal, as a user at a terminal would: once
+/// `ready` exists, types Ctrl-C; returns the exit code and what the
+/// terminal showed.
+fn ctrl_c_on_a_terminal(argv: &[&std::ffi::OsStr], ready: &Path) -> (i32, String) {
+    const DRIVER: &str = r#"
+import os, pty, select, sys, time
+ready, argv = sys.argv[1], sys.argv[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+shown = b""
+def read_for(seconds):
+    global shown
+    end = time.time() + seconds
+    while time.time() < end:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            shown += chunk
+deadline = time.time() + 30
+while not os.path.exists(ready) and time.time() < deadline:
+    read_for(0.05)
+read_for(0.2)
+os.write(fd, b"\x03")
+read_for(10)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(str(os.waitstatus_to_exitcode(status)) + "\n")
+sys.stdout.write(shown.decode(errors="replace"))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(ready)
+        .args(argv)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (code, shown) = text
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("the driver failed: {out:?}"));
+    (code.parse().unwrap(), shown.to_string())
+}
+
+/// Ctrl-C at a terminal reaches spawnd alone (the sandbox is outside the
+/// terminal's process group): the program gets SIGTERM, never the
+/// terminal's SIGINT, and spawnd exits 130 with `interrupted_by: SIGINT`.
+fn ctrl_c_at_a_terminal_gives_the_program_sigterm(who: As) {
+    let ws = fresh(&format!("ctrl-c-{who:?}"));
+    let manifest = world().path(&format!("learn/ctrl-c-{who:?}.toml"));
+    let script = "trap 'echo INT >> got' INT; trap 'echo TERM >> got; exit 0' TERM; : > ready; while :; do sleep 0.05; done";
+    std::fs::write(
+        &manifest,
+        format!(
+            "[connector]\nname = \"local://test/ctrl-c\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{{ path = \"/bin/sh\" }}]\nfs_write = [\"{{workspace}}\"]\ncwd = \"{{workspace}}\"\n[capabilities.spawn.operations.wait]\nargv = [\"sh\", \"-c\", {}]\nmode = \"write\"\n",
+            serde_json::to_string(script).unwrap()
+        ),
+    )
+    .unwrap();
+    let pin = spawnd(who, &ws, &["manifest", "pin", manifest.to_str().unwrap()]);
+    assert!(pin.status.success(), "{pin:?}");
+    let w = world();
+    let config = w.config(who);
+    let mut argv: Vec<&std::ffi::OsStr> = Vec::new();
+    if who == As::Nobody {
+        argv.extend(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]
+            .map(std::ffi::OsStr::new),
+        );
+    }
+    argv.extend([
+        w.spawnd.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    argv.extend(
+        ["--json", "run", "--manifest"]
+            .map(std::ffi::OsStr::new)
+            .into_iter()
+            .chain([manifest.as_os_str()])
+            .chain(["--op", "wait", "--workspace"].map(std::ffi::OsStr::new))
+            .chain([ws.as_os_str()])
+            .chain(["--mode", "write"].map(std::ffi::OsStr::new)),
+    );
+    let (code, shown) = ctrl_c_on_a_terminal(&argv, &ws.join("ready"));
+    let got = std::fs::read_to_string(ws.join("got")).unwrap_or_default();
+    assert_eq!(got, "TERM\n", "{who:?}: the program got {got:?}\n{shown}");
+    assert_eq!(code, 130, "{shown}");
+    let json = &shown[shown.find('{').unwrap_or(0)..=shown.rfind('}').unwrap_or(0)];
+    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    assert_eq!(v["data"]["interrupted_by"], "SIGINT", "{v}");
+}
+
+mod terminal {
+    use super::*;
+
+    #[test]
+    fn ctrl_c_at_a_terminal_gives_the_program_sigterm_as_root() {
+        super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Root)
+    }
+
+    #[test]
+    fn ctrl_c_at_a_terminal_gives_the_program_sigterm_as_nobody() {
+        super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Nobody)
+    }
+}
+
+/// `run --trace` knows the files the sandbox writes for itself: reading
+/// `/etc/passwd` and `/etc/hosts` meets no wall, and nothing suggests
+/// granting the host's.
+fn trace_reports_no_refusal_for_the_sandboxs_own_files(who: As) {
+    let ws = fresh(&format!("own-files-{who:?}"));
+    let manifest = world().path(&format!("learn/own-files-{who:?}.toml"));
+    std::fs::write(
+        &manifest,
+        "[connector]\nname = \"local://test/own-files\"\nversion = \"1.0.0\"\n[capabilities.spawn]\nprograms = [{ path = \"/usr/bin/cat\" }]\n[capabilities.spawn.operations.cat]\nargv = \"cat /etc/passwd /etc/hosts\"\n",
+    )
+    .unwrap();
+    let pin = spawnd(who, &ws, &["manifest", "pin", manifest.to_str().unwrap()]);
+    assert!(pin.status.success(), "{pin:?}");
+    let run = [
+        "run",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--op",
+        "cat",
+        "--trace",
+    ];
+    let json: Vec<&str> = std::iter::once("--json").chain(run).collect();
+    let out = spawnd(who, &ws, &json);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    assert!(stdout(&v["data"]).contains("localhost"), "{v}");
+    assert_eq!(v["data"]["trace"]["refusals"], serde_json::json!([]), "{v}");
+    let human = spawnd(who, &ws, &run);
+    let err = String::from_utf8_lossy(&human.stderr);
+    assert!(!err.contains("refused by"), "{err}");
+}
+
+mod own_files {
+    use super::*;
+
+    #[test]
+    fn trace_reports_no_refusal_for_the_sandboxs_own_files_as_root() {
+        super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Root)
+    }
+
+    #[test]
+    fn trace_reports_no_refusal_for_the_sandboxs_own_files_as_nobody() {
+        super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Nobody)
+    }
+}
+
+/// `git clone` of a repository outside the workspace: the draft grants the
+/// repository's root, not a handful of files in its `.git`, so the rerun
+/// finds all of it, owned as on the host (git refuses a repository of
+/// "dubious ownership").
+fn git_clones_a_repository_outside_the_workspace(who: As) {
+    // Outside /tmp: learning shows the host's top-level directories but
+    // /tmp, which is the sandbox's own.
+    let parent = tempfile::Builder::new()
+        .prefix("spawnd-learn-origin-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let origin = parent.path().join("origin");
+    std::fs::create_dir(&origin).unwrap();
+    let ws = fresh(&format!("outside-clone-{who:?}"));
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&origin)
+            .env("HOME", "/nonexistent")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(origin.join("f"), "1\n").unwrap();
+    git(&["add", "f"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "-m",
+        "one",
+    ]);
+    // The program runs as nobody, also for a root caller.
+    let owned = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&origin)
+        .status()
+        .unwrap();
+    assert!(owned.success());
+    let clone = ws.join("clone");
+    let (draft, _) = learn_then_run(
+        who,
+        "git-clone-outside",
+        &ws,
+        &["git", "clone", "-q", origin.to_str().unwrap(), "clone"],
+        || std::fs::remove_dir_all(&clone).unwrap(),
+    );
+    assert!(clone.join("f").exists(), "{draft}");
+    let fs_read = draft
+        .lines()
+        .find(|l| l.starts_with("fs_read = "))
+        .unwrap_or_else(|| panic!("{draft}"));
+    assert!(
+        fs_read.contains(&format!("\"{}\"", origin.display())) && !fs_read.contains(".git/"),
+        "{draft}"
+    );
+}
+
+mod repository_outside {
+    use super::*;
+
+    #[test]
+    fn git_clones_a_repository_outside_the_workspace_as_root() {
+        super::git_clones_a_repository_outside_the_workspace(As::Root)
+    }
+
+    #[test]
+    fn git_clones_a_repository_outside_the_workspace_as_nobody() {
+        super::git_clones_a_repository_outside_the_workspace(As::Nobody)
+    }
+}

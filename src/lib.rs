@@ -9,7 +9,8 @@
 //!         ─► sandbox ─► supervise ─► audit ─► response
 //! ```
 //!
-//! * [`manifest`], [`template`], [`policy`], [`plan`], [`interpreter`] and [`printable`] are pure: no kernel,
+//! * [`manifest`], [`template`], [`policy`], [`plan`], [`interpreter`], [`printable`] and
+//!   [`secret_paths`] are pure: no kernel,
 //!   no file I/O beyond the text they are handed (the gate looks at the program
 //!   file only through a [`policy::ProgramInspector`]).
 //! * [`egress`] is the pure core of network grants, what spawnd decides a sandboxed
@@ -50,6 +51,7 @@ pub mod provenance;
 pub mod relay;
 pub mod rpc;
 pub mod sandbox;
+pub mod secret_paths;
 pub mod shares;
 pub mod spawner;
 pub mod supervise;

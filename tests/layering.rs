@@ -30,7 +30,14 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["manifest"],
     &["egress"],
-    &["template", "printable", "shares", "interpreter", "origin"],
+    &[
+        "template",
+        "printable",
+        "shares",
+        "interpreter",
+        "origin",
+        "secret_paths",
+    ],
     &["sys"],
     &["lib"],
 ];

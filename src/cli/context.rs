@@ -62,7 +62,8 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let uid = nix::unistd::getuid().as_raw();
     let home = invoking_home().ok().flatten();
     let xdg = std::env::var("XDG_STATE_HOME").ok();
-    let default_audit = default_audit_path(uid, xdg.as_deref(), home.as_deref());
+    let acts_as_root = uid == 0 && crate::kernel_features::privileged();
+    let default_audit = default_audit_path(acts_as_root, xdg.as_deref(), home.as_deref());
     let data = std::env::var("XDG_DATA_HOME").ok();
     let config_home = std::env::var("XDG_CONFIG_HOME").ok();
     let connectors = default_connector_paths(

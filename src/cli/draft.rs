@@ -71,55 +71,28 @@ pub struct Draft {
 /// Paths the sandbox makes itself: never a scope.
 const PROVIDED: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/run"];
 
-/// Files every sandbox gets written for it.
+/// Files every sandbox gets written for it (`/etc/resolv.conf` with
+/// network grants and while learning; without grants there is no resolver
+/// to name), and `ld.so.cache`, a system path: never a scope, since a
+/// scope of the host's file would only hide the sandbox's own.
 const RUNTIME_FILES: &[&str] = &[
     "/etc/passwd",
     "/etc/group",
     "/etc/hosts",
     "/etc/nsswitch.conf",
+    "/etc/resolv.conf",
     "/etc/ld.so.cache",
 ];
 
-/// Paths that hold secrets: drafted commented out, never granted silently.
-const SENSITIVE_IN_HOME: &[&str] = &[
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".pgpass",
-    ".password-store",
-    ".local/share/keyrings",
-    ".mozilla",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/gh",
-    ".config/hub",
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".vault-token",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
-];
+/// Files read by habit that never matter inside a sandbox: the resolver's
+/// options and address sorting (`host.conf`, `gai.conf`: the defaults
+/// serve), and `ld.so.preload`, libraries to load into every program,
+/// which a sandbox must never take from the host.
+const NOISE: &[&str] = &["/etc/host.conf", "/etc/gai.conf", "/etc/ld.so.preload"];
 
-/// Sensitive paths outside homes.
-const SENSITIVE: &[&str] = &[
-    "/etc/shadow",
-    "/etc/gshadow",
-    "/etc/sudoers",
-    "/etc/ssh",
-    "/etc/ssl/private",
-    "/etc/krb5.keytab",
-    "/root",
-    "/var/lib/spawnd",
-];
+/// Never a scope as a whole: it holds the host's accounts and secrets
+/// (`/etc/shadow`, `/etc/ssh`); the files read in it are granted one by one.
+const ETC: &str = "/etc";
 
 /// Programs that run whatever code they are given.
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
@@ -136,7 +109,11 @@ impl Observed {
             sensitive: write_sensitive,
             attempted,
         } = self.write_scopes(host);
-        let (mut read, read_sensitive) = self.read_scopes(host, &write);
+        let ReadScopes {
+            granted: mut read,
+            repositories,
+            sensitive: read_sensitive,
+        } = self.read_scopes(host, &write);
         // The working directory must lie in a scope.
         if !read.iter().chain(&write).any(|s| self.cwd.starts_with(s)) {
             read.insert(self.cwd.clone());
@@ -200,8 +177,72 @@ impl Observed {
                 shown(shell)
             ));
         }
-        self.write_list(&mut text, &mut review, "fs_read", &read, host);
-        self.write_list(&mut text, &mut review, "fs_write", &write, host);
+        // What is left out but may be wanted: each as a whole alternative
+        // line of its key, valid TOML once uncommented in place of the key's.
+        let mut read_withheld = Vec::new();
+        let mut write_withheld = Vec::new();
+        for (path, uses) in &read_sensitive {
+            read_withheld.push(Withheld {
+                path: path.clone(),
+                why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
+            });
+            review.push(format!(
+                "{} may hold secrets: left out (commented in the draft)",
+                shown(path)
+            ));
+        }
+        for (path, uses) in &write_sensitive {
+            write_withheld.push(Withheld {
+                path: path.clone(),
+                why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
+            });
+            review.push(format!(
+                "{} may hold secrets: left out (commented in the draft)",
+                shown(path)
+            ));
+        }
+        for dir in &attempted {
+            write_withheld.push(Withheld {
+                path: dir.clone(),
+                why: format!(
+                    "it tried to write in {}, where learning let it not (refused then)",
+                    shown(dir)
+                ),
+            });
+            review.push(format!(
+                "it tried to write in {} (refused while learning): not granted",
+                shown(dir)
+            ));
+        }
+        for repository in &repositories {
+            let _ = writeln!(
+                text,
+                "# {} is a repository, granted whole: git (or hg) finds all of it, and the\n# directory whose owner git checks (safe.directory) is the real one",
+                shown(repository)
+            );
+        }
+        if read.iter().any(|p| p.starts_with(ETC)) {
+            let _ = writeln!(
+                text,
+                "# Under /etc only the files it read are granted (the sandbox writes its own passwd,\n# group, hosts and nsswitch.conf); to widen, list more files or a directory under\n# /etc, never /etc itself: it holds the host's accounts and secrets (/etc/shadow)"
+            );
+        }
+        self.write_list(
+            &mut text,
+            &mut review,
+            "fs_read",
+            &read,
+            &read_withheld,
+            host,
+        );
+        self.write_list(
+            &mut text,
+            &mut review,
+            "fs_write",
+            &write,
+            &write_withheld,
+            host,
+        );
         for dir in exec.intersection(&write) {
             let _ = writeln!(
                 text,
@@ -213,36 +254,7 @@ impl Observed {
                 shown(dir)
             ));
         }
-        self.write_list(&mut text, &mut review, "fs_exec", &exec, host);
-        for (path, uses) in read_sensitive.iter().chain(&write_sensitive) {
-            let key = if write_sensitive.iter().any(|(p, _)| p == path) {
-                "fs_write"
-            } else {
-                "fs_read"
-            };
-            let _ = writeln!(
-                text,
-                "# REVIEW: it used {} ({uses}), which may hold secrets; uncomment to grant:\n# {key} += [{}]",
-                shown(path),
-                quote(&self.scope_text(path))
-            );
-            review.push(format!(
-                "{} may hold secrets: left out (commented in the draft)",
-                shown(path)
-            ));
-        }
-        for dir in &attempted {
-            let _ = writeln!(
-                text,
-                "# REVIEW: it tried to write in {}, where learning let it not (refused then); to grant:\n# fs_write += [{}]",
-                shown(dir),
-                quote(&self.scope_text(dir))
-            );
-            review.push(format!(
-                "it tried to write in {} (refused while learning): not granted",
-                shown(dir)
-            ));
-        }
+        self.write_list(&mut text, &mut review, "fs_exec", &exec, &[], host);
         if !self.refused.is_empty() {
             let _ = writeln!(text, "# While learning, the sandbox refused:");
             for r in &self.refused {
@@ -465,13 +477,26 @@ impl Observed {
         path.display().to_string()
     }
 
-    /// Writes `key = [...]`, a broad scope marked for review.
+    /// `key = [...]` with `scopes`, as the draft writes it.
+    fn list_line(&self, key: &str, scopes: &BTreeSet<PathBuf>) -> String {
+        let written: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
+        format!(
+            "{key} = [{}]",
+            join_quoted(written.iter().map(String::as_str))
+        )
+    }
+
+    /// Writes `key = [...]`, a broad scope marked for review. Each of
+    /// `withheld` comes first as a commented alternative: the whole line
+    /// with it added, to use in place of the key's line (valid TOML once
+    /// uncommented; `+=` is not TOML).
     fn write_list(
         &self,
         text: &mut String,
         review: &mut Vec<String>,
         key: &str,
         scopes: &BTreeSet<PathBuf>,
+        withheld: &[Withheld],
         host: &dyn Host,
     ) {
         let (scopes, unwritable): (BTreeSet<PathBuf>, BTreeSet<PathBuf>) = scopes
@@ -489,10 +514,6 @@ impl Observed {
                 shown(p)
             ));
         }
-        if scopes.is_empty() {
-            return;
-        }
-        let written: Vec<String> = scopes.iter().map(|p| self.scope_text(p)).collect();
         for p in &scopes {
             if self.is_broad(p) {
                 let _ = writeln!(text, "# REVIEW: {} is broad", shown(p));
@@ -515,11 +536,24 @@ impl Observed {
                 let _ = writeln!(text, "# {} does not exist now; spawnd creates it", shown(p));
             }
         }
-        let _ = writeln!(
-            text,
-            "{key} = [{}]",
-            join_quoted(written.iter().map(String::as_str))
-        );
+        for w in withheld.iter().filter(|w| Self::writable_as_scope(&w.path)) {
+            let mut with = scopes.clone();
+            with.insert(w.path.clone());
+            let _ = writeln!(
+                text,
+                "# REVIEW: {}; to grant it, {}:\n# {}",
+                w.why,
+                if scopes.is_empty() {
+                    "uncomment"
+                } else {
+                    "use this line in place of the one below"
+                },
+                self.list_line(key, &with)
+            );
+        }
+        if !scopes.is_empty() {
+            let _ = writeln!(text, "{}", self.list_line(key, &scopes));
+        }
     }
 
     /// A top-level directory, a home, or the workspace's parent or above.
@@ -534,48 +568,22 @@ impl Observed {
             return false;
         }
         PROVIDED.iter().any(|d| p.starts_with(d))
-            || RUNTIME_FILES.iter().any(|f| p == Path::new(f))
+            || RUNTIME_FILES.iter().chain(NOISE).any(|f| p == Path::new(f))
             || self.system_paths.iter().any(|s| p.starts_with(s))
     }
 
-    /// The sensitive path `p` lies in, if any: one of [`SENSITIVE`], or a
-    /// [`SENSITIVE_IN_HOME`] name under any directory (another user's home,
-    /// a home under `/var/home`…).
+    /// The secret path `p` lies in, if any ([`crate::secret_paths::containing`]),
+    /// but for one that holds the workspace, chosen by the caller (root's
+    /// `/root/proj`): what lies in the workspace is the work.
     fn sensitive(&self, p: &Path) -> Option<PathBuf> {
-        if let Some(s) = SENSITIVE
-            .iter()
-            .map(PathBuf::from)
-            .find(|s| p.starts_with(s))
-        {
-            return Some(s);
-        }
-        let parts: Vec<_> = p.components().collect();
-        SENSITIVE_IN_HOME.iter().find_map(|name| {
-            let want: Vec<_> = Path::new(name).components().collect();
-            (1..parts.len())
-                .find(|&i| parts[i..].starts_with(&want))
-                .map(|i| parts[..i + want.len()].iter().collect::<PathBuf>())
-        })
+        crate::secret_paths::containing(p)
+            .filter(|s| !(p.starts_with(&self.workspace) && self.workspace.starts_with(s)))
     }
 
-    /// A sensitive path that exists strictly inside `scope`, if any.
+    /// A secret path that exists strictly inside `scope`, if any
+    /// ([`crate::secret_paths::inside`]).
     fn holds_sensitive(&self, scope: &Path, host: &dyn Host) -> Option<PathBuf> {
-        let mut candidates: Vec<PathBuf> = SENSITIVE.iter().map(PathBuf::from).collect();
-        for name in SENSITIVE_IN_HOME {
-            candidates.push(scope.join(name));
-            if let Some(home) = &self.home {
-                candidates.push(home.join(name));
-            }
-            // `~/.config` holds `gcloud` of `.config/gcloud`.
-            if let Some((first, rest)) = name.split_once('/') {
-                if scope.file_name().is_some_and(|n| n == first) {
-                    candidates.push(scope.join(rest));
-                }
-            }
-        }
-        candidates
-            .into_iter()
-            .find(|c| c != scope && c.starts_with(scope) && host.exists(c))
+        crate::secret_paths::inside(scope, self.home.as_deref(), &|c: &Path| host.exists(c))
     }
 
     /// Directories written (a file's parent) where learning let it write,
@@ -637,13 +645,10 @@ impl Observed {
 
     /// Paths read, collapsed into scopes, none inside a write scope; and
     /// the sensitive ones, left out.
-    fn read_scopes(
-        &self,
-        host: &dyn Host,
-        write: &BTreeSet<PathBuf>,
-    ) -> (BTreeSet<PathBuf>, Vec<(PathBuf, String)>) {
+    fn read_scopes(&self, host: &dyn Host, write: &BTreeSet<PathBuf>) -> ReadScopes {
         let mut by_dir = BTreeMap::<PathBuf, BTreeSet<PathBuf>>::new();
         let mut listed = BTreeSet::new();
+        let mut repositories = BTreeSet::new();
         let mut sensitive = BTreeMap::<PathBuf, BTreeSet<&str>>::new();
         for (path, how) in &self.paths {
             if !matches!(how, Use::Read | Use::List)
@@ -659,6 +664,14 @@ impl Observed {
                 sensitive.entry(s).or_default().insert("read");
                 continue;
             }
+            if let Some(root) = self.repository_scope(path, host, write) {
+                repositories.insert(root.clone());
+                listed.insert(root);
+                continue;
+            }
+            if path == Path::new(ETC) {
+                continue;
+            }
             if *how == Use::List || host.is_dir(path) {
                 listed.insert(path.clone());
             } else if let Some(dir) = path.parent() {
@@ -670,7 +683,9 @@ impl Observed {
         }
         let mut scopes = BTreeSet::new();
         for (dir, files) in by_dir {
-            let collapse = files.len() >= COLLAPSE_AT && self.holds_sensitive(&dir, host).is_none();
+            let collapse = files.len() >= COLLAPSE_AT
+                && dir != Path::new(ETC)
+                && self.holds_sensitive(&dir, host).is_none();
             if collapse || listed.contains(&dir) {
                 scopes.insert(dir);
             } else {
@@ -693,11 +708,57 @@ impl Observed {
             }
             scopes.insert(self.workspace.clone());
         }
-        let scopes = outermost(scopes)
+        let granted: BTreeSet<PathBuf> = outermost(scopes)
             .into_iter()
             .filter(|p| !write.iter().any(|w| p.starts_with(w)))
             .collect();
-        (scopes, flatten(sensitive))
+        ReadScopes {
+            repositories: repositories
+                .into_iter()
+                .filter(|r| granted.contains(r))
+                .collect(),
+            granted,
+            sensitive: flatten(sensitive),
+        }
+    }
+
+    /// The scope that lets a program reading `path` use the whole
+    /// repository it lies in: the repository's root (the directory holding
+    /// `.git` or `.hg`, or a bare repository's own directory), so git finds
+    /// every file it may need next time, and the directory whose owner git
+    /// checks (`safe.directory`) is the real one, not a directory the
+    /// sandbox made to hold a narrower scope. When the root lies above the
+    /// workspace, only its `.git` (granting the root would grant the
+    /// workspace's parents). None for a repository in the workspace (the
+    /// workspace covers it), one that holds or is a secret, a home, or one
+    /// that overlaps a write scope.
+    fn repository_scope(
+        &self,
+        path: &Path,
+        host: &dyn Host,
+        write: &BTreeSet<PathBuf>,
+    ) -> Option<PathBuf> {
+        let root = repository_root(path, host)?;
+        if root.starts_with(&self.workspace) {
+            return None;
+        }
+        let scope = if self.workspace.starts_with(&root) {
+            let git_dir = root.join(".git");
+            if !path.starts_with(&git_dir) || !host.is_dir(&git_dir) {
+                return None;
+            }
+            git_dir
+        } else {
+            root
+        };
+        let overlaps_write = write
+            .iter()
+            .any(|w| w.starts_with(&scope) || scope.starts_with(w));
+        let fit = !overlaps_write
+            && self.home.as_deref() != Some(scope.as_path())
+            && self.sensitive(&scope).is_none()
+            && self.holds_sensitive(&scope, host).is_none();
+        fit.then_some(scope)
     }
 
     /// Executed files outside the system paths: the write scope they lie
@@ -720,6 +781,30 @@ impl Observed {
         }
         outermost(out)
     }
+}
+
+/// The innermost repository `path` lies in (or is), if any: a directory
+/// holding `.git` (a directory, or a file naming one elsewhere) or `.hg`,
+/// or a bare git repository (`HEAD`, `objects/` and `refs/`); a `.git`
+/// directory stands for the working tree above it.
+fn repository_root(path: &Path, host: &dyn Host) -> Option<PathBuf> {
+    path.ancestors()
+        .filter(|a| a.parent().is_some())
+        .find_map(|a| {
+            if host.exists(&a.join(".git")) || host.is_dir(&a.join(".hg")) {
+                return Some(a.to_path_buf());
+            }
+            let bare = host.exists(&a.join("HEAD"))
+                && host.is_dir(&a.join("objects"))
+                && host.is_dir(&a.join("refs"));
+            if !bare {
+                return None;
+            }
+            match (a.file_name(), a.parent()) {
+                (Some(name), Some(tree)) if name == ".git" => Some(tree.to_path_buf()),
+                _ => Some(a.to_path_buf()),
+            }
+        })
 }
 
 /// `set` without the paths that lie inside another of its paths.
@@ -760,6 +845,23 @@ struct WriteScopes {
     sensitive: Vec<(PathBuf, String)>,
     /// Left out: directories it tried to write outside the writable ones.
     attempted: BTreeSet<PathBuf>,
+}
+
+/// What [`Observed::read_scopes`] finds.
+struct ReadScopes {
+    /// Granted: what was read, collapsed.
+    granted: BTreeSet<PathBuf>,
+    /// Among them, repositories granted whole.
+    repositories: BTreeSet<PathBuf>,
+    /// Left out: sensitive paths read, and how.
+    sensitive: Vec<(PathBuf, String)>,
+}
+
+/// A path the draft leaves out of a key but offers, commented.
+struct Withheld {
+    path: PathBuf,
+    /// Why it is left out, for the comment.
+    why: String,
 }
 
 /// An argv placeholder the draft offers.
@@ -986,6 +1088,56 @@ mod tests {
         ])
     }
 
+    /// Each commented line that is a TOML key line (a suggestion), taken
+    /// alone: uncommented in place of its table's line of that key, the
+    /// draft still parses as a manifest. Returns the suggestions.
+    fn every_suggestion_parses(text: &str) -> Vec<String> {
+        assert!(!text.contains("+="), "not TOML: {text}");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut suggestions = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line.strip_prefix("# ") else {
+                continue;
+            };
+            let Some((key, _)) = rest.split_once(" = ") else {
+                continue;
+            };
+            if !key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                || toml::from_str::<toml::Table>(rest).is_err()
+            {
+                continue;
+            }
+            let table_start = lines[..i]
+                .iter()
+                .rposition(|l| l.starts_with('['))
+                .unwrap_or(0);
+            let table_end = lines[i..]
+                .iter()
+                .position(|l| l.starts_with('['))
+                .map_or(lines.len(), |n| i + n);
+            let uncommented: Vec<&str> = lines
+                .iter()
+                .enumerate()
+                .filter(|(j, l)| {
+                    !(*j > table_start
+                        && *j < table_end
+                        && *j != i
+                        && l.starts_with(&format!("{key} = ")))
+                })
+                .map(|(j, l)| if j == i { rest } else { *l })
+                .collect();
+            let variant = uncommented.join("\n");
+            crate::manifest::parse_manifest(
+                "(draft)",
+                &variant,
+                crate::manifest::LoadOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{rest}: {e}\n{variant}"));
+            suggestions.push(rest.to_string());
+        }
+        suggestions
+    }
+
     #[test]
     fn a_draft_grants_what_was_used_and_marks_what_needs_review() {
         let draft = observed().draft(&host());
@@ -998,7 +1150,13 @@ mod tests {
             t.contains("fs_read = [\"~/.config/tool.conf\", \"{workspace}\"]"),
             "{t}"
         );
-        assert!(t.contains("# fs_read += [\"~/.ssh\"]"), "{t}");
+        let suggestions = every_suggestion_parses(t);
+        assert!(
+            suggestions.contains(
+                &"fs_read = [\"~/.config/tool.conf\", \"~/.ssh\", \"{workspace}\"]".to_string()
+            ),
+            "{suggestions:?}\n{t}"
+        );
         assert!(
             !t.contains("/usr/lib/x.so") && !t.contains("\"/etc/passwd\"") && !t.contains("/tmp/x"),
             "{t}"
@@ -1036,10 +1194,15 @@ mod tests {
         assert!(draft.review.iter().any(|r| r.contains(".ssh")));
         // An attempt outside what learning let it write is shown, not granted.
         assert!(
-            t.contains("# fs_write += [\"/var/spool/cron/crontabs\"]"),
+            suggestions.contains(
+                &"fs_write = [\"/var/spool/cron/crontabs\", \"{workspace}/out dir\"]".to_string()
+            ),
+            "{suggestions:?}\n{t}"
+        );
+        assert!(
+            !t.lines().any(|l| l.starts_with("fs_write = [\"/var")),
             "{t}"
         );
-        assert!(!t.contains("fs_write = [\"/var"), "{t}");
         // Secrets are never made executable; nothing is granted for an
         // execution that found no file; a file name cannot end a comment.
         assert!(!t.contains("fs_exec = [\"/etc/shadow"), "{t}");
@@ -1130,6 +1293,139 @@ mod tests {
             .review
             .iter()
             .any(|r| r.contains("cannot be written as a scope")));
+    }
+
+    /// A table host from paths: those ending in `/` are directories.
+    fn table(paths: &[&str]) -> Table {
+        Table(
+            paths
+                .iter()
+                .map(|p| {
+                    let p: &'static str =
+                        Box::leak(p.trim_end_matches('/').to_string().into_boxed_str());
+                    (p, false)
+                })
+                .zip(paths.iter().map(|p| p.ends_with('/')))
+                .map(|((p, _), dir)| (p, dir))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn reads_inside_a_repository_collapse_to_its_root() {
+        let mut o = observed();
+        o.executed.clear();
+        o.paths = [
+            // git clone /srv/origin: a working tree outside the workspace.
+            "/srv/origin/.git/HEAD",
+            "/srv/origin/.git/config",
+            "/srv/origin/.git/objects/ab/cdef",
+            "/srv/origin/.git/refs/heads/main",
+            // A bare repository.
+            "/srv/bare.git/HEAD",
+            "/srv/bare.git/packed-refs",
+            // The workspace's own repository lies above it.
+            "/w/.git/HEAD",
+        ]
+        .iter()
+        .map(|p| (PathBuf::from(p), Use::Read))
+        .chain([(PathBuf::from("/srv/origin/.git/objects"), Use::List)])
+        .collect();
+        o.workspace = "/w/proj".into();
+        o.cwd = "/w/proj".into();
+        let host = table(&[
+            "/srv/origin/",
+            "/srv/origin/.git/",
+            "/srv/origin/.git/HEAD",
+            "/srv/origin/.git/config",
+            "/srv/origin/.git/objects/",
+            "/srv/origin/.git/objects/ab/",
+            "/srv/origin/.git/objects/ab/cdef",
+            "/srv/origin/.git/refs/",
+            "/srv/origin/.git/refs/heads/",
+            "/srv/origin/.git/refs/heads/main",
+            "/srv/bare.git/",
+            "/srv/bare.git/HEAD",
+            "/srv/bare.git/packed-refs",
+            "/srv/bare.git/objects/",
+            "/srv/bare.git/refs/",
+            "/w/",
+            "/w/.git/",
+            "/w/.git/HEAD",
+        ]);
+        let t = o.draft(&host).text;
+        assert!(
+            t.contains(
+                "fs_read = [\"/srv/bare.git\", \"/srv/origin\", \"/w/.git\", \"{workspace}\"]"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("# /srv/origin is a repository, granted whole"),
+            "{t}"
+        );
+        every_suggestion_parses(&t);
+    }
+
+    #[test]
+    fn etc_is_granted_file_by_file_without_the_sandboxs_own_files_and_noise() {
+        let mut o = observed();
+        o.executed.clear();
+        let mut read: Vec<&str> = vec![
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/hosts",
+            "/etc/nsswitch.conf",
+            "/etc/resolv.conf",
+            "/etc/host.conf",
+            "/etc/gai.conf",
+            "/etc/ld.so.preload",
+        ];
+        let many: Vec<String> = (0..9).map(|i| format!("/etc/tool{i}.conf")).collect();
+        read.extend(many.iter().map(String::as_str));
+        o.paths = read
+            .iter()
+            .map(|p| (PathBuf::from(p), Use::Read))
+            .chain([(PathBuf::from("/etc"), Use::List)])
+            .collect();
+        let mut on_host = read.clone();
+        on_host.extend(["/etc/", "/etc/shadow"]);
+        let t = o.draft(&table(&on_host)).text;
+        let fs_read = t
+            .lines()
+            .find(|l| l.starts_with("fs_read = "))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(!fs_read.contains("\"/etc\""), "{t}");
+        assert!(fs_read.contains("\"/etc/tool0.conf\""), "{t}");
+        for noise in &read[..8] {
+            assert!(!fs_read.contains(&format!("\"{noise}\"")), "{noise}: {t}");
+        }
+        assert!(
+            t.contains("# Under /etc only the files it read are granted"),
+            "{t}"
+        );
+        every_suggestion_parses(&t);
+    }
+
+    #[test]
+    fn a_secret_read_by_root_is_offered_as_a_whole_valid_line() {
+        let mut o = observed();
+        o.executed.clear();
+        o.home = Some("/root".into());
+        o.workspace = "/root/proj".into();
+        o.cwd = "/root/proj".into();
+        o.writable = vec!["/root/proj".into()];
+        o.paths = vec![
+            ("/root/.bashrc".into(), Use::Read),
+            ("/root/proj/out".into(), Use::Write),
+        ];
+        let t = o
+            .draft(&table(&["/root/", "/root/.bashrc", "/root/proj/"]))
+            .text;
+        let suggestions = every_suggestion_parses(&t);
+        assert_eq!(suggestions[0], "fs_read = [\"/root\"]", "{t}");
+        assert!(!t.lines().any(|l| l.starts_with("fs_read")), "{t}");
+        assert!(t.contains("\nfs_write = [\"{workspace}\"]\n"), "{t}");
     }
 
     #[test]

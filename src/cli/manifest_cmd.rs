@@ -279,10 +279,13 @@ pub fn pin(cli: &Cli, files: &[std::path::PathBuf], check: bool) -> Result<Succe
         for r in &report {
             let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
             stale |= s("status") != "unchanged";
-            lines.push(match s("status").as_str() {
-                "updated" => format!("updated {} {} -> {}", s("path"), s("was"), s("sha256")),
-                status => format!("{status} {} {}", s("path"), s("sha256")),
-            });
+            lines.push(pin_line(
+                &s("status"),
+                &s("path"),
+                &s("was"),
+                &s("sha256"),
+                check,
+            ));
         }
         data.push(json!({"file": file, "programs": report}));
     }
@@ -294,6 +297,17 @@ pub fn pin(cli: &Cli, files: &[std::path::PathBuf], check: bool) -> Result<Succe
         done.exit = 1;
     }
     Ok(done)
+}
+
+/// One program's line of `manifest pin`: what was done to its pin, or,
+/// with `check` (which writes nothing), what pinning would do.
+fn pin_line(status: &str, path: &str, was: &str, sha256: &str, check: bool) -> String {
+    match (status, check) {
+        ("updated", false) => format!("updated {path} {was} -> {sha256}"),
+        ("updated", true) => format!("would update {path} {was} -> {sha256}"),
+        ("pinned", true) => format!("would pin {path} {sha256}"),
+        (status, _) => format!("{status} {path} {sha256}"),
+    }
 }
 
 /// Pins one manifest's programs (or, with `check`, only says what pinning

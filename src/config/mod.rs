@@ -335,12 +335,16 @@ pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
 ];
 
 /// Where the audit log lives when the config does not say (docs/operations.md).
+/// `acts_as_root`: spawnd is root over other users here (the host's root,
+/// or a container's that maps them); root of a user namespace that maps
+/// only itself (`unshare -r`) is one user like any other, whose log is
+/// under its `XDG_STATE_HOME` or home.
 pub fn default_audit_path(
-    uid: u32,
+    acts_as_root: bool,
     xdg_state_home: Option<&str>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
-    if uid == 0 {
+    if acts_as_root {
         return Some(PathBuf::from("/var/log/spawnd/audit.jsonl"));
     }
     match (xdg_state_home.filter(|x| x.starts_with('/')), home) {

@@ -133,18 +133,18 @@ fn connector_locations_default_by_user_and_must_be_absolute() {
 #[test]
 fn default_audit_location_follows_the_spec() {
     assert_eq!(
-        default_audit_path(0, None, None),
+        default_audit_path(true, None, None),
         Some("/var/log/spawnd/audit.jsonl".into())
     );
     assert_eq!(
-        default_audit_path(1000, Some("/x/state"), None),
+        default_audit_path(false, Some("/x/state"), None),
         Some("/x/state/spawnd/audit.jsonl".into())
     );
     assert_eq!(
-        default_audit_path(1000, None, Some(Path::new("/home/u"))),
+        default_audit_path(false, None, Some(Path::new("/home/u"))),
         Some("/home/u/.local/state/spawnd/audit.jsonl".into())
     );
-    assert_eq!(default_audit_path(1000, None, None), None);
+    assert_eq!(default_audit_path(false, None, None), None);
 }
 
 #[test]

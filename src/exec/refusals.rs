@@ -125,6 +125,25 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         if PROVIDED.iter().any(|p| used.path.starts_with(p)) && !in_a_scope {
             continue;
         }
+        // The files the sandbox writes for itself (`/etc/passwd`, `/etc/hosts`…)
+        // are there to read; the host's never are, and no scope changes them.
+        if written_for_the_sandbox(spec, &used.path) {
+            if matches!(used.how, Use::Write | Use::Create | Use::Remove) {
+                out.push(Refusal {
+                    layer: "read_only_mount",
+                    errno: "EROFS",
+                    call: used.call.to_string(),
+                    path: Some(used.path.clone()),
+                    how: Some(used.how),
+                    calls: used.calls,
+                    fix: format!(
+                        "{} is the sandbox's own, written for it and read-only (docs/sandbox.md, \"The runtime\"); no scope changes it",
+                        used.path.display()
+                    ),
+                });
+            }
+            continue;
+        }
         // A new file's parent must exist; a read of nothing is a probe.
         let on_host = match used.how {
             Use::Create | Use::Write => {
@@ -136,7 +155,7 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
             continue;
         }
         let new_file = used.how == Use::Write && !exists(&used.path);
-        if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how, new_file) {
+        if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how, new_file, exists) {
             out.push(Refusal {
                 layer,
                 errno,
@@ -149,6 +168,43 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         }
     }
     out
+}
+
+/// Whether `path` is a file the sandbox writes for itself ([`MountKind::File`]:
+/// its identity files, and its resolver's configuration with network grants).
+fn written_for_the_sandbox(spec: &SandboxSpec, path: &Path) -> bool {
+    spec.mounts
+        .iter()
+        .any(|m| m.target == path && matches!(m.kind, MountKind::File { .. }))
+}
+
+/// What to say in place of "add `dir` to `key`" when that advice would be
+/// wrong: a path that may hold secrets is withheld on purpose, and the
+/// resolver's configuration is the sandbox's own once it has network
+/// grants. When `dir` is fine but holds a secret, the advice says so.
+fn advice(path: &Path, dir: &Path, key: &str, exists: &dyn Fn(&Path) -> bool) -> String {
+    if let Some(secret) =
+        crate::secret_paths::containing(path).or_else(|| crate::secret_paths::containing(dir))
+    {
+        return format!(
+            "{} may hold secrets: it is withheld on purpose, and no scope is suggested for it",
+            secret.display()
+        );
+    }
+    if path == Path::new(crate::sandbox::spec::RESOLV_CONF) {
+        return format!(
+            "the sandbox has a resolver only with network grants (`network`), and then writes its own {}; the host's is never needed",
+            path.display()
+        );
+    }
+    match crate::secret_paths::inside(dir, None, exists) {
+        Some(secret) => format!(
+            "add {} to {key} (it holds {}, which may hold secrets: grant a narrower path if you can)",
+            dir.display(),
+            secret.display()
+        ),
+        None => format!("add {} to {key}", dir.display()),
+    }
 }
 
 /// `path` with the sandbox's symbolic links among the system paths
@@ -182,6 +238,7 @@ fn wall(
     path: &Path,
     how: Use,
     new_file: bool,
+    exists: &dyn Fn(&Path) -> bool,
 ) -> Option<(&'static str, &'static str, String)> {
     let shown = path.display();
     let resolved = through_links(spec, path);
@@ -205,8 +262,8 @@ fn wall(
             "mount_namespace",
             "ENOENT",
             format!(
-                "{shown} is not in the sandbox; add {} to {key}",
-                dir.display()
+                "{shown} is not in the sandbox; {}",
+                advice(path, dir, key, exists)
             ),
         ));
     }
@@ -239,22 +296,31 @@ fn wall(
         Use::Read | Use::List if !reads => Some((
             "landlock",
             "EACCES",
-            format!("Landlock grants no reading of {shown}; add {} to fs_read", dir.display()),
+            format!(
+                "Landlock grants no reading of {shown}; {}",
+                advice(path, dir, "fs_read", exists)
+            ),
         )),
         Use::Write | Use::Create | Use::Remove if !writes => Some((
             "read_only_mount",
             "EROFS",
             format!(
-                "{shown} is on a read-only mount; add {} to fs_write",
-                dir.display()
+                "{shown} is on a read-only mount; {}",
+                advice(path, dir, "fs_write", exists)
             ),
         )),
         Use::Execute if !executes => Some((
             "noexec",
             "EACCES",
-            format!(
-                "{shown} is on a mount without execution (noexec, and Landlock grants none); add it to fs_exec"
-            ),
+            match crate::secret_paths::containing(path) {
+                Some(_) => format!(
+                    "{shown} is on a mount without execution (noexec, and Landlock grants none); {}",
+                    advice(path, dir, "fs_exec", exists)
+                ),
+                None => format!(
+                    "{shown} is on a mount without execution (noexec, and Landlock grants none); add it to fs_exec"
+                ),
+            },
         )),
         _ => None,
     }
@@ -387,6 +453,85 @@ mod tests {
                 ("noexec", Some("/tmp/built".into())),
             ]
         );
+    }
+
+    #[test]
+    fn the_sandboxs_own_files_are_no_refusal_and_secrets_are_never_suggested() {
+        let mut spec = spec();
+        for target in ["/etc/passwd", "/etc/hosts"] {
+            spec.mounts.push(MountStep {
+                target: target.into(),
+                kind: MountKind::File {
+                    contents: String::new(),
+                },
+            });
+        }
+        let trace = Trace {
+            paths: vec![
+                used("/etc/passwd", Use::Read),
+                used("/etc/hosts", Use::Read),
+                used("/etc/hosts", Use::Write),
+                used("/etc/shadow", Use::Read),
+                used("/etc/resolv.conf", Use::Read),
+                used("/home/u/.ssh/id_rsa", Use::Read),
+                used("/home/u", Use::List),
+                used("/home/u/notes", Use::Read),
+            ],
+            ..Trace::default()
+        };
+        let on_host = |p: &Path| {
+            [
+                "/etc",
+                "/etc/passwd",
+                "/etc/hosts",
+                "/etc/shadow",
+                "/etc/resolv.conf",
+                "/home/u",
+                "/home/u/.ssh",
+                "/home/u/.ssh/id_rsa",
+                "/home/u/notes",
+            ]
+            .iter()
+            .any(|h| p == Path::new(h))
+        };
+        let got = refusals(&trace, &spec, &on_host);
+        let by_path = |p: &str| {
+            got.iter()
+                .find(|r| r.path.as_deref() == Some(Path::new(p)))
+                .map(|r| (r.layer, r.fix.clone()))
+        };
+        assert_eq!(by_path("/etc/passwd"), None, "{got:?}");
+        let (layer, fix) = by_path("/etc/hosts").unwrap();
+        assert_eq!(layer, "read_only_mount");
+        assert!(
+            fix.contains("the sandbox's own") && !fix.contains("add "),
+            "{fix}"
+        );
+        for (path, secret) in [
+            ("/etc/shadow", "/etc/shadow"),
+            ("/home/u/.ssh/id_rsa", "/home/u/.ssh"),
+        ] {
+            let (_, fix) = by_path(path).unwrap();
+            assert!(
+                fix.contains(&format!(
+                    "{secret} may hold secrets: it is withheld on purpose"
+                )) && !fix.contains("add "),
+                "{fix}"
+            );
+        }
+        let (_, fix) = by_path("/etc/resolv.conf").unwrap();
+        assert!(
+            fix.contains("network grants") && !fix.contains("add "),
+            "{fix}"
+        );
+        // A scope that holds a secret is suggested with that said.
+        let (_, fix) = by_path("/home/u").unwrap();
+        assert!(
+            fix.contains("add /home/u to fs_read (it holds /home/u/.ssh"),
+            "{fix}"
+        );
+        let (_, fix) = by_path("/home/u/notes").unwrap();
+        assert!(fix.ends_with("add /home/u/notes to fs_read"), "{fix}");
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
             exit_immediately(126)
         }
     }
+    if let Err(e) = own_process_group() {
+        status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
+        exit_immediately(126)
+    }
     // `/proc/1/cmdline` in the sandbox would show spawnd's own command line
     // (its config path, `--env` values): init's becomes its name alone.
     if let Err(e) = replace_command_line(b"spawnd-init") {
@@ -149,6 +153,19 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
             exit_immediately(126)
         }
     }
+}
+
+/// Takes init out of the process group it was cloned in (spawnd's, which a
+/// terminal's Ctrl-C signals as a whole) into one of its own. Init forwards
+/// SIGINT to the program, so while it shared spawnd's group a Ctrl-C
+/// reached the program as SIGINT before spawnd's own SIGTERM; alone in its
+/// group it gets only what spawnd sends: SIGTERM and, after the grace,
+/// SIGKILL. (The program has a session of its own, so a terminal reaches
+/// it through init alone.) Done before init blocks the signals it forwards:
+/// until then, pid 1 of a namespace with no handler drops them.
+fn own_process_group() -> Result<(), StepError> {
+    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
+        .map_err(|e| StepError::new("setpgid(0, 0)", e.into()))
 }
 
 /// Puts every signal action back to its default, and blocks SIGPIPE. Init
