@@ -720,7 +720,9 @@ fn operator_pins_live_beside_the_entry_and_leave_the_signed_bytes_alone() {
         .unwrap();
         let out = s.spawnd(&["connector", "pin", "--check", &target]);
         assert_eq!(out.status.code(), Some(1));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("updated /usr/bin/git"));
+        // --check writes nothing, and says what pinning would do.
+        assert!(String::from_utf8_lossy(&out.stdout).contains("would update /usr/bin/git"));
+        assert_ne!(std::fs::read_to_string(&pins).unwrap(), written);
         s.ok(&["connector", "remove", &target]);
         assert!(!pins.exists());
     }

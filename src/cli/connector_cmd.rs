@@ -391,7 +391,7 @@ fn pin(cli: &Cli, target: &str, check: bool) -> Result<Success, Failure> {
     let hash = &entry.hash();
     let old = store.pins(hash).map_err(store_failure)?;
     let (pins, report, stale) = pins_for(&entry, &old)?;
-    let mut lines: Vec<String> = report.iter().map(report_line).collect();
+    let mut lines: Vec<String> = report.iter().map(|row| report_line(row, check)).collect();
     let written = if check || !stale {
         None
     } else {
@@ -470,10 +470,14 @@ fn pins_for(
     Ok((pins, report, stale))
 }
 
-fn report_line(row: &Value) -> String {
+/// One program's line of `connector pin`: what was done to its pin, or,
+/// with `check` (which writes nothing), what pinning would do.
+fn report_line(row: &Value, check: bool) -> String {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     match s("status").as_str() {
-        "updated" => format!("updated {} {} -> {}", s("path"), s("was"), s("sha256")),
+        status @ ("updated" | "pinned") => {
+            super::manifest_cmd::pin_line(status, &s("path"), &s("was"), &s("sha256"), check)
+        }
         "publisher_pinned" => format!("publisher-pinned {} {} (matches this host)", s("path"), s("sha256")),
         "publisher_pinned_differs" => format!(
             "publisher-pinned {} {}, but this host's is {}: spawns of it will be refused (program_hash_mismatch)",

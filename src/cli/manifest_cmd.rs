@@ -301,7 +301,7 @@ pub fn pin(cli: &Cli, files: &[std::path::PathBuf], check: bool) -> Result<Succe
 
 /// One program's line of `manifest pin`: what was done to its pin, or,
 /// with `check` (which writes nothing), what pinning would do.
-fn pin_line(status: &str, path: &str, was: &str, sha256: &str, check: bool) -> String {
+pub(super) fn pin_line(status: &str, path: &str, was: &str, sha256: &str, check: bool) -> String {
     match (status, check) {
         ("updated", false) => format!("updated {path} {was} -> {sha256}"),
         ("updated", true) => format!("would update {path} {was} -> {sha256}"),
