@@ -40,6 +40,13 @@ pub struct Observed {
     /// The directories the run could write (the workspace among them):
     /// host paths even where the sandbox has its own (`/tmp`).
     pub writable: Vec<PathBuf>,
+    /// The host paths the run was shown besides (named by the command,
+    /// `--read`, `--exec`): host paths even under `/tmp`, so what it used
+    /// there is granted, never taken for the sandbox's own.
+    pub visible: Vec<PathBuf>,
+    /// The `--exec` directories (toolchain prefixes): each the run used is
+    /// granted whole in `fs_exec`.
+    pub exec_dirs: Vec<PathBuf>,
     /// The caller's home, for `~/` scopes.
     pub home: Option<PathBuf>,
     /// Every (path, use) the tracer saw.
@@ -143,6 +150,8 @@ impl Observed {
             read = outermost(read);
         }
         let exec = self.exec_scopes(&write, host);
+        // A toolchain prefix granted executable is readable too.
+        read.retain(|r| !exec.iter().any(|e| r.starts_with(e)));
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -289,10 +298,14 @@ impl Observed {
         let wall = (self.duration_ms.saturating_mul(4)).clamp(30_000, 3_600_000);
         let _ = writeln!(text, "\n[capabilities.spawn.limits]\nwall_time_ms = {wall}");
         // It ran something it made in the sandbox's own /tmp.
-        let ran_from_tmp = self
-            .executed
-            .iter()
-            .any(|(p, _)| p.starts_with("/tmp") && !self.writable.iter().any(|w| p.starts_with(w)));
+        let ran_from_tmp = self.executed.iter().any(|(p, _)| {
+            p.starts_with("/tmp")
+                && !self
+                    .writable
+                    .iter()
+                    .chain(&self.visible)
+                    .any(|w| p.starts_with(w))
+        });
         if ran_from_tmp {
             let _ = writeln!(
                 text,
@@ -377,8 +390,10 @@ impl Observed {
         let mut unpinned = Vec::new();
         for (path, digest) in others {
             let writable = self.writable.iter().any(|w| path.starts_with(w));
-            // The sandbox's own /tmp, /run and /dev are not the host's.
-            let private = ["/tmp", "/run", "/dev"].iter().any(|d| path.starts_with(d));
+            // The sandbox's own /tmp, /run and /dev are not the host's
+            // (a host path shown to the run is).
+            let private = ["/tmp", "/run", "/dev"].iter().any(|d| path.starts_with(d))
+                && !self.visible.iter().any(|v| path.starts_with(v));
             if path == Path::new("/proc/self/exe") {
                 // The program itself, whose rule is its own.
                 continue;
@@ -530,7 +545,7 @@ impl Observed {
     }
 
     fn is_provided(&self, p: &Path) -> bool {
-        if self.writable.iter().any(|w| p.starts_with(w)) {
+        if self.writable.iter().chain(&self.visible).any(|w| p.starts_with(w)) {
             return false;
         }
         PROVIDED.iter().any(|d| p.starts_with(d))
@@ -704,6 +719,16 @@ impl Observed {
     /// in (executable too), or the file.
     fn exec_scopes(&self, write: &BTreeSet<PathBuf>, host: &dyn Host) -> BTreeSet<PathBuf> {
         let mut out = BTreeSet::new();
+        // A toolchain prefix (`--exec`) the run used: granted whole.
+        for dir in &self.exec_dirs {
+            let used = std::iter::once(&self.program)
+                .chain(self.executed.iter().map(|(p, _)| p))
+                .chain(self.paths.iter().map(|(p, _)| p))
+                .any(|p| p.starts_with(dir));
+            if used && !write.iter().any(|w| dir.starts_with(w)) {
+                out.insert(dir.clone());
+            }
+        }
         for (path, _) in &self.executed {
             // An execution that found nothing grants nothing; secrets are never executable.
             if path == &self.program
@@ -938,6 +963,8 @@ mod tests {
             cwd: "/w/proj".into(),
             workspace: "/w/proj".into(),
             writable: vec!["/w/proj".into()],
+            visible: vec![],
+            exec_dirs: vec![],
             home: Some("/home/u".into()),
             paths: vec![
                 ("/w/proj/src".into(), Use::List),
