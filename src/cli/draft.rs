@@ -150,6 +150,7 @@ impl Observed {
             read = outermost(read);
         }
         let exec = self.exec_scopes(&write, host);
+        self.grant_shown(&mut read, &write, host);
         // A toolchain prefix granted executable is readable too.
         read.retain(|r| !exec.iter().any(|e| r.starts_with(e)));
         let mut text = String::new();
@@ -713,6 +714,28 @@ impl Observed {
             .filter(|p| !write.iter().any(|w| p.starts_with(w)))
             .collect();
         (scopes, flatten(sensitive))
+    }
+
+    /// Each path shown to the run to read (named by the command, `--read`)
+    /// that it read in, granted whole in place of what it read there: git
+    /// checks who owns the repository it was named, tar reads the tree
+    /// it was named. Not one that is or holds a sensitive path.
+    fn grant_shown(&self, read: &mut BTreeSet<PathBuf>, write: &BTreeSet<PathBuf>, host: &dyn Host) {
+        for dir in self.visible.iter().filter(|d| !self.exec_dirs.contains(d)) {
+            let used = self
+                .paths
+                .iter()
+                .any(|(p, how)| matches!(how, Use::Read | Use::List) && p.starts_with(dir));
+            if !used
+                || write.iter().any(|w| dir.starts_with(w))
+                || self.sensitive(dir).is_some()
+                || self.holds_sensitive(dir, host).is_some()
+            {
+                continue;
+            }
+            read.retain(|r| !r.starts_with(dir));
+            read.insert(dir.clone());
+        }
     }
 
     /// Executed files outside the system paths: the write scope they lie
