@@ -485,7 +485,16 @@ fn git_clones_an_origin_under_tmp(who: As) {
     git(&origin, &["add", "f"]);
     git(
         &origin,
-        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "one",
+        ],
     );
     // The run identity's own, or git refuses it as of dubious ownership.
     let owned = Command::new("chown")
@@ -590,8 +599,10 @@ fn a_hidden_toolchain_is_refused_with_the_fix(who: As) {
         let err = String::from_utf8_lossy(&denied.stderr);
         assert_eq!(denied.status.code(), Some(2), "{denied:?}");
         assert!(
-            err.contains(&format!("uid 65534 (the run's identity) cannot enter {}", prefix.display()))
-                && err.contains("run_as"),
+            err.contains(&format!(
+                "uid 65534 (the run's identity) cannot enter {}",
+                prefix.display()
+            )) && err.contains("run_as"),
             "{err}"
         );
         std::fs::set_permissions(&prefix, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -609,7 +620,10 @@ fn a_hidden_toolchain_is_refused_with_the_fix(who: As) {
         text.contains(&format!("fs_exec = [\"{}\"]", prefix.display())),
         "{text}"
     );
-    assert!(text.contains(&bin.join("mytool").display().to_string()), "{text}");
+    assert!(
+        text.contains(&bin.join("mytool").display().to_string()),
+        "{text}"
+    );
     assert!(!text.contains("tmp_exec"), "{text}");
 }
 

@@ -546,7 +546,12 @@ impl Observed {
     }
 
     fn is_provided(&self, p: &Path) -> bool {
-        if self.writable.iter().chain(&self.visible).any(|w| p.starts_with(w)) {
+        if self
+            .writable
+            .iter()
+            .chain(&self.visible)
+            .any(|w| p.starts_with(w))
+        {
             return false;
         }
         PROVIDED.iter().any(|d| p.starts_with(d))
@@ -720,7 +725,12 @@ impl Observed {
     /// that it read in, granted whole in place of what it read there: git
     /// checks who owns the repository it was named, tar reads the tree
     /// it was named. Not one that is or holds a sensitive path.
-    fn grant_shown(&self, read: &mut BTreeSet<PathBuf>, write: &BTreeSet<PathBuf>, host: &dyn Host) {
+    fn grant_shown(
+        &self,
+        read: &mut BTreeSet<PathBuf>,
+        write: &BTreeSet<PathBuf>,
+        host: &dyn Host,
+    ) {
         for dir in self.visible.iter().filter(|d| !self.exec_dirs.contains(d)) {
             let used = self
                 .paths
@@ -1180,6 +1190,48 @@ mod tests {
             .review
             .iter()
             .any(|r| r.contains("cannot be written as a scope")));
+    }
+
+    #[test]
+    fn host_paths_shown_under_tmp_are_granted_not_taken_for_the_sandboxs_own() {
+        let mut o = observed();
+        o.argv = vec!["tool".into(), "/tmp/src".into()];
+        o.program = "/tmp/tc/bin/tool".into();
+        o.visible = vec!["/tmp/src".into(), "/tmp/tc".into()];
+        o.exec_dirs = vec!["/tmp/tc".into()];
+        o.paths = vec![
+            ("/tmp/src".into(), Use::List),
+            ("/tmp/src/a/b.txt".into(), Use::Read),
+            ("/tmp/tc/lib/x.so".into(), Use::Read),
+            ("/tmp/own".into(), Use::Write),
+        ];
+        let pin = format!("sha256:{}", "2".repeat(64));
+        o.executed = vec![
+            ("/tmp/tc/bin/tool".into(), None),
+            ("/tmp/tc/libexec/helper".into(), Some(pin.clone())),
+        ];
+        let draft = o.draft(&Table(vec![
+            ("/tmp/src", true),
+            ("/tmp/src/a/b.txt", false),
+            ("/tmp/tc/lib/x.so", false),
+            ("/tmp/tc/libexec/helper", false),
+        ]));
+        let t = &draft.text;
+        crate::manifest::parse_manifest("(draft)", t, crate::manifest::LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+        assert!(
+            t.contains("fs_read = [\"/tmp/src\", \"{workspace}\"]"),
+            "{t}"
+        );
+        assert!(t.contains("fs_exec = [\"/tmp/tc\"]"), "{t}");
+        assert!(
+            t.contains(&format!(
+                "path = \"/tmp/tc/libexec/helper\", hash = \"{pin}\""
+            )),
+            "{t}"
+        );
+        assert!(t.lines().any(|l| l == "exec = \"declared\""), "{t}");
+        assert!(!t.contains("tmp_exec") && !t.contains("/tmp/own"), "{t}");
     }
 
     #[test]

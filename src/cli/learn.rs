@@ -539,72 +539,67 @@ fn hidden_program(
     // The file itself, where the sandbox finds it (system paths keep
     // their links: `/bin/sh` is `/usr/bin/dash` there too).
     let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
-    {
-        let path = &real;
-        let prefix = toolchain_prefix(path);
-        let shown_prog = printable(&program.display().to_string()).to_string();
-        let shown_prefix = printable(&prefix.display().to_string()).to_string();
-        let Some(root) = roots
-            .iter()
-            .filter(|r| path.starts_with(r))
-            .min_by_key(|r| r.components().count())
-        else {
-            let top: PathBuf = path.components().take(2).collect();
-            let why = match NOT_OFFERED
-                .iter()
-                .any(|d| top == Path::new("/").join(d))
-            {
-                true => format!("the sandbox has its own {}", top.display()),
-                false => format!("uid {} may not enter it", run_as.0),
-            };
-            return Some(format!(
-                "{shown_prog} lies under {} ({why}), so the learned run would not see the toolchain it belongs to: pass --exec {shown_prefix} (its prefix) to show it to the run; the draft then grants it",
-                printable(&top.display().to_string()),
-            ));
-        };
-        let mut dir = root.clone();
-        let below = path.strip_prefix(root).unwrap_or(Path::new(""));
-        let mut steps: Vec<PathBuf> = vec![dir.clone()];
-        for part in below.parent().unwrap_or(Path::new("")).components() {
-            dir.push(part);
-            steps.push(dir.clone());
-        }
-        let blocked = steps
-            .iter()
-            .find(|d| std::fs::metadata(d).is_ok_and(|m| !permits(&m, run_as, 0o1)));
-        let runnable = std::fs::metadata(path).is_ok_and(|m| permits(&m, run_as, 0o5));
-        if blocked.is_none() && runnable {
-            return None;
-        }
-        let what = match blocked {
-            Some(d) => format!(
-                "uid {} (the run's identity) cannot enter {}",
-                run_as.0,
-                printable(&d.display().to_string())
-            ),
-            None => format!(
-                "uid {} (the run's identity) cannot read and execute it",
-                run_as.0
-            ),
-        };
-        let fix = match root_caller {
-            Some(false) => format!(
-                "a root caller's command runs as uid {0}: let uid {0} read {shown_prefix} (chmod or chown it), or set [sandbox] run_as to an identity that may, and pass --exec {shown_prefix} (the toolchain's prefix) when it is not shown already",
-                run_as.0
-            ),
-            Some(true) => format!(
-                "let uid {} ([sandbox] run_as) read {shown_prefix}, and pass --exec {shown_prefix} (the toolchain's prefix) when it is not shown already",
-                run_as.0
-            ),
-            None => format!(
-                "make {shown_prefix} readable to uid {} and pass --exec {shown_prefix} (the toolchain's prefix)",
-                run_as.0
-            ),
+    let path = &real;
+    let prefix = toolchain_prefix(path);
+    let shown_prog = printable(&program.display().to_string()).to_string();
+    let shown_prefix = printable(&prefix.display().to_string()).to_string();
+    let Some(root) = roots
+        .iter()
+        .filter(|r| path.starts_with(r))
+        .min_by_key(|r| r.components().count())
+    else {
+        let top: PathBuf = path.components().take(2).collect();
+        let why = match NOT_OFFERED.iter().any(|d| top == Path::new("/").join(d)) {
+            true => format!("the sandbox has its own {}", top.display()),
+            false => format!("uid {} may not enter it", run_as.0),
         };
         return Some(format!(
-            "{shown_prog}: {what}, so the learned run could not use the toolchain it belongs to (it would start, and quietly use the system's files instead): {fix}"
-        ))
+            "{shown_prog} lies under {} ({why}), so the learned run would not see the toolchain it belongs to: pass --exec {shown_prefix} (its prefix) to show it to the run; the draft then grants it",
+            printable(&top.display().to_string()),
+        ));
+    };
+    let mut dir = root.clone();
+    let below = path.strip_prefix(root).unwrap_or(Path::new(""));
+    let mut steps: Vec<PathBuf> = vec![dir.clone()];
+    for part in below.parent().unwrap_or(Path::new("")).components() {
+        dir.push(part);
+        steps.push(dir.clone());
     }
+    let blocked = steps
+        .iter()
+        .find(|d| std::fs::metadata(d).is_ok_and(|m| !permits(&m, run_as, 0o1)));
+    let runnable = std::fs::metadata(path).is_ok_and(|m| permits(&m, run_as, 0o5));
+    if blocked.is_none() && runnable {
+        return None;
+    }
+    let what = match blocked {
+        Some(d) => format!(
+            "uid {} (the run's identity) cannot enter {}",
+            run_as.0,
+            printable(&d.display().to_string())
+        ),
+        None => format!(
+            "uid {} (the run's identity) cannot read and execute it",
+            run_as.0
+        ),
+    };
+    let fix = match root_caller {
+        Some(false) => format!(
+            "a root caller's command runs as uid {0}: let uid {0} read {shown_prefix} (chmod or chown it), or set [sandbox] run_as to an identity that may, and pass --exec {shown_prefix} (the toolchain's prefix) when it is not shown already",
+            run_as.0
+        ),
+        Some(true) => format!(
+            "let uid {} ([sandbox] run_as) read {shown_prefix}, and pass --exec {shown_prefix} (the toolchain's prefix) when it is not shown already",
+            run_as.0
+        ),
+        None => format!(
+            "make {shown_prefix} readable to uid {} and pass --exec {shown_prefix} (the toolchain's prefix)",
+            run_as.0
+        ),
+    };
+    Some(format!(
+        "{shown_prog}: {what}, so the learned run could not use the toolchain it belongs to (it would start, and quietly use the system's files instead): {fix}"
+    ))
 }
 
 /// After a `--net record` run whose connections were refused: what
@@ -794,5 +789,120 @@ impl Host for RealHost {
     }
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_run_with_refused_connections_suggests_forward() {
+        let hint =
+            record_refusals_hint(&json!({"learning": "record", "refused": 2})).expect("a hint");
+        assert!(
+            hint.contains("--net forward") && hint.contains("first destination"),
+            "{hint}"
+        );
+        assert_eq!(
+            record_refusals_hint(&json!({"learning": "record", "refused": 0})),
+            None
+        );
+        assert_eq!(
+            record_refusals_hint(&json!({"learning": "forward", "refused": 3})),
+            None
+        );
+        assert_eq!(record_refusals_hint(&Value::Null), None);
+    }
+
+    #[test]
+    fn a_toolchain_prefix_lies_above_its_bin_or_shims() {
+        let p = |s: &str| toolchain_prefix(Path::new(s));
+        assert_eq!(
+            p("/root/.pyenv/versions/3.12.1/bin/python3"),
+            PathBuf::from("/root/.pyenv/versions/3.12.1")
+        );
+        assert_eq!(
+            p("/root/.pyenv/shims/python3"),
+            PathBuf::from("/root/.pyenv")
+        );
+        assert_eq!(p("/opt/tool/run"), PathBuf::from("/opt/tool"));
+        // Never a top-level directory.
+        assert_eq!(p("/usr/bin/tar"), PathBuf::from("/usr/bin"));
+    }
+
+    #[test]
+    fn named_paths_are_shown_unless_offered_writable_top_level_or_kernel_views() {
+        let dir = std::env::temp_dir().join(format!("spawnd-named-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        let dir = std::fs::canonicalize(&dir).unwrap();
+        let args: Vec<String> = [
+            "czf",
+            "missing.tgz",
+            "src",
+            &format!("--directory={}", dir.display()),
+            "/dev/null",
+            "/",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let named = named_paths(&args, &dir);
+        assert!(
+            named.contains(&dir.join("src")) && named.contains(&dir),
+            "{named:?}"
+        );
+        assert!(!named.iter().any(|p| p.ends_with("missing.tgz")));
+        let shown = shown_besides(
+            &[PathBuf::from("/usr")],
+            &[PathBuf::from("/work/ws")],
+            &[
+                dir.join("src"),
+                dir.clone(),
+                PathBuf::from("/dev/null"),
+                PathBuf::from("/"),
+                PathBuf::from("/tmp"),
+                PathBuf::from("/usr/share/doc"),
+                PathBuf::from("/work/ws/src"),
+            ],
+            &[PathBuf::from("/tmp/tc/tool")],
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(shown.exec, vec![PathBuf::from("/tmp/tc/tool")]);
+        assert_eq!(shown.read, vec![dir]);
+    }
+
+    #[test]
+    fn a_program_no_scope_shows_or_its_identity_cannot_reach_is_refused_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("spawnd-hidden-{}", std::process::id()));
+        let bin = base.join("tool/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let base = std::fs::canonicalize(&base).unwrap();
+        let program = base.join("tool/bin/x");
+        std::fs::write(&program, "").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let prefix = base.join("tool");
+        let nobody = (65534, 65534);
+        let unseen =
+            hidden_program(&program, &[PathBuf::from("/usr")], nobody, None).expect("not shown");
+        assert!(
+            unseen.contains(&format!("--exec {}", prefix.display())),
+            "{unseen}"
+        );
+        let roots = [prefix.clone()];
+        assert_eq!(hidden_program(&program, &roots, nobody, Some(false)), None);
+        std::fs::set_permissions(&prefix, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let owner = std::fs::metadata(&prefix).map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+        let closed = hidden_program(&program, &roots, nobody, Some(false));
+        std::fs::remove_dir_all(&base).unwrap();
+        if owner.unwrap() != 65534 {
+            let closed = closed.expect("cannot enter");
+            assert!(
+                closed.contains(&format!("cannot enter {}", prefix.display()))
+                    && closed.contains("run_as"),
+                "{closed}"
+            );
+        }
     }
 }

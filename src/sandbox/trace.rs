@@ -555,7 +555,10 @@ mod tests {
         );
         assert_eq!(t.paths[0].path, PathBuf::from("/etc/x"));
         // The failed attempt is a path seen, not a program run.
-        assert!(t.paths.iter().any(|p| p.path == Path::new("/usr/local/bin/b")));
+        assert!(t
+            .paths
+            .iter()
+            .any(|p| p.path == Path::new("/usr/local/bin/b")));
         assert_eq!(
             t.paths
                 .iter()
