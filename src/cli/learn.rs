@@ -553,8 +553,20 @@ fn hidden_program(
             true => format!("the sandbox has its own {}", top.display()),
             false => format!("uid {} may not enter it", run_as.0),
         };
+        let identity = match root_caller {
+            Some(set) => format!(
+                "; a root caller's command runs as uid {}{}, which must be able to read it",
+                run_as.0,
+                if set {
+                    " ([sandbox] run_as)"
+                } else {
+                    " (or [sandbox] run_as)"
+                }
+            ),
+            None => String::new(),
+        };
         return Some(format!(
-            "{shown_prog} lies under {} ({why}), so the learned run would not see the toolchain it belongs to: pass --exec {shown_prefix} (its prefix) to show it to the run; the draft then grants it",
+            "{shown_prog} lies under {} ({why}), so the learned run would not see the toolchain it belongs to: pass --exec {shown_prefix} (its prefix) to show it to the run; the draft then grants it{identity}",
             printable(&top.display().to_string()),
         ));
     };
