@@ -60,9 +60,23 @@ fn learn_then_run(
     command: &[&str],
     reset: impl Fn(),
 ) -> (String, Value) {
+    learn_with_then_run(who, case, ws, &[], command, reset)
+}
+
+/// [`learn_then_run`] with more `learn` flags (`--exec DIR`…).
+fn learn_with_then_run(
+    who: As,
+    case: &str,
+    ws: &Path,
+    flags: &[&str],
+    command: &[&str],
+    reset: impl Fn(),
+) -> (String, Value) {
     let drafts = fresh(&format!("drafts-{case}-{who:?}"));
     let draft = drafts.join("draft.toml");
-    let mut args = vec!["learn", "--output", draft.to_str().unwrap(), "--"];
+    let mut args = vec!["learn", "--output", draft.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    args.push("--");
     args.extend_from_slice(command);
     let learned = spawnd(who, ws, &args);
     assert!(
@@ -427,6 +441,192 @@ fn learned_programs_are_pinned_and_rerun_under_exec_declared(who: As) {
     assert!(stdout(&v["data"]).contains("refused 126"), "{v}");
 }
 
+/// A source under the host's /tmp, outside the workspace, named by the
+/// command: shown to the learned run (the sandbox's own /tmp stays its
+/// own), granted in the draft, which reruns first try.
+fn a_tmp_source_outside_the_workspace_is_learned(who: As) {
+    let src = fresh(&format!("tmp-src-{who:?}"));
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/a.txt"), "a\n").unwrap();
+    let ws = fresh(&format!("tmp-out-{who:?}"));
+    let out = ws.join("a.tgz");
+    let (draft, _) = learn_then_run(
+        who,
+        "tmp-src",
+        &ws,
+        &["tar", "czf", "a.tgz", "-C", src.to_str().unwrap(), "."],
+        || std::fs::remove_file(&out).unwrap(),
+    );
+    assert!(
+        draft.contains(&format!("fs_read = [\"{}\"]", src.display())),
+        "{draft}"
+    );
+    assert!(!draft.contains("tmp_exec"), "{draft}");
+    let list = Command::new("tar").arg("-tzf").arg(&out).output().unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("sub/a.txt"));
+}
+
+/// `git clone /tmp/…/origin clone`: the origin, under the host's /tmp and
+/// outside the workspace, is read while learning and granted.
+fn git_clones_an_origin_under_tmp(who: As) {
+    let origin = fresh(&format!("tmp-origin-{who:?}"));
+    let git = |dir: &Path, args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", "/nonexistent")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&origin, &["init", "-q", "-b", "main"]);
+    std::fs::write(origin.join("f"), "1\n").unwrap();
+    git(&origin, &["add", "f"]);
+    git(
+        &origin,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "one",
+        ],
+    );
+    // The run identity's own, or git refuses it as of dubious ownership.
+    let owned = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&origin)
+        .status()
+        .unwrap();
+    assert!(owned.success());
+    let ws = fresh(&format!("tmp-clone-{who:?}"));
+    let clone = ws.join("clone");
+    let (draft, _) = learn_then_run(
+        who,
+        "tmp-clone",
+        &ws,
+        &["git", "clone", "-q", origin.to_str().unwrap(), "clone"],
+        || std::fs::remove_dir_all(&clone).unwrap(),
+    );
+    assert!(clone.join("f").exists(), "{draft}");
+    assert!(draft.contains(&origin.display().to_string()), "{draft}");
+}
+
+/// argv[0] stays as typed, in the learned run and in the draft.
+fn argv0_stays_as_typed(who: As) {
+    let ws = fresh(&format!("argv0-{who:?}"));
+    let (draft, data) = learn_then_run(
+        who,
+        "argv0",
+        &ws,
+        &["/bin/sh", "-c", "tr '\\0' ' ' < /proc/$$/cmdline"],
+        || {},
+    );
+    assert!(draft.contains("argv = [\"/bin/sh\", "), "{draft}");
+    assert!(stdout(&data).starts_with("/bin/sh -c "), "{data}");
+}
+
+/// A search along PATH that finds nothing is no program run: the draft
+/// lists none of those attempts and keeps `exec = "declared"`, even for
+/// an attempt in the workspace (where no pin would hold).
+fn only_executions_that_found_their_program_are_listed(who: As) {
+    let ws = fresh(&format!("probes-{who:?}"));
+    // `env` searches PATH with execvp: an execve at each entry.
+    let script = "PATH=$PWD/bin:/usr/bin:/bin; env id -u > uid.txt";
+    let (draft, _) = learn_then_run(who, "probes", &ws, &["sh", "-c", script], || {
+        std::fs::remove_file(ws.join("uid.txt")).unwrap();
+    });
+    assert!(!draft.contains(&format!("{}/bin", ws.display())), "{draft}");
+    assert!(draft.lines().any(|l| l == "exec = \"declared\""), "{draft}");
+    assert!(ws.join("uid.txt").exists());
+}
+
+/// A toolchain whose tree the run cannot see (a copy of `echo` in a 0700
+/// prefix under the host's /tmp, run through a pyenv-like shim that execs
+/// it by its absolute path): learn refuses before running, naming the
+/// program, why and the fix (`--exec PREFIX`; for a root caller, uid 65534
+/// must be able to read it); with the fix it learns, grants the prefix,
+/// and the draft reruns with no `tmp_exec` review.
+fn a_hidden_toolchain_is_refused_with_the_fix(who: As) {
+    let base = fresh(&format!("toolchain-{who:?}"));
+    let prefix = base.join("tool");
+    let bin = prefix.join("versions/1/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(prefix.join("shims")).unwrap();
+    std::fs::copy("/usr/bin/echo", bin.join("mytool")).unwrap();
+    let shim = prefix.join("shims/mytool");
+    std::fs::write(
+        &shim,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", bin.join("mytool").display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&prefix, std::fs::Permissions::from_mode(0o700)).unwrap();
+    if who == As::Nobody {
+        let owned = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&prefix)
+            .status()
+            .unwrap();
+        assert!(owned.success());
+    }
+    let ws = fresh(&format!("toolchain-ws-{who:?}"));
+    let draft = base.join("draft.toml");
+    let learn = |flags: &[&str]| {
+        let mut args = vec!["learn", "--output", draft.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", shim.to_str().unwrap(), "hello"]);
+        spawnd(who, &ws, &args)
+    };
+    let hidden = learn(&[]);
+    let err = String::from_utf8_lossy(&hidden.stderr);
+    assert_eq!(hidden.status.code(), Some(2), "{hidden:?}");
+    assert!(
+        err.contains(shim.to_str().unwrap())
+            && err.contains("the sandbox has its own /tmp")
+            && err.contains(&format!("--exec {}", prefix.display())),
+        "{err}"
+    );
+    assert!(!draft.exists());
+    let exec_flag = ["--exec", prefix.to_str().unwrap()];
+    if who == As::Root {
+        // Shown, but its identity (nobody) cannot enter the 0700 prefix.
+        let denied = learn(&exec_flag);
+        let err = String::from_utf8_lossy(&denied.stderr);
+        assert_eq!(denied.status.code(), Some(2), "{denied:?}");
+        assert!(
+            err.contains(&format!(
+                "uid 65534 (the run's identity) cannot enter {}",
+                prefix.display()
+            )) && err.contains("run_as"),
+            "{err}"
+        );
+        std::fs::set_permissions(&prefix, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (text, data) = learn_with_then_run(
+        who,
+        "toolchain",
+        &ws,
+        &exec_flag,
+        &[shim.to_str().unwrap(), "hello"],
+        || {},
+    );
+    assert_eq!(stdout(&data).trim(), "hello", "{data}\n{text}");
+    assert!(
+        text.contains(&format!("fs_exec = [\"{}\"]", prefix.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&bin.join("mytool").display().to_string()),
+        "{text}"
+    );
+    assert!(!text.contains("tmp_exec"), "{text}");
+}
+
 macro_rules! both {
     ($($name:ident),*) => {
         mod as_root { use super::*; $( #[test] fn $name() { super::$name(As::Root) } )* }
@@ -442,7 +642,12 @@ both!(
     node_runs_under_the_default_limits,
     identity_names_and_the_ca_store,
     refusals_name_their_layer,
-    learned_programs_are_pinned_and_rerun_under_exec_declared
+    learned_programs_are_pinned_and_rerun_under_exec_declared,
+    a_tmp_source_outside_the_workspace_is_learned,
+    git_clones_an_origin_under_tmp,
+    argv0_stays_as_typed,
+    only_executions_that_found_their_program_are_listed,
+    a_hidden_toolchain_is_refused_with_the_fix
 );
 
 /// Learning writes for real, so it refuses a draft inside what the command

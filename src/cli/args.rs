@@ -633,6 +633,15 @@ pub struct LearnArgs {
     /// Another directory the command may write while learning; repeat for more.
     #[arg(long = "write", value_name = "DIR")]
     pub write: Vec<PathBuf>,
+    /// Another directory (or file) the command may read while learning, even
+    /// under the host's /tmp; the draft grants what it read there. Repeat for more.
+    #[arg(long = "read", value_name = "DIR")]
+    pub read: Vec<PathBuf>,
+    /// A directory the command may read and execute from while learning (a
+    /// toolchain's prefix: `~/.pyenv/versions/3.12.1`, `~/.rustup/toolchains/…`);
+    /// the draft grants it in `fs_exec` when the run used it. Repeat for more.
+    #[arg(long = "exec", value_name = "DIR")]
+    pub exec: Vec<PathBuf>,
     /// Pass an env key: `K=V`, or `K` to take it from this environment; the
     /// draft lists it in `env_passthrough`.
     #[arg(long, value_name = "K[=V]")]

@@ -40,6 +40,13 @@ pub struct Observed {
     /// The directories the run could write (the workspace among them):
     /// host paths even where the sandbox has its own (`/tmp`).
     pub writable: Vec<PathBuf>,
+    /// The host paths the run was shown besides (named by the command,
+    /// `--read`, `--exec`): host paths even under `/tmp`, so what it used
+    /// there is granted, never taken for the sandbox's own.
+    pub visible: Vec<PathBuf>,
+    /// The `--exec` directories (toolchain prefixes): each the run used is
+    /// granted whole in `fs_exec`.
+    pub exec_dirs: Vec<PathBuf>,
     /// The caller's home, for `~/` scopes.
     pub home: Option<PathBuf>,
     /// Every (path, use) the tracer saw.
@@ -120,6 +127,9 @@ impl Observed {
             read = outermost(read);
         }
         let exec = self.exec_scopes(&write, host);
+        self.grant_shown(&mut read, &write, host);
+        // A toolchain prefix granted executable is readable too.
+        read.retain(|r| !exec.iter().any(|e| r.starts_with(e)));
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -301,10 +311,14 @@ impl Observed {
         let wall = (self.duration_ms.saturating_mul(4)).clamp(30_000, 3_600_000);
         let _ = writeln!(text, "\n[capabilities.spawn.limits]\nwall_time_ms = {wall}");
         // It ran something it made in the sandbox's own /tmp.
-        let ran_from_tmp = self
-            .executed
-            .iter()
-            .any(|(p, _)| p.starts_with("/tmp") && !self.writable.iter().any(|w| p.starts_with(w)));
+        let ran_from_tmp = self.executed.iter().any(|(p, _)| {
+            p.starts_with("/tmp")
+                && !self
+                    .writable
+                    .iter()
+                    .chain(&self.visible)
+                    .any(|w| p.starts_with(w))
+        });
         if ran_from_tmp {
             let _ = writeln!(
                 text,
@@ -389,8 +403,10 @@ impl Observed {
         let mut unpinned = Vec::new();
         for (path, digest) in others {
             let writable = self.writable.iter().any(|w| path.starts_with(w));
-            // The sandbox's own /tmp, /run and /dev are not the host's.
-            let private = ["/tmp", "/run", "/dev"].iter().any(|d| path.starts_with(d));
+            // The sandbox's own /tmp, /run and /dev are not the host's
+            // (a host path shown to the run is).
+            let private = ["/tmp", "/run", "/dev"].iter().any(|d| path.starts_with(d))
+                && !self.visible.iter().any(|v| path.starts_with(v));
             if path == Path::new("/proc/self/exe") {
                 // The program itself, whose rule is its own.
                 continue;
@@ -564,7 +580,12 @@ impl Observed {
     }
 
     fn is_provided(&self, p: &Path) -> bool {
-        if self.writable.iter().any(|w| p.starts_with(w)) {
+        if self
+            .writable
+            .iter()
+            .chain(&self.visible)
+            .any(|w| p.starts_with(w))
+        {
             return false;
         }
         PROVIDED.iter().any(|d| p.starts_with(d))
@@ -761,10 +782,47 @@ impl Observed {
         fit.then_some(scope)
     }
 
+    /// Each path shown to the run to read (named by the command, `--read`)
+    /// that it read in, granted whole in place of what it read there: git
+    /// checks who owns the repository it was named, tar reads the tree
+    /// it was named. Not one that is or holds a sensitive path.
+    fn grant_shown(
+        &self,
+        read: &mut BTreeSet<PathBuf>,
+        write: &BTreeSet<PathBuf>,
+        host: &dyn Host,
+    ) {
+        for dir in self.visible.iter().filter(|d| !self.exec_dirs.contains(d)) {
+            let used = self
+                .paths
+                .iter()
+                .any(|(p, how)| matches!(how, Use::Read | Use::List) && p.starts_with(dir));
+            if !used
+                || write.iter().any(|w| dir.starts_with(w))
+                || self.sensitive(dir).is_some()
+                || self.holds_sensitive(dir, host).is_some()
+            {
+                continue;
+            }
+            read.retain(|r| !r.starts_with(dir));
+            read.insert(dir.clone());
+        }
+    }
+
     /// Executed files outside the system paths: the write scope they lie
     /// in (executable too), or the file.
     fn exec_scopes(&self, write: &BTreeSet<PathBuf>, host: &dyn Host) -> BTreeSet<PathBuf> {
         let mut out = BTreeSet::new();
+        // A toolchain prefix (`--exec`) the run used: granted whole.
+        for dir in &self.exec_dirs {
+            let used = std::iter::once(&self.program)
+                .chain(self.executed.iter().map(|(p, _)| p))
+                .chain(self.paths.iter().map(|(p, _)| p))
+                .any(|p| p.starts_with(dir));
+            if used && !write.iter().any(|w| dir.starts_with(w)) {
+                out.insert(dir.clone());
+            }
+        }
         for (path, _) in &self.executed {
             // An execution that found nothing grants nothing; secrets are never executable.
             if path == &self.program
@@ -1040,6 +1098,8 @@ mod tests {
             cwd: "/w/proj".into(),
             workspace: "/w/proj".into(),
             writable: vec!["/w/proj".into()],
+            visible: vec![],
+            exec_dirs: vec![],
             home: Some("/home/u".into()),
             paths: vec![
                 ("/w/proj/src".into(), Use::List),
@@ -1426,6 +1486,48 @@ mod tests {
         assert_eq!(suggestions[0], "fs_read = [\"/root\"]", "{t}");
         assert!(!t.lines().any(|l| l.starts_with("fs_read")), "{t}");
         assert!(t.contains("\nfs_write = [\"{workspace}\"]\n"), "{t}");
+    }
+
+    #[test]
+    fn host_paths_shown_under_tmp_are_granted_not_taken_for_the_sandboxs_own() {
+        let mut o = observed();
+        o.argv = vec!["tool".into(), "/tmp/src".into()];
+        o.program = "/tmp/tc/bin/tool".into();
+        o.visible = vec!["/tmp/src".into(), "/tmp/tc".into()];
+        o.exec_dirs = vec!["/tmp/tc".into()];
+        o.paths = vec![
+            ("/tmp/src".into(), Use::List),
+            ("/tmp/src/a/b.txt".into(), Use::Read),
+            ("/tmp/tc/lib/x.so".into(), Use::Read),
+            ("/tmp/own".into(), Use::Write),
+        ];
+        let pin = format!("sha256:{}", "2".repeat(64));
+        o.executed = vec![
+            ("/tmp/tc/bin/tool".into(), None),
+            ("/tmp/tc/libexec/helper".into(), Some(pin.clone())),
+        ];
+        let draft = o.draft(&Table(vec![
+            ("/tmp/src", true),
+            ("/tmp/src/a/b.txt", false),
+            ("/tmp/tc/lib/x.so", false),
+            ("/tmp/tc/libexec/helper", false),
+        ]));
+        let t = &draft.text;
+        crate::manifest::parse_manifest("(draft)", t, crate::manifest::LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+        assert!(
+            t.contains("fs_read = [\"/tmp/src\", \"{workspace}\"]"),
+            "{t}"
+        );
+        assert!(t.contains("fs_exec = [\"/tmp/tc\"]"), "{t}");
+        assert!(
+            t.contains(&format!(
+                "path = \"/tmp/tc/libexec/helper\", hash = \"{pin}\""
+            )),
+            "{t}"
+        );
+        assert!(t.lines().any(|l| l == "exec = \"declared\""), "{t}");
+        assert!(!t.contains("tmp_exec") && !t.contains("/tmp/own"), "{t}");
     }
 
     #[test]

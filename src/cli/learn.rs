@@ -1,7 +1,8 @@
 //! `spawnd learn`: runs a command once through the one spawn pipeline,
 //! traced ([`crate::sandbox::trace`]), under an observation manifest made
 //! for it here — the host's directories readable and executable, the
-//! workspace writable — and writes the draft manifest
+//! workspace writable, the host paths the command names readable even
+//! where the sandbox has its own (`/tmp`) — and writes the draft manifest
 //! ([`super::draft`]) that grants what the run used.
 
 use std::collections::BTreeMap;
@@ -62,6 +63,18 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     }
     guard_workspace(&writable, &caller_home())?;
     guard_output(&args.output, &writable)?;
+    let given = |flag: &str, dirs: &[PathBuf]| -> Result<Vec<PathBuf>, Failure> {
+        dirs.iter()
+            .map(|d| {
+                std::fs::canonicalize(d)
+                    .map_err(|e| Failure::usage(format!("--{flag} {}: {e}", d.display())))
+            })
+            .collect()
+    };
+    let exec_dirs = given("exec", &args.exec)?;
+    let mut named = given("read", &args.read)?;
+    named.extend(named_paths(&args.command[1..], &cwd));
+    named.push(cwd.clone());
     let name = match &args.name {
         Some(n) => n.clone(),
         None => format!("local://learned/{}", slug(&program)),
@@ -71,12 +84,21 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     crate::manifest::check_op_name(&args.op)
         .map_err(|why| Failure::usage(format!("--op: {why}")))?;
     let run_as = run_identity(&config);
-    let argv0 = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut argv = vec![argv0];
-    argv.extend(args.command[1..].iter().cloned());
+    let offered = offered_directories(&writable, run_as);
+    let Shown { read, exec } = shown_besides(&offered, &writable, &named, &exec_dirs);
+    let roots: Vec<PathBuf> = offered
+        .iter()
+        .chain(&config.sandbox.system_paths)
+        .chain(&writable)
+        .chain(&read)
+        .chain(&exec)
+        .cloned()
+        .collect();
+    if let Some(why) = hidden_program(&program, &roots, run_as, run_as_set_by_root(&config)) {
+        return Err(Failure::usage(why));
+    }
+    // argv[0] as typed: a program may find its home from it (Python's prefix).
+    let argv = args.command.clone();
     let env = env_values(&args.env)?;
     let observation = observation_manifest(&ObservationParts {
         program: &program,
@@ -85,7 +107,9 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         cwd: &cwd,
         writable: &writable,
         env_keys: &env.keys().cloned().collect::<Vec<_>>(),
-        readable: &offered_directories(&writable, run_as),
+        offered: &offered,
+        read: &read,
+        exec: &exec,
         timeout_ms: args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
     });
     let manifest = parse_manifest(
@@ -100,6 +124,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     caller.workspace = Some(workspace.clone());
     let home = Some(caller.home.clone()).filter(|h| h.is_absolute() && h != Path::new("/"));
     let system_paths = config.sandbox.system_paths.clone();
+    let visible: Vec<PathBuf> = read.iter().chain(&exec).cloned().collect();
     let prepared = crate::exec::Prepared {
         config,
         manifest,
@@ -158,9 +183,11 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         cwd,
         workspace: workspace.clone(),
         writable: writable.clone(),
+        visible: visible.clone(),
+        exec_dirs: exec.clone(),
         home,
         paths: path_uses(&trace["paths"]),
-        executed: executed(&trace["executed"], &writable),
+        executed: executed(&trace["executed"], &writable, &visible),
         env_keys: prepared.request.env.keys().cloned().collect(),
         network: contacted(&data["network"]),
         system_paths,
@@ -198,6 +225,9 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         human.push_str(&format!(
             "\nspawnd: the command exited {exit}: the draft covers only what it did before"
         ));
+    }
+    if let Some(hint) = record_refusals_hint(&data["network"]) {
+        human.push_str(&format!("\nspawnd: {hint}"));
     }
     human.push_str(&format!(
         "\nspawnd: next: spawnd manifest lint {0} && spawnd run --manifest {0} --op {1} --workspace {2} --mode write",
@@ -271,9 +301,14 @@ fn find_program(given: &str) -> Result<PathBuf, Failure> {
         let path = std::env::current_dir()
             .map(|d| d.join(given))
             .unwrap_or_else(|_| PathBuf::from(given));
-        return match path.is_file() {
-            true => Ok(normalize(&path)),
-            false => Err(Failure::usage(format!("{given}: no such program"))),
+        return match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(normalize(&path)),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(Failure::usage(format!(
+                    "{given}: this user cannot enter a directory on the way to it ({e}); learn runs programs this user can read"
+                )))
+            }
+            _ => Err(Failure::usage(format!("{given}: no such program"))),
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -368,6 +403,230 @@ fn offered_directories(writable: &[PathBuf], (uid, gid): (u32, u32)) -> Vec<Path
     out
 }
 
+/// Top-level directories whose host paths are never shown as scopes, even
+/// named: the sandbox's own kernel views and devices.
+const NEVER_SHOWN: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// The host paths an argument names: the argument itself, or the value of
+/// a `--opt=VALUE`, absolute or relative to `cwd`, when something is
+/// there; resolved (a scope must be a real path).
+fn named_paths(args: &[String], cwd: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for arg in args {
+        let mut candidates = vec![arg.as_str()];
+        if let Some((key, value)) = arg.split_once('=') {
+            if key.starts_with('-') {
+                candidates.push(value);
+            }
+        }
+        for c in candidates.into_iter().filter(|c| !c.is_empty()) {
+            if let Ok(real) = std::fs::canonicalize(cwd.join(c)) {
+                out.push(real);
+            }
+        }
+    }
+    out
+}
+
+/// The scopes shown to the observed run besides the offered directories
+/// and the writable ones.
+struct Shown {
+    /// Read only: the paths the command names, the cwd and `--read`.
+    read: Vec<PathBuf>,
+    /// Readable and executable: `--exec`.
+    exec: Vec<PathBuf>,
+}
+
+/// The named paths and `--exec` directories that the offered and writable
+/// directories do not already show: under the host's `/tmp` or `/run`, or
+/// under a top-level directory the run identity may not enter. Never a
+/// top-level directory itself (the sandbox's own `/tmp` stays its own),
+/// nor anything under `/proc`, `/sys` or `/dev`, nor anything inside a
+/// writable directory (a read-only scope there is refused); each kept
+/// once, the outermost.
+fn shown_besides(
+    offered: &[PathBuf],
+    writable: &[PathBuf],
+    named: &[PathBuf],
+    exec_dirs: &[PathBuf],
+) -> Shown {
+    let keep = |p: &&PathBuf| {
+        p.components().count() > 2
+            && !NEVER_SHOWN.iter().any(|d| p.starts_with(d))
+            && !writable.iter().any(|w| p.starts_with(w))
+    };
+    let exec: Vec<PathBuf> = outermost(exec_dirs.iter().filter(keep).cloned().collect());
+    let read = outermost(
+        named
+            .iter()
+            .filter(keep)
+            .filter(|p| !offered.iter().chain(&exec).any(|o| p.starts_with(o)))
+            .cloned()
+            .collect(),
+    );
+    Shown { read, exec }
+}
+
+/// `paths` without those inside another, sorted.
+fn outermost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.sort();
+    paths.dedup();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        if !out.iter().any(|o| p.starts_with(o)) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Whether the run identity is `[sandbox] run_as` or nobody, chosen for a
+/// root caller (so the fix for a hidden program names them).
+fn run_as_set_by_root(config: &crate::config::Config) -> Option<bool> {
+    (crate::kernel_features::privileged() && nix::unistd::geteuid().is_root())
+        .then_some(config.sandbox.run_as.is_some())
+}
+
+/// The toolchain prefix a program lies in: above its `bin`, `sbin` or
+/// `shims` directory (`~/.pyenv/versions/3.12.1/bin/python3` →
+/// `~/.pyenv/versions/3.12.1`, `~/.pyenv/shims/python3` → `~/.pyenv`),
+/// else its own directory.
+fn toolchain_prefix(program: &Path) -> PathBuf {
+    let dir = program.parent().unwrap_or(Path::new("/"));
+    let bin = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| ["bin", "sbin", "shims"].contains(&n));
+    match dir.parent() {
+        Some(above) if bin && above.components().count() > 2 => above.to_path_buf(),
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// Whether `(uid, gid)` may do `want` (`0o1` search, `0o5` read and
+/// search/execute) to what `meta` describes, by its mode bits.
+fn permits(meta: &std::fs::Metadata, (uid, gid): (u32, u32), want: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if uid == 0 {
+        return true;
+    }
+    let mode = meta.mode();
+    let bits = if meta.uid() == uid {
+        mode >> 6
+    } else if meta.gid() == gid {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & want == want
+}
+
+/// Why the program's own tree would be hidden from the observed run, if it
+/// would: spawnd binds the program file itself, so it would start, but
+/// what lies beside it (its libraries, modules, the interpreter a shim
+/// runs) would not be there, and it would quietly use the system's
+/// instead. Either no scope shows it (`roots`: what the run is shown),
+/// or the run identity cannot enter a directory on the way from the
+/// outermost scope holding it (above that the sandbox makes the
+/// directories). `root_caller`: `Some(run_as set)` when the run identity
+/// is chosen for a root caller.
+fn hidden_program(
+    program: &Path,
+    roots: &[PathBuf],
+    run_as: (u32, u32),
+    root_caller: Option<bool>,
+) -> Option<String> {
+    // The file itself, where the sandbox finds it (system paths keep
+    // their links: `/bin/sh` is `/usr/bin/dash` there too).
+    let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let path = &real;
+    let prefix = toolchain_prefix(path);
+    let shown_prog = printable(&program.display().to_string()).to_string();
+    let shown_prefix = printable(&prefix.display().to_string()).to_string();
+    let Some(root) = roots
+        .iter()
+        .filter(|r| path.starts_with(r))
+        .min_by_key(|r| r.components().count())
+    else {
+        let top: PathBuf = path.components().take(2).collect();
+        let why = match NOT_OFFERED.iter().any(|d| top == Path::new("/").join(d)) {
+            true => format!("the sandbox has its own {}", top.display()),
+            false => format!("uid {} may not enter it", run_as.0),
+        };
+        let identity = match root_caller {
+            Some(set) => format!(
+                "; a root caller's command runs as uid {}{}, which must be able to read it",
+                run_as.0,
+                if set {
+                    " ([sandbox] run_as)"
+                } else {
+                    " (or [sandbox] run_as)"
+                }
+            ),
+            None => String::new(),
+        };
+        return Some(format!(
+            "{shown_prog} lies under {} ({why}), so the learned run would not see the toolchain it belongs to: pass --exec {shown_prefix} (its prefix) to show it to the run; the draft then grants it{identity}",
+            printable(&top.display().to_string()),
+        ));
+    };
+    let mut dir = root.clone();
+    let below = path.strip_prefix(root).unwrap_or(Path::new(""));
+    let mut steps: Vec<PathBuf> = vec![dir.clone()];
+    for part in below.parent().unwrap_or(Path::new("")).components() {
+        dir.push(part);
+        steps.push(dir.clone());
+    }
+    let blocked = steps
+        .iter()
+        .find(|d| std::fs::metadata(d).is_ok_and(|m| !permits(&m, run_as, 0o1)));
+    let runnable = std::fs::metadata(path).is_ok_and(|m| permits(&m, run_as, 0o5));
+    if blocked.is_none() && runnable {
+        return None;
+    }
+    let what = match blocked {
+        Some(d) => format!(
+            "uid {} (the run's identity) cannot enter {}",
+            run_as.0,
+            printable(&d.display().to_string())
+        ),
+        None => format!(
+            "uid {} (the run's identity) cannot read and execute it",
+            run_as.0
+        ),
+    };
+    let fix = match root_caller {
+        Some(false) => format!(
+            "a root caller's command runs as uid {0}: let uid {0} read {shown_prefix} (chmod or chown it), or set [sandbox] run_as to an identity that may, and pass --exec {shown_prefix} (the toolchain's prefix) when it is not shown already",
+            run_as.0
+        ),
+        Some(true) => format!(
+            "let uid {} ([sandbox] run_as) read {shown_prefix}, and pass --exec {shown_prefix} (the toolchain's prefix) when it is not shown already",
+            run_as.0
+        ),
+        None => format!(
+            "make {shown_prefix} readable to uid {} and pass --exec {shown_prefix} (the toolchain's prefix)",
+            run_as.0
+        ),
+    };
+    Some(format!(
+        "{shown_prog}: {what}, so the learned run could not use the toolchain it belongs to (it would start, and quietly use the system's files instead): {fix}"
+    ))
+}
+
+/// After a `--net record` run whose connections were refused: what
+/// `--net forward` would show. Record dials nothing, so a command that
+/// stops at its first refused connection never reaches the others.
+fn record_refusals_hint(network: &Value) -> Option<String> {
+    let refused = network["refused"].as_u64().unwrap_or(0);
+    if network["learning"] != "record" || refused == 0 {
+        return None;
+    }
+    Some(format!(
+        "network: {refused} connection(s) recorded and refused (--net record dials nothing, so the command may have stopped at the first destination and never tried the rest): rerun with --net forward to let them through and learn every destination"
+    ))
+}
+
 /// What the observation manifest is made of.
 struct ObservationParts<'a> {
     program: &'a Path,
@@ -376,13 +635,16 @@ struct ObservationParts<'a> {
     cwd: &'a Path,
     writable: &'a [PathBuf],
     env_keys: &'a [String],
-    readable: &'a [PathBuf],
+    offered: &'a [PathBuf],
+    read: &'a [PathBuf],
+    exec: &'a [PathBuf],
     timeout_ms: u64,
 }
 
 /// The manifest the observed run goes through: the program pinned, the
 /// host's directories readable and executable, the workspace (and each
-/// `--write`) writable and executable, the argv literal.
+/// `--write`) writable and executable, the named paths readable, the
+/// `--exec` directories executable, the argv literal.
 fn observation_manifest(p: &ObservationParts<'_>) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let list = |paths: &[PathBuf]| {
@@ -392,7 +654,8 @@ fn observation_manifest(p: &ObservationParts<'_>) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let mut exec = p.readable.to_vec();
+    let mut exec = p.offered.to_vec();
+    exec.extend(p.exec.iter().cloned());
     exec.extend(p.writable.iter().cloned());
     let argv = p
         .argv
@@ -401,10 +664,11 @@ fn observation_manifest(p: &ObservationParts<'_>) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "[connector]\nname = \"local://spawnd/learn\"\nversion = \"0.0.0\"\n\n[capabilities.spawn]\nprograms = [{{ path = {}, hash = {} }}]\nfs_exec = [{}]\nfs_write = [{}]\ncwd = {}\nenv_passthrough = [{}]\n\n[capabilities.spawn.limits]\nwall_time_ms = {}\nmax_stdout_bytes = 16777216\nmax_stderr_bytes = 16777216\ntmp_exec = true\n\n[capabilities.spawn.operations.observed]\nargv = [{argv}]\nmode = \"write\"\n",
+        "[connector]\nname = \"local://spawnd/learn\"\nversion = \"0.0.0\"\n\n[capabilities.spawn]\nprograms = [{{ path = {}, hash = {} }}]\nfs_exec = [{}]\nfs_read = [{}]\nfs_write = [{}]\ncwd = {}\nenv_passthrough = [{}]\n\n[capabilities.spawn.limits]\nwall_time_ms = {}\nmax_stdout_bytes = 16777216\nmax_stderr_bytes = 16777216\ntmp_exec = true\n\n[capabilities.spawn.operations.observed]\nargv = [{argv}]\nmode = \"write\"\n",
         q(&p.program.display().to_string()),
         q(p.program_hash),
         list(&exec),
+        list(p.read),
         list(p.writable),
         q(&p.cwd.display().to_string()),
         p.env_keys.iter().map(|k| q(k)).collect::<Vec<_>>().join(", "),
@@ -453,7 +717,11 @@ fn path_uses(paths: &Value) -> Vec<(PathBuf, Use)> {
         .unwrap_or_default()
 }
 
-fn executed(list: &Value, writable: &[PathBuf]) -> Vec<(PathBuf, Option<String>)> {
+fn executed(
+    list: &Value,
+    writable: &[PathBuf],
+    visible: &[PathBuf],
+) -> Vec<(PathBuf, Option<String>)> {
     list.as_array()
         .map(|a| {
             a.iter()
@@ -461,9 +729,10 @@ fn executed(list: &Value, writable: &[PathBuf]) -> Vec<(PathBuf, Option<String>)
                 .map(|p| {
                     // The sandbox's own /tmp, /run, /proc and /dev are not
                     // the host's: a host file there is not what it ran.
-                    let private = ["/tmp", "/run", "/proc", "/dev"]
-                        .iter()
-                        .any(|d| p.starts_with(d) && !writable.iter().any(|w| p.starts_with(w)));
+                    let private = ["/tmp", "/run", "/proc", "/dev"].iter().any(|d| {
+                        p.starts_with(d)
+                            && !writable.iter().chain(visible).any(|w| p.starts_with(w))
+                    });
                     let digest = (!private).then(|| hash_regular_file(&p)).flatten();
                     (p, digest)
                 })
@@ -532,5 +801,120 @@ impl Host for RealHost {
     }
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_run_with_refused_connections_suggests_forward() {
+        let hint =
+            record_refusals_hint(&json!({"learning": "record", "refused": 2})).expect("a hint");
+        assert!(
+            hint.contains("--net forward") && hint.contains("first destination"),
+            "{hint}"
+        );
+        assert_eq!(
+            record_refusals_hint(&json!({"learning": "record", "refused": 0})),
+            None
+        );
+        assert_eq!(
+            record_refusals_hint(&json!({"learning": "forward", "refused": 3})),
+            None
+        );
+        assert_eq!(record_refusals_hint(&Value::Null), None);
+    }
+
+    #[test]
+    fn a_toolchain_prefix_lies_above_its_bin_or_shims() {
+        let p = |s: &str| toolchain_prefix(Path::new(s));
+        assert_eq!(
+            p("/root/.pyenv/versions/3.12.1/bin/python3"),
+            PathBuf::from("/root/.pyenv/versions/3.12.1")
+        );
+        assert_eq!(
+            p("/root/.pyenv/shims/python3"),
+            PathBuf::from("/root/.pyenv")
+        );
+        assert_eq!(p("/opt/tool/run"), PathBuf::from("/opt/tool"));
+        // Never a top-level directory.
+        assert_eq!(p("/usr/bin/tar"), PathBuf::from("/usr/bin"));
+    }
+
+    #[test]
+    fn named_paths_are_shown_unless_offered_writable_top_level_or_kernel_views() {
+        let dir = std::env::temp_dir().join(format!("spawnd-named-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        let dir = std::fs::canonicalize(&dir).unwrap();
+        let args: Vec<String> = [
+            "czf",
+            "missing.tgz",
+            "src",
+            &format!("--directory={}", dir.display()),
+            "/dev/null",
+            "/",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let named = named_paths(&args, &dir);
+        assert!(
+            named.contains(&dir.join("src")) && named.contains(&dir),
+            "{named:?}"
+        );
+        assert!(!named.iter().any(|p| p.ends_with("missing.tgz")));
+        let shown = shown_besides(
+            &[PathBuf::from("/usr")],
+            &[PathBuf::from("/work/ws")],
+            &[
+                dir.join("src"),
+                dir.clone(),
+                PathBuf::from("/dev/null"),
+                PathBuf::from("/"),
+                PathBuf::from("/tmp"),
+                PathBuf::from("/usr/share/doc"),
+                PathBuf::from("/work/ws/src"),
+            ],
+            &[PathBuf::from("/tmp/tc/tool")],
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(shown.exec, vec![PathBuf::from("/tmp/tc/tool")]);
+        assert_eq!(shown.read, vec![dir]);
+    }
+
+    #[test]
+    fn a_program_no_scope_shows_or_its_identity_cannot_reach_is_refused_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("spawnd-hidden-{}", std::process::id()));
+        let bin = base.join("tool/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let base = std::fs::canonicalize(&base).unwrap();
+        let program = base.join("tool/bin/x");
+        std::fs::write(&program, "").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let prefix = base.join("tool");
+        let nobody = (65534, 65534);
+        let unseen =
+            hidden_program(&program, &[PathBuf::from("/usr")], nobody, None).expect("not shown");
+        assert!(
+            unseen.contains(&format!("--exec {}", prefix.display())),
+            "{unseen}"
+        );
+        let roots = [prefix.clone()];
+        assert_eq!(hidden_program(&program, &roots, nobody, Some(false)), None);
+        std::fs::set_permissions(&prefix, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let owner = std::fs::metadata(&prefix).map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+        let closed = hidden_program(&program, &roots, nobody, Some(false));
+        std::fs::remove_dir_all(&base).unwrap();
+        if owner.unwrap() != 65534 {
+            let closed = closed.expect("cannot enter");
+            assert!(
+                closed.contains(&format!("cannot enter {}", prefix.display()))
+                    && closed.contains("run_as"),
+                "{closed}"
+            );
+        }
     }
 }

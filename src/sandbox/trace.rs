@@ -13,7 +13,12 @@
 //! so another thread of the program can swap it (the draft a program
 //! influences is reviewed by a human, and enforcement stays with the
 //! mounts, Landlock and the filter). It sees a call's entry, never its
-//! result. Paths are as the program's own mount namespace names them.
+//! result; for an `execve` it looks, before letting the call go on,
+//! whether the path names an executable regular file on an exec-allowed
+//! mount in the program's own root, so the programs a run executed
+//! ([`Trace::executed`]) leave out the attempts that found nothing (a
+//! search along `PATH`). Paths are as the program's own mount namespace
+//! names them.
 
 use std::collections::HashMap;
 use std::io::IoSliceMut;
@@ -82,7 +87,9 @@ pub struct RefusedCall {
 pub struct Trace {
     /// Each distinct (path, use), sorted by path.
     pub paths: Vec<PathUse>,
-    /// Every path executed, in the order first seen.
+    /// Every path executed, in the order first seen: only those that
+    /// named an executable file where the program could run it (an
+    /// attempt that found nothing is in `paths` only).
     pub executed: Vec<PathBuf>,
     /// The calls the filter refused, by call.
     pub refused: Vec<RefusedCall>,
@@ -203,8 +210,17 @@ fn answer(listener: &OwnedFd, policy: &Policy, n: Notification, seen: &mut Seen)
         Action::Errno(errno) => Answer::Fail(i32::from(errno)),
         Action::KillProcess | Action::Notify => Answer::Fail(libc::EPERM),
     };
-    let used = match reply {
-        Answer::Continue => paths_named(n.pid, name.unwrap_or(""), &n.args),
+    let used: Vec<Option<(PathBuf, Use, bool)>> = match reply {
+        Answer::Continue => paths_named(n.pid, name.unwrap_or(""), &n.args)
+            .into_iter()
+            .map(|named| {
+                named.map(|(path, how)| {
+                    // Looked at while the caller waits, so its root is the one the call sees.
+                    let lands = how == Use::Execute && exec_lands(n.pid, &path);
+                    (path, how, lands)
+                })
+            })
+            .collect(),
         Answer::Fail(_) => Vec::new(),
     };
     // What was read is the caller's only if the call is still pending
@@ -221,12 +237,43 @@ fn answer(listener: &OwnedFd, policy: &Policy, n: Notification, seen: &mut Seen)
         Answer::Continue => {
             for named in used {
                 match named {
-                    Some((path, how)) => seen.path(path, how, name.unwrap_or("?")),
+                    Some((path, how, lands)) => seen.path(path, how, lands, name.unwrap_or("?")),
                     None => seen.unresolved += 1,
                 }
             }
         }
     }
+}
+
+/// Whether an `execve` of `path` can succeed in process `pid`'s root: the
+/// path (symlinks resolved inside that root) names a regular file with an
+/// execute bit on a mount that allows execution. Permissions and Landlock
+/// are the program's, not seen here: such a refusal is reported as one.
+fn exec_lands(pid: u32, path: &Path) -> bool {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    use nix::sys::statvfs::{fstatvfs, FsFlags};
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(root) = std::fs::File::open(format!("/proc/{pid}/root")) else {
+        return false;
+    };
+    let inside = path.strip_prefix("/").unwrap_or(path);
+    let inside = if inside.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        inside
+    };
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT);
+    let Ok(fd) = openat2(root.as_fd(), inside, how) else {
+        return false;
+    };
+    let file = std::fs::File::from(fd);
+    let regular_executable = file
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let mount_allows = fstatvfs(&file).is_ok_and(|v| !v.flags().contains(FsFlags::ST_NOEXEC));
+    regular_executable && mount_allows
 }
 
 /// `AT_FDCWD` as the low 32 bits of a register.
@@ -387,9 +434,11 @@ struct Seen {
 }
 
 impl Seen {
-    fn path(&mut self, path: PathBuf, how: Use, call: &'static str) {
+    /// A path a call used; `lands`: an execution that found its program.
+    fn path(&mut self, path: PathBuf, how: Use, lands: bool, call: &'static str) {
         let full = self.paths.len() >= MAX_DISTINCT || self.path_bytes >= MAX_PATH_BYTES;
         if how == Use::Execute
+            && lands
             && self.executed.len() < MAX_EXECUTED
             && !full
             && self.executed_set.insert(path.clone())
@@ -468,12 +517,35 @@ mod tests {
     }
 
     #[test]
+    fn an_execution_lands_only_on_an_executable_regular_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let me = std::process::id();
+        let dir = std::env::temp_dir().join(format!("spawnd-exec-lands-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tool");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let plain = exec_lands(me, &file);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let executable = exec_lands(me, &file);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!plain && !exec_lands(me, &dir));
+        assert!(!exec_lands(me, Path::new("/nonexistent/program")));
+        // A tmpfs mounted noexec would say false here; the default temp
+        // directory is on one only on hosts that chose so.
+        let noexec = nix::sys::statvfs::statvfs(&std::env::temp_dir())
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC));
+        assert_eq!(executable, !noexec);
+    }
+
+    #[test]
     fn seen_paths_are_kept_once_with_counts_and_executions_in_order() {
         let mut seen = Seen::default();
-        seen.path("/usr/bin/b".into(), Use::Execute, "execve");
-        seen.path("/usr/bin/a".into(), Use::Execute, "execve");
-        seen.path("/usr/bin/b".into(), Use::Execute, "execve");
-        seen.path("/etc/x".into(), Use::Read, "openat");
+        seen.path("/usr/local/bin/b".into(), Use::Execute, false, "execve");
+        seen.path("/usr/bin/b".into(), Use::Execute, true, "execve");
+        seen.path("/usr/bin/a".into(), Use::Execute, true, "execve");
+        seen.path("/usr/bin/b".into(), Use::Execute, true, "execve");
+        seen.path("/etc/x".into(), Use::Read, false, "openat");
         seen.refused("ptrace".into(), libc::EPERM);
         seen.refused("ptrace".into(), libc::EPERM);
         let t = seen.into_trace(true, None);
@@ -482,6 +554,11 @@ mod tests {
             vec![PathBuf::from("/usr/bin/b"), PathBuf::from("/usr/bin/a")]
         );
         assert_eq!(t.paths[0].path, PathBuf::from("/etc/x"));
+        // The failed attempt is a path seen, not a program run.
+        assert!(t
+            .paths
+            .iter()
+            .any(|p| p.path == Path::new("/usr/local/bin/b")));
         assert_eq!(
             t.paths
                 .iter()
