@@ -33,6 +33,7 @@ pub mod cgroup;
 mod child;
 mod handover;
 mod identity;
+mod idmap;
 pub mod landlock;
 pub mod launch;
 mod mounts;
