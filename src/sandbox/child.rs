@@ -112,7 +112,7 @@ pub struct ScopeId {
     /// it: while it is open, no other file can take this inode number, so a
     /// matching device and inode is this very file.
     pub pinned: OwnedFd,
-    /// A write scope mounted idmapped ([`super::idmap`]): its mount tree,
+    /// A scope mounted idmapped ([`super::idmap`]): its mount tree,
     /// cloned detached from `pinned` and idmapped by the parent, which init
     /// moves onto the scope's target instead of binding the scope.
     pub idmapped: Option<OwnedFd>,

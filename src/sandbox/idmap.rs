@@ -1,7 +1,9 @@
-//! docs/sandbox.md, "Write scopes of a root caller": a root caller's
-//! program runs as `run_as` (65534 unless set), never as host uid 0, so a
-//! checkout owned by root would be closed to it. Each `fs_write` scope
-//! whose owner is not the program's uid is mounted idmapped instead: the
+//! docs/sandbox.md, "Scopes of a root caller": a root caller's program
+//! runs as `run_as` (65534 unless set), never as host uid 0, so a checkout
+//! owned by root would be closed to it (and git would call it of dubious
+//! ownership). Each scope (`fs_write`, `fs_read`, `fs_exec`: a directory
+//! or a regular file) whose owner is not the program's uid is mounted
+//! idmapped instead: the
 //! parent (root, in the host's user namespace, which owns the scope's
 //! filesystem) clones the scope's mount tree detached (`open_tree`), gives
 //! it the id maps of a user namespace made for them (`OWNER RUN_UID 1`,
@@ -11,7 +13,13 @@
 //! owner; ids other than the owner's are not mapped and give it nothing.
 //! The program is still never host uid 0, and set-id modes and file
 //! capabilities stay out of its reach (the seccomp filter refuses set-id
-//! modes; it has no capability to set `security.capability`).
+//! modes; it has no capability to set `security.capability`); a read-only
+//! scope stays read-only (no chmod, utime or xattr there), though the
+//! owner's read bits now apply to the program. Never a scope that is, lies
+//! in or holds a system path (`/etc`, `/usr`…, which no `fs_write` may
+//! touch): root's files there stay closed to the program as they were.
+//! Not with a manifest that grants unix sockets: a socket in an idmapped
+//! scope would take the program's connect as its owner's.
 //!
 //! Where the kernel or the filesystem cannot idmap (`mount_setattr` before
 //! Linux 5.12, tmpfs before 6.3, 9p, NFS, FUSE; spawnd without
@@ -28,10 +36,11 @@ use std::sync::Mutex;
 use super::as_caller::CallerCreds;
 use super::child::ScopeId;
 use super::launch::LaunchOrder;
-use super::spec::{BindSource, MountKind};
+use super::spec::{Access, BindSource, MountKind};
+use crate::manifest::system_path_overlap;
 use crate::sys::{clone_detached_tree, clone_process, exit_immediately, idmap_detached_tree};
 
-/// A write scope that is not idmapped though its owner is not the
+/// A scope that is not idmapped though its owner is not the
 /// program's uid, and why ([`why_not_idmapped`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct NotIdmapped {
@@ -41,7 +50,7 @@ pub(super) struct NotIdmapped {
     pub why: String,
 }
 
-/// Whether a write scope owned by `owner` (uid, gid) is mounted idmapped
+/// Whether a scope owned by `owner` (uid, gid) is mounted idmapped
 /// for a program running as `run` (uid, gid) on behalf of `caller` (`None`:
 /// spawnd's own identity, root). Only where the owner is not the program's
 /// uid, and only for a caller who may give the program the owner's rights:
@@ -59,22 +68,27 @@ pub(super) fn wanted(caller: Option<&CallerCreds>, run: (u32, u32), owner: (u32,
     }
 }
 
-/// Mounts idmapped, for the order's program, every `fs_write` scope whose
-/// owner is not its uid ([`wanted`]): each such scope's detached tree goes
-/// into its [`ScopeId::idmapped`]. Returns the scopes that could not be
-/// idmapped, and why. Only for a privileged order; never an error: a scope
-/// not idmapped is bound as it was, and the run identity's access check
-/// decides.
-pub(super) fn idmap_write_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<NotIdmapped> {
+/// Mounts idmapped, for the order's program, every bound scope (a
+/// directory or a regular file, off the system paths) whose owner is not
+/// its uid ([`wanted`]):
+/// each such scope's detached tree goes into its [`ScopeId::idmapped`].
+/// Returns the scopes that could not be idmapped, and why. Only for a
+/// privileged order; never an error: a scope not idmapped is bound as it
+/// was, and the run identity's access check decides.
+pub(super) fn idmap_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<NotIdmapped> {
     let mut not_idmapped = Vec::new();
     if !order.privileged {
         return not_idmapped;
     }
+    let grants_sockets = order
+        .spec
+        .landlock
+        .iter()
+        .any(|rule| matches!(rule.access, Access::UnixSocket));
     let run = (order.uid, order.gid);
     for step in &order.spec.mounts {
         let MountKind::Bind {
             source: BindSource::Scope(index),
-            writable: true,
             ..
         } = step.kind
         else {
@@ -86,8 +100,25 @@ pub(super) fn idmap_write_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) ->
         let Ok(st) = nix::sys::stat::fstat(&scope.pinned) else {
             continue;
         };
+        let kind = st.st_mode & libc::S_IFMT;
         let owner = (st.st_uid, st.st_gid);
-        if !wanted(order.check_as.as_ref(), run, owner) {
+        if !matches!(kind, libc::S_IFDIR | libc::S_IFREG)
+            || system_path_overlap(&scope.canonical).is_some()
+            || !wanted(order.check_as.as_ref(), run, owner)
+        {
+            continue;
+        }
+        if grants_sockets {
+            not_idmapped.push(NotIdmapped {
+                index,
+                why: format!(
+                    "it is owned by {}:{} and is not mounted idmapped to uid {} for a manifest that grants unix sockets (a socket there would take the program's connect as its owner's); {}",
+                    owner.0,
+                    owner.1,
+                    run.0,
+                    fixes(owner, run)
+                ),
+            });
             continue;
         }
         match idmapped_tree(scope, owner, run) {
@@ -177,6 +208,7 @@ fn filesystem_name(scope: &ScopeId) -> String {
         (0x5846_5342, "xfs"),
         (0x9123_683E, "btrfs"),
         (0x0102_1994, "tmpfs"),
+        (0x8584_58F6, "ramfs"),
         (0x794C_7630, "overlayfs"),
         (0x0102_1997, "9p"),
         (0x6969, "nfs"),
@@ -221,9 +253,29 @@ pub(super) fn why_not_idmapped(
         _ => format!("idmapping it failed on its filesystem ({filesystem}), Linux {kernel}: {e}"),
     };
     format!(
-        "it is owned by {}:{} and could not be mounted idmapped to uid {}: {cause}; chown it to {}:{}, or set [sandbox] run_as = \"{}:{}\"",
-        owner.0, owner.1, run.0, run.0, run.1, owner.0, owner.1
+        "it is owned by {}:{} and could not be mounted idmapped to uid {}: {cause}; {}",
+        owner.0,
+        owner.1,
+        run.0,
+        fixes(owner, run)
     )
+}
+
+/// How to open a scope of `owner` to a program running as `run` without an
+/// idmapping: give it to the run identity, or run as its owner (never as
+/// root, which no program runs as).
+fn fixes(owner: (u32, u32), run: (u32, u32)) -> String {
+    if owner.0 == 0 {
+        format!(
+            "chown it to {}:{} (or to the account [sandbox] run_as names)",
+            run.0, run.1
+        )
+    } else {
+        format!(
+            "chown it to {}:{}, or set [sandbox] run_as = \"{}:{}\"",
+            run.0, run.1, owner.0, owner.1
+        )
+    }
 }
 
 #[cfg(test)]
@@ -272,8 +324,11 @@ mod tests {
         let why = why_not_idmapped(&e, "tmpfs", "6.1.0-57-amd64", (0, 0), (65534, 65534));
         assert!(why.contains("owned by 0:0"), "{why}");
         assert!(why.contains("tmpfs") && why.contains("6.1.0-57-amd64"), "{why}");
-        assert!(why.contains("chown it to 65534:65534"), "{why}");
-        assert!(why.contains("run_as = \"0:0\""), "{why}");
+        assert!(why.contains("chown it to 65534:65534 (or to the account [sandbox] run_as names)"), "{why}");
+        // Never root as run_as: a program never runs as uid 0.
+        assert!(!why.contains("run_as = "), "{why}");
+        let why = why_not_idmapped(&e, "9p", "6.1.0", (1000, 1000), (65534, 65534));
+        assert!(why.contains("chown it to 65534:65534, or set [sandbox] run_as = \"1000:1000\""), "{why}");
         let e = std::io::Error::from_raw_os_error(libc::ENOSYS);
         let why = why_not_idmapped(&e, "ext4", "5.10.0", (0, 0), (65534, 65534));
         assert!(why.contains("Linux 5.10.0 has no idmapped mounts"), "{why}");

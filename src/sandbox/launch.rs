@@ -1,6 +1,6 @@
 //! The parent's side of starting a sandbox: create missing write scopes, open
-//! every scope once (O_PATH), mount a root caller's write scopes idmapped
-//! where their owner is not the program's uid ([`super::idmap`]), make the pipes and the cgroups, compile nothing
+//! every scope once (O_PATH), mount a root caller's scopes idmapped where
+//! their owner is not the program's uid ([`super::idmap`]), make the pipes and the cgroups, compile nothing
 //! in the child — then `clone` into fresh user, mount, pid, network, ipc and
 //! uts namespaces, write the child's uid/gid maps and let it build its root
 //! ([`launch`] returns a [`Launched`] sandbox). The program starts only on a
@@ -19,7 +19,7 @@ use super::as_caller::{check_as_child, required_access, with_identity, CallerCre
 use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots, V2Base};
 use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
-use super::idmap::{idmap_write_scopes, NotIdmapped};
+use super::idmap::{idmap_scopes, NotIdmapped};
 use super::network::{receive_listeners, Listeners, NetworkSetup};
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, only_root_may_write,
@@ -398,7 +398,7 @@ pub fn launch_order(
     check_no_nul_in_argv_or_env(order)?;
     let mut scopes = open_scopes(order, &program)?;
     check_sockets_are_sockets(&order.spec, &scopes)?;
-    let not_idmapped = idmap_write_scopes(order, &mut scopes);
+    let not_idmapped = idmap_scopes(order, &mut scopes);
     check_as_run_as(order, &scopes, &not_idmapped, &program)?;
     let (parent, child) = make_pipes(stdin)?;
     let (program, script, sealed) = program_to_run(program, order)?;
