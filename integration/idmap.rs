@@ -22,7 +22,7 @@ use serde_json::Value;
 /// checked to be consistent).
 fn idmap_expected(dir: &Path) -> Option<bool> {
     let fs = nix::sys::statfs::statfs(dir).unwrap();
-    let magic = fs.filesystem_type().0 as u64;
+    let magic = fs.filesystem_type().0;
     let release = nix::sys::utsname::uname().unwrap();
     let release = release.release().to_string_lossy().into_owned();
     let mut parts = release.split(|c: char| !c.is_ascii_digit());
@@ -230,7 +230,11 @@ fn set_id_modes_and_file_capabilities_stay_refused_on_an_idmapped_workspace() {
     let said: Value = serde_json::from_str(stdout(&r).trim())
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", r.envelope, r.stderr));
     // The program believes it owns the file, and still may not.
-    assert_eq!((said["uid"].as_u64(), said["owner"].as_u64()), (Some(65534), Some(65534)), "{said}");
+    assert_eq!(
+        (said["uid"].as_u64(), said["owner"].as_u64()),
+        (Some(65534), Some(65534)),
+        "{said}"
+    );
     for call in ["chmod u+s", "chmod g+s", "create 4755", "mkdir g+s"] {
         assert_eq!(said[call], "Operation not permitted", "{call}: {said}");
     }
@@ -265,7 +269,13 @@ fn a_scope_the_program_owns_already_is_not_idmapped() {
     let ws = root_owned_dir("owned");
     nix::unistd::chown(&ws, Some(65534.into()), Some(65534.into())).unwrap();
     let m = manifest("owned", &ws, "");
-    let r = run(As::Root, &m, "sh", "script", "echo x > made; stat -c %u made");
+    let r = run(
+        As::Root,
+        &m,
+        "sh",
+        "script",
+        "echo x > made; stat -c %u made",
+    );
     assert_eq!(r.exit, Some(0), "{}\n{}", r.envelope, r.stderr);
     assert_eq!(stdout(&r), "65534\n");
     assert!(idmapped(&r).is_empty(), "{}", r.envelope);
@@ -316,7 +326,11 @@ fn a_scope_on_a_filesystem_that_cannot_idmap_is_refused_as_before_saying_why() {
     let m = manifest("ramfs", &ws, "");
     for who in [As::Root, As::RootViaSpawner] {
         let r = run(who, &m, "sh", "script", "echo x > made");
-        assert_refused_not_idmapped(&r, &ws, "its filesystem (ramfs) cannot be idmapped on Linux");
+        assert_refused_not_idmapped(
+            &r,
+            &ws,
+            "its filesystem (ramfs) cannot be idmapped on Linux",
+        );
         assert!(!ws.join("made").exists());
     }
     // Given to the program's identity, as the refusal says, it runs.
@@ -347,10 +361,9 @@ fn git_policy_works_on_a_root_owned_repository_without_safe_directory() {
     git(&["commit", "-q", "-m", "first"]);
     std::fs::write(repo.join("tracked"), "two\n").unwrap();
     // policies/git.toml as shipped, its `~/code/` pointed at this root-owned one.
-    let shipped = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/git.toml"),
-    )
-    .unwrap();
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/git.toml"))
+            .unwrap();
     assert!(shipped.contains("\"~/code/\""));
     let policy = world().path("outside/idmap-git.toml");
     std::fs::write(
@@ -359,16 +372,32 @@ fn git_policy_works_on_a_root_owned_repository_without_safe_directory() {
     )
     .unwrap();
     let out = world()
-        .command_for(As::Root, &policy, "status", &[], &["--cwd", repo.to_str().unwrap()])
+        .command_for(
+            As::Root,
+            &policy,
+            "status",
+            &[],
+            &["--cwd", repo.to_str().unwrap()],
+        )
         .output()
         .unwrap();
     let r = Report::from_output(&out);
     if !idmapped_here_read_only(&r, &code) {
         return;
     }
-    assert_eq!(stdout(&r), "## main\n M tracked\n", "{}\n{}", r.envelope, r.stderr);
+    assert_eq!(
+        stdout(&r),
+        "## main\n M tracked\n",
+        "{}\n{}",
+        r.envelope,
+        r.stderr
+    );
     // The scope holding the repository (and ~/.gitconfig, where root has one).
-    assert!(idmapped(&r).contains(&code.display().to_string()), "{}", r.envelope);
+    assert!(
+        idmapped(&r).contains(&code.display().to_string()),
+        "{}",
+        r.envelope
+    );
 }
 
 /// [`idmapped_here`] for a read scope: where it cannot be idmapped, git

@@ -95,7 +95,12 @@ impl Handover {
         v.extend(self.network.iter().map(AsFd::as_fd));
         v.extend(self.tracer.iter().map(AsFd::as_fd));
         v.extend(self.scopes.iter().map(|s| s.pinned.as_fd()));
-        v.extend(self.scopes.iter().filter_map(|s| s.idmapped.as_ref()).map(AsFd::as_fd));
+        v.extend(
+            self.scopes
+                .iter()
+                .filter_map(|s| s.idmapped.as_ref())
+                .map(AsFd::as_fd),
+        );
         v
     }
 

@@ -143,7 +143,10 @@ fn idmapped_tree(scope: &ScopeId, owner: (u32, u32), run: (u32, u32)) -> std::io
 /// User namespaces made for idmappings, by (owner uid, owner gid, run uid,
 /// run gid): a long-lived spawner makes each one once. At most
 /// [`KEPT_NAMESPACES`]; the oldest goes first.
-static NAMESPACES: Mutex<Vec<((u32, u32, u32, u32), OwnedFd)>> = Mutex::new(Vec::new());
+static NAMESPACES: Mutex<Vec<(MappingKey, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// A mapping namespace's owner uid and gid, then run uid and gid.
+type MappingKey = (u32, u32, u32, u32);
 
 /// How many idmapping namespaces are kept.
 const KEPT_NAMESPACES: usize = 16;
@@ -180,18 +183,24 @@ fn make_mapping_namespace(owner: (u32, u32), run: (u32, u32)) -> std::io::Result
     }
     drop(wait_end);
     let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
-    let opened = std::fs::write(proc_dir.join("uid_map"), format!("{} {} 1\n", owner.0, run.0))
-        .and_then(|()| {
-            std::fs::write(proc_dir.join("gid_map"), format!("{} {} 1\n", owner.1, run.1))
-        })
-        .and_then(|()| {
-            nix::fcntl::open(
-                &proc_dir.join("ns/user"),
-                nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .map_err(std::io::Error::from)
-        });
+    let opened = std::fs::write(
+        proc_dir.join("uid_map"),
+        format!("{} {} 1\n", owner.0, run.0),
+    )
+    .and_then(|()| {
+        std::fs::write(
+            proc_dir.join("gid_map"),
+            format!("{} {} 1\n", owner.1, run.1),
+        )
+    })
+    .and_then(|()| {
+        nix::fcntl::open(
+            &proc_dir.join("ns/user"),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+    });
     drop(hold_end);
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
     opened
@@ -202,7 +211,7 @@ fn filesystem_name(scope: &ScopeId) -> String {
     let Ok(fs) = nix::sys::statfs::fstatfs(&scope.pinned) else {
         return "unknown".to_string();
     };
-    let magic = fs.filesystem_type().0 as u64;
+    let magic = fs.filesystem_type().0;
     let known: &[(u64, &str)] = &[
         (0xEF53, "ext4"),
         (0x5846_5342, "xfs"),
@@ -293,7 +302,11 @@ mod tests {
     #[test]
     fn a_root_callers_scope_of_another_owner_is_idmapped() {
         assert!(wanted(None, (65534, 65534), (0, 0)));
-        assert!(wanted(Some(&caller(0, 0, &[0])), (65534, 65534), (1000, 1000)));
+        assert!(wanted(
+            Some(&caller(0, 0, &[0])),
+            (65534, 65534),
+            (1000, 1000)
+        ));
         assert!(wanted(None, (1001, 1001), (0, 0)));
     }
 
@@ -302,7 +315,11 @@ mod tests {
         assert!(!wanted(None, (65534, 65534), (65534, 65534)));
         // The uid decides: its group need not be the program's.
         assert!(!wanted(None, (65534, 65534), (65534, 0)));
-        assert!(!wanted(Some(&caller(1000, 1000, &[1000])), (1000, 1000), (1000, 1000)));
+        assert!(!wanted(
+            Some(&caller(1000, 1000, &[1000])),
+            (1000, 1000),
+            (1000, 1000)
+        ));
     }
 
     #[test]
@@ -323,12 +340,21 @@ mod tests {
         let e = std::io::Error::from_raw_os_error(libc::EINVAL);
         let why = why_not_idmapped(&e, "tmpfs", "6.1.0-57-amd64", (0, 0), (65534, 65534));
         assert!(why.contains("owned by 0:0"), "{why}");
-        assert!(why.contains("tmpfs") && why.contains("6.1.0-57-amd64"), "{why}");
-        assert!(why.contains("chown it to 65534:65534 (or to the account [sandbox] run_as names)"), "{why}");
+        assert!(
+            why.contains("tmpfs") && why.contains("6.1.0-57-amd64"),
+            "{why}"
+        );
+        assert!(
+            why.contains("chown it to 65534:65534 (or to the account [sandbox] run_as names)"),
+            "{why}"
+        );
         // Never root as run_as: a program never runs as uid 0.
         assert!(!why.contains("run_as = "), "{why}");
         let why = why_not_idmapped(&e, "9p", "6.1.0", (1000, 1000), (65534, 65534));
-        assert!(why.contains("chown it to 65534:65534, or set [sandbox] run_as = \"1000:1000\""), "{why}");
+        assert!(
+            why.contains("chown it to 65534:65534, or set [sandbox] run_as = \"1000:1000\""),
+            "{why}"
+        );
         let e = std::io::Error::from_raw_os_error(libc::ENOSYS);
         let why = why_not_idmapped(&e, "ext4", "5.10.0", (0, 0), (65534, 65534));
         assert!(why.contains("Linux 5.10.0 has no idmapped mounts"), "{why}");

@@ -14,7 +14,10 @@
 //! in between is refused), and every mount target is reached with
 //! `beneath::open_beneath`, which refuses symlinks — a target can pass
 //! through a writable scope an earlier run could have planted links in.
-//! Mounts go onto the opened descriptors, never onto path strings.
+//! Mounts go onto the opened descriptors, never onto path strings. A scope
+//! the parent mounted idmapped ([`super::idmap`]) arrives as a detached
+//! tree cloned from the descriptor it verified, and is moved onto its
+//! target instead of bound; it is re-opened and checked like any scope.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
