@@ -50,8 +50,8 @@ fn isolation_json(
     filter_len: usize,
     o: &Outcome,
 ) -> Value {
-    let landlock = o.landlock.map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped, "execute": execute_json(plan, spec)}));
-    let made = match o.landlock {
+    let landlock = o.landlock.as_ref().map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped, "execute": execute_json(plan, spec)}));
+    let made = match &o.landlock {
         Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
         _ => "fresh, made at clone",
     };
@@ -80,10 +80,22 @@ fn isolation_json(
         "limits": plan.limits,
         "missing_read_scopes": spec.missing_read_scopes,
         "created_write_scopes": spec.create_write_scopes,
+        "idmapped": idmapped_json(spec, o),
         "cwd": spec.cwd,
         "fresh_cwd": spec.fresh_cwd,
         "tmpfs": super::tmpfs_json(spec),
     })
+}
+
+/// The write scopes mounted idmapped (docs/sandbox.md, "Write scopes of a
+/// root caller"), by path, as init reported them.
+fn idmapped_json<'a>(spec: &'a SandboxSpec, o: &Outcome) -> Vec<&'a std::path::Path> {
+    o.landlock
+        .iter()
+        .flat_map(|a| a.idmapped.iter())
+        .filter_map(|&i| spec.scopes.get(i as usize))
+        .map(std::path::PathBuf::as_path)
+        .collect()
 }
 
 /// What Landlock lets the program execute, for an auditor: under

@@ -138,9 +138,12 @@ impl Checked {
 /// that identity must have the declared access to each scope's own inode
 /// and may execute the program (read it, for a `#!` script). The path to a
 /// scope is not walked: the sandbox builds its own. Without this check the
-/// program would meet EACCES with no word of why.
+/// program would meet EACCES with no word of why. An idmapped scope is
+/// checked through its idmapped tree, as the program will see it; the
+/// refusal of a scope in `not_idmapped` says why it was not idmapped.
 pub(super) fn check_as_child(
     scopes: &[super::child::ScopeId],
+    not_idmapped: &[super::idmap::NotIdmapped],
     need: &[AccessFlags],
     program: std::os::fd::BorrowedFd<'_>,
     script: bool,
@@ -153,9 +156,15 @@ pub(super) fn check_as_child(
         groups: vec![gid],
     };
     with_identity(&child, || {
-        for (scope, need) in scopes.iter().zip(need) {
-            let fd = std::os::fd::AsFd::as_fd(&scope.pinned);
-            check_scope(fd, &scope.canonical, *need, Checked::Child(uid))?;
+        for (index, (scope, need)) in scopes.iter().zip(need).enumerate() {
+            let fd = std::os::fd::AsFd::as_fd(scope.idmapped.as_ref().unwrap_or(&scope.pinned));
+            check_scope(fd, &scope.canonical, *need, Checked::Child(uid)).map_err(|mut e| {
+                if let Some(not) = not_idmapped.iter().find(|n| n.index == index) {
+                    e.step.push_str("; ");
+                    e.step.push_str(&not.why);
+                }
+                e
+            })?;
         }
         let mut need = AccessFlags::X_OK;
         if script {

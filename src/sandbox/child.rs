@@ -112,6 +112,10 @@ pub struct ScopeId {
     /// it: while it is open, no other file can take this inode number, so a
     /// matching device and inode is this very file.
     pub pinned: OwnedFd,
+    /// A scope mounted idmapped ([`super::idmap`]): its mount tree,
+    /// cloned detached from `pinned` and idmapped by the parent, which init
+    /// moves onto the scope's target instead of binding the scope.
+    pub idmapped: Option<OwnedFd>,
 }
 
 /// Signals init forwards to the program.
@@ -210,6 +214,7 @@ fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid
     take_the_programs_identity(s, emptied)?;
     let tracer = s.tracer.take();
     let applied = confine_init(s, rooted.scope_fds, tracer)?;
+    let idmapped = rooted.idmapped;
     // Read under the filter, which allows `clock_gettime` (clocks and timers).
     let ready = std::time::Instant::now();
     // The second go-ahead: the program may start (spawnd has made its audit
@@ -221,7 +226,7 @@ fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid
         release_wait_us: micros(ready.elapsed()),
     };
     reap_detach_helper(rooted.detaching)?;
-    report_layers_in_force(s, &applied, times);
+    report_layers_in_force(s, &applied, times, idmapped);
     start_program_process(s, script_path.as_deref())
 }
 
@@ -273,7 +278,7 @@ fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty
         (false, true) => ProgramFile::SealedProgram(s.program.as_fd()),
         (false, false) => ProgramFile::Hashed(s.program.as_fd()),
     };
-    let rooted = finish_root_in_child(staged, s.spec, &s.scopes, program, &mut meanwhile)?;
+    let rooted = finish_root_in_child(staged, s.spec, &mut s.scopes, program, &mut meanwhile)?;
     // Verified and mounted: the pins are no longer needed.
     s.scopes.clear();
     Ok((rooted, emptied))
@@ -352,16 +357,23 @@ fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Tells the parent the layers in force: Landlock's, and whether the
-/// namespaces were made ahead (a spare sandbox); and init's `times` on its
+/// Tells the parent the layers in force: Landlock's, whether the
+/// namespaces were made ahead (a spare sandbox), and which scopes (indices
+/// into `spec.scopes`) were mounted idmapped; and init's `times` on its
 /// setup (see [`SetupTimes`]). Sent once, just before the
 /// program starts, so it also marks the end of the sandbox's setup.
-fn report_layers_in_force(s: &ChildSetup<'_>, landlock: &LandlockApplied, times: SetupTimes) {
+fn report_layers_in_force(
+    s: &ChildSetup<'_>,
+    landlock: &LandlockApplied,
+    times: SetupTimes,
+    idmapped: Vec<u32>,
+) {
     let layers = Applied {
         abi: landlock.abi,
         scoped: landlock.scoped,
         netns_of_spare: s.made_ahead,
         setup: Some(times),
+        idmapped,
     };
     status_pipe::send(&s.status, &status_pipe::encode_layers(&layers));
 }
@@ -566,7 +578,11 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain(s.cgroup_tasks.iter_mut())
         .chain(s.network.iter_mut().map(|(_, channel)| channel))
         .chain(s.tracer.iter_mut())
-        .chain(s.scopes.iter_mut().map(|scope| &mut scope.pinned))
+        .chain(
+            s.scopes
+                .iter_mut()
+                .flat_map(|scope| std::iter::once(&mut scope.pinned).chain(&mut scope.idmapped)),
+        )
         .chain(s.staged.iter_mut().flatten().flat_map(Staged::fds_mut))
     {
         lift(fd)?;
@@ -579,6 +595,7 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
         .chain(s.network.iter().map(|(_, channel)| channel))
         .chain(s.tracer.iter())
         .chain(s.scopes.iter().map(|scope| &scope.pinned))
+        .chain(s.scopes.iter().filter_map(|scope| scope.idmapped.as_ref()))
         .map(|fd| fd.as_raw_fd() as u32)
         .chain(
             s.staged

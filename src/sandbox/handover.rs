@@ -1,6 +1,7 @@
 //! What the parent hands a sandbox's init besides the order: the
 //! descriptors (program, stdio, go-ahead and status pipes, cgroup `tasks`
-//! files, the listeners' channel, the scopes' pins) and the facts that go with them. A child cloned
+//! files, the listeners' channel, the scopes' pins and idmapped mount
+//! trees) and the facts that go with them. A child cloned
 //! at launch gets them in its copy of memory; a spare sandbox
 //! ([`super::spare`]) gets them in one frame, descriptors by `SCM_RIGHTS`,
 //! and rebuilds the same [`ChildSetup`] from them.
@@ -94,6 +95,12 @@ impl Handover {
         v.extend(self.network.iter().map(AsFd::as_fd));
         v.extend(self.tracer.iter().map(AsFd::as_fd));
         v.extend(self.scopes.iter().map(|s| s.pinned.as_fd()));
+        v.extend(
+            self.scopes
+                .iter()
+                .filter_map(|s| s.idmapped.as_ref())
+                .map(AsFd::as_fd),
+        );
         v
     }
 
@@ -105,6 +112,13 @@ impl Handover {
                 .scopes
                 .iter()
                 .map(|s| (s.canonical.clone(), s.dev, s.ino))
+                .collect(),
+            idmapped: self
+                .scopes
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.idmapped.is_some())
+                .map(|(i, _)| i)
                 .collect(),
             script: self.script,
             sealed: self.sealed,
@@ -119,7 +133,10 @@ impl Handover {
     /// [`Handover::fds`] as received.
     pub fn from_fds(facts: HandoverFacts, fds: Vec<OwnedFd>) -> Option<Handover> {
         let channels = usize::from(facts.network) + usize::from(facts.tracer);
-        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + channels + facts.scopes.len() {
+        let scopes = facts.scopes.len();
+        if fds.len() != CHILD_FIXED_FDS + facts.cgroups + channels + scopes + facts.idmapped.len()
+            || facts.idmapped.iter().any(|&i| i >= scopes)
+        {
             return None;
         }
         let mut fds = fds.into_iter();
@@ -139,7 +156,7 @@ impl Handover {
             true => Some(next()?),
             false => None,
         };
-        let scopes = facts
+        let mut scopes = facts
             .scopes
             .into_iter()
             .map(|(canonical, dev, ino)| {
@@ -148,9 +165,13 @@ impl Handover {
                     dev,
                     ino,
                     pinned,
+                    idmapped: None,
                 })
             })
             .collect::<Option<Vec<_>>>()?;
+        for i in facts.idmapped {
+            scopes.get_mut(i)?.idmapped = Some(next()?);
+        }
         Some(Handover {
             scopes,
             program,
@@ -172,6 +193,10 @@ impl Handover {
 pub struct HandoverFacts {
     /// Each scope's canonical path, device and inode, in `spec.scopes` order.
     pub scopes: Vec<(std::path::PathBuf, u64, u64)>,
+    /// The scopes (indices into `scopes`, ascending) whose idmapped mount
+    /// trees come last, in this order, after the scopes' pins.
+    #[serde(default)]
+    pub idmapped: Vec<usize>,
     /// Whether the program is a `#!` script.
     pub script: bool,
     /// Whether the program is a sealed copy.

@@ -1,5 +1,6 @@
 //! The parent's side of starting a sandbox: create missing write scopes, open
-//! every scope once (O_PATH), make the pipes and the cgroups, compile nothing
+//! every scope once (O_PATH), mount a root caller's scopes idmapped where
+//! their owner is not the program's uid ([`super::idmap`]), make the pipes and the cgroups, compile nothing
 //! in the child — then `clone` into fresh user, mount, pid, network, ipc and
 //! uts namespaces, write the child's uid/gid maps and let it build its root
 //! ([`launch`] returns a [`Launched`] sandbox). The program starts only on a
@@ -18,6 +19,7 @@ use super::as_caller::{check_as_child, required_access, with_identity, CallerCre
 use super::cgroup::{CgroupPool, SpawnCgroup, V1Roots, V2Base};
 use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
+use super::idmap::{idmap_scopes, NotIdmapped};
 use super::network::{receive_listeners, Listeners, NetworkSetup};
 use super::prepare::{
     create_write_scopes, env_entries, identify_scope, is_script, nix_prep, only_root_may_write,
@@ -394,9 +396,10 @@ pub fn launch_order(
     // `init_main`, which hides spawnd's command line).
     let _ = crate::sys::command_line_area();
     check_no_nul_in_argv_or_env(order)?;
-    let scopes = open_scopes(order, &program)?;
+    let mut scopes = open_scopes(order, &program)?;
     check_sockets_are_sockets(&order.spec, &scopes)?;
-    check_as_run_as(order, &scopes, &program)?;
+    let not_idmapped = idmap_scopes(order, &mut scopes);
+    check_as_run_as(order, &scopes, &not_idmapped, &program)?;
     let (parent, child) = make_pipes(stdin)?;
     let (program, script, sealed) = program_to_run(program, order)?;
     let seccomp = seccomp_filter(order)?;
@@ -620,11 +623,13 @@ fn check_caller_may_execute(program: &File, caller: &CallerCreds) -> Result<(), 
 
 /// When spawnd is root and the program runs as another identity than the
 /// one the scopes were opened as, checks that identity's access to the
-/// scopes and the program ([`check_as_child`]), so a refusal is explained
-/// here rather than met as EACCES inside.
+/// scopes (an idmapped one as the program will see it) and the program
+/// ([`check_as_child`]), so a refusal is explained here rather than met as
+/// EACCES inside.
 fn check_as_run_as(
     order: &LaunchOrder,
     scopes: &[ScopeId],
+    not_idmapped: &[NotIdmapped],
     program: &File,
 ) -> Result<(), StepError> {
     let checked_as = match &order.check_as {
@@ -634,6 +639,7 @@ fn check_as_run_as(
     if order.privileged && (order.uid, order.gid) != checked_as {
         check_as_child(
             scopes,
+            not_idmapped,
             &required_access(&order.spec),
             program.as_fd(),
             is_script(program),

@@ -2,10 +2,12 @@
 //!
 //! * `spec` decides, as pure data, the fresh root's mounts and the Landlock rules;
 //! * `seccomp` compiles the syscall policy to BPF (pure; installed in the child);
-//! * `launch` (parent) opens scopes, makes pipes, clones into new user, mount,
-//!   pid, network, ipc and uts namespaces (or hands the order to a `spare`,
-//!   a sandbox whose namespaces were made before the request), maps ids,
-//!   joins cgroups, releases;
+//! * `launch` (parent) opens scopes, has `idmap` mount a root caller's
+//!   scopes idmapped where their owner is not the program's uid, makes
+//!   pipes, clones into new user, mount, pid, network, ipc and uts
+//!   namespaces (or hands the order to a `spare`, a sandbox whose
+//!   namespaces were made before the request), maps ids, joins cgroups,
+//!   releases;
 //! * `child` (inside) builds the root (`mounts`), drops privileges
 //!   (`identity`), applies Landlock (`landlock`) and seccomp last, starts the
 //!   program (which inherits all of it and executes the hashed fd) and stays
@@ -33,6 +35,7 @@ pub mod cgroup;
 mod child;
 mod handover;
 mod identity;
+mod idmap;
 pub mod landlock;
 pub mod launch;
 mod mounts;

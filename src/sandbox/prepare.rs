@@ -97,6 +97,7 @@ pub(super) fn identify_scope(
         dev: st.st_dev,
         ino: st.st_ino,
         pinned: fd,
+        idmapped: None,
     })
 }
 

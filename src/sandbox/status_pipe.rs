@@ -3,10 +3,11 @@
 //!
 //! - `E<step>: <error>\n` ([`StatusKind::Failed`]): a setup step or the
 //!   program's exec failed, so the program did not run;
-//! - `L<abi> <scoped> <spare> <ready µs> <release wait µs>\n`
+//! - `L<abi> <scoped> <spare> <ready µs> <release wait µs>[ idmapped=<i>,…]\n`
 //!   ([`StatusKind::Layers`]): the layers in force and init's times on its
 //!   setup (decimal numbers, `scoped` and `spare` 0 or 1; an init that does
-//!   not time its setup sends the first three alone), sent once, just
+//!   not time its setup sends the first three alone), and the scopes
+//!   mounted idmapped, by index, when there are any; sent once, just
 //!   before the program starts;
 //! - `W<i32 wait status><u64 cpu µs><u64 max rss KiB>` ([`StatusKind::Ended`]),
 //!   little-endian and of fixed length: the program ended and init has
@@ -70,7 +71,7 @@ impl StatusKind {
 /// TCP and abstract-socket/signal scoping are enforced, and whether the
 /// network namespace was made before the request (a spare sandbox); and how
 /// long its own setup took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     /// Landlock ABI enforced.
     pub abi: u32,
@@ -81,6 +82,9 @@ pub struct Applied {
     pub netns_of_spare: bool,
     /// Init's own clock on its setup (absent from an init that did not say).
     pub setup: Option<SetupTimes>,
+    /// The scopes (indices into `spec.scopes`, ascending) mounted
+    /// idmapped ([`super::idmap`]).
+    pub idmapped: Vec<u32>,
 }
 
 /// Init's setup as init timed it, in µs: the part of the sandbox's path
@@ -221,6 +225,10 @@ pub fn encode_layers(applied: &Applied) -> Encoded {
     if let Some(t) = applied.setup {
         let _ = write!(line, " {} {}", t.ready_us, t.release_wait_us);
     }
+    for (n, index) in applied.idmapped.iter().enumerate() {
+        let lead = if n == 0 { " idmapped=" } else { "," };
+        let _ = write!(line, "{lead}{index}");
+    }
     line.push(b"\n");
     line
 }
@@ -299,9 +307,20 @@ fn decode_ended(body: &[u8]) -> ProgramEnded {
     }
 }
 
-/// A `Layers` line's text: three numbers, the flags true only when 1, and
-/// init's two times when it sent them; anything else is no line.
+/// A `Layers` line's text: three numbers, the flags true only when 1,
+/// init's two times when it sent them, and `idmapped=` with the idmapped
+/// scopes' indices when there are any; anything else is no line.
 fn decode_layers(text: &str) -> Option<Applied> {
+    let (text, idmapped) = match text.rsplit_once(" idmapped=") {
+        Some((numbers, list)) => (
+            numbers,
+            list.split(',')
+                .map(str::parse)
+                .collect::<Result<Vec<u32>, _>>()
+                .ok()?,
+        ),
+        None => (text, Vec::new()),
+    };
     let n: Vec<u32> = text
         .split(' ')
         .map(str::parse)
@@ -323,6 +342,7 @@ fn decode_layers(text: &str) -> Option<Applied> {
             scoped: *scoped == 1,
             netns_of_spare: *spare == 1,
             setup,
+            idmapped,
         }),
         _ => None,
     }
@@ -382,6 +402,7 @@ mod tests {
         scoped: true,
         netns_of_spare: false,
         setup: None,
+        idmapped: Vec::new(),
     };
 
     /// The wire bytes, written out.
@@ -423,6 +444,7 @@ mod tests {
                 ready_us: 480,
                 release_wait_us: 2,
             }),
+            idmapped: Vec::new(),
         };
         assert_eq!(encode_layers(&spare).as_bytes(), b"L6 1 1 480 2\n");
         assert_eq!(
@@ -502,6 +524,29 @@ mod tests {
             decode(b"L7 1 0\n"),
             Ok(vec![StatusMessage::Layers(LAYERS_7)])
         );
+    }
+
+    #[test]
+    fn idmapped_scopes_travel_by_index_after_the_times() {
+        let idmapped = Applied {
+            setup: Some(SetupTimes {
+                ready_us: 480,
+                release_wait_us: 3,
+            }),
+            idmapped: vec![0, 2, 17],
+            ..LAYERS_7
+        };
+        let bytes = encode_layers(&idmapped);
+        assert_eq!(bytes.as_bytes(), b"L7 1 0 480 3 idmapped=0,2,17\n");
+        assert_eq!(
+            decode(bytes.as_bytes()),
+            Ok(vec![StatusMessage::Layers(idmapped)])
+        );
+        // None idmapped: nothing is added to the line.
+        assert_eq!(encode_layers(&LAYERS_7).as_bytes(), b"L7 1 0\n");
+        // An unreadable list leaves the line out, as any unreadable number does.
+        assert_eq!(decode(b"L7 1 0 480 3 idmapped=0,x\n"), Ok(vec![]));
+        assert_eq!(decode(b"L7 1 0 480 3 idmapped=\n"), Ok(vec![]));
     }
 
     #[test]

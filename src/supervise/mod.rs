@@ -422,7 +422,7 @@ fn supervise_blocked<'a>(
         program_done,
         ended,
     )
-    .with_inits_times(landlock.and_then(|applied| applied.setup));
+    .with_inits_times(landlock.as_ref().and_then(|applied| applied.setup));
     // A program that ended on its own as the deadline passed (or as spawnd
     // was interrupted) was not ended by it: its own exit stands.
     let outcome = Outcome {

@@ -99,6 +99,7 @@ mod tests {
             scoped: true,
             netns_of_spare: false,
             setup: None,
+            idmapped: Vec::new(),
         };
         encode_layers(&applied).as_bytes().to_vec()
     }
@@ -116,6 +117,7 @@ mod tests {
                     scoped: true,
                     netns_of_spare: false,
                     setup: None,
+                    idmapped: Vec::new(),
                 }),
                 Some(ProgramUsage {
                     cpu_ms: 2,

@@ -37,8 +37,8 @@ mod peer;
 mod process;
 mod start;
 pub use mount::{
-    detach_mount_in_background, detach_mount_when_told, mount_setattr, mount_setattr_fd,
-    WaitingDetach,
+    clone_detached_tree, detach_mount_in_background, detach_mount_when_told, idmap_detached_tree,
+    mount_setattr, mount_setattr_fd, move_detached_tree, WaitingDetach,
 };
 pub use netlink::add_local_route;
 pub use nflog::{bind_log_group, read_logged_packets, watched_log, LoggedPacket};

@@ -268,12 +268,13 @@ fn mount_setattr_at(
     flags: libc::c_uint,
     attr_set: u64,
     attr_clr: u64,
+    userns: Option<RawFd>,
 ) -> io::Result<()> {
     let attr = MountAttr {
         attr_set,
         attr_clr,
         propagation: 0,
-        userns_fd: 0,
+        userns_fd: userns.map_or(0, |fd| fd as u64),
     };
     // SAFETY: `path` is a valid NUL-terminated string, `dirfd` is open or
     // AT_FDCWD, and `attr` is a live, correctly laid out `struct mount_attr`
@@ -301,7 +302,7 @@ pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64)
     } else {
         0
     };
-    mount_setattr_at(libc::AT_FDCWD, path, flags, attr_set, attr_clr)
+    mount_setattr_at(libc::AT_FDCWD, path, flags, attr_set, attr_clr, None)
 }
 
 /// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE?, …)`: the mount whose root `fd` is.
@@ -315,5 +316,81 @@ pub fn mount_setattr_fd(
     if recursive {
         flags |= libc::AT_RECURSIVE as libc::c_uint;
     }
-    mount_setattr_at(fd.as_raw_fd(), c"", flags, attr_set, attr_clr)
+    mount_setattr_at(fd.as_raw_fd(), c"", flags, attr_set, attr_clr, None)
+}
+
+/// `MOUNT_ATTR_IDMAP` of `<linux/mount.h>`.
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+/// `OPEN_TREE_CLONE` of `<linux/mount.h>`.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+/// `MOVE_MOUNT_F_EMPTY_PATH` of `<linux/mount.h>`.
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
+/// `MOVE_MOUNT_T_EMPTY_PATH` of `<linux/mount.h>`.
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH)`: a
+/// detached copy of the mount tree at `fd`'s file (the file and every mount
+/// beneath it), in an anonymous mount namespace of its own, close-on-exec.
+/// Only such a detached tree may be given an idmapping
+/// ([`idmap_detached_tree`]).
+pub fn clone_detached_tree(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::AT_RECURSIVE as libc::c_uint;
+    // SAFETY: `fd` is open and the path is an empty NUL-terminated string;
+    // open_tree reads them and returns a new descriptor or -1.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
+    if ret < 0 {
+        return Err(last_error("open_tree(OPEN_TREE_CLONE)"));
+    }
+    let raw = RawFd::try_from(ret).map_err(|_| io::Error::other("open_tree: fd out of range"))?;
+    // SAFETY: the descriptor was just returned by the kernel and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// `mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, {MOUNT_ATTR_IDMAP,
+/// userns})`: every mount of the detached `tree` shows its files' owners
+/// through `userns`'s id maps. EINVAL where a filesystem of the tree cannot
+/// be idmapped, ENOSYS before Linux 5.12, EPERM without CAP_SYS_ADMIN over
+/// the filesystem's user namespace.
+pub fn idmap_detached_tree(
+    tree: &std::os::fd::OwnedFd,
+    userns: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint;
+    mount_setattr_at(
+        tree.as_raw_fd(),
+        c"",
+        flags,
+        MOUNT_ATTR_IDMAP,
+        0,
+        Some(userns.as_raw_fd()),
+    )
+}
+
+/// `move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH |
+/// MOVE_MOUNT_T_EMPTY_PATH)`: attaches the detached `tree` onto the file
+/// `target` is opened on, in the caller's mount namespace.
+pub fn move_detached_tree(
+    tree: &std::os::fd::OwnedFd,
+    target: &std::os::fd::OwnedFd,
+) -> io::Result<()> {
+    // SAFETY: both descriptors are open and both paths are empty
+    // NUL-terminated strings; move_mount only reads them during the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if ret < 0 {
+        return Err(last_error("move_mount"));
+    }
+    Ok(())
 }

@@ -14,7 +14,10 @@
 //! in between is refused), and every mount target is reached with
 //! `beneath::open_beneath`, which refuses symlinks — a target can pass
 //! through a writable scope an earlier run could have planted links in.
-//! Mounts go onto the opened descriptors, never onto path strings.
+//! Mounts go onto the opened descriptors, never onto path strings. A scope
+//! the parent mounted idmapped ([`super::idmap`]) arrives as a detached
+//! tree cloned from the descriptor it verified, and is moved onto its
+//! target instead of bound; it is re-opened and checked like any scope.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -28,7 +31,7 @@ use super::beneath::{
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
 use super::StepError;
-use crate::sys::{detach_mount_when_told, mount_setattr_fd, WaitingDetach};
+use crate::sys::{detach_mount_when_told, mount_setattr_fd, move_detached_tree, WaitingDetach};
 
 mod pivot;
 use pivot::pivot_into;
@@ -73,7 +76,7 @@ impl Staged {
     /// small files; [`crate::sandbox::spec::steps_mountable_ahead`]) after
     /// the ones staged; an order's mount steps must then go on with them.
     pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
-        apply_steps(&self.stage, steps, &[], None, None)?;
+        apply_steps(&self.stage, steps, ScopeSources::none(), None, None)?;
         self.more_from = self.base.len();
         self.base.extend_from_slice(steps);
         Ok(())
@@ -122,7 +125,7 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
     )
     .map_err(step("open new root"))?;
     let base = base_mounts();
-    apply_steps(&stage_fd, &base, &[], None, None)?;
+    apply_steps(&stage_fd, &base, ScopeSources::none(), None, None)?;
     let more_from = base.len();
     Ok(Staged {
         stage: stage_fd,
@@ -133,12 +136,16 @@ pub fn stage_base_in_child() -> Result<Staged, StepError> {
 }
 
 /// A root in place: the verified scope descriptors (in `spec.scopes`
-/// order) for the Landlock rules, the helper still finishing the old
-/// root's detach, which init must reap before the program starts, and a
-/// `#!` script's copy when one was bound at the program's path.
+/// order) for the Landlock rules, the scopes mounted idmapped, the helper
+/// still finishing the old root's detach, which init must reap before the
+/// program starts, and a `#!` script's copy when one was bound at the
+/// program's path.
 pub struct Rooted {
     /// The scopes, verified.
     pub scope_fds: Vec<OwnedFd>,
+    /// The scopes (indices into `spec.scopes`) whose idmapped trees were
+    /// moved onto their targets ([`super::idmap`]).
+    pub idmapped: Vec<u32>,
     /// The unmount helper's pid (see [`detach_mount_in_background`]).
     pub detaching: Option<i32>,
     /// The script's copy bound at `spec.program` (O_PATH), if one was
@@ -167,11 +174,13 @@ pub enum ProgramFile<'a> {
 /// resolve paths: the host's root is still reachable at the old root's
 /// mount point until the detach is done. `program` is the file the gate
 /// hashed, or a script's sealed copy ([`MountKind::Program`] binds only
-/// that file).
+/// that file). A scope the parent mounted idmapped has its detached tree
+/// taken from `scopes` and moved onto its target instead of a bind; it is
+/// verified like every scope, its descriptor kept for Landlock.
 pub fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
-    scopes: &[ScopeId],
+    scopes: &mut [ScopeId],
     program: ProgramFile<'_>,
     meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
 ) -> Result<Rooted, StepError> {
@@ -214,12 +223,22 @@ pub fn finish_root_in_child(
         .iter()
         .map(open_verified)
         .collect::<Result<Vec<_>, _>>()?;
-    let script_copy = apply_steps(&stage, rest, &scope_fds, Some(program), Some(spec))?;
+    let mut trees: Vec<Option<OwnedFd>> = scopes.iter_mut().map(|s| s.idmapped.take()).collect();
+    let idmapped = (0..trees.len())
+        .filter(|&i| trees[i].is_some())
+        .filter_map(|i| u32::try_from(i).ok())
+        .collect();
+    let sources = ScopeSources {
+        verified: &scope_fds,
+        idmapped: &mut trees,
+    };
+    let script_copy = apply_steps(&stage, rest, sources, Some(program), Some(spec))?;
     adjust_tmpfs(&stage, spec.tmpfs, spec.tmp_exec)?;
     drop(stage);
     let detaching = pivot_into(Path::new(STAGE), detach, meanwhile)?;
     Ok(Rooted {
         scope_fds,
+        idmapped,
         detaching,
         script_copy,
     })
@@ -235,13 +254,13 @@ pub fn finish_root_in_child(
 fn apply_steps(
     stage: &OwnedFd,
     steps: &[MountStep],
-    scope_fds: &[OwnedFd],
+    mut scopes: ScopeSources<'_>,
     program: Option<ProgramFile<'_>>,
     spec: Option<&SandboxSpec>,
 ) -> Result<Option<OwnedFd>, StepError> {
     let mut script_copy = None;
     for m in steps {
-        if let Some(copy) = apply_step(stage, m, scope_fds, program, spec)? {
+        if let Some(copy) = apply_step(stage, m, &mut scopes, program, spec)? {
             script_copy = Some(copy);
         }
     }
@@ -644,7 +663,7 @@ fn restrict_mount(
 fn apply_step(
     stage: &OwnedFd,
     m: &MountStep,
-    scope_fds: &[OwnedFd],
+    scopes: &mut ScopeSources<'_>,
     program: Option<ProgramFile<'_>>,
     spec: Option<&SandboxSpec>,
 ) -> Result<Option<OwnedFd>, StepError> {
@@ -676,12 +695,21 @@ fn apply_step(
         MountKind::File { contents } => bind_small_file(stage, rel, contents, &shown),
         MountKind::Symlink { target: link } => make_symlink(stage, rel, link, &shown),
         MountKind::Bind {
+            source: BindSource::Scope(i),
+            dir,
+            writable,
+            exec,
+        } if scopes.idmapped.get(*i).is_some_and(Option::is_some) => {
+            let tree = scopes.idmapped.get_mut(*i).and_then(Option::take);
+            move_idmapped_onto(stage, rel, tree, *dir, bind_attrs(*writable, *exec), &shown)
+        }
+        MountKind::Bind {
             source,
             dir,
             writable,
             exec,
         } => {
-            let from = bind_source(source, scope_fds, &shown)?;
+            let from = bind_source(source, scopes.verified, &shown)?;
             bind_onto(
                 stage,
                 rel,
@@ -826,6 +854,54 @@ fn bind_onto(
         shown,
     )?;
     restrict_mount(stage, rel, attrs, true, shown)
+}
+
+/// Moves a scope's idmapped tree (cloned detached and idmapped by the
+/// parent from the scope's pinned descriptor, [`super::idmap`]) onto the
+/// directory or empty file at `rel`, then gives the whole of it `attrs`,
+/// as [`bind_onto`] does a bind.
+fn move_idmapped_onto(
+    stage: &OwnedFd,
+    rel: &Path,
+    tree: Option<OwnedFd>,
+    dir: bool,
+    attrs: u64,
+    shown: &str,
+) -> Result<(), StepError> {
+    let tree = tree.ok_or_else(|| {
+        StepError::new(
+            format!("the idmapped tree of {shown}"),
+            std::io::Error::from_raw_os_error(libc::EBADF),
+        )
+    })?;
+    let create = if dir {
+        Create::Dir(0o755)
+    } else {
+        Create::File(0o644)
+    };
+    let target = open_beneath(stage, rel, create)?;
+    move_detached_tree(&tree, &target)
+        .map_err(io_step(format!("move_mount(the idmapped tree of {shown})")))?;
+    restrict_mount(stage, rel, attrs, true, shown)
+}
+
+/// Where a scope's bind comes from: its verified descriptor, or the
+/// idmapped tree the parent made of it (taken when moved).
+struct ScopeSources<'a> {
+    /// The scopes re-opened here and verified, in `spec.scopes` order.
+    verified: &'a [OwnedFd],
+    /// Each scope's idmapped tree, if it has one.
+    idmapped: &'a mut [Option<OwnedFd>],
+}
+
+impl ScopeSources<'_> {
+    /// No scopes: the steps every sandbox shares, and system paths.
+    fn none() -> ScopeSources<'static> {
+        ScopeSources {
+            verified: &[],
+            idmapped: &mut [],
+        }
+    }
 }
 
 /// A bind's attributes: never suid or devices; read-only unless writable,
