@@ -19,6 +19,8 @@ pub trait Host {
     fn exists(&self, path: &Path) -> bool;
     /// Whether `path` is a directory.
     fn is_dir(&self, path: &Path) -> bool;
+    /// `path` with every link on the way resolved, if it resolves.
+    fn real_path(&self, path: &Path) -> Option<PathBuf>;
 }
 
 /// What one observed run showed.
@@ -107,6 +109,9 @@ const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"]
 /// A directory with at least this many files read becomes one scope.
 const COLLAPSE_AT: usize = 8;
 
+/// Paths read through links listed in the draft's comment.
+const MAX_LINKS_SHOWN: usize = 5;
+
 impl Observed {
     /// The draft for this run.
     pub fn draft(&self, host: &dyn Host) -> Draft {
@@ -120,6 +125,7 @@ impl Observed {
             granted: mut read,
             repositories,
             sensitive: read_sensitive,
+            links,
         } = self.read_scopes(host, &write);
         // The working directory must lie in a scope.
         if !read.iter().chain(&write).any(|s| self.cwd.starts_with(s)) {
@@ -230,6 +236,18 @@ impl Observed {
                 "# {} is a repository, granted whole: git (or hg) finds all of it, and the\n# directory whose owner git checks (safe.directory) is the real one",
                 shown(repository)
             );
+        }
+        if !links.is_empty() {
+            let _ = writeln!(
+                text,
+                "# Read through a link, which a scope cannot be (nor the sandbox show): what it\n# resolves to is granted unless the sandbox has it; the program finds it by that path:"
+            );
+            for (named, real) in links.iter().take(MAX_LINKS_SHOWN) {
+                let _ = writeln!(text, "#   {} -> {}", shown(named), shown(real));
+            }
+            if links.len() > MAX_LINKS_SHOWN {
+                let _ = writeln!(text, "#   and {} more", links.len() - MAX_LINKS_SHOWN);
+            }
         }
         if read.iter().any(|p| p.starts_with(ETC)) {
             let _ = writeln!(
@@ -671,16 +689,30 @@ impl Observed {
         let mut listed = BTreeSet::new();
         let mut repositories = BTreeSet::new();
         let mut sensitive = BTreeMap::<PathBuf, BTreeSet<&str>>::new();
-        for (path, how) in &self.paths {
+        let mut links = BTreeMap::new();
+        for (named, how) in &self.paths {
             if !matches!(how, Use::Read | Use::List)
-                || self.is_provided(path)
-                || path == &self.program
+                || self.is_provided(named)
+                || named == &self.program
             {
                 continue;
             }
-            if write.iter().any(|w| path.starts_with(w)) || !host.exists(path) {
+            if write.iter().any(|w| named.starts_with(w)) || !host.exists(named) {
                 continue;
             }
+            // A scope is a real path (the sandbox refuses one that goes
+            // through a link): a path read through a link is granted as
+            // what it resolves to, unless the sandbox provides that.
+            let Some(real) = host.real_path(named) else {
+                continue;
+            };
+            if &real != named {
+                links.insert(named.clone(), real.clone());
+                if self.is_provided(&real) || write.iter().any(|w| real.starts_with(w)) {
+                    continue;
+                }
+            }
+            let path = &real;
             if let Some(s) = self.sensitive(path) {
                 sensitive.entry(s).or_default().insert("read");
                 continue;
@@ -740,6 +772,7 @@ impl Observed {
                 .collect(),
             granted,
             sensitive: flatten(sensitive),
+            links,
         }
     }
 
@@ -913,6 +946,8 @@ struct ReadScopes {
     repositories: BTreeSet<PathBuf>,
     /// Left out: sensitive paths read, and how.
     sensitive: Vec<(PathBuf, String)>,
+    /// Paths read through a link, and what each resolves to.
+    links: BTreeMap<PathBuf, PathBuf>,
 }
 
 /// A path the draft leaves out of a key but offers, commented.
@@ -1076,6 +1111,13 @@ mod tests {
     impl Host for Table {
         fn exists(&self, path: &Path) -> bool {
             self.0.iter().any(|(p, _)| Path::new(p) == path)
+        }
+        /// `/etc/os-release` is a link to `/usr/lib/os-release`, as on Debian.
+        fn real_path(&self, path: &Path) -> Option<PathBuf> {
+            match path == Path::new("/etc/os-release") {
+                true => Some("/usr/lib/os-release".into()),
+                false => Some(path.to_path_buf()),
+            }
         }
         fn is_dir(&self, path: &Path) -> bool {
             self.0.iter().any(|(p, dir)| Path::new(p) == path && *dir)
@@ -1462,6 +1504,35 @@ mod tests {
         }
         assert!(
             t.contains("# Under /etc only the files it read are granted"),
+            "{t}"
+        );
+        every_suggestion_parses(&t);
+    }
+
+    #[test]
+    fn a_path_read_through_a_link_is_granted_as_what_it_resolves_to() {
+        let mut o = observed();
+        o.executed.clear();
+        o.system_paths = vec!["/usr".into()];
+        o.paths = vec![
+            ("/etc/os-release".into(), Use::Read),
+            ("/etc/tool.conf".into(), Use::Read),
+        ];
+        let t = o
+            .draft(&table(&[
+                "/etc/os-release",
+                "/etc/tool.conf",
+                "/usr/lib/os-release",
+            ]))
+            .text;
+        let fs_read = t
+            .lines()
+            .find(|l| l.starts_with("fs_read = "))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(!fs_read.contains("os-release"), "{t}");
+        assert!(fs_read.contains("\"/etc/tool.conf\""), "{t}");
+        assert!(
+            t.contains("#   /etc/os-release -> /usr/lib/os-release"),
             "{t}"
         );
         every_suggestion_parses(&t);

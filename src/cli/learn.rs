@@ -408,8 +408,8 @@ fn offered_directories(writable: &[PathBuf], (uid, gid): (u32, u32)) -> Vec<Path
 const NEVER_SHOWN: &[&str] = &["/proc", "/sys", "/dev"];
 
 /// The host paths an argument names: the argument itself, or the value of
-/// a `--opt=VALUE`, absolute or relative to `cwd`, when something is
-/// there; resolved (a scope must be a real path).
+/// a `--opt=VALUE`, absolute or relative to `cwd` (a `file://` URL by its
+/// path), when something is there; resolved (a scope must be a real path).
 fn named_paths(args: &[String], cwd: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for arg in args {
@@ -420,6 +420,9 @@ fn named_paths(args: &[String], cwd: &Path) -> Vec<PathBuf> {
             }
         }
         for c in candidates.into_iter().filter(|c| !c.is_empty()) {
+            // A `file://` URL names a local path (pip's `--index-url`,
+            // git's origin, curl).
+            let c = c.strip_prefix("file://").unwrap_or(c);
             if let Ok(real) = std::fs::canonicalize(cwd.join(c)) {
                 out.push(real);
             }
@@ -802,6 +805,9 @@ impl Host for RealHost {
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
     }
+    fn real_path(&self, path: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(path).ok()
+    }
 }
 
 #[cfg(test)]
@@ -853,6 +859,7 @@ mod tests {
             "missing.tgz",
             "src",
             &format!("--directory={}", dir.display()),
+            &format!("file://{}/src", dir.display()),
             "/dev/null",
             "/",
         ]
@@ -865,6 +872,11 @@ mod tests {
             "{named:?}"
         );
         assert!(!named.iter().any(|p| p.ends_with("missing.tgz")));
+        assert_eq!(
+            named.iter().filter(|p| **p == dir.join("src")).count(),
+            2,
+            "a file:// URL names its path: {named:?}"
+        );
         let shown = shown_besides(
             &[PathBuf::from("/usr")],
             &[PathBuf::from("/work/ws")],

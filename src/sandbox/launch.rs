@@ -22,8 +22,8 @@ use super::handover::Handover;
 use super::idmap::{idmap_scopes, NotIdmapped};
 use super::network::{receive_listeners, Listeners, NetworkSetup};
 use super::prepare::{
-    create_write_scopes, env_entries, identify_scope, is_script, nix_prep, only_root_may_write,
-    prep, sealed_copy, write_id_maps,
+    chown_created, create_write_scopes, env_entries, identify_scope, is_script, nix_prep,
+    only_root_may_write, prep, sealed_copy, write_id_maps, CreatedOwner,
 };
 use super::seccomp::Filter;
 use super::spare::Spare;
@@ -396,9 +396,10 @@ pub fn launch_order(
     // `init_main`, which hides spawnd's command line).
     let _ = crate::sys::command_line_area();
     check_no_nul_in_argv_or_env(order)?;
-    let mut scopes = open_scopes(order, &program)?;
+    let (mut scopes, created) = open_scopes(order, &program)?;
     check_sockets_are_sockets(&order.spec, &scopes)?;
     let not_idmapped = idmap_scopes(order, &mut scopes);
+    give_unmapped_created_scopes_to_the_child(order, &created, &scopes, &not_idmapped)?;
     check_as_run_as(order, &scopes, &not_idmapped, &program)?;
     let (parent, child) = make_pipes(stdin)?;
     let (program, script, sealed) = program_to_run(program, order)?;
@@ -538,22 +539,55 @@ fn check_no_nul_in_argv_or_env(order: &LaunchOrder) -> Result<(), StepError> {
     Ok(())
 }
 
+/// Missing write scopes spawnd created for itself, with a descriptor each.
+type Created = Vec<(std::path::PathBuf, OwnedFd)>;
+
 /// Creates the missing write scopes and opens every scope once (O_PATH), in
 /// `spec.scopes` order: as spawnd itself, or with an order that names
-/// `check_as`, as that caller ([`open_scopes_as_caller`]).
-fn open_scopes(order: &LaunchOrder, program: &File) -> Result<Vec<ScopeId>, StepError> {
+/// `check_as`, as that caller ([`open_scopes_as_caller`]). Root launching
+/// for itself makes each missing scope its directory owner's, as the
+/// program writing that directory idmapped would
+/// ([`give_unmapped_created_scopes_to_the_child`] hands over those that
+/// are not idmapped after all); anyone else makes them the child's.
+fn open_scopes(order: &LaunchOrder, program: &File) -> Result<(Vec<ScopeId>, Created), StepError> {
     match &order.check_as {
         None => {
-            create_write_scopes(&order.spec, Some((order.uid, order.gid)))?;
-            order
+            let owner = match order.privileged {
+                true => CreatedOwner::OfParent,
+                false => CreatedOwner::Set(order.uid, order.gid),
+            };
+            let created = create_write_scopes(&order.spec, owner)?;
+            let scopes = order
                 .spec
                 .scopes
                 .iter()
                 .map(|p| identify_scope(p, None))
-                .collect::<Result<Vec<_>, _>>()
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((scopes, created))
         }
         Some(caller) => open_scopes_as_caller(order, caller, program),
     }
+}
+
+/// A scope spawnd created for itself as its directory owner's, that is
+/// not idmapped (the filesystem or kernel cannot), goes to the child's
+/// identity, as every created scope did before idmapping: its directory
+/// owner's rights would not reach the program.
+fn give_unmapped_created_scopes_to_the_child(
+    order: &LaunchOrder,
+    created: &Created,
+    scopes: &[ScopeId],
+    not_idmapped: &[NotIdmapped],
+) -> Result<(), StepError> {
+    for n in not_idmapped {
+        let Some(scope) = scopes.get(n.index) else {
+            continue;
+        };
+        if let Some((dir, fd)) = created.iter().find(|(d, _)| *d == scope.canonical) {
+            chown_created(fd, dir, order.uid, order.gid)?;
+        }
+    }
+    Ok(())
 }
 
 /// Root launching for another user: creates, opens and checks every scope
@@ -565,10 +599,15 @@ fn open_scopes_as_caller(
     order: &LaunchOrder,
     caller: &CallerCreds,
     program: &File,
-) -> Result<Vec<ScopeId>, StepError> {
+) -> Result<(Vec<ScopeId>, Created), StepError> {
     let need = required_access(&order.spec);
+    // A root caller's missing scopes are made as for spawnd itself.
+    let owner = match caller.uid == 0 && order.privileged {
+        true => CreatedOwner::OfParent,
+        false => CreatedOwner::Creator,
+    };
     let (created, scopes) = with_identity(caller, || {
-        let created = create_write_scopes(&order.spec, None)?;
+        let created = create_write_scopes(&order.spec, owner)?;
         let scopes = order
             .spec
             .scopes
@@ -579,21 +618,17 @@ fn open_scopes_as_caller(
         check_caller_may_execute(program, caller)?;
         Ok((created, scopes))
     })?;
+    if owner == CreatedOwner::OfParent {
+        return Ok((scopes, created));
+    }
     if (order.uid, order.gid) != (caller.uid, caller.gid) {
         // `run_as`: the directories just created, as the caller,
         // belong to the child's identity.
-        for dir in &created {
-            nix::unistd::fchownat(
-                dir,
-                "",
-                Some(nix::unistd::Uid::from_raw(order.uid)),
-                Some(nix::unistd::Gid::from_raw(order.gid)),
-                nix::fcntl::AtFlags::AT_EMPTY_PATH,
-            )
-            .map_err(nix_prep("chown a created fs_write scope to run_as"))?;
+        for (dir, fd) in &created {
+            chown_created(fd, dir, order.uid, order.gid)?;
         }
     }
-    Ok(scopes)
+    Ok((scopes, Vec::new()))
 }
 
 /// The caller (whose identity this thread has taken) must be able to

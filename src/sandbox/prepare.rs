@@ -5,6 +5,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -101,16 +102,27 @@ pub(super) fn identify_scope(
     })
 }
 
-/// A missing `fs_write` scope is created, mode 0700, owned by the child's
-/// identity — walking from `/` without following any symlink.
-/// With `owner` None the directories keep the owner of the identity in force
-/// (the caller's, when created as the caller).
-/// Returns a descriptor for each, so a later owner change applies to exactly
-/// these directories.
+/// Who a missing `fs_write` scope spawnd creates belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CreatedOwner {
+    /// The identity in force (the caller's, when created as the caller).
+    Creator,
+    /// This uid and gid.
+    Set(u32, u32),
+    /// The owner of the directory it is made in (root launching for
+    /// itself: as the program would have left it, writing that directory
+    /// idmapped, docs/sandbox.md "Scopes of a root caller").
+    OfParent,
+}
+
+/// A missing `fs_write` scope is created, mode 0700, owned as `owner`
+/// says — walking from `/` without following any symlink. Returns each
+/// scope's path and a descriptor for it, so a later owner change applies
+/// to exactly these directories.
 pub(super) fn create_write_scopes(
     spec: &SandboxSpec,
-    owner: Option<(u32, u32)>,
-) -> Result<Vec<std::os::fd::OwnedFd>, StepError> {
+    owner: CreatedOwner,
+) -> Result<Vec<(std::path::PathBuf, OwnedFd)>, StepError> {
     let mut created = Vec::new();
     if spec.create_write_scopes.is_empty() {
         return Ok(created);
@@ -123,20 +135,48 @@ pub(super) fn create_write_scopes(
     .map_err(nix_prep("open(/)"))?;
     for dir in &spec.create_write_scopes {
         let rel = dir.strip_prefix("/").unwrap_or(dir);
+        let owner = match owner {
+            CreatedOwner::Creator => None,
+            CreatedOwner::Set(uid, gid) => Some((uid, gid)),
+            CreatedOwner::OfParent => existing_parent_owner(&root, rel)?,
+        };
         let fd = open_beneath(&root, rel, Create::Dir(0o700))?;
         if let Some((uid, gid)) = owner {
-            nix::unistd::fchownat(
-                &fd,
-                "",
-                Some(nix::unistd::Uid::from_raw(uid)),
-                Some(nix::unistd::Gid::from_raw(gid)),
-                nix::fcntl::AtFlags::AT_EMPTY_PATH,
-            )
-            .map_err(nix_prep(format!("chown {}", dir.display())))?;
+            chown_created(&fd, dir, uid, gid)?;
         }
-        created.push(fd);
+        created.push((dir.clone(), fd));
     }
     Ok(created)
+}
+
+/// The owner of the nearest directory above `rel` (beneath `root`) that
+/// exists: the one a missing scope is made in.
+fn existing_parent_owner(root: &OwnedFd, rel: &Path) -> Result<Option<(u32, u32)>, StepError> {
+    let mut at = rel.parent();
+    while let Some(dir) = at {
+        match open_beneath(root, dir, Create::Nothing) {
+            Ok(fd) => {
+                let st = nix::sys::stat::fstat(&fd)
+                    .map_err(nix_prep(format!("fstat(/{})", dir.display())))?;
+                return Ok(Some((st.st_uid, st.st_gid)));
+            }
+            Err(_) if !dir.as_os_str().is_empty() => at = dir.parent(),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// Gives a directory spawnd created to `uid`:`gid`.
+pub(super) fn chown_created(fd: &OwnedFd, dir: &Path, uid: u32, gid: u32) -> Result<(), StepError> {
+    nix::unistd::fchownat(
+        fd,
+        "",
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    )
+    .map_err(nix_prep(format!("chown {}", dir.display())))
 }
 
 pub(super) fn is_script(program: &File) -> bool {
