@@ -219,6 +219,36 @@ results["owner"] = os.stat("plain").st_uid
 print(json.dumps(results))
 "#;
 
+/// A missing write scope in a root-owned checkout (a `build/` a fresh
+/// clone lacks) is made root's, as the program writing the checkout would
+/// leave it, and idmapped; where the filesystem cannot idmap it goes to
+/// the run identity, as every created scope did before.
+#[test]
+fn a_missing_write_scope_is_made_as_its_directory_owners() {
+    let ws = root_owned_dir("created");
+    let build = ws.join("build");
+    let m = manifest("created", &build, "");
+    let r = run(As::Root, &m, "sh", "script", "stat -c %u .; echo built > out");
+    assert_eq!(r.exit, Some(0), "{}\n{}", r.envelope, r.stderr);
+    let owner = |p: &Path| {
+        let meta = std::fs::metadata(p).unwrap();
+        (meta.uid(), meta.gid())
+    };
+    assert_eq!(stdout(&r), "65534\n", "{}", r.envelope);
+    match idmap_expected(&ws) {
+        Some(false) => {
+            assert_eq!(owner(&build), (65534, 65534));
+            return;
+        }
+        Some(true) => {}
+        None if owner(&build) == (65534, 65534) => return,
+        None => {}
+    }
+    assert_eq!(idmapped(&r), [build.display().to_string()], "{}", r.envelope);
+    assert_eq!(owner(&build), (0, 0));
+    assert_eq!(owner(&build.join("out")), (0, 0));
+}
+
 #[test]
 fn set_id_modes_and_file_capabilities_stay_refused_on_an_idmapped_workspace() {
     let ws = root_owned_dir("setid");
