@@ -228,7 +228,13 @@ fn a_missing_write_scope_is_made_as_its_directory_owners() {
     let ws = root_owned_dir("created");
     let build = ws.join("build");
     let m = manifest("created", &build, "");
-    let r = run(As::Root, &m, "sh", "script", "stat -c %u .; echo built > out");
+    let r = run(
+        As::Root,
+        &m,
+        "sh",
+        "script",
+        "stat -c %u .; echo built > out",
+    );
     assert_eq!(r.exit, Some(0), "{}\n{}", r.envelope, r.stderr);
     let owner = |p: &Path| {
         let meta = std::fs::metadata(p).unwrap();
@@ -244,7 +250,12 @@ fn a_missing_write_scope_is_made_as_its_directory_owners() {
         None if owner(&build) == (65534, 65534) => return,
         None => {}
     }
-    assert_eq!(idmapped(&r), [build.display().to_string()], "{}", r.envelope);
+    assert_eq!(
+        idmapped(&r),
+        [build.display().to_string()],
+        "{}",
+        r.envelope
+    );
     assert_eq!(owner(&build), (0, 0));
     assert_eq!(owner(&build.join("out")), (0, 0));
 }
