@@ -1,10 +1,12 @@
 //! `spawnd learn` drafts a manifest from one observed run, and the draft
 //! runs the same command under `spawnd run` with nothing else granted, as
-//! root and as nobody: tar, make building and running a C program,
-//! `python3 -m unittest`, git clone and commit, node, whoami, getent and a
-//! TLS client's CA store. Judged from outside: the files the second run
-//! leaves on the host and its output. And `run --trace` names the layer of
-//! each wall a program meets.
+//! root and as nobody: node, whoami, getent and a TLS client's CA store,
+//! programs pinned under `exec = "declared"`, argv[0] as typed, PATH probes
+//! left out, a toolchain the run cannot see refused with the fix (the real
+//! CI steps are `learn_corpus.rs`). Judged from outside: the files the
+//! second run leaves on the host and its output. `run --trace` names the
+//! layer of each wall a program meets and none for the sandbox's own
+//! files; Ctrl-C at a terminal gives the program SIGTERM.
 
 #[path = "sandbox/harness.rs"]
 mod harness;
@@ -115,150 +117,6 @@ fn stdout(data: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
-}
-
-fn tar_archives_a_tree(who: As) {
-    let ws = fresh(&format!("tar-{who:?}"));
-    std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::write(ws.join("src/a.txt"), "a\n").unwrap();
-    let out = ws.join("out.tgz");
-    let (draft, _) = learn_then_run(who, "tar", &ws, &["tar", "czf", "out.tgz", "src"], || {
-        std::fs::remove_file(&out).unwrap();
-    });
-    assert!(draft.contains("default = \"out.tgz\""), "{draft}");
-    let list = Command::new("tar").arg("-tzf").arg(&out).output().unwrap();
-    assert!(String::from_utf8_lossy(&list.stdout).contains("src/a.txt"));
-}
-
-fn make_builds_and_runs_a_c_program(who: As) {
-    let ws = fresh(&format!("make-{who:?}"));
-    std::fs::write(
-        ws.join("hello.c"),
-        "#include <stdio.h>\nint main(void){puts(\"built and ran\");return 0;}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        ws.join("Makefile"),
-        "run: hello\n\t./hello\nhello: hello.c\n\tcc -o hello hello.c\n",
-    )
-    .unwrap();
-    let (draft, data) = learn_then_run(who, "make", &ws, &["make", "run"], || {
-        std::fs::remove_file(ws.join("hello")).unwrap();
-    });
-    assert!(stdout(&data).contains("built and ran"), "{data}\n{draft}");
-    assert!(ws.join("hello").exists());
-    assert!(draft.contains("fs_exec = [\"{workspace}\"]"), "{draft}");
-}
-
-fn python_unittest_runs_a_package(who: As) {
-    let ws = fresh(&format!("py-{who:?}"));
-    std::fs::create_dir_all(ws.join("pkg")).unwrap();
-    std::fs::write(
-        ws.join("pkg/__init__.py"),
-        "def double(x):\n    return 2 * x\n",
-    )
-    .unwrap();
-    std::fs::write(ws.join("test_pkg.py"), "import unittest, pkg\nclass T(unittest.TestCase):\n    def test_double(self):\n        self.assertEqual(pkg.double(21), 42)\n").unwrap();
-    let (_, data) = learn_then_run(
-        who,
-        "unittest",
-        &ws,
-        &["python3", "-B", "-m", "unittest", "-v"],
-        || {},
-    );
-    assert!(
-        data["stderr"]["text"].as_str().unwrap().contains("OK"),
-        "{data}"
-    );
-}
-
-fn git_clones_and_commits(who: As) {
-    let ws = fresh(&format!("git-{who:?}"));
-    let origin = ws.join("origin");
-    std::fs::create_dir_all(&origin).unwrap();
-    let git = |dir: &Path, args: &[&str]| {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("HOME", "/nonexistent")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    };
-    git(&origin, &["init", "-q", "-b", "main"]);
-    std::fs::write(origin.join("f"), "1\n").unwrap();
-    git(&origin, &["add", "f"]);
-    git(
-        &origin,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "-m",
-            "one",
-        ],
-    );
-    // The program runs as nobody, also for a root caller: the repository
-    // is its own, or git refuses it as of dubious ownership.
-    let owned = Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&ws)
-        .status()
-        .unwrap();
-    assert!(owned.success());
-    let clone = ws.join("clone");
-    let (_, _) = learn_then_run(
-        who,
-        "git-clone",
-        &ws,
-        &["git", "clone", "-q", "origin", "clone"],
-        || {
-            std::fs::remove_dir_all(&clone).unwrap();
-        },
-    );
-    assert!(clone.join("f").exists());
-    std::fs::write(clone.join("g"), "2\n").unwrap();
-    Command::new("chmod")
-        .args(["-R", "a+rwX"])
-        .arg(&clone)
-        .status()
-        .unwrap();
-    let commit = [
-        "git",
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "-c",
-        "safe.directory=*",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "learned",
-    ];
-    let count = || {
-        let out = Command::new("git")
-            .args(["-c", "safe.directory=*", "rev-list", "--count", "HEAD"])
-            .current_dir(&clone)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse::<u32>()
-            .unwrap()
-    };
-    let before = count();
-    learn_then_run(who, "git-commit", &clone, &commit, || {});
-    assert_eq!(
-        count(),
-        before + 2,
-        "the learned run and the draft's run each commit"
-    );
 }
 
 fn node_runs_under_the_default_limits(who: As) {
@@ -441,81 +299,6 @@ fn learned_programs_are_pinned_and_rerun_under_exec_declared(who: As) {
     assert!(stdout(&v["data"]).contains("refused 126"), "{v}");
 }
 
-/// A source under the host's /tmp, outside the workspace, named by the
-/// command: shown to the learned run (the sandbox's own /tmp stays its
-/// own), granted in the draft, which reruns first try.
-fn a_tmp_source_outside_the_workspace_is_learned(who: As) {
-    let src = fresh(&format!("tmp-src-{who:?}"));
-    std::fs::create_dir_all(src.join("sub")).unwrap();
-    std::fs::write(src.join("sub/a.txt"), "a\n").unwrap();
-    let ws = fresh(&format!("tmp-out-{who:?}"));
-    let out = ws.join("a.tgz");
-    let (draft, _) = learn_then_run(
-        who,
-        "tmp-src",
-        &ws,
-        &["tar", "czf", "a.tgz", "-C", src.to_str().unwrap(), "."],
-        || std::fs::remove_file(&out).unwrap(),
-    );
-    assert!(
-        draft.contains(&format!("fs_read = [\"{}\"]", src.display())),
-        "{draft}"
-    );
-    assert!(!draft.contains("tmp_exec"), "{draft}");
-    let list = Command::new("tar").arg("-tzf").arg(&out).output().unwrap();
-    assert!(String::from_utf8_lossy(&list.stdout).contains("sub/a.txt"));
-}
-
-/// `git clone /tmp/…/origin clone`: the origin, under the host's /tmp and
-/// outside the workspace, is read while learning and granted.
-fn git_clones_an_origin_under_tmp(who: As) {
-    let origin = fresh(&format!("tmp-origin-{who:?}"));
-    let git = |dir: &Path, args: &[&str]| {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("HOME", "/nonexistent")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    };
-    git(&origin, &["init", "-q", "-b", "main"]);
-    std::fs::write(origin.join("f"), "1\n").unwrap();
-    git(&origin, &["add", "f"]);
-    git(
-        &origin,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "-m",
-            "one",
-        ],
-    );
-    // The run identity's own, or git refuses it as of dubious ownership.
-    let owned = Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&origin)
-        .status()
-        .unwrap();
-    assert!(owned.success());
-    let ws = fresh(&format!("tmp-clone-{who:?}"));
-    let clone = ws.join("clone");
-    let (draft, _) = learn_then_run(
-        who,
-        "tmp-clone",
-        &ws,
-        &["git", "clone", "-q", origin.to_str().unwrap(), "clone"],
-        || std::fs::remove_dir_all(&clone).unwrap(),
-    );
-    assert!(clone.join("f").exists(), "{draft}");
-    assert!(draft.contains(&origin.display().to_string()), "{draft}");
-}
-
 /// argv[0] stays as typed, in the learned run and in the draft.
 fn argv0_stays_as_typed(who: As) {
     let ws = fresh(&format!("argv0-{who:?}"));
@@ -635,19 +418,15 @@ macro_rules! both {
 }
 
 both!(
-    tar_archives_a_tree,
-    make_builds_and_runs_a_c_program,
-    python_unittest_runs_a_package,
-    git_clones_and_commits,
     node_runs_under_the_default_limits,
     identity_names_and_the_ca_store,
     refusals_name_their_layer,
     learned_programs_are_pinned_and_rerun_under_exec_declared,
-    a_tmp_source_outside_the_workspace_is_learned,
-    git_clones_an_origin_under_tmp,
     argv0_stays_as_typed,
     only_executions_that_found_their_program_are_listed,
-    a_hidden_toolchain_is_refused_with_the_fix
+    a_hidden_toolchain_is_refused_with_the_fix,
+    ctrl_c_at_a_terminal_gives_the_program_sigterm,
+    trace_reports_no_refusal_for_the_sandboxs_own_files
 );
 
 /// Learning writes for real, so it refuses a draft inside what the command
@@ -780,20 +559,6 @@ fn ctrl_c_at_a_terminal_gives_the_program_sigterm(who: As) {
     assert_eq!(v["data"]["interrupted_by"], "SIGINT", "{v}");
 }
 
-mod terminal {
-    use super::*;
-
-    #[test]
-    fn ctrl_c_at_a_terminal_gives_the_program_sigterm_as_root() {
-        super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Root)
-    }
-
-    #[test]
-    fn ctrl_c_at_a_terminal_gives_the_program_sigterm_as_nobody() {
-        super::ctrl_c_at_a_terminal_gives_the_program_sigterm(As::Nobody)
-    }
-}
-
 /// `run --trace` knows the files the sandbox writes for itself: reading
 /// `/etc/passwd` and `/etc/hosts` meets no wall, and nothing suggests
 /// granting the host's.
@@ -824,96 +589,4 @@ fn trace_reports_no_refusal_for_the_sandboxs_own_files(who: As) {
     let human = spawnd(who, &ws, &run);
     let err = String::from_utf8_lossy(&human.stderr);
     assert!(!err.contains("refused by"), "{err}");
-}
-
-mod own_files {
-    use super::*;
-
-    #[test]
-    fn trace_reports_no_refusal_for_the_sandboxs_own_files_as_root() {
-        super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Root)
-    }
-
-    #[test]
-    fn trace_reports_no_refusal_for_the_sandboxs_own_files_as_nobody() {
-        super::trace_reports_no_refusal_for_the_sandboxs_own_files(As::Nobody)
-    }
-}
-
-/// `git clone` of a repository outside the workspace: the draft grants the
-/// repository's root, not a handful of files in its `.git`, so the rerun
-/// finds all of it, owned as on the host (git refuses a repository of
-/// "dubious ownership").
-fn git_clones_a_repository_outside_the_workspace(who: As) {
-    // Outside /tmp: learning shows the host's top-level directories but
-    // /tmp, which is the sandbox's own.
-    let parent = tempfile::Builder::new()
-        .prefix("spawnd-learn-origin-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let origin = parent.path().join("origin");
-    std::fs::create_dir(&origin).unwrap();
-    let ws = fresh(&format!("outside-clone-{who:?}"));
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(&origin)
-            .env("HOME", "/nonexistent")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(origin.join("f"), "1\n").unwrap();
-    git(&["add", "f"]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-q",
-        "-m",
-        "one",
-    ]);
-    // The program runs as nobody, also for a root caller.
-    let owned = Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&origin)
-        .status()
-        .unwrap();
-    assert!(owned.success());
-    let clone = ws.join("clone");
-    let (draft, _) = learn_then_run(
-        who,
-        "git-clone-outside",
-        &ws,
-        &["git", "clone", "-q", origin.to_str().unwrap(), "clone"],
-        || std::fs::remove_dir_all(&clone).unwrap(),
-    );
-    assert!(clone.join("f").exists(), "{draft}");
-    let fs_read = draft
-        .lines()
-        .find(|l| l.starts_with("fs_read = "))
-        .unwrap_or_else(|| panic!("{draft}"));
-    assert!(
-        fs_read.contains(&format!("\"{}\"", origin.display())) && !fs_read.contains(".git/"),
-        "{draft}"
-    );
-}
-
-mod repository_outside {
-    use super::*;
-
-    #[test]
-    fn git_clones_a_repository_outside_the_workspace_as_root() {
-        super::git_clones_a_repository_outside_the_workspace(As::Root)
-    }
-
-    #[test]
-    fn git_clones_a_repository_outside_the_workspace_as_nobody() {
-        super::git_clones_a_repository_outside_the_workspace(As::Nobody)
-    }
 }

@@ -41,6 +41,10 @@ struct Step {
     /// reaches a test's servers), and the operator config then.
     within: Vec<String>,
     config: Option<PathBuf>,
+    /// What the draft must say, and must not, line by line: a line
+    /// starting with the first of a pair must contain the second.
+    draft_says: Vec<(String, String)>,
+    draft_lacks: Vec<String>,
     /// Removes what the step made, so each way starts alike.
     reset: Box<dyn Fn()>,
     /// Whether the workspace shows the step's work; `Err` says what is missing.
@@ -177,6 +181,7 @@ fn try_step(who: As, step: Step) -> Report {
     let learned = timed(out, started);
     let text = std::fs::read_to_string(&draft).unwrap_or_default();
     let review_marks = text.lines().filter(|l| l.contains("REVIEW:")).count();
+    let learned = learned.and_then(|ms| draft_as_expected(&step, &text).map(|()| ms));
 
     (step.reset)();
     let args: Vec<String> = [
@@ -211,6 +216,33 @@ fn try_step(who: As, step: Step) -> Report {
         rerun,
         review_marks,
     }
+}
+
+/// Whether the draft says what `step` expects of it.
+fn draft_as_expected(step: &Step, text: &str) -> Result<(), String> {
+    for (start, part) in &step.draft_says {
+        let found = text
+            .lines()
+            .any(|l| l.starts_with(start.as_str()) && l.contains(part.as_str()));
+        if !found {
+            return Err(format!("no line {start}… holding {part}:\n{text}"));
+        }
+    }
+    match step
+        .draft_lacks
+        .iter()
+        .find(|no| text.contains(no.as_str()))
+    {
+        Some(no) => Err(format!("the draft says {no}:\n{text}")),
+        None => Ok(()),
+    }
+}
+
+fn says(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
 }
 
 fn file_exists(path: PathBuf) -> Box<dyn Fn() -> Result<(), String>> {
@@ -256,6 +288,11 @@ fn tar_of_a_tmp_source(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: says(&[
+            ("fs_read = ", &format!("\"{}\"", src.display())),
+            ("default = ", "\"out.tgz\""),
+        ]),
+        draft_lacks: strings(&["tmp_exec"]),
         reset: remove(out),
         done: Box::new(move || {
             let list = Command::new("tar")
@@ -313,6 +350,8 @@ fn git_clone_from_a_tmp_path(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: says(&[("fs_read = ", &format!("\"{}\"", origin.display()))]),
+        draft_lacks: strings(&[".git/"]),
         reset: remove(ws.join("clone")),
         done: file_exists(ws.join("clone/f")),
     }
@@ -362,6 +401,8 @@ fn git_commit(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: vec![],
+        draft_lacks: vec![],
         reset: Box::new(move || taken.set(count())),
         done: Box::new(move || match counted() == before.get() + 1 {
             true => Ok(()),
@@ -392,6 +433,8 @@ fn make_builds_c(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: says(&[("fs_exec = ", "\"{workspace}\"")]),
+        draft_lacks: vec![],
         reset: remove(ws.join("hello")),
         done: file_exists(ws.join("hello")),
     }
@@ -420,6 +463,8 @@ fn python_unittest(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: vec![],
+        draft_lacks: vec![],
         reset: remove(ws.join("passed")),
         done: file_exists(ws.join("passed")),
     }
@@ -494,6 +539,8 @@ fn pip_install_from_a_local_index(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: vec![],
+        draft_lacks: vec![],
         reset: remove(ws.join(".deps")),
         done: file_exists(ws.join(".deps/shout/__init__.py")),
     }
@@ -563,6 +610,8 @@ fn cargo_build_offline(who: As) -> Step {
         env: vec![("RUSTC".into(), bin.join("rustc").display().to_string())],
         within: vec![],
         config: None,
+        draft_says: vec![],
+        draft_lacks: vec![],
         reset: remove(ws.join("target")),
         done: file_exists(ws.join("target/debug/hello")),
     }
@@ -602,6 +651,8 @@ fn go_build_vendored(who: As) -> Step {
         env: vec![],
         within: vec![],
         config: None,
+        draft_says: vec![],
+        draft_lacks: vec![],
         reset: remove(ws.join("hello")),
         done: file_exists(ws.join("hello")),
     }
@@ -785,6 +836,8 @@ fn npm_install_from_a_local_registry(world: &World, who: As) -> Step {
             world.name().into(),
         ],
         config: Some(config),
+        draft_says: says(&[("network = ", &format!("\"{REGISTRY}:{REGISTRY_PORT}\""))]),
+        draft_lacks: vec![],
         reset: Box::new(move || {
             let _ = std::fs::remove_dir_all(&node_modules);
             let _ = std::fs::remove_file(&lock);
