@@ -455,3 +455,94 @@ fn idmapped_here_read_only(r: &Report, scope: &Path) -> bool {
     }
     did
 }
+
+/// Unmounts a test's mount when the test ends, passed or not.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// A root-owned checkout may hold hard links to root's files elsewhere on
+/// its filesystem: root's own tools make them (`git clone` of a local
+/// mirror links its objects, `cp -al`, pnpm's store). The program owns
+/// the workspace's files through the idmapping, but a linked inode is also
+/// a file outside every scope: it must not be able to read, write or chmod
+/// it (judged on the host: the outside file is unchanged).
+#[test]
+fn a_hard_link_in_the_workspace_gives_no_hold_on_root_files_outside_it() {
+    let ws = root_owned_dir("hardlink");
+    let outside = world().path("outside/idmap-hardlink-target");
+    std::fs::write(&outside, "root's own\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&outside, ws.join("linked")).unwrap();
+    let m = manifest("hardlink", &ws, "");
+    let script = "cat linked; echo written >> linked; chmod 666 linked; true";
+    let r = run(As::Root, &m, "sh", "script", script);
+    if !idmapped_here(&r, &ws) {
+        return;
+    }
+    assert!(
+        !stdout(&r).contains("root's own"),
+        "read it: {}",
+        r.envelope
+    );
+    let meta = std::fs::metadata(&outside).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "root's own\n",
+        "{}",
+        r.envelope
+    );
+    assert_eq!(meta.mode() & 0o7777, 0o600, "{}", r.envelope);
+}
+
+/// A scope that holds a mount of a system path (a bind of `/etc` in a
+/// build root, as chroot builders make) must not give the program root's
+/// files there: system paths are never idmapped.
+#[test]
+fn a_system_path_mounted_inside_a_scope_is_not_idmapped() {
+    let ws = root_owned_dir("holds-etc");
+    let etc = ws.join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    nix::mount::mount(
+        Some("/etc"),
+        &etc,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    let _unmount = Unmount(etc.clone());
+    let m = manifest("holds-etc", &ws, "");
+    let code = r#"
+import json, os
+def attempt(f):
+    try:
+        f()
+        return "done"
+    except OSError as e:
+        return e.strerror
+print(json.dumps({
+    "read shadow": attempt(lambda: open("etc/shadow").read()),
+    "owner of passwd": os.stat("etc/passwd").st_uid,
+    "write access to passwd": os.access("etc/passwd", os.W_OK),
+}))
+"#;
+    let r = run(As::Root, &m, "py", "code", code);
+    if r.exit == Some(5) {
+        // Not idmapped, and 65534 may not write the root-owned workspace.
+        let said = refusal(&r);
+        let says = format!("it holds another mount ({})", etc.display());
+        assert!(said.contains(&says), "no {says:?} in: {said}");
+        return;
+    }
+    assert_eq!(r.exit, Some(0), "{}\n{}", r.envelope, r.stderr);
+    let said: Value = serde_json::from_str(stdout(&r).trim())
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", r.envelope, r.stderr));
+    assert_ne!(said["read shadow"], "done", "{said}");
+    assert_ne!(said["owner of passwd"], 65534, "{said}");
+    assert_eq!(said["write access to passwd"], false, "{said}");
+}

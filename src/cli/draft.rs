@@ -1376,6 +1376,38 @@ mod tests {
         );
     }
 
+    /// A run that lists a directory and reads the secret inside it (`find
+    /// DIR`, `cp -r DIR`): the secret is left out, so the draft must not
+    /// grant it through the directory either. A review note alone leaves
+    /// the secret granted in the manifest as written.
+    #[test]
+    fn a_secret_the_run_read_is_not_granted_through_the_directory_it_listed() {
+        let mut o = observed();
+        o.paths = vec![
+            (PathBuf::from("/srv/h"), Use::List),
+            (PathBuf::from("/srv/h/src/a"), Use::Read),
+            (PathBuf::from("/srv/h/.ssh/id_ed25519"), Use::Read),
+        ];
+        o.executed.clear();
+        let draft = o.draft(&Table(vec![
+            ("/srv/h", true),
+            ("/srv/h/src", true),
+            ("/srv/h/.ssh", true),
+        ]));
+        let granted: Vec<&str> = draft
+            .text
+            .lines()
+            .filter(|l| l.starts_with("fs_"))
+            .collect();
+        for line in &granted {
+            assert!(
+                !line.contains("\"/srv/h\"") && !line.contains("/srv/h/.ssh"),
+                "{line} grants /srv/h/.ssh:\n{}",
+                draft.text
+            );
+        }
+    }
+
     #[test]
     fn placeholder_names_never_collide_and_reserved_characters_are_not_scopes() {
         let mut o = observed();

@@ -5,7 +5,7 @@
 //! or a regular file) whose owner is not the program's uid is mounted
 //! idmapped instead: the
 //! parent (root, in the host's user namespace, which owns the scope's
-//! filesystem) clones the scope's mount tree detached (`open_tree`), gives
+//! filesystem) clones the scope's mount detached (`open_tree`), gives
 //! it the id maps of a user namespace made for them (`OWNER RUN_UID 1`,
 //! `OWNER_GID RUN_GID 1`) and hands the tree to init, which moves it onto
 //! the scope's target ([`super::mounts`]). The program then sees the scope
@@ -17,7 +17,9 @@
 //! scope stays read-only (no chmod, utime or xattr there), though the
 //! owner's read bits now apply to the program. Never a scope that is, lies
 //! in or holds a system path (`/etc`, `/usr`…, which no `fs_write` may
-//! touch): root's files there stay closed to the program as they were.
+//! touch): root's files there stay closed to the program as they were;
+//! nor a scope that holds another mount (its files are not the scope's,
+//! and may be a system path's).
 //! Not with a manifest that grants unix sockets: a socket in an idmapped
 //! scope would take the program's connect as its owner's.
 //!
@@ -86,6 +88,8 @@ pub(super) fn idmap_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<N
         .iter()
         .any(|rule| matches!(rule.access, Access::UnixSocket));
     let run = (order.uid, order.gid);
+    // Read once, at the first scope that may be idmapped.
+    let mut mount_table: Option<Result<String, String>> = None;
     for step in &order.spec.mounts {
         let MountKind::Bind {
             source: BindSource::Scope(index),
@@ -121,6 +125,22 @@ pub(super) fn idmap_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<N
             });
             continue;
         }
+        let table = mount_table.get_or_insert_with(|| {
+            std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())
+        });
+        if let Some(why) = holds_mounts(&scope.canonical, table) {
+            not_idmapped.push(NotIdmapped {
+                index,
+                why: format!(
+                    "it is owned by {}:{} and is not mounted idmapped to uid {}: {why} (an idmapping would give the program its owner's files there too, a system path's among them); {}",
+                    owner.0,
+                    owner.1,
+                    run.0,
+                    fixes(owner, run)
+                ),
+            });
+            continue;
+        }
         match idmapped_tree(scope, owner, run) {
             Ok(tree) => scope.idmapped = Some(tree),
             Err(e) => not_idmapped.push(NotIdmapped {
@@ -132,7 +152,47 @@ pub(super) fn idmap_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<N
     not_idmapped
 }
 
-/// The scope's mount tree, cloned detached and idmapped `owner` → `run`.
+/// Why a scope at `canonical` cannot be idmapped because other mounts lie
+/// beneath it (a bind of `/etc` in a build root, a disk mounted in a
+/// checkout), or `None` when none does. Their files are no part of the
+/// scope's filesystem, and a system path's must stay closed to the program;
+/// the clone ([`clone_detached_tree`]) leaves them out even if one appears
+/// after this look. `table` is `/proc/self/mountinfo`, or why it could not
+/// be read: then the scope counts as holding mounts.
+fn holds_mounts(canonical: &std::path::Path, table: &Result<String, String>) -> Option<String> {
+    match table {
+        Ok(table) => {
+            mount_beneath(canonical, table).map(|point| format!("it holds another mount ({point})"))
+        }
+        Err(e) => Some(format!(
+            "whether it holds other mounts is unknown (/proc/self/mountinfo: {e})"
+        )),
+    }
+}
+
+/// The first mount point of a `mountinfo` table strictly beneath `dir`, as
+/// the table writes it (space, tab, newline and backslash as `\ooo`).
+fn mount_beneath(dir: &std::path::Path, mountinfo: &str) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut prefix = Vec::new();
+    for &b in dir.as_os_str().as_bytes() {
+        match b {
+            b' ' | b'\t' | b'\n' | b'\\' => prefix.extend(format!("\\{b:03o}").bytes()),
+            _ => prefix.push(b),
+        }
+    }
+    if prefix.last() != Some(&b'/') {
+        prefix.push(b'/');
+    }
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .find(|point| point.len() > prefix.len() && point.as_bytes().starts_with(&prefix))
+        .map(str::to_string)
+}
+
+/// The scope's mount (without the mounts beneath it), cloned detached and
+/// idmapped `owner` → `run`.
 fn idmapped_tree(scope: &ScopeId, owner: (u32, u32), run: (u32, u32)) -> std::io::Result<OwnedFd> {
     let userns = mapping_namespace(owner, run)?;
     let tree = clone_detached_tree(scope.pinned.as_fd())?;
@@ -333,6 +393,25 @@ mod tests {
         // Someone else's scope the caller may write: never the owner's rights.
         assert!(!wanted(Some(&alice), run_as, (1500, 1000)));
         assert!(!wanted(Some(&alice), run_as, (0, 0)));
+    }
+
+    #[test]
+    fn a_mount_strictly_beneath_the_scope_is_found_as_the_table_writes_it() {
+        let table = "\
+22 1 254:0 / / rw - ext4 /dev/vda rw
+30 22 254:0 /etc /ci/ws/etc rw - ext4 /dev/vda rw
+31 22 0:40 / /ci/ws2 rw - tmpfs tmpfs rw
+32 22 0:41 / /ci/my\\040ws/cache rw - tmpfs tmpfs rw
+33 22 0:42 / /ci/wsx/y rw - tmpfs tmpfs rw
+";
+        let beneath = |dir: &str| mount_beneath(std::path::Path::new(dir), table);
+        assert_eq!(beneath("/ci/ws").as_deref(), Some("/ci/ws/etc"));
+        assert_eq!(beneath("/ci/my ws").as_deref(), Some("/ci/my\\040ws/cache"));
+        // The scope's own mount, and a sibling sharing a name's prefix, are not beneath it.
+        assert_eq!(beneath("/ci/ws2"), None);
+        assert_eq!(beneath("/ci/w"), None);
+        assert_eq!(beneath("/ci/ws/etc"), None);
+        assert_eq!(beneath("/").as_deref(), Some("/ci/ws/etc"));
     }
 
     #[test]

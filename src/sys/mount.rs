@@ -328,17 +328,16 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 /// `MOVE_MOUNT_T_EMPTY_PATH` of `<linux/mount.h>`.
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 
-/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH)`: a
-/// detached copy of the mount tree at `fd`'s file (the file and every mount
-/// beneath it), in an anonymous mount namespace of its own, close-on-exec.
+/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_EMPTY_PATH)`: a detached copy
+/// of the mount at `fd`'s file (that file's filesystem only: no mount
+/// beneath it comes along), in an anonymous mount namespace of its own,
+/// close-on-exec.
 /// Only such a detached tree may be given an idmapping
 /// ([`idmap_detached_tree`]).
 pub fn clone_detached_tree(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    let flags = OPEN_TREE_CLONE
-        | libc::O_CLOEXEC as libc::c_uint
-        | libc::AT_EMPTY_PATH as libc::c_uint
-        | libc::AT_RECURSIVE as libc::c_uint;
+    let flags =
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
     // SAFETY: `fd` is open and the path is an empty NUL-terminated string;
     // open_tree reads them and returns a new descriptor or -1.
     let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
