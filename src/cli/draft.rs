@@ -734,18 +734,22 @@ impl Observed {
                     .insert(path.clone());
             }
         }
+        // A directory holding a secret the run read is not granted: the
+        // secret is left out, and granting the directory would grant it
+        // anyway; what was read beside the secret is granted by itself.
+        let holds_a_secret_read = |dir: &Path| sensitive.keys().any(|s| s.starts_with(dir));
         let mut scopes = BTreeSet::new();
         for (dir, files) in by_dir {
             let collapse = files.len() >= COLLAPSE_AT
                 && dir != Path::new(ETC)
                 && self.holds_sensitive(&dir, host).is_none();
-            if collapse || listed.contains(&dir) {
+            if (collapse || listed.contains(&dir)) && !holds_a_secret_read(&dir) {
                 scopes.insert(dir);
             } else {
                 scopes.extend(files);
             }
         }
-        scopes.extend(listed);
+        scopes.extend(listed.into_iter().filter(|dir| !holds_a_secret_read(dir)));
         // Reads under the workspace: the workspace, unless it is written.
         let under_workspace: Vec<PathBuf> = scopes
             .iter()
@@ -1392,7 +1396,9 @@ mod tests {
         let draft = o.draft(&Table(vec![
             ("/srv/h", true),
             ("/srv/h/src", true),
+            ("/srv/h/src/a", false),
             ("/srv/h/.ssh", true),
+            ("/srv/h/.ssh/id_ed25519", false),
         ]));
         let granted: Vec<&str> = draft
             .text
