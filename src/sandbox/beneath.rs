@@ -52,6 +52,16 @@ fn fail(what: String) -> impl FnOnce(nix::Error) -> StepError {
 /// it has just created itself (or at the last component, known missing) it
 /// creates without looking first.
 pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedFd, StepError> {
+    open_beneath_made(root, rel, create).map(|(fd, _)| fd)
+}
+
+/// [`open_beneath`], and whether this call made the last component (a
+/// directory or file that was there already, or came meanwhile, was not).
+pub fn open_beneath_made(
+    root: &OwnedFd,
+    rel: &Path,
+    create: Create,
+) -> Result<(OwnedFd, bool), StepError> {
     let parts: Vec<&std::ffi::OsStr> = rel
         .components()
         .filter_map(|c| match c {
@@ -75,10 +85,15 @@ pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedF
     };
     match openat2(root, whole, how(flags_for(true))) {
         Err(nix::Error::ENOENT) if create != Create::Nothing => {}
-        done => return done.map_err(fail(format!("open {shown}"))),
+        done => {
+            return done
+                .map(|fd| (fd, false))
+                .map_err(fail(format!("open {shown}")))
+        }
     }
     let mut current: Option<OwnedFd> = None;
     let mut created_parent = false;
+    let mut made = false;
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
         let dir = current.as_ref().unwrap_or(root);
@@ -101,11 +116,18 @@ pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedF
                                 .mode(Mode::from_bits_truncate(mode)),
                         );
                         match created {
-                            Ok(_) | Err(nix::Error::EEXIST) => false,
+                            Ok(_) => {
+                                made = true;
+                                false
+                            }
+                            Err(nix::Error::EEXIST) => false,
                             Err(e) => return Err(fail(format!("create {shown}"))(e)),
                         }
                     }
-                    (_, Create::Dir(mode)) if last => mkdir_tolerant(dir, part, mode, &shown)?,
+                    (_, Create::Dir(mode)) if last => {
+                        made = mkdir_tolerant(dir, part, mode, &shown)?;
+                        made
+                    }
                     _ => mkdir_tolerant(dir, part, 0o755, &shown)?,
                 };
                 openat2(dir, *part, how(flags)).map_err(fail(format!("open {shown}")))?
@@ -115,8 +137,10 @@ pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedF
         current = Some(next);
     }
     match current {
-        Some(fd) => Ok(fd),
-        None => openat2(root, ".", how(flags_for(true))).map_err(fail(format!("open {shown}"))),
+        Some(fd) => Ok((fd, made)),
+        None => openat2(root, ".", how(flags_for(true)))
+            .map(|fd| (fd, false))
+            .map_err(fail(format!("open {shown}"))),
     }
 }
 
@@ -348,6 +372,22 @@ mod tests {
         assert!(!creatable("a/file"));
         assert!(!creatable("a/file/x.sh"));
         assert!(!creatable("a/link/x.sh"));
+    }
+
+    #[test]
+    fn only_a_last_component_this_call_made_counts_as_made() {
+        let d = tempfile::tempdir().unwrap();
+        let r = root(d.path());
+        let made = |rel: &str| {
+            open_beneath_made(&r, Path::new(rel), Create::Dir(0o700))
+                .unwrap()
+                .1
+        };
+        assert!(made("a/b"));
+        assert!(!made("a/b"), "there already");
+        assert!(!made("a"), "made as a parent, there now");
+        std::fs::create_dir(d.path().join("c")).unwrap();
+        assert!(!made("c"));
     }
 
     #[test]

@@ -21,7 +21,9 @@
 //! nor a scope that holds another mount (its files are not the scope's,
 //! and may be a system path's).
 //! Not with a manifest that grants unix sockets: a socket in an idmapped
-//! scope would take the program's connect as its owner's.
+//! scope would take the program's connect as its owner's. Not a scope
+//! holding a file of its owner with another name (a hard link), whose
+//! other names may lie outside it ([`linked_elsewhere`]).
 //!
 //! Where the kernel or the filesystem cannot idmap (`mount_setattr` before
 //! Linux 5.12, tmpfs before 6.3, 9p, NFS, FUSE; spawnd without
@@ -141,6 +143,19 @@ pub(super) fn idmap_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<N
             });
             continue;
         }
+        if let Some(linked) = linked_elsewhere(&scope.canonical, owner) {
+            not_idmapped.push(NotIdmapped {
+                index,
+                why: format!(
+                    "it is owned by {}:{} and is not mounted idmapped to uid {}: it holds {linked}, a file with another name (a hard link), which may lie outside the scope, and an idmapping would give the program that file wherever its other names are (copy instead of linking: `git clone --no-hardlinks`, `cp` without `-l`, pnpm's `package-import-method=copy`); {}",
+                    owner.0,
+                    owner.1,
+                    run.0,
+                    fixes(owner, run)
+                ),
+            });
+            continue;
+        }
         match idmapped_tree(scope, owner, run) {
             Ok(tree) => scope.idmapped = Some(tree),
             Err(e) => not_idmapped.push(NotIdmapped {
@@ -150,6 +165,38 @@ pub(super) fn idmap_scopes(order: &LaunchOrder, scopes: &mut [ScopeId]) -> Vec<N
         }
     }
     not_idmapped
+}
+
+/// The first file in the scope at `canonical` (the scope itself, for a
+/// file) that has another name and would be mapped (`owner`'s uid or
+/// gid), or `None`. A hard link's other names may lie anywhere on the
+/// filesystem (a local `git clone` links its objects, pnpm its store, `cp
+/// -al` everything): through an idmapping the program would own that file
+/// there too. Directories are not links; the walk follows no symlink and
+/// stays on the scope's filesystem (a scope holding another mount is not
+/// idmapped anyway); what cannot be read counts as linked.
+fn linked_elsewhere(canonical: &std::path::Path, owner: (u32, u32)) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    for entry in walkdir::WalkDir::new(canonical)
+        .follow_links(false)
+        .same_file_system(true)
+    {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => return Some(format!("a path it could not look at ({e})")),
+        };
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            Err(e) => return Some(format!("a path it could not look at ({e})")),
+        };
+        if meta.nlink() > 1 && (meta.uid() == owner.0 || meta.gid() == owner.1) {
+            return Some(entry.path().display().to_string());
+        }
+    }
+    None
 }
 
 /// Why a scope at `canonical` cannot be idmapped because other mounts lie

@@ -12,7 +12,7 @@ use std::path::Path;
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 
-use super::beneath::{open_beneath, Create};
+use super::beneath::{open_beneath, open_beneath_made, Create};
 use super::child::ScopeId;
 use super::launch::LimitsVia;
 use super::spec::SandboxSpec;
@@ -117,8 +117,9 @@ pub(super) enum CreatedOwner {
 
 /// A missing `fs_write` scope is created, mode 0700, owned as `owner`
 /// says — walking from `/` without following any symlink. Returns each
-/// scope's path and a descriptor for it, so a later owner change applies
-/// to exactly these directories.
+/// scope this call made, with a descriptor for it, so a later owner
+/// change applies to exactly these directories (one that appeared since
+/// the plan is left as it is, and checked as any scope).
 pub(super) fn create_write_scopes(
     spec: &SandboxSpec,
     owner: CreatedOwner,
@@ -140,7 +141,11 @@ pub(super) fn create_write_scopes(
             CreatedOwner::Set(uid, gid) => Some((uid, gid)),
             CreatedOwner::OfParent => existing_parent_owner(&root, rel)?,
         };
-        let fd = open_beneath(&root, rel, Create::Dir(0o700))?;
+        let (fd, made) = open_beneath_made(&root, rel, Create::Dir(0o700))?;
+        // A directory that came meanwhile is someone's own: never given away.
+        if !made {
+            continue;
+        }
         if let Some((uid, gid)) = owner {
             chown_created(&fd, dir, uid, gid)?;
         }
