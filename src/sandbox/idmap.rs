@@ -318,7 +318,10 @@ fn filesystem_name(scope: &ScopeId) -> String {
     let Ok(fs) = nix::sys::statfs::fstatfs(&scope.pinned) else {
         return "unknown".to_string();
     };
-    let magic = fs.filesystem_type().0;
+    // The type's width and sign are the C library's (`i64` with glibc, an
+    // unsigned word with musl): widened to one type here.
+    #[allow(clippy::unnecessary_cast)]
+    let magic = fs.filesystem_type().0 as u64;
     let known: &[(u64, &str)] = &[
         (0xEF53, "ext4"),
         (0x5846_5342, "xfs"),
