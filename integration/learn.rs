@@ -313,6 +313,30 @@ fn argv0_stays_as_typed(who: As) {
     assert!(stdout(&data).starts_with("/bin/sh -c "), "{data}");
 }
 
+/// The trace reads the path of every call of a simple run: init starting
+/// the program (not dumpable, so an unprivileged spawnd may not read it)
+/// is no gap to review.
+fn a_simple_run_leaves_no_call_unread(who: As) {
+    let ws = fresh(&format!("unread-{who:?}"));
+    let draft = fresh(&format!("unread-draft-{who:?}")).join("draft.toml");
+    let out = spawnd(
+        who,
+        &ws,
+        &[
+            "learn",
+            "--output",
+            draft.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "id -u > uid.txt",
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("could not read the path"), "{said}");
+}
+
 /// A search along PATH that finds nothing is no program run: the draft
 /// lists none of those attempts and keeps `exec = "declared"`, even for
 /// an attempt in the workspace (where no pin would hold).
@@ -423,6 +447,7 @@ both!(
     refusals_name_their_layer,
     learned_programs_are_pinned_and_rerun_under_exec_declared,
     argv0_stays_as_typed,
+    a_simple_run_leaves_no_call_unread,
     only_executions_that_found_their_program_are_listed,
     a_hidden_toolchain_is_refused_with_the_fix,
     ctrl_c_at_a_terminal_gives_the_program_sigterm,

@@ -228,6 +228,14 @@ fn answer(listener: &OwnedFd, policy: &Policy, n: Notification, seen: &mut Seen)
     let trusted = notification_pending(listener.as_fd(), n.id);
     // ENOENT: the caller is gone; nothing is left to answer.
     let _ = answer_notification(listener.as_fd(), n.id, reply);
+    // The first execution is init starting the program spawnd opened
+    // itself: a path that cannot be read there (init is not dumpable, and
+    // an unprivileged spawnd may not read it) is no gap in the trace.
+    let is_execution = matches!(name, Some("execve" | "execveat"));
+    let starts_the_program = is_execution && seen.executions == 0;
+    if is_execution {
+        seen.executions += 1;
+    }
     match reply {
         Answer::Fail(errno) => seen.refused(
             name.map_or_else(|| format!("syscall {}", n.nr), str::to_string),
@@ -238,6 +246,7 @@ fn answer(listener: &OwnedFd, policy: &Policy, n: Notification, seen: &mut Seen)
             for named in used {
                 match named {
                     Some((path, how, lands)) => seen.path(path, how, lands, name.unwrap_or("?")),
+                    None if starts_the_program => {}
                     None => seen.unresolved += 1,
                 }
             }
@@ -431,6 +440,8 @@ struct Seen {
     refused: HashMap<(String, i32), u64>,
     unresolved: u64,
     dropped: u64,
+    /// Executions notified so far: the first is init starting the program.
+    executions: u64,
 }
 
 impl Seen {
