@@ -8,7 +8,11 @@ use serde_json::{json, Value};
 use super::launching::Identity;
 use super::notice::{Notice, OnNotice};
 use super::outcome::{Failure, Success};
-use crate::plan::{ExecPlan, SpawnPlan};
+use super::result::{
+    ExecutableFile, Execute, Isolation, Landlock, ProgramRun, Seccomp, SpawnResult, StreamOutput,
+    Timings,
+};
+use crate::plan::{ExecPlan, GrantedAs, SpawnPlan};
 use crate::sandbox::spec::{Access, SandboxSpec};
 use crate::supervise::{Captured, Ending, Outcome};
 
@@ -21,41 +25,41 @@ pub(super) struct Ran<'a> {
     pub(super) id: &'a Identity,
     pub(super) filter: &'a crate::sandbox::seccomp::Filter,
     pub(super) outcome: Outcome,
-    pub(super) timings: Value,
+    pub(super) timings: Timings,
     /// What the relay reported, for a spawn with network grants.
     pub(super) network: Option<Value>,
     /// What the tracer saw, for a traced run.
     pub(super) trace: Option<Value>,
 }
 
-fn stream_json(c: &Captured) -> Value {
-    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string(), "redactions": c.redactions});
-    match std::str::from_utf8(&c.kept) {
-        Ok(text) => v["text"] = json!(text),
-        Err(_) => {
-            v["base64"] = json!(base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                &c.kept
-            ))
-        }
-    }
-    v
+fn stream_output(c: &Captured) -> StreamOutput {
+    StreamOutput::of(
+        &c.kept,
+        c.total,
+        c.truncated,
+        c.sha256.to_string(),
+        c.redactions,
+    )
 }
 
-fn isolation_json(
+fn isolation(
     plan: &SpawnPlan,
     spec: &SandboxSpec,
     id: &Identity,
-    filter_id: &str,
-    filter_len: usize,
+    filter: &crate::sandbox::seccomp::Filter,
     o: &Outcome,
-) -> Value {
-    let landlock = o.landlock.as_ref().map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped, "execute": execute_json(plan, spec)}));
+) -> Isolation {
+    let landlock = o.landlock.as_ref().map(|a| Landlock {
+        abi: a.abi,
+        status: "fully_enforced".into(),
+        abstract_unix_and_signal_scoped: a.scoped,
+        execute: execute(plan, spec),
+    });
     let made = match &o.landlock {
         Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
         _ => "fresh, made at clone",
     };
-    let network = match plan.network_learning {
+    let network_namespace = match plan.network_learning {
         Some(learning) => format!(
             "{made}; loopback, and any name on any TCP port through spawnd's learning relay ({})",
             learning.as_str()
@@ -65,69 +69,80 @@ fn isolation_json(
             format!("{made}; loopback, and the granted host:port pairs through spawnd's relay")
         }
     };
-    json!({
-        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "root": "fresh tmpfs, pivot_root, read-only",
-        "network_namespace": network,
-        "landlock": landlock,
-        // The one architecture whose calls the filter admits; it kills all others.
-        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": crate::sandbox::seccomp::Arch::NATIVE.name()},
-        "no_new_privs": true,
-        "capabilities": "none (all sets and the bounding set empty)",
-        "uid": id.uid,
-        "gid": id.gid,
-        "limits_via": id.limits_via.name(),
-        "limits": plan.limits,
-        "missing_read_scopes": spec.missing_read_scopes,
-        "created_write_scopes": spec.create_write_scopes,
-        "idmapped": idmapped_json(spec, o),
-        "cwd": spec.cwd,
-        "fresh_cwd": spec.fresh_cwd,
-        "tmpfs": super::tmpfs_json(spec),
-    })
+    let namespaces = ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"];
+    Isolation {
+        namespaces: namespaces.map(String::from).to_vec(),
+        root: "fresh tmpfs, pivot_root, read-only".into(),
+        network_namespace,
+        landlock,
+        seccomp: Seccomp {
+            filter: filter.id(),
+            instructions: filter.len(),
+            arch: crate::sandbox::seccomp::Arch::NATIVE.name().into(),
+        },
+        no_new_privs: true,
+        capabilities: "none (all sets and the bounding set empty)".into(),
+        uid: id.uid,
+        gid: id.gid,
+        limits_via: id.limits_via.name().into(),
+        limits: plan.limits,
+        missing_read_scopes: spec.missing_read_scopes.clone(),
+        created_write_scopes: spec.create_write_scopes.clone(),
+        idmapped: idmapped(spec, o),
+        cwd: spec.cwd.clone(),
+        fresh_cwd: spec.fresh_cwd,
+        tmpfs: super::tmpfs_of(spec),
+    }
 }
 
 /// The write scopes mounted idmapped (docs/sandbox.md, "Write scopes of a
 /// root caller"), by path, as init reported them.
-fn idmapped_json<'a>(spec: &'a SandboxSpec, o: &Outcome) -> Vec<&'a std::path::Path> {
+fn idmapped(spec: &SandboxSpec, o: &Outcome) -> Vec<std::path::PathBuf> {
     o.landlock
         .iter()
         .flat_map(|a| a.idmapped.iter())
         .filter_map(|&i| spec.scopes.get(i as usize))
-        .map(std::path::PathBuf::as_path)
+        .cloned()
         .collect()
 }
 
 /// What Landlock lets the program execute, for an auditor: under
 /// `exec = "declared"` every file granted (the program first) and why;
 /// under the default, the directories whose files may run.
-fn execute_json(plan: &SpawnPlan, spec: &SandboxSpec) -> Value {
+fn execute(plan: &SpawnPlan, spec: &SandboxSpec) -> Execute {
     match &plan.exec {
         ExecPlan::Declared { files } => {
-            let program = json!({"path": plan.program.resolved, "granted_as": "program", "sha256": plan.program.sha256});
+            let program = ExecutableFile {
+                path: plan.program.resolved.clone(),
+                granted_as: GrantedAs::Program,
+                sha256: plan.program.sha256.to_string(),
+            };
             let mut listed = vec![program];
             listed.extend(
                 files
                     .iter()
                     .filter(|f| f.path != plan.program.resolved)
-                    .map(|f| json!(f)),
+                    .map(|f| ExecutableFile {
+                        path: f.path.clone(),
+                        granted_as: f.granted_as,
+                        sha256: f.sha256.to_string(),
+                    }),
             );
-            json!({
-                "policy": "declared",
-                "limited_to": "declared programs: no directory grants execution, only these files",
-                "count": listed.len(),
-                "files": listed,
-            })
+            Execute::Declared {
+                limited_to: "declared programs: no directory grants execution, only these files"
+                    .into(),
+                count: listed.len(),
+                files: listed,
+            }
         }
-        ExecPlan::Scopes => {
-            let directories: Vec<&std::path::Path> = spec
+        ExecPlan::Scopes => Execute::Scopes {
+            directories: spec
                 .landlock
                 .iter()
                 .filter(|r| matches!(r.access, Access::ReadExec | Access::ReadWriteExec))
-                .map(|r| r.path.as_path())
-                .collect();
-            json!({"policy": "scopes", "directories": directories})
-        }
+                .map(|r| r.path.clone())
+                .collect(),
+        },
     }
 }
 
@@ -159,36 +174,43 @@ pub(super) fn report(
     let signal_name = signal
         .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
         .map(|s| s.as_str());
-    let mut data = json!({
-        "exit_code": exit_code,
-        "signal": signal,
-        "signal_name": signal_name,
-        "timed_out": o.timed_out,
-        "interrupted_by": interrupted_by(o.interrupted_by, ended_by),
-        "duration_ms": o.duration.as_millis() as u64,
-        "cpu_ms": o.cpu_ms,
-        "peak_memory_bytes": o.peak_memory_bytes,
-        "oom_killed": o.oom_killed,
-        "sandbox_pid": o.sandbox_pid,
-        "connector": plan.connector,
-        "op": plan.op,
-        "program": plan.program,
-        "argv_shape": plan.argv_shape,
-        "isolation": isolation_json(plan, spec, id, &filter.id(), filter.len(), &o),
-        "timings": timings,
-        "stdout": stream_json(&o.stdout),
-        "stderr": stream_json(&o.stderr),
-    });
-    if let Some(network) = network {
-        // `on_violation = "terminate"`: the relay killed the sandbox.
-        if network["violation"].is_object() {
-            data["interrupted_by"] = json!(NETWORK_VIOLATION);
-        }
-        data["network"] = network;
-    }
-    if let Some(trace) = trace {
-        data["trace"] = trace;
-    }
+    // `on_violation = "terminate"`: the relay killed the sandbox.
+    let killed_for_violation = network.as_ref().is_some_and(|n| n["violation"].is_object());
+    let interrupted_by = match killed_for_violation {
+        true => Some(NETWORK_VIOLATION.to_string()),
+        false => interrupted_by(o.interrupted_by, ended_by),
+    };
+    let result = SpawnResult {
+        exit_code,
+        signal,
+        signal_name: signal_name.map(String::from),
+        timed_out: o.timed_out,
+        interrupted_by,
+        duration_ms: o.duration.as_millis() as u64,
+        cpu_ms: o.cpu_ms,
+        peak_memory_bytes: o.peak_memory_bytes,
+        oom_killed: o.oom_killed,
+        sandbox_pid: o.sandbox_pid,
+        connector: plan.connector.clone(),
+        op: plan.op.clone(),
+        program: ProgramRun {
+            declared: plan.program.declared.clone(),
+            resolved: plan.program.resolved.clone(),
+            sha256: plan.program.sha256.to_string(),
+            pinned: plan.program.pinned,
+        },
+        argv_shape: plan.argv_shape.clone(),
+        isolation: isolation(plan, spec, id, filter, &o),
+        timings,
+        stdout: stream_output(&o.stdout),
+        stderr: stream_output(&o.stderr),
+        network,
+        trace,
+        audit_id: None,
+        audit_error: None,
+        failed_on_refusal: None,
+    };
+    let data = result.to_value();
     Ok(conclude(json, data, on_notice))
 }
 
@@ -202,12 +224,14 @@ const EXIT_DENIED: i32 = 3;
 /// Who interrupted the program: the signal that interrupted spawnd
 /// (`SIGINT`, `SIGTERM`, `SIGHUP`), else what ended it from outside
 /// (`spawn_kill`, `spawn_release`, `disconnect`, `shutdown`), else no one.
-fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Value {
+fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Option<String> {
     match signal {
-        Some(sig) => json!(nix::sys::signal::Signal::try_from(sig)
-            .map(|s| s.as_str().to_string())
-            .unwrap_or_else(|_| format!("signal {sig}"))),
-        None => json!(ended_by),
+        Some(sig) => Some(
+            nix::sys::signal::Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {sig}")),
+        ),
+        None => ended_by.map(String::from),
     }
 }
 
