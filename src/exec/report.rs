@@ -210,8 +210,7 @@ pub(super) fn report(
         audit_error: None,
         failed_on_refusal: None,
     };
-    let data = result.to_value();
-    Ok(conclude(json, data, on_notice))
+    Ok(conclude(json, result, on_notice))
 }
 
 /// `interrupted_by` of a sandbox killed at its first refused egress
@@ -238,24 +237,27 @@ fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Option
 /// The signal number of an `interrupted_by` that names a signal to
 /// spawnd, for its exit code (128 + N).
 pub fn interrupting_signal(data: &Value) -> Option<i32> {
-    let name = data["interrupted_by"].as_str()?;
+    signal_named(data["interrupted_by"].as_str()?)
+}
+
+/// The number of the signal `name` names (`SIGINT`), if it names one.
+fn signal_named(name: &str) -> Option<i32> {
     name.parse::<nix::sys::signal::Signal>()
         .ok()
         .map(|s| s as i32)
 }
 
-/// The exit code a run's `data` stands for (the child's code, 128+N after
+/// The exit code a run's result stands for (the child's code, 128+N after
 /// signal N, 124 after the wall time); for a human reader (not `json`),
-/// `on_notice` is told what the data says went wrong. In-process `run` and
+/// `on_notice` is told what the result says went wrong. In-process `run` and
 /// `run --socket` end here alike.
-pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
-    let number = |key: &str| data[key].as_i64().and_then(|n| i32::try_from(n).ok());
-    let timed_out = data["timed_out"] == json!(true);
+pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Success {
+    let signal_to_spawnd = result.interrupted_by.as_deref().and_then(signal_named);
     let exit = match (
-        interrupting_signal(&data),
-        timed_out,
-        number("exit_code"),
-        number("signal"),
+        signal_to_spawnd,
+        result.timed_out,
+        result.exit_code,
+        result.signal,
     ) {
         (Some(sig), _, _, _) => 128 + sig,
         (None, true, _, _) => 124,
@@ -264,57 +266,64 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
         _ => 10,
     };
     // Killed for a refused egress: a denial, whatever the program did.
-    let violation = &data["network"]["violation"];
-    let exit = match violation.is_object() {
-        true => EXIT_DENIED,
-        false => exit,
+    let violation = result
+        .network
+        .as_ref()
+        .map(|n| &n["violation"])
+        .filter(|v| v.is_object());
+    let exit = match violation {
+        Some(_) => EXIT_DENIED,
+        None => exit,
     };
     if !json {
-        for name in ["stdout", "stderr"] {
-            let c = &data[name];
-            if c["truncated"] == json!(true) {
+        for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+            if c.truncated {
                 on_notice(Notice::Truncated {
                     stream: name,
-                    kept: c["bytes"].clone(),
-                    total: c["total_bytes"].clone(),
+                    kept: json!(c.bytes),
+                    total: json!(c.total_bytes),
                 });
             }
         }
-        let limits = &data["isolation"]["limits"];
-        if timed_out {
+        let limits = &result.isolation.limits;
+        if result.timed_out {
             on_notice(Notice::TimedOut {
-                wall_time_ms: limits["wall_time_ms"].clone(),
+                wall_time_ms: json!(limits.wall_time_ms),
             });
         }
-        if data["oom_killed"] == json!(true) {
+        if result.oom_killed {
             on_notice(Notice::OutOfMemory {
-                max_memory_bytes: limits["max_memory_bytes"].clone(),
+                max_memory_bytes: json!(limits.max_memory_bytes),
             });
         }
-        for refused in network_refusals(&data["network"]) {
-            on_notice(refused);
+        if let Some(network) = &result.network {
+            for refused in network_refusals(network) {
+                on_notice(refused);
+            }
         }
-        if violation.is_object() {
+        if let Some(violation) = violation {
             on_notice(Notice::NetworkViolation {
                 requested: violation["requested"].as_str().unwrap_or("?").to_string(),
                 reason: violation["reason"].as_str().unwrap_or("?").to_string(),
             });
         }
-        tell_refusals(&data["trace"], on_notice);
+        if let Some(trace) = &result.trace {
+            tell_refusals(trace, on_notice);
+        }
         if exit != 0 {
-            tell_likely_walls(&data, on_notice);
+            tell_likely_walls(&result, on_notice);
         }
     }
     // The child ran, but its exit record could not be written: that is the
     // audit unavailable (5), whatever the child's code, here and through a daemon.
-    let audit_failed = data["audit_error"].is_string();
-    if audit_failed && !json {
+    if let (Some(error), false) = (&result.audit_error, json) {
         on_notice(Notice::ExitRecordLost {
-            error: data["audit_error"].as_str().unwrap_or_default().to_string(),
+            error: error.clone(),
         });
     }
-    let denied = violation.is_object();
-    let mut success = Success::new(data, String::new());
+    let audit_failed = result.audit_error.is_some();
+    let denied = violation.is_some();
+    let mut success = Success::new(result.to_value(), String::new());
     success.exit = if audit_failed { 5 } else { exit };
     success.keep_ok = !audit_failed && !denied;
     success
@@ -450,8 +459,8 @@ fn what_would_grant(reason: &str, host: &str, port: &Value) -> String {
 /// What a failed program's stderr suggests: an allocation the rlimits
 /// refused (they fail it, where a cgroup would kill and say so), or a wall
 /// of the sandbox an untraced run cannot name.
-fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
-    let stderr = data["stderr"]["text"].as_str().unwrap_or_default();
+fn tell_likely_walls(result: &SpawnResult, on_notice: OnNotice<'_>) {
+    let stderr = result.stderr.text.as_deref().unwrap_or_default();
     let memory = [
         "Cannot allocate memory",
         "MemoryError",
@@ -460,11 +469,9 @@ fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
         "std::bad_alloc",
         "Failed to reserve",
     ];
-    if data["isolation"]["limits_via"] == json!("rlimits")
-        && memory.iter().any(|m| stderr.contains(m))
-    {
+    if result.isolation.limits_via == "rlimits" && memory.iter().any(|m| stderr.contains(m)) {
         on_notice(Notice::MemoryRefused {
-            max_memory_bytes: data["isolation"]["limits"]["max_memory_bytes"].clone(),
+            max_memory_bytes: json!(result.isolation.limits.max_memory_bytes),
         });
     }
     let walls = [
@@ -473,7 +480,7 @@ fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
         "Read-only file system",
         "Operation not permitted",
     ];
-    if data["trace"].is_null() && walls.iter().any(|w| stderr.contains(w)) {
+    if result.trace.is_none() && walls.iter().any(|w| stderr.contains(w)) {
         on_notice(Notice::TryTrace);
     }
 }
@@ -515,16 +522,98 @@ fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::result::Tmpfs;
+    use crate::manifest::Limits;
+    use crate::supervise::Phases;
+
+    fn stream(text: &str) -> StreamOutput {
+        StreamOutput::of(
+            text.as_bytes(),
+            text.len() as u64,
+            false,
+            "sha256:00".into(),
+            0,
+        )
+    }
+
+    /// A program that exited 0 with no output, under 1024 bytes of memory
+    /// and 500 ms of wall time, limited by rlimits.
+    fn ran() -> SpawnResult {
+        let limits = Limits {
+            max_memory_bytes: 1024,
+            wall_time_ms: 500,
+            ..Limits::default()
+        };
+        SpawnResult {
+            exit_code: Some(0),
+            signal: None,
+            signal_name: None,
+            timed_out: false,
+            interrupted_by: None,
+            duration_ms: 1,
+            cpu_ms: 1,
+            peak_memory_bytes: 1,
+            oom_killed: false,
+            sandbox_pid: 2,
+            connector: "acme.tool".into(),
+            op: "run".into(),
+            program: ProgramRun {
+                declared: "/bin/true".into(),
+                resolved: "/bin/true".into(),
+                sha256: "sha256:00".into(),
+                pinned: false,
+            },
+            argv_shape: String::new(),
+            isolation: Isolation {
+                namespaces: vec![],
+                root: String::new(),
+                network_namespace: String::new(),
+                landlock: None,
+                seccomp: Seccomp {
+                    filter: String::new(),
+                    instructions: 0,
+                    arch: String::new(),
+                },
+                no_new_privs: true,
+                capabilities: String::new(),
+                uid: 1,
+                gid: 1,
+                limits_via: "rlimits".into(),
+                limits,
+                missing_read_scopes: vec![],
+                created_write_scopes: vec![],
+                idmapped: vec![],
+                cwd: "/".into(),
+                fresh_cwd: true,
+                tmpfs: Tmpfs {
+                    tmp_bytes: 0,
+                    tmp_exec: false,
+                    dev_shm_bytes: 0,
+                },
+            },
+            timings: Timings {
+                gate_us: 0,
+                spec_and_filter_us: 0,
+                audit_commit_us: 0,
+                phases: Phases::default(),
+            },
+            stdout: stream(""),
+            stderr: stream(""),
+            network: None,
+            trace: None,
+            audit_id: None,
+            audit_error: None,
+            failed_on_refusal: None,
+        }
+    }
 
     #[test]
     fn a_failed_program_whose_errors_read_like_walls_gets_a_hint() {
-        let data = json!({
-            "exit_code": 1,
-            "stdout": {}, "stderr": {"text": "x: Cannot allocate memory\nopen: Permission denied\n"},
-            "isolation": {"limits_via": "rlimits", "limits": {"max_memory_bytes": 1024}},
-        });
+        let mut failed = ran();
+        failed.exit_code = Some(1);
+        failed.stderr = stream("x: Cannot allocate memory\nopen: Permission denied\n");
         let told = std::cell::RefCell::new(Vec::new());
-        conclude(false, data.clone(), &|n| told.borrow_mut().push(n));
+        conclude(false, failed.clone(), &|n| told.borrow_mut().push(n));
         assert_eq!(
             told.take(),
             vec![
@@ -534,46 +623,68 @@ mod tests {
                 Notice::TryTrace
             ]
         );
-        let mut ok = data;
-        ok["exit_code"] = json!(0);
+        let mut ok = failed;
+        ok.exit_code = Some(0);
         conclude(false, ok, &|n| told.borrow_mut().push(n));
         assert!(told.take().is_empty());
     }
 
     #[test]
     fn exit_codes_follow_the_child_and_an_unwritten_exit_record_is_5() {
-        let code = |data: Value| conclude(true, data, &|_| {}).exit;
-        assert_eq!(code(json!({"exit_code": 7})), 7);
-        assert_eq!(code(json!({"signal": 15})), 143);
+        let code = |edit: &dyn Fn(&mut SpawnResult)| {
+            let mut result = ran();
+            edit(&mut result);
+            conclude(true, result, &|_| {}).exit
+        };
+        assert_eq!(code(&|r| r.exit_code = Some(7)), 7);
+        let signaled = |r: &mut SpawnResult, signal: i32| {
+            r.exit_code = None;
+            r.signal = Some(signal);
+        };
+        assert_eq!(code(&|r| signaled(r, 15)), 143);
         assert_eq!(
-            code(json!({"exit_code": null, "timed_out": true, "signal": 9})),
+            code(&|r| {
+                signaled(r, 9);
+                r.timed_out = true;
+            }),
             124
         );
-        assert_eq!(code(json!({"interrupted_by": "SIGINT", "signal": 9})), 130);
+        assert_eq!(
+            code(&|r| {
+                signaled(r, 9);
+                r.interrupted_by = Some("SIGINT".into());
+            }),
+            130
+        );
         // Ended from outside, not by a signal to spawnd: the program's own.
         assert_eq!(
-            code(json!({"interrupted_by": "spawn_kill", "signal": 9})),
+            code(&|r| {
+                signaled(r, 9);
+                r.interrupted_by = Some("spawn_kill".into());
+            }),
             137
         );
-        let failed = conclude(
-            true,
-            json!({"exit_code": 0, "audit_error": "No space left"}),
-            &|_| {},
-        );
+        let mut lost = ran();
+        lost.audit_error = Some("No space left".into());
+        let failed = conclude(true, lost, &|_| {});
         assert_eq!((failed.exit, failed.keep_ok), (5, false));
     }
 
     #[test]
     fn a_human_reader_is_told_what_went_wrong_and_a_machine_reader_nothing() {
-        let data = json!({
-            "exit_code": null, "signal": 9, "timed_out": true, "oom_killed": true,
-            "audit_error": "No space left",
-            "stdout": {"truncated": true, "bytes": 4, "total_bytes": 9},
-            "stderr": {"truncated": false, "bytes": 0, "total_bytes": 0},
-            "isolation": {"limits": {"wall_time_ms": 500, "max_memory_bytes": 1024}},
-        });
+        let mut result = ran();
+        result.exit_code = None;
+        result.signal = Some(9);
+        result.timed_out = true;
+        result.oom_killed = true;
+        result.audit_error = Some("No space left".into());
+        result.stdout = StreamOutput {
+            truncated: true,
+            total_bytes: 9,
+            ..stream("abcd")
+        };
         let told = std::cell::RefCell::new(Vec::new());
-        conclude(false, data.clone(), &|n| told.borrow_mut().push(n));
+        conclude(false, result.clone(), &|n| told.borrow_mut().push(n));
         assert_eq!(
             told.take(),
             [
@@ -593,7 +704,7 @@ mod tests {
                 },
             ]
         );
-        conclude(true, data, &|n| told.borrow_mut().push(n));
+        conclude(true, result, &|n| told.borrow_mut().push(n));
         assert_eq!(told.take(), []);
     }
 }
