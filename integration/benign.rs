@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::{world, As};
 use serde_json::Value;
+use spawnd::exec::result::SpawnResult;
 
 fn result(out: &std::process::Output) -> Value {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -190,6 +191,22 @@ fn isolation_is_reported(who: As) {
     } else {
         assert_eq!(iso["limits_via"], "rlimits", "{iso}");
     }
+}
+
+/// A real result is exactly [`SpawnResult`]: it deserializes with every
+/// struct refusing unknown fields, and serializes back to the same JSON, so
+/// the type and the wire stay one (stdout as text, stderr's bytes that are
+/// not UTF-8 as base64).
+fn the_result_is_the_typed_spawn_result(who: As) {
+    let script = "printf 'out\\n'; printf '\\377' >&2; exit 3";
+    let data = result(&world().run(who, "sh", &[("script", script)], &[]));
+    let typed: SpawnResult =
+        serde_json::from_value(data.clone()).unwrap_or_else(|e| panic!("{e}: {data:#}"));
+    assert_eq!(serde_json::to_value(&typed).unwrap(), data);
+    assert_eq!(typed.exit_code, Some(3), "{data}");
+    assert_eq!(typed.stdout.text.as_deref(), Some("out\n"), "{data}");
+    assert_eq!(typed.stderr.base64.as_deref(), Some("/w=="), "{data}");
+    assert!(typed.audit_id.is_some(), "{data}");
 }
 
 /// The mount table inside holds only what the sandbox was given: its root
@@ -566,7 +583,8 @@ both!(
     dynamic_programs_find_their_libraries,
     exit_codes_and_signals_come_back,
     signals_start_at_their_defaults,
-    isolation_is_reported
+    isolation_is_reported,
+    the_result_is_the_typed_spawn_result
 );
 
 #[test]

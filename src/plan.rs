@@ -155,7 +155,7 @@ pub struct ExecutableFile {
 }
 
 /// Why a file may be executed under `exec = "declared"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GrantedAs {
     /// The program this spawn runs.

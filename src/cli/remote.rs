@@ -16,6 +16,7 @@ use super::check::request_of;
 use super::context::{load_config, load_manifest};
 use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, interrupted, watch_interruptions, Client};
+use crate::exec::result::SpawnResult;
 use crate::exec::{conclude, FailureKind};
 
 /// `spawnd run --socket S`.
@@ -44,11 +45,6 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
             break s;
         }
     };
-    if let Some(sig) = killed_for {
-        status["interrupted_by"] = json!(nix::sys::signal::Signal::try_from(sig)
-            .map(|s| s.as_str())
-            .unwrap_or("SIGINT"));
-    }
     // Freed at once rather than after the daemon's handle lifetime.
     let _ = client.call("spawn_release", json!({ "handle": handle }));
     if status["state"] == json!("failed") {
@@ -58,7 +54,19 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     if let Some(fields) = status.as_object_mut() {
         fields.remove("state");
     }
-    Ok(conclude(cli.json, status, &print_notice))
+    let mut result: SpawnResult = serde_json::from_value(status).map_err(|e| {
+        Failure::internal(format!(
+            "the daemon's spawn_status answer is not a spawn result: {e}"
+        ))
+    })?;
+    if let Some(sig) = killed_for {
+        result.interrupted_by = Some(
+            nix::sys::signal::Signal::try_from(sig)
+                .map_or("SIGINT", |s| s.as_str())
+                .to_string(),
+        );
+    }
+    Ok(conclude(cli.json, result, &print_notice))
 }
 
 /// `spawnd check --socket S`: the daemon's `spawn_check` for the request

@@ -15,6 +15,7 @@ mod prepared;
 mod records;
 mod refusals;
 mod report;
+pub mod result;
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -414,18 +415,18 @@ fn planned_sandbox(spec: &SandboxSpec, launch: &LaunchParts, identity: &Identity
         "uid": identity.uid,
         "gid": identity.gid,
         "missing_read_scopes": spec.missing_read_scopes,
-        "tmpfs": tmpfs_json(spec),
+        "tmpfs": tmpfs_of(spec),
     })
 }
 
 /// The private /tmp and /dev/shm as a spec gives them: sizes, and whether
 /// /tmp's files may be executed (`tmp_exec`).
-pub(super) fn tmpfs_json(spec: &SandboxSpec) -> Value {
-    json!({
-        "tmp_bytes": spec.tmpfs.tmp,
-        "tmp_exec": spec.tmp_exec,
-        "dev_shm_bytes": spec.tmpfs.shm,
-    })
+pub(super) fn tmpfs_of(spec: &SandboxSpec) -> result::Tmpfs {
+    result::Tmpfs {
+        tmp_bytes: spec.tmpfs.tmp,
+        tmp_exec: spec.tmp_exec,
+        dev_shm_bytes: spec.tmpfs.shm,
+    }
 }
 
 /// The order for the sandbox: the plan and spec, the program, credentials,
@@ -675,7 +676,7 @@ fn time_spent(
     prepared_sandbox: Duration,
     decided: &Decided,
     phases: &Phases,
-) -> Value {
+) -> result::Timings {
     tracing::debug!(
         connector = %plan.connector,
         op = %plan.op,
@@ -689,12 +690,12 @@ fn time_spent(
         teardown_us = phases.teardown_us,
         "sandbox finished"
     );
-    json!({
-        "gate_us": gated.as_micros() as u64,
-        "spec_and_filter_us": (prepared_sandbox - gated).as_micros() as u64,
-        "audit_commit_us": decided.commit_took.as_micros() as u64,
-        "phases": phases,
-    })
+    result::Timings {
+        gate_us: gated.as_micros() as u64,
+        spec_and_filter_us: (prepared_sandbox - gated).as_micros() as u64,
+        audit_commit_us: decided.commit_took.as_micros() as u64,
+        phases: *phases,
+    }
 }
 
 /// Whether the file begins with `#!` (the kernel runs it through an

@@ -8,7 +8,11 @@ use serde_json::{json, Value};
 use super::launching::Identity;
 use super::notice::{Notice, OnNotice};
 use super::outcome::{Failure, Success};
-use crate::plan::{ExecPlan, SpawnPlan};
+use super::result::{
+    ExecutableFile, Execute, Isolation, Landlock, ProgramRun, Seccomp, SpawnResult, StreamOutput,
+    Timings,
+};
+use crate::plan::{ExecPlan, GrantedAs, SpawnPlan};
 use crate::sandbox::spec::{Access, SandboxSpec};
 use crate::supervise::{Captured, Ending, Outcome};
 
@@ -21,41 +25,41 @@ pub(super) struct Ran<'a> {
     pub(super) id: &'a Identity,
     pub(super) filter: &'a crate::sandbox::seccomp::Filter,
     pub(super) outcome: Outcome,
-    pub(super) timings: Value,
+    pub(super) timings: Timings,
     /// What the relay reported, for a spawn with network grants.
     pub(super) network: Option<Value>,
     /// What the tracer saw, for a traced run.
     pub(super) trace: Option<Value>,
 }
 
-fn stream_json(c: &Captured) -> Value {
-    let mut v = json!({"bytes": c.kept.len(), "total_bytes": c.total, "truncated": c.truncated, "sha256": c.sha256.to_string(), "redactions": c.redactions});
-    match std::str::from_utf8(&c.kept) {
-        Ok(text) => v["text"] = json!(text),
-        Err(_) => {
-            v["base64"] = json!(base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                &c.kept
-            ))
-        }
-    }
-    v
+fn stream_output(c: &Captured) -> StreamOutput {
+    StreamOutput::of(
+        &c.kept,
+        c.total,
+        c.truncated,
+        c.sha256.to_string(),
+        c.redactions,
+    )
 }
 
-fn isolation_json(
+fn isolation(
     plan: &SpawnPlan,
     spec: &SandboxSpec,
     id: &Identity,
-    filter_id: &str,
-    filter_len: usize,
+    filter: &crate::sandbox::seccomp::Filter,
     o: &Outcome,
-) -> Value {
-    let landlock = o.landlock.as_ref().map(|a| json!({"abi": a.abi, "status": "fully_enforced", "abstract_unix_and_signal_scoped": a.scoped, "execute": execute_json(plan, spec)}));
+) -> Isolation {
+    let landlock = o.landlock.as_ref().map(|a| Landlock {
+        abi: a.abi,
+        status: "fully_enforced".into(),
+        abstract_unix_and_signal_scoped: a.scoped,
+        execute: execute(plan, spec),
+    });
     let made = match &o.landlock {
         Some(a) if a.netns_of_spare => "fresh, made ahead of the request",
         _ => "fresh, made at clone",
     };
-    let network = match plan.network_learning {
+    let network_namespace = match plan.network_learning {
         Some(learning) => format!(
             "{made}; loopback, and any name on any TCP port through spawnd's learning relay ({})",
             learning.as_str()
@@ -65,69 +69,80 @@ fn isolation_json(
             format!("{made}; loopback, and the granted host:port pairs through spawnd's relay")
         }
     };
-    json!({
-        "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "root": "fresh tmpfs, pivot_root, read-only",
-        "network_namespace": network,
-        "landlock": landlock,
-        // The one architecture whose calls the filter admits; it kills all others.
-        "seccomp": {"filter": filter_id, "instructions": filter_len, "arch": crate::sandbox::seccomp::Arch::NATIVE.name()},
-        "no_new_privs": true,
-        "capabilities": "none (all sets and the bounding set empty)",
-        "uid": id.uid,
-        "gid": id.gid,
-        "limits_via": id.limits_via.name(),
-        "limits": plan.limits,
-        "missing_read_scopes": spec.missing_read_scopes,
-        "created_write_scopes": spec.create_write_scopes,
-        "idmapped": idmapped_json(spec, o),
-        "cwd": spec.cwd,
-        "fresh_cwd": spec.fresh_cwd,
-        "tmpfs": super::tmpfs_json(spec),
-    })
+    let namespaces = ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"];
+    Isolation {
+        namespaces: namespaces.map(String::from).to_vec(),
+        root: "fresh tmpfs, pivot_root, read-only".into(),
+        network_namespace,
+        landlock,
+        seccomp: Seccomp {
+            filter: filter.id(),
+            instructions: filter.len(),
+            arch: crate::sandbox::seccomp::Arch::NATIVE.name().into(),
+        },
+        no_new_privs: true,
+        capabilities: "none (all sets and the bounding set empty)".into(),
+        uid: id.uid,
+        gid: id.gid,
+        limits_via: id.limits_via.name().into(),
+        limits: plan.limits,
+        missing_read_scopes: spec.missing_read_scopes.clone(),
+        created_write_scopes: spec.create_write_scopes.clone(),
+        idmapped: idmapped(spec, o),
+        cwd: spec.cwd.clone(),
+        fresh_cwd: spec.fresh_cwd,
+        tmpfs: super::tmpfs_of(spec),
+    }
 }
 
 /// The write scopes mounted idmapped (docs/sandbox.md, "Write scopes of a
 /// root caller"), by path, as init reported them.
-fn idmapped_json<'a>(spec: &'a SandboxSpec, o: &Outcome) -> Vec<&'a std::path::Path> {
+fn idmapped(spec: &SandboxSpec, o: &Outcome) -> Vec<std::path::PathBuf> {
     o.landlock
         .iter()
         .flat_map(|a| a.idmapped.iter())
         .filter_map(|&i| spec.scopes.get(i as usize))
-        .map(std::path::PathBuf::as_path)
+        .cloned()
         .collect()
 }
 
 /// What Landlock lets the program execute, for an auditor: under
 /// `exec = "declared"` every file granted (the program first) and why;
 /// under the default, the directories whose files may run.
-fn execute_json(plan: &SpawnPlan, spec: &SandboxSpec) -> Value {
+fn execute(plan: &SpawnPlan, spec: &SandboxSpec) -> Execute {
     match &plan.exec {
         ExecPlan::Declared { files } => {
-            let program = json!({"path": plan.program.resolved, "granted_as": "program", "sha256": plan.program.sha256});
+            let program = ExecutableFile {
+                path: plan.program.resolved.clone(),
+                granted_as: GrantedAs::Program,
+                sha256: plan.program.sha256.to_string(),
+            };
             let mut listed = vec![program];
             listed.extend(
                 files
                     .iter()
                     .filter(|f| f.path != plan.program.resolved)
-                    .map(|f| json!(f)),
+                    .map(|f| ExecutableFile {
+                        path: f.path.clone(),
+                        granted_as: f.granted_as,
+                        sha256: f.sha256.to_string(),
+                    }),
             );
-            json!({
-                "policy": "declared",
-                "limited_to": "declared programs: no directory grants execution, only these files",
-                "count": listed.len(),
-                "files": listed,
-            })
+            Execute::Declared {
+                limited_to: "declared programs: no directory grants execution, only these files"
+                    .into(),
+                count: listed.len(),
+                files: listed,
+            }
         }
-        ExecPlan::Scopes => {
-            let directories: Vec<&std::path::Path> = spec
+        ExecPlan::Scopes => Execute::Scopes {
+            directories: spec
                 .landlock
                 .iter()
                 .filter(|r| matches!(r.access, Access::ReadExec | Access::ReadWriteExec))
-                .map(|r| r.path.as_path())
-                .collect();
-            json!({"policy": "scopes", "directories": directories})
-        }
+                .map(|r| r.path.clone())
+                .collect(),
+        },
     }
 }
 
@@ -159,37 +174,43 @@ pub(super) fn report(
     let signal_name = signal
         .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
         .map(|s| s.as_str());
-    let mut data = json!({
-        "exit_code": exit_code,
-        "signal": signal,
-        "signal_name": signal_name,
-        "timed_out": o.timed_out,
-        "interrupted_by": interrupted_by(o.interrupted_by, ended_by),
-        "duration_ms": o.duration.as_millis() as u64,
-        "cpu_ms": o.cpu_ms,
-        "peak_memory_bytes": o.peak_memory_bytes,
-        "oom_killed": o.oom_killed,
-        "sandbox_pid": o.sandbox_pid,
-        "connector": plan.connector,
-        "op": plan.op,
-        "program": plan.program,
-        "argv_shape": plan.argv_shape,
-        "isolation": isolation_json(plan, spec, id, &filter.id(), filter.len(), &o),
-        "timings": timings,
-        "stdout": stream_json(&o.stdout),
-        "stderr": stream_json(&o.stderr),
-    });
-    if let Some(network) = network {
-        // `on_violation = "terminate"`: the relay killed the sandbox.
-        if network["violation"].is_object() {
-            data["interrupted_by"] = json!(NETWORK_VIOLATION);
-        }
-        data["network"] = network;
-    }
-    if let Some(trace) = trace {
-        data["trace"] = trace;
-    }
-    Ok(conclude(json, data, on_notice))
+    // `on_violation = "terminate"`: the relay killed the sandbox.
+    let killed_for_violation = network.as_ref().is_some_and(|n| n["violation"].is_object());
+    let interrupted_by = match killed_for_violation {
+        true => Some(NETWORK_VIOLATION.to_string()),
+        false => interrupted_by(o.interrupted_by, ended_by),
+    };
+    let result = SpawnResult {
+        exit_code,
+        signal,
+        signal_name: signal_name.map(String::from),
+        timed_out: o.timed_out,
+        interrupted_by,
+        duration_ms: o.duration.as_millis() as u64,
+        cpu_ms: o.cpu_ms,
+        peak_memory_bytes: o.peak_memory_bytes,
+        oom_killed: o.oom_killed,
+        sandbox_pid: o.sandbox_pid,
+        connector: plan.connector.clone(),
+        op: plan.op.clone(),
+        program: ProgramRun {
+            declared: plan.program.declared.clone(),
+            resolved: plan.program.resolved.clone(),
+            sha256: plan.program.sha256.to_string(),
+            pinned: plan.program.pinned,
+        },
+        argv_shape: plan.argv_shape.clone(),
+        isolation: isolation(plan, spec, id, filter, &o),
+        timings,
+        stdout: stream_output(&o.stdout),
+        stderr: stream_output(&o.stderr),
+        network,
+        trace,
+        audit_id: None,
+        audit_error: None,
+        failed_on_refusal: None,
+    };
+    Ok(conclude(json, result, on_notice))
 }
 
 /// `interrupted_by` of a sandbox killed at its first refused egress
@@ -202,36 +223,41 @@ const EXIT_DENIED: i32 = 3;
 /// Who interrupted the program: the signal that interrupted spawnd
 /// (`SIGINT`, `SIGTERM`, `SIGHUP`), else what ended it from outside
 /// (`spawn_kill`, `spawn_release`, `disconnect`, `shutdown`), else no one.
-fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Value {
+fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Option<String> {
     match signal {
-        Some(sig) => json!(nix::sys::signal::Signal::try_from(sig)
-            .map(|s| s.as_str().to_string())
-            .unwrap_or_else(|_| format!("signal {sig}"))),
-        None => json!(ended_by),
+        Some(sig) => Some(
+            nix::sys::signal::Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {sig}")),
+        ),
+        None => ended_by.map(String::from),
     }
 }
 
 /// The signal number of an `interrupted_by` that names a signal to
 /// spawnd, for its exit code (128 + N).
 pub fn interrupting_signal(data: &Value) -> Option<i32> {
-    let name = data["interrupted_by"].as_str()?;
+    signal_named(data["interrupted_by"].as_str()?)
+}
+
+/// The number of the signal `name` names (`SIGINT`), if it names one.
+fn signal_named(name: &str) -> Option<i32> {
     name.parse::<nix::sys::signal::Signal>()
         .ok()
         .map(|s| s as i32)
 }
 
-/// The exit code a run's `data` stands for (the child's code, 128+N after
+/// The exit code a run's result stands for (the child's code, 128+N after
 /// signal N, 124 after the wall time); for a human reader (not `json`),
-/// `on_notice` is told what the data says went wrong. In-process `run` and
+/// `on_notice` is told what the result says went wrong. In-process `run` and
 /// `run --socket` end here alike.
-pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
-    let number = |key: &str| data[key].as_i64().and_then(|n| i32::try_from(n).ok());
-    let timed_out = data["timed_out"] == json!(true);
+pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Success {
+    let signal_to_spawnd = result.interrupted_by.as_deref().and_then(signal_named);
     let exit = match (
-        interrupting_signal(&data),
-        timed_out,
-        number("exit_code"),
-        number("signal"),
+        signal_to_spawnd,
+        result.timed_out,
+        result.exit_code,
+        result.signal,
     ) {
         (Some(sig), _, _, _) => 128 + sig,
         (None, true, _, _) => 124,
@@ -240,57 +266,64 @@ pub fn conclude(json: bool, data: Value, on_notice: OnNotice<'_>) -> Success {
         _ => 10,
     };
     // Killed for a refused egress: a denial, whatever the program did.
-    let violation = &data["network"]["violation"];
-    let exit = match violation.is_object() {
-        true => EXIT_DENIED,
-        false => exit,
+    let violation = result
+        .network
+        .as_ref()
+        .map(|n| &n["violation"])
+        .filter(|v| v.is_object());
+    let exit = match violation {
+        Some(_) => EXIT_DENIED,
+        None => exit,
     };
     if !json {
-        for name in ["stdout", "stderr"] {
-            let c = &data[name];
-            if c["truncated"] == json!(true) {
+        for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+            if c.truncated {
                 on_notice(Notice::Truncated {
                     stream: name,
-                    kept: c["bytes"].clone(),
-                    total: c["total_bytes"].clone(),
+                    kept: json!(c.bytes),
+                    total: json!(c.total_bytes),
                 });
             }
         }
-        let limits = &data["isolation"]["limits"];
-        if timed_out {
+        let limits = &result.isolation.limits;
+        if result.timed_out {
             on_notice(Notice::TimedOut {
-                wall_time_ms: limits["wall_time_ms"].clone(),
+                wall_time_ms: json!(limits.wall_time_ms),
             });
         }
-        if data["oom_killed"] == json!(true) {
+        if result.oom_killed {
             on_notice(Notice::OutOfMemory {
-                max_memory_bytes: limits["max_memory_bytes"].clone(),
+                max_memory_bytes: json!(limits.max_memory_bytes),
             });
         }
-        for refused in network_refusals(&data["network"]) {
-            on_notice(refused);
+        if let Some(network) = &result.network {
+            for refused in network_refusals(network) {
+                on_notice(refused);
+            }
         }
-        if violation.is_object() {
+        if let Some(violation) = violation {
             on_notice(Notice::NetworkViolation {
                 requested: violation["requested"].as_str().unwrap_or("?").to_string(),
                 reason: violation["reason"].as_str().unwrap_or("?").to_string(),
             });
         }
-        tell_refusals(&data["trace"], on_notice);
+        if let Some(trace) = &result.trace {
+            tell_refusals(trace, on_notice);
+        }
         if exit != 0 {
-            tell_likely_walls(&data, on_notice);
+            tell_likely_walls(&result, on_notice);
         }
     }
     // The child ran, but its exit record could not be written: that is the
     // audit unavailable (5), whatever the child's code, here and through a daemon.
-    let audit_failed = data["audit_error"].is_string();
-    if audit_failed && !json {
+    if let (Some(error), false) = (&result.audit_error, json) {
         on_notice(Notice::ExitRecordLost {
-            error: data["audit_error"].as_str().unwrap_or_default().to_string(),
+            error: error.clone(),
         });
     }
-    let denied = violation.is_object();
-    let mut success = Success::new(data, String::new());
+    let audit_failed = result.audit_error.is_some();
+    let denied = violation.is_some();
+    let mut success = Success::new(result.to_value(), String::new());
     success.exit = if audit_failed { 5 } else { exit };
     success.keep_ok = !audit_failed && !denied;
     success
@@ -426,8 +459,8 @@ fn what_would_grant(reason: &str, host: &str, port: &Value) -> String {
 /// What a failed program's stderr suggests: an allocation the rlimits
 /// refused (they fail it, where a cgroup would kill and say so), or a wall
 /// of the sandbox an untraced run cannot name.
-fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
-    let stderr = data["stderr"]["text"].as_str().unwrap_or_default();
+fn tell_likely_walls(result: &SpawnResult, on_notice: OnNotice<'_>) {
+    let stderr = result.stderr.text.as_deref().unwrap_or_default();
     let memory = [
         "Cannot allocate memory",
         "MemoryError",
@@ -436,11 +469,9 @@ fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
         "std::bad_alloc",
         "Failed to reserve",
     ];
-    if data["isolation"]["limits_via"] == json!("rlimits")
-        && memory.iter().any(|m| stderr.contains(m))
-    {
+    if result.isolation.limits_via == "rlimits" && memory.iter().any(|m| stderr.contains(m)) {
         on_notice(Notice::MemoryRefused {
-            max_memory_bytes: data["isolation"]["limits"]["max_memory_bytes"].clone(),
+            max_memory_bytes: json!(result.isolation.limits.max_memory_bytes),
         });
     }
     let walls = [
@@ -449,7 +480,7 @@ fn tell_likely_walls(data: &Value, on_notice: OnNotice<'_>) {
         "Read-only file system",
         "Operation not permitted",
     ];
-    if data["trace"].is_null() && walls.iter().any(|w| stderr.contains(w)) {
+    if result.trace.is_none() && walls.iter().any(|w| stderr.contains(w)) {
         on_notice(Notice::TryTrace);
     }
 }
@@ -491,16 +522,98 @@ fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::result::Tmpfs;
+    use crate::manifest::Limits;
+    use crate::supervise::Phases;
+
+    fn stream(text: &str) -> StreamOutput {
+        StreamOutput::of(
+            text.as_bytes(),
+            text.len() as u64,
+            false,
+            "sha256:00".into(),
+            0,
+        )
+    }
+
+    /// A program that exited 0 with no output, under 1024 bytes of memory
+    /// and 500 ms of wall time, limited by rlimits.
+    fn ran() -> SpawnResult {
+        let limits = Limits {
+            max_memory_bytes: 1024,
+            wall_time_ms: 500,
+            ..Limits::default()
+        };
+        SpawnResult {
+            exit_code: Some(0),
+            signal: None,
+            signal_name: None,
+            timed_out: false,
+            interrupted_by: None,
+            duration_ms: 1,
+            cpu_ms: 1,
+            peak_memory_bytes: 1,
+            oom_killed: false,
+            sandbox_pid: 2,
+            connector: "acme.tool".into(),
+            op: "run".into(),
+            program: ProgramRun {
+                declared: "/bin/true".into(),
+                resolved: "/bin/true".into(),
+                sha256: "sha256:00".into(),
+                pinned: false,
+            },
+            argv_shape: String::new(),
+            isolation: Isolation {
+                namespaces: vec![],
+                root: String::new(),
+                network_namespace: String::new(),
+                landlock: None,
+                seccomp: Seccomp {
+                    filter: String::new(),
+                    instructions: 0,
+                    arch: String::new(),
+                },
+                no_new_privs: true,
+                capabilities: String::new(),
+                uid: 1,
+                gid: 1,
+                limits_via: "rlimits".into(),
+                limits,
+                missing_read_scopes: vec![],
+                created_write_scopes: vec![],
+                idmapped: vec![],
+                cwd: "/".into(),
+                fresh_cwd: true,
+                tmpfs: Tmpfs {
+                    tmp_bytes: 0,
+                    tmp_exec: false,
+                    dev_shm_bytes: 0,
+                },
+            },
+            timings: Timings {
+                gate_us: 0,
+                spec_and_filter_us: 0,
+                audit_commit_us: 0,
+                phases: Phases::default(),
+            },
+            stdout: stream(""),
+            stderr: stream(""),
+            network: None,
+            trace: None,
+            audit_id: None,
+            audit_error: None,
+            failed_on_refusal: None,
+        }
+    }
 
     #[test]
     fn a_failed_program_whose_errors_read_like_walls_gets_a_hint() {
-        let data = json!({
-            "exit_code": 1,
-            "stdout": {}, "stderr": {"text": "x: Cannot allocate memory\nopen: Permission denied\n"},
-            "isolation": {"limits_via": "rlimits", "limits": {"max_memory_bytes": 1024}},
-        });
+        let mut failed = ran();
+        failed.exit_code = Some(1);
+        failed.stderr = stream("x: Cannot allocate memory\nopen: Permission denied\n");
         let told = std::cell::RefCell::new(Vec::new());
-        conclude(false, data.clone(), &|n| told.borrow_mut().push(n));
+        conclude(false, failed.clone(), &|n| told.borrow_mut().push(n));
         assert_eq!(
             told.take(),
             vec![
@@ -510,46 +623,68 @@ mod tests {
                 Notice::TryTrace
             ]
         );
-        let mut ok = data;
-        ok["exit_code"] = json!(0);
+        let mut ok = failed;
+        ok.exit_code = Some(0);
         conclude(false, ok, &|n| told.borrow_mut().push(n));
         assert!(told.take().is_empty());
     }
 
     #[test]
     fn exit_codes_follow_the_child_and_an_unwritten_exit_record_is_5() {
-        let code = |data: Value| conclude(true, data, &|_| {}).exit;
-        assert_eq!(code(json!({"exit_code": 7})), 7);
-        assert_eq!(code(json!({"signal": 15})), 143);
+        let code = |edit: &dyn Fn(&mut SpawnResult)| {
+            let mut result = ran();
+            edit(&mut result);
+            conclude(true, result, &|_| {}).exit
+        };
+        assert_eq!(code(&|r| r.exit_code = Some(7)), 7);
+        let signaled = |r: &mut SpawnResult, signal: i32| {
+            r.exit_code = None;
+            r.signal = Some(signal);
+        };
+        assert_eq!(code(&|r| signaled(r, 15)), 143);
         assert_eq!(
-            code(json!({"exit_code": null, "timed_out": true, "signal": 9})),
+            code(&|r| {
+                signaled(r, 9);
+                r.timed_out = true;
+            }),
             124
         );
-        assert_eq!(code(json!({"interrupted_by": "SIGINT", "signal": 9})), 130);
+        assert_eq!(
+            code(&|r| {
+                signaled(r, 9);
+                r.interrupted_by = Some("SIGINT".into());
+            }),
+            130
+        );
         // Ended from outside, not by a signal to spawnd: the program's own.
         assert_eq!(
-            code(json!({"interrupted_by": "spawn_kill", "signal": 9})),
+            code(&|r| {
+                signaled(r, 9);
+                r.interrupted_by = Some("spawn_kill".into());
+            }),
             137
         );
-        let failed = conclude(
-            true,
-            json!({"exit_code": 0, "audit_error": "No space left"}),
-            &|_| {},
-        );
+        let mut lost = ran();
+        lost.audit_error = Some("No space left".into());
+        let failed = conclude(true, lost, &|_| {});
         assert_eq!((failed.exit, failed.keep_ok), (5, false));
     }
 
     #[test]
     fn a_human_reader_is_told_what_went_wrong_and_a_machine_reader_nothing() {
-        let data = json!({
-            "exit_code": null, "signal": 9, "timed_out": true, "oom_killed": true,
-            "audit_error": "No space left",
-            "stdout": {"truncated": true, "bytes": 4, "total_bytes": 9},
-            "stderr": {"truncated": false, "bytes": 0, "total_bytes": 0},
-            "isolation": {"limits": {"wall_time_ms": 500, "max_memory_bytes": 1024}},
-        });
+        let mut result = ran();
+        result.exit_code = None;
+        result.signal = Some(9);
+        result.timed_out = true;
+        result.oom_killed = true;
+        result.audit_error = Some("No space left".into());
+        result.stdout = StreamOutput {
+            truncated: true,
+            total_bytes: 9,
+            ..stream("abcd")
+        };
         let told = std::cell::RefCell::new(Vec::new());
-        conclude(false, data.clone(), &|n| told.borrow_mut().push(n));
+        conclude(false, result.clone(), &|n| told.borrow_mut().push(n));
         assert_eq!(
             told.take(),
             [
@@ -569,7 +704,7 @@ mod tests {
                 },
             ]
         );
-        conclude(true, data, &|n| told.borrow_mut().push(n));
+        conclude(true, result, &|n| told.borrow_mut().push(n));
         assert_eq!(told.take(), []);
     }
 }

@@ -306,7 +306,8 @@ pub struct Outcome {
 
 /// Durations of the phases of one spawn, as seen by the supervisor, and
 /// init's own times on its setup.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Phases {
     /// `clone` into the namespaces (or the order to the spawner), id maps,
     /// release to build the root; with a spawner, until its reply was read
