@@ -34,6 +34,7 @@ mod notifications;
 mod stdin;
 
 mod origin;
+mod params;
 mod peer;
 pub mod refusals;
 pub mod request;
