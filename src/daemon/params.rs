@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -33,7 +34,7 @@ pub type Strings = Option<BTreeMap<String, String>>;
 
 /// The `action` param: an action subset, one string split at every `.`,
 /// or an array of entries as they are.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(untagged, expecting = "a string or an array of strings")]
 pub enum ActionParam {
     /// The string form.
@@ -43,7 +44,7 @@ pub enum ActionParam {
 }
 
 /// `spawn_op`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnOpParams {
     pub connector: String,
@@ -65,7 +66,7 @@ pub struct SpawnOpParams {
 }
 
 /// `spawn`'s `envelope`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
     pub program: String,
@@ -77,7 +78,7 @@ pub struct Envelope {
 }
 
 /// `spawn`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
     pub connector: String,
@@ -94,14 +95,14 @@ pub struct SpawnParams {
 }
 
 /// `spawn_kill`, `spawn_release`, `spawn_stdin_close`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HandleParams {
     pub handle: String,
 }
 
 /// `spawn_status`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusParams {
     pub handle: String,
@@ -109,7 +110,7 @@ pub struct StatusParams {
 }
 
 /// `spawn_wait`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitParams {
     pub handles: Vec<String>,
@@ -117,7 +118,7 @@ pub struct WaitParams {
 }
 
 /// `spawn_output_size`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSizeParams {
     pub handle: String,
@@ -125,7 +126,7 @@ pub struct OutputSizeParams {
 }
 
 /// `spawn_output_read`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputReadParams {
     pub handle: String,
@@ -136,7 +137,7 @@ pub struct OutputReadParams {
 }
 
 /// `spawn_stdin_write`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StdinWriteParams {
     pub handle: String,
@@ -145,7 +146,7 @@ pub struct StdinWriteParams {
 }
 
 /// `spawn_attach`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttachParams {
     pub handle: String,
@@ -153,7 +154,7 @@ pub struct AttachParams {
 }
 
 /// A request id, as `$/cancelRequest` names one.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(untagged, expecting = "a string or a number")]
 pub enum RequestId {
     Text(String),
@@ -171,16 +172,94 @@ impl RequestId {
 }
 
 /// `$/cancelRequest`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelParams {
     pub id: RequestId,
 }
 
 /// `health`, `connectors_status`: no params.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoParams {}
+
+/// The JSON Schema (draft 2020-12) of every method's params: `methods`
+/// maps each method to its params' type in `$defs`. docs/protocol.schema.json
+/// holds it, for the clients' tests; `tests/docs_in_sync.rs` checks the file
+/// matches these types.
+pub fn protocol_schema() -> Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let mut methods = Map::new();
+    methods.insert(
+        "spawn_op".into(),
+        generator.subschema_for::<SpawnOpParams>().to_value(),
+    );
+    methods.insert(
+        "spawn".into(),
+        generator.subschema_for::<SpawnParams>().to_value(),
+    );
+    // `spawn_op`'s params (with `op`) or `spawn`'s (with `envelope`).
+    let checked = [methods["spawn_op"].clone(), methods["spawn"].clone()];
+    methods.insert(
+        "spawn_check".into(),
+        serde_json::json!({ "oneOf": checked }),
+    );
+    methods.insert(
+        "spawn_status".into(),
+        generator.subschema_for::<StatusParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_wait".into(),
+        generator.subschema_for::<WaitParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_stdin_write".into(),
+        generator.subschema_for::<StdinWriteParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_stdin_close".into(),
+        generator.subschema_for::<HandleParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_attach".into(),
+        generator.subschema_for::<AttachParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_output_size".into(),
+        generator.subschema_for::<OutputSizeParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_output_read".into(),
+        generator.subschema_for::<OutputReadParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_kill".into(),
+        generator.subschema_for::<HandleParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_release".into(),
+        generator.subschema_for::<HandleParams>().to_value(),
+    );
+    methods.insert(
+        "connectors_status".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
+        "health".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
+        "$/cancelRequest".into(),
+        generator.subschema_for::<CancelParams>().to_value(),
+    );
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "spawnd daemon protocol: each method's params",
+        "description": "Generated from src/daemon/params.rs (docs/daemon.md); `methods` maps a method to the schema of its params.",
+        "methods": methods,
+        "$defs": generator.take_definitions(true),
+    })
+}
 
 /// `wait_ms` from a request's raw params when it is a number, for
 /// classing the request before its params are read (a wrong one is
