@@ -136,14 +136,14 @@ fn a_handle_belongs_to_its_connection() {
     let mut a = d.client();
     let mut b = d.client();
     let h = a.ok("spawn_op", json!({"connector": CONNECTOR, "op": "true"}))["handle"].clone();
-    for method in [
-        "spawn_status",
-        "spawn_output_size",
-        "spawn_output_read",
-        "spawn_kill",
-        "spawn_release",
+    for (method, params) in [
+        ("spawn_status", json!({"handle": h})),
+        ("spawn_output_size", json!({"handle": h, "which": 0})),
+        ("spawn_output_read", json!({"handle": h, "which": 0})),
+        ("spawn_kill", json!({"handle": h})),
+        ("spawn_release", json!({"handle": h})),
     ] {
-        let r = b.call(method, json!({"handle": h, "which": 0}));
+        let r = b.call(method, params);
         assert_eq!(r["error"]["code"], -32002, "{method}: {r}");
     }
     assert_eq!(

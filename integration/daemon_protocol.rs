@@ -997,3 +997,126 @@ fn release_disconnect_and_lease_expiry_record_who_ended_the_program() {
         "{lines}"
     );
 }
+
+/// Every method's params are typed: an unknown key and a key of the wrong
+/// type are -32602 whose message names the key (by its path), and the
+/// connection goes on serving. A spawn's `envelope.cwd` of the wrong type
+/// is refused like `spawn_op`'s `cwd`, never read as no cwd.
+#[test]
+fn an_unknown_or_wrong_typed_param_is_refused_by_name_in_every_method() {
+    let d = Daemon::start("typed-params", "");
+    let mut c = d.client();
+    let op = json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "true"}});
+    let raw = json!({"connector": CONNECTOR,
+                     "envelope": {"program": "/bin/sh", "argv": ["sh", "-c", "true"], "env": {}}});
+    let with = |base: &Value, key: &str, value: Value| {
+        let mut params = base.clone();
+        params[key] = value;
+        params
+    };
+    let mut raw_cwd = raw.clone();
+    raw_cwd["envelope"]["cwd"] = json!(5);
+    let mut raw_unknown = raw.clone();
+    raw_unknown["envelope"]["workdir"] = json!("/");
+    let handle = json!({"handle": "h-none"});
+    // (method, params, the key the message names)
+    let cases = [
+        ("health", json!({"verbose": true}), "verbose"),
+        ("connectors_status", json!({"all": 1}), "all"),
+        ("spawn_op", with(&op, "cwd", json!(5)), "cwd"),
+        ("spawn_op", with(&op, "cwdir", json!("/")), "cwdir"),
+        (
+            "spawn_op",
+            with(&op, "args", json!({"script": 1})),
+            "args.script",
+        ),
+        ("spawn_op", with(&op, "notify", json!("yes")), "notify"),
+        ("spawn", raw_cwd.clone(), "envelope.cwd"),
+        ("spawn", raw_unknown.clone(), "envelope.workdir"),
+        ("spawn", with(&raw, "stdin", json!("x")), "stdin"),
+        ("spawn", with(&raw, "timeout_ms", json!("5")), "timeout_ms"),
+        ("spawn_check", with(&op, "cwd", json!(["/"])), "cwd"),
+        ("spawn_check", raw_cwd, "envelope.cwd"),
+        ("spawn_check", with(&op, "extra", json!(1)), "extra"),
+        ("spawn_status", json!({"handle": 5}), "handle"),
+        ("spawn_status", with(&handle, "wait", json!(1)), "wait"),
+        (
+            "spawn_wait",
+            json!({"handles": ["h-none"], "wait_ms": "1"}),
+            "wait_ms",
+        ),
+        (
+            "spawn_wait",
+            json!({"handles": ["h-none"], "handle": "h"}),
+            "handle",
+        ),
+        ("spawn_stdin_write", with(&handle, "data", json!(5)), "data"),
+        (
+            "spawn_stdin_write",
+            with(&handle, "text", json!("x")),
+            "text",
+        ),
+        ("spawn_stdin_close", json!({"handle": true}), "handle"),
+        (
+            "spawn_stdin_close",
+            with(&handle, "data", json!("x")),
+            "data",
+        ),
+        (
+            "spawn_attach",
+            json!({"handle": "h-none", "token": 5}),
+            "token",
+        ),
+        (
+            "spawn_attach",
+            json!({"handle": "h-none", "token": "t", "peer": 0}),
+            "peer",
+        ),
+        (
+            "spawn_output_size",
+            with(&handle, "which", json!("stdout")),
+            "which",
+        ),
+        (
+            "spawn_output_size",
+            with(&handle, "stream", json!(0)),
+            "stream",
+        ),
+        (
+            "spawn_output_read",
+            json!({"handle": "h-none", "which": 0, "offset": -1}),
+            "offset",
+        ),
+        (
+            "spawn_output_read",
+            json!({"handle": "h-none", "which": 0, "limit": 1}),
+            "limit",
+        ),
+        ("spawn_kill", json!({"handle": ["h-none"]}), "handle"),
+        ("spawn_kill", with(&handle, "signal", json!(9)), "signal"),
+        ("spawn_release", json!({"handle": 1}), "handle"),
+        (
+            "spawn_release",
+            with(&handle, "force", json!(true)),
+            "force",
+        ),
+        ("$/cancelRequest", json!({"id": true}), "id"),
+        ("$/cancelRequest", json!({"id": 1, "reason": "x"}), "reason"),
+    ];
+    for (method, params, key) in cases {
+        let refused = c.call(method, params.clone());
+        assert_eq!(
+            refused["error"]["code"], -32602,
+            "{method} {params}: {refused}"
+        );
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("{key}: ")),
+            "{method} {params}: {message}"
+        );
+    }
+    assert_eq!(c.ok("health", json!({}))["protocol_version"], 1);
+    // Nothing refused above ran.
+    let ran = std::fs::read_to_string(&d.audit).unwrap_or_default();
+    assert!(!ran.contains("\"kind\":\"exit\""), "{ran}");
+}

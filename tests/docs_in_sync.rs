@@ -3,7 +3,8 @@
 //! keys of `[capabilities.spawn]` in `docs/manifest.md`, denial reasons and
 //! connector install refusals in `docs/cli.md`, operator config keys
 //! in `docs/operations.md`, the relay's connection reasons in
-//! `docs/network.md`.
+//! `docs/network.md`; and `docs/protocol.schema.json` must be the schema
+//! the daemon's param types generate.
 
 use spawnd::manifest::env_keys::RESERVED_ENV;
 use spawnd::policy::REASONS;
@@ -160,4 +161,22 @@ fn every_spawn_manifest_key_is_in_the_manifest_doc() {
             "docs/manifest.md does not describe {table} {key}"
         );
     }
+}
+
+/// docs/protocol.schema.json is what the daemon's param types generate
+/// (`spawnd::daemon::protocol_schema`). With `SPAWND_WRITE_PROTOCOL_SCHEMA`
+/// set, the test writes the file instead of failing.
+#[test]
+fn the_protocol_schema_is_what_the_param_types_generate() {
+    let generated =
+        serde_json::to_string_pretty(&spawnd::daemon::protocol_schema()).unwrap() + "\n";
+    let path = format!("{}/docs/protocol.schema.json", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("SPAWND_WRITE_PROTOCOL_SCHEMA").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).unwrap_or_default() == generated,
+        "{path} is not what the daemon's param types generate; write it with \
+         SPAWND_WRITE_PROTOCOL_SCHEMA=1 cargo test --test docs_in_sync -- protocol_schema"
+    );
 }

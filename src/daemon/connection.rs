@@ -38,10 +38,14 @@ use tokio_util::sync::CancellationToken;
 use super::detached::Registry;
 use super::frames::{Frame, RequestLines};
 use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
+use super::params::{
+    self, AttachParams, CancelParams, HandleParams, NoParams, OutputReadParams, OutputSizeParams,
+    StatusParams, StdinWriteParams, WaitParams,
+};
 use super::peer::{peer_of, Accepted};
 use super::stdin::{StdinWork, Ticket};
 use super::{check, detached, notifications, refusals, request, spawns, Daemon, Peer};
-use crate::rpc::{self, string_param, u64_param, Call, RpcError};
+use crate::rpc::{self, Call, RpcError};
 
 /// Waits (a spawn, `wait_ms`, `spawn_wait`, a stdin write) one connection
 /// may have in progress.
@@ -134,7 +138,7 @@ impl Class {
     /// The class of `call`: by its method, and for a status, read or wait
     /// by whether it asks to wait.
     fn of(call: &Call) -> Class {
-        let waits = || matches!(wait_of(&call.params), Ok(Some(_)));
+        let waits = || wait_of(params::peek_wait_ms(&call.params)).is_some();
         match call.method.as_str() {
             "spawn" | "spawn_op" | "spawn_stdin_write" | "spawn_stdin_close" => Class::Wait,
             "spawn_status" | "spawn_output_read" | "spawn_wait" if waits() => Class::Wait,
@@ -347,8 +351,11 @@ impl Connection {
         ) {
             return e;
         }
-        let handle = self.handles().get(&call.params);
-        match handle.as_ref().ok().and_then(|h| h.stdin.as_ref()) {
+        let handle = match call.params.get("handle") {
+            Some(Value::String(name)) => self.handles().named(name).ok(),
+            _ => None,
+        };
+        match handle.as_ref().and_then(|h| h.stdin.as_ref()) {
             Some(stream) => stream.refuse(e),
             None => e,
         }
@@ -391,15 +398,13 @@ impl Connection {
     /// that id (each is answered -32800). Spawns and stdin writes run to
     /// their end and answer as usual. How many were ended.
     fn cancel(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
-        let Some(id) = params
-            .get("id")
-            .filter(|id| id.is_string() || id.is_number())
-        else {
-            return Err(RpcError::params(
-                "$/cancelRequest needs the id (a string or number) of a request in progress",
-            ));
-        };
-        let cancelled = match lock(&self.cancellable).remove(&id.to_string()) {
+        let CancelParams { id } = params::parse(params).map_err(|e| {
+            RpcError::params(format!(
+                "$/cancelRequest needs the id (a string or number) of a request in progress: {}",
+                e.message
+            ))
+        })?;
+        let cancelled = match lock(&self.cancellable).remove(&id.to_value().to_string()) {
             Some(entry) => {
                 entry.token.cancel();
                 entry.requests
@@ -447,16 +452,20 @@ impl Connection {
         let Call { method, params, .. } = call;
         let conn = Arc::clone(self);
         match method.as_str() {
-            "health" => Started::Later(later(async move {
-                conn.may_ask("health").await?;
-                let _turn = conn.side_turn.lock().await;
-                conn.health().await
-            })),
-            "connectors_status" => Started::Later(later(async move {
-                conn.may_ask("connectors_status").await?;
-                let _turn = conn.side_turn.lock().await;
-                conn.connectors_status().await
-            })),
+            "health" => self.with_params(&params, |NoParams {}| {
+                Ok(Started::Later(later(async move {
+                    conn.may_ask("health").await?;
+                    let _turn = conn.side_turn.lock().await;
+                    conn.health().await
+                })))
+            }),
+            "connectors_status" => self.with_params(&params, |NoParams {}| {
+                Ok(Started::Later(later(async move {
+                    conn.may_ask("connectors_status").await?;
+                    let _turn = conn.side_turn.lock().await;
+                    conn.connectors_status().await
+                })))
+            }),
             "spawn" | "spawn_op" => {
                 let method = spawns::method_name(&method);
                 let call = spawns::read_call(method, &params);
@@ -471,8 +480,9 @@ impl Connection {
                 })),
                 Err(e) => Started::Now(ready(Err(e))),
             },
-            "spawn_status" => self.with_handle(&params, |h| {
-                let wait = wait_of(&params)?;
+            "spawn_status" => self.with_params(&params, |p: StatusParams| {
+                let h = self.handles().named(&p.handle)?;
+                let wait = wait_of(p.wait_ms);
                 Ok(Started::Later(Box::pin(async move {
                     if let Some(wait) = wait {
                         let _ = tokio::time::timeout(wait, h.ended()).await;
@@ -480,16 +490,18 @@ impl Connection {
                     Box::new(move || spawns::status(&h)) as Render
                 })))
             }),
-            "spawn_wait" => match self.handles_to_wait_for(&params) {
-                Ok((named, wait)) => Started::Later(later(spawns::wait_any(named, wait))),
-                Err(e) => Started::Now(ready(Err(e))),
-            },
-            "spawn_output_size" => self.with_handle(&params, |h| {
-                Ok(Started::Now(ready(spawns::output_size(&h, &params))))
+            "spawn_wait" => self.with_params(&params, |p: WaitParams| {
+                let (named, wait) = self.handles_to_wait_for(p)?;
+                Ok(Started::Later(later(spawns::wait_any(named, wait))))
             }),
-            "spawn_output_read" => self.with_handle(&params, |h| {
-                let read = spawns::OutputRead::from_params(&params)?;
-                let wait = wait_of(&params)?;
+            "spawn_output_size" => self.with_params(&params, |p: OutputSizeParams| {
+                let h = self.handles().named(&p.handle)?;
+                Ok(Started::Now(ready(spawns::output_size(&h, p.which))))
+            }),
+            "spawn_output_read" => self.with_params(&params, |p: OutputReadParams| {
+                let h = self.handles().named(&p.handle)?;
+                let read = spawns::OutputRead::new(p.which, p.offset, p.len)?;
+                let wait = wait_of(p.wait_ms);
                 Ok(Started::Later(Box::pin(async move {
                     if let Some(wait) = wait {
                         read.wait(&h, wait).await;
@@ -497,25 +509,30 @@ impl Connection {
                     Box::new(move || read.answer(&h)) as Render
                 })))
             }),
-            "spawn_kill" => self.with_handle(&params, |h| {
+            "spawn_kill" => self.with_params(&params, |p: HandleParams| {
+                let h = self.handles().named(&p.handle)?;
                 h.kill_for("spawn_kill", Some(&self.peer));
                 Ok(Started::Now(ready(Ok(json!({})))))
             }),
-            "spawn_release" => Started::Now(ready(spawns::release(
-                &mut self.handles(),
-                &self.peer,
-                &params,
-            ))),
-            "spawn_stdin_write" => self.with_handle(&params, |h| {
-                let bytes = spawns::stdin_bytes(&params)?;
+            "spawn_release" => self.with_params(&params, |p: HandleParams| {
+                Ok(Started::Now(ready(spawns::release(
+                    &mut self.handles(),
+                    &self.peer,
+                    &p.handle,
+                ))))
+            }),
+            "spawn_stdin_write" => self.with_params(&params, |p: StdinWriteParams| {
+                let h = self.handles().named(&p.handle)?;
+                let bytes = spawns::stdin_bytes(p.data, p.data_b64)?;
                 let ticket = self.stdin_ticket(&h, bytes.len())?;
                 Ok(to_the_end(h, ticket, StdinWork::Write(bytes)))
             }),
-            "spawn_stdin_close" => self.with_handle(&params, |h| {
+            "spawn_stdin_close" => self.with_params(&params, |p: HandleParams| {
+                let h = self.handles().named(&p.handle)?;
                 let ticket = self.stdin_ticket(&h, 0)?;
                 Ok(to_the_end(h, ticket, StdinWork::Close))
             }),
-            "spawn_attach" => self.attach(&params),
+            "spawn_attach" => self.with_params(&params, |p: AttachParams| Ok(self.attach(p))),
             "$/cancelRequest" => Started::Now(ready(self.cancel(&params))),
             other => Started::Now(ready(Err(RpcError::new(
                 rpc::METHOD_NOT_FOUND,
@@ -543,53 +560,44 @@ impl Connection {
         stream.ticket(reservation)
     }
 
-    /// Starts a method on the handle its params name.
-    fn with_handle(
+    /// Starts a method with its params read as its type `P`
+    /// ([`params::parse`]); an error in them is the answer.
+    fn with_params<P: serde::de::DeserializeOwned>(
         &self,
         params: &Map<String, Value>,
-        start: impl FnOnce(Arc<Handle>) -> Result<Started, RpcError>,
+        start: impl FnOnce(P) -> Result<Started, RpcError>,
     ) -> Started {
-        let handle = self.handles().get(params);
-        match handle.and_then(start) {
+        match params::parse(params).and_then(start) {
             Ok(started) => started,
             Err(e) => Started::Now(ready(Err(e))),
         }
     }
 
     /// `spawn_wait`'s handles, by name, in the order given, and its wait.
-    fn handles_to_wait_for(
-        &self,
-        params: &Map<String, Value>,
-    ) -> Result<(Named, Duration), RpcError> {
-        let Some(Value::Array(names)) = params.get("handles") else {
-            return Err(RpcError::params(
-                "handles must be an array of this connection's handles",
-            ));
-        };
-        if names.is_empty() || names.len() > MAX_WAIT_HANDLES {
+    fn handles_to_wait_for(&self, p: WaitParams) -> Result<(Named, Duration), RpcError> {
+        if p.handles.is_empty() || p.handles.len() > MAX_WAIT_HANDLES {
             return Err(RpcError::params(format!(
                 "handles must name 1 to {MAX_WAIT_HANDLES} handles"
             )));
         }
         let handles = self.handles();
-        let named = names
-            .iter()
-            .map(|n| {
-                let name = n
-                    .as_str()
-                    .ok_or_else(|| RpcError::params("handles must hold strings"))?;
-                Ok((name.to_string(), handles.named(name)?))
+        let named = p
+            .handles
+            .into_iter()
+            .map(|name| {
+                let handle = handles.named(&name)?;
+                Ok((name, handle))
             })
             .collect::<Result<Vec<_>, RpcError>>()?;
-        Ok((named, wait_of(params)?.unwrap_or(Duration::ZERO)))
+        Ok((named, wait_of(p.wait_ms).unwrap_or(Duration::ZERO)))
     }
 
     /// `spawn_attach`: a parked handle joins this connection at once, and
     /// its `attach` record is in the log before the next request is read;
     /// the answer waits until the record is durable. A record that cannot
     /// be written or flushed puts the handle back (-32006).
-    fn attach(self: &Arc<Self>, params: &Map<String, Value>) -> Started {
-        let (name, handle, answer) = match self.take_up(params) {
+    fn attach(self: &Arc<Self>, params: AttachParams) -> Started {
+        let (name, handle, answer) = match self.take_up(&params) {
             Ok(taken) => taken,
             Err(e) => return Started::Now(ready(Err(e))),
         };
@@ -630,12 +638,8 @@ impl Connection {
 
     /// The parked handle `spawn_attach` names, taken up by this connection:
     /// its name, the handle and the answer.
-    fn take_up(
-        &self,
-        params: &Map<String, Value>,
-    ) -> Result<(String, Arc<Handle>, Value), RpcError> {
-        let name = string_param(params, "handle")?;
-        let token = string_param(params, "token")?;
+    fn take_up(&self, params: &AttachParams) -> Result<(String, Arc<Handle>, Value), RpcError> {
+        let (name, token) = (params.handle.as_str(), params.token.as_str());
         let mut handles = self.handles();
         handles.make_room()?;
         let access = self.access();
@@ -773,11 +777,11 @@ fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
     Started::LaterToTheEnd(later(super::stdin::carry_out(handle, ticket, work)))
 }
 
-/// A request's `wait_ms`, when it asks to wait (0 does not).
-fn wait_of(params: &Map<String, Value>) -> Result<Option<Duration>, RpcError> {
-    Ok(u64_param(params, "wait_ms")?
+/// A request's wait, when its `wait_ms` asks for one (0 does not).
+fn wait_of(wait_ms: Option<u64>) -> Option<Duration> {
+    wait_ms
         .filter(|ms| *ms > 0)
-        .map(|ms| Duration::from_millis(ms).min(MAX_WAIT)))
+        .map(|ms| Duration::from_millis(ms).min(MAX_WAIT))
 }
 
 /// Serves one connection until the peer closes it, the daemon stops, or an

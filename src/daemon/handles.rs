@@ -10,12 +10,12 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use crate::exec::{Interruption, SpawnFiled};
 use crate::policy::Caller;
-use crate::rpc::{self, string_param, RpcError};
+use crate::rpc::{self, RpcError};
 use crate::supervise::LiveOutput;
 
 /// Handles one connection may hold at once.
@@ -262,11 +262,6 @@ pub struct Handles {
 }
 
 impl Handles {
-    pub(super) fn get(&self, params: &Map<String, Value>) -> Result<Arc<Handle>, RpcError> {
-        let name = string_param(params, "handle")?;
-        self.named(name)
-    }
-
     /// The handle `name` of this connection.
     pub(super) fn named(&self, name: &str) -> Result<Arc<Handle>, RpcError> {
         self.map.get(name).cloned().ok_or_else(|| {

@@ -34,6 +34,7 @@ mod notifications;
 mod stdin;
 
 mod origin;
+mod params;
 mod peer;
 pub mod refusals;
 pub mod request;
@@ -54,6 +55,7 @@ use crate::config::Config;
 use crate::rpc::{self, RpcError};
 use crate::shares::{Limits, Pool, Refusal, Tenants};
 use crate::spawner::Spawner;
+pub use params::protocol_schema;
 pub use peer::Peer;
 
 /// The protocol version `health` reports.

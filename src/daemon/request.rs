@@ -3,16 +3,15 @@
 //! first ([`check_names`]): one no manifest could declare is refused before
 //! anything holds, answers or records it.
 
-use std::collections::BTreeMap;
-
 use base64::Engine;
 use serde_json::{Map, Value};
 
+use super::params::{self, ActionParam, SpawnOpParams, SpawnParams};
 use super::refusals::InvalidField;
 use super::Peer;
 use crate::manifest::{check_op_name, Fqn, Tier};
 use crate::policy::{Caller, Request, RequestKind};
-use crate::rpc::{self, string_param, RpcError};
+use crate::rpc::{self, RpcError};
 
 /// The peer as the access rules see it (uid and gid; its home is not
 /// looked up, and not needed to decide who may ask).
@@ -119,25 +118,6 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
     })
 }
 
-fn string_map(
-    params: &Map<String, Value>,
-    name: &str,
-) -> Result<BTreeMap<String, String>, RpcError> {
-    match params.get(name) {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                _ => Err(RpcError::params(format!("{name}.{k} must be a string"))),
-            })
-            .collect(),
-        Some(_) => Err(RpcError::params(format!(
-            "{name} must be an object of strings"
-        ))),
-    }
-}
-
 /// A `spawn`/`spawn_op` call, parsed.
 pub struct SpawnCall {
     /// The connector's FQN.
@@ -158,21 +138,23 @@ pub struct SpawnCall {
     pub lease_ms: Option<u64>,
 }
 
-/// `stdin` (text) or `stdin_b64` (bytes) from `params`, not both.
-fn stdin_of(params: &Map<String, Value>, at: &str) -> Result<Option<Vec<u8>>, RpcError> {
-    match (params.get("stdin"), params.get("stdin_b64")) {
+/// `stdin` (text) or `stdin_b64` (bytes), not both; `at` is where they
+/// are (`envelope.` or nothing).
+fn stdin_of(
+    stdin: Option<String>,
+    stdin_b64: Option<String>,
+    at: &str,
+) -> Result<Option<Vec<u8>>, RpcError> {
+    match (stdin, stdin_b64) {
         (Some(_), Some(_)) => Err(RpcError::params(format!(
             "{at}stdin and {at}stdin_b64 are both given; keep one"
         ))),
-        (Some(Value::String(s)), None) => Ok(Some(s.as_bytes().to_vec())),
-        (None, Some(Value::String(b))) => base64::engine::general_purpose::STANDARD
+        (Some(s), None) => Ok(Some(s.into_bytes())),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b)
             .map(Some)
             .map_err(|e| RpcError::params(format!("{at}stdin_b64: {e}"))),
-        (None, None) | (Some(Value::Null), None) | (None, Some(Value::Null)) => Ok(None),
-        _ => Err(RpcError::params(format!(
-            "{at}stdin must be a string, stdin_b64 base64"
-        ))),
+        (None, None) => Ok(None),
     }
 }
 
@@ -181,25 +163,11 @@ fn stdin_of(params: &Map<String, Value>, at: &str) -> Result<Option<Vec<u8>>, Rp
 /// strings are entries as they are (docs/cli.md, "The action subset"). A
 /// network entry (`network:HOST:PORT`) must name a grant as a manifest
 /// writes one: a malformed one is refused here, never read as no grant.
-fn action_of(params: &Map<String, Value>) -> Result<Option<Vec<String>>, RpcError> {
-    let (entries, split) = match params.get("action") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(a)) => (a.split('.').map(str::to_string).collect(), true),
-        Some(Value::Array(a)) => (
-            a.iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| RpcError::params("action must hold strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            false,
-        ),
-        Some(_) => {
-            return Err(RpcError::params(
-                "action must be a string or an array of strings",
-            ))
-        }
+fn action_of(action: Option<ActionParam>) -> Result<Option<Vec<String>>, RpcError> {
+    let (entries, split) = match action {
+        None => return Ok(None),
+        Some(ActionParam::Dotted(a)) => (a.split('.').map(str::to_string).collect(), true),
+        Some(ActionParam::Entries(a)) => (a, false),
     };
     check_network_entries(&entries, split)?;
     Ok(Some(entries))
@@ -232,19 +200,17 @@ fn check_network_entries(entries: &[String], split: bool) -> Result<(), RpcError
 /// The `version` and `hash` params: what the call pins of its connector
 /// (an action's `[[requires.connectors]]` entry). A version is strict
 /// SemVer, a hash `sha256:` and 64 lowercase hex.
-fn pin_of(params: &Map<String, Value>) -> Result<crate::policy::ConnectorPin, RpcError> {
-    let text = |name: &str| match params.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(RpcError::params(format!("{name} must be a string"))),
-    };
-    let version = text("version")?
+fn pin_of(
+    version: Option<String>,
+    hash: Option<String>,
+) -> Result<crate::policy::ConnectorPin, RpcError> {
+    let version = version
         .map(|v| {
             crate::provenance::identity::parse_strict_version(&v)
                 .map_err(|why| RpcError::params(format!("version: {why}")))
         })
         .transpose()?;
-    let hash = text("hash")?
+    let hash = hash
         .map(|h| {
             h.parse::<crate::manifest::Sha256Digest>()
                 .map_err(|why| RpcError::params(format!("hash {why}")))
@@ -253,91 +219,106 @@ fn pin_of(params: &Map<String, Value>) -> Result<crate::policy::ConnectorPin, Rp
     Ok(crate::policy::ConnectorPin { version, hash })
 }
 
-/// The call's connector, request, stdin and timeout.
+/// What `spawn` and `spawn_op` share beyond what they run.
+struct SpawnOptions {
+    stdin_stream: Option<bool>,
+    version: Option<String>,
+    hash: Option<String>,
+    action: Option<ActionParam>,
+    mode: Option<String>,
+    timeout_ms: Option<u64>,
+    label: Option<String>,
+    notify: Option<bool>,
+    lease_ms: Option<u64>,
+}
+
+/// A positive number of milliseconds, when one is given.
+fn positive_ms(ms: Option<u64>, name: &str) -> Result<Option<u64>, RpcError> {
+    match ms {
+        Some(0) => Err(RpcError::params(format!(
+            "{name} must be a positive integer"
+        ))),
+        ms => Ok(ms),
+    }
+}
+
+/// The call's connector, request, stdin and timeout, from the params of
+/// `method` (`spawn_op`, else `spawn`): read as the method's type, then
+/// checked.
 pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCall, RpcError> {
-    let connector = string_param(params, "connector")?.to_string();
-    let (kind, env, cwd, stdin) = if method == "spawn_op" {
+    let (connector, kind, env, cwd, stdin, options) = if method == "spawn_op" {
+        let p: SpawnOpParams = params::parse(params)?;
         let kind = RequestKind::Op {
-            name: string_param(params, "op")?.to_string(),
-            args: string_map(params, "args")?,
+            name: p.op,
+            args: p.args.unwrap_or_default(),
         };
-        let cwd = match params.get("cwd") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(c)) => Some(c.clone()),
-            Some(_) => return Err(RpcError::params("cwd must be a string")),
+        let stdin = stdin_of(p.stdin, p.stdin_b64, "")?;
+        let options = SpawnOptions {
+            stdin_stream: p.stdin_stream,
+            version: p.version,
+            hash: p.hash,
+            action: p.action,
+            mode: p.mode,
+            timeout_ms: p.timeout_ms,
+            label: p.label,
+            notify: p.notify,
+            lease_ms: p.lease_ms,
         };
-        (kind, string_map(params, "env")?, cwd, stdin_of(params, "")?)
-    } else {
-        let Some(Value::Object(e)) = params.get("envelope") else {
-            return Err(RpcError::params(
-                "envelope must be an object {program, argv, env, cwd?, stdin? | stdin_b64?}",
-            ));
-        };
-        let program = string_param(e, "program")?.to_string();
-        let argv = match e.get("argv") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| RpcError::params("envelope.argv must hold strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            _ => {
-                return Err(RpcError::params(
-                    "envelope.argv must be an array of strings",
-                ))
-            }
-        };
-        let stdin = stdin_of(e, "envelope.")?;
-        let cwd = e.get("cwd").and_then(Value::as_str).map(str::to_string);
         (
-            RequestKind::Raw { program, argv },
-            string_map(e, "env")?,
-            cwd,
+            p.connector,
+            kind,
+            p.env.unwrap_or_default(),
+            p.cwd,
             stdin,
+            options,
+        )
+    } else {
+        let p: SpawnParams = params::parse(params)?;
+        let e = p.envelope;
+        let stdin = stdin_of(e.stdin, e.stdin_b64, "envelope.")?;
+        let kind = RequestKind::Raw {
+            program: e.program,
+            argv: e.argv,
+        };
+        let options = SpawnOptions {
+            stdin_stream: p.stdin_stream,
+            version: p.version,
+            hash: p.hash,
+            action: p.action,
+            mode: p.mode,
+            timeout_ms: p.timeout_ms,
+            label: p.label,
+            notify: p.notify,
+            lease_ms: p.lease_ms,
+        };
+        (
+            p.connector,
+            kind,
+            e.env.unwrap_or_default(),
+            e.cwd,
+            stdin,
+            options,
         )
     };
-    let action = action_of(params)?;
-    let pin = pin_of(params)?;
-    let mode = match params.get("mode").and_then(Value::as_str) {
+    let action = action_of(options.action)?;
+    let pin = pin_of(options.version, options.hash)?;
+    let mode = match options.mode {
         None => Tier::Readonly,
         Some(m) => m
             .parse::<Tier>()
             .map_err(|_| RpcError::params(format!("unknown mode {m:?}")))?,
     };
-    let timeout_ms = match params.get("timeout_ms") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .filter(|ms| *ms > 0)
-                .ok_or_else(|| RpcError::params("timeout_ms must be a positive integer"))?,
-        ),
-    };
-    let label = match params.get("label") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(l)) => {
-            crate::policy::check_label(l)
-                .map_err(|why| RpcError::params(format!("label: {why}")))?;
-            Some(l.clone())
-        }
-        Some(_) => return Err(RpcError::params("label must be a string")),
-    };
-    let stdin_stream = bool_param(params, "stdin_stream")?;
+    let timeout_ms = positive_ms(options.timeout_ms, "timeout_ms")?;
+    if let Some(l) = &options.label {
+        crate::policy::check_label(l).map_err(|why| RpcError::params(format!("label: {why}")))?;
+    }
+    let stdin_stream = options.stdin_stream.unwrap_or(false);
     if stdin_stream && stdin.is_some() {
         return Err(RpcError::params(
             "stdin_stream and stdin (or stdin_b64) are both given; keep one",
         ));
     }
-    let notify = bool_param(params, "notify")?;
-    let lease_ms = match params.get("lease_ms") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .filter(|ms| *ms > 0)
-                .ok_or_else(|| RpcError::params("lease_ms must be a positive integer"))?,
-        ),
-    };
+    let lease_ms = positive_ms(options.lease_ms, "lease_ms")?;
     Ok(SpawnCall {
         connector,
         request: Request {
@@ -350,20 +331,11 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
         },
         stdin,
         timeout_ms,
-        label,
+        label: options.label,
         stdin_stream,
-        notify,
+        notify: options.notify.unwrap_or(false),
         lease_ms,
     })
-}
-
-/// An optional boolean parameter (false when absent).
-fn bool_param(params: &Map<String, Value>, name: &str) -> Result<bool, RpcError> {
-    match params.get(name) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(RpcError::params(format!("{name} must be true or false"))),
-    }
 }
 
 #[cfg(test)]
@@ -443,8 +415,8 @@ mod tests {
 
     /// The `action` param parsed from `action`, or its error's message.
     fn action_param(action: Value) -> Result<Option<Vec<String>>, String> {
-        let params = json!({ "action": action });
-        action_of(params.as_object().unwrap()).map_err(|e| {
+        let action = serde_json::from_value(action).map_err(|e| e.to_string())?;
+        action_of(action).map_err(|e| {
             assert_eq!(e.code, rpc::INVALID_PARAMS, "{}", e.message);
             e.message
         })
@@ -539,7 +511,9 @@ mod tests {
             if let Some(a) = &action {
                 params["action"] = a.clone();
             }
-            let parsed = action_of(params.as_object().unwrap());
+            let parsed = serde_json::from_value::<Option<ActionParam>>(params["action"].clone())
+                .map_err(|e| RpcError::params(e.to_string()))
+                .and_then(action_of);
             match cells[1].trim() {
                 "no subset" => assert_eq!(parsed.unwrap(), None, "{row}"),
                 "-32602" => {

@@ -51,7 +51,7 @@ use crate::exec::{
 use crate::manifest::Manifest;
 use crate::policy::{Access, Caller, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
-use crate::rpc::{self, string_param, u64_param, RpcError};
+use crate::rpc::{self, RpcError};
 use crate::sandbox::launch::StdinSource;
 use crate::shares::{Claim, Taken};
 use crate::spawner::Spawner;
@@ -730,8 +730,8 @@ pub(super) async fn wait_any(
     }
 }
 
-fn which(params: &Map<String, Value>) -> Result<usize, RpcError> {
-    match u64_param(params, "which")? {
+fn which(which: Option<u64>) -> Result<usize, RpcError> {
+    match which {
         Some(0) => Ok(0),
         Some(1) => Ok(1),
         _ => Err(RpcError::params("which must be 0 (stdout) or 1 (stderr)")),
@@ -739,8 +739,8 @@ fn which(params: &Map<String, Value>) -> Result<usize, RpcError> {
 }
 
 /// `spawn_output_size`.
-pub(super) fn output_size(h: &Handle, params: &Map<String, Value>) -> Result<Value, RpcError> {
-    let w = which(params)?;
+pub(super) fn output_size(h: &Handle, stream: Option<u64>) -> Result<Value, RpcError> {
+    let w = which(stream)?;
     Ok(h.with(|s| {
         let key = ["stdout", "stderr"][w];
         let truncated = s
@@ -761,11 +761,17 @@ pub(super) struct OutputRead {
 }
 
 impl OutputRead {
-    pub(super) fn from_params(params: &Map<String, Value>) -> Result<OutputRead, RpcError> {
+    /// A read of stream `stream` from `offset` (0), at most `len` bytes
+    /// (64 KiB, at most 1 MiB).
+    pub(super) fn new(
+        stream: Option<u64>,
+        offset: Option<u64>,
+        len: Option<u64>,
+    ) -> Result<OutputRead, RpcError> {
         Ok(OutputRead {
-            which: which(params)?,
-            offset: u64_param(params, "offset")?.unwrap_or(0),
-            len: u64_param(params, "len")?.unwrap_or(64 << 10).min(1 << 20) as usize,
+            which: which(stream)?,
+            offset: offset.unwrap_or(0),
+            len: len.unwrap_or(64 << 10).min(1 << 20) as usize,
         })
     }
 
@@ -790,10 +796,13 @@ impl OutputRead {
 }
 
 /// `spawn_stdin_write`'s bytes: `data` (text) or `data_b64`.
-pub(super) fn stdin_bytes(params: &Map<String, Value>) -> Result<Vec<u8>, RpcError> {
-    match (params.get("data"), params.get("data_b64")) {
-        (Some(Value::String(t)), None) => Ok(t.as_bytes().to_vec()),
-        (None, Some(Value::String(b))) => base64::engine::general_purpose::STANDARD
+pub(super) fn stdin_bytes(
+    data: Option<String>,
+    data_b64: Option<String>,
+) -> Result<Vec<u8>, RpcError> {
+    match (data, data_b64) {
+        (Some(t), None) => Ok(t.into_bytes()),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b)
             .map_err(|e| RpcError::params(format!("data_b64: {e}"))),
         _ => Err(RpcError::params(
@@ -807,12 +816,8 @@ pub(super) fn stdin_bytes(params: &Map<String, Value>) -> Result<Vec<u8>, RpcErr
 /// here, not when the last reference goes (the spawn's own thread may still
 /// be flushing its exit record or reaping init, and answers about it not
 /// yet written hold it: they are told it was released).
-pub fn release(
-    handles: &mut Handles,
-    peer: &Peer,
-    params: &Map<String, Value>,
-) -> Result<Value, RpcError> {
-    let h = handles.get(params)?;
+pub fn release(handles: &mut Handles, peer: &Peer, name: &str) -> Result<Value, RpcError> {
+    let h = handles.named(name)?;
     if h.finished() {
         let (output, past_cap, reservation) = h.with(|s| {
             s.released = true;
@@ -826,7 +831,6 @@ pub fn release(
     } else {
         h.kill_for("spawn_release", Some(peer));
     }
-    let name = string_param(params, "handle")?;
     handles.map.remove(name);
     Ok(json!({}))
 }

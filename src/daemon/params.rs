@@ -1,0 +1,337 @@
+//! Each method's params as a type (docs/daemon.md, the methods table).
+//! Every one refuses a key it does not know, and a key of the wrong type,
+//! at any depth: -32602 whose message names the key by its path
+//! (`envelope.cwd`) and says what was expected. What the types cannot say
+//! (a positive `timeout_ms`, a `which` of 0 or 1, one of `stdin` and
+//! `stdin_b64`) is checked where each is read. A null counts as absent.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::rpc::RpcError;
+
+/// `params`, read as the method's type `T`; an error names the key.
+pub fn parse<T: DeserializeOwned>(params: &Map<String, Value>) -> Result<T, RpcError> {
+    let entries = params.iter().map(|(k, v)| (k.as_str(), v));
+    let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(entries);
+    serde_path_to_error::deserialize(map).map_err(|e| {
+        let path = e.path().to_string();
+        let why = e.inner().to_string();
+        if path == "." {
+            RpcError::params(why)
+        } else {
+            RpcError::params(format!("{path}: {why}"))
+        }
+    })
+}
+
+/// Strings by name (`args`, `env`); absent or null is none.
+pub type Strings = Option<BTreeMap<String, String>>;
+
+/// The `action` param: an action subset, one string split at every `.`,
+/// or an array of entries as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a string or an array of strings")]
+pub enum ActionParam {
+    /// The string form.
+    Dotted(String),
+    /// The array form.
+    Entries(Vec<String>),
+}
+
+/// `spawn_op`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnOpParams {
+    pub connector: String,
+    pub op: String,
+    pub args: Strings,
+    pub env: Strings,
+    pub cwd: Option<String>,
+    pub stdin: Option<String>,
+    pub stdin_b64: Option<String>,
+    pub stdin_stream: Option<bool>,
+    pub version: Option<String>,
+    pub hash: Option<String>,
+    pub action: Option<ActionParam>,
+    pub mode: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub label: Option<String>,
+    pub notify: Option<bool>,
+    pub lease_ms: Option<u64>,
+}
+
+/// `spawn`'s `envelope`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub program: String,
+    pub argv: Vec<String>,
+    pub env: Strings,
+    pub cwd: Option<String>,
+    pub stdin: Option<String>,
+    pub stdin_b64: Option<String>,
+}
+
+/// `spawn`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnParams {
+    pub connector: String,
+    pub envelope: Envelope,
+    pub stdin_stream: Option<bool>,
+    pub version: Option<String>,
+    pub hash: Option<String>,
+    pub action: Option<ActionParam>,
+    pub mode: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub label: Option<String>,
+    pub notify: Option<bool>,
+    pub lease_ms: Option<u64>,
+}
+
+/// `spawn_kill`, `spawn_release`, `spawn_stdin_close`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandleParams {
+    pub handle: String,
+}
+
+/// `spawn_status`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {
+    pub handle: String,
+    pub wait_ms: Option<u64>,
+}
+
+/// `spawn_wait`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitParams {
+    pub handles: Vec<String>,
+    pub wait_ms: Option<u64>,
+}
+
+/// `spawn_output_size`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSizeParams {
+    pub handle: String,
+    pub which: Option<u64>,
+}
+
+/// `spawn_output_read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputReadParams {
+    pub handle: String,
+    pub which: Option<u64>,
+    pub offset: Option<u64>,
+    pub len: Option<u64>,
+    pub wait_ms: Option<u64>,
+}
+
+/// `spawn_stdin_write`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StdinWriteParams {
+    pub handle: String,
+    pub data: Option<String>,
+    pub data_b64: Option<String>,
+}
+
+/// `spawn_attach`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachParams {
+    pub handle: String,
+    pub token: String,
+}
+
+/// A request id, as `$/cancelRequest` names one.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a string or a number")]
+pub enum RequestId {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl RequestId {
+    /// The id as the request carried it.
+    pub fn to_value(&self) -> Value {
+        match self {
+            RequestId::Text(s) => Value::String(s.clone()),
+            RequestId::Number(n) => Value::Number(n.clone()),
+        }
+    }
+}
+
+/// `$/cancelRequest`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    pub id: RequestId,
+}
+
+/// `health`, `connectors_status`: no params.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// The JSON Schema (draft 2020-12) of every method's params: `methods`
+/// maps each method to its params' type in `$defs`. docs/protocol.schema.json
+/// holds it, for the clients' tests; `tests/docs_in_sync.rs` checks the file
+/// matches these types.
+pub fn protocol_schema() -> Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let mut methods = Map::new();
+    methods.insert(
+        "spawn_op".into(),
+        generator.subschema_for::<SpawnOpParams>().to_value(),
+    );
+    methods.insert(
+        "spawn".into(),
+        generator.subschema_for::<SpawnParams>().to_value(),
+    );
+    // `spawn_op`'s params (with `op`) or `spawn`'s (with `envelope`).
+    let checked = [methods["spawn_op"].clone(), methods["spawn"].clone()];
+    methods.insert(
+        "spawn_check".into(),
+        serde_json::json!({ "oneOf": checked }),
+    );
+    methods.insert(
+        "spawn_status".into(),
+        generator.subschema_for::<StatusParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_wait".into(),
+        generator.subschema_for::<WaitParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_stdin_write".into(),
+        generator.subschema_for::<StdinWriteParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_stdin_close".into(),
+        generator.subschema_for::<HandleParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_attach".into(),
+        generator.subschema_for::<AttachParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_output_size".into(),
+        generator.subschema_for::<OutputSizeParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_output_read".into(),
+        generator.subschema_for::<OutputReadParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_kill".into(),
+        generator.subschema_for::<HandleParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_release".into(),
+        generator.subschema_for::<HandleParams>().to_value(),
+    );
+    methods.insert(
+        "connectors_status".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
+        "health".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
+        "$/cancelRequest".into(),
+        generator.subschema_for::<CancelParams>().to_value(),
+    );
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "spawnd daemon protocol: each method's params",
+        "description": "Generated from src/daemon/params.rs (docs/daemon.md); `methods` maps a method to the schema of its params.",
+        "methods": methods,
+        "$defs": generator.take_definitions(true),
+    })
+}
+
+/// `wait_ms` from a request's raw params when it is a number, for
+/// classing the request before its params are read (a wrong one is
+/// refused when they are).
+pub fn peek_wait_ms(params: &Map<String, Value>) -> Option<u64> {
+    params.get("wait_ms").and_then(Value::as_u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message<T: DeserializeOwned + std::fmt::Debug>(params: Value) -> String {
+        let e = parse::<T>(params.as_object().unwrap()).unwrap_err();
+        assert_eq!(e.code, crate::rpc::INVALID_PARAMS, "{}", e.message);
+        e.message
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_by_name_at_any_depth() {
+        let m = message::<HandleParams>(json!({"handle": "h", "hadnle": "h"}));
+        assert!(m.starts_with("hadnle: unknown field `hadnle`"), "{m}");
+        let m = message::<SpawnParams>(json!({"connector": "c",
+            "envelope": {"program": "/p", "argv": [], "cwdir": "/"}}));
+        assert!(
+            m.starts_with("envelope.cwdir: unknown field `cwdir`"),
+            "{m}"
+        );
+        let m = message::<NoParams>(json!({"verbose": true}));
+        assert!(m.contains("unknown field `verbose`"), "{m}");
+    }
+
+    #[test]
+    fn a_wrong_typed_key_is_refused_by_its_path_with_what_was_expected() {
+        let m = message::<SpawnParams>(json!({"connector": "c",
+            "envelope": {"program": "/p", "argv": [], "cwd": 5}}));
+        assert_eq!(
+            m,
+            "envelope.cwd: invalid type: integer `5`, expected a string"
+        );
+        let m = message::<SpawnOpParams>(json!({"connector": "c", "op": "o",
+            "args": {"a": 1}}));
+        assert_eq!(m, "args.a: invalid type: integer `1`, expected a string");
+        let m = message::<SpawnOpParams>(json!({"connector": "c", "op": "o", "action": 3}));
+        assert!(
+            m.starts_with("action: ") && m.contains("a string or an array of strings"),
+            "{m}"
+        );
+        let m = message::<WaitParams>(json!({"handles": ["a", 2]}));
+        assert!(m.starts_with("handles[1]: invalid type"), "{m}");
+        let m = message::<CancelParams>(json!({"id": true}));
+        assert!(
+            m.starts_with("id: ") && m.contains("a string or a number"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_missing_key_is_named_and_null_is_absent() {
+        let m = message::<AttachParams>(json!({"handle": "h"}));
+        assert_eq!(m, "missing field `token`");
+        let p: StatusParams =
+            parse(json!({"handle": "h", "wait_ms": null}).as_object().unwrap()).unwrap();
+        assert_eq!(p.wait_ms, None);
+        let p: SpawnOpParams = parse(
+            json!({"connector": "c", "op": "o", "args": null, "action": ["spawn"]})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(p.args, None);
+        assert_eq!(p.action, Some(ActionParam::Entries(vec!["spawn".into()])));
+    }
+}
