@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// `main`. `sys` is the kernel-facing bottom; `lib` only declares modules.
 const LAYERS: &[&[&str]] = &[
     &["main", "cli", "fuzzing"],
-    &["daemon", "client"],
+    &["daemon", "client", "draft"],
     &["rpc"],
     &["exec"],
     &["connectors"],

@@ -3,7 +3,7 @@
 //! for it here — the host's directories readable and executable, the
 //! workspace writable, the host paths the command names readable even
 //! where the sandbox has its own (`/tmp`) — and writes the draft manifest
-//! ([`super::draft`]) that grants what the run used.
+//! ([`crate::draft`]) that grants what the run used.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 
 use super::args::{Cli, LearnArgs};
 use super::context::{current_caller, load_config};
-use super::draft::{Host, Observed};
 use super::output::{print_notice, Failure, Success};
 use super::run::live_output;
+use crate::draft::{Host, Observed};
 use crate::egress::learning::Learning;
 use crate::exec::{execute, Execution, FailureKind};
 use crate::manifest::{parse_manifest, LoadOptions, Tier};

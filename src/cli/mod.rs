@@ -7,7 +7,6 @@ mod audit_cmd;
 pub(crate) mod check;
 mod connector_cmd;
 pub(crate) mod context;
-mod draft;
 mod explain;
 mod info;
 mod keyring_cmd;
