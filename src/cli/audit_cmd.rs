@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 use time::OffsetDateTime;
 
-use super::args::{AuditFilter, Cli, VerifyArgs};
+use super::args::{AuditCommand, AuditFilter, Cli, VerifyArgs};
 use super::context::{load_audit_key, load_config};
 use super::output::{print_line, Failure, Success};
 use crate::audit::chain;
@@ -19,6 +19,45 @@ use crate::audit::time_bound::record_instant;
 use crate::audit::verify::{verify_with as verify_chain, Anchor, Options as VerifyOptions};
 use crate::exec::load_previous_audit_keys;
 use crate::printable::printable;
+
+/// Runs one `audit` subcommand.
+pub fn dispatch(cli: &Cli, command: &AuditCommand) -> Result<Success, Failure> {
+    match command {
+        AuditCommand::Verify(args) => verify(cli, args),
+        AuditCommand::Checkpoint {
+            signing_key,
+            output,
+            file,
+        } => checkpoint(
+            cli,
+            file.as_deref(),
+            signing_key.as_deref(),
+            output.as_deref(),
+        ),
+        AuditCommand::Tail {
+            lines,
+            follow,
+            from_seq,
+            file,
+        } => tail(cli, file.as_deref(), *lines, *follow, *from_seq),
+        AuditCommand::Keygen {
+            file,
+            signing,
+            public,
+        } => match (signing, public) {
+            (_, true) => public_key(file),
+            (true, false) => keygen_signing(file),
+            (false, false) => keygen(file),
+        },
+        AuditCommand::Query { filter, file } => query(cli, file.as_deref(), filter),
+        AuditCommand::Export {
+            filter,
+            file,
+            follow,
+            ..
+        } => export(cli, file.as_deref(), filter, *follow),
+    }
+}
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
 pub fn verify_log(file: &Path, options: &VerifyOptions) -> Result<Success, Failure> {

@@ -6,12 +6,26 @@ use std::path::Path;
 use serde_json::json;
 use toml_edit::{DocumentMut, Item, Value};
 
-use super::args::Cli;
+use super::args::{Cli, ManifestCommand};
 use super::context::{current_caller, load_config, load_manifest, manifest_dir};
 use super::explain::explain_text;
 use super::output::{Failure, Success};
 use crate::manifest::ScopePath;
 use crate::program::hash_path;
+
+/// Runs one `manifest` subcommand.
+pub fn dispatch(cli: &Cli, command: &ManifestCommand) -> Result<Success, Failure> {
+    match command {
+        ManifestCommand::Init {
+            name,
+            programs,
+            output,
+        } => init(name, programs, output.as_deref()),
+        ManifestCommand::Lint { file } => lint(cli, file),
+        ManifestCommand::Explain { file } => explain(cli, file),
+        ManifestCommand::Pin { files, check } => pin(cli, files, *check),
+    }
+}
 
 /// `manifest lint`: exit 0 when valid (warnings allowed), 4 with every problem otherwise.
 pub fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {

@@ -138,55 +138,12 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Check(args) => check::run_check(cli, args),
         Command::Run(args) => run::run(cli, args),
         Command::Learn(args) => learn::learn(cli, args),
-        Command::Manifest(ManifestCommand::Init {
-            name,
-            programs,
-            output,
-        }) => manifest_cmd::init(name, programs, output.as_deref()),
-        Command::Manifest(ManifestCommand::Lint { file }) => manifest_cmd::lint(cli, file),
-        Command::Manifest(ManifestCommand::Explain { file }) => manifest_cmd::explain(cli, file),
-        Command::Manifest(ManifestCommand::Pin { files, check }) => {
-            manifest_cmd::pin(cli, files, *check)
-        }
+        Command::Manifest(command) => manifest_cmd::dispatch(cli, command),
         Command::Hash { file } => info::hash(file),
         Command::Capabilities => Ok(info::capabilities()),
         Command::Health => info::health(cli),
         Command::Config(ConfigCommand::Show) => info::config_show(cli),
-        Command::Audit(AuditCommand::Verify(args)) => audit_cmd::verify(cli, args),
-        Command::Audit(AuditCommand::Checkpoint {
-            signing_key,
-            output,
-            file,
-        }) => audit_cmd::checkpoint(
-            cli,
-            file.as_deref(),
-            signing_key.as_deref(),
-            output.as_deref(),
-        ),
-        Command::Audit(AuditCommand::Tail {
-            lines,
-            follow,
-            from_seq,
-            file,
-        }) => audit_cmd::tail(cli, file.as_deref(), *lines, *follow, *from_seq),
-        Command::Audit(AuditCommand::Keygen {
-            file,
-            signing,
-            public,
-        }) => match (signing, public) {
-            (_, true) => audit_cmd::public_key(file),
-            (true, false) => audit_cmd::keygen_signing(file),
-            (false, false) => audit_cmd::keygen(file),
-        },
-        Command::Audit(AuditCommand::Query { filter, file }) => {
-            audit_cmd::query(cli, file.as_deref(), filter)
-        }
-        Command::Audit(AuditCommand::Export {
-            filter,
-            file,
-            follow,
-            ..
-        }) => audit_cmd::export(cli, file.as_deref(), filter, *follow),
+        Command::Audit(command) => audit_cmd::dispatch(cli, command),
         Command::Connector(command) => connector_cmd::dispatch(cli, command),
         Command::Keyring(command) => keyring_cmd::dispatch(cli, command),
         Command::Connectors {
@@ -207,25 +164,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             let text = v["block"].as_str().unwrap_or_default().to_string();
             Ok(Success::new(v, text))
         }
-        Command::Serve { socket } => {
-            let config = context::load_config(cli)?;
-            // `[server] manifests` is the operator's config: a missing or
-            // invalid entry is a config problem (exit 4), told apart from
-            // what keeps the daemon itself from running (exit 5).
-            let manifests = crate::config::manifests::load_manifests(&config)
-                .map_err(|e| Failure::config(format!("serve: manifests: {e}")))?;
-            let path = context::config_path(cli);
-            let reload: crate::daemon::Reload =
-                Box::new(move || context::load_config_from(path.as_deref()).map_err(|f| f.message));
-            crate::daemon::serve(config, manifests, reload, socket.clone())
-                .map(|()| Success::new(serde_json::Value::Null, ""))
-                .map_err(|e| {
-                    Failure::new(
-                        crate::exec::FailureKind::DaemonUnavailable,
-                        format!("serve: {e}"),
-                    )
-                })
-        }
+        Command::Serve { socket } => serve(cli, socket.clone()),
         Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
         Command::ProbeUserns => match crate::kernel_features::userns_probe_helper() {
             Ok(()) => Ok(Success::new(serde_json::Value::Null, "")),
@@ -236,4 +175,25 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             Err(e) => Err(Failure::sandbox_unavailable(e)),
         },
     }
+}
+
+/// `spawnd serve`: the daemon, with the operator's config and manifests.
+fn serve(cli: &Cli, socket: Option<std::path::PathBuf>) -> Result<Success, Failure> {
+    let config = context::load_config(cli)?;
+    // `[server] manifests` is the operator's config: a missing or
+    // invalid entry is a config problem (exit 4), told apart from
+    // what keeps the daemon itself from running (exit 5).
+    let manifests = crate::config::manifests::load_manifests(&config)
+        .map_err(|e| Failure::config(format!("serve: manifests: {e}")))?;
+    let path = context::config_path(cli);
+    let reload: crate::daemon::Reload =
+        Box::new(move || context::load_config_from(path.as_deref()).map_err(|f| f.message));
+    crate::daemon::serve(config, manifests, reload, socket)
+        .map(|()| Success::new(serde_json::Value::Null, ""))
+        .map_err(|e| {
+            Failure::new(
+                crate::exec::FailureKind::DaemonUnavailable,
+                format!("serve: {e}"),
+            )
+        })
 }
