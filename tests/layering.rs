@@ -65,25 +65,178 @@ fn module_of(src: &Path, file: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// The top-level modules `text` names through `crate::`.
-fn named_modules(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for (i, _) in text.match_indices("crate::") {
-        // `spawnd::crate::` cannot occur; skip `$crate::` in macros.
-        if text[..i].ends_with('$') {
-            continue;
-        }
-        let rest = &text[i + "crate::".len()..];
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if !name.is_empty() {
-            out.insert(name);
+/// The module path of a file of `src/`: `src/exec/report.rs` is
+/// `["exec", "report"]`, `src/exec/mod.rs` is `["exec"]`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut path: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if path.last().is_some_and(|l| l == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// `text` without comments and string literals, so a message or a doc
+/// that mentions a module does not count as naming it.
+fn code_of(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '"' => {
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    match c {
+                        '\\' if !escaped => escaped = true,
+                        '"' if !escaped => break,
+                        _ => escaped = false,
+                    }
+                }
+                out.push_str("\"\"");
+            }
+            // A char literal such as '"' or '{' (never a lifetime: those
+            // are not followed by a quote two characters on).
+            '\'' => {
+                let ahead: String = chars.clone().take(3).collect();
+                if ahead.chars().nth(1) == Some('\'') {
+                    chars.nth(1);
+                } else if ahead.starts_with('\\') {
+                    for c in chars.by_ref() {
+                        if c == '\'' {
+                            break;
+                        }
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            c => out.push(c),
         }
     }
     out
 }
+
+/// Every path a `use` declaration in `code` brings in, groups expanded:
+/// `use crate::{a::X, b::{c, d}};` is `crate::a::X`, `crate::b::c` and
+/// `crate::b::d`.
+fn use_paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    for (i, _) in code.match_indices("use ") {
+        let at_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if !at_start {
+            continue;
+        }
+        let Some(end) = code[i..].find(';') else {
+            continue;
+        };
+        let tree: String = code[i + 4..i + end]
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        expand(&tree, &mut out);
+    }
+    out
+}
+
+/// The paths of one use tree (`a::{b, c::d}` is `a::b` and `a::c::d`).
+fn expand(tree: &str, out: &mut Vec<String>) {
+    let Some(open) = tree.find('{') else {
+        out.push(tree.split(" as ").next().unwrap_or(tree).to_string());
+        return;
+    };
+    let prefix = &tree[..open];
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                expand(&format!("{prefix}{}", &inner[start..i]), out);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < inner.len() {
+        expand(&format!("{prefix}{}", &inner[start..]), out);
+    }
+}
+
+/// The top-level modules `code` (of the module at `path`) names: through
+/// `crate::` anywhere, and through `super::` in a `use`.
+fn named_modules(code: &str, path: &[String]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let ident = |rest: &str| -> String {
+        rest.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in code.match_indices("crate::") {
+        // `$crate::` in macros is not this crate's path.
+        if code[..i].ends_with('$') {
+            continue;
+        }
+        let name = ident(&code[i + "crate::".len()..]);
+        if !name.is_empty() {
+            out.insert(name);
+        }
+    }
+    for used in use_paths(code) {
+        let mut segments: Vec<&str> = used.split("::").collect();
+        let mut here = path.to_vec();
+        let mut climbed = false;
+        while segments.first() == Some(&"super") {
+            segments.remove(0);
+            here.pop();
+            climbed = true;
+        }
+        let top = match segments.first() {
+            Some(&"crate") => segments.get(1),
+            _ if climbed && here.is_empty() => segments.first(),
+            _ => None,
+        };
+        // Only a module of `src/`: a file's inline module (`mod tests`)
+        // climbs one step less than its file's path says.
+        if let Some(name) = top.map(|t| ident(t)) {
+            if LAYERS.iter().any(|l| l.contains(&name.as_str())) {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// Modules that are pure: no kernel and no file I/O beyond the values they
+/// are handed ([`lib.rs`]'s list).
+const PURE: &[&str] = &[
+    "manifest",
+    "template",
+    "policy",
+    "plan",
+    "interpreter",
+    "printable",
+    "secret_paths",
+    "egress",
+    "draft",
+];
+
+/// What a pure module may not name: the filesystem, processes, the
+/// kernel's calls and the async runtime.
+const IMPURE: &[&str] = &["std::fs", "std::process", "nix::", "libc::", "tokio::"];
 
 /// The layer index of a module: 0 is the top.
 fn layer(module: &str) -> usize {
@@ -107,13 +260,9 @@ fn no_module_imports_one_above_it() {
         }
         let module = module_of(&src, file);
         let text = std::fs::read_to_string(file).unwrap();
-        // Doc comments may mention a module above; code may not name it.
-        let code: String = text
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        for named in named_modules(&code) {
+        // Docs and messages may mention a module above; code may not name it.
+        let code = code_of(&text);
+        for named in named_modules(&code, &module_path(&src, file)) {
             if named != module && layer(&named) <= layer(&module) {
                 wrong.push(format!(
                     "{} ({module}) names crate::{named}",
@@ -130,10 +279,64 @@ fn no_module_imports_one_above_it() {
 }
 
 #[test]
+fn pure_modules_name_no_filesystem_process_kernel_or_runtime() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy();
+        let module = module_of(&src, file);
+        if name.ends_with("tests.rs") || !PURE.contains(&module.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        // A file's own test module may use any harness.
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = code_of(text);
+        for banned in IMPURE {
+            let named = code.match_indices(banned).any(|(i, _)| {
+                let before = code[..i].chars().next_back();
+                !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+            });
+            if named {
+                wrong.push(format!(
+                    "{} (pure: {module}) names {banned}",
+                    file.strip_prefix(&src).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "I/O in a pure module:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
 fn the_check_sees_an_upward_import() {
+    let here = ["exec".to_string(), "report".to_string()];
     assert_eq!(
-        named_modules("use crate::cli::output::Failure;\nlet x = crate::exec::execute;"),
+        named_modules(
+            &code_of("use crate::cli::output::Failure;\nlet x = crate::exec::execute;"),
+            &here
+        ),
         BTreeSet::from(["cli".to_string(), "exec".to_string()])
+    );
+    // Groups, `super::` past the top, and not what a string or comment says.
+    assert_eq!(
+        named_modules(
+            &code_of(
+                "use crate::{\n    daemon::X,\n    sys::{a, b},\n};\nuse super::super::cli::Y;\n// crate::rpc\nlet m = \"crate::client\";"
+            ),
+            &here
+        ),
+        BTreeSet::from(["daemon".to_string(), "sys".to_string(), "cli".to_string()])
+    );
+    assert_eq!(
+        named_modules(&code_of("use super::result::SpawnResult;"), &here),
+        BTreeSet::new()
     );
     assert!(layer("cli") < layer("daemon") && layer("daemon") < layer("exec"));
     assert!(layer("exec") < layer("spawner") && layer("spawner") < layer("sandbox"));
