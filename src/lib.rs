@@ -19,6 +19,7 @@
 //!   listeners the sandbox makes in the program's network namespace.
 //! * [`provenance`] says which bytes a connector is and who vouches for them: content
 //!   hashes, publisher signatures, the keyring and the content-addressed store.
+//! * [`metrics`] counts what operators watch (spawns, denials, round trips, relay, audit flushes).
 //! * [`program`], [`config`], [`kernel_features`], [`host_policy`] and [`cli`] do I/O at the edges.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
@@ -43,6 +44,7 @@ pub mod interpreter;
 pub mod ipc;
 pub mod kernel_features;
 pub mod manifest;
+pub mod metrics;
 pub mod origin;
 pub mod plan;
 pub mod policy;

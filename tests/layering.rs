@@ -37,6 +37,7 @@ const LAYERS: &[&[&str]] = &[
         "interpreter",
         "origin",
         "secret_paths",
+        "metrics",
     ],
     &["sys"],
     &["lib"],

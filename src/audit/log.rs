@@ -81,6 +81,8 @@ pub struct Unsynced {
     path: PathBuf,
     appended: Appended,
     ticket: Ticket,
+    /// When the record was written, for the flush time operators watch.
+    written: std::time::Instant,
 }
 
 impl Unsynced {
@@ -100,6 +102,7 @@ impl Unsynced {
             what: "fsync".into(),
             source,
         })?;
+        crate::metrics::audit_flushed(self.written.elapsed());
         Ok(self.appended)
     }
 
@@ -114,6 +117,7 @@ impl Unsynced {
                 source,
             }
         })?;
+        crate::metrics::audit_flushed(self.written.elapsed());
         Ok(self.appended)
     }
 }
@@ -473,6 +477,7 @@ impl AuditLog {
                 audit_id: id,
             },
             ticket,
+            written: std::time::Instant::now(),
         })
     }
 

@@ -134,6 +134,11 @@ pub struct ServerConfig {
     pub running_spawns_share: u32,
     /// Each uid's share of `max_buffered_output_bytes` (read at start).
     pub buffered_output_share_bytes: u64,
+    /// Where the daemon writes its metrics for the node exporter's
+    /// textfile collector (none: only the `metrics` method answers them).
+    pub metrics_file: Option<PathBuf>,
+    /// How often `metrics_file` is written.
+    pub metrics_interval_ms: u64,
 }
 
 /// `[network]`: what manifests' network grants may reach.
@@ -897,6 +902,11 @@ fn server_config(
         max_running_spawns: shares.max_running_spawns,
         running_spawns_share: shares.running_spawns_share,
         buffered_output_share_bytes: shares.buffered_output_share_bytes,
+        metrics_file: raw.metrics_file,
+        metrics_interval_ms: raw
+            .metrics_interval_ms
+            .unwrap_or(15_000)
+            .clamp(1_000, 3_600_000),
     }
 }
 

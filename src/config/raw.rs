@@ -59,6 +59,8 @@ pub(super) struct RawServer {
     pub(super) max_running_spawns: Option<u32>,
     pub(super) running_spawns_share: Option<u32>,
     pub(super) buffered_output_share_bytes: Option<u64>,
+    pub(super) metrics_file: Option<PathBuf>,
+    pub(super) metrics_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -30,6 +30,7 @@ mod connection;
 mod detached;
 mod frames;
 mod handles;
+mod metrics_file;
 mod notifications;
 mod stdin;
 
@@ -597,6 +598,11 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     let beat = Duration::from_secs(daemon.loaded().config.audit.heartbeat_secs);
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let metrics_file = daemon.loaded().config.server.metrics_file.clone();
+    let metrics_writer = metrics_file.clone().map(|file| {
+        let every = Duration::from_millis(daemon.loaded().config.server.metrics_interval_ms);
+        tokio::spawn(metrics_file::write_every(file, every))
+    });
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     {
         let loaded = daemon.loaded();
@@ -702,6 +708,10 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     .await;
     if let Ok(Err(e)) = recorded {
         tracing::error!(error = %e, "the stop record could not be written");
+    }
+    if let (Some(writer), Some(file)) = (metrics_writer, metrics_file) {
+        writer.abort();
+        let _ = tokio::task::spawn_blocking(move || metrics_file::write_logged(&file)).await;
     }
     tracing::info!("stopped");
     Ok(())
