@@ -457,6 +457,7 @@ pub async fn refuse(
     refusal: Refusal,
     mut error: RpcError,
 ) -> RpcError {
+    crate::metrics::denied(refusal.reason);
     let ts = crate::audit::log::now_rfc3339_millis();
     let verdict = tallies(daemon).note(peer, &refusal, Instant::now(), &ts, || {
         crate::audit::log::new_audit_id().unwrap_or_default()

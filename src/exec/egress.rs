@@ -419,6 +419,14 @@ async fn record(
 
 impl Reported {
     fn take(&mut self, event: NetEvent) {
+        if let NetEvent::Connection(record) = &event {
+            let outcome = match (record.allowed && record.connected, record.reason) {
+                (true, _) | (false, None) if record.allowed => "relayed",
+                (_, Some(reason)) => reason,
+                (_, None) => "refused",
+            };
+            crate::metrics::relay_connection(outcome, record.bytes_up, record.bytes_down);
+        }
         match event {
             NetEvent::Connection(record) if self.connections.len() < MAX_LISTED_CONNECTIONS => {
                 self.connections.push(record)

@@ -32,6 +32,7 @@ impl SpawnAudit<'_> {
             crate::policy::RequestKind::Op { name, .. } => Some(name.as_str()),
             crate::policy::RequestKind::Raw { .. } => None,
         };
+        crate::metrics::denied(denial.reason.as_str());
         let event = events::denial(&denial, self.caller, op);
         match self.log.append(Kind::Denial, None, event) {
             Ok(recorded) => {

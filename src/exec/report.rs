@@ -162,6 +162,7 @@ pub(super) fn report(
         network,
         trace,
     } = ran;
+    crate::metrics::spawn_ended(&plan.connector, outcome_counted(&o));
     let (exit_code, signal) = match &o.ending {
         Ending::SetupFailed(why) => {
             return Err(Failure::sandbox_unavailable(format!(
@@ -211,6 +212,18 @@ pub(super) fn report(
         failed_on_refusal: None,
     };
     Ok(conclude(json, result, on_notice))
+}
+
+/// How `spawnd_spawns_total` counts a run that ended.
+fn outcome_counted(o: &Outcome) -> crate::metrics::Outcome {
+    use crate::metrics::Outcome as Counted;
+    match o.ending {
+        Ending::SetupFailed(_) => Counted::SetupFailed,
+        _ if o.timed_out || o.interrupted_by.is_some() => Counted::Killed,
+        Ending::Signaled(_) => Counted::Killed,
+        Ending::Exited(0) => Counted::Succeeded,
+        Ending::Exited(_) => Counted::Failed,
+    }
 }
 
 /// `interrupted_by` of a sandbox killed at its first refused egress
