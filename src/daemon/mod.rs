@@ -38,6 +38,7 @@ mod params;
 mod peer;
 pub mod refusals;
 pub mod request;
+mod results;
 pub mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};

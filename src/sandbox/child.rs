@@ -118,8 +118,17 @@ pub struct ScopeId {
     pub idmapped: Option<OwnedFd>,
 }
 
-/// Signals init forwards to the program.
-const FORWARDED: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+/// Signals init forwards to the program: spawnd's own SIGTERM at the wall
+/// time, and those the daemon's `spawn_kill` may send (SIGKILL aside,
+/// which ends the sandbox).
+const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
