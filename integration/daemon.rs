@@ -2594,3 +2594,133 @@ fn an_edit_of_the_live_log_under_the_daemon_is_noted_at_its_next_heartbeat() {
         "{note}"
     );
 }
+
+/// The `[server]` keys (with their defaults) the daemon runs under with
+/// the config `scripts/install-systemd` writes, as `config show` prints them.
+fn installed_server_config() -> Value {
+    let script = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-systemd"),
+    )
+    .unwrap();
+    let start = script
+        .find("<<'TOML'\n")
+        .expect("install-systemd writes a config")
+        + "<<'TOML'\n".len();
+    let end = start + script[start..].find("\nTOML\n").unwrap();
+    let dir = world().path("installed-config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, &script[start..end]).unwrap();
+    let out = Command::new(&world().spawnd)
+        .args(["config", "show", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    shown["data"]["server"].clone()
+}
+
+/// The one value of `key` in a unit file's text.
+fn unit_value<'a>(unit: &'a str, key: &str) -> Option<&'a str> {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(str::trim)
+}
+
+/// The shipped socket unit listens where the daemon would, with the mode
+/// and group the installed config gives a socket `serve` makes itself; its
+/// directory lets that group reach the socket (systemd makes it root's);
+/// and the service does not manage that directory, whose removal at a stop
+/// would take the socket with it.
+#[test]
+fn the_shipped_units_agree_with_the_daemons_socket_config() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/systemd");
+    let socket = std::fs::read_to_string(dir.join("spawnd.socket")).unwrap();
+    let service = std::fs::read_to_string(dir.join("spawnd.service")).unwrap();
+    let server = installed_server_config();
+    assert_eq!(
+        unit_value(&socket, "ListenStream"),
+        server["socket"].as_str(),
+        "{server}"
+    );
+    assert_eq!(
+        unit_value(&socket, "SocketMode"),
+        server["socket_mode"].as_str(),
+        "{server}"
+    );
+    assert_eq!(
+        unit_value(&socket, "SocketGroup"),
+        server["socket_group"].as_str(),
+        "{server}"
+    );
+    let directory_mode = unit_value(&socket, "DirectoryMode").expect("DirectoryMode");
+    let directory_mode = u32::from_str_radix(directory_mode, 8).unwrap();
+    assert_ne!(
+        directory_mode & 0o001,
+        0,
+        "systemd makes the socket's directory root:root {directory_mode:o}: group members could not reach the socket"
+    );
+    assert_eq!(unit_value(&service, "RuntimeDirectory"), None);
+}
+
+/// A socket directory `serve` creates is 0750 with `[server] socket_group`
+/// as its group (whatever the umask), so that group's members, whom the
+/// socket's mode (0660, the same group) lets connect, can reach it: uid
+/// 65534, whose group is the one named, connects and is answered.
+#[test]
+fn the_socket_directory_the_daemon_creates_belongs_to_socket_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let w = world();
+    let dir = w.path("daemon-socket-group");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.join("run").join("spawnd.sock");
+    let audit = dir.join("audit.jsonl");
+    let config = dir.join("config.toml");
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(65534))
+        .unwrap()
+        .expect("a group with gid 65534")
+        .name;
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\npath = {:?}\n[server]\nsocket = {:?}\nsocket_group = {group:?}\nmanifests = [{:?}]\n[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n",
+            audit.display().to_string(),
+            socket.display().to_string(),
+            w.manifest.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let child = Command::new("sh")
+        .args(["-c", "umask 077; exec \"$0\" serve --config \"$1\""])
+        .arg(&w.spawnd)
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let d = Daemon {
+        child,
+        socket: socket.clone(),
+        audit,
+    };
+    let started = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no daemon");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let made = std::fs::metadata(socket.parent().unwrap()).unwrap();
+    assert_eq!(
+        (made.mode() & 0o7777, made.gid()),
+        (0o750, 65534),
+        "{:o}",
+        made.mode()
+    );
+    let sock = std::fs::metadata(&socket).unwrap();
+    assert_eq!((sock.mode() & 0o777, sock.gid()), (0o660, 65534));
+    let mut member = Client::connect_as(&d.socket, 65534);
+    let pong = member.ok("ping", json!({}));
+    assert!(pong["version"].is_string(), "{pong}");
+}
