@@ -862,6 +862,12 @@ fn network_grants_are_shown_by_check_and_explain_and_lint_warns_of_host_loopback
             && explained.contains("network: only api.example.com:443"),
         "{explained}"
     );
+    // An operation narrowed to no pair says so, never "only nothing".
+    assert!(
+        explained.contains("network: none (only its own loopback)")
+            && !explained.contains("only nothing"),
+        "{explained}"
+    );
     let lint = spawnd(&["manifest", "lint", "--json", m.to_str().unwrap()]);
     let lint = String::from_utf8_lossy(&lint.stdout);
     assert!(

@@ -1284,3 +1284,42 @@ fn spawn_kill_sends_the_signal_asked_for_to_the_program() {
     );
     assert_eq!(status["interrupted_by"], "spawn_kill", "{status}");
 }
+
+/// A connection refused at `max_connections` is not counted among its
+/// uid's open connections: the refusal's `caller_uses` is the one the uid
+/// holds, and once that closes the uid connects again.
+#[test]
+fn a_refused_connection_is_not_counted_as_open() {
+    let d = Daemon::start("max-connections", "max_connections = 1\n");
+    // The harness's probe for the socket may still hold the one slot.
+    let held = answered_connection(&d);
+    let mut refused = d.client();
+    let said = refused.answer().expect("the refusal");
+    assert_eq!(said["error"]["code"], -32003, "{said}");
+    let data = &said["error"]["data"];
+    assert_eq!(data["limit"], "server.max_connections", "{said}");
+    assert_eq!(
+        (data["max"].as_u64(), data["caller_uses"].as_u64()),
+        (Some(1), Some(1)),
+        "{said}"
+    );
+    assert!(refused.answer().is_none(), "closed after the refusal");
+    drop(held);
+    answered_connection(&d);
+}
+
+/// A connection whose `ping` is answered, once the daemon has a slot for
+/// it (within 10 s).
+fn answered_connection(d: &Daemon) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = d.client();
+        send(&mut c, 1, "ping", json!({}));
+        let a = c.answer().expect("an answer");
+        if a.get("result").is_some() {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "{a}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

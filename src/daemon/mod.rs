@@ -657,6 +657,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         });
                     }
                     Err(_) => {
+                        // The refused connection is not one of the uid's open ones.
+                        drop(arrival);
                         let mine = daemon.tenants.connections_of(uid);
                         tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
                             "the daemon has {max} connections open ([server] max_connections); try later"
