@@ -211,7 +211,10 @@ fn bad_frames_get_errors_and_the_daemon_keeps_serving() {
     let refused = big.answer().unwrap();
     assert_eq!(refused["error"]["code"], -32600, "{refused}");
     assert_eq!(refused["id"], Value::Null, "{refused}");
-    assert_eq!(refused["error"]["data"]["max_frame_bytes"], 4096, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["max_frame_bytes"], 4096,
+        "{refused}"
+    );
     assert_eq!(big.ok("health", json!({}))["protocol_version"], 1);
     // A line cut off by the end of the stream: an error, nothing run.
     let mut half = d.client();
@@ -2746,7 +2749,9 @@ fn the_daemon_docs_spawn_op_example_runs_against_the_shipped_git_policy() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|r| r["method"] == "spawn_op")
         .expect("a spawn_op example in docs/daemon.md");
-    let cwd = request["params"]["cwd"].as_str().expect("the example's cwd");
+    let cwd = request["params"]["cwd"]
+        .as_str()
+        .expect("the example's cwd");
     let in_home = cwd
         .strip_prefix("/home/alice/")
         .expect("the example works in alice's home");
@@ -2806,7 +2811,10 @@ fn the_daemon_docs_spawn_op_example_runs_against_the_shipped_git_policy() {
     assert_eq!(status["state"], "exited", "{status}");
     assert_eq!(status["exit_code"], 0, "{status}");
     assert!(
-        status["stdout"]["text"].as_str().unwrap().starts_with("## "),
+        status["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("## "),
         "{status}"
     );
 }
