@@ -150,7 +150,7 @@ fn param_schema(p: &Value) -> Value {
     let mut description = p["description"].as_str().unwrap_or_default().to_string();
     if p["kind"] == "path" {
         if !description.is_empty() {
-            description.push_str(" ");
+            description.push(' ');
         }
         description.push_str("(a path)");
     }
