@@ -1323,3 +1323,41 @@ fn answered_connection(d: &Daemon) -> Client {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `ping` keeps no idle connection open: one that only pings and holds no
+/// handle is closed after `idle_timeout_ms` as a silent one is, while any
+/// other request counts as activity.
+#[test]
+fn pings_do_not_keep_an_idle_connection_open() {
+    let d = Daemon::start("ping-idle", "idle_timeout_ms = 800\n");
+    let mut pinging = d.client();
+    let mut asking = d.client();
+    let started = Instant::now();
+    let closed = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the pinging connection was never closed"
+        );
+        send(&mut pinging, 1, "ping", json!({}));
+        let a = pinging.answer().expect("an answer or the closing error");
+        if a.get("error").is_some() {
+            break a;
+        }
+        // Asking something else each time keeps the other one open.
+        assert!(asking.ok("spawn_list", json!({}))["spawns"].is_array());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "{closed} after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        closed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("idle_timeout_ms"),
+        "{closed}"
+    );
+    assert!(asking.ok("ping", json!({}))["version"].is_string());
+}

@@ -853,6 +853,14 @@ fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
     Started::LaterToTheEnd(later(super::stdin::carry_out(handle, ticket, work)))
 }
 
+/// Why an idle connection is closed.
+fn idle_closing(idle_timeout: Duration) -> String {
+    format!(
+        "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
+        idle_timeout.as_millis()
+    )
+}
+
 /// A request's wait, when its `wait_ms` asks for one (0 does not).
 fn wait_of(wait_ms: Option<u64>) -> Option<Duration> {
     wait_ms
@@ -922,12 +930,8 @@ pub(super) async fn serve_connection(
         };
         let closing = if lines.read_buffer().is_empty() && !lines.decoder().discarding() {
             partial_since = None;
-            (idle && now.duration_since(last_request) >= idle_timeout).then(|| {
-                format!(
-                    "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
-                    idle_timeout.as_millis()
-                )
-            })
+            (idle && now.duration_since(last_request) >= idle_timeout)
+                .then(|| idle_closing(idle_timeout))
         } else {
             (now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout).then(|| {
                 format!(
@@ -985,8 +989,19 @@ pub(super) async fn serve_connection(
             Ok(call) => Class::of(call),
             Err(_) => Class::Immediate,
         };
-        // A `ping` tests the connection; it keeps no idle one open.
+        // A `ping` tests the connection; it keeps no idle one open. One
+        // that comes after the idle time (the connection holds nothing and
+        // has nothing in progress) finds the connection closing.
         let activity = !matches!(&parsed, Ok(call) if call.method == "ping");
+        if !activity
+            && last_request.elapsed() >= idle_timeout
+            && conn.handles().is_empty()
+            && conn.in_progress.none()
+        {
+            let e = RpcError::new(rpc::INVALID_REQUEST, idle_closing(idle_timeout));
+            conn.answer(Some(Value::Null), ready(Err(e))).await;
+            break;
+        }
         // The line's bytes, then its class's place. While the loop waits
         // for them the peer is still watched: one that hangs up is
         // noticed, and its programs ended, without a line to read.

@@ -3,7 +3,7 @@
 //! builds the root, drops privileges, applies Landlock and installs the
 //! seccomp filter as the last step of its setup, then starts the program
 //! (which inherits all of it) and stays as a tiny init that reaps every process and forwards SIGTERM,
-//! SIGINT and SIGHUP to the program. When the program ends, init kills what is
+//! SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program. When the program ends, init kills what is
 //! left, reports the wait status and exits — which ends the namespace.
 //!
 //! The program's own process — already under the filter, so even its last
