@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn spawnd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_spawnd"))
@@ -862,6 +862,12 @@ fn network_grants_are_shown_by_check_and_explain_and_lint_warns_of_host_loopback
             && explained.contains("network: only api.example.com:443"),
         "{explained}"
     );
+    // An operation narrowed to no pair says so, never "only nothing".
+    assert!(
+        explained.contains("network: none (only its own loopback)")
+            && !explained.contains("only nothing"),
+        "{explained}"
+    );
     let lint = spawnd(&["manifest", "lint", "--json", m.to_str().unwrap()]);
     let lint = String::from_utf8_lossy(&lint.stdout);
     assert!(
@@ -1224,4 +1230,131 @@ fn under_unshare_r_the_default_audit_log_follows_xdg_state_home() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let log = std::fs::read_to_string(state.join("spawnd/audit.jsonl")).unwrap();
     assert!(log.contains("\"local://t/state\""), "{log}");
+}
+
+/// Whether `instance` is valid against `schema` (draft 2020-12), as
+/// Python's jsonschema judges it (scripts/setup installs it).
+fn schema_accepts(schema: &Value, instance: &Value) -> bool {
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import json, sys, jsonschema\nschema, instance = json.loads(sys.argv[1]), json.loads(sys.argv[2])\njsonschema.Draft202012Validator.check_schema(schema)\nprint(jsonschema.Draft202012Validator(schema).is_valid(instance))",
+        ])
+        .arg(schema.to_string())
+        .arg(instance.to_string())
+        .output()
+        .expect("python3");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said.trim() == "True"
+}
+
+/// `connectors --tools`: one JSON Schema per operation of the shipped git
+/// policy, which takes the arguments the manifest takes and refuses what
+/// it refuses: a value its pattern matches only in part (the pattern is
+/// anchored), a missing required arg, an unknown one. The
+/// MCP form carries the same schema as `inputSchema`.
+#[test]
+fn connectors_tools_validate_arguments_as_the_manifest_does() {
+    let git = concat!(env!("CARGO_MANIFEST_DIR"), "/policies/git.toml");
+    let out = spawnd(&[
+        "connectors",
+        "--json",
+        "--tools",
+        "json-schema",
+        "--manifest",
+        git,
+    ]);
+    let tools = json_of(&out)["data"]["tools"].clone();
+    let log = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["title"] == "local_spawnd_git__log")
+        .unwrap_or_else(|| panic!("{tools}"))
+        .clone();
+    assert_eq!(log["additionalProperties"], false, "{log}");
+    assert_eq!(log["required"], json!(["since"]), "{log}");
+    let gate = |args: &[&str]| {
+        let mut a = vec!["--op", "log"];
+        for arg in args {
+            a.extend(["--arg", arg]);
+        }
+        check(Path::new(git), &a).status.code()
+    };
+    // The manifest's verdicts (check exits 0 when allowed) and the schema's agree.
+    for (args, instance, allowed) in [
+        (
+            vec!["since=2026-01-31"],
+            json!({"since": "2026-01-31"}),
+            true,
+        ),
+        (
+            vec!["since=2026-01-31", "author=Ada Lovelace"],
+            json!({"since": "2026-01-31", "author": "Ada Lovelace"}),
+            true,
+        ),
+        (
+            vec!["since=x2026-01-31y"],
+            json!({"since": "x2026-01-31y"}),
+            false,
+        ),
+        (
+            vec!["since=2026-01-31", "color=red"],
+            json!({"since": "2026-01-31", "color": "red"}),
+            false,
+        ),
+        (vec![], json!({}), false),
+    ] {
+        let by_manifest = gate(&args) == Some(0);
+        assert_eq!(by_manifest, allowed, "the manifest on {args:?}");
+        assert_eq!(
+            schema_accepts(&log, &instance),
+            allowed,
+            "the schema on {instance}"
+        );
+    }
+    // Unanchored, the same pattern would have let the partial match through.
+    let mut unanchored = log.clone();
+    unanchored["properties"]["since"]["pattern"] = json!("[0-9]{4}-[0-9]{2}-[0-9]{2}");
+    assert!(schema_accepts(
+        &unanchored,
+        &json!({"since": "x2026-01-31y"})
+    ));
+
+    let mcp = json_of(&spawnd(&[
+        "connectors",
+        "--json",
+        "--tools",
+        "mcp",
+        "--manifest",
+        git,
+    ]))["data"]["tools"]
+        .clone();
+    let tool = mcp
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "local_spawnd_git__log")
+        .unwrap_or_else(|| panic!("{mcp}"));
+    assert_eq!(
+        tool.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["description", "inputSchema", "name"]
+    );
+    assert!(schema_accepts(
+        &tool["inputSchema"],
+        &json!({"since": "2026-01-31"})
+    ));
+    assert!(!schema_accepts(
+        &tool["inputSchema"],
+        &json!({"since": "2026-1-31"})
+    ));
+    assert_eq!(
+        mcp.as_array().unwrap().len(),
+        tools.as_array().unwrap().len()
+    );
 }

@@ -1120,3 +1120,244 @@ fn an_unknown_or_wrong_typed_param_is_refused_by_name_in_every_method() {
     let ran = std::fs::read_to_string(&d.audit).unwrap_or_default();
     assert!(!ran.contains("\"kind\":\"exit\""), "{ran}");
 }
+
+/// Reads stream `which` of `handle` until it holds `needle` (within 10 s).
+fn output_until(c: &mut Client, handle: &str, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = c.ok(
+            "spawn_output_read",
+            json!({"handle": handle, "which": 0, "offset": 0, "len": 65536, "wait_ms": 500}),
+        );
+        let text = daemon_harness::b64(&read);
+        if text.contains(needle) || Instant::now() > deadline {
+            return text;
+        }
+    }
+}
+
+/// `ping` answers spawnd's version (the number `spawnd --version` prints)
+/// and takes no params.
+#[test]
+fn ping_answers_the_version() {
+    let d = Daemon::start("ping", "");
+    let mut c = d.client();
+    let pong = c.ok("ping", json!({}));
+    let printed = std::process::Command::new(&harness::world().spawnd)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(printed.stdout).unwrap();
+    assert_eq!(
+        printed.split_whitespace().last(),
+        pong["version"].as_str(),
+        "{printed} / {pong}"
+    );
+    let refused = c.call("ping", json!({"verbose": true}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+}
+
+/// `spawn_list` lists a connection's own handles with their state and
+/// label; a detached spawn is listed with its token to another connection
+/// of the same uid, which attaches with that token and kills it; another
+/// uid, allowed the same connector, sees none of them.
+#[test]
+fn spawn_list_shows_a_callers_spawns_and_detached_tokens_to_its_uid_only() {
+    let extra = format!("[[access]]\nconnector = {CONNECTOR:?}\nuids = [65534]\n");
+    let d = Daemon::start("spawn-list", &extra);
+    let mut first = d.client();
+    let plain = handle_of(&spawn_sh(&mut first, "sleep 60", json!({"label": "plain"})));
+    let ended = handle_of(&spawn_sh(&mut first, "true", json!({})));
+    first.ok("spawn_status", json!({"handle": ended, "wait_ms": 10000}));
+    let kept = spawn_sh(
+        &mut first,
+        "sleep 60",
+        json!({"lease_ms": 60000, "label": "kept"}),
+    );
+    let (kept_name, token) = (handle_of(&kept), kept["token"].clone());
+    let listed = first.ok("spawn_list", json!({}))["spawns"].clone();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["handle"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [&plain, &ended, &kept_name], "{listed}");
+    assert_eq!(
+        listed[0],
+        json!({"handle": plain, "state": "running", "label": "plain", "connector": CONNECTOR,
+               "op": "sh", "detached": false, "attached": true, "lease_ms_left": null, "token": null})
+    );
+    assert_eq!(listed[1]["state"], "exited", "{listed}");
+    assert_eq!(listed[1]["label"], Value::Null, "{listed}");
+    assert_eq!(
+        listed[2],
+        json!({"handle": kept_name, "state": "running", "label": "kept", "connector": CONNECTOR,
+               "op": "sh", "detached": true, "attached": true, "lease_ms_left": null, "token": token})
+    );
+
+    // Another connection of the same uid sees the detached one only, held
+    // elsewhere; once the first closes, parked with its lease running.
+    let mut second = d.client();
+    let seen = second.ok("spawn_list", json!({}))["spawns"].clone();
+    assert_eq!(seen.as_array().unwrap().len(), 1, "{seen}");
+    assert_eq!(
+        (&seen[0]["handle"], &seen[0]["attached"], &seen[0]["token"]),
+        (&json!(kept_name), &json!(false), &token),
+        "{seen}"
+    );
+    assert_eq!(seen[0]["lease_ms_left"], Value::Null, "{seen}");
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        let seen = second.ok("spawn_list", json!({}))["spawns"].clone();
+        if !seen[0]["lease_ms_left"].is_null() || Instant::now() > deadline {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(seen.as_array().unwrap().len(), 1, "{seen}");
+    let left = seen[0]["lease_ms_left"].as_u64().expect("a lease running");
+    assert!(left > 0 && left <= 60000, "{seen}");
+
+    // The other uid sees nothing of root's.
+    let mut nobody = Client::connect_as(&d.socket, 65534);
+    let theirs = nobody.ok("spawn_list", json!({}));
+    assert_eq!(theirs, json!({"spawns": []}));
+
+    // The token listed takes the spawn up, and the kill ends it.
+    let attached = second.ok(
+        "spawn_attach",
+        json!({"handle": kept_name, "token": seen[0]["token"]}),
+    );
+    assert_eq!(attached["state"], "running", "{attached}");
+    let now = second.ok("spawn_list", json!({}))["spawns"].clone();
+    assert_eq!(now[0]["attached"], true, "{now}");
+    assert_eq!(now[0]["lease_ms_left"], Value::Null, "{now}");
+    second.ok("spawn_kill", json!({"handle": kept_name}));
+    let status = second.ok(
+        "spawn_status",
+        json!({"handle": kept_name, "wait_ms": 10000}),
+    );
+    assert_eq!(status["state"], "signaled", "{status}");
+    assert_eq!(status["interrupted_by"], "spawn_kill", "{status}");
+}
+
+/// `spawn_kill {signal}` sends that signal to the program through the
+/// sandbox's init: a program that traps SIGUSR1 goes on, one that traps
+/// SIGTERM exits as it likes (0 here), and the result says so. Any other
+/// signal is -32602 naming `signal`.
+#[test]
+fn spawn_kill_sends_the_signal_asked_for_to_the_program() {
+    let d = Daemon::start("kill-signal", "");
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(
+        &mut c,
+        "trap 'echo usr1' USR1; trap 'echo caught; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+        json!({}),
+    ));
+    assert!(output_until(&mut c, &h, "ready").contains("ready"));
+    let refused = c.call("spawn_kill", json!({"handle": h, "signal": "SIGSTOP"}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("signal: "),
+        "{refused}"
+    );
+    assert_eq!(
+        c.ok("spawn_kill", json!({"handle": h, "signal": "SIGUSR1"})),
+        json!({})
+    );
+    assert!(output_until(&mut c, &h, "usr1").contains("usr1"));
+    let running = c.ok("spawn_status", json!({"handle": h}));
+    assert_eq!(running["state"], "running", "{running}");
+    c.ok("spawn_kill", json!({"handle": h, "signal": "SIGTERM"}));
+    let status = c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    assert_eq!(status["state"], "exited", "{status}");
+    assert_eq!(status["exit_code"], 0, "{status}");
+    assert_eq!(status["signal"], Value::Null, "{status}");
+    assert_eq!(
+        status["stdout"]["text"], "ready\nusr1\ncaught\n",
+        "{status}"
+    );
+    assert_eq!(status["interrupted_by"], "spawn_kill", "{status}");
+}
+
+/// A connection refused at `max_connections` is not counted among its
+/// uid's open connections: the refusal's `caller_uses` is the one the uid
+/// holds, and once that closes the uid connects again.
+#[test]
+fn a_refused_connection_is_not_counted_as_open() {
+    let d = Daemon::start("max-connections", "max_connections = 1\n");
+    // The harness's probe for the socket may still hold the one slot.
+    let held = answered_connection(&d);
+    let mut refused = d.client();
+    let said = refused.answer().expect("the refusal");
+    assert_eq!(said["error"]["code"], -32003, "{said}");
+    let data = &said["error"]["data"];
+    assert_eq!(data["limit"], "server.max_connections", "{said}");
+    assert_eq!(
+        (data["max"].as_u64(), data["caller_uses"].as_u64()),
+        (Some(1), Some(1)),
+        "{said}"
+    );
+    assert!(refused.answer().is_none(), "closed after the refusal");
+    drop(held);
+    answered_connection(&d);
+}
+
+/// A connection whose `ping` is answered, once the daemon has a slot for
+/// it (within 10 s).
+fn answered_connection(d: &Daemon) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = d.client();
+        send(&mut c, 1, "ping", json!({}));
+        let a = c.answer().expect("an answer");
+        if a.get("result").is_some() {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "{a}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `ping` keeps no idle connection open: one that only pings and holds no
+/// handle is closed after `idle_timeout_ms` as a silent one is, while any
+/// other request counts as activity.
+#[test]
+fn pings_do_not_keep_an_idle_connection_open() {
+    let d = Daemon::start("ping-idle", "idle_timeout_ms = 800\n");
+    let mut pinging = d.client();
+    let mut asking = d.client();
+    let started = Instant::now();
+    let closed = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the pinging connection was never closed"
+        );
+        send(&mut pinging, 1, "ping", json!({}));
+        let a = pinging.answer().expect("an answer or the closing error");
+        if a.get("error").is_some() {
+            break a;
+        }
+        // Asking something else each time keeps the other one open.
+        assert!(asking.ok("spawn_list", json!({}))["spawns"].is_array());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "{closed} after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        closed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("idle_timeout_ms"),
+        "{closed}"
+    );
+    assert!(asking.ok("ping", json!({}))["version"].is_string());
+}

@@ -8,6 +8,8 @@
 //! for a disabled connector) and a `captured_at` timestamp. Credential values are read to be checked
 //! and dropped (wiped) at once; they never appear in the block.
 
+pub mod tools;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

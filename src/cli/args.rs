@@ -101,7 +101,7 @@ pub enum Command {
     Audit(AuditCommand),
     /// What each connector can do now: the `<connector_status>` block for agents.
     #[command(
-        after_help = "Examples:\n  spawnd connectors --json\n  spawnd connectors --manifest policies/git.toml --manifest policies/tar.toml\n  spawnd connectors --socket /run/spawnd/spawnd.sock\n\nStatuses: connected, not_configured (no credential binding, or a program\nmissing or not matching its pin), invalid_credentials (binding unreadable or\nempty), disabled_by_admin ([[disable]]). Without --manifest, the config's\n[server] manifests are read from disk. With --socket, the daemon answers\n(`connectors_status`) for the manifests it has loaded, which differ from the\nfiles on disk until it reloads them (SIGHUP)."
+        after_help = "Examples:\n  spawnd connectors --json\n  spawnd connectors --manifest policies/git.toml --manifest policies/tar.toml\n  spawnd connectors --socket /run/spawnd/spawnd.sock\n  spawnd connectors --tools mcp --socket /run/spawnd/spawnd.sock\n\nStatuses: connected, not_configured (no credential binding, or a program\nmissing or not matching its pin), invalid_credentials (binding unreadable or\nempty), disabled_by_admin ([[disable]]). Without --manifest, the config's\n[server] manifests are read from disk. With --socket, the daemon answers\n(`connectors_status`) for the manifests it has loaded, which differ from the\nfiles on disk until it reloads them (SIGHUP)."
     )]
     Connectors {
         /// A manifest file (repeatable); default: `[server] manifests`.
@@ -111,6 +111,11 @@ pub enum Command {
         /// instead of reading the manifests in this process.
         #[arg(long, value_name = "PATH", conflicts_with = "manifest")]
         socket: Option<PathBuf>,
+        /// Print tool definitions for agents instead, one per operation:
+        /// `json-schema` (a JSON Schema per operation's args) or `mcp`
+        /// (MCP's `{name, description, inputSchema}` tools).
+        #[arg(long, value_name = "FORMAT", value_parser = ["json-schema", "mcp"])]
+        tools: Option<String>,
     },
     /// Connectors as published artifacts: hash, sign, install into the
     /// content-addressed store, list, pin, remove (docs/provenance.md).

@@ -163,7 +163,11 @@ fn explain_spawn(s: &SpawnGrant, out: &mut String) {
             );
         }
         if op.network != s.network {
-            let _ = writeln!(out, "      network: only {}", grants(&op.network));
+            if op.network.is_empty() {
+                let _ = writeln!(out, "      network: none (only its own loopback)");
+            } else {
+                let _ = writeln!(out, "      network: only {}", grants(&op.network));
+            }
         }
         if op.limits != s.limits {
             let _ = writeln!(

@@ -148,9 +148,12 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
         Command::Keyring(command) => keyring_cmd::dispatch(cli, command),
         Command::Connectors {
             socket: Some(socket),
+            tools,
             ..
-        } => remote::connectors_remote(socket),
-        Command::Connectors { manifest, .. } => {
+        } => with_tools(remote::connectors_remote(socket)?, tools.as_deref()),
+        Command::Connectors {
+            manifest, tools, ..
+        } => {
             let mut config = context::load_config(cli)?;
             if !manifest.is_empty() {
                 // Those files only, not the store's connectors too.
@@ -162,7 +165,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             let caller = context::current_caller()?;
             let v = crate::connectors::status(&config, &manifests, &caller.home, &|_| true);
             let text = v["block"].as_str().unwrap_or_default().to_string();
-            Ok(Success::new(v, text))
+            with_tools(Success::new(v, text), tools.as_deref())
         }
         Command::Serve { socket } => serve(cli, socket.clone()),
         Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
@@ -196,4 +199,19 @@ fn serve(cli: &Cli, socket: Option<std::path::PathBuf>) -> Result<Success, Failu
                 format!("serve: {e}"),
             )
         })
+}
+
+/// `connectors --tools FORMAT`: the tool definitions of every operation in
+/// the status `shown` gives, as `{tools}` and as pretty JSON for a human;
+/// without a format, the status as it is.
+fn with_tools(shown: Success, format: Option<&str>) -> Result<Success, Failure> {
+    let Some(format) = format else {
+        return Ok(shown);
+    };
+    let format = format
+        .parse::<crate::connectors::tools::ToolFormat>()
+        .map_err(Failure::usage)?;
+    let tools = crate::connectors::tools::tools(&shown.data["connectors"], format);
+    let text = serde_json::to_string_pretty(&tools).unwrap_or_default();
+    Ok(Success::new(serde_json::json!({ "tools": tools }), text))
 }

@@ -39,10 +39,11 @@ use super::detached::Registry;
 use super::frames::{Frame, RequestLines};
 use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::params::{
-    self, AttachParams, CancelParams, HandleParams, NoParams, OutputReadParams, OutputSizeParams,
-    StatusParams, StdinWriteParams, WaitParams,
+    self, AttachParams, CancelParams, HandleParams, KillParams, NoParams, OutputReadParams,
+    OutputSizeParams, StatusParams, StdinWriteParams, WaitParams,
 };
 use super::peer::{peer_of, Accepted};
+use super::results::{EmptyResult, PingResult, SpawnListEntry, SpawnListResult};
 use super::stdin::{StdinWork, Ticket};
 use super::{check, detached, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, Call, RpcError};
@@ -509,10 +510,19 @@ impl Connection {
                     Box::new(move || read.answer(&h)) as Render
                 })))
             }),
-            "spawn_kill" => self.with_params(&params, |p: HandleParams| {
+            "spawn_kill" => self.with_params(&params, |p: KillParams| {
                 let h = self.handles().named(&p.handle)?;
-                h.kill_for("spawn_kill", Some(&self.peer));
-                Ok(Started::Now(ready(Ok(json!({})))))
+                let signal = p.signal.map_or(libc::SIGKILL, params::KillSignal::number);
+                h.signal_for(signal, &self.peer);
+                Ok(Started::Now(ready(to_value(EmptyResult {}))))
+            }),
+            "ping" => self.with_params(&params, |NoParams {}| {
+                Ok(Started::Now(ready(to_value(PingResult {
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                }))))
+            }),
+            "spawn_list" => self.with_params(&params, |NoParams {}| {
+                Ok(Started::Now(ready(to_value(self.spawn_list()))))
             }),
             "spawn_release" => self.with_params(&params, |p: HandleParams| {
                 Ok(Started::Now(ready(spawns::release(
@@ -657,6 +667,41 @@ impl Connection {
         Ok((name.to_string(), handle, answer))
     }
 
+    /// `spawn_list`: every handle this connection holds, and every detached
+    /// spawn started by this peer's uid for a connector the peer may act
+    /// for now (held elsewhere or parked), by start time. Tokens go with
+    /// the detached ones only.
+    fn spawn_list(&self) -> SpawnListResult {
+        let held: Vec<(String, Arc<Handle>)> = self
+            .handles()
+            .map
+            .iter()
+            .map(|(name, h)| (name.clone(), Arc::clone(h)))
+            .collect();
+        let access = self.access();
+        let caller = request::access_caller(&self.peer);
+        let may_act_for = |connector: &str| {
+            crate::manifest::Fqn::parse(connector)
+                .is_ok_and(|fqn| access.allows(&caller, &fqn).is_ok())
+        };
+        let mut listed: Vec<(Option<std::time::Instant>, SpawnListEntry)> = Vec::new();
+        for (name, handle) in &held {
+            listed.push(list_entry(name, handle, true, None));
+        }
+        for d in self.daemon.detached.listed_for(self.peer.uid) {
+            if held.iter().any(|(name, _)| *name == d.name)
+                || !may_act_for(&d.handle.about.connector)
+            {
+                continue;
+            }
+            listed.push(list_entry(&d.name, &d.handle, false, d.lease_left));
+        }
+        listed.sort_by_key(|(started, _)| *started);
+        SpawnListResult {
+            spawns: listed.into_iter().map(|(_, entry)| entry).collect(),
+        }
+    }
+
     /// The access rules in force.
     fn access(&self) -> crate::policy::Access {
         crate::policy::Access::Rules {
@@ -758,6 +803,37 @@ impl Connection {
     }
 }
 
+/// A handle as `spawn_list` lists it, with its start time to order by.
+fn list_entry(
+    name: &str,
+    handle: &Handle,
+    attached: bool,
+    lease_left: Option<Duration>,
+) -> (Option<std::time::Instant>, SpawnListEntry) {
+    let state = spawns::status_without_output(handle)["state"]
+        .as_str()
+        .unwrap_or("running")
+        .to_string();
+    let entry = SpawnListEntry {
+        handle: name.to_string(),
+        state,
+        label: handle.about.label.clone(),
+        connector: handle.about.connector.clone(),
+        op: handle.about.op.clone(),
+        detached: handle.lease.is_some(),
+        attached,
+        lease_ms_left: lease_left.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        token: handle.lease.as_ref().map(|l| l.token().to_string()),
+    };
+    (handle.with(|s| s.started_at), entry)
+}
+
+/// A result as the answer's JSON.
+fn to_value<T: serde::Serialize>(result: T) -> Result<Value, RpcError> {
+    serde_json::to_value(result)
+        .map_err(|e| RpcError::new(rpc::INTERNAL_ERROR, format!("the result: {e}")))
+}
+
 /// A mutex's guard, even if a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
@@ -775,6 +851,14 @@ fn cancelled() -> RpcError {
 /// closes meanwhile.
 fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
     Started::LaterToTheEnd(later(super::stdin::carry_out(handle, ticket, work)))
+}
+
+/// Why an idle connection is closed.
+fn idle_closing(idle_timeout: Duration) -> String {
+    format!(
+        "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
+        idle_timeout.as_millis()
+    )
 }
 
 /// A request's wait, when its `wait_ms` asks for one (0 does not).
@@ -846,12 +930,8 @@ pub(super) async fn serve_connection(
         };
         let closing = if lines.read_buffer().is_empty() && !lines.decoder().discarding() {
             partial_since = None;
-            (idle && now.duration_since(last_request) >= idle_timeout).then(|| {
-                format!(
-                    "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
-                    idle_timeout.as_millis()
-                )
-            })
+            (idle && now.duration_since(last_request) >= idle_timeout)
+                .then(|| idle_closing(idle_timeout))
         } else {
             (now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout).then(|| {
                 format!(
@@ -909,6 +989,19 @@ pub(super) async fn serve_connection(
             Ok(call) => Class::of(call),
             Err(_) => Class::Immediate,
         };
+        // A `ping` tests the connection; it keeps no idle one open. One
+        // that comes after the idle time (the connection holds nothing and
+        // has nothing in progress) finds the connection closing.
+        let activity = !matches!(&parsed, Ok(call) if call.method == "ping");
+        if !activity
+            && last_request.elapsed() >= idle_timeout
+            && conn.handles().is_empty()
+            && conn.in_progress.none()
+        {
+            let e = RpcError::new(rpc::INVALID_REQUEST, idle_closing(idle_timeout));
+            conn.answer(Some(Value::Null), ready(Err(e))).await;
+            break;
+        }
         // The line's bytes, then its class's place. While the loop waits
         // for them the peer is still watched: one that hangs up is
         // noticed, and its programs ended, without a line to read.
@@ -932,7 +1025,9 @@ pub(super) async fn serve_connection(
                 conn.refuse(Some(id), e, held)
             }
         }
-        last_request = std::time::Instant::now();
+        if activity {
+            last_request = std::time::Instant::now();
+        }
     }
     // A peer that only shut down its writing side still reads: it gets
     // the answers in progress (each bounded by its own wait) first.

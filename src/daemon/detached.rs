@@ -18,7 +18,7 @@
 //! peers' handles can be learnt.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -68,6 +68,11 @@ impl Lease {
     pub fn token(&self) -> &str {
         &self.token
     }
+
+    /// The uid of the peer that started the spawn.
+    pub fn owner_uid(&self) -> u32 {
+        self.owner.0
+    }
 }
 
 /// A handle no connection holds.
@@ -77,10 +82,22 @@ struct Parked {
     until: Instant,
 }
 
-/// The daemon's parked handles, by name.
+/// The daemon's parked handles, by name, and every detached spawn, held by
+/// a connection or not, for `spawn_list`.
 #[derive(Default)]
 pub struct Registry {
     parked: Mutex<HashMap<String, Parked>>,
+    /// Every detached spawn's handle while anything holds it (a connection,
+    /// the parked map): once none does, its entry is dropped.
+    leased: Mutex<HashMap<String, Weak<Handle>>>,
+}
+
+/// A detached spawn as `spawn_list` sees it.
+pub struct Listed {
+    pub name: String,
+    pub handle: Arc<Handle>,
+    /// The time left on its lease, when no connection holds it.
+    pub lease_left: Option<Duration>,
 }
 
 impl Registry {
@@ -89,6 +106,41 @@ impl Registry {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
+    }
+
+    /// A detached spawn's handle, `name`, for [`Registry::listed_for`];
+    /// entries of handles nothing holds any more go.
+    pub fn register(&self, name: &str, handle: &Arc<Handle>) {
+        let mut leased = lock(&self.leased);
+        leased.retain(|_, h| h.strong_count() > 0);
+        leased.insert(name.to_string(), Arc::downgrade(handle));
+    }
+
+    /// The detached spawns started by `uid` that are still held (by a
+    /// connection or parked), released ones left out, each with the time
+    /// left on its lease when it is parked.
+    pub fn listed_for(&self, uid: u32) -> Vec<Listed> {
+        let held: Vec<(String, Arc<Handle>)> = lock(&self.leased)
+            .iter()
+            .filter_map(|(name, h)| Some((name.clone(), h.upgrade()?)))
+            .filter(|(_, h)| h.lease.as_ref().is_some_and(|l| l.owner_uid() == uid))
+            .filter(|(_, h)| !h.with(|s| s.released))
+            .collect();
+        let now = Instant::now();
+        let parked = self.lock();
+        held.into_iter()
+            .map(|(name, handle)| {
+                let lease_left = parked
+                    .get(&name)
+                    .filter(|p| Arc::ptr_eq(&p.handle, &handle))
+                    .map(|p| p.until.saturating_duration_since(now));
+                Listed {
+                    name,
+                    handle,
+                    lease_left,
+                }
+            })
+            .collect()
     }
 
     /// The connection of `closed_by` holding `handle` closed: a leased one
@@ -184,6 +236,14 @@ impl Registry {
     pub fn attached(name: &str, handle: &Handle) -> Value {
         let state = super::spawns::status_without_output(handle)["state"].clone();
         json!({"handle": name, "state": state})
+    }
+}
+
+/// A mutex's guard, even if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
 

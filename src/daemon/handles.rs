@@ -42,6 +42,18 @@ pub struct Handle {
     pub(super) notify: bool,
     /// What lets the handle outlive its connection (`lease_ms`).
     pub(super) lease: Option<super::detached::Lease>,
+    /// What the spawn runs, as `spawn_list` names it.
+    pub(super) about: SpawnAbout,
+}
+
+/// What a spawn runs, as the call named it: its connector, operation and
+/// label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct SpawnAbout {
+    pub(super) connector: String,
+    /// The operation of a `spawn_op` (a `spawn` has none).
+    pub(super) op: Option<String>,
+    pub(super) label: Option<String>,
 }
 
 /// What a spawn asked for its handle beyond the defaults.
@@ -50,6 +62,7 @@ pub(super) struct HandleOptions {
     pub(super) stdin: Option<super::stdin::StdinStream>,
     pub(super) notify: bool,
     pub(super) lease: Option<super::detached::Lease>,
+    pub(super) about: SpawnAbout,
 }
 
 /// Output past a stream's cap, for live readers only (the result keeps
@@ -128,6 +141,7 @@ impl Handle {
             stdin: options.stdin,
             notify: options.notify,
             lease: options.lease,
+            about: options.about,
         })
     }
 
@@ -217,9 +231,36 @@ impl Handle {
 
     /// Kills the sandbox (SIGKILL to its init, through a pidfd).
     pub fn kill(&self) {
+        self.send_to_init(libc::SIGKILL);
+    }
+
+    /// `spawn_kill` with `signal`, by `peer`: SIGKILL kills the sandbox;
+    /// another signal goes to its init, which forwards it to the program
+    /// (the program decides what follows: one that traps it may exit as it
+    /// likes). Either way the peer is on record as what interrupted the
+    /// program, if it still runs.
+    pub fn signal_for(&self, signal: i32, peer: &super::Peer) {
+        if signal == libc::SIGKILL {
+            return self.kill_for("spawn_kill", Some(peer));
+        }
+        let interruption = Interruption {
+            how: "spawn_kill",
+            peer: Some(peer.actor()),
+        };
+        self.with(|s| {
+            if s.ended_at.is_none() {
+                s.killed_by.get_or_insert(interruption);
+            }
+        });
+        self.send_to_init(signal);
+    }
+
+    /// Sends `signal` to the sandbox's init through its pidfd (nothing once
+    /// the sandbox is gone).
+    fn send_to_init(&self, signal: i32) {
         if let Ok(guard) = self.pidfd.lock() {
             if let Some(fd) = guard.as_ref() {
-                let _ = crate::sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+                let _ = crate::sys::pidfd_send_signal(fd.as_fd(), signal);
             }
         }
     }

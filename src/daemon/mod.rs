@@ -39,6 +39,7 @@ mod params;
 mod peer;
 pub mod refusals;
 pub mod request;
+mod results;
 pub mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -511,11 +512,9 @@ fn listener(daemon: &Daemon, path: &Path) -> Result<(UnixListener, Option<PathBu
         return Ok((l, None));
     }
     if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(dir)
-            .map_err(|e| ServeError(format!("create {}: {e}", dir.display())))?;
+        if !dir.exists() {
+            create_socket_dir(daemon, dir)?;
+        }
     }
     // A socket left by a daemon that died is replaced; anything else is not ours.
     if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -536,6 +535,33 @@ fn listener(daemon: &Daemon, path: &Path) -> Result<(UnixListener, Option<PathBu
     }
     let l = bind_with_final_mode(daemon, path)?;
     Ok((l, Some(path.to_path_buf())))
+}
+
+/// Creates the socket's directory: mode 0750 whatever the umask, its group
+/// `[server] socket_group` when one is set, so that the group's members,
+/// whom the socket's own mode lets connect, can reach it.
+fn create_socket_dir(daemon: &Daemon, dir: &Path) -> Result<(), ServeError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(dir)
+        .map_err(|e| ServeError(format!("create {}: {e}", dir.display())))?;
+    if let Some(group) = &daemon.loaded().config.server.socket_group {
+        let gid = socket_gid(group)?;
+        nix::unistd::chown(dir, None, Some(gid))
+            .map_err(|e| ServeError(format!("chgrp {group} {}: {e}", dir.display())))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))
+        .map_err(|e| ServeError(format!("chmod 0750 {}: {e}", dir.display())))
+}
+
+/// The gid of `[server] socket_group`.
+fn socket_gid(group: &str) -> Result<nix::unistd::Gid, ServeError> {
+    nix::unistd::Group::from_name(group)
+        .ok()
+        .flatten()
+        .map(|g| g.gid)
+        .ok_or_else(|| ServeError(format!("[server] socket_group {group:?}: no such group")))
 }
 
 /// Binds the socket where no one else can reach it — in a fresh 0700
@@ -560,13 +586,7 @@ fn bind_with_final_mode(daemon: &Daemon, path: &Path) -> Result<UnixListener, Se
         )
         .map_err(|e| ServeError(format!("chmod {}: {e}", path.display())))?;
         if let Some(group) = &daemon.loaded().config.server.socket_group {
-            let gid = nix::unistd::Group::from_name(group)
-                .ok()
-                .flatten()
-                .ok_or_else(|| {
-                    ServeError(format!("[server] socket_group {group:?}: no such group"))
-                })?
-                .gid;
+            let gid = socket_gid(group)?;
             nix::unistd::chown(&bound, None, Some(gid))
                 .map_err(|e| ServeError(format!("chgrp {group} {}: {e}", path.display())))?;
         }
@@ -643,6 +663,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                         });
                     }
                     Err(_) => {
+                        // The refused connection is not one of the uid's open ones.
+                        drop(arrival);
                         let mine = daemon.tenants.connections_of(uid);
                         tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
                             "the daemon has {max} connections open ([server] max_connections); try later"

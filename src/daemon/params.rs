@@ -94,11 +94,55 @@ pub struct SpawnParams {
     pub lease_ms: Option<u64>,
 }
 
-/// `spawn_kill`, `spawn_release`, `spawn_stdin_close`.
+/// `spawn_release`, `spawn_stdin_close`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HandleParams {
     pub handle: String,
+}
+
+/// `spawn_kill`: the handle, and the signal for the program (SIGKILL,
+/// which kills the whole sandbox, when absent).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KillParams {
+    pub handle: String,
+    pub signal: Option<KillSignal>,
+}
+
+/// The signals `spawn_kill` sends. SIGKILL kills the sandbox; the others go
+/// to the sandbox's init, which forwards them to the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum KillSignal {
+    #[serde(rename = "SIGTERM")]
+    Term,
+    #[serde(rename = "SIGKILL")]
+    Kill,
+    #[serde(rename = "SIGINT")]
+    Int,
+    #[serde(rename = "SIGHUP")]
+    Hup,
+    #[serde(rename = "SIGQUIT")]
+    Quit,
+    #[serde(rename = "SIGUSR1")]
+    Usr1,
+    #[serde(rename = "SIGUSR2")]
+    Usr2,
+}
+
+impl KillSignal {
+    /// The signal's number.
+    pub fn number(self) -> i32 {
+        match self {
+            KillSignal::Term => libc::SIGTERM,
+            KillSignal::Kill => libc::SIGKILL,
+            KillSignal::Int => libc::SIGINT,
+            KillSignal::Hup => libc::SIGHUP,
+            KillSignal::Quit => libc::SIGQUIT,
+            KillSignal::Usr1 => libc::SIGUSR1,
+            KillSignal::Usr2 => libc::SIGUSR2,
+        }
+    }
 }
 
 /// `spawn_status`.
@@ -178,7 +222,7 @@ pub struct CancelParams {
     pub id: RequestId,
 }
 
-/// `health`, `connectors_status`: no params.
+/// `health`, `connectors_status`, `ping`, `spawn_list`: no params.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoParams {}
@@ -234,7 +278,7 @@ pub fn protocol_schema() -> Value {
     );
     methods.insert(
         "spawn_kill".into(),
-        generator.subschema_for::<HandleParams>().to_value(),
+        generator.subschema_for::<KillParams>().to_value(),
     );
     methods.insert(
         "spawn_release".into(),
@@ -249,14 +293,42 @@ pub fn protocol_schema() -> Value {
         generator.subschema_for::<NoParams>().to_value(),
     );
     methods.insert(
+        "ping".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
+        "spawn_list".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
         "$/cancelRequest".into(),
         generator.subschema_for::<CancelParams>().to_value(),
+    );
+    let mut results = Map::new();
+    results.insert(
+        "ping".into(),
+        generator
+            .subschema_for::<super::results::PingResult>()
+            .to_value(),
+    );
+    results.insert(
+        "spawn_list".into(),
+        generator
+            .subschema_for::<super::results::SpawnListResult>()
+            .to_value(),
+    );
+    results.insert(
+        "spawn_kill".into(),
+        generator
+            .subschema_for::<super::results::EmptyResult>()
+            .to_value(),
     );
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "spawnd daemon protocol: each method's params",
-        "description": "Generated from src/daemon/params.rs (docs/daemon.md); `methods` maps a method to the schema of its params.",
+        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`) to the schema of their result.",
         "methods": methods,
+        "results": results,
         "$defs": generator.take_definitions(true),
     })
 }
@@ -316,6 +388,24 @@ mod tests {
             m.starts_with("id: ") && m.contains("a string or a number"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn spawn_kill_takes_the_listed_signals_and_refuses_others_naming_signal() {
+        let p: KillParams = parse(
+            json!({"handle": "h", "signal": "SIGTERM"})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(p.signal, Some(KillSignal::Term));
+        assert_eq!(KillSignal::Usr2.number(), libc::SIGUSR2);
+        let p: KillParams = parse(json!({"handle": "h"}).as_object().unwrap()).unwrap();
+        assert_eq!(p.signal, None);
+        for other in [json!("SIGSTOP"), json!("TERM"), json!(15)] {
+            let m = message::<KillParams>(json!({"handle": "h", "signal": other}));
+            assert!(m.starts_with("signal: "), "{m}");
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 
 use super::connection::Connection;
 use super::detached::Lease;
-use super::handles::{new_handle_name, HandleOptions, HandleSink};
+use super::handles::{new_handle_name, HandleOptions, HandleSink, SpawnAbout};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
@@ -117,11 +117,23 @@ pub(super) async fn spawn(
     } else {
         (None, None)
     };
+    let about = SpawnAbout {
+        connector: call.connector.clone(),
+        op: match &call.request.kind {
+            RequestKind::Op { name, .. } => Some(name.clone()),
+            RequestKind::Raw { .. } => None,
+        },
+        label: call.label.clone(),
+    };
     let handle = Handle::new(HandleOptions {
         stdin: stdin_stream,
         notify: call.notify,
         lease,
+        about,
     });
+    if handle.lease.is_some() {
+        daemon.detached.register(&name, &handle);
+    }
     handle.with(|s| s.reservation = Some(reservation));
     let (started_tx, started_rx) = oneshot::channel();
     let job = Job {

@@ -3,7 +3,7 @@
 //! builds the root, drops privileges, applies Landlock and installs the
 //! seccomp filter as the last step of its setup, then starts the program
 //! (which inherits all of it) and stays as a tiny init that reaps every process and forwards SIGTERM,
-//! SIGINT and SIGHUP to the program. When the program ends, init kills what is
+//! SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program. When the program ends, init kills what is
 //! left, reports the wait status and exits — which ends the namespace.
 //!
 //! The program's own process — already under the filter, so even its last
@@ -118,8 +118,17 @@ pub struct ScopeId {
     pub idmapped: Option<OwnedFd>,
 }
 
-/// Signals init forwards to the program.
-const FORWARDED: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+/// Signals init forwards to the program: spawnd's own SIGTERM at the wall
+/// time, and those the daemon's `spawn_kill` may send (SIGKILL aside,
+/// which ends the sandbox).
+const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
 
 /// The cloned child's entry point. Never returns.
 pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
