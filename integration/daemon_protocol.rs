@@ -1361,3 +1361,76 @@ fn pings_do_not_keep_an_idle_connection_open() {
     );
     assert!(asking.ok("ping", json!({}))["version"].is_string());
 }
+
+/// The daemon's metrics: a spawn that ran and a request the gate refused
+/// are counted under their connector, outcome and reason, the round trips
+/// and audit flushes timed; `metrics` answers them and `[server]
+/// metrics_file` holds the same for the node exporter, readable by it.
+#[test]
+fn metrics_count_spawns_and_denials_on_the_socket_and_in_the_textfile() {
+    let w = harness::world();
+    let dir = w.path("metrics-textfile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("spawnd.prom");
+    let _ = std::fs::remove_file(&file);
+    let d = Daemon::start(
+        "metrics",
+        &format!(
+            "metrics_file = {:?}\nmetrics_interval_ms = 1000\n",
+            file.display().to_string()
+        ),
+    );
+    let mut c = d.client();
+    let h = handle_of(&spawn_sh(&mut c, "true", json!({})));
+    c.ok("spawn_status", json!({"handle": h, "wait_ms": 10000}));
+    let refused = c.call(
+        "spawn_op",
+        json!({"connector": CONNECTOR, "op": "sh", "args": {"script": "true", "nope": "x"}}),
+    );
+    assert_eq!(
+        refused["error"]["data"]["reason"], "arg_unknown",
+        "{refused}"
+    );
+    let expected = [
+        format!("spawnd_spawns_total{{connector=\"{CONNECTOR}\",outcome=\"succeeded\"}} 1"),
+        "spawnd_denials_total{reason=\"arg_unknown\"} 1".to_string(),
+        "# TYPE spawnd_request_duration_seconds histogram".to_string(),
+        "# TYPE spawnd_audit_flush_seconds histogram".to_string(),
+    ];
+    let answered = c.ok("metrics", json!({}));
+    let text = answered["text"].as_str().unwrap();
+    for line in &expected {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    let spawn_ops = text
+        .lines()
+        .find_map(|l| l.strip_prefix("spawnd_request_duration_seconds_count{method=\"spawn_op\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(spawn_ops.is_some_and(|n| n >= 2), "{text}");
+    // The textfile: written within its interval, whole, mode 0644.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let written = std::fs::read_to_string(&file).unwrap_or_default();
+        if expected
+            .iter()
+            .all(|line| written.lines().any(|l| l == line))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never held the counts:\n{written}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644);
+    // Nothing of a half-written file is left beside it.
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["spawnd.prom"]);
+}

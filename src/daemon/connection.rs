@@ -38,12 +38,13 @@ use tokio_util::sync::CancellationToken;
 use super::detached::Registry;
 use super::frames::{Frame, RequestLines};
 use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
+use super::params::method_label;
 use super::params::{
     self, AttachParams, CancelParams, HandleParams, KillParams, NoParams, OutputReadParams,
     OutputSizeParams, StatusParams, StdinWriteParams, WaitParams,
 };
 use super::peer::{peer_of, Accepted};
-use super::results::{EmptyResult, PingResult, SpawnListEntry, SpawnListResult};
+use super::results::{EmptyResult, MetricsResult, PingResult, SpawnListEntry, SpawnListResult};
 use super::stdin::{StdinWork, Ticket};
 use super::{check, detached, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, Call, RpcError};
@@ -302,6 +303,7 @@ impl Connection {
     /// order, and leaves the answer (and any wait) to a task holding the
     /// request's permit, so the reading loop never waits on the peer.
     fn take(self: &Arc<Self>, call: Call, permit: Held) {
+        let arrived = std::time::Instant::now();
         let (id, method) = (call.id.clone(), call.method.clone());
         let started = self.start(call);
         // Cancellable from here, in the reading loop: a `$/cancelRequest`
@@ -327,6 +329,7 @@ impl Connection {
                 (Started::LaterToTheEnd(work), _) => work.await,
             };
             let answered = conn.answer(id, render).await;
+            crate::metrics::answered(method_label(&method), arrived.elapsed());
             conn.follow_up(&method, answered);
             drop(permit);
         });
@@ -523,6 +526,14 @@ impl Connection {
             }),
             "spawn_list" => self.with_params(&params, |NoParams {}| {
                 Ok(Started::Now(ready(to_value(self.spawn_list()))))
+            }),
+            "metrics" => self.with_params(&params, |NoParams {}| {
+                Ok(Started::Later(later(async move {
+                    conn.may_ask("metrics").await?;
+                    to_value(MetricsResult {
+                        text: crate::metrics::render(),
+                    })
+                })))
             }),
             "spawn_release" => self.with_params(&params, |p: HandleParams| {
                 Ok(Started::Now(ready(spawns::release(

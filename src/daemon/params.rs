@@ -227,6 +227,38 @@ pub struct CancelParams {
 #[serde(deny_unknown_fields)]
 pub struct NoParams {}
 
+/// Every method the daemon answers, as metrics label them (a name outside
+/// this list is counted as `unknown`, so a peer cannot add series).
+pub const METHODS: &[&str] = &[
+    "spawn_op",
+    "spawn",
+    "spawn_check",
+    "spawn_status",
+    "spawn_wait",
+    "spawn_stdin_write",
+    "spawn_stdin_close",
+    "spawn_attach",
+    "spawn_output_size",
+    "spawn_output_read",
+    "spawn_kill",
+    "spawn_release",
+    "connectors_status",
+    "health",
+    "ping",
+    "spawn_list",
+    "metrics",
+    "$/cancelRequest",
+];
+
+/// `method` as the metrics label it: itself when the daemon knows it.
+pub fn method_label(method: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("unknown")
+}
+
 /// The JSON Schema (draft 2020-12) of every method's params: `methods`
 /// maps each method to its params' type in `$defs`. docs/protocol.schema.json
 /// holds it, for the clients' tests; `tests/docs_in_sync.rs` checks the file
@@ -301,6 +333,10 @@ pub fn protocol_schema() -> Value {
         generator.subschema_for::<NoParams>().to_value(),
     );
     methods.insert(
+        "metrics".into(),
+        generator.subschema_for::<NoParams>().to_value(),
+    );
+    methods.insert(
         "$/cancelRequest".into(),
         generator.subschema_for::<CancelParams>().to_value(),
     );
@@ -318,6 +354,12 @@ pub fn protocol_schema() -> Value {
             .to_value(),
     );
     results.insert(
+        "metrics".into(),
+        generator
+            .subschema_for::<super::results::MetricsResult>()
+            .to_value(),
+    );
+    results.insert(
         "spawn_kill".into(),
         generator
             .subschema_for::<super::results::EmptyResult>()
@@ -326,7 +368,7 @@ pub fn protocol_schema() -> Value {
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "spawnd daemon protocol: each method's params",
-        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`) to the schema of their result.",
+        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`, `metrics`) to the schema of their result.",
         "methods": methods,
         "results": results,
         "$defs": generator.take_definitions(true),
@@ -342,6 +384,22 @@ pub fn peek_wait_ms(params: &Map<String, Value>) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_methods_labelled_are_the_methods_the_schema_describes() {
+        let schema = super::protocol_schema();
+        let mut described: Vec<&str> = schema["methods"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut labelled = super::METHODS.to_vec();
+        described.sort_unstable();
+        labelled.sort_unstable();
+        assert_eq!(described, labelled);
+        assert_eq!(super::method_label("spawn_x"), "unknown");
+    }
     use super::*;
     use serde_json::json;
 

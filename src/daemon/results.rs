@@ -1,4 +1,4 @@
-//! The results of `ping`, `spawn_list` and `spawn_kill` as types: what the
+//! The results of `ping`, `spawn_list`, `spawn_kill` and `metrics` as types: what the
 //! daemon answers is serialized from them, and docs/protocol.schema.json's
 //! `results` is generated from them.
 
@@ -50,3 +50,11 @@ pub struct SpawnListEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmptyResult {}
+
+/// `metrics`: the daemon's counters and histograms ([`crate::metrics`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsResult {
+    /// Prometheus's text format (0.0.4), as `[server] metrics_file` holds it.
+    pub text: String,
+}
