@@ -142,11 +142,11 @@ func TestDaemonKillEndsTheProgramAndReleaseFreesTheHandle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SpawnKill(ctx, s.Handle); err != nil {
+	if err := c.SpawnKill(ctx, s.Handle, ""); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.Wait(ctx, s.Handle)
-	if err != nil || st.State != spawnd.StateSignaled || st.Signal == nil || *st.Signal != 9 || st.InterruptedBy != "spawn_kill" {
+	if err != nil || st.State != spawnd.StateSignaled || !killedBy(st, "SIGKILL", 9) || st.InterruptedBy != "spawn_kill" {
 		t.Fatalf("killed: %+v: %v", st, err)
 	}
 	if err := c.SpawnRelease(ctx, s.Handle); err != nil {
@@ -248,7 +248,7 @@ func TestDaemonALongStatusWaitDoesNotDelayAnotherAnswer(t *testing.T) {
 		t.Fatalf("the 30 s wait was answered before the calls after it: %v", err)
 	default:
 	}
-	if err := c.SpawnKill(ctx, s.Handle); err != nil {
+	if err := c.SpawnKill(ctx, s.Handle, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-waited; err != nil {
@@ -673,7 +673,7 @@ func TestDaemonSixtyFourWaitsHoldUpNeitherAKillNorHealthNorAnotherWait(t *testin
 		t.Fatalf("a status wait with 64 Waits in progress: %v", err)
 	}
 	for _, h := range handles {
-		if err := c.SpawnKill(ctx, h); err != nil {
+		if err := c.SpawnKill(ctx, h, spawnd.SIGKILL); err != nil {
 			t.Fatalf("kill %s with Waits in progress: %v", h, err)
 		}
 	}
@@ -683,7 +683,7 @@ func TestDaemonSixtyFourWaitsHoldUpNeitherAKillNorHealthNorAnotherWait(t *testin
 			t.Fatalf("Wait %d: %v", r.i, r.err)
 		}
 		st := r.st
-		if st.State != spawnd.StateSignaled || st.Signal == nil || *st.Signal != 9 || st.InterruptedBy != "spawn_kill" ||
+		if st.State != spawnd.StateSignaled || !killedBy(st, "SIGKILL", 9) || st.InterruptedBy != "spawn_kill" ||
 			st.Stdout.String() != fmt.Sprintf("%d\n", r.i) {
 			t.Fatalf("Wait %d: %+v (stdout %+v)", r.i, st, st.Stdout)
 		}
@@ -747,4 +747,13 @@ func TestDaemonCancelledWaitsFreeTheirPlacesAndAnOverloadNamesTheBound(t *testin
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// killedBy says whether the status is of a program killed by the signal
+// name, number signum.
+func killedBy(st *spawnd.Status, name string, signum int) bool {
+	got, signalled := st.Exit.Signalled()
+	n, _ := st.Exit.SignalNumber()
+	_, exited := st.Exit.Exited()
+	return signalled && !exited && got == name && n == signum
 }
