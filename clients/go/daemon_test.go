@@ -673,7 +673,7 @@ func TestDaemonSixtyFourWaitsHoldUpNeitherAKillNorHealthNorAnotherWait(t *testin
 		t.Fatalf("a status wait with 64 Waits in progress: %v", err)
 	}
 	for _, h := range handles {
-		if err := c.SpawnKill(ctx, h, spawnd.SIGKILL); err != nil {
+		if err := c.SpawnKill(ctx, h, ""); err != nil {
 			t.Fatalf("kill %s with Waits in progress: %v", h, err)
 		}
 	}
@@ -756,4 +756,64 @@ func killedBy(st *spawnd.Status, name string, signum int) bool {
 	n, _ := st.Exit.SignalNumber()
 	_, exited := st.Exit.Exited()
 	return signalled && !exited && got == name && n == signum
+}
+
+// protocolAdditions skips the test when the daemon does not know the
+// methods and params of the protocol additions (ping, spawn_list,
+// spawn_kill's signal) yet.
+func protocolAdditions(t *testing.T, c *spawnd.Client) {
+	t.Helper()
+	if _, err := c.Ping(testContext(t)); errors.Is(err, spawnd.ErrUnknownMethod) {
+		t.Skip("this daemon has no ping: the protocol additions are not in it")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDaemonPingListAndASignalTheProgramHandles(t *testing.T) {
+	c := dial(t)
+	ctx := testContext(t)
+	protocolAdditions(t, c)
+	pong, err := c.Ping(ctx)
+	if err != nil || pong.Version == "" {
+		t.Fatalf("ping: %+v %v", pong, err)
+	}
+	s, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: connector, Op: "sh", Label: "trapper",
+		Args: map[string]string{"script": "trap 'echo term; exit 3' TERM; echo ready; while :; do sleep 0.05; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.SpawnList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine *spawnd.SpawnListEntry
+	for i := range list.Spawns {
+		if list.Spawns[i].Handle == s.Handle {
+			mine = &list.Spawns[i]
+		}
+	}
+	if mine == nil || mine.State != spawnd.StateRunning || !mine.Attached || mine.Detached || mine.Label == nil ||
+		*mine.Label != "trapper" || mine.Op == nil || *mine.Op != "sh" || mine.Token != nil {
+		t.Fatalf("spawn_list: %+v", list.Spawns)
+	}
+	// The trap is set once the script says so.
+	r := c.NewOutputReader(ctx, s.Handle, spawnd.Stdout)
+	ready := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(r, ready); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SpawnKill(ctx, s.Handle, "SIGSTOP"); !errors.Is(err, spawnd.ErrInvalidParams) {
+		t.Fatalf("a signal spawn_kill does not take: %v", err)
+	}
+	if err := c.SpawnKill(ctx, s.Handle, spawnd.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait(ctx, s.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, exited := st.Exit.Exited(); !exited || code != 3 || st.Stdout.String() != "ready\nterm\n" {
+		t.Fatalf("after SIGTERM: %v, stdout %q", st.Exit, st.Stdout)
+	}
 }
