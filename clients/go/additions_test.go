@@ -356,3 +356,24 @@ func TestWireAReleasedHandleIsNotHeldAndAClosedClientIsNotDialedAgain(t *testing
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+func TestWireCallsAfterCloseOfALostConnectionAreErrClosed(t *testing.T) {
+	path, peers := listening(t)
+	ctx := testContext(t)
+	c, err := spawnd.Dial(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := nextPeer(t, peers)
+	_ = p.conn.Close()
+	<-c.Done()
+	_ = c.Close()
+	if _, err := c.Ping(ctx); !errors.Is(err, spawnd.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	select {
+	case <-peers:
+		t.Fatal("dialed again after Close")
+	case <-time.After(200 * time.Millisecond):
+	}
+}

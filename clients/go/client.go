@@ -159,7 +159,10 @@ func (c *Client) usable(ctx context.Context) (*link, error) {
 	if err == nil {
 		return l, nil
 	}
-	if !redialable(err) || atomic.LoadInt32(&c.closing) == 1 {
+	if atomic.LoadInt32(&c.closing) == 1 {
+		return nil, ErrClosed
+	}
+	if !redialable(err) {
 		return nil, err
 	}
 	c.dialing.Lock()

@@ -148,6 +148,7 @@ class AsyncClient:
         if self._closing:
             writer.close()
             raise ConnectionLost("the client closed the connection")
+        self._writer.close()
         self._reader, self._writer = reader, writer
         self._lost = None
         self._last_null = None

@@ -182,10 +182,11 @@ class Client:
             if self._closing:
                 sock.close()
                 raise ConnectionLost("the client closed the connection")
-            self._sock = sock
+            old, self._sock = self._sock, sock
             self._lost = None
             self._last_null = None
             self._notes = {}
+        old.close()
         self._reader = self._start_reader(sock)
 
     @property
