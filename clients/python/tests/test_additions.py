@@ -178,6 +178,35 @@ def list_and_kill(peer):
     peer.read()
 
 
+def quiet_spawn(peer):
+    peer.answer(peer.read(), {"handle": "h-quiet"})
+    peer.read()
+
+
+class QuietSpawns(unittest.TestCase):
+    def test_a_spawn_without_notify_has_no_notifications_to_wait_for(self):
+        d = FakeDaemons(quiet_spawn)
+        c = Client(d.path)
+        self.addCleanup(d.stop)
+        self.addCleanup(c.close)
+        c.spawn_op("local://x/y", "run")
+        with self.assertRaises(LookupError):
+            c.next_notification("h-quiet")
+        with self.assertRaises(LookupError):
+            list(c.notifications("h-quiet"))
+
+
+class AsyncQuietSpawns(unittest.IsolatedAsyncioTestCase):
+    async def test_a_spawn_without_notify_has_no_notifications_to_wait_for(self):
+        d = FakeDaemons(quiet_spawn)
+        c = await AsyncClient.connect(d.path)
+        await c.spawn_op("local://x/y", "run")
+        with self.assertRaises(LookupError):
+            await asyncio.wait_for(c.next_notification("h-quiet"), 5)
+        await c.close()
+        d.stop()
+
+
 class NewMethods(unittest.TestCase):
     def test_spawn_list_is_typed_and_kill_sends_its_signal(self):
         d = FakeDaemons(list_and_kill)

@@ -617,9 +617,13 @@ class AsyncClient:
 
     async def next_notification(self, handle: str) -> Notification:
         """The next notification about `handle` (wrap in
-        `asyncio.wait_for` to bound the wait)."""
+        `asyncio.wait_for` to bound the wait); `LookupError` at once for a
+        handle this connection spawned without `notify`, for which none
+        come."""
         if self._on_notification is not None:
             raise RuntimeError("this client hands notifications to its on_notification callback")
+        if self._held.get(handle) is False:
+            raise LookupError(f"{handle} was spawned without notify: no notifications come for it")
         item = await self._queue(handle).get()
         if isinstance(item, _Lost):
             self._queue(handle).put_nowait(_LOST)

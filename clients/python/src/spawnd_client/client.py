@@ -706,9 +706,14 @@ class Client:
     def next_notification(self, handle: str, timeout: Optional[float] = None) -> Notification:
         """The next notification about `handle` (spawned with `notify=True`);
         raises `queue.Empty` after `timeout` seconds, `ConnectionLost` when
-        the connection is gone."""
+        the connection is gone, and `LookupError` at once for a handle this
+        connection spawned without `notify`, for which none come."""
         if self._on_notification is not None:
             raise RuntimeError("this client hands notifications to its on_notification callback")
+        with self._table_lock:
+            quiet = self._held.get(handle) is False
+        if quiet:
+            raise LookupError(f"{handle} was spawned without notify: no notifications come for it")
         item = self._queue(handle).get(timeout=timeout)
         if isinstance(item, _Lost):
             self._queue(handle).put(_LOST)
