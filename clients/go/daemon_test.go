@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -815,5 +816,33 @@ func TestDaemonPingListAndASignalTheProgramHandles(t *testing.T) {
 	}
 	if code, exited := st.Exit.Exited(); !exited || code != 3 || st.Stdout.String() != "ready\nterm\n" {
 		t.Fatalf("after SIGTERM: %v, stdout %q", st.Exit, st.Stdout)
+	}
+}
+
+func TestDaemonAConnectionClosedIdleIsDialedAgain(t *testing.T) {
+	idle := os.Getenv("SPAWND_IDLE_SOCKET")
+	if idle == "" {
+		t.Skip("no SPAWND_IDLE_SOCKET (a daemon with a short idle_timeout_ms; integration/clients.rs starts one)")
+	}
+	ctx := testContext(t)
+	c, err := spawnd.Dial(ctx, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the daemon did not close the idle connection")
+	}
+	var ce *spawnd.ConnectionError
+	if err := c.Err(); !errors.As(err, &ce) || ce.Last == nil || len(ce.Handles) != 0 {
+		t.Fatalf("the idle connection ended with %v", err)
+	}
+	if _, err := c.Health(ctx); err != nil || c.Err() != nil {
+		t.Fatalf("a call after the idle close: %v (client %v)", err, c.Err())
 	}
 }

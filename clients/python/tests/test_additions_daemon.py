@@ -1,9 +1,13 @@
 """The protocol additions (`ping`, `spawn_list`, `spawn_kill`'s `signal`)
-against a real `spawnd serve`; skipped on a daemon that has no `ping`."""
+against a real `spawnd serve`, skipped on a daemon that has no `ping`; and
+both clients connecting again after a daemon closed an idle connection."""
 
+import asyncio
+import os
+import time
 import unittest
 
-from spawnd_client import Client, InvalidParams, MethodNotFound, Signal, State
+from spawnd_client import AsyncClient, Client, InvalidParams, MethodNotFound, Signal, State
 
 from .support import CONNECTOR, PATIENCE_S, SOCKET
 
@@ -35,6 +39,39 @@ class Additions(unittest.TestCase):
         self.assertEqual((result.exit.code, result.stdout.data), (3, b"ready\nterm\n"))
         self.c.spawn_release(spawned.handle)
         self.assertEqual(self.c.handles, [])
+
+
+IDLE_SOCKET = os.environ.get("SPAWND_IDLE_SOCKET", "")
+NO_IDLE_DAEMON = "no SPAWND_IDLE_SOCKET (a daemon with a short idle_timeout_ms; integration/clients.rs starts one)"
+
+
+@unittest.skipUnless(IDLE_SOCKET, NO_IDLE_DAEMON)
+class IdleClose(unittest.TestCase):
+    def test_a_connection_the_daemon_closed_idle_is_made_again(self):
+        with Client(IDLE_SOCKET) as c:
+            c.health()
+            deadline = time.monotonic() + PATIENCE_S
+            while not c.closed and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertTrue(c.closed, "the daemon did not close the idle connection")
+            self.assertIn("status", c.health())
+            self.assertFalse(c.closed)
+
+
+@unittest.skipUnless(IDLE_SOCKET, NO_IDLE_DAEMON)
+class AsyncIdleClose(unittest.IsolatedAsyncioTestCase):
+    async def test_a_connection_the_daemon_closed_idle_is_made_again(self):
+        c = await AsyncClient.connect(IDLE_SOCKET)
+        try:
+            await c.health()
+            deadline = time.monotonic() + PATIENCE_S
+            while not c.closed and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            self.assertTrue(c.closed, "the daemon did not close the idle connection")
+            await c.health()
+            self.assertFalse(c.closed)
+        finally:
+            await c.close()
 
 
 if __name__ == "__main__":
