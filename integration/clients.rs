@@ -1,7 +1,10 @@
 //! The official clients (`clients/python`, `clients/go`) run their own test
 //! suites against a real `spawnd serve`: each suite is told the socket and
 //! the test connector in `SPAWND_SOCKET` and `SPAWND_CONNECTOR`, and the
-//! connector's operation `sh` runs its `script` argument with bash.
+//! connector's operation `sh` runs its `script` argument with bash. A second
+//! daemon, whose `[server] idle_timeout_ms` is short, is at
+//! `SPAWND_IDLE_SOCKET`: the suites see it close an idle connection and
+//! their client connect again.
 
 #[path = "daemon_harness.rs"]
 mod daemon_harness;
@@ -17,6 +20,7 @@ use daemon_harness::{Daemon, CONNECTOR};
 /// its output unless it passes.
 fn client_suite_passes(name: &str) {
     let d = Daemon::start(&format!("client-{name}"), "");
+    let idle = Daemon::start(&format!("client-{name}-idle"), "idle_timeout_ms = 300\n");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("clients")
         .join(name);
@@ -24,6 +28,7 @@ fn client_suite_passes(name: &str) {
         .current_dir(&dir)
         .env("SPAWND_SOCKET", &d.socket)
         .env("SPAWND_CONNECTOR", CONNECTOR)
+        .env("SPAWND_IDLE_SOCKET", &idle.socket)
         .output()
         .unwrap();
     assert!(

@@ -3,7 +3,8 @@ package spawnd
 // This file owns the connection: dialing, writing request lines, the one
 // reader goroutine that matches answers to calls by id and routes
 // notifications, telling the daemon ($/cancelRequest) of a call whose
-// caller gave up, and how the connection ends.
+// caller gave up, how the connection ends, and dialing again after the
+// daemon closed one that held no handles.
 
 import (
 	"bufio"
@@ -13,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,11 +25,24 @@ import (
 // DefaultSocket is where a packaged daemon listens (systemd's socket unit).
 const DefaultSocket = "/run/spawnd/spawnd.sock"
 
+// SocketEnv is the environment variable Dial reads when given no path.
+const SocketEnv = "SPAWND_SOCKET"
+
+// SocketPath is path, else $SPAWND_SOCKET, else DefaultSocket.
+func SocketPath(path string) string {
+	if path != "" {
+		return path
+	}
+	if env := os.Getenv(SocketEnv); env != "" {
+		return env
+	}
+	return DefaultSocket
+}
+
 // Client is one connection to the daemon, safe for concurrent use by many
 // goroutines. Handles belong to the connection that made them: closing the
 // client kills their programs, except detached ones (SpawnOpParams.Lease).
 type Client struct {
-	conn net.Conn
 	path string
 
 	// A one-slot semaphore: one request line is written at a time, and a
@@ -35,12 +51,18 @@ type Client struct {
 	nextID  uint64
 	// Set by Close: the daemon's end of the connection is then ErrClosed.
 	closing int32
+	// dialing is held while a connection the daemon closed is replaced.
+	dialing sync.Mutex
 
 	mu      sync.Mutex
+	link    *link // the connection in use, or the last one, ended
 	pending map[uint64]*pendingCall
 	subs    map[string]*subscription
-	err     error // why the connection ended, once it has
-	done    chan struct{}
+	// held is the handles this connection holds: spawned or attached here,
+	// not yet released, each with whether notifications may come for it
+	// (spawned with Notify, or attached). A connection lost while it holds
+	// one is not dialed again: its handles went with it.
+	held map[string]bool
 
 	// waits is the one spawn_wait loop every Wait joins.
 	waits *waiter
@@ -48,9 +70,19 @@ type Client struct {
 	probes chan struct{}
 }
 
+// link is one connection to the daemon: a Client has one at a time, and
+// dials a new one when the daemon closed the last while it held no
+// handles.
+type link struct {
+	conn net.Conn
+	done chan struct{}
+	err  error // why it ended, once it has (under Client.mu)
+}
+
 // pendingCall is a request written and not yet answered.
 type pendingCall struct {
 	method string
+	link   *link
 	// frameBytes is the request line's length without its newline, to
 	// know which calls an oversized-frame error (id null) stands for.
 	frameBytes int
@@ -70,45 +102,151 @@ type answer struct {
 	err    error
 }
 
-// Dial connects to the daemon's socket at path ("" for DefaultSocket).
-// The context bounds the connecting only. A socket that cannot be reached
-// is a *ConnectionError.
+// Dial connects to the daemon's socket at path; "" is $SPAWND_SOCKET, or
+// DefaultSocket when that is unset (SocketPath). The context bounds the
+// connecting only. A socket that cannot be reached is a *ConnectionError.
+//
+// The daemon closes a connection idle for long (120 s by default). A call
+// on a client whose connection the daemon closed while it held no handles
+// dials again, once, and goes on the new connection. One closed while it
+// held handles is not dialed again: those handles ended with it (their
+// programs were killed, detached ones parked for their lease), and every
+// call fails with the *ConnectionError that names them.
 func Dial(ctx context.Context, path string) (*Client, error) {
-	if path == "" {
-		path = DefaultSocket
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", path)
-	if err != nil {
-		return nil, &ConnectionError{Err: err, Path: path}
-	}
+	path = SocketPath(path)
 	c := &Client{
-		conn:    conn,
 		path:    path,
 		writing: make(chan struct{}, 1),
 		pending: make(map[uint64]*pendingCall),
 		subs:    make(map[string]*subscription),
-		done:    make(chan struct{}),
+		held:    make(map[string]bool),
 	}
+	l, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.link = l
 	c.waits = newWaiter(c)
 	c.probes = make(chan struct{}, MaxProbesInProgress)
-	go c.readLoop(bufio.NewReaderSize(conn, 64<<10))
+	go c.readLoop(l, bufio.NewReaderSize(l.conn, 64<<10))
 	return c, nil
+}
+
+func (c *Client) dial(ctx context.Context) (*link, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.path)
+	if err != nil {
+		return nil, &ConnectionError{Err: err, Path: c.path}
+	}
+	return &link{conn: conn, done: make(chan struct{})}, nil
+}
+
+// current is the connection in use, or the last one when it has ended.
+func (c *Client) current() *link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.link
+}
+
+// usable is the connection for a new call: the one in use, or a new one
+// when the daemon closed the last while it held no handles. Otherwise it
+// is why the last one ended.
+func (c *Client) usable(ctx context.Context) (*link, error) {
+	c.mu.Lock()
+	l := c.link
+	err := l.err
+	c.mu.Unlock()
+	if err == nil {
+		return l, nil
+	}
+	if atomic.LoadInt32(&c.closing) == 1 {
+		return nil, ErrClosed
+	}
+	if !redialable(err) {
+		return nil, err
+	}
+	c.dialing.Lock()
+	defer c.dialing.Unlock()
+	c.mu.Lock()
+	if c.link != l {
+		// Another call dialed meanwhile.
+		l = c.link
+		err = l.err
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	c.mu.Unlock()
+	next, dialErr := c.dial(ctx)
+	if dialErr != nil {
+		return nil, dialErr
+	}
+	c.mu.Lock()
+	if atomic.LoadInt32(&c.closing) == 1 {
+		c.mu.Unlock()
+		_ = next.conn.Close()
+		return nil, ErrClosed
+	}
+	c.link = next
+	c.mu.Unlock()
+	go c.readLoop(next, bufio.NewReaderSize(next.conn, 64<<10))
+	return next, nil
+}
+
+// redialable says whether a connection that ended with err may be
+// replaced: lost (not closed by Close) while it held no handles.
+func redialable(err error) bool {
+	ce, ok := err.(*ConnectionError)
+	return ok && ce.Lost && len(ce.Handles) == 0
 }
 
 // Path is the socket this client dialed.
 func (c *Client) Path() string { return c.path }
 
-// Done is closed once the connection has ended (Close, or the daemon
-// closed it); Err then says why.
-func (c *Client) Done() <-chan struct{} { return c.done }
+// Done is closed once the connection in use has ended (Close, or the
+// daemon closed it); Err then says why. After the client dialed again
+// (see Dial), Done is the new connection's.
+func (c *Client) Done() <-chan struct{} { return c.current().done }
 
 // Err is nil while the connection is open, then ErrClosed after Close or
 // a *ConnectionError when the connection was lost.
 func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err
+	return c.link.err
+}
+
+// Handles is the handles this connection holds (spawned or attached
+// here, not released), sorted.
+func (c *Client) Handles() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldLocked()
+}
+
+func (c *Client) heldLocked() []string {
+	out := make([]string, 0, len(c.held))
+	for h := range c.held {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *Client) hold(handle string, notifies bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.link.err == nil {
+		c.held[handle] = notifies
+	}
+}
+
+func (c *Client) unhold(handle string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.held, handle)
 }
 
 // closeWait bounds how long Close waits for the daemon to close its side.
@@ -121,15 +259,18 @@ const closeWait = 5 * time.Second
 // another connection. Calls still in flight then return ErrClosed.
 func (c *Client) Close() error {
 	atomic.StoreInt32(&c.closing, 1)
-	if uc, ok := c.conn.(*net.UnixConn); ok && uc.CloseWrite() == nil {
+	c.dialing.Lock()
+	l := c.current()
+	c.dialing.Unlock()
+	if uc, ok := l.conn.(*net.UnixConn); ok && uc.CloseWrite() == nil {
 		wait := time.NewTimer(closeWait)
 		defer wait.Stop()
 		select {
-		case <-c.done:
+		case <-l.done:
 		case <-wait.C:
 		}
 	}
-	c.shutdown(ErrClosed)
+	c.shutdown(l, ErrClosed)
 	return nil
 }
 
@@ -178,8 +319,6 @@ func (c *Client) call(ctx context.Context, method string, params, result interfa
 		case c.probes <- struct{}{}:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.done:
-			return c.Err()
 		}
 		done = func() { <-c.probes }
 	}
@@ -199,7 +338,7 @@ func (c *Client) call(ctx context.Context, method string, params, result interfa
 		// that write; a probe's place is the client's again once it is sent.
 		if c.abandon(id, p) && p.onAbandoned == nil {
 			go func() {
-				c.cancelAtDaemon(id)
+				c.cancelAtDaemon(p.link, id)
 				done()
 			}()
 		} else {
@@ -213,6 +352,10 @@ func (c *Client) call(ctx context.Context, method string, params, result interfa
 // the pendingCall's channel.
 func (c *Client) start(ctx context.Context, method string, params interface{},
 	onResult, onAbandoned func(json.RawMessage)) (uint64, *pendingCall, error) {
+	l, err := c.usable(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
 	id := atomic.AddUint64(&c.nextID, 1)
 	if params == nil {
 		params = struct{}{}
@@ -223,6 +366,7 @@ func (c *Client) start(ctx context.Context, method string, params interface{},
 	}
 	p := &pendingCall{
 		method:      method,
+		link:        l,
 		frameBytes:  len(line),
 		answer:      make(chan answer, 1),
 		onResult:    onResult,
@@ -230,14 +374,14 @@ func (c *Client) start(ctx context.Context, method string, params interface{},
 	}
 	line = append(line, '\n')
 	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
+	if l.err != nil {
+		err := l.err
 		c.mu.Unlock()
 		return 0, nil, err
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
-	if err := c.write(ctx, line); err != nil {
+	if err := c.write(ctx, l, line); err != nil {
 		c.forget(id)
 		return 0, nil, err
 	}
@@ -263,7 +407,7 @@ const cancelWrite = 10 * time.Second
 
 // cancelAtDaemon sends $/cancelRequest for the request id, best effort:
 // a connection that has ended has nothing to cancel.
-func (c *Client) cancelAtDaemon(id uint64) {
+func (c *Client) cancelAtDaemon(l *link, id uint64) {
 	line, err := json.Marshal(notification{JSONRPC: "2.0", Method: MethodCancelRequest,
 		Params: map[string]uint64{"id": id}})
 	if err != nil {
@@ -271,40 +415,47 @@ func (c *Client) cancelAtDaemon(id uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cancelWrite)
 	defer cancel()
-	_ = c.write(ctx, append(line, '\n'))
+	_ = c.write(ctx, l, append(line, '\n'))
 }
 
 // write sends one whole request line. Waiting for the turn to write
 // follows the context; a line once begun is written whole, since a frame
 // cut in the middle would corrupt every later one.
-func (c *Client) write(ctx context.Context, line []byte) error {
+func (c *Client) write(ctx context.Context, l *link, line []byte) error {
 	select {
 	case c.writing <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.done:
-		return c.Err()
+	case <-l.done:
+		return c.linkErr(l)
 	}
 	defer func() { <-c.writing }()
-	if err := c.Err(); err != nil {
+	if err := c.linkErr(l); err != nil {
 		return err
 	}
-	if _, err := c.conn.Write(line); err != nil {
+	if _, err := l.conn.Write(line); err != nil {
 		// A daemon that closed the connection may have said why first (a
 		// limit refusing the connection): the read loop gets a second to
 		// read it, so the ConnectionError carries it (Last).
 		wait := time.NewTimer(time.Second)
 		defer wait.Stop()
 		select {
-		case <-c.done:
+		case <-l.done:
 		case <-wait.C:
-			c.shutdown(&ConnectionError{Err: err, Path: c.path})
+			c.shutdown(l, &ConnectionError{Err: err, Path: c.path})
 		case <-ctx.Done():
-			c.shutdown(&ConnectionError{Err: err, Path: c.path})
+			c.shutdown(l, &ConnectionError{Err: err, Path: c.path})
 		}
-		return c.Err()
+		return c.linkErr(l)
 	}
 	return nil
+}
+
+// linkErr is why the connection l ended, or nil while it is open.
+func (c *Client) linkErr(l *link) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return l.err
 }
 
 func (c *Client) forget(id uint64) {
@@ -357,18 +508,18 @@ type wireError struct {
 // readLoop reads the daemon's lines until the connection ends. An error
 // the daemon sent with id null as its last line (an idle or frame timeout,
 // overload at connect) is why it closed: the ConnectionError carries it.
-func (c *Client) readLoop(r *bufio.Reader) {
+func (c *Client) readLoop(l *link, r *bufio.Reader) {
 	var last *Error
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 && (err == nil || err == io.EOF) {
-			last = c.handleLine(line)
+			last = c.handleLine(l, line)
 		}
 		if err != nil {
 			if atomic.LoadInt32(&c.closing) == 1 {
-				c.shutdown(ErrClosed)
+				c.shutdown(l, ErrClosed)
 			} else {
-				c.shutdown(&ConnectionError{Err: err, Path: c.path, Last: last})
+				c.shutdown(l, &ConnectionError{Err: err, Path: c.path, Last: last})
 			}
 			return
 		}
@@ -378,11 +529,11 @@ func (c *Client) readLoop(r *bufio.Reader) {
 // handleLine hands one line on: an answer to its call, a notification to
 // its handle's subscription, an error with id null to unmatched. It returns
 // that error when unmatched keeps it (see readLoop), else nil.
-func (c *Client) handleLine(line []byte) *Error {
+func (c *Client) handleLine(l *link, line []byte) *Error {
 	var f frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		// Not JSON: the stream can no longer be trusted.
-		c.shutdown(&ConnectionError{Err: fmt.Errorf("the daemon sent a line that is not JSON: %w", err), Path: c.path})
+		c.shutdown(l, &ConnectionError{Err: fmt.Errorf("the daemon sent a line that is not JSON: %w", err), Path: c.path})
 		return nil
 	}
 	if f.Method != "" && len(f.ID) == 0 {
@@ -476,22 +627,28 @@ func (c *Client) unmatched(f frame) *Error {
 	return nil
 }
 
-// shutdown ends the connection once: every call in flight gets why, and
-// every notification channel is closed after what it holds.
-func (c *Client) shutdown(why error) {
+// shutdown ends the connection l once: every call in flight on it gets
+// why, and every notification channel is closed after what it holds. A
+// lost connection's error names the handles that went with it.
+func (c *Client) shutdown(l *link, why error) {
 	c.mu.Lock()
-	if c.err != nil {
+	if l.err != nil || c.link != l {
 		c.mu.Unlock()
 		return
 	}
-	c.err = why
+	if ce, ok := why.(*ConnectionError); ok {
+		ce.Lost = true
+		ce.Handles = c.heldLocked()
+	}
+	c.held = make(map[string]bool)
+	l.err = why
 	pending := c.pending
 	c.pending = map[uint64]*pendingCall{}
 	subs := c.subs
 	c.subs = map[string]*subscription{}
-	close(c.done)
+	close(l.done)
 	c.mu.Unlock()
-	_ = c.conn.Close()
+	_ = l.conn.Close()
 	for _, p := range pending {
 		if !p.abandoned {
 			p.answer <- answer{err: why}

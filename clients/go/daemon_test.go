@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -142,11 +143,11 @@ func TestDaemonKillEndsTheProgramAndReleaseFreesTheHandle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SpawnKill(ctx, s.Handle); err != nil {
+	if err := c.SpawnKill(ctx, s.Handle, ""); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.Wait(ctx, s.Handle)
-	if err != nil || st.State != spawnd.StateSignaled || st.Signal == nil || *st.Signal != 9 || st.InterruptedBy != "spawn_kill" {
+	if err != nil || st.State != spawnd.StateSignaled || !killedBy(st, "SIGKILL", 9) || st.InterruptedBy != "spawn_kill" {
 		t.Fatalf("killed: %+v: %v", st, err)
 	}
 	if err := c.SpawnRelease(ctx, s.Handle); err != nil {
@@ -248,7 +249,7 @@ func TestDaemonALongStatusWaitDoesNotDelayAnotherAnswer(t *testing.T) {
 		t.Fatalf("the 30 s wait was answered before the calls after it: %v", err)
 	default:
 	}
-	if err := c.SpawnKill(ctx, s.Handle); err != nil {
+	if err := c.SpawnKill(ctx, s.Handle, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-waited; err != nil {
@@ -673,7 +674,7 @@ func TestDaemonSixtyFourWaitsHoldUpNeitherAKillNorHealthNorAnotherWait(t *testin
 		t.Fatalf("a status wait with 64 Waits in progress: %v", err)
 	}
 	for _, h := range handles {
-		if err := c.SpawnKill(ctx, h); err != nil {
+		if err := c.SpawnKill(ctx, h, ""); err != nil {
 			t.Fatalf("kill %s with Waits in progress: %v", h, err)
 		}
 	}
@@ -683,7 +684,7 @@ func TestDaemonSixtyFourWaitsHoldUpNeitherAKillNorHealthNorAnotherWait(t *testin
 			t.Fatalf("Wait %d: %v", r.i, r.err)
 		}
 		st := r.st
-		if st.State != spawnd.StateSignaled || st.Signal == nil || *st.Signal != 9 || st.InterruptedBy != "spawn_kill" ||
+		if st.State != spawnd.StateSignaled || !killedBy(st, "SIGKILL", 9) || st.InterruptedBy != "spawn_kill" ||
 			st.Stdout.String() != fmt.Sprintf("%d\n", r.i) {
 			t.Fatalf("Wait %d: %+v (stdout %+v)", r.i, st, st.Stdout)
 		}
@@ -746,5 +747,102 @@ func TestDaemonCancelledWaitsFreeTheirPlacesAndAnOverloadNamesTheBound(t *testin
 			t.Fatalf("a wait after the others were cancelled: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// killedBy says whether the status is of a program killed by the signal
+// name, number signum.
+func killedBy(st *spawnd.Status, name string, signum int) bool {
+	got, signalled := st.Exit.Signalled()
+	n, _ := st.Exit.SignalNumber()
+	_, exited := st.Exit.Exited()
+	return signalled && !exited && got == name && n == signum
+}
+
+// protocolAdditions skips the test when the daemon does not know the
+// methods and params of the protocol additions (ping, spawn_list,
+// spawn_kill's signal) yet.
+func protocolAdditions(t *testing.T, c *spawnd.Client) {
+	t.Helper()
+	if _, err := c.Ping(testContext(t)); errors.Is(err, spawnd.ErrUnknownMethod) {
+		t.Skip("this daemon has no ping: the protocol additions are not in it")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDaemonPingListAndASignalTheProgramHandles(t *testing.T) {
+	c := dial(t)
+	ctx := testContext(t)
+	protocolAdditions(t, c)
+	pong, err := c.Ping(ctx)
+	if err != nil || pong.Version == "" {
+		t.Fatalf("ping: %+v %v", pong, err)
+	}
+	s, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: connector, Op: "sh", Label: "trapper",
+		Args: map[string]string{"script": "trap 'echo term; exit 3' TERM; echo ready; while :; do sleep 0.05; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.SpawnList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine *spawnd.SpawnListEntry
+	for i := range list.Spawns {
+		if list.Spawns[i].Handle == s.Handle {
+			mine = &list.Spawns[i]
+		}
+	}
+	if mine == nil || mine.State != spawnd.StateRunning || !mine.Attached || mine.Detached || mine.Label == nil ||
+		*mine.Label != "trapper" || mine.Op == nil || *mine.Op != "sh" || mine.Token != nil {
+		t.Fatalf("spawn_list: %+v", list.Spawns)
+	}
+	// The trap is set once the script says so.
+	r := c.NewOutputReader(ctx, s.Handle, spawnd.Stdout)
+	ready := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(r, ready); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SpawnKill(ctx, s.Handle, "SIGSTOP"); !errors.Is(err, spawnd.ErrInvalidParams) {
+		t.Fatalf("a signal spawn_kill does not take: %v", err)
+	}
+	if err := c.SpawnKill(ctx, s.Handle, spawnd.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait(ctx, s.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, exited := st.Exit.Exited(); !exited || code != 3 || st.Stdout.String() != "ready\nterm\n" {
+		t.Fatalf("after SIGTERM: %v, stdout %q", st.Exit, st.Stdout)
+	}
+}
+
+func TestDaemonAConnectionClosedIdleIsDialedAgain(t *testing.T) {
+	idle := os.Getenv("SPAWND_IDLE_SOCKET")
+	if idle == "" {
+		t.Skip("no SPAWND_IDLE_SOCKET (a daemon with a short idle_timeout_ms; integration/clients.rs starts one)")
+	}
+	ctx := testContext(t)
+	c, err := spawnd.Dial(ctx, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the daemon did not close the idle connection")
+	}
+	var ce *spawnd.ConnectionError
+	if err := c.Err(); !errors.As(err, &ce) || ce.Last == nil || len(ce.Handles) != 0 {
+		t.Fatalf("the idle connection ended with %v", err)
+	}
+	if _, err := c.Health(ctx); err != nil || c.Err() != nil {
+		t.Fatalf("a call after the idle close: %v (client %v)", err, c.Err())
 	}
 }

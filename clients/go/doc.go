@@ -14,11 +14,12 @@
 // on a connection joins one loop that keeps a single spawn_wait in flight
 // over all the handles waited on.
 //
-// Every method of the protocol has a typed method here (Health,
+// Every method of the protocol has a typed method here (Ping, Health,
 // ConnectorsStatus, Spawn, SpawnOp, SpawnCheck, SpawnStatus, SpawnWait,
-// SpawnOutputSize, SpawnOutputRead, SpawnKill, SpawnRelease,
+// SpawnList, SpawnOutputSize, SpawnOutputRead, SpawnKill, SpawnRelease,
 // SpawnStdinWrite, SpawnStdinClose, SpawnAttach), and [Client.Call] reaches
-// any other. Results keep the whole answer in a Raw field for keys this
+// any other. A connection the daemon closed while it held no handles (an
+// idle timeout) is dialed again by the next call. Results keep the whole answer in a Raw field for keys this
 // version does not name.
 //
 // Errors the daemon answers are [*Error] values: match them with

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The daemon's error codes (docs/daemon.md).
@@ -79,11 +80,24 @@ type Error struct {
 	Method string
 }
 
+// Error is one line: the method, the message with its line breaks made
+// spaces, the code and, for a denial, its reason. The details are fields:
+// Code, Message and Data here, the denial's in Denial().
 func (e *Error) Error() string {
-	if e.Method == "" {
-		return fmt.Sprintf("spawnd: %s (%d)", e.Message, e.Code)
+	detail := fmt.Sprint(e.Code)
+	if d := e.Denial(); d != nil {
+		detail += ", " + oneLine(d.Reason)
 	}
-	return fmt.Sprintf("spawnd: %s: %s (%d)", e.Method, e.Message, e.Code)
+	if e.Method == "" {
+		return fmt.Sprintf("spawnd: %s (%s)", oneLine(e.Message), detail)
+	}
+	return fmt.Sprintf("spawnd: %s: %s (%s)", e.Method, oneLine(e.Message), detail)
+}
+
+// oneLine is text with each run of white space, line breaks included,
+// made one space, so that an error prints as one line of a log.
+func oneLine(text string) string {
+	return strings.Join(strings.Fields(text), " ")
 }
 
 // Is matches the sentinel of e's code, and ErrFrameTooLarge.
@@ -183,7 +197,7 @@ type Overload struct {
 }
 
 func (o *Overload) Error() string {
-	return fmt.Sprintf("spawnd: at the limit %s (%d; the caller uses %d)", o.Limit, o.Max, o.CallerUses)
+	return fmt.Sprintf("spawnd: at the limit %s (%d; the caller uses %d)", oneLine(o.Limit), o.Max, o.CallerUses)
 }
 
 // Overload is the limit a -32003 names, or nil (another code, or a
@@ -238,7 +252,7 @@ type Denial struct {
 }
 
 func (d *Denial) Error() string {
-	return fmt.Sprintf("spawnd: denied (%s): %s", d.Reason, d.Message)
+	return fmt.Sprintf("spawnd: denied (%s): %s", oneLine(d.Reason), oneLine(d.Message))
 }
 
 // InvalidName is the data of a call whose connector or op is not a valid
@@ -250,7 +264,7 @@ type InvalidName struct {
 }
 
 func (n *InvalidName) Error() string {
-	return fmt.Sprintf("spawnd: invalid %s (%d bytes)", n.Field, n.Bytes)
+	return fmt.Sprintf("spawnd: invalid %s (%d bytes)", oneLine(n.Field), n.Bytes)
 }
 
 // ErrClosed is returned by calls after, or in flight at, Close.
@@ -259,10 +273,17 @@ var ErrClosed = errors.New("spawnd: client closed")
 // ErrConnectionLost matches every *ConnectionError.
 var ErrConnectionLost = errors.New("spawnd: connection lost")
 
-// ConnectionError is a connection that could not be made or that ended
-// under calls in flight.
+// ConnectionError is a connection that could not be made or that ended.
 type ConnectionError struct {
 	Path string
+	// Lost is true for a connection that was made and then ended (false:
+	// it could not be made).
+	Lost bool
+	// Handles are the handles the connection held when it was lost: they
+	// ended with it (programs killed, detached ones parked for their
+	// lease), and the client does not dial again. Empty when it held none;
+	// the next call then dials again.
+	Handles []string
 	// Err is the cause: the dial error, io.EOF when the daemon closed the
 	// connection, a write error.
 	Err error
@@ -271,10 +292,19 @@ type ConnectionError struct {
 	Last *Error
 }
 
+// Error is one line: the socket, the cause, what the daemon said, and
+// the handles lost with the connection.
 func (e *ConnectionError) Error() string {
-	msg := fmt.Sprintf("spawnd: connection to %s: %v", e.Path, e.Err)
+	what := "connection to"
+	if e.Lost {
+		what = "lost the connection to"
+	}
+	msg := fmt.Sprintf("spawnd: %s %s: %s", what, e.Path, oneLine(fmt.Sprint(e.Err)))
 	if e.Last != nil {
-		msg += fmt.Sprintf(" (the daemon said: %s)", e.Last.Message)
+		msg += fmt.Sprintf(" (the daemon said: %s)", oneLine(e.Last.Message))
+	}
+	if len(e.Handles) > 0 {
+		msg += fmt.Sprintf("; its %d handles were lost with it: %s", len(e.Handles), strings.Join(e.Handles, ", "))
 	}
 	return msg
 }

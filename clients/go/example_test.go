@@ -33,7 +33,12 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%s %d %s", st.State, *st.ExitCode, st.Stdout)
+	// Exit is either an exit code or the signal that killed the program.
+	if code, exited := st.Exit.Exited(); exited {
+		fmt.Printf("%s %d %s", st.State, code, st.Stdout)
+	} else if signal, signalled := st.Exit.Signalled(); signalled {
+		fmt.Printf("%s %s", st.State, signal)
+	}
 	// Output: exited 0 hello
 }
 
@@ -105,10 +110,10 @@ func ExampleClient_Notifications() {
 				stdout.Write(n.Data)
 			}
 		case spawnd.MethodSpawnExited:
-			fmt.Printf("exited %d after %q\n", *n.Status.ExitCode, stdout.String())
+			fmt.Printf("%s after %q\n", n.Status.Exit, stdout.String())
 		}
 	}
-	// Output: exited 0 after "one\ntwo\n"
+	// Output: exit code 0 after "one\ntwo\n"
 }
 
 func ExampleClient_NewStdinWriter() {

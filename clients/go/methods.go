@@ -6,6 +6,7 @@ package spawnd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -40,18 +41,20 @@ func (c *Client) Spawn(ctx context.Context, p SpawnParams) (*Spawned, error) {
 
 func (c *Client) spawn(ctx context.Context, req SpawnRequest, params interface{}) (*Spawned, error) {
 	var s Spawned
-	var onResult func(json.RawMessage)
-	if req.notifies() {
-		// Made in the reader goroutine before the next line is read: the
-		// daemon writes the answer before any notification about it.
-		onResult = func(raw json.RawMessage) {
-			if h := handleOf(raw); h != "" {
+	notifies := req.notifies()
+	// Run in the reader goroutine before the next line is read: the
+	// daemon writes the answer before any notification about it.
+	onResult := func(raw json.RawMessage) {
+		if h := handleOf(raw); h != "" {
+			c.hold(h, notifies)
+			if notifies {
 				c.subscription(h)
 			}
 		}
 	}
 	onAbandoned := func(raw json.RawMessage) {
 		if h := handleOf(raw); h != "" {
+			c.hold(h, false)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			_ = c.SpawnRelease(ctx, h)
@@ -144,15 +147,60 @@ func (c *Client) SpawnOutputRead(ctx context.Context, handle string, which Strea
 	return &o, nil
 }
 
-// SpawnKill kills the spawn's program (its result says spawn_kill).
-func (c *Client) SpawnKill(ctx context.Context, handle string) error {
-	return c.Call(ctx, "spawn_kill", handleParams{Handle: handle}, nil)
+// Signal is a signal spawn_kill sends to the program.
+type Signal string
+
+// The signals spawn_kill sends. SIGKILL kills the whole sandbox; any other
+// goes to the program, forwarded by the sandbox's init.
+const (
+	SIGTERM Signal = "SIGTERM"
+	SIGKILL Signal = "SIGKILL"
+	SIGINT  Signal = "SIGINT"
+	SIGHUP  Signal = "SIGHUP"
+	SIGQUIT Signal = "SIGQUIT"
+	SIGUSR1 Signal = "SIGUSR1"
+	SIGUSR2 Signal = "SIGUSR2"
+)
+
+// SpawnKill sends sig to the spawn's program; "" is the daemon's default,
+// SIGKILL, which kills the sandbox (its result then says spawn_kill). A
+// signal the daemon does not take is ErrInvalidParams naming `signal`.
+func (c *Client) SpawnKill(ctx context.Context, handle string, sig Signal) error {
+	params := struct {
+		Handle string `json:"handle"`
+		Signal Signal `json:"signal,omitempty"`
+	}{handle, sig}
+	return c.Call(ctx, "spawn_kill", params, nil)
+}
+
+// Ping tests the connection: the daemon answers at once with its version.
+func (c *Client) Ping(ctx context.Context) (*Pong, error) {
+	var p Pong
+	if err := c.Call(ctx, "ping", nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// SpawnList lists the caller's own spawns, by start time: every handle
+// this connection holds, and every detached spawn started by a peer of
+// the same uid, attached elsewhere or not (with its token, to take up an
+// orphan with SpawnAttach).
+func (c *Client) SpawnList(ctx context.Context) (*SpawnList, error) {
+	var l SpawnList
+	if err := c.Call(ctx, "spawn_list", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
 }
 
 // SpawnRelease frees the handle at once, killing a program still running.
 // Its notification channel, if any, is closed.
 func (c *Client) SpawnRelease(ctx context.Context, handle string) error {
 	err := c.Call(ctx, "spawn_release", handleParams{Handle: handle}, nil)
+	if err == nil || errors.Is(err, ErrNotFound) {
+		c.unhold(handle)
+	}
 	if err == nil {
 		c.dropSubscription(handle)
 	}
@@ -198,5 +246,6 @@ func (c *Client) SpawnAttach(ctx context.Context, handle, token string) (*Attach
 	if err := c.Call(ctx, "spawn_attach", params, &a); err != nil {
 		return nil, err
 	}
+	c.hold(handle, true)
 	return &a, nil
 }

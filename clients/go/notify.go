@@ -66,10 +66,24 @@ func notificationFrom(method string, params json.RawMessage) Notification {
 
 // Notifications is the channel of the handle's notifications. A spawn
 // made with Notify queues them from its answer on, so nothing is lost
-// before this is called. The channel is closed after spawn_exited, when
-// the handle is released, or when the connection ends (after what it
-// holds; at Close at once).
+// before this is called; an attached one from the attach on. The channel
+// is closed after spawn_exited, when the handle is released, or when the
+// connection ends (after what it holds; at Close at once). For a handle
+// that gets no notifications here (spawned without Notify, or not held
+// by this connection) it is closed at once.
 func (c *Client) Notifications(handle string) <-chan Notification {
+	c.mu.Lock()
+	s, subscribed := c.subs[handle]
+	notifies := c.held[handle]
+	c.mu.Unlock()
+	if subscribed {
+		return s.out
+	}
+	if !notifies {
+		s := newSubscription()
+		s.finish(false)
+		return s.out
+	}
 	return c.subscription(handle).out
 }
 
@@ -88,9 +102,9 @@ func (c *Client) subscription(handle string) *subscription {
 		return s
 	}
 	s := newSubscription()
-	if c.err != nil {
+	if err := c.link.err; err != nil {
 		// The connection has ended: nothing more will come.
-		s.finish(c.err == ErrClosed)
+		s.finish(err == ErrClosed)
 		return s
 	}
 	c.subs[handle] = s

@@ -20,9 +20,15 @@ func normalized(text string) string {
 }
 
 func TestReadmeShowsOnlyTheseExamples(t *testing.T) {
-	// This README, and the repository's page on its clients.
+	// This README, and the repository's page on its clients. That page
+	// is outside the module: a copy of the module elsewhere (vendored into
+	// another project) has only the README.
 	for _, doc := range []string{"README.md", "../../docs/clients.md"} {
 		text, err := os.ReadFile(doc)
+		if doc != "README.md" && os.IsNotExist(err) {
+			t.Logf("%s is not here (not in a spawnd checkout): not checked", doc)
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,29 +30,88 @@ type Spawned struct {
 	Raw    json.RawMessage `json:"-"`
 }
 
-// The states of a spawn (Status.State).
+// State is a spawn's state, as spawn_status, spawn_wait, spawn_attach and
+// spawn_list say it. A state this version does not name is kept as sent.
+type State string
+
+// The states of a spawn.
 const (
-	StateRunning  = "running"
-	StateExited   = "exited"
-	StateSignaled = "signaled"
-	StateTimedOut = "timed_out"
+	StateRunning  State = "running"
+	StateExited   State = "exited"
+	StateSignaled State = "signaled"
+	StateTimedOut State = "timed_out"
 	// StateFailed: the spawn ended without a result (its spawner died);
 	// Status.Error says why.
-	StateFailed = "failed"
+	StateFailed State = "failed"
 )
+
+// Ended says whether the state is one of an ended spawn (any but running).
+func (s State) Ended() bool { return s != StateRunning && s != "" }
+
+// Exit is how a program ended: exited with a code, killed by a signal, or
+// neither (still running, or a spawn that failed without a result; the
+// zero Exit). Take it apart with Exited and Signalled.
+type Exit struct {
+	kind   exitKind
+	code   int
+	signal string
+	signum int
+}
+
+type exitKind uint8
+
+const (
+	exitNone exitKind = iota
+	exitCode
+	exitSignal
+)
+
+// ExitCode is the Exit of a program that exited with code.
+func ExitCode(code int) Exit { return Exit{kind: exitCode, code: code} }
+
+// ExitSignal is the Exit of a program killed by the signal name (SIGKILL),
+// whose number is signum (0 when unknown).
+func ExitSignal(name string, signum int) Exit {
+	return Exit{kind: exitSignal, signal: name, signum: signum}
+}
+
+// Exited is the exit code, and whether the program exited (rather than
+// being killed by a signal, or not having ended).
+func (e Exit) Exited() (int, bool) { return e.code, e.kind == exitCode }
+
+// Signalled is the name of the signal that killed the program (SIGKILL),
+// and whether one did.
+func (e Exit) Signalled() (string, bool) { return e.signal, e.kind == exitSignal }
+
+// SignalNumber is the number of the signal that killed the program, and
+// whether one did.
+func (e Exit) SignalNumber() (int, bool) { return e.signum, e.kind == exitSignal }
+
+// String is "exit code N", "signal NAME" or "no exit".
+func (e Exit) String() string {
+	switch e.kind {
+	case exitCode:
+		return fmt.Sprintf("exit code %d", e.code)
+	case exitSignal:
+		if e.signal == "" {
+			return fmt.Sprintf("signal %d", e.signum)
+		}
+		return "signal " + e.signal
+	}
+	return "no exit"
+}
 
 // Status is spawn_status's answer: the state and, once ended, the run
 // result (docs/cli.md, "The run result").
 type Status struct {
-	State   string `json:"state"`
+	State   State  `json:"state"`
 	AuditID string `json:"audit_id,omitempty"`
-	// ExitCode is nil while running and after a signal.
-	ExitCode   *int   `json:"exit_code"`
-	Signal     *int   `json:"signal"`
-	SignalName string `json:"signal_name,omitempty"`
-	TimedOut   bool   `json:"timed_out"`
-	DurationMS int64  `json:"duration_ms"`
-	CPUMS      int64  `json:"cpu_ms"`
+	// Exit is how the program ended: its exit code or the signal that
+	// killed it; the zero Exit while it runs and for a failed spawn.
+	Exit       Exit  `json:"-"`
+	TimedOut   bool  `json:"timed_out"`
+	DurationMS int64 `json:"duration_ms"`
+	CPUMS      int64 `json:"cpu_ms"`
 	// PeakMemoryBytes and OOMKilled as the sandbox's limits saw them.
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
 	OOMKilled       bool  `json:"oom_killed"`
@@ -64,19 +123,52 @@ type Status struct {
 	Stdout *StreamResult `json:"stdout,omitempty"`
 	Stderr *StreamResult `json:"stderr,omitempty"`
 	// Error is why a failed spawn failed.
-	Error     string          `json:"error,omitempty"`
-	Isolation json.RawMessage `json:"isolation,omitempty"`
-	Network   json.RawMessage `json:"network,omitempty"`
-	Timings   json.RawMessage `json:"timings,omitempty"`
-	Raw       json.RawMessage `json:"-"`
+	Error string `json:"error,omitempty"`
+	// Isolation is what confined the program (docs/sandbox.md); nil while
+	// it runs.
+	Isolation *Isolation `json:"isolation,omitempty"`
+	// Network is what the relay saw and refused, for a spawn with network
+	// grants or learning (docs/network.md); nil for one without.
+	Network *Network        `json:"network,omitempty"`
+	Timings json.RawMessage `json:"timings,omitempty"`
+	Raw     json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the result, and its exit_code, signal and
+// signal_name into Exit.
+func (s *Status) UnmarshalJSON(b []byte) error {
+	type plain Status
+	w := struct {
+		*plain
+		ExitCode   *int   `json:"exit_code"`
+		Signal     *int   `json:"signal"`
+		SignalName string `json:"signal_name"`
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	switch {
+	case w.ExitCode != nil:
+		s.Exit = ExitCode(*w.ExitCode)
+	case w.Signal != nil || w.SignalName != "":
+		n := 0
+		if w.Signal != nil {
+			n = *w.Signal
+		}
+		s.Exit = ExitSignal(w.SignalName, n)
+	default:
+		s.Exit = Exit{}
+	}
+	return nil
 }
 
 // Ended says whether the spawn has ended (any state but running).
-func (s *Status) Ended() bool { return s.State != StateRunning }
+func (s *Status) Ended() bool { return s.State.Ended() }
 
 // Success says whether the program exited 0.
 func (s *Status) Success() bool {
-	return s.State == StateExited && s.ExitCode != nil && *s.ExitCode == 0
+	code, exited := s.Exit.Exited()
+	return s.State == StateExited && exited && code == 0
 }
 
 // StreamResult is one stream in a run result.
@@ -111,8 +203,8 @@ type WaitResult struct {
 	// Handle is the first of the handles asked about, in their order,
 	// that has ended; "" when none has by the wait.
 	Handle string `json:"handle"`
-	// State is Handle's state ("running" when none has ended).
-	State string `json:"state"`
+	// State is Handle's state (running when none has ended).
+	State State `json:"state"`
 	// Ended lists every one of the handles asked about that has ended.
 	Ended HandleList      `json:"ended"`
 	Raw   json.RawMessage `json:"-"`
@@ -184,8 +276,41 @@ type OutputChunk struct {
 // this connection.
 type Attached struct {
 	Handle string          `json:"handle"`
-	State  string          `json:"state"`
+	State  State           `json:"state"`
 	Raw    json.RawMessage `json:"-"`
+}
+
+// Pong is ping's answer.
+type Pong struct {
+	// Version is spawnd's version, as `spawnd --version` prints the number.
+	Version string          `json:"version"`
+	Raw     json.RawMessage `json:"-"`
+}
+
+// SpawnList is spawn_list's answer.
+type SpawnList struct {
+	// Spawns in the order they started.
+	Spawns []SpawnListEntry `json:"spawns"`
+	Raw    json.RawMessage  `json:"-"`
+}
+
+// SpawnListEntry is one spawn of the caller's.
+type SpawnListEntry struct {
+	Handle string `json:"handle"`
+	State  State  `json:"state"`
+	// Label and Op are nil when the spawn has none (Op: a raw envelope).
+	Label     *string `json:"label"`
+	Connector string  `json:"connector"`
+	Op        *string `json:"op"`
+	// Detached: made with a Lease. Attached: this connection holds it.
+	Detached bool `json:"detached"`
+	Attached bool `json:"attached"`
+	// LeaseMSLeft is the time left on the lease of a detached spawn that
+	// no connection holds, else nil.
+	LeaseMSLeft *int64 `json:"lease_ms_left"`
+	// Token is the detach token of a detached spawn started by the same
+	// uid, else nil: SpawnAttach takes the spawn up with it.
+	Token *string `json:"token"`
 }
 
 // Health is health's answer.
@@ -280,3 +405,5 @@ func (r *Attached) setRaw(b json.RawMessage)         { r.Raw = b }
 func (r *Health) setRaw(b json.RawMessage)           { r.Raw = b }
 func (r *ConnectorsStatus) setRaw(b json.RawMessage) { r.Raw = b }
 func (r *Plan) setRaw(b json.RawMessage)             { r.Raw = b }
+func (r *Pong) setRaw(b json.RawMessage)             { r.Raw = b }
+func (r *SpawnList) setRaw(b json.RawMessage)        { r.Raw = b }

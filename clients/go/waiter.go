@@ -118,7 +118,7 @@ func (w *waiter) loop() {
 	giveUp := func() {
 		if call != nil && w.c.abandon(id, call) {
 			// Before the next spawn_wait, so the daemon holds one.
-			w.c.cancelAtDaemon(id)
+			w.c.cancelAtDaemon(call.link, id)
 		}
 		call = nil
 	}
@@ -213,6 +213,7 @@ func (w *waiter) failAll(err error) {
 // not found fails its own Wait only (ErrNotFound); a connection that ends
 // fails them all.
 func (c *Client) Wait(ctx context.Context, handle string) (*Status, error) {
+	l := c.current()
 	for {
 		t := c.waits.join(handle)
 		select {
@@ -223,9 +224,9 @@ func (c *Client) Wait(ctx context.Context, handle string) (*Status, error) {
 		case <-ctx.Done():
 			c.waits.leave(handle, t)
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-l.done:
 			c.waits.leave(handle, t)
-			return nil, c.Err()
+			return nil, c.linkErr(l)
 		}
 		s, err := c.SpawnStatus(ctx, handle, 0)
 		if err != nil {

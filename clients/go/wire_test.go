@@ -15,6 +15,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,6 +276,14 @@ func TestWireNotificationsRightAfterTheSpawnAnswerAreKept(t *testing.T) {
 func TestWireASlowNotificationReaderLosesBytesNotTheConnection(t *testing.T) {
 	c, p := connected(t)
 	ctx := testContext(t)
+	spawned := async(func() error {
+		_, err := c.SpawnOp(ctx, spawnd.SpawnOpParams{Connector: "local://x/y", Op: "run", Notify: true})
+		return err
+	})
+	p.answer(p.read().ID, map[string]string{"handle": "h-slow"})
+	if err := <-spawned; err != nil {
+		t.Fatal(err)
+	}
 	ch := c.Notifications("h-slow")
 	chunk := bytes.Repeat([]byte("x"), 64<<10)
 	const chunks = 2 * spawnd.NotificationBuffer / (64 << 10)
@@ -341,9 +350,14 @@ func TestWireAnOversizedFrameErrorFailsOnlyTheCallsOverTheLimit(t *testing.T) {
 func TestWireALostConnectionFailsEveryCallInFlight(t *testing.T) {
 	c, p := connected(t)
 	ctx := testContext(t)
+	spawned := async(func() error { _, err := c.SpawnOp(ctx, sh("sleep 60")); return err })
+	p.answer(p.read().ID, map[string]string{"handle": "h"})
+	if err := <-spawned; err != nil {
+		t.Fatal(err)
+	}
 	call := async(func() error { _, err := c.SpawnStatus(ctx, "h", time.Minute); return err })
 	p.read()
-	p.fail(nil, -32600, "idle for 1000 ms with no handle ([server] idle_timeout_ms); closing", nil)
+	p.fail(nil, -32600, "the daemon is shutting down", nil)
 	_ = p.conn.Close()
 	err := <-call
 	var ce *spawnd.ConnectionError
@@ -351,7 +365,11 @@ func TestWireALostConnectionFailsEveryCallInFlight(t *testing.T) {
 		t.Fatalf("call in flight: %v", err)
 	}
 	<-c.Done()
-	if _, err := c.Health(ctx); !errors.Is(err, spawnd.ErrConnectionLost) {
+	// The connection held a handle: it is not dialed again, and the error
+	// says the handle went with it.
+	_, err = c.Health(ctx)
+	if !errors.Is(err, spawnd.ErrConnectionLost) || !errors.As(err, &ce) || !reflect.DeepEqual(ce.Handles, []string{"h"}) ||
+		!strings.Contains(err.Error(), "handles were lost with it: h") {
 		t.Fatalf("call after the loss: %v", err)
 	}
 }
@@ -582,7 +600,7 @@ func TestWireSixtyFourWaitsShareOneSpawnWaitAndReadEachStatusWithoutWaiting(t *t
 	for _, h := range handles {
 		go func(h string) {
 			st, err := c.Wait(ctx, h)
-			if err == nil && (st.State != spawnd.StateExited || *st.ExitCode != 0) {
+			if err == nil && !st.Success() {
 				err = fmt.Errorf("%s: status %+v", h, st)
 			}
 			results <- err

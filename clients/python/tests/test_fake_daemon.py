@@ -134,6 +134,8 @@ def stdin_writes_shrink_to_the_limit(d):
 
 
 def drop_the_connection(d):
+    """Holds a handle, then drops the connection under a call."""
+    d.answer(d.read(), {"handle": "h"})
     d.read()
 
 
@@ -283,10 +285,13 @@ class SyncAgainstTheFake(unittest.TestCase):
 
     def test_a_dropped_connection_is_connection_lost_for_calls_in_flight_and_later(self):
         c = self.run_fake(drop_the_connection)
+        c.spawn_op("local://x/y", "run")
         with self.assertRaises(ConnectionLost):
             c.spawn_status("h", wait_ms=1000)
-        with self.assertRaises(ConnectionLost):
+        # It held a handle: the client does not connect again.
+        with self.assertRaises(ConnectionLost) as lost:
             c.health()
+        self.assertEqual(lost.exception.handles, ("h",))
         with self.assertRaises(ConnectionLost):
             c.next_notification("h", timeout=1)
 
@@ -401,10 +406,12 @@ class AsyncAgainstTheFake(unittest.IsolatedAsyncioTestCase):
 
         d = FakeDaemon(drop_the_connection)
         c = await AsyncClient.connect(d.path)
+        await c.spawn_op("local://x/y", "run")
         with self.assertRaises(ConnectionLost):
             await c.spawn_status("h", wait_ms=1000)
-        with self.assertRaises(ConnectionLost):
+        with self.assertRaises(ConnectionLost) as lost:
             await c.health()
+        self.assertEqual(lost.exception.handles, ("h",))
         await c.close()
         d.stop()
 

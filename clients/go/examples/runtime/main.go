@@ -201,18 +201,18 @@ follow:
 
 // exitCode is the program's code as `spawnd run` exits with it.
 func exitCode(s *spawnd.Status, stderr io.Writer) int {
-	switch {
-	case s.State == spawnd.StateTimedOut:
+	if s.State == spawnd.StateTimedOut {
 		fmt.Fprintln(stderr, "runtime: the wall time ran out; the sandbox was killed")
 		return 124
-	case s.Signal != nil:
-		return 128 + *s.Signal
-	case s.ExitCode != nil:
-		return *s.ExitCode
-	default:
-		fmt.Fprintf(stderr, "runtime: the spawn ended %s: %s\n", s.State, s.Error)
-		return 5
 	}
+	if n, ok := s.Exit.SignalNumber(); ok {
+		return 128 + n
+	}
+	if code, ok := s.Exit.Exited(); ok {
+		return code
+	}
+	fmt.Fprintf(stderr, "runtime: the spawn ended %s: %s\n", s.State, s.Error)
+	return 5
 }
 
 // failed says why a call failed and picks the exit code for it.

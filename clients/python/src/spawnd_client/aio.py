@@ -7,6 +7,11 @@ are matched by `id`, and notifications go to per-handle queues (or to the
 `spawn_wait` in flight over every handle waited on (waits.py). A call whose
 task is cancelled (`asyncio.wait_for`, `Task.cancel`) while in progress at
 the daemon sends `$/cancelRequest` for it, so the daemon frees its place.
+
+A client made with `connect` whose connection the daemon closed while it
+held no handles (an idle timeout) connects again on its next call, as
+`Client` does; one closed while it held handles raises the
+`ConnectionLost` that names them.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import (
 from . import protocol as p
 from . import waits
 from .client import check_params, pieces
-from .errors import ConnectionLost, InvalidRequest, ProtocolViolation, SpawndError
+from .errors import ConnectionLost, InvalidRequest, NotFound, ProtocolViolation, SpawndError
 from .results import (
     STDOUT,
     Attached,
@@ -42,10 +47,14 @@ from .results import (
     Output,
     OutputChunk,
     OutputSize,
+    Pong,
+    Signal,
     SpawnExitedNote,
     Spawned,
+    SpawnListEntry,
     SpawnStatus,
     WaitResult,
+    spawn_list_from_json,
 )
 
 log = logging.getLogger("spawnd_client")
@@ -75,7 +84,19 @@ class AsyncClient:
         *,
         on_notification: Optional[Callable[[Notification], None]] = None,
         on_unmatched_error: Optional[Callable[[SpawndError], None]] = None,
+        socket_path: Optional[str] = None,
     ) -> None:
+        #: Where the client connects again after the daemon closed a
+        #: connection that held no handles (None: it does not).
+        self.socket_path = socket_path
+        self._closing = False
+        # The handles this connection holds, each with whether
+        # notifications may come for it.
+        self._held: Dict[str, bool] = {}
+        # Spawns in flight, by request id, with whether they notify: the
+        # reader holds each handle as its answer comes, before it reads on
+        # (a loss read right after the answer then names the handle).
+        self._spawning: Dict[int, bool] = {}
         self._reader = reader
         self._writer = writer
         self._on_notification = on_notification
@@ -94,7 +115,7 @@ class AsyncClient:
         self._waits: waits.WaitSet["asyncio.Future[None]"] = waits.WaitSet()
         self._wake = asyncio.Event()
         self._wait_task: "Optional[asyncio.Future[None]]" = None
-        self._task = asyncio.ensure_future(self._read_loop())
+        self._task = asyncio.ensure_future(self._read_loop(reader))
 
     @classmethod
     async def connect(
@@ -109,7 +130,40 @@ class AsyncClient:
             reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
         except OSError as e:
             raise ConnectionLost(f"cannot connect to spawnd at {socket_path}: {e}") from e
-        return cls(reader, writer, on_notification=on_notification, on_unmatched_error=on_unmatched_error)
+        return cls(
+            reader,
+            writer,
+            on_notification=on_notification,
+            on_unmatched_error=on_unmatched_error,
+            socket_path=socket_path,
+        )
+
+    async def _reconnect(self, socket_path: str) -> None:
+        """Replaces a connection the daemon closed while it held no handles
+        (called under _send_lock)."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to spawnd at {socket_path}: {e}") from e
+        if self._closing:
+            writer.close()
+            raise ConnectionLost("the client closed the connection")
+        self._writer.close()
+        self._reader, self._writer = reader, writer
+        self._lost = None
+        self._last_null = None
+        self._notes = {}
+        self._task = asyncio.ensure_future(self._read_loop(reader))
+
+    @property
+    def handles(self) -> List[str]:
+        """The handles this connection holds (spawned or attached here, not
+        released), sorted."""
+        return sorted(self._held)
+
+    def _hold(self, handle: str, notifies: bool) -> None:
+        if self._lost is None:
+            self._held[handle] = notifies
 
     async def close(self, timeout: float = 5.0) -> None:
         """Closes the connection as `Client.close` does: stops sending,
@@ -117,6 +171,7 @@ class AsyncClient:
         answers in flight delivered, this connection's spawns ended or
         parked for their lease), then closes; calls still in flight get
         `ConnectionLost`."""
+        self._closing = True
         if not self._task.done() and not self._writer.is_closing():
             try:
                 if self._writer.can_write_eof():
@@ -149,11 +204,11 @@ class AsyncClient:
     def closed(self) -> bool:
         return self._lost is not None
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         reason = "the daemon closed the connection"
         try:
             while True:
-                line = await self._reader.readline()
+                line = await reader.readline()
                 if not line:
                     break
                 self._dispatch(p.decode_line(line))
@@ -161,11 +216,14 @@ class AsyncClient:
             reason = f"the connection failed: {e}"
         except ProtocolViolation as e:
             reason = str(e)
-        self._lose(ConnectionLost(reason, self._last_null))
+        if reader is self._reader:
+            self._lose(ConnectionLost(reason, self._last_null, () if self._closing else sorted(self._held)))
 
     def _lose(self, lost: ConnectionLost) -> None:
         if self._lost is None:
             self._lost = lost
+            self._held = {}
+            self._spawning = {}
         for fut in self._in_flight.drain():
             if not fut.done():
                 fut.set_exception(lost)
@@ -191,6 +249,11 @@ class AsyncClient:
             if request_id is None:
                 self._last_null = answer.error
         fut = self._in_flight.pop(request_id)
+        notifies = self._spawning.pop(request_id, None) if isinstance(request_id, int) else None
+        if notifies is not None and answer.error is None and isinstance(answer.result, dict):
+            handle = answer.result.get("handle")
+            if isinstance(handle, str):
+                self._hold(handle, notifies)
         if fut is None and request_id in self._abandoned_spawns:
             self._abandoned_spawns.discard(request_id)
             handle = answer.result.get("handle") if isinstance(answer.result, dict) else None
@@ -259,10 +322,15 @@ class AsyncClient:
     async def _send(self, method: str, params: Optional[Mapping[str, Any]], fut: "asyncio.Future[Any]") -> int:
         """Writes one request whose answer goes to `fut`; its id."""
         async with self._send_lock:
+            lost = self._lost
+            if lost is not None and not lost.handles and not self._closing and self.socket_path is not None:
+                await self._reconnect(self.socket_path)
             if self._lost is not None:
                 raise self._lost.again()
             frame = p.encode_frame(self._in_flight.next_id(), method, params)
             request_id = self._in_flight.add(len(frame), fut)
+            if method in p.SPAWNS:
+                self._spawning[request_id] = bool(params and params.get("notify"))
             try:
                 self._writer.write(frame)
                 await self._writer.drain()
@@ -297,6 +365,14 @@ class AsyncClient:
             await self.spawn_release(handle)
         except (SpawndError, ConnectionLost):
             pass
+
+    async def ping(self) -> Pong:
+        """Tests the connection: the daemon answers at once with its version."""
+        return Pong.from_json(await self.call("ping"))
+
+    async def spawn_list(self) -> List[SpawnListEntry]:
+        """The caller's own spawns, by start time (`Client.spawn_list`)."""
+        return spawn_list_from_json(await self.call("spawn_list"))
 
     async def health(self) -> Dict[str, Any]:
         result: Dict[str, Any] = await self.call("health")
@@ -385,12 +461,18 @@ class AsyncClient:
         params = p.with_wait({"handle": handle, "which": which, "offset": offset, "len": length}, wait_ms)
         return OutputChunk.from_json(offset, await self.call("spawn_output_read", params))
 
-    async def spawn_kill(self, handle: str) -> None:
-        await self.call("spawn_kill", {"handle": handle})
+    async def spawn_kill(self, handle: str, signal: Union[Signal, str, None] = None) -> None:
+        """Sends `signal` to the program; None is SIGKILL (`Client.spawn_kill`)."""
+        await self.call("spawn_kill", p.kill_params(handle, signal))
 
     async def spawn_release(self, handle: str) -> None:
-        await self.call("spawn_release", {"handle": handle})
+        try:
+            await self.call("spawn_release", {"handle": handle})
+        except NotFound:
+            self._held.pop(handle, None)
+            raise
         self._notes.pop(handle, None)
+        self._held.pop(handle, None)
 
     async def spawn_stdin_write(self, handle: str, data: Union[str, bytes]) -> int:
         result = await self.call("spawn_stdin_write", p.stdin_write_params(handle, data))
@@ -400,7 +482,9 @@ class AsyncClient:
         await self.call("spawn_stdin_close", {"handle": handle})
 
     async def spawn_attach(self, handle: str, token: str) -> Attached:
-        return Attached.from_json(await self.call("spawn_attach", {"handle": handle, "token": token}))
+        attached = Attached.from_json(await self.call("spawn_attach", {"handle": handle, "token": token}))
+        self._hold(handle, True)
+        return attached
 
     # -- conveniences --------------------------------------------------------
 
@@ -533,9 +617,13 @@ class AsyncClient:
 
     async def next_notification(self, handle: str) -> Notification:
         """The next notification about `handle` (wrap in
-        `asyncio.wait_for` to bound the wait)."""
+        `asyncio.wait_for` to bound the wait); `LookupError` at once for a
+        handle this connection spawned without `notify`, for which none
+        come."""
         if self._on_notification is not None:
             raise RuntimeError("this client hands notifications to its on_notification callback")
+        if self._held.get(handle) is False:
+            raise LookupError(f"{handle} was spawned without notify: no notifications come for it")
         item = await self._queue(handle).get()
         if isinstance(item, _Lost):
             self._queue(handle).put_nowait(_LOST)

@@ -11,6 +11,12 @@ wait_ms=...)` holds up no other thread's call on the same connection.
 `spawn_wait` in flight over every handle waited on (waits.py). A call
 given a `timeout` that passes sends `$/cancelRequest` for it, so the
 daemon frees its place.
+
+The daemon closes a connection idle for long (120 s by default). A call on
+a client whose connection the daemon closed while it held no handles
+connects again and goes on the new connection; one closed while it held
+handles does not, and every call raises the `ConnectionLost` that names
+them (they ended with the connection).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import (
 
 from . import protocol as p
 from . import waits
-from .errors import ConnectionLost, InvalidRequest, ProtocolViolation, SpawndError
+from .errors import ConnectionLost, InvalidRequest, NotFound, ProtocolViolation, SpawndError
 from .results import (
     STDOUT,
     Attached,
@@ -48,10 +54,14 @@ from .results import (
     Output,
     OutputChunk,
     OutputSize,
+    Pong,
+    Signal,
     SpawnExitedNote,
     Spawned,
+    SpawnListEntry,
     SpawnStatus,
     WaitResult,
+    spawn_list_from_json,
 )
 
 log = logging.getLogger("spawnd_client")
@@ -118,14 +128,17 @@ class Client:
         self._on_notification = on_notification
         self._on_unmatched_error = on_unmatched_error
         self.unmatched_errors: Deque[SpawndError] = collections.deque(maxlen=64)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(connect_timeout)
-        try:
-            self._sock.connect(socket_path)
-        except OSError as e:
-            self._sock.close()
-            raise ConnectionLost(f"cannot connect to spawnd at {socket_path}: {e}") from e
-        self._sock.settimeout(None)
+        self._connect_timeout = connect_timeout
+        self._sock = self._connect()
+        # Set by close(): the connection is not made again.
+        self._closing = False
+        # The handles this connection holds (spawned or attached here, not
+        # released), each with whether notifications may come for it.
+        self._held: Dict[str, bool] = {}
+        # Spawns in flight, by request id, with whether they notify: the
+        # reader holds each handle as its answer comes, before it reads on
+        # (a loss read right after the answer then names the handle).
+        self._spawning: Dict[int, bool] = {}
         self._send_lock = threading.Lock()
         self._table_lock = threading.Lock()
         self._in_flight: p.InFlight[_Slot] = p.InFlight()
@@ -141,10 +154,61 @@ class Client:
         self._waits: waits.WaitSet[_Ticket] = waits.WaitSet()
         self._wake = threading.Event()
         self._waiting = False
-        self._reader = threading.Thread(target=self._read_loop, name="spawnd-client-reader", daemon=True)
-        self._reader.start()
+        self._reader = self._start_reader(self._sock)
 
     # -- connection --------------------------------------------------------
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self._connect_timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError as e:
+            sock.close()
+            raise ConnectionLost(f"cannot connect to spawnd at {self.socket_path}: {e}") from e
+        sock.settimeout(None)
+        return sock
+
+    def _start_reader(self, sock: socket.socket) -> threading.Thread:
+        reader = threading.Thread(target=self._read_loop, args=(sock,), name="spawnd-client-reader", daemon=True)
+        reader.start()
+        return reader
+
+    def _reconnect(self) -> None:
+        """Replaces a connection the daemon closed while it held no handles
+        (called under _send_lock)."""
+        sock = self._connect()
+        with self._table_lock:
+            if self._closing:
+                sock.close()
+                raise ConnectionLost("the client closed the connection")
+            old, self._sock = self._sock, sock
+            self._lost = None
+            self._last_null = None
+            self._notes = {}
+        old.close()
+        self._reader = self._start_reader(sock)
+
+    @property
+    def handles(self) -> List[str]:
+        """The handles this connection holds (spawned or attached here, not
+        released), sorted."""
+        with self._table_lock:
+            return sorted(self._held)
+
+    def _hold(self, handle: str, notifies: bool) -> None:
+        with self._table_lock:
+            if self._lost is None:
+                self._held[handle] = notifies
+
+    def _hold_spawned(self, request_id: Any, answer: p.Answer) -> None:
+        """Holds the handle a spawn's answer names (under _table_lock)."""
+        notifies = self._spawning.pop(request_id, None) if isinstance(request_id, int) else None
+        result = answer.result
+        if notifies is not None and answer.error is None and isinstance(result, dict):
+            handle = result.get("handle")
+            if isinstance(handle, str):
+                self._held[handle] = notifies
 
     def close(self, timeout: float = 5.0) -> None:
         """Closes the connection. It first stops sending and waits up to
@@ -153,6 +217,9 @@ class Client:
         spawns (killed, or parked for their lease when detached, ready for
         `spawn_attach` elsewhere). Calls still in flight after that get
         `ConnectionLost`."""
+        self._closing = True
+        with self._send_lock:
+            pass  # a reconnect under way has finished
         on_reader = self._reader is threading.current_thread()
         try:
             self._sock.shutdown(socket.SHUT_WR)
@@ -178,20 +245,25 @@ class Client:
     def closed(self) -> bool:
         return self._lost is not None
 
-    def _read_loop(self) -> None:
+    def _read_loop(self, sock: socket.socket) -> None:
         reason = "the daemon closed the connection"
         try:
-            with self._sock.makefile("rb") as f:
+            with sock.makefile("rb") as f:
                 for line in f:
                     self._dispatch(p.decode_line(line))
         except (OSError, ValueError) as e:
             reason = f"the connection failed: {e}"
         except ProtocolViolation as e:
             reason = str(e)
-        self._lose(ConnectionLost(reason, self._last_null))
+        self._lose(sock, reason)
 
-    def _lose(self, lost: ConnectionLost) -> None:
+    def _lose(self, sock: socket.socket, reason: str) -> None:
         with self._table_lock:
+            if sock is not self._sock or self._lost is not None:
+                return
+            lost = ConnectionLost(reason, self._last_null, () if self._closing else sorted(self._held))
+            self._held = {}
+            self._spawning = {}
             self._lost = lost
             slots = self._in_flight.drain()
             queues = list(self._notes.values())
@@ -216,6 +288,7 @@ class Client:
                 if request_id is None:
                     self._last_null = answer.error
             slot = self._in_flight.pop(request_id)
+            self._hold_spawned(request_id, answer)
             abandoned_spawn = slot is None and request_id in self._abandoned_spawns
             self._abandoned_spawns.discard(request_id)
         if abandoned_spawn:
@@ -276,10 +349,16 @@ class Client:
         """Writes one request whose answer goes to `slot`; its id."""
         with self._send_lock:
             with self._table_lock:
+                lost = self._lost
+            if lost is not None and not lost.handles and not self._closing:
+                self._reconnect()
+            with self._table_lock:
                 if self._lost is not None:
                     raise self._lost.again()
                 frame = p.encode_frame(self._in_flight.next_id(), method, params)
                 request_id = self._in_flight.add(len(frame), slot)
+                if method in p.SPAWNS:
+                    self._spawning[request_id] = bool(params and params.get("notify"))
             try:
                 self._sock.sendall(frame)
                 send_error: Optional[OSError] = None
@@ -336,6 +415,16 @@ class Client:
         if lost is not None:
             return lost.again()
         return ConnectionLost(f"cannot send to spawnd: {e}")
+
+    def ping(self) -> Pong:
+        """Tests the connection: the daemon answers at once with its version."""
+        return Pong.from_json(self.call("ping"))
+
+    def spawn_list(self) -> List[SpawnListEntry]:
+        """The caller's own spawns, by start time: every handle this
+        connection holds, and every detached spawn started by a peer of the
+        same uid, attached elsewhere or not (with its `token`)."""
+        return spawn_list_from_json(self.call("spawn_list"))
 
     def health(self) -> Dict[str, Any]:
         """The layers, the audit location, `protocol_version` and `stale_manifests`."""
@@ -438,14 +527,22 @@ class Client:
         params = p.with_wait({"handle": handle, "which": which, "offset": offset, "len": length}, wait_ms)
         return OutputChunk.from_json(offset, self.call("spawn_output_read", params))
 
-    def spawn_kill(self, handle: str) -> None:
-        self.call("spawn_kill", {"handle": handle})
+    def spawn_kill(self, handle: str, signal: Union[Signal, str, None] = None) -> None:
+        """Sends `signal` (a `Signal` or its name) to the program; None is
+        the daemon's default, SIGKILL, which kills the sandbox."""
+        self.call("spawn_kill", p.kill_params(handle, signal))
 
     def spawn_release(self, handle: str) -> None:
         """Kills the program if it runs and frees the handle at once."""
-        self.call("spawn_release", {"handle": handle})
+        try:
+            self.call("spawn_release", {"handle": handle})
+        except NotFound:
+            with self._table_lock:
+                self._held.pop(handle, None)
+            raise
         with self._table_lock:
             self._notes.pop(handle, None)
+            self._held.pop(handle, None)
 
     def spawn_stdin_write(self, handle: str, data: Union[str, bytes]) -> int:
         """Writes one frame's worth into a streamed stdin (`stdin_stream`);
@@ -458,7 +555,9 @@ class Client:
 
     def spawn_attach(self, handle: str, token: str) -> Attached:
         """Takes up a detached spawn (`lease_ms`) on this connection."""
-        return Attached.from_json(self.call("spawn_attach", {"handle": handle, "token": token}))
+        attached = Attached.from_json(self.call("spawn_attach", {"handle": handle, "token": token}))
+        self._hold(handle, True)
+        return attached
 
     # -- conveniences --------------------------------------------------------
 
@@ -607,9 +706,14 @@ class Client:
     def next_notification(self, handle: str, timeout: Optional[float] = None) -> Notification:
         """The next notification about `handle` (spawned with `notify=True`);
         raises `queue.Empty` after `timeout` seconds, `ConnectionLost` when
-        the connection is gone."""
+        the connection is gone, and `LookupError` at once for a handle this
+        connection spawned without `notify`, for which none come."""
         if self._on_notification is not None:
             raise RuntimeError("this client hands notifications to its on_notification callback")
+        with self._table_lock:
+            quiet = self._held.get(handle) is False
+        if quiet:
+            raise LookupError(f"{handle} was spawned without notify: no notifications come for it")
         item = self._queue(handle).get(timeout=timeout)
         if isinstance(item, _Lost):
             self._queue(handle).put(_LOST)

@@ -9,7 +9,7 @@ expose it parsed as `Denial`, and every error keeps `data` as it came.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class SpawndError(Exception):
     code: int = 0
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{message} ({code})")
+        # One line, for logs: the message keeps its line breaks in `message`.
+        super().__init__(f"{one_line(message)} ({code})")
         self.code = code
         self.message = message
         self.data = data
@@ -262,6 +263,12 @@ def error_from_json(error: Mapping[str, Any]) -> SpawndError:
     return cls(code, str(error.get("message", "")), error.get("data"))
 
 
+def one_line(text: str) -> str:
+    """`text` with each run of white space, line breaks included, made one
+    space."""
+    return " ".join(text.split())
+
+
 class ConnectionLost(ConnectionError):
     """The connection to the daemon closed or failed: every call in flight,
     and every later one, gets this. Not a `SpawndError`, since the daemon
@@ -270,16 +277,25 @@ class ConnectionLost(ConnectionError):
     the daemon sent with id null before it closed (a limit refusing the
     connection, an idle timeout), if any: what it said of why."""
 
-    def __init__(self, message: str, last: Optional[SpawndError] = None) -> None:
+    def __init__(
+        self, message: str, last: Optional[SpawndError] = None, handles: Sequence[str] = ()
+    ) -> None:
         if last is not None:
-            message = f"{message} (the daemon said: {last.message})"
-        super().__init__(message)
+            message = f"{message} (the daemon said: {one_line(last.message)})"
+        if handles:
+            message = f"{message}; its {len(handles)} handles were lost with it: {', '.join(handles)}"
+        super().__init__(one_line(message))
         self.last = last
+        #: The handles the connection held when it was lost: they ended with
+        #: it, and the client does not connect again. Empty when it held
+        #: none: the next call then connects again.
+        self.handles: Tuple[str, ...] = tuple(handles)
 
     def again(self) -> "ConnectionLost":
         """The same loss, for another call."""
         again = ConnectionLost(str(self))
         again.last = self.last
+        again.handles = self.handles
         return again
 
 

@@ -201,6 +201,15 @@ def with_wait(params: Params, wait_ms: Optional[int]) -> Params:
     return params
 
 
+def kill_params(handle: str, signal: Optional[str]) -> Params:
+    """`spawn_kill`'s params: `signal` is sent when given (the daemon's
+    default is SIGKILL)."""
+    params: Params = {"handle": handle}
+    if signal is not None:
+        params["signal"] = str(signal)
+    return params
+
+
 def stdin_write_params(handle: str, data: Union[str, bytes]) -> Params:
     """Text goes as `data`, bytes as `data_b64`."""
     if isinstance(data, str):

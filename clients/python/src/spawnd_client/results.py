@@ -5,12 +5,95 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Union
+from enum import Enum
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-#: States a spawn can be in; every one but `running` means it has ended.
-RUNNING = "running"
 STDOUT = 0
 STDERR = 1
+
+
+class State(str, Enum):
+    """A spawn's state, as `spawn_status`, `spawn_wait`, `spawn_attach` and
+    `spawn_list` say it; every one but `RUNNING` means it has ended. A
+    state this version does not name is kept as a member of its own
+    (`State("paused").value == "paused"`). Members are strings: they
+    compare equal to the daemon's words and print as them."""
+
+    RUNNING = "running"
+    EXITED = "exited"
+    SIGNALED = "signaled"
+    TIMED_OUT = "timed_out"
+    #: The spawn ended without a result (its spawner died); `error` says why.
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    @property
+    def ended(self) -> bool:
+        return self is not State.RUNNING and self.value != ""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional["State"]:
+        if not isinstance(value, str):
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = value.upper()
+        member._value_ = value
+        return member
+
+
+#: The state of a spawn that runs (`State.RUNNING`).
+RUNNING = State.RUNNING
+
+
+def _state(value: Any) -> State:
+    return State(str(value if value is not None else ""))
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a program ended: `code` when it exited, `signal` (its name, such
+    as `SIGKILL`, and `signal_number`) when a signal killed it, neither
+    while it runs or for a spawn that failed without a result."""
+
+    code: Optional[int] = None
+    signal: Optional[str] = None
+    signal_number: Optional[int] = None
+
+    @property
+    def exited(self) -> bool:
+        return self.code is not None
+
+    @property
+    def signalled(self) -> bool:
+        return self.code is None and (self.signal is not None or self.signal_number is not None)
+
+    def __str__(self) -> str:
+        if self.code is not None:
+            return f"exit code {self.code}"
+        if self.signalled:
+            return f"signal {self.signal or self.signal_number}"
+        return "no exit"
+
+
+class Signal(str, Enum):
+    """The signals `spawn_kill` sends: `SIGKILL` (the daemon's default)
+    kills the sandbox; any other goes to the program."""
+
+    SIGTERM = "SIGTERM"
+    SIGKILL = "SIGKILL"
+    SIGINT = "SIGINT"
+    SIGHUP = "SIGHUP"
+    SIGQUIT = "SIGQUIT"
+    SIGUSR1 = "SIGUSR1"
+    SIGUSR2 = "SIGUSR2"
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 def _b64(text: Any) -> bytes:
@@ -78,7 +161,7 @@ class SpawnStatus:
     fields are attributes; every other one (`isolation`, `network`,
     `timings`, ...) is in `raw`."""
 
-    state: str
+    state: State
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     signal_name: Optional[str] = None
@@ -92,7 +175,25 @@ class SpawnStatus:
 
     @property
     def ended(self) -> bool:
-        return self.state != RUNNING
+        return self.state.ended
+
+    @property
+    def exit(self) -> Exit:
+        """The exit code or the signal that killed the program."""
+        return Exit(code=self.exit_code, signal=self.signal_name, signal_number=self.signal)
+
+    @property
+    def isolation(self) -> Optional["Isolation"]:
+        """What confined the program; None while it runs."""
+        i = self.raw.get("isolation")
+        return Isolation.from_json(i) if isinstance(i, dict) else None
+
+    @property
+    def network(self) -> Optional["Network"]:
+        """What the relay saw and refused, for a spawn with network grants
+        or learning; None for one without."""
+        n = self.raw.get("network")
+        return Network.from_json(n) if isinstance(n, dict) else None
 
     @property
     def error(self) -> Optional[str]:
@@ -115,7 +216,7 @@ class SpawnStatus:
             return StreamResult.from_json(s) if isinstance(s, dict) else None
 
         return cls(
-            state=str(r.get("state", "")),
+            state=_state(r.get("state")),
             exit_code=r.get("exit_code"),
             signal=r.get("signal"),
             signal_name=r.get("signal_name"),
@@ -137,7 +238,7 @@ class WaitResult:
     that has ended."""
 
     handle: Optional[str]
-    state: str
+    state: State
     ended: List[str]
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -151,7 +252,7 @@ class WaitResult:
                 ended.append(e)
             elif isinstance(e, dict) and isinstance(e.get("handle"), str):
                 ended.append(e["handle"])
-        return cls(handle=r.get("handle"), state=str(r.get("state", "")), ended=ended, raw=dict(r))
+        return cls(handle=r.get("handle"), state=_state(r.get("state")), ended=ended, raw=dict(r))
 
 
 @dataclass(frozen=True)
@@ -207,15 +308,169 @@ class Attached:
     `spawn_status`'s."""
 
     handle: str
-    state: str
+    state: State
 
     @property
     def ended(self) -> bool:
-        return self.state != RUNNING
+        return self.state.ended
 
     @classmethod
     def from_json(cls, r: Mapping[str, Any]) -> "Attached":
-        return cls(handle=str(r["handle"]), state=str(r.get("state", "")))
+        return cls(handle=str(r["handle"]), state=_state(r.get("state")))
+
+
+@dataclass(frozen=True)
+class Pong:
+    """`ping`'s answer: spawnd's version, as `spawnd --version` prints it."""
+
+    version: str
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, r: Mapping[str, Any]) -> "Pong":
+        return cls(version=str(r.get("version", "")), raw=dict(r))
+
+
+@dataclass(frozen=True)
+class SpawnListEntry:
+    """One of the caller's spawns in `spawn_list`: `attached` when this
+    connection holds it, `detached` when made with `lease_ms`; `token`
+    (detached spawns of the same uid) takes an orphan up with
+    `spawn_attach`; `lease_ms_left` is the lease left of a detached spawn no
+    connection holds."""
+
+    handle: str
+    state: State
+    connector: str
+    label: Optional[str]
+    op: Optional[str]
+    detached: bool
+    attached: bool
+    lease_ms_left: Optional[int]
+    token: Optional[str]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, r: Mapping[str, Any]) -> "SpawnListEntry":
+        return cls(
+            handle=str(r["handle"]),
+            state=_state(r.get("state")),
+            connector=str(r.get("connector", "")),
+            label=r.get("label"),
+            op=r.get("op"),
+            detached=bool(r.get("detached")),
+            attached=bool(r.get("attached")),
+            lease_ms_left=r.get("lease_ms_left"),
+            token=r.get("token"),
+            raw=dict(r),
+        )
+
+
+def spawn_list_from_json(r: Mapping[str, Any]) -> List[SpawnListEntry]:
+    """`spawn_list`'s `spawns`, in the order they started."""
+    return [SpawnListEntry.from_json(e) for e in r.get("spawns") or [] if isinstance(e, dict)]
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What confined the program (docs/sandbox.md); `raw` has the rest
+    (`landlock`, `seccomp`, `limits`, `tmpfs`, the scopes)."""
+
+    namespaces: List[str]
+    root: str
+    network_namespace: str
+    no_new_privs: bool
+    capabilities: str
+    uid: int
+    gid: int
+    limits_via: str
+    cwd: str
+    fresh_cwd: bool
+    landlock: Optional[Dict[str, Any]]
+    seccomp: Dict[str, Any]
+    limits: Dict[str, Any]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, r: Mapping[str, Any]) -> "Isolation":
+        landlock = r.get("landlock")
+        return cls(
+            namespaces=[str(n) for n in r.get("namespaces") or []],
+            root=str(r.get("root", "")),
+            network_namespace=str(r.get("network_namespace", "")),
+            no_new_privs=bool(r.get("no_new_privs")),
+            capabilities=str(r.get("capabilities", "")),
+            uid=int(r.get("uid") or 0),
+            gid=int(r.get("gid") or 0),
+            limits_via=str(r.get("limits_via", "")),
+            cwd=str(r.get("cwd", "")),
+            fresh_cwd=bool(r.get("fresh_cwd")),
+            landlock=dict(landlock) if isinstance(landlock, dict) else None,
+            seccomp=dict(r.get("seccomp") or {}),
+            limits=dict(r.get("limits") or {}),
+            raw=dict(r),
+        )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One kind of refused egress and how often it happened."""
+
+    host: str
+    port: int
+    protocol: str
+    reason: str
+    count: int
+
+    @classmethod
+    def from_json(cls, r: Mapping[str, Any]) -> "Refusal":
+        return cls(
+            host=str(r.get("host", "")),
+            port=int(r.get("port") or 0),
+            protocol=str(r.get("protocol", "")),
+            reason=str(r.get("reason", "")),
+            count=int(r.get("count") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class Network:
+    """The result's network section (docs/network.md, "What is recorded"):
+    totals, the refusals by kind, the DNS names refused as (name, type),
+    and for a learning spawn its mode and what it contacted; `raw` has the
+    connections one by one (`listed`) and the rest."""
+
+    connections: int
+    refused: int
+    bytes_up: int
+    bytes_down: int
+    refusals: List[Refusal]
+    dns_refused: List[Tuple[str, str]]
+    learning: Optional[str] = None
+    contacted: List[str] = field(default_factory=list)
+    error: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def listed(self) -> List[Dict[str, Any]]:
+        return [dict(c) for c in self.raw.get("listed") or []]
+
+    @classmethod
+    def from_json(cls, r: Mapping[str, Any]) -> "Network":
+        return cls(
+            connections=int(r.get("connections") or 0),
+            refused=int(r.get("refused") or 0),
+            bytes_up=int(r.get("bytes_up") or 0),
+            bytes_down=int(r.get("bytes_down") or 0),
+            refusals=[Refusal.from_json(x) for x in r.get("refusals") or [] if isinstance(x, dict)],
+            dns_refused=[
+                (str(x.get("name", "")), str(x.get("type", ""))) for x in r.get("dns_refused") or [] if isinstance(x, dict)
+            ],
+            learning=r.get("learning"),
+            contacted=[str(c) for c in r.get("contacted") or []],
+            error=r.get("error"),
+            raw=dict(r),
+        )
 
 
 @dataclass(frozen=True)
