@@ -182,6 +182,18 @@ func (c *Client) Ping(ctx context.Context) (*Pong, error) {
 	return &p, nil
 }
 
+// Metrics returns the daemon's counters and histograms in Prometheus's
+// text format (docs/operations.md, "Metrics").
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var m struct {
+		Text string `json:"text"`
+	}
+	if err := c.Call(ctx, "metrics", nil, &m); err != nil {
+		return "", err
+	}
+	return m.Text, nil
+}
+
 // SpawnList lists the caller's own spawns, by start time: every handle
 // this connection holds, and every detached spawn started by a peer of
 // the same uid, attached elsewhere or not (with its token, to take up an

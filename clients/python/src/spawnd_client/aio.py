@@ -370,6 +370,10 @@ class AsyncClient:
         """Tests the connection: the daemon answers at once with its version."""
         return Pong.from_json(await self.call("ping"))
 
+    async def metrics(self) -> str:
+        """The daemon's counters and histograms in Prometheus's text format."""
+        return str((await self.call("metrics")).get("text", ""))
+
     async def spawn_list(self) -> List[SpawnListEntry]:
         """The caller's own spawns, by start time (`Client.spawn_list`)."""
         return spawn_list_from_json(await self.call("spawn_list"))

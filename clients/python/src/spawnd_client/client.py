@@ -420,6 +420,10 @@ class Client:
         """Tests the connection: the daemon answers at once with its version."""
         return Pong.from_json(self.call("ping"))
 
+    def metrics(self) -> str:
+        """The daemon's counters and histograms in Prometheus's text format."""
+        return str((self.call("metrics")).get("text", ""))
+
     def spawn_list(self) -> List[SpawnListEntry]:
         """The caller's own spawns, by start time: every handle this
         connection holds, and every detached spawn started by a peer of the
