@@ -23,20 +23,18 @@
 //! holds at most the queue's few rendered lines in memory.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+mod reading;
+
 use super::detached::Registry;
-use super::frames::{Frame, RequestLines};
 use super::handles::{Handle, Handles, Named, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::params::method_label;
 use super::params::{
@@ -48,6 +46,7 @@ use super::results::{EmptyResult, MetricsResult, PingResult, SpawnListEntry, Spa
 use super::stdin::{StdinWork, Ticket};
 use super::{check, detached, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, Call, RpcError};
+use reading::Reader;
 
 /// Waits (a spawn, `wait_ms`, `spawn_wait`, a stdin write) one connection
 /// may have in progress.
@@ -864,14 +863,6 @@ fn to_the_end(handle: Arc<Handle>, ticket: Ticket, work: StdinWork) -> Started {
     Started::LaterToTheEnd(later(super::stdin::carry_out(handle, ticket, work)))
 }
 
-/// Why an idle connection is closed.
-fn idle_closing(idle_timeout: Duration) -> String {
-    format!(
-        "idle for {} ms with no handle ([server] idle_timeout_ms); closing",
-        idle_timeout.as_millis()
-    )
-}
-
 /// A request's wait, when its `wait_ms` asks for one (0 does not).
 fn wait_of(wait_ms: Option<u64>) -> Option<Duration> {
     wait_ms
@@ -903,13 +894,10 @@ pub(super) async fn serve_connection(
         arrival.vouch();
     }
     let (read, write) = stream.into_split();
-    let server = daemon.loaded().config.server.clone();
-    let max = server.max_frame_bytes as usize;
-    let frame_timeout = Duration::from_millis(server.frame_timeout_ms);
-    let idle_timeout = Duration::from_millis(server.idle_timeout_ms);
+    let mut reader = Reader::new(&daemon.loaded().config.server, read);
     let (outbox, lines_out) = mpsc::channel(OUTBOX_LINES);
     let (gone_tx, mut gone) = watch::channel(false);
-    let mut writer = tokio::spawn(write_lines(write, lines_out, gone_tx));
+    let writer = tokio::spawn(write_lines(write, lines_out, gone_tx));
     let conn = Arc::new(Connection {
         daemon,
         peer,
@@ -921,135 +909,14 @@ pub(super) async fn serve_connection(
         closed: watch::Sender::new(false),
         side_turn: tokio::sync::Mutex::new(()),
     });
-    let input = Arc::new(Semaphore::new(input_budget(max)));
-    let mut lines = FramedRead::new(read, RequestLines::new(max));
-    // When the bytes of an unfinished request line were first seen (or the
-    // rest of an oversized one began to be dropped): a peer that trickles
-    // them is cut off after `frame_timeout`.
-    let mut partial_since: Option<std::time::Instant> = None;
-    // A connection that holds no handle, has nothing in progress and says
-    // nothing is closed after `idle_timeout`, so silent peers cannot hold
-    // every slot.
-    let mut last_request = std::time::Instant::now();
-    let mut peer_closed = false;
-    loop {
-        let now = std::time::Instant::now();
-        let idle = {
-            let mut handles = conn.handles();
-            handles.expire();
-            handles.is_empty() && conn.in_progress.none()
-        };
-        let closing = if lines.read_buffer().is_empty() && !lines.decoder().discarding() {
-            partial_since = None;
-            (idle && now.duration_since(last_request) >= idle_timeout)
-                .then(|| idle_closing(idle_timeout))
-        } else {
-            (now.duration_since(*partial_since.get_or_insert(now)) >= frame_timeout).then(|| {
-                format!(
-                    "no complete request line within {} ms ([server] frame_timeout_ms); closing",
-                    frame_timeout.as_millis()
-                )
-            })
-        };
-        if let Some(why) = closing {
-            let e = RpcError::new(rpc::INVALID_REQUEST, why);
-            conn.answer(Some(Value::Null), ready(Err(e))).await;
-            break;
-        }
-        let recheck = match partial_since {
-            Some(t) => frame_timeout.saturating_sub(now.duration_since(t)),
-            None => (frame_timeout / 4).min(idle_timeout / 4),
-        };
-        let frame = tokio::select! {
-            frame = lines.next() => frame,
-            _ = stop.changed() => break,
-            _ = gone.changed() => break,
-            _ = tokio::time::sleep(recheck.max(Duration::from_millis(5))) => continue,
-        };
-        let Some(frame) = frame else {
-            peer_closed = true;
-            break;
-        };
-        // A whole line arrived: its timer ends here, and time spent
-        // answering it never counts against the next one.
-        partial_since = None;
-        let (bytes, parsed) = match frame {
-            // A blank line is no request: it keeps no connection open.
-            Ok(Frame::Line(line)) if line.trim().is_empty() => continue,
-            Ok(Frame::Line(line)) => (line.len(), rpc::parse(&line)),
-            Ok(Frame::NotUtf8) => (
-                1,
-                Err((
-                    Value::Null,
-                    RpcError::new(rpc::PARSE_ERROR, "the line is not UTF-8"),
-                )),
-            ),
-            Ok(Frame::TooLong) => {
-                // The rest of the line is read and dropped, so a peer still
-                // writing it can finish and read this.
-                partial_since = Some(std::time::Instant::now());
-                (1, Err((Value::Null, RpcError::with_data(
-                    rpc::INVALID_REQUEST,
-                    format!("frame over {max} bytes ([server] max_frame_bytes); the rest of this line is dropped; send large stdin with stdin_stream and spawn_stdin_write"),
-                    json!({"max_frame_bytes": max}),
-                ))))
-            }
-            Err(_) => break,
-        };
-        let class = match &parsed {
-            Ok(call) => Class::of(call),
-            Err(_) => Class::Immediate,
-        };
-        // A `ping` tests the connection; it keeps no idle one open. One
-        // that comes after the idle time (the connection holds nothing and
-        // has nothing in progress) finds the connection closing.
-        let activity = !matches!(&parsed, Ok(call) if call.method == "ping");
-        if !activity
-            && last_request.elapsed() >= idle_timeout
-            && conn.handles().is_empty()
-            && conn.in_progress.none()
-        {
-            let e = RpcError::new(rpc::INVALID_REQUEST, idle_closing(idle_timeout));
-            conn.answer(Some(Value::Null), ready(Err(e))).await;
-            break;
-        }
-        // The line's bytes, then its class's place. While the loop waits
-        // for them the peer is still watched: one that hangs up is
-        // noticed, and its programs ended, without a line to read.
-        let bytes = u32::try_from(bytes.clamp(1, input_budget(max))).unwrap_or(u32::MAX);
-        let placed = tokio::select! {
-            placed = place(&conn, &input, bytes, class) => match placed {
-                Some(placed) => placed,
-                None => break,
-            },
-            _ = stop.changed() => break,
-            _ = gone.changed() => break,
-            _ = until_hung_up(lines.get_ref().as_ref()) => break,
-        };
-        match (parsed, placed) {
-            (Ok(call), Placed::Taken(held)) => conn.take(call, held),
-            (Ok(call), Placed::Refused(e, held)) => {
-                let e = conn.breaks_stdin(&call, e);
-                conn.refuse(call.id, e, held)
-            }
-            (Err((id, e)), Placed::Taken(held) | Placed::Refused(_, held)) => {
-                conn.refuse(Some(id), e, held)
-            }
-        }
-        if activity {
-            last_request = std::time::Instant::now();
-        }
-    }
-    // A peer that only shut down its writing side still reads: it gets
-    // the answers in progress (each bounded by its own wait) first.
-    if peer_closed && !peer_hung_up(lines.get_ref().as_ref()) {
-        tokio::select! {
-            () = conn.in_progress.all_answered() => {}
-            _ = gone.changed() => {}
-            _ = until_hung_up(lines.get_ref().as_ref()) => {}
-            _ = tokio::time::sleep(MAX_WAIT + WRITE_TIMEOUT) => {}
-        }
-    }
+    let ended = reader.serve(&conn, &mut stop, &mut gone).await;
+    reader.answer_before_closing(&conn, ended, &mut gone).await;
+    close(conn, writer).await;
+}
+
+/// Closes a connection: its waits and notifications stop, and the writer
+/// is given until [`WRITE_TIMEOUT`] to write what is left.
+async fn close(conn: Arc<Connection>, mut writer: tokio::task::JoinHandle<()>) {
     conn.close();
     let (daemon, peer) = (Arc::clone(&conn.daemon), conn.peer.clone());
     drop(conn);
@@ -1063,57 +930,6 @@ pub(super) async fn serve_connection(
         writer.abort();
     }
     refusals::connection_closed(&daemon, &peer).await;
-}
-
-/// A request's place: its line's bytes and its class's permit, or, for a
-/// wait or probe past its class's bound, why not (answered at once, from
-/// an immediate answer's place).
-enum Placed {
-    Taken(Held),
-    Refused(RpcError, Held),
-}
-
-/// Takes a request's place: the line's `bytes` from the input budget, then
-/// a permit of its `class` (an immediate answer waits for one; a wait or
-/// probe past its bound is refused). `None`: the connection is closing.
-async fn place(
-    conn: &Connection,
-    input: &Arc<Semaphore>,
-    bytes: u32,
-    class: Class,
-) -> Option<Placed> {
-    let held = Arc::clone(input).acquire_many_owned(bytes).await.ok()?;
-    let immediate = Arc::clone(&conn.in_progress.immediate);
-    if class == Class::Immediate {
-        return Some(Placed::Taken((immediate.acquire_owned().await.ok()?, held)));
-    }
-    Some(match conn.in_progress.try_take(class) {
-        Ok(permit) => Placed::Taken((permit, held)),
-        Err(e) => Placed::Refused(e, (immediate.acquire_owned().await.ok()?, held)),
-    })
-}
-
-/// Returns once the peer has hung up (looked at every second).
-async fn until_hung_up(stream: &UnixStream) {
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if peer_hung_up(stream) {
-            return;
-        }
-    }
-}
-
-/// Whether the peer has closed the connection both ways (not only shut
-/// down its writing side): the socket then reports a hang-up.
-fn peer_hung_up(stream: &UnixStream) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(_) => fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
-        Err(_) => true,
-    }
 }
 
 /// Writes queued lines, each with its newline in one write (the peer is

@@ -692,6 +692,27 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     if let Some(p) = created {
         let _ = std::fs::remove_file(p);
     }
+    shut_down(&daemon, signal, sweep, stop_tx, &slots, max).await;
+    if let (Some(writer), Some(file)) = (metrics_writer, metrics_file) {
+        writer.abort();
+        let _ = tokio::task::spawn_blocking(move || metrics_file::write_logged(&file)).await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The end of `serve` once a signal asked for it: running spawns finish
+/// within the shutdown grace or are killed, every exit record written;
+/// then connections answer what they hold and close, the refusals counted
+/// are written, and the stop record.
+async fn shut_down(
+    daemon: &Arc<Daemon>,
+    signal: &'static str,
+    mut sweep: tokio::time::Interval,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    slots: &Semaphore,
+    max: usize,
+) {
     // Running spawns may finish within the grace period; then they are
     // killed. Either way each one's exit record is written before we leave.
     let grace = Duration::from_millis(daemon.loaded().config.server.shutdown_grace_ms);
@@ -719,8 +740,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     // Every spawn has ended: connections answer what they are answering and close.
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(max as u32)).await;
-    refusals::close_all(&daemon).await;
-    let d = Arc::clone(&daemon);
+    refusals::close_all(daemon).await;
+    let d = Arc::clone(daemon);
     let recorded = tokio::task::spawn_blocking(move || {
         d.record(
             crate::audit::Kind::Lifecycle,
@@ -731,12 +752,6 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     if let Ok(Err(e)) = recorded {
         tracing::error!(error = %e, "the stop record could not be written");
     }
-    if let (Some(writer), Some(file)) = (metrics_writer, metrics_file) {
-        writer.abort();
-        let _ = tokio::task::spawn_blocking(move || metrics_file::write_logged(&file)).await;
-    }
-    tracing::info!("stopped");
-    Ok(())
 }
 
 async fn refuse_overloaded(mut stream: UnixStream, e: RpcError) {
