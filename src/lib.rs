@@ -20,6 +20,8 @@
 //! * [`provenance`] says which bytes a connector is and who vouches for them: content
 //!   hashes, publisher signatures, the keyring and the content-addressed store.
 //! * [`program`], [`config`], [`kernel_features`], [`host_policy`] and [`cli`] do I/O at the edges.
+//! * [`failure`] is what every command ends in, a success or a failure of a kind,
+//!   for every layer to use.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
 #![deny(unsafe_code)]
@@ -35,6 +37,7 @@ pub mod connectors;
 pub mod daemon;
 pub mod egress;
 pub mod exec;
+pub mod failure;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host_policy;

@@ -222,7 +222,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
                 .map(|()| Success::new(serde_json::Value::Null, ""))
                 .map_err(|e| {
                     Failure::new(
-                        crate::exec::FailureKind::DaemonUnavailable,
+                        crate::failure::FailureKind::DaemonUnavailable,
                         format!("serve: {e}"),
                     )
                 })

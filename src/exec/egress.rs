@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::Failure;
+use crate::failure::Failure;
 use crate::audit::{events, AuditError, AuditLog, Kind};
 use crate::config::NetworkConfig;
 use crate::egress::address_policy::AddressPolicy;

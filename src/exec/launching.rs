@@ -156,14 +156,14 @@ impl Identity {
     /// root-owned file it can see, and chmod, utime and xattrs on them are
     /// outside Landlock's reach; it runs as `run_as`, or [`NOBODY`] when the
     /// operator set none. `run_as_everyone` makes `run_as` every caller's.
-    pub(super) fn choose(p: &Prepared) -> Result<Identity, super::outcome::Failure> {
+    pub(super) fn choose(p: &Prepared) -> Result<Identity, crate::failure::Failure> {
         let euid = nix::unistd::geteuid().as_raw();
         let privileged = crate::kernel_features::privileged();
         // Without root's powers over other users, a program runs as
         // spawnd's own uid: refused when that uid is the parent
         // namespace's root (the host's), whatever it is called here.
         if !privileged && crate::kernel_features::runs_as_parents_root() {
-            return Err(super::outcome::Failure::sandbox_unavailable(
+            return Err(crate::failure::Failure::sandbox_unavailable(
                 "spawnd runs as its parent namespace's root (the host's, seen from the first namespace) in a user namespace that maps no other user: a program would run as it; run spawnd as another user, or where uid and gid 65534 are mapped and groups may be set; nothing was run",
             ));
         }

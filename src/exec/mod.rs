@@ -24,7 +24,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use notice::{Notice, OnNotice};
-pub use outcome::{denial_failure, Failure, FailureKind, Success};
+pub use crate::failure::{Failure, FailureKind, Success};
+pub use outcome::denial_failure;
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, load_previous_audit_keys, open_audit};
 pub use refusals::{describe as describe_refusal, Refusal};

@@ -6,7 +6,8 @@
 use serde_json::json;
 
 use super::notice::{Notice, OnNotice};
-use super::outcome::{denial_failure, Failure, Success};
+use super::outcome::denial_failure;
+use crate::failure::{Failure, Success};
 use crate::audit::events::{self, Actor};
 use crate::audit::{AuditError, AuditLog, Kind, Unsynced};
 use crate::policy::Caller;

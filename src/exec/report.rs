@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::launching::Identity;
 use super::notice::{Notice, OnNotice};
-use super::outcome::{Failure, Success};
+use crate::failure::{Failure, Success};
 use super::result::{
     ExecutableFile, Execute, Isolation, Landlock, ProgramRun, Seccomp, SpawnResult, StreamOutput,
     Timings,
