@@ -224,3 +224,96 @@ pub(super) fn choose_identity(p: &Prepared) -> Result<Identity, Failure> {
         check_as: (privileged && caller.uid != 0).then(|| CallerCreds::of(caller.uid, caller.gid)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{Limits, Sha256Digest, Tier};
+    use crate::plan::{CwdPlan, FsPlan, ProgramPlan};
+    use crate::sandbox::{Cause, Step};
+
+    fn plan(exec: ExecPlan) -> SpawnPlan {
+        SpawnPlan {
+            connector: "local://t/t".into(),
+            version: "1.0.0".into(),
+            manifest_sha256: Sha256Digest([0; 32]),
+            manifest_path: String::new(),
+            provenance: None,
+            op: "x".into(),
+            op_mode: Tier::Readonly,
+            program: ProgramPlan {
+                declared: "/usr/bin/true".into(),
+                resolved: "/usr/bin/true".into(),
+                sha256: Sha256Digest([0; 32]),
+                pinned: false,
+                interpreter: None,
+            },
+            argv: vec!["true".into()],
+            argv_shape: "true".into(),
+            env: vec![],
+            env_values: Default::default(),
+            cwd: CwdPlan::FreshTemp,
+            fs: FsPlan::default(),
+            network: Vec::new(),
+            action: None,
+            network_learning: None,
+            on_violation: Default::default(),
+            limits: Limits::default(),
+            exec,
+        }
+    }
+
+    #[test]
+    fn a_setup_error_is_a_sandbox_unavailable_by_its_type_and_keeps_its_text() {
+        let reported = SetupError::because(
+            Step::Root,
+            "chdir(/w)",
+            Cause::Reported("No such file or directory (os error 2)".into()),
+        );
+        let f = NotStarted::Setup(reported).into_failure(&plan(ExecPlan::Scopes));
+        assert_eq!(f.kind, FailureKind::SandboxUnavailable);
+        assert_eq!(
+            f.message,
+            "sandbox setup failed: chdir(/w): No such file or directory (os error 2): reported by the sandbox; nothing was run"
+        );
+        // Through the spawner: the same setup error, the same failure.
+        let spawner = SpawnerError::Setup(SetupError::new(
+            Step::Clone,
+            "clone(new namespaces)",
+            nix::Error::EPERM.into(),
+        ));
+        let f = NotStarted::from(spawner).into_failure(&plan(ExecPlan::Scopes));
+        assert_eq!(f.kind, FailureKind::SandboxUnavailable);
+        assert!(f
+            .message
+            .starts_with("sandbox setup failed: clone(new namespaces): "));
+        let gone = SpawnerError::Unavailable("the spawner went away".into());
+        let f = NotStarted::from(gone).into_failure(&plan(ExecPlan::Scopes));
+        assert_eq!(
+            f.message,
+            "sandbox setup failed: spawner unavailable: the spawner went away; nothing was run"
+        );
+    }
+
+    #[test]
+    fn a_design_error_names_its_own_kind() {
+        let landlock = DesignError::Landlock {
+            offered: 3,
+            required: 99,
+        };
+        let declared = plan(ExecPlan::Declared { files: Vec::new() });
+        let f = NotStarted::Design(landlock).into_failure(&declared);
+        assert_eq!(f.kind, FailureKind::SandboxUnavailable);
+        assert!(
+            f.message
+                .contains("Landlock ABI 3 and spawnd requires at least 99")
+                && f.message.contains("enforced by Landlock alone"),
+            "{}",
+            f.message
+        );
+        let relay = NotStarted::Relay(Failure::config("no relay"));
+        let f = relay.into_failure(&declared);
+        assert_eq!(f.kind, FailureKind::SandboxUnavailable);
+        assert_eq!(f.message, "sandbox setup failed: no relay; nothing was run");
+    }
+}

@@ -157,8 +157,10 @@ impl LaunchOrder {
     }
 }
 
-/// A started sandbox, as the supervisor sees it.
-pub struct Running {
+/// A sandbox made in this process, from its clone on: init and the
+/// parent's ends of its pipes. Its program starts with
+/// [`Launched::start_program`]; the supervisor then watches it.
+pub struct LocalSandbox {
     /// The init process (pid 1 inside), as seen from here.
     pub init_pid: i32,
     /// Read end of the child's stdout.
@@ -174,7 +176,7 @@ pub struct Running {
     /// The go-ahead pipe's write end, held open for the sandbox's lifetime: init
     /// checks it after changing uid to learn whether spawnd is still alive
     /// (when a spawner launched it, the spawner's caller holds a copy until
-    /// the release).
+    /// it starts the program).
     pub go_ahead: OwnedFd,
     /// With network grants: the listeners init opened in the sandbox's
     /// network namespace, received before the program may start.
@@ -186,15 +188,15 @@ pub struct Running {
     pub cloned_at: std::time::Instant,
     /// When the ids were mapped and the child went on to build its root.
     pub mapped_at: std::time::Instant,
-    /// When the program was allowed to start (the wall-time clock starts here).
-    pub released_at: std::time::Instant,
+    /// When the program's go-ahead was written (the wall-time clock starts here).
+    pub started_at: std::time::Instant,
 }
 
 /// A sandbox whose init is building its root and will start the program only
 /// on [`Launched::start_program`]. Dropped without it, the sandbox is killed
 /// and nothing of the program has run.
 pub struct Launched {
-    running: Option<Running>,
+    sandbox: Option<LocalSandbox>,
     /// A traced sandbox's answers ([`super::order::Design`]), for
     /// [`Launched::start_tracer`].
     answers: Option<Policy>,
@@ -202,8 +204,8 @@ pub struct Launched {
 
 impl Launched {
     /// Lets init fork the program; the wall-time clock starts now.
-    pub fn start_program(mut self) -> Result<Running, SetupError> {
-        let Some(mut running) = self.running.take() else {
+    pub fn start_program(mut self) -> Result<LocalSandbox, SetupError> {
+        let Some(mut running) = self.sandbox.take() else {
             return Err(SetupError::new(
                 Step::GoAhead,
                 "start the program",
@@ -212,35 +214,35 @@ impl Launched {
         };
         match go_ahead(&running.go_ahead, GoAhead::StartProgram) {
             Ok(()) => {
-                running.released_at = std::time::Instant::now();
+                running.started_at = std::time::Instant::now();
                 Ok(running)
             }
             Err(e) => Err(abort(running, e)),
         }
     }
 
-    /// The write end of init's go-ahead pipe, for whoever is to release the
+    /// The write end of init's go-ahead pipe, for whoever is to start the
     /// program (the daemon, given a copy by its spawner): one byte starts it.
     pub fn go_ahead(&self) -> Option<BorrowedFd<'_>> {
-        self.running.as_ref().map(|r| r.go_ahead.as_fd())
+        self.sandbox.as_ref().map(|r| r.go_ahead.as_fd())
     }
 
-    /// The program was released by writing to a copy of [`Launched::go_ahead`]
+    /// The program was started by writing to a copy of [`Launched::go_ahead`]
     /// elsewhere: the sandbox is running from now on.
-    pub fn released_elsewhere(mut self) -> Option<Running> {
-        let mut running = self.running.take()?;
-        running.released_at = std::time::Instant::now();
+    pub fn started_elsewhere(mut self) -> Option<LocalSandbox> {
+        let mut running = self.sandbox.take()?;
+        running.started_at = std::time::Instant::now();
         Some(running)
     }
 
     /// The init process's pid, as seen from here.
     pub fn init_pid(&self) -> Option<i32> {
-        self.running.as_ref().map(|r| r.init_pid)
+        self.sandbox.as_ref().map(|r| r.init_pid)
     }
 
     /// The read ends of stdout, stderr and the status pipe (to hand on as copies).
     pub fn pipes(&self) -> Option<[BorrowedFd<'_>; 3]> {
-        self.running
+        self.sandbox
             .as_ref()
             .map(|r| [r.stdout.as_fd(), r.stderr.as_fd(), r.status.as_fd()])
     }
@@ -248,7 +250,7 @@ impl Launched {
     /// Opens the memory cgroup's peak and OOM files now (see
     /// [`SpawnCgroup::open_readings`]); nothing without cgroups.
     pub fn open_cgroup_readings(&mut self) {
-        if let Some(cg) = self.running.as_mut().and_then(|r| r.cgroup.as_mut()) {
+        if let Some(cg) = self.sandbox.as_mut().and_then(|r| r.cgroup.as_mut()) {
             cg.open_readings();
         }
     }
@@ -256,23 +258,23 @@ impl Launched {
     /// The memory cgroup's directory, opened (see
     /// [`SpawnCgroup::open_memory_dir`]); `None` without cgroups.
     pub fn open_cgroup_memory_dir(&self) -> Option<std::io::Result<OwnedFd>> {
-        self.running
+        self.sandbox
             .as_ref()
             .and_then(|r| r.cgroup.as_ref())
             .map(SpawnCgroup::open_memory_dir)
     }
 
     /// Takes the listeners of a sandbox with network grants (see
-    /// [`Running::listeners`]).
+    /// [`LocalSandbox::listeners`]).
     pub fn take_listeners(&mut self) -> Option<Listeners> {
-        self.running.as_mut().and_then(|r| r.listeners.take())
+        self.sandbox.as_mut().and_then(|r| r.listeners.take())
     }
 
     /// Starts a traced sandbox's tracer, answering by the untraced policy
     /// on the channel init hands its seccomp listener over (see
-    /// [`Running::tracer`]); `None` for a sandbox that is not traced.
+    /// [`LocalSandbox::tracer`]); `None` for a sandbox that is not traced.
     pub fn start_tracer(&mut self) -> Result<Option<Tracer>, SetupError> {
-        let channel = self.running.as_mut().and_then(|r| r.tracer.take());
+        let channel = self.sandbox.as_mut().and_then(|r| r.tracer.take());
         match (channel, self.answers.take()) {
             (Some(channel), Some(answers)) => Tracer::start(channel, answers)
                 .map(Some)
@@ -289,13 +291,13 @@ impl Launched {
     /// Takes the write end of the stdin pipe (`StdinSource::Pipe`): whoever
     /// feeds stdin must hold the only copy, so closing it ends the input.
     pub fn take_stdin(&mut self) -> Option<OwnedFd> {
-        self.running.as_mut().and_then(|r| r.stdin.take())
+        self.sandbox.as_mut().and_then(|r| r.stdin.take())
     }
 }
 
 impl Drop for Launched {
     fn drop(&mut self) {
-        if let Some(running) = self.running.take() {
+        if let Some(running) = self.sandbox.take() {
             let _ = abort(
                 running,
                 SetupError::new(Step::GoAhead, "abandon", std::io::Error::other("dropped")),
@@ -306,7 +308,7 @@ impl Drop for Launched {
 
 /// Kills and reaps a sandbox that must not go on, removes its cgroups, and
 /// returns the error to report: the child's own, when it failed first.
-fn abort(running: Running, fallback: SetupError) -> SetupError {
+fn abort(running: LocalSandbox, fallback: SetupError) -> SetupError {
     let pid = nix::unistd::Pid::from_raw(running.init_pid);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     let _ = nix::sys::wait::waitpid(pid, None);
@@ -434,7 +436,7 @@ pub fn launch_order(
     };
     // The parent's copies of the child's ends went with `handover` (or the
     // setup, which the clone consumed): only the sandbox holds them now.
-    let running = Running {
+    let running = LocalSandbox {
         init_pid: pid,
         stdout: parent.stdout,
         stderr: parent.stderr,
@@ -446,7 +448,7 @@ pub fn launch_order(
         tracer: tracer_channel,
         cloned_at,
         mapped_at: cloned_at,
-        released_at: cloned_at,
+        started_at: cloned_at,
     };
     let launched = first_go_ahead(running, order, mapped)?;
     match listener_channel {
@@ -495,7 +497,7 @@ fn with_listeners(
     channel: &std::os::unix::net::UnixStream,
 ) -> Result<Launched, SetupError> {
     let received = receive_listeners(channel);
-    let Some(mut running) = launched.running.take() else {
+    let Some(mut running) = launched.sandbox.take() else {
         return Err(SetupError::new(
             Step::Prepare,
             "receive the sandbox's listeners",
@@ -505,7 +507,7 @@ fn with_listeners(
     match received {
         Ok(listeners) => {
             running.listeners = Some(listeners);
-            launched.running = Some(running);
+            launched.sandbox = Some(running);
             Ok(launched)
         }
         Err(e) => Err(abort(running, e)),
@@ -835,7 +837,7 @@ fn clone_init(setup: ChildSetup<'_>, parent: ParentEnds) -> std::io::Result<(i32
 /// cgroups) while the caller commits the audit record. If either fails, the
 /// sandbox is aborted.
 fn first_go_ahead(
-    running: Running,
+    running: LocalSandbox,
     order: &LaunchOrder,
     mapped: bool,
 ) -> Result<Launched, SetupError> {
@@ -849,7 +851,7 @@ fn first_go_ahead(
             let mut running = running;
             running.mapped_at = std::time::Instant::now();
             Ok(Launched {
-                running: Some(running),
+                sandbox: Some(running),
                 answers: None,
             })
         }

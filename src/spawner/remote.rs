@@ -93,13 +93,13 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
 
 impl<'s> RemoteSandbox<'s> {
     /// Hands the sandbox to the supervisor; `launched_at`, `replied_at` and
-    /// `released_at` stand for the clone, id-mapping and release instants
+    /// `started_at` stand for the clone, id-mapping and start instants
     /// the spawner does not report.
     pub fn into_watched(
         self,
         launched_at: std::time::Instant,
         replied_at: std::time::Instant,
-        released_at: std::time::Instant,
+        started_at: std::time::Instant,
     ) -> crate::supervise::Watched<'s> {
         crate::supervise::Watched {
             stdout: self.stdout,
@@ -108,7 +108,7 @@ impl<'s> RemoteSandbox<'s> {
             stdin: self.stdin,
             cloned_at: launched_at,
             mapped_at: replied_at,
-            released_at,
+            started_at,
             init_pid: self.init_pid,
             end: Box::new(RemoteEnd {
                 pidfd: std::sync::Arc::new(self.pidfd),

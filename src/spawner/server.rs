@@ -19,7 +19,7 @@ use super::spares::SparePool;
 use super::wire::{LaunchedFds, Reply, Request};
 use crate::ipc::{recv, send};
 use crate::sandbox::cgroup::{CgroupPool, SpawnCgroup};
-use crate::sandbox::launch::{launch_order, Launched, Running};
+use crate::sandbox::launch::{launch_order, Launched, LocalSandbox};
 use crate::sandbox::{Cause, SetupError, Step};
 use crate::supervise::InitExit;
 use crate::sys::{pidfd_open, try_wait_with_usage};
@@ -27,8 +27,8 @@ use crate::sys::{pidfd_open, try_wait_with_usage};
 enum Slot {
     /// Building its root; the program waits for the daemon's go-ahead.
     Launched(Launched),
-    /// The program was released; reaped on SIGCHLD.
-    Running(Running),
+    /// The program was started; reaped on SIGCHLD.
+    Running(LocalSandbox),
 }
 
 /// Serves the daemon on `sock` until it closes; returns the exit code.
@@ -223,7 +223,7 @@ fn handle(
         // ended (its SIGCHLD came while it was not yet ours to reap) is
         // reaped now.
         Request::Started { id } => match slots.remove(&id) {
-            Some(Slot::Launched(launched)) => match launched.released_elsewhere() {
+            Some(Slot::Launched(launched)) => match launched.started_elsewhere() {
                 Some(running) => {
                     slots.insert(id, Slot::Running(running));
                     reap(sock, slots, cgroups)
