@@ -105,19 +105,22 @@ fn a_body_larger_than_the_first_buffer_arrives_whole() {
     }
 }
 
+/// The seccomp filter crosses the frame as raw bytes: its length and the
+/// bytes, no text encoding around them.
 #[test]
-fn bytes_travel_as_base64_text() {
-    #[derive(Serialize, Deserialize)]
+fn a_launch_order_carries_the_filter_as_raw_bytes() {
+    #[derive(Serialize)]
     struct Carrier {
-        #[serde(with = "base64_bytes")]
-        bytes: Vec<u8>,
+        seccomp: Vec<u8>,
     }
     let all: Vec<u8> = (0..=255).collect();
-    let text = serde_json::to_string(&Carrier { bytes: all.clone() }).unwrap();
-    assert!(text.starts_with("{\"bytes\":\"AAECAwQF"), "{text}");
-    let back: Carrier = serde_json::from_str(&text).unwrap();
-    assert_eq!(back.bytes, all);
-    assert!(serde_json::from_str::<Carrier>(r#"{"bytes":"not base64!"}"#).is_err());
+    let body = postcard::to_allocvec(&Carrier {
+        seccomp: all.clone(),
+    })
+    .unwrap();
+    // 256 as a varint (2 bytes), then the bytes themselves.
+    assert_eq!(body.len(), 2 + all.len());
+    assert_eq!(&body[2..], all.as_slice());
 }
 
 #[test]
