@@ -1,6 +1,6 @@
 //! One spawn, end to end, for every front end (`spawnd run` and the
 //! daemon): the gate's decision, the decision record made durable while the
-//! sandbox builds its root, the program's release, its supervision, the
+//! sandbox builds its root, the program's start, its supervision, the
 //! exit record and the result. The front ends prepare the request
 //! ([`Prepared`]) and say where output and [`Notice`]s go; nothing here
 //! knows them, and nothing here prints.

@@ -295,7 +295,7 @@ fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty
 /// is set again, and then init makes sure the parent did not die in between
 /// (it holds the go-ahead pipe open until the end; when a spawner launched
 /// the sandbox, a copy its caller holds can hide a dead spawner until the
-/// program is released) — if it did, init exits.
+/// program starts) — if it did, init exits.
 fn take_the_programs_identity(
     s: &ChildSetup<'_>,
     emptied: Option<BoundingSetEmpty>,

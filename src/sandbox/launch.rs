@@ -845,8 +845,8 @@ fn first_go_ahead(
         true => Ok(()),
         false => write_id_maps(running.init_pid, order.uid, order.gid, order.privileged),
     };
-    let released = maps.and_then(|()| go_ahead(&running.go_ahead, GoAhead::BuildRoot));
-    match released {
+    let building = maps.and_then(|()| go_ahead(&running.go_ahead, GoAhead::BuildRoot));
+    match building {
         Ok(()) => {
             let mut running = running;
             running.mapped_at = std::time::Instant::now();

@@ -11,7 +11,7 @@
 //!   pipes, clones into new user, mount, pid, network, ipc and uts
 //!   namespaces (or hands the order to a `spare`, a sandbox whose
 //!   namespaces were made before the request), maps ids, joins cgroups,
-//!   releases;
+//!   gives the go-ahead;
 //! * `child` (inside) builds the root (`mounts`), drops privileges
 //!   (`identity`), applies Landlock (`landlock`) and seccomp last, starts the
 //!   program (which inherits all of it and executes the hashed fd) and stays

@@ -3,7 +3,7 @@
 //! and `unshare(CLONE_NEWUSER)` fails there with EINVAL. So `spawnd serve`
 //! forks a **spawner** first, before its runtime starts any thread: a
 //! single-threaded copy of itself that creates every sandbox (`launch`)
-//! and reaps each init; the daemon releases each program itself, through a
+//! and reaps each init; the daemon starts each program itself, through a
 //! copy of init's go-ahead pipe the spawner hands it with the sandbox. The
 //! daemon talks to it over a private socketpair ([`wire`]): the launch order
 //! — argv, the exact env with credential values, the sandbox spec, the
@@ -26,8 +26,8 @@
 //! signal covers nearly all of that; a spawner dying in one of two short
 //! windows goes unnoticed — after `Launched` but before init first sets the
 //! signal, or between init's change of uid and setting it again. The daemon
-//! releases no program whose spawner it knows to be gone (its socket
-//! closed); one that dies in the instant between that check and the release
+//! starts no program whose spawner it knows to be gone (its socket
+//! closed); one that dies in the instant between that check and the go-ahead
 //! leaves a program that still runs fully confined, under the daemon's
 //! pidfd and wall time, but whose init is reaped by whoever adopts it, and
 //! the daemon reports the sandbox lost. (A go-ahead pipe of the daemon's own, apart

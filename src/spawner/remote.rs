@@ -1,5 +1,5 @@
 //! The daemon's handles on a sandbox its spawner made: [`RemoteLaunched`]
-//! while init builds the root (the program waits for its release), then
+//! while init builds the root (the program waits for its go-ahead), then
 //! [`RemoteSandbox`], which supervision drives like a local one.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -30,7 +30,7 @@ pub struct RemoteSandbox<'s> {
     pub listeners: Option<crate::sandbox::network::Listeners>,
     /// A pidfd for init: signals reach this sandbox and no later process.
     pub pidfd: OwnedFd,
-    /// The write end of init's go-ahead pipe, until the program is released.
+    /// The write end of init's go-ahead pipe, until the program is started.
     pub(super) go_ahead: Option<OwnedFd>,
     /// The memory cgroup's directory, when it has cgroups.
     pub(super) cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
@@ -178,7 +178,7 @@ impl<'s> RemoteLaunched<'s> {
         };
         // A spawner known to be gone would never reap this init, and init
         // may have missed its death (see the module `crate::spawner`):
-        // nothing is released, and the sandbox is killed.
+        // nothing is started, and the sandbox is killed.
         if !sandbox.spawner.is_alive() {
             let _ = sandbox.signal(nix::sys::signal::Signal::SIGKILL);
             return Err(SpawnerError::Unavailable(

@@ -1,7 +1,7 @@
 //! The spawner process: single-threaded, forked from the daemon before any
 //! other thread exists. It waits on two things — frames from the daemon and
 //! SIGCHLD — and does only what needs a single-threaded parent: `launch`
-//! (clone into the namespaces) and reaping; the daemon releases each
+//! (clone into the namespaces) and reaping; the daemon starts each
 //! program itself and then says `Started`. Output,
 //! timeouts and results stay with the daemon. When the daemon goes away, the
 //! spawner exits, and its sandboxes die with it (their parent-death signal).
@@ -228,7 +228,7 @@ fn handle(
                     slots.insert(id, Slot::Running(running));
                     reap(sock, slots, cgroups)
                 }
-                None => failed(sock, id, spawner_error("start", "released twice")),
+                None => failed(sock, id, spawner_error("start", "started twice")),
             },
             Some(running @ Slot::Running(_)) => {
                 slots.insert(id, running);
@@ -254,8 +254,8 @@ fn spawner_error(what: &'static str, why: &str) -> SetupError {
     SetupError::because(Step::Spawner, what, Cause::Other(why.into()))
 }
 
-/// Reaps every released sandbox whose init has ended, reads its cgroup and
-/// reports it; the cgroups then go back to the pool. Only inits of released
+/// Reaps every started sandbox whose init has ended, reads its cgroup and
+/// reports it; the cgroups then go back to the pool. Only inits of started
 /// sandboxes are waited for: one still building its root is reaped by its
 /// abort, never here, so a pid is never waited for twice (and never reused
 /// while the daemon might signal it).

@@ -1,5 +1,5 @@
 //! What the daemon and its spawner say to each other, in frames of
-//! [`crate::ipc`]: requests (launch, release, kill…) and replies (launched,
+//! [`crate::ipc`]: requests (launch, started, abort) and replies (launched,
 //! exited…).
 
 use serde::{Deserialize, Serialize};
@@ -24,9 +24,9 @@ pub enum Request {
         /// `Launched`.
         stdin: StdinSource,
     },
-    /// The daemon has released the program (written the go-ahead byte):
+    /// The daemon has started the program (written the go-ahead byte):
     /// from now on its init is reaped here. No reply, unless it names no
-    /// sandbox waiting for its release (then `Failed`).
+    /// sandbox waiting for its go-ahead (then `Failed`).
     Started {
         /// Which sandbox.
         id: u64,

@@ -50,7 +50,7 @@ pub struct Watched<'a> {
     pub cloned_at: Instant,
     /// When the ids were mapped (init went on to build the root).
     pub mapped_at: Instant,
-    /// When the program was released: the wall-time clock starts here.
+    /// When the program was started (its go-ahead written): the wall-time clock starts here.
     pub started_at: Instant,
     /// The host pid of the sandbox's init (the program is its child).
     pub init_pid: i32,
