@@ -25,13 +25,11 @@ use spawnd::egress::grant::Grant;
 use spawnd::egress::learning::Learning;
 use spawnd::manifest::{Limits, Sha256Digest, Tier};
 use spawnd::plan::{CwdPlan, FsPlan, ProgramPlan, SpawnPlan};
-use spawnd::sandbox::launch::{launch_order, LaunchRequest, LimitsVia, StdinSource};
+use spawnd::sandbox::launch::{launch_order, LimitsVia, StdinSource};
 use spawnd::sandbox::network::Listeners;
-use spawnd::sandbox::seccomp::{filter_for, FilterOptions};
+use spawnd::sandbox::order::{Design, RunAs};
 use spawnd::sandbox::spare::Spare;
-use spawnd::sandbox::spec::{
-    add_runtime_files, build_spec, steps_mountable_ahead, HostKind, RuntimeIdentity,
-};
+use spawnd::sandbox::spec::steps_mountable_ahead;
 
 const PYTHON: &str = "/usr/bin/python3";
 const GRANTED: u16 = 8443;
@@ -131,15 +129,6 @@ fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
     }
 }
 
-fn host_kind(p: &std::path::Path) -> HostKind {
-    match std::fs::symlink_metadata(p) {
-        Err(_) => HostKind::Missing,
-        Ok(m) if m.file_type().is_symlink() => HostKind::Symlink(std::fs::read_link(p).unwrap()),
-        Ok(m) if m.is_dir() => HostKind::Dir,
-        Ok(_) => HostKind::File,
-    }
-}
-
 /// What one sandbox showed: the program's report, and the listeners.
 struct Seen {
     report: BTreeMap<String, String>,
@@ -153,35 +142,25 @@ fn run_sandbox(network: &[&str], learning: Option<Learning>, via: Via) -> Seen {
         .iter()
         .map(PathBuf::from)
         .collect();
-    let mut spec = build_spec(&plan, &system, &host_kind).unwrap();
-    // The files every spawn's sandbox gets in /etc, as the pipeline adds them.
-    add_runtime_files(
-        &mut spec,
-        &RuntimeIdentity {
-            uid: 65534,
-            gid: 65534,
-            user: "nobody".into(),
-            group: "nogroup".into(),
-        },
-    );
-    let filter = filter_for(FilterOptions::for_spawn(false, privileged, false)).unwrap();
-    let order = LaunchRequest {
-        plan: &plan,
-        spec: &spec,
-        program: File::open(&plan.program.resolved).unwrap(),
-        stdin: StdinSource::Null,
+    let run_as = RunAs {
         uid: 65534,
         gid: 65534,
         privileged,
-        landlock_abi: spawnd::sys::landlock_abi_version().unwrap(),
-        seccomp: filter,
         limits_via: LimitsVia::Rlimits,
-        credentials: Vec::new(),
         check_as: None,
-        trace: false,
-    }
-    .order()
-    .unwrap();
+    };
+    // The sandbox's front door, as the pipeline goes through it: the spec
+    // with the files every spawn's sandbox gets in /etc, and the filter.
+    let ordered = Design::new(&plan, &system, &run_as, 0, false)
+        .unwrap()
+        .order(
+            File::open(&plan.program.resolved).unwrap(),
+            &[],
+            StdinSource::Null,
+        )
+        .unwrap();
+    let spec = ordered.spec().clone();
+    let filter = ordered.filter();
     let spare = match via {
         Via::Clone => None,
         Via::Spare => {
@@ -195,9 +174,15 @@ fn run_sandbox(network: &[&str], learning: Option<Learning>, via: Via) -> Seen {
             Some(spare)
         }
     };
-    let program = File::open(&plan.program.resolved).unwrap();
-    let mut launched = launch_order(&order, program, StdinSource::Null, spare, None)
-        .unwrap_or_else(|e| panic!("launch: {e}"));
+    let mut launched = launch_order(
+        &ordered.order,
+        &filter.instructions,
+        ordered.program,
+        StdinSource::Null,
+        spare,
+        None,
+    )
+    .unwrap_or_else(|e| panic!("launch: {e}"));
     // Taken before the release: the program cannot run without them.
     let listeners = launched.take_listeners();
     let running = launched.start_program().unwrap();

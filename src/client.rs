@@ -11,7 +11,7 @@ use std::path::Path;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
-use crate::exec::{Failure, FailureKind};
+use crate::failure::{Failure, FailureKind};
 use crate::policy::{Request, RequestKind};
 use crate::supervise::LiveOutput;
 

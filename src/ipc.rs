@@ -100,25 +100,6 @@ impl Write for WipingBuffer {
     }
 }
 
-/// `#[serde(with = "base64_bytes")]`: a byte string as standard base64 text.
-pub mod base64_bytes {
-    use base64::Engine;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Writes `bytes` as one base64 string.
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
-    }
-
-    /// Reads a base64 string back into bytes.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD
-            .decode(text.as_bytes())
-            .map_err(serde::de::Error::custom)
-    }
-}
-
 /// Receives one frame of at most [`MAX_FDS`] descriptors: `None` at end of stream.
 pub fn recv<T: serde::de::DeserializeOwned>(
     sock: &UnixStream,

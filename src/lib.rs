@@ -21,6 +21,8 @@
 //!   hashes, publisher signatures, the keyring and the content-addressed store.
 //! * [`metrics`] counts what operators watch (spawns, denials, round trips, relay, audit flushes).
 //! * [`program`], [`config`], [`kernel_features`], [`host_policy`] and [`cli`] do I/O at the edges.
+//! * [`failure`] is what every command ends in, a success or a failure of a kind,
+//!   for every layer to use.
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
 #![deny(unsafe_code)]
@@ -37,6 +39,7 @@ pub mod daemon;
 pub mod draft;
 pub mod egress;
 pub mod exec;
+pub mod failure;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host_policy;

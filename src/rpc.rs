@@ -3,7 +3,7 @@
 //! null (absent: a notification, which gets no answer), and the error codes,
 //! each the image of one [`FailureKind`] ([`code_of`], and back, [`kind_of`]).
 
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use serde_json::{json, Map, Value};
 
 /// -32700: the line is not JSON.

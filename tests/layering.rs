@@ -11,11 +11,13 @@ use std::path::{Path, PathBuf};
 /// Layers, top first. A module may name only modules of a layer below its
 /// own, so `src/` has no import cycle. `fuzzing` is the fuzz targets' entry
 /// into the parsers, the daemon's request parsing included: a harness, like
-/// `main`. `sys` is the kernel-facing bottom; `lib` only declares modules.
+/// `main`. `rpc` is the JSON-RPC frame and its error codes, which need only
+/// a failure's kind. `sys` is the kernel-facing bottom; below it, `failure`
+/// (what every command ends in) names no other module, so every layer may
+/// use it; `lib` only declares modules.
 const LAYERS: &[&[&str]] = &[
     &["main", "cli", "fuzzing"],
     &["daemon", "client", "draft"],
-    &["rpc"],
     &["exec"],
     &["connectors"],
     &["relay"],
@@ -38,8 +40,10 @@ const LAYERS: &[&[&str]] = &[
         "origin",
         "secret_paths",
         "metrics",
+        "rpc",
     ],
     &["sys"],
+    &["failure"],
     &["lib"],
 ];
 
@@ -342,4 +346,5 @@ fn the_check_sees_an_upward_import() {
     assert!(layer("cli") < layer("daemon") && layer("daemon") < layer("exec"));
     assert!(layer("exec") < layer("spawner") && layer("spawner") < layer("sandbox"));
     assert!(layer("sandbox") < layer("ipc") && layer("ipc") < layer("sys"));
+    assert!(layer("exec") < layer("rpc") && layer("sys") < layer("failure"));
 }

@@ -3,7 +3,7 @@
 //! people (one escaped line per record) or as JSON, filtered by
 //! [`AuditFilter`] with its times compared as instants.
 
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};

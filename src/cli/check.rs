@@ -2,7 +2,7 @@
 //! the gate (here, or with `--socket` the daemon's `spawn_check`), and print
 //! the decision with the exact argv. Nothing runs and nothing is audited.
 
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -10,7 +10,7 @@ use super::args::{Cli, ConnectorCommand};
 use super::context::load_config;
 use super::output::{Failure, Success};
 use crate::config::Config;
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use crate::manifest::{parse_manifest, Fqn, LoadOptions, ScopePath, Sha256Digest};
 use crate::provenance::content::{hash_connector, ContentError};
 use crate::provenance::identity::parse_strict_version;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::args::Cli;
 use super::output::Failure;
 use crate::config::{default_audit_path, default_connector_paths, Config};
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 

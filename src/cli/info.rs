@@ -1,6 +1,6 @@
 //! `spawnd hash`, `capabilities`, `health` and `config show`.
 
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use std::path::Path;
 
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! `spawnd manifest lint | explain | pin`.
 
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use std::path::Path;
 
 use serde_json::json;

@@ -195,7 +195,7 @@ fn serve(cli: &Cli, socket: Option<std::path::PathBuf>) -> Result<Success, Failu
         .map(|()| Success::new(serde_json::Value::Null, ""))
         .map_err(|e| {
             Failure::new(
-                crate::exec::FailureKind::DaemonUnavailable,
+                crate::failure::FailureKind::DaemonUnavailable,
                 format!("serve: {e}"),
             )
         })

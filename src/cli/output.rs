@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-pub use crate::exec::{Failure, Success};
+pub use crate::failure::{Failure, Success};
 
 use crate::exec::Notice;
 use crate::printable::printable_lines;

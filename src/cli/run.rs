@@ -3,7 +3,7 @@
 //! streams live and spawnd exits with the child's code (128+N after signal N,
 //! 124 after a timeout); spawnd's own messages go to stderr prefixed `spawnd:`.
 
-use crate::exec::FailureKind;
+use crate::failure::FailureKind;
 use std::path::Path;
 
 use super::args::{Cli, RunArgs};

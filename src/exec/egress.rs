@@ -24,13 +24,13 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::Failure;
 use crate::audit::{events, AuditError, AuditLog, Kind};
 use crate::config::NetworkConfig;
 use crate::egress::address_policy::AddressPolicy;
 use crate::egress::fake_pool::GrantedNames;
 use crate::egress::grant::Grant;
 use crate::egress::learning::Learning;
+use crate::failure::Failure;
 use crate::manifest::OnViolation;
 use crate::plan::SpawnPlan;
 use crate::relay::{

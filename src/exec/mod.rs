@@ -1,6 +1,6 @@
 //! One spawn, end to end, for every front end (`spawnd run` and the
 //! daemon): the gate's decision, the decision record made durable while the
-//! sandbox builds its root, the program's release, its supervision, the
+//! sandbox builds its root, the program's start, its supervision, the
 //! exit record and the result. The front ends prepare the request
 //! ([`Prepared`]) and say where output and [`Notice`]s go; nothing here
 //! knows them, and nothing here prints.
@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+pub use crate::failure::{Failure, FailureKind, Success};
 pub use notice::{Notice, OnNotice};
-pub use outcome::{denial_failure, Failure, FailureKind, Success};
+pub use outcome::denial_failure;
 pub use prepared::{decide_local, decide_with, Prepared};
 pub use records::{load_audit_key, load_previous_audit_keys, open_audit};
 pub use refusals::{describe as describe_refusal, Refusal};
@@ -33,7 +34,7 @@ pub use report::{conclude, interrupting_signal, network_refusals};
 pub use crate::audit::events::{Actor, SpawnFiled};
 
 use egress::{Egress, NetAudit, RelayTerms};
-use launching::{Identity, Launching};
+use launching::{choose_identity, Identity, Launching, NotStarted};
 use records::{exit_record_lost, SpawnAudit};
 use report::{report, Ran};
 
@@ -44,21 +45,16 @@ use crate::manifest::{OnViolation, ScopePath};
 use crate::plan::{EnvSource, SpawnPlan};
 use crate::policy::{Access, Decision};
 use crate::program::ProgramOpener;
-use crate::sandbox::as_caller::CallerCreds;
-use crate::sandbox::launch::{LaunchRequest, StdinSource};
+use crate::sandbox::launch::StdinSource;
 use crate::sandbox::network::Listeners;
-use crate::sandbox::seccomp::{filter_for, policy_for, traced_filter_for, FilterOptions, Policy};
-use crate::sandbox::spec::{
-    add_runtime_files, bind_root_only_script, build_spec, only_root_may_change, HostKind,
-    SandboxSpec,
-};
+use crate::sandbox::order::{Design, Ordered};
+use crate::sandbox::spec::SandboxSpec;
 use crate::sandbox::trace::{Trace, Tracer};
 use crate::shares::Claim;
 use crate::spawner::Spawner;
 use crate::supervise::{
     supervise_to_report, Leaving, LiveOutput, Outcome, Phases, Supervision, Watched,
 };
-use crate::sys::landlock_abi_version;
 use crate::vault::{read_secret, Secret};
 
 /// What feeds a stdin pipe.
@@ -200,7 +196,7 @@ fn execute_inner<'a>(
 ) -> Result<Success, Failure> {
     let started = std::time::Instant::now();
     let prepared = x.prepared;
-    let identity = Identity::choose(prepared)?;
+    let identity = choose_identity(prepared)?;
     let log = open_audit(&prepared.config)?;
     let audit = SpawnAudit {
         log: &log,
@@ -211,35 +207,27 @@ fn execute_inner<'a>(
     let mut plan = decide(prepared, &audit, &mut opener, x.access, x.timeout_ms)?;
     plan.network_learning = x.network_learning;
     let gated = started.elapsed();
-    let SandboxParts {
-        spec,
-        mut launch,
-        redact,
-    } = prepare_sandbox(prepared, &audit, &plan, &identity, &mut opener, x.trace)?;
-    let answers = launch.answers.take();
+    let sandbox = SandboxRequest {
+        identity: &identity,
+        trace: x.trace,
+        stdin: x.stdin,
+    };
+    let (ordered, redact) = order_sandbox(prepared, &audit, &plan, sandbox, &mut opener)?;
     if !x.json {
-        tell_missing_scopes(&spec, &plan, x.on_notice);
+        tell_missing_scopes(ordered.spec(), &plan, x.on_notice);
     }
     let prepared_sandbox = started.elapsed();
-    let filter = launch.filter;
-    let planned = planned_sandbox(&spec, &launch, &identity);
-    let request = launch_request(prepared, &plan, &spec, launch, &identity, x.stdin)
-        .traced(answers.is_some());
+    let filter = ordered.filter();
+    let spec = ordered.spec().clone();
+    let planned = planned_sandbox(&ordered, &identity);
     let (decided, launching) =
-        launch_once_decided(&audit, &plan, &planned, request, &identity, x.spawner)?;
+        launch_once_decided(&audit, &plan, &planned, ordered, &identity, x.spawner)?;
     let terms = RelayTerms {
         network: &prepared.config.network,
         shared_connections: x.shared_connections,
     };
-    let (running, egress, tracer) = release(
-        &audit,
-        &decided,
-        &plan,
-        terms,
-        launching,
-        x.on_started,
-        answers,
-    )?;
+    let (running, egress, tracer) =
+        start_program(&audit, &decided, &plan, terms, launching, x.on_started)?;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,
         stderr_cap: plan.limits.max_stderr_bytes,
@@ -256,7 +244,7 @@ fn execute_inner<'a>(
             trace,
         },
         leaving,
-    ) = supervise_released(&audit, &decided, running, supervision, egress, tracer)?;
+    ) = supervise_started(&audit, &decided, running, supervision, egress, tracer)?;
     let trace = trace.map(|t| refusals::trace_json(&t, &spec, &|p| p.symlink_metadata().is_ok()));
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ended_by = x.ended_by.as_ref().and_then(|f| f());
@@ -301,67 +289,45 @@ fn decide(
     }
 }
 
-/// What [`prepare_sandbox`] makes: the spec, what the launch takes, and
-/// what the supervision redacts.
-struct SandboxParts {
-    spec: SandboxSpec,
-    launch: LaunchParts,
-    /// The credential values again (in wiped memory), to redact the output.
-    redact: Vec<(String, Secret)>,
+/// What the sandbox is asked for besides the plan: who the program runs
+/// as, whether its filter is traced, and where its stdin comes from.
+struct SandboxRequest<'a> {
+    identity: &'a Identity,
+    trace: bool,
+    stdin: StdinSource,
 }
 
-/// What the launch takes besides the plan, the spec and the identity.
-struct LaunchParts {
-    filter: &'static crate::sandbox::seccomp::Filter,
-    landlock_abi: u32,
-    program: std::fs::File,
-    credentials: Vec<(String, Secret)>,
-    /// For a traced run (whose `filter` is the traced one): the untraced
-    /// policy, by which the tracer answers.
-    answers: Option<Policy>,
-}
-
-/// The kernel's Landlock ABI checked, the sandbox's spec built, the
-/// credentials read, the program the gate opened taken, the seccomp filter
-/// chosen. Allowed but unable to start (a missing layer, a bad scope, …),
-/// the spawn is still on record: its decision and an exit saying why
-/// nothing ran; a credential that cannot be read is a recorded denial.
-fn prepare_sandbox(
+/// The sandbox's order for the plan ([`Design`]), with the credentials
+/// read and the program the gate opened taken; and the credential values
+/// again, to redact the output. Allowed but unable to start (a missing
+/// layer, a bad scope, …), the spawn is still on record: its decision and
+/// an exit saying why nothing ran; a credential that cannot be read is a
+/// recorded denial.
+fn order_sandbox(
     prepared: &Prepared,
     audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
-    identity: &Identity,
+    sandbox: SandboxRequest<'_>,
     opener: &mut ProgramOpener,
-    trace: bool,
-) -> Result<SandboxParts, Failure> {
+) -> Result<(Ordered, Vec<(String, Secret)>), Failure> {
     let unstarted = |failure: Failure| audit.record_unstarted(plan, failure);
-    let landlock_abi = landlock_abi_version().unwrap_or(0);
     let required = prepared
         .config
         .sandbox
         .landlock_min_abi
         .max(LANDLOCK_ABI_REQUIRED);
-    if landlock_abi < required {
-        // exec = "declared" is Landlock's execute right on each file: no
-        // other layer could stand in for it, as none stands in for any.
-        let declared = match plan.exec {
-            crate::plan::ExecPlan::Declared { .. } => {
-                "; exec = \"declared\" is enforced by Landlock alone"
-            }
-            crate::plan::ExecPlan::Scopes => "",
-        };
-        return Err(unstarted(Failure::sandbox_unavailable(format!("spawn_sandbox_unavailable: this kernel offers Landlock ABI {landlock_abi} and spawnd requires at least {required} ([sandbox] landlock_min_abi){declared}; enable Landlock (lsm=…,landlock) or lower the requirement — nothing was run"))));
-    }
+    let system_paths = &prepared.config.sandbox.system_paths;
+    let design = Design::new(
+        plan,
+        system_paths,
+        sandbox.identity,
+        required,
+        sandbox.trace,
+    )
+    .map_err(|e| unstarted(NotStarted::Design(e).into_failure(plan)))?;
     check_policy_outside_write_scopes(prepared, plan).map_err(unstarted)?;
-    let mut spec = build_spec(plan, &prepared.config.sandbox.system_paths, &host_kind)
-        .map_err(|e| unstarted(Failure::config(e.to_string())))?;
-    add_runtime_files(&mut spec, &identity.runtime());
     let credentials =
         read_credentials(prepared, plan).map_err(|d| audit.record_denial(d, &prepared.request))?;
-    let redact = credentials
-        .iter()
-        .map(|(k, v)| (k.clone(), Secret::new(v.expose().to_vec())))
-        .collect();
     let declared = ScopePath::parse_program(&plan.program.declared)
         .map_err(|e| e.to_string())
         .and_then(|p| {
@@ -372,45 +338,21 @@ fn prepare_sandbox(
     let program = opener
         .take(&declared)
         .ok_or_else(|| unstarted(Failure::internal("the program opened by the gate was lost")))?;
-    bind_root_only_script(
-        &mut spec,
-        starts_with_shebang(&program.file),
-        only_root_may_change,
-    );
-    // Unix sockets where the manifest grants socket paths; SysV IPC objects
-    // where spawnd, as root, writes the sandbox's IPC limits; memfds where a
-    // memory cgroup counts them.
-    let options = FilterOptions::for_spawn(
-        !plan.fs.unix_sockets.is_empty(),
-        identity.privileged,
-        identity.limits_via.is_cgroup(),
-    );
-    let filter = match trace {
-        true => traced_filter_for(options),
-        false => filter_for(options),
-    }
-    .map_err(|e| unstarted(Failure::internal(format!("seccomp filter: {e}"))))?;
-    Ok(SandboxParts {
-        spec,
-        launch: LaunchParts {
-            filter,
-            landlock_abi,
-            program: program.file,
-            credentials,
-            answers: trace.then(|| policy_for(options)),
-        },
-        redact,
-    })
+    let ordered = design
+        .order(program.file, &credentials, sandbox.stdin)
+        .map_err(|e| unstarted(NotStarted::Setup(e).into_failure(plan)))?;
+    Ok((ordered, credentials))
 }
 
 /// What the decision record says the sandbox will be (its `planned`): the
 /// namespaces, Landlock ABI, seccomp filter, how limits apply, the ids, and
 /// the read scopes left out.
-fn planned_sandbox(spec: &SandboxSpec, launch: &LaunchParts, identity: &Identity) -> Value {
+fn planned_sandbox(ordered: &Ordered, identity: &Identity) -> Value {
+    let spec = ordered.spec();
     json!({
         "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
-        "landlock_abi": launch.landlock_abi,
-        "seccomp_filter": launch.filter.id(),
+        "landlock_abi": ordered.order.landlock_abi,
+        "seccomp_filter": ordered.filter().id(),
         "limits_via": identity.limits_via.name(),
         "uid": identity.uid,
         "gid": identity.gid,
@@ -426,36 +368,6 @@ pub(super) fn tmpfs_of(spec: &SandboxSpec) -> result::Tmpfs {
         tmp_bytes: spec.tmpfs.tmp,
         tmp_exec: spec.tmp_exec,
         dev_shm_bytes: spec.tmpfs.shm,
-    }
-}
-
-/// The order for the sandbox: the plan and spec, the program, credentials,
-/// filter and Landlock ABI prepared for it, run as `identity`.
-fn launch_request<'r>(
-    prepared: &Prepared,
-    plan: &'r SpawnPlan,
-    spec: &'r SandboxSpec,
-    launch: LaunchParts,
-    identity: &Identity,
-    stdin: StdinSource,
-) -> LaunchRequest<'r> {
-    let caller = &prepared.caller;
-    LaunchRequest {
-        plan,
-        spec,
-        program: launch.program,
-        stdin,
-        uid: identity.uid,
-        gid: identity.gid,
-        privileged: identity.privileged,
-        landlock_abi: launch.landlock_abi,
-        seccomp: launch.filter,
-        limits_via: identity.limits_via.clone(),
-        credentials: launch.credentials,
-        // As root acting for another user, scopes are checked as that user.
-        check_as: (identity.privileged && caller.uid != 0)
-            .then(|| CallerCreds::of(caller.uid, caller.gid)),
-        trace: false,
     }
 }
 
@@ -486,7 +398,7 @@ fn launch_once_decided<'s>(
     audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
     planned: &serde_json::Value,
-    request: LaunchRequest<'_>,
+    ordered: Ordered,
     identity: &Identity,
     spawner: Option<&'s Spawner>,
 ) -> Result<(Decided, Launching<'s>), Failure> {
@@ -502,7 +414,7 @@ fn launch_once_decided<'s>(
         })?;
     // The launch first, the flush right after it: starting the write-back
     // does not hold the launch up.
-    let mut launching = Launching::begin(request, spawner);
+    let mut launching = Launching::begin(ordered, spawner);
     written.start_flush();
     // Stale cgroups (a `kill -9`'d spawnd's) are swept here, beside the
     // sandbox building its root; the spawner sweeps its own way.
@@ -531,21 +443,22 @@ fn launch_once_decided<'s>(
     Ok((decided, launching))
 }
 
-/// Releases the program (its decision is on disk); `on_started` learns its
+/// Starts the program (its decision is on disk); `on_started` learns its
 /// audit id and a pidfd for init. A setup that failed inside the sandbox is
 /// recorded as the spawn's exit.
-fn release<'s>(
+fn start_program<'s>(
     audit: &SpawnAudit<'_>,
     decided: &Decided,
     plan: &SpawnPlan,
     terms: RelayTerms<'_>,
     launching: Launching<'s>,
     on_started: Option<OnStarted<'_>>,
-    answers: Option<Policy>,
 ) -> Result<(Watched<'s>, Option<Egress>, Option<Tracer>), Failure> {
     let relay = |listeners: Option<Listeners>| match listeners {
         None if !plan.uses_relay() => Ok(None),
-        None => Err("the sandbox handed over no listeners for its network grants".to_string()),
+        None => Err(Failure::sandbox_unavailable(
+            "the sandbox handed over no listeners for its network grants",
+        )),
         Some(listeners) => {
             let records = NetAudit {
                 log: audit.log.clone(),
@@ -553,21 +466,19 @@ fn release<'s>(
                 connector: plan.connector.clone(),
                 op: plan.op.clone(),
             };
-            egress::start(plan, &terms, listeners, records)
-                .map(Some)
-                .map_err(|f| f.message)
+            egress::start(plan, &terms, listeners, records).map(Some)
         }
     };
-    match launching.start_program(relay, answers) {
-        Ok((released, egress)) => {
+    match launching.start_program(relay) {
+        Ok((started, egress)) => {
             // Under `on_violation = "terminate"`, the relay may now kill
             // the sandbox at the first refused egress.
             if let (Some(e), OnViolation::Terminate) = (&egress, plan.on_violation) {
-                match released.running.end.killer() {
+                match started.running.end.killer() {
                     Some(killer) => e.arm(killer),
                     // Never unguarded: a sandbox the relay cannot kill is
                     // killed now (its result says signal 9).
-                    None => released
+                    None => started
                         .running
                         .end
                         .signal(nix::sys::signal::Signal::SIGKILL),
@@ -580,22 +491,22 @@ fn release<'s>(
                     op: plan.op.clone(),
                     label: audit.caller.label.clone(),
                 };
-                f(&filed, released.pidfd);
+                f(&filed, started.pidfd);
             }
-            Ok((released.running, egress, released.tracer))
+            Ok((started.running, egress, started.tracer))
         }
-        Err(e) => {
-            let failure =
-                Failure::sandbox_unavailable(format!("sandbox setup failed: {e}; nothing was run"));
-            Err(audit.record_failed_exit(&decided.audit_id, "setup_failed", failure))
-        }
+        Err(not_started) => Err(audit.record_failed_exit(
+            &decided.audit_id,
+            "setup_failed",
+            not_started.into_failure(plan),
+        )),
     }
 }
 
-/// Supervises the released program until its outcome is known (init
+/// Supervises the started program until its outcome is known (init
 /// maybe still leaving). A sandbox lost meanwhile (its spawner died, say)
 /// is gone, and its exit record says so.
-fn supervise_released<'s>(
+fn supervise_started<'s>(
     audit: &SpawnAudit<'_>,
     decided: &Decided,
     running: Watched<'s>,
@@ -626,7 +537,7 @@ fn supervise_released<'s>(
     }
 }
 
-/// A released program's outcome, and its network's, once its sandbox is
+/// A started program's outcome, and its network's, once its sandbox is
 /// gone.
 struct Supervised {
     outcome: Outcome,
@@ -695,25 +606,6 @@ fn time_spent(
         spec_and_filter_us: (prepared_sandbox - gated).as_micros() as u64,
         audit_commit_us: decided.commit_took.as_micros() as u64,
         phases: *phases,
-    }
-}
-
-/// Whether the file begins with `#!` (the kernel runs it through an
-/// interpreter).
-fn starts_with_shebang(file: &std::fs::File) -> bool {
-    use std::os::unix::fs::FileExt;
-    let mut head = [0u8; 2];
-    file.read_at(&mut head, 0).is_ok_and(|n| n == 2) && &head == b"#!"
-}
-
-fn host_kind(path: &Path) -> HostKind {
-    match std::fs::symlink_metadata(path) {
-        Err(_) => HostKind::Missing,
-        Ok(m) if m.file_type().is_symlink() => {
-            std::fs::read_link(path).map_or(HostKind::Missing, HostKind::Symlink)
-        }
-        Ok(m) if m.is_dir() => HostKind::Dir,
-        Ok(_) => HostKind::File,
     }
 }
 

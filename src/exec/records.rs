@@ -6,9 +6,10 @@
 use serde_json::json;
 
 use super::notice::{Notice, OnNotice};
-use super::outcome::{denial_failure, Failure, Success};
+use super::outcome::denial_failure;
 use crate::audit::events::{self, Actor};
 use crate::audit::{AuditError, AuditLog, Kind, Unsynced};
+use crate::failure::{Failure, Success};
 use crate::policy::Caller;
 
 /// One spawn's audit trail: the log, the caller every record names, and who

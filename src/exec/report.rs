@@ -7,11 +7,11 @@ use serde_json::{json, Value};
 
 use super::launching::Identity;
 use super::notice::{Notice, OnNotice};
-use super::outcome::{Failure, Success};
 use super::result::{
     ExecutableFile, Execute, Isolation, Landlock, ProgramRun, Seccomp, SpawnResult, StreamOutput,
     Timings,
 };
+use crate::failure::{Failure, Success};
 use crate::plan::{ExecPlan, GrantedAs, SpawnPlan};
 use crate::sandbox::spec::{Access, SandboxSpec};
 use crate::supervise::{Captured, Ending, Outcome};

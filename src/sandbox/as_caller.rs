@@ -13,7 +13,7 @@
 use nix::unistd::{AccessFlags, Gid, Uid};
 
 use super::spec::{BindSource, MountKind, SandboxSpec};
-use super::StepError;
+use super::{SetupError, Step};
 
 /// The identity the scopes are checked as.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,12 +47,18 @@ impl CallerCreds {
 /// on with someone else's.
 pub(super) fn with_identity<T>(
     who: &CallerCreds,
-    f: impl FnOnce() -> Result<T, StepError>,
-) -> Result<T, StepError> {
-    let saved = nix::unistd::getgroups().map_err(|e| StepError::new("getgroups", e.into()))?;
+    f: impl FnOnce() -> Result<T, SetupError>,
+) -> Result<T, SetupError> {
+    let saved = nix::unistd::getgroups()
+        .map_err(|e| SetupError::new(Step::Prepare, "getgroups", e.into()))?;
     let groups: Vec<Gid> = who.groups.iter().copied().map(Gid::from_raw).collect();
-    nix::unistd::setgroups(&groups)
-        .map_err(|e| StepError::new(format!("setgroups for uid {}", who.uid), e.into()))?;
+    nix::unistd::setgroups(&groups).map_err(|e| {
+        SetupError::new(
+            Step::Prepare,
+            format!("setgroups for uid {}", who.uid),
+            e.into(),
+        )
+    })?;
     nix::unistd::setfsgid(Gid::from_raw(who.gid));
     nix::unistd::setfsuid(Uid::from_raw(who.uid));
     // setfs*id cannot report failure; asking again returns the id in force.
@@ -61,7 +67,8 @@ pub(super) fn with_identity<T>(
     let result = if took {
         f()
     } else {
-        Err(StepError::new(
+        Err(SetupError::new(
+            Step::Prepare,
             format!(
                 "switch to the caller's file-system identity (uid {}, gid {})",
                 who.uid, who.gid
@@ -149,7 +156,7 @@ pub(super) fn check_as_child(
     script: bool,
     uid: u32,
     gid: u32,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let child = CallerCreds {
         uid,
         gid,
@@ -160,8 +167,8 @@ pub(super) fn check_as_child(
             let fd = std::os::fd::AsFd::as_fd(scope.idmapped.as_ref().unwrap_or(&scope.pinned));
             check_scope(fd, &scope.canonical, *need, Checked::Child(uid)).map_err(|mut e| {
                 if let Some(not) = not_idmapped.iter().find(|n| n.index == index) {
-                    e.step.push_str("; ");
-                    e.step.push_str(&not.why);
+                    e.call.to_mut().push_str("; ");
+                    e.call.to_mut().push_str(&not.why);
                 }
                 e
             })?;
@@ -178,7 +185,11 @@ pub(super) fn check_as_child(
         )
         .map_err(|e| {
             let what = if script { "read+execute" } else { "execute" };
-            StepError::new(Checked::Child(uid).refusal(what, "the program"), e.into())
+            SetupError::new(
+                Step::Prepare,
+                Checked::Child(uid).refusal(what, "the program"),
+                e.into(),
+            )
         })
     })
 }
@@ -189,7 +200,7 @@ pub(super) fn check_scope(
     path: &std::path::Path,
     need: AccessFlags,
     who: Checked,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     nix::unistd::faccessat(
         fd,
         "",
@@ -207,7 +218,8 @@ pub(super) fn check_scope(
         .map(|(_, n)| *n)
         .collect::<Vec<_>>()
         .join("+");
-        StepError::new(
+        SetupError::new(
+            Step::Prepare,
             who.refusal(&what, &format!("scope {}", path.display())),
             e.into(),
         )

@@ -12,7 +12,7 @@ use std::path::{Component, Path};
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{mkdirat, Mode};
 
-use super::StepError;
+use super::{SetupError, Step};
 
 /// What to create when the last component is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,14 +33,14 @@ fn how(flags: OFlag) -> OpenHow {
     )
 }
 
-fn fail(what: String) -> impl FnOnce(nix::Error) -> StepError {
+fn fail(what: String) -> impl FnOnce(nix::Error) -> SetupError {
     move |e| {
         let hint = if e == nix::Error::ELOOP {
             " (a symlink is in the way; spawnd never follows one here)"
         } else {
             ""
         };
-        StepError::new(format!("{what}{hint}"), e.into())
+        SetupError::new(Step::Root, format!("{what}{hint}"), e.into())
     }
 }
 
@@ -51,7 +51,7 @@ fn fail(what: String) -> impl FnOnce(nix::Error) -> StepError {
 /// every component); only a missing part makes it walk, and below a directory
 /// it has just created itself (or at the last component, known missing) it
 /// creates without looking first.
-pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedFd, StepError> {
+pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedFd, SetupError> {
     open_beneath_made(root, rel, create).map(|(fd, _)| fd)
 }
 
@@ -61,7 +61,7 @@ pub fn open_beneath_made(
     root: &OwnedFd,
     rel: &Path,
     create: Create,
-) -> Result<(OwnedFd, bool), StepError> {
+) -> Result<(OwnedFd, bool), SetupError> {
     let parts: Vec<&std::ffi::OsStr> = rel
         .components()
         .filter_map(|c| match c {
@@ -155,7 +155,7 @@ const MAX_FINAL_LINKS: usize = 8;
 /// component is ever a link here: a link on the way is refused by
 /// [`open_beneath`] as always. More than [`MAX_FINAL_LINKS`] links, or a
 /// target that climbs out of `root`, is refused.
-pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::PathBuf, StepError> {
+pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::PathBuf, SetupError> {
     let mut current = rel.to_path_buf();
     for _ in 0..=MAX_FINAL_LINKS {
         let shown = current.display().to_string();
@@ -169,7 +169,13 @@ pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::Path
             Ok(target) => std::path::PathBuf::from(target),
             // Not a symlink.
             Err(nix::Error::ENOENT | nix::Error::EINVAL) => return Ok(current),
-            Err(e) => return Err(StepError::new(format!("readlink {shown}"), e.into())),
+            Err(e) => {
+                return Err(SetupError::new(
+                    Step::Root,
+                    format!("readlink {shown}"),
+                    e.into(),
+                ))
+            }
         };
         let base = if target.is_absolute() {
             std::path::PathBuf::new()
@@ -177,13 +183,15 @@ pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::Path
             current.parent().map(Path::to_path_buf).unwrap_or_default()
         };
         current = lexically_beneath(&base.join(&target)).ok_or_else(|| {
-            StepError::new(
+            SetupError::new(
+                Step::Root,
                 format!("follow {shown} -> {}", target.display()),
                 std::io::Error::other("the link leads out of the sandbox's root"),
             )
         })?;
     }
-    Err(StepError::new(
+    Err(SetupError::new(
+        Step::Root,
         format!("follow {}", rel.display()),
         std::io::Error::other(format!("more than {MAX_FINAL_LINKS} symlinks")),
     ))
@@ -192,12 +200,12 @@ pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::Path
 /// Whether what is missing of `rel` would be created on `root`'s own
 /// filesystem: its deepest existing ancestor (or `rel` itself) is on the
 /// same device as `root`, not on a mount over it (a scope, a system path).
-pub fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, StepError> {
+pub fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, SetupError> {
     use nix::sys::stat::fstat;
     let device = |fd: &OwnedFd, shown: &Path| {
         fstat(fd)
             .map(|st| st.st_dev)
-            .map_err(|e| StepError::new(format!("stat {}", shown.display()), e.into()))
+            .map_err(|e| SetupError::new(Step::Root, format!("stat {}", shown.display()), e.into()))
     };
     let root_device = device(root, Path::new("/"))?;
     let mut at = rel;
@@ -259,11 +267,15 @@ fn mkdir_tolerant(
     name: &std::ffi::OsStr,
     mode: u32,
     shown: &str,
-) -> Result<bool, StepError> {
+) -> Result<bool, SetupError> {
     match mkdirat(dir, name, Mode::from_bits_truncate(mode)) {
         Ok(()) => Ok(true),
         Err(nix::Error::EEXIST) => Ok(false),
-        Err(e) => Err(StepError::new(format!("mkdir {shown}"), e.into())),
+        Err(e) => Err(SetupError::new(
+            Step::Root,
+            format!("mkdir {shown}"),
+            e.into(),
+        )),
     }
 }
 

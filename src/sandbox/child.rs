@@ -32,7 +32,7 @@ use super::seccomp::SockFilter;
 use super::spec::{MountStep, SandboxSpec};
 use super::status_pipe::{self, Applied, ProgramEnded, SetupTimes, StatusKind};
 use super::trace::hand_over_listener;
-use super::StepError;
+use super::{SetupError, Step};
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, install_seccomp_filter_with_listener,
@@ -93,7 +93,7 @@ pub struct ChildSetup<'a> {
     pub made_ahead: bool,
     /// The shared part of the root, when a spare sandbox built it
     /// before its order came (or the error it met doing so).
-    pub staged: Option<Result<Staged, StepError>>,
+    pub staged: Option<Result<Staged, SetupError>>,
     /// The bounding set, when a spare sandbox emptied it before its
     /// order came.
     pub bounding_emptied: Option<BoundingSetEmpty>,
@@ -138,12 +138,12 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
     // `priority`), and every signal action at its default.
     if !setup.made_ahead {
         if let Err(e) = super::priority::back_to_base().and_then(|()| default_signal_actions()) {
-            status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
+            status_pipe::send(&setup.status, &status_pipe::encode_failed(&e));
             exit_immediately(126)
         }
     }
     if let Err(e) = own_process_group() {
-        status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
+        status_pipe::send(&setup.status, &status_pipe::encode_failed(&e));
         exit_immediately(126)
     }
     // `/proc/1/cmdline` in the sandbox would show spawnd's own command line
@@ -151,18 +151,22 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
     if let Err(e) = replace_command_line(b"spawnd-init") {
         status_pipe::send(
             &setup.status,
-            &status_pipe::encode_failed(format_args!("replace the command line: {e}")),
+            &status_pipe::encode_failed(&SetupError::new(
+                Step::Init,
+                "replace the command line",
+                e,
+            )),
         );
         exit_immediately(126)
     }
     if let Err(e) = keep_only_own_descriptors(&mut setup) {
-        status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
+        status_pipe::send(&setup.status, &status_pipe::encode_failed(&e));
         exit_immediately(126)
     }
     match init_steps(&mut setup, started) {
         Ok(program_pid) => supervise_program(setup, program_pid),
         Err(e) => {
-            status_pipe::send(&setup.status, &status_pipe::encode_failed(e));
+            status_pipe::send(&setup.status, &status_pipe::encode_failed(&e));
             exit_immediately(126)
         }
     }
@@ -176,9 +180,9 @@ pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
 /// SIGKILL. (The program has a session of its own, so a terminal reaches
 /// it through init alone.) Done before init blocks the signals it forwards:
 /// until then, pid 1 of a namespace with no handler drops them.
-fn own_process_group() -> Result<(), StepError> {
+fn own_process_group() -> Result<(), SetupError> {
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
-        .map_err(|e| StepError::new("setpgid(0, 0)", e.into()))
+        .map_err(|e| SetupError::new(Step::Init, "setpgid(0, 0)", e.into()))
 }
 
 /// Puts every signal action back to its default, and blocks SIGPIPE. Init
@@ -191,19 +195,20 @@ fn own_process_group() -> Result<(), StepError> {
 /// SIGPIPE is blocked rather than ignored (an ignored signal would survive
 /// exec): a write to a closed pipe fails with EPIPE instead of killing init;
 /// the program's mask is cleared before it executes.
-pub fn default_signal_actions() -> Result<(), StepError> {
-    restore_every_default_action().map_err(|e| StepError::new("sigaction(SIG_DFL)", e))?;
+pub fn default_signal_actions() -> Result<(), SetupError> {
+    restore_every_default_action()
+        .map_err(|e| SetupError::new(Step::Init, "sigaction(SIG_DFL)", e))?;
     let mut pipe = SigSet::empty();
     pipe.add(Signal::SIGPIPE);
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&pipe), None)
-        .map_err(|e| StepError::new("sigprocmask(block SIGPIPE)", e.into()))
+        .map_err(|e| SetupError::new(Step::Init, "sigprocmask(block SIGPIPE)", e.into()))
 }
 
 /// The init process's setup, in order, timed from `started` (init's start
 /// on its order); returns the program's pid.
-fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid, StepError> {
+fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid, SetupError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG)", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Init, "prctl(PR_SET_PDEATHSIG)", e.into()))?;
     join_own_cgroups(s)?;
     wait_for_go_ahead(&s.go_ahead)?;
     let (mut rooted, emptied) = build_root(s)?;
@@ -242,10 +247,11 @@ fn init_steps(s: &mut ChildSetup<'_>, started: std::time::Instant) -> Result<Pid
 /// Moves init into its cgroups first, so everything after is counted, then
 /// unshares the cgroup namespace, rooted there. The `tasks` files are
 /// closed once joined.
-fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), SetupError> {
     for tasks in &s.cgroup_tasks {
         nix::unistd::write(tasks, b"0").map_err(|e| {
-            StepError::new(
+            SetupError::new(
+                Step::Init,
                 "join the cgroup (write 0 to its tasks or cgroup.procs)",
                 e.into(),
             )
@@ -253,7 +259,7 @@ fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     }
     s.cgroup_tasks.clear();
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| StepError::new("unshare(CLONE_NEWCGROUP)", e.into()))
+        .map_err(|e| SetupError::new(Step::Init, "unshare(CLONE_NEWCGROUP)", e.into()))
 }
 
 /// Builds the root (the staged base a spare sandbox made ahead, or made
@@ -267,7 +273,7 @@ fn join_own_cgroups(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
 /// the detach is done, the host's root is at the old root's mount point,
 /// and a link the owner of a writable scope swaps in could lead a working
 /// directory or a Landlock rule into it.
-fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty>), StepError> {
+fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty>), SetupError> {
     let (staged, prepared_ahead) = match s.staged.take() {
         Some(made_ahead) => (made_ahead?, true),
         None => (stage_and_name()?, false),
@@ -275,7 +281,7 @@ fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty
     let mut emptied = s.bounding_emptied.take();
     let mut meanwhile = || {
         if !prepared_ahead {
-            set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+            set_loopback_up().map_err(|e| SetupError::new(Step::Network, "bring lo up", e))?;
         }
         if emptied.is_none() {
             emptied = Some(drop_bounding_set()?);
@@ -298,20 +304,26 @@ fn build_root(s: &mut ChildSetup<'_>) -> Result<(Rooted, Option<BoundingSetEmpty
 /// is set again, and then init makes sure the parent did not die in between
 /// (it holds the go-ahead pipe open until the end; when a spawner launched
 /// the sandbox, a copy its caller holds can hide a dead spawner until the
-/// program is released) — if it did, init exits.
+/// program starts) — if it did, init exits.
 fn take_the_programs_identity(
     s: &ChildSetup<'_>,
     emptied: Option<BoundingSetEmpty>,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let Some(emptied) = emptied else {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Identity,
             "drop bounding set",
             std::io::Error::other("not done while the old root detached"),
         ));
     };
     drop_privileges_in_child(s.uid, s.gid, s.may_setgroups, emptied)?;
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .map_err(|e| StepError::new("prctl(PR_SET_PDEATHSIG) after setresuid", e.into()))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| {
+        SetupError::new(
+            Step::Identity,
+            "prctl(PR_SET_PDEATHSIG) after setresuid",
+            e.into(),
+        )
+    })?;
     if parent_gone(&s.go_ahead) {
         exit_immediately(125);
     }
@@ -330,7 +342,7 @@ fn confine_init(
     s: &ChildSetup<'_>,
     scope_fds: Vec<OwnedFd>,
     tracer: Option<OwnedFd>,
-) -> Result<LandlockApplied, StepError> {
+) -> Result<LandlockApplied, SetupError> {
     let applied = restrict_current_process(
         &s.spec.landlock,
         &scope_fds,
@@ -340,15 +352,16 @@ fn confine_init(
     )?;
     drop(scope_fds);
     nix::sys::prctl::set_dumpable(false)
-        .map_err(|e| StepError::new("prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Identity, "prctl(PR_SET_DUMPABLE, 0)", e.into()))?;
     match tracer {
         None => install_seccomp_filter_on_current_thread(s.seccomp)
-            .map_err(|e| StepError::new("seccomp (init)", e))?,
+            .map_err(|e| SetupError::new(Step::Seccomp, "seccomp (init)", e))?,
         Some(channel) => {
             let listener = install_seccomp_filter_with_listener(s.seccomp)
-                .map_err(|e| StepError::new("seccomp with a listener (init)", e))?;
-            hand_over_listener(listener, channel)
-                .map_err(|e| StepError::new("hand the seccomp listener to spawnd", e))?;
+                .map_err(|e| SetupError::new(Step::Seccomp, "seccomp with a listener (init)", e))?;
+            hand_over_listener(listener, channel).map_err(|e| {
+                SetupError::new(Step::Seccomp, "hand the seccomp listener to spawnd", e)
+            })?;
         }
     }
     Ok(applied)
@@ -358,10 +371,10 @@ fn confine_init(
 /// rule), so nothing of it is left when the program starts: a program
 /// started first could signal the helper (`kill(-1, 0)`; the escape suite's
 /// T4 checks it cannot).
-fn reap_detach_helper(detaching: Option<i32>) -> Result<(), StepError> {
+fn reap_detach_helper(detaching: Option<i32>) -> Result<(), SetupError> {
     if let Some(helper) = detaching {
         waitpid(Pid::from_raw(helper), Some(WaitPidFlag::__WALL))
-            .map_err(|e| StepError::new("wait for the old root's detach", e.into()))?;
+            .map_err(|e| SetupError::new(Step::Root, "wait for the old root's detach", e.into()))?;
     }
     Ok(())
 }
@@ -400,13 +413,13 @@ fn micros(d: std::time::Duration) -> u32 {
 fn start_program_process(
     s: &ChildSetup<'_>,
     script_path: Option<&std::ffi::CStr>,
-) -> Result<Pid, StepError> {
+) -> Result<Pid, SetupError> {
     let mut blocked = SigSet::empty();
     for sig in FORWARDED.iter().chain([&Signal::SIGCHLD]) {
         blocked.add(*sig);
     }
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)
-        .map_err(|e| StepError::new("sigprocmask", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Exec, "sigprocmask", e.into()))?;
     let start = ProgramStart::new(
         &s.argv,
         &s.envp,
@@ -420,11 +433,13 @@ fn start_program_process(
         },
         StatusPipe {
             fd: s.status.as_fd(),
-            failure_tag: StatusKind::Failed.tag(),
+            failure_lead: [StatusKind::Failed.tag(), Step::Exec.byte()],
+            step_end: status_pipe::FAILED_CALL_END,
         },
         &s.rlimits,
     );
-    let pid = start_program(&start).map_err(|e| StepError::new("start the program", e))?;
+    let pid =
+        start_program(&start).map_err(|e| SetupError::new(Step::Exec, "start the program", e))?;
     Ok(Pid::from_raw(pid))
 }
 
@@ -434,18 +449,19 @@ fn start_program_process(
 /// [`super::spec::steps_mountable_ahead`]), its host name, its loopback
 /// up, its bounding set empty. A spare sandbox does this while it
 /// waits for its order.
-pub fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), StepError> {
+pub fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), SetupError> {
     let mut staged = stage_and_name()?;
     staged.mount_more(system)?;
-    set_loopback_up().map_err(|e| StepError::new("bring lo up", e))?;
+    set_loopback_up().map_err(|e| SetupError::new(Step::Network, "bring lo up", e))?;
     let emptied = drop_bounding_set()?;
     Ok((staged, emptied))
 }
 
 /// The staged root with its shared steps, and the host name.
-fn stage_and_name() -> Result<Staged, StepError> {
+fn stage_and_name() -> Result<Staged, SetupError> {
     let staged = stage_base_in_child()?;
-    nix::unistd::sethostname("spawnd").map_err(|e| StepError::new("sethostname", e.into()))?;
+    nix::unistd::sethostname("spawnd")
+        .map_err(|e| SetupError::new(Step::Root, "sethostname", e.into()))?;
     Ok(staged)
 }
 
@@ -458,14 +474,14 @@ fn stage_and_name() -> Result<Staged, StepError> {
 /// replaced meanwhile, the hashed descriptor runs, as what was hashed must,
 /// and the file it exposes is no longer at that path. A `#!` script runs
 /// from its sealed copy instead ([`run_script_by_its_path`]).
-fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), SetupError> {
     use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
     let root = open(
         "/",
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     )
-    .map_err(|e| StepError::new("open the sandbox's root", e.into()))?;
+    .map_err(|e| SetupError::new(Step::Exec, "open the sandbox's root", e.into()))?;
     let rel = s.spec.program.strip_prefix("/").unwrap_or(&s.spec.program);
     let Ok(inside) = super::beneath::open_beneath(&root, rel, super::beneath::Create::Nothing)
     else {
@@ -474,13 +490,13 @@ fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     let identity = |fd: std::os::fd::BorrowedFd<'_>| {
         nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino))
     };
-    let hashed =
-        identity(s.program.as_fd()).map_err(|e| StepError::new("fstat(the program)", e.into()))?;
+    let hashed = identity(s.program.as_fd())
+        .map_err(|e| SetupError::new(Step::Exec, "fstat(the program)", e.into()))?;
     if identity(inside.as_fd()).ok() != Some(hashed) {
         return Ok(());
     }
     let moved = fcntl(&inside, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
-        .map_err(|e| StepError::new("move the program's descriptor", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Exec, "move the program's descriptor", e.into()))?;
     s.program = adopt_fd(moved);
     Ok(())
 }
@@ -498,7 +514,7 @@ fn execute_from_the_sandbox(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
 fn run_script_by_its_path(
     s: &mut ChildSetup<'_>,
     copy: Option<OwnedFd>,
-) -> Result<Option<CString>, StepError> {
+) -> Result<Option<CString>, SetupError> {
     use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
     use std::os::unix::ffi::OsStrExt;
     let Some(copy) = copy else {
@@ -510,22 +526,24 @@ fn run_script_by_its_path(
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     )
-    .map_err(|e| StepError::new("open the sandbox's root", e.into()))?;
+    .map_err(|e| SetupError::new(Step::Exec, "open the sandbox's root", e.into()))?;
     let rel = s.spec.program.strip_prefix("/").unwrap_or(&s.spec.program);
     let inside = super::beneath::open_beneath(&root, rel, super::beneath::Create::Nothing)?;
     let identity = |fd: std::os::fd::BorrowedFd<'_>| {
         nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino))
     };
-    let bound =
-        identity(copy.as_fd()).map_err(|e| StepError::new("fstat(the script's copy)", e.into()))?;
+    let bound = identity(copy.as_fd())
+        .map_err(|e| SetupError::new(Step::Exec, "fstat(the script's copy)", e.into()))?;
     if identity(inside.as_fd()).ok() != Some(bound) {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Exec,
             format!("the script's path {shown} does not hold its copy"),
             std::io::Error::from_raw_os_error(libc::ESTALE),
         ));
     }
     let path = CString::new(s.spec.program.as_os_str().as_bytes()).map_err(|_| {
-        StepError::new(
+        SetupError::new(
+            Step::Exec,
             format!("the script's path {shown}"),
             std::io::Error::from_raw_os_error(libc::EINVAL),
         )
@@ -535,13 +553,13 @@ fn run_script_by_its_path(
         // path and checked above, which names that path on the read-only
         // bind (its `/proc/self/exe`), with its Landlock rule.
         let moved = fcntl(&inside, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
-            .map_err(|e| StepError::new("move the program's copy", e.into()))?;
+            .map_err(|e| SetupError::new(Step::Exec, "move the program's copy", e.into()))?;
         s.program = adopt_fd(moved);
         s.sealed = false;
         return Ok(None);
     }
     let moved = fcntl(&copy, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
-        .map_err(|e| StepError::new("move the script's copy", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Exec, "move the script's copy", e.into()))?;
     s.program = adopt_fd(moved);
     s.script = false;
     Ok(Some(path))
@@ -551,16 +569,16 @@ fn run_script_by_its_path(
 /// bind: the host's node, opened by the parent, would let the program
 /// change the host inode's times through descriptor 0 (`futimens`). Moved
 /// to [`FD_FLOOR`] or above like init's other descriptors.
-fn use_own_dev_null(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+fn use_own_dev_null(s: &mut ChildSetup<'_>) -> Result<(), SetupError> {
     use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
     let opened = open(
         "/dev/null",
         OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
         nix::sys::stat::Mode::empty(),
     )
-    .map_err(|e| StepError::new("open the sandbox's /dev/null", e.into()))?;
+    .map_err(|e| SetupError::new(Step::Exec, "open the sandbox's /dev/null", e.into()))?;
     let moved = fcntl(&opened, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
-        .map_err(|e| StepError::new("move the sandbox's /dev/null", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Exec, "move the sandbox's /dev/null", e.into()))?;
     s.stdio[0] = adopt_fd(moved);
     Ok(())
 }
@@ -571,12 +589,12 @@ const FD_FLOOR: i32 = 64;
 
 /// Moves every descriptor init owns to `FD_FLOOR` and above, then closes all
 /// others it inherited from spawnd (its stdio, anything spawnd's caller leaked).
-fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
+fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), SetupError> {
     use nix::fcntl::{fcntl, FcntlArg};
     use std::os::fd::AsRawFd;
-    let lift = |fd: &mut OwnedFd| -> Result<(), StepError> {
+    let lift = |fd: &mut OwnedFd| -> Result<(), SetupError> {
         let raw = fcntl(&*fd, FcntlArg::F_DUPFD_CLOEXEC(FD_FLOOR))
-            .map_err(|e| StepError::new("fcntl(F_DUPFD_CLOEXEC)", e.into()))?;
+            .map_err(|e| SetupError::new(Step::Init, "fcntl(F_DUPFD_CLOEXEC)", e.into()))?;
         *fd = adopt_fd(raw);
         Ok(())
     };
@@ -621,11 +639,12 @@ fn keep_only_own_descriptors(s: &mut ChildSetup<'_>) -> Result<(), StepError> {
     for fd in keep {
         if fd > next {
             close_descriptor_range(next, fd - 1)
-                .map_err(|e| StepError::new("close inherited descriptors", e))?;
+                .map_err(|e| SetupError::new(Step::Init, "close inherited descriptors", e))?;
         }
         next = fd + 1;
     }
-    close_descriptors_from(next).map_err(|e| StepError::new("close inherited descriptors", e))?;
+    close_descriptors_from(next)
+        .map_err(|e| SetupError::new(Step::Init, "close inherited descriptors", e))?;
     Ok(())
 }
 
@@ -636,29 +655,35 @@ fn parent_gone(go_ahead: &OwnedFd) -> bool {
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP)))
 }
 
-fn wait_for_go_ahead(go_ahead: &OwnedFd) -> Result<(), StepError> {
+fn wait_for_go_ahead(go_ahead: &OwnedFd) -> Result<(), SetupError> {
     let mut byte = [0u8; 1];
     match nix::unistd::read(go_ahead, &mut byte) {
         Ok(1) => Ok(()),
         Ok(_) => exit_immediately(125), // the parent went away before mapping us
-        Err(e) => Err(StepError::new("read(go-ahead pipe)", e.into())),
+        Err(e) => Err(SetupError::new(Step::Init, "read(go-ahead pipe)", e.into())),
     }
 }
 
-fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), StepError> {
+fn prepare_cwd(s: &ChildSetup<'_>) -> Result<(), SetupError> {
     if s.spec.fresh_cwd {
         // create_dir, not create_dir_all: it must be new (never someone's directory).
-        std::fs::create_dir(&s.spec.cwd)
-            .map_err(|e| StepError::new(format!("mkdir {}", s.spec.cwd.display()), e))?;
+        std::fs::create_dir(&s.spec.cwd).map_err(|e| {
+            SetupError::new(Step::Root, format!("mkdir {}", s.spec.cwd.display()), e)
+        })?;
         nix::unistd::chown(
             &s.spec.cwd,
             Some(nix::unistd::Uid::from_raw(s.uid)),
             Some(nix::unistd::Gid::from_raw(s.gid)),
         )
-        .map_err(|e| StepError::new("chown fresh cwd", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Root, "chown fresh cwd", e.into()))?;
     }
-    nix::unistd::chdir(&s.spec.cwd)
-        .map_err(|e| StepError::new(format!("chdir({})", s.spec.cwd.display()), e.into()))
+    nix::unistd::chdir(&s.spec.cwd).map_err(|e| {
+        SetupError::new(
+            Step::Root,
+            format!("chdir({})", s.spec.cwd.display()),
+            e.into(),
+        )
+    })
 }
 
 /// Init's loop: reap everything, forward signals, report the program's status.

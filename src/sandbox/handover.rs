@@ -12,7 +12,7 @@ use super::child::{ChildSetup, ScopeId};
 use super::launch::LaunchOrder;
 use super::prepare::{rlimits, to_cstrings, WipedCStrings};
 use super::seccomp::SockFilter;
-use super::StepError;
+use super::SetupError;
 
 /// The descriptors and facts the parent prepares for one sandbox: built into
 /// a [`ChildSetup`] by a child cloned now, or sent (with the order) to a
@@ -57,7 +57,7 @@ impl Handover {
         order: &'a LaunchOrder,
         seccomp: &'a [SockFilter],
         made_ahead: bool,
-    ) -> Result<ChildSetup<'a>, StepError> {
+    ) -> Result<ChildSetup<'a>, SetupError> {
         Ok(ChildSetup {
             spec: &order.spec,
             scopes: self.scopes,

@@ -5,7 +5,7 @@
 
 use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
 
-use super::StepError;
+use super::{SetupError, Step};
 use crate::sys::{clear_ambient_capabilities, clear_capabilities, drop_bounding_capability};
 
 /// Upper bound when probing the bounding set (the kernel answers EINVAL past the last capability).
@@ -19,15 +19,16 @@ pub struct BoundingSetEmpty(());
 /// Empties the bounding set (one `prctl` per capability, about 40). The
 /// capabilities in effect stay, so mounting goes on; a spare sandbox
 /// does this before its order comes, any other while its old root detaches.
-pub fn drop_bounding_set() -> Result<BoundingSetEmpty, StepError> {
+pub fn drop_bounding_set() -> Result<BoundingSetEmpty, SetupError> {
     for cap in 0..CAP_PROBE_LIMIT {
         match drop_bounding_capability(cap) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(BoundingSetEmpty(())),
-            Err(e) => return Err(StepError::new("drop bounding set", e)),
+            Err(e) => return Err(SetupError::new(Step::Identity, "drop bounding set", e)),
         }
     }
-    Err(StepError::new(
+    Err(SetupError::new(
+        Step::Identity,
         "drop bounding set",
         std::io::Error::other(format!("more than {CAP_PROBE_LIMIT} capabilities")),
     ))
@@ -41,15 +42,18 @@ pub fn drop_privileges_in_child(
     gid: u32,
     may_setgroups: bool,
     _emptied: BoundingSetEmpty,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     if may_setgroups {
-        setgroups(&[]).map_err(|e| StepError::new("setgroups([])", e.into()))?;
+        setgroups(&[]).map_err(|e| SetupError::new(Step::Identity, "setgroups([])", e.into()))?;
     }
     let (g, u) = (Gid::from_raw(gid), Uid::from_raw(uid));
-    setresgid(g, g, g).map_err(|e| StepError::new(format!("setresgid({gid})"), e.into()))?;
-    setresuid(u, u, u).map_err(|e| StepError::new(format!("setresuid({uid})"), e.into()))?;
-    clear_ambient_capabilities().map_err(|e| StepError::new("clear ambient capabilities", e))?;
-    clear_capabilities().map_err(|e| StepError::new("capset(empty)", e))?;
+    setresgid(g, g, g)
+        .map_err(|e| SetupError::new(Step::Identity, format!("setresgid({gid})"), e.into()))?;
+    setresuid(u, u, u)
+        .map_err(|e| SetupError::new(Step::Identity, format!("setresuid({uid})"), e.into()))?;
+    clear_ambient_capabilities()
+        .map_err(|e| SetupError::new(Step::Identity, "clear ambient capabilities", e))?;
+    clear_capabilities().map_err(|e| SetupError::new(Step::Identity, "capset(empty)", e))?;
     nix::sys::prctl::set_no_new_privs()
-        .map_err(|e| StepError::new("prctl(PR_SET_NO_NEW_PRIVS)", e.into()))
+        .map_err(|e| SetupError::new(Step::Identity, "prctl(PR_SET_NO_NEW_PRIVS)", e.into()))
 }

@@ -22,7 +22,7 @@ use landlock::{
 use serde::Serialize;
 
 use super::spec::{Access, ExecutableRule, LandlockRule};
-use super::StepError;
+use super::{SetupError, Step};
 
 /// What was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -72,7 +72,7 @@ pub fn restrict_current_process(
     program: Option<BorrowedFd<'_>>,
     executables: Option<&[ExecutableRule]>,
     kernel_abi: u32,
-) -> Result<LandlockApplied, StepError> {
+) -> Result<LandlockApplied, SetupError> {
     let abi = ABI::from(kernel_abi as i32);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -111,7 +111,8 @@ pub fn restrict_current_process(
                     Ok(fd) => fd,
                     Err(_) if !rule.path.exists() => continue,
                     Err(e) => {
-                        return Err(StepError::new(
+                        return Err(SetupError::new(
+                            Step::Landlock,
                             format!("landlock open {}", rule.path.display()),
                             std::io::Error::other(e.to_string()),
                         ))
@@ -135,7 +136,8 @@ pub fn restrict_current_process(
     }
     let status = created.restrict_self().map_err(fail("restrict_self"))?;
     if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Landlock,
             "landlock restrict_self",
             std::io::Error::other(format!("not fully enforced: {:?}", status.ruleset)),
         ));
@@ -155,27 +157,29 @@ fn add_executable_rules(
     mut created: landlock::RulesetCreated,
     files: &[ExecutableRule],
     abi: ABI,
-) -> Result<landlock::RulesetCreated, StepError> {
+) -> Result<landlock::RulesetCreated, SetupError> {
     let file_rights = (AccessFs::ReadFile | AccessFs::Execute) & AccessFs::from_file(abi);
     for file in files {
         let fd = match PathFd::new(&file.path) {
             Ok(fd) => fd,
             Err(_) if !file.path.exists() => continue,
             Err(e) => {
-                return Err(StepError::new(
+                return Err(SetupError::new(
+                    Step::Landlock,
                     format!("landlock open {}", file.path.display()),
                     std::io::Error::other(e.to_string()),
                 ))
             }
         };
         let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| {
-            StepError::new(
+            SetupError::new(
+                Step::Landlock,
                 format!("fstat({}) for landlock", file.path.display()),
                 e.into(),
             )
         })?;
         if st.st_dev != file.file.dev || st.st_ino != file.file.ino {
-            return Err(StepError::new(
+            return Err(SetupError::new(Step::Landlock,
                 format!(
                     "landlock: {} is no longer the file the gate hashed (device {}, inode {}; found {}, {})",
                     file.path.display(),
@@ -198,10 +202,11 @@ fn add_executable_rules(
 }
 
 /// A Landlock error as a step error naming `what`.
-fn fail(what: &str) -> impl Fn(landlock::RulesetError) -> StepError {
+fn fail(what: &str) -> impl Fn(landlock::RulesetError) -> SetupError {
     let what = what.to_string();
     move |e| {
-        StepError::new(
+        SetupError::new(
+            Step::Landlock,
             format!("landlock {what}"),
             std::io::Error::other(e.to_string()),
         )

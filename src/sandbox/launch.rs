@@ -21,19 +21,20 @@ use super::child::{init_main, ChildSetup, ScopeId};
 use super::handover::Handover;
 use super::idmap::{idmap_scopes, NotIdmapped};
 use super::network::{receive_listeners, Listeners, NetworkSetup};
+use super::order::Ordered;
 use super::prepare::{
-    chown_created, create_write_scopes, env_entries, identify_scope, is_script, nix_prep,
-    only_root_may_write, prep, sealed_copy, write_id_maps, CreatedOwner,
+    chown_created, create_write_scopes, identify_scope, is_script, nix_prep, only_root_may_write,
+    prep, sealed_copy, write_id_maps, CreatedOwner,
 };
-use super::seccomp::Filter;
+use super::seccomp::{Filter, Policy, SockFilter};
 use super::spare::Spare;
 use super::spec::SandboxSpec;
 use super::status_pipe;
 use super::threads::ensure_single_threaded;
-use super::StepError;
+use super::trace::Tracer;
+use super::{Cause, SetupError, Step};
 use crate::ipc::MAX_FRAME_FDS;
 use crate::manifest::Limits;
-use crate::plan::SpawnPlan;
 use crate::sys::clone_process;
 
 /// How memory and process counts are limited.
@@ -74,7 +75,10 @@ impl LimitsVia {
     }
 }
 
-/// Where the child's stdin comes from.
+/// Where the child's stdin comes from (told the spawner as this value; the
+/// pipe is made where the sandbox is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StdinSource {
     /// `/dev/null`.
     Null,
@@ -84,38 +88,8 @@ pub enum StdinSource {
     Pipe,
 }
 
-/// Everything needed to start one sandboxed program.
-pub struct LaunchRequest<'a> {
-    /// The gate's plan.
-    pub plan: &'a SpawnPlan,
-    /// The decided sandbox.
-    pub spec: &'a SandboxSpec,
-    /// The program file the gate hashed.
-    pub program: File,
-    /// Its stdin.
-    pub stdin: StdinSource,
-    /// Identity inside (same numbers outside).
-    pub uid: u32,
-    /// Group inside.
-    pub gid: u32,
-    /// Whether spawnd has CAP_SETUID/CAP_SETGID (root): maps more than itself.
-    pub privileged: bool,
-    /// Landlock ABI to enforce.
-    pub landlock_abi: u32,
-    /// The compiled seccomp filter.
-    pub seccomp: &'a Filter,
-    /// Memory/process limit mechanism.
-    pub limits_via: LimitsVia,
-    /// Values for credential keys (read by the caller from the operator's binding).
-    pub credentials: Vec<(String, crate::vault::Secret)>,
-    /// See [`LaunchOrder::check_as`].
-    pub check_as: Option<CallerCreds>,
-    /// Whether `seccomp` is a traced filter whose listener init hands to
-    /// spawnd ([`super::trace`]).
-    pub trace: bool,
-}
-
-/// Everything a launch needs, owned and serializable: what `launch` works
+/// Everything a launch needs, owned and serializable: what
+/// [`super::order::Design::order`] makes, what [`launch_order`] works
 /// from, and what the daemon hands its spawner over their private socket.
 /// `env` holds credential values; it is wiped when the order is dropped.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -138,8 +112,8 @@ pub struct LaunchOrder {
     pub privileged: bool,
     /// Landlock ABI to enforce.
     pub landlock_abi: u32,
-    /// The compiled seccomp filter, as [`Filter::to_bytes`].
-    #[serde(with = "crate::ipc::base64_bytes")]
+    /// The compiled seccomp filter as the kernel reads it
+    /// ([`Filter::to_bytes`]): raw bytes in the frame.
     pub seccomp: Vec<u8>,
     /// Memory/process limit mechanism.
     pub limits_via: LimitsVia,
@@ -168,40 +142,25 @@ impl Drop for EnvEntries {
     }
 }
 
-impl LaunchRequest<'_> {
-    /// The request with `seccomp` marked as a traced filter (or not).
-    pub fn traced(self, trace: bool) -> Self {
-        LaunchRequest { trace, ..self }
-    }
-
-    /// The owned order for this request (argv, exact env, limits, filter).
-    pub fn order(&self) -> Result<LaunchOrder, StepError> {
-        Ok(LaunchOrder {
-            spec: self.spec.clone(),
-            argv: self
-                .plan
-                .argv
-                .iter()
-                .map(|a| a.as_bytes().to_vec())
-                .collect(),
-            program_sha256: self.plan.program.sha256.0,
-            env: EnvEntries(env_entries(self.plan, &self.credentials)?),
-            limits: self.plan.limits,
-            uid: self.uid,
-            gid: self.gid,
-            privileged: self.privileged,
-            landlock_abi: self.landlock_abi,
-            seccomp: self.seccomp.to_bytes(),
-            limits_via: self.limits_via.clone(),
-            check_as: self.check_as.clone(),
-            network: NetworkSetup::for_plan(self.plan)?,
-            trace: self.trace,
+impl LaunchOrder {
+    /// The order's seccomp filter, read back from its bytes
+    /// ([`Filter::to_bytes`]): by the spawner, which the order reached in
+    /// a frame.
+    pub fn filter(&self) -> Result<Filter, SetupError> {
+        Filter::from_bytes(&self.seccomp).ok_or_else(|| {
+            SetupError::new(
+                Step::Seccomp,
+                "seccomp filter",
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            )
         })
     }
 }
 
-/// A started sandbox, as the supervisor sees it.
-pub struct Running {
+/// A sandbox made in this process, from its clone on: init and the
+/// parent's ends of its pipes. Its program starts with
+/// [`Launched::start_program`]; the supervisor then watches it.
+pub struct LocalSandbox {
     /// The init process (pid 1 inside), as seen from here.
     pub init_pid: i32,
     /// Read end of the child's stdout.
@@ -217,7 +176,7 @@ pub struct Running {
     /// The go-ahead pipe's write end, held open for the sandbox's lifetime: init
     /// checks it after changing uid to learn whether spawnd is still alive
     /// (when a spawner launched it, the spawner's caller holds a copy until
-    /// the release).
+    /// it starts the program).
     pub go_ahead: OwnedFd,
     /// With network grants: the listeners init opened in the sandbox's
     /// network namespace, received before the program may start.
@@ -229,60 +188,61 @@ pub struct Running {
     pub cloned_at: std::time::Instant,
     /// When the ids were mapped and the child went on to build its root.
     pub mapped_at: std::time::Instant,
-    /// When the program was allowed to start (the wall-time clock starts here).
-    pub released_at: std::time::Instant,
+    /// When the program's go-ahead was written (the wall-time clock starts here).
+    pub started_at: std::time::Instant,
 }
 
 /// A sandbox whose init is building its root and will start the program only
 /// on [`Launched::start_program`]. Dropped without it, the sandbox is killed
 /// and nothing of the program has run.
 pub struct Launched {
-    running: Option<Running>,
+    sandbox: Option<LocalSandbox>,
+    /// A traced sandbox's answers ([`super::order::Design`]), for
+    /// [`Launched::start_tracer`].
+    answers: Option<Policy>,
 }
 
 impl Launched {
     /// Lets init fork the program; the wall-time clock starts now.
-    pub fn start_program(mut self) -> Result<Running, StepError> {
-        let Some(mut running) = self.running.take() else {
-            return Err(StepError::new(
+    pub fn start_program(mut self) -> Result<LocalSandbox, SetupError> {
+        let Some(mut running) = self.sandbox.take() else {
+            return Err(SetupError::new(
+                Step::GoAhead,
                 "start the program",
                 std::io::Error::other("already started"),
             ));
         };
-        match nix::unistd::write(&running.go_ahead, b"c") {
-            Ok(_) => {
-                running.released_at = std::time::Instant::now();
+        match go_ahead(&running.go_ahead, GoAhead::StartProgram) {
+            Ok(()) => {
+                running.started_at = std::time::Instant::now();
                 Ok(running)
             }
-            Err(e) => Err(abort(
-                running,
-                StepError::new("release the program", e.into()),
-            )),
+            Err(e) => Err(abort(running, e)),
         }
     }
 
-    /// The write end of init's go-ahead pipe, for whoever is to release the
+    /// The write end of init's go-ahead pipe, for whoever is to start the
     /// program (the daemon, given a copy by its spawner): one byte starts it.
     pub fn go_ahead(&self) -> Option<BorrowedFd<'_>> {
-        self.running.as_ref().map(|r| r.go_ahead.as_fd())
+        self.sandbox.as_ref().map(|r| r.go_ahead.as_fd())
     }
 
-    /// The program was released by writing to a copy of [`Launched::go_ahead`]
+    /// The program was started by writing to a copy of [`Launched::go_ahead`]
     /// elsewhere: the sandbox is running from now on.
-    pub fn released_elsewhere(mut self) -> Option<Running> {
-        let mut running = self.running.take()?;
-        running.released_at = std::time::Instant::now();
+    pub fn started_elsewhere(mut self) -> Option<LocalSandbox> {
+        let mut running = self.sandbox.take()?;
+        running.started_at = std::time::Instant::now();
         Some(running)
     }
 
     /// The init process's pid, as seen from here.
     pub fn init_pid(&self) -> Option<i32> {
-        self.running.as_ref().map(|r| r.init_pid)
+        self.sandbox.as_ref().map(|r| r.init_pid)
     }
 
     /// The read ends of stdout, stderr and the status pipe (to hand on as copies).
     pub fn pipes(&self) -> Option<[BorrowedFd<'_>; 3]> {
-        self.running
+        self.sandbox
             .as_ref()
             .map(|r| [r.stdout.as_fd(), r.stderr.as_fd(), r.status.as_fd()])
     }
@@ -290,7 +250,7 @@ impl Launched {
     /// Opens the memory cgroup's peak and OOM files now (see
     /// [`SpawnCgroup::open_readings`]); nothing without cgroups.
     pub fn open_cgroup_readings(&mut self) {
-        if let Some(cg) = self.running.as_mut().and_then(|r| r.cgroup.as_mut()) {
+        if let Some(cg) = self.sandbox.as_mut().and_then(|r| r.cgroup.as_mut()) {
             cg.open_readings();
         }
     }
@@ -298,37 +258,49 @@ impl Launched {
     /// The memory cgroup's directory, opened (see
     /// [`SpawnCgroup::open_memory_dir`]); `None` without cgroups.
     pub fn open_cgroup_memory_dir(&self) -> Option<std::io::Result<OwnedFd>> {
-        self.running
+        self.sandbox
             .as_ref()
             .and_then(|r| r.cgroup.as_ref())
             .map(SpawnCgroup::open_memory_dir)
     }
 
     /// Takes the listeners of a sandbox with network grants (see
-    /// [`Running::listeners`]).
+    /// [`LocalSandbox::listeners`]).
     pub fn take_listeners(&mut self) -> Option<Listeners> {
-        self.running.as_mut().and_then(|r| r.listeners.take())
+        self.sandbox.as_mut().and_then(|r| r.listeners.take())
     }
 
-    /// Takes spawnd's end of a traced sandbox's tracer channel (see
-    /// [`Running::tracer`]).
-    pub fn take_tracer_channel(&mut self) -> Option<std::os::unix::net::UnixStream> {
-        self.running.as_mut().and_then(|r| r.tracer.take())
+    /// Starts a traced sandbox's tracer, answering by the untraced policy
+    /// on the channel init hands its seccomp listener over (see
+    /// [`LocalSandbox::tracer`]); `None` for a sandbox that is not traced.
+    pub fn start_tracer(&mut self) -> Result<Option<Tracer>, SetupError> {
+        let channel = self.sandbox.as_mut().and_then(|r| r.tracer.take());
+        match (channel, self.answers.take()) {
+            (Some(channel), Some(answers)) => Tracer::start(channel, answers)
+                .map(Some)
+                .map_err(|e| SetupError::new(Step::Seccomp, "start the tracer", e)),
+            (None, None) => Ok(None),
+            _ => Err(SetupError::because(
+                Step::Seccomp,
+                "a traced sandbox",
+                Cause::Other("its tracer's channel or answers are missing".into()),
+            )),
+        }
     }
 
     /// Takes the write end of the stdin pipe (`StdinSource::Pipe`): whoever
     /// feeds stdin must hold the only copy, so closing it ends the input.
     pub fn take_stdin(&mut self) -> Option<OwnedFd> {
-        self.running.as_mut().and_then(|r| r.stdin.take())
+        self.sandbox.as_mut().and_then(|r| r.stdin.take())
     }
 }
 
 impl Drop for Launched {
     fn drop(&mut self) {
-        if let Some(running) = self.running.take() {
+        if let Some(running) = self.sandbox.take() {
             let _ = abort(
                 running,
-                StepError::new("abandon", std::io::Error::other("dropped")),
+                SetupError::new(Step::GoAhead, "abandon", std::io::Error::other("dropped")),
             );
         }
     }
@@ -336,7 +308,7 @@ impl Drop for Launched {
 
 /// Kills and reaps a sandbox that must not go on, removes its cgroups, and
 /// returns the error to report: the child's own, when it failed first.
-fn abort(running: Running, fallback: StepError) -> StepError {
+fn abort(running: LocalSandbox, fallback: SetupError) -> SetupError {
     let pid = nix::unistd::Pid::from_raw(running.init_pid);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     let _ = nix::sys::wait::waitpid(pid, None);
@@ -344,22 +316,32 @@ fn abort(running: Running, fallback: StepError) -> StepError {
         cg.remove();
     }
     drop(running.go_ahead);
-    let mut report = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(n @ 1..) = nix::unistd::read(&running.status, &mut buf) {
-        report.extend_from_slice(&buf[..n]);
-    }
-    reported_failure(&report).unwrap_or(fallback)
+    status_pipe::read_dead_init_report(running.status.as_fd()).unwrap_or(fallback)
 }
 
-/// The setup failure a dead init reported on its status pipe (its `Failed`
-/// line, [`status_pipe::reported_failure_text`]), from everything read there.
-pub fn reported_failure(report: &[u8]) -> Option<StepError> {
-    let text = status_pipe::reported_failure_text(report)?;
-    Some(StepError::new(
-        text,
-        std::io::Error::other("reported by the sandbox"),
-    ))
+/// What a byte down init's go-ahead pipe lets it do. Init reads one byte
+/// for each, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoAhead {
+    /// Its ids are mapped: build the root, take the program's identity and
+    /// confine itself.
+    BuildRoot,
+    /// The spawn's decision record is durable: start the program.
+    StartProgram,
+}
+
+/// Writes one go-ahead byte to init's go-ahead pipe (this process's end, or
+/// a copy of it the daemon holds). An init that died meanwhile makes it
+/// fail with EPIPE: its own report is then on its status pipe
+/// ([`status_pipe::read_dead_init_report`]).
+pub fn go_ahead(pipe: impl AsFd, what: GoAhead) -> Result<(), SetupError> {
+    let (byte, call) = match what {
+        GoAhead::BuildRoot => (b"m", "release the child"),
+        GoAhead::StartProgram => (b"c", "release the program"),
+    };
+    nix::unistd::write(pipe, byte)
+        .map(drop)
+        .map_err(|e| SetupError::new(Step::GoAhead, call, e.into()))
 }
 
 /// The namespaces every sandbox gets at clone time (cgroup is unshared once
@@ -372,10 +354,20 @@ pub(super) const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWIPC
     | libc::CLONE_NEWUTS;
 
-/// Starts the sandbox. Nothing of the program runs before every layer is in place.
-pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
-    let order = req.order()?;
-    launch_order(&order, req.program, req.stdin, None, None)
+/// Starts the sandbox an [`Ordered`] launch describes, in this process,
+/// with its compiled filter as it is. Nothing of the program runs before
+/// every layer is in place.
+pub fn launch(ordered: Ordered) -> Result<Launched, SetupError> {
+    let Ordered {
+        order,
+        program,
+        stdin,
+        filter,
+        answers,
+    } = ordered;
+    let mut launched = launch_order(&order, &filter.instructions, program, stdin, None, None)?;
+    launched.answers = answers;
+    Ok(launched)
 }
 
 /// Starts the sandbox an order describes, for the program file the gate
@@ -386,11 +378,12 @@ pub fn launch(req: LaunchRequest<'_>) -> Result<Launched, StepError> {
 /// given, else are made for it.
 pub fn launch_order(
     order: &LaunchOrder,
+    seccomp: &[SockFilter],
     program: File,
     stdin: StdinSource,
     spare: Option<Spare>,
     cgroups: Option<&mut CgroupPool>,
-) -> Result<Launched, StepError> {
+) -> Result<Launched, SetupError> {
     ensure_single_threaded()?;
     // Read here, once per process, so the clone inherits the answer (see
     // `init_main`, which hides spawnd's command line).
@@ -403,7 +396,6 @@ pub fn launch_order(
     check_as_run_as(order, &scopes, &not_idmapped, &program)?;
     let (parent, child) = make_pipes(stdin)?;
     let (program, script, sealed) = program_to_run(program, order)?;
-    let seccomp = seccomp_filter(order)?;
     let (cgroup, cgroup_tasks) = cgroups_for(order, cgroups)?;
     let (listener_channel, network) = listener_channel(order)?;
     let (tracer_channel, tracer) = tracer_channel(order)?;
@@ -430,7 +422,7 @@ pub fn launch_order(
             (pid, mapped, parent)
         }
         None => {
-            let setup = handover.into_setup(order, &seccomp.instructions, false)?;
+            let setup = handover.into_setup(order, seccomp, false)?;
             match clone_init(setup, parent) {
                 Ok((pid, parent)) => (pid, false, parent),
                 Err(e) => {
@@ -444,7 +436,7 @@ pub fn launch_order(
     };
     // The parent's copies of the child's ends went with `handover` (or the
     // setup, which the clone consumed): only the sandbox holds them now.
-    let running = Running {
+    let running = LocalSandbox {
         init_pid: pid,
         stdout: parent.stdout,
         stderr: parent.stderr,
@@ -456,7 +448,7 @@ pub fn launch_order(
         tracer: tracer_channel,
         cloned_at,
         mapped_at: cloned_at,
-        released_at: cloned_at,
+        started_at: cloned_at,
     };
     let launched = first_go_ahead(running, order, mapped)?;
     match listener_channel {
@@ -473,14 +465,14 @@ const LISTENERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30)
 /// listeners over: the parent's end, and init's (in the [`Handover`]).
 fn listener_channel(
     order: &LaunchOrder,
-) -> Result<(Option<std::os::unix::net::UnixStream>, Option<OwnedFd>), StepError> {
+) -> Result<(Option<std::os::unix::net::UnixStream>, Option<OwnedFd>), SetupError> {
     if order.network.is_none() {
         return Ok((None, None));
     }
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| StepError::new("socketpair(the listeners' channel)", e))?;
+        .map_err(|e| SetupError::new(Step::Prepare, "socketpair(the listeners' channel)", e))?;
     ours.set_read_timeout(Some(LISTENERS_WITHIN))
-        .map_err(|e| StepError::new("set the listeners' channel's timeout", e))?;
+        .map_err(|e| SetupError::new(Step::Prepare, "set the listeners' channel's timeout", e))?;
     Ok((Some(ours), Some(OwnedFd::from(theirs))))
 }
 
@@ -488,12 +480,12 @@ fn listener_channel(
 /// listener over: the parent's end, and init's (in the [`Handover`]).
 fn tracer_channel(
     order: &LaunchOrder,
-) -> Result<(Option<std::os::unix::net::UnixStream>, Option<OwnedFd>), StepError> {
+) -> Result<(Option<std::os::unix::net::UnixStream>, Option<OwnedFd>), SetupError> {
     if !order.trace {
         return Ok((None, None));
     }
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| StepError::new("socketpair(the tracer's channel)", e))?;
+        .map_err(|e| SetupError::new(Step::Prepare, "socketpair(the tracer's channel)", e))?;
     Ok((Some(ours), Some(OwnedFd::from(theirs))))
 }
 
@@ -503,10 +495,11 @@ fn tracer_channel(
 fn with_listeners(
     mut launched: Launched,
     channel: &std::os::unix::net::UnixStream,
-) -> Result<Launched, StepError> {
+) -> Result<Launched, SetupError> {
     let received = receive_listeners(channel);
-    let Some(mut running) = launched.running.take() else {
-        return Err(StepError::new(
+    let Some(mut running) = launched.sandbox.take() else {
+        return Err(SetupError::new(
+            Step::Prepare,
             "receive the sandbox's listeners",
             std::io::Error::other("no sandbox"),
         ));
@@ -514,7 +507,7 @@ fn with_listeners(
     match received {
         Ok(listeners) => {
             running.listeners = Some(listeners);
-            launched.running = Some(running);
+            launched.sandbox = Some(running);
             Ok(launched)
         }
         Err(e) => Err(abort(running, e)),
@@ -524,14 +517,15 @@ fn with_listeners(
 /// Refuses an argv or env entry with a NUL byte. Checked first, so that a
 /// spare sandbox never meets an error only the parent could report (a spare
 /// that fails to read its order just exits).
-fn check_no_nul_in_argv_or_env(order: &LaunchOrder) -> Result<(), StepError> {
+fn check_no_nul_in_argv_or_env(order: &LaunchOrder) -> Result<(), SetupError> {
     if order
         .argv
         .iter()
         .chain(order.env.0.iter())
         .any(|a| a.contains(&0))
     {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Prepare,
             "argv/env",
             std::io::Error::from_raw_os_error(libc::EINVAL),
         ));
@@ -549,7 +543,7 @@ type Created = Vec<(std::path::PathBuf, OwnedFd)>;
 /// program writing that directory idmapped would
 /// ([`give_unmapped_created_scopes_to_the_child`] hands over those that
 /// are not idmapped after all); anyone else makes them the child's.
-fn open_scopes(order: &LaunchOrder, program: &File) -> Result<(Vec<ScopeId>, Created), StepError> {
+fn open_scopes(order: &LaunchOrder, program: &File) -> Result<(Vec<ScopeId>, Created), SetupError> {
     match &order.check_as {
         None => {
             let owner = match order.privileged {
@@ -578,7 +572,7 @@ fn give_unmapped_created_scopes_to_the_child(
     created: &Created,
     scopes: &[ScopeId],
     not_idmapped: &[NotIdmapped],
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     for n in not_idmapped {
         let Some(scope) = scopes.get(n.index) else {
             continue;
@@ -599,7 +593,7 @@ fn open_scopes_as_caller(
     order: &LaunchOrder,
     caller: &CallerCreds,
     program: &File,
-) -> Result<(Vec<ScopeId>, Created), StepError> {
+) -> Result<(Vec<ScopeId>, Created), SetupError> {
     let need = required_access(&order.spec);
     // A root caller's missing scopes are made as for spawnd itself.
     let owner = match caller.uid == 0 && order.privileged {
@@ -634,7 +628,7 @@ fn open_scopes_as_caller(
 /// The caller (whose identity this thread has taken) must be able to
 /// execute the file spawnd opened, and read it for a `#!` script, whose
 /// interpreter reads it through a descriptor.
-fn check_caller_may_execute(program: &File, caller: &CallerCreds) -> Result<(), StepError> {
+fn check_caller_may_execute(program: &File, caller: &CallerCreds) -> Result<(), SetupError> {
     let mut need = nix::unistd::AccessFlags::X_OK;
     if is_script(program) {
         need |= nix::unistd::AccessFlags::R_OK;
@@ -646,7 +640,7 @@ fn check_caller_may_execute(program: &File, caller: &CallerCreds) -> Result<(), 
         nix::fcntl::AtFlags::AT_EMPTY_PATH | nix::fcntl::AtFlags::AT_EACCESS,
     )
     .map_err(|e| {
-        StepError::new(
+        SetupError::new(Step::Prepare,
             format!(
                 "the program: the caller (uid {}) may not execute it, and spawnd runs nothing the caller could not run itself",
                 caller.uid
@@ -666,7 +660,7 @@ fn check_as_run_as(
     scopes: &[ScopeId],
     not_idmapped: &[NotIdmapped],
     program: &File,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let checked_as = match &order.check_as {
         Some(caller) => (caller.uid, caller.gid),
         None => (0, 0),
@@ -690,23 +684,13 @@ fn check_as_run_as(
 /// it, else its sealed copy ([`sealed_copy`]), which must have the digest
 /// the gate decided on; a script always runs from its copy. Whether it is
 /// a script is read from the bytes that run.
-fn program_to_run(program: File, order: &LaunchOrder) -> Result<(File, bool, bool), StepError> {
+fn program_to_run(program: File, order: &LaunchOrder) -> Result<(File, bool, bool), SetupError> {
     if !is_script(&program) && only_root_may_write(&program) {
         return Ok((program, false, false));
     }
     let copy = sealed_copy(&program, &order.program_sha256)?;
     let script = is_script(&copy);
     Ok((copy, script, !script))
-}
-
-/// The order's seccomp filter, read back from its bytes ([`Filter::to_bytes`]).
-fn seccomp_filter(order: &LaunchOrder) -> Result<Filter, StepError> {
-    Filter::from_bytes(&order.seccomp).ok_or_else(|| {
-        StepError::new(
-            "seccomp filter",
-            std::io::Error::from_raw_os_error(libc::EINVAL),
-        )
-    })
 }
 
 /// The parent's ends of a sandbox's pipes.
@@ -737,7 +721,7 @@ struct ChildEnds {
 /// Makes the output, status and go-ahead pipes and the program's stdin (a
 /// pipe, or `/dev/null` as the placeholder init replaces with the sandbox's
 /// own), all close-on-exec.
-fn make_pipes(stdin: StdinSource) -> Result<(ParentEnds, ChildEnds), StepError> {
+fn make_pipes(stdin: StdinSource) -> Result<(ParentEnds, ChildEnds), SetupError> {
     let (stdout_r, stdout_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stdout)"))?;
     let (stderr_r, stderr_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(stderr)"))?;
     let (status_r, status_w) = pipe2(OFlag::O_CLOEXEC).map_err(nix_prep("pipe2(status)"))?;
@@ -778,7 +762,7 @@ fn make_pipes(stdin: StdinSource) -> Result<(ParentEnds, ChildEnds), StepError> 
 fn cgroups_for(
     order: &LaunchOrder,
     pool: Option<&mut CgroupPool>,
-) -> Result<(Option<SpawnCgroup>, Vec<OwnedFd>), StepError> {
+) -> Result<(Option<SpawnCgroup>, Vec<OwnedFd>), SetupError> {
     let cgroup = match &order.limits_via {
         LimitsVia::CgroupV1(roots) => {
             let name = || format!("{}-{}", std::process::id(), unique());
@@ -853,25 +837,22 @@ fn clone_init(setup: ChildSetup<'_>, parent: ParentEnds) -> std::io::Result<(i32
 /// cgroups) while the caller commits the audit record. If either fails, the
 /// sandbox is aborted.
 fn first_go_ahead(
-    running: Running,
+    running: LocalSandbox,
     order: &LaunchOrder,
     mapped: bool,
-) -> Result<Launched, StepError> {
+) -> Result<Launched, SetupError> {
     let maps = match mapped {
         true => Ok(()),
         false => write_id_maps(running.init_pid, order.uid, order.gid, order.privileged),
     };
-    let released = maps.and_then(|()| {
-        nix::unistd::write(&running.go_ahead, b"m")
-            .map(drop)
-            .map_err(nix_prep("release the child"))
-    });
-    match released {
+    let building = maps.and_then(|()| go_ahead(&running.go_ahead, GoAhead::BuildRoot));
+    match building {
         Ok(()) => {
             let mut running = running;
             running.mapped_at = std::time::Instant::now();
             Ok(Launched {
-                running: Some(running),
+                sandbox: Some(running),
+                answers: None,
             })
         }
         Err(e) => Err(abort(running, e)),
@@ -880,7 +861,7 @@ fn first_go_ahead(
 
 /// A `unix_sockets` entry bound by itself must be a socket: the grant binds
 /// the path read-only, and must not become a way to bind anything else.
-fn check_sockets_are_sockets(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(), StepError> {
+fn check_sockets_are_sockets(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(), SetupError> {
     for rule in &spec.landlock {
         let (super::spec::Access::UnixSocket, Some(i)) = (rule.access, rule.scope) else {
             continue;
@@ -889,7 +870,8 @@ fn check_sockets_are_sockets(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(
         let st = nix::sys::stat::fstat(&scope.pinned)
             .map_err(nix_prep(format!("fstat({})", rule.path.display())))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-            return Err(StepError::new(
+            return Err(SetupError::new(
+                Step::Prepare,
                 format!(
                     "unix_sockets entry {} is not a socket; list only sockets there",
                     rule.path.display()
@@ -903,12 +885,12 @@ fn check_sockets_are_sockets(spec: &SandboxSpec, scopes: &[ScopeId]) -> Result<(
 
 /// The error for a failed `clone` into the sandbox's namespaces, with a hint
 /// when user namespaces look unavailable.
-pub(super) fn clone_failed(e: std::io::Error) -> StepError {
+pub(super) fn clone_failed(e: std::io::Error) -> SetupError {
     let hint = match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::ENOSPC) | Some(libc::EUSERS) => " — user namespaces look unavailable: check sysctl user.max_user_namespaces (and kernel.unprivileged_userns_clone / AppArmor's userns restriction); `spawnd health` shows what this kernel offers",
         _ => "",
     };
-    StepError::new(format!("clone(new namespaces){hint}"), e)
+    SetupError::new(Step::Clone, format!("clone(new namespaces){hint}"), e)
 }
 
 fn unique() -> u64 {

@@ -1,5 +1,9 @@
 //! Kernel-facing code: turning an allowed `SpawnPlan` into a confined process.
 //!
+//! * `order` is the front door: it makes a decided spawn into one launch
+//!   order (the spec, the Landlock ABI, the compiled seccomp filter, the
+//!   program, credentials and stdin), started by `launch` here or by the
+//!   daemon's spawner;
 //! * `spec` decides, as pure data, the fresh root's mounts and the Landlock rules;
 //! * `seccomp` compiles the syscall policy to BPF (pure; installed in the child);
 //! * `launch` (parent) opens scopes, has `idmap` mount a root caller's
@@ -7,7 +11,7 @@
 //!   pipes, clones into new user, mount, pid, network, ipc and uts
 //!   namespaces (or hands the order to a `spare`, a sandbox whose
 //!   namespaces were made before the request), maps ids, joins cgroups,
-//!   releases;
+//!   gives the go-ahead;
 //! * `child` (inside) builds the root (`mounts`), drops privileges
 //!   (`identity`), applies Landlock (`landlock`) and seccomp last, starts the
 //!   program (which inherits all of it and executes the hashed fd) and stays
@@ -40,40 +44,15 @@ pub mod landlock;
 pub mod launch;
 mod mounts;
 pub mod network;
+pub mod order;
 mod prepare;
 pub mod priority;
 pub mod seccomp;
+mod setup_error;
 pub mod spare;
 pub mod spec;
 pub mod status_pipe;
 pub mod threads;
 pub mod trace;
 
-use std::fmt;
-
-/// A setup step that failed, with the call and what it was applied to.
-#[derive(Debug)]
-pub struct StepError {
-    /// What was being done, e.g. `mount(/usr, MS_BIND|MS_REC)`.
-    pub step: String,
-    /// The error.
-    pub source: std::io::Error,
-}
-
-impl StepError {
-    /// A failed step.
-    pub fn new(step: impl Into<String>, source: std::io::Error) -> StepError {
-        StepError {
-            step: step.into(),
-            source,
-        }
-    }
-}
-
-impl fmt::Display for StepError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.step, self.source)
-    }
-}
-
-impl std::error::Error for StepError {}
+pub use setup_error::{Cause, SetupError, Step};

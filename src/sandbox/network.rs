@@ -33,7 +33,7 @@ use nix::sys::socket::{
     SockType, SockaddrIn, SockaddrIn6,
 };
 
-use super::StepError;
+use super::{SetupError, Step};
 use crate::egress::fake_pool::{FAKE_POOL_BASE, FAKE_POOL_PREFIX};
 use crate::egress::grant::Grant;
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
@@ -65,7 +65,7 @@ impl NetworkSetup {
     /// The setup `plan`'s network needs: a learning one when the plan
     /// learns (its grants, if any, are not used: every name is), else its
     /// grants'.
-    pub fn for_plan(plan: &SpawnPlan) -> Result<Option<NetworkSetup>, StepError> {
+    pub fn for_plan(plan: &SpawnPlan) -> Result<Option<NetworkSetup>, SetupError> {
         if plan.network_learning.is_some() {
             return Ok(Some(NetworkSetup::for_learning()));
         }
@@ -82,7 +82,7 @@ impl NetworkSetup {
     }
 
     /// The setup `grants` need: `None` without grants (nothing is done).
-    pub fn for_grants(grants: &[Grant]) -> Result<Option<NetworkSetup>, StepError> {
+    pub fn for_grants(grants: &[Grant]) -> Result<Option<NetworkSetup>, SetupError> {
         if grants.is_empty() {
             return Ok(None);
         }
@@ -90,7 +90,7 @@ impl NetworkSetup {
         ports.sort_unstable();
         ports.dedup();
         if ports.len() > MAX_PORTS {
-            return Err(StepError::new(
+            return Err(SetupError::new(Step::Network,
                 format!(
                     "network grants name {} distinct ports, more than the {MAX_PORTS} a sandbox listens on",
                     ports.len()
@@ -163,18 +163,18 @@ impl Listeners {
 /// Routes and listeners for `setup` in the current network namespace
 /// (whose `lo` is up), then hands the listeners over `channel` and closes
 /// this process's copies. Each failing step is named.
-pub fn set_up_network_in_child(setup: &NetworkSetup, channel: OwnedFd) -> Result<(), StepError> {
+pub fn set_up_network_in_child(setup: &NetworkSetup, channel: OwnedFd) -> Result<(), SetupError> {
     let listeners = set_up_network(setup)?;
     let channel = UnixStream::from(channel);
     send(&channel, &listeners.ports(), &listeners.fds())
-        .map_err(|e| StepError::new("hand the listeners to spawnd", e))?;
+        .map_err(|e| SetupError::new(Step::Network, "hand the listeners to spawnd", e))?;
     Ok(())
 }
 
 /// Routes, listeners, for a learning sandbox the redirect, and the logged
 /// refusal of other egress, in the current network namespace (whose `lo`
 /// is up).
-pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, StepError> {
+pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, SetupError> {
     route_everything_to_loopback()?;
     let (dns_udp, dns_tcp, tcp) = open_listeners(setup)?;
     // Ports whose connections reach a listener (in a learning sandbox,
@@ -184,16 +184,20 @@ pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, StepErro
         if let Some((port, _)) = tcp.first() {
             crate::sys::redirect_tcp_to_loopback_port(FAKE_POOL_BASE, FAKE_POOL_PREFIX, *port)
                 .map_err(|e| {
-                    StepError::new("redirect the fake pool to the learning listener", e)
+                    SetupError::new(
+                        Step::Network,
+                        "redirect the fake pool to the learning listener",
+                        e,
+                    )
                 })?;
         }
     } else {
         served.clone_from(&setup.ports);
     }
     let refusal_log = crate::sys::bind_log_group(REFUSAL_LOG_GROUP, crate::sys::LOGGED_BYTES)
-        .map_err(|e| StepError::new("bind the refused-egress log", e))?;
+        .map_err(|e| SetupError::new(Step::Network, "bind the refused-egress log", e))?;
     crate::sys::log_and_refuse_other_egress(&served, REFUSAL_LOG_GROUP)
-        .map_err(|e| StepError::new("log and refuse egress nothing granted", e))?;
+        .map_err(|e| SetupError::new(Step::Network, "log and refuse egress nothing granted", e))?;
     Ok(Listeners {
         dns_udp,
         dns_tcp,
@@ -206,15 +210,20 @@ pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, StepErro
 /// every destination is the sandbox's own, so a connection to any address
 /// meets a listener or the logged refusal, never `ENETUNREACH`, and
 /// nothing can leave the namespace.
-fn route_everything_to_loopback() -> Result<(), StepError> {
+fn route_everything_to_loopback() -> Result<(), SetupError> {
     let lo = nix::net::if_::if_nametoindex("lo")
-        .map_err(|e| StepError::new("if_nametoindex(lo)", e.into()))?;
+        .map_err(|e| SetupError::new(Step::Network, "if_nametoindex(lo)", e.into()))?;
     for dst in [
         IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     ] {
-        crate::sys::add_local_route(dst, 0, lo)
-            .map_err(|e| StepError::new(format!("add the route local {dst}/0 dev lo"), e))?;
+        crate::sys::add_local_route(dst, 0, lo).map_err(|e| {
+            SetupError::new(
+                Step::Network,
+                format!("add the route local {dst}/0 dev lo"),
+                e,
+            )
+        })?;
     }
     Ok(())
 }
@@ -241,7 +250,7 @@ pub fn network_probe_helper() -> Result<(), String> {
 #[allow(clippy::type_complexity)]
 fn open_listeners(
     setup: &NetworkSetup,
-) -> Result<(OwnedFd, OwnedFd, Vec<(u16, OwnedFd)>), StepError> {
+) -> Result<(OwnedFd, OwnedFd, Vec<(u16, OwnedFd)>), SetupError> {
     let dns_udp = dual_stack_socket(SockType::Datagram, DNS_PORT)?;
     let dns_tcp = dual_stack_socket(SockType::Stream, DNS_PORT)?;
     let tcp = if setup.learning {
@@ -256,7 +265,7 @@ fn open_listeners(
     Ok((dns_udp, dns_tcp, tcp))
 }
 
-fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, StepError> {
+fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, SetupError> {
     let proto = match kind {
         SockType::Datagram => "udp",
         _ => "tcp",
@@ -268,15 +277,15 @@ fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, StepError> {
         SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         None,
     )
-    .map_err(|e| StepError::new(at("socket(AF_INET6)"), e.into()))?;
+    .map_err(|e| SetupError::new(Step::Network, at("socket(AF_INET6)"), e.into()))?;
     setsockopt(&fd, sockopt::Ipv6V6Only, &false)
-        .map_err(|e| StepError::new(at("setsockopt(IPV6_V6ONLY, 0)"), e.into()))?;
+        .map_err(|e| SetupError::new(Step::Network, at("setsockopt(IPV6_V6ONLY, 0)"), e.into()))?;
     let addr = SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
     bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)
-        .map_err(|e| StepError::new(at("bind"), e.into()))?;
+        .map_err(|e| SetupError::new(Step::Network, at("bind"), e.into()))?;
     if kind == SockType::Stream {
         let backlog = Backlog::new(128).unwrap_or(Backlog::MAXCONN);
-        listen(&fd, backlog).map_err(|e| StepError::new(at("listen"), e.into()))?;
+        listen(&fd, backlog).map_err(|e| SetupError::new(Step::Network, at("listen"), e.into()))?;
     }
     Ok(fd)
 }
@@ -284,7 +293,7 @@ fn dual_stack_socket(kind: SockType, port: u16) -> Result<OwnedFd, StepError> {
 /// A learning sandbox's listener: TCP on `127.0.0.1`, at a port the
 /// kernel picks (so it takes none a program may want for itself),
 /// close-on-exec and nonblocking; with the port.
-fn loopback_listener() -> Result<(u16, OwnedFd), StepError> {
+fn loopback_listener() -> Result<(u16, OwnedFd), SetupError> {
     let at = |call: &str| format!("{call} (tcp 127.0.0.1, the learning listener)");
     let fd = socket(
         AddressFamily::Inet,
@@ -292,22 +301,23 @@ fn loopback_listener() -> Result<(u16, OwnedFd), StepError> {
         SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         None,
     )
-    .map_err(|e| StepError::new(at("socket(AF_INET)"), e.into()))?;
+    .map_err(|e| SetupError::new(Step::Network, at("socket(AF_INET)"), e.into()))?;
     let addr = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
     bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)
-        .map_err(|e| StepError::new(at("bind"), e.into()))?;
+        .map_err(|e| SetupError::new(Step::Network, at("bind"), e.into()))?;
     let backlog = Backlog::new(128).unwrap_or(Backlog::MAXCONN);
-    listen(&fd, backlog).map_err(|e| StepError::new(at("listen"), e.into()))?;
+    listen(&fd, backlog).map_err(|e| SetupError::new(Step::Network, at("listen"), e.into()))?;
     let bound: SockaddrIn = getsockname(std::os::fd::AsRawFd::as_raw_fd(&fd))
-        .map_err(|e| StepError::new(at("getsockname"), e.into()))?;
+        .map_err(|e| SetupError::new(Step::Network, at("getsockname"), e.into()))?;
     Ok((bound.port(), fd))
 }
 
 /// The parent's side: the listeners init hands over `channel`, or the
 /// reason they did not come (init failed first, and said why on its status
 /// pipe, which the caller reads).
-pub fn receive_listeners(channel: &UnixStream) -> Result<Listeners, StepError> {
-    let failed = |e: std::io::Error| StepError::new("receive the sandbox's listeners", e);
+pub fn receive_listeners(channel: &UnixStream) -> Result<Listeners, SetupError> {
+    let failed =
+        |e: std::io::Error| SetupError::new(Step::Network, "receive the sandbox's listeners", e);
     match recv_up_to::<Vec<u16>>(channel, MAX_FRAME_FDS) {
         Ok(Some((ports, fds))) => Listeners::from_fds(&ports, fds).ok_or_else(|| {
             failed(std::io::Error::other(

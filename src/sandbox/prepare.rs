@@ -16,22 +16,27 @@ use super::beneath::{open_beneath, open_beneath_made, Create};
 use super::child::ScopeId;
 use super::launch::LimitsVia;
 use super::spec::SandboxSpec;
-use super::StepError;
+use super::{SetupError, Step};
 use crate::plan::{EnvSource, SpawnPlan};
 
-pub(super) fn prep(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError {
+pub(super) fn prep(
+    what: impl Into<std::borrow::Cow<'static, str>>,
+) -> impl FnOnce(std::io::Error) -> SetupError {
     let what = what.into();
-    move |e| StepError::new(what, e)
+    move |e| SetupError::new(Step::Prepare, what, e)
 }
 
-pub(super) fn nix_prep(what: impl Into<String>) -> impl FnOnce(nix::Error) -> StepError {
+pub(super) fn nix_prep(
+    what: impl Into<std::borrow::Cow<'static, str>>,
+) -> impl FnOnce(nix::Error) -> SetupError {
     let what = what.into();
-    move |e| StepError::new(what, e.into())
+    move |e| SetupError::new(Step::Prepare, what, e.into())
 }
 
 /// The refusal of a scope whose path passes through a symlink (to `to`).
-fn through_a_symlink(path: &Path, to: &Path) -> StepError {
-    StepError::new(
+fn through_a_symlink(path: &Path, to: &Path) -> SetupError {
+    SetupError::new(
+        Step::Prepare,
         format!(
             "scope {} resolves through a symlink to {}; declare the real path in the manifest",
             path.display(),
@@ -60,7 +65,7 @@ fn symlink_on_the_way(path: &Path) -> Option<std::path::PathBuf> {
 pub(super) fn identify_scope(
     path: &Path,
     check: Option<(nix::unistd::AccessFlags, u32)>,
-) -> Result<ScopeId, StepError> {
+) -> Result<ScopeId, SetupError> {
     let fd = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
         // A host with `fs.protected_symlinks = 1` (every systemd distribution)
         // refuses to follow a link planted in a sticky directory with EACCES
@@ -74,7 +79,7 @@ pub(super) fn identify_scope(
                 " as the caller (uid {uid}), who must be able to reach it"
             ));
         }
-        StepError::new(step, e.into())
+        SetupError::new(Step::Prepare, step, e.into())
     })?;
     if let Some((need, uid)) = check {
         super::as_caller::check_scope(
@@ -123,7 +128,7 @@ pub(super) enum CreatedOwner {
 pub(super) fn create_write_scopes(
     spec: &SandboxSpec,
     owner: CreatedOwner,
-) -> Result<Vec<(std::path::PathBuf, OwnedFd)>, StepError> {
+) -> Result<Vec<(std::path::PathBuf, OwnedFd)>, SetupError> {
     let mut created = Vec::new();
     if spec.create_write_scopes.is_empty() {
         return Ok(created);
@@ -156,7 +161,7 @@ pub(super) fn create_write_scopes(
 
 /// The owner of the nearest directory above `rel` (beneath `root`) that
 /// exists: the one a missing scope is made in.
-fn existing_parent_owner(root: &OwnedFd, rel: &Path) -> Result<Option<(u32, u32)>, StepError> {
+fn existing_parent_owner(root: &OwnedFd, rel: &Path) -> Result<Option<(u32, u32)>, SetupError> {
     let mut at = rel.parent();
     while let Some(dir) = at {
         match open_beneath(root, dir, Create::Nothing) {
@@ -173,7 +178,12 @@ fn existing_parent_owner(root: &OwnedFd, rel: &Path) -> Result<Option<(u32, u32)
 }
 
 /// Gives a directory spawnd created to `uid`:`gid`.
-pub(super) fn chown_created(fd: &OwnedFd, dir: &Path, uid: u32, gid: u32) -> Result<(), StepError> {
+pub(super) fn chown_created(
+    fd: &OwnedFd,
+    dir: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<(), SetupError> {
     nix::unistd::fchownat(
         fd,
         "",
@@ -242,7 +252,7 @@ const SEALED_COPY_LIMIT: u64 = 256 << 20;
 /// would let the program `fchmod` or `futimens` its script on the host,
 /// docs/sandbox.md), and so does any program someone other than root may
 /// rewrite ([`only_root_may_write`]).
-pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, StepError> {
+pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, SetupError> {
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     use nix::sys::memfd::{memfd_create, MFdFlags};
     use sha2::Digest;
@@ -261,7 +271,7 @@ pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, Ste
     let copy = File::from(memfd);
     let len = script.metadata().map_err(prep("fstat(the program)"))?.len();
     if len > SEALED_COPY_LIMIT {
-        return Err(StepError::new(
+        return Err(SetupError::new(Step::Prepare,
             format!("the program is {len} bytes, and one others than root may write is copied before it runs, up to {SEALED_COPY_LIMIT} bytes; make it root's (owned by root, writable by no one else)"),
             std::io::Error::from_raw_os_error(libc::EFBIG),
         ));
@@ -281,7 +291,13 @@ pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, Ste
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(StepError::new("read the program to copy it", e)),
+            Err(e) => {
+                return Err(SetupError::new(
+                    Step::Prepare,
+                    "read the program to copy it",
+                    e,
+                ))
+            }
         };
         let chunk = &buf[..n];
         hasher.update(chunk);
@@ -290,7 +306,8 @@ pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, Ste
         offset += n as u64;
     }
     if hasher.finalize().as_slice() != decided {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Prepare,
             "the program changed after the gate hashed it; nothing of it ran",
             std::io::Error::from_raw_os_error(libc::ESTALE),
         ));
@@ -332,11 +349,15 @@ impl Drop for WipedCStrings {
 
 pub(super) fn to_cstrings<'b>(
     items: impl Iterator<Item = &'b [u8]>,
-) -> Result<Vec<CString>, StepError> {
+) -> Result<Vec<CString>, SetupError> {
     items
         .map(|b| {
             CString::new(b).map_err(|_| {
-                StepError::new("argv/env", std::io::Error::from_raw_os_error(libc::EINVAL))
+                SetupError::new(
+                    Step::Prepare,
+                    "argv/env",
+                    std::io::Error::from_raw_os_error(libc::EINVAL),
+                )
             })
         })
         .collect()
@@ -346,7 +367,7 @@ pub(super) fn to_cstrings<'b>(
 pub(super) fn env_entries(
     plan: &SpawnPlan,
     credentials: &[(String, crate::vault::Secret)],
-) -> Result<Vec<Vec<u8>>, StepError> {
+) -> Result<Vec<Vec<u8>>, SetupError> {
     let mut out = Vec::new();
     for entry in &plan.env {
         let value: &[u8] = match entry.source {
@@ -358,7 +379,8 @@ pub(super) fn env_entries(
             EnvSource::Credential => match credentials.iter().find(|(k, _)| *k == entry.key) {
                 Some((_, secret)) => secret.expose(),
                 None => {
-                    return Err(StepError::new(
+                    return Err(SetupError::new(
+                        Step::Prepare,
                         format!("credential {}", entry.key),
                         std::io::Error::from_raw_os_error(libc::ENOKEY),
                     ))
@@ -408,7 +430,7 @@ pub(super) fn write_id_maps(
     uid: u32,
     gid: u32,
     privileged: bool,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let proc_dir = Path::new("/proc").join(pid.to_string());
     let map = |id: u32| {
         if privileged && id != 0 {
@@ -418,7 +440,8 @@ pub(super) fn write_id_maps(
         }
     };
     let write = |file: &str, text: &str| {
-        std::fs::write(proc_dir.join(file), text).map_err(prep(format!("write /proc/{pid}/{file}")))
+        std::fs::write(proc_dir.join(file), text)
+            .map_err(|e| SetupError::new(Step::MapIds, format!("write /proc/{pid}/{file}"), e))
     };
     write("uid_map", &map(uid))?;
     if !privileged {

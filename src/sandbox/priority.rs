@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use super::StepError;
+use super::{SetupError, Step};
 use crate::sys::{nice_value, set_nice_value};
 
 /// How much higher than the daemon's the spawner's priority is (nice units).
@@ -57,10 +57,11 @@ pub fn raise_for_spawner() -> std::io::Result<i32> {
 
 /// In a sandbox's init, first: back to the daemon's nice value if the
 /// spawner that cloned it runs above it.
-pub fn back_to_base() -> Result<(), StepError> {
+pub fn back_to_base() -> Result<(), SetupError> {
     match BASE.load(Ordering::Relaxed) {
         NOT_RAISED => Ok(()),
-        base => set_nice_value(base)
-            .map_err(|e| StepError::new(format!("setpriority back to nice {base}"), e)),
+        base => set_nice_value(base).map_err(|e| {
+            SetupError::new(Step::Init, format!("setpriority back to nice {base}"), e)
+        }),
     }
 }

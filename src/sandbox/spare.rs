@@ -40,7 +40,7 @@ use super::seccomp::Filter;
 use super::spec::MountStep;
 use super::status_pipe;
 use super::threads::ensure_single_threaded;
-use super::StepError;
+use super::{Cause, SetupError, Step};
 use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
 use crate::sys::{clone_process, close_descriptor_range, close_descriptors_from, exit_immediately};
 
@@ -60,8 +60,9 @@ const UNSHARED: libc::c_int = NAMESPACES & !CLONED;
 pub const MAKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A spare that could not make its own namespaces.
-fn made_error(e: std::io::Error) -> StepError {
-    StepError::new(
+fn made_error(e: std::io::Error) -> SetupError {
+    SetupError::new(
+        Step::Clone,
         "a spare sandbox's own mount, network, ipc and uts namespaces (unshare)",
         e,
     )
@@ -112,14 +113,14 @@ pub type MappedFor = (u32, u32, bool);
 
 impl Spare {
     /// Clones a spare into fresh namespaces. The caller must be single-threaded.
-    pub fn make() -> Result<Spare, StepError> {
+    pub fn make() -> Result<Spare, SetupError> {
         ensure_single_threaded()?;
         // Read here, once per process, so the spare inherits the answer and
         // its init does not read `/proc/self/stat` once its order has come
         // (see `init_main`, which hides spawnd's command line).
         let _ = crate::sys::command_line_area();
-        let (ours, theirs) =
-            UnixStream::pair().map_err(|e| StepError::new("socketpair(the order channel)", e))?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|e| SetupError::new(Step::Clone, "socketpair(the order channel)", e))?;
         let pid = clone_process(CLONED).map_err(clone_failed)?;
         if pid == 0 {
             drop(ours);
@@ -138,13 +139,13 @@ impl Spare {
     /// while it is still making them; an error once it has said it could not
     /// (or died before saying anything). A spare is used only once this is
     /// `true` ([`Spare::wait_until_made`]).
-    pub fn poll_made(&mut self) -> Result<bool, StepError> {
+    pub fn poll_made(&mut self) -> Result<bool, SetupError> {
         self.read_made(nix::sys::socket::MsgFlags::MSG_DONTWAIT)
     }
 
     /// Waits (at most [`MAKING_TIMEOUT`]) until it has made its own
     /// namespaces; an error when it could not, or took longer.
-    pub fn wait_until_made(&mut self) -> Result<(), StepError> {
+    pub fn wait_until_made(&mut self) -> Result<(), SetupError> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd;
         let deadline = std::time::Instant::now() + MAKING_TIMEOUT;
@@ -167,7 +168,7 @@ impl Spare {
         }
     }
 
-    fn read_made(&mut self, flags: nix::sys::socket::MsgFlags) -> Result<bool, StepError> {
+    fn read_made(&mut self, flags: nix::sys::socket::MsgFlags) -> Result<bool, SetupError> {
         use std::os::fd::AsRawFd;
         if self.made {
             return Ok(true);
@@ -207,9 +208,10 @@ impl Spare {
         &mut self,
         who: MappedFor,
         system: &[MountStep],
-    ) -> Result<(), StepError> {
+    ) -> Result<(), SetupError> {
         let pid = self.pid().ok_or_else(|| {
-            StepError::new(
+            SetupError::new(
+                Step::Clone,
                 "prepare the spare sandbox",
                 std::io::Error::other("it was handed on already"),
             )
@@ -222,7 +224,8 @@ impl Spare {
             handover: None,
             system,
         };
-        send(&self.sock, &prepare, &[]).map_err(|e| StepError::new("prepare the spare sandbox", e))
+        send(&self.sock, &prepare, &[])
+            .map_err(|e| SetupError::new(Step::Clone, "prepare the spare sandbox", e))
     }
 
     /// Whose ids are mapped in it (`None`: not yet; they are mapped at launch).
@@ -359,7 +362,11 @@ fn wait_for_order(sock: OwnedFd) -> ! {
         exit_immediately(126)
     };
     let Some(filter) = Filter::from_bytes(&order.seccomp) else {
-        let garbled = status_pipe::encode_failed("seccomp filter: garbled order");
+        let garbled = status_pipe::encode_failed(&SetupError::because(
+            Step::Seccomp,
+            "seccomp filter",
+            Cause::Other("garbled order".into()),
+        ));
         status_pipe::send(&handover.status, &garbled);
         exit_immediately(126)
     };

@@ -1,8 +1,10 @@
 //! The messages a sandbox's init sends its parent on the status pipe, each
 //! tagged by its first byte ([`StatusKind`]):
 //!
-//! - `E<step>: <error>\n` ([`StatusKind::Failed`]): a setup step or the
-//!   program's exec failed, so the program did not run;
+//! - `E<step byte><call>\0<error>\n` ([`StatusKind::Failed`]): a setup
+//!   step or the program's exec failed, so the program did not run (the
+//!   [`Step`]'s byte, then the call and what it applied to, a NUL, and the
+//!   error as text: a [`SetupError`] that decodes as one);
 //! - `L<abi> <scoped> <spare> <ready µs> <release wait µs>[ idmapped=<i>,…]\n`
 //!   ([`StatusKind::Layers`]): the layers in force and init's times on its
 //!   setup (decimal numbers, `scoped` and `spare` 0 or 1; an init that does
@@ -22,16 +24,19 @@
 //!
 //! The parent side decodes: [`decode`] turns everything read into messages
 //! or refuses it as [`Garbled`]; [`setup_over`] and [`end_arrived`] mark the
-//! phases while the bytes arrive; [`reported_failure_text`] and
-//! [`failure_complete`] read the report of an init that died before its
-//! program started.
+//! phases while the bytes arrive; [`read_dead_init_report`] reads, through
+//! [`decode`], the report of an init that died before its program started
+//! (for a launch in this process and for the daemon's spawner alike).
 
-use std::borrow::Cow;
 use std::fmt::{self, Write as _};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::{Cause, SetupError, Step};
 
 /// The tag of a [`StatusKind::Failed`] line.
 pub const FAILED_TAG: u8 = b'E';
+/// Ends the call of a [`StatusKind::Failed`] line, before its error.
+pub const FAILED_CALL_END: u8 = 0;
 /// The tag of a [`StatusKind::Layers`] line.
 pub const LAYERS_TAG: u8 = b'L';
 /// The tag of a [`StatusKind::Ended`] record.
@@ -41,7 +46,7 @@ pub const ENDED_TAG: u8 = b'W';
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum StatusKind {
-    /// `E<step>: <error>\n`: setup or exec failed.
+    /// `E<step byte><call>\0<error>\n`: setup or exec failed.
     Failed = FAILED_TAG,
     /// `L<abi> <scoped> <spare> <ready µs> <release wait µs>\n`: the layers
     /// in force, and init's times.
@@ -119,9 +124,10 @@ pub struct ProgramEnded {
 
 /// One message, as decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StatusMessage<'a> {
-    /// Setup or exec failed: the step and its error, as init wrote them.
-    Failed(Cow<'a, str>),
+pub enum StatusMessage {
+    /// Setup or exec failed: the step, the call and its error, as init
+    /// wrote them (the error as text).
+    Failed(SetupError),
     /// The layers in force.
     Layers(Applied),
     /// The program ended.
@@ -133,8 +139,8 @@ pub enum StatusMessage<'a> {
 pub enum Garbled {
     /// A message init sends once came twice.
     Repeated,
-    /// A byte where a message should start is no tag, or an `Ended` record
-    /// is cut short.
+    /// A byte where a message should start is no tag, an `Ended` record
+    /// is cut short, or a `Failed` line names no step or has no error.
     UnknownRecord,
 }
 
@@ -199,13 +205,14 @@ impl fmt::Write for Encoded {
     }
 }
 
-/// `E<text>\n`: a setup step or the exec failed (`text` is the step and
-/// its error, as a `StepError` shows them).
-pub fn encode_failed(text: impl fmt::Display) -> Encoded {
+/// `E<step byte><call>\0<error>\n`: a setup step or the exec failed.
+pub fn encode_failed(error: &SetupError) -> Encoded {
     let mut line = Encoded::new();
-    line.push(&[StatusKind::Failed.tag()]);
+    line.push(&[StatusKind::Failed.tag(), error.step.byte()]);
+    line.push(error.call.as_bytes());
+    line.push(&[FAILED_CALL_END]);
     // Writing into `Encoded` cannot fail; only a `Display` that fails could.
-    let _ = write!(line, "{text}");
+    let _ = write!(line, "{}", error.source);
     line.push(b"\n");
     line
 }
@@ -257,7 +264,7 @@ pub fn send(status: impl AsFd, message: &Encoded) {
 /// no message, garbles the whole: nothing of it can be trusted. A `Failed`
 /// or `Layers` line not yet ended by its newline runs to the end of the
 /// bytes; a `Layers` line that is not three or five numbers is left out.
-pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage<'_>>, Garbled> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage>, Garbled> {
     let mut messages = Vec::new();
     let mut rest = bytes;
     let (mut seen_ended, mut seen_layers) = (false, false);
@@ -278,10 +285,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage<'_>>, Garbled> {
             }
             Some(kind @ (StatusKind::Failed | StatusKind::Layers)) => {
                 let end = tail.iter().position(|b| *b == b'\n').unwrap_or(tail.len());
-                let text = String::from_utf8_lossy(&tail[..end]);
+                let line = &tail[..end];
                 if kind == StatusKind::Failed {
-                    messages.push(StatusMessage::Failed(text));
-                } else if let Some(applied) = decode_layers(&text) {
+                    let failed = decode_failed(line).ok_or(Garbled::UnknownRecord)?;
+                    messages.push(StatusMessage::Failed(failed));
+                } else if let Some(applied) = decode_layers(&String::from_utf8_lossy(line)) {
                     messages.push(StatusMessage::Layers(applied));
                 }
                 rest = tail.get(end + 1..).unwrap_or_default();
@@ -290,6 +298,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage<'_>>, Garbled> {
         }
     }
     Ok(messages)
+}
+
+/// A `Failed` line after its tag: the step's byte, the call up to
+/// [`FAILED_CALL_END`], then the error.
+fn decode_failed(line: &[u8]) -> Option<SetupError> {
+    let (&step, rest) = line.split_first()?;
+    let step = Step::from_byte(step)?;
+    let end = rest.iter().position(|b| *b == FAILED_CALL_END)?;
+    let call = String::from_utf8_lossy(&rest[..end]).into_owned();
+    let error = String::from_utf8_lossy(&rest[end + 1..]).into_owned();
+    Some(SetupError::because(step, call, Cause::Other(error)))
 }
 
 /// An `Ended` record's body: exactly [`ENDED_BODY`] bytes.
@@ -366,24 +385,48 @@ pub fn end_arrived(bytes: &[u8]) -> bool {
     bytes.contains(&StatusKind::Ended.tag())
 }
 
-/// The text of the first `Failed` line in what an init that died before
-/// its program started wrote, its trailing whitespace trimmed. Read line by
-/// line: such an init wrote no `Ended` record.
-pub fn reported_failure_text(report: &[u8]) -> Option<String> {
-    let line = report
-        .split(|b| *b == b'\n')
-        .find_map(|line| line.strip_prefix(&[StatusKind::Failed.tag()]))?;
-    Some(String::from_utf8_lossy(line).trim_end().to_string())
+/// What an init that died before its program started reported: the first
+/// `Failed` message of everything it wrote, its error marked as reported
+/// ([`Cause::Reported`]). Reads until that message is whole or the pipe
+/// ends (its other holders, the sandbox's last processes, are being killed
+/// with it), for at most a second; `None` when init reported no failure.
+pub fn read_dead_init_report(status: BorrowedFd<'_>) -> Option<SetupError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut report = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let timeout = PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::ZERO);
+        let mut fds = [PollFd::new(status, PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(1..) => match nix::unistd::read(status, &mut buf) {
+                Ok(n @ 1..) => {
+                    report.extend_from_slice(&buf[..n]);
+                    if report.ends_with(b"\n") && first_failure(&report).is_some() {
+                        break;
+                    }
+                }
+                _ => break,
+            },
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    let mut failed = first_failure(&report)?;
+    if let Cause::Other(text) = failed.source {
+        failed.source = Cause::Reported(text);
+    }
+    Some(failed)
 }
 
-/// Whether a `Failed` line has arrived whole (its newline too) in what an
-/// init that died before its program started wrote.
-pub fn failure_complete(report: &[u8]) -> bool {
-    report
-        .split(|b| *b == b'\n')
-        .rev()
-        .skip(1)
-        .any(|line| line.first() == Some(&StatusKind::Failed.tag()))
+/// The first `Failed` message among everything read, if the bytes decode.
+fn first_failure(report: &[u8]) -> Option<SetupError> {
+    decode(report).ok()?.into_iter().find_map(|m| match m {
+        StatusMessage::Failed(failed) => Some(failed),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -429,11 +472,23 @@ mod tests {
         assert_eq!(StatusKind::from_tag(b'Z'), None);
     }
 
+    /// A failed step whose error is text.
+    fn failed(step: Step, call: &'static str, error: &str) -> SetupError {
+        SetupError::because(step, call, Cause::Other(error.into()))
+    }
+
     #[test]
     fn the_encoders_write_the_wire_bytes() {
         assert_eq!(
-            encode_failed("mount(/usr): EPERM").as_bytes(),
-            b"Emount(/usr): EPERM\n"
+            encode_failed(&failed(Step::Root, "mount(/usr)", "EPERM")).as_bytes(),
+            b"Ermount(/usr)\0EPERM\n"
+        );
+        // An OS error goes as `io::Error` shows it.
+        let os = SetupError::new(Step::Landlock, "landlock", nix::Error::E2BIG.into());
+        let shown = std::io::Error::from_raw_os_error(libc::E2BIG).to_string();
+        assert_eq!(
+            encode_failed(&os).as_bytes(),
+            format!("Ellandlock\0{shown}\n").as_bytes()
         );
         assert_eq!(encode_layers(&LAYERS_7).as_bytes(), b"L7 1 0\n");
         let spare = Applied {
@@ -456,8 +511,11 @@ mod tests {
     #[test]
     fn a_failure_longer_than_the_stack_line_is_encoded_whole() {
         let text = "x".repeat(3 * STACK_LINE);
-        let line = encode_failed(&text);
-        assert_eq!(line.as_bytes().len(), text.len() + 2);
+        let line = encode_failed(&failed(Step::Root, "mount", &text));
+        assert_eq!(
+            line.as_bytes().len(),
+            text.len() + "Er".len() + "mount".len() + 2
+        );
         assert_eq!(line.as_bytes()[0], b'E');
         assert_eq!(line.as_bytes().last(), Some(&b'\n'));
     }
@@ -465,13 +523,14 @@ mod tests {
     #[test]
     fn what_is_encoded_decodes_to_the_same_messages() {
         let mut bytes = encode_layers(&LAYERS_7).as_bytes().to_vec();
-        bytes.extend_from_slice(encode_failed("execveat(program): EACCES").as_bytes());
+        let exec = failed(Step::Exec, "execveat(program)", "EACCES");
+        bytes.extend_from_slice(encode_failed(&exec).as_bytes());
         bytes.extend_from_slice(encode_ended(&ENDED_3).as_bytes());
         assert_eq!(
             decode(&bytes),
             Ok(vec![
                 StatusMessage::Layers(LAYERS_7),
-                StatusMessage::Failed("execveat(program): EACCES".into()),
+                StatusMessage::Failed(exec),
                 StatusMessage::Ended(ENDED_3),
             ])
         );
@@ -492,14 +551,21 @@ mod tests {
             Err(Garbled::UnknownRecord)
         );
         // Failures may come more than once; the first is what counts above.
-        assert_eq!(decode(b"Ea\nEb\n").map(|m| m.len()), Ok(2));
+        assert_eq!(decode(b"Eia\0x\nEib\0y\n").map(|m| m.len()), Ok(2));
+        // A failure names a step and ends its call before its error.
+        assert_eq!(decode(b"E?a\0x\n"), Err(Garbled::UnknownRecord));
+        assert_eq!(decode(b"Eia: x\n"), Err(Garbled::UnknownRecord));
     }
 
     #[test]
     fn an_unfinished_line_runs_to_the_end_and_unreadable_layers_are_left_out() {
         assert_eq!(
-            decode(b"Emount(/usr): EPE"),
-            Ok(vec![StatusMessage::Failed("mount(/usr): EPE".into())])
+            decode(b"Ermount(/usr)\0EPE"),
+            Ok(vec![StatusMessage::Failed(failed(
+                Step::Root,
+                "mount(/usr)",
+                "EPE"
+            ))])
         );
         assert_eq!(decode(b"L7 x 0\n"), Ok(vec![]));
         assert_eq!(decode(b"L7 1 0 480\n"), Ok(vec![]));
@@ -559,15 +625,45 @@ mod tests {
         assert!(!end_arrived(b"L7 1 0\n"));
     }
 
+    /// What a dead init wrote, in a pipe whose write end is closed.
+    fn report_of(bytes: &[u8]) -> Option<SetupError> {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        nix::unistd::write(&w, bytes).unwrap();
+        drop(w);
+        read_dead_init_report(r.as_fd())
+    }
+
     #[test]
-    fn a_dead_inits_failure_is_read_line_by_line() {
-        assert_eq!(
-            reported_failure_text(b"Emount(/usr): Operation not permitted (os error 1)  \n"),
-            Some("mount(/usr): Operation not permitted (os error 1)".into())
+    fn a_dead_inits_failure_is_read_through_the_one_decoder_and_marked_reported() {
+        let mut bytes = b"L7 1 0\n".to_vec();
+        let mount = failed(
+            Step::Root,
+            "mount(/usr)",
+            "Operation not permitted (os error 1)",
         );
-        assert_eq!(reported_failure_text(b"L7 1 0\n"), None);
-        assert!(failure_complete(b"L7 1 0\nEmount: x\n"));
-        assert!(!failure_complete(b"Emount: x"));
-        assert!(!failure_complete(b"L7 1 0\n"));
+        bytes.extend_from_slice(encode_failed(&mount).as_bytes());
+        let reported = report_of(&bytes).unwrap();
+        assert_eq!(reported.step, Step::Root);
+        assert_eq!(
+            reported.to_string(),
+            "mount(/usr): Operation not permitted (os error 1): reported by the sandbox"
+        );
+        assert_eq!(report_of(b"L7 1 0\n"), None);
+        assert_eq!(report_of(b""), None);
+    }
+
+    #[test]
+    fn a_dead_inits_report_is_read_until_its_failure_is_whole_while_the_pipe_stays_open() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mount = failed(Step::Root, "mount(/usr)", "EPERM");
+        nix::unistd::write(&w, encode_failed(&mount).as_bytes()).unwrap();
+        let started = std::time::Instant::now();
+        // The write end stays open (a process of the sandbox not yet gone).
+        assert_eq!(
+            read_dead_init_report(r.as_fd()).map(|e| e.step),
+            Some(Step::Root)
+        );
+        assert!(started.elapsed() < std::time::Duration::from_millis(500));
+        drop(w);
     }
 }

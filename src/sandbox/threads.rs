@@ -2,7 +2,7 @@
 //! into new namespaces: only a single-threaded process may do it.
 
 use super::prepare::prep;
-use super::StepError;
+use super::{SetupError, Step};
 
 /// The child of a multi-threaded process may deadlock on a lock another thread
 /// held at `clone` (allocator, stdio), and `unshare(CLONE_NEWUSER)` fails there:
@@ -12,7 +12,7 @@ use super::StepError;
 /// still be counted for a moment: the kernel wakes the joiner as the thread
 /// starts to exit, before it leaves the thread group. So a count above one
 /// is read again for up to [`EXITING_WITHIN`] before it is an error.
-pub(super) fn ensure_single_threaded() -> Result<(), StepError> {
+pub(super) fn ensure_single_threaded() -> Result<(), SetupError> {
     let count = || thread_count().map_err(prep("count threads (/proc/self/task)"));
     let since = std::time::Instant::now();
     let mut threads = count()?;
@@ -21,7 +21,8 @@ pub(super) fn ensure_single_threaded() -> Result<(), StepError> {
         threads = count()?;
     }
     if threads != 1 {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Prepare,
             format!("launch from a process with {threads} threads"),
             std::io::Error::from_raw_os_error(libc::EDEADLK),
         ));

@@ -3,7 +3,7 @@
 //! and `unshare(CLONE_NEWUSER)` fails there with EINVAL. So `spawnd serve`
 //! forks a **spawner** first, before its runtime starts any thread: a
 //! single-threaded copy of itself that creates every sandbox (`launch`)
-//! and reaps each init; the daemon releases each program itself, through a
+//! and reaps each init; the daemon starts each program itself, through a
 //! copy of init's go-ahead pipe the spawner hands it with the sandbox. The
 //! daemon talks to it over a private socketpair ([`wire`]): the launch order
 //! — argv, the exact env with credential values, the sandbox spec, the
@@ -26,8 +26,8 @@
 //! signal covers nearly all of that; a spawner dying in one of two short
 //! windows goes unnoticed — after `Launched` but before init first sets the
 //! signal, or between init's change of uid and setting it again. The daemon
-//! releases no program whose spawner it knows to be gone (its socket
-//! closed); one that dies in the instant between that check and the release
+//! starts no program whose spawner it knows to be gone (its socket
+//! closed); one that dies in the instant between that check and the go-ahead
 //! leaves a program that still runs fully confined, under the daemon's
 //! pidfd and wall time, but whose init is reaped by whoever adopts it, and
 //! the daemon reports the sandbox lost. (A go-ahead pipe of the daemon's own, apart
@@ -51,9 +51,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use crate::sandbox::launch::LaunchOrder;
+use crate::sandbox::launch::{LaunchOrder, StdinSource};
+use crate::sandbox::network::Listeners;
+use crate::sandbox::SetupError;
 use crate::sys::{exit_immediately, fork_process};
-use wire::{Reply, Request, StdinKind};
+use wire::{LaunchedFds, Reply, Request};
 
 /// Why the spawner could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +65,7 @@ pub enum SpawnerError {
     Unavailable(String),
     /// The sandbox could not be set up; nothing of the program ran.
     #[error("{0}")]
-    Setup(String),
+    Setup(SetupError),
 }
 
 type Routes = Arc<Mutex<HashMap<u64, Sender<(Reply, Vec<OwnedFd>)>>>>;
@@ -77,14 +79,6 @@ pub struct Spawner {
     pid: i32,
     /// Set when the spawner's socket closed: it died, and so did its sandboxes.
     gone: Arc<AtomicBool>,
-}
-
-/// Where a remote sandbox's stdin comes from.
-pub enum RemoteStdin {
-    /// `/dev/null`.
-    Null,
-    /// A pipe; its write end comes back in [`RemoteSandbox::stdin`].
-    Pipe,
 }
 
 impl Spawner {
@@ -175,7 +169,7 @@ impl Spawner {
         &self,
         order: LaunchOrder,
         program: &File,
-        stdin: RemoteStdin,
+        stdin: StdinSource,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
         self.launch_begin(order, program, stdin)?.finish()
     }
@@ -188,7 +182,7 @@ impl Spawner {
         &self,
         order: LaunchOrder,
         program: &File,
-        stdin: RemoteStdin,
+        stdin: StdinSource,
     ) -> Result<PendingLaunch<'_>, SpawnerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = channel();
@@ -200,17 +194,12 @@ impl Spawner {
             self.forget(id);
             return Err(SpawnerError::Unavailable("the spawner went away".into()));
         }
-        let (kind, mut fds) = match stdin {
-            RemoteStdin::Null => (StdinKind::Null, vec![program.as_fd()]),
-            RemoteStdin::Pipe => (StdinKind::Pipe, vec![program.as_fd()]),
-        };
         let request = Request::Launch {
             id,
             order: Box::new(order),
-            stdin: kind,
+            stdin,
         };
-        let sent = self.send(&request, &fds);
-        fds.clear();
+        let sent = self.send(&request, &[program.as_fd()]);
         drop(request);
         if let Err(e) = sent {
             self.forget(id);
@@ -219,6 +208,7 @@ impl Spawner {
         Ok(PendingLaunch {
             spawner: self,
             id,
+            stdin,
             rx: Some(rx),
         })
     }
@@ -228,6 +218,8 @@ impl Spawner {
 pub struct PendingLaunch<'s> {
     spawner: &'s Spawner,
     id: u64,
+    /// Where the sandbox's stdin comes from: a pipe's write end comes back.
+    stdin: StdinSource,
     rx: Option<Receiver<(Reply, Vec<OwnedFd>)>>,
 }
 
@@ -238,7 +230,7 @@ impl<'s> PendingLaunch<'s> {
         let Some(rx) = self.rx.take() else {
             return Err(SpawnerError::Unavailable("finished already".into()));
         };
-        spawner.launched(id, rx)
+        spawner.launched(id, rx, self.stdin)
     }
 }
 
@@ -257,6 +249,7 @@ impl Spawner {
         &self,
         id: u64,
         rx: Receiver<(Reply, Vec<OwnedFd>)>,
+        stdin: StdinSource,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
         match self.reply(id, &rx)? {
             (
@@ -268,10 +261,8 @@ impl Spawner {
                 },
                 fds,
             ) => {
-                let mut fds = fds.into_iter();
-                let (Some(stdout), Some(stderr), Some(status), Some(pidfd), Some(go_ahead)) =
-                    (fds.next(), fds.next(), fds.next(), fds.next(), fds.next())
-                else {
+                let listener_count = listener_ports.as_deref().map_or(0, Listeners::count);
+                let Some(fds) = LaunchedFds::from_list(fds, cgroup, listener_count, stdin) else {
                     // Whatever the spawner made is killed, not left waiting.
                     let _ = self.send(&Request::Abort { id }, &[]);
                     self.forget(id);
@@ -279,45 +270,38 @@ impl Spawner {
                         "launched without its descriptors".into(),
                     ));
                 };
-                let cgroup_memory = if cgroup { fds.next() } else { None };
-                let listeners = match listener_ports {
-                    Some(ports) => {
-                        let taken: Vec<OwnedFd> = fds
-                            .by_ref()
-                            .take(crate::sandbox::network::Listeners::count(&ports))
-                            .collect();
-                        match crate::sandbox::network::Listeners::from_fds(&ports, taken) {
-                            Some(l) => Some(l),
-                            None => {
-                                let _ = self.send(&Request::Abort { id }, &[]);
-                                self.forget(id);
-                                return Err(SpawnerError::Unavailable(
-                                    "launched without its listeners".into(),
-                                ));
-                            }
+                let listeners = match &listener_ports {
+                    Some(ports) => match Listeners::from_fds(ports, fds.listeners) {
+                        Some(l) => Some(l),
+                        None => {
+                            let _ = self.send(&Request::Abort { id }, &[]);
+                            self.forget(id);
+                            return Err(SpawnerError::Unavailable(
+                                "launched without its listeners".into(),
+                            ));
                         }
-                    }
+                    },
                     None => None,
                 };
-                let stdin = fds.next();
                 Ok(RemoteLaunched {
                     inner: Some(RemoteSandbox {
                         spawner: self,
                         id,
                         init_pid,
-                        stdout,
-                        stderr,
-                        status,
+                        stdout: fds.stdout,
+                        stderr: fds.stderr,
+                        status: fds.status,
                         // Held until the readings are taken (the spawner
                         // gives the cgroup out again only then); without
                         // the lock, the exit report brings them.
-                        cgroup_memory: cgroup_memory
+                        cgroup_memory: fds
+                            .cgroup_memory
                             .and_then(crate::sandbox::cgroup::hold_for_reading),
                         has_cgroup: cgroup,
-                        stdin,
+                        stdin: fds.stdin,
                         listeners,
-                        pidfd,
-                        go_ahead: Some(go_ahead),
+                        pidfd: fds.pidfd,
+                        go_ahead: Some(fds.go_ahead),
                         replies: rx,
                     }),
                 })

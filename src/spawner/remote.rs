@@ -1,5 +1,5 @@
 //! The daemon's handles on a sandbox its spawner made: [`RemoteLaunched`]
-//! while init builds the root (the program waits for its release), then
+//! while init builds the root (the program waits for its go-ahead), then
 //! [`RemoteSandbox`], which supervision drives like a local one.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -7,7 +7,8 @@ use std::sync::mpsc::Receiver;
 
 use super::wire::{Reply, Request};
 use super::{Spawner, SpawnerError};
-use crate::sandbox::status_pipe::failure_complete;
+use crate::sandbox::launch::{go_ahead, GoAhead};
+use crate::sandbox::status_pipe::read_dead_init_report;
 use crate::supervise::InitExit;
 use crate::sys::pidfd_send_signal;
 
@@ -23,13 +24,13 @@ pub struct RemoteSandbox<'s> {
     pub stderr: OwnedFd,
     /// Read end of the status pipe ([`crate::sandbox::status_pipe`]).
     pub status: OwnedFd,
-    /// Write end of the stdin pipe, for [`super::RemoteStdin::Pipe`].
+    /// Write end of the stdin pipe, for [`crate::sandbox::launch::StdinSource::Pipe`].
     pub stdin: Option<OwnedFd>,
     /// With network grants: the listeners in its network namespace.
     pub listeners: Option<crate::sandbox::network::Listeners>,
     /// A pidfd for init: signals reach this sandbox and no later process.
     pub pidfd: OwnedFd,
-    /// The write end of init's go-ahead pipe, until the program is released.
+    /// The write end of init's go-ahead pipe, until the program is started.
     pub(super) go_ahead: Option<OwnedFd>,
     /// The memory cgroup's directory, when it has cgroups.
     pub(super) cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
@@ -92,13 +93,13 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
 
 impl<'s> RemoteSandbox<'s> {
     /// Hands the sandbox to the supervisor; `launched_at`, `replied_at` and
-    /// `released_at` stand for the clone, id-mapping and release instants
+    /// `started_at` stand for the clone, id-mapping and start instants
     /// the spawner does not report.
     pub fn into_watched(
         self,
         launched_at: std::time::Instant,
         replied_at: std::time::Instant,
-        released_at: std::time::Instant,
+        started_at: std::time::Instant,
     ) -> crate::supervise::Watched<'s> {
         crate::supervise::Watched {
             stdout: self.stdout,
@@ -107,7 +108,7 @@ impl<'s> RemoteSandbox<'s> {
             stdin: self.stdin,
             cloned_at: launched_at,
             mapped_at: replied_at,
-            released_at,
+            started_at,
             init_pid: self.init_pid,
             end: Box::new(RemoteEnd {
                 pidfd: std::sync::Arc::new(self.pidfd),
@@ -144,36 +145,6 @@ impl RemoteSandbox<'_> {
     }
 }
 
-/// What an init that is gone reported on its status pipe: read until its
-/// `Failed` line is complete or the pipe ends (its other holders, the sandbox's
-/// last processes, are being killed with it), for at most a second.
-fn reported_by_dead_init(status: &OwnedFd) -> Option<crate::sandbox::StepError> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    let mut report = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        let timeout = PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::ZERO);
-        let mut fds = [PollFd::new(status.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, timeout) {
-            Ok(1..) => match nix::unistd::read(status, &mut buf) {
-                Ok(n @ 1..) => {
-                    report.extend_from_slice(&buf[..n]);
-                    if failure_complete(&report) {
-                        break;
-                    }
-                }
-                _ => break,
-            },
-            Ok(_) => break,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
-        }
-    }
-    crate::sandbox::launch::reported_failure(&report)
-}
-
 /// A sandbox building its root; its program waits for [`RemoteLaunched::start_program`].
 pub struct RemoteLaunched<'s> {
     pub(super) inner: Option<RemoteSandbox<'s>>,
@@ -202,12 +173,12 @@ impl<'s> RemoteLaunched<'s> {
         let Some(mut sandbox) = self.inner.take() else {
             return Err(SpawnerError::Unavailable("already started".into()));
         };
-        let Some(go_ahead) = sandbox.go_ahead.take() else {
+        let Some(go_ahead_pipe) = sandbox.go_ahead.take() else {
             return Err(SpawnerError::Unavailable("already started".into()));
         };
         // A spawner known to be gone would never reap this init, and init
         // may have missed its death (see the module `crate::spawner`):
-        // nothing is released, and the sandbox is killed.
+        // nothing is started, and the sandbox is killed.
         if !sandbox.spawner.is_alive() {
             let _ = sandbox.signal(nix::sys::signal::Signal::SIGKILL);
             return Err(SpawnerError::Unavailable(
@@ -217,20 +188,19 @@ impl<'s> RemoteLaunched<'s> {
         // Written before the spawner knows: if this fails (init died), the
         // sandbox is aborted as if never started, with init's own reason
         // when it reported one (a setup step that failed).
-        if let Err(e) = nix::unistd::write(&go_ahead, b"c") {
-            let reported = match e {
-                nix::errno::Errno::EPIPE => reported_by_dead_init(&sandbox.status),
+        if let Err(e) = go_ahead(&go_ahead_pipe, GoAhead::StartProgram) {
+            let reported = match e.source.raw_os_error() {
+                Some(libc::EPIPE) => read_dead_init_report(sandbox.status.as_fd()),
                 _ => None,
             };
-            let reason =
-                reported.map_or_else(|| format!("release the program: {e}"), |r| r.to_string());
+            let reason = reported.unwrap_or(e);
             let _ = sandbox
                 .spawner
                 .send(&Request::Abort { id: sandbox.id }, &[]);
             sandbox.spawner.forget(sandbox.id);
             return Err(SpawnerError::Setup(reason));
         }
-        drop(go_ahead);
+        drop(go_ahead_pipe);
         // The program runs now. A spawner gone by this point took the
         // sandbox with it, which supervision reports as a sandbox lost.
         if let Err(e) = sandbox

@@ -1,14 +1,14 @@
 //! The spawner process: single-threaded, forked from the daemon before any
 //! other thread exists. It waits on two things — frames from the daemon and
 //! SIGCHLD — and does only what needs a single-threaded parent: `launch`
-//! (clone into the namespaces) and reaping; the daemon releases each
+//! (clone into the namespaces) and reaping; the daemon starts each
 //! program itself and then says `Started`. Output,
 //! timeouts and results stay with the daemon. When the daemon goes away, the
 //! spawner exits, and its sandboxes die with it (their parent-death signal).
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -16,18 +16,19 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::spares::SparePool;
-use super::wire::{Reply, Request, StdinKind};
+use super::wire::{LaunchedFds, Reply, Request};
 use crate::ipc::{recv, send};
 use crate::sandbox::cgroup::{CgroupPool, SpawnCgroup};
-use crate::sandbox::launch::{launch_order, Launched, Running, StdinSource};
+use crate::sandbox::launch::{launch_order, Launched, LocalSandbox};
+use crate::sandbox::{Cause, SetupError, Step};
 use crate::supervise::InitExit;
 use crate::sys::{pidfd_open, try_wait_with_usage};
 
 enum Slot {
     /// Building its root; the program waits for the daemon's go-ahead.
     Launched(Launched),
-    /// The program was released; reaped on SIGCHLD.
-    Running(Running),
+    /// The program was started; reaped on SIGCHLD.
+    Running(LocalSandbox),
 }
 
 /// Serves the daemon on `sock` until it closes; returns the exit code.
@@ -137,15 +138,30 @@ fn handle(
         Request::Launch { id, order, stdin } => {
             let mut fds = fds.into_iter();
             let Some(program) = fds.next() else {
-                return failed(sock, id, "launch without the program's descriptor");
+                let missing = Cause::Other("no descriptor for the program".into());
+                return failed(
+                    sock,
+                    id,
+                    SetupError::because(Step::Spawner, "launch", missing),
+                );
             };
-            let source = match stdin {
-                StdinKind::Null => StdinSource::Null,
-                StdinKind::Pipe => StdinSource::Pipe,
-            };
-            let spare = pool
-                .and_then(|p| p.take((order.uid, order.gid, order.privileged), &order.spec.mounts));
-            match launch_order(&order, File::from(program), source, spare, Some(cgroups)) {
+            // The filter crossed the frame as the kernel's bytes: read
+            // back once, here.
+            let launched = order.filter().and_then(|filter| {
+                let spare = pool.and_then(|p| {
+                    p.take((order.uid, order.gid, order.privileged), &order.spec.mounts)
+                });
+                let program = File::from(program);
+                launch_order(
+                    &order,
+                    &filter.instructions,
+                    program,
+                    stdin,
+                    spare,
+                    Some(cgroups),
+                )
+            });
+            match launched {
                 Ok(mut launched) => {
                     let init_pid = launched.init_pid().unwrap_or(0);
                     let pidfd = pidfd_open(init_pid);
@@ -155,18 +171,18 @@ fn handle(
                     let pipes = launched.pipes();
                     let go_ahead = launched.go_ahead();
                     match (pidfd, pipes.zip(go_ahead), memory_dir) {
-                        (Ok(pidfd), Some(([out, err, status], go_ahead)), Ok(memory_dir)) => {
-                            let mut list: Vec<BorrowedFd<'_>> =
-                                vec![out, err, status, pidfd.as_fd(), go_ahead];
-                            if let Some(dir) = &memory_dir {
-                                list.push(dir.as_fd());
+                        (Ok(pidfd), Some(([stdout, stderr, status], go_ahead)), Ok(memory_dir)) => {
+                            let list = LaunchedFds {
+                                stdout,
+                                stderr,
+                                status,
+                                pidfd: pidfd.as_fd(),
+                                go_ahead,
+                                cgroup_memory: memory_dir.as_ref().map(AsFd::as_fd),
+                                listeners: listeners.as_ref().map(|l| l.fds()).unwrap_or_default(),
+                                stdin: stdin_w.as_ref().map(AsFd::as_fd),
                             }
-                            if let Some(l) = &listeners {
-                                list.extend(l.fds());
-                            }
-                            if let Some(w) = &stdin_w {
-                                list.push(w.as_fd());
-                            }
+                            .into_list();
                             let cgroup = memory_dir.is_some();
                             send(
                                 sock,
@@ -187,30 +203,38 @@ fn handle(
                             order.limits_via.sweep_stale_cgroups();
                             Ok(())
                         }
-                        (Err(e), _, _) => failed(sock, id, &format!("pidfd_open(init): {e}")),
-                        (_, None, _) => failed(sock, id, "sandbox pipes missing"),
-                        (_, _, Err(e)) => failed(sock, id, &format!("open the memory cgroup: {e}")),
+                        (Err(e), _, _) => failed(
+                            sock,
+                            id,
+                            SetupError::new(Step::Spawner, "pidfd_open(init)", e),
+                        ),
+                        (_, None, _) => failed(sock, id, spawner_error("sandbox pipes", "missing")),
+                        (_, _, Err(e)) => failed(
+                            sock,
+                            id,
+                            SetupError::new(Step::Spawner, "open the memory cgroup", e),
+                        ),
                     }
                 }
-                Err(e) => failed(sock, id, &e.to_string()),
+                Err(e) => failed(sock, id, e),
             }
         }
         // The daemon wrote the go-ahead itself; an init that has already
         // ended (its SIGCHLD came while it was not yet ours to reap) is
         // reaped now.
         Request::Started { id } => match slots.remove(&id) {
-            Some(Slot::Launched(launched)) => match launched.released_elsewhere() {
+            Some(Slot::Launched(launched)) => match launched.started_elsewhere() {
                 Some(running) => {
                     slots.insert(id, Slot::Running(running));
                     reap(sock, slots, cgroups)
                 }
-                None => failed(sock, id, "released twice"),
+                None => failed(sock, id, spawner_error("start", "started twice")),
             },
             Some(running @ Slot::Running(_)) => {
                 slots.insert(id, running);
-                failed(sock, id, "already started")
+                failed(sock, id, spawner_error("start", "already started"))
             }
-            None => failed(sock, id, "no such sandbox"),
+            None => failed(sock, id, spawner_error("start", "no such sandbox")),
         },
         Request::Abort { id } => {
             if let Some(Slot::Launched(launched)) = slots.remove(&id) {
@@ -221,19 +245,17 @@ fn handle(
     }
 }
 
-fn failed(sock: &UnixStream, id: u64, error: &str) -> std::io::Result<()> {
-    send(
-        sock,
-        &Reply::Failed {
-            id,
-            error: error.to_string(),
-        },
-        &[],
-    )
+fn failed(sock: &UnixStream, id: u64, error: SetupError) -> std::io::Result<()> {
+    send(sock, &Reply::Failed { id, error }, &[])
 }
 
-/// Reaps every released sandbox whose init has ended, reads its cgroup and
-/// reports it; the cgroups then go back to the pool. Only inits of released
+/// A request the spawner cannot carry out: `what`, and why not.
+fn spawner_error(what: &'static str, why: &str) -> SetupError {
+    SetupError::because(Step::Spawner, what, Cause::Other(why.into()))
+}
+
+/// Reaps every started sandbox whose init has ended, reads its cgroup and
+/// reports it; the cgroups then go back to the pool. Only inits of started
 /// sandboxes are waited for: one still building its root is reaped by its
 /// abort, never here, so a pid is never waited for twice (and never reused
 /// while the daemon might signal it).

@@ -1,21 +1,12 @@
 //! What the daemon and its spawner say to each other, in frames of
-//! [`crate::ipc`]: requests (launch, release, kill…) and replies (launched,
+//! [`crate::ipc`]: requests (launch, started, abort) and replies (launched,
 //! exited…).
 
 use serde::{Deserialize, Serialize};
 
-use crate::sandbox::launch::LaunchOrder;
+use crate::sandbox::launch::{LaunchOrder, StdinSource};
+use crate::sandbox::SetupError;
 use crate::supervise::InitExit;
-
-/// Where the child's stdin comes from (the descriptor, if any, travels with the frame).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StdinKind {
-    /// `/dev/null`.
-    Null,
-    /// A pipe the spawner makes; its write end comes back with `Launched`.
-    Pipe,
-}
 
 /// Daemon → spawner.
 #[derive(Serialize, Deserialize)]
@@ -29,12 +20,13 @@ pub enum Request {
         id: u64,
         /// What to build and run.
         order: Box<LaunchOrder>,
-        /// Where stdin comes from.
-        stdin: StdinKind,
+        /// Where stdin comes from: a pipe's write end comes back with
+        /// `Launched`.
+        stdin: StdinSource,
     },
-    /// The daemon has released the program (written the go-ahead byte):
+    /// The daemon has started the program (written the go-ahead byte):
     /// from now on its init is reaped here. No reply, unless it names no
-    /// sandbox waiting for its release (then `Failed`).
+    /// sandbox waiting for its go-ahead (then `Failed`).
     Started {
         /// Which sandbox.
         id: u64,
@@ -50,13 +42,10 @@ pub enum Request {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reply {
-    /// The sandbox exists (descriptors: stdout, stderr and status read ends,
-    /// a pidfd for init, the write end of init's go-ahead pipe, the memory
-    /// cgroup's directory when `cgroup`, the listeners when `listener_ports`
-    /// (DNS UDP, DNS TCP, then one per port), then the stdin pipe's write
-    /// end for `StdinKind::Pipe`). The daemon releases the program by writing one
-    /// byte to the go-ahead pipe itself, once its audit record is durable —
-    /// a trip through the spawner less — and then tells it `Started`.
+    /// The sandbox exists (descriptors: a [`LaunchedFds`]). The daemon
+    /// starts the program by writing the go-ahead byte itself, once its
+    /// audit record is durable — a trip through the spawner less — and
+    /// then tells it `Started`.
     Launched {
         /// Which sandbox.
         id: u64,
@@ -76,7 +65,7 @@ pub enum Reply {
         /// Which sandbox.
         id: u64,
         /// What failed, as the sandbox or the spawner reported it.
-        error: String,
+        error: SetupError,
     },
     /// Init was reaped.
     Exited {
@@ -85,6 +74,88 @@ pub enum Reply {
         /// The usage and limits readings at the end.
         exit: InitExit,
     },
+}
+
+/// The descriptors a `Launched` reply carries, by name. They travel in
+/// the order [`LaunchedFds::into_list`] gives, and come back only in
+/// exactly the number the reply and the launch announced
+/// ([`LaunchedFds::from_list`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct LaunchedFds<Fd> {
+    /// Read end of the program's stdout.
+    pub stdout: Fd,
+    /// Read end of its stderr.
+    pub stderr: Fd,
+    /// Read end of the status pipe.
+    pub status: Fd,
+    /// A pidfd for init.
+    pub pidfd: Fd,
+    /// The write end of init's go-ahead pipe.
+    pub go_ahead: Fd,
+    /// The memory cgroup's directory, when the sandbox has cgroups.
+    pub cgroup_memory: Option<Fd>,
+    /// With network grants: the listeners' descriptors, as
+    /// [`crate::sandbox::network::Listeners::fds`] orders them.
+    pub listeners: Vec<Fd>,
+    /// The stdin pipe's write end, for [`StdinSource::Pipe`].
+    pub stdin: Option<Fd>,
+}
+
+impl<Fd> LaunchedFds<Fd> {
+    /// Every descriptor, in the frame's order.
+    pub fn into_list(self) -> Vec<Fd> {
+        let mut list = vec![
+            self.stdout,
+            self.stderr,
+            self.status,
+            self.pidfd,
+            self.go_ahead,
+        ];
+        list.extend(self.cgroup_memory);
+        list.extend(self.listeners);
+        list.extend(self.stdin);
+        list
+    }
+
+    /// The descriptors again, from a frame's: `None` unless there are
+    /// exactly as many as a reply with `cgroup` and `listeners` listener
+    /// descriptors, for a launch whose stdin came from `stdin`, carries.
+    pub fn from_list(
+        fds: Vec<Fd>,
+        cgroup: bool,
+        listeners: usize,
+        stdin: StdinSource,
+    ) -> Option<LaunchedFds<Fd>> {
+        let pipe = stdin == StdinSource::Pipe;
+        if fds.len() != 5 + usize::from(cgroup) + listeners + usize::from(pipe) {
+            return None;
+        }
+        let mut fds = fds.into_iter();
+        let mut next = || fds.next();
+        let (stdout, stderr, status, pidfd, go_ahead) =
+            (next()?, next()?, next()?, next()?, next()?);
+        let cgroup_memory = match cgroup {
+            true => Some(next()?),
+            false => None,
+        };
+        let listeners = (0..listeners)
+            .map(|_| next())
+            .collect::<Option<Vec<Fd>>>()?;
+        let stdin = match pipe {
+            true => Some(next()?),
+            false => None,
+        };
+        Some(LaunchedFds {
+            stdout,
+            stderr,
+            status,
+            pidfd,
+            go_ahead,
+            cgroup_memory,
+            listeners,
+            stdin,
+        })
+    }
 }
 
 impl Reply {

@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 
 use crate::manifest::Sha256Digest;
 use crate::sandbox::cgroup::SpawnCgroup;
-use crate::sandbox::launch::Running;
+use crate::sandbox::launch::LocalSandbox;
 use crate::sandbox::status_pipe::SetupTimes;
 use crate::sys::wait_with_usage;
 
@@ -50,8 +50,8 @@ pub struct Watched<'a> {
     pub cloned_at: Instant,
     /// When the ids were mapped (init went on to build the root).
     pub mapped_at: Instant,
-    /// When the program was released: the wall-time clock starts here.
-    pub released_at: Instant,
+    /// When the program was started (its go-ahead written): the wall-time clock starts here.
+    pub started_at: Instant,
     /// The host pid of the sandbox's init (the program is its child).
     pub init_pid: i32,
     /// Signalling and reaping init.
@@ -192,8 +192,8 @@ impl Leaving<'_> {
     }
 }
 
-impl From<Running> for Watched<'static> {
-    fn from(r: Running) -> Watched<'static> {
+impl From<LocalSandbox> for Watched<'static> {
+    fn from(r: LocalSandbox) -> Watched<'static> {
         Watched {
             stdout: r.stdout,
             stderr: r.stderr,
@@ -201,7 +201,7 @@ impl From<Running> for Watched<'static> {
             stdin: r.stdin,
             cloned_at: r.cloned_at,
             mapped_at: r.mapped_at,
-            released_at: r.released_at,
+            started_at: r.started_at,
             init_pid: r.init_pid,
             end: Box::new(LocalEnd {
                 init: Pid::from_raw(r.init_pid),
@@ -378,7 +378,7 @@ fn supervise_blocked<'a>(
     sup: &mut Supervision,
     signals: &SigSet,
 ) -> std::io::Result<(Outcome, Option<Leaving<'a>>)> {
-    let started = running.released_at;
+    let started = running.started_at;
     let sandbox_pid = running.init_pid;
     let sigfd = SignalFd::with_flags(signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
     let end = running.end;

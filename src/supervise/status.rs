@@ -49,8 +49,8 @@ pub(super) fn parse_status(
                     ending = Some(decode_wait(ended.wait_status));
                 }
             }
-            StatusMessage::Failed(text) => {
-                ending.get_or_insert(Ending::SetupFailed(text.into_owned()));
+            StatusMessage::Failed(failed) => {
+                ending.get_or_insert(Ending::SetupFailed(failed.to_string()));
             }
             StatusMessage::Layers(applied) => landlock = Some(applied),
         }
@@ -80,6 +80,13 @@ fn decode_wait(raw: i32) -> Ending {
 mod tests {
     use super::*;
     use crate::sandbox::status_pipe::{encode_ended, encode_failed, encode_layers, ProgramEnded};
+    use crate::sandbox::{Cause, SetupError, Step};
+
+    /// A `Failed` line, its error as text.
+    fn e(step: Step, call: &'static str, error: &str) -> Vec<u8> {
+        let failed = SetupError::because(step, call, Cause::Other(error.into()));
+        encode_failed(&failed).as_bytes().to_vec()
+    }
 
     /// An `Ended` record: wait status, CPU µs, max RSS KiB.
     fn w(wait_status: i32, cpu_us: u64, max_rss_kib: u64) -> Vec<u8> {
@@ -131,7 +138,7 @@ mod tests {
         let short = &w(9, 0, 0)[..5];
         assert!(matches!(parse_status(short, 0).0, Ending::SetupFailed(_)));
         assert_eq!(
-            parse_status(encode_failed("mount(/usr): EPERM").as_bytes(), 126 << 8).0,
+            parse_status(&e(Step::Root, "mount(/usr)", "EPERM"), 126 << 8).0,
             Ending::SetupFailed("mount(/usr): EPERM".into())
         );
         assert_eq!(parse_status(b"", 9).0, Ending::Signaled(9));
@@ -142,9 +149,7 @@ mod tests {
         twice.extend_from_slice(&w(0, 0, 0));
         assert!(matches!(parse_status(&twice, 0).0, Ending::SetupFailed(_)));
         let mut exec_failed = layers_7();
-        exec_failed.extend_from_slice(
-            encode_failed("execveat(program, AT_EMPTY_PATH): EACCES").as_bytes(),
-        );
+        exec_failed.extend_from_slice(&e(Step::Exec, "execveat(program, AT_EMPTY_PATH)", "EACCES"));
         exec_failed.extend_from_slice(&w(127 << 8, 0, 0));
         assert!(matches!(
             parse_status(&exec_failed, 0).0,

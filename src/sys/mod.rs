@@ -58,7 +58,7 @@ pub use keyring::*;
 pub use peer::*;
 pub use process::*;
 
-/// The current errno, unchanged (callers name the step in a `StepError`, and
+/// The current errno, unchanged (callers name the step in a `SetupError`, and
 /// `raw_os_error` stays available to them). `call` documents the site.
 fn last_error(call: &str) -> io::Error {
     let _ = call;

@@ -11,14 +11,17 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use super::last_error;
 
 /// Init's status pipe, as the program's process reports a failed step on
-/// it: the descriptor, and the byte that starts a failure's line (given by
-/// init: the protocol is the sandbox's, above this module).
+/// it: the descriptor, the bytes that start a failure's line and the byte
+/// that ends its step's name (given by init: the protocol is the
+/// sandbox's, above this module).
 #[derive(Clone, Copy)]
 pub struct StatusPipe<'a> {
     /// The pipe's write end.
     pub fd: BorrowedFd<'a>,
-    /// The first byte of a failure's line.
-    pub failure_tag: u8,
+    /// The first bytes of a failure's line.
+    pub failure_lead: [u8; 2],
+    /// The byte between the failed step's name and its error.
+    pub step_end: u8,
 }
 
 /// How the program's process executes the program.
@@ -58,10 +61,12 @@ pub struct ProgramStart<'a> {
     /// What is executed: a descriptor, which becomes descriptor 3, or a path.
     program: Executed,
     /// Init's status pipe: becomes descriptor 4 (close-on-exec), where a
-    /// failed step is reported as `<failure_tag><step>: <error>\n`.
+    /// failed step is reported as `<failure_lead><step><step_end><error>\n`.
     status: RawFd,
-    /// The first byte of a failure's line (see [`StatusPipe`]).
-    failure_tag: u8,
+    /// The first bytes of a failure's line (see [`StatusPipe`]).
+    failure_lead: [u8; 2],
+    /// The byte between the step and its error (see [`StatusPipe`]).
+    step_end: u8,
     /// `setrlimit` calls, soft = hard, each with the step name it reports.
     rlimits: Vec<(libc::c_int, libc::rlimit, &'static str)>,
     /// The CStrings the pointers point into outlive this value.
@@ -97,7 +102,8 @@ impl<'a> ProgramStart<'a> {
                 Execute::Path(path) => Executed::Path(path.as_ptr()),
             },
             status: status.fd.as_raw_fd(),
-            failure_tag: status.failure_tag,
+            failure_lead: status.failure_lead,
+            step_end: status.step_end,
             rlimits: rlimits
                 .iter()
                 .map(|&(resource, value)| {
@@ -306,9 +312,10 @@ fn errno_description(errno: libc::c_int) -> *const libc::c_char {
     unsafe { strerrordesc_np(errno) }
 }
 
-/// Writes `<tag><step>: <strerror> (os error N)\n` to `fd` from a stack
-/// buffer (the same text a `StepError` shows), allocating nothing.
-fn report_step_failure(fd: RawFd, tag: u8, step: &str, errno: libc::c_int) {
+/// Writes `<failure_lead><step><step_end><strerror> (os error N)\n` to
+/// `fd` from a stack buffer (the error as `io::Error` shows it), allocating
+/// nothing.
+fn report_step_failure(fd: RawFd, start: &ProgramStart<'_>, step: &str, errno: libc::c_int) {
     let mut line = [0u8; 256];
     let mut len = 0;
     let mut push = |bytes: &[u8]| {
@@ -316,9 +323,9 @@ fn report_step_failure(fd: RawFd, tag: u8, step: &str, errno: libc::c_int) {
         line[len..len + n].copy_from_slice(&bytes[..n]);
         len += n;
     };
-    push(&[tag]);
+    push(&start.failure_lead);
     push(step.as_bytes());
-    push(b": ");
+    push(&[start.step_end]);
     let text = errno_description(errno);
     if text.is_null() {
         push(b"Unknown error ");
@@ -360,7 +367,7 @@ pub fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
         // alive and unchanged while init is suspended (CLONE_VFORK).
         let start = unsafe { &*(arg as *const ProgramStart<'_>) };
         let (step, errno, fd) = start.run();
-        report_step_failure(fd, start.failure_tag, step, errno);
+        report_step_failure(fd, start, step, errno);
         127
     }
     // SAFETY: a fresh private anonymous mapping, owned by this function.

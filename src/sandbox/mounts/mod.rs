@@ -30,7 +30,7 @@ use super::beneath::{
 };
 use super::child::ScopeId;
 use super::spec::{base_mounts, BindSource, MountKind, MountStep, SandboxSpec, TmpfsSizes};
-use super::StepError;
+use super::{SetupError, Step};
 use crate::sys::{detach_mount_when_told, mount_setattr_fd, move_detached_tree, WaitingDetach};
 
 mod pivot;
@@ -50,14 +50,16 @@ const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
-fn step(what: impl Into<String>) -> impl FnOnce(nix::Error) -> StepError {
+fn step(what: impl Into<std::borrow::Cow<'static, str>>) -> impl FnOnce(nix::Error) -> SetupError {
     let what = what.into();
-    move |e| StepError::new(what, std::io::Error::from(e))
+    move |e| SetupError::new(Step::Root, what, std::io::Error::from(e))
 }
 
-fn io_step(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StepError {
+fn io_step(
+    what: impl Into<std::borrow::Cow<'static, str>>,
+) -> impl FnOnce(std::io::Error) -> SetupError {
     let what = what.into();
-    move |e| StepError::new(what, e)
+    move |e| SetupError::new(Step::Root, what, e)
 }
 
 /// A root being built: the staged tmpfs, with the steps every sandbox
@@ -75,7 +77,7 @@ impl Staged {
     /// Mounts `steps` (system paths: binds by path and symbolic links, and
     /// small files; [`crate::sandbox::spec::steps_mountable_ahead`]) after
     /// the ones staged; an order's mount steps must then go on with them.
-    pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), StepError> {
+    pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), SetupError> {
         apply_steps(&self.stage, steps, ScopeSources::none(), None, None)?;
         self.more_from = self.base.len();
         self.base.extend_from_slice(steps);
@@ -85,12 +87,13 @@ impl Staged {
     /// Clones the old root's unmount helper now, to wait until the pivot
     /// ([`detach_mount_when_told`]): a spare sandbox does it while it
     /// waits for its order, so the clone is not on the way to the program.
-    pub fn clone_detach_helper_ahead(&mut self) -> Result<(), StepError> {
+    pub fn clone_detach_helper_ahead(&mut self) -> Result<(), SetupError> {
         // Its working directory is a copy of this one's: at the root, which
         // the pivot moves along, not in a host directory it would keep.
         nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
-        let helper = detach_mount_when_told(OLD_ROOT_INSIDE)
-            .map_err(|e| StepError::new("clone the old root's unmount helper ahead", e))?;
+        let helper = detach_mount_when_told(OLD_ROOT_INSIDE).map_err(|e| {
+            SetupError::new(Step::Root, "clone the old root's unmount helper ahead", e)
+        })?;
         self.detach = Some(helper);
         Ok(())
     }
@@ -104,7 +107,7 @@ impl Staged {
 
 /// Stages a tmpfs and mounts the steps every sandbox shares. Needs the ids mapped (it creates mount points), nothing of the
 /// request: a spare sandbox does it before its order comes.
-pub fn stage_base_in_child() -> Result<Staged, StepError> {
+pub fn stage_base_in_child() -> Result<Staged, SetupError> {
     // The host's mounts stay as the namespace copied them (slaves of the
     // host's shared ones) until the order comes, so a spare sandbox
     // still sees the host as it is then; the staged tmpfs, mounted on a
@@ -182,8 +185,8 @@ pub fn finish_root_in_child(
     spec: &SandboxSpec,
     scopes: &mut [ScopeId],
     program: ProgramFile<'_>,
-    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
-) -> Result<Rooted, StepError> {
+    meanwhile: &mut dyn FnMut() -> Result<(), SetupError>,
+) -> Result<Rooted, SetupError> {
     let Staged {
         stage,
         base,
@@ -214,7 +217,8 @@ pub fn finish_root_in_child(
         }
     }
     let Some(rest) = spec.mounts.strip_prefix(base.as_slice()) else {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Root,
             "the sandbox's mount table does not begin with the shared steps",
             std::io::Error::from_raw_os_error(libc::EINVAL),
         ));
@@ -257,7 +261,7 @@ fn apply_steps(
     mut scopes: ScopeSources<'_>,
     program: Option<ProgramFile<'_>>,
     spec: Option<&SandboxSpec>,
-) -> Result<Option<OwnedFd>, StepError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     let mut script_copy = None;
     for m in steps {
         if let Some(copy) = apply_step(stage, m, &mut scopes, program, spec)? {
@@ -280,7 +284,7 @@ fn apply_steps(
 
 /// Opens a scope in this mount namespace (a bind needs a mount of our own) and
 /// checks it is still the inode the parent resolved.
-fn open_verified(scope: &ScopeId) -> Result<OwnedFd, StepError> {
+fn open_verified(scope: &ScopeId) -> Result<OwnedFd, SetupError> {
     use nix::fcntl::{open, OFlag};
     let shown = scope.canonical.display().to_string();
     let fd = open(
@@ -291,7 +295,8 @@ fn open_verified(scope: &ScopeId) -> Result<OwnedFd, StepError> {
     .map_err(step(format!("open({shown}, O_PATH|O_NOFOLLOW)")))?;
     let st = nix::sys::stat::fstat(&fd).map_err(step(format!("fstat({shown})")))?;
     if (st.st_dev, st.st_ino) != (scope.dev, scope.ino) {
-        return Err(StepError::new(
+        return Err(SetupError::new(
+            Step::Root,
             format!("scope {shown} changed between check and mount"),
             std::io::Error::from_raw_os_error(libc::ESTALE),
         ));
@@ -310,7 +315,7 @@ fn open_verified(scope: &ScopeId) -> Result<OwnedFd, StepError> {
 ///   32 semaphore sets with 8000 semaphores in all.
 ///
 /// A value the kernel refuses stops the setup: nothing runs with the defaults.
-fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
+fn limit_sysv_ipc(proc_root: &Path) -> Result<(), SetupError> {
     for (key, value) in [
         ("sys/kernel/shm_rmid_forced", "1"),
         ("sys/kernel/shmmni", "64"),
@@ -318,8 +323,9 @@ fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
         ("sys/kernel/msgmnb", "16384"),
         ("sys/kernel/sem", "250 8000 32 32"),
     ] {
-        std::fs::write(proc_root.join(key), value)
-            .map_err(|e| StepError::new(format!("write {value:?} to /proc/{key}"), e))?;
+        std::fs::write(proc_root.join(key), value).map_err(|e| {
+            SetupError::new(Step::Root, format!("write {value:?} to /proc/{key}"), e)
+        })?;
     }
     Ok(())
 }
@@ -329,7 +335,7 @@ fn limit_sysv_ipc(proc_root: &Path) -> Result<(), StepError> {
 /// before any request was known, noexec. Each is remounted only when it
 /// differs. A remount sets the mount's flags as well as the tmpfs's size,
 /// so it repeats nosuid and nodev, and noexec unless execution is granted.
-fn adjust_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes, tmp_exec: bool) -> Result<(), StepError> {
+fn adjust_tmpfs(stage: &OwnedFd, sizes: TmpfsSizes, tmp_exec: bool) -> Result<(), SetupError> {
     let base = super::spec::base_tmpfs_sizes();
     for (target, size, exec, unchanged) in [
         (
@@ -372,7 +378,7 @@ fn bind_program(
     rel: &Path,
     path: &Path,
     program: BorrowedFd<'_>,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     use nix::fcntl::{open, OFlag};
     let shown = path.display().to_string();
     let identity = |fd: BorrowedFd<'_>| nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino));
@@ -443,7 +449,7 @@ fn bind_script_copy(
     path: &Path,
     sealed: BorrowedFd<'_>,
     spec: &SandboxSpec,
-) -> Result<Option<OwnedFd>, StepError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     // On the sandbox's own filesystems, where the path is free; or over
     // the script itself where only root may change the way to it
     // ([`SandboxSpec::program_root_only`]).
@@ -469,7 +475,7 @@ fn bind_program_copy(
     rel: &Path,
     path: &Path,
     sealed: BorrowedFd<'_>,
-) -> Result<Option<OwnedFd>, StepError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     if !creatable_beneath(stage, rel) && !regular_file_beneath(stage, rel) {
         return Ok(None);
     }
@@ -495,7 +501,7 @@ fn bind_sealed_copy(
     rel: &Path,
     path: &Path,
     sealed: BorrowedFd<'_>,
-) -> Result<Option<OwnedFd>, StepError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
     let shown = path.display().to_string();
@@ -585,7 +591,7 @@ fn bind_small_file(
     rel: &Path,
     contents: &str,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
     let source = Path::new(SMALL_FILE_SOURCE);
@@ -639,7 +645,7 @@ fn mount_onto(
     fstype: Option<&str>,
     data: Option<&str>,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     mount(Some(source), &fd_path(target), fstype, flags, data)
         .map_err(step(format!("mount({}, {shown})", source.display())))
 }
@@ -652,7 +658,7 @@ fn restrict_mount(
     attrs: u64,
     recursive: bool,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let root = open_beneath(stage, rel, Create::Nothing)?;
     mount_setattr_fd(&root, recursive, attrs, 0).map_err(io_step(format!("mount_setattr({shown})")))
 }
@@ -666,7 +672,7 @@ fn apply_step(
     scopes: &mut ScopeSources<'_>,
     program: Option<ProgramFile<'_>>,
     spec: Option<&SandboxSpec>,
-) -> Result<Option<OwnedFd>, StepError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     let rel = relative(&m.target);
     let shown = m.target.display().to_string();
     if let MountKind::Program = m.kind {
@@ -680,7 +686,8 @@ fn apply_step(
             (Some(ProgramFile::SealedProgram(fd)), _) => {
                 bind_program_copy(stage, rel, &m.target, fd)
             }
-            _ => Err(StepError::new(
+            _ => Err(SetupError::new(
+                Step::Root,
                 format!("bind the program {shown}: no descriptor"),
                 std::io::Error::from_raw_os_error(libc::EBADF),
             )),
@@ -731,7 +738,7 @@ fn mount_tmpfs(
     mode: u32,
     size: u64,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let target = open_beneath(stage, rel, Create::Dir(0o755))?;
     let data = format!("mode={mode:o},size={size}");
     mount_onto(
@@ -749,7 +756,7 @@ fn mount_tmpfs(
 /// ([`limit_sysv_ipc`]), then made read-only as a whole. The kernel refuses
 /// a fresh /proc in a user namespace when the host's has parts covered by
 /// other mounts: the error then says so.
-fn mount_proc(stage: &OwnedFd, rel: &Path, shown: &str) -> Result<(), StepError> {
+fn mount_proc(stage: &OwnedFd, rel: &Path, shown: &str) -> Result<(), SetupError> {
     let target = open_beneath(stage, rel, Create::Dir(0o555))?;
     mount_onto(
         Path::new("proc"),
@@ -761,7 +768,7 @@ fn mount_proc(stage: &OwnedFd, rel: &Path, shown: &str) -> Result<(), StepError>
     )
     .map_err(|mut e| {
         if e.source.raw_os_error() == Some(libc::EPERM) {
-            e.step.push_str(
+            e.call.to_mut().push_str(
                 " (the host's /proc has parts covered by other mounts, as systemd's \
                  ProtectKernelTunables= or a container's masked paths do, and the kernel \
                  then refuses a fresh /proc in a user namespace; run spawnd without them)",
@@ -787,17 +794,18 @@ fn mount_proc(stage: &OwnedFd, rel: &Path, shown: &str) -> Result<(), StepError>
 
 /// Binds the host's device node `host` onto an empty file (its attributes
 /// are restricted after every step, see [`apply_steps`]).
-fn bind_device(stage: &OwnedFd, rel: &Path, host: &Path, shown: &str) -> Result<(), StepError> {
+fn bind_device(stage: &OwnedFd, rel: &Path, host: &Path, shown: &str) -> Result<(), SetupError> {
     let target = open_beneath(stage, rel, Create::File(0o644))?;
     mount_onto(host, &target, MsFlags::MS_BIND, None, None, shown)
 }
 
 /// Creates the symbolic link `link` at `rel`, in its parent directory
 /// reached beneath the stage.
-fn make_symlink(stage: &OwnedFd, rel: &Path, link: &Path, shown: &str) -> Result<(), StepError> {
+fn make_symlink(stage: &OwnedFd, rel: &Path, link: &Path, shown: &str) -> Result<(), SetupError> {
     let parent = rel.parent().unwrap_or(Path::new(""));
     let name = rel.file_name().ok_or_else(|| {
-        StepError::new(
+        SetupError::new(
+            Step::Root,
             format!("symlink {shown}"),
             std::io::Error::from_raw_os_error(libc::EINVAL),
         )
@@ -814,12 +822,13 @@ fn bind_source(
     source: &BindSource,
     scope_fds: &[OwnedFd],
     shown: &str,
-) -> Result<PathBuf, StepError> {
+) -> Result<PathBuf, SetupError> {
     match source {
         BindSource::System(p) => Ok(p.clone()),
         BindSource::Scope(i) => {
             let fd = scope_fds.get(*i).ok_or_else(|| {
-                StepError::new(
+                SetupError::new(
+                    Step::Root,
                     format!("scope descriptor {i} for {shown}"),
                     std::io::Error::from_raw_os_error(libc::EBADF),
                 )
@@ -838,7 +847,7 @@ fn bind_onto(
     dir: bool,
     attrs: u64,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let create = if dir {
         Create::Dir(0o755)
     } else {
@@ -867,9 +876,10 @@ fn move_idmapped_onto(
     dir: bool,
     attrs: u64,
     shown: &str,
-) -> Result<(), StepError> {
+) -> Result<(), SetupError> {
     let tree = tree.ok_or_else(|| {
-        StepError::new(
+        SetupError::new(
+            Step::Root,
             format!("the idmapped tree of {shown}"),
             std::io::Error::from_raw_os_error(libc::EBADF),
         )

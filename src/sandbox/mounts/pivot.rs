@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{umount2, MntFlags};
 
 use super::{
-    io_step, step, StepError, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
+    io_step, step, SetupError, Step, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
     MOUNT_ATTR_RDONLY, OLD_ROOT, OLD_ROOT_INSIDE,
 };
 use crate::sys::{detach_mount_in_background, mount_setattr, WaitingDetach};
@@ -19,8 +19,8 @@ use crate::sys::{detach_mount_in_background, mount_setattr, WaitingDetach};
 pub(super) fn pivot_into(
     stage: &Path,
     ahead: Option<WaitingDetach>,
-    meanwhile: &mut dyn FnMut() -> Result<(), StepError>,
-) -> Result<Option<i32>, StepError> {
+    meanwhile: &mut dyn FnMut() -> Result<(), SetupError>,
+) -> Result<Option<i32>, SetupError> {
     let old = stage.join(OLD_ROOT);
     std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
     nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
@@ -76,7 +76,8 @@ pub(super) fn pivot_into(
                         Ok(WaitStatus::StillAlive) => {}
                         Ok(WaitStatus::Exited(_, 0)) => detaching = None,
                         Ok(WaitStatus::Exited(_, errno)) => {
-                            return Err(StepError::new(
+                            return Err(SetupError::new(
+                                Step::Root,
                                 "umount2(old root, MNT_DETACH)",
                                 std::io::Error::from_raw_os_error(errno),
                             ))
@@ -92,7 +93,8 @@ pub(super) fn pivot_into(
                             detaching = None;
                         }
                         other => {
-                            return Err(StepError::new(
+                            return Err(SetupError::new(
+                                Step::Root,
                                 format!("the old root's unmount helper: {other:?}"),
                                 std::io::Error::from_raw_os_error(libc::ECHILD),
                             ))
@@ -100,14 +102,15 @@ pub(super) fn pivot_into(
                     }
                 }
                 if waiting.elapsed() > std::time::Duration::from_secs(5) {
-                    return Err(StepError::new(
+                    return Err(SetupError::new(
+                        Step::Root,
                         "detach the old root (still mounted after 5 s)",
                         e,
                     ));
                 }
                 std::thread::yield_now();
             }
-            Err(e) => return Err(StepError::new("rmdir old root", e)),
+            Err(e) => return Err(SetupError::new(Step::Root, "rmdir old root", e)),
         }
     }
     let root = CString::new(Path::new("/").as_os_str().as_bytes()).unwrap_or_default();

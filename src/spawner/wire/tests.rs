@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::ipc::*;
+use crate::sandbox::launch::StdinSource;
+use crate::sandbox::{Cause, Step};
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -26,7 +28,7 @@ fn a_frame_carries_its_body_and_descriptors() {
         &a,
         &Reply::Failed {
             id: 7,
-            error: "e".into(),
+            error: SetupError::new(Step::Root, "mount(/usr)", nix::Error::EPERM.into()),
         },
         &[],
     )
@@ -48,7 +50,16 @@ fn a_frame_carries_its_body_and_descriptors() {
     std::io::Read::read_to_string(&mut received, &mut text).unwrap();
     assert_eq!(text, "through SCM_RIGHTS");
     let (reply, fds) = recv::<Reply>(&b).unwrap().unwrap();
-    assert!(matches!(reply, Reply::Failed { id: 7, .. }) && fds.is_empty());
+    // Typed across the frame: the step and the OS error, not a text.
+    match reply {
+        Reply::Failed { id: 7, error } => {
+            assert_eq!(error.step, Step::Root);
+            assert_eq!(error.source, Cause::Os(libc::EPERM));
+            assert_eq!(error.call, "mount(/usr)");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(fds.is_empty());
     drop(a);
     assert!(recv::<Reply>(&b).unwrap().is_none(), "end of stream");
 }
@@ -59,7 +70,7 @@ fn a_body_with_bytes_after_its_value_is_refused() {
     let (a, b) = UnixStream::pair().unwrap();
     let mut body = postcard::to_allocvec(&Reply::Failed {
         id: 1,
-        error: "e".into(),
+        error: SetupError::because(Step::Spawner, "e", Cause::Other("e".into())),
     })
     .unwrap();
     body.push(0);
@@ -75,7 +86,7 @@ fn a_body_with_bytes_after_its_value_is_refused() {
 #[test]
 fn a_body_larger_than_the_first_buffer_arrives_whole() {
     let (a, b) = UnixStream::pair().unwrap();
-    let error = "x".repeat(100_000);
+    let error = SetupError::because(Step::Root, "x".repeat(100_000), Cause::Other("y".into()));
     send(
         &a,
         &Reply::Failed {
@@ -94,19 +105,22 @@ fn a_body_larger_than_the_first_buffer_arrives_whole() {
     }
 }
 
+/// The seccomp filter crosses the frame as raw bytes: its length and the
+/// bytes, no text encoding around them.
 #[test]
-fn bytes_travel_as_base64_text() {
-    #[derive(Serialize, Deserialize)]
+fn a_launch_order_carries_the_filter_as_raw_bytes() {
+    #[derive(Serialize)]
     struct Carrier {
-        #[serde(with = "base64_bytes")]
-        bytes: Vec<u8>,
+        seccomp: Vec<u8>,
     }
     let all: Vec<u8> = (0..=255).collect();
-    let text = serde_json::to_string(&Carrier { bytes: all.clone() }).unwrap();
-    assert!(text.starts_with("{\"bytes\":\"AAECAwQF"), "{text}");
-    let back: Carrier = serde_json::from_str(&text).unwrap();
-    assert_eq!(back.bytes, all);
-    assert!(serde_json::from_str::<Carrier>(r#"{"bytes":"not base64!"}"#).is_err());
+    let body = postcard::to_allocvec(&Carrier {
+        seccomp: all.clone(),
+    })
+    .unwrap();
+    // 256 as a varint (2 bytes), then the bytes themselves.
+    assert_eq!(body.len(), 2 + all.len());
+    assert_eq!(&body[2..], all.as_slice());
 }
 
 #[test]
@@ -125,5 +139,47 @@ fn a_lying_header_is_refused() {
     assert!(
         recv::<Reply>(&b).is_err(),
         "descriptors announced but not sent"
+    );
+}
+
+#[test]
+fn launched_descriptors_come_back_by_name_and_only_in_their_number() {
+    let all = |stdin: bool| LaunchedFds {
+        stdout: 1,
+        stderr: 2,
+        status: 3,
+        pidfd: 4,
+        go_ahead: 5,
+        cgroup_memory: Some(6),
+        listeners: vec![7, 8, 9, 10],
+        stdin: stdin.then_some(11),
+    };
+    let list = all(true).into_list();
+    assert_eq!(list, (1..=11).collect::<Vec<_>>());
+    assert_eq!(
+        LaunchedFds::from_list(list.clone(), true, 4, StdinSource::Pipe),
+        Some(all(true))
+    );
+    // One too many or too few is refused, not read as something else.
+    assert_eq!(
+        LaunchedFds::from_list(list.clone(), true, 4, StdinSource::Null),
+        None
+    );
+    assert_eq!(
+        LaunchedFds::from_list(list[..10].to_vec(), true, 4, StdinSource::Pipe),
+        None
+    );
+    assert_eq!(
+        LaunchedFds::from_list(list, false, 4, StdinSource::Pipe),
+        None
+    );
+    let bare = LaunchedFds {
+        cgroup_memory: None,
+        listeners: Vec::new(),
+        ..all(false)
+    };
+    assert_eq!(
+        LaunchedFds::from_list(bare.into_list(), false, 0, StdinSource::Null).map(|f| f.go_ahead),
+        Some(5)
     );
 }
