@@ -8,9 +8,8 @@
 //! local routes), `notify.rs` (seccomp user notification), `nftables.rs`
 //! (a learning sandbox's redirect of the fake pool, a granted sandbox's
 //! logged refusal of other egress), `nflog.rs` (reading that log) and `start.rs` (the start
-//! of the sandboxed program); for the static musl build, behind the binary's features
-//! `musl-dlmalloc` and `musl-small-memcpy` (on by default), the allocator
-//! (`heap.rs`) and, on x86_64, `memcpy`/`memmove` (`memcopy.rs`).
+//! of the sandboxed program); for the static musl build, behind the binary's feature
+//! `musl-dlmalloc` (on by default), the allocator (`heap.rs`).
 //! Each wrapper returns `io::Result` with an error that names the call, and
 //! each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
@@ -22,12 +21,6 @@ mod fds;
 #[cfg(all(target_env = "musl", feature = "musl-dlmalloc"))]
 pub mod heap;
 mod keyring;
-#[cfg(all(
-    target_env = "musl",
-    target_arch = "x86_64",
-    feature = "musl-small-memcpy"
-))]
-mod memcopy;
 mod mount;
 mod netlink;
 mod nflog;
