@@ -33,6 +33,7 @@ pub mod client;
 pub mod config;
 pub mod connectors;
 pub mod daemon;
+pub mod duration;
 pub mod egress;
 pub mod exec;
 #[doc(hidden)]

@@ -33,6 +33,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "template",
         "printable",
+        "duration",
         "shares",
         "interpreter",
         "origin",
