@@ -43,6 +43,7 @@ pub mod interpreter;
 pub mod ipc;
 pub mod kernel_features;
 pub mod manifest;
+pub mod netlink;
 pub mod origin;
 pub mod plan;
 pub mod policy;

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 /// Layers, top first. A module may name only modules of a layer below its
 /// own, so `src/` has no import cycle. `fuzzing` is the fuzz targets' entry
 /// into the parsers, the daemon's request parsing included: a harness, like
-/// `main`. `sys` is the kernel-facing bottom; `lib` only declares modules.
+/// `main`. `sys` holds the `unsafe` wrappers of system calls; below it,
+/// `netlink` (netlink messages built without `unsafe`) gives sys's NFLOG
+/// reader its acknowledgement parser; `lib` only declares modules.
 const LAYERS: &[&[&str]] = &[
     &["main", "cli", "fuzzing"],
     &["daemon", "client"],
@@ -40,6 +42,7 @@ const LAYERS: &[&[&str]] = &[
         "secret_paths",
     ],
     &["sys"],
+    &["netlink"],
     &["lib"],
 ];
 
