@@ -55,6 +55,7 @@ pub mod rpc;
 pub mod sandbox;
 pub mod secret_paths;
 pub mod shares;
+pub mod spawn_result;
 pub mod spawner;
 pub mod supervise;
 pub mod sys;

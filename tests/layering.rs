@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["sandbox", "kernel_features"],
     &["ipc"],
     &["audit", "vault"],
-    &["config", "program", "host_policy"],
+    &["config", "program", "host_policy", "spawn_result"],
     &["provenance"],
     &["policy"],
     &["plan"],

@@ -16,8 +16,8 @@ use super::check::request_of;
 use super::context::{load_config, load_manifest};
 use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, interrupted, watch_interruptions, Client};
-use crate::exec::result::SpawnResult;
 use crate::exec::{conclude, FailureKind};
+use crate::spawn_result::SpawnResult;
 
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
