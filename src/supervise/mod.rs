@@ -25,6 +25,8 @@ mod live;
 pub mod redact;
 mod status;
 mod stream;
+/// Durations of the phases of one spawn (a part of its result).
+pub use crate::spawn_result::Phases;
 pub use live::{LiveView, LIVE_PAST_CAP};
 use status::parse_status;
 pub use status::Applied;
@@ -303,8 +305,6 @@ pub struct Outcome {
     /// The host pid of the sandbox's init.
     pub sandbox_pid: i32,
 }
-
-pub use crate::spawn_result::Phases;
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
     let flags =
