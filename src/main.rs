@@ -5,7 +5,7 @@
 /// (see the module).
 #[cfg(all(target_env = "musl", feature = "musl-dlmalloc"))]
 #[global_allocator]
-static ALLOCATOR: spawnd::sys::heap::Heap = spawnd::sys::heap::Heap::new();
+static ALLOCATOR: spawnd::sys::heap::Heap = spawnd::sys::heap::Heap;
 
 fn main() {
     std::process::exit(spawnd::cli::main());

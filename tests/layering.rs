@@ -12,9 +12,11 @@ use std::path::{Path, PathBuf};
 /// own, so `src/` has no import cycle. `fuzzing` is the fuzz targets' entry
 /// into the parsers, the daemon's request parsing included: a harness, like
 /// `main`. `rpc` is the JSON-RPC frame and its error codes, which need only
-/// a failure's kind. `sys` is the kernel-facing bottom; below it, `failure`
-/// (what every command ends in) names no other module, so every layer may
-/// use it; `lib` only declares modules.
+/// a failure's kind. `sys` holds the `unsafe` wrappers of system calls;
+/// below it, `netlink` (netlink messages built without `unsafe`) gives
+/// sys's NFLOG reader its acknowledgement parser, and `failure` (what every
+/// command ends in) names no other module, so every layer may use it; `lib`
+/// only declares modules.
 const LAYERS: &[&[&str]] = &[
     &["main", "cli", "fuzzing"],
     &["daemon", "client", "draft"],
@@ -26,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["sandbox", "kernel_features"],
     &["ipc"],
     &["audit", "vault"],
-    &["config", "program", "host_policy"],
+    &["config", "program", "host_policy", "spawn_result"],
     &["provenance"],
     &["policy"],
     &["plan"],
@@ -35,6 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "template",
         "printable",
+        "duration",
         "shares",
         "interpreter",
         "origin",
@@ -43,7 +46,7 @@ const LAYERS: &[&[&str]] = &[
         "rpc",
     ],
     &["sys"],
-    &["failure"],
+    &["netlink", "failure"],
     &["lib"],
 ];
 

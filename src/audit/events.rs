@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 use crate::origin::Origin;
 use crate::plan::SpawnPlan;
 use crate::policy::{Caller, Denial};
+use crate::spawn_result::{SpawnResult, StreamOutput};
 
 fn object(v: Value) -> Map<String, Value> {
     match v {
@@ -169,34 +170,31 @@ pub fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
     body
 }
 
-/// How an allowed spawn ended; `result` is the run's result object. The
-/// caller, and who interrupted the program when a peer did, are added by
+/// How an allowed spawn ended; `result` is the run's result. The caller,
+/// and who interrupted the program when a peer did, are added by
 /// [`ended_by`].
-pub fn exit(result: &Value) -> Map<String, Value> {
-    let stream = |s: &Value| json!({"bytes": s["bytes"], "total_bytes": s["total_bytes"], "truncated": s["truncated"], "sha256": s["sha256"], "redactions": s["redactions"]});
+pub fn exit(result: &SpawnResult) -> Map<String, Value> {
+    let stream = |s: &StreamOutput| json!({"bytes": s.bytes, "total_bytes": s.total_bytes, "truncated": s.truncated, "sha256": s.sha256, "redactions": s.redactions});
     let mut body = object(json!({
-        "connector": result["connector"],
-        "op": result["op"],
-        "exit_code": result["exit_code"],
-        "signal": result["signal"],
-        "timed_out": result["timed_out"],
-        "interrupted_by": result["interrupted_by"],
-        "duration_ms": result["duration_ms"],
-        "cpu_ms": result["cpu_ms"],
-        "peak_memory_bytes": result["peak_memory_bytes"],
-        "oom_killed": result["oom_killed"],
-        "sandbox_pid": result["sandbox_pid"],
-        "stdout": stream(&result["stdout"]),
-        "stderr": stream(&result["stderr"]),
-        "isolation_applied": result["isolation"],
+        "connector": result.connector,
+        "op": result.op,
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+        "timed_out": result.timed_out,
+        "interrupted_by": result.interrupted_by,
+        "duration_ms": result.duration_ms,
+        "cpu_ms": result.cpu_ms,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "oom_killed": result.oom_killed,
+        "sandbox_pid": result.sandbox_pid,
+        "stdout": stream(&result.stdout),
+        "stderr": stream(&result.stderr),
+        "isolation_applied": result.isolation,
     }));
     // A spawn with network grants: its totals and refusal counts (each
     // connection has a `net` record of its own).
-    if let Some(network) = result.get("network").and_then(Value::as_object) {
-        let mut summary = network.clone();
-        summary.remove("listed");
-        summary.remove("dns_refused");
-        body.insert("network".into(), Value::Object(summary));
+    if let Some(network) = &result.network {
+        body.insert("network".into(), network.summary());
     }
     body
 }

@@ -7,9 +7,11 @@
 use time::format_description::well_known::Rfc3339;
 use time::{Date, Duration, OffsetDateTime, Time};
 
+use crate::duration::DurationError;
+
 /// The forms a bound may take, as error messages and the docs say them.
 pub const FORMS: &str = "an RFC 3339 time (2026-11-26T10:00:00Z, or with an offset: \
-     2026-11-26T11:00:00+01:00) or a duration back from now (90s, 15m, 2h, 3d)";
+     2026-11-26T11:00:00+01:00) or a duration back from now (90s, 15m, 2h, 3d; also 500ms)";
 
 /// A time a filter compares records against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +35,7 @@ pub enum TimeBoundError {
 
 impl TimeBound {
     /// Parses `text`: an RFC 3339 time with `Z` or an offset, or a whole
-    /// number followed by `s`, `m`, `h` or `d`.
+    /// number followed by `ms`, `s`, `m`, `h` or `d`.
     pub fn parse(text: &str) -> Result<TimeBound, TimeBoundError> {
         if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
             return Ok(TimeBound::At(at));
@@ -58,27 +60,16 @@ pub fn record_instant(ts: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(ts, &Rfc3339).ok()
 }
 
+/// A duration of [`crate::duration::parse`] (a unit is required: `2026`
+/// alone is not read as seconds).
 fn parse_duration(text: &str) -> Result<Duration, TimeBoundError> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or(TimeBoundError::Unrecognized)?;
-    let (digits, unit) = text.split_at(split);
-    let seconds_per_unit: i64 = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        _ => return Err(TimeBoundError::Unrecognized),
-    };
-    if digits.is_empty() {
-        return Err(TimeBoundError::Unrecognized);
-    }
-    digits
-        .parse::<i64>()
-        .ok()
-        .and_then(|n| n.checked_mul(seconds_per_unit))
-        .map(Duration::seconds)
-        .ok_or(TimeBoundError::TooLong)
+    let duration = crate::duration::parse(text).map_err(|e| match e {
+        DurationError::TooLong(_) => TimeBoundError::TooLong,
+        DurationError::NotADuration(_) | DurationError::UnknownUnit { .. } => {
+            TimeBoundError::Unrecognized
+        }
+    })?;
+    Duration::try_from(duration).map_err(|_| TimeBoundError::TooLong)
 }
 
 #[cfg(test)]
@@ -106,6 +97,7 @@ mod tests {
             ("2h", datetime!(2026-11-26 8:00 UTC)),
             ("3d", datetime!(2026-11-23 10:00 UTC)),
             ("0s", now),
+            ("1500ms", datetime!(2026-11-26 9:59:58.5 UTC)),
         ] {
             assert_eq!(TimeBound::parse(text).unwrap().instant(now), at, "{text}");
         }

@@ -669,27 +669,13 @@ pub struct LearnArgs {
     pub command: Vec<String>,
 }
 
-/// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.
+/// Parses a positive duration ([`crate::duration::parse_or_seconds`]:
+/// `500ms`, `10s`, `2m`, `1h`, `3d` or a bare number of seconds) into
+/// milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 500ms, 10s or 2m"))?;
-    let factor = match unit {
-        "ms" => 1,
-        "" | "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => {
-            return Err(format!(
-                "`{text}`: unknown unit `{unit}`; use ms, s, m or h"
-            ))
-        }
-    };
-    n.checked_mul(factor)
+    let duration = crate::duration::parse_or_seconds(text).map_err(|e| e.to_string())?;
+    u64::try_from(duration.as_millis())
+        .ok()
         .filter(|ms| *ms > 0)
         .ok_or_else(|| format!("`{text}` must be a positive duration"))
 }
@@ -704,7 +690,11 @@ mod tests {
         assert_eq!(parse_duration_ms("10s"), Ok(10_000));
         assert_eq!(parse_duration_ms("3"), Ok(3_000));
         assert_eq!(parse_duration_ms("2m"), Ok(120_000));
+        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration_ms("1d"), Ok(86_400_000));
         assert!(parse_duration_ms("0s").is_err());
+        assert!(parse_duration_ms("0").is_err());
+        assert!(parse_duration_ms("18446744073709551615s").is_err());
         assert!(parse_duration_ms("5 weeks").is_err());
     }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::args::{Cli, LearnArgs};
 use super::context::{current_caller, load_config};
@@ -23,7 +23,7 @@ use crate::policy::{Access, Request, RequestKind};
 use crate::printable::printable;
 use crate::program::hash_path;
 use crate::sandbox::launch::StdinSource;
-use crate::sandbox::trace::Use;
+use crate::spawn_result::{NetworkReport, SpawnResult};
 
 /// How long a learned command may run unless `--timeout` says.
 const DEFAULT_TIMEOUT_MS: u64 = 600_000;
@@ -168,9 +168,11 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             _ => None,
         },
     })?;
-    let data = &ran.data;
-    let trace = &data["trace"];
-    if let Some(e) = trace["error"].as_str() {
+    let result = SpawnResult::from_value(&ran.data)
+        .map_err(|e| Failure::internal(format!("the run's result could not be read: {e}")))?;
+    let trace = result.trace.clone().unwrap_or_default();
+    let network = result.network.as_ref();
+    if let Some(e) = &trace.error {
         return Err(Failure::sandbox_unavailable(format!(
             "the trace stopped early ({e}); no draft was written"
         )));
@@ -187,16 +189,24 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         visible: visible.clone(),
         exec_dirs: exec.clone(),
         home,
-        paths: path_uses(&trace["paths"]),
-        executed: executed(&trace["executed"], &writable, &visible),
+        paths: trace
+            .paths
+            .iter()
+            .map(|p| (p.path.clone(), p.how))
+            .collect(),
+        executed: executed(&trace.executed, &writable, &visible),
         env_keys: prepared.request.env.keys().cloned().collect(),
-        network: contacted(&data["network"]),
+        network: network
+            .and_then(|n| n.contacted.clone())
+            .unwrap_or_default(),
         system_paths,
-        duration_ms: data["duration_ms"].as_u64().unwrap_or(0),
-        exit_code: data["exit_code"]
-            .as_i64()
-            .and_then(|c| i32::try_from(c).ok()),
-        refused: refused_lines(&trace["refusals"]),
+        duration_ms: result.duration_ms,
+        exit_code: result.exit_code,
+        refused: trace
+            .refusals
+            .iter()
+            .map(crate::exec::describe_refusal)
+            .collect(),
     };
     let draft = observed.draft(&RealHost);
     parse_manifest("(draft)", &draft.text, LoadOptions::default())
@@ -206,7 +216,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     let mut human = format!(
         "spawnd: wrote {} ({} paths seen, {} programs run{})",
         args.output.display(),
-        trace["paths"].as_array().map_or(0, Vec::len),
+        trace.paths.len(),
         observed.executed.len(),
         match observed.network.len() {
             0 => String::new(),
@@ -216,7 +226,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     for r in &draft.review {
         human.push_str(&format!("\nspawnd: review: {}", printable(r)));
     }
-    let unresolved = trace["unresolved"].as_u64().unwrap_or(0);
+    let unresolved = trace.unresolved;
     if unresolved > 0 {
         human.push_str(&format!(
             "\nspawnd: review: the trace could not read the path of {unresolved} calls (a process gone, or memory it may not read): the draft may lack them"
@@ -227,7 +237,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             "\nspawnd: the command exited {exit}: the draft covers only what it did before"
         ));
     }
-    if let Some(hint) = record_refusals_hint(&data["network"]) {
+    if let Some(hint) = network.and_then(record_refusals_hint) {
         human.push_str(&format!("\nspawnd: {hint}"));
     }
     human.push_str(&format!(
@@ -621,9 +631,9 @@ fn hidden_program(
 /// After a `--net record` run whose connections were refused: what
 /// `--net forward` would show. Record dials nothing, so a command that
 /// stops at its first refused connection never reaches the others.
-fn record_refusals_hint(network: &Value) -> Option<String> {
-    let refused = network["refused"].as_u64().unwrap_or(0);
-    if network["learning"] != "record" || refused == 0 {
+fn record_refusals_hint(network: &NetworkReport) -> Option<String> {
+    let refused = network.refused;
+    if network.learning.as_deref() != Some("record") || refused == 0 {
         return None;
     }
     Some(format!(
@@ -681,13 +691,6 @@ fn observation_manifest(p: &ObservationParts<'_>) -> String {
 }
 
 /// The run's refusals, one line each, for the draft's comments.
-fn refused_lines(refusals: &Value) -> Vec<String> {
-    refusals
-        .as_array()
-        .map(|a| a.iter().map(crate::exec::describe_refusal).collect())
-        .unwrap_or_default()
-}
-
 /// `--env K=V` and `--env K` (from this environment).
 fn env_values(given: &[String]) -> Result<BTreeMap<String, String>, Failure> {
     let mut out = BTreeMap::new();
@@ -706,43 +709,22 @@ fn env_values(given: &[String]) -> Result<BTreeMap<String, String>, Failure> {
     Ok(out)
 }
 
-fn path_uses(paths: &Value) -> Vec<(PathBuf, Use)> {
-    paths
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| {
-                    let path = PathBuf::from(p["path"].as_str()?);
-                    let how = serde_json::from_value::<Use>(p["use"].clone()).ok()?;
-                    Some((path, how))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn executed(
-    list: &Value,
+    list: &[PathBuf],
     writable: &[PathBuf],
     visible: &[PathBuf],
 ) -> Vec<(PathBuf, Option<String>)> {
-    list.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| p.as_str().map(PathBuf::from))
-                .map(|p| {
-                    // The sandbox's own /tmp, /run, /proc and /dev are not
-                    // the host's: a host file there is not what it ran.
-                    let private = ["/tmp", "/run", "/proc", "/dev"].iter().any(|d| {
-                        p.starts_with(d)
-                            && !writable.iter().chain(visible).any(|w| p.starts_with(w))
-                    });
-                    let digest = (!private).then(|| hash_regular_file(&p)).flatten();
-                    (p, digest)
-                })
-                .collect()
+    list.iter()
+        .map(|p| {
+            // The sandbox's own /tmp, /run, /proc and /dev are not the
+            // host's: a host file there is not what it ran.
+            let private = ["/tmp", "/run", "/proc", "/dev"].iter().any(|d| {
+                p.starts_with(d) && !writable.iter().chain(visible).any(|w| p.starts_with(w))
+            });
+            let digest = (!private).then(|| hash_regular_file(p)).flatten();
+            (p.clone(), digest)
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Largest executed file hashed for the draft's comments.
@@ -785,17 +767,6 @@ fn hash_regular_file(path: &Path) -> Option<String> {
 }
 
 /// The `host:port` pairs the run's relay reports dialing.
-fn contacted(network: &Value) -> Vec<String> {
-    network["contacted"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The real filesystem.
 struct RealHost;
 
@@ -817,21 +788,19 @@ mod tests {
 
     #[test]
     fn a_record_run_with_refused_connections_suggests_forward() {
-        let hint =
-            record_refusals_hint(&json!({"learning": "record", "refused": 2})).expect("a hint");
+        let network = |learning: &str, refused: u64| NetworkReport {
+            learning: Some(learning.to_string()),
+            refused,
+            ..NetworkReport::default()
+        };
+        let hint = record_refusals_hint(&network("record", 2)).expect("a hint");
         assert!(
             hint.contains("--net forward") && hint.contains("first destination"),
             "{hint}"
         );
-        assert_eq!(
-            record_refusals_hint(&json!({"learning": "record", "refused": 0})),
-            None
-        );
-        assert_eq!(
-            record_refusals_hint(&json!({"learning": "forward", "refused": 3})),
-            None
-        );
-        assert_eq!(record_refusals_hint(&Value::Null), None);
+        assert_eq!(record_refusals_hint(&network("record", 0)), None);
+        assert_eq!(record_refusals_hint(&network("forward", 3)), None);
+        assert_eq!(record_refusals_hint(&NetworkReport::default()), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub use crate::failure::{Failure, Success};
 
 use crate::exec::Notice;
 use crate::printable::printable_lines;
+use crate::spawn_result::SpawnResult;
 
 /// Writes one line to stdout; a closed reader (`spawnd … | head`) is not an error.
 pub fn print_line(text: &str) {
@@ -66,11 +67,14 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
             let ok = s.exit == 0 || s.keep_ok;
             let mut envelope = json!({"ok": ok, "tool": "spawnd", "command": meta.command, "data": s.data, "meta": meta_json(meta)});
             if !ok {
-                let details = violation_details(&s.data);
-                let message = match details["requested"].as_str() {
-                    Some(requested) => format!("denied ({}): {requested} is not granted; on_violation = \"terminate\" killed the sandbox", details["reason"].as_str().unwrap_or("?")),
+                let violation = SpawnResult::from_value(&s.data)
+                    .ok()
+                    .and_then(|r| r.violation().cloned());
+                let message = match &violation {
+                    Some(v) => format!("denied ({}): {} is not granted; on_violation = \"terminate\" killed the sandbox", v.reason, v.requested),
                     None => s.human.lines().next().unwrap_or("see data").to_string(),
                 };
+                let details = violation_details(&s.data);
                 envelope["error"] =
                     json!({"code": error_code(s.exit), "message": message, "details": details});
             }
@@ -114,17 +118,19 @@ pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i
 
 /// Why spawnd, not the program, chose a finished run's exit code: the
 /// wall time, or an interruption of spawnd; `None` when the code is the
-/// program's own (its exit code, or 128+N after its signal N).
+/// program's own (its exit code, or 128+N after its signal N), or `data` is
+/// not a run's result.
 fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
-    if data["network"]["violation"].is_object() {
+    let result = SpawnResult::from_value(data).ok()?;
+    if result.violation().is_some() {
         Some("permission_denied")
-    } else if data["failed_on_refusal"] == json!(true) {
+    } else if result.failed_on_refusal == Some(true) {
         Some("network egress refused; --fail-on-refusal")
-    } else if data["timed_out"] == json!(true) {
+    } else if result.timed_out {
         Some("timed_out")
-    } else if crate::exec::interrupting_signal(data).is_some() {
+    } else if crate::exec::interrupting_signal(&result).is_some() {
         Some("interrupted")
-    } else if data["interrupted_by"].is_string() {
+    } else if result.interrupted_by.is_some() {
         Some("killed")
     } else {
         None
@@ -135,17 +141,19 @@ fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
 /// "terminate"`): the `capability_denied` the ADR describes, with what was
 /// requested and granted and the audit id; null for any other result.
 fn violation_details(data: &Value) -> Value {
-    let violation = &data["network"]["violation"];
-    if !violation.is_object() {
+    let Some(result) = SpawnResult::from_value(data).ok() else {
         return Value::Null;
-    }
+    };
+    let Some(violation) = result.violation() else {
+        return Value::Null;
+    };
     json!({
         "class": "capability_denied",
-        "connector": data["connector"],
-        "reason": violation["reason"],
-        "requested": violation["requested"],
-        "granted": violation["granted"],
-        "audit_id": data["audit_id"],
+        "connector": result.connector,
+        "reason": violation.reason,
+        "requested": violation.requested,
+        "granted": violation.granted,
+        "audit_id": result.audit_id,
     })
 }
 

@@ -17,8 +17,8 @@ use super::context::{load_config, load_manifest};
 use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, interrupted, watch_interruptions, Client};
 use crate::exec::conclude;
-use crate::exec::result::SpawnResult;
 use crate::failure::FailureKind;
+use crate::spawn_result::SpawnResult;
 
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {

@@ -12,6 +12,7 @@ use super::output::{print_notice, Failure, Success};
 use crate::exec::{execute, Execution, Pump};
 use crate::policy::Access;
 use crate::sandbox::launch::StdinSource;
+use crate::spawn_result::SpawnResult;
 use crate::spawner::Spawner;
 use crate::supervise::{LiveOutput, LiveView};
 
@@ -32,10 +33,17 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
 /// egress ends with [`EXIT_NETWORK_REFUSED`] (`data.failed_on_refusal`);
 /// any other exit code stays as it is, the program's own failure first.
 fn fail_on_refusal(mut ran: Success) -> Success {
-    let refused = !crate::exec::network_refusals(&ran.data["network"]).is_empty();
+    let Ok(mut result) = SpawnResult::from_value(&ran.data) else {
+        return ran;
+    };
+    let refused = result
+        .network
+        .as_ref()
+        .is_some_and(|n| !crate::exec::network_refusals(n).is_empty());
     if refused && ran.exit == 0 {
         ran.exit = EXIT_NETWORK_REFUSED;
-        ran.data["failed_on_refusal"] = serde_json::json!(true);
+        result.failed_on_refusal = Some(true);
+        ran.data = result.to_value();
     }
     ran
 }

@@ -1,9 +1,12 @@
 //! Request lines as frames, at most `max_frame_bytes` each. A line over
 //! the cap is one [`Frame::TooLong`], and the rest of it is read and
 //! dropped up to its newline, so the peer can finish writing it and read
-//! the error, and the connection goes on. (`LinesCodec` reports such a
-//! line as an error, after which a framed stream ends: the connection
-//! would close under a peer still writing.)
+//! the error, and the connection goes on.
+//!
+//! Hand-written rather than `tokio_util`'s `LinesCodec`: that codec reports
+//! such a line as an error, after which a framed stream ends, so the
+//! connection would close under a peer still writing; it reports a line
+//! that is not UTF-8 as an I/O error, with the same end.
 
 use bytes::{Buf, BytesMut};
 use tokio_util::codec::Decoder;

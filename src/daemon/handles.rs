@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::exec::{Interruption, SpawnFiled};
@@ -110,8 +110,9 @@ pub(super) struct HandleState {
     pub(super) past_cap: [PastCap; 2],
     /// This handle's share of the output budget.
     pub(super) reservation: Option<crate::shares::Taken>,
-    /// The `run --json` result data, once the sandbox is gone.
-    pub(super) result: Option<Value>,
+    /// The run's result (without the streams' bytes, which are
+    /// `output`), once the sandbox is gone.
+    pub(super) result: Option<crate::spawn_result::SpawnResult>,
     /// An error after the program started (supervision or audit failure).
     pub(super) error: Option<String>,
     pub(super) ended_at: Option<Instant>,

@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 
 use super::connection::Connection;
 use super::detached::Lease;
-use super::handles::{new_handle_name, HandleOptions, HandleSink, SpawnAbout};
+use super::handles::{new_handle_name, HandleOptions, HandleSink, HandleState, SpawnAbout};
 pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
@@ -54,6 +54,7 @@ use crate::program::ProgramOpener;
 use crate::rpc::{self, RpcError};
 use crate::sandbox::launch::StdinSource;
 use crate::shares::{Claim, Taken};
+use crate::spawn_result::SpawnResult;
 use crate::spawner::Spawner;
 use crate::supervise::Leaving;
 
@@ -498,16 +499,16 @@ fn hand_over(handle: &Handle, result: Result<Success, Failure>, early: Option<St
         (Err(f), Some(tx)) => {
             let _ = tx.send(Err(rpc_error(f)));
         }
-        (Ok(s), _) => handle.with(|st| {
-            let mut data = s.data;
-            // The streams' bytes live once, in the buffers.
-            for key in ["stdout", "stderr"] {
-                if let Some(stream) = data[key].as_object_mut() {
-                    stream.remove("text");
-                    stream.remove("base64");
+        (Ok(s), _) => handle.with(|st| match SpawnResult::from_value(&s.data) {
+            Ok(mut result) => {
+                // The streams' bytes live once, in the buffers.
+                for stream in [&mut result.stdout, &mut result.stderr] {
+                    stream.text = None;
+                    stream.base64 = None;
                 }
+                st.result = Some(result);
             }
-            st.result = Some(data);
+            Err(e) => st.error = Some(format!("the run's result could not be read: {e}")),
         }),
         (Err(f), None) => handle.with(|st| st.error = Some(f.message)),
     }
@@ -660,21 +661,23 @@ fn refused_before_the_program(
 /// the streams' bytes.
 pub(super) fn status(h: &Handle) -> Result<Value, RpcError> {
     released_first(h)?;
-    let mut v = status_without_output(h);
-    if h.with(|s| s.result.is_some()) {
-        h.with(|s| {
-            for (w, key) in ["stdout", "stderr"].into_iter().enumerate() {
-                match std::str::from_utf8(&s.output[w]) {
-                    Ok(text) => v[key]["text"] = json!(text),
-                    Err(_) => {
-                        v[key]["base64"] =
-                            json!(base64::engine::general_purpose::STANDARD.encode(&s.output[w]))
-                    }
+    let with_output = h.with(|s| {
+        let mut result = s.result.clone()?;
+        for (w, stream) in [&mut result.stdout, &mut result.stderr]
+            .into_iter()
+            .enumerate()
+        {
+            match std::str::from_utf8(&s.output[w]) {
+                Ok(text) => stream.text = Some(text.to_string()),
+                Err(_) => {
+                    stream.base64 =
+                        Some(base64::engine::general_purpose::STANDARD.encode(&s.output[w]))
                 }
             }
-        });
-    }
-    Ok(v)
+        }
+        Some(ended_status(&result))
+    });
+    Ok(with_output.unwrap_or_else(|| status_without_output(h)))
 }
 
 /// A handle released before an answer about it was written: its output is
@@ -693,24 +696,40 @@ fn released_first(h: &Handle) -> Result<(), RpcError> {
 /// (their sizes, hashes and `truncated` stay): `spawn_exited`'s status.
 pub(super) fn status_without_output(h: &Handle) -> Value {
     h.with(|s| match (&s.result, &s.error, s.ended_at) {
-        (Some(data), _, _) => {
-            let state = if data["timed_out"] == json!(true) {
-                "timed_out"
-            } else if !data["signal"].is_null() {
-                "signaled"
-            } else {
-                "exited"
-            };
-            let mut v = data.clone();
-            v["state"] = json!(state);
-            v
-        }
+        (Some(result), _, _) => ended_status(result),
         (None, Some(e), _) => json!({"state": "failed", "error": e}),
         _ => json!({
             "state": "running",
             "duration_ms": s.started_at.map_or(0, |t| t.elapsed().as_millis() as u64),
         }),
     })
+}
+
+/// A handle's state: `running`, `failed`, or how its program ended.
+fn state_of(s: &HandleState) -> &'static str {
+    match (&s.result, &s.error) {
+        (Some(result), _) => ended_state(result),
+        (None, Some(_)) => "failed",
+        (None, None) => "running",
+    }
+}
+
+/// How a finished program ended: `timed_out`, `signaled` or `exited`.
+fn ended_state(result: &SpawnResult) -> &'static str {
+    if result.timed_out {
+        "timed_out"
+    } else if result.signal.is_some() {
+        "signaled"
+    } else {
+        "exited"
+    }
+}
+
+/// A finished run's status: its result and its `state`.
+fn ended_status(result: &SpawnResult) -> Value {
+    let mut v = result.to_value();
+    v["state"] = json!(ended_state(result));
+    v
 }
 
 /// `spawn_wait`: the first of `named` (in their order) that has ended, and
@@ -731,7 +750,7 @@ pub(super) async fn wait_any(
         if let Some((first, h)) = ended.first() {
             return Ok(json!({
                 "handle": first,
-                "state": status_without_output(h)["state"],
+                "state": h.with(|s| state_of(s)),
                 "ended": ended.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
             }));
         }
@@ -754,11 +773,10 @@ fn which(which: Option<u64>) -> Result<usize, RpcError> {
 pub(super) fn output_size(h: &Handle, stream: Option<u64>) -> Result<Value, RpcError> {
     let w = which(stream)?;
     Ok(h.with(|s| {
-        let key = ["stdout", "stderr"][w];
         let truncated = s
             .result
             .as_ref()
-            .is_some_and(|r| r[key]["truncated"] == json!(true));
+            .is_some_and(|r| [&r.stdout, &r.stderr][w].truncated);
         json!({"bytes": s.output[w].len(), "truncated": truncated})
     }))
 }

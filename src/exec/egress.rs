@@ -39,6 +39,9 @@ use crate::relay::{
 };
 use crate::sandbox::network::Listeners;
 use crate::shares::Claim;
+use crate::spawn_result::{
+    Connection, DnsRefused, NetworkReport, RefusalsOfAKind, UnreportedConnections, Violation,
+};
 use crate::supervise::Killer;
 
 /// Connection records kept for the result; more are counted, not listed
@@ -88,7 +91,7 @@ impl NetAudit {
 /// name refused. Counts and totals go into the exit record instead.
 fn net_record(event: &NetEvent) -> Option<Value> {
     match event {
-        NetEvent::Connection(record) => Some(connection_json(record)),
+        NetEvent::Connection(record) => serde_json::to_value(connection(record)).ok(),
         NetEvent::DnsRefused { name, record_type } => Some(json!({
             "protocol": "dns",
             "query": name,
@@ -211,8 +214,8 @@ pub(super) struct Reported {
     summary: Option<Summary>,
     error: Option<String>,
     /// Under `on_violation = "terminate"`, the refused egress that ended
-    /// the sandbox: `{requested, reason, granted}`.
-    violation: Option<Value>,
+    /// the sandbox.
+    violation: Option<Violation>,
     /// A learning spawn's mode, and what its program contacted.
     learning: Option<Learning>,
     contacted: Vec<Grant>,
@@ -379,11 +382,11 @@ async fn record(
         // sandbox at once.
         if let (Some(trip), None) = (&trip, &reported.violation) {
             if let Some((requested, reason)) = batch.iter().find_map(violation_of) {
-                reported.violation = Some(json!({
-                    "requested": requested,
-                    "reason": reason,
-                    "granted": trip.granted,
-                }));
+                reported.violation = Some(Violation {
+                    requested,
+                    reason: reason.to_string(),
+                    granted: trip.granted.clone(),
+                });
                 trip.tripwire.trip();
             }
         }
@@ -449,99 +452,84 @@ impl Reported {
         }
     }
 
-    /// The result's `network` object: totals, each connection that reached
-    /// its server and the first refusal of each kind, how often each kind
-    /// of refusal happened, and the names the DNS stub refused; for a
-    /// learning spawn, also its mode and the `host:port` pairs its program
-    /// contacted, sorted, each once.
-    pub(super) fn to_json(&self) -> Value {
+    /// The result's `network`: totals, each connection that reached its
+    /// server and the first refusal of each kind, how often each kind of
+    /// refusal happened, and the names the DNS stub refused; for a learning
+    /// spawn, also its mode and the `host:port` pairs its program contacted,
+    /// sorted, each once.
+    pub(super) fn to_report(&self) -> NetworkReport {
         let summary = self.summary.unwrap_or_default();
-        let connections: Vec<Value> = self.connections.iter().map(connection_json).collect();
-        let dns_refused: Vec<Value> = self
-            .dns_refused
-            .iter()
-            .map(|(name, kind)| json!({"name": name, "type": kind}))
-            .collect();
-        let refusals: Vec<Value> = self
-            .refusals
-            .iter()
-            .map(|c| {
-                let mut v = json!({
-                    "host": c.kind.host.to_string(),
-                    "port": c.kind.port,
-                    "protocol": c.kind.transport.as_str(),
-                    "reason": c.kind.reason,
-                    "count": c.count,
-                });
-                if let Some(n) = c.kind.transport.ip_protocol() {
-                    v["ip_protocol"] = json!(n);
-                }
-                v
-            })
-            .collect();
-        let unreported: Vec<Value> = self
-            .unreported
-            .iter()
-            .map(|c| {
-                json!({
-                    "host": c.host.to_string(),
-                    "port": c.port,
-                    "count": c.count,
-                    "refused": c.refused,
-                    "bytes_up": c.bytes_up,
-                    "bytes_down": c.bytes_down,
-                })
-            })
-            .collect();
-        let mut v = json!({
-            "connections": summary.connections,
-            "refused": summary.refused,
-            "bytes_up": summary.bytes_up,
-            "bytes_down": summary.bytes_down,
-            "listed": connections,
-            "unlisted": self.unlisted,
-            "refusals": refusals,
-            "refusals_unreported": self.refusals_unreported,
-            "connections_unreported": unreported,
-            "dns_refused": dns_refused,
-            "dns_refused_more": self.dns_refused_more,
-        });
-        if let Some(learning) = self.learning {
-            v["learning"] = json!(learning.as_str());
+        let learning = self.learning.map(|l| {
             let contacted: Vec<String> = self.contacted.iter().map(Grant::to_string).collect();
-            v["contacted"] = json!(contacted);
-            v["contacted_unlisted"] = json!(self.contacted_unlisted);
+            (l.as_str().to_string(), contacted, self.contacted_unlisted)
+        });
+        NetworkReport {
+            connections: summary.connections,
+            refused: summary.refused,
+            bytes_up: summary.bytes_up,
+            bytes_down: summary.bytes_down,
+            listed: self.connections.iter().map(connection).collect(),
+            unlisted: self.unlisted,
+            refusals: self
+                .refusals
+                .iter()
+                .map(|c| RefusalsOfAKind {
+                    host: c.kind.host.to_string(),
+                    port: c.kind.port,
+                    protocol: c.kind.transport.as_str().to_string(),
+                    ip_protocol: c.kind.transport.ip_protocol(),
+                    reason: c.kind.reason.to_string(),
+                    count: c.count,
+                })
+                .collect(),
+            refusals_unreported: self.refusals_unreported,
+            connections_unreported: self
+                .unreported
+                .iter()
+                .map(|c| UnreportedConnections {
+                    host: c.host.to_string(),
+                    port: c.port,
+                    count: c.count,
+                    refused: c.refused,
+                    bytes_up: c.bytes_up,
+                    bytes_down: c.bytes_down,
+                })
+                .collect(),
+            dns_refused: self
+                .dns_refused
+                .iter()
+                .map(|(name, kind)| DnsRefused {
+                    name: name.clone(),
+                    record_type: kind.clone(),
+                })
+                .collect(),
+            dns_refused_more: self.dns_refused_more,
+            learning: learning.as_ref().map(|(mode, _, _)| mode.clone()),
+            contacted: learning.as_ref().map(|(_, contacted, _)| contacted.clone()),
+            contacted_unlisted: learning.as_ref().map(|(_, _, unlisted)| *unlisted),
+            error: self.error.clone(),
+            violation: self.violation.clone(),
         }
-        if let Some(e) = &self.error {
-            v["error"] = json!(e);
-        }
-        if let Some(violation) = &self.violation {
-            v["violation"] = violation.clone();
-        }
-        v
     }
 }
 
-fn connection_json(c: &ConnectionRecord) -> Value {
-    let mut v = json!({
-        "protocol": c.transport.as_str(),
-        "host": c.host.to_string(),
-        "port": c.port,
-        "dialed": c.dialed.map(|a| a.to_string()),
-        "allowed": c.allowed,
-        "connected": c.connected,
-        "reason": c.reason,
-        "denial": c.denial.map(|d| d.to_string()),
-        "sni": c.sni,
-        "error": c.error,
-        "bytes_up": c.bytes_up,
-        "bytes_down": c.bytes_down,
-        "duration_ms": c.duration_ms,
-    });
-    if let Some(n) = c.transport.ip_protocol() {
-        v["ip_protocol"] = json!(n);
+fn connection(c: &ConnectionRecord) -> Connection {
+    Connection {
+        protocol: c.transport.as_str().to_string(),
+        ip_protocol: c.transport.ip_protocol(),
+        host: c.host.to_string(),
+        port: c.port,
+        dialed: c.dialed.map(|a| a.to_string()),
+        allowed: c.allowed,
+        connected: c.connected,
+        reason: c.reason.map(String::from),
+        denial: c.denial.map(|d| d.to_string()),
+        sni: c.sni.clone(),
+        error: c.error.clone(),
+        bytes_up: c.bytes_up,
+        bytes_down: c.bytes_down,
+        duration_ms: c.duration_ms,
     }
-    v
 }
 
 #[cfg(test)]
@@ -620,7 +608,7 @@ mod tests {
     #[test]
     fn a_learning_result_lists_its_mode_and_contacted_pairs_and_a_granted_one_does_not() {
         let mut reported = Reported::default();
-        let granted = reported.to_json();
+        let granted = serde_json::to_value(reported.to_report()).unwrap();
         assert!(granted.get("learning").is_none() && granted.get("contacted").is_none());
         reported.learning = Some(Learning::Forward);
         reported.take(NetEvent::Contacted {
@@ -630,7 +618,7 @@ mod tests {
             ],
             unlisted: 2,
         });
-        let learned = reported.to_json();
+        let learned = serde_json::to_value(reported.to_report()).unwrap();
         assert_eq!(learned["learning"], "forward");
         assert_eq!(
             learned["contacted"],

@@ -15,7 +15,6 @@ mod prepared;
 mod records;
 mod refusals;
 mod report;
-pub mod result;
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -245,7 +244,7 @@ fn execute_inner<'a>(
         },
         leaving,
     ) = supervise_started(&audit, &decided, running, supervision, egress, tracer)?;
-    let trace = trace.map(|t| refusals::trace_json(&t, &spec, &|p| p.symlink_metadata().is_ok()));
+    let trace = trace.map(|t| refusals::trace_report(&t, &spec, &|p| p.symlink_metadata().is_ok()));
     let timings = time_spent(&plan, gated, prepared_sandbox, &decided, &outcome.phases);
     let ended_by = x.ended_by.as_ref().and_then(|f| f());
     let ran = Ran {
@@ -363,8 +362,8 @@ fn planned_sandbox(ordered: &Ordered, identity: &Identity) -> Value {
 
 /// The private /tmp and /dev/shm as a spec gives them: sizes, and whether
 /// /tmp's files may be executed (`tmp_exec`).
-pub(super) fn tmpfs_of(spec: &SandboxSpec) -> result::Tmpfs {
-    result::Tmpfs {
+pub(super) fn tmpfs_of(spec: &SandboxSpec) -> crate::spawn_result::Tmpfs {
+    crate::spawn_result::Tmpfs {
         tmp_bytes: spec.tmpfs.tmp,
         tmp_exec: spec.tmp_exec,
         dev_shm_bytes: spec.tmpfs.shm,
@@ -517,7 +516,7 @@ fn supervise_started<'s>(
     let supervised = supervise_to_report(running, supervision);
     // The relay ends with the sandbox, and its records are durable before
     // the exit record, however the sandbox ended.
-    let network = egress.map(|e| e.finish().to_json());
+    let network = egress.map(|e| e.finish().to_report());
     let trace = tracer.map(Tracer::finish);
     match supervised {
         Ok((outcome, leaving)) => Ok((
@@ -541,7 +540,7 @@ fn supervise_started<'s>(
 /// gone.
 struct Supervised {
     outcome: Outcome,
-    network: Option<Value>,
+    network: Option<crate::spawn_result::NetworkReport>,
     /// What a traced run's tracer saw.
     trace: Option<Trace>,
 }
@@ -587,7 +586,7 @@ fn time_spent(
     prepared_sandbox: Duration,
     decided: &Decided,
     phases: &Phases,
-) -> result::Timings {
+) -> crate::spawn_result::Timings {
     tracing::debug!(
         connector = %plan.connector,
         op = %plan.op,
@@ -601,7 +600,7 @@ fn time_spent(
         teardown_us = phases.teardown_us,
         "sandbox finished"
     );
-    result::Timings {
+    crate::spawn_result::Timings {
         gate_us: gated.as_micros() as u64,
         spec_and_filter_us: (prepared_sandbox - gated).as_micros() as u64,
         audit_commit_us: decided.commit_took.as_micros() as u64,

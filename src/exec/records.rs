@@ -11,6 +11,7 @@ use crate::audit::events::{self, Actor};
 use crate::audit::{AuditError, AuditLog, Kind, Unsynced};
 use crate::failure::{Failure, Success};
 use crate::policy::Caller;
+use crate::spawn_result::SpawnResult;
 
 /// One spawn's audit trail: the log, the caller every record names, and who
 /// is told when an exit record cannot be written (the result or failure is
@@ -117,7 +118,17 @@ impl SpawnAudit<'_> {
         interrupter: Option<&Actor>,
     ) -> (Result<Success, Failure>, Option<Unsynced>) {
         let mut body = match &reported {
-            Ok(s) => events::exit(&s.data),
+            Ok(s) => match SpawnResult::from_value(&s.data) {
+                Ok(result) => events::exit(&result),
+                Err(e) => {
+                    let mut m = serde_json::Map::new();
+                    m.insert(
+                        "failed".to_string(),
+                        json!(format!("the run's result could not be read: {e}")),
+                    );
+                    m
+                }
+            },
             Err((key, f)) => {
                 let mut m = serde_json::Map::new();
                 m.insert((*key).to_string(), json!(f.message));

@@ -8,57 +8,42 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-use serde_json::{json, Value};
-
 use crate::sandbox::spec::{Access, MountKind, SandboxSpec};
 use crate::sandbox::trace::{Trace, Use};
-
-/// One wall the program met.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Refusal {
-    /// Which layer: `mount_namespace` (the path is not in the sandbox:
-    /// ENOENT), `read_only_mount` (EROFS), `noexec` (EACCES: the mount is
-    /// noexec and Landlock grants no execution), `landlock` (EACCES), or
-    /// `seccomp` (the filter refused the call).
-    pub layer: &'static str,
-    /// The errno the program got.
-    pub errno: &'static str,
-    /// The call (`openat`, `execve`, `ptrace`…).
-    pub call: String,
-    /// The path it named, for a path call.
-    pub path: Option<PathBuf>,
-    /// How it used the path.
-    #[serde(rename = "use")]
-    pub how: Option<Use>,
-    /// How many calls met this wall.
-    pub calls: u64,
-    /// What would move it.
-    pub fix: String,
-}
+pub use crate::spawn_result::Refusal;
+use crate::spawn_result::{TraceReport, TracedPath};
 
 /// Paths the sandbox provides itself, whose refusals are its design rather
 /// than a manifest's gap.
 const PROVIDED: &[&str] = &["/proc", "/dev", "/sys", "/tmp"];
 
-/// The `trace` object of a traced run's result: what was seen, and the
-/// refusals among it (the spec decides what the sandbox granted; `exists`
-/// says whether the host has a path).
-pub(super) fn trace_json(
+/// The `trace` of a traced run's result: what was seen, and the refusals
+/// among it (the spec decides what the sandbox granted; `exists` says
+/// whether the host has a path).
+pub(super) fn trace_report(
     trace: &Trace,
     spec: &SandboxSpec,
     exists: &dyn Fn(&Path) -> bool,
-) -> Value {
-    json!({
-        "refusals": refusals(trace, spec, exists),
-        "paths": trace.paths,
-        "executed": trace.executed,
-        "refused_calls": trace.refused,
-        "unresolved": trace.unresolved,
-        "dropped": trace.dropped,
-        "sync_wake_up": trace.sync_wake_up,
-        "error": trace.error,
-    })
+) -> TraceReport {
+    TraceReport {
+        refusals: refusals(trace, spec, exists),
+        paths: trace
+            .paths
+            .iter()
+            .map(|used| TracedPath {
+                path: used.path.clone(),
+                how: used.how,
+                call: used.call.to_string(),
+                calls: used.calls,
+            })
+            .collect(),
+        executed: trace.executed.clone(),
+        refused_calls: trace.refused.clone(),
+        unresolved: trace.unresolved,
+        dropped: trace.dropped,
+        sync_wake_up: trace.sync_wake_up,
+        error: trace.error.clone(),
+    }
 }
 
 /// The walls in `trace`: seccomp's refusals first, then each path use the
@@ -68,8 +53,8 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         .refused
         .iter()
         .map(|r| Refusal {
-            layer: "seccomp",
-            errno: errno_name(r.errno),
+            layer: "seccomp".into(),
+            errno: errno_name(r.errno).into(),
             call: r.call.clone(),
             path: None,
             how: None,
@@ -92,8 +77,8 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         {
             // A program made in the sandbox's own /tmp and run from there.
             out.push(Refusal {
-                layer: "noexec",
-                errno: "EACCES",
+                layer: "noexec".into(),
+                errno: "EACCES".into(),
                 call: used.call.to_string(),
                 path: Some(used.path.clone()),
                 how: Some(used.how),
@@ -109,8 +94,8 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         {
             // The host's file, hidden by the sandbox's own /tmp.
             out.push(Refusal {
-                layer: "mount_namespace",
-                errno: "ENOENT",
+                layer: "mount_namespace".into(),
+                errno: "ENOENT".into(),
                 call: used.call.to_string(),
                 path: Some(used.path.clone()),
                 how: Some(used.how),
@@ -130,8 +115,8 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         if written_for_the_sandbox(spec, &used.path) {
             if matches!(used.how, Use::Write | Use::Create | Use::Remove) {
                 out.push(Refusal {
-                    layer: "read_only_mount",
-                    errno: "EROFS",
+                    layer: "read_only_mount".into(),
+                    errno: "EROFS".into(),
                     call: used.call.to_string(),
                     path: Some(used.path.clone()),
                     how: Some(used.how),
@@ -157,8 +142,8 @@ pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> boo
         let new_file = used.how == Use::Write && !exists(&used.path);
         if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how, new_file, exists) {
             out.push(Refusal {
-                layer,
-                errno,
+                layer: layer.into(),
+                errno: errno.into(),
                 call: used.call.to_string(),
                 path: Some(used.path.clone()),
                 how: Some(used.how),
@@ -338,23 +323,17 @@ fn errno_name(errno: i32) -> &'static str {
 
 /// One line per refusal, for a person: the layer, the call and path, the
 /// fix.
-pub fn describe(r: &Value) -> String {
-    let text = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-    let calls = match r["calls"].as_u64() {
-        Some(1) => "1 call".to_string(),
-        Some(n) => format!("{n} calls"),
-        None => "calls".to_string(),
+pub fn describe(r: &Refusal) -> String {
+    let calls = match r.calls {
+        1 => "1 call".to_string(),
+        n => format!("{n} calls"),
     };
-    let target = match r["path"].as_str() {
-        Some(p) => format!("{} {p} ({}, {calls})", text("call"), text("use")),
-        None => format!("{} ({calls})", text("call")),
+    let target = match (&r.path, r.how) {
+        (Some(p), Some(how)) => format!("{} {} ({}, {calls})", r.call, p.display(), how.as_str()),
+        (Some(p), None) => format!("{} {} ({calls})", r.call, p.display()),
+        (None, _) => format!("{} ({calls})", r.call),
     };
-    format!(
-        "refused by {} ({}): {target}; {}",
-        text("layer"),
-        text("errno"),
-        text("fix")
-    )
+    format!("refused by {} ({}): {target}; {}", r.layer, r.errno, r.fix)
 }
 
 #[cfg(test)]
@@ -438,9 +417,10 @@ mod tests {
             ..Trace::default()
         };
         let exists = |p: &Path| !p.starts_with("/nowhere");
-        let got: Vec<(&str, Option<PathBuf>)> = refusals(&trace, &spec(), &exists)
-            .into_iter()
-            .map(|r| (r.layer, r.path))
+        let found = refusals(&trace, &spec(), &exists);
+        let got: Vec<(&str, Option<PathBuf>)> = found
+            .iter()
+            .map(|r| (r.layer.as_str(), r.path.clone()))
             .collect();
         assert_eq!(
             got,
@@ -498,7 +478,7 @@ mod tests {
         let by_path = |p: &str| {
             got.iter()
                 .find(|r| r.path.as_deref() == Some(Path::new(p)))
-                .map(|r| (r.layer, r.fix.clone()))
+                .map(|r| (r.layer.clone(), r.fix.clone()))
         };
         assert_eq!(by_path("/etc/passwd"), None, "{got:?}");
         let (layer, fix) = by_path("/etc/hosts").unwrap();
@@ -552,7 +532,7 @@ mod tests {
         let got = refusals(&trace, &spec, &|_: &Path| true);
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(
-            (got[0].layer, got[0].path.as_deref()),
+            (got[0].layer.as_str(), got[0].path.as_deref()),
             ("landlock", Some(Path::new("/usr/bin/ld")))
         );
         assert!(got[0].fix.contains("also_runs"), "{}", got[0].fix);

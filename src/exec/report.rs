@@ -3,17 +3,17 @@
 //! byte counts and sha256), the notices a person reading it should see, and
 //! the exit code (the child's, 128+N after signal N, 124 after the wall time).
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::launching::Identity;
 use super::notice::{Notice, OnNotice};
-use super::result::{
-    ExecutableFile, Execute, Isolation, Landlock, ProgramRun, Seccomp, SpawnResult, StreamOutput,
-    Timings,
-};
 use crate::failure::{Failure, Success};
 use crate::plan::{ExecPlan, GrantedAs, SpawnPlan};
 use crate::sandbox::spec::{Access, SandboxSpec};
+use crate::spawn_result::{
+    ExecutableFile, Execute, Isolation, Landlock, NetworkReport, ProgramRun, Seccomp, SpawnResult,
+    StreamOutput, Timings, TraceReport,
+};
 use crate::supervise::{Captured, Ending, Outcome};
 
 /// Everything known about a finished run, for the report.
@@ -27,9 +27,9 @@ pub(super) struct Ran<'a> {
     pub(super) outcome: Outcome,
     pub(super) timings: Timings,
     /// What the relay reported, for a spawn with network grants.
-    pub(super) network: Option<Value>,
+    pub(super) network: Option<NetworkReport>,
     /// What the tracer saw, for a traced run.
-    pub(super) trace: Option<Value>,
+    pub(super) trace: Option<TraceReport>,
 }
 
 fn stream_output(c: &Captured) -> StreamOutput {
@@ -176,7 +176,7 @@ pub(super) fn report(
         .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
         .map(|s| s.as_str());
     // `on_violation = "terminate"`: the relay killed the sandbox.
-    let killed_for_violation = network.as_ref().is_some_and(|n| n["violation"].is_object());
+    let killed_for_violation = network.as_ref().is_some_and(|n| n.violation.is_some());
     let interrupted_by = match killed_for_violation {
         true => Some(NETWORK_VIOLATION.to_string()),
         false => interrupted_by(o.interrupted_by, ended_by),
@@ -249,8 +249,8 @@ fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Option
 
 /// The signal number of an `interrupted_by` that names a signal to
 /// spawnd, for its exit code (128 + N).
-pub fn interrupting_signal(data: &Value) -> Option<i32> {
-    signal_named(data["interrupted_by"].as_str()?)
+pub fn interrupting_signal(result: &SpawnResult) -> Option<i32> {
+    signal_named(result.interrupted_by.as_deref()?)
 }
 
 /// The number of the signal `name` names (`SIGINT`), if it names one.
@@ -279,11 +279,7 @@ pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Suc
         _ => 10,
     };
     // Killed for a refused egress: a denial, whatever the program did.
-    let violation = result
-        .network
-        .as_ref()
-        .map(|n| &n["violation"])
-        .filter(|v| v.is_object());
+    let violation = result.violation();
     let exit = match violation {
         Some(_) => EXIT_DENIED,
         None => exit,
@@ -316,8 +312,8 @@ pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Suc
         }
         if let Some(violation) = violation {
             on_notice(Notice::NetworkViolation {
-                requested: violation["requested"].as_str().unwrap_or("?").to_string(),
-                reason: violation["reason"].as_str().unwrap_or("?").to_string(),
+                requested: violation.requested.clone(),
+                reason: violation.reason.clone(),
             });
         }
         if let Some(trace) = &result.trace {
@@ -346,30 +342,32 @@ pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Suc
 /// `network` object: each refused destination with its count, reason and
 /// what would grant it, then each DNS name refused. Empty when nothing was
 /// refused (or the spawn had no network).
-pub fn network_refusals(network: &Value) -> Vec<Notice> {
+pub fn network_refusals(network: &NetworkReport) -> Vec<Notice> {
     let mut refused = Vec::new();
-    for r in network["refusals"].as_array().into_iter().flatten() {
-        let (host, port) = (r["host"].as_str().unwrap_or("?"), &r["port"]);
-        let reason = r["reason"].as_str().unwrap_or("refused");
-        let (what, grant) = match r["protocol"].as_str() {
-            Some("udp") => (
+    for r in &network.refusals {
+        let (host, port) = (r.host.as_str(), r.port);
+        let (what, grant) = match r.protocol.as_str() {
+            "udp" => (
                 format!("{host}:{port}/udp"),
                 "nothing: UDP leaves a sandbox only as DNS to spawnd's stub (grants are TCP)"
                     .to_string(),
             ),
-            Some("other") => (
-                format!("{host} (IP protocol {})", r["ip_protocol"]),
+            "other" => (
+                format!(
+                    "{host} (IP protocol {})",
+                    r.ip_protocol.map_or("null".to_string(), |n| n.to_string())
+                ),
                 "nothing: only TCP to granted destinations and DNS to spawnd's stub leave a sandbox, without IP options or IPv6 extension headers".to_string(),
             ),
             _ => (
                 format!("{host}:{port}"),
-                what_would_grant(reason, host, port),
+                what_would_grant(&r.reason, host, &port.to_string()),
             ),
         };
         refused.push(Notice::NetworkRefused {
             what,
-            count: r["count"].as_u64().unwrap_or(1),
-            reason: reason.to_string(),
+            count: r.count,
+            reason: r.reason.clone(),
             grant,
         });
     }
@@ -377,10 +375,10 @@ pub fn network_refusals(network: &Value) -> Vec<Notice> {
     // ClientHello): listed one by one within the budget, counted by
     // destination past it.
     let mut dialed: Vec<(String, String, u64)> = Vec::new();
-    for c in network["listed"].as_array().into_iter().flatten() {
-        if c["allowed"] == false && !c["dialed"].is_null() {
-            let what = format!("{}:{}", c["host"].as_str().unwrap_or("?"), c["port"]);
-            let reason = c["reason"].as_str().unwrap_or("refused").to_string();
+    for c in &network.listed {
+        if !c.allowed && c.dialed.is_some() {
+            let what = format!("{}:{}", c.host, c.port);
+            let reason = c.reason.clone().unwrap_or_else(|| "refused".to_string());
             match dialed
                 .iter_mut()
                 .find(|(w, r, _)| *w == what && *r == reason)
@@ -393,50 +391,43 @@ pub fn network_refusals(network: &Value) -> Vec<Notice> {
     for (what, reason, count) in dialed {
         let (host, port) = what.rsplit_once(':').unwrap_or((&what, "?"));
         refused.push(Notice::NetworkRefused {
-            grant: what_would_grant(&reason, host, &json!(port)),
+            grant: what_would_grant(&reason, host, port),
             what,
             count,
             reason,
         });
     }
-    for c in network["connections_unreported"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let count = c["refused"].as_u64().unwrap_or(0);
-        if count > 0 {
+    for c in &network.connections_unreported {
+        if c.refused > 0 {
             refused.push(Notice::NetworkRefused {
-                what: format!("{}:{}", c["host"].as_str().unwrap_or("?"), c["port"]),
-                count,
+                what: format!("{}:{}", c.host, c.port),
+                count: c.refused,
                 reason: "refused after the dial".into(),
                 grant: "the audit log's exit record counts them; the first of each kind has a net record".into(),
             });
         }
     }
-    let unreported = network["refusals_unreported"].as_u64().unwrap_or(0);
-    if unreported > 0 {
+    if network.refusals_unreported > 0 {
         refused.push(Notice::NetworkRefused {
             what: "other destinations".into(),
-            count: unreported,
+            count: network.refusals_unreported,
             reason: "of other kinds".into(),
             grant: "the audit log's net records list them".into(),
         });
     }
-    for d in network["dns_refused"].as_array().into_iter().flatten() {
-        let name = d["name"].as_str().unwrap_or("?");
+    for d in &network.dns_refused {
+        let name = &d.name;
         refused.push(Notice::NetworkRefused {
-            what: format!("DNS {name} ({})", d["type"].as_str().unwrap_or("?")),
+            what: format!("DNS {name} ({})", d.record_type),
             count: 1,
             reason: crate::relay::reason::NOT_GRANTED.into(),
             grant: format!("grant \"{name}:PORT\" in the manifest's network"),
         });
     }
-    let more = network["dns_refused_more"].as_u64().unwrap_or(0);
-    if more > 0 {
+    if network.dns_refused_more > 0 {
         refused.push(Notice::NetworkRefused {
             what: "other DNS names".into(),
-            count: more,
+            count: network.dns_refused_more,
             reason: crate::relay::reason::NOT_GRANTED.into(),
             grant: "the audit log's net records list them".into(),
         });
@@ -446,7 +437,7 @@ pub fn network_refusals(network: &Value) -> Vec<Notice> {
 
 /// What would let a refused connection to `host:port` through, by the
 /// refusal's reason (docs/network.md lists them).
-fn what_would_grant(reason: &str, host: &str, port: &Value) -> String {
+fn what_would_grant(reason: &str, host: &str, port: &str) -> String {
     use crate::relay::reason;
     match reason {
         reason::NOT_GRANTED => format!("grant \"{host}:{port}\" in the manifest's network"),
@@ -503,10 +494,8 @@ const REFUSALS_SHOWN: usize = 20;
 
 /// A traced run's refusals, one notice each (the first
 /// [`REFUSALS_SHOWN`]), and what the trace could not see.
-fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
-    let Some(refusals) = trace["refusals"].as_array() else {
-        return;
-    };
+fn tell_refusals(trace: &TraceReport, on_notice: OnNotice<'_>) {
+    let refusals = &trace.refusals;
     for r in refusals.iter().take(REFUSALS_SHOWN) {
         on_notice(Notice::Refused {
             line: super::refusals::describe(r),
@@ -525,7 +514,7 @@ fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
             line: "the trace saw no refusal by the sandbox".into(),
         });
     }
-    if let Some(e) = trace["error"].as_str() {
+    if let Some(e) = &trace.error {
         on_notice(Notice::Refused {
             line: format!("tracing stopped early: {e}"),
         });
@@ -535,8 +524,8 @@ fn tell_refusals(trace: &Value, on_notice: OnNotice<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::result::Tmpfs;
     use crate::manifest::Limits;
+    use crate::spawn_result::Tmpfs;
     use crate::supervise::Phases;
 
     fn stream(text: &str) -> StreamOutput {

@@ -424,7 +424,7 @@ fn sandbox_listeners(mode: &RelayMode) -> Listeners {
         dns_tcp: OwnedFd::from(std::net::TcpListener::bind("[::]:53").unwrap()),
         refusal_log: crate::sys::bind_log_group(
             crate::sandbox::network::REFUSAL_LOG_GROUP,
-            crate::sys::LOGGED_BYTES,
+            crate::netlink::LOGGED_BYTES,
         )
         .expect("the refused-egress log"),
     }

@@ -7,7 +7,7 @@
 //! for the DNS stub; adds nf_tables rules that log every other TCP
 //! connection attempt and UDP datagram leaving for anything but the
 //! loopback to an NFLOG group and refuse it at once (a reset, ICMP port
-//! unreachable: [`crate::sys::log_and_refuse_other_egress`]); binds a
+//! unreachable: [`crate::netlink::log_and_refuse_other_egress`]); binds a
 //! socket to that group; and hands the listeners and that socket to the
 //! process that launched it over a private socketpair, keeping no copy.
 //! Sockets keep the namespace they were made in, so spawnd accepts the
@@ -20,7 +20,7 @@
 //! stub's sockets and one TCP listener on `127.0.0.1` at a port the kernel
 //! picks, and adds an nf_tables rule that redirects every TCP connection
 //! to the pool to that listener
-//! ([`crate::sys::redirect_tcp_to_loopback_port`]); spawnd reads each
+//! ([`crate::netlink::redirect_tcp_to_loopback_port`]); spawnd reads each
 //! connection's original destination. Other egress is logged and refused
 //! as above. The program, without CAP_NET_ADMIN, cannot change the rules.
 
@@ -182,7 +182,7 @@ pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, SetupErr
     let mut served = Vec::new();
     if setup.learning {
         if let Some((port, _)) = tcp.first() {
-            crate::sys::redirect_tcp_to_loopback_port(FAKE_POOL_BASE, FAKE_POOL_PREFIX, *port)
+            crate::netlink::redirect_tcp_to_loopback_port(FAKE_POOL_BASE, FAKE_POOL_PREFIX, *port)
                 .map_err(|e| {
                     SetupError::new(
                         Step::Network,
@@ -194,9 +194,9 @@ pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, SetupErr
     } else {
         served.clone_from(&setup.ports);
     }
-    let refusal_log = crate::sys::bind_log_group(REFUSAL_LOG_GROUP, crate::sys::LOGGED_BYTES)
+    let refusal_log = crate::sys::bind_log_group(REFUSAL_LOG_GROUP, crate::netlink::LOGGED_BYTES)
         .map_err(|e| SetupError::new(Step::Network, "bind the refused-egress log", e))?;
-    crate::sys::log_and_refuse_other_egress(&served, REFUSAL_LOG_GROUP)
+    crate::netlink::log_and_refuse_other_egress(&served, REFUSAL_LOG_GROUP)
         .map_err(|e| SetupError::new(Step::Network, "log and refuse egress nothing granted", e))?;
     Ok(Listeners {
         dns_udp,
@@ -217,7 +217,7 @@ fn route_everything_to_loopback() -> Result<(), SetupError> {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     ] {
-        crate::sys::add_local_route(dst, 0, lo).map_err(|e| {
+        crate::netlink::add_local_route(dst, 0, lo).map_err(|e| {
             SetupError::new(
                 Step::Network,
                 format!("add the route local {dst}/0 dev lo"),

@@ -31,31 +31,15 @@ use std::sync::Arc;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use crate::spawn_result::{RefusedCall, Use};
 
 use super::seccomp::{syscall_name, Action, Policy, SeccompData};
 use crate::sys::{
     answer_notification, notification_pending, prefer_sync_wake_up, receive_notification, Answer,
     Notification,
 };
-
-/// How a call used a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Use {
-    /// Opened for reading.
-    Read,
-    /// Opened as a directory (listed).
-    List,
-    /// Opened for writing (maybe created: `O_CREAT`), or truncated.
-    Write,
-    /// Created: a directory, node, link or a rename's new name.
-    Create,
-    /// Removed, or renamed away.
-    Remove,
-    /// Executed.
-    Execute,
-}
 
 /// A path and how it was used, with how many calls did so.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,17 +52,6 @@ pub struct PathUse {
     /// The first call that did so (`openat`, `execve`…).
     pub call: &'static str,
     /// How many calls did so.
-    pub calls: u64,
-}
-
-/// A call the seccomp filter refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RefusedCall {
-    /// The syscall's name (or its number, when the table has none).
-    pub call: String,
-    /// The errno it got.
-    pub errno: i32,
-    /// How many times.
     pub calls: u64,
 }
 

@@ -25,6 +25,8 @@ mod live;
 pub mod redact;
 mod status;
 mod stream;
+/// Durations of the phases of one spawn (a part of its result).
+pub use crate::spawn_result::Phases;
 pub use live::{LiveView, LIVE_PAST_CAP};
 use status::parse_status;
 pub use status::Applied;
@@ -302,33 +304,6 @@ pub struct Outcome {
     pub phases: Phases,
     /// The host pid of the sandbox's init.
     pub sandbox_pid: i32,
-}
-
-/// Durations of the phases of one spawn, as seen by the supervisor, and
-/// init's own times on its setup.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Phases {
-    /// `clone` into the namespaces (or the order to the spawner), id maps,
-    /// release to build the root; with a spawner, until its reply was read
-    /// once the audit record was durable (µs).
-    pub clone_and_release_us: u64,
-    /// Inside: cgroups, fresh root, identity, Landlock, seccomp — and the
-    /// go-ahead once the audit record is durable — until init reports (µs).
-    pub sandbox_setup_us: u64,
-    /// Fork, seccomp, exec and the program's own run, until it ended (µs).
-    pub program_us: u64,
-    /// Killing leftovers, namespace teardown, reaping (µs).
-    pub teardown_us: u64,
-    /// By init's clock: from its start on the order until it stood
-    /// confined, ready for the program (µs; absent when init did not say).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub init_ready_us: Option<u64>,
-    /// By init's clock: from ready until the release came, which is once
-    /// the audit record is durable (and, through a spawner, its reply is
-    /// read) (µs). Near 0 when the sandbox's setup held the program back.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub release_wait_us: Option<u64>,
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {

@@ -20,7 +20,7 @@
 //! exec in a multi-threaded spawnd may allocate.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use dlmalloc::Dlmalloc;
 
@@ -30,31 +30,18 @@ pub const MAP_THRESHOLD: usize = 128 << 10;
 const PAGE: usize = 4096;
 
 /// See the module documentation.
-pub struct Heap {
-    small: Mutex<Dlmalloc>,
-}
+pub struct Heap;
 
-impl Heap {
-    /// An empty heap (usable in a `static`).
-    pub const fn new() -> Heap {
-        Heap {
-            small: Mutex::new(Dlmalloc::new()),
-        }
-    }
-
-    fn small(&self) -> Locked<'_> {
-        // Poisoned only by a panic under the lock, which aborts (below).
-        Locked(self.small.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-}
+/// The small blocks' heap, shared by every [`Heap`].
+static SMALL: Mutex<Dlmalloc> = Mutex::new(Dlmalloc::new());
 
 /// dlmalloc under the lock. dlmalloc asserts its invariants (a corrupted
 /// heap panics); unwinding out of the allocator is undefined behaviour, and
 /// the panic's own allocation would wait on this lock forever, so a panic
 /// while it is held aborts the process.
-struct Locked<'a>(std::sync::MutexGuard<'a, Dlmalloc>);
+struct Locked(MutexGuard<'static, Dlmalloc>);
 
-impl Drop for Locked<'_> {
+impl Drop for Locked {
     fn drop(&mut self) {
         if std::thread::panicking() {
             std::process::abort();
@@ -62,23 +49,9 @@ impl Drop for Locked<'_> {
     }
 }
 
-impl std::ops::Deref for Locked<'_> {
-    type Target = Dlmalloc;
-    fn deref(&self) -> &Dlmalloc {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Dlmalloc {
-        &mut self.0
-    }
-}
-
-impl Default for Heap {
-    fn default() -> Heap {
-        Heap::new()
-    }
+fn small() -> Locked {
+    // Poisoned only by a panic under the lock, which aborts (above).
+    Locked(SMALL.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// Whether `layout` gets pages of its own.
@@ -100,7 +73,7 @@ unsafe impl GlobalAlloc for Heap {
             return map(layout.size());
         }
         // SAFETY: dlmalloc accepts any size and power-of-two alignment.
-        unsafe { self.small().malloc(layout.size(), layout.align()) }
+        unsafe { small().0.malloc(layout.size(), layout.align()) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -109,7 +82,7 @@ unsafe impl GlobalAlloc for Heap {
             return map(layout.size());
         }
         // SAFETY: as in `alloc`.
-        unsafe { self.small().calloc(layout.size(), layout.align()) }
+        unsafe { small().0.calloc(layout.size(), layout.align()) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -120,7 +93,7 @@ unsafe impl GlobalAlloc for Heap {
             return;
         }
         // SAFETY: `ptr` came from this dlmalloc with this size and align.
-        unsafe { self.small().free(ptr, layout.size(), layout.align()) }
+        unsafe { small().0.free(ptr, layout.size(), layout.align()) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -132,7 +105,8 @@ unsafe impl GlobalAlloc for Heap {
             (true, true) => unsafe { remap(ptr, layout.size(), new_size) },
             // SAFETY: `ptr` came from this dlmalloc with this layout.
             (false, false) => unsafe {
-                self.small()
+                small()
+                    .0
                     .realloc(ptr, layout.size(), layout.align(), new_size)
             },
             // Across the threshold: copy into the other source.
@@ -203,7 +177,7 @@ mod tests {
 
     #[test]
     fn small_and_mapped_blocks_hold_their_bytes_across_reallocation() {
-        let heap = Heap::new();
+        let heap = Heap;
         for (from, to) in [
             (16, 64),
             (1000, MAP_THRESHOLD + 1),
@@ -238,7 +212,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", io_error());
         if pid == 0 {
-            let heap = Heap::new();
+            let heap = Heap;
             let layout = Layout::from_size_align(4 << 20, 16).unwrap();
             // SAFETY: a valid layout, freed with it; mincore only reads the
             // page table for the range.

@@ -4,13 +4,11 @@
 //! `process.rs` (clone, reaping, pidfds, nice values), `fds.rs`, `peer.rs`
 //! (a socket peer's pidfd and user namespace, and the boot-time clock that
 //! dates a connection against a process's start), `keyring.rs`, `mount.rs` (the
-//! mount calls and the old root's unmount helpers), `netlink.rs` (a sandbox's
-//! local routes), `notify.rs` (seccomp user notification), `nftables.rs`
-//! (a learning sandbox's redirect of the fake pool, a granted sandbox's
-//! logged refusal of other egress), `nflog.rs` (reading that log) and `start.rs` (the start
-//! of the sandboxed program); for the static musl build, behind the binary's features
-//! `musl-dlmalloc` and `musl-small-memcpy` (on by default), the allocator
-//! (`heap.rs`) and, on x86_64, `memcpy`/`memmove` (`memcopy.rs`).
+//! mount calls and the old root's unmount helpers), `notify.rs` (seccomp
+//! user notification), `nflog.rs` (reading the log of the egress that
+//! `crate::netlink`'s nf_tables rules refuse) and `start.rs` (the start of
+//! the sandboxed program); for the static musl build, behind the binary's feature
+//! `musl-dlmalloc` (on by default), the allocator (`heap.rs`).
 //! Each wrapper returns `io::Result` with an error that names the call, and
 //! each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
@@ -22,16 +20,8 @@ mod fds;
 #[cfg(all(target_env = "musl", feature = "musl-dlmalloc"))]
 pub mod heap;
 mod keyring;
-#[cfg(all(
-    target_env = "musl",
-    target_arch = "x86_64",
-    feature = "musl-small-memcpy"
-))]
-mod memcopy;
 mod mount;
-mod netlink;
 mod nflog;
-mod nftables;
 mod notify;
 mod peer;
 mod process;
@@ -40,12 +30,7 @@ pub use mount::{
     clone_detached_tree, detach_mount_in_background, detach_mount_when_told, idmap_detached_tree,
     mount_setattr, mount_setattr_fd, move_detached_tree, WaitingDetach,
 };
-pub use netlink::add_local_route;
 pub use nflog::{bind_log_group, read_logged_packets, watched_log, LoggedPacket};
-pub use nftables::{
-    log_and_refuse_other_egress, redirect_tcp_to_loopback_port, EGRESS_TABLE, LEARN_TABLE,
-    LOGGED_BYTES,
-};
 pub use notify::{
     answer_notification, install_seccomp_filter_with_listener, notification_pending,
     prefer_sync_wake_up, receive_notification, Answer, Notification,

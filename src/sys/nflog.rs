@@ -1,12 +1,12 @@
 //! NFLOG, by hand: the socket a sandbox with grants hands spawnd so that
 //! spawnd sees the egress its nf_tables rules refused
-//! ([`super::nftables::log_and_refuse_other_egress`]). Init binds it to the
+//! ([`crate::netlink::log_and_refuse_other_egress`]). Init binds it to the
 //! log group in its own network namespace while it holds CAP_NET_ADMIN
 //! there (binding needs it; reading does not), and spawnd reads each
 //! refused packet's first bytes from it: where it was going, and how.
 //!
-//! Hand-built for the reason `netlink.rs` is: one fixed configuration
-//! message (a header, an nfgenmsg, two attributes) and a parser for the
+//! Hand-built for the reason `crate::netlink`'s messages are: one fixed
+//! configuration message (a header, an nfgenmsg, two attributes) and a parser for the
 //! one attribute spawnd reads, with no `unsafe` and no allocation per
 //! message in init.
 
@@ -132,7 +132,7 @@ pub fn bind_log_group(group: u16, bytes: u32) -> io::Result<OwnedFd> {
     .map_err(|e| named("send", e))?;
     let mut answer = [0u8; 512];
     let n = recv(sock.as_raw_fd(), &mut answer, MsgFlags::empty()).map_err(|e| named("recv", e))?;
-    super::netlink::read_ack(&answer[..n], seq).map_err(|e| {
+    crate::netlink::read_ack(&answer[..n], seq).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("nflog: binding group {group} was refused: {e}"),

@@ -50,7 +50,7 @@ fn flag(value: libc::c_int) -> u64 {
 fn every_aarch64_syscall_has_exactly_one_row() {
     for options in FilterOptions::VARIANTS {
         let rows: Vec<_> = syscalls::rows(options).collect();
-        for &(nr, name) in SYSCALLS {
+        for &(nr, name) in SYSCALLS.iter() {
             let deciding = rows.iter().filter(|row| row.names.contains(&name)).count();
             assert_eq!(deciding, 1, "{name} ({nr}) is decided by {deciding} rows");
         }

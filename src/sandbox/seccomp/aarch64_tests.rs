@@ -1,4 +1,5 @@
-//! The aarch64 number table checked: sorted, without duplicates, ending at
+//! The aarch64 number table (the `syscalls` crate's, corrected for arm64,
+//! with the calls newer than it) checked: sorted, without duplicates, ending at
 //! [`NEWEST`], assigning exactly the numbers the generic table assigns to a
 //! 64-bit arm64 kernel, and without the calls only older architectures have.
 //! On an aarch64 build, every call `libc::SYS_*` names is in the table under
@@ -459,4 +460,21 @@ fn every_number_libc_names_for_aarch64_is_in_the_table_under_the_same_name() {
     }
     assert_eq!(libc::SYS_nfsservctl, 42);
     assert!(SYSCALLS.iter().all(|&(nr, _)| nr != 42));
+}
+
+/// How both architectures' tables are put together from the crate's.
+#[test]
+fn a_table_keeps_the_crate_s_calls_adds_the_newer_ones_and_stops_at_the_newest() {
+    let from_the_crate = |nr| match nr {
+        0 => Some("read"),
+        2 => Some("open"),
+        5 => Some("newer_than_reviewed"),
+        _ => None,
+    };
+    let table = super::table_up_to(
+        4,
+        from_the_crate,
+        &[(3, "added"), (2, "crate_wins"), (9, "too_new")],
+    );
+    assert_eq!(table, [(0, "read"), (2, "open"), (3, "added")]);
 }

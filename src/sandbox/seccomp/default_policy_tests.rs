@@ -229,7 +229,7 @@ fn the_table_lists_exactly_the_refused_absent_and_checked_syscalls_of_the_task()
 fn every_x86_64_syscall_has_exactly_one_row_and_every_row_names_a_real_syscall() {
     for options in FilterOptions::VARIANTS {
         let rows: Vec<_> = syscalls::rows(options).collect();
-        for &(nr, name) in SYSCALLS {
+        for &(nr, name) in SYSCALLS.iter() {
             let deciding = rows.iter().filter(|row| row.names.contains(&name)).count();
             assert_eq!(deciding, 1, "{name} ({nr}) is decided by {deciding} rows");
         }

@@ -7,6 +7,15 @@
 //! `Filter::instructions` (laid out as `struct sock_filter`) to
 //! `seccomp(SECCOMP_SET_MODE_FILTER)`.
 //!
+//! The compiler is spawnd's own, not a crate's: `seccompiler` has no
+//! `SECCOMP_RET_USER_NOTIF` action (the traced filter of `spawnd learn` and
+//! `run --trace` needs it) and tests a syscall's number in one long chain,
+//! and `libseccomp` is a C library the static musl build would have to
+//! build and link. Here a policy is plain data that the tests check by name, and every
+//! compiled program is run through this module's interpreter against the
+//! policy it came from. The syscall numbers themselves come from the
+//! `syscalls` crate (`x86_64.rs`, `aarch64.rs`).
+//!
 //! Each program is for one [`Arch`]: it kills calls from any other
 //! architecture (and on x86_64 any x32 number), dispatches on ranges of
 //! syscall numbers with a binary search tree, and checks the low 32 bits of
@@ -408,9 +417,26 @@ pub fn policy_for_arch(arch: Arch, options: FilterOptions) -> Policy {
 /// `(number, kernel name)` for every syscall `arch` assigns, in order.
 pub fn syscall_table(arch: Arch) -> &'static [(u32, &'static str)] {
     match arch {
-        Arch::X86_64 => x86_64::SYSCALLS,
-        Arch::Aarch64 => aarch64::SYSCALLS,
+        Arch::X86_64 => x86_64::SYSCALLS.as_slice(),
+        Arch::Aarch64 => aarch64::SYSCALLS.as_slice(),
     }
+}
+
+/// An architecture's table: for each number up to `newest`, the name
+/// `crate_name` gives it, else the one `newer` gives it (a call the crate
+/// does not number yet), in order. Looked up number by number, as
+/// `Sysno::iter` (syscalls 0.8.1) stops before the crate's last call.
+fn table_up_to(
+    newest: u32,
+    crate_name: impl Fn(u32) -> Option<&'static str>,
+    newer: &[(u32, &'static str)],
+) -> Vec<(u32, &'static str)> {
+    (0..=newest)
+        .filter_map(|nr| {
+            let newer_name = || newer.iter().find(|&&(n, _)| n == nr).map(|&(_, name)| name);
+            Some((nr, crate_name(nr).or_else(newer_name)?))
+        })
+        .collect()
 }
 
 /// [`policy_for`]`(`[`FilterOptions::DEFAULT`]`)`.

@@ -1,4 +1,5 @@
-//! The x86_64 number table checked against libc: every call `libc::SYS_*`
+//! The x86_64 number table (the `syscalls` crate's, with the calls newer
+//! than it) checked against libc: every call `libc::SYS_*`
 //! names for x86_64 has the same number and name in [`SYSCALLS`], and the
 //! table is sorted, without duplicates, and ends at [`NEWEST`].
 

@@ -42,7 +42,7 @@
 //! every other transport (UDP-Lite, SCTP, DCCP) alike; ICMP passes, for
 //! the refusals' own messages.
 //!
-//! Hand-built for the reason `netlink.rs` is: fixed messages, sent from
+//! Hand-built for the reason `route.rs` is: fixed messages, sent from
 //! init, with no `unsafe` (bytes with `to_ne_bytes`/`to_be_bytes`, sent and
 //! read through `nix`), where the crates bring a generic message model and
 //! its allocations into init. nf_tables' own values are big-endian;
