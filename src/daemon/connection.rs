@@ -42,7 +42,9 @@ use super::params::{
     OutputSizeParams, StatusParams, StdinWriteParams, WaitParams,
 };
 use super::peer::{peer_of, Accepted};
-use super::results::{EmptyResult, MetricsResult, PingResult, SpawnListEntry, SpawnListResult};
+use super::results::{
+    AttachResult, EmptyResult, MetricsResult, PingResult, SpawnListEntry, SpawnListResult,
+};
 use super::stdin::{StdinWork, Ticket};
 use super::{check, detached, notifications, refusals, request, spawns, Daemon, Peer};
 use crate::rpc::{self, Call, RpcError};
@@ -622,7 +624,7 @@ impl Connection {
             Err(e) => return Started::Now(ready(Err(e))),
         };
         let written = tokio::task::block_in_place(|| {
-            detached::write_attach_record(&self.daemon, &self.peer, &handle, &answer["state"])
+            detached::write_attach_record(&self.daemon, &self.peer, &handle, &answer.state)
         });
         let conn = Arc::clone(self);
         Started::LaterToTheEnd(later(async move {
@@ -631,7 +633,7 @@ impl Connection {
                 Err(why) => Err(why),
             };
             match recorded {
-                Ok(()) => Ok(answer),
+                Ok(()) => to_value(answer),
                 Err(why) => {
                     conn.park_again(name, &handle);
                     Err(RpcError::new(
@@ -658,7 +660,10 @@ impl Connection {
 
     /// The parked handle `spawn_attach` names, taken up by this connection:
     /// its name, the handle and the answer.
-    fn take_up(&self, params: &AttachParams) -> Result<(String, Arc<Handle>, Value), RpcError> {
+    fn take_up(
+        &self,
+        params: &AttachParams,
+    ) -> Result<(String, Arc<Handle>, AttachResult), RpcError> {
         let (name, token) = (params.handle.as_str(), params.token.as_str());
         let mut handles = self.handles();
         handles.make_room()?;
@@ -820,10 +825,7 @@ fn list_entry(
     attached: bool,
     lease_left: Option<Duration>,
 ) -> (Option<std::time::Instant>, SpawnListEntry) {
-    let state = spawns::status_without_output(handle)["state"]
-        .as_str()
-        .unwrap_or("running")
-        .to_string();
+    let state = spawns::state(handle).to_string();
     let entry = SpawnListEntry {
         handle: name.to_string(),
         state,

@@ -233,9 +233,11 @@ impl Registry {
 
     /// `spawn_attach`'s answer for a handle taken up: its `spawn_status`
     /// state.
-    pub fn attached(name: &str, handle: &Handle) -> Value {
-        let state = super::spawns::status_without_output(handle)["state"].clone();
-        json!({"handle": name, "state": state})
+    pub fn attached(name: &str, handle: &Handle) -> super::results::AttachResult {
+        super::results::AttachResult {
+            handle: name.to_string(),
+            state: super::spawns::state(handle).to_string(),
+        }
     }
 }
 
@@ -256,12 +258,12 @@ pub fn write_attach_record(
     daemon: &super::Daemon,
     peer: &Peer,
     handle: &Handle,
-    state: &Value,
+    state: &str,
 ) -> Result<Unsynced, String> {
     let Some(filed) = handle.with(|s| s.filed.clone()) else {
         return Err("a detached handle whose spawn never started was taken up".into());
     };
-    let body = crate::audit::events::attach(&filed, peer.caller_json(), state);
+    let body = crate::audit::events::attach(&filed, peer.caller_json(), &Value::from(state));
     let config = daemon.loaded().config.clone();
     let log = crate::exec::open_audit(&config).map_err(|f| f.message)?;
     log.write(Kind::Attach, Some(&filed.audit_id), body)

@@ -354,6 +354,12 @@ pub fn protocol_schema() -> Value {
             .to_value(),
     );
     results.insert(
+        "spawn_attach".into(),
+        generator
+            .subschema_for::<super::results::AttachResult>()
+            .to_value(),
+    );
+    results.insert(
         "metrics".into(),
         generator
             .subschema_for::<super::results::MetricsResult>()
@@ -368,7 +374,7 @@ pub fn protocol_schema() -> Value {
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "spawnd daemon protocol: each method's params",
-        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`, `metrics`) to the schema of their result.",
+        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`, `spawn_attach`, `metrics`) to the schema of their result.",
         "methods": methods,
         "results": results,
         "$defs": generator.take_definitions(true),

@@ -1,4 +1,4 @@
-//! The results of `ping`, `spawn_list`, `spawn_kill` and `metrics` as types: what the
+//! The results of `ping`, `spawn_list`, `spawn_kill`, `spawn_attach` and `metrics` as types: what the
 //! daemon answers is serialized from them, and docs/protocol.schema.json's
 //! `results` is generated from them.
 
@@ -50,6 +50,16 @@ pub struct SpawnListEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmptyResult {}
+
+/// `spawn_attach`: the handle taken up and its `spawn_status` state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachResult {
+    /// The handle.
+    pub handle: String,
+    /// Its state, as `spawn_status` names it.
+    pub state: String,
+}
 
 /// `metrics`: the daemon's counters and histograms ([`crate::metrics`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]

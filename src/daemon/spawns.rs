@@ -705,6 +705,11 @@ pub(super) fn status_without_output(h: &Handle) -> Value {
     })
 }
 
+/// A handle's state, as `spawn_status` names it.
+pub(super) fn state(h: &Handle) -> &'static str {
+    h.with(|s| state_of(s))
+}
+
 /// A handle's state: `running`, `failed`, or how its program ended.
 fn state_of(s: &HandleState) -> &'static str {
     match (&s.result, &s.error) {
@@ -750,7 +755,7 @@ pub(super) async fn wait_any(
         if let Some((first, h)) = ended.first() {
             return Ok(json!({
                 "handle": first,
-                "state": h.with(|s| state_of(s)),
+                "state": state(h),
                 "ended": ended.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
             }));
         }

@@ -194,8 +194,9 @@ pub(crate) fn set_up_network(setup: &NetworkSetup) -> Result<Listeners, SetupErr
     } else {
         served.clone_from(&setup.ports);
     }
-    let refusal_log = crate::sys::bind_log_group(REFUSAL_LOG_GROUP, crate::netlink::LOGGED_BYTES)
-        .map_err(|e| SetupError::new(Step::Network, "bind the refused-egress log", e))?;
+    let refusal_log =
+        crate::sys::bind_log_group(REFUSAL_LOG_GROUP, crate::netlink::LOGGED_BYTES)
+            .map_err(|e| SetupError::new(Step::Network, "bind the refused-egress log", e))?;
     crate::netlink::log_and_refuse_other_egress(&served, REFUSAL_LOG_GROUP)
         .map_err(|e| SetupError::new(Step::Network, "log and refuse egress nothing granted", e))?;
     Ok(Listeners {
