@@ -1434,3 +1434,34 @@ fn metrics_count_spawns_and_denials_on_the_socket_and_in_the_textfile() {
         .collect();
     assert_eq!(names, ["spawnd.prom"]);
 }
+
+/// `spawn_status`'s answer is exactly `SpawnStatus`: a running spawn's and
+/// an ended one's read back typed (every struct refusing unknown fields)
+/// and serialize to the same JSON.
+#[test]
+fn a_status_answer_is_the_typed_spawn_status() {
+    use spawnd::spawn_result::SpawnStatus;
+    let d = Daemon::start("typed-status", "");
+    let mut c = d.client();
+    let running = handle_of(&spawn_sh(&mut c, "sleep 30", json!({})));
+    let ended = handle_of(&spawn_sh(&mut c, "printf out; exit 3", json!({})));
+    for (handle, wait_ms) in [(&running, 0), (&ended, 10000)] {
+        let answer = c.ok(
+            "spawn_status",
+            json!({"handle": handle, "wait_ms": wait_ms}),
+        );
+        let typed: SpawnStatus =
+            serde_json::from_value(answer.clone()).unwrap_or_else(|e| panic!("{e}: {answer:#}"));
+        assert_eq!(serde_json::to_value(&typed).unwrap(), answer);
+        assert_eq!(typed.state(), answer["state"], "{answer}");
+        match (handle == &running, typed) {
+            (true, SpawnStatus::Running { .. }) => {}
+            (false, SpawnStatus::Exited(result)) => {
+                assert_eq!(result.exit_code, Some(3), "{answer}");
+                assert_eq!(result.stdout.text.as_deref(), Some("out"), "{answer}");
+            }
+            (_, other) => panic!("unexpected {other:?}"),
+        }
+    }
+    c.ok("spawn_kill", json!({"handle": running}));
+}

@@ -116,10 +116,12 @@ as_root_and_nobody! {
         assert!(!text.contains("ESCAPED"), "{text}");
     };
     s9_the_sandboxs_own_init_catches_no_signal_the_program_could_send => |who| {
-        // Init waits for signals with sigwait and catches none: no handler the
-        // program could trigger (with kill(1, …) or a SIGIO aimed at pid 1)
-        // to interrupt init's waits, so the kernel drops what it sends.
-        let script = "grep '^SigCgt' /proc/1/status; kill -SEGV 1; kill -BUS 1; kill -USR1 1; echo still-here";
+        // Init waits for signals with sigwaitinfo and catches none: no
+        // handler the program could trigger (with kill(1, …) or a SIGIO
+        // aimed at pid 1) to interrupt init's waits; what the kernel
+        // queues from inside the sandbox, even a signal init passes on for
+        // spawnd, is dropped, never passed on to the program.
+        let script = "grep '^SigCgt' /proc/1/status; for s in SEGV BUS TERM INT HUP QUIT USR1 USR2; do kill -$s 1; done; sleep 0.2; echo still-here";
         let out = world().run(who, "sh", &[("script", script)], &[]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let text = v["data"]["stdout"]["text"].as_str().unwrap_or("");

@@ -318,6 +318,68 @@ impl SpawnResult {
     }
 }
 
+/// `spawn_status`'s answer: the handle's state, and once the program has
+/// ended, its result (the `state` names how it ended).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SpawnStatus {
+    /// The program runs.
+    Running {
+        /// Since it started.
+        duration_ms: u64,
+    },
+    /// The sandbox could not be set up, or was lost: nothing (more) ran.
+    Failed {
+        /// Why.
+        error: String,
+    },
+    /// The program exited.
+    Exited(SpawnResult),
+    /// A signal ended it.
+    Signaled(SpawnResult),
+    /// Its wall time ran out.
+    TimedOut(SpawnResult),
+}
+
+impl SpawnStatus {
+    /// The status of a program that ended with `result`.
+    pub fn ended(result: SpawnResult) -> SpawnStatus {
+        match Self::ended_state(&result) {
+            "timed_out" => SpawnStatus::TimedOut(result),
+            "signaled" => SpawnStatus::Signaled(result),
+            _ => SpawnStatus::Exited(result),
+        }
+    }
+
+    /// The state of a program that ended with `result`: `timed_out`,
+    /// `signaled` or `exited`.
+    pub fn ended_state(result: &SpawnResult) -> &'static str {
+        if result.timed_out {
+            "timed_out"
+        } else if result.signal.is_some() {
+            "signaled"
+        } else {
+            "exited"
+        }
+    }
+
+    /// The state's name, as the protocol writes it.
+    pub fn state(&self) -> &'static str {
+        match self {
+            SpawnStatus::Running { .. } => "running",
+            SpawnStatus::Failed { .. } => "failed",
+            SpawnStatus::Exited(r) | SpawnStatus::Signaled(r) | SpawnStatus::TimedOut(r) => {
+                Self::ended_state(r)
+            }
+        }
+    }
+
+    /// The status as JSON, as the daemon answers it.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
 /// The relay's report of a spawn: totals, each connection that reached its
 /// server and the first refusal of each kind, how often each kind of
 /// refusal happened, and the names the DNS stub refused; for a learning

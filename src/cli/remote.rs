@@ -18,17 +18,14 @@ use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, interrupted, watch_interruptions, Client};
 use crate::exec::conclude;
 use crate::failure::FailureKind;
-use crate::spawn_result::SpawnResult;
+use crate::spawn_result::SpawnStatus;
 
 /// `spawnd run --socket S`.
 pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
     let (method, params) = remote_call(cli, args, true)?;
     watch_interruptions()?;
     let mut client = Client::connect(socket)?;
-    let handle = client.call(method, params)?["handle"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| Failure::internal(format!("the daemon's {method} answer has no handle")))?;
+    let handle = answer_as::<Spawned>(method, client.call(method, params)?)?.handle;
     if let Some(mut live) = super::run::live_output(cli.json, args.live) {
         client.stream(&handle, live.as_mut())?;
     }
@@ -36,30 +33,24 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
     // program is killed (through the daemon there is no grace period), and
     // its result says who ended it, as in-process `run`'s does.
     let mut killed_for = None;
-    let mut status = loop {
+    let status = loop {
         if let (Some(sig), None) = (interrupted(), killed_for) {
             client.call("spawn_kill", json!({ "handle": handle }))?;
             killed_for = Some(sig);
         }
         let s = client.call("spawn_status", json!({"handle": handle, "wait_ms": 200}))?;
-        if s["state"] != json!("running") {
-            break s;
+        match answer_as::<SpawnStatus>("spawn_status", s)? {
+            SpawnStatus::Running { .. } => continue,
+            ended => break ended,
         }
     };
     // Freed at once rather than after the daemon's handle lifetime.
     let _ = client.call("spawn_release", json!({ "handle": handle }));
-    if status["state"] == json!("failed") {
-        let why = status["error"].as_str().unwrap_or("the spawn failed");
-        return Err(Failure::sandbox_unavailable(why.to_string()));
-    }
-    if let Some(fields) = status.as_object_mut() {
-        fields.remove("state");
-    }
-    let mut result: SpawnResult = serde_json::from_value(status).map_err(|e| {
-        Failure::internal(format!(
-            "the daemon's spawn_status answer is not a spawn result: {e}"
-        ))
-    })?;
+    let mut result = match status {
+        SpawnStatus::Failed { error } => return Err(Failure::sandbox_unavailable(error)),
+        SpawnStatus::Running { .. } => unreachable!("the loop ends on an ended status"),
+        SpawnStatus::Exited(r) | SpawnStatus::Signaled(r) | SpawnStatus::TimedOut(r) => r,
+    };
     if let Some(sig) = killed_for {
         result.interrupted_by = Some(
             nix::sys::signal::Signal::try_from(sig)
@@ -68,6 +59,24 @@ pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, F
         );
     }
     Ok(conclude(cli.json, result, &print_notice))
+}
+
+/// The part of a spawn's answer `run --socket` reads.
+#[derive(serde::Deserialize)]
+struct Spawned {
+    handle: String,
+}
+
+/// The part of `connectors_status`'s answer a person reads.
+#[derive(serde::Deserialize)]
+struct Shown {
+    block: String,
+}
+
+/// The daemon's answer to `method` read as `T`.
+fn answer_as<T: serde::de::DeserializeOwned>(method: &str, answer: Value) -> Result<T, Failure> {
+    serde_json::from_value(answer)
+        .map_err(|e| Failure::internal(format!("the daemon's {method} answer: {e}")))
 }
 
 /// `spawnd check --socket S`: the daemon's `spawn_check` for the request
@@ -84,10 +93,7 @@ pub fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Value, F
 /// for, shown as in-process `connectors` shows its own.
 pub fn connectors_remote(socket: &Path) -> Result<Success, Failure> {
     let status = Client::connect(socket)?.call("connectors_status", json!({}))?;
-    let block = status["block"]
-        .as_str()
-        .ok_or_else(|| Failure::internal("the daemon's connectors_status answer has no block"))?;
-    let text = block.to_string();
+    let text = answer_as::<Shown>("connectors_status", status.clone())?.block;
     Ok(Success::new(status, text))
 }
 

@@ -54,7 +54,7 @@ use crate::program::ProgramOpener;
 use crate::rpc::{self, RpcError};
 use crate::sandbox::launch::StdinSource;
 use crate::shares::{Claim, Taken};
-use crate::spawn_result::SpawnResult;
+use crate::spawn_result::{SpawnResult, SpawnStatus};
 use crate::spawner::Spawner;
 use crate::supervise::Leaving;
 
@@ -675,7 +675,7 @@ pub(super) fn status(h: &Handle) -> Result<Value, RpcError> {
                 }
             }
         }
-        Some(ended_status(&result))
+        Some(SpawnStatus::ended(result).to_value())
     });
     Ok(with_output.unwrap_or_else(|| status_without_output(h)))
 }
@@ -695,46 +695,27 @@ fn released_first(h: &Handle) -> Result<(), RpcError> {
 /// The state and, once ended, the result without the streams' bytes
 /// (their sizes, hashes and `truncated` stay): `spawn_exited`'s status.
 pub(super) fn status_without_output(h: &Handle) -> Value {
-    h.with(|s| match (&s.result, &s.error, s.ended_at) {
-        (Some(result), _, _) => ended_status(result),
-        (None, Some(e), _) => json!({"state": "failed", "error": e}),
-        _ => json!({
-            "state": "running",
-            "duration_ms": s.started_at.map_or(0, |t| t.elapsed().as_millis() as u64),
-        }),
-    })
+    h.with(|s| status_of(s)).to_value()
+}
+
+/// A handle's status, its result without the streams' bytes.
+fn status_of(s: &HandleState) -> SpawnStatus {
+    match (&s.result, &s.error) {
+        (Some(result), _) => SpawnStatus::ended(result.clone()),
+        (None, Some(e)) => SpawnStatus::Failed { error: e.clone() },
+        (None, None) => SpawnStatus::Running {
+            duration_ms: s.started_at.map_or(0, |t| t.elapsed().as_millis() as u64),
+        },
+    }
 }
 
 /// A handle's state, as `spawn_status` names it.
 pub(super) fn state(h: &Handle) -> &'static str {
-    h.with(|s| state_of(s))
-}
-
-/// A handle's state: `running`, `failed`, or how its program ended.
-fn state_of(s: &HandleState) -> &'static str {
-    match (&s.result, &s.error) {
-        (Some(result), _) => ended_state(result),
+    h.with(|s| match (&s.result, &s.error) {
+        (Some(result), _) => SpawnStatus::ended_state(result),
         (None, Some(_)) => "failed",
         (None, None) => "running",
-    }
-}
-
-/// How a finished program ended: `timed_out`, `signaled` or `exited`.
-fn ended_state(result: &SpawnResult) -> &'static str {
-    if result.timed_out {
-        "timed_out"
-    } else if result.signal.is_some() {
-        "signaled"
-    } else {
-        "exited"
-    }
-}
-
-/// A finished run's status: its result and its `state`.
-fn ended_status(result: &SpawnResult) -> Value {
-    let mut v = result.to_value();
-    v["state"] = json!(ended_state(result));
-    v
+    })
 }
 
 /// `spawn_wait`: the first of `named` (in their order) that has ended, and

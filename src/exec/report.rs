@@ -91,7 +91,7 @@ fn isolation(
         idmapped: idmapped(spec, o),
         cwd: spec.cwd.clone(),
         fresh_cwd: spec.fresh_cwd,
-        tmpfs: super::tmpfs_of(spec),
+        tmpfs: super::starting::tmpfs_of(spec),
     }
 }
 

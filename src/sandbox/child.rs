@@ -36,8 +36,8 @@ use super::{SetupError, Step};
 use crate::sys::{
     adopt_fd, close_descriptor_range, close_descriptors_from, exit_immediately,
     install_seccomp_filter_on_current_thread, install_seccomp_filter_with_listener,
-    replace_command_line, restore_every_default_action, set_loopback_up, start_program, Execute,
-    ProgramStart, StatusPipe,
+    replace_command_line, restore_every_default_action, set_loopback_up, start_program,
+    wait_signal_with_sender, Execute, ProgramStart, StatusPipe,
 };
 
 /// Everything the child needs, prepared by the parent before `clone`.
@@ -697,8 +697,19 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
     // the wall time's deadline (the parent's SIGTERM may cross its exit).
     let mut forwarded = false;
     loop {
-        let Ok(sig) = waited.wait() else { continue };
+        let Some((number, sender)) = wait_signal_with_sender(&waited) else {
+            continue;
+        };
+        let Ok(sig) = Signal::try_from(number) else {
+            continue;
+        };
         if sig != Signal::SIGCHLD {
+            // Init acts for spawnd alone, outside the sandbox's pid
+            // namespace (the sender it sees is 0): a signal the program
+            // sends it (`kill(1, …)`) is dropped, never passed on.
+            if sender != 0 {
+                continue;
+            }
             match waitpid(program, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
                 Ok(WaitStatus::Exited(_, code)) => finish(s, code << 8, !forwarded),
                 Ok(WaitStatus::Signaled(_, sig, core)) => {

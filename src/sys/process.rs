@@ -157,6 +157,29 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Resu
     Ok(())
 }
 
+/// `sigwaitinfo(set)`: the next of `set`'s (blocked) signals, and the pid
+/// that sent it as the caller's pid namespace sees it: 0 when the sender
+/// is outside that namespace, or is the kernel. `None` when the wait was
+/// interrupted. Allocates nothing (the sandbox's init waits with it).
+pub fn wait_signal_with_sender(
+    set: &nix::sys::signal::SigSet,
+) -> Option<(libc::c_int, libc::pid_t)> {
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: `set` is a valid sigset_t and `info` points to writable
+    // memory of a siginfo_t.
+    let signal = unsafe { libc::sigwaitinfo(set.as_ref(), info.as_mut_ptr()) };
+    if signal < 0 {
+        return None;
+    }
+    // SAFETY: sigwaitinfo filled `info` in for the signal it returned.
+    let info = unsafe { info.assume_init() };
+    // SAFETY: the waited signals are sent with kill(2), pidfd_send_signal(2)
+    // or are SIGCHLD, whose siginfo carries the sender's pid; one the kernel
+    // raises otherwise leaves the field zeroed.
+    let sender = unsafe { info.si_pid() };
+    Some((signal, sender))
+}
+
 /// Ends the calling process at once, without running atexit handlers or
 /// flushing stdio buffers copied from the parent (for forked children).
 pub fn exit_immediately(code: i32) -> ! {
