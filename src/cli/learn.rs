@@ -23,7 +23,7 @@ use crate::policy::{Access, Request, RequestKind};
 use crate::printable::printable;
 use crate::program::hash_path;
 use crate::sandbox::launch::StdinSource;
-use crate::spawn_result::{NetworkReport, SpawnResult};
+use crate::spawn_result::{NetworkReport, SpawnResult, TraceReport};
 
 /// How long a learned command may run unless `--timeout` says.
 const DEFAULT_TIMEOUT_MS: u64 = 600_000;
@@ -32,7 +32,8 @@ const DEFAULT_TIMEOUT_MS: u64 = 600_000;
 /// sandbox makes its own, or they hold only runtime state.
 const NOT_OFFERED: &[&str] = &["proc", "sys", "dev", "tmp", "run", "lost+found"];
 
-/// `spawnd learn`.
+/// `spawnd learn`: what the run may see, the run, the draft of what it
+/// used, and a summary for a person.
 pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     if args.output.exists() && !args.force {
         return Err(Failure::usage(format!(
@@ -40,110 +41,240 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             args.output.display()
         )));
     }
-    let config = load_config(cli)?;
-    let program = find_program(&args.command[0])?;
-    let program_hash = hash_path(&program)
-        .map_err(|e| {
-            Failure::from_io(
-                &e,
-                FailureKind::Usage,
-                format!("cannot hash {}: {e}", program.display()),
-            )
-        })?
-        .to_string();
-    let here = std::env::current_dir().map_err(|e| Failure::usage(format!("getcwd: {e}")))?;
-    let workspace = std::fs::canonicalize(args.workspace.as_deref().unwrap_or(&here))
-        .map_err(|e| Failure::usage(format!("--workspace: {e}")))?;
-    let cwd = std::fs::canonicalize(&here).unwrap_or(here);
-    let mut writable = vec![workspace.clone()];
-    for dir in &args.write {
-        writable.push(
-            std::fs::canonicalize(dir)
-                .map_err(|e| Failure::usage(format!("--write {}: {e}", dir.display())))?,
-        );
+    let setting = Setting::of(cli, args)?;
+    let prepared = setting.prepared(args)?;
+    let ran = observe(cli, args, &prepared)?;
+    let result = SpawnResult::from_value(&ran.data)
+        .map_err(|e| Failure::internal(format!("the run's result could not be read: {e}")))?;
+    let trace = result.trace.clone().unwrap_or_default();
+    if let Some(e) = &trace.error {
+        return Err(Failure::sandbox_unavailable(format!(
+            "the trace stopped early ({e}); no draft was written"
+        )));
     }
-    guard_workspace(&writable, &caller_home())?;
-    guard_output(&args.output, &writable)?;
-    let given = |flag: &str, dirs: &[PathBuf]| -> Result<Vec<PathBuf>, Failure> {
-        dirs.iter()
-            .map(|d| {
-                std::fs::canonicalize(d)
-                    .map_err(|e| Failure::usage(format!("--{flag} {}: {e}", d.display())))
-            })
-            .collect()
+    let observed = setting.observed(args, &prepared, &result, &trace);
+    let draft = observed.draft(&RealHost);
+    parse_manifest("(draft)", &draft.text, LoadOptions::default())
+        .map_err(|e| Failure::internal(format!("the draft does not load: {e}\n{}", draft.text)))?;
+    super::manifest_cmd::write_output(&args.output, &draft.text, args.force)?;
+    let said = Said {
+        observed: &observed,
+        draft: &draft,
+        trace: &trace,
+        exit: ran.exit,
+        network: result.network.as_ref(),
     };
-    let exec_dirs = given("exec", &args.exec)?;
-    let mut named = given("read", &args.read)?;
-    named.extend(named_paths(&args.command[1..], &cwd));
-    named.push(cwd.clone());
-    let name = match &args.name {
-        Some(n) => n.clone(),
-        None => format!("local://learned/{}", slug(&program)),
-    };
-    crate::manifest::Fqn::parse(&name)
-        .map_err(|why| Failure::usage(format!("--name is not a valid connector name: {why}")))?;
-    crate::manifest::check_op_name(&args.op)
-        .map_err(|why| Failure::usage(format!("--op: {why}")))?;
-    let run_as = run_identity(&config);
-    let offered = offered_directories(&writable, run_as);
-    let Shown { read, exec } = shown_besides(&offered, &writable, &named, &exec_dirs);
-    let roots: Vec<PathBuf> = offered
-        .iter()
-        .chain(&config.sandbox.system_paths)
-        .chain(&writable)
-        .chain(&read)
-        .chain(&exec)
-        .cloned()
-        .collect();
-    if let Some(why) = hidden_program(&program, &roots, run_as, run_as_set_by_root(&config)) {
-        return Err(Failure::usage(why));
+    let human = summary(args, &setting.workspace, &said);
+    let mut success = Success::new(
+        json!({"file": args.output, "manifest": draft.text, "review": draft.review, "run": ran.data}),
+        String::new(),
+    );
+    // The summary goes to stderr, beside the command's own output.
+    if !cli.json {
+        eprintln!("{human}");
     }
-    // argv[0] as typed: a program may find its home from it (Python's prefix).
-    let argv = args.command.clone();
-    let env = env_values(&args.env)?;
-    let observation = observation_manifest(&ObservationParts {
-        program: &program,
-        program_hash: &program_hash,
-        argv: &argv,
-        cwd: &cwd,
-        writable: &writable,
-        env_keys: &env.keys().cloned().collect::<Vec<_>>(),
-        offered: &offered,
-        read: &read,
-        exec: &exec,
-        timeout_ms: args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
-    });
-    let manifest = parse_manifest(
-        "(spawnd learn)",
-        &observation,
-        LoadOptions {
-            max_wall_time_ms: config.sandbox.max_wall_time_ms.max(DEFAULT_TIMEOUT_MS),
-        },
-    )
-    .map_err(|e| Failure::internal(format!("the observation manifest does not load: {e}")))?;
-    let mut caller = current_caller()?;
-    caller.workspace = Some(workspace.clone());
-    let home = Some(caller.home.clone()).filter(|h| h.is_absolute() && h != Path::new("/"));
-    let system_paths = config.sandbox.system_paths.clone();
-    let visible: Vec<PathBuf> = read.iter().chain(&exec).cloned().collect();
-    let prepared = crate::exec::Prepared {
-        config,
-        manifest,
-        caller,
-        request: Request {
-            kind: RequestKind::Op {
-                name: "observed".into(),
-                args: BTreeMap::new(),
+    success.exit = ran.exit;
+    success.keep_ok = true;
+    Ok(success)
+}
+
+/// What a learning run is: the program pinned, where it runs and writes,
+/// what it is shown besides, and under which name its draft goes.
+struct Setting {
+    config: crate::config::Config,
+    program: PathBuf,
+    program_hash: String,
+    /// The argv, `argv[0]` as typed: a program may find its home from it
+    /// (Python's prefix).
+    argv: Vec<String>,
+    workspace: PathBuf,
+    cwd: PathBuf,
+    writable: Vec<PathBuf>,
+    /// The host's directories offered read-only and executable.
+    offered: Vec<PathBuf>,
+    /// Host paths shown to read (named by the command, `--read`).
+    read: Vec<PathBuf>,
+    /// Toolchain prefixes shown (`--exec`).
+    exec: Vec<PathBuf>,
+    /// The connector's name.
+    name: String,
+}
+
+impl Setting {
+    /// The setting the arguments ask for, checked: the workspace and the
+    /// output are not where the run must never write, the names are
+    /// valid, and the run identity can see the program's own tree.
+    fn of(cli: &Cli, args: &LearnArgs) -> Result<Setting, Failure> {
+        let config = load_config(cli)?;
+        let program = find_program(&args.command[0])?;
+        let program_hash = hash_path(&program)
+            .map_err(|e| {
+                Failure::from_io(
+                    &e,
+                    FailureKind::Usage,
+                    format!("cannot hash {}: {e}", program.display()),
+                )
+            })?
+            .to_string();
+        let here = std::env::current_dir().map_err(|e| Failure::usage(format!("getcwd: {e}")))?;
+        let workspace = std::fs::canonicalize(args.workspace.as_deref().unwrap_or(&here))
+            .map_err(|e| Failure::usage(format!("--workspace: {e}")))?;
+        let cwd = std::fs::canonicalize(&here).unwrap_or(here);
+        let mut writable = vec![workspace.clone()];
+        writable.extend(canonical("write", &args.write)?);
+        guard_workspace(&writable, &caller_home())?;
+        guard_output(&args.output, &writable)?;
+        let exec_dirs = canonical("exec", &args.exec)?;
+        let mut named = canonical("read", &args.read)?;
+        named.extend(named_paths(&args.command[1..], &cwd));
+        named.push(cwd.clone());
+        let name = match &args.name {
+            Some(n) => n.clone(),
+            None => format!("local://learned/{}", slug(&program)),
+        };
+        crate::manifest::Fqn::parse(&name).map_err(|why| {
+            Failure::usage(format!("--name is not a valid connector name: {why}"))
+        })?;
+        crate::manifest::check_op_name(&args.op)
+            .map_err(|why| Failure::usage(format!("--op: {why}")))?;
+        let run_as = run_identity(&config);
+        let offered = offered_directories(&writable, run_as);
+        let Shown { read, exec } = shown_besides(&offered, &writable, &named, &exec_dirs);
+        let roots: Vec<PathBuf> = offered
+            .iter()
+            .chain(&config.sandbox.system_paths)
+            .chain(&writable)
+            .chain(&read)
+            .chain(&exec)
+            .cloned()
+            .collect();
+        if let Some(why) = hidden_program(&program, &roots, run_as, run_as_set_by_root(&config)) {
+            return Err(Failure::usage(why));
+        }
+        Ok(Setting {
+            config,
+            program,
+            program_hash,
+            argv: args.command.clone(),
+            workspace,
+            cwd,
+            writable,
+            offered,
+            read,
+            exec,
+            name,
+        })
+    }
+
+    /// The run's request under its observation manifest.
+    fn prepared(&self, args: &LearnArgs) -> Result<crate::exec::Prepared, Failure> {
+        let env = env_values(&args.env)?;
+        let observation = observation_manifest(&ObservationParts {
+            program: &self.program,
+            program_hash: &self.program_hash,
+            argv: &self.argv,
+            cwd: &self.cwd,
+            writable: &self.writable,
+            env_keys: &env.keys().cloned().collect::<Vec<_>>(),
+            offered: &self.offered,
+            read: &self.read,
+            exec: &self.exec,
+            timeout_ms: args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
+        });
+        let manifest = parse_manifest(
+            "(spawnd learn)",
+            &observation,
+            LoadOptions {
+                max_wall_time_ms: self.config.sandbox.max_wall_time_ms.max(DEFAULT_TIMEOUT_MS),
             },
-            env,
-            cwd: Some(cwd.display().to_string()),
-            action: None,
-            pin: Default::default(),
-            mode: Tier::Write,
-        },
-    };
-    let ran = execute(Execution {
-        prepared: &prepared,
+        )
+        .map_err(|e| Failure::internal(format!("the observation manifest does not load: {e}")))?;
+        let mut caller = current_caller()?;
+        caller.workspace = Some(self.workspace.clone());
+        Ok(crate::exec::Prepared {
+            config: self.config.clone(),
+            manifest,
+            caller,
+            request: Request {
+                kind: RequestKind::Op {
+                    name: "observed".into(),
+                    args: BTreeMap::new(),
+                },
+                env,
+                cwd: Some(self.cwd.display().to_string()),
+                action: None,
+                pin: Default::default(),
+                mode: Tier::Write,
+            },
+        })
+    }
+
+    /// What the run showed, for the draft.
+    fn observed(
+        &self,
+        args: &LearnArgs,
+        prepared: &crate::exec::Prepared,
+        result: &SpawnResult,
+        trace: &TraceReport,
+    ) -> Observed {
+        let caller = &prepared.caller;
+        let home = Some(caller.home.clone()).filter(|h| h.is_absolute() && h != Path::new("/"));
+        let visible: Vec<PathBuf> = self.read.iter().chain(&self.exec).cloned().collect();
+        Observed {
+            name: self.name.clone(),
+            op: args.op.clone(),
+            program: self.program.clone(),
+            program_hash: self.program_hash.clone(),
+            argv: self.argv.clone(),
+            cwd: self.cwd.clone(),
+            workspace: self.workspace.clone(),
+            writable: self.writable.clone(),
+            executed: executed(&trace.executed, &self.writable, &visible),
+            visible,
+            exec_dirs: self.exec.clone(),
+            home,
+            paths: trace
+                .paths
+                .iter()
+                .map(|p| (p.path.clone(), p.how))
+                .collect(),
+            env_keys: prepared.request.env.keys().cloned().collect(),
+            network: result
+                .network
+                .as_ref()
+                .and_then(|n| n.contacted.clone())
+                .unwrap_or_default(),
+            system_paths: self.config.sandbox.system_paths.clone(),
+            duration_ms: result.duration_ms,
+            exit_code: result.exit_code,
+            refused: trace
+                .refusals
+                .iter()
+                .map(crate::exec::describe_refusal)
+                .collect(),
+        }
+    }
+}
+
+/// Each of `dirs` (given with `--FLAG`) as a real path.
+fn canonical(flag: &str, dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+    dirs.iter()
+        .map(|d| {
+            std::fs::canonicalize(d)
+                .map_err(|e| Failure::usage(format!("--{flag} {}: {e}", d.display())))
+        })
+        .collect()
+}
+
+/// The learning run: traced, its network learned as `--net` says, its
+/// output live, the sandbox's refusals kept for the draft.
+fn observe(
+    cli: &Cli,
+    args: &LearnArgs,
+    prepared: &crate::exec::Prepared,
+) -> Result<Success, Failure> {
+    execute(Execution {
+        prepared,
         access: &Access::Local,
         stdin: StdinSource::Null,
         pump: None,
@@ -167,77 +298,47 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
             "record" => Some(Learning::Record),
             _ => None,
         },
-    })?;
-    let result = SpawnResult::from_value(&ran.data)
-        .map_err(|e| Failure::internal(format!("the run's result could not be read: {e}")))?;
-    let trace = result.trace.clone().unwrap_or_default();
-    let network = result.network.as_ref();
-    if let Some(e) = &trace.error {
-        return Err(Failure::sandbox_unavailable(format!(
-            "the trace stopped early ({e}); no draft was written"
-        )));
-    }
-    let observed = Observed {
-        name,
-        op: args.op.clone(),
-        program: program.clone(),
-        program_hash,
-        argv,
-        cwd,
-        workspace: workspace.clone(),
-        writable: writable.clone(),
-        visible: visible.clone(),
-        exec_dirs: exec.clone(),
-        home,
-        paths: trace
-            .paths
-            .iter()
-            .map(|p| (p.path.clone(), p.how))
-            .collect(),
-        executed: executed(&trace.executed, &writable, &visible),
-        env_keys: prepared.request.env.keys().cloned().collect(),
-        network: network
-            .and_then(|n| n.contacted.clone())
-            .unwrap_or_default(),
-        system_paths,
-        duration_ms: result.duration_ms,
-        exit_code: result.exit_code,
-        refused: trace
-            .refusals
-            .iter()
-            .map(crate::exec::describe_refusal)
-            .collect(),
-    };
-    let draft = observed.draft(&RealHost);
-    parse_manifest("(draft)", &draft.text, LoadOptions::default())
-        .map_err(|e| Failure::internal(format!("the draft does not load: {e}\n{}", draft.text)))?;
-    super::manifest_cmd::write_output(&args.output, &draft.text, args.force)?;
-    let exit = ran.exit;
+    })
+}
+
+/// What the summary tells of a learning run.
+struct Said<'a> {
+    observed: &'a Observed,
+    draft: &'a crate::draft::Draft,
+    trace: &'a TraceReport,
+    exit: i32,
+    network: Option<&'a NetworkReport>,
+}
+
+/// The summary for a person: what was written, what to review, what the
+/// draft may lack, and the next command.
+fn summary(args: &LearnArgs, workspace: &Path, said: &Said<'_>) -> String {
     let mut human = format!(
         "spawnd: wrote {} ({} paths seen, {} programs run{})",
         args.output.display(),
-        trace.paths.len(),
-        observed.executed.len(),
-        match observed.network.len() {
+        said.trace.paths.len(),
+        said.observed.executed.len(),
+        match said.observed.network.len() {
             0 => String::new(),
             n => format!(", {n} destinations dialed"),
         }
     );
-    for r in &draft.review {
+    for r in &said.draft.review {
         human.push_str(&format!("\nspawnd: review: {}", printable(r)));
     }
-    let unresolved = trace.unresolved;
+    let unresolved = said.trace.unresolved;
     if unresolved > 0 {
         human.push_str(&format!(
             "\nspawnd: review: the trace could not read the path of {unresolved} calls (a process gone, or memory it may not read): the draft may lack them"
         ));
     }
-    if exit != 0 {
+    if said.exit != 0 {
         human.push_str(&format!(
-            "\nspawnd: the command exited {exit}: the draft covers only what it did before"
+            "\nspawnd: the command exited {}: the draft covers only what it did before",
+            said.exit
         ));
     }
-    if let Some(hint) = network.and_then(record_refusals_hint) {
+    if let Some(hint) = said.network.and_then(record_refusals_hint) {
         human.push_str(&format!("\nspawnd: {hint}"));
     }
     human.push_str(&format!(
@@ -246,17 +347,7 @@ pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
         args.op,
         workspace.display()
     ));
-    let mut success = Success::new(
-        json!({"file": args.output, "manifest": draft.text, "review": draft.review, "run": ran.data}),
-        String::new(),
-    );
-    // The summary goes to stderr, beside the command's own output.
-    if !cli.json {
-        eprintln!("{human}");
-    }
-    success.exit = exit;
-    success.keep_ok = true;
-    Ok(success)
+    human
 }
 
 /// The caller's home, as the password database or `HOME` names it.
