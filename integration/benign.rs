@@ -1004,6 +1004,19 @@ fn a_script_runs_when_its_interpreter_is_executable_and_not_otherwise() {
     );
 }
 
+/// A program that catches the wall time's SIGTERM and exits 0 in its
+/// handler was ended by the wall time: timed out, whatever its code.
+#[test]
+fn a_program_that_exits_0_when_the_wall_times_sigterm_comes_timed_out() {
+    let data = result(&world().run(
+        As::Root,
+        "sh",
+        &[("script", "trap 'exit 0' TERM; sleep 5 & wait")],
+        &["--timeout", "300ms"],
+    ));
+    assert_eq!(data["timed_out"], true, "{data}");
+}
+
 /// A program that ends on its own as its wall time runs out is not
 /// reported as timed out: its own exit stands (the wall time's SIGTERM can
 /// cross its exit; init tells which came first). Hammered around the

@@ -455,37 +455,90 @@ impl Connection {
 
     fn start(self: &Arc<Self>, call: Call) -> Started {
         let Call { method, params, .. } = call;
-        let conn = Arc::clone(self);
         match method.as_str() {
-            "health" => self.with_params(&params, |NoParams {}| {
+            "health" | "connectors_status" | "ping" | "spawn_list" | "metrics" => {
+                self.start_about_the_daemon(&method, &params)
+            }
+            "spawn" | "spawn_op" | "spawn_check" => self.start_spawn(&method, &params),
+            "$/cancelRequest" => Started::Now(ready(self.cancel(&params))),
+            _ => self.start_about_a_handle(&method, &params),
+        }
+    }
+
+    /// A request about the daemon itself: its health, its connectors, a
+    /// ping, the caller's spawns, its metrics.
+    fn start_about_the_daemon(
+        self: &Arc<Self>,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Started {
+        let conn = Arc::clone(self);
+        match method {
+            "health" => self.with_params(params, |NoParams {}| {
                 Ok(Started::Later(later(async move {
                     conn.may_ask("health").await?;
                     let _turn = conn.side_turn.lock().await;
                     conn.health().await
                 })))
             }),
-            "connectors_status" => self.with_params(&params, |NoParams {}| {
+            "connectors_status" => self.with_params(params, |NoParams {}| {
                 Ok(Started::Later(later(async move {
                     conn.may_ask("connectors_status").await?;
                     let _turn = conn.side_turn.lock().await;
                     conn.connectors_status().await
                 })))
             }),
+            "ping" => self.with_params(params, |NoParams {}| {
+                Ok(Started::Now(ready(to_value(PingResult {
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                }))))
+            }),
+            "spawn_list" => self.with_params(params, |NoParams {}| {
+                Ok(Started::Now(ready(to_value(self.spawn_list()))))
+            }),
+            "metrics" => self.with_params(params, |NoParams {}| {
+                Ok(Started::Later(later(async move {
+                    conn.may_ask("metrics").await?;
+                    to_value(MetricsResult {
+                        text: crate::metrics::render(),
+                    })
+                })))
+            }),
+            other => unknown_method(other),
+        }
+    }
+
+    /// A spawn, or the gate's answer to one (`spawn_check`).
+    fn start_spawn(self: &Arc<Self>, method: &str, params: &Map<String, Value>) -> Started {
+        let conn = Arc::clone(self);
+        match method {
             "spawn" | "spawn_op" => {
-                let method = spawns::method_name(&method);
-                let call = spawns::read_call(method, &params);
+                let method = spawns::method_name(method);
+                let call = spawns::read_call(method, params);
                 Started::LaterToTheEnd(later(
                     async move { spawns::spawn(&conn, method, call).await },
                 ))
             }
-            "spawn_check" => match check::read(&params) {
+            "spawn_check" => match check::read(params) {
                 Ok((method, call)) => Started::Later(later(async move {
                     let _turn = conn.side_turn.lock().await;
                     check::check(&conn.daemon, &conn.peer, method, call).await
                 })),
                 Err(e) => Started::Now(ready(Err(e))),
             },
-            "spawn_status" => self.with_params(&params, |p: StatusParams| {
+            other => unknown_method(other),
+        }
+    }
+
+    /// A request about one of the connection's handles (or one to take
+    /// up, `spawn_attach`).
+    fn start_about_a_handle(
+        self: &Arc<Self>,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Started {
+        match method {
+            "spawn_status" => self.with_params(params, |p: StatusParams| {
                 let h = self.handles().named(&p.handle)?;
                 let wait = wait_of(p.wait_ms);
                 Ok(Started::Later(Box::pin(async move {
@@ -495,15 +548,15 @@ impl Connection {
                     Box::new(move || spawns::status(&h)) as Render
                 })))
             }),
-            "spawn_wait" => self.with_params(&params, |p: WaitParams| {
+            "spawn_wait" => self.with_params(params, |p: WaitParams| {
                 let (named, wait) = self.handles_to_wait_for(p)?;
                 Ok(Started::Later(later(spawns::wait_any(named, wait))))
             }),
-            "spawn_output_size" => self.with_params(&params, |p: OutputSizeParams| {
+            "spawn_output_size" => self.with_params(params, |p: OutputSizeParams| {
                 let h = self.handles().named(&p.handle)?;
                 Ok(Started::Now(ready(spawns::output_size(&h, p.which))))
             }),
-            "spawn_output_read" => self.with_params(&params, |p: OutputReadParams| {
+            "spawn_output_read" => self.with_params(params, |p: OutputReadParams| {
                 let h = self.handles().named(&p.handle)?;
                 let read = spawns::OutputRead::new(p.which, p.offset, p.len)?;
                 let wait = wait_of(p.wait_ms);
@@ -514,52 +567,32 @@ impl Connection {
                     Box::new(move || read.answer(&h)) as Render
                 })))
             }),
-            "spawn_kill" => self.with_params(&params, |p: KillParams| {
+            "spawn_kill" => self.with_params(params, |p: KillParams| {
                 let h = self.handles().named(&p.handle)?;
                 let signal = p.signal.map_or(libc::SIGKILL, params::KillSignal::number);
                 h.signal_for(signal, &self.peer);
                 Ok(Started::Now(ready(to_value(EmptyResult {}))))
             }),
-            "ping" => self.with_params(&params, |NoParams {}| {
-                Ok(Started::Now(ready(to_value(PingResult {
-                    version: env!("CARGO_PKG_VERSION").to_string(),
-                }))))
-            }),
-            "spawn_list" => self.with_params(&params, |NoParams {}| {
-                Ok(Started::Now(ready(to_value(self.spawn_list()))))
-            }),
-            "metrics" => self.with_params(&params, |NoParams {}| {
-                Ok(Started::Later(later(async move {
-                    conn.may_ask("metrics").await?;
-                    to_value(MetricsResult {
-                        text: crate::metrics::render(),
-                    })
-                })))
-            }),
-            "spawn_release" => self.with_params(&params, |p: HandleParams| {
+            "spawn_release" => self.with_params(params, |p: HandleParams| {
                 Ok(Started::Now(ready(spawns::release(
                     &mut self.handles(),
                     &self.peer,
                     &p.handle,
                 ))))
             }),
-            "spawn_stdin_write" => self.with_params(&params, |p: StdinWriteParams| {
+            "spawn_stdin_write" => self.with_params(params, |p: StdinWriteParams| {
                 let h = self.handles().named(&p.handle)?;
                 let bytes = spawns::stdin_bytes(p.data, p.data_b64)?;
                 let ticket = self.stdin_ticket(&h, bytes.len())?;
                 Ok(to_the_end(h, ticket, StdinWork::Write(bytes)))
             }),
-            "spawn_stdin_close" => self.with_params(&params, |p: HandleParams| {
+            "spawn_stdin_close" => self.with_params(params, |p: HandleParams| {
                 let h = self.handles().named(&p.handle)?;
                 let ticket = self.stdin_ticket(&h, 0)?;
                 Ok(to_the_end(h, ticket, StdinWork::Close))
             }),
-            "spawn_attach" => self.with_params(&params, |p: AttachParams| Ok(self.attach(p))),
-            "$/cancelRequest" => Started::Now(ready(self.cancel(&params))),
-            other => Started::Now(ready(Err(RpcError::new(
-                rpc::METHOD_NOT_FOUND,
-                format!("unknown method {other:?}"),
-            )))),
+            "spawn_attach" => self.with_params(params, |p: AttachParams| Ok(self.attach(p))),
+            other => unknown_method(other),
         }
     }
 
@@ -857,6 +890,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The answer to a request ended by `$/cancelRequest`.
 fn cancelled() -> RpcError {
     RpcError::new(rpc::REQUEST_CANCELLED, "cancelled by $/cancelRequest")
+}
+
+/// A method the daemon does not know.
+fn unknown_method(method: &str) -> Started {
+    Started::Now(ready(Err(RpcError::new(
+        rpc::METHOD_NOT_FOUND,
+        format!("unknown method {method:?}"),
+    ))))
 }
 
 /// A stdin write or close, carried out in its turn even if the connection

@@ -641,35 +641,8 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
                 refusals::close_due(&daemon).await;
             }
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                // Dates the acceptance for the peer's identity by pid (daemon/peer.rs).
-                let accepted_at = peer::Accepted::now();
-                let uid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
-                    .map(|c| c.uid());
-                let Ok(uid) = uid else { continue };
-                let Some(arrival) = daemon.tenants.arrive(uid, per_uid) else {
-                    tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
-                        "uid {uid} has {per_uid} connections open to this daemon ([server] max_connections_per_uid); close some or try later"
-                    ), serde_json::json!({"limit": "server.max_connections_per_uid", "max": per_uid, "caller_uses": per_uid}))));
-                    continue;
-                };
-                match Arc::clone(&slots).try_acquire_owned() {
-                    Ok(permit) => {
-                        let daemon = Arc::clone(&daemon);
-                        let stop = stop_rx.clone();
-                        tokio::spawn(async move {
-                            connection::serve_connection(daemon, stream, accepted_at, arrival, stop).await;
-                            drop(permit);
-                        });
-                    }
-                    Err(_) => {
-                        // The refused connection is not one of the uid's open ones.
-                        drop(arrival);
-                        let mine = daemon.tenants.connections_of(uid);
-                        tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
-                            "the daemon has {max} connections open ([server] max_connections); try later"
-                        ), serde_json::json!({"limit": "server.max_connections", "max": max, "caller_uses": mine, "all_use": max}))));
-                    }
+                if let Ok((stream, _)) = accepted {
+                    admit(&daemon, stream, &slots, (max, per_uid), stop_rx.clone());
                 }
             }
             _ = heartbeat.tick() => {
@@ -699,6 +672,52 @@ async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError>
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves an accepted connection, or tells it why not: its uid has
+/// `per_uid` connections open, or the daemon `max`, all its slots.
+fn admit(
+    daemon: &Arc<Daemon>,
+    stream: UnixStream,
+    slots: &Arc<Semaphore>,
+    (max, per_uid): (usize, usize),
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    // Dates the acceptance for the peer's identity by pid (daemon/peer.rs).
+    let accepted_at = peer::Accepted::now();
+    let uid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map(|c| c.uid());
+    let Ok(uid) = uid else { return };
+    let Some(arrival) = daemon.tenants.arrive(uid, per_uid) else {
+        tokio::spawn(refuse_overloaded(stream, RpcError::with_data(rpc::OVERLOADED, format!(
+            "uid {uid} has {per_uid} connections open to this daemon ([server] max_connections_per_uid); close some or try later"
+        ), serde_json::json!({"limit": "server.max_connections_per_uid", "max": per_uid, "caller_uses": per_uid}))));
+        return;
+    };
+    match Arc::clone(slots).try_acquire_owned() {
+        Ok(permit) => {
+            let daemon = Arc::clone(daemon);
+            tokio::spawn(async move {
+                connection::serve_connection(daemon, stream, accepted_at, arrival, stop).await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            // The refused connection is not one of the uid's open ones.
+            drop(arrival);
+            let mine = daemon.tenants.connections_of(uid);
+            tokio::spawn(refuse_overloaded(
+                stream,
+                RpcError::with_data(
+                    rpc::OVERLOADED,
+                    format!(
+                "the daemon has {max} connections open ([server] max_connections); try later"
+            ),
+                    serde_json::json!({"limit": "server.max_connections", "max": max, "caller_uses": mine, "all_use": max}),
+                ),
+            ));
+        }
+    }
 }
 
 /// The end of `serve` once a signal asked for it: running spawns finish

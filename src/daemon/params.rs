@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::results::{AttachResult, EmptyResult, MetricsResult, PingResult, SpawnListResult};
 use crate::rpc::RpcError;
 
 /// `params`, read as the method's type `T`; an error names the key.
@@ -259,6 +260,43 @@ pub fn method_label(method: &str) -> &'static str {
         .unwrap_or("unknown")
 }
 
+/// A schema of `T` (its definitions gathered by `generator`).
+type SchemaOf = fn(&mut schemars::SchemaGenerator) -> Value;
+
+fn schema_of<T: JsonSchema>(generator: &mut schemars::SchemaGenerator) -> Value {
+    generator.subschema_for::<T>().to_value()
+}
+
+/// Each method's params. `spawn_check` takes `spawn_op`'s or `spawn`'s.
+const PARAMS: &[(&str, SchemaOf)] = &[
+    ("spawn_op", schema_of::<SpawnOpParams>),
+    ("spawn", schema_of::<SpawnParams>),
+    ("spawn_status", schema_of::<StatusParams>),
+    ("spawn_wait", schema_of::<WaitParams>),
+    ("spawn_stdin_write", schema_of::<StdinWriteParams>),
+    ("spawn_stdin_close", schema_of::<HandleParams>),
+    ("spawn_attach", schema_of::<AttachParams>),
+    ("spawn_output_size", schema_of::<OutputSizeParams>),
+    ("spawn_output_read", schema_of::<OutputReadParams>),
+    ("spawn_kill", schema_of::<KillParams>),
+    ("spawn_release", schema_of::<HandleParams>),
+    ("connectors_status", schema_of::<NoParams>),
+    ("health", schema_of::<NoParams>),
+    ("ping", schema_of::<NoParams>),
+    ("spawn_list", schema_of::<NoParams>),
+    ("metrics", schema_of::<NoParams>),
+    ("$/cancelRequest", schema_of::<CancelParams>),
+];
+
+/// The methods whose results are typed ([`super::results`]).
+const RESULTS: &[(&str, SchemaOf)] = &[
+    ("ping", schema_of::<PingResult>),
+    ("spawn_list", schema_of::<SpawnListResult>),
+    ("spawn_attach", schema_of::<AttachResult>),
+    ("metrics", schema_of::<MetricsResult>),
+    ("spawn_kill", schema_of::<EmptyResult>),
+];
+
 /// The JSON Schema (draft 2020-12) of every method's params: `methods`
 /// maps each method to its params' type in `$defs`. docs/protocol.schema.json
 /// holds it, for the clients' tests; `tests/docs_in_sync.rs` checks the file
@@ -266,111 +304,19 @@ pub fn method_label(method: &str) -> &'static str {
 pub fn protocol_schema() -> Value {
     let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     let mut methods = Map::new();
-    methods.insert(
-        "spawn_op".into(),
-        generator.subschema_for::<SpawnOpParams>().to_value(),
-    );
-    methods.insert(
-        "spawn".into(),
-        generator.subschema_for::<SpawnParams>().to_value(),
-    );
+    for (method, schema) in PARAMS {
+        methods.insert((*method).into(), schema(&mut generator));
+    }
     // `spawn_op`'s params (with `op`) or `spawn`'s (with `envelope`).
     let checked = [methods["spawn_op"].clone(), methods["spawn"].clone()];
     methods.insert(
         "spawn_check".into(),
         serde_json::json!({ "oneOf": checked }),
     );
-    methods.insert(
-        "spawn_status".into(),
-        generator.subschema_for::<StatusParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_wait".into(),
-        generator.subschema_for::<WaitParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_stdin_write".into(),
-        generator.subschema_for::<StdinWriteParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_stdin_close".into(),
-        generator.subschema_for::<HandleParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_attach".into(),
-        generator.subschema_for::<AttachParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_output_size".into(),
-        generator.subschema_for::<OutputSizeParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_output_read".into(),
-        generator.subschema_for::<OutputReadParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_kill".into(),
-        generator.subschema_for::<KillParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_release".into(),
-        generator.subschema_for::<HandleParams>().to_value(),
-    );
-    methods.insert(
-        "connectors_status".into(),
-        generator.subschema_for::<NoParams>().to_value(),
-    );
-    methods.insert(
-        "health".into(),
-        generator.subschema_for::<NoParams>().to_value(),
-    );
-    methods.insert(
-        "ping".into(),
-        generator.subschema_for::<NoParams>().to_value(),
-    );
-    methods.insert(
-        "spawn_list".into(),
-        generator.subschema_for::<NoParams>().to_value(),
-    );
-    methods.insert(
-        "metrics".into(),
-        generator.subschema_for::<NoParams>().to_value(),
-    );
-    methods.insert(
-        "$/cancelRequest".into(),
-        generator.subschema_for::<CancelParams>().to_value(),
-    );
     let mut results = Map::new();
-    results.insert(
-        "ping".into(),
-        generator
-            .subschema_for::<super::results::PingResult>()
-            .to_value(),
-    );
-    results.insert(
-        "spawn_list".into(),
-        generator
-            .subschema_for::<super::results::SpawnListResult>()
-            .to_value(),
-    );
-    results.insert(
-        "spawn_attach".into(),
-        generator
-            .subschema_for::<super::results::AttachResult>()
-            .to_value(),
-    );
-    results.insert(
-        "metrics".into(),
-        generator
-            .subschema_for::<super::results::MetricsResult>()
-            .to_value(),
-    );
-    results.insert(
-        "spawn_kill".into(),
-        generator
-            .subschema_for::<super::results::EmptyResult>()
-            .to_value(),
-    );
+    for (method, schema) in RESULTS {
+        results.insert((*method).into(), schema(&mut generator));
+    }
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "spawnd daemon protocol: each method's params",

@@ -89,17 +89,7 @@ pub(super) async fn spawn(
         daemon_uid: nix::unistd::geteuid().as_raw(),
     };
     let manifest = manifest_for_peer(daemon, peer, method, &loaded, &access, &call).await?;
-    let known = conn.handles().caller.clone();
-    let mut caller = match known {
-        Some(known) => known,
-        None => {
-            let looked_up = caller_of(peer)?;
-            conn.handles().caller.insert(looked_up).clone()
-        }
-    };
-    // The operator names the workspace; a caller never does.
-    caller.workspace = loaded.config.sandbox.workspace.clone();
-    caller.label = call.label.clone();
+    let caller = caller_for(conn, &loaded, &call)?;
     let slot = HandleSlot::take(conn)?;
     let reservation = reserve_output(daemon, peer, &manifest, &call.request)?;
     let permit = daemon.running.take(peer.uid, 1).map_err(|refusal| {
@@ -112,6 +102,57 @@ pub(super) async fn spawn(
         .spawner()
         .map_err(|e| RpcError::new(rpc::SANDBOX_UNAVAILABLE, format!("{e}; nothing was run")))?;
     let name = new_handle_name()?;
+    let (handle, stdin_pipe) = new_handle(&call, lease)?;
+    if handle.lease.is_some() {
+        daemon.detached.register(&name, &handle);
+    }
+    handle.with(|s| s.reservation = Some(reservation));
+    let (started_tx, started_rx) = oneshot::channel();
+    let job = Job {
+        loaded,
+        manifest,
+        caller,
+        call,
+        stdin_pipe,
+        access,
+        spawner,
+        permit,
+        shared_connections: Claim::new(&daemon.relay_connections, peer.uid),
+        handle: Arc::clone(&handle),
+        started_tx,
+    };
+    list_as_started(daemon, &handle)?;
+    tokio::task::spawn_blocking(move || run_job(job));
+    answer_once_started(conn, slot, name, handle, started_rx).await
+}
+
+/// The caller a spawn runs for: the peer as the password database knows it
+/// (looked up once per connection), the operator's workspace (a caller
+/// never names one), and the call's label.
+fn caller_for(
+    conn: &Connection,
+    loaded: &Loaded,
+    call: &SpawnCall,
+) -> Result<crate::policy::Caller, RpcError> {
+    let known = conn.handles().caller.clone();
+    let mut caller = match known {
+        Some(known) => known,
+        None => {
+            let looked_up = caller_of(&conn.peer)?;
+            conn.handles().caller.insert(looked_up).clone()
+        }
+    };
+    caller.workspace = loaded.config.sandbox.workspace.clone();
+    caller.label = call.label.clone();
+    Ok(caller)
+}
+
+/// A new spawn's handle, and the read end of its stdin stream when the
+/// call streams stdin.
+fn new_handle(
+    call: &SpawnCall,
+    lease: Option<Lease>,
+) -> Result<(Arc<Handle>, Option<std::fs::File>), RpcError> {
     let (stdin_stream, stdin_pipe) = if call.stdin_stream {
         let (stream, pipe) = StdinStream::open()?;
         (Some(stream), Some(pipe))
@@ -132,44 +173,27 @@ pub(super) async fn spawn(
         lease,
         about,
     });
-    if handle.lease.is_some() {
-        daemon.detached.register(&name, &handle);
-    }
-    handle.with(|s| s.reservation = Some(reservation));
-    let (started_tx, started_rx) = oneshot::channel();
-    let job = Job {
-        loaded,
-        manifest,
-        caller,
-        call,
-        stdin_pipe,
-        access,
-        spawner,
-        permit,
-        shared_connections: Claim::new(&daemon.relay_connections, peer.uid),
-        handle: Arc::clone(&handle),
-        started_tx,
+    Ok((handle, stdin_pipe))
+}
+
+/// Puts a spawn among the started ones before it starts, so a shutdown
+/// that comes while it is being set up kills it too (`mark_started`); once
+/// the daemon is stopping, nothing starts (checked under the same lock the
+/// shutdown's kill reads the list under).
+fn list_as_started(daemon: &Daemon, handle: &Arc<Handle>) -> Result<(), RpcError> {
+    let mut list = match daemon.started.lock() {
+        Ok(l) => l,
+        Err(p) => p.into_inner(),
     };
-    // Among the started spawns before it starts, so a shutdown that comes
-    // while it is being set up kills it too (`mark_started`); once the
-    // daemon is stopping, nothing starts (checked under the same lock the
-    // shutdown's kill reads the list under).
-    {
-        let mut list = match daemon.started.lock() {
-            Ok(l) => l,
-            Err(p) => p.into_inner(),
-        };
-        if daemon.stopping.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(RpcError::new(
-                rpc::OVERLOADED,
-                "the daemon is stopping; nothing was run",
-            ));
-        }
-        list.retain(|w| w.strong_count() > 0);
-        list.push(Arc::downgrade(&handle));
+    if daemon.stopping.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(RpcError::new(
+            rpc::OVERLOADED,
+            "the daemon is stopping; nothing was run",
+        ));
     }
-    tokio::task::spawn_blocking(move || run_job(job));
-    answer_once_started(conn, slot, name, handle, started_rx).await
+    list.retain(|w| w.strong_count() > 0);
+    list.push(Arc::downgrade(handle));
+    Ok(())
 }
 
 /// The lease a spawn asked for (`lease_ms`), within `[server] max_lease_ms`.

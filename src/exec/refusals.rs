@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::sandbox::spec::{Access, MountKind, SandboxSpec};
-use crate::sandbox::trace::{Trace, Use};
+use crate::sandbox::trace::{PathUse, Trace, Use};
 pub use crate::spawn_result::Refusal;
 use crate::spawn_result::{TraceReport, TracedPath};
 
@@ -49,110 +49,103 @@ pub(super) fn trace_report(
 /// The walls in `trace`: seccomp's refusals first, then each path use the
 /// sandbox did not grant, in path order.
 pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> bool) -> Vec<Refusal> {
-    let mut out: Vec<Refusal> = trace
-        .refused
-        .iter()
-        .map(|r| Refusal {
-            layer: "seccomp".into(),
-            errno: errno_name(r.errno).into(),
-            call: r.call.clone(),
-            path: None,
-            how: None,
-            calls: r.calls,
-            fix: match r.call.as_str() {
-                "socket" | "socketpair" => "spawnd's seccomp filter refuses unix sockets unless the manifest grants socket paths (`unix_sockets`), and every raw, packet and netlink socket".to_string(),
-                call => format!("spawnd's seccomp filter refuses {call} to every program (docs/security.md lists each refused call and why); no manifest key grants it"),
-            },
-        })
-        .collect();
-    for used in &trace.paths {
-        let in_a_scope = spec
-            .landlock
+    let mut out: Vec<Refusal> = trace.refused.iter().map(filter_refusal).collect();
+    out.extend(
+        trace
+            .paths
             .iter()
-            .any(|r| r.scope.is_some() && used.path.starts_with(&r.path));
-        if used.path.starts_with("/tmp")
-            && !in_a_scope
-            && used.how == Use::Execute
-            && !spec.tmp_exec
-        {
-            // A program made in the sandbox's own /tmp and run from there.
-            out.push(Refusal {
-                layer: "noexec".into(),
-                errno: "EACCES".into(),
-                call: used.call.to_string(),
-                path: Some(used.path.clone()),
-                how: Some(used.how),
-                calls: used.calls,
-                fix: "the sandbox's /tmp does not allow execution; set tmp_exec = true in the manifest's limits".to_string(),
-            });
-            continue;
-        }
-        if used.path.starts_with("/tmp")
-            && !in_a_scope
-            && matches!(used.how, Use::Read | Use::List | Use::Execute)
-            && exists(&used.path)
-        {
-            // The host's file, hidden by the sandbox's own /tmp.
-            out.push(Refusal {
-                layer: "mount_namespace".into(),
-                errno: "ENOENT".into(),
-                call: used.call.to_string(),
-                path: Some(used.path.clone()),
-                how: Some(used.how),
-                calls: used.calls,
-                fix: format!(
-                    "the sandbox's /tmp is its own, without the host's {}; add it to fs_read",
+            .filter_map(|used| path_refusal(used, spec, exists)),
+    );
+    out
+}
+
+/// A call the seccomp filter refused.
+fn filter_refusal(r: &crate::spawn_result::RefusedCall) -> Refusal {
+    Refusal {
+        layer: "seccomp".into(),
+        errno: errno_name(r.errno).into(),
+        call: r.call.clone(),
+        path: None,
+        how: None,
+        calls: r.calls,
+        fix: match r.call.as_str() {
+            "socket" | "socketpair" => "spawnd's seccomp filter refuses unix sockets unless the manifest grants socket paths (`unix_sockets`), and every raw, packet and netlink socket".to_string(),
+            call => format!("spawnd's seccomp filter refuses {call} to every program (docs/security.md lists each refused call and why); no manifest key grants it"),
+        },
+    }
+}
+
+/// The wall a path the program used met, if one did: the sandbox's own
+/// `/tmp` (not executable, or hiding the host's file), the files the
+/// sandbox writes for itself (read-only), or a scope's rules.
+fn path_refusal(
+    used: &PathUse,
+    spec: &SandboxSpec,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Option<Refusal> {
+    let refused = |layer: &str, errno: &str, fix: String| Refusal {
+        layer: layer.into(),
+        errno: errno.into(),
+        call: used.call.to_string(),
+        path: Some(used.path.clone()),
+        how: Some(used.how),
+        calls: used.calls,
+        fix,
+    };
+    let in_a_scope = spec
+        .landlock
+        .iter()
+        .any(|r| r.scope.is_some() && used.path.starts_with(&r.path));
+    let in_own_tmp = used.path.starts_with("/tmp") && !in_a_scope;
+    if in_own_tmp && used.how == Use::Execute && !spec.tmp_exec {
+        // A program made in the sandbox's own /tmp and run from there.
+        return Some(refused(
+            "noexec",
+            "EACCES",
+            "the sandbox's /tmp does not allow execution; set tmp_exec = true in the manifest's limits".to_string(),
+        ));
+    }
+    if in_own_tmp && matches!(used.how, Use::Read | Use::List | Use::Execute) && exists(&used.path)
+    {
+        // The host's file, hidden by the sandbox's own /tmp.
+        return Some(refused(
+            "mount_namespace",
+            "ENOENT",
+            format!(
+                "the sandbox's /tmp is its own, without the host's {}; add it to fs_read",
+                used.path.display()
+            ),
+        ));
+    }
+    if PROVIDED.iter().any(|p| used.path.starts_with(p)) && !in_a_scope {
+        return None;
+    }
+    // The files the sandbox writes for itself (`/etc/passwd`, `/etc/hosts`…)
+    // are there to read; the host's never are, and no scope changes them.
+    if written_for_the_sandbox(spec, &used.path) {
+        let writes = matches!(used.how, Use::Write | Use::Create | Use::Remove);
+        return writes.then(|| {
+            refused(
+                "read_only_mount",
+                "EROFS",
+                format!(
+                    "{} is the sandbox's own, written for it and read-only (docs/sandbox.md, \"The runtime\"); no scope changes it",
                     used.path.display()
                 ),
-            });
-            continue;
-        }
-        if PROVIDED.iter().any(|p| used.path.starts_with(p)) && !in_a_scope {
-            continue;
-        }
-        // The files the sandbox writes for itself (`/etc/passwd`, `/etc/hosts`…)
-        // are there to read; the host's never are, and no scope changes them.
-        if written_for_the_sandbox(spec, &used.path) {
-            if matches!(used.how, Use::Write | Use::Create | Use::Remove) {
-                out.push(Refusal {
-                    layer: "read_only_mount".into(),
-                    errno: "EROFS".into(),
-                    call: used.call.to_string(),
-                    path: Some(used.path.clone()),
-                    how: Some(used.how),
-                    calls: used.calls,
-                    fix: format!(
-                        "{} is the sandbox's own, written for it and read-only (docs/sandbox.md, \"The runtime\"); no scope changes it",
-                        used.path.display()
-                    ),
-                });
-            }
-            continue;
-        }
-        // A new file's parent must exist; a read of nothing is a probe.
-        let on_host = match used.how {
-            Use::Create | Use::Write => {
-                exists(&used.path) || used.path.parent().is_some_and(exists)
-            }
-            _ => exists(&used.path),
-        };
-        if !on_host {
-            continue;
-        }
-        let new_file = used.how == Use::Write && !exists(&used.path);
-        if let Some((layer, errno, fix)) = wall(spec, &used.path, used.how, new_file, exists) {
-            out.push(Refusal {
-                layer: layer.into(),
-                errno: errno.into(),
-                call: used.call.to_string(),
-                path: Some(used.path.clone()),
-                how: Some(used.how),
-                calls: used.calls,
-                fix,
-            });
-        }
+            )
+        });
     }
-    out
+    // A new file's parent must exist; a read of nothing is a probe.
+    let on_host = match used.how {
+        Use::Create | Use::Write => exists(&used.path) || used.path.parent().is_some_and(exists),
+        _ => exists(&used.path),
+    };
+    if !on_host {
+        return None;
+    }
+    let new_file = used.how == Use::Write && !exists(&used.path);
+    let (layer, errno, fix) = wall(spec, &used.path, used.how, new_file, exists)?;
+    Some(refused(layer, errno, fix))
 }
 
 /// Whether `path` is a file the sandbox writes for itself ([`MountKind::File`]:

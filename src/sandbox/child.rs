@@ -696,6 +696,11 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
     // program that ended before it did ended on its own, however close to
     // the wall time's deadline (the parent's SIGTERM may cross its exit).
     let mut forwarded = false;
+    // Whether the program catches or ignores a signal passed on to it: if
+    // none, a normal exit after one was its own (the signal, at its
+    // default, would have ended it by that signal), even one that crossed
+    // the signal between init's look at the program and the kill.
+    let mut forwarded_is_handled = false;
     loop {
         let Some((number, sender)) = wait_signal_with_sender(&waited) else {
             continue;
@@ -717,6 +722,7 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
                 }
                 _ => {}
             }
+            forwarded_is_handled |= handles_signal(program, sig);
             forwarded = true;
             let _ = kill(program, sig);
             continue;
@@ -724,13 +730,77 @@ fn supervise_program(s: ChildSetup<'_>, program: Pid) -> ! {
         while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
             match status {
                 WaitStatus::StillAlive => break,
-                WaitStatus::Exited(pid, code) if pid == program => finish(s, code << 8, !forwarded),
+                WaitStatus::Exited(pid, code) if pid == program => {
+                    finish(s, code << 8, !forwarded || !forwarded_is_handled)
+                }
                 WaitStatus::Signaled(pid, sig, core) if pid == program => {
                     finish(s, sig as i32 | if core { 0x80 } else { 0 }, !forwarded)
                 }
                 _ => {}
             }
         }
+    }
+}
+
+/// Whether `program` catches or ignores `sig` now, as its
+/// `/proc/PID/status` says (`SigCgt`, `SigIgn`); true when that cannot be
+/// read. Allocates nothing (init's loop): the path and the file are read
+/// into buffers on the stack.
+fn handles_signal(program: Pid, sig: Signal) -> bool {
+    use nix::fcntl::{open, OFlag};
+    let mut path = [0u8; 32];
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| {
+        for b in bytes {
+            if len < path.len() {
+                path[len] = *b;
+                len += 1;
+            }
+        }
+    };
+    push(b"/proc/");
+    let mut digits = [0u8; 10];
+    let mut n = program.as_raw().unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    push(&digits[at..]);
+    push(b"/status");
+    let Ok(path) = std::ffi::CStr::from_bytes_until_nul(&path[..=len.min(path.len() - 1)]) else {
+        return true;
+    };
+    let Ok(fd) = open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return true;
+    };
+    let mut text = [0u8; 2048];
+    let mut filled = 0;
+    while filled < text.len() {
+        match nix::unistd::read(&fd, &mut text[filled..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => filled += n,
+        }
+    }
+    let bit = 1u64 << (sig as i32 - 1);
+    let mask_of = |key: &[u8]| -> Option<u64> {
+        let line = text[..filled]
+            .split(|b| *b == b'\n')
+            .find(|l| l.starts_with(key))?;
+        let hex = std::str::from_utf8(&line[key.len()..]).ok()?.trim();
+        u64::from_str_radix(hex, 16).ok()
+    };
+    match (mask_of(b"SigCgt:"), mask_of(b"SigIgn:")) {
+        (Some(caught), Some(ignored)) => (caught | ignored) & bit != 0,
+        _ => true,
     }
 }
 
