@@ -234,3 +234,39 @@ pub struct FsPlan {
     /// shows it already.
     pub unix_sockets: Vec<PathBuf>,
 }
+
+#[cfg(test)]
+impl SpawnPlan {
+    /// A plan that runs `/usr/bin/true` with nothing granted, for a test
+    /// to change what it is about.
+    pub(crate) fn of_true() -> SpawnPlan {
+        SpawnPlan {
+            connector: "local://t/t".into(),
+            version: "1.0.0".into(),
+            manifest_sha256: Sha256Digest([0; 32]),
+            manifest_path: "/etc/spawnd/manifests/t.toml".into(),
+            provenance: None,
+            op: "x".into(),
+            op_mode: Tier::Readonly,
+            program: ProgramPlan {
+                declared: "/usr/bin/true".into(),
+                resolved: "/usr/bin/true".into(),
+                sha256: Sha256Digest([0; 32]),
+                pinned: false,
+                interpreter: None,
+            },
+            argv: vec!["true".into()],
+            argv_shape: "true".into(),
+            env: vec![],
+            env_values: Default::default(),
+            cwd: CwdPlan::FreshTemp,
+            fs: FsPlan::default(),
+            network: Vec::new(),
+            action: None,
+            network_learning: None,
+            on_violation: Default::default(),
+            limits: Limits::default(),
+            exec: Default::default(),
+        }
+    }
+}

@@ -170,28 +170,22 @@ impl Observed {
     /// each offered as a whole alternative line of its key, valid TOML once
     /// uncommented in place of the key's.
     fn withheld(out: &mut Out, scopes: &Scopes) -> (Vec<Withheld>, Vec<Withheld>) {
-        let mut read_withheld = Vec::new();
-        let mut write_withheld = Vec::new();
-        for (path, uses) in &scopes.read_sensitive {
-            read_withheld.push(Withheld {
-                path: path.clone(),
-                why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
-            });
-            out.review.push(format!(
-                "{} may hold secrets: left out (commented in the draft)",
-                shown(path)
-            ));
-        }
-        for (path, uses) in &scopes.write_sensitive {
-            write_withheld.push(Withheld {
-                path: path.clone(),
-                why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
-            });
-            out.review.push(format!(
-                "{} may hold secrets: left out (commented in the draft)",
-                shown(path)
-            ));
-        }
+        let mut sensitive = |used: &[(PathBuf, String)]| -> Vec<Withheld> {
+            used.iter()
+                .map(|(path, uses)| {
+                    out.review.push(format!(
+                        "{} may hold secrets: left out (commented in the draft)",
+                        shown(path)
+                    ));
+                    Withheld {
+                        path: path.clone(),
+                        why: format!("it used {} ({uses}), which may hold secrets", shown(path)),
+                    }
+                })
+                .collect()
+        };
+        let read_withheld = sensitive(&scopes.read_sensitive);
+        let mut write_withheld = sensitive(&scopes.write_sensitive);
         for dir in &scopes.attempted {
             write_withheld.push(Withheld {
                 path: dir.clone(),

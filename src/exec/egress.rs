@@ -535,37 +535,12 @@ fn connection(c: &ConnectionRecord) -> Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{Limits, Sha256Digest, Tier};
-    use crate::plan::{CwdPlan, FsPlan, ProgramPlan};
 
     fn plan(network: &[&str], learning: Option<Learning>) -> SpawnPlan {
         SpawnPlan {
-            connector: "local://t/t".into(),
-            version: "1.0.0".into(),
-            manifest_sha256: Sha256Digest([0; 32]),
-            manifest_path: String::new(),
-            provenance: None,
-            op: "x".into(),
-            op_mode: Tier::Readonly,
-            program: ProgramPlan {
-                declared: "/usr/bin/true".into(),
-                resolved: "/usr/bin/true".into(),
-                sha256: Sha256Digest([0; 32]),
-                pinned: false,
-                interpreter: None,
-            },
-            argv: vec!["true".into()],
-            argv_shape: "true".into(),
-            env: vec![],
-            env_values: Default::default(),
-            cwd: CwdPlan::FreshTemp,
-            fs: FsPlan::default(),
             network: network.iter().map(|g| g.parse().unwrap()).collect(),
-            action: None,
             network_learning: learning,
-            on_violation: Default::default(),
-            limits: Limits::default(),
-            exec: Default::default(),
+            ..SpawnPlan::of_true()
         }
     }
 

@@ -3,37 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::manifest::{Limits, Sha256Digest, Tier};
-use crate::plan::{FsPlan, ProgramPlan};
+use crate::manifest::{Limits, Sha256Digest};
+use crate::plan::FsPlan;
 
 fn plan(fs: FsPlan, cwd: CwdPlan) -> SpawnPlan {
     SpawnPlan {
-        connector: "local://t/t".into(),
-        version: "1.0.0".into(),
-        manifest_sha256: Sha256Digest([0; 32]),
-        manifest_path: "/etc/spawnd/manifests/t.toml".into(),
-        provenance: None,
-        op: "x".into(),
-        op_mode: Tier::Readonly,
-        program: ProgramPlan {
-            declared: "/usr/bin/true".into(),
-            resolved: "/usr/bin/true".into(),
-            sha256: Sha256Digest([0; 32]),
-            pinned: false,
-            interpreter: None,
-        },
-        argv: vec!["true".into()],
-        argv_shape: "true".into(),
-        env: vec![],
-        env_values: Default::default(),
-        cwd,
         fs,
-        network: Vec::new(),
-        action: None,
-        network_learning: None,
-        on_violation: Default::default(),
-        limits: Limits::default(),
-        exec: Default::default(),
+        cwd,
+        ..SpawnPlan::of_true()
     }
 }
 
