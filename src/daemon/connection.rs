@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
@@ -234,6 +235,14 @@ fn input_budget(max_frame_bytes: usize) -> usize {
         .clamp(1, Semaphore::MAX_PERMITS)
 }
 
+/// The handle an answer names (a spawn's, an attach's), read without
+/// the rest of it.
+#[derive(serde::Deserialize)]
+struct NamesAHandle {
+    #[serde(default)]
+    handle: Option<String>,
+}
+
 /// What became of an answer.
 struct Answered {
     /// It reached the outbox.
@@ -286,7 +295,7 @@ impl Connection {
         let sent = self
             .send(|| match render() {
                 Ok(v) => {
-                    handle = v["handle"].as_str().map(str::to_string);
+                    handle = NamesAHandle::deserialize(&v).ok().and_then(|n| n.handle);
                     // The line is sure to be queued now: from here the peer
                     // may know the handle (and a lease's token).
                     if let Some(h) = handle.as_deref().and_then(|n| self.handles().named(n).ok()) {
