@@ -266,6 +266,12 @@ impl Client {
         self.writer.write_all(bytes).unwrap();
     }
 
+    /// [`Client::send_raw`] that tells a connection the daemon already
+    /// closed (a refused one) rather than panicking.
+    pub fn try_send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes)
+    }
+
     /// The next answer line, or `None` once the daemon closed the connection.
     pub fn answer(&mut self) -> Option<Value> {
         let mut line = String::new();
