@@ -242,6 +242,25 @@ fn positive_ms(ms: Option<u64>, name: &str) -> Result<Option<u64>, RpcError> {
     }
 }
 
+/// The options `spawn_op`'s and `spawn`'s params share, as one
+/// [`SpawnOptions`] (the two params types keep their own fields: serde's
+/// `flatten` cannot refuse unknown ones).
+macro_rules! spawn_options {
+    ($p:expr) => {
+        SpawnOptions {
+            stdin_stream: $p.stdin_stream,
+            version: $p.version,
+            hash: $p.hash,
+            action: $p.action,
+            mode: $p.mode,
+            timeout_ms: $p.timeout_ms,
+            label: $p.label,
+            notify: $p.notify,
+            lease_ms: $p.lease_ms,
+        }
+    };
+}
+
 /// The call's connector, request, stdin and timeout, from the params of
 /// `method` (`spawn_op`, else `spawn`): read as the method's type, then
 /// checked.
@@ -253,17 +272,7 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
             args: p.args.unwrap_or_default(),
         };
         let stdin = stdin_of(p.stdin, p.stdin_b64, "")?;
-        let options = SpawnOptions {
-            stdin_stream: p.stdin_stream,
-            version: p.version,
-            hash: p.hash,
-            action: p.action,
-            mode: p.mode,
-            timeout_ms: p.timeout_ms,
-            label: p.label,
-            notify: p.notify,
-            lease_ms: p.lease_ms,
-        };
+        let options = spawn_options!(p);
         (
             p.connector,
             kind,
@@ -280,17 +289,7 @@ pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCa
             program: e.program,
             argv: e.argv,
         };
-        let options = SpawnOptions {
-            stdin_stream: p.stdin_stream,
-            version: p.version,
-            hash: p.hash,
-            action: p.action,
-            mode: p.mode,
-            timeout_ms: p.timeout_ms,
-            label: p.label,
-            notify: p.notify,
-            lease_ms: p.lease_ms,
-        };
+        let options = spawn_options!(p);
         (
             p.connector,
             kind,

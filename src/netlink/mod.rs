@@ -14,3 +14,22 @@ pub use nftables::{
     LOGGED_BYTES,
 };
 pub use route::{add_local_route, read_ack};
+
+/// A netlink socket of `protocol` (`shown` in errors, `NETLINK_ROUTE`),
+/// bound; `named` says which call failed.
+fn bound_socket(
+    (protocol, shown): (nix::sys::socket::SockProtocol, &str),
+    named: &dyn Fn(&str, nix::Error) -> std::io::Error,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{bind, socket, AddressFamily, NetlinkAddr, SockFlag, SockType};
+    use std::os::fd::AsRawFd;
+    let sock = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        protocol,
+    )
+    .map_err(|e| named(&format!("socket(AF_NETLINK, {shown})"), e))?;
+    bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(|e| named("bind(netlink)", e))?;
+    Ok(sock)
+}

@@ -53,10 +53,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use nix::sys::socket::{
-    bind, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
-    SockProtocol, SockType,
-};
+use nix::sys::socket::{recv, send, setsockopt, sockopt, MsgFlags, SockProtocol};
 use nix::sys::time::TimeVal;
 
 /// The table the learning redirect lives in.
@@ -598,14 +595,10 @@ fn apply(batch: &[u8], acks: &[u32], shown: &str) -> io::Result<()> {
     let named = |what: &str, e: nix::Error| {
         io::Error::new(io::Error::from(e).kind(), format!("{what} ({shown}): {e}"))
     };
-    let sock = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkNetFilter,
-    )
-    .map_err(|e| named("socket(AF_NETLINK, NETLINK_NETFILTER)", e))?;
-    bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(|e| named("bind(netlink)", e))?;
+    let sock = super::bound_socket(
+        (SockProtocol::NetlinkNetFilter, "NETLINK_NETFILTER"),
+        &named,
+    )?;
     let within = TimeVal::new(ACK_WITHIN.as_secs() as _, 0);
     setsockopt(&sock, sockopt::ReceiveTimeout, &within)
         .map_err(|e| named("setsockopt(SO_RCVTIMEO)", e))?;

@@ -17,10 +17,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
-use nix::sys::socket::{
-    bind, recv, send, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol,
-    SockType,
-};
+use nix::sys::socket::{recv, send, MsgFlags, SockProtocol};
 
 const RTM_NEWROUTE: u16 = 24;
 const NLMSG_ERROR: u16 = 2;
@@ -108,14 +105,7 @@ pub fn add_local_route(dst: IpAddr, prefix_len: u8, ifindex: u32) -> io::Result<
     let named = |what: &str, e: nix::Error| {
         io::Error::new(io::Error::from(e).kind(), format!("{what} ({shown}): {e}"))
     };
-    let sock = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    )
-    .map_err(|e| named("socket(AF_NETLINK, NETLINK_ROUTE)", e))?;
-    bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0)).map_err(|e| named("bind(netlink)", e))?;
+    let sock = super::bound_socket((SockProtocol::NetlinkRoute, "NETLINK_ROUTE"), &named)?;
     let seq = 1;
     let request = local_route_request(dst, prefix_len, ifindex, seq);
     send(sock.as_raw_fd(), &request, MsgFlags::empty()).map_err(|e| named("send", e))?;
