@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use serde_json::json;
-use spawnd::audit::{AuditLog, Kind};
+use spawnd::internals::audit::{AuditLog, Kind};
 
 fn appends_per_second(writers: usize, per_writer: usize) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -32,7 +32,7 @@ fn appends_per_second(writers: usize, per_writer: usize) -> f64 {
         }
     });
     let secs = started.elapsed().as_secs_f64();
-    let verified = spawnd::audit::verify(&path, None).expect("verify");
+    let verified = spawnd::internals::audit::verify(&path, None).expect("verify");
     assert_eq!(
         (verified.records as usize, verified.tamper),
         (writers * per_writer, None)

@@ -14,11 +14,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use spawnd::manifest::{parse_manifest, LoadOptions, Manifest, Sha256Digest};
-use spawnd::policy::{
+use spawnd::internals::manifest::{parse_manifest, LoadOptions, Manifest, Sha256Digest};
+use spawnd::internals::policy::{
     decide, Access, Caller, GateContext, ProgramFacts, ProgramFault, ProgramInspector, Request,
 };
-use spawnd::program::hash_file;
+use spawnd::internals::program::hash_file;
 
 /// 20 argv tokens: 15 literals and 5 typed placeholders, one optional group.
 const MANIFEST: &str = r#"
@@ -54,9 +54,12 @@ impl ProgramInspector for Fixed {
 
     fn recheck_verified(
         &mut self,
-        _: &spawnd::manifest::Verified,
-        _: &[(std::path::PathBuf, spawnd::manifest::Sha256Digest)],
-    ) -> Result<(), spawnd::policy::ContentChanged> {
+        _: &spawnd::internals::manifest::Verified,
+        _: &[(
+            std::path::PathBuf,
+            spawnd::internals::manifest::Sha256Digest,
+        )],
+    ) -> Result<(), spawnd::internals::policy::ContentChanged> {
         Ok(())
     }
 }
@@ -86,7 +89,9 @@ fn gate_times(m: &Manifest, req: &Request, n: usize) -> Vec<Duration> {
         workspace: None,
         other_user_namespace: false,
         label: None,
-        origin: std::sync::Arc::new(spawnd::origin::Origin::via(spawnd::origin::Via::Cli)),
+        origin: std::sync::Arc::new(spawnd::internals::origin::Origin::via(
+            spawnd::internals::origin::Via::Cli,
+        )),
     };
     let bound = BTreeSet::new();
     let name = m.connector.name.to_string();
@@ -139,7 +144,9 @@ fn main() {
             workspace: None,
             other_user_namespace: false,
             label: None,
-            origin: std::sync::Arc::new(spawnd::origin::Origin::via(spawnd::origin::Via::Cli)),
+            origin: std::sync::Arc::new(spawnd::internals::origin::Origin::via(
+                spawnd::internals::origin::Via::Cli,
+            )),
         };
         let bound = BTreeSet::new();
         let ctx = GateContext {

@@ -90,23 +90,23 @@ fn median(v: &mut [Duration]) -> Duration {
 /// digest given) and without the digest (the program read again): `n`
 /// calls each, medians.
 fn recheck_alone(store: &Path, n: usize) -> (Duration, Duration) {
-    let store = spawnd::provenance::Store::at(store);
-    let keyring = spawnd::provenance::Keyring::at(Path::new("/nonexistent"));
-    let served = spawnd::provenance::serve::installed_manifests(
+    let store = spawnd::internals::provenance::Store::at(store);
+    let keyring = spawnd::internals::provenance::Keyring::at(Path::new("/nonexistent"));
+    let served = spawnd::internals::provenance::serve::installed_manifests(
         &store,
         &keyring,
-        spawnd::manifest::LoadOptions::default(),
+        spawnd::internals::manifest::LoadOptions::default(),
     )
     .expect("the store loads");
     let installed = served[0].verified.clone().expect("installed");
     let program = installed.dir.join("bin/true");
     let digest = installed.files[0].1;
-    let hashed: Vec<(PathBuf, spawnd::manifest::Sha256Digest)> = vec![(program, digest)];
-    let time = |hashed: &[(PathBuf, spawnd::manifest::Sha256Digest)]| {
+    let hashed: Vec<(PathBuf, spawnd::internals::manifest::Sha256Digest)> = vec![(program, digest)];
+    let time = |hashed: &[(PathBuf, spawnd::internals::manifest::Sha256Digest)]| {
         let mut times: Vec<Duration> = (0..n)
             .map(|_| {
                 let t = Instant::now();
-                spawnd::provenance::recheck::recheck_verified(&installed, hashed)
+                spawnd::internals::provenance::recheck::recheck_verified(&installed, hashed)
                     .expect("unchanged");
                 t.elapsed()
             })

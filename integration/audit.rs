@@ -1224,7 +1224,7 @@ fn replacing_the_hmac_key_seals_a_rotation_and_the_whole_chain_verifies() {
 /// Rewrites every record of `log` with `edit`, resealing the chain and the
 /// head with `key`: what root holding the key can do.
 fn reseal(log: &std::path::Path, key: &[u8], edit: &dyn Fn(&mut serde_json::Map<String, Value>)) {
-    use spawnd::audit::record::{chain_hash, head_mac, GENESIS};
+    use spawnd::internals::audit::record::{chain_hash, head_mac, GENESIS};
     let mut prev = GENESIS.to_string();
     let mut out = String::new();
     let mut seq = 0;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::{world, As};
 use serde_json::Value;
-use spawnd::spawn_result::SpawnResult;
+use spawnd::internals::spawn_result::SpawnResult;
 
 fn result(out: &std::process::Output) -> Value {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -1444,7 +1444,7 @@ fn metrics_count_spawns_and_denials_on_the_socket_and_in_the_textfile() {
 /// and serialize to the same JSON.
 #[test]
 fn a_status_answer_is_the_typed_spawn_status() {
-    use spawnd::spawn_result::SpawnStatus;
+    use spawnd::internals::spawn_result::SpawnStatus;
     let d = Daemon::start("typed-status", "");
     let mut c = d.client();
     let running = handle_of(&spawn_sh(&mut c, "sleep 30", json!({})));

@@ -242,7 +242,7 @@ fn spare_sandboxes_mount_the_system_paths_in_force() {
     std::fs::create_dir_all(&extra).unwrap();
     std::fs::write(extra.join("marker"), "here\n").unwrap();
     let section = |with_extra: bool| {
-        let mut paths: Vec<String> = spawnd::config::DEFAULT_SYSTEM_PATHS
+        let mut paths: Vec<String> = spawnd::internals::config::DEFAULT_SYSTEM_PATHS
             .iter()
             .map(|p| format!("{p:?}"))
             .collect();
@@ -508,7 +508,7 @@ fn a_host_mount_under_a_system_path_made_ahead_gets_the_binds_attributes() {
     let w = world();
     let sys = w.path("daemon-propagation-sys");
     std::fs::create_dir_all(sys.join("late")).unwrap();
-    let mut paths: Vec<String> = spawnd::config::DEFAULT_SYSTEM_PATHS
+    let mut paths: Vec<String> = spawnd::internals::config::DEFAULT_SYSTEM_PATHS
         .iter()
         .map(|p| format!("{p:?}"))
         .collect();

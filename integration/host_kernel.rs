@@ -34,9 +34,9 @@ mod peer_identity {
     use nix::sys::time::TimeVal;
     use nix::sys::wait::{waitpid, WaitStatus};
     use serde_json::{json, Value};
-    use spawnd::sandbox::seccomp::abi;
-    use spawnd::sandbox::seccomp::bpf::op;
-    use spawnd::sys::{
+    use spawnd::internals::sandbox::seccomp::abi;
+    use spawnd::internals::sandbox::seccomp::bpf::op;
+    use spawnd::internals::sys::{
         clone_process, exit_immediately, install_seccomp_filter_on_current_thread, SockFilter,
     };
 

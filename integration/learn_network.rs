@@ -1,5 +1,5 @@
 //! `spawnd learn`'s network, end to end through the library: curl in a
-//! full sandbox, run by [`spawnd::exec::execute`] with
+//! full sandbox, run by [`spawnd::internals::exec::execute`] with
 //! `Execution::network_learning` set (what the `learn` command does), from
 //! a manifest that grants no network at all. The DNS server and this
 //! binary's spawning side are in a world network namespace, the servers
@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use spawnd::config::Config;
-use spawnd::egress::learning::Learning;
-use spawnd::exec::{execute, Execution, Prepared};
-use spawnd::manifest::{parse_manifest, LoadOptions};
-use spawnd::policy::{Access, Caller, Request};
-use spawnd::sandbox::launch::StdinSource;
+use spawnd::internals::config::Config;
+use spawnd::internals::egress::learning::Learning;
+use spawnd::internals::exec::{execute, Execution, Prepared};
+use spawnd::internals::manifest::{parse_manifest, LoadOptions};
+use spawnd::internals::policy::{Access, Caller, Request};
+use spawnd::internals::sandbox::launch::StdinSource;
 use world::{Run, TcpServer, World, WORLD_CIDR, WORLD_IP};
 
 /// Set in the re-executed child: `record` or `forward`.
@@ -68,7 +68,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
             workspace: None,
             other_user_namespace: false,
             label: None,
-            origin: std::sync::Arc::new(spawnd::origin::Origin::of_command()),
+            origin: std::sync::Arc::new(spawnd::internals::origin::Origin::of_command()),
         },
         request: Request::op("get", &[("first", FIRST), ("second", SECOND)]),
     };

@@ -21,15 +21,15 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Command;
 
-use spawnd::egress::grant::Grant;
-use spawnd::egress::learning::Learning;
-use spawnd::manifest::{Limits, Sha256Digest, Tier};
-use spawnd::plan::{CwdPlan, FsPlan, ProgramPlan, SpawnPlan};
-use spawnd::sandbox::launch::{launch_order, LimitsVia, StdinSource};
-use spawnd::sandbox::network::Listeners;
-use spawnd::sandbox::order::{Design, RunAs};
-use spawnd::sandbox::spare::Spare;
-use spawnd::sandbox::spec::steps_mountable_ahead;
+use spawnd::internals::egress::grant::Grant;
+use spawnd::internals::egress::learning::Learning;
+use spawnd::internals::manifest::{Limits, Sha256Digest, Tier};
+use spawnd::internals::plan::{CwdPlan, FsPlan, ProgramPlan, SpawnPlan};
+use spawnd::internals::sandbox::launch::{launch_order, LimitsVia, StdinSource};
+use spawnd::internals::sandbox::network::Listeners;
+use spawnd::internals::sandbox::order::{Design, RunAs};
+use spawnd::internals::sandbox::spare::Spare;
+use spawnd::internals::sandbox::spec::steps_mountable_ahead;
 
 const PYTHON: &str = "/usr/bin/python3";
 const GRANTED: u16 = 8443;
@@ -357,7 +357,7 @@ fn logged(listeners: &Listeners) -> Vec<(IpAddr, u8, Option<u16>)> {
         nix::sys::socket::MsgFlags::MSG_DONTWAIT,
     ) {
         seen.extend(
-            spawnd::sys::read_logged_packets(&buf[..n])
+            spawnd::internals::sys::read_logged_packets(&buf[..n])
                 .into_iter()
                 .map(|p| (p.destination, p.protocol, p.port)),
         );

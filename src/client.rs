@@ -21,7 +21,7 @@ const QUIET_WAIT_MS: u64 = 200;
 const READ_LEN: u64 = 1 << 20;
 
 /// The JSON-RPC method and params for a request.
-pub fn call_for(
+pub(crate) fn call_for(
     connector: &str,
     request: Request,
     stdin: Option<Vec<u8>>,
@@ -73,7 +73,7 @@ pub fn call_for(
 static INTERRUPTED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// The signal that interrupted this process, if one did.
-pub fn interrupted() -> Option<i32> {
+pub(crate) fn interrupted() -> Option<i32> {
     match INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
         0 => None,
         sig => Some(sig),
@@ -84,7 +84,7 @@ pub fn interrupted() -> Option<i32> {
 /// (they are blocked in the caller, and so in threads it starts later):
 /// each is noted for [`interrupted`] instead of ending the process, so a
 /// client can end what it started and exit as `run` does (128 + N).
-pub fn watch_interruptions() -> Result<(), Failure> {
+pub(crate) fn watch_interruptions() -> Result<(), Failure> {
     use nix::sys::signal::{SigSet, SigmaskHow, Signal};
     let mut set = SigSet::empty();
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -104,7 +104,7 @@ pub fn watch_interruptions() -> Result<(), Failure> {
 }
 
 /// One connection to the daemon: a request line out, its answer line back.
-pub struct Client {
+pub(crate) struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     next_id: u64,
@@ -112,7 +112,7 @@ pub struct Client {
 
 impl Client {
     /// Connects to the daemon's socket.
-    pub fn connect(socket: &Path) -> Result<Client, Failure> {
+    pub(crate) fn connect(socket: &Path) -> Result<Client, Failure> {
         let stream = UnixStream::connect(socket).map_err(|e| {
             Failure::new(
                 FailureKind::DaemonUnavailable,
@@ -133,7 +133,7 @@ impl Client {
     }
 
     /// The result of `method`, or its error as spawnd's failure (docs/cli.md).
-    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
+    pub(crate) fn call(&mut self, method: &str, params: Value) -> Result<Value, Failure> {
         let id = self.next_id;
         self.next_id += 1;
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -166,7 +166,11 @@ impl Client {
     }
 
     /// Forwards both streams of `handle` to `sink` as they grow, until both end.
-    pub fn stream(&mut self, handle: &str, sink: &mut dyn LiveOutput) -> Result<(), Failure> {
+    pub(crate) fn stream(
+        &mut self,
+        handle: &str,
+        sink: &mut dyn LiveOutput,
+    ) -> Result<(), Failure> {
         let mut offset = [0u64; 2];
         let mut ended = [false; 2];
         let mut quiet = false;

@@ -8,7 +8,7 @@
 //! for a disabled connector) and a `captured_at` timestamp. Credential values are read to be checked
 //! and dropped (wiped) at once; they never appear in the block.
 
-pub mod tools;
+pub(crate) mod tools;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,7 +23,7 @@ use crate::template::DEFAULT_MAX_LEN;
 /// the peer may act for), by connector name, and when it was taken.
 /// `connectors` gives each parameter in full; the `block` keeps the same
 /// shape with each parameter as one line of text, for a prompt.
-pub fn status(
+pub(crate) fn status(
     config: &Config,
     manifests: &BTreeMap<String, Vec<Manifest>>,
     home: &Path,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Why text is not a duration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
     /// Not digits followed by a unit.
     #[error("`{0}` is not a duration like 500ms, 10s, 2m, 1h or 3d")]
     NotADuration(String),
@@ -27,7 +27,7 @@ pub enum DurationError {
 }
 
 /// Parses a whole number followed by `ms`, `s`, `m`, `h` or `d`.
-pub fn parse(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse(text: &str) -> Result<Duration, DurationError> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
@@ -61,7 +61,7 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// [`parse`], or a bare whole number of seconds (`30`).
-pub fn parse_or_seconds(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_or_seconds(text: &str) -> Result<Duration, DurationError> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         let seconds = text
             .parse()

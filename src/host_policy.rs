@@ -8,10 +8,10 @@ use std::path::Path;
 use serde::Serialize;
 
 /// The sysctl Ubuntu's kernels add (no other kernel has it).
-pub const APPARMOR_USERNS_SYSCTL: &str = "kernel.apparmor_restrict_unprivileged_userns";
+pub(crate) const APPARMOR_USERNS_SYSCTL: &str = "kernel.apparmor_restrict_unprivileged_userns";
 /// Where the shipped AppArmor profile is installed (from
 /// `packaging/apparmor/spawnd`).
-pub const APPARMOR_PROFILE_PATH: &str = "/etc/apparmor.d/spawnd";
+pub(crate) const APPARMOR_PROFILE_PATH: &str = "/etc/apparmor.d/spawnd";
 /// The profile's name: the label a process it confines shows.
 pub const APPARMOR_PROFILE_NAME: &str = "spawnd";
 /// The one binary path the profile attaches to. Only root can write it: a
@@ -22,7 +22,7 @@ pub const APPARMOR_PROFILE_ATTACHES_TO: &str = "/usr/local/bin/spawnd";
 /// What Ubuntu's restriction of unprivileged user namespaces means for this
 /// spawnd process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AppArmorUserns {
+pub(crate) struct AppArmorUserns {
     /// `kernel.apparmor_restrict_unprivileged_userns`: `None` where the
     /// kernel has no such sysctl.
     pub restrict_unprivileged_userns: Option<bool>,
@@ -52,7 +52,7 @@ pub struct AppArmorUserns {
 /// the probe of user namespaces shows; with the sysctl
 /// `kernel.apparmor_restrict_unprivileged_userns_complain` at 1 a denial is
 /// only logged.
-pub fn apparmor_userns(proc_root: &Path, exe: &Path, root: bool) -> AppArmorUserns {
+pub(crate) fn apparmor_userns(proc_root: &Path, exe: &Path, root: bool) -> AppArmorUserns {
     let sysctl = |name: &str| {
         std::fs::read_to_string(proc_root.join("sys/kernel").join(name))
             .ok()

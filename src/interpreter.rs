@@ -27,7 +27,7 @@ const PT_INTERP: u64 = 3;
 
 /// Reads up to `buf.len()` bytes at an offset, returning how many it read
 /// (fewer at the end of the file).
-pub type ReadAt<'a> = &'a dyn Fn(u64, &mut [u8]) -> std::io::Result<usize>;
+pub(crate) type ReadAt<'a> = &'a dyn Fn(u64, &mut [u8]) -> std::io::Result<usize>;
 
 /// What a file names for the kernel to run it with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub enum InterpreterKind {
 /// `read_at` names, if it names one by an absolute path. A relative one
 /// (the kernel resolves it against the working directory at each exec)
 /// is not returned: no fixed file could be granted for it.
-pub fn interpreter_of(read_at: ReadAt<'_>) -> Option<Interpreter> {
+pub(crate) fn interpreter_of(read_at: ReadAt<'_>) -> Option<Interpreter> {
     let mut head = [0u8; SHEBANG_BYTES];
     let n = read_fully(read_at, 0, &mut head)?;
     let head = &head[..n];

@@ -23,15 +23,15 @@ use zeroize::Zeroizing;
 use crate::sys::adopt_fd;
 
 /// Largest body accepted (an order's argv and env are far smaller).
-pub const MAX_BODY: usize = 16 << 20;
+pub(crate) const MAX_BODY: usize = 16 << 20;
 /// Most descriptors one frame between the daemon and its spawner carries.
-pub const MAX_FDS: usize = 8;
+pub(crate) const MAX_FDS: usize = 8;
 /// Most descriptors any frame carries: an order handed to a sandbox made
 /// ahead ([`crate::sandbox::spare`]) brings every scope's pinned descriptor.
-pub const MAX_FRAME_FDS: usize = 128;
+pub(crate) const MAX_FRAME_FDS: usize = 128;
 
 /// Sends one frame with `fds` attached.
-pub fn send<T: Serialize>(
+pub(crate) fn send<T: Serialize>(
     sock: &UnixStream,
     body: &T,
     fds: &[BorrowedFd<'_>],
@@ -101,7 +101,7 @@ impl Write for WipingBuffer {
 }
 
 /// Receives one frame of at most [`MAX_FDS`] descriptors: `None` at end of stream.
-pub fn recv<T: serde::de::DeserializeOwned>(
+pub(crate) fn recv<T: serde::de::DeserializeOwned>(
     sock: &UnixStream,
 ) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
     recv_up_to(sock, MAX_FDS)
@@ -109,7 +109,7 @@ pub fn recv<T: serde::de::DeserializeOwned>(
 
 /// Receives one frame of at most `max_fds` (≤ [`MAX_FRAME_FDS`]) descriptors:
 /// `None` at end of stream.
-pub fn recv_up_to<T: serde::de::DeserializeOwned>(
+pub(crate) fn recv_up_to<T: serde::de::DeserializeOwned>(
     sock: &UnixStream,
     max_fds: usize,
 ) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {

@@ -11,14 +11,14 @@ use serde::Serialize;
 use crate::sys::landlock_abi_version;
 
 /// The lowest Landlock ABI spawnd runs with (1: files and execute).
-pub const LANDLOCK_ABI_REQUIRED: u32 = 1;
+pub(crate) const LANDLOCK_ABI_REQUIRED: u32 = 1;
 /// The ABI with everything spawnd uses (6: + refer, truncate, ioctl_dev, scoping).
-pub const LANDLOCK_ABI_FULL: u32 = 6;
+pub(crate) const LANDLOCK_ABI_FULL: u32 = 6;
 
 /// Overall health, as in the connector CLI contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     /// Every layer at full strength.
     Healthy,
     /// Runs, but something must be set up first (e.g. the audit location).
@@ -31,7 +31,7 @@ pub enum Status {
 
 /// One isolation layer.
 #[derive(Debug, Clone, Serialize)]
-pub struct Layer {
+pub(crate) struct Layer {
     /// Whether it can be used.
     pub available: bool,
     /// What was found, or why not.
@@ -40,7 +40,7 @@ pub struct Layer {
 
 /// cgroup support.
 #[derive(Debug, Clone, Serialize)]
-pub struct Cgroups {
+pub(crate) struct Cgroups {
     /// Where cgroup2 is mounted, if anywhere.
     pub v2_mount: Option<PathBuf>,
     /// Controllers enabled at that root.
@@ -58,7 +58,7 @@ pub struct Cgroups {
 
 /// How spawns are limited, as the spawn pipeline decided it.
 #[derive(Debug, Clone)]
-pub struct LimitsFinding {
+pub(crate) struct LimitsFinding {
     /// `cgroup_v2`, `cgroup_v1` or `rlimits`.
     pub via: &'static str,
     /// Why neither cgroup hierarchy is used, when none is.
@@ -67,7 +67,7 @@ pub struct LimitsFinding {
 
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
-pub struct HealthReport {
+pub(crate) struct HealthReport {
     /// Overall status.
     pub status: Status,
     /// Why it is not `healthy`.
@@ -106,7 +106,7 @@ pub struct HealthReport {
 /// it, limited by rlimits. Read once per process: spawnd's euid and user
 /// namespace never change (only its children's do), and the daemon would
 /// otherwise read three `/proc` files for every spawn.
-pub fn privileged() -> bool {
+pub(crate) fn privileged() -> bool {
     static PRIVILEGED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PRIVILEGED.get_or_init(privileged_now)
 }
@@ -130,7 +130,7 @@ fn privileged_now() -> bool {
 /// (the host's, when the parent is the first namespace), whatever it is
 /// called here: a namespace can map any of its uids to its parent's root.
 /// An unreadable map counts as yes.
-pub fn runs_as_parents_root() -> bool {
+pub(crate) fn runs_as_parents_root() -> bool {
     let euid = u64::from(nix::unistd::geteuid().as_raw());
     std::fs::read_to_string("/proc/self/uid_map")
         .map(|map| outside_id(&map, euid) == Some(0))
@@ -168,7 +168,7 @@ fn maps_id(map: &str, id: u64) -> bool {
 /// Probes the kernel. `exe` is spawnd's own binary (for the userns helper);
 /// `limits` is how this process's spawns are limited (`exec::limits`) and,
 /// without a cgroup, why, so `health` names exactly what runs use.
-pub fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> HealthReport {
+pub(crate) fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> HealthReport {
     let userns = probe_helper(
         exe,
         "__probe-userns",
@@ -209,7 +209,7 @@ pub fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> He
 impl HealthReport {
     /// The audit location failed after the probe's check (a record could
     /// not be made durable): nothing runs any more.
-    pub fn audit_lost(&mut self, why: String) {
+    pub(crate) fn audit_lost(&mut self, why: String) {
         self.audit = Layer {
             available: false,
             detail: why.clone(),
@@ -220,7 +220,7 @@ impl HealthReport {
 
     /// Something outside the kernel's layers is off (the daemon serves
     /// stale manifests): `degraded` at least, with `why` among the reasons.
-    pub fn degrade(&mut self, why: String) {
+    pub(crate) fn degrade(&mut self, why: String) {
         self.reasons.push(why);
         if self.status == Status::Healthy {
             self.status = Status::Degraded;
@@ -361,7 +361,7 @@ fn probe_helper(exe: &Path, command: &str, detail: &str) -> Layer {
 }
 
 /// The helper's side: create a user namespace in this (fresh, single-threaded) process.
-pub fn userns_probe_helper() -> Result<(), String> {
+pub(crate) fn userns_probe_helper() -> Result<(), String> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
         .map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))
 }
@@ -395,7 +395,7 @@ fn probe_seccomp() -> Layer {
 /// cgroup support as the mount table shows it, with `limits` (how spawns
 /// are limited, which the mount table alone cannot tell: a v2 hierarchy
 /// needs a place spawnd may use, `sandbox::cgroup::v2`).
-pub fn probe_cgroups(limits: LimitsFinding) -> Cgroups {
+pub(crate) fn probe_cgroups(limits: LimitsFinding) -> Cgroups {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut v2_mount = None;
     let (mut v1_memory, mut v1_pids) = (None, None);
@@ -442,7 +442,7 @@ pub fn probe_cgroups(limits: LimitsFinding) -> Cgroups {
 /// there made); that spares a one-shot `spawnd run` reading and parsing the
 /// whole mount table (0.15–0.3 ms of a run here). Otherwise the mount table
 /// says.
-pub fn v1_controller_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
+pub(crate) fn v1_controller_mounts() -> (Option<PathBuf>, Option<PathBuf>) {
     let usual = |dir: &str, own_file: &str| {
         let dir = Path::new(dir);
         let is_cgroup_v1 = nix::sys::statfs::statfs(dir)

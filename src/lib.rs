@@ -26,44 +26,46 @@
 //! * [`sys`] is the only module allowed `unsafe_code`: the kernel-facing calls that `nix`
 //!   and `landlock` do not offer safely, and the start of the sandboxed program.
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod audit;
-pub mod cli;
-pub mod client;
-pub mod config;
-pub mod connectors;
-pub mod daemon;
-pub mod draft;
-pub mod duration;
-pub mod egress;
-pub mod exec;
-pub mod failure;
+mod audit;
+mod cli;
+mod client;
+mod config;
+mod connectors;
+mod daemon;
+mod draft;
+mod duration;
+mod egress;
+mod exec;
+mod failure;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod host_policy;
-pub mod interpreter;
-pub mod ipc;
-pub mod kernel_features;
-pub mod manifest;
-pub mod metrics;
-pub mod netlink;
-pub mod origin;
-pub mod plan;
-pub mod policy;
-pub mod printable;
-pub mod program;
-pub mod provenance;
-pub mod relay;
-pub mod rpc;
-pub mod sandbox;
-pub mod secret_paths;
-pub mod shares;
-pub mod spawn_result;
-pub mod spawner;
-pub mod supervise;
-pub mod sys;
-pub mod template;
-pub mod vault;
+mod host_policy;
+#[doc(hidden)]
+pub mod internals;
+mod interpreter;
+mod ipc;
+mod kernel_features;
+mod manifest;
+mod metrics;
+mod netlink;
+mod origin;
+mod plan;
+mod policy;
+mod printable;
+mod program;
+mod provenance;
+mod relay;
+mod rpc;
+mod sandbox;
+mod secret_paths;
+mod shares;
+mod spawn_result;
+mod spawner;
+mod supervise;
+mod sys;
+mod template;
+mod vault;

@@ -5,8 +5,8 @@
 /// (see the module).
 #[cfg(all(target_env = "musl", feature = "musl-dlmalloc"))]
 #[global_allocator]
-static ALLOCATOR: spawnd::sys::heap::Heap = spawnd::sys::heap::Heap;
+static ALLOCATOR: spawnd::internals::sys::Heap = spawnd::internals::sys::Heap;
 
 fn main() {
-    std::process::exit(spawnd::cli::main());
+    std::process::exit(spawnd::internals::main());
 }

@@ -104,7 +104,7 @@ impl Metrics {
 
 /// How a spawn that ran ended, as `spawnd_spawns_total` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The program exited 0.
     Succeeded,
     /// The program exited with another code.
@@ -127,7 +127,7 @@ impl Outcome {
 }
 
 /// A spawn of `connector` ended.
-pub fn spawn_ended(connector: &str, outcome: Outcome) {
+pub(crate) fn spawn_ended(connector: &str, outcome: Outcome) {
     METRICS
         .spawns
         .with_label_values(&[connector, outcome.label()])
@@ -135,12 +135,12 @@ pub fn spawn_ended(connector: &str, outcome: Outcome) {
 }
 
 /// A request was refused with `reason` (SPEC §10's names).
-pub fn denied(reason: &str) {
+pub(crate) fn denied(reason: &str) {
     METRICS.denials.with_label_values(&[reason]).inc();
 }
 
 /// The daemon answered a `method` request `elapsed` after it arrived.
-pub fn answered(method: &str, elapsed: Duration) {
+pub(crate) fn answered(method: &str, elapsed: Duration) {
     METRICS
         .round_trip
         .with_label_values(&[method])
@@ -149,7 +149,7 @@ pub fn answered(method: &str, elapsed: Duration) {
 
 /// The relay ended a connection: `outcome` is `relayed` or the refusal's
 /// reason; the bytes it carried each way.
-pub fn relay_connection(outcome: &str, to_destination: u64, to_program: u64) {
+pub(crate) fn relay_connection(outcome: &str, to_destination: u64, to_program: u64) {
     METRICS
         .relay_connections
         .with_label_values(&[outcome])
@@ -165,13 +165,13 @@ pub fn relay_connection(outcome: &str, to_destination: u64, to_program: u64) {
 }
 
 /// An audit record became durable `elapsed` after it was written.
-pub fn audit_flushed(elapsed: Duration) {
+pub(crate) fn audit_flushed(elapsed: Duration) {
     METRICS.audit_flush.observe(elapsed.as_secs_f64());
 }
 
 /// Every metric in Prometheus's text format (0.0.4), as the node
 /// exporter's textfile collector and a scrape read it.
-pub fn render() -> String {
+pub(crate) fn render() -> String {
     let mut out = Vec::new();
     // Encoding into a Vec fails only on a malformed family, which the
     // registry never holds; an empty text is what is left then.

@@ -164,7 +164,7 @@ fn start_time_of(stat: &[u8]) -> Option<String> {
 /// Field 22 of a `/proc/PID/stat` line. The command name (field 2, in
 /// parentheses) may hold spaces and parentheses of its own, so fields are
 /// counted after the last `)`.
-pub fn start_ticks(stat: &[u8]) -> Option<u64> {
+pub(crate) fn start_ticks(stat: &[u8]) -> Option<u64> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     // Field 3 (state) comes first after the name.

@@ -196,12 +196,12 @@ pub enum EnvSource {
 
 /// The home directory a sandbox's program has: the private `/tmp`, always
 /// there and writable.
-pub const RUNTIME_HOME: &str = "/tmp";
+pub(crate) const RUNTIME_HOME: &str = "/tmp";
 
 /// What every program gets unless its manifest sets or passes the key:
 /// a `PATH` of the system's program directories, `HOME` inside the
 /// sandbox, and a UTF-8 locale every C library has built in.
-pub const DEFAULT_ENV: &[(&str, &str)] = &[
+pub(crate) const DEFAULT_ENV: &[(&str, &str)] = &[
     (
         "PATH",
         "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",

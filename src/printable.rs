@@ -24,7 +24,7 @@ fn needs_escape(c: char) -> bool {
 /// `text` with every control character escaped: `\n`, `\r` and `\t` as
 /// such, anything else as `\u{…}` (ESC becomes `\u{1b}`). Text without one
 /// is returned as it is.
-pub fn printable(text: &str) -> Cow<'_, str> {
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_escape) {
         return Cow::Borrowed(text);
     }
@@ -45,7 +45,7 @@ pub fn printable(text: &str) -> Cow<'_, str> {
 
 /// A block of lines: each line passed through [`printable`], the line
 /// breaks kept.
-pub fn printable_lines(text: &str) -> Cow<'_, str> {
+pub(crate) fn printable_lines(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| c != '\n' && needs_escape(c)) {
         return Cow::Borrowed(text);
     }

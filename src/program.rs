@@ -21,7 +21,7 @@ const HASH_CHUNK: usize = 4 << 20;
 
 /// A program file opened by the gate, with what was learned about it.
 #[derive(Debug)]
-pub struct OpenedProgram {
+pub(crate) struct OpenedProgram {
     /// The descriptor that was hashed (O_RDONLY, close-on-exec).
     pub file: File,
     /// The facts the gate decided on.
@@ -30,13 +30,13 @@ pub struct OpenedProgram {
 
 /// The real `ProgramInspector`: opens, checks, hashes and keeps the files.
 #[derive(Debug, Default)]
-pub struct ProgramOpener {
+pub(crate) struct ProgramOpener {
     opened: Vec<(PathBuf, OpenedProgram)>,
 }
 
 impl ProgramOpener {
     /// Takes the opened file for `path` (as passed to `inspect`).
-    pub fn take(&mut self, path: &Path) -> Option<OpenedProgram> {
+    pub(crate) fn take(&mut self, path: &Path) -> Option<OpenedProgram> {
         let index = self.opened.iter().position(|(p, _)| p == path)?;
         Some(self.opened.swap_remove(index).1)
     }
@@ -60,7 +60,7 @@ impl ProgramInspector for ProgramOpener {
 }
 
 /// Opens and inspects one program file.
-pub fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
+pub(crate) fn open_program(path: &Path) -> Result<OpenedProgram, ProgramFault> {
     let unreadable = |call: &str, e: io::Error| ProgramFault::Unreadable {
         path: path.to_path_buf(),
         cause: format!("{call}: {e}"),
@@ -214,7 +214,7 @@ fn hash_pipelined(file: &File) -> io::Result<Sha256Digest> {
 }
 
 /// SHA-256 of the file at `path` (for `spawnd hash` and `manifest pin`).
-pub fn hash_path(path: &Path) -> io::Result<Sha256Digest> {
+pub(crate) fn hash_path(path: &Path) -> io::Result<Sha256Digest> {
     hash_file(&File::open(path)?)
 }
 

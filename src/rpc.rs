@@ -7,34 +7,34 @@ use crate::failure::FailureKind;
 use serde_json::{json, Map, Value};
 
 /// -32700: the line is not JSON.
-pub const PARSE_ERROR: i64 = -32700;
+pub(crate) const PARSE_ERROR: i64 = -32700;
 /// -32600: JSON, but not a valid request.
-pub const INVALID_REQUEST: i64 = -32600;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
 /// -32601: no such method.
-pub const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 /// -32602: the method's params are wrong.
-pub const INVALID_PARAMS: i64 = -32602;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
 /// -32001: the gate refused (`data` is the denial object).
-pub const CAPABILITY_DENIED: i64 = -32001;
+pub(crate) const CAPABILITY_DENIED: i64 = -32001;
 /// -32002: no such handle, connector, operation or program.
-pub const NOT_FOUND: i64 = -32002;
+pub(crate) const NOT_FOUND: i64 = -32002;
 /// -32003: at a limit; try later.
-pub const OVERLOADED: i64 = -32003;
+pub(crate) const OVERLOADED: i64 = -32003;
 /// -32004: a kernel layer or the sandbox setup failed.
-pub const SANDBOX_UNAVAILABLE: i64 = -32004;
+pub(crate) const SANDBOX_UNAVAILABLE: i64 = -32004;
 /// -32005: `binding_required`, `invalid_credentials`, `workspace_unset`,
 /// `connector_dir_unknown` (a setup the operator or the invocation must fix).
-pub const CREDENTIAL: i64 = -32005;
+pub(crate) const CREDENTIAL: i64 = -32005;
 /// -32006: the audit trail could not be written.
-pub const AUDIT_UNAVAILABLE: i64 = -32006;
+pub(crate) const AUDIT_UNAVAILABLE: i64 = -32006;
 /// -32800: the request was cancelled by `$/cancelRequest` (as in LSP).
-pub const REQUEST_CANCELLED: i64 = -32800;
+pub(crate) const REQUEST_CANCELLED: i64 = -32800;
 /// Internal error (standard).
-pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 
 /// The JSON-RPC code of a failure of `kind` (docs/daemon.md, "Errors").
 /// Config and credential problems share exit 4's code.
-pub fn code_of(kind: FailureKind) -> i64 {
+pub(crate) fn code_of(kind: FailureKind) -> i64 {
     match kind {
         FailureKind::Usage => INVALID_PARAMS,
         FailureKind::Denied => CAPABILITY_DENIED,
@@ -48,7 +48,7 @@ pub fn code_of(kind: FailureKind) -> i64 {
 }
 
 /// The kind of failure a client reports for an error `code` of the daemon.
-pub fn kind_of(code: i64) -> FailureKind {
+pub(crate) fn kind_of(code: i64) -> FailureKind {
     match code {
         CAPABILITY_DENIED => FailureKind::Denied,
         NOT_FOUND => FailureKind::NotFound,
@@ -63,7 +63,7 @@ pub fn kind_of(code: i64) -> FailureKind {
 
 /// A JSON-RPC error.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RpcError {
+pub(crate) struct RpcError {
     /// The code (see the constants).
     pub code: i64,
     /// A message for people.
@@ -74,7 +74,7 @@ pub struct RpcError {
 
 impl RpcError {
     /// An error without data.
-    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> RpcError {
         RpcError {
             code,
             message: message.into(),
@@ -83,7 +83,7 @@ impl RpcError {
     }
 
     /// An error with data.
-    pub fn with_data(code: i64, message: impl Into<String>, data: Value) -> RpcError {
+    pub(crate) fn with_data(code: i64, message: impl Into<String>, data: Value) -> RpcError {
         RpcError {
             code,
             message: message.into(),
@@ -92,19 +92,19 @@ impl RpcError {
     }
 
     /// `-32602` naming the parameter.
-    pub fn params(message: impl Into<String>) -> RpcError {
+    pub(crate) fn params(message: impl Into<String>) -> RpcError {
         RpcError::new(INVALID_PARAMS, message)
     }
 }
 
 /// The longest string id a request may carry.
-pub const MAX_ID_BYTES: usize = 128;
+pub(crate) const MAX_ID_BYTES: usize = 128;
 /// The longest method name (longer than every method there is).
-pub const MAX_METHOD_BYTES: usize = 64;
+pub(crate) const MAX_METHOD_BYTES: usize = 64;
 
 /// A well-formed call.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Call {
+pub(crate) struct Call {
     /// `None` for a notification (no answer is sent).
     pub id: Option<Value>,
     /// The method name.
@@ -114,7 +114,7 @@ pub struct Call {
 }
 
 /// Parses one line. An `Err` carries the id to answer with (null when unknown).
-pub fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
+pub(crate) fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
     let value: Value = serde_json::from_str(line).map_err(|e| {
         (
             Value::Null,
@@ -187,7 +187,7 @@ pub fn parse(line: &str) -> Result<Call, (Value, RpcError)> {
 
 /// The start of `text`, at most `bytes` long (cut at a character
 /// boundary): how much of a caller's string an error may repeat.
-pub fn at_most(text: &str, bytes: usize) -> &str {
+pub(crate) fn at_most(text: &str, bytes: usize) -> &str {
     let mut end = text.len().min(bytes);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -196,37 +196,17 @@ pub fn at_most(text: &str, bytes: usize) -> &str {
 }
 
 /// The success line for `id`.
-pub fn success(id: &Value, result: Value) -> String {
+pub(crate) fn success(id: &Value, result: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
 }
 
 /// The error line for `id`.
-pub fn failure(id: &Value, e: &RpcError) -> String {
+pub(crate) fn failure(id: &Value, e: &RpcError) -> String {
     let mut error = json!({"code": e.code, "message": e.message});
     if let Some(data) = &e.data {
         error["data"] = data.clone();
     }
     json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
-}
-
-/// A required string parameter.
-pub fn string_param<'a>(params: &'a Map<String, Value>, name: &str) -> Result<&'a str, RpcError> {
-    match params.get(name) {
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(RpcError::params(format!("{name} must be a string"))),
-        None => Err(RpcError::params(format!("{name} is required"))),
-    }
-}
-
-/// An optional non-negative integer parameter.
-pub fn u64_param(params: &Map<String, Value>, name: &str) -> Result<Option<u64>, RpcError> {
-    match params.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| RpcError::params(format!("{name} must be a non-negative integer"))),
-    }
 }
 
 #[cfg(test)]

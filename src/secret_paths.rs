@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Names under a home (or any directory: another user's home, a home under
 /// `/var/home`) that hold secrets.
-pub const IN_HOME: &[&str] = &[
+pub(crate) const IN_HOME: &[&str] = &[
     ".ssh",
     ".gnupg",
     ".aws",
@@ -36,7 +36,7 @@ pub const IN_HOME: &[&str] = &[
 ];
 
 /// Paths outside homes that hold secrets.
-pub const ABSOLUTE: &[&str] = &[
+pub(crate) const ABSOLUTE: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/sudoers",
@@ -49,7 +49,7 @@ pub const ABSOLUTE: &[&str] = &[
 
 /// The secret path `path` lies in (or is), if any: one of [`ABSOLUTE`], or
 /// an [`IN_HOME`] name under any directory.
-pub fn containing(path: &Path) -> Option<PathBuf> {
+pub(crate) fn containing(path: &Path) -> Option<PathBuf> {
     if let Some(s) = ABSOLUTE
         .iter()
         .map(PathBuf::from)
@@ -70,7 +70,7 @@ pub fn containing(path: &Path) -> Option<PathBuf> {
 /// [`ABSOLUTE`], an [`IN_HOME`] name right under `scope` or under `home`,
 /// or the rest of such a name under its first part (`~/.config` holds
 /// `gcloud` of `.config/gcloud`).
-pub fn inside(
+pub(crate) fn inside(
     scope: &Path,
     home: Option<&Path>,
     exists: &dyn Fn(&Path) -> bool,

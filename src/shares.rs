@@ -28,7 +28,7 @@ use serde::Serialize;
 
 /// How long a uid a pool refused counts as present, though it has no
 /// connection open.
-pub const REFUSED_IS_PRESENT: Duration = Duration::from_secs(30);
+pub(crate) const REFUSED_IS_PRESENT: Duration = Duration::from_secs(30);
 
 /// Who is present to claim a share.
 #[derive(Default)]

@@ -42,7 +42,7 @@ impl fmt::Debug for Secret {
 
 /// Why a credential could not be read (the value is never part of it).
 #[derive(Debug, thiserror::Error)]
-pub enum VaultError {
+pub(crate) enum VaultError {
     /// The file is readable by others or owned by someone else.
     #[error("{path}: mode {mode:o} owner {owner}: a credential file must be owned by uid {expected} and readable by no one else (chmod 600)")]
     Exposed {
@@ -80,7 +80,7 @@ pub enum VaultError {
 /// Appends `more` to `buf`. When `buf` must grow, its bytes move to a larger
 /// buffer and the old one is wiped: a plain `Vec` would hand it back to the
 /// allocator with the bytes still in it.
-pub fn extend_wiped(buf: &mut Zeroizing<Vec<u8>>, more: &[u8]) {
+pub(crate) fn extend_wiped(buf: &mut Zeroizing<Vec<u8>>, more: &[u8]) {
     let needed = buf.len() + more.len();
     if needed > buf.capacity() {
         let mut grown = Zeroizing::new(Vec::with_capacity(needed.max(2 * buf.capacity())));
@@ -107,10 +107,10 @@ fn read_wiped(mut reader: impl std::io::Read) -> std::io::Result<Zeroizing<Vec<u
 }
 
 /// How long an `exec:` helper may take.
-pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Reads the value of a binding.
-pub fn read_secret(source: &CredentialSource) -> Result<Secret, VaultError> {
+pub(crate) fn read_secret(source: &CredentialSource) -> Result<Secret, VaultError> {
     match source {
         CredentialSource::File(path) => read_private_file(path),
         CredentialSource::Systemd(name) => {

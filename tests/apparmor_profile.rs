@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use spawnd::host_policy::{APPARMOR_PROFILE_ATTACHES_TO, APPARMOR_PROFILE_NAME};
+use spawnd::internals::host_policy::{APPARMOR_PROFILE_ATTACHES_TO, APPARMOR_PROFILE_NAME};
 
 fn profile_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/apparmor/spawnd")

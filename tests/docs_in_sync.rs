@@ -6,8 +6,8 @@
 //! `docs/network.md`; and `docs/protocol.schema.json` must be the schema
 //! the daemon's param types generate.
 
-use spawnd::manifest::env_keys::RESERVED_ENV;
-use spawnd::policy::REASONS;
+use spawnd::internals::manifest::env_keys::RESERVED_ENV;
+use spawnd::internals::policy::REASONS;
 
 /// The text of `docs/NAME`.
 fn doc(name: &str) -> String {
@@ -49,7 +49,7 @@ fn every_denial_reason_is_in_the_cli_doc() {
 #[test]
 fn every_install_refusal_is_in_the_cli_doc() {
     let text = doc("cli.md");
-    for r in spawnd::provenance::REFUSALS {
+    for r in spawnd::internals::provenance::REFUSALS {
         let row = format!("| `{}` | {} | {} |", r.refusal.as_str(), r.exit, r.when);
         assert!(text.contains(&row), "docs/cli.md lacks the row {row}");
     }
@@ -107,7 +107,7 @@ fn every_operator_config_key_is_in_the_operations_doc() {
 #[test]
 fn every_connection_reason_is_in_the_network_doc() {
     let text = doc("network.md");
-    for reason in spawnd::relay::reason::ALL {
+    for reason in spawnd::internals::relay::reason::ALL {
         assert!(
             text.contains(&format!("| `{reason}` | ")),
             "docs/network.md lacks the row for {reason}"
@@ -164,12 +164,12 @@ fn every_spawn_manifest_key_is_in_the_manifest_doc() {
 }
 
 /// docs/protocol.schema.json is what the daemon's param types generate
-/// (`spawnd::daemon::protocol_schema`). With `SPAWND_WRITE_PROTOCOL_SCHEMA`
+/// (`spawnd::internals::daemon::protocol_schema`). With `SPAWND_WRITE_PROTOCOL_SCHEMA`
 /// set, the test writes the file instead of failing.
 #[test]
 fn the_protocol_schema_is_what_the_param_types_generate() {
     let generated =
-        serde_json::to_string_pretty(&spawnd::daemon::protocol_schema()).unwrap() + "\n";
+        serde_json::to_string_pretty(&spawnd::internals::daemon::protocol_schema()).unwrap() + "\n";
     let path = format!("{}/docs/protocol.schema.json", env!("CARGO_MANIFEST_DIR"));
     if std::env::var_os("SPAWND_WRITE_PROTOCOL_SCHEMA").is_some() {
         std::fs::write(&path, &generated).unwrap();

@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Layers, top first. A module may name only modules of a layer below its
-/// own, so `src/` has no import cycle. `fuzzing` is the fuzz targets' entry
+/// own, so `src/` has no import cycle. `internals` opens the items the
+/// integration tests, benches and `main` reach: a harness's door, like
+/// `main`. `fuzzing` is the fuzz targets' entry
 /// into the parsers, the daemon's request parsing included: a harness, like
 /// `main`. `rpc` is the JSON-RPC frame and its error codes, which need only
 /// a failure's kind. `sys` holds the `unsafe` wrappers of system calls;
@@ -18,7 +20,8 @@ use std::path::{Path, PathBuf};
 /// command ends in) names no other module, so every layer may use it; `lib`
 /// only declares modules.
 const LAYERS: &[&[&str]] = &[
-    &["main", "cli", "fuzzing"],
+    &["main", "internals"],
+    &["cli", "fuzzing"],
     &["daemon", "client", "draft"],
     &["exec"],
     &["connectors"],

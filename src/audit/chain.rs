@@ -18,11 +18,11 @@ use serde_json::{Map, Value};
 use super::log::rotated_files;
 
 /// One record as read.
-pub type Record = Map<String, Value>;
+pub(crate) type Record = Map<String, Value>;
 
 /// The chain's files, oldest first: the rotated ones, then the live one
 /// (when it exists).
-pub fn chain_files(log: &Path) -> Vec<PathBuf> {
+pub(crate) fn chain_files(log: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = rotated_files(log).into_iter().map(|(_, p)| p).collect();
     if log.exists() {
         files.push(log.to_path_buf());
@@ -34,7 +34,7 @@ pub fn chain_files(log: &Path) -> Vec<PathBuf> {
 /// between listing and reading (retention removed it) is skipped; any
 /// other error is returned. Lines that are not JSON objects (a torn last
 /// line) are skipped: `verify` is what judges them.
-pub fn read_chain(log: &Path) -> std::io::Result<Vec<Record>> {
+pub(crate) fn read_chain(log: &Path) -> std::io::Result<Vec<Record>> {
     let mut records = Vec::new();
     for file in chain_files(log) {
         records.extend(records_of(&file)?);
@@ -44,7 +44,7 @@ pub fn read_chain(log: &Path) -> std::io::Result<Vec<Record>> {
 
 /// The complete records of one file; none when it is gone (retention
 /// removed it after it was listed).
-pub fn records_of(file: &Path) -> std::io::Result<Vec<Record>> {
+pub(crate) fn records_of(file: &Path) -> std::io::Result<Vec<Record>> {
     match std::fs::read(file) {
         Ok(bytes) => Ok(complete_records(&bytes).0),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -106,7 +106,7 @@ impl Held {
 }
 
 /// Reads a log's records as they are appended, across rotations.
-pub struct Follower {
+pub(crate) struct Follower {
     log: PathBuf,
     held: Option<Held>,
     /// The last `seq` given (0: none yet).
@@ -116,7 +116,7 @@ pub struct Follower {
 impl Follower {
     /// A follower that gives the records after `after_seq` (0: all), the
     /// chain's existing ones first.
-    pub fn after(log: &Path, after_seq: u64) -> Follower {
+    pub(crate) fn after(log: &Path, after_seq: u64) -> Follower {
         Follower {
             log: log.to_path_buf(),
             held: None,
@@ -125,7 +125,8 @@ impl Follower {
     }
 
     /// The last `seq` given.
-    pub fn last_seq(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn last_seq(&self) -> u64 {
         self.last_seq
     }
 
@@ -136,7 +137,7 @@ impl Follower {
     /// rotation between the two then leaves the file it renamed among the
     /// rotated ones (read here) or in hand (read from its start), never
     /// between them unread.
-    pub fn poll(&mut self) -> std::io::Result<Vec<Record>> {
+    pub(crate) fn poll(&mut self) -> std::io::Result<Vec<Record>> {
         let mut found = Vec::new();
         let after = match self.held.as_mut() {
             None => None,

@@ -23,7 +23,7 @@ const SIGNATURE_DOMAIN: &[u8] = b"spawnd audit checkpoint v1\n";
 
 /// Why a key or a checkpoint was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
+pub(crate) enum CheckpointError {
     /// A signing key file that is not 64 hex digits.
     #[error("not an ed25519 signing key (64 hex digits, as `spawnd audit keygen --signing FILE` writes)")]
     SigningKey,
@@ -42,7 +42,7 @@ pub enum CheckpointError {
 }
 
 /// Reads a signing key: 64 hex digits (the 32-byte ed25519 seed).
-pub fn signing_key(text: &[u8]) -> Result<SigningKey, CheckpointError> {
+pub(crate) fn signing_key(text: &[u8]) -> Result<SigningKey, CheckpointError> {
     let text = std::str::from_utf8(text).map_err(|_| CheckpointError::SigningKey)?;
     let mut seed = zeroize::Zeroizing::new([0u8; 32]);
     hex::decode_to_slice(text.trim(), seed.as_mut_slice())
@@ -52,7 +52,7 @@ pub fn signing_key(text: &[u8]) -> Result<SigningKey, CheckpointError> {
 
 /// A new signing key's text (64 hex digits and a newline) from 32 bytes of
 /// the kernel's randomness.
-pub fn new_signing_key_text() -> std::io::Result<zeroize::Zeroizing<String>> {
+pub(crate) fn new_signing_key_text() -> std::io::Result<zeroize::Zeroizing<String>> {
     let mut seed = zeroize::Zeroizing::new([0u8; 32]);
     getrandom::fill(seed.as_mut_slice())
         .map_err(|e| std::io::Error::other(format!("getrandom: {e}")))?;
@@ -62,12 +62,12 @@ pub fn new_signing_key_text() -> std::io::Result<zeroize::Zeroizing<String>> {
 }
 
 /// A public key as checkpoints and verifiers write it: `ed25519:<hex>`.
-pub fn public_key_text(key: &VerifyingKey) -> String {
+pub(crate) fn public_key_text(key: &VerifyingKey) -> String {
     format!("ed25519:{}", hex::encode(key.as_bytes()))
 }
 
 /// Parses `ed25519:<64 hex>`.
-pub fn parse_public_key(text: &str) -> Result<VerifyingKey, CheckpointError> {
+pub(crate) fn parse_public_key(text: &str) -> Result<VerifyingKey, CheckpointError> {
     let bad = || CheckpointError::PublicKey(text.to_string());
     let mut bytes = [0u8; 32];
     hex::decode_to_slice(
@@ -79,7 +79,7 @@ pub fn parse_public_key(text: &str) -> Result<VerifyingKey, CheckpointError> {
 }
 
 /// The signed line for record `seq` with `hash` of the chain at `log`.
-pub fn sign(
+pub(crate) fn sign(
     key: &SigningKey,
     seq: u64,
     hash: &str,
@@ -118,7 +118,7 @@ fn signed_bytes(fields: &Map<String, Value>) -> Vec<u8> {
 
 /// Checks one checkpoint line against the trusted public keys and returns
 /// the anchor it vouches for (`by` names `source` and when it was signed).
-pub fn verify_line(
+pub(crate) fn verify_line(
     line: &str,
     trusted: &[VerifyingKey],
     source: &str,

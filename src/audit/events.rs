@@ -20,7 +20,7 @@ fn object(v: Value) -> Map<String, Value> {
 /// The caller as every record of its spawn names it: `{uid, gid, pid,
 /// label?, via, exe?, exe_sha256?, cgroup?, start_time?, login_uid?,
 /// parent?}` ([`crate::origin`]).
-pub fn caller_json(c: &Caller) -> Value {
+pub(crate) fn caller_json(c: &Caller) -> Value {
     let mut v = peer_json(c.uid, c.gid, c.pid, &c.origin);
     if let Some(label) = &c.label {
         v["label"] = json!(label);
@@ -29,7 +29,7 @@ pub fn caller_json(c: &Caller) -> Value {
 }
 
 /// A peer as a record's `caller`: its credentials and where it came from.
-pub fn peer_json(uid: u32, gid: u32, pid: Option<u32>, origin: &Origin) -> Value {
+pub(crate) fn peer_json(uid: u32, gid: u32, pid: Option<u32>, origin: &Origin) -> Value {
     let mut m = origin.json_fields();
     m.insert("uid".into(), json!(uid));
     m.insert("gid".into(), json!(gid));
@@ -76,7 +76,7 @@ pub struct SpawnFiled {
 /// (`caller`, as [`peer_json`] gives it), the spawn's connector, op and label, and its state then
 /// (`running`, or how it ended while no connection held it). The record's
 /// `audit_id` is the spawn's.
-pub fn attach(spawn: &SpawnFiled, by: Value, state: &Value) -> Map<String, Value> {
+pub(crate) fn attach(spawn: &SpawnFiled, by: Value, state: &Value) -> Map<String, Value> {
     let mut body = object(json!({
         "connector": spawn.connector,
         "op": spawn.op,
@@ -91,7 +91,7 @@ pub fn attach(spawn: &SpawnFiled, by: Value, state: &Value) -> Map<String, Value
 }
 
 /// An allowed spawn, written before the child starts.
-pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<String, Value> {
+pub(crate) fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<String, Value> {
     let mut body = object(json!({
         "decision": "allowed",
         "connector": plan.connector,
@@ -125,7 +125,7 @@ pub fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<Str
 }
 
 /// A refused request (the denial object holds no submitted values).
-pub fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Value> {
+pub(crate) fn denial(d: &Denial, caller: &Caller, op: Option<&str>) -> Map<String, Value> {
     let mut body = object(json!({
         "decision": "denied",
         "connector": d.connector,
@@ -163,7 +163,7 @@ fn insert_provenance(body: &mut Map<String, Value>, provenance: Option<&crate::p
 /// One network event of a spawn (`event`: a connection, or a DNS name
 /// refused, as [`crate::exec`] describes them), under its connector and
 /// op; the record's `audit_id` is the spawn's.
-pub fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
+pub(crate) fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
     let mut body = object(event);
     body.insert("connector".into(), json!(connector));
     body.insert("op".into(), json!(op));
@@ -173,7 +173,7 @@ pub fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
 /// How an allowed spawn ended; `result` is the run's result. The caller,
 /// and who interrupted the program when a peer did, are added by
 /// [`ended_by`].
-pub fn exit(result: &SpawnResult) -> Map<String, Value> {
+pub(crate) fn exit(result: &SpawnResult) -> Map<String, Value> {
     let stream = |s: &StreamOutput| json!({"bytes": s.bytes, "total_bytes": s.total_bytes, "truncated": s.truncated, "sha256": s.sha256, "redactions": s.redactions});
     let mut body = object(json!({
         "connector": result.connector,
@@ -203,7 +203,7 @@ pub fn exit(result: &SpawnResult) -> Map<String, Value> {
 /// label), and when a daemon peer ended the program from outside
 /// (`spawn_kill`, `spawn_release`, closing its connection), that peer as
 /// `interrupted_by_peer`; `interrupted_by` itself names how.
-pub fn ended_by(body: &mut Map<String, Value>, caller: &Caller, peer: Option<&Actor>) {
+pub(crate) fn ended_by(body: &mut Map<String, Value>, caller: &Caller, peer: Option<&Actor>) {
     body.insert("caller".into(), caller_json(caller));
     if let Some(peer) = peer {
         body.insert("interrupted_by_peer".into(), peer.json());

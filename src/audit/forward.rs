@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use crate::config::LogService;
 
 /// The socket of a service when the config names none.
-pub fn default_socket(service: LogService) -> &'static Path {
+pub(crate) fn default_socket(service: LogService) -> &'static Path {
     match service {
         LogService::Syslog => Path::new("/dev/log"),
         LogService::Journald => Path::new("/run/systemd/journal/socket"),

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// A record written to the file this ticket names, waiting to be durable.
 #[derive(Debug, Clone, Copy)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     epoch: u64,
     /// This record's place among the epoch's writes (0: sync alone).
     n: u64,
@@ -71,7 +71,7 @@ const ALONE: Ticket = Ticket { epoch: 0, n: 0 };
 /// Takes a ticket for a record whose write to `file` (device and inode
 /// `key`, as the writer stat'ed it) has returned; call it while still
 /// holding the log's lock (see the module documentation).
-pub fn written(file: &File, key: (u64, u64)) -> Ticket {
+pub(crate) fn written(file: &File, key: (u64, u64)) -> Ticket {
     let Some(mut s) = state() else {
         return ALONE;
     };
@@ -106,7 +106,7 @@ static FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Why nothing may start any more in this process, once one of its audit
 /// syncs failed (see [`FAILED`]); `None` while every sync has succeeded.
-pub fn stopped_by_a_failed_sync() -> Option<String> {
+pub(crate) fn stopped_by_a_failed_sync() -> Option<String> {
     FAILED.get().map(|e| {
         format!(
             "audit unavailable: a record could not be made durable (fdatasync of the audit log: {e}); spawnd refuses every spawn until it is restarted with a working audit location; nothing was run"
@@ -118,14 +118,18 @@ pub fn stopped_by_a_failed_sync() -> Option<String> {
 /// leader, through the epoch's description) or by another thread's sync of
 /// the same file; `file` is the record's own, for syncing alone. A failure
 /// is also kept for [`stopped_by_a_failed_sync`].
-pub fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
+pub(crate) fn commit(file: &File, ticket: Ticket) -> std::io::Result<()> {
     commit_within(file, ticket, Duration::ZERO)
 }
 
 /// [`commit`], for a record nothing waits on: for up to `patience`, a sync
 /// another thread begins (the next spawn's decision, say) may cover it, so
 /// that one `fdatasync` serves both; past that, this thread syncs.
-pub fn commit_within(file: &File, ticket: Ticket, patience: Duration) -> std::io::Result<()> {
+pub(crate) fn commit_within(
+    file: &File,
+    ticket: Ticket,
+    patience: Duration,
+) -> std::io::Result<()> {
     let synced = commit_ticket(file, ticket, Instant::now() + patience);
     if let Err(e) = &synced {
         if FAILED.set(e.to_string()).is_ok() {

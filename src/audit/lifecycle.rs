@@ -23,7 +23,7 @@ use super::chain::{chain_files, records_of, Record};
 
 /// A manifest as the lifecycle records name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Served {
+pub(crate) struct Served {
     /// The connector's FQN.
     pub connector: String,
     /// The manifest file.
@@ -50,16 +50,16 @@ impl Served {
 
 /// The most files of the chain, newest first, read back for spawns left
 /// without an exit: the live file and two rotated ones.
-pub const SCAN_FILES: usize = 3;
+pub(crate) const SCAN_FILES: usize = 3;
 
 /// The most unfinished spawns a `start` record lists (the rest counted).
-pub const MAX_LISTED: usize = 64;
+pub(crate) const MAX_LISTED: usize = 64;
 
 /// The spawns a daemon decided and never recorded an exit for, since the
 /// last daemon `start` in the chain: `(listed, more, scanned_from_seq,
 /// previous start)`.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Unfinished {
+pub(crate) struct Unfinished {
     /// Decisions without an exit, oldest first (at most [`MAX_LISTED`]).
     pub spawns: Vec<Value>,
     /// How many more there were.
@@ -74,7 +74,7 @@ pub struct Unfinished {
 
 /// Reads the chain of `log` back to the last daemon `start` and lists the
 /// daemon's spawns left without an exit record since then.
-pub fn unfinished(log: &Path) -> std::io::Result<Unfinished> {
+pub(crate) fn unfinished(log: &Path) -> std::io::Result<Unfinished> {
     let files = chain_files(log);
     let mut tail: Vec<Record> = Vec::new();
     let mut found_start = false;
@@ -163,7 +163,7 @@ fn object(v: Value) -> Map<String, Value> {
 }
 
 /// A daemon's `start`.
-pub fn start(
+pub(crate) fn start(
     config_path: Option<&Path>,
     served: &[Served],
     heartbeat_secs: u64,
@@ -187,7 +187,7 @@ pub fn start(
 /// served before and now is the same one when its version or its manifest
 /// file is (a file edited to another version has changed; an installed
 /// version beside others, each in its own entry, is added or removed).
-pub fn reload(old: &[Served], new: &[Served]) -> Map<String, Value> {
+pub(crate) fn reload(old: &[Served], new: &[Served]) -> Map<String, Value> {
     let find = |list: &[Served], s: &Served| {
         list.iter()
             .find(|o| o.connector == s.connector && (o.version == s.version || o.path == s.path))
@@ -228,7 +228,7 @@ pub fn reload(old: &[Served], new: &[Served]) -> Map<String, Value> {
 }
 
 /// A reload refused: the previous config and manifests stay in force.
-pub fn reload_refused(error: &str) -> Map<String, Value> {
+pub(crate) fn reload_refused(error: &str) -> Map<String, Value> {
     object(json!({
         "event": "reload",
         "outcome": "refused",
@@ -238,7 +238,7 @@ pub fn reload_refused(error: &str) -> Map<String, Value> {
 }
 
 /// A clean stop, once every spawn's exit record is written.
-pub fn stop(signal: &str) -> Map<String, Value> {
+pub(crate) fn stop(signal: &str) -> Map<String, Value> {
     object(json!({
         "event": "stop",
         "pid": std::process::id(),
@@ -247,7 +247,7 @@ pub fn stop(signal: &str) -> Map<String, Value> {
 }
 
 /// A heartbeat: the daemon alive, `interval_secs` until the next one.
-pub fn heartbeat(interval_secs: u64, running: u64) -> Map<String, Value> {
+pub(crate) fn heartbeat(interval_secs: u64, running: u64) -> Map<String, Value> {
     object(json!({
         "pid": std::process::id(),
         "interval_s": interval_secs,

@@ -136,7 +136,7 @@ pub struct AuditLog {
 /// The last record's `seq` and `hash`, as the head file keeps them, with
 /// the head's write counter and (keyed) its MAC.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
+pub(crate) struct Head {
     /// Last sequence number (0: empty log).
     pub seq: u64,
     /// Last hash (`GENESIS` for an empty log).
@@ -152,7 +152,7 @@ pub struct Head {
 impl Head {
     /// The head of a chain whose last record is `seq` with `hash` (no
     /// counter, no MAC: as a record, not a head file, says it).
-    pub fn at(seq: u64, hash: &str) -> Head {
+    pub(crate) fn at(seq: u64, hash: &str) -> Head {
         Head {
             seq,
             hash: hash.to_string(),
@@ -162,7 +162,7 @@ impl Head {
     }
 
     /// Whether the head's MAC verifies under `key`.
-    pub fn vouched_by(&self, key: &[u8]) -> bool {
+    pub(crate) fn vouched_by(&self, key: &[u8]) -> bool {
         self.mac
             .as_deref()
             .is_some_and(|mac| head_mac_matches(key, self.seq, &self.hash, self.counter, mac))
@@ -170,14 +170,14 @@ impl Head {
 }
 
 /// The head file beside a log.
-pub fn head_path(log: &Path) -> PathBuf {
+pub(crate) fn head_path(log: &Path) -> PathBuf {
     let mut p = log.as_os_str().to_owned();
     p.push(".head");
     PathBuf::from(p)
 }
 
 /// Reads a head file (`None` when it does not exist).
-pub fn read_head(log: &Path) -> std::io::Result<Option<Head>> {
+pub(crate) fn read_head(log: &Path) -> std::io::Result<Option<Head>> {
     read_head_bytes(log)?
         .map(|bytes| parse_head(&bytes))
         .transpose()
@@ -259,7 +259,7 @@ fn keep_last_append(last: LastAppend) {
 }
 
 /// Now, as RFC 3339 UTC with milliseconds (the audit `ts` format).
-pub fn now_rfc3339_millis() -> String {
+pub(crate) fn now_rfc3339_millis() -> String {
     let now = time::OffsetDateTime::now_utc();
     let fmt = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
@@ -268,7 +268,7 @@ pub fn now_rfc3339_millis() -> String {
 }
 
 /// A fresh audit id: 64 bits from `getrandom(2)` (no descriptor needed).
-pub fn new_audit_id() -> std::io::Result<String> {
+pub(crate) fn new_audit_id() -> std::io::Result<String> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("getrandom: {e}")))?;
     Ok(hex::encode(bytes))
@@ -872,7 +872,7 @@ impl Retention {
 const FIRST_LINE_MAX: u64 = 16 << 20;
 
 /// `seq` and `prev` of a file's first record (`None`: not a record).
-pub fn first_record(path: &Path) -> std::io::Result<Option<(u64, String)>> {
+pub(crate) fn first_record(path: &Path) -> std::io::Result<Option<(u64, String)>> {
     use std::io::{BufRead, Read};
     let mut line = Vec::new();
     std::io::BufReader::new(File::open(path)?.take(FIRST_LINE_MAX)).read_until(b'\n', &mut line)?;
@@ -888,14 +888,14 @@ pub fn first_record(path: &Path) -> std::io::Result<Option<(u64, String)>> {
 }
 
 /// `<log>.N`.
-pub fn rotated_name(log: &Path, n: u64) -> PathBuf {
+pub(crate) fn rotated_name(log: &Path, n: u64) -> PathBuf {
     let mut p = log.as_os_str().to_owned();
     p.push(format!(".{n}"));
     PathBuf::from(p)
 }
 
 /// The rotated files of a log, oldest first: `(N, path)`.
-pub fn rotated_files(log: &Path) -> Vec<(u64, PathBuf)> {
+pub(crate) fn rotated_files(log: &Path) -> Vec<(u64, PathBuf)> {
     let (Some(dir), Some(name)) = (log.parent(), log.file_name().and_then(|n| n.to_str())) else {
         return Vec::new();
     };

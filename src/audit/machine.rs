@@ -9,7 +9,7 @@
 use serde_json::{json, Value};
 
 /// This machine, read the first time it is asked for.
-pub fn this_machine() -> &'static Value {
+pub(crate) fn this_machine() -> &'static Value {
     static HOST: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
         let name = nix::unistd::gethostname()

@@ -8,20 +8,19 @@
 //! of arguments and env keys are never written: records hold argv shapes
 //! with placeholder names, env key names, and hashes.
 
-pub mod chain;
-pub mod checkpoint;
-pub mod events;
-pub mod forward;
-pub mod group_sync;
-pub mod lifecycle;
-pub mod log;
-pub mod machine;
-pub mod ocsf;
-pub mod record;
-pub mod time_bound;
-pub mod verify;
-pub mod watch;
+pub(crate) mod chain;
+pub(crate) mod checkpoint;
+pub(crate) mod events;
+pub(crate) mod forward;
+pub(crate) mod group_sync;
+pub(crate) mod lifecycle;
+pub(crate) mod log;
+pub(crate) mod machine;
+pub(crate) mod ocsf;
+pub(crate) mod record;
+pub(crate) mod time_bound;
+pub(crate) mod verify;
+pub(crate) mod watch;
 
-pub use log::{AuditError, AuditLog, Unsynced};
-pub use record::Kind;
-pub use verify::{verify, Verified};
+pub(crate) use log::{AuditError, AuditLog, Unsynced};
+pub(crate) use record::Kind;

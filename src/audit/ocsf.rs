@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{json, Map, Value};
 
 /// The OCSF release the events follow (`metadata.version`).
-pub const OCSF_VERSION: &str = "1.5.0";
+pub(crate) const OCSF_VERSION: &str = "1.5.0";
 
 /// How many open spawns' decisions an export keeps for their later
 /// records: past it, the oldest is forgotten (a spawn whose exit never
@@ -123,7 +123,7 @@ struct Spawn {
 
 /// Turns records into OCSF events, in chain order; it remembers each
 /// spawn's decision until its exit.
-pub struct Exporter {
+pub(crate) struct Exporter {
     exporter_host: String,
     /// Open spawns by audit id: when each was remembered, and its decision.
     spawns: HashMap<String, (u64, Spawn)>,
@@ -134,14 +134,15 @@ pub struct Exporter {
 }
 
 /// One record as an event, alone (no earlier decision to draw on).
-pub fn to_ocsf(record: &Map<String, Value>, exporter_host: &str) -> Value {
+#[cfg(test)]
+pub(crate) fn to_ocsf(record: &Map<String, Value>, exporter_host: &str) -> Value {
     Exporter::new(exporter_host).event(record)
 }
 
 impl Exporter {
     /// An exporter on the machine named `exporter_host` (the `device` of a
     /// record that does not name its host).
-    pub fn new(exporter_host: &str) -> Exporter {
+    pub(crate) fn new(exporter_host: &str) -> Exporter {
         Exporter::remembering(exporter_host, SPAWNS_REMEMBERED)
     }
 
@@ -159,7 +160,7 @@ impl Exporter {
     /// The OCSF event of one record. Feed every record of the chain, in
     /// order, including those a filter leaves out of the output: a spawn's
     /// decision fills the `process` and `actor` of its later events.
-    pub fn event(&mut self, record: &Map<String, Value>) -> Value {
+    pub(crate) fn event(&mut self, record: &Map<String, Value>) -> Value {
         let r = Record(record);
         let spawn = r
             .str("audit_id")

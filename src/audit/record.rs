@@ -73,7 +73,7 @@ impl Kind {
 
 /// The canonical bytes of a record: its JSON without `hash` (serde_json's
 /// map is ordered, so keys come out sorted).
-pub fn canonical(record: &Map<String, Value>) -> Vec<u8> {
+pub(crate) fn canonical(record: &Map<String, Value>) -> Vec<u8> {
     serde_json::to_vec(&WithoutHash(record)).unwrap_or_default()
 }
 
@@ -135,7 +135,7 @@ fn hmac_matches(key: &[u8], parts: &[&[u8]], mac: &str) -> bool {
 /// SHA-256 of the key behind a domain string, so that records, notes and
 /// messages can say which key without revealing it (nor any hash a key
 /// holder could check a guess against outside this use).
-pub fn key_id(key: &[u8]) -> String {
+pub(crate) fn key_id(key: &[u8]) -> String {
     let digest = Sha256::new()
         .chain_update(b"spawnd audit key id v1\0")
         .chain_update(key)
@@ -155,7 +155,7 @@ pub fn head_mac(key: &[u8], seq: u64, hash: &str, counter: u64) -> String {
 
 /// Whether `mac` is the head file's MAC of `seq`, `hash` and `counter`
 /// under `key`.
-pub fn head_mac_matches(key: &[u8], seq: u64, hash: &str, counter: u64, mac: &str) -> bool {
+pub(crate) fn head_mac_matches(key: &[u8], seq: u64, hash: &str, counter: u64, mac: &str) -> bool {
     let canon = head_canonical(seq, hash, counter);
     hmac_matches(key, &[HEAD_MAC_DOMAIN, &canon], mac)
 }
@@ -167,7 +167,7 @@ fn head_canonical(seq: u64, hash: &str, counter: u64) -> Vec<u8> {
 
 /// Whether `record`'s stored `hash` is its chain hash under `key` (`None`:
 /// plain SHA-256).
-pub fn sealed_with(record: &Map<String, Value>, key: Option<&[u8]>) -> bool {
+pub(crate) fn sealed_with(record: &Map<String, Value>, key: Option<&[u8]>) -> bool {
     let stored = record.get("hash").and_then(Value::as_str).unwrap_or("");
     match key {
         Some(key) => hmac_matches(key, &[&canonical(record)], stored),
@@ -176,7 +176,7 @@ pub fn sealed_with(record: &Map<String, Value>, key: Option<&[u8]>) -> bool {
 }
 
 /// The `note` text of a key rotation record.
-pub const KEY_ROTATED: &str =
+pub(crate) const KEY_ROTATED: &str =
     "HMAC key rotated: the records after this one are sealed with the new key";
 
 /// The domain of a key rotation note's MAC under the new key.
@@ -194,7 +194,7 @@ fn rotation_canonical(record: &Map<String, Value>) -> Vec<u8> {
 /// unkeyed chain) to the key `to`: `key_rotated {from_key_id, to_key_id}`,
 /// `rotation_mac` (HMAC under `to` of the note without `hash` and itself),
 /// and `hash` under `from`, so the switch is vouched for by both keys.
-pub fn seal_key_rotation(
+pub(crate) fn seal_key_rotation(
     seq: u64,
     ts: &str,
     audit_id: &str,
@@ -223,7 +223,7 @@ pub fn seal_key_rotation(
 
 /// A key rotation note's `from_key_id` (`None` for an unkeyed chain) and
 /// `to_key_id`; `None` when `record` is not one.
-pub fn key_rotation(record: &Map<String, Value>) -> Option<(Option<String>, String)> {
+pub(crate) fn key_rotation(record: &Map<String, Value>) -> Option<(Option<String>, String)> {
     if record.get("kind").and_then(Value::as_str) != Some(Kind::Note.as_str()) {
         return None;
     }
@@ -237,7 +237,7 @@ pub fn key_rotation(record: &Map<String, Value>) -> Option<(Option<String>, Stri
 }
 
 /// Whether a rotation note's `rotation_mac` verifies under `to`.
-pub fn rotation_vouched_by(record: &Map<String, Value>, to: &[u8]) -> bool {
+pub(crate) fn rotation_vouched_by(record: &Map<String, Value>, to: &[u8]) -> bool {
     let mac = record
         .get("rotation_mac")
         .and_then(Value::as_str)
@@ -246,7 +246,7 @@ pub fn rotation_vouched_by(record: &Map<String, Value>, to: &[u8]) -> bool {
 }
 
 /// Seals `body` into a record: envelope fields added, `hash` computed.
-pub fn seal(
+pub(crate) fn seal(
     kind: Kind,
     seq: u64,
     ts: &str,

@@ -10,12 +10,12 @@ use time::{Date, Duration, OffsetDateTime, Time};
 use crate::duration::DurationError;
 
 /// The forms a bound may take, as error messages and the docs say them.
-pub const FORMS: &str = "an RFC 3339 time (2026-11-26T10:00:00Z, or with an offset: \
+pub(crate) const FORMS: &str = "an RFC 3339 time (2026-11-26T10:00:00Z, or with an offset: \
      2026-11-26T11:00:00+01:00) or a duration back from now (90s, 15m, 2h, 3d; also 500ms)";
 
 /// A time a filter compares records against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeBound {
+pub(crate) enum TimeBound {
     /// An instant, as given.
     At(OffsetDateTime),
     /// This long before now.
@@ -24,7 +24,7 @@ pub enum TimeBound {
 
 /// Why a bound was not understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TimeBoundError {
+pub(crate) enum TimeBoundError {
     /// Neither an RFC 3339 time nor a duration.
     #[error("not a time: give {FORMS}")]
     Unrecognized,
@@ -36,7 +36,7 @@ pub enum TimeBoundError {
 impl TimeBound {
     /// Parses `text`: an RFC 3339 time with `Z` or an offset, or a whole
     /// number followed by `ms`, `s`, `m`, `h` or `d`.
-    pub fn parse(text: &str) -> Result<TimeBound, TimeBoundError> {
+    pub(crate) fn parse(text: &str) -> Result<TimeBound, TimeBoundError> {
         if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
             return Ok(TimeBound::At(at));
         }
@@ -45,7 +45,7 @@ impl TimeBound {
 
     /// The instant this bound names, with `now` for a duration. A duration
     /// reaching before the earliest representable date gives that date.
-    pub fn instant(self, now: OffsetDateTime) -> OffsetDateTime {
+    pub(crate) fn instant(self, now: OffsetDateTime) -> OffsetDateTime {
         match self {
             TimeBound::At(at) => at,
             TimeBound::Ago(d) => now
@@ -56,7 +56,7 @@ impl TimeBound {
 }
 
 /// A record's `ts` as an instant (None when it is not RFC 3339).
-pub fn record_instant(ts: &str) -> Option<OffsetDateTime> {
+pub(crate) fn record_instant(ts: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(ts, &Rfc3339).ok()
 }
 

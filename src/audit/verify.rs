@@ -34,7 +34,7 @@ use walk::{Daemon, Sealing, Walk};
 
 mod walk;
 
-pub use walk::MAX_LISTED;
+pub(crate) use walk::MAX_LISTED;
 
 /// A break in the chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,7 +49,7 @@ pub struct Tamper {
 
 /// A `seq` and the hash its record must have, and who says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Anchor {
+pub(crate) struct Anchor {
     /// The record's `seq`.
     pub seq: u64,
     /// Its `hash`.
@@ -62,7 +62,7 @@ pub struct Anchor {
 /// How to verify: the keyring, the anchors, where a segment starts and
 /// the time heartbeats are judged at.
 #[derive(Debug, Clone, Default)]
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     /// HMAC keys the chain may be sealed with (the current one first).
     pub keys: Vec<&'a [u8]>,
     /// Hashes that records at given `seq`s must have.
@@ -144,7 +144,7 @@ pub fn verify(path: &Path, key: Option<&[u8]>) -> std::io::Result<Verified> {
 }
 
 /// Verifies the chain whose live file is `path` (its rotated files first).
-pub fn verify_with(path: &Path, options: &Options) -> std::io::Result<Verified> {
+pub(crate) fn verify_with(path: &Path, options: &Options) -> std::io::Result<Verified> {
     let mut files: Vec<std::path::PathBuf> = super::log::rotated_files(path)
         .into_iter()
         .map(|(_, p)| p)
@@ -274,7 +274,7 @@ fn finish(walk: Walk) -> Verified {
 
 /// Verifies one file's bytes as a whole chain from the genesis record (no
 /// head file, no rotation): what the fuzz target feeds arbitrary bytes to.
-pub fn verify_bytes(text: &[u8], key: Option<&[u8]>) -> Verified {
+pub(crate) fn verify_bytes(text: &[u8], key: Option<&[u8]>) -> Verified {
     let keys: Vec<&[u8]> = key.into_iter().collect();
     let mut walk = new_walk(&keys, &[]);
     walk.file(text, "", true);

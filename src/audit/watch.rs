@@ -28,7 +28,7 @@ type Record = Map<String, Value>;
 
 /// What the watch found changed since its last check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Changed {
+pub(crate) enum Changed {
     /// The file is shorter than it was: records cut off its end.
     Shortened {
         /// The file.
@@ -63,7 +63,7 @@ pub enum Changed {
 
 impl Changed {
     /// One sentence for the note and the daemon's log.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Changed::Shortened { file, was, now } => format!(
                 "{} is {now} bytes, shorter than the {was} it was at the last check: records were cut off its end",
@@ -85,7 +85,7 @@ impl Changed {
     }
 
     /// The note record's body.
-    pub fn note(&self) -> serde_json::Map<String, serde_json::Value> {
+    pub(crate) fn note(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
         m.insert(
             "note".into(),
@@ -117,14 +117,14 @@ struct Seen {
 
 /// The watch over one log.
 #[derive(Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     log: PathBuf,
     seen: Option<Seen>,
 }
 
 impl Watch {
     /// A watch that has seen nothing yet (its first check only looks).
-    pub fn new(log: &Path) -> Watch {
+    pub(crate) fn new(log: &Path) -> Watch {
         Watch {
             log: log.to_path_buf(),
             seen: None,
@@ -132,14 +132,17 @@ impl Watch {
     }
 
     /// The log it watches.
-    pub fn log(&self) -> &Path {
+    pub(crate) fn log(&self) -> &Path {
         &self.log
     }
 
     /// Reads the live file again: what changed since the last check, if
     /// anything, and remembers the file as it is now. `seals` says whether
     /// a record's hash is its own (the writer's [`super::AuditLog::seals`]).
-    pub fn check(&mut self, seals: &dyn Fn(&Record) -> bool) -> std::io::Result<Option<Changed>> {
+    pub(crate) fn check(
+        &mut self,
+        seals: &dyn Fn(&Record) -> bool,
+    ) -> std::io::Result<Option<Changed>> {
         let mut file = File::open(&self.log)?;
         let meta = file.metadata()?;
         let (dev, ino) = (meta.dev(), meta.ino());

@@ -33,7 +33,7 @@ docs/cli.md for commands, exit codes and denial reasons.";
 /// spawnd: run local CLIs for untrusted callers, inside what a manifest declares.
 #[derive(Debug, Parser)]
 #[command(name = "spawnd", version, about, after_help = AFTER_HELP)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Print the JSON envelope instead of human text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -60,7 +60,7 @@ fn parse_tier(s: &str) -> Result<Tier, String> {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run an operation (or a raw envelope) in the sandbox; exits with the child's code.
     #[command(
         after_help = "Examples:\n  spawnd run --manifest policies/git.toml --op status --cwd ~/code/project\n  spawnd run --manifest policies/python3.toml --op eval --arg 'code=print(6*7)'\n  spawnd run --json --manifest policies/tar.toml --op list --arg archive=a.tar\n  spawnd run --socket /run/spawnd/spawnd.sock --connector local://spawnd/git --op status --cwd .\n\nThe child's stdout and stderr stream live; spawnd's own messages go to stderr\nprefixed `spawnd:`. Exit: the child's code, 128+N after signal N, 124 after the\nwall time, 3 denied, 5 when a kernel layer, the sandbox setup or the daemon\n(with --socket) is unavailable."
@@ -153,7 +153,7 @@ pub enum Command {
 
 /// `spawnd manifest …`.
 #[derive(Debug, Subcommand)]
-pub enum ManifestCommand {
+pub(crate) enum ManifestCommand {
     /// Write a starting manifest: each program pinned, one operation per
     /// program, workspace scopes, and every other key commented with what
     /// it does.
@@ -205,7 +205,7 @@ pub enum ManifestCommand {
 
 /// `spawnd connector …`.
 #[derive(Debug, Subcommand)]
-pub enum ConnectorCommand {
+pub(crate) enum ConnectorCommand {
     /// Print a connector directory's content hash: the SHA-256 of its
     /// shipped files (bin/*, in name order) followed by its manifest.toml.
     #[command(
@@ -295,7 +295,7 @@ fn parse_digest(text: &str) -> Result<crate::manifest::Sha256Digest, String> {
 
 /// `spawnd keyring …`.
 #[derive(Debug, Subcommand)]
-pub enum KeyringCommand {
+pub(crate) enum KeyringCommand {
     /// Trust a publisher's public key for an authority (`github://acme`):
     /// its signatures are accepted on that authority's connectors
     /// (`github://acme/…`, not `github://acmecorp/…`).
@@ -329,7 +329,7 @@ pub enum KeyringCommand {
 
 /// `spawnd audit …`.
 #[derive(Debug, Subcommand)]
-pub enum AuditCommand {
+pub(crate) enum AuditCommand {
     /// Check the hash chain end to end; name every edited, deleted, reordered, inserted, truncated or rewritten record.
     #[command(
         after_help = "Examples:\n  spawnd audit verify\n  spawnd audit verify /var/log/spawnd/audit.jsonl\n  spawnd audit verify --key old.key --key audit.key audit.jsonl\n  spawnd audit verify --checkpoint checkpoints.jsonl --public-key ed25519:3b6a… audit.jsonl\n  spawnd audit verify --from-seq 5501 --anchor 5500:hmac-sha256:9f… audit.jsonl.12\n\nExit 0 when intact (a torn last line left by a crash is a warning), 1 when\ntampered: every break is listed (the first 100; the rest counted), and the walk\ngoes on after each. The keyring is the config's hmac_key_file and\nprevious_hmac_key_files plus each --key: the chain may change keys only at a\nkey rotation note vouched for by both. A checkpoint (`spawnd audit checkpoint`)\nor an anchor says which hash the record at a seq must have; a log that no longer\nreaches that seq was cut. Off the host, give the files, the public key and\n(for a keyed chain) the HMAC keys, with --config /dev/null so that nothing of\nthat host is read."
@@ -415,7 +415,7 @@ pub enum AuditCommand {
 
 /// `spawnd audit verify`'s arguments.
 #[derive(Debug, Args, Default)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The log (default: the config's `[audit]` path).
     pub file: Option<PathBuf>,
     /// An HMAC key the chain may be sealed with, in a 0600 file
@@ -460,7 +460,7 @@ pub(super) fn parse_anchor(text: &str) -> Result<(u64, String), String> {
 
 /// Filters a security team uses; every one given must match.
 #[derive(Debug, Args, Default)]
-pub struct AuditFilter {
+pub(crate) struct AuditFilter {
     /// Connector FQN.
     #[arg(long)]
     pub connector: Option<String>,
@@ -529,7 +529,7 @@ fn parse_kind(text: &str) -> Result<Kind, String> {
 
 /// `spawnd config …`.
 #[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Show the effective operator config (credential sources shown, secret values never).
     #[command(
         after_help = "Examples:\n  spawnd config show\n  spawnd config show --json --config /etc/spawnd/config.toml"
@@ -539,7 +539,7 @@ pub enum ConfigCommand {
 
 /// The request arguments shared by `run` and `check`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The connector manifest (with `--socket`: where the connector's name and
     /// env passthrough keys are read; the daemon's loaded copy applies).
     #[arg(long, value_name = "FILE", required_unless_present = "connector")]
@@ -620,7 +620,7 @@ pub struct RunArgs {
 
 /// `spawnd learn`'s arguments.
 #[derive(Args, Debug)]
-pub struct LearnArgs {
+pub(crate) struct LearnArgs {
     /// Write the draft manifest here (never over an existing file unless --force).
     #[arg(long, value_name = "FILE")]
     pub output: PathBuf,
@@ -672,7 +672,7 @@ pub struct LearnArgs {
 /// Parses a positive duration ([`crate::duration::parse_or_seconds`]:
 /// `500ms`, `10s`, `2m`, `1h`, `3d` or a bare number of seconds) into
 /// milliseconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let duration = crate::duration::parse_or_seconds(text).map_err(|e| e.to_string())?;
     u64::try_from(duration.as_millis())
         .ok()

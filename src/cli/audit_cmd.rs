@@ -21,7 +21,7 @@ use crate::exec::load_previous_audit_keys;
 use crate::printable::printable;
 
 /// Runs one `audit` subcommand.
-pub fn dispatch(cli: &Cli, command: &AuditCommand) -> Result<Success, Failure> {
+pub(super) fn dispatch(cli: &Cli, command: &AuditCommand) -> Result<Success, Failure> {
     match command {
         AuditCommand::Verify(args) => verify(cli, args),
         AuditCommand::Checkpoint {
@@ -60,7 +60,7 @@ pub fn dispatch(cli: &Cli, command: &AuditCommand) -> Result<Success, Failure> {
 }
 
 /// Verifies a log: exit 0 intact (warnings allowed), 1 tampered.
-pub fn verify_log(file: &Path, options: &VerifyOptions) -> Result<Success, Failure> {
+pub(super) fn verify_log(file: &Path, options: &VerifyOptions) -> Result<Success, Failure> {
     let report = verify_chain(file, options).map_err(|e| {
         Failure::from_io(
             &e,
@@ -141,7 +141,7 @@ fn tamper_words(t: &crate::audit::verify::Tamper) -> String {
 /// `spawnd audit verify [FILE] [--key F]… [--checkpoint F]… [--public-key
 /// K]… [--anchor SEQ:HASH]… [--from-seq N]` (default FILE: the config's
 /// audit path).
-pub fn verify(cli: &Cli, args: &VerifyArgs) -> Result<Success, Failure> {
+pub(super) fn verify(cli: &Cli, args: &VerifyArgs) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let keys = keyring(&config, &args.keys)?;
     let mut anchors: Vec<Anchor> = args
@@ -256,7 +256,7 @@ fn checkpoints(
 
 /// `spawnd audit checkpoint [--signing-key F] [-o OUT] [FILE]`: verifies
 /// the chain, then signs its last record's `seq` and `hash`.
-pub fn checkpoint(
+pub(super) fn checkpoint(
     cli: &Cli,
     file: Option<&Path>,
     signing_key: Option<&Path>,
@@ -341,7 +341,7 @@ fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, Failure> {
 
 /// `spawnd audit keygen --signing FILE`: a new ed25519 signing key (its
 /// 32-byte seed as 64 hex digits), mode 0600; prints the public key.
-pub fn keygen_signing(file: &Path) -> Result<Success, Failure> {
+pub(super) fn keygen_signing(file: &Path) -> Result<Success, Failure> {
     let text = checkpoint::new_signing_key_text().map_err(|e| Failure::internal(e.to_string()))?;
     write_new_key(file, text.as_bytes())?;
     let key =
@@ -358,7 +358,7 @@ pub fn keygen_signing(file: &Path) -> Result<Success, Failure> {
 }
 
 /// `spawnd audit keygen --public FILE`: the public key of a signing key.
-pub fn public_key(file: &Path) -> Result<Success, Failure> {
+pub(super) fn public_key(file: &Path) -> Result<Success, Failure> {
     let key = read_signing_key(file)?;
     let public = checkpoint::public_key_text(&key.verifying_key());
     Ok(Success::new(
@@ -692,7 +692,7 @@ fn listing(records: &[&Map<String, Value>]) -> Success {
 }
 
 /// `spawnd audit tail [-n N | --from-seq S] [-f]`.
-pub fn tail(
+pub(super) fn tail(
     cli: &Cli,
     file: Option<&Path>,
     n: usize,
@@ -739,7 +739,7 @@ pub fn tail(
 
 /// `spawnd audit keygen FILE`: 32 random bytes as 64 hex digits and a
 /// newline, in a new file of mode 0600.
-pub fn keygen(file: &Path) -> Result<Success, Failure> {
+pub(super) fn keygen(file: &Path) -> Result<Success, Failure> {
     let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
     getrandom::fill(bytes.as_mut_slice())
         .map_err(|e| Failure::internal(format!("getrandom: {e}")))?;
@@ -785,7 +785,11 @@ pub(super) fn write_new_key(file: &Path, key: &[u8]) -> Result<(), Failure> {
 }
 
 /// `spawnd audit query …`.
-pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Success, Failure> {
+pub(super) fn query(
+    cli: &Cli,
+    file: Option<&Path>,
+    filter: &AuditFilter,
+) -> Result<Success, Failure> {
     let records = read_records(&log_path(cli, file)?)?;
     let matcher = Matcher::new(filter, OffsetDateTime::now_utc());
     let hits: Vec<&Map<String, Value>> = records.iter().filter(|r| matcher.matches(r)).collect();
@@ -795,7 +799,7 @@ pub fn query(cli: &Cli, file: Option<&Path>, filter: &AuditFilter) -> Result<Suc
 /// `spawnd audit export --format ocsf [--follow]`: one OCSF event per line.
 /// Every record of the chain passes through the exporter, those the filter
 /// leaves out too: a spawn's decision fills its later events.
-pub fn export(
+pub(super) fn export(
     cli: &Cli,
     file: Option<&Path>,
     filter: &AuditFilter,

@@ -21,7 +21,7 @@ use crate::program::ProgramOpener;
 /// A raw envelope file (the ADR's schema; unknown keys refused, names exact).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EnvelopeFile {
+pub(crate) struct EnvelopeFile {
     /// Program path or declared file name.
     pub program: String,
     /// argv including `argv[0]`.
@@ -38,7 +38,7 @@ pub struct EnvelopeFile {
 }
 
 /// Loads config and manifest and builds the request from `run`/`check` arguments.
-pub fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
+pub(crate) fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failure> {
     let config = load_config(cli)?;
     let path = args
         .manifest
@@ -70,7 +70,7 @@ fn check_shipped_files(manifest: &Manifest) -> Result<(), Failure> {
 }
 
 /// `--label`, checked ([`crate::policy::check_label`]).
-pub fn label_of(label: Option<&str>) -> Result<Option<String>, Failure> {
+pub(crate) fn label_of(label: Option<&str>) -> Result<Option<String>, Failure> {
     label
         .map(|l| {
             crate::policy::check_label(l)
@@ -103,7 +103,7 @@ fn workspace_of(
 
 /// The request `run`/`check` arguments describe. Passthrough keys not named
 /// with `--env` are taken from this environment when a manifest says which.
-pub fn request_of(
+pub(crate) fn request_of(
     cli: &Cli,
     args: &RunArgs,
     manifest: Option<&Manifest>,
@@ -163,7 +163,7 @@ pub fn request_of(
 }
 
 /// `--arg k=v`: split on the first `=`; a key given twice is a usage error.
-pub fn parse_args(raw: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+pub(crate) fn parse_args(raw: &[String]) -> Result<BTreeMap<String, String>, Failure> {
     let mut out = BTreeMap::new();
     for item in raw {
         let (k, v) = item
@@ -232,7 +232,7 @@ fn merge_cli_env(
 
 /// `spawnd check`: the gate in this process, or with `--socket` the
 /// daemon's (`spawn_check`). Nothing runs and nothing is audited either way.
-pub fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+pub(crate) fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     if let Some(socket) = &args.socket {
         let data = super::remote::check_remote(cli, args, socket)?;
         let text = allowed_text(&data);

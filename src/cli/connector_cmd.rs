@@ -25,7 +25,7 @@ use crate::provenance::{
 };
 
 /// Runs one `connector` subcommand.
-pub fn dispatch(cli: &Cli, command: &ConnectorCommand) -> Result<Success, Failure> {
+pub(super) fn dispatch(cli: &Cli, command: &ConnectorCommand) -> Result<Success, Failure> {
     match command {
         ConnectorCommand::Hash { dir } => hash(dir),
         ConnectorCommand::Keygen { output } => keygen(output),

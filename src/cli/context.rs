@@ -11,7 +11,7 @@ use crate::failure::FailureKind;
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 
-pub use crate::exec::load_audit_key;
+pub(crate) use crate::exec::load_audit_key;
 
 /// The invoking user's home directory from the password database, looked up
 /// once per process (the config's default audit path and the caller both
@@ -26,7 +26,7 @@ fn invoking_home() -> Result<Option<PathBuf>, nix::Error> {
 }
 
 /// The invoking user, with the home directory from the password database.
-pub fn current_caller() -> Result<Caller, Failure> {
+pub(crate) fn current_caller() -> Result<Caller, Failure> {
     let uid = nix::unistd::getuid();
     let home = invoking_home()
         .map_err(|e| Failure::config(format!("getpwuid({uid}): {e}")))?
@@ -44,7 +44,7 @@ pub fn current_caller() -> Result<Caller, Failure> {
 }
 
 /// The config file in force, if any.
-pub fn config_path(cli: &Cli) -> Option<PathBuf> {
+pub(crate) fn config_path(cli: &Cli) -> Option<PathBuf> {
     cli.config.clone().or_else(|| {
         std::env::var_os("SPAWND_CONFIG")
             .filter(|v| !v.is_empty())
@@ -53,12 +53,12 @@ pub fn config_path(cli: &Cli) -> Option<PathBuf> {
 }
 
 /// Loads the operator config, or the defaults when none is given.
-pub fn load_config(cli: &Cli) -> Result<Config, Failure> {
+pub(crate) fn load_config(cli: &Cli) -> Result<Config, Failure> {
     load_config_from(config_path(cli).as_deref())
 }
 
 /// Loads the config at `path`, or the defaults without one.
-pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
+pub(crate) fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
     let uid = nix::unistd::getuid().as_raw();
     let home = invoking_home().ok().flatten();
     let xdg = std::env::var("XDG_STATE_HOME").ok();
@@ -89,7 +89,7 @@ pub fn load_config_from(path: Option<&Path>) -> Result<Config, Failure> {
 /// The directory holding the manifest file `path`, resolved to its real
 /// path: what its `{connector}/` paths expand against, so that they are
 /// real paths too.
-pub fn manifest_dir(path: &Path) -> Result<PathBuf, Failure> {
+pub(crate) fn manifest_dir(path: &Path) -> Result<PathBuf, Failure> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -105,7 +105,7 @@ pub fn manifest_dir(path: &Path) -> Result<PathBuf, Failure> {
 
 /// Reads and validates a manifest file; its [`Manifest::dir`] is the
 /// file's directory ([`manifest_dir`]).
-pub fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> {
+pub(crate) fn load_manifest(path: &Path, config: &Config) -> Result<Manifest, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         let f = format!("cannot read manifest {}: {e}", path.display());
         if e.kind() == std::io::ErrorKind::NotFound {

@@ -15,7 +15,7 @@ fn p(text: impl Display) -> String {
 }
 
 /// The explanation text.
-pub fn explain_text(m: &Manifest) -> String {
+pub(super) fn explain_text(m: &Manifest) -> String {
     let mut out = String::new();
     let c = &m.connector;
     let _ = writeln!(

@@ -14,7 +14,7 @@ use crate::policy::REASONS;
 use crate::program::hash_path;
 
 /// `spawnd hash FILE`.
-pub fn hash(file: &Path) -> Result<Success, Failure> {
+pub(super) fn hash(file: &Path) -> Result<Success, Failure> {
     let meta = std::fs::metadata(file).map_err(|e| {
         Failure::from_io(
             &e,
@@ -100,7 +100,7 @@ const COMMANDS: &[(&str, &str, &str)] = &[
 ];
 
 /// `spawnd capabilities`.
-pub fn capabilities() -> Success {
+pub(super) fn capabilities() -> Success {
     let commands: Vec<_> = COMMANDS.iter().map(|(id, summary, mode)| json!({"id": id, "summary": summary, "required_mode": mode, "supports_json": true})).collect();
     let reasons: Vec<_> = REASONS.iter().map(|r| json!({"reason": r.reason, "class": r.reason.class(), "boundary_detail": r.detail, "when": r.when})).collect();
     let reserved: Vec<_> = RESERVED_ENV
@@ -129,7 +129,7 @@ pub fn capabilities() -> Success {
 
 /// `spawnd health`: exit 0 when spawns run (`healthy`, or `degraded` with
 /// each degradation named), 4 for `needs_setup`, 5 for `error` (SPEC §10).
-pub fn health(cli: &Cli) -> Result<Success, Failure> {
+pub(super) fn health(cli: &Cli) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::internal(format!("cannot find spawnd's own binary: {e}")))?;
@@ -161,7 +161,7 @@ pub fn health(cli: &Cli) -> Result<Success, Failure> {
 }
 
 /// `spawnd config show`.
-pub fn config_show(cli: &Cli) -> Result<Success, Failure> {
+pub(super) fn config_show(cli: &Cli) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let text = match &config.source {
         Some(p) => format!("config: {}", p.display()),

@@ -14,7 +14,7 @@ use crate::provenance::keyring::TrustOutcome;
 use crate::provenance::{Authority, KeyId, KeyringError};
 
 /// Runs one `keyring` subcommand.
-pub fn dispatch(cli: &Cli, command: &KeyringCommand) -> Result<Success, Failure> {
+pub(super) fn dispatch(cli: &Cli, command: &KeyringCommand) -> Result<Success, Failure> {
     match command {
         KeyringCommand::Trust { authority, key } => trust(cli, authority, key),
         KeyringCommand::List => list(cli),

@@ -34,7 +34,7 @@ const NOT_OFFERED: &[&str] = &["proc", "sys", "dev", "tmp", "run", "lost+found"]
 
 /// `spawnd learn`: what the run may see, the run, the draft of what it
 /// used, and a summary for a person.
-pub fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
+pub(super) fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     if args.output.exists() && !args.force {
         return Err(Failure::usage(format!(
             "--output {} exists; choose another file or pass --force",

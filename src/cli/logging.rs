@@ -30,7 +30,7 @@ impl Write for PrefixedStderr {
 /// Installs the stderr subscriber once per process: human lines behind
 /// `spawnd:`, or JSON objects (one per line) for a log pipeline. `serving`:
 /// this process is `spawnd serve`, whose daemon events are shown at info.
-pub fn init(verbose: bool, json: bool, serving: bool) {
+pub(super) fn init(verbose: bool, json: bool, serving: bool) {
     let default = match (verbose, serving) {
         (true, _) => "spawnd=debug",
         (false, true) => "spawnd=warn,spawnd::daemon=info",

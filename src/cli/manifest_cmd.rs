@@ -14,7 +14,7 @@ use crate::manifest::ScopePath;
 use crate::program::hash_path;
 
 /// Runs one `manifest` subcommand.
-pub fn dispatch(cli: &Cli, command: &ManifestCommand) -> Result<Success, Failure> {
+pub(super) fn dispatch(cli: &Cli, command: &ManifestCommand) -> Result<Success, Failure> {
     match command {
         ManifestCommand::Init {
             name,
@@ -28,7 +28,7 @@ pub fn dispatch(cli: &Cli, command: &ManifestCommand) -> Result<Success, Failure
 }
 
 /// `manifest lint`: exit 0 when valid (warnings allowed), 4 with every problem otherwise.
-pub fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {
+pub(super) fn lint(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let mut manifest = load_manifest(file, &config)?;
     if let (Some(spawn), Ok(caller)) = (&manifest.spawn, current_caller()) {
@@ -119,7 +119,7 @@ fn sockets_in_scopes(
 }
 
 /// `manifest explain`: what the manifest lets a program do, in plain words.
-pub fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
+pub(super) fn explain(cli: &Cli, file: &Path) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     // Not a file: an installed connector, as `connector list` names it.
     let named = file.to_str().filter(|_| !file.exists());
@@ -182,7 +182,7 @@ fn explain_installed(
 /// one operation per program (its bare name as argv), the workspace as the
 /// read scope and its `build/` as the write scope, and the other keys
 /// commented. It is checked with the loader before it is shown or written.
-pub fn init(
+pub(super) fn init(
     name: &str,
     programs: &[std::path::PathBuf],
     output: Option<&Path>,
@@ -281,7 +281,11 @@ pub(super) fn write_output(path: &Path, text: &str, overwrite: bool) -> Result<(
 /// `manifest pin`: fill in or update each program's hash in every file,
 /// keeping comments and layout; with `check`, write nothing and exit 1 when
 /// a pin is missing or stale.
-pub fn pin(cli: &Cli, files: &[std::path::PathBuf], check: bool) -> Result<Success, Failure> {
+pub(super) fn pin(
+    cli: &Cli,
+    files: &[std::path::PathBuf],
+    check: bool,
+) -> Result<Success, Failure> {
     let mut data = Vec::new();
     let mut lines = Vec::new();
     let mut stale = false;

@@ -20,11 +20,10 @@ pub(crate) use std::time::Instant;
 
 use clap::Parser;
 
-pub use args::{
-    parse_duration_ms, AuditCommand, AuditFilter, Cli, Command, ConfigCommand, ConnectorCommand,
-    KeyringCommand, ManifestCommand, RunArgs,
+pub(crate) use args::{
+    AuditCommand, Cli, Command, ConfigCommand, ConnectorCommand, KeyringCommand, ManifestCommand,
 };
-pub use output::{error_code, Failure, Success};
+pub(crate) use output::{Failure, Success};
 
 /// Runs the CLI with the process arguments; returns the exit code.
 pub fn main() -> i32 {

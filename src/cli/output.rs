@@ -7,14 +7,14 @@
 
 use serde_json::{json, Value};
 
-pub use crate::failure::{Failure, Success};
+pub(crate) use crate::failure::{Failure, Success};
 
 use crate::exec::Notice;
 use crate::printable::printable_lines;
 use crate::spawn_result::SpawnResult;
 
 /// Writes one line to stdout; a closed reader (`spawnd … | head`) is not an error.
-pub fn print_line(text: &str) {
+pub(crate) fn print_line(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
@@ -22,12 +22,12 @@ pub fn print_line(text: &str) {
 
 /// Shows a notice of the spawn pipeline to the person running spawnd: a line
 /// on stderr behind `spawnd:`, told apart from the child's streamed output.
-pub fn print_notice(notice: Notice) {
+pub(crate) fn print_notice(notice: Notice) {
     eprintln!("spawnd: {notice}");
 }
 
 /// The error code for an exit code.
-pub fn error_code(exit: i32) -> &'static str {
+pub(crate) fn error_code(exit: i32) -> &'static str {
     match exit {
         2 => "INVALID_USAGE",
         3 => "PERMISSION_DENIED",
@@ -39,7 +39,7 @@ pub fn error_code(exit: i32) -> &'static str {
 }
 
 /// Context every envelope carries.
-pub struct Meta<'a> {
+pub(crate) struct Meta<'a> {
     /// Subcommand path, e.g. `manifest.lint`.
     pub command: &'a str,
     /// The invocation's tier.
@@ -61,7 +61,7 @@ fn meta_json(meta: &Meta) -> Value {
 }
 
 /// Prints the outcome and returns the exit code.
-pub fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i32 {
+pub(crate) fn emit(result: Result<Success, Failure>, json_mode: bool, meta: &Meta) -> i32 {
     match result {
         Ok(s) if json_mode => {
             let ok = s.exit == 0 || s.keep_ok;

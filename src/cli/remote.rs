@@ -21,7 +21,7 @@ use crate::failure::FailureKind;
 use crate::spawn_result::SpawnStatus;
 
 /// `spawnd run --socket S`.
-pub fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
+pub(super) fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
     let (method, params) = remote_call(cli, args, true)?;
     watch_interruptions()?;
     let mut client = Client::connect(socket)?;
@@ -82,7 +82,7 @@ fn answer_as<T: serde::de::DeserializeOwned>(method: &str, answer: Value) -> Res
 /// `spawnd check --socket S`: the daemon's `spawn_check` for the request
 /// `run --socket` would send (stdin aside: the gate does not read it). The
 /// answer is the allowed plan; a denial is the daemon's error.
-pub fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Value, Failure> {
+pub(super) fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Value, Failure> {
     let (_, params) = remote_call(cli, args, false)?;
     Client::connect(socket)?.call("spawn_check", params)
 }
@@ -91,7 +91,7 @@ pub fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Value, F
 /// status of the manifests it has loaded (not the files on disk, which it
 /// reads again only on a reload) for the connectors this caller may act
 /// for, shown as in-process `connectors` shows its own.
-pub fn connectors_remote(socket: &Path) -> Result<Success, Failure> {
+pub(super) fn connectors_remote(socket: &Path) -> Result<Success, Failure> {
     let status = Client::connect(socket)?.call("connectors_status", json!({}))?;
     let text = answer_as::<Shown>("connectors_status", status.clone())?.block;
     Ok(Success::new(status, text))

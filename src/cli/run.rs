@@ -18,10 +18,10 @@ use crate::supervise::{LiveOutput, LiveView};
 
 /// The exit code of a run whose program succeeded while spawnd refused
 /// some of its network egress, under `--fail-on-refusal`.
-pub const EXIT_NETWORK_REFUSED: i32 = 7;
+pub(crate) const EXIT_NETWORK_REFUSED: i32 = 7;
 
 /// `spawnd run`.
-pub fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+pub(crate) fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     let ran = run_here_or_remote(cli, args)?;
     Ok(match args.fail_on_refusal {
         true => fail_on_refusal(ran),

@@ -14,10 +14,10 @@ use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 
 /// The manifests the daemon serves, by connector name: each version served
 /// (one per manifest file, one per installed version), in load order.
-pub type Manifests = BTreeMap<String, Vec<Manifest>>;
+pub(crate) type Manifests = BTreeMap<String, Vec<Manifest>>;
 
 /// Every manifest served, in name order.
-pub fn all(manifests: &Manifests) -> impl Iterator<Item = &Manifest> {
+pub(crate) fn all(manifests: &Manifests) -> impl Iterator<Item = &Manifest> {
     manifests.values().flatten()
 }
 
@@ -28,7 +28,7 @@ pub fn all(manifests: &Manifests) -> impl Iterator<Item = &Manifest> {
 /// already served (the error names both). A `[server] manifests` entry that
 /// does not exist is an error, except the default directory on a host
 /// whose store serves connectors.
-pub fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
+pub(crate) fn load_manifests(config: &super::Config) -> Result<Manifests, String> {
     let mut files: Vec<PathBuf> = Vec::new();
     let mut missing_default = None;
     for entry in &config.server.manifests {
@@ -131,7 +131,7 @@ fn installed(config: &super::Config, options: LoadOptions) -> Result<Vec<Manifes
 
 /// What a reload changes: connectors by name, each list sorted.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct ManifestChanges {
+pub(crate) struct ManifestChanges {
     /// Served now, not before.
     pub added: Vec<String>,
     /// Served before, not now.
@@ -144,7 +144,7 @@ impl ManifestChanges {
     /// The connectors that differ between `old` and `new`: a connector is
     /// changed when a version is served or no longer served, or a served
     /// manifest's SHA-256 or path differs.
-    pub fn between(old: &Manifests, new: &Manifests) -> ManifestChanges {
+    pub(crate) fn between(old: &Manifests, new: &Manifests) -> ManifestChanges {
         let mut changes = ManifestChanges::default();
         let served = |ms: &Vec<Manifest>| {
             let mut v: Vec<_> = ms
@@ -176,7 +176,7 @@ impl ManifestChanges {
     }
 
     /// Whether the connectors served are the same as before.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
 }

@@ -14,15 +14,15 @@ use crate::manifest::{Fqn, Manifest};
 use crate::policy::AccessRule;
 
 mod credentials;
-pub mod manifests;
+pub(crate) mod manifests;
 
 /// Where `[server] manifests` looks when the config does not say.
-pub const DEFAULT_MANIFESTS: &str = "/etc/spawnd/manifests";
+pub(crate) const DEFAULT_MANIFESTS: &str = "/etc/spawnd/manifests";
 mod raw;
 #[cfg(test)]
 mod tests;
 
-pub use credentials::{CredentialBinding, CredentialSource};
+pub(crate) use credentials::{CredentialBinding, CredentialSource};
 use raw::{
     RawAccess, RawBinding, RawConfig, RawConnectors, RawDisable, RawNetwork, RawSandbox, RawServer,
 };
@@ -167,31 +167,31 @@ pub struct NetworkConfig {
 }
 
 /// `[network] connect_timeout_ms` when the config does not say.
-pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// `[network] idle_timeout_ms` when the config does not say.
-pub const DEFAULT_NETWORK_IDLE_TIMEOUT_MS: u64 = 300_000;
+pub(crate) const DEFAULT_NETWORK_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// `[network] max_connections_per_spawn` when the config does not say.
-pub const DEFAULT_MAX_CONNECTIONS_PER_SPAWN: u32 = 64;
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_SPAWN: u32 = 64;
 /// The relay's limit for all spawns of one process together.
-pub const MAX_CONNECTIONS_PER_PROCESS: u32 = 1024;
+pub(crate) const MAX_CONNECTIONS_PER_PROCESS: u32 = 1024;
 /// `[network] connections_share` when the config does not say: a quarter
 /// of the process's.
-pub const DEFAULT_CONNECTIONS_SHARE: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
+pub(crate) const DEFAULT_CONNECTIONS_SHARE: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
 /// `[server] max_running_spawns` when the config does not say.
-pub const DEFAULT_MAX_RUNNING_SPAWNS: u32 = 64;
+pub(crate) const DEFAULT_MAX_RUNNING_SPAWNS: u32 = 64;
 /// The most `[server] max_running_spawns` may be: each running spawn
 /// holds a thread of the daemon.
-pub const MAX_RUNNING_SPAWNS_LIMIT: u32 = 1024;
+pub(crate) const MAX_RUNNING_SPAWNS_LIMIT: u32 = 1024;
 /// `[server] running_spawns_share` when the config does not say.
-pub const DEFAULT_RUNNING_SPAWNS_SHARE: u32 = 16;
+pub(crate) const DEFAULT_RUNNING_SPAWNS_SHARE: u32 = 16;
 /// `[server] max_buffered_output_bytes` when the config does not say.
-pub const DEFAULT_MAX_BUFFERED_OUTPUT_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_MAX_BUFFERED_OUTPUT_BYTES: u64 = 256 << 20;
 /// `[server] buffered_output_share_bytes` when the config does not say: a
 /// quarter of the default whole.
-pub const DEFAULT_BUFFERED_OUTPUT_SHARE_BYTES: u64 = DEFAULT_MAX_BUFFERED_OUTPUT_BYTES / 4;
+pub(crate) const DEFAULT_BUFFERED_OUTPUT_SHARE_BYTES: u64 = DEFAULT_MAX_BUFFERED_OUTPUT_BYTES / 4;
 /// The most `[network] max_connections_per_spawn` may be: a quarter of
 /// the process's, so no one spawn takes every slot.
-pub const MAX_CONNECTIONS_PER_SPAWN_LIMIT: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
+pub(crate) const MAX_CONNECTIONS_PER_SPAWN_LIMIT: u32 = MAX_CONNECTIONS_PER_PROCESS / 4;
 
 /// `[sandbox]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -244,7 +244,7 @@ pub struct ConnectorsConfig {
 /// Where the store and the keyring live when the config does not say
 /// (docs/operations.md): under /var/lib and /etc for root, else in the
 /// user's XDG data and config directories.
-pub fn default_connector_paths(
+pub(crate) fn default_connector_paths(
     uid: u32,
     xdg_data_home: Option<&str>,
     xdg_config_home: Option<&str>,
@@ -307,12 +307,12 @@ fn serialize_access<S: serde::Serializer>(rules: &[AccessRule], s: S) -> Result<
 
 /// `[audit] keep_rotated` when the config does not say: with the default
 /// `rotate_bytes`, about 1 GiB of audit history besides the live file.
-pub const DEFAULT_KEEP_ROTATED: u32 = 10;
+pub(crate) const DEFAULT_KEEP_ROTATED: u32 = 10;
 
 /// `[server] max_lease_ms` when the config does not say: 10 minutes.
-pub const DEFAULT_MAX_LEASE_MS: u64 = 600_000;
+pub(crate) const DEFAULT_MAX_LEASE_MS: u64 = 600_000;
 /// `[server] refusal_window_ms` when the config does not say.
-pub const DEFAULT_REFUSAL_WINDOW_MS: u64 = 60_000;
+pub(crate) const DEFAULT_REFUSAL_WINDOW_MS: u64 = 60_000;
 
 /// The default read-only system runtime (docs/operations.md).
 pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
@@ -344,7 +344,7 @@ pub const DEFAULT_SYSTEM_PATHS: &[&str] = &[
 /// or a container's that maps them); root of a user namespace that maps
 /// only itself (`unshare -r`) is one user like any other, whose log is
 /// under its `XDG_STATE_HOME` or home.
-pub fn default_audit_path(
+pub(crate) fn default_audit_path(
     acts_as_root: bool,
     xdg_state_home: Option<&str>,
     home: Option<&Path>,
@@ -600,7 +600,7 @@ fn max_wall_time_ms(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigErro
 }
 
 /// `[audit] heartbeat_secs` when the config does not say: 5 minutes.
-pub const DEFAULT_HEARTBEAT_SECS: u64 = 300;
+pub(crate) const DEFAULT_HEARTBEAT_SECS: u64 = 300;
 
 /// `[audit] heartbeat_secs`: 1 second to a day.
 fn heartbeat_secs(raw: Option<u64>, at: &Origin<'_>) -> Result<u64, ConfigError> {

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 /// The shape of the definitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolFormat {
+pub(crate) enum ToolFormat {
     /// One JSON Schema object per operation.
     JsonSchema,
     /// MCP's tools: `{name, description, inputSchema}`.
@@ -39,7 +39,7 @@ impl std::str::FromStr for ToolFormat {
 /// scheme's `://`, then `__` and the operation, every character outside
 /// `[A-Za-z0-9_-]` as `_` (`local://spawnd/git`, `status`:
 /// `local_spawnd_git__status`).
-pub fn tool_name(connector: &str, op: &str) -> String {
+pub(crate) fn tool_name(connector: &str, op: &str) -> String {
     let fqn = connector.replacen("://", "_", 1);
     format!("{fqn}__{op}")
         .chars()
@@ -55,14 +55,14 @@ pub fn tool_name(connector: &str, op: &str) -> String {
 
 /// A manifest pattern as a JSON Schema pattern: anchored, so that it
 /// matches the whole value as the manifest's does.
-pub fn anchored(pattern: &str) -> String {
+pub(crate) fn anchored(pattern: &str) -> String {
     format!("^(?:{pattern})$")
 }
 
 /// The tools of every operation of `connectors` (the `connectors` object
 /// of a status: each connector's entry with its `operations`), in the
 /// connectors' order and then the operations'.
-pub fn tools(connectors: &Value, format: ToolFormat) -> Value {
+pub(crate) fn tools(connectors: &Value, format: ToolFormat) -> Value {
     let mut out = Vec::new();
     let Some(connectors) = connectors.as_object() else {
         return Value::Array(out);

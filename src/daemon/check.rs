@@ -22,14 +22,14 @@ use crate::rpc::RpcError;
 /// `spawn_check`'s params as the call they check: read when the request
 /// is, so nothing of the request line is held while the check waits its
 /// turn.
-pub fn read(params: &Map<String, Value>) -> Result<(&'static str, SpawnCall), RpcError> {
+pub(super) fn read(params: &Map<String, Value>) -> Result<(&'static str, SpawnCall), RpcError> {
     let method = form_of(params)?;
     let call = read_call(method, params).map_err(|r| r.unrecorded())?;
     Ok((method, call))
 }
 
 /// `spawn_check`: `{decision: "allowed", argv, …plan}` or the denial.
-pub async fn check(
+pub(super) async fn check(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     method: &'static str,

@@ -53,12 +53,12 @@ use reading::Reader;
 
 /// Waits (a spawn, `wait_ms`, `spawn_wait`, a stdin write) one connection
 /// may have in progress.
-pub const MAX_WAITS_IN_PROGRESS: usize = 64;
+pub(super) const MAX_WAITS_IN_PROGRESS: usize = 64;
 /// Probes (`health`, `connectors_status`, `spawn_check`) one connection may
 /// have in progress; they run one at a time.
-pub const MAX_PROBES_IN_PROGRESS: usize = 4;
+pub(super) const MAX_PROBES_IN_PROGRESS: usize = 4;
 /// Immediate answers one connection may have waiting to be written.
-pub const MAX_IMMEDIATE_IN_PROGRESS: usize = 64;
+pub(super) const MAX_IMMEDIATE_IN_PROGRESS: usize = 64;
 /// Rendered lines waiting for the writer.
 const OUTBOX_LINES: usize = 1;
 /// How long an answer may take to be written: a peer that stops reading is

@@ -30,11 +30,11 @@ use crate::rpc::{self, RpcError};
 
 /// Parked handles one peer (uid and gid) may have at once; past that, a
 /// handle parked is ended as if its lease had run out.
-pub const MAX_PARKED_PER_PEER: usize = 64;
+pub(super) const MAX_PARKED_PER_PEER: usize = 64;
 
 /// What a detached handle carries: who may take it up, with what token,
 /// and how long it may wait for them.
-pub struct Lease {
+pub(super) struct Lease {
     /// The peer's uid and gid.
     owner: (u32, u32),
     /// The spawn's connector: who takes the handle up must still be
@@ -48,7 +48,7 @@ pub struct Lease {
 
 impl Lease {
     /// A lease of `duration` for `peer`, with a fresh token.
-    pub fn new(peer: &Peer, connector: &str, duration: Duration) -> Result<Lease, RpcError> {
+    pub(super) fn new(peer: &Peer, connector: &str, duration: Duration) -> Result<Lease, RpcError> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|e| {
             RpcError::new(
@@ -65,12 +65,12 @@ impl Lease {
     }
 
     /// The token, for the spawn's answer.
-    pub fn token(&self) -> &str {
+    pub(super) fn token(&self) -> &str {
         &self.token
     }
 
     /// The uid of the peer that started the spawn.
-    pub fn owner_uid(&self) -> u32 {
+    pub(super) fn owner_uid(&self) -> u32 {
         self.owner.0
     }
 }
@@ -85,7 +85,7 @@ struct Parked {
 /// The daemon's parked handles, by name, and every detached spawn, held by
 /// a connection or not, for `spawn_list`.
 #[derive(Default)]
-pub struct Registry {
+pub(super) struct Registry {
     parked: Mutex<HashMap<String, Parked>>,
     /// Every detached spawn's handle while anything holds it (a connection,
     /// the parked map): once none does, its entry is dropped.
@@ -93,7 +93,7 @@ pub struct Registry {
 }
 
 /// A detached spawn as `spawn_list` sees it.
-pub struct Listed {
+pub(super) struct Listed {
     pub name: String,
     pub handle: Arc<Handle>,
     /// The time left on its lease, when no connection holds it.
@@ -110,7 +110,7 @@ impl Registry {
 
     /// A detached spawn's handle, `name`, for [`Registry::listed_for`];
     /// entries of handles nothing holds any more go.
-    pub fn register(&self, name: &str, handle: &Arc<Handle>) {
+    pub(super) fn register(&self, name: &str, handle: &Arc<Handle>) {
         let mut leased = lock(&self.leased);
         leased.retain(|_, h| h.strong_count() > 0);
         leased.insert(name.to_string(), Arc::downgrade(handle));
@@ -119,7 +119,7 @@ impl Registry {
     /// The detached spawns started by `uid` that are still held (by a
     /// connection or parked), released ones left out, each with the time
     /// left on its lease when it is parked.
-    pub fn listed_for(&self, uid: u32) -> Vec<Listed> {
+    pub(super) fn listed_for(&self, uid: u32) -> Vec<Listed> {
         let held: Vec<(String, Arc<Handle>)> = lock(&self.leased)
             .iter()
             .filter_map(|(name, h)| Some((name.clone(), h.upgrade()?)))
@@ -149,7 +149,7 @@ impl Registry {
     /// every one while `max_lease_ms` is 0 and one whose answer (its token)
     /// never reached the peer, and a leased one past its peer's
     /// [`MAX_PARKED_PER_PEER`] is ended as if its lease ran out (`lease`).
-    pub fn park_or_end(
+    pub(super) fn park_or_end(
         &self,
         name: String,
         handle: Arc<Handle>,
@@ -187,7 +187,7 @@ impl Registry {
     /// (`may_act_for`: the access rules in force, which also refuse a peer
     /// in another user namespace unless a rule allows it); it is no longer
     /// parked.
-    pub fn take(
+    pub(super) fn take(
         &self,
         peer: &Peer,
         name: &str,
@@ -214,7 +214,7 @@ impl Registry {
 
     /// Ends the leases that have run out: their programs are killed
     /// (`lease`) and the handles freed. Called every second.
-    pub fn expire(&self) {
+    pub(super) fn expire(&self) {
         let now = Instant::now();
         let mut parked = self.lock();
         let due: Vec<String> = parked
@@ -233,7 +233,7 @@ impl Registry {
 
     /// `spawn_attach`'s answer for a handle taken up: its `spawn_status`
     /// state.
-    pub fn attached(name: &str, handle: &Handle) -> super::results::AttachResult {
+    pub(super) fn attached(name: &str, handle: &Handle) -> super::results::AttachResult {
         super::results::AttachResult {
             handle: name.to_string(),
             state: super::spawns::state(handle).to_string(),
@@ -254,7 +254,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The caller writes it before it reads the connection's next request, so
 /// whatever that request does to the spawn is recorded after it, and
 /// commits it before answering.
-pub fn write_attach_record(
+pub(super) fn write_attach_record(
     daemon: &super::Daemon,
     peer: &Peer,
     handle: &Handle,
@@ -271,7 +271,7 @@ pub fn write_attach_record(
 }
 
 /// Makes an `attach` record durable, on a blocking thread.
-pub async fn commit_attach_record(written: Unsynced) -> Result<(), String> {
+pub(super) async fn commit_attach_record(written: Unsynced) -> Result<(), String> {
     tokio::task::spawn_blocking(move || written.commit())
         .await
         .map_err(|e| format!("the attach record's flush: {e}"))?

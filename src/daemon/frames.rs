@@ -13,7 +13,7 @@ use tokio_util::codec::Decoder;
 
 /// One frame of a connection.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Frame {
+pub(super) enum Frame {
     /// A request line, without its line ending.
     Line(String),
     /// A line that is not UTF-8.
@@ -23,7 +23,7 @@ pub enum Frame {
 }
 
 /// The decoder of [`Frame`]s.
-pub struct RequestLines {
+pub(super) struct RequestLines {
     max: usize,
     /// Where the search for a newline goes on in the buffer.
     searched: usize,
@@ -33,7 +33,7 @@ pub struct RequestLines {
 
 impl RequestLines {
     /// Frames of at most `max` bytes.
-    pub fn new(max: usize) -> RequestLines {
+    pub(super) fn new(max: usize) -> RequestLines {
         RequestLines {
             max,
             searched: 0,
@@ -42,7 +42,7 @@ impl RequestLines {
     }
 
     /// Whether the rest of a line over the cap is still being dropped.
-    pub fn discarding(&self) -> bool {
+    pub(super) fn discarding(&self) -> bool {
         self.discarding
     }
 }

@@ -19,14 +19,14 @@ use crate::rpc::{self, RpcError};
 use crate::supervise::LiveOutput;
 
 /// Handles one connection may hold at once.
-pub const MAX_HANDLES_PER_CONNECTION: usize = 64;
+pub(crate) const MAX_HANDLES_PER_CONNECTION: usize = 64;
 /// How long a finished handle is kept without `spawn_release`.
-pub const HANDLE_LIFETIME: Duration = Duration::from_secs(600);
+pub(crate) const HANDLE_LIFETIME: Duration = Duration::from_secs(600);
 /// The longest `wait_ms` honoured.
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// One spawn's shared state.
-pub struct Handle {
+pub(crate) struct Handle {
     state: Mutex<HandleState>,
     /// Woken on every change (output, the end).
     pub(super) changed: Notify,
@@ -217,7 +217,7 @@ impl Handle {
     /// Kills the sandbox for `how` ([`HandleState::killed_by`]), by `peer`
     /// when a peer's request or closed connection does it, if it still
     /// runs.
-    pub fn kill_for(&self, how: &'static str, peer: Option<&super::Peer>) {
+    pub(crate) fn kill_for(&self, how: &'static str, peer: Option<&super::Peer>) {
         let interruption = Interruption {
             how,
             peer: peer.map(super::Peer::actor),
@@ -231,7 +231,7 @@ impl Handle {
     }
 
     /// Kills the sandbox (SIGKILL to its init, through a pidfd).
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         self.send_to_init(libc::SIGKILL);
     }
 
@@ -240,7 +240,7 @@ impl Handle {
     /// (the program decides what follows: one that traps it may exit as it
     /// likes). Either way the peer is on record as what interrupted the
     /// program, if it still runs.
-    pub fn signal_for(&self, signal: i32, peer: &super::Peer) {
+    pub(crate) fn signal_for(&self, signal: i32, peer: &super::Peer) {
         if signal == libc::SIGKILL {
             return self.kill_for("spawn_kill", Some(peer));
         }
@@ -292,7 +292,7 @@ pub(super) type Named = Vec<(String, Arc<Handle>)>;
 
 /// A connection's handles, and the caller its peer stands for.
 #[derive(Default)]
-pub struct Handles {
+pub(crate) struct Handles {
     pub(super) map: HashMap<String, Arc<Handle>>,
     /// Looked up in the password database on the connection's first spawn
     /// (the peer's credentials are fixed at connect): not once per request.
@@ -316,12 +316,12 @@ impl Handles {
     }
 
     /// Whether the connection holds no handle and starts none.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty() && self.starting == 0
     }
 
     /// Drops finished handles past their lifetime.
-    pub fn expire(&mut self) {
+    pub(crate) fn expire(&mut self) {
         self.map
             .retain(|_, h| h.with(|s| s.ended_at.is_none_or(|t| t.elapsed() < HANDLE_LIFETIME)));
     }
@@ -345,7 +345,7 @@ impl Handles {
     }
 
     /// The connection closed: every handle leaves it, to be parked or ended.
-    pub fn close(&mut self) -> Vec<(String, Arc<Handle>)> {
+    pub(crate) fn close(&mut self) -> Vec<(String, Arc<Handle>)> {
         self.closed = true;
         self.map.drain().collect()
     }

@@ -35,12 +35,12 @@ mod notifications;
 mod stdin;
 
 mod origin;
-mod params;
+pub(crate) mod params;
 mod peer;
-pub mod refusals;
-pub mod request;
+pub(crate) mod refusals;
+pub(crate) mod request;
 mod results;
-pub mod spawns;
+pub(crate) mod spawns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -57,19 +57,18 @@ use crate::config::Config;
 use crate::rpc::{self, RpcError};
 use crate::shares::{Limits, Pool, Refusal, Tenants};
 use crate::spawner::Spawner;
-pub use params::protocol_schema;
-pub use peer::Peer;
+pub(crate) use peer::Peer;
 
 /// The protocol version `health` reports.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct ServeError(pub String);
+pub(crate) struct ServeError(pub String);
 
 /// The config and manifests in force; SIGHUP swaps in new ones.
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// The operator config.
     pub config: Config,
     /// The manifests served, by connector name.
@@ -77,10 +76,10 @@ pub struct Loaded {
 }
 
 /// Re-reads the config (from where it first came) for SIGHUP.
-pub type Reload = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+pub(crate) type Reload = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
 
 /// What every connection shares.
-pub struct Daemon {
+pub(crate) struct Daemon {
     /// The config and manifests in force.
     loaded: std::sync::RwLock<Arc<Loaded>>,
     /// How to re-read the config.
@@ -130,7 +129,7 @@ impl Daemon {
     /// The spawner to launch through. If the last one died (its sandboxes
     /// died with it, and their spawns ended with an error), a new one is
     /// started by executing spawnd, so the daemon keeps serving.
-    pub fn spawner(&self) -> Result<Arc<Spawner>, String> {
+    pub(crate) fn spawner(&self) -> Result<Arc<Spawner>, String> {
         let mut current = match self.spawner.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -150,7 +149,7 @@ impl Daemon {
     }
 
     /// The config and manifests in force now.
-    pub fn loaded(&self) -> Arc<Loaded> {
+    pub(crate) fn loaded(&self) -> Arc<Loaded> {
         match self.loaded.read() {
             Ok(l) => Arc::clone(&l),
             Err(p) => Arc::clone(&p.into_inner()),
@@ -303,7 +302,7 @@ impl Daemon {
     /// Why nothing may run any more: an audit record's flush failed (an
     /// exit record's may fail after its caller had the result). Fail
     /// closed until spawnd is restarted; `health` says why.
-    pub fn audit_failure(&self) -> Option<String> {
+    pub(crate) fn audit_failure(&self) -> Option<String> {
         crate::audit::group_sync::stopped_by_a_failed_sync()
     }
 
@@ -358,7 +357,7 @@ fn served(loaded: &Loaded) -> Vec<crate::audit::lifecycle::Served> {
 
 /// `health` and `connectors_status` (each probes or hashes programs) running
 /// at once; more callers wait their turn.
-pub const SIDE_WORK: usize = 2;
+pub(crate) const SIDE_WORK: usize = 2;
 
 /// The daemon's shared pools, each with its whole and a uid's share from
 /// the config (read at start): running spawns, buffered output, relayed
@@ -443,7 +442,7 @@ fn raise_open_files_limit() {
 /// the config's `[server] manifests` by the caller, which tells a bad entry
 /// apart as a config problem). Must be called single-threaded (it forks the
 /// spawner first). `socket` overrides `[server] socket`.
-pub fn serve(
+pub(crate) fn serve(
     config: Config,
     manifests: Manifests,
     reload: Reload,

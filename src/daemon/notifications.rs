@@ -21,7 +21,7 @@ use super::handles::{Handle, MAX_WAIT};
 use super::spawns;
 
 /// The most output bytes one `spawn_output` carries.
-pub const CHUNK: usize = 64 << 10;
+pub(super) const CHUNK: usize = 64 << 10;
 
 /// Sends `handle`'s output from stream offsets `from`, then its exit.
 pub(super) async fn forward(

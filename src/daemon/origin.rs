@@ -34,7 +34,7 @@ type FileKey = (u64, u64, u64, i128, i128);
 static HASHED: Mutex<Option<HashMap<FileKey, String>>> = Mutex::new(None);
 
 /// The origin of the peer at `pid`, whose process `pidfd` names.
-pub fn of_peer(pid: i32, pidfd: BorrowedFd<'_>) -> Origin {
+pub(super) fn of_peer(pid: i32, pidfd: BorrowedFd<'_>) -> Origin {
     let Ok(pid) = u32::try_from(pid) else {
         return Origin::via(Via::Daemon);
     };

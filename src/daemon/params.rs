@@ -16,7 +16,7 @@ use super::results::{AttachResult, EmptyResult, MetricsResult, PingResult, Spawn
 use crate::rpc::RpcError;
 
 /// `params`, read as the method's type `T`; an error names the key.
-pub fn parse<T: DeserializeOwned>(params: &Map<String, Value>) -> Result<T, RpcError> {
+pub(crate) fn parse<T: DeserializeOwned>(params: &Map<String, Value>) -> Result<T, RpcError> {
     let entries = params.iter().map(|(k, v)| (k.as_str(), v));
     let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(entries);
     serde_path_to_error::deserialize(map).map_err(|e| {
@@ -31,13 +31,13 @@ pub fn parse<T: DeserializeOwned>(params: &Map<String, Value>) -> Result<T, RpcE
 }
 
 /// Strings by name (`args`, `env`); absent or null is none.
-pub type Strings = Option<BTreeMap<String, String>>;
+pub(crate) type Strings = Option<BTreeMap<String, String>>;
 
 /// The `action` param: an action subset, one string split at every `.`,
 /// or an array of entries as they are.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(untagged, expecting = "a string or an array of strings")]
-pub enum ActionParam {
+pub(crate) enum ActionParam {
     /// The string form.
     Dotted(String),
     /// The array form.
@@ -47,7 +47,7 @@ pub enum ActionParam {
 /// `spawn_op`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SpawnOpParams {
+pub(crate) struct SpawnOpParams {
     pub connector: String,
     pub op: String,
     pub args: Strings,
@@ -69,7 +69,7 @@ pub struct SpawnOpParams {
 /// `spawn`'s `envelope`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     pub program: String,
     pub argv: Vec<String>,
     pub env: Strings,
@@ -81,7 +81,7 @@ pub struct Envelope {
 /// `spawn`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SpawnParams {
+pub(crate) struct SpawnParams {
     pub connector: String,
     pub envelope: Envelope,
     pub stdin_stream: Option<bool>,
@@ -98,7 +98,7 @@ pub struct SpawnParams {
 /// `spawn_release`, `spawn_stdin_close`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct HandleParams {
+pub(crate) struct HandleParams {
     pub handle: String,
 }
 
@@ -106,7 +106,7 @@ pub struct HandleParams {
 /// which kills the whole sandbox, when absent).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct KillParams {
+pub(crate) struct KillParams {
     pub handle: String,
     pub signal: Option<KillSignal>,
 }
@@ -114,7 +114,7 @@ pub struct KillParams {
 /// The signals `spawn_kill` sends. SIGKILL kills the sandbox; the others go
 /// to the sandbox's init, which forwards them to the program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-pub enum KillSignal {
+pub(crate) enum KillSignal {
     #[serde(rename = "SIGTERM")]
     Term,
     #[serde(rename = "SIGKILL")]
@@ -133,7 +133,7 @@ pub enum KillSignal {
 
 impl KillSignal {
     /// The signal's number.
-    pub fn number(self) -> i32 {
+    pub(crate) fn number(self) -> i32 {
         match self {
             KillSignal::Term => libc::SIGTERM,
             KillSignal::Kill => libc::SIGKILL,
@@ -149,7 +149,7 @@ impl KillSignal {
 /// `spawn_status`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatusParams {
+pub(crate) struct StatusParams {
     pub handle: String,
     pub wait_ms: Option<u64>,
 }
@@ -157,7 +157,7 @@ pub struct StatusParams {
 /// `spawn_wait`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WaitParams {
+pub(crate) struct WaitParams {
     pub handles: Vec<String>,
     pub wait_ms: Option<u64>,
 }
@@ -165,7 +165,7 @@ pub struct WaitParams {
 /// `spawn_output_size`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OutputSizeParams {
+pub(crate) struct OutputSizeParams {
     pub handle: String,
     pub which: Option<u64>,
 }
@@ -173,7 +173,7 @@ pub struct OutputSizeParams {
 /// `spawn_output_read`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OutputReadParams {
+pub(crate) struct OutputReadParams {
     pub handle: String,
     pub which: Option<u64>,
     pub offset: Option<u64>,
@@ -184,7 +184,7 @@ pub struct OutputReadParams {
 /// `spawn_stdin_write`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StdinWriteParams {
+pub(crate) struct StdinWriteParams {
     pub handle: String,
     pub data: Option<String>,
     pub data_b64: Option<String>,
@@ -193,7 +193,7 @@ pub struct StdinWriteParams {
 /// `spawn_attach`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AttachParams {
+pub(crate) struct AttachParams {
     pub handle: String,
     pub token: String,
 }
@@ -201,14 +201,14 @@ pub struct AttachParams {
 /// A request id, as `$/cancelRequest` names one.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(untagged, expecting = "a string or a number")]
-pub enum RequestId {
+pub(crate) enum RequestId {
     Text(String),
     Number(serde_json::Number),
 }
 
 impl RequestId {
     /// The id as the request carried it.
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         match self {
             RequestId::Text(s) => Value::String(s.clone()),
             RequestId::Number(n) => Value::Number(n.clone()),
@@ -219,18 +219,18 @@ impl RequestId {
 /// `$/cancelRequest`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CancelParams {
+pub(crate) struct CancelParams {
     pub id: RequestId,
 }
 
 /// `health`, `connectors_status`, `ping`, `spawn_list`: no params.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NoParams {}
+pub(crate) struct NoParams {}
 
 /// Every method the daemon answers, as metrics label them (a name outside
 /// this list is counted as `unknown`, so a peer cannot add series).
-pub const METHODS: &[&str] = &[
+pub(crate) const METHODS: &[&str] = &[
     "spawn_op",
     "spawn",
     "spawn_check",
@@ -252,7 +252,7 @@ pub const METHODS: &[&str] = &[
 ];
 
 /// `method` as the metrics label it: itself when the daemon knows it.
-pub fn method_label(method: &str) -> &'static str {
+pub(crate) fn method_label(method: &str) -> &'static str {
     METHODS
         .iter()
         .find(|m| **m == method)
@@ -330,7 +330,7 @@ pub fn protocol_schema() -> Value {
 /// `wait_ms` from a request's raw params when it is a number, for
 /// classing the request before its params are read (a wrong one is
 /// refused when they are).
-pub fn peek_wait_ms(params: &Map<String, Value>) -> Option<u64> {
+pub(crate) fn peek_wait_ms(params: &Map<String, Value>) -> Option<u64> {
     params.get("wait_ms").and_then(Value::as_u64)
 }
 

@@ -71,7 +71,7 @@ use crate::sys::{boot_time, peer_pidfd, pidfd_open, pidfd_user_namespace};
 
 /// The peer of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// Its uid.
     pub uid: u32,
     /// Its primary gid.
@@ -88,7 +88,7 @@ pub struct Peer {
 
 impl Peer {
     /// The peer as a record's `caller`: credentials and origin.
-    pub fn caller_json(&self) -> serde_json::Value {
+    pub(crate) fn caller_json(&self) -> serde_json::Value {
         crate::audit::events::peer_json(
             self.uid,
             self.gid,
@@ -98,7 +98,7 @@ impl Peer {
     }
 
     /// The peer as the audit trail names one that acted on a spawn.
-    pub fn actor(&self) -> crate::audit::events::Actor {
+    pub(crate) fn actor(&self) -> crate::audit::events::Actor {
         crate::audit::events::Actor {
             uid: self.uid,
             gid: self.gid,
@@ -111,11 +111,11 @@ impl Peer {
 /// `/proc/PID/stat` dates process starts by (`None` if the clock could not
 /// be read: then no peer is identified by pid).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Accepted(Option<Duration>);
+pub(super) struct Accepted(Option<Duration>);
 
 impl Accepted {
     /// Now: taken as soon as `accept` returns the connection.
-    pub fn now() -> Accepted {
+    pub(super) fn now() -> Accepted {
         Accepted(boot_time().ok())
     }
 }
@@ -133,7 +133,7 @@ enum FoundBy {
 
 /// The peer of `stream`, accepted at `accepted`, or `None` when the kernel
 /// gives no credentials.
-pub fn peer_of(stream: &UnixStream, accepted: Accepted) -> Option<Peer> {
+pub(super) fn peer_of(stream: &UnixStream, accepted: Accepted) -> Option<Peer> {
     let cred = stream.peer_cred().ok()?;
     let (own, found_by, pidfd) = in_own_user_namespace(stream.as_fd(), cred.pid(), accepted);
     tracing::debug!(

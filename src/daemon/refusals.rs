@@ -31,11 +31,11 @@ use crate::audit::Kind;
 use crate::rpc::{self, RpcError};
 
 /// Distinct connector names, operation names and pids a record of repeats lists.
-pub const SAMPLES: usize = 8;
+pub(crate) const SAMPLES: usize = 8;
 
 /// A request field holding a name no manifest could declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InvalidField {
+pub(crate) struct InvalidField {
     /// `connector` or `op`.
     pub field: &'static str,
     /// Its length in bytes (its bytes are never kept).
@@ -44,7 +44,7 @@ pub struct InvalidField {
 
 /// A refusal, as much of it as may be recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// `capability_denied`, or `invalid_params`.
     pub class: &'static str,
     /// The denial's `boundary_detail` (none for invalid params).
@@ -68,7 +68,7 @@ pub struct Refusal {
 impl Refusal {
     /// A request whose connector or op name is invalid; `connector` and
     /// `op` are the names that are valid, if any.
-    pub fn invalid(
+    pub(crate) fn invalid(
         method: &'static str,
         invalid: InvalidField,
         connector: Option<String>,
@@ -89,7 +89,7 @@ impl Refusal {
 
     /// A denial of the gate (its connector and op are valid names, or the
     /// connector is empty for a method that names none).
-    pub fn denied(
+    pub(crate) fn denied(
         method: &'static str,
         denial: &crate::policy::Denial,
         op: Option<String>,
@@ -138,7 +138,7 @@ fn peer_pid(peer: &Peer) -> Option<u32> {
 
 /// What a window is keyed by: the peer's uid and gid, and the reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
+pub(crate) struct Key {
     uid: u32,
     gid: u32,
     reason: &'static str,
@@ -146,7 +146,7 @@ pub struct Key {
 
 impl Key {
     /// The window of `peer`'s refusals of `reason`.
-    pub fn of(peer: &Peer, reason: &'static str) -> Key {
+    pub(crate) fn of(peer: &Peer, reason: &'static str) -> Key {
         Key {
             uid: peer.uid,
             gid: peer.gid,
@@ -157,7 +157,7 @@ impl Key {
 
 /// Repeats of one refusal counted in a window, and the record that says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Repeats {
+pub(crate) struct Repeats {
     /// The id of the record to write (answered to every repeat it counts).
     pub audit_id: String,
     key: Key,
@@ -242,7 +242,7 @@ impl Repeats {
 
     /// The record's body: a denial whose `repeats` says how many, when and
     /// what. `connector` and `op` are set when every repeat named the same.
-    pub fn record_body(&self) -> Map<String, Value> {
+    pub(crate) fn record_body(&self) -> Map<String, Value> {
         let only = |set: &BTreeSet<String>, named: u64| {
             (set.len() == 1 && !self.samples_truncated && named == self.count)
                 .then(|| set.iter().next().cloned())
@@ -289,7 +289,7 @@ impl Repeats {
 
 /// What to do with a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// The first of its window: record it in full, then answer.
     RecordInFull,
     /// Counted; the record with this id will count it.
@@ -309,7 +309,7 @@ struct Window {
 }
 
 /// Every open window.
-pub struct Tallies {
+pub(crate) struct Tallies {
     window: Duration,
     open: BTreeMap<Key, Window>,
     /// Repeats of windows that ended while nobody swept them.
@@ -318,7 +318,7 @@ pub struct Tallies {
 
 impl Tallies {
     /// No window open; each lasts `window`.
-    pub fn new(window: Duration) -> Tallies {
+    pub(crate) fn new(window: Duration) -> Tallies {
         Tallies {
             window,
             open: BTreeMap::new(),
@@ -327,13 +327,13 @@ impl Tallies {
     }
 
     /// How long a window lasts.
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         self.window
     }
 
     /// Notes a refusal of `peer` at `now` (`ts`: the same instant for the
     /// record). `new_id` makes the id of a record of repeats.
-    pub fn note(
+    pub(crate) fn note(
         &mut self,
         peer: &Peer,
         refusal: &Refusal,
@@ -372,7 +372,7 @@ impl Tallies {
     }
 
     /// The window's first refusal is on record as `audit_id`.
-    pub fn recorded(&mut self, key: Key, audit_id: String) {
+    pub(crate) fn recorded(&mut self, key: Key, audit_id: String) {
         if let Some(w) = self.open.get_mut(&key) {
             w.first = Some(audit_id);
         }
@@ -381,7 +381,7 @@ impl Tallies {
     /// The window's first refusal could not be recorded: the window is
     /// dropped, so the next refusal is recorded in full (or fails the same
     /// way). Repeats it counted meanwhile are still written.
-    pub fn unrecorded(&mut self, key: Key) {
+    pub(crate) fn unrecorded(&mut self, key: Key) {
         if let Some(pending) = self.open.remove(&key).and_then(take_pending) {
             self.ended.push(pending);
         }
@@ -389,7 +389,7 @@ impl Tallies {
 
     /// A connection of the peer `uid`/`gid` ended: the repeats of each of
     /// its windows that has not been written at a connection's end yet.
-    pub fn connection_closed(&mut self, uid: u32, gid: u32) -> Vec<Repeats> {
+    pub(crate) fn connection_closed(&mut self, uid: u32, gid: u32) -> Vec<Repeats> {
         self.open
             .iter_mut()
             .filter(|(k, w)| k.uid == uid && k.gid == gid && !w.flushed_at_close)
@@ -402,7 +402,7 @@ impl Tallies {
     }
 
     /// The windows over at `now` close: the repeats they counted.
-    pub fn due(&mut self, now: Instant) -> Vec<Repeats> {
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<Repeats> {
         let window = self.window;
         let over: Vec<Key> = self
             .open
@@ -419,7 +419,7 @@ impl Tallies {
     }
 
     /// Every window closes (the daemon stops): the repeats they counted.
-    pub fn drain(&mut self) -> Vec<Repeats> {
+    pub(crate) fn drain(&mut self) -> Vec<Repeats> {
         let mut out = std::mem::take(&mut self.ended);
         out.extend(
             std::mem::take(&mut self.open)
@@ -451,7 +451,7 @@ fn tallies(daemon: &Daemon) -> std::sync::MutexGuard<'_, Tallies> {
 /// Records or counts `refusal` of `peer` and returns `error` with the
 /// `audit_id` that accounts for it in its `data` (or the audit's own error
 /// when the first record of a window cannot be written).
-pub async fn refuse(
+pub(crate) async fn refuse(
     daemon: &Arc<Daemon>,
     peer: &Peer,
     refusal: Refusal,
@@ -543,19 +543,19 @@ async fn write_repeats_async(daemon: &Arc<Daemon>, repeats: Vec<Repeats>) {
 }
 
 /// A connection of `peer` ended.
-pub async fn connection_closed(daemon: &Arc<Daemon>, peer: &Peer) {
+pub(crate) async fn connection_closed(daemon: &Arc<Daemon>, peer: &Peer) {
     let repeats = tallies(daemon).connection_closed(peer.uid, peer.gid);
     write_repeats_async(daemon, repeats).await;
 }
 
 /// Windows that are over close.
-pub async fn close_due(daemon: &Arc<Daemon>) {
+pub(crate) async fn close_due(daemon: &Arc<Daemon>) {
     let repeats = tallies(daemon).due(Instant::now());
     write_repeats_async(daemon, repeats).await;
 }
 
 /// The daemon stops: every window closes.
-pub async fn close_all(daemon: &Arc<Daemon>) {
+pub(crate) async fn close_all(daemon: &Arc<Daemon>) {
     let repeats = tallies(daemon).drain();
     write_repeats_async(daemon, repeats).await;
 }

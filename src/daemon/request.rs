@@ -15,7 +15,7 @@ use crate::rpc::{self, RpcError};
 
 /// The peer as the access rules see it (uid and gid; its home is not
 /// looked up, and not needed to decide who may ask).
-pub fn access_caller(peer: &Peer) -> Caller {
+pub(crate) fn access_caller(peer: &Peer) -> Caller {
     Caller {
         uid: peer.uid,
         gid: peer.gid,
@@ -30,7 +30,7 @@ pub fn access_caller(peer: &Peer) -> Caller {
 
 /// A name in a call that no manifest could declare.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidName {
+pub(crate) struct InvalidName {
     /// Which field, and its length.
     pub field: InvalidField,
     /// Why, without the name itself.
@@ -41,7 +41,7 @@ pub struct InvalidName {
 
 impl InvalidName {
     /// The answer: -32602, its `data` naming the field and its length.
-    pub fn error(&self) -> RpcError {
+    pub(crate) fn error(&self) -> RpcError {
         RpcError::with_data(
             rpc::INVALID_PARAMS,
             format!(
@@ -63,7 +63,7 @@ impl InvalidName {
 /// Checks the `connector` (an FQN, as a manifest's `[connector] name`) and,
 /// for `spawn_op`, the `op` (as operations are named in manifests) of a
 /// call. A field that is absent or not a string is left to [`request_from`].
-pub fn check_names(method: &str, params: &Map<String, Value>) -> Result<(), InvalidName> {
+pub(crate) fn check_names(method: &str, params: &Map<String, Value>) -> Result<(), InvalidName> {
     let connector = match params.get("connector") {
         Some(Value::String(c)) => match Fqn::parse(c) {
             Ok(_) => Some(c.clone()),
@@ -96,7 +96,7 @@ pub fn check_names(method: &str, params: &Map<String, Value>) -> Result<(), Inva
 }
 
 /// The caller a peer stands for (its home from the password database).
-pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
+pub(crate) fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
     let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(peer.uid))
         .ok()
         .flatten()
@@ -119,7 +119,7 @@ pub fn caller_of(peer: &Peer) -> Result<Caller, RpcError> {
 }
 
 /// A `spawn`/`spawn_op` call, parsed.
-pub struct SpawnCall {
+pub(crate) struct SpawnCall {
     /// The connector's FQN.
     pub connector: String,
     /// What the gate decides on.
@@ -264,7 +264,10 @@ macro_rules! spawn_options {
 /// The call's connector, request, stdin and timeout, from the params of
 /// `method` (`spawn_op`, else `spawn`): read as the method's type, then
 /// checked.
-pub fn request_from(method: &str, params: &Map<String, Value>) -> Result<SpawnCall, RpcError> {
+pub(crate) fn request_from(
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<SpawnCall, RpcError> {
     let (connector, kind, env, cwd, stdin, options) = if method == "spawn_op" {
         let p: SpawnOpParams = params::parse(params)?;
         let kind = RequestKind::Op {

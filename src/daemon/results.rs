@@ -8,7 +8,7 @@ use serde::Serialize;
 /// `ping`: answered at once, whatever else the connection waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PingResult {
+pub(super) struct PingResult {
     /// spawnd's version, as `spawnd --version` prints the number.
     pub version: String,
 }
@@ -16,14 +16,14 @@ pub struct PingResult {
 /// `spawn_list`: the caller's spawns, ordered by start time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SpawnListResult {
+pub(super) struct SpawnListResult {
     pub spawns: Vec<SpawnListEntry>,
 }
 
 /// One spawn `spawn_list` lists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SpawnListEntry {
+pub(super) struct SpawnListEntry {
     /// The handle's name.
     pub handle: String,
     /// `spawn_status`'s state: `running`, `exited`, `signaled`,
@@ -49,12 +49,12 @@ pub struct SpawnListEntry {
 /// `spawn_kill`: `{}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EmptyResult {}
+pub(super) struct EmptyResult {}
 
 /// `spawn_attach`: the handle taken up and its `spawn_status` state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AttachResult {
+pub(super) struct AttachResult {
     /// The handle.
     pub handle: String,
     /// Its state, as `spawn_status` names it.
@@ -64,7 +64,7 @@ pub struct AttachResult {
 /// `metrics`: the daemon's counters and histograms ([`crate::metrics`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct MetricsResult {
+pub(super) struct MetricsResult {
     /// Prometheus's text format (0.0.4), as `[server] metrics_file` holds it.
     pub text: String,
 }

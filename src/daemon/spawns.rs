@@ -38,7 +38,7 @@ use tokio::sync::oneshot;
 use super::connection::Connection;
 use super::detached::Lease;
 use super::handles::{new_handle_name, HandleOptions, HandleSink, HandleState, SpawnAbout};
-pub use super::handles::{Handle, Handles, HANDLE_LIFETIME, MAX_HANDLES_PER_CONNECTION, MAX_WAIT};
+pub(crate) use super::handles::{Handle, Handles, MAX_WAIT};
 use super::refusals::{self, Refusal};
 use super::request::{access_caller, caller_of, check_names, request_from, SpawnCall};
 use super::stdin::StdinStream;
@@ -856,7 +856,7 @@ pub(super) fn stdin_bytes(
 /// here, not when the last reference goes (the spawn's own thread may still
 /// be flushing its exit record or reaping init, and answers about it not
 /// yet written hold it: they are told it was released).
-pub fn release(handles: &mut Handles, peer: &Peer, name: &str) -> Result<Value, RpcError> {
+pub(crate) fn release(handles: &mut Handles, peer: &Peer, name: &str) -> Result<Value, RpcError> {
     let h = handles.named(name)?;
     if h.finished() {
         let (output, past_cap, reservation) = h.with(|s| {

@@ -24,10 +24,10 @@ use crate::rpc::{self, RpcError};
 use crate::shares::Taken;
 
 /// `spawn_stdin_write`s (and a close) one handle may have waiting.
-pub const MAX_WAITING_WRITES: usize = 4;
+pub(super) const MAX_WAITING_WRITES: usize = 4;
 
 /// The daemon's end of a spawn's streamed stdin.
-pub struct StdinStream {
+pub(super) struct StdinStream {
     /// The write end; `None` once closed (by the caller, or because the
     /// program ended or stopped reading).
     pipe: tokio::sync::Mutex<Option<pipe::Sender>>,
@@ -45,13 +45,13 @@ pub struct StdinStream {
 
 /// One write's or close's place in the handle's order, and its bytes'
 /// share of the daemon's buffered bytes until they are in the pipe.
-pub struct Ticket {
+pub(super) struct Ticket {
     number: u64,
     _reservation: Taken,
 }
 
 /// What a ticket is for.
-pub enum StdinWork {
+pub(super) enum StdinWork {
     /// Bytes for the program.
     Write(Vec<u8>),
     /// End of file.
@@ -61,7 +61,7 @@ pub enum StdinWork {
 impl StdinStream {
     /// A pipe for a program's stdin: the stream that writes into it, and
     /// the read end the pipeline pumps from.
-    pub fn open() -> Result<(StdinStream, std::fs::File), RpcError> {
+    pub(super) fn open() -> Result<(StdinStream, std::fs::File), RpcError> {
         let (read, write): (OwnedFd, OwnedFd) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| {
                 RpcError::new(
@@ -86,7 +86,7 @@ impl StdinStream {
     }
 
     /// A place in this handle's order, taken when the request is read.
-    pub fn ticket(&self, reservation: Taken) -> Result<Ticket, RpcError> {
+    pub(super) fn ticket(&self, reservation: Taken) -> Result<Ticket, RpcError> {
         if self.broken.load(Ordering::Acquire) {
             return Err(broken());
         }
@@ -107,7 +107,7 @@ impl StdinStream {
     }
 
     /// Refuses a write with `error`: the stream is broken from here on.
-    pub fn refuse(&self, error: RpcError) -> RpcError {
+    pub(super) fn refuse(&self, error: RpcError) -> RpcError {
         self.broken.store(true, Ordering::Release);
         RpcError::with_data(
             error.code,
@@ -118,7 +118,7 @@ impl StdinStream {
 
     /// Closes the write end now, if no write holds it (the program ended:
     /// the pump thread reading the pipe then sees end of file).
-    pub fn close_if_idle(&self) {
+    pub(super) fn close_if_idle(&self) {
         if let Ok(mut pipe) = self.pipe.try_lock() {
             *pipe = None;
         }
@@ -128,7 +128,7 @@ impl StdinStream {
 /// Carries out `work` in its ticket's turn: the write's answer once its
 /// bytes are in the pipe, or an error once the stream is closed or the
 /// program has ended.
-pub async fn carry_out(
+pub(super) async fn carry_out(
     handle: Arc<Handle>,
     ticket: Ticket,
     work: StdinWork,
@@ -178,7 +178,7 @@ async fn in_turn(
 }
 
 /// The error for a handle spawned without `stdin_stream`.
-pub fn not_streamed() -> RpcError {
+pub(super) fn not_streamed() -> RpcError {
     RpcError::params("this spawn's stdin is not streamed: spawn it with stdin_stream: true")
 }
 

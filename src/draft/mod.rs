@@ -19,7 +19,7 @@ use crate::sandbox::trace::Use;
 
 /// What the host answers about its paths (the real filesystem in `learn`,
 /// a table in tests).
-pub trait Host {
+pub(crate) trait Host {
     /// Whether something is at `path`.
     fn exists(&self, path: &Path) -> bool;
     /// Whether `path` is a directory.
@@ -29,7 +29,7 @@ pub trait Host {
 }
 
 /// What one observed run showed.
-pub struct Observed {
+pub(crate) struct Observed {
     /// The connector's name.
     pub name: String,
     /// The operation's name.
@@ -75,7 +75,7 @@ pub struct Observed {
 }
 
 /// The draft's text, and the points a person must review.
-pub struct Draft {
+pub(crate) struct Draft {
     /// The manifest.
     pub text: String,
     /// One line per point to review (also in the text, as comments).
@@ -119,7 +119,7 @@ const MAX_LINKS_SHOWN: usize = 5;
 
 impl Observed {
     /// The draft for this run.
-    pub fn draft(&self, host: &dyn Host) -> Draft {
+    pub(crate) fn draft(&self, host: &dyn Host) -> Draft {
         let scopes = self.scopes(host);
         let mut out = sections::Out::default();
         self.write_header(&mut out, &scopes);

@@ -229,7 +229,7 @@ fn a_run_whose_programs_all_pin_drafts_exec_declared_with_also_runs() {
     assert_eq!(spawn.exec, crate::manifest::ExecPolicy::Declared, "{t}");
     assert_eq!(
         spawn.also_runs,
-        vec![crate::manifest::AlsoRuns {
+        vec![crate::manifest::model::AlsoRuns {
             path: crate::manifest::ScopePath::Absolute("/usr/bin/gzip".into()),
             hash: format!("sha256:{}", "1".repeat(64)).parse().unwrap()
         }],

@@ -53,7 +53,7 @@ use crate::printable::printable;
 
 /// Why an address may not be dialed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DenyReason {
+pub(crate) enum DenyReason {
     /// 0.0.0.0/8 or `::`: `connect` takes it for this machine.
     Unspecified,
     /// 127.0.0.0/8 or `::1`.
@@ -93,7 +93,8 @@ pub enum DenyReason {
 
 impl DenyReason {
     /// Every reason, for documentation checks and tests.
-    pub const ALL: [DenyReason; 17] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [DenyReason; 17] = [
         DenyReason::Unspecified,
         DenyReason::Loopback,
         DenyReason::LinkLocal,
@@ -114,7 +115,7 @@ impl DenyReason {
     ];
 
     /// The reason as audit records and messages name it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DenyReason::Unspecified => "unspecified",
             DenyReason::Loopback => "loopback",
@@ -145,7 +146,7 @@ impl fmt::Display for DenyReason {
 
 /// How an IPv6 address carries an IPv4 address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Embedding {
+pub(crate) enum Embedding {
     /// `::ffff:a.b.c.d` (IPv4-mapped).
     Ipv4Mapped,
     /// `::a.b.c.d` (IPv4-compatible, deprecated).
@@ -163,7 +164,7 @@ pub enum Embedding {
 
 impl Embedding {
     /// The form as audit records name it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Embedding::Ipv4Mapped => "ipv4_mapped",
             Embedding::Ipv4Compatible => "ipv4_compatible",
@@ -177,7 +178,7 @@ impl Embedding {
 
 /// What the policy thinks of an address, before the operator's lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Class {
+pub(crate) enum Class {
     /// Globally reachable: allowed.
     Public,
     /// Denied unless `allow_cidrs` covers it.
@@ -189,7 +190,7 @@ pub enum Class {
 use Class::{AlwaysDenied, DeniedUnlessAllowed};
 
 /// IPv4 ranges that are not public, most specific first.
-pub const V4_RANGES: &[(Ipv4Net, Class)] = &[
+pub(crate) const V4_RANGES: &[(Ipv4Net, Class)] = &[
     (
         v4(169, 254, 169, 254, 32),
         AlwaysDenied(DenyReason::Metadata),
@@ -258,7 +259,7 @@ pub const V4_RANGES: &[(Ipv4Net, Class)] = &[
 /// IPv6 ranges that are not public, most specific first, after the forms
 /// that embed IPv4 (see [`embedded_ipv4`]). What is not in 2000::/3 and
 /// not listed is [`DenyReason::Reserved`].
-pub const V6_RANGES: &[(Ipv6Net, Class)] = &[
+pub(crate) const V6_RANGES: &[(Ipv6Net, Class)] = &[
     (
         v6([0, 0, 0, 0, 0, 0, 0, 0], 128),
         AlwaysDenied(DenyReason::Unspecified),
@@ -314,7 +315,7 @@ const fn v6(s: [u16; 8], len: u8) -> Ipv6Net {
 }
 
 /// The class of an IPv4 address.
-pub fn classify_v4(ip: Ipv4Addr) -> Class {
+pub(crate) fn classify_v4(ip: Ipv4Addr) -> Class {
     V4_RANGES
         .iter()
         .find(|(net, _)| net.contains(&ip))
@@ -324,7 +325,7 @@ pub fn classify_v4(ip: Ipv4Addr) -> Class {
 /// The IPv4 addresses an IPv6 address carries, and how. Teredo carries
 /// two (its server's, and its client's public address, inverted); the
 /// others one.
-pub fn embedded_ipv4(ip: Ipv6Addr) -> Vec<(Embedding, Ipv4Addr)> {
+pub(crate) fn embedded_ipv4(ip: Ipv6Addr) -> Vec<(Embedding, Ipv4Addr)> {
     let s = ip.segments();
     let o = ip.octets();
     let low = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
@@ -347,7 +348,7 @@ pub fn embedded_ipv4(ip: Ipv6Addr) -> Vec<(Embedding, Ipv4Addr)> {
 /// The class of an IPv6 address, and the embedded IPv4 address that
 /// decided it, if one did. An embedding is judged by the strictest class
 /// of what it carries.
-pub fn classify_v6(ip: Ipv6Addr) -> (Class, Option<(Embedding, Ipv4Addr)>) {
+pub(crate) fn classify_v6(ip: Ipv6Addr) -> (Class, Option<(Embedding, Ipv4Addr)>) {
     let embedded = embedded_ipv4(ip);
     if let Some(worst) = embedded
         .iter()
@@ -368,7 +369,7 @@ pub fn classify_v6(ip: Ipv6Addr) -> (Class, Option<(Embedding, Ipv4Addr)>) {
 /// An address may not be dialed: why, and through which embedding when
 /// the reason is an IPv4 address inside IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub struct Denial {
+pub(crate) struct Denial {
     /// Why.
     pub reason: DenyReason,
     /// The IPv6 form that carried the denied IPv4 address.
@@ -387,7 +388,7 @@ impl fmt::Display for Denial {
 /// The operator's address policy: the fixed rules above, and its
 /// `allow_cidrs` and `deny_cidrs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AddressPolicy {
+pub(crate) struct AddressPolicy {
     allow: Vec<Cidr>,
     deny: Vec<Cidr>,
 }
@@ -395,7 +396,7 @@ pub struct AddressPolicy {
 impl AddressPolicy {
     /// A policy with the operator's lists (empty lists: the fixed rules
     /// alone).
-    pub fn new(allow_cidrs: Vec<Cidr>, deny_cidrs: Vec<Cidr>) -> AddressPolicy {
+    pub(crate) fn new(allow_cidrs: Vec<Cidr>, deny_cidrs: Vec<Cidr>) -> AddressPolicy {
         AddressPolicy {
             allow: allow_cidrs,
             deny: deny_cidrs,
@@ -406,7 +407,12 @@ impl AddressPolicy {
     /// a name, an address it resolved to; for an address grant, the
     /// address itself. `own` are the addresses of the host the engine
     /// dials from. IPv4-mapped candidates count as their IPv4 address.
-    pub fn check(&self, host: &Host, candidate: IpAddr, own: &HostAddresses) -> Result<(), Denial> {
+    pub(crate) fn check(
+        &self,
+        host: &Host,
+        candidate: IpAddr,
+        own: &HostAddresses,
+    ) -> Result<(), Denial> {
         let candidate = candidate.to_canonical();
         let (class, embedded, carried) = match candidate {
             IpAddr::V4(v4) => (classify_v4(v4), None, vec![]),
@@ -477,12 +483,12 @@ impl AddressPolicy {
 /// the interfaces of its network namespace, as the engine reads them
 /// when it checks a connection. Kept canonical (IPv4 unmapped).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostAddresses(BTreeSet<IpAddr>);
+pub(crate) struct HostAddresses(BTreeSet<IpAddr>);
 
 impl HostAddresses {
     /// Whether `ip` is one of them (an IPv4-mapped `ip` as its IPv4
     /// address).
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         self.0.contains(&ip.to_canonical())
     }
 

@@ -63,7 +63,7 @@ use thiserror::Error;
 
 /// The most bytes the engine holds before deciding: a ClientHello, with
 /// its record headers, must fit.
-pub const MAX_FIRST_FLIGHT: usize = 16 * 1024;
+pub(crate) const MAX_FIRST_FLIGHT: usize = 16 * 1024;
 
 /// The largest TLS plaintext record (RFC 8446 §5.1).
 const MAX_RECORD: usize = 16 * 1024;
@@ -98,7 +98,7 @@ const HOST_NAME: u8 = 0;
 
 /// What the first bytes of a connection are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FirstFlight {
+pub(crate) enum FirstFlight {
     /// A TLS handshake record has begun, and its ClientHello is not
     /// complete yet (or not a byte has arrived).
     NeedMore,
@@ -116,7 +116,7 @@ pub enum FirstFlight {
 
 /// What is wrong with a TLS handshake that should carry a ClientHello.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum HelloProblem {
+pub(crate) enum HelloProblem {
     /// A record of another content type before the ClientHello ends.
     #[error("a record of content type {0} inside the ClientHello")]
     NotHandshakeRecord(u8),
@@ -179,7 +179,7 @@ pub enum HelloProblem {
 /// module documentation. Pure: the same bytes give the same answer, so
 /// the caller calls it again with more; once it answers anything but
 /// [`FirstFlight::NeedMore`], more bytes give the same answer.
-pub fn classify(bytes: &[u8]) -> FirstFlight {
+pub(crate) fn classify(bytes: &[u8]) -> FirstFlight {
     // Only the first 16 KiB count, so more bytes never change a decision.
     let bytes = &bytes[..bytes.len().min(MAX_FIRST_FLIGHT)];
     match bytes {
@@ -374,7 +374,7 @@ fn host_name_of(data: &[u8]) -> Result<String, HelloProblem> {
 
 /// Whether a ClientHello's server name names the granted host: the same
 /// name, ignoring ASCII case and a trailing dot on either side.
-pub fn sni_matches(granted_name: &str, sni: &str) -> bool {
+pub(crate) fn sni_matches(granted_name: &str, sni: &str) -> bool {
     let granted = granted_name.strip_suffix('.').unwrap_or(granted_name);
     let sni = sni.strip_suffix('.').unwrap_or(sni);
     !granted.is_empty() && granted.eq_ignore_ascii_case(sni)

@@ -39,28 +39,28 @@ use super::grant::{is_ldh_label, MAX_NAME_LEN};
 use super::learning::LearnedNames;
 
 /// The TTL of a fake address: the mapping never changes during a spawn.
-pub const FAKE_TTL: u32 = 300;
+pub(crate) const FAKE_TTL: u32 = 300;
 
 /// The longest query the stub reads. One question with a name of at most
 /// 253 characters and an OPT record fits with room to spare; a longer
 /// message is no query this stub answers.
-pub const MAX_QUERY_LEN: usize = 512;
+pub(crate) const MAX_QUERY_LEN: usize = 512;
 
 /// A UDP receive buffer one byte longer than [`MAX_QUERY_LEN`], so a
 /// datagram that fills it is known to be too long rather than silently
 /// cut.
-pub const UDP_RECEIVE_BUFFER: usize = MAX_QUERY_LEN + 1;
+pub(crate) const UDP_RECEIVE_BUFFER: usize = MAX_QUERY_LEN + 1;
 
 /// The largest UDP reply the stub sends, whatever a client's EDNS offers
 /// (the DNS flag day 2020 size, which avoids IP fragmentation).
-pub const UDP_REPLY_MAX: u16 = 1232;
+pub(crate) const UDP_REPLY_MAX: u16 = 1232;
 
 /// The reply limit of a client without EDNS (RFC 1035).
 const UDP_CLASSIC_MAX: u16 = 512;
 
 /// Where a reply goes, which decides its size limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// A UDP datagram: 512 bytes, or the client's EDNS size up to
     /// [`UDP_REPLY_MAX`].
     Udp,
@@ -70,7 +70,7 @@ pub enum Transport {
 
 /// A query the stub answers: one IN question about an LDH name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DnsQuery {
+pub(crate) struct DnsQuery {
     metadata: Metadata,
     question: Query,
     name: String,
@@ -78,25 +78,21 @@ pub struct DnsQuery {
 }
 
 impl DnsQuery {
-    /// The message id.
-    pub fn id(&self) -> u16 {
-        self.metadata.id
-    }
-
     /// The name asked about: lowercase LDH labels, no trailing dot.
-    pub fn name(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The type asked for.
-    pub fn record_type(&self) -> RecordType {
+    pub(crate) fn record_type(&self) -> RecordType {
         self.question.query_type()
     }
 
     /// What the stub answers for this query, given the spawn's names: the
     /// fake address for A of a granted name, no data for other types of a
     /// granted name, NXDOMAIN for any other name.
-    pub fn answer_from(&self, names: &GrantedNames) -> Answer {
+    pub(crate) fn answer_from(&self, names: &GrantedNames) -> Answer {
         match names.index_of(&self.name) {
             Some(index) if self.record_type() == RecordType::A => match fake_ip(index) {
                 Some(ip) => Answer::Address(ip),
@@ -111,7 +107,7 @@ impl DnsQuery {
     /// ([`super::learning`]): for A, the name's fake address, given now
     /// when it has none; no data for other types; NXDOMAIN for a name no
     /// manifest could grant, or an A query past the names' cap.
-    pub fn answer_learning(&self, names: &mut LearnedNames) -> Answer {
+    pub(crate) fn answer_learning(&self, names: &mut LearnedNames) -> Answer {
         if self.record_type() == RecordType::A {
             return names
                 .address_for(&self.name)
@@ -127,7 +123,7 @@ impl DnsQuery {
     /// The reply carrying `answer`, within the transport's size limit (a
     /// reply too long for UDP goes out truncated, with TC set, so the
     /// client asks again over TCP).
-    pub fn reply(&self, answer: Answer, transport: Transport) -> Vec<u8> {
+    pub(crate) fn reply(&self, answer: Answer, transport: Transport) -> Vec<u8> {
         let mut message = self.reply_message(answer.response_code());
         if let Answer::Address(ip) = answer {
             message.add_answer(Record::from_rdata(
@@ -171,7 +167,7 @@ impl DnsQuery {
 
 /// What the stub answers a query with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// NOERROR with one A record.
     Address(Ipv4Addr),
     /// NOERROR with no answer: the name exists, the type does not.
@@ -194,7 +190,7 @@ impl Answer {
 
 /// Why a message is not a query the stub answers.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum QueryProblem {
+pub(crate) enum QueryProblem {
     /// Shorter than a DNS header: there is not even an id to reply to.
     #[error("{0} bytes, shorter than a DNS header")]
     TooShort(usize),
@@ -242,7 +238,7 @@ pub enum QueryProblem {
 impl QueryProblem {
     /// The response code this problem is answered with, or `None` when it
     /// is not answered at all.
-    pub fn response_code(&self) -> Option<ResponseCode> {
+    pub(crate) fn response_code(&self) -> Option<ResponseCode> {
         Some(match self {
             QueryProblem::TooShort(_) | QueryProblem::NotAQuery => return None,
             QueryProblem::NotQueryOpcode(_) => ResponseCode::NotImp,
@@ -264,7 +260,7 @@ impl QueryProblem {
 /// to send, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{problem}")]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// Why.
     pub problem: QueryProblem,
     /// The error reply (FORMERR, NOTIMP, BADVERS, REFUSED), or `None`
@@ -277,7 +273,7 @@ pub struct Refusal {
 /// one additional record and that an OPT of version 0, nothing after it;
 /// the question of class IN, about a name of LDH labels of at most 253
 /// characters.
-pub fn parse_query(message: &[u8]) -> Result<DnsQuery, Refusal> {
+pub(crate) fn parse_query(message: &[u8]) -> Result<DnsQuery, Refusal> {
     let mut decoder = BinDecoder::new(message);
     let header = match Header::read(&mut decoder) {
         Ok(header) => header,
@@ -439,7 +435,7 @@ fn encode(message: &Message) -> Vec<u8> {
 /// What the stub sends for `message` and what happened, for the caller to
 /// send and audit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     /// The reply, or `None` when nothing is sent back.
     pub reply: Option<Vec<u8>>,
     /// What the query was and how it was answered.
@@ -448,7 +444,7 @@ pub struct Response {
 
 /// How a message was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A query answered from the grants.
     Answered {
         /// The name, lowercase, without the trailing dot.
@@ -466,13 +462,13 @@ pub enum Outcome {
 /// A queries of granted names. (The engine, which resolves granted names
 /// before it answers, calls [`parse_query`], [`DnsQuery::answer_from`]
 /// and [`DnsQuery::reply`] itself.)
-pub fn respond(message: &[u8], names: &GrantedNames, transport: Transport) -> Response {
+pub(crate) fn respond(message: &[u8], names: &GrantedNames, transport: Transport) -> Response {
     respond_with(message, transport, |query| query.answer_from(names))
 }
 
 /// Parses `message` and answers it as a learning spawn's stub does
 /// ([`DnsQuery::answer_learning`]), giving a new name its fake address.
-pub fn respond_learning(
+pub(crate) fn respond_learning(
     message: &[u8],
     names: &mut LearnedNames,
     transport: Transport,
@@ -507,7 +503,7 @@ fn respond_with(
 
 /// A DNS message framed for TCP: its length as two big-endian bytes, then
 /// the message. `None` for a message longer than 65535 bytes.
-pub fn tcp_frame(message: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn tcp_frame(message: &[u8]) -> Option<Vec<u8>> {
     let len = u16::try_from(message.len()).ok()?;
     let mut framed = Vec::with_capacity(2 + message.len());
     framed.extend_from_slice(&len.to_be_bytes());
@@ -517,7 +513,7 @@ pub fn tcp_frame(message: &[u8]) -> Option<Vec<u8>> {
 
 /// The first message of a TCP stream's buffered bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TcpMessage<'a> {
+pub(crate) enum TcpMessage<'a> {
     /// The length prefix or the message is not complete yet.
     Incomplete,
     /// A whole message, and how many bytes of the buffer it took with its
@@ -534,7 +530,7 @@ pub enum TcpMessage<'a> {
 }
 
 /// Splits the first length-prefixed message off a TCP stream's buffer.
-pub fn next_tcp_message(buffer: &[u8]) -> TcpMessage<'_> {
+pub(crate) fn next_tcp_message(buffer: &[u8]) -> TcpMessage<'_> {
     let &[high, low, ..] = buffer else {
         return TcpMessage::Incomplete;
     };

@@ -16,23 +16,23 @@ use thiserror::Error;
 use super::grant::Grant;
 
 /// The first address of the fake pool.
-pub const FAKE_POOL_BASE: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+pub(crate) const FAKE_POOL_BASE: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
 
 /// The fake pool's prefix length.
-pub const FAKE_POOL_PREFIX: u8 = 15;
+pub(crate) const FAKE_POOL_PREFIX: u8 = 15;
 
 /// How many names the pool has an address for: every address of the /15
 /// but its first and its last.
-pub const FAKE_POOL_NAMES: usize = (1 << (32 - FAKE_POOL_PREFIX)) - 2;
+pub(crate) const FAKE_POOL_NAMES: usize = (1 << (32 - FAKE_POOL_PREFIX)) - 2;
 
 /// Whether `ip` is in the fake pool.
-pub fn in_fake_pool(ip: Ipv4Addr) -> bool {
+pub(crate) fn in_fake_pool(ip: Ipv4Addr) -> bool {
     u32::from(ip) >> (32 - FAKE_POOL_PREFIX) == u32::from(FAKE_POOL_BASE) >> (32 - FAKE_POOL_PREFIX)
 }
 
 /// The fake address of the name at `index` of the grants' names:
 /// 198.18.0.1 for index 0, up to 198.19.255.254. `None` past the pool.
-pub fn fake_ip(index: usize) -> Option<Ipv4Addr> {
+pub(crate) fn fake_ip(index: usize) -> Option<Ipv4Addr> {
     if index >= FAKE_POOL_NAMES {
         return None;
     }
@@ -42,7 +42,7 @@ pub fn fake_ip(index: usize) -> Option<Ipv4Addr> {
 
 /// The name index a fake address stands for: the inverse of [`fake_ip`].
 /// `None` for the pool's first and last addresses and anything outside.
-pub fn fake_index(ip: Ipv4Addr) -> Option<usize> {
+pub(crate) fn fake_index(ip: Ipv4Addr) -> Option<usize> {
     if !in_fake_pool(ip) {
         return None;
     }
@@ -54,7 +54,7 @@ pub fn fake_index(ip: Ipv4Addr) -> Option<usize> {
 /// The names of a spawn's grants, each once, in grant order, with its
 /// fake address.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GrantedNames {
+pub(crate) struct GrantedNames {
     names: Vec<String>,
     index: BTreeMap<String, usize>,
 }
@@ -62,7 +62,7 @@ pub struct GrantedNames {
 /// More granted names than the fake pool has addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{names} granted names, and the fake pool has addresses for {FAKE_POOL_NAMES}")]
-pub struct PoolExhausted {
+pub(crate) struct PoolExhausted {
     /// How many distinct names were granted.
     pub names: usize,
 }
@@ -70,7 +70,9 @@ pub struct PoolExhausted {
 impl GrantedNames {
     /// The distinct names of `grants`, in order (IP-literal grants have
     /// none).
-    pub fn new<'a>(grants: impl IntoIterator<Item = &'a Grant>) -> Result<Self, PoolExhausted> {
+    pub(crate) fn new<'a>(
+        grants: impl IntoIterator<Item = &'a Grant>,
+    ) -> Result<Self, PoolExhausted> {
         let mut names = GrantedNames::default();
         for name in grants.into_iter().filter_map(Grant::name) {
             if !names.index.contains_key(name) {
@@ -87,22 +89,24 @@ impl GrantedNames {
     }
 
     /// The names, in the order their fake addresses follow.
-    pub fn names(&self) -> &[String] {
+    #[cfg(test)]
+    pub(crate) fn names(&self) -> &[String] {
         &self.names
     }
 
     /// The index of a lowercase name without a trailing dot, if granted.
-    pub fn index_of(&self, name: &str) -> Option<usize> {
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
         self.index.get(name).copied()
     }
 
     /// The fake address of a granted name.
-    pub fn fake_ip_of(&self, name: &str) -> Option<Ipv4Addr> {
+    #[cfg(test)]
+    pub(crate) fn fake_ip_of(&self, name: &str) -> Option<Ipv4Addr> {
         fake_ip(self.index_of(name)?)
     }
 
     /// The granted name a fake address stands for.
-    pub fn name_of(&self, ip: Ipv4Addr) -> Option<&str> {
+    pub(crate) fn name_of(&self, ip: Ipv4Addr) -> Option<&str> {
         self.names.get(fake_index(ip)?).map(String::as_str)
     }
 }

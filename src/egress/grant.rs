@@ -28,10 +28,10 @@ use crate::printable::printable;
 
 /// The longest name a grant may carry, in bytes, without a trailing dot
 /// (RFC 1035's 255 octets on the wire).
-pub const MAX_NAME_LEN: usize = 253;
+pub(crate) const MAX_NAME_LEN: usize = 253;
 
 /// The longest label of a name, in bytes (RFC 1035).
-pub const MAX_LABEL_LEN: usize = 63;
+pub(crate) const MAX_LABEL_LEN: usize = 63;
 
 /// The port shown in a hint when the grant's own port is missing or
 /// unusable.

@@ -48,18 +48,18 @@ impl Learning {
 
 /// The most names one learning spawn gets fake addresses for; later
 /// names get NXDOMAIN (and are reported as refused).
-pub const MAX_LEARNED_NAMES: usize = 4096;
+pub(crate) const MAX_LEARNED_NAMES: usize = 4096;
 
 /// The most distinct `host:port` pairs one learning spawn lists; later
 /// ones are counted ([`Contacted::unlisted`]).
-pub const MAX_CONTACTED: usize = 4096;
+pub(crate) const MAX_CONTACTED: usize = 4096;
 
 /// The names a learning spawn's DNS stub has answered, each with the fake
 /// address it was given, in the order they were first asked for: the
 /// first gets 198.18.0.1, as the first granted name would. An address,
 /// once given, stands for its name for the spawn's life.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LearnedNames {
+pub(crate) struct LearnedNames {
     names: Vec<String>,
     index: HashMap<String, usize>,
 }
@@ -67,14 +67,14 @@ pub struct LearnedNames {
 impl LearnedNames {
     /// Whether `name` (lowercase, no trailing dot) is one a manifest could
     /// grant: what a draft can name.
-    pub fn learnable(name: &str) -> bool {
+    pub(crate) fn learnable(name: &str) -> bool {
         grant_for(name, 1).is_some()
     }
 
     /// The fake address of `name`, given now when it has none. `None` when
     /// the name is not [`learnable`](Self::learnable) or
     /// [`MAX_LEARNED_NAMES`] have been given.
-    pub fn address_for(&mut self, name: &str) -> Option<Ipv4Addr> {
+    pub(crate) fn address_for(&mut self, name: &str) -> Option<Ipv4Addr> {
         if let Some(&index) = self.index.get(name) {
             return fake_ip(index);
         }
@@ -89,17 +89,19 @@ impl LearnedNames {
     }
 
     /// The name a fake address was given to.
-    pub fn name_of(&self, ip: Ipv4Addr) -> Option<&str> {
+    pub(crate) fn name_of(&self, ip: Ipv4Addr) -> Option<&str> {
         self.names.get(fake_index(ip)?).map(String::as_str)
     }
 
     /// How many names have an address.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.names.len()
     }
 
     /// Whether no name has an address yet.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
 }
@@ -107,7 +109,7 @@ impl LearnedNames {
 /// The `host:port` pairs a learning spawn's program connected to (or
 /// tried to), each once, in [`Grant`] order, up to [`MAX_CONTACTED`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Contacted {
+pub(crate) struct Contacted {
     pairs: BTreeSet<Grant>,
     unlisted: u64,
 }
@@ -115,7 +117,7 @@ pub struct Contacted {
 impl Contacted {
     /// Adds `name:port`; `false` when it is no grant a manifest could
     /// hold (port 0, say), and then nothing is added.
-    pub fn add(&mut self, name: &str, port: u16) -> bool {
+    pub(crate) fn add(&mut self, name: &str, port: u16) -> bool {
         let Some(grant) = grant_for(name, port) else {
             return false;
         };
@@ -130,12 +132,12 @@ impl Contacted {
     }
 
     /// The pairs, sorted (by host, then port), each once.
-    pub fn pairs(&self) -> Vec<Grant> {
+    pub(crate) fn pairs(&self) -> Vec<Grant> {
         self.pairs.iter().cloned().collect()
     }
 
     /// Connections to pairs past [`MAX_CONTACTED`], not listed.
-    pub fn unlisted(&self) -> u64 {
+    pub(crate) fn unlisted(&self) -> u64 {
         self.unlisted
     }
 }

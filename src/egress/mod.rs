@@ -19,12 +19,12 @@
 //!   SNI of a ClientHello), so a TLS connection to a granted name must name
 //!   that name.
 
-pub mod address_policy;
-pub mod client_hello;
-pub mod dns;
-pub mod fake_pool;
-pub mod grant;
-pub mod learning;
+pub(crate) mod address_policy;
+pub(crate) mod client_hello;
+pub(crate) mod dns;
+pub(crate) mod fake_pool;
+pub(crate) mod grant;
+pub(crate) mod learning;
 
 #[cfg(test)]
 mod dns_tests;

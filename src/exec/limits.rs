@@ -19,7 +19,7 @@ use crate::sandbox::launch::LimitsVia;
 
 /// The mechanism, and why no cgroup is used when none is.
 #[derive(Debug, Clone)]
-pub struct LimitsChoice {
+pub(crate) struct LimitsChoice {
     /// What `limits = "auto"` spawns use.
     pub via: LimitsVia,
     /// Why neither cgroup hierarchy can be used (`None` with cgroups).
@@ -28,7 +28,7 @@ pub struct LimitsChoice {
 
 impl LimitsChoice {
     /// What a spawn under `mode` uses.
-    pub fn under(&self, mode: LimitsMode) -> LimitsVia {
+    pub(crate) fn under(&self, mode: LimitsMode) -> LimitsVia {
         match mode {
             LimitsMode::Auto => self.via.clone(),
             LimitsMode::Rlimits => LimitsVia::Rlimits,
@@ -39,20 +39,20 @@ impl LimitsChoice {
 static CHOICE: OnceLock<LimitsChoice> = OnceLock::new();
 
 /// This process's choice (made now on first use, with no delegated cgroup).
-pub fn for_this_process() -> &'static LimitsChoice {
+pub(crate) fn for_this_process() -> &'static LimitsChoice {
     CHOICE.get_or_init(|| decide(Placement::RootOnly))
 }
 
 /// The daemon's choice, made before any other: it may move the daemon into
 /// a leaf of the cgroup systemd delegated to it, so it must run before the
 /// daemon starts other processes (its spawner).
-pub fn settle_for_daemon() -> &'static LimitsChoice {
+pub(crate) fn settle_for_daemon() -> &'static LimitsChoice {
     CHOICE.get_or_init(|| decide(Placement::Delegated))
 }
 
 /// What `health` reports: the mechanism spawns under `mode` use here, and
 /// why no cgroup is used when none is.
-pub fn finding(mode: LimitsMode) -> LimitsFinding {
+pub(crate) fn finding(mode: LimitsMode) -> LimitsFinding {
     let choice = for_this_process();
     let via = choice.under(mode);
     LimitsFinding {

@@ -9,11 +9,11 @@ mod egress;
 mod finishing;
 mod gating;
 mod launching;
-pub mod limits;
+pub(crate) mod limits;
 mod notice;
 mod outcome;
 mod own_policy;
-mod prepared;
+pub(crate) mod prepared;
 mod records;
 mod refusals;
 mod report;
@@ -21,15 +21,15 @@ mod starting;
 
 use std::os::fd::OwnedFd;
 
-pub use crate::failure::{Failure, FailureKind, Success};
-pub use notice::{Notice, OnNotice};
-pub use outcome::denial_failure;
-pub use prepared::{decide_local, decide_with, Prepared};
-pub use records::{load_audit_key, load_previous_audit_keys, open_audit};
-pub use refusals::{describe as describe_refusal, Refusal};
-pub use report::{conclude, interrupting_signal, network_refusals};
+pub(crate) use crate::failure::{Failure, Success};
+pub(crate) use notice::{Notice, OnNotice};
+pub(crate) use outcome::denial_failure;
+pub(crate) use prepared::{decide_local, decide_with, Prepared};
+pub(crate) use records::{load_audit_key, load_previous_audit_keys, open_audit};
+pub(crate) use refusals::describe as describe_refusal;
+pub(crate) use report::{conclude, interrupting_signal, network_refusals};
 
-pub use crate::audit::events::{Actor, SpawnFiled};
+pub(crate) use crate::audit::events::{Actor, SpawnFiled};
 
 use finishing::{finish, FinishRequest};
 use gating::{gate, GateRequest};
@@ -45,7 +45,7 @@ use crate::spawner::Spawner;
 use crate::supervise::{Leaving, LiveOutput};
 
 /// What feeds a stdin pipe.
-pub type Pump = Option<Box<dyn std::io::Read + Send>>;
+pub(crate) type Pump = Option<Box<dyn std::io::Read + Send>>;
 
 /// One spawn of a prepared request, start to end: the gate, the audit
 /// records, the sandbox (made here, or by a spawner) and its supervision.
@@ -128,7 +128,7 @@ impl<'a> Execution<'a> {
 }
 
 /// Says who ended a program from outside ([`Execution::ended_by`]).
-pub type EndedBy = std::sync::Arc<dyn Fn() -> Option<Interruption> + Send + Sync>;
+pub(crate) type EndedBy = std::sync::Arc<dyn Fn() -> Option<Interruption> + Send + Sync>;
 
 /// Who ended a program from outside: how (the daemon's `spawn_kill`,
 /// `spawn_release`, `disconnect`, `lease` or `shutdown`: the result's and
@@ -145,7 +145,7 @@ pub struct Interruption {
 
 /// Told what a program's records are filed under and a pidfd for init
 /// once it has started.
-pub type OnStarted<'a> = Box<dyn FnOnce(&SpawnFiled, Option<OwnedFd>) + Send + 'a>;
+pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&SpawnFiled, Option<OwnedFd>) + Send + 'a>;
 
 /// Runs an [`Execution`] to its result, exit record durable, init reaped.
 /// The exit record goes to disk first, while the kernel tears init's
@@ -180,7 +180,7 @@ fn reap(leaving: Leaving<'_>) {
 }
 
 /// An [`Execution`] whose program has ended and whose exit record is written.
-pub struct Finished<'a> {
+pub(crate) struct Finished<'a> {
     /// What to report (its `audit_id` names the records).
     pub result: Result<Success, Failure>,
     /// The exit record of a program that ran, in the log and chained but not
@@ -194,7 +194,7 @@ pub struct Finished<'a> {
 }
 
 /// Runs an [`Execution`] until its exit record is written (not yet flushed).
-pub fn execute_until_written(x: Execution<'_>) -> Finished<'_> {
+pub(crate) fn execute_until_written(x: Execution<'_>) -> Finished<'_> {
     let mut leaving = None;
     let mut exit_record = None;
     let result = execute_inner(x, &mut leaving, &mut exit_record);

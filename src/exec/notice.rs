@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::printable::printable;
 
 /// Told each [`Notice`] as it arises.
-pub type OnNotice<'a> = &'a dyn Fn(Notice);
+pub(crate) type OnNotice<'a> = &'a dyn Fn(Notice);
 
 /// One thing the pipeline tells its front end. Its [`fmt::Display`] is the
 /// sentence for a person, outside text escaped for a terminal.

@@ -3,7 +3,7 @@
 use crate::failure::{Failure, FailureKind};
 
 /// A denial as a failure: exit code, a message naming the reason, the denial object as details.
-pub fn denial_failure(denial: &crate::policy::Denial) -> Failure {
+pub(crate) fn denial_failure(denial: &crate::policy::Denial) -> Failure {
     let mut message = format!("denied ({}): {}", denial.reason.as_str(), denial.message);
     message.push_str(&format!("\n  requested: {}", denial.requested));
     if !denial.granted.is_empty() {

@@ -20,12 +20,12 @@ pub struct Prepared {
 }
 
 /// Decides a prepared request for a local invocation.
-pub fn decide_local(p: &Prepared, opener: &mut ProgramOpener) -> Decision {
+pub(crate) fn decide_local(p: &Prepared, opener: &mut ProgramOpener) -> Decision {
     decide_with(p, opener, &Access::Local)
 }
 
 /// The gate for `p` under `access` (the daemon's `[[access]]` rules).
-pub fn decide_with(p: &Prepared, opener: &mut ProgramOpener, access: &Access) -> Decision {
+pub(crate) fn decide_with(p: &Prepared, opener: &mut ProgramOpener, access: &Access) -> Decision {
     let connector = p.manifest.connector.name.to_string();
     let bound = p.config.bound_credentials(&p.manifest);
     let ctx = GateContext {

@@ -172,7 +172,7 @@ pub(super) fn exit_record_lost(s: &mut Success, e: &AuditError) -> Notice {
 }
 
 /// The audit log from the config; without one nothing runs.
-pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
+pub(crate) fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
     let path = config.audit.path.as_deref().ok_or_else(|| Failure::audit_unavailable("audit unavailable: no audit location (set [audit] path in the config); nothing was run"))?;
     let log = AuditLog::open(path)
         .map_err(|e| {
@@ -198,7 +198,9 @@ pub fn open_audit(config: &crate::config::Config) -> Result<AuditLog, Failure> {
 /// owned by spawnd's user and readable by no one else. They only verify
 /// records sealed before a rotation and seal the rotation note, so any
 /// length is taken (keys made before the 32-byte minimum included).
-pub fn load_previous_audit_keys(config: &crate::config::Config) -> Result<Vec<Vec<u8>>, Failure> {
+pub(crate) fn load_previous_audit_keys(
+    config: &crate::config::Config,
+) -> Result<Vec<Vec<u8>>, Failure> {
     config
         .audit
         .previous_hmac_key_files
@@ -217,7 +219,7 @@ pub fn load_previous_audit_keys(config: &crate::config::Config) -> Result<Vec<Ve
 
 /// The operator's HMAC key for the audit chain (`[audit] hmac_key_file`), if set:
 /// a file owned by spawnd's user and readable by no one else.
-pub fn load_audit_key(config: &crate::config::Config) -> Result<Option<Vec<u8>>, Failure> {
+pub(crate) fn load_audit_key(config: &crate::config::Config) -> Result<Option<Vec<u8>>, Failure> {
     let Some(path) = &config.audit.hmac_key_file else {
         return Ok(None);
     };
@@ -237,4 +239,4 @@ pub fn load_audit_key(config: &crate::config::Config) -> Result<Option<Vec<u8>>,
 
 /// The shortest HMAC key spawnd takes (`spawnd audit keygen` writes 64
 /// hex digits: 256 bits).
-pub const MIN_AUDIT_KEY_BYTES: usize = 32;
+pub(super) const MIN_AUDIT_KEY_BYTES: usize = 32;

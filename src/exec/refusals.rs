@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::sandbox::spec::{Access, MountKind, SandboxSpec};
 use crate::sandbox::trace::{PathUse, Trace, Use};
-pub use crate::spawn_result::Refusal;
+pub(crate) use crate::spawn_result::Refusal;
 use crate::spawn_result::{TraceReport, TracedPath};
 
 /// Paths the sandbox provides itself, whose refusals are its design rather
@@ -48,7 +48,11 @@ pub(super) fn trace_report(
 
 /// The walls in `trace`: seccomp's refusals first, then each path use the
 /// sandbox did not grant, in path order.
-pub fn refusals(trace: &Trace, spec: &SandboxSpec, exists: &dyn Fn(&Path) -> bool) -> Vec<Refusal> {
+pub(super) fn refusals(
+    trace: &Trace,
+    spec: &SandboxSpec,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Vec<Refusal> {
     let mut out: Vec<Refusal> = trace.refused.iter().map(filter_refusal).collect();
     out.extend(
         trace
@@ -316,7 +320,7 @@ fn errno_name(errno: i32) -> &'static str {
 
 /// One line per refusal, for a person: the layer, the call and path, the
 /// fix.
-pub fn describe(r: &Refusal) -> String {
+pub(crate) fn describe(r: &Refusal) -> String {
     let calls = match r.calls {
         1 => "1 call".to_string(),
         n => format!("{n} calls"),

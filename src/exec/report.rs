@@ -228,7 +228,7 @@ fn outcome_counted(o: &Outcome) -> crate::metrics::Outcome {
 
 /// `interrupted_by` of a sandbox killed at its first refused egress
 /// (`on_violation = "terminate"`).
-pub const NETWORK_VIOLATION: &str = "network_violation";
+pub(super) const NETWORK_VIOLATION: &str = "network_violation";
 
 /// The exit code of a run ended for a refused egress: the gate's denial's.
 const EXIT_DENIED: i32 = 3;
@@ -249,7 +249,7 @@ fn interrupted_by(signal: Option<i32>, ended_by: Option<&'static str>) -> Option
 
 /// The signal number of an `interrupted_by` that names a signal to
 /// spawnd, for its exit code (128 + N).
-pub fn interrupting_signal(result: &SpawnResult) -> Option<i32> {
+pub(crate) fn interrupting_signal(result: &SpawnResult) -> Option<i32> {
     signal_named(result.interrupted_by.as_deref()?)
 }
 
@@ -264,7 +264,7 @@ fn signal_named(name: &str) -> Option<i32> {
 /// signal N, 124 after the wall time); for a human reader (not `json`),
 /// `on_notice` is told what the result says went wrong. In-process `run` and
 /// `run --socket` end here alike.
-pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Success {
+pub(crate) fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Success {
     let signal_to_spawnd = result.interrupted_by.as_deref().and_then(signal_named);
     let exit = match (
         signal_to_spawnd,
@@ -342,7 +342,7 @@ pub fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Suc
 /// `network` object: each refused destination with its count, reason and
 /// what would grant it, then each DNS name refused. Empty when nothing was
 /// refused (or the spawn had no network).
-pub fn network_refusals(network: &NetworkReport) -> Vec<Notice> {
+pub(crate) fn network_refusals(network: &NetworkReport) -> Vec<Notice> {
     let mut refused = Vec::new();
     for r in &network.refusals {
         let (host, port) = (r.host.as_str(), r.port);

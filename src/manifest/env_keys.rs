@@ -181,7 +181,7 @@ pub const RESERVED_ENV: &[ReservedEnv] = &[
 /// moves where the program looks for its configuration or other programs, and
 /// configuration can name commands (`~/.gitconfig`'s `core.pager`). Fixing the
 /// value with `env_set` avoids the question.
-pub const REDIRECTING_ENV: &[&str] = &[
+pub(crate) const REDIRECTING_ENV: &[&str] = &[
     "HOME",
     "PATH",
     "XDG_CONFIG_HOME",
@@ -192,7 +192,7 @@ pub const REDIRECTING_ENV: &[&str] = &[
 ];
 
 /// The reserved entry matching `key`, if any.
-pub fn reserved(key: &str) -> Option<&'static ReservedEnv> {
+pub(crate) fn reserved(key: &str) -> Option<&'static ReservedEnv> {
     RESERVED_ENV.iter().find(|entry| {
         if entry.prefix {
             key.starts_with(entry.key)
@@ -203,7 +203,7 @@ pub fn reserved(key: &str) -> Option<&'static ReservedEnv> {
 }
 
 /// True for a POSIX-shaped key: `[A-Za-z_][A-Za-z0-9_]*`.
-pub fn is_valid_key(key: &str) -> bool {
+pub(crate) fn is_valid_key(key: &str) -> bool {
     let mut chars = key.chars();
     match chars.next() {
         Some(c) if c.is_ascii_alphabetic() || c == '_' => {}

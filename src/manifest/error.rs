@@ -71,14 +71,14 @@ impl fmt::Display for ManifestError {
 impl std::error::Error for ManifestError {}
 
 /// Turns byte spans into problems with line and column.
-pub struct Collector<'a> {
+pub(super) struct Collector<'a> {
     text: &'a str,
     problems: Vec<Problem>,
 }
 
 impl<'a> Collector<'a> {
     /// A collector over the manifest text.
-    pub fn new(text: &'a str) -> Self {
+    pub(super) fn new(text: &'a str) -> Self {
         Collector {
             text,
             problems: Vec::new(),
@@ -86,7 +86,7 @@ impl<'a> Collector<'a> {
     }
 
     /// Records a problem at `span`.
-    pub fn push(
+    pub(super) fn push(
         &mut self,
         span: Range<usize>,
         key: &str,
@@ -104,19 +104,19 @@ impl<'a> Collector<'a> {
     }
 
     /// The problems found, sorted by position.
-    pub fn finish(mut self) -> Vec<Problem> {
+    pub(super) fn finish(mut self) -> Vec<Problem> {
         self.problems.sort_by_key(|p| (p.line, p.column));
         self.problems
     }
 
     /// True when nothing was recorded yet.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.problems.is_empty()
     }
 }
 
 /// 1-based line and column of a byte offset.
-pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;

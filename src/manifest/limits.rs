@@ -36,7 +36,7 @@ pub struct Limits {
 
 /// One limit's name, default and ceiling; the table drives validation and docs.
 #[derive(Debug, Clone, Copy)]
-pub struct LimitSpec {
+pub(crate) struct LimitSpec {
     /// TOML key.
     pub key: &'static str,
     /// Value when the manifest says nothing.
@@ -47,7 +47,7 @@ pub struct LimitSpec {
 
 /// Defaults and ceilings (docs/manifest.md). The wall-time ceiling here is the operator's
 /// default; `[sandbox] max_wall_time_ms` can raise it.
-pub const LIMIT_SPECS: [LimitSpec; 7] = [
+pub(crate) const LIMIT_SPECS: [LimitSpec; 7] = [
     LimitSpec {
         key: "max_stdout_bytes",
         default: MIB,
@@ -88,11 +88,11 @@ pub const LIMIT_SPECS: [LimitSpec; 7] = [
 ];
 
 /// The most an operator may raise the wall-time ceiling to (24 hours).
-pub const WALL_TIME_HARD_CEILING_MS: u64 = 24 * 3600 * 1000;
+pub(crate) const WALL_TIME_HARD_CEILING_MS: u64 = 24 * 3600 * 1000;
 
 /// The smallest size of the private /tmp and /dev/shm: a tmpfs of size 0
 /// would have no cap at all.
-pub const MIN_TMPFS_BYTES: u64 = MIB;
+pub(crate) const MIN_TMPFS_BYTES: u64 = MIB;
 
 impl Default for Limits {
     fn default() -> Self {

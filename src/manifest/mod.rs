@@ -2,31 +2,26 @@
 //! validation into a typed [`Manifest`]. Pure: no file I/O here beyond what the
 //! caller hands in as text (`load_file` is the one thin reader at the edge).
 
-pub mod env_keys;
+pub(crate) mod env_keys;
 mod error;
 mod exec;
-pub mod limits;
-mod model;
+pub(crate) mod limits;
+pub(crate) mod model;
 mod network;
 mod ops;
-pub mod paths;
+pub(crate) mod paths;
 mod raw;
 mod scopes;
-mod validate;
+pub(crate) mod validate;
 
-pub use error::{line_column, ManifestError, Problem};
-pub use limits::{LimitSpec, Limits, LIMIT_SPECS};
-pub use model::{
-    names_version, same_release, AlsoRuns, ConnectorId, ExecPolicy, Fqn, Informational, Manifest,
-    Oauth2Info, OnViolation, Operation, Program, Sha256Digest, SpawnGrant, Tier, ValueKind,
-    Verified, Warning, FQN_SCHEMES, MAX_FQN_BYTES,
+pub(crate) use limits::{Limits, LIMIT_SPECS};
+pub(crate) use model::{
+    names_version, same_release, ExecPolicy, Fqn, Manifest, OnViolation, Operation, Sha256Digest,
+    SpawnGrant, Tier, ValueKind, Verified, Warning, FQN_SCHEMES,
 };
-pub use ops::{check_op_name, code_placeholders, MAX_OP_NAME_BYTES, MAX_VALUE_LEN};
-pub use paths::{
-    paths_plain, system_path_overlap, Anchors, PathProblem, ScopePath, CONNECTOR_ANCHOR,
-    SYSTEM_PATHS, WORKSPACE_ANCHOR,
-};
-pub use validate::{parse_manifest, LoadOptions};
+pub(crate) use ops::{check_op_name, code_placeholders};
+pub(crate) use paths::{paths_plain, system_path_overlap, Anchors, ScopePath};
+pub(crate) use validate::{parse_manifest, LoadOptions};
 
 #[cfg(test)]
 mod network_tests;

@@ -18,12 +18,12 @@ use crate::template::{Params, Template};
 pub struct Fqn(String);
 
 /// Publication schemes spawnd knows (`local` is for operator-written manifests).
-pub const FQN_SCHEMES: &[&str] = &["github", "gitlab", "local"];
+pub(crate) const FQN_SCHEMES: &[&str] = &["github", "gitlab", "local"];
 
 /// The longest FQN, in bytes: room for any owner, repository and subpath a
 /// forge allows, and a bound on what a caller's request can make spawnd
 /// hold, answer or record.
-pub const MAX_FQN_BYTES: usize = 256;
+pub(crate) const MAX_FQN_BYTES: usize = 256;
 
 impl Fqn {
     /// Parses and checks an FQN. An error never repeats more than a bounded,
@@ -429,7 +429,7 @@ pub struct Manifest {
 /// has some; when it has none, build metadata is not compared (SemVer gives
 /// it no part in a version's identity, and the store holds one content per
 /// release, [`same_release`]).
-pub fn names_version(named: &semver::Version, actual: &semver::Version) -> bool {
+pub(crate) fn names_version(named: &semver::Version, actual: &semver::Version) -> bool {
     if named.build.is_empty() {
         same_release(named, actual)
     } else {
@@ -438,7 +438,7 @@ pub fn names_version(named: &semver::Version, actual: &semver::Version) -> bool 
 }
 
 /// Whether two versions are the same release: equal but for build metadata.
-pub fn same_release(a: &semver::Version, b: &semver::Version) -> bool {
+pub(crate) fn same_release(a: &semver::Version, b: &semver::Version) -> bool {
     (a.major, a.minor, a.patch, &a.pre) == (b.major, b.minor, b.patch, &b.pre)
 }
 

@@ -18,7 +18,7 @@ use crate::egress::grant::Grant;
 use crate::template::{ParamRule, Params, Pattern, Template, TokenSource};
 
 /// The longest value a param may allow: the kernel's limit for one argv string.
-pub const MAX_VALUE_LEN: i64 = 128 * 1024;
+pub(crate) const MAX_VALUE_LEN: i64 = 128 * 1024;
 
 /// Validates `programs` and `operations`.
 pub(super) fn validate_operations(
@@ -154,7 +154,7 @@ fn code_options(program: &ScopePath) -> Option<&'static [&'static str]> {
 
 /// The placeholders of `template` that `program` runs as code (`{script}`
 /// in `bash -c {script}`, `{code}` in `python3 -c {code}`).
-pub fn code_placeholders<'t>(template: &'t Template, program: &ScopePath) -> Vec<&'t str> {
+pub(crate) fn code_placeholders<'t>(template: &'t Template, program: &ScopePath) -> Vec<&'t str> {
     match code_options(program) {
         None => Vec::new(),
         // awk: its first operand that is not an option is the program.
@@ -179,14 +179,14 @@ fn warn_code_from_the_caller(c: &mut Checker, template: &Template, program: &Sco
 }
 
 /// The longest operation name, in bytes.
-pub const MAX_OP_NAME_BYTES: usize = 64;
+pub(crate) const MAX_OP_NAME_BYTES: usize = 64;
 
 /// Checks an operation name: `[a-z][a-z0-9_-]*`, at most
 /// [`MAX_OP_NAME_BYTES`]. The manifest loader holds declared names to it, and
 /// the CLI and the daemon hold requested ones to it before anything is
 /// recorded (a name that fails can name no operation). The error never
 /// repeats the name.
-pub fn check_op_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_op_name(name: &str) -> Result<(), String> {
     if name.len() > MAX_OP_NAME_BYTES {
         return Err(format!(
             "an operation name has at most {MAX_OP_NAME_BYTES} bytes (this one has {})",

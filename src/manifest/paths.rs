@@ -17,7 +17,7 @@ const WILDCARDS: &[char] = &['*', '?', '[', ']', '{', '}'];
 /// Host paths whose subtree no manifest may make writable: the system runtime,
 /// kernel interfaces and boot files. A `fs_write` scope equal to one of these,
 /// inside one, or containing one (`/` contains them all) is refused at load.
-pub const SYSTEM_PATHS: &[&str] = &[
+pub(crate) const SYSTEM_PATHS: &[&str] = &[
     "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
     "/sbin", "/sys", "/usr", "/var/lib", "/var/log", "/var/run",
 ];
@@ -57,11 +57,11 @@ pub struct Anchors<'a> {
 }
 
 /// The anchor a scope may start with.
-pub const WORKSPACE_ANCHOR: &str = "{workspace}";
+pub(crate) const WORKSPACE_ANCHOR: &str = "{workspace}";
 
 /// The anchor a program, `also_runs` entry, read or exec scope or cwd may
 /// start with: the directory holding the manifest file.
-pub const CONNECTOR_ANCHOR: &str = "{connector}";
+pub(crate) const CONNECTOR_ANCHOR: &str = "{connector}";
 
 /// Why a path string is not a valid scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -237,7 +237,7 @@ fn relative_part(rest: &str) -> Result<PathBuf, PathProblem> {
 }
 
 /// The system path that `path` equals, lies inside or contains, if any.
-pub fn system_path_overlap(path: &Path) -> Option<&'static str> {
+pub(crate) fn system_path_overlap(path: &Path) -> Option<&'static str> {
     SYSTEM_PATHS
         .iter()
         .find(|sys| path.starts_with(sys) || Path::new(sys).starts_with(path))
@@ -246,7 +246,7 @@ pub fn system_path_overlap(path: &Path) -> Option<&'static str> {
 
 /// Lexical normalization: drops `.` and repeated separators. Returns `None`
 /// when a `..` component is present (refused, never resolved).
-pub fn normalize(path: &Path) -> Option<PathBuf> {
+pub(crate) fn normalize(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {
@@ -262,13 +262,13 @@ pub fn normalize(path: &Path) -> Option<PathBuf> {
 /// Whether an absolute path has no `.` or `..` component: the form a
 /// workspace must be named in, so that what scopes expand to is what they
 /// say.
-pub fn paths_plain(path: &Path) -> bool {
+pub(crate) fn paths_plain(path: &Path) -> bool {
     path.components()
         .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
 /// True when `path` equals `scope` or lies below it, compared by components.
-pub fn is_within(path: &Path, scope: &Path) -> bool {
+pub(crate) fn is_within(path: &Path, scope: &Path) -> bool {
     path.starts_with(scope)
 }
 

@@ -11,7 +11,7 @@ use toml::Spanned;
 /// The whole file: the ADR's sections plus spawnd's extensions.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawManifest {
+pub(super) struct RawManifest {
     /// `[connector]`: identity.
     pub connector: Option<Spanned<RawConnector>>,
     /// `[capabilities]`: the grants the connector asks for.
@@ -27,7 +27,7 @@ pub struct RawManifest {
 /// `[connector]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConnector {
+pub(super) struct RawConnector {
     /// Fully-qualified URI.
     pub name: Spanned<String>,
     /// Strict SemVer.
@@ -39,7 +39,7 @@ pub struct RawConnector {
 /// `[capabilities]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCapabilities {
+pub(super) struct RawCapabilities {
     /// `[capabilities.network]`: the connector's own egress (never the child's).
     pub network: Option<RawNetwork>,
     /// `[capabilities.credential]`.
@@ -53,7 +53,7 @@ pub struct RawCapabilities {
 /// `[capabilities.network]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawNetwork {
+pub(super) struct RawNetwork {
     /// `host:port` pairs.
     #[serde(default)]
     pub hosts: Vec<String>,
@@ -62,7 +62,7 @@ pub struct RawNetwork {
 /// `[capabilities.credential]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCredential {
+pub(super) struct RawCredential {
     /// `oauth2`, `api_key`, `basic`, ...
     pub kind: Spanned<String>,
     /// Human-readable or OAuth scope.
@@ -78,7 +78,7 @@ pub struct RawCredential {
 /// `[capabilities.credential.oauth2]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOauth2 {
+pub(super) struct RawOauth2 {
     /// Authorization endpoint.
     pub authorize_url: Option<String>,
     /// Token endpoint.
@@ -95,7 +95,7 @@ pub struct RawOauth2 {
 /// `[capabilities.runtime]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRuntime {
+pub(super) struct RawRuntime {
     /// Host-function imports.
     #[serde(default)]
     pub imports: Vec<String>,
@@ -104,7 +104,7 @@ pub struct RawRuntime {
 /// `[provides]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawProvides {
+pub(super) struct RawProvides {
     /// Intents the connector implements.
     #[serde(default)]
     pub intents: Vec<String>,
@@ -113,7 +113,7 @@ pub struct RawProvides {
 /// `[capabilities.spawn]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSpawn {
+pub(super) struct RawSpawn {
     /// Declared programs.
     pub programs: Option<Spanned<Vec<Spanned<RawProgram>>>>,
     /// Operations by name.
@@ -160,7 +160,7 @@ pub struct RawSpawn {
 /// One entry of `also_runs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAlsoRuns {
+pub(super) struct RawAlsoRuns {
     /// Absolute path.
     pub path: Spanned<String>,
     /// `sha256:<hex>`; required (an optional key here, so that its absence
@@ -171,7 +171,7 @@ pub struct RawAlsoRuns {
 /// One entry of `programs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawProgram {
+pub(super) struct RawProgram {
     /// Absolute or `~/` path.
     pub path: Spanned<String>,
     /// Optional `sha256:<hex>`.
@@ -181,7 +181,7 @@ pub struct RawProgram {
 /// `[capabilities.spawn.operations.NAME]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOperation {
+pub(super) struct RawOperation {
     /// The argv template: a string, or an array of tokens and nested groups.
     pub argv: Spanned<RawArgv>,
     /// What the operation does.
@@ -205,7 +205,7 @@ pub struct RawOperation {
 /// An argv template in either form.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum RawArgv {
+pub(super) enum RawArgv {
     /// `"git log --since={since}"`.
     Text(String),
     /// `["git", "log", ["--author={who}"]]`.
@@ -215,7 +215,7 @@ pub enum RawArgv {
 /// One item of the array form.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum RawArgvItem {
+pub(super) enum RawArgvItem {
     /// A token (may contain spaces).
     Token(String),
     /// An optional group.
@@ -225,7 +225,7 @@ pub enum RawArgvItem {
 /// `[…params.NAME]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawParam {
+pub(super) struct RawParam {
     /// Whole-value regex.
     pub pattern: Option<Spanned<String>>,
     /// Enumerated values.
@@ -247,7 +247,7 @@ pub struct RawParam {
 /// `[…limits]`. Signed so a negative number gets a clear message.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLimits {
+pub(super) struct RawLimits {
     /// Stdout cap.
     pub max_stdout_bytes: Option<Spanned<i64>>,
     /// Stderr cap.

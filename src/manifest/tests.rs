@@ -5,6 +5,8 @@
 //! black-box test checks that everything but the hash is byte-for-byte kept.
 //! I37/I38 are in `paths.rs`.
 
+use super::error::ManifestError;
+use super::model::AlsoRuns;
 use super::*;
 
 pub(super) const HEADER: &str =

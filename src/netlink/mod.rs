@@ -9,11 +9,10 @@
 mod nftables;
 mod route;
 
-pub use nftables::{
-    log_and_refuse_other_egress, redirect_tcp_to_loopback_port, EGRESS_TABLE, LEARN_TABLE,
-    LOGGED_BYTES,
+pub(crate) use nftables::{
+    log_and_refuse_other_egress, redirect_tcp_to_loopback_port, LOGGED_BYTES,
 };
-pub use route::{add_local_route, read_ack};
+pub(crate) use route::{add_local_route, read_ack};
 
 /// A netlink socket of `protocol` (`shown` in errors, `NETLINK_ROUTE`),
 /// bound; `named` says which call failed.

@@ -57,9 +57,9 @@ use nix::sys::socket::{recv, send, setsockopt, sockopt, MsgFlags, SockProtocol};
 use nix::sys::time::TimeVal;
 
 /// The table the learning redirect lives in.
-pub const LEARN_TABLE: &str = "spawnd_learn";
+pub(crate) const LEARN_TABLE: &str = "spawnd_learn";
 /// The tables (one `ip`, one `ip6`) of a sandbox with grants.
-pub const EGRESS_TABLE: &str = "spawnd_egress";
+pub(crate) const EGRESS_TABLE: &str = "spawnd_egress";
 /// Each table's chain.
 const CHAIN: &str = "out";
 
@@ -143,7 +143,7 @@ const ICMPV6_PORT_UNREACH: u8 = 4;
 /// How much of a refused packet the log carries: its IP header (IPv6's is
 /// 40 bytes, an IPv4 header at most 60) and the start of its TCP or UDP
 /// header.
-pub const LOGGED_BYTES: u32 = 128;
+pub(crate) const LOGGED_BYTES: u32 = 128;
 /// `NF_NAT_RANGE_PROTO_SPECIFIED`: the redirect names a port.
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
 
@@ -413,7 +413,7 @@ impl Batch {
 /// numbered from `seq`: batch begin, the table, the chain, the rule, batch
 /// end. The table, the chain and the rule ask for an acknowledgement
 /// (sequence numbers `seq + 1` to `seq + 3`).
-pub fn redirect_batch(prefix: Ipv4Addr, prefix_len: u8, port: u16, seq: u32) -> Vec<u8> {
+pub(super) fn redirect_batch(prefix: Ipv4Addr, prefix_len: u8, port: u16, seq: u32) -> Vec<u8> {
     let mask = u32::MAX
         .checked_shl(32 - u32::from(prefix_len.min(32)))
         .unwrap_or(0);
@@ -445,7 +445,7 @@ pub fn redirect_batch(prefix: Ipv4Addr, prefix_len: u8, port: u16, seq: u32) -> 
 /// module documentation shows its rules), its messages numbered from
 /// `seq`, and the sequence numbers to be acknowledged: for each of `ip`
 /// and `ip6`, the table, the chain and each rule.
-pub fn egress_batch(ports: &[u16], group: u16, seq: u32) -> (Vec<u8>, Vec<u32>) {
+pub(super) fn egress_batch(ports: &[u16], group: u16, seq: u32) -> (Vec<u8>, Vec<u32>) {
     let mut batch = Batch::new(seq);
     for family in [NFPROTO_IPV4, NFPROTO_IPV6] {
         let (unreachable, icmp) = if family == NFPROTO_IPV4 {
@@ -525,7 +525,7 @@ pub fn egress_batch(ports: &[u16], group: u16, seq: u32) -> (Vec<u8>, Vec<u32>) 
 
 /// The kernel's answers in one read: for each `NLMSG_ERROR` among them,
 /// its sequence number and errno (0 for an acknowledgement).
-pub fn read_answers(answer: &[u8]) -> io::Result<Vec<(u32, i32)>> {
+pub(super) fn read_answers(answer: &[u8]) -> io::Result<Vec<(u32, i32)>> {
     let mut found = Vec::new();
     let mut at = 0;
     while at + 16 <= answer.len() {
@@ -556,7 +556,7 @@ pub fn read_answers(answer: &[u8]) -> io::Result<Vec<(u32, i32)>> {
 /// of the loopback ([`redirect_batch`]), and waits for the kernel to
 /// acknowledge the table, the chain and the rule. The error names the
 /// step and the rule.
-pub fn redirect_tcp_to_loopback_port(
+pub(crate) fn redirect_tcp_to_loopback_port(
     prefix: Ipv4Addr,
     prefix_len: u8,
     port: u16,
@@ -578,7 +578,7 @@ pub fn redirect_tcp_to_loopback_port(
 /// port unreachable), for IPv4 and IPv6 ([`egress_batch`]); waits for the
 /// kernel to acknowledge every part.
 /// The error names the step.
-pub fn log_and_refuse_other_egress(ports: &[u16], group: u16) -> io::Result<()> {
+pub(crate) fn log_and_refuse_other_egress(ports: &[u16], group: u16) -> io::Result<()> {
     let (batch, acks) = egress_batch(ports, group, 1);
     apply(
         &batch,

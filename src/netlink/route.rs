@@ -37,7 +37,7 @@ const MAX_REQUEST: usize = 56;
 
 /// The bytes of an `RTM_NEWROUTE` request for `local <dst>/<prefix_len> dev
 /// <ifindex>` in the local table, with sequence number `seq`.
-pub fn local_route_request(dst: IpAddr, prefix_len: u8, ifindex: u32, seq: u32) -> Vec<u8> {
+pub(super) fn local_route_request(dst: IpAddr, prefix_len: u8, ifindex: u32, seq: u32) -> Vec<u8> {
     let (family, addr): (u8, Vec<u8>) = match dst {
         IpAddr::V4(v4) => (libc::AF_INET as u8, v4.octets().to_vec()),
         IpAddr::V6(v6) => (libc::AF_INET6 as u8, v6.octets().to_vec()),
@@ -75,7 +75,7 @@ pub fn local_route_request(dst: IpAddr, prefix_len: u8, ifindex: u32, seq: u32) 
 
 /// The kernel's answer to request `seq`: `Ok` for an acknowledgement
 /// (`NLMSG_ERROR` with error 0), the errno it carries otherwise.
-pub fn read_ack(answer: &[u8], seq: u32) -> io::Result<()> {
+pub(crate) fn read_ack(answer: &[u8], seq: u32) -> io::Result<()> {
     let field = |at: usize| -> io::Result<[u8; 4]> {
         answer
             .get(at..at + 4)
@@ -100,7 +100,7 @@ pub fn read_ack(answer: &[u8], seq: u32) -> io::Result<()> {
 /// Adds `local <dst>/<prefix_len> dev <ifindex>` to the local table of the
 /// current network namespace (needs CAP_NET_ADMIN over it). The error names
 /// the route.
-pub fn add_local_route(dst: IpAddr, prefix_len: u8, ifindex: u32) -> io::Result<()> {
+pub(crate) fn add_local_route(dst: IpAddr, prefix_len: u8, ifindex: u32) -> io::Result<()> {
     let shown = format!("RTM_NEWROUTE local {dst}/{prefix_len} dev {ifindex}");
     let named = |what: &str, e: nix::Error| {
         io::Error::new(io::Error::from(e).kind(), format!("{what} ({shown}): {e}"))

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use super::gate::ActionEntryError;
 use super::test_support::*;
 use super::*;
 use crate::egress::grant::Grant;

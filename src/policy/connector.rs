@@ -22,7 +22,7 @@ use crate::plan::ProgramPlan;
 /// The served manifest among `served` (every version of one connector,
 /// never empty) that satisfies `pin`; a denial naming what is served when
 /// none does, or when several are served and `pin` chooses none.
-pub fn select_served<'m>(
+pub(crate) fn select_served<'m>(
     connector: &str,
     served: &[&'m Manifest],
     pin: &ConnectorPin,

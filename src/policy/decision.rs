@@ -11,7 +11,7 @@ use crate::plan::SpawnPlan;
 /// name, arg or env key — never a placeholder or env value): control
 /// characters escaped ([`crate::printable`]), at most 200 characters, so it
 /// cannot forge lines in a terminal or a log, nor grow a record.
-pub fn shown(text: &str) -> String {
+pub(super) fn shown(text: &str) -> String {
     let head: String = text.chars().take(201).collect();
     let escaped = crate::printable::printable(&head);
     match escaped.char_indices().nth(200) {

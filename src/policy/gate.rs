@@ -154,19 +154,19 @@ const MAX_ACTION_ENTRIES_SHOWN: usize = 16;
 
 /// What starts an action subset's network entry, `network:HOST:PORT`: a
 /// grant spelled as denials name one (`network:api.example.com:443`).
-pub const ACTION_NETWORK_PREFIX: &str = "network:";
+pub(crate) const ACTION_NETWORK_PREFIX: &str = "network:";
 
 /// The longest grant text a network entry may hold after its prefix: a
 /// name of [`crate::egress::grant::MAX_NAME_LEN`] bytes, `:` and a port of
 /// five digits. Longer text is no grant, and is refused without being
 /// parsed or repeated.
-pub const MAX_ACTION_GRANT_BYTES: usize = crate::egress::grant::MAX_NAME_LEN + 6;
+pub(crate) const MAX_ACTION_GRANT_BYTES: usize = crate::egress::grant::MAX_NAME_LEN + 6;
 
 /// An action subset's entry as a network grant: `None` when the entry is
 /// not a network entry (it does not start with [`ACTION_NETWORK_PREFIX`]),
 /// else the grant it names, parsed as a manifest's grant is (exactly, in
 /// canonical form), or why it names none.
-pub fn action_network_entry(entry: &str) -> Option<Result<Grant, ActionEntryError>> {
+pub(crate) fn action_network_entry(entry: &str) -> Option<Result<Grant, ActionEntryError>> {
     let text = entry.strip_prefix(ACTION_NETWORK_PREFIX)?;
     if text.len() > MAX_ACTION_GRANT_BYTES {
         return Some(Err(ActionEntryError::TooLong(text.len())));
@@ -176,7 +176,7 @@ pub fn action_network_entry(entry: &str) -> Option<Result<Grant, ActionEntryErro
 
 /// Why a network entry of an action subset names no grant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ActionEntryError {
+pub(crate) enum ActionEntryError {
     /// The text after `network:` is longer than any grant.
     #[error("its grant is {0} bytes long, above the {MAX_ACTION_GRANT_BYTES} a `host:port` grant may have")]
     TooLong(usize),

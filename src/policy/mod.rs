@@ -6,22 +6,19 @@ mod checks;
 mod connector;
 mod decision;
 mod executables;
-mod gate;
-mod inspector;
+pub(crate) mod gate;
+pub(crate) mod inspector;
 mod raw;
-mod reason;
-mod request;
+pub(crate) mod reason;
+pub(crate) mod request;
 
-pub use connector::select_served;
-pub use decision::{Decision, Denial};
-pub use gate::{
-    action_network_entry, decide, ActionEntryError, ACTION_NETWORK_PREFIX, MAX_ACTION_GRANT_BYTES,
-};
-pub use inspector::{ContentChanged, ProgramFacts, ProgramFault, ProgramInspector};
-pub use reason::{Reason, ReasonInfo, REASONS};
-pub use request::{
+pub(crate) use connector::select_served;
+pub(crate) use decision::{Decision, Denial};
+pub(crate) use gate::{action_network_entry, decide};
+pub(crate) use inspector::{ContentChanged, ProgramFacts, ProgramFault, ProgramInspector};
+pub(crate) use reason::{Reason, REASONS};
+pub(crate) use request::{
     check_label, Access, AccessRule, Caller, ConnectorPin, GateContext, Request, RequestKind,
-    MAX_LABEL_BYTES,
 };
 
 #[cfg(test)]

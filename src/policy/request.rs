@@ -115,11 +115,11 @@ pub struct Caller {
 }
 
 /// Most bytes of a spawn's label.
-pub const MAX_LABEL_BYTES: usize = 128;
+pub(crate) const MAX_LABEL_BYTES: usize = 128;
 
 /// A label is 1 to [`MAX_LABEL_BYTES`] bytes of text without control
 /// characters: it goes into every audit record of the spawn.
-pub fn check_label(label: &str) -> Result<(), String> {
+pub(crate) fn check_label(label: &str) -> Result<(), String> {
     if label.is_empty() || label.len() > MAX_LABEL_BYTES {
         return Err(format!(
             "a label is 1 to {MAX_LABEL_BYTES} bytes; this one is {}",

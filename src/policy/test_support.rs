@@ -43,7 +43,7 @@ pub(super) struct FakePrograms {
 }
 
 impl FakePrograms {
-    pub fn standard() -> FakePrograms {
+    pub(super) fn standard() -> FakePrograms {
         let mut f = FakePrograms::default();
         for p in [
             "/usr/bin/git",

@@ -32,11 +32,11 @@ use sha2::{Digest, Sha256};
 use crate::manifest::Sha256Digest;
 
 /// The manifest's file name in a connector directory.
-pub const MANIFEST_FILE: &str = "manifest.toml";
+pub(crate) const MANIFEST_FILE: &str = "manifest.toml";
 /// The directory of shipped files.
-pub const SHIPPED_DIR: &str = "bin";
+pub(crate) const SHIPPED_DIR: &str = "bin";
 /// The largest manifest spawnd reads.
-pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
 /// Why a connector directory could not be hashed.
 #[derive(Debug, thiserror::Error)]
@@ -105,40 +105,40 @@ pub struct ConnectorContent {
 /// The stream's hash state: shipped bytes first, then the manifest. The
 /// shipped part's hash is read from a clone, so the bytes are hashed once.
 #[derive(Clone, Default)]
-pub struct ContentHasher {
+pub(crate) struct ContentHasher {
     state: Sha256,
     any_shipped: bool,
 }
 
 impl ContentHasher {
     /// A hasher at the start of the stream.
-    pub fn new() -> ContentHasher {
+    pub(crate) fn new() -> ContentHasher {
         ContentHasher::default()
     }
 
     /// Feeds bytes of the shipped part (an empty slice marks an empty
     /// shipped file: the connector still ships something).
-    pub fn shipped(&mut self, bytes: &[u8]) {
+    pub(crate) fn shipped(&mut self, bytes: &[u8]) {
         self.any_shipped = true;
         self.state.update(bytes);
     }
 
     /// The hash of the shipped part so far, from a clone of the state
     /// (`None` when nothing is shipped).
-    pub fn shipped_digest(&self) -> Option<Sha256Digest> {
+    pub(crate) fn shipped_digest(&self) -> Option<Sha256Digest> {
         self.any_shipped
             .then(|| Sha256Digest(self.state.clone().finalize().into()))
     }
 
     /// Feeds the manifest's bytes and returns the content hash.
-    pub fn finish(mut self, manifest: &[u8]) -> Sha256Digest {
+    pub(crate) fn finish(mut self, manifest: &[u8]) -> Sha256Digest {
         self.state.update(manifest);
         Sha256Digest(self.state.finalize().into())
     }
 }
 
 /// Checks that `dir` is a directory with a `manifest.toml` (not a link).
-pub fn check_connector_dir(dir: &Path) -> Result<(), ContentError> {
+pub(crate) fn check_connector_dir(dir: &Path) -> Result<(), ContentError> {
     match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ContentError::Missing {
             path: dir.to_path_buf(),
@@ -158,7 +158,7 @@ pub fn check_connector_dir(dir: &Path) -> Result<(), ContentError> {
 }
 
 /// Reads and hashes the connector directory `dir`.
-pub fn hash_connector(dir: &Path) -> Result<ConnectorContent, ContentError> {
+pub(crate) fn hash_connector(dir: &Path) -> Result<ConnectorContent, ContentError> {
     check_connector_dir(dir)?;
     let manifest_path = dir.join(MANIFEST_FILE);
     let (mut files, hasher) = hash_shipped_files(dir)?;
@@ -186,13 +186,15 @@ pub fn hash_connector(dir: &Path) -> Result<ConnectorContent, ContentError> {
 /// `None` when it ships nothing: what its manifest's `provenance_hash` must
 /// say. `dir` need not hold a `manifest.toml` (`spawnd run --manifest F`
 /// checks F's directory, whatever F is called).
-pub fn hash_shipped_part(dir: &Path) -> Result<Option<Sha256Digest>, ContentError> {
+pub(crate) fn hash_shipped_part(dir: &Path) -> Result<Option<Sha256Digest>, ContentError> {
     Ok(hash_shipped_files(dir)?.1.shipped_digest())
 }
 
 /// Each shipped file of `dir`, hashed on its own and into the stream, in
 /// the stream's order.
-pub fn hash_shipped_files(dir: &Path) -> Result<(Vec<StreamFile>, ContentHasher), ContentError> {
+pub(crate) fn hash_shipped_files(
+    dir: &Path,
+) -> Result<(Vec<StreamFile>, ContentHasher), ContentError> {
     let mut hasher = ContentHasher::new();
     let mut files = Vec::new();
     for name in shipped_names(dir)? {
@@ -211,7 +213,7 @@ fn unreadable(path: &Path, e: std::io::Error) -> ContentError {
 
 /// The names in `bin/`, in byte order; each must be a plain regular file
 /// with a name the shell recipe's glob (`bin/*`, `LC_ALL=C`) lists the same.
-pub fn shipped_names(dir: &Path) -> Result<Vec<String>, ContentError> {
+pub(crate) fn shipped_names(dir: &Path) -> Result<Vec<String>, ContentError> {
     let bin = dir.join(SHIPPED_DIR);
     match std::fs::symlink_metadata(&bin) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

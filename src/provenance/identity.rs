@@ -107,7 +107,7 @@ impl fmt::Display for ConnectorRef {
 /// A version as the ADR allows it: strict SemVer (`MAJOR.MINOR.PATCH`, an
 /// optional pre-release and build), never `latest`, a range or a partial
 /// version. The message says which of those `text` is.
-pub fn parse_strict_version(text: &str) -> Result<semver::Version, String> {
+pub(crate) fn parse_strict_version(text: &str) -> Result<semver::Version, String> {
     semver::Version::parse(text).map_err(|e| {
         let shown = crate::printable::printable(text);
         let what = if text.trim().eq_ignore_ascii_case("latest") {
@@ -122,7 +122,7 @@ pub fn parse_strict_version(text: &str) -> Result<semver::Version, String> {
 }
 
 /// Whether `scheme` is one spawnd knows.
-pub fn known_scheme(scheme: &str) -> bool {
+pub(crate) fn known_scheme(scheme: &str) -> bool {
     FQN_SCHEMES.contains(&scheme)
 }
 

@@ -75,7 +75,7 @@ impl fmt::Display for KeyId {
 
 /// Reads a publisher's public key: PEM SubjectPublicKeyInfo, or 32 raw
 /// bytes in base64. A weak key is refused.
-pub fn parse_public_key(text: &str) -> Result<VerifyingKey, KeyError> {
+pub(crate) fn parse_public_key(text: &str) -> Result<VerifyingKey, KeyError> {
     let text = text.trim();
     let key = if text.starts_with("-----BEGIN") {
         if text.contains("PRIVATE KEY-----") {
@@ -100,18 +100,18 @@ pub fn parse_public_key(text: &str) -> Result<VerifyingKey, KeyError> {
 
 /// A public key as `PREFIX.pub` and the keyring hold it: PEM
 /// SubjectPublicKeyInfo, byte for byte what `openssl pkey -pubout` prints.
-pub fn public_key_pem(key: &VerifyingKey) -> Result<String, KeyError> {
+pub(crate) fn public_key_pem(key: &VerifyingKey) -> Result<String, KeyError> {
     key.to_public_key_pem(LineEnding::LF)
         .map_err(|e| KeyError::Generate(format!("encoding a public key: {e}")))
 }
 
 /// Reads a publisher's private key: PKCS#8 PEM.
-pub fn parse_signing_key(text: &str) -> Result<SigningKey, KeyError> {
+pub(crate) fn parse_signing_key(text: &str) -> Result<SigningKey, KeyError> {
     SigningKey::from_pkcs8_pem(text.trim()).map_err(|e| KeyError::Private(e.to_string()))
 }
 
 /// A new signing key from 32 bytes of the kernel's randomness.
-pub fn new_signing_key() -> Result<SigningKey, KeyError> {
+pub(crate) fn new_signing_key() -> Result<SigningKey, KeyError> {
     let mut seed = zeroize::Zeroizing::new([0u8; 32]);
     getrandom::fill(seed.as_mut_slice())
         .map_err(|e| KeyError::Generate(format!("getrandom: {e}")))?;
@@ -120,7 +120,7 @@ pub fn new_signing_key() -> Result<SigningKey, KeyError> {
 
 /// A private key as `PREFIX` holds it: PKCS#8 v1 PEM, the form `openssl
 /// genpkey -algorithm ed25519` writes (and reads).
-pub fn signing_key_pem(key: &SigningKey) -> Result<zeroize::Zeroizing<String>, KeyError> {
+pub(crate) fn signing_key_pem(key: &SigningKey) -> Result<zeroize::Zeroizing<String>, KeyError> {
     KeypairBytes {
         secret_key: key.to_bytes(),
         public_key: None,

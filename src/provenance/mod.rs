@@ -17,22 +17,21 @@
 //! skips no check. Files are read and written here (the store, the keyring,
 //! a connector directory); deciding what a request may do stays in `policy`.
 
-pub mod content;
+pub(crate) mod content;
 mod files;
-pub mod identity;
-pub mod keyring;
-pub mod keys;
-pub mod pins;
-pub mod recheck;
-pub mod refusal;
-pub mod serve;
-pub mod signature;
-pub mod store;
+pub(crate) mod identity;
+pub(crate) mod keyring;
+pub(crate) mod keys;
+pub(crate) mod pins;
+pub(crate) mod recheck;
+pub(crate) mod refusal;
+pub(crate) mod serve;
+pub(crate) mod signature;
+pub(crate) mod store;
 
-pub use content::{ConnectorContent, ContentError, ContentHasher, StreamFile};
-pub use identity::{Authority, ConnectorRef};
-pub use keyring::{Keyring, KeyringError, TrustedKey};
-pub use keys::{KeyError, KeyId};
-pub use refusal::{InstallRefusal, Refusal, RefusalInfo, REFUSALS};
-pub use signature::{SignatureFile, SignatureStatus};
-pub use store::{Entry, InstallRequest, Installed, Store, StoreError};
+pub(crate) use identity::{Authority, ConnectorRef};
+pub(crate) use keyring::{Keyring, KeyringError};
+pub(crate) use keys::KeyId;
+pub(crate) use refusal::InstallRefusal;
+pub(crate) use signature::SignatureStatus;
+pub(crate) use store::{Entry, InstallRequest, Store, StoreError};

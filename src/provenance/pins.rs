@@ -125,7 +125,7 @@ impl OperatorPins {
 /// Loads the pins at `path` for the connector `content` (none when the
 /// file does not exist): the gate's view of the operator's pins. A file
 /// for another connector, or that others could change, is refused.
-pub fn load(path: &Path, content: &Sha256Digest) -> Result<OperatorPins, PinsError> {
+pub(crate) fn load(path: &Path, content: &Sha256Digest) -> Result<OperatorPins, PinsError> {
     let fail = |why: String| PinsError {
         path: path.to_path_buf(),
         why,

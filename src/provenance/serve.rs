@@ -102,7 +102,11 @@ fn served(
 /// `file`), with the `bin/` beside it: each shipped file only root or
 /// spawnd's user can change, their hash the one the manifest states. Its
 /// stream is the shipped files, then the manifest file.
-pub fn verified_file(file: &Path, text: &[u8], manifest: &Manifest) -> Result<Verified, String> {
+pub(crate) fn verified_file(
+    file: &Path,
+    text: &[u8],
+    manifest: &Manifest,
+) -> Result<Verified, String> {
     let shown = file.display();
     let Some(declared) = manifest.connector.provenance_hash else {
         return Err(format!("{shown} states no provenance_hash"));

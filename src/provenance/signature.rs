@@ -32,16 +32,16 @@ use super::keys::KeyId;
 use crate::manifest::Fqn;
 
 /// The signature's file name in a connector directory (outside the stream).
-pub const SIGNATURE_FILE: &str = "signature.json";
+pub(crate) const SIGNATURE_FILE: &str = "signature.json";
 /// The largest signature file spawnd reads.
-pub const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
+pub(crate) const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
 /// The statement's first line.
-pub const STATEMENT_DOMAIN: &str = "spawnd connector signature v1";
+pub(crate) const STATEMENT_DOMAIN: &str = "spawnd connector signature v1";
 
 /// `signature.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SignatureFile {
+pub(crate) struct SignatureFile {
     /// Format version: 1.
     pub v: u32,
     /// The connector's name.
@@ -61,7 +61,7 @@ pub struct SignatureFile {
 /// One file as a signature lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SignedFile {
+pub(crate) struct SignedFile {
     /// `bin/NAME` or `manifest.toml`.
     pub path: String,
     /// Its size.
@@ -112,7 +112,7 @@ impl SignatureStatus {
 }
 
 /// The statement a signature covers.
-pub fn statement(
+pub(crate) fn statement(
     name: &Fqn,
     version: &semver::Version,
     content: &ConnectorContent,
@@ -130,7 +130,7 @@ pub fn statement(
 }
 
 /// Signs the connector `content` named `name` at `version`.
-pub fn sign(
+pub(crate) fn sign(
     key: &SigningKey,
     name: &Fqn,
     version: &semver::Version,
@@ -158,7 +158,10 @@ pub fn sign(
 }
 
 /// Writes `file` as the directory's `signature.json`, whole or not at all.
-pub fn write(dir: &std::path::Path, file: &SignatureFile) -> std::io::Result<std::path::PathBuf> {
+pub(crate) fn write(
+    dir: &std::path::Path,
+    file: &SignatureFile,
+) -> std::io::Result<std::path::PathBuf> {
     let path = dir.join(SIGNATURE_FILE);
     let mut text = serde_json::to_vec_pretty(file).map_err(std::io::Error::other)?;
     text.push(b'\n');
@@ -168,7 +171,7 @@ pub fn write(dir: &std::path::Path, file: &SignatureFile) -> std::io::Result<std
 
 /// Checks a signature file's bytes (`None`: unsigned) against a connector
 /// and the keys trusted for its name's authority.
-pub fn check(
+pub(crate) fn check(
     file: Option<&[u8]>,
     name: &Fqn,
     version: &semver::Version,

@@ -28,9 +28,9 @@ use super::signature::{self, SignatureStatus, MAX_SIGNATURE_BYTES, SIGNATURE_FIL
 use crate::manifest::{parse_manifest, Fqn, LoadOptions, Manifest, Sha256Digest};
 
 /// An entry's directory name is this and the content hash's hex.
-pub const ENTRY_PREFIX: &str = "sha256-";
+pub(crate) const ENTRY_PREFIX: &str = "sha256-";
 /// The operator pins file beside an entry: `sha256-<hex>` and this.
-pub const PINS_SUFFIX: &str = ".pins.toml";
+pub(crate) const PINS_SUFFIX: &str = ".pins.toml";
 /// The store's lock file.
 const LOCK_FILE: &str = ".lock";
 
@@ -108,7 +108,7 @@ impl Entry {
 
 /// An entry as `list` finds it: its hash, and the entry or why it fails
 /// its checks.
-pub type Listed = (Sha256Digest, Result<Entry, StoreError>);
+pub(crate) type Listed = (Sha256Digest, Result<Entry, StoreError>);
 
 /// What to install and what it must be.
 pub struct InstallRequest<'a> {
@@ -564,7 +564,7 @@ fn check_expected_hash(
 
 /// `provenance_hash` against the shipped bytes: required when anything is
 /// shipped (it fixes where the shipped part ends), and equal.
-pub fn check_provenance(
+pub(crate) fn check_provenance(
     manifest: &Manifest,
     content: &ConnectorContent,
 ) -> Result<(), InstallRefusal> {
@@ -576,7 +576,10 @@ pub fn check_provenance(
 /// it, with install's refusals (`provenance_mismatch`, also when nothing is
 /// shipped; `connector_unreadable` when `bin/` cannot be hashed). A
 /// manifest without one is not checked: only install requires it.
-pub fn check_provenance_beside(manifest: &Manifest, dir: &Path) -> Result<(), InstallRefusal> {
+pub(crate) fn check_provenance_beside(
+    manifest: &Manifest,
+    dir: &Path,
+) -> Result<(), InstallRefusal> {
     if manifest.connector.provenance_hash.is_none() {
         return Ok(());
     }

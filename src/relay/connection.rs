@@ -144,7 +144,8 @@ fn admit(relay: &Arc<Relay>, client: TcpStream, running: &Running) {
 /// relays of many spawns together stay well inside the daemon's limit of
 /// open files. Shared among callers ([`crate::shares`]), so one caller's
 /// programs cannot starve the others'.
-pub const MAX_PROCESS_CONNECTIONS: usize = crate::config::MAX_CONNECTIONS_PER_PROCESS as usize;
+pub(crate) const MAX_PROCESS_CONNECTIONS: usize =
+    crate::config::MAX_CONNECTIONS_PER_PROCESS as usize;
 
 /// The address an accepted connection was going to: its local address,
 /// or, in a learning relay, where it was going before the sandbox's

@@ -105,20 +105,20 @@ pub mod reason {
 
 /// How many refused DNS names a spawn reports one by one; further ones
 /// are only counted ([`NetEvent::DnsRefusedMore`]).
-pub const MAX_DNS_REFUSED_EVENTS: usize = 64;
+pub(crate) const MAX_DNS_REFUSED_EVENTS: usize = 64;
 
 /// How many dialed connections a spawn reports one by one; later ones are
 /// counted by destination ([`NetEvent::Unreported`]).
-pub const MAX_CONNECTIONS_REPORTED: u64 = 256;
+pub(crate) const MAX_CONNECTIONS_REPORTED: u64 = 256;
 
 /// How many kinds of refusal (destination and reason) a spawn reports one
 /// by one; refusals of further kinds are only counted
 /// ([`NetEvent::Refusals`]).
-pub const MAX_REFUSALS_REPORTED: usize = 64;
+pub(crate) const MAX_REFUSALS_REPORTED: usize = 64;
 
 /// How a program tried to reach a destination.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// A TCP connection: the only transport a grant names.
     #[default]
     Tcp,
@@ -131,7 +131,7 @@ pub enum Transport {
 
 impl Transport {
     /// Its name in records and messages: `tcp`, `udp`, `other`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
@@ -140,7 +140,7 @@ impl Transport {
     }
 
     /// The IP protocol number of an `other` transport.
-    pub fn ip_protocol(self) -> Option<u8> {
+    pub(crate) fn ip_protocol(self) -> Option<u8> {
         match self {
             Transport::Other(n) => Some(n),
             Transport::Tcp | Transport::Udp => None,
@@ -151,7 +151,7 @@ impl Transport {
 /// One connection a sandboxed program opened, as it ended, or one attempt
 /// the sandbox's own rules refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionRecord {
+pub(crate) struct ConnectionRecord {
     /// The destination: the granted name a fake address stands for, or
     /// the address the program connected to.
     pub host: Host,
@@ -216,7 +216,7 @@ impl ConnectionRecord {
     /// by its first flight, included): such a connection is reported on
     /// its own, within the spawn's budget; any other is counted as a
     /// refusal.
-    pub fn reached_server(&self) -> bool {
+    pub(crate) fn reached_server(&self) -> bool {
         self.connected
     }
 
@@ -233,7 +233,7 @@ impl ConnectionRecord {
 
 /// A kind of refusal: the destination and why.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RefusalKind {
+pub(crate) struct RefusalKind {
     /// Where the program was going.
     pub host: Host,
     /// Its port.
@@ -247,7 +247,7 @@ pub struct RefusalKind {
 /// Dialed connections to one destination past the spawn's budget of
 /// individual reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DialedCount {
+pub(crate) struct DialedCount {
     /// Where the program was going.
     pub host: Host,
     /// Its port.
@@ -264,7 +264,7 @@ pub struct DialedCount {
 
 /// How often one kind of refusal happened in a spawn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusalCount {
+pub(crate) struct RefusalCount {
     /// The kind.
     pub kind: RefusalKind,
     /// How many connections, the reported first one included.
@@ -273,7 +273,7 @@ pub struct RefusalCount {
 
 /// What the relay reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetEvent {
+pub(crate) enum NetEvent {
     /// A connection ended: each one spawnd dialed, within the spawn's
     /// budget, and the first refusal of each kind before a dial (see
     /// [`ConnectionRecord::reached_server`]).
@@ -323,7 +323,7 @@ pub enum NetEvent {
 
 /// A spawn's network totals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Connections accepted, refused ones included.
     pub connections: u64,
     /// Connections refused, or whose dial failed.

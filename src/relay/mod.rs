@@ -45,10 +45,10 @@
 
 mod connection;
 mod dns_stub;
-pub mod events;
+pub(crate) mod events;
 mod host_addresses;
 mod refusal_log;
-pub mod resolve;
+pub(crate) mod resolve;
 
 #[cfg(test)]
 mod learning_tests;
@@ -73,18 +73,17 @@ use crate::egress::learning::{Contacted, LearnedNames, Learning};
 use crate::sandbox::network::Listeners;
 use crate::shares::{Claim, Limits, Pool, Tenants};
 
-pub use connection::MAX_PROCESS_CONNECTIONS;
-pub use events::{
-    reason, ConnectionRecord, DialedCount, NetEvent, RefusalCount, RefusalKind, Summary, Transport,
-    MAX_CONNECTIONS_REPORTED, MAX_DNS_REFUSED_EVENTS, MAX_REFUSALS_REPORTED,
+pub(crate) use connection::MAX_PROCESS_CONNECTIONS;
+pub(crate) use events::{
+    reason, ConnectionRecord, DialedCount, NetEvent, RefusalCount, Summary, Transport,
 };
-pub use resolve::{Resolve, Resolving, SystemResolver};
+pub(crate) use resolve::{Resolve, SystemResolver};
 
 use events::{DnsRefusals, EventSink};
 
 /// The operator's limits and checks for one spawn's relay.
 #[derive(Debug, Clone)]
-pub struct RelayConfig {
+pub(crate) struct RelayConfig {
     /// How long resolving a granted name may take, and connecting to
     /// each of its addresses.
     pub connect_timeout: Duration,
@@ -128,7 +127,7 @@ impl Default for RelayConfig {
 /// The relayed connections of one process with a single caller (`spawnd
 /// run`, `learn`): [`MAX_PROCESS_CONNECTIONS`], all of them its own. The
 /// daemon gives each spawn its caller's claim on its own pool instead.
-pub fn process_connections() -> Claim {
+pub(crate) fn process_connections() -> Claim {
     static POOL: std::sync::OnceLock<Arc<Pool>> = std::sync::OnceLock::new();
     let pool = POOL.get_or_init(|| {
         let all = MAX_PROCESS_CONNECTIONS as u64;
@@ -146,7 +145,7 @@ pub fn process_connections() -> Claim {
 
 /// Why the relay could not start. Nothing was accepted.
 #[derive(Debug, Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     /// More granted names than the fake pool has addresses.
     #[error(transparent)]
     Pool(#[from] PoolExhausted),
@@ -164,7 +163,7 @@ pub enum ServeError {
 
 /// What a spawn's relay lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RelayMode {
+pub(crate) enum RelayMode {
     /// Exactly these grants, and DNS answers for their names alone: every
     /// spawn a manifest allowed.
     Grants(Vec<Grant>),
@@ -240,7 +239,7 @@ impl Running {
 ///
 /// Runs on any tokio runtime; the sockets it dials are made in the
 /// network namespace of the thread that polls it.
-pub async fn serve(
+pub(crate) async fn serve(
     mode: RelayMode,
     config: RelayConfig,
     listeners: Listeners,

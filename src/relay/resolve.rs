@@ -19,11 +19,11 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 /// A resolution in progress.
-pub type Resolving<'a> = Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send + 'a>>;
+pub(crate) type Resolving<'a> = Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send + 'a>>;
 
 /// Resolves a granted name (lowercase, no trailing dot) to its addresses,
 /// in the order they should be tried.
-pub trait Resolve: Send + Sync {
+pub(crate) trait Resolve: Send + Sync {
     /// The addresses of `name`; an empty list or an error means it does
     /// not resolve.
     fn resolve<'a>(&'a self, name: &'a str) -> Resolving<'a>;
@@ -42,13 +42,13 @@ pub trait Resolve: Send + Sync {
 /// (within their own timeouts) rather than piling blocked work up behind
 /// the spawn's other blocking work (its audit records).
 #[derive(Debug, Clone)]
-pub struct SystemResolver {
+pub(crate) struct SystemResolver {
     at_once: Arc<Semaphore>,
 }
 
 impl SystemResolver {
     /// A resolver running at most `at_once` resolutions at a time.
-    pub fn new(at_once: usize) -> SystemResolver {
+    pub(crate) fn new(at_once: usize) -> SystemResolver {
         SystemResolver {
             at_once: Arc::new(Semaphore::new(at_once.max(1))),
         }

@@ -43,9 +43,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::egress::grant::{Grant, Host};
 
-use super::{
-    serve, ConnectionRecord, NetEvent, RelayConfig, RelayMode, Resolve, Resolving, Summary,
-};
+use super::resolve::Resolving;
+use super::{serve, ConnectionRecord, NetEvent, RelayConfig, RelayMode, Resolve, Summary};
 use crate::egress::learning::Learning;
 use crate::sandbox::network::{set_up_network, NetworkSetup};
 
@@ -79,7 +78,7 @@ pub(super) struct Scenario {
 impl Scenario {
     /// Grants from their text, names resolving as given, and a config
     /// with short timeouts.
-    pub fn new(grants: &[&str], names: &[(&str, &[&str])]) -> Scenario {
+    pub(super) fn new(grants: &[&str], names: &[(&str, &[&str])]) -> Scenario {
         Scenario {
             mode: RelayMode::Grants(grants.iter().map(|g| g.parse().unwrap()).collect()),
             names: names
@@ -99,7 +98,7 @@ impl Scenario {
     }
 
     /// A learning relay, names resolving as given, short timeouts.
-    pub fn learning(learning: Learning, names: &[(&str, &[&str])]) -> Scenario {
+    pub(super) fn learning(learning: Learning, names: &[(&str, &[&str])]) -> Scenario {
         Scenario {
             mode: RelayMode::Learning(learning),
             ..Scenario::new(&[], names)
@@ -131,7 +130,7 @@ pub(super) struct Client {
 
 impl Client {
     /// Ends the spawn and waits until `serve` has returned.
-    pub fn stop_relay(&self) {
+    pub(super) fn stop_relay(&self) {
         self.stop.cancel();
         self.served
             .recv_timeout(CLIENT_TIMEOUT)
@@ -139,7 +138,7 @@ impl Client {
     }
 
     /// Waits until an upstream connection reads the end of its stream.
-    pub fn upstream_saw_eof(&self) -> bool {
+    pub(super) fn upstream_saw_eof(&self) -> bool {
         self.upstream_closed.recv_timeout(CLIENT_TIMEOUT).is_ok()
     }
 }
@@ -159,7 +158,7 @@ pub(super) struct Finished {
 impl Finished {
     /// The connection records, in the order they ended, durations zeroed
     /// so records compare whole.
-    pub fn connections(&self) -> Vec<ConnectionRecord> {
+    pub(super) fn connections(&self) -> Vec<ConnectionRecord> {
         self.events
             .iter()
             .filter_map(|event| match event {

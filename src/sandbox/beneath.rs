@@ -16,7 +16,7 @@ use super::{SetupError, Step};
 
 /// What to create when the last component is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Create {
+pub(super) enum Create {
     /// Nothing: it must exist.
     Nothing,
     /// A directory with this mode.
@@ -51,13 +51,17 @@ fn fail(what: String) -> impl FnOnce(nix::Error) -> SetupError {
 /// every component); only a missing part makes it walk, and below a directory
 /// it has just created itself (or at the last component, known missing) it
 /// creates without looking first.
-pub fn open_beneath(root: &OwnedFd, rel: &Path, create: Create) -> Result<OwnedFd, SetupError> {
+pub(super) fn open_beneath(
+    root: &OwnedFd,
+    rel: &Path,
+    create: Create,
+) -> Result<OwnedFd, SetupError> {
     open_beneath_made(root, rel, create).map(|(fd, _)| fd)
 }
 
 /// [`open_beneath`], and whether this call made the last component (a
 /// directory or file that was there already, or came meanwhile, was not).
-pub fn open_beneath_made(
+pub(super) fn open_beneath_made(
     root: &OwnedFd,
     rel: &Path,
     create: Create,
@@ -155,7 +159,10 @@ const MAX_FINAL_LINKS: usize = 8;
 /// component is ever a link here: a link on the way is refused by
 /// [`open_beneath`] as always. More than [`MAX_FINAL_LINKS`] links, or a
 /// target that climbs out of `root`, is refused.
-pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::PathBuf, SetupError> {
+pub(super) fn through_final_links(
+    root: &OwnedFd,
+    rel: &Path,
+) -> Result<std::path::PathBuf, SetupError> {
     let mut current = rel.to_path_buf();
     for _ in 0..=MAX_FINAL_LINKS {
         let shown = current.display().to_string();
@@ -200,7 +207,7 @@ pub fn through_final_links(root: &OwnedFd, rel: &Path) -> Result<std::path::Path
 /// Whether what is missing of `rel` would be created on `root`'s own
 /// filesystem: its deepest existing ancestor (or `rel` itself) is on the
 /// same device as `root`, not on a mount over it (a scope, a system path).
-pub fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, SetupError> {
+pub(super) fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, SetupError> {
     use nix::sys::stat::fstat;
     let device = |fd: &OwnedFd, shown: &Path| {
         fstat(fd)
@@ -225,7 +232,7 @@ pub fn creates_on_root_filesystem(root: &OwnedFd, rel: &Path) -> Result<bool, Se
 /// it: its deepest existing ancestor is a directory, reached without a
 /// symlink. False when something is there already, or a symlink or a
 /// non-directory stands on the way.
-pub fn creatable_beneath(root: &OwnedFd, rel: &Path) -> bool {
+pub(super) fn creatable_beneath(root: &OwnedFd, rel: &Path) -> bool {
     if openat2(root, rel, how(OFlag::O_PATH)).is_ok() {
         return false;
     }
@@ -280,7 +287,7 @@ fn mkdir_tolerant(
 }
 
 /// The path through which `mount(2)` reaches the object behind `fd`.
-pub fn fd_path(fd: &OwnedFd) -> std::path::PathBuf {
+pub(super) fn fd_path(fd: &OwnedFd) -> std::path::PathBuf {
     use std::os::fd::AsRawFd;
     std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }

@@ -41,7 +41,7 @@ use crate::sys::{
 };
 
 /// Everything the child needs, prepared by the parent before `clone`.
-pub struct ChildSetup<'a> {
+pub(super) struct ChildSetup<'a> {
     /// The decided sandbox.
     pub spec: &'a SandboxSpec,
     /// The scopes as resolved by the parent, in `spec.scopes` order.
@@ -100,7 +100,7 @@ pub struct ChildSetup<'a> {
 }
 
 /// A scope as the parent resolved it: where it is and what it is.
-pub struct ScopeId {
+pub(super) struct ScopeId {
     /// Canonical path (symlinks resolved).
     pub canonical: std::path::PathBuf,
     /// Device of the resolved inode.
@@ -131,7 +131,7 @@ const FORWARDED: [Signal; 6] = [
 ];
 
 /// The cloned child's entry point. Never returns.
-pub fn init_main(mut setup: ChildSetup<'_>) -> ! {
+pub(super) fn init_main(mut setup: ChildSetup<'_>) -> ! {
     let started = std::time::Instant::now();
     // A spare sandbox did these first thing, while it waited for its
     // order: not a moment at the spawner's raised priority (see
@@ -195,7 +195,7 @@ fn own_process_group() -> Result<(), SetupError> {
 /// SIGPIPE is blocked rather than ignored (an ignored signal would survive
 /// exec): a write to a closed pipe fails with EPIPE instead of killing init;
 /// the program's mask is cleared before it executes.
-pub fn default_signal_actions() -> Result<(), SetupError> {
+pub(super) fn default_signal_actions() -> Result<(), SetupError> {
     restore_every_default_action()
         .map_err(|e| SetupError::new(Step::Init, "sigaction(SIG_DFL)", e))?;
     let mut pipe = SigSet::empty();
@@ -449,7 +449,7 @@ fn start_program_process(
 /// [`super::spec::steps_mountable_ahead`]), its host name, its loopback
 /// up, its bounding set empty. A spare sandbox does this while it
 /// waits for its order.
-pub fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), SetupError> {
+pub(super) fn prepare_base(system: &[MountStep]) -> Result<(Staged, BoundingSetEmpty), SetupError> {
     let mut staged = stage_and_name()?;
     staged.mount_more(system)?;
     set_loopback_up().map_err(|e| SetupError::new(Step::Network, "bring lo up", e))?;

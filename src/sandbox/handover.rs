@@ -17,7 +17,7 @@ use super::SetupError;
 /// The descriptors and facts the parent prepares for one sandbox: built into
 /// a [`ChildSetup`] by a child cloned now, or sent (with the order) to a
 /// spare sandbox, which builds the same setup from them.
-pub struct Handover {
+pub(super) struct Handover {
     /// The scopes as resolved by the parent, in `spec.scopes` order.
     pub scopes: Vec<ScopeId>,
     /// The hashed program.
@@ -52,7 +52,7 @@ const CHILD_FIXED_FDS: usize = 6;
 
 impl Handover {
     /// The child's setup for `order`, with `seccomp` compiled from it.
-    pub fn into_setup<'a>(
+    pub(super) fn into_setup<'a>(
         self,
         order: &'a LaunchOrder,
         seccomp: &'a [SockFilter],
@@ -86,7 +86,7 @@ impl Handover {
     }
 
     /// Every descriptor, in the order [`Handover::from_fds`] takes them back.
-    pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+    pub(super) fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         let mut v = vec![self.program.as_fd()];
         v.extend(self.stdio.iter().map(AsFd::as_fd));
         v.push(self.go_ahead.as_fd());
@@ -106,7 +106,7 @@ impl Handover {
 
     /// What travels with the descriptors: the scopes' identities, whether
     /// the program is a script, how many cgroups.
-    pub fn facts(&self) -> HandoverFacts {
+    pub(super) fn facts(&self) -> HandoverFacts {
         HandoverFacts {
             scopes: self
                 .scopes
@@ -131,7 +131,7 @@ impl Handover {
 
     /// The handover again, from [`Handover::facts`] and the descriptors of
     /// [`Handover::fds`] as received.
-    pub fn from_fds(facts: HandoverFacts, fds: Vec<OwnedFd>) -> Option<Handover> {
+    pub(super) fn from_fds(facts: HandoverFacts, fds: Vec<OwnedFd>) -> Option<Handover> {
         let channels = usize::from(facts.network) + usize::from(facts.tracer);
         let scopes = facts.scopes.len();
         if fds.len() != CHILD_FIXED_FDS + facts.cgroups + channels + scopes + facts.idmapped.len()
@@ -190,7 +190,7 @@ impl Handover {
 
 /// The plain facts of [`Handover`], sent beside its descriptors.
 #[derive(serde::Serialize, serde::Deserialize)]
-pub struct HandoverFacts {
+pub(super) struct HandoverFacts {
     /// Each scope's canonical path, device and inode, in `spec.scopes` order.
     pub scopes: Vec<(std::path::PathBuf, u64, u64)>,
     /// The scopes (indices into `scopes`, ascending) whose idmapped mount

@@ -14,12 +14,12 @@ const CAP_PROBE_LIMIT: u32 = 64;
 /// Proof that this process's bounding set was emptied: only
 /// [`drop_bounding_set`] makes one, and [`drop_privileges_in_child`] takes it.
 #[derive(Debug)]
-pub struct BoundingSetEmpty(());
+pub(super) struct BoundingSetEmpty(());
 
 /// Empties the bounding set (one `prctl` per capability, about 40). The
 /// capabilities in effect stay, so mounting goes on; a spare sandbox
 /// does this before its order comes, any other while its old root detaches.
-pub fn drop_bounding_set() -> Result<BoundingSetEmpty, SetupError> {
+pub(super) fn drop_bounding_set() -> Result<BoundingSetEmpty, SetupError> {
     for cap in 0..CAP_PROBE_LIMIT {
         match drop_bounding_capability(cap) {
             Ok(()) => {}
@@ -37,7 +37,7 @@ pub fn drop_bounding_set() -> Result<BoundingSetEmpty, SetupError> {
 /// Drops every remaining privilege and becomes `uid`/`gid`, the bounding set
 /// being empty already (`_emptied`). `may_setgroups` is false in a user
 /// namespace created by an unprivileged parent (`setgroups` is denied there).
-pub fn drop_privileges_in_child(
+pub(super) fn drop_privileges_in_child(
     uid: u32,
     gid: u32,
     may_setgroups: bool,

@@ -26,7 +26,7 @@ use super::{SetupError, Step};
 
 /// What was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct LandlockApplied {
+pub(crate) struct LandlockApplied {
     /// The ABI whose features were all enforced.
     pub abi: u32,
     /// Abstract unix sockets and signals scoped (ABI ≥ 6).
@@ -66,7 +66,7 @@ fn rights(access: Access, abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 /// With `executables` (`exec = "declared"`), no rule of `rules` grants
 /// execution, whatever its access says, and each of those files gets a
 /// rule to read and execute it alone ([`add_executable_rules`]).
-pub fn restrict_current_process(
+pub(crate) fn restrict_current_process(
     rules: &[LandlockRule],
     scope_fds: &[std::os::fd::OwnedFd],
     program: Option<BorrowedFd<'_>>,

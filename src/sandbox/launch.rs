@@ -322,7 +322,7 @@ fn abort(running: LocalSandbox, fallback: SetupError) -> SetupError {
 /// What a byte down init's go-ahead pipe lets it do. Init reads one byte
 /// for each, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GoAhead {
+pub(crate) enum GoAhead {
     /// Its ids are mapped: build the root, take the program's identity and
     /// confine itself.
     BuildRoot,
@@ -334,7 +334,7 @@ pub enum GoAhead {
 /// a copy of it the daemon holds). An init that died meanwhile makes it
 /// fail with EPIPE: its own report is then on its status pipe
 /// ([`status_pipe::read_dead_init_report`]).
-pub fn go_ahead(pipe: impl AsFd, what: GoAhead) -> Result<(), SetupError> {
+pub(crate) fn go_ahead(pipe: impl AsFd, what: GoAhead) -> Result<(), SetupError> {
     let (byte, call) = match what {
         GoAhead::BuildRoot => (b"m", "release the child"),
         GoAhead::StartProgram => (b"c", "release the program"),
@@ -357,7 +357,7 @@ pub(super) const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Starts the sandbox an [`Ordered`] launch describes, in this process,
 /// with its compiled filter as it is. Nothing of the program runs before
 /// every layer is in place.
-pub fn launch(ordered: Ordered) -> Result<Launched, SetupError> {
+pub(crate) fn launch(ordered: Ordered) -> Result<Launched, SetupError> {
     let Ordered {
         order,
         program,

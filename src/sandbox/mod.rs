@@ -33,26 +33,26 @@
 //! credential values — over a socketpair with `SCM_RIGHTS`, never through
 //! argv or an intermediate process's environment.
 
-pub mod as_caller;
+pub(crate) mod as_caller;
 mod beneath;
-pub mod cgroup;
+pub(crate) mod cgroup;
 mod child;
 mod handover;
 mod identity;
 mod idmap;
-pub mod landlock;
-pub mod launch;
+pub(crate) mod landlock;
+pub(crate) mod launch;
 mod mounts;
-pub mod network;
-pub mod order;
+pub(crate) mod network;
+pub(crate) mod order;
 mod prepare;
-pub mod priority;
-pub mod seccomp;
+pub(crate) mod priority;
+pub(crate) mod seccomp;
 mod setup_error;
-pub mod spare;
-pub mod spec;
-pub mod status_pipe;
-pub mod threads;
-pub mod trace;
+pub(crate) mod spare;
+pub(crate) mod spec;
+pub(crate) mod status_pipe;
+pub(crate) mod threads;
+pub(crate) mod trace;
 
-pub use setup_error::{Cause, SetupError, Step};
+pub(crate) use setup_error::{Cause, SetupError, Step};

@@ -40,15 +40,15 @@ use crate::ipc::{recv_up_to, send, MAX_FRAME_FDS};
 use crate::plan::SpawnPlan;
 
 /// The DNS stub's port, on both UDP and TCP.
-pub const DNS_PORT: u16 = 53;
+pub(crate) const DNS_PORT: u16 = 53;
 
 /// The NFLOG group a sandbox's refused egress is logged to (groups are
 /// per network namespace: each sandbox has its own).
-pub const REFUSAL_LOG_GROUP: u16 = 1;
+pub(crate) const REFUSAL_LOG_GROUP: u16 = 1;
 
 /// Most distinct granted ports: their listeners, the DNS stub's two and a
 /// launched sandbox's other descriptors travel in one [`crate::ipc`] frame.
-pub const MAX_PORTS: usize = 64;
+pub(crate) const MAX_PORTS: usize = 64;
 
 /// What init sets up in its namespace for a spawn with grants.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -163,7 +163,10 @@ impl Listeners {
 /// Routes and listeners for `setup` in the current network namespace
 /// (whose `lo` is up), then hands the listeners over `channel` and closes
 /// this process's copies. Each failing step is named.
-pub fn set_up_network_in_child(setup: &NetworkSetup, channel: OwnedFd) -> Result<(), SetupError> {
+pub(crate) fn set_up_network_in_child(
+    setup: &NetworkSetup,
+    channel: OwnedFd,
+) -> Result<(), SetupError> {
     let listeners = set_up_network(setup)?;
     let channel = UnixStream::from(channel);
     send(&channel, &listeners.ports(), &listeners.fds())
@@ -232,7 +235,7 @@ fn route_everything_to_loopback() -> Result<(), SetupError> {
 /// `spawnd health`'s helper (a fresh, single-threaded process): in new user
 /// and network namespaces, sets up what a sandbox granted one port gets,
 /// so that a kernel lacking any part of it is named before a spawn fails.
-pub fn network_probe_helper() -> Result<(), String> {
+pub(crate) fn network_probe_helper() -> Result<(), String> {
     use nix::sched::{unshare, CloneFlags};
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
         .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET): {e}"))?;
@@ -316,7 +319,7 @@ fn loopback_listener() -> Result<(u16, OwnedFd), SetupError> {
 /// The parent's side: the listeners init hands over `channel`, or the
 /// reason they did not come (init failed first, and said why on its status
 /// pipe, which the caller reads).
-pub fn receive_listeners(channel: &UnixStream) -> Result<Listeners, SetupError> {
+pub(crate) fn receive_listeners(channel: &UnixStream) -> Result<Listeners, SetupError> {
     let failed =
         |e: std::io::Error| SetupError::new(Step::Network, "receive the sandbox's listeners", e);
     match recv_up_to::<Vec<u16>>(channel, MAX_FRAME_FDS) {

@@ -30,7 +30,7 @@ use crate::vault::Secret;
 
 /// The identity a root caller's program runs as when no other is chosen:
 /// the kernel's overflow ids, `nobody`/`nogroup` on most systems.
-pub const NOBODY: (u32, u32) = (65534, 65534);
+pub(crate) const NOBODY: (u32, u32) = (65534, 65534);
 
 /// Who the program runs as, and how its memory and processes are limited.
 #[derive(Debug, Clone)]

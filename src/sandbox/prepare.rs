@@ -323,7 +323,7 @@ pub(super) fn sealed_copy(script: &File, decided: &[u8; 32]) -> Result<File, Set
 /// C strings that may hold credential values (the program's environment):
 /// their bytes are zeroed when dropped, so a spawner that outlives the
 /// launch keeps no copy in freed memory for later forks to inherit.
-pub struct WipedCStrings(Vec<CString>);
+pub(super) struct WipedCStrings(Vec<CString>);
 
 impl WipedCStrings {
     pub(super) fn new(items: Vec<CString>) -> WipedCStrings {
@@ -419,7 +419,7 @@ pub(super) fn rlimits(
 /// such as V8 and the JVM reserve gigabytes of address space they never
 /// touch, which a bound at the limit itself refuses at start-up. This one
 /// bounds what `RLIMIT_DATA` does not count, shared mappings, per process.
-pub fn address_space_bound(max_memory_bytes: u64) -> u64 {
+pub(super) fn address_space_bound(max_memory_bytes: u64) -> u64 {
     max_memory_bytes.saturating_add(4 << 30)
 }
 

@@ -26,7 +26,7 @@ use super::{SetupError, Step};
 use crate::sys::{nice_value, set_nice_value};
 
 /// How much higher than the daemon's the spawner's priority is (nice units).
-pub const SPAWNER_BOOST: i32 = 5;
+pub(crate) const SPAWNER_BOOST: i32 = 5;
 
 /// Lowest nice value Linux has.
 const HIGHEST_PRIORITY: i32 = -20;
@@ -38,7 +38,7 @@ const NOT_RAISED: i32 = i32::MIN;
 
 /// In the spawner, at its start: runs [`SPAWNER_BOOST`] nice units ahead of
 /// the daemon when allowed. Returns the nice value it runs at.
-pub fn raise_for_spawner() -> std::io::Result<i32> {
+pub(crate) fn raise_for_spawner() -> std::io::Result<i32> {
     let base = nice_value()?;
     let raised = (base - SPAWNER_BOOST).max(HIGHEST_PRIORITY);
     if raised == base {
@@ -57,7 +57,7 @@ pub fn raise_for_spawner() -> std::io::Result<i32> {
 
 /// In a sandbox's init, first: back to the daemon's nice value if the
 /// spawner that cloned it runs above it.
-pub fn back_to_base() -> Result<(), SetupError> {
+pub(crate) fn back_to_base() -> Result<(), SetupError> {
     match BASE.load(Ordering::Relaxed) {
         NOT_RAISED => Ok(()),
         base => set_nice_value(base).map_err(|e| {

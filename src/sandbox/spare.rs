@@ -57,7 +57,7 @@ const UNSHARED: libc::c_int = NAMESPACES & !CLONED;
 
 /// How long a request waits for the spare it takes to have made its own
 /// namespaces (normally well under a millisecond after its clone).
-pub const MAKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const MAKING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A spare that could not make its own namespaces.
 fn made_error(e: std::io::Error) -> SetupError {
@@ -109,7 +109,7 @@ struct FromParent {
 
 /// Who a spare's ids were mapped for: uid, gid, and whether the parent
 /// was privileged (which decides the map's shape).
-pub type MappedFor = (u32, u32, bool);
+pub(crate) type MappedFor = (u32, u32, bool);
 
 impl Spare {
     /// Clones a spare into fresh namespaces. The caller must be single-threaded.

@@ -12,7 +12,7 @@ use crate::plan::{CwdPlan, ExecPlan, FileId, GrantedAs, SpawnPlan, RUNTIME_HOME}
 
 /// What a host path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostKind {
+pub(crate) enum HostKind {
     /// A directory.
     Dir,
     /// Any other file.
@@ -243,19 +243,19 @@ const MANAGED: &[&str] = &["/proc", "/dev", "/sys"];
 /// Where the sandbox's private /tmp lives.
 const STAGED_TMP: &str = "/tmp";
 /// The fresh working directory when neither request nor manifest names one.
-pub const FRESH_CWD: &str = "/tmp/work";
+pub(crate) const FRESH_CWD: &str = "/tmp/work";
 /// The sizes the shared steps mount the private /tmp and /dev/shm at:
 /// those of the default memory limit, so a request with that limit needs
 /// no resize.
-pub fn base_tmpfs_sizes() -> TmpfsSizes {
+pub(crate) fn base_tmpfs_sizes() -> TmpfsSizes {
     TmpfsSizes::for_limits(&Limits::default())
 }
 /// The device nodes of the minimal /dev.
-pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+pub(crate) const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
 /// Builds the spec. `host` tells what each host path is; `system_paths` is the
 /// operator's read-only runtime.
-pub fn build_spec(
+pub(crate) fn build_spec(
     plan: &SpawnPlan,
     system_paths: &[PathBuf],
     host: &dyn Fn(&Path) -> HostKind,
@@ -373,7 +373,7 @@ fn limit_execution_to_declared_files(
 
 /// A sandbox's mount steps after the shared ones ([`base_mounts`]), or
 /// `None` when they do not begin with them.
-pub fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
+pub(crate) fn after_base(mounts: &[MountStep]) -> Option<&[MountStep]> {
     // Asked several times per launch in the spawner: built once.
     static BASE: std::sync::OnceLock<Vec<MountStep>> = std::sync::OnceLock::new();
     mounts.strip_prefix(BASE.get_or_init(base_mounts).as_slice())
@@ -413,7 +413,7 @@ pub fn steps_mountable_ahead(mounts: &[MountStep]) -> &[MountStep] {
 
 /// The mount steps every sandbox begins with, whatever its request: the
 /// private /tmp, the minimal /dev and /dev/shm, its own /proc.
-pub fn base_mounts() -> Vec<MountStep> {
+pub(crate) fn base_mounts() -> Vec<MountStep> {
     let mut m = vec![
         MountStep {
             target: "/tmp".into(),
@@ -563,7 +563,7 @@ fn add_program(spec: &mut SandboxSpec, system_paths: &[PathBuf], host: &dyn Fn(&
 /// filesystem a host process could rename a directory on the way, or
 /// replace the file, and with it the bind, between the exec and the
 /// interpreter's open: there the script keeps running from its descriptor.
-pub fn bind_root_only_script(
+pub(crate) fn bind_root_only_script(
     spec: &mut SandboxSpec,
     script: bool,
     chain_ok: impl FnOnce(&Path) -> bool,
@@ -586,7 +586,7 @@ pub fn bind_root_only_script(
 /// directory above it are owned by root and writable by no one else (a
 /// sticky directory, `/tmp`, counts: no one else may rename or remove
 /// root's entries there). Symbolic links are not followed.
-pub fn only_root_may_change(path: &Path) -> bool {
+pub(crate) fn only_root_may_change(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let mut at = Some(path);
     while let Some(p) = at {
@@ -632,9 +632,9 @@ fn add_resolver(spec: &mut SandboxSpec, plan: &SpawnPlan) {
 }
 
 /// The resolver configuration's path.
-pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+pub(crate) const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// A sandbox with network grants asks spawnd's DNS stub, and only it.
-pub const RESOLVER_CONFIG: &str = "nameserver 127.0.0.1\n";
+pub(crate) const RESOLVER_CONFIG: &str = "nameserver 127.0.0.1\n";
 
 /// Who the program is inside the sandbox, as the files that name it say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -655,7 +655,7 @@ pub struct RuntimeIdentity {
 /// host's accounts stay unseen), `hosts` naming the loopback, and
 /// `nsswitch.conf` saying to read them. Each is bound over whatever the
 /// system paths show there (last, over any scope).
-pub fn add_runtime_files(spec: &mut SandboxSpec, who: &RuntimeIdentity) {
+pub(crate) fn add_runtime_files(spec: &mut SandboxSpec, who: &RuntimeIdentity) {
     for (target, contents) in runtime_files(who) {
         spec.mounts.push(MountStep {
             target: target.into(),
@@ -665,7 +665,7 @@ pub fn add_runtime_files(spec: &mut SandboxSpec, who: &RuntimeIdentity) {
 }
 
 /// The files [`add_runtime_files`] binds, and their contents.
-pub fn runtime_files(who: &RuntimeIdentity) -> [(&'static str, String); 4] {
+pub(crate) fn runtime_files(who: &RuntimeIdentity) -> [(&'static str, String); 4] {
     let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
     let mut group = String::from("root:x:0:\n");
     if who.uid != 0 && who.uid != NOBODY_ID {
@@ -699,7 +699,8 @@ const NOBODY_ID: u32 = 65534;
 
 /// Every sandbox knows the loopback's names, and asks its resolver (with
 /// network grants, spawnd's stub) for every other.
-pub const HOSTS_CONFIG: &str = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n";
+pub(crate) const HOSTS_CONFIG: &str =
+    "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n";
 
 /// Accounts from the files above, names from `hosts` then DNS.
 const NSSWITCH_CONFIG: &str =
@@ -707,7 +708,7 @@ const NSSWITCH_CONFIG: &str =
 
 /// A name fit for `passwd` and `group`: the host's, when it is plain
 /// (letters, digits, `_`, `-`, `.`, not first a `-`), else `fallback`.
-pub fn account_name(host_name: Option<&str>, fallback: &str) -> String {
+pub(crate) fn account_name(host_name: Option<&str>, fallback: &str) -> String {
     match host_name {
         Some(name)
             if !name.is_empty()

@@ -34,18 +34,18 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::{Cause, SetupError, Step};
 
 /// The tag of a [`StatusKind::Failed`] line.
-pub const FAILED_TAG: u8 = b'E';
+pub(crate) const FAILED_TAG: u8 = b'E';
 /// Ends the call of a [`StatusKind::Failed`] line, before its error.
-pub const FAILED_CALL_END: u8 = 0;
+pub(crate) const FAILED_CALL_END: u8 = 0;
 /// The tag of a [`StatusKind::Layers`] line.
-pub const LAYERS_TAG: u8 = b'L';
+pub(crate) const LAYERS_TAG: u8 = b'L';
 /// The tag of a [`StatusKind::Ended`] record.
-pub const ENDED_TAG: u8 = b'W';
+pub(crate) const ENDED_TAG: u8 = b'W';
 
 /// The kind of a message, its tag byte as the discriminant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum StatusKind {
+pub(crate) enum StatusKind {
     /// `E<step byte><call>\0<error>\n`: setup or exec failed.
     Failed = FAILED_TAG,
     /// `L<abi> <scoped> <spare> <ready µs> <release wait µs>\n`: the layers
@@ -57,12 +57,12 @@ pub enum StatusKind {
 
 impl StatusKind {
     /// The byte that starts a message of this kind.
-    pub const fn tag(self) -> u8 {
+    pub(crate) const fn tag(self) -> u8 {
         self as u8
     }
 
     /// The kind a tag byte starts, if any.
-    pub const fn from_tag(tag: u8) -> Option<StatusKind> {
+    pub(crate) const fn from_tag(tag: u8) -> Option<StatusKind> {
         match tag {
             FAILED_TAG => Some(StatusKind::Failed),
             LAYERS_TAG => Some(StatusKind::Layers),
@@ -77,7 +77,7 @@ impl StatusKind {
 /// network namespace was made before the request (a spare sandbox); and how
 /// long its own setup took.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// Landlock ABI enforced.
     pub abi: u32,
     /// Abstract unix sockets and signals scoped.
@@ -96,7 +96,7 @@ pub struct Applied {
 /// that a supervisor's clock cannot split from the audit record's commit
 /// running beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SetupTimes {
+pub(crate) struct SetupTimes {
     /// From init's start on its order until it stood confined, ready for
     /// the program: cgroups, root, identity, Landlock, seccomp, and a
     /// fresh clone's wait for its id maps.
@@ -109,7 +109,7 @@ pub struct SetupTimes {
 /// How the program ended and what its processes used, as init measured
 /// once it had reaped them all (`getrusage(RUSAGE_CHILDREN)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgramEnded {
+pub(crate) struct ProgramEnded {
     /// The program's raw wait status.
     pub wait_status: i32,
     /// User + system CPU time, µs.
@@ -124,7 +124,7 @@ pub struct ProgramEnded {
 
 /// One message, as decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StatusMessage {
+pub(crate) enum StatusMessage {
     /// Setup or exec failed: the step, the call and its error, as init
     /// wrote them (the error as text).
     Failed(SetupError),
@@ -136,7 +136,7 @@ pub enum StatusMessage {
 
 /// Why the bytes read cannot be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Garbled {
+pub(crate) enum Garbled {
     /// A message init sends once came twice.
     Repeated,
     /// A byte where a message should start is no tag, an `Ended` record
@@ -158,7 +158,7 @@ const ENDED_BODY: usize = 4 + 8 + 8 + 1;
 
 /// An encoded message: on the stack, or on the heap when its text does not
 /// fit there.
-pub struct Encoded {
+pub(crate) struct Encoded {
     stack: [u8; STACK_LINE],
     len: usize,
     heap: Option<Vec<u8>>,
@@ -190,7 +190,7 @@ impl Encoded {
     }
 
     /// The message's bytes, as they go down the pipe.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         match &self.heap {
             Some(heap) => heap,
             None => &self.stack[..self.len],
@@ -206,7 +206,7 @@ impl fmt::Write for Encoded {
 }
 
 /// `E<step byte><call>\0<error>\n`: a setup step or the exec failed.
-pub fn encode_failed(error: &SetupError) -> Encoded {
+pub(crate) fn encode_failed(error: &SetupError) -> Encoded {
     let mut line = Encoded::new();
     line.push(&[StatusKind::Failed.tag(), error.step.byte()]);
     line.push(error.call.as_bytes());
@@ -219,7 +219,7 @@ pub fn encode_failed(error: &SetupError) -> Encoded {
 
 /// `L<abi> <scoped> <spare>[ <ready µs> <release wait µs>]\n`: the layers
 /// in force, and init's times when it has them.
-pub fn encode_layers(applied: &Applied) -> Encoded {
+pub(crate) fn encode_layers(applied: &Applied) -> Encoded {
     let mut line = Encoded::new();
     line.push(&[StatusKind::Layers.tag()]);
     let _ = write!(
@@ -242,7 +242,7 @@ pub fn encode_layers(applied: &Applied) -> Encoded {
 
 /// `W<i32 wait status><u64 cpu µs><u64 max rss KiB><u8 on its own>`,
 /// little-endian: the program ended.
-pub fn encode_ended(ended: &ProgramEnded) -> Encoded {
+pub(crate) fn encode_ended(ended: &ProgramEnded) -> Encoded {
     let mut record = Encoded::new();
     record.push(&[StatusKind::Ended.tag()]);
     record.push(&ended.wait_status.to_le_bytes());
@@ -255,7 +255,7 @@ pub fn encode_ended(ended: &ProgramEnded) -> Encoded {
 /// Writes one message to the status pipe in one `write` (a pipe keeps it
 /// whole). A failed write is not reported: the pipe is init's only way to
 /// report anything, and the parent then learns from init's exit instead.
-pub fn send(status: impl AsFd, message: &Encoded) {
+pub(crate) fn send(status: impl AsFd, message: &Encoded) {
     let _ = nix::unistd::write(status, message.as_bytes());
 }
 
@@ -264,7 +264,7 @@ pub fn send(status: impl AsFd, message: &Encoded) {
 /// no message, garbles the whole: nothing of it can be trusted. A `Failed`
 /// or `Layers` line not yet ended by its newline runs to the end of the
 /// bytes; a `Layers` line that is not three or five numbers is left out.
-pub fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage>, Garbled> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<StatusMessage>, Garbled> {
     let mut messages = Vec::new();
     let mut rest = bytes;
     let (mut seen_ended, mut seen_layers) = (false, false);
@@ -369,7 +369,7 @@ fn decode_layers(text: &str) -> Option<Applied> {
 
 /// Whether init's first message has begun and is one it sends once its
 /// setup is over: the layers in force, or a failure.
-pub fn setup_over(bytes: &[u8]) -> bool {
+pub(crate) fn setup_over(bytes: &[u8]) -> bool {
     bytes.first().is_some_and(|b| {
         matches!(
             StatusKind::from_tag(*b),
@@ -381,7 +381,7 @@ pub fn setup_over(bytes: &[u8]) -> bool {
 /// Whether the `Ended` tag has arrived: the mark of the program's end,
 /// checked on every read. A `W` anywhere counts, in the text of an earlier
 /// `Failed` line too; only the phase timings read this mark.
-pub fn end_arrived(bytes: &[u8]) -> bool {
+pub(crate) fn end_arrived(bytes: &[u8]) -> bool {
     bytes.contains(&StatusKind::Ended.tag())
 }
 
@@ -390,7 +390,7 @@ pub fn end_arrived(bytes: &[u8]) -> bool {
 /// ([`Cause::Reported`]). Reads until that message is whole or the pipe
 /// ends (its other holders, the sandbox's last processes, are being killed
 /// with it), for at most a second; `None` when init reported no failure.
-pub fn read_dead_init_report(status: BorrowedFd<'_>) -> Option<SetupError> {
+pub(crate) fn read_dead_init_report(status: BorrowedFd<'_>) -> Option<SetupError> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
     let mut report = Vec::new();

@@ -37,7 +37,7 @@ const EXITING_WITHIN: std::time::Duration = std::time::Duration::from_millis(100
 /// two links plus one per thread (`proc_task_getattr`), so one `statx`
 /// answers what reading `/proc/self/status` (a dozen system calls and the
 /// whole status text generated) did. Any other count is an error.
-pub fn thread_count() -> std::io::Result<u32> {
+pub(crate) fn thread_count() -> std::io::Result<u32> {
     use std::os::unix::fs::MetadataExt;
     let links = std::fs::metadata("/proc/self/task")?.nlink();
     links

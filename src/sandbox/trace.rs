@@ -33,7 +33,7 @@ use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use serde::Serialize;
 
-pub use crate::spawn_result::{RefusedCall, Use};
+pub(crate) use crate::spawn_result::{RefusedCall, Use};
 
 use super::seccomp::{syscall_name, Action, Policy, SeccompData};
 use crate::sys::{
@@ -79,12 +79,12 @@ pub struct Trace {
 }
 
 /// Most distinct (path, use) pairs kept; a program opening more is counted.
-pub const MAX_DISTINCT: usize = 100_000;
+pub(crate) const MAX_DISTINCT: usize = 100_000;
 /// Most bytes of distinct paths kept (paths are up to 4 KiB each): the
 /// tracer's memory stays bounded whatever names a program makes up.
-pub const MAX_PATH_BYTES: usize = 32 << 20;
+pub(crate) const MAX_PATH_BYTES: usize = 32 << 20;
 /// Most executed paths kept in order.
-pub const MAX_EXECUTED: usize = 4096;
+pub(crate) const MAX_EXECUTED: usize = 4096;
 
 /// The parent's side of a traced sandbox: a thread answering its notifications.
 pub struct Tracer {
@@ -128,7 +128,7 @@ impl Drop for Tracer {
 }
 
 /// Init's side: hands the listener over `channel` (then both close).
-pub fn hand_over_listener(listener: OwnedFd, channel: OwnedFd) -> std::io::Result<()> {
+pub(crate) fn hand_over_listener(listener: OwnedFd, channel: OwnedFd) -> std::io::Result<()> {
     let channel = UnixStream::from(channel);
     crate::ipc::send(&channel, &(), &[listener.as_fd()])
 }

@@ -39,9 +39,9 @@
 mod remote;
 mod server;
 mod spares;
-pub mod wire;
+pub(crate) mod wire;
 
-pub use remote::{RemoteLaunched, RemoteSandbox};
+pub(crate) use remote::{RemoteLaunched, RemoteSandbox};
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -347,7 +347,7 @@ impl Drop for Spawner {
 
 /// `spawnd __spawner --parent PID`: serves as a spawner on descriptor 3,
 /// dying with the daemon. Returns the exit code.
-pub fn serve_on_fd3(parent: u32) -> i32 {
+pub(crate) fn serve_on_fd3(parent: u32) -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     if nix::unistd::getppid().as_raw() as u32 != parent {
         return 0;

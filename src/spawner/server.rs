@@ -32,7 +32,7 @@ enum Slot {
 }
 
 /// Serves the daemon on `sock` until it closes; returns the exit code.
-pub fn serve(sock: UnixStream) -> i32 {
+pub(super) fn serve(sock: UnixStream) -> i32 {
     // Signals meant for the daemon's process group (Ctrl-C, a service
     // manager's SIGTERM) must not take the spawner down before the daemon
     // has drained: it ends when the daemon's socket closes.

@@ -21,23 +21,23 @@ use crate::sandbox::spare::{MappedFor, Spare};
 use crate::sandbox::spec::{steps_mountable_ahead, MountStep};
 
 /// How many spares are kept ready.
-pub const POOL_SIZE: usize = 4;
+pub(super) const POOL_SIZE: usize = 4;
 /// Below this many ready spares, the pool is filled even while sandboxes
 /// run; above it, only while none does (see [`SparePool::wants_work`]).
-pub const LOW_WATER: usize = 2;
+pub(super) const LOW_WATER: usize = 2;
 
 /// How long a spare is kept: the host's mounts it sees stay current (they
 /// are slaves of the host's until its order comes), but a fresh one is
 /// cheap while idle.
-pub const MAX_AGE: Duration = Duration::from_secs(60);
+pub(super) const MAX_AGE: Duration = Duration::from_secs(60);
 /// How long making spares pauses after a failure.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// Preparing pauses for [`RETRY_AFTER`] after this many failures in a row
 /// (spares are then used unprepared).
 const MAX_PREPARE_FAILURES: u32 = 3;
 
 /// The ready spares, oldest first.
-pub struct SparePool {
+pub(super) struct SparePool {
     ready: Vec<(Spare, Instant)>,
     /// Whom the last request ran as: whom idle spares are prepared for.
     last: Option<MappedFor>,
@@ -53,7 +53,7 @@ pub struct SparePool {
 
 impl SparePool {
     /// An empty pool.
-    pub fn new() -> SparePool {
+    pub(super) fn new() -> SparePool {
         SparePool {
             ready: Vec::with_capacity(POOL_SIZE),
             last: None,
@@ -69,7 +69,7 @@ impl SparePool {
     /// are ready: making one takes a core for half a millisecond, which on
     /// a small machine is taken from the programs running and from the
     /// daemon answering them.
-    pub fn wants_work(&self, running: bool) -> bool {
+    pub(super) fn wants_work(&self, running: bool) -> bool {
         if running && self.ready.len() >= LOW_WATER {
             return false;
         }
@@ -107,7 +107,7 @@ impl SparePool {
     /// last identity, else make one. A failure to make pauses making for
     /// [`RETRY_AFTER`] (launches clone at request time meanwhile) and is
     /// returned to be logged.
-    pub fn work(&mut self) -> Result<(), String> {
+    pub(super) fn work(&mut self) -> Result<(), String> {
         self.drop_unmade()?;
         if let Some(i) = self.stale() {
             drop(self.ready.remove(i));
@@ -148,7 +148,7 @@ impl SparePool {
     /// mapped at launch). Remembers `who` and the order's system paths; when
     /// none fits, spares prepared for others are dropped at once (their
     /// namespaces count against the user's limits while a clone is made).
-    pub fn take(&mut self, who: MappedFor, mounts: &[MountStep]) -> Option<Spare> {
+    pub(super) fn take(&mut self, who: MappedFor, mounts: &[MountStep]) -> Option<Spare> {
         self.last = Some(who);
         let system = steps_mountable_ahead(mounts);
         if self.system != system {

@@ -11,7 +11,7 @@ use crate::supervise::InitExit;
 /// Daemon → spawner.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Request {
+pub(crate) enum Request {
     /// Create a sandbox (descriptor: the hashed program).
     /// Its init builds the root and waits for its go-ahead byte, which the
     /// daemon writes itself (see `Launched`).
@@ -41,7 +41,7 @@ pub enum Request {
 /// Spawner → daemon.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Reply {
+pub(crate) enum Reply {
     /// The sandbox exists (descriptors: a [`LaunchedFds`]). The daemon
     /// starts the program by writing the go-ahead byte itself, once its
     /// audit record is durable — a trip through the spawner less — and
@@ -81,7 +81,7 @@ pub enum Reply {
 /// exactly the number the reply and the launch announced
 /// ([`LaunchedFds::from_list`]).
 #[derive(Debug, PartialEq, Eq)]
-pub struct LaunchedFds<Fd> {
+pub(crate) struct LaunchedFds<Fd> {
     /// Read end of the program's stdout.
     pub stdout: Fd,
     /// Read end of its stderr.
@@ -103,7 +103,7 @@ pub struct LaunchedFds<Fd> {
 
 impl<Fd> LaunchedFds<Fd> {
     /// Every descriptor, in the frame's order.
-    pub fn into_list(self) -> Vec<Fd> {
+    pub(crate) fn into_list(self) -> Vec<Fd> {
         let mut list = vec![
             self.stdout,
             self.stderr,
@@ -120,7 +120,7 @@ impl<Fd> LaunchedFds<Fd> {
     /// The descriptors again, from a frame's: `None` unless there are
     /// exactly as many as a reply with `cgroup` and `listeners` listener
     /// descriptors, for a launch whose stdin came from `stdin`, carries.
-    pub fn from_list(
+    pub(crate) fn from_list(
         fds: Vec<Fd>,
         cgroup: bool,
         listeners: usize,
@@ -160,7 +160,7 @@ impl<Fd> LaunchedFds<Fd> {
 
 impl Reply {
     /// The sandbox a reply is about.
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         match self {
             Reply::Launched { id, .. } | Reply::Failed { id, .. } | Reply::Exited { id, .. } => *id,
         }

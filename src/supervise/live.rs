@@ -25,7 +25,7 @@ use super::LiveOutput;
 
 /// Bytes past a stream's cap the view shows at most; the result counts
 /// everything the program wrote.
-pub const LIVE_PAST_CAP: u64 = 64 << 20;
+pub(crate) const LIVE_PAST_CAP: u64 = 64 << 20;
 
 /// Chunks queued for the writer at most.
 const QUEUE: usize = 64;
@@ -58,7 +58,7 @@ type Chunk = (u8, Vec<u8>);
 type Writer = (SyncSender<Chunk>, JoinHandle<()>, Arc<Progress>);
 
 /// A live view of a run's output; see the module documentation.
-pub struct LiveView {
+pub(crate) struct LiveView {
     targets: Targets,
     writer: Option<Writer>,
     /// Bytes past the cap shown, per stream.
@@ -70,13 +70,13 @@ pub struct LiveView {
 impl LiveView {
     /// The program's stdout on spawnd's stdout, its stderr on spawnd's
     /// stderr (`spawnd run` without `--json`).
-    pub fn terminal() -> LiveView {
+    pub(crate) fn terminal() -> LiveView {
         LiveView::new(Targets::Own)
     }
 
     /// Both streams on spawnd's stderr (`spawnd run --json --live`: stdout
     /// is the JSON result's).
-    pub fn on_stderr() -> LiveView {
+    pub(crate) fn on_stderr() -> LiveView {
         LiveView::new(Targets::Stderr)
     }
 

@@ -22,18 +22,18 @@ use crate::sandbox::status_pipe::SetupTimes;
 use crate::sys::wait_with_usage;
 
 mod live;
-pub mod redact;
+pub(crate) mod redact;
 mod status;
 mod stream;
 /// Durations of the phases of one spawn (a part of its result).
-pub use crate::spawn_result::Phases;
-pub use live::{LiveView, LIVE_PAST_CAP};
+pub(crate) use crate::spawn_result::Phases;
+pub(crate) use live::LiveView;
 use status::parse_status;
-pub use status::Applied;
+pub(crate) use status::Applied;
 use stream::{drain, read_some, Stream, FIRST_CHUNK};
 
 /// How long a program gets between SIGTERM and SIGKILL after its wall time.
-pub const GRACE: Duration = Duration::from_millis(1500);
+pub(crate) const GRACE: Duration = Duration::from_millis(1500);
 /// How long output is still drained once init has exited.
 const DRAIN_AFTER_INIT: Duration = Duration::from_millis(250);
 
@@ -85,10 +85,10 @@ pub trait SandboxEnd {
 }
 
 /// Kills a sandbox (SIGKILL to its init) from any thread.
-pub type Killer = Box<dyn Fn() + Send + Sync>;
+pub(crate) type Killer = Box<dyn Fn() + Send + Sync>;
 
 /// A [`Killer`] through a pidfd for init.
-pub fn killer_through(pidfd: std::sync::Arc<std::os::fd::OwnedFd>) -> Killer {
+pub(crate) fn killer_through(pidfd: std::sync::Arc<std::os::fd::OwnedFd>) -> Killer {
     Box::new(move || {
         let _ = crate::sys::pidfd_send_signal(
             std::os::fd::AsFd::as_fd(&*pidfd),
@@ -113,7 +113,7 @@ pub struct InitExit {
 }
 
 /// Waits for `pid` (a child of this process), then reads and removes its cgroups.
-pub fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<InitExit> {
+pub(crate) fn reap_init(pid: i32, cgroup: Option<SpawnCgroup>) -> std::io::Result<InitExit> {
     let reaped = wait_with_usage(pid)?;
     let (cgroup_peak_bytes, oom_killed) =
         cgroup.as_ref().map_or((None, false), SpawnCgroup::readings);
@@ -185,11 +185,11 @@ impl SandboxEnd for LocalEnd {
 /// A sandbox whose program has ended and been reported, and whose init is
 /// still leaving (the kernel tears its namespaces down meanwhile): reap it
 /// once the exit is on record.
-pub struct Leaving<'a>(Box<dyn SandboxEnd + 'a>);
+pub(crate) struct Leaving<'a>(Box<dyn SandboxEnd + 'a>);
 
 impl Leaving<'_> {
     /// Waits for init and removes its cgroups.
-    pub fn reap(self) -> std::io::Result<()> {
+    pub(crate) fn reap(self) -> std::io::Result<()> {
         self.0.reap_recorded()
     }
 }
@@ -215,7 +215,7 @@ impl From<LocalSandbox> for Watched<'static> {
 }
 
 /// What the supervisor enforces and where live output goes.
-pub struct Supervision {
+pub(crate) struct Supervision {
     /// Bytes of stdout kept.
     pub stdout_cap: u64,
     /// Bytes of stderr kept.
@@ -252,7 +252,7 @@ pub trait LiveOutput {
 
 /// One captured stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Captured {
+pub(crate) struct Captured {
     /// The bytes kept (at most the cap).
     pub kept: Vec<u8>,
     /// Everything the child wrote.
@@ -268,7 +268,7 @@ pub struct Captured {
 
 /// How the program ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Exited with a code.
     Exited(i32),
     /// Killed by a signal (number).
@@ -279,7 +279,7 @@ pub enum Ending {
 
 /// Everything known when the sandbox is gone.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// How it ended.
     pub ending: Ending,
     /// The wall time ran out.
@@ -314,20 +314,11 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> std::io::Result<()> {
         .map_err(std::io::Error::from)
 }
 
-/// Drives the sandbox to its end.
-pub fn supervise(running: Watched<'_>, sup: Supervision) -> std::io::Result<Outcome> {
-    let (outcome, leaving) = supervise_to_report(running, sup)?;
-    if let Some(leaving) = leaving {
-        leaving.reap()?;
-    }
-    Ok(outcome)
-}
-
 /// Drives the sandbox until its outcome is known. When init has reported
 /// the program's end and usage, and the cgroups can be read before init is
 /// reaped, init is returned still [`Leaving`]: the caller records the exit
 /// while the kernel tears the namespaces down, then reaps it.
-pub fn supervise_to_report<'a>(
+pub(crate) fn supervise_to_report<'a>(
     running: Watched<'a>,
     mut sup: Supervision,
 ) -> std::io::Result<(Outcome, Option<Leaving<'a>>)> {

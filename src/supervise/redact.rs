@@ -6,7 +6,7 @@
 use zeroize::Zeroizing;
 
 /// A streaming replacer of secret values in one output stream.
-pub struct Redactor {
+pub(crate) struct Redactor {
     /// (value, replacement), longest value first so the longest match wins.
     secrets: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
     /// Bytes held back: they may be the start of a value.
@@ -17,7 +17,7 @@ pub struct Redactor {
 
 impl Redactor {
     /// A redactor for `(key, value)` pairs; empty values are ignored.
-    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Redactor {
+    pub(crate) fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Redactor {
         let mut list: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = secrets
             .into_iter()
             .filter(|(_, v)| !v.is_empty())
@@ -37,17 +37,12 @@ impl Redactor {
     }
 
     /// How many values were replaced so far (the audit record counts them).
-    pub fn replaced(&self) -> u64 {
+    pub(crate) fn replaced(&self) -> u64 {
         self.replaced
     }
 
-    /// Whether there is anything to redact.
-    pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
-    }
-
     /// Takes a chunk; returns what can be released now.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         if self.secrets.is_empty() {
             return chunk.to_vec();
         }
@@ -81,7 +76,7 @@ impl Redactor {
     }
 
     /// The end of the stream: releases what was held back.
-    pub fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         std::mem::take(&mut *self.pending)
     }
 }

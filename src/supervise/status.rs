@@ -3,13 +3,13 @@
 //! used. Garbled bytes mean the pipe cannot be trusted, and the run is failed.
 
 use super::Ending;
-pub use crate::sandbox::status_pipe::Applied;
+pub(crate) use crate::sandbox::status_pipe::Applied;
 use crate::sandbox::status_pipe::{decode, StatusMessage};
 
 /// What the program's processes used, as init measured once it had reaped
 /// them all (`getrusage(RUSAGE_CHILDREN)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgramUsage {
+pub(super) struct ProgramUsage {
     /// User + system CPU time, ms.
     pub cpu_ms: u64,
     /// The largest resident set among them, bytes.

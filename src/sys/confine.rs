@@ -12,7 +12,7 @@ const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
 
 /// The Landlock ABI version the running kernel offers (0 when Landlock is
 /// compiled out or disabled at boot: `EOPNOTSUPP`/`ENOSYS`).
-pub fn landlock_abi_version() -> io::Result<u32> {
+pub(crate) fn landlock_abi_version() -> io::Result<u32> {
     // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
     // is the documented version query: with a null attribute pointer and size 0
     // the kernel reads no memory and returns the ABI number or -1 with errno.
@@ -93,7 +93,7 @@ pub(super) fn set_mode_filter(program: &[SockFilter], flags: libc::c_uint) -> io
 }
 
 /// Empties the effective, permitted and inheritable capability sets (`capset`).
-pub fn clear_capabilities() -> io::Result<()> {
+pub(crate) fn clear_capabilities() -> io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -126,7 +126,7 @@ pub fn clear_capabilities() -> io::Result<()> {
 }
 
 /// Drops capability `cap` from the bounding set.
-pub fn drop_bounding_capability(cap: u32) -> io::Result<()> {
+pub(crate) fn drop_bounding_capability(cap: u32) -> io::Result<()> {
     // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes plain integers.
     let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
     if ret < 0 {
@@ -136,7 +136,7 @@ pub fn drop_bounding_capability(cap: u32) -> io::Result<()> {
 }
 
 /// Clears the ambient capability set.
-pub fn clear_ambient_capabilities() -> io::Result<()> {
+pub(crate) fn clear_ambient_capabilities() -> io::Result<()> {
     // SAFETY: prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL) takes plain integers.
     let ret = unsafe {
         libc::prctl(
@@ -154,7 +154,7 @@ pub fn clear_ambient_capabilities() -> io::Result<()> {
 }
 
 /// Brings the loopback interface of the current network namespace up.
-pub fn set_loopback_up() -> io::Result<()> {
+pub(crate) fn set_loopback_up() -> io::Result<()> {
     let sock =
         std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"));
     let sock = match sock {

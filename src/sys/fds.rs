@@ -7,13 +7,13 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use super::last_error;
 
 /// `close_range(first, u32::MAX, 0)`: closes every descriptor from `first` on.
-pub fn close_descriptors_from(first: u32) -> io::Result<()> {
+pub(crate) fn close_descriptors_from(first: u32) -> io::Result<()> {
     close_descriptor_range(first, u32::MAX)
 }
 
 /// Closes every descriptor from `first` to `last` (inclusive) with one call;
 /// none of them may belong to a live Rust object.
-pub fn close_descriptor_range(first: u32, last: u32) -> io::Result<()> {
+pub(crate) fn close_descriptor_range(first: u32, last: u32) -> io::Result<()> {
     // SAFETY: close_range takes plain integers; the callers pass ranges that
     // hold no descriptor a Rust object still owns, so nothing is closed twice
     // or used after closing.
@@ -26,7 +26,7 @@ pub fn close_descriptor_range(first: u32, last: u32) -> io::Result<()> {
 
 /// Takes ownership of a descriptor the caller has just created (e.g. with
 /// `fcntl(F_DUPFD_CLOEXEC)`), so it is closed when dropped.
-pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
+pub(crate) fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;
     // SAFETY: callers pass a descriptor that a system call returned to them a
     // moment ago and that nothing else owns, so there is exactly one owner.
@@ -35,7 +35,7 @@ pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
 
 /// Makes `cmd`'s child start with `fd` as its descriptor 3 (the spawner's
 /// socket, when the daemon restarts a spawner by executing spawnd).
-pub fn pass_fd_as_3(cmd: &mut std::process::Command, fd: RawFd) {
+pub(crate) fn pass_fd_as_3(cmd: &mut std::process::Command, fd: RawFd) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec. It calls
     // only dup2 and fcntl, which are async-signal-safe, and allocates nothing
@@ -59,7 +59,7 @@ pub fn pass_fd_as_3(cmd: &mut std::process::Command, fd: RawFd) {
 
 /// Takes descriptor 3, placed by [`pass_fd_as_3`] in the process that
 /// executed this one, and marks it close-on-exec.
-pub fn adopt_inherited_fd3() -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn adopt_inherited_fd3() -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: fcntl(F_GETFD) only reads the flags of descriptor 3, if open.
     if unsafe { libc::fcntl(3, libc::F_GETFD) } < 0 {
         return Err(last_error("descriptor 3 (the spawner's socket)"));
@@ -75,7 +75,7 @@ pub fn adopt_inherited_fd3() -> io::Result<std::os::fd::OwnedFd> {
 /// `sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`: starts writing the
 /// file's dirty pages to disk and returns without waiting. Not durability —
 /// an `fdatasync` that follows has less left to wait for.
-pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: sync_file_range takes a descriptor open for the call's
     // duration and plain integers; it reads and writes no memory of ours.
     let ret = unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
@@ -92,7 +92,7 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// is ignored process-wide first (the sandbox's init puts every action
 /// back to its default). `Err` when no lease may be taken here (not the
 /// file's owner without CAP_LEASE, or leases disabled).
-pub fn file_open_for_writing(fd: BorrowedFd<'_>) -> io::Result<bool> {
+pub(crate) fn file_open_for_writing(fd: BorrowedFd<'_>) -> io::Result<bool> {
     static IGNORE_SIGIO: std::sync::Once = std::sync::Once::new();
     IGNORE_SIGIO.call_once(|| {
         // SAFETY: setting SIGIO's disposition to SIG_IGN installs no handler

@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use dlmalloc::Dlmalloc;
 
 /// Blocks this large or larger are mapped on their own.
-pub const MAP_THRESHOLD: usize = 128 << 10;
+pub(crate) const MAP_THRESHOLD: usize = 128 << 10;
 
 const PAGE: usize = 4096;
 

@@ -8,7 +8,7 @@ use super::last_error;
 /// Reads the `user` key `description` from the calling process's keyrings
 /// (`request_key` searches the thread, process, session and user keyrings)
 /// into wiped memory.
-pub fn read_user_key(description: &CStr) -> io::Result<zeroize::Zeroizing<Vec<u8>>> {
+pub(crate) fn read_user_key(description: &CStr) -> io::Result<zeroize::Zeroizing<Vec<u8>>> {
     const KEYCTL_READ: libc::c_long = 11;
     // SAFETY: two valid NUL-terminated strings, no callout, no destination keyring.
     let serial = unsafe {
@@ -51,7 +51,7 @@ pub fn read_user_key(description: &CStr) -> io::Result<zeroize::Zeroizing<Vec<u8
 
 /// Adds a `user` key to the user keyring (tests of `keyring:` sources).
 #[cfg(test)]
-pub fn add_user_key(description: &CStr, value: &[u8]) -> io::Result<()> {
+pub(crate) fn add_user_key(description: &CStr, value: &[u8]) -> io::Result<()> {
     const KEY_SPEC_USER_KEYRING: libc::c_long = -4;
     // SAFETY: valid NUL-terminated strings and a payload of `value.len()` bytes.
     let ret = unsafe {

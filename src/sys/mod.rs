@@ -15,33 +15,35 @@
 
 use std::io;
 
-mod confine;
+pub(crate) mod confine;
 mod fds;
 #[cfg(all(target_env = "musl", feature = "musl-dlmalloc"))]
-pub mod heap;
+pub(crate) mod heap;
 mod keyring;
 mod mount;
-mod nflog;
+pub(crate) mod nflog;
 mod notify;
 mod peer;
-mod process;
+pub(crate) mod process;
 mod start;
-pub use mount::{
+pub(crate) use mount::{
     clone_detached_tree, detach_mount_in_background, detach_mount_when_told, idmap_detached_tree,
     mount_setattr, mount_setattr_fd, move_detached_tree, WaitingDetach,
 };
-pub use nflog::{bind_log_group, read_logged_packets, watched_log, LoggedPacket};
-pub use notify::{
+pub(crate) use nflog::{bind_log_group, read_logged_packets, watched_log, LoggedPacket};
+pub(crate) use notify::{
     answer_notification, install_seccomp_filter_with_listener, notification_pending,
     prefer_sync_wake_up, receive_notification, Answer, Notification,
 };
-pub use start::{restore_every_default_action, start_program, Execute, ProgramStart, StatusPipe};
+pub(crate) use start::{
+    restore_every_default_action, start_program, Execute, ProgramStart, StatusPipe,
+};
 
 pub use confine::*;
-pub use fds::*;
-pub use keyring::*;
-pub use peer::*;
-pub use process::*;
+pub(crate) use fds::*;
+pub(crate) use keyring::*;
+pub(crate) use peer::*;
+pub(crate) use process::*;
 
 /// The current errno, unchanged (callers name the step in a `SetupError`, and
 /// `raw_os_error` stays available to them). `call` documents the site.

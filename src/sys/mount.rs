@@ -29,7 +29,7 @@ use super::last_error;
 /// never writes the errno it shares with the caller) and touches nothing
 /// else; its exit code is umount2's errno (0 on success). On aarch64 the
 /// unmount is done here, in the caller, and no pid is returned.
-pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc::pid_t>> {
+pub(crate) fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc::pid_t>> {
     #[cfg(target_arch = "x86_64")]
     {
         extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
@@ -67,7 +67,7 @@ pub fn detach_mount_in_background(path: &'static CStr) -> io::Result<Option<libc
 /// the cgroups of whoever cloned it (init moves only itself into the
 /// sandbox's): it runs no code of a request, and init reaps it before the
 /// program starts.
-pub struct WaitingDetach {
+pub(crate) struct WaitingDetach {
     /// The helper's pid (the caller reaps it).
     pub pid: libc::pid_t,
     /// The write end of its pipe.
@@ -180,7 +180,7 @@ unsafe fn clone_vm_helper(
 
 /// Clones a [`WaitingDetach`] helper for `path`.
 #[cfg(target_arch = "x86_64")]
-pub fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> {
+pub(crate) fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingDetach> {
     use std::os::fd::{FromRawFd, OwnedFd};
     extern "C" fn helper(arg: *mut libc::c_void) -> libc::c_int {
         let args = arg.cast::<WaitingArgs>();
@@ -296,7 +296,12 @@ fn mount_setattr_at(
 }
 
 /// `mount_setattr(AT_FDCWD, path, AT_RECURSIVE?, {attr_set, attr_clr})`.
-pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64) -> io::Result<()> {
+pub(crate) fn mount_setattr(
+    path: &CStr,
+    recursive: bool,
+    attr_set: u64,
+    attr_clr: u64,
+) -> io::Result<()> {
     let flags = if recursive {
         libc::AT_RECURSIVE as libc::c_uint
     } else {
@@ -306,7 +311,7 @@ pub fn mount_setattr(path: &CStr, recursive: bool, attr_set: u64, attr_clr: u64)
 }
 
 /// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE?, …)`: the mount whose root `fd` is.
-pub fn mount_setattr_fd(
+pub(crate) fn mount_setattr_fd(
     fd: &std::os::fd::OwnedFd,
     recursive: bool,
     attr_set: u64,
@@ -334,7 +339,9 @@ const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 /// close-on-exec.
 /// Only such a detached tree may be given an idmapping
 /// ([`idmap_detached_tree`]).
-pub fn clone_detached_tree(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn clone_detached_tree(
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let flags =
         OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
@@ -354,7 +361,7 @@ pub fn clone_detached_tree(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<std::o
 /// through `userns`'s id maps. EINVAL where a filesystem of the tree cannot
 /// be idmapped, ENOSYS before Linux 5.12, EPERM without CAP_SYS_ADMIN over
 /// the filesystem's user namespace.
-pub fn idmap_detached_tree(
+pub(crate) fn idmap_detached_tree(
     tree: &std::os::fd::OwnedFd,
     userns: std::os::fd::BorrowedFd<'_>,
 ) -> io::Result<()> {
@@ -372,7 +379,7 @@ pub fn idmap_detached_tree(
 /// `move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH |
 /// MOVE_MOUNT_T_EMPTY_PATH)`: attaches the detached `tree` onto the file
 /// `target` is opened on, in the caller's mount namespace.
-pub fn move_detached_tree(
+pub(crate) fn move_detached_tree(
     tree: &std::os::fd::OwnedFd,
     target: &std::os::fd::OwnedFd,
 ) -> io::Result<()> {

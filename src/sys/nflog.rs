@@ -68,7 +68,7 @@ pub struct LoggedPacket {
 /// threshold of 1: the kernel's default holds up to 100 packets for up
 /// to a second) in a message buffer of its own size, with sequence number
 /// `seq`.
-pub fn bind_request(group: u16, bytes: u32, seq: u32) -> Vec<u8> {
+pub(crate) fn bind_request(group: u16, bytes: u32, seq: u32) -> Vec<u8> {
     let mut msg = Vec::with_capacity(40);
     msg.extend_from_slice(&0u32.to_ne_bytes());
     msg.extend_from_slice(&((NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG).to_ne_bytes());
@@ -103,7 +103,7 @@ pub fn bind_request(group: u16, bytes: u32, seq: u32) -> Vec<u8> {
 /// NFLOG group `group` (needs CAP_NET_ADMIN over the namespace), receiving
 /// the first `bytes` of each packet logged there; close-on-exec. The
 /// error names the step.
-pub fn bind_log_group(group: u16, bytes: u32) -> io::Result<OwnedFd> {
+pub(crate) fn bind_log_group(group: u16, bytes: u32) -> io::Result<OwnedFd> {
     let named = |what: &str, e: nix::Error| {
         io::Error::new(
             io::Error::from(e).kind(),
@@ -146,7 +146,7 @@ pub fn bind_log_group(group: u16, bytes: u32) -> io::Result<OwnedFd> {
 
 /// The log socket registered with the current tokio runtime, nonblocking,
 /// for spawnd to await its messages.
-pub fn watched_log(log: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+pub(crate) fn watched_log(log: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     nix::fcntl::fcntl(
         &log,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),

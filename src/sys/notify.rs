@@ -21,7 +21,7 @@ const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
 
 /// One pending notification: who made which call, with what arguments.
 #[derive(Debug, Clone, Copy)]
-pub struct Notification {
+pub(crate) struct Notification {
     /// The kernel's cookie for the answer.
     pub id: u64,
     /// The calling thread, as this process's pid namespace numbers it.
@@ -36,7 +36,7 @@ pub struct Notification {
 
 /// The answer to a notification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Let the call run as if no filter had stopped it.
     Continue,
     /// Fail the call with this errno, without running it.
@@ -46,7 +46,7 @@ pub enum Answer {
 /// Installs `program` on the calling thread like
 /// [`super::install_seccomp_filter_on_current_thread`], and returns the
 /// listener its `SECCOMP_RET_USER_NOTIF` actions report to (close-on-exec).
-pub fn install_seccomp_filter_with_listener(program: &[SockFilter]) -> io::Result<OwnedFd> {
+pub(crate) fn install_seccomp_filter_with_listener(program: &[SockFilter]) -> io::Result<OwnedFd> {
     let ret = set_mode_filter(
         program,
         libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as libc::c_uint,
@@ -60,7 +60,7 @@ pub fn install_seccomp_filter_with_listener(program: &[SockFilter]) -> io::Resul
 
 /// Asks for synchronous wake-ups on `listener` (Linux 6.6); `false` when
 /// the kernel does not offer them (answers still work, only slower).
-pub fn prefer_sync_wake_up(listener: BorrowedFd<'_>) -> bool {
+pub(crate) fn prefer_sync_wake_up(listener: BorrowedFd<'_>) -> bool {
     // SAFETY: SET_FLAGS reads its flags from the third argument by value;
     // no memory is passed.
     let ret = unsafe {
@@ -76,7 +76,7 @@ pub fn prefer_sync_wake_up(listener: BorrowedFd<'_>) -> bool {
 /// Waits for the next notification on `listener` (blocking). `ENOENT` means
 /// the notifying task died before it could be received; the caller tries
 /// again.
-pub fn receive_notification(listener: BorrowedFd<'_>) -> io::Result<Notification> {
+pub(crate) fn receive_notification(listener: BorrowedFd<'_>) -> io::Result<Notification> {
     // SAFETY: an all-zero `seccomp_notif` is a valid value (plain integers),
     // and the kernel requires the buffer zeroed.
     let mut raw: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -104,7 +104,7 @@ pub fn receive_notification(listener: BorrowedFd<'_>) -> io::Result<Notification
 /// Whether the notification `id` is still pending: after reading the
 /// caller's memory, this says the thread read is still the one that made
 /// the call (its pid was not reused meanwhile).
-pub fn notification_pending(listener: BorrowedFd<'_>, id: u64) -> bool {
+pub(crate) fn notification_pending(listener: BorrowedFd<'_>, id: u64) -> bool {
     // SAFETY: ID_VALID reads one u64 through the pointer, which points at
     // `id`, alive for the call.
     let ret = unsafe {
@@ -119,7 +119,11 @@ pub fn notification_pending(listener: BorrowedFd<'_>, id: u64) -> bool {
 
 /// Answers the notification `id`. `ENOENT` means its task is gone (killed,
 /// or its call interrupted): nothing is left to answer.
-pub fn answer_notification(listener: BorrowedFd<'_>, id: u64, answer: Answer) -> io::Result<()> {
+pub(crate) fn answer_notification(
+    listener: BorrowedFd<'_>,
+    id: u64,
+    answer: Answer,
+) -> io::Result<()> {
     let (error, flags) = match answer {
         Answer::Continue => (0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
         Answer::Fail(errno) => (-errno.abs(), 0),

@@ -17,7 +17,7 @@ const PIDFD_GET_USER_NAMESPACE: libc::c_ulong = 0xFF09;
 /// A pidfd for the process that connected a Unix socket
 /// (`getsockopt(SO_PEERPIDFD)`): that very process, whatever its pid
 /// becomes, even after it exited.
-pub fn peer_pidfd(socket: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn peer_pidfd(socket: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     let mut fd: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `fd` and `len` are live locals of the sizes passed; the kernel
@@ -42,7 +42,7 @@ pub fn peer_pidfd(socket: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
 
 /// A descriptor for the user namespace of the process `pidfd` refers to
 /// (`ioctl(PIDFD_GET_USER_NAMESPACE)`). Needs ptrace read access to it.
-pub fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: this ioctl takes no argument (the third is ignored) and
     // returns a new descriptor or -1.
     let ret = unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_USER_NAMESPACE as _, 0) };
@@ -54,7 +54,7 @@ pub fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<std::os::fd::Ow
 
 /// `clock_gettime(CLOCK_BOOTTIME)`: time since boot, suspend included — the
 /// clock `/proc/PID/stat` gives a process's start time on.
-pub fn boot_time() -> io::Result<std::time::Duration> {
+pub(crate) fn boot_time() -> io::Result<std::time::Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -39,7 +39,7 @@ pub fn clone_process(flags: libc::c_int) -> io::Result<libc::pid_t> {
 
 /// Resource usage and status of a reaped child.
 #[derive(Debug, Clone, Copy)]
-pub struct Reaped {
+pub(crate) struct Reaped {
     /// The raw wait status.
     pub status: libc::c_int,
     /// User + system CPU time, in milliseconds (children it reaped included).
@@ -49,7 +49,7 @@ pub struct Reaped {
 }
 
 /// `wait4(pid, &status, 0, &rusage)`, retrying on EINTR.
-pub fn wait_with_usage(pid: libc::pid_t) -> io::Result<Reaped> {
+pub(crate) fn wait_with_usage(pid: libc::pid_t) -> io::Result<Reaped> {
     loop {
         match wait4_usage(pid, 0) {
             Ok(Some(reaped)) => return Ok(reaped),
@@ -61,7 +61,7 @@ pub fn wait_with_usage(pid: libc::pid_t) -> io::Result<Reaped> {
 }
 
 /// `wait4(pid, &status, WNOHANG, &rusage)`: `None` while `pid` still runs.
-pub fn try_wait_with_usage(pid: libc::pid_t) -> io::Result<Option<Reaped>> {
+pub(crate) fn try_wait_with_usage(pid: libc::pid_t) -> io::Result<Option<Reaped>> {
     loop {
         match wait4_usage(pid, libc::WNOHANG) {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
@@ -92,7 +92,7 @@ fn wait4_usage(pid: libc::pid_t, options: libc::c_int) -> io::Result<Option<Reap
 
 /// `pidfd_open(pid, 0)`: a descriptor that names this process and no other,
 /// even after its pid is reused. Only race-free for a child not yet reaped.
-pub fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: pidfd_open takes plain integers and returns a new descriptor or -1.
     let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
     if ret < 0 {
@@ -105,7 +105,7 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
 /// `/proc/self/stat`, read once. A clone inherits the answer along with the
 /// memory it describes, so a parent that asked before cloning spares its
 /// children the reading.
-pub fn command_line_area() -> Option<(usize, usize)> {
+pub(crate) fn command_line_area() -> Option<(usize, usize)> {
     static AREA: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
     *AREA.get_or_init(|| {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -122,7 +122,7 @@ pub fn command_line_area() -> Option<(usize, usize)> {
 /// with `name`, the rest of the area zeroed (truncated if the area is
 /// shorter). The memory is this process's own; other processes see only
 /// the new bytes.
-pub fn replace_command_line(name: &[u8]) -> io::Result<()> {
+pub(crate) fn replace_command_line(name: &[u8]) -> io::Result<()> {
     let (start, end) = command_line_area()
         .ok_or_else(|| io::Error::other("no command line area in /proc/self/stat"))?;
     let len = end - start;
@@ -139,7 +139,7 @@ pub fn replace_command_line(name: &[u8]) -> io::Result<()> {
 }
 
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`.
-pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Result<()> {
+pub(crate) fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: a valid descriptor, a signal number and a null siginfo pointer
     // (the kernel then fills it in as kill(2) would).
     let ret = unsafe {
@@ -161,7 +161,7 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Resu
 /// that sent it as the caller's pid namespace sees it: 0 when the sender
 /// is outside that namespace, or is the kernel. `None` when the wait was
 /// interrupted. Allocates nothing (the sandbox's init waits with it).
-pub fn wait_signal_with_sender(
+pub(crate) fn wait_signal_with_sender(
     set: &nix::sys::signal::SigSet,
 ) -> Option<(libc::c_int, libc::pid_t)> {
     let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
@@ -188,7 +188,7 @@ pub fn exit_immediately(code: i32) -> ! {
 }
 
 /// `fork()`, for the sandbox's init process (single-threaded by construction).
-pub fn fork_process() -> io::Result<libc::pid_t> {
+pub(crate) fn fork_process() -> io::Result<libc::pid_t> {
     clone_process(0)
 }
 
@@ -201,7 +201,7 @@ pub fn fork_process() -> io::Result<libc::pid_t> {
 /// scripts make, see `scripts/static-target`) uses `heap::Heap` (feature
 /// `musl-dlmalloc`), which does the same by itself, or musl's own allocator,
 /// which unmaps freed blocks of that size at once.
-pub fn bound_allocator_retention() {
+pub(crate) fn bound_allocator_retention() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets glibc allocator parameters; it is called at
     // the daemon's start, before any other thread exists.
@@ -212,7 +212,7 @@ pub fn bound_allocator_retention() {
 }
 
 /// The calling thread's nice value (`getpriority(PRIO_PROCESS, 0)`).
-pub fn nice_value() -> io::Result<i32> {
+pub(crate) fn nice_value() -> io::Result<i32> {
     // SAFETY: errno is this thread's; getpriority reads no memory of ours.
     // -1 is a valid nice value, so errno, cleared first, tells an error.
     unsafe {
@@ -228,7 +228,7 @@ pub fn nice_value() -> io::Result<i32> {
 /// Sets the calling thread's nice value (`setpriority(PRIO_PROCESS, 0, nice)`):
 /// raising it (a lower priority) is always allowed; lowering it takes
 /// `CAP_SYS_NICE` or a `RLIMIT_NICE` that allows it.
-pub fn set_nice_value(nice: i32) -> io::Result<()> {
+pub(crate) fn set_nice_value(nice: i32) -> io::Result<()> {
     // SAFETY: a system call on this thread's own priority; no memory passed.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } < 0 {
         return Err(last_error("setpriority"));

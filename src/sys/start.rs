@@ -15,7 +15,7 @@ use super::last_error;
 /// that ends its step's name (given by init: the protocol is the
 /// sandbox's, above this module).
 #[derive(Clone, Copy)]
-pub struct StatusPipe<'a> {
+pub(crate) struct StatusPipe<'a> {
     /// The pipe's write end.
     pub fd: BorrowedFd<'a>,
     /// The first bytes of a failure's line.
@@ -26,7 +26,7 @@ pub struct StatusPipe<'a> {
 
 /// How the program's process executes the program.
 #[derive(Clone, Copy)]
-pub enum Execute<'a> {
+pub(crate) enum Execute<'a> {
     /// `execveat(fd, "", AT_EMPTY_PATH)` from descriptor 3, where `fd` is
     /// placed. With `script`, descriptor 3 stays open across exec: a `#!`
     /// script's interpreter reads it as `/dev/fd/3`.
@@ -51,7 +51,7 @@ enum Executed {
 /// it prepared by init beforehand. That process shares init's memory until it
 /// executes (see [`start_program`]), so it only makes system calls with what
 /// is here and writes nothing but its own stack: no allocation, no locks.
-pub struct ProgramStart<'a> {
+pub(crate) struct ProgramStart<'a> {
     /// `argv` as a NULL-terminated array of pointers into init's CStrings.
     argv: Vec<*const libc::c_char>,
     /// `envp`, likewise.
@@ -76,7 +76,7 @@ pub struct ProgramStart<'a> {
 impl<'a> ProgramStart<'a> {
     /// Prepares the start; `argv`, `envp` and a path to execute must stay
     /// alive and unchanged while the value does (the borrow makes sure of it).
-    pub fn new(
+    pub(crate) fn new(
         argv: &'a [std::ffi::CString],
         envp: &'a [std::ffi::CString],
         stdio: [BorrowedFd<'a>; 3],
@@ -226,7 +226,7 @@ impl<'a> ProgramStart<'a> {
 
 /// Puts every signal but SIGKILL and SIGSTOP back to its default action
 /// (SIG_DFL), the real-time ones included.
-pub fn restore_every_default_action() -> io::Result<()> {
+pub(crate) fn restore_every_default_action() -> io::Result<()> {
     for signo in 1..=64 {
         if signo == libc::SIGKILL || signo == libc::SIGSTOP {
             continue;
@@ -359,7 +359,7 @@ fn report_step_failure(fd: RawFd, start: &ProgramStart<'_>, step: &str, errno: l
 /// afterwards, nothing to tear down at exec), and init is suspended until the
 /// program has executed, or failed, reported why and exited (127). Returns
 /// the program's pid.
-pub fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
+pub(crate) fn start_program(start: &ProgramStart<'_>) -> io::Result<libc::pid_t> {
     const GUARD: usize = 4096;
     const STACK: usize = 128 * 1024;
     extern "C" fn program_process(arg: *mut libc::c_void) -> libc::c_int {

@@ -179,7 +179,8 @@ fn disjoint(first: &Token, other: &Token, params: &Params) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ArgError, ParamRule, Pattern, ValueProblem};
+    use super::super::error::ValueProblem;
+    use super::super::{ArgError, ParamRule, Pattern};
     use super::*;
 
     fn lint(src: &str, params: &Params) -> Result<(), TemplateError> {

@@ -141,7 +141,8 @@ fn split_token<'t, 'e>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ArgError, ParamRule, Pattern, ValueProblem};
+    use super::super::error::ValueProblem;
+    use super::super::{ArgError, ParamRule, Pattern};
     use super::*;
 
     fn argv(items: &[&str]) -> Vec<String> {

@@ -41,9 +41,9 @@ mod vector_tests;
 
 use std::collections::BTreeMap;
 
-pub use error::{ArgError, MatchError, TemplateError, ValueProblem};
-pub use model::TokenSource;
-pub use rules::{ParamRule, Params, Pattern, DEFAULT_MAX_LEN};
+pub(crate) use error::{ArgError, MatchError, TemplateError};
+pub(crate) use model::TokenSource;
+pub(crate) use rules::{ParamRule, Params, Pattern, DEFAULT_MAX_LEN};
 
 use model::{group_shape, Item, Segment, Slot};
 

@@ -157,7 +157,8 @@ impl Template {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ParamRule, ValueProblem};
+    use super::super::error::ValueProblem;
+    use super::super::ParamRule;
     use super::*;
 
     fn args(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

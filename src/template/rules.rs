@@ -12,7 +12,7 @@ use super::charset::CharSet;
 use super::error::{ArgError, TemplateError, ValueProblem};
 
 /// The default `max_len` of a value, in bytes.
-pub const DEFAULT_MAX_LEN: usize = 4096;
+pub(crate) const DEFAULT_MAX_LEN: usize = 4096;
 
 /// The rule a placeholder without an entry in [`Params`] gets.
 static DEFAULT_RULE: ParamRule = ParamRule {

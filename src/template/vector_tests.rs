@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::error::ValueProblem;
 use super::*;
 
 fn args(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

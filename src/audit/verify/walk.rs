@@ -18,7 +18,7 @@ use super::{Tamper, Verified};
 use crate::audit::record::{key_id, key_rotation, rotation_vouched_by, sealed_with};
 
 /// Breaks listed one by one; past this many they are only counted.
-pub const MAX_LISTED: usize = 100;
+pub(crate) const MAX_LISTED: usize = 100;
 
 /// The key the walk checks records with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

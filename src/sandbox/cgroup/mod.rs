@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 
 mod pool;
-pub mod v2;
-pub use pool::{hold_for_reading, CgroupPool};
-pub use v2::V2Base;
+pub(crate) mod v2;
+pub(crate) use pool::{hold_for_reading, CgroupPool};
+pub(crate) use v2::V2Base;
 
 /// Which hierarchy a sandbox's cgroup is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +150,7 @@ fn parse_oom_killed(text: &str) -> bool {
 /// a fresh cgroup's files miss the dentry cache, so opening them costs a
 /// slow lookup each, better paid while the program runs than after it.
 #[derive(Debug)]
-pub struct Readings {
+pub(crate) struct Readings {
     /// The peak file: always on v1, from Linux 5.19 on v2.
     peak: Option<std::fs::File>,
     oom: std::fs::File,
@@ -159,7 +159,7 @@ pub struct Readings {
 impl Readings {
     /// Opens both files in the memory cgroup directory `dir`, a v1 one's
     /// when it has `memory.oom_control`, else a v2 one's.
-    pub fn open_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<Readings> {
+    pub(crate) fn open_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<Readings> {
         let open = |name: &str| {
             nix::fcntl::openat(
                 dir,
@@ -185,7 +185,7 @@ impl Readings {
     /// Peak memory and whether the OOM killer acted; `None` when either
     /// file cannot be read — the cgroup's owner removed it meanwhile — so
     /// the caller takes the owner's own readings instead of guessing.
-    pub fn read(&self) -> Option<(Option<u64>, bool)> {
+    pub(crate) fn read(&self) -> Option<(Option<u64>, bool)> {
         let peak = match &self.peak {
             Some(file) => parse_peak(&read_from_start(file)?),
             None => None,
@@ -211,7 +211,7 @@ fn read_from_start(f: &std::fs::File) -> Option<String> {
 /// [`Readings`] opened and read at once, through an open memory cgroup
 /// directory ([`SpawnCgroup::open_memory_dir`]); `None` as for
 /// [`Readings::read`].
-pub fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, bool)> {
+pub(crate) fn readings_at(dir: std::os::fd::BorrowedFd<'_>) -> Option<(Option<u64>, bool)> {
     Readings::open_at(dir)?.read()
 }
 
@@ -225,7 +225,7 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// while the sandbox builds its root, the spawner once its reply is sent),
 /// so no launch waits for it. `parents` are the directories per-spawn
 /// cgroups are made in.
-pub fn sweep_stale_now_and_then(parents: &[PathBuf]) {
+pub(crate) fn sweep_stale_now_and_then(parents: &[PathBuf]) {
     static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
     let mut last = LAST
         .lock()

@@ -83,7 +83,7 @@ fn read_in(dir: &OwnedFd, shown: &Path, name: &str) -> std::io::Result<String> {
 /// it is held, the spawner does not give the cgroup to another sandbox.
 /// `None` when it cannot be taken (the readings then come from the
 /// spawner's exit report).
-pub fn hold_for_reading(dir: OwnedFd) -> Option<Flock<OwnedFd>> {
+pub(crate) fn hold_for_reading(dir: OwnedFd) -> Option<Flock<OwnedFd>> {
     Flock::lock(dir, FlockArg::LockSharedNonblock).ok()
 }
 

@@ -36,7 +36,7 @@ pub struct V2Base {
 
 /// Which places a process may use (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// `spawnd/` at the root, for root only (`spawnd run`, `health`).
     RootOnly,
     /// Its own cgroup when delegated, else as [`Placement::RootOnly`]:
@@ -48,11 +48,11 @@ pub enum Placement {
 const CONTROLLERS: [&str; 2] = ["memory", "pids"];
 
 /// The leaf a delegated daemon moves itself into.
-pub const SUPERVISOR_LEAF: &str = "supervisor";
+pub(crate) const SUPERVISOR_LEAF: &str = "supervisor";
 
 /// Sets up the place for this process's sandboxes' cgroups, or says why
 /// there is none. `root` is whether spawnd has root's powers here.
-pub fn settle(placement: Placement, root: bool) -> Result<V2Base, String> {
+pub(crate) fn settle(placement: Placement, root: bool) -> Result<V2Base, String> {
     let mount = mount_point().ok_or("no cgroup2 hierarchy is mounted")?;
     let available = read_words(&mount.join("cgroup.controllers"));
     if let Some(missing) = CONTROLLERS

@@ -64,7 +64,7 @@ fn io_step(
 
 /// A root being built: the staged tmpfs, with the steps every sandbox
 /// shares ([`base_mounts`]: /tmp, /dev, /dev/shm, /proc) in place.
-pub struct Staged {
+pub(super) struct Staged {
     stage: OwnedFd,
     base: Vec<MountStep>,
     /// Where in `base` the steps of [`Staged::mount_more`] begin.
@@ -77,7 +77,7 @@ impl Staged {
     /// Mounts `steps` (system paths: binds by path and symbolic links, and
     /// small files; [`crate::sandbox::spec::steps_mountable_ahead`]) after
     /// the ones staged; an order's mount steps must then go on with them.
-    pub fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), SetupError> {
+    pub(super) fn mount_more(&mut self, steps: &[MountStep]) -> Result<(), SetupError> {
         apply_steps(&self.stage, steps, ScopeSources::none(), None, None)?;
         self.more_from = self.base.len();
         self.base.extend_from_slice(steps);
@@ -87,7 +87,7 @@ impl Staged {
     /// Clones the old root's unmount helper now, to wait until the pivot
     /// ([`detach_mount_when_told`]): a spare sandbox does it while it
     /// waits for its order, so the clone is not on the way to the program.
-    pub fn clone_detach_helper_ahead(&mut self) -> Result<(), SetupError> {
+    pub(super) fn clone_detach_helper_ahead(&mut self) -> Result<(), SetupError> {
         // Its working directory is a copy of this one's: at the root, which
         // the pivot moves along, not in a host directory it would keep.
         nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
@@ -100,14 +100,14 @@ impl Staged {
 
     /// The descriptors a staged root holds (for init to keep them across its
     /// descriptor clean-up).
-    pub fn fds_mut(&mut self) -> impl Iterator<Item = &mut OwnedFd> {
+    pub(super) fn fds_mut(&mut self) -> impl Iterator<Item = &mut OwnedFd> {
         std::iter::once(&mut self.stage).chain(self.detach.as_mut().map(|d| &mut d.trigger))
     }
 }
 
 /// Stages a tmpfs and mounts the steps every sandbox shares. Needs the ids mapped (it creates mount points), nothing of the
 /// request: a spare sandbox does it before its order comes.
-pub fn stage_base_in_child() -> Result<Staged, SetupError> {
+pub(super) fn stage_base_in_child() -> Result<Staged, SetupError> {
     // The host's mounts stay as the namespace copied them (slaves of the
     // host's shared ones) until the order comes, so a spare sandbox
     // still sees the host as it is then; the staged tmpfs, mounted on a
@@ -143,7 +143,7 @@ pub fn stage_base_in_child() -> Result<Staged, SetupError> {
 /// still finishing the old root's detach, which init must reap before the
 /// program starts, and a `#!` script's copy when one was bound at the
 /// program's path.
-pub struct Rooted {
+pub(super) struct Rooted {
     /// The scopes, verified.
     pub scope_fds: Vec<OwnedFd>,
     /// The scopes (indices into `spec.scopes`) whose idmapped trees were
@@ -158,7 +158,7 @@ pub struct Rooted {
 
 /// The program file init holds, as [`MountKind::Program`] binds it.
 #[derive(Clone, Copy)]
-pub enum ProgramFile<'a> {
+pub(super) enum ProgramFile<'a> {
     /// The descriptor the gate hashed: bound if its path still holds it
     /// ([`bind_program`]).
     Hashed(BorrowedFd<'a>),
@@ -180,7 +180,7 @@ pub enum ProgramFile<'a> {
 /// that file). A scope the parent mounted idmapped has its detached tree
 /// taken from `scopes` and moved onto its target instead of a bind; it is
 /// verified like every scope, its descriptor kept for Landlock.
-pub fn finish_root_in_child(
+pub(super) fn finish_root_in_child(
     staged: Staged,
     spec: &SandboxSpec,
     scopes: &mut [ScopeId],

@@ -26,18 +26,18 @@ use std::sync::LazyLock;
 use syscalls::aarch64::Sysno;
 
 /// The highest number in [`SYSCALLS`]. Numbers above it get ENOSYS.
-pub const NEWEST: u32 = 470;
+pub(crate) const NEWEST: u32 = 470;
 
 /// Calls of the kernel's table up to [`NEWEST`] that the crate's table does
 /// not have yet.
-pub const NEWER_THAN_THE_CRATE: &[(u32, &str)] = &[(470, "listns")];
+pub(crate) const NEWER_THAN_THE_CRATE: &[(u32, &str)] = &[(470, "listns")];
 
 /// Numbers the crate's table assigns that a 64-bit arm64 kernel does not:
 /// `nfsservctl` (42) and the 32-bit architectures' time64 calls.
-pub const NOT_ASSIGNED_ON_ARM64: [RangeInclusive<u32>; 2] = [42..=42, 295..=423];
+pub(crate) const NOT_ASSIGNED_ON_ARM64: [RangeInclusive<u32>; 2] = [42..=42, 295..=423];
 
 /// `(number, kernel name)` for every assigned native aarch64 syscall, in order.
-pub static SYSCALLS: LazyLock<Vec<(u32, &'static str)>> =
+pub(crate) static SYSCALLS: LazyLock<Vec<(u32, &'static str)>> =
     LazyLock::new(|| super::table_up_to(NEWEST, crate_name, NEWER_THAN_THE_CRATE));
 
 /// The crate's name for aarch64 syscall `nr`, corrected for arm64 (see the

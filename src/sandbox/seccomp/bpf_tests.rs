@@ -6,7 +6,8 @@ use std::mem::{align_of, offset_of, size_of};
 
 use super::abi::{Arch, SeccompData};
 use super::bpf::{op, BpfError, JumpOp, ProgramBuilder, SockFilter};
-use super::{compile, interp, Action, ArgTest, Condition, Policy, SyscallRule};
+use super::policy::ArgTest;
+use super::{compile, interp, Action, Condition, Policy, SyscallRule};
 
 fn run_with_nr(program: &[SockFilter], nr: i32) -> u32 {
     interp::run(program, &SeccompData::x86_64(nr, [0; 6])).unwrap()

@@ -3,17 +3,18 @@
 //! what the kernel's loader would refuse for these opcodes (empty or too long
 //! programs, jumps past the end, misaligned or out-of-bounds loads, a last
 //! instruction that is not a `ret`) and every opcode outside the subset;
-//! [`run`] checks first, then executes. Jumps only go forward, so a checked
-//! program always terminates within its length.
+//! [`run`] (built for the tests) checks first, then executes. Jumps only go
+//! forward, so a checked program always terminates within its length.
 
 use thiserror::Error;
 
-pub use super::abi::SeccompData;
+#[cfg(test)]
+use super::abi::SeccompData;
 use super::abi::SECCOMP_DATA_SIZE;
 use super::bpf::{op, SockFilter};
 
 /// `BPF_MAXINSNS`: the kernel refuses longer filters.
-pub const MAX_INSTRUCTIONS: usize = 4096;
+pub(crate) const MAX_INSTRUCTIONS: usize = 4096;
 
 /// Why a program was refused or could not be run.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -52,7 +53,7 @@ pub enum InterpError {
 }
 
 /// Checks `program` as the kernel would before accepting it.
-pub fn check(program: &[SockFilter]) -> Result<(), InterpError> {
+pub(crate) fn check(program: &[SockFilter]) -> Result<(), InterpError> {
     if program.is_empty() {
         return Err(InterpError::Empty);
     }
@@ -96,13 +97,15 @@ fn check_instruction(len: usize, pc: usize, insn: SockFilter) -> Result<(), Inte
 /// Runs `program` on `data` and returns what the filter returns (a
 /// `SECCOMP_RET_*` value). The program is checked first, so a program the
 /// kernel would refuse is an error even if the bad instruction is never reached.
-pub fn run(program: &[SockFilter], data: &SeccompData) -> Result<u32, InterpError> {
+#[cfg(test)]
+pub(crate) fn run(program: &[SockFilter], data: &SeccompData) -> Result<u32, InterpError> {
     run_counting_steps(program, data).map(|(value, _)| value)
 }
 
 /// Like [`run`], but also returns how many instructions were executed, the
 /// cost the kernel pays on this path (the `ret` included).
-pub fn run_counting_steps(
+#[cfg(test)]
+pub(crate) fn run_counting_steps(
     program: &[SockFilter],
     data: &SeccompData,
 ) -> Result<(u32, usize), InterpError> {
@@ -135,10 +138,12 @@ pub fn run_counting_steps(
     Err(InterpError::MissingReturn)
 }
 
+#[cfg(test)]
 fn branch(taken: bool, insn: SockFilter) -> usize {
     usize::from(if taken { insn.jt } else { insn.jf })
 }
 
+#[cfg(test)]
 fn load_word(bytes: &[u8; SECCOMP_DATA_SIZE], offset: u32) -> Option<u32> {
     let start = usize::try_from(offset).ok()?;
     let word = bytes.get(start..start.checked_add(4)?)?;

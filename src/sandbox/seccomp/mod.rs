@@ -43,14 +43,14 @@
 )))]
 compile_error!("spawnd's seccomp filter is written for x86_64 and aarch64 Linux only");
 
-pub mod aarch64;
+pub(crate) mod aarch64;
 pub mod abi;
 pub mod bpf;
 mod codegen;
-pub mod interp;
+pub(crate) mod interp;
 mod policy;
-pub mod syscalls;
-pub mod x86_64;
+pub(crate) mod syscalls;
+pub(crate) mod x86_64;
 
 #[cfg(test)]
 mod aarch64_policy_tests;
@@ -74,10 +74,10 @@ mod x86_64_tests;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-pub use abi::{Arch, SeccompData};
-pub use bpf::SockFilter;
-pub use interp::InterpError;
-pub use policy::{Action, ArgTest, Condition, Policy, SyscallRule};
+pub(crate) use abi::{Arch, SeccompData};
+pub(crate) use bpf::SockFilter;
+pub(crate) use interp::InterpError;
+pub(crate) use policy::{Action, Condition, Policy, SyscallRule};
 
 /// A compiled seccomp program.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -176,7 +176,7 @@ pub enum CompileError {
 }
 
 /// Compiles `policy` into a checked seccomp program.
-pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
+pub(crate) fn compile(policy: &Policy) -> Result<Filter, CompileError> {
     let rules = policy.checked_rules()?;
     let instructions = codegen::generate(policy.arch, policy.default, &rules)?;
     interp::check(&instructions)?;
@@ -188,7 +188,7 @@ pub fn compile(policy: &Policy) -> Result<Filter, CompileError> {
 /// sandbox's IPC limits hold them when spawnd is root). Each combination
 /// compiles to one program, cached for the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FilterOptions {
+pub(crate) struct FilterOptions {
     /// `socket(AF_UNIX, …)` and datagram `socketpair(AF_UNIX, …)` are
     /// allowed: for a manifest that grants the socket paths its program
     /// needs. Otherwise both get EPERM, so no host service is reachable
@@ -217,20 +217,22 @@ impl Default for FilterOptions {
 
 impl FilterOptions {
     /// `socket(AF_UNIX)` and datagram socketpairs refused: [`default_filter`].
-    pub const DEFAULT: FilterOptions = FilterOptions {
+    pub(crate) const DEFAULT: FilterOptions = FilterOptions {
         allow_unix_sockets: false,
         allow_sysv_ipc: true,
         allow_memfd: true,
     };
     /// `socket(AF_UNIX)` and any unix socketpair allowed, for a manifest that
     /// grants socket paths.
-    pub const WITH_UNIX_SOCKETS: FilterOptions = FilterOptions {
+    #[cfg(test)]
+    pub(crate) const WITH_UNIX_SOCKETS: FilterOptions = FilterOptions {
         allow_unix_sockets: true,
         allow_sysv_ipc: true,
         allow_memfd: true,
     };
     /// Every combination, for tests that walk them all.
-    pub const VARIANTS: [FilterOptions; 8] = {
+    #[cfg(test)]
+    pub(crate) const VARIANTS: [FilterOptions; 8] = {
         let mut all = [FilterOptions::DEFAULT; 8];
         let mut i = 0;
         while i < 8 {
@@ -247,7 +249,7 @@ impl FilterOptions {
     /// The options for a spawn: unix sockets where its manifest grants
     /// socket paths, SysV IPC objects where spawnd (`privileged`) writes
     /// the sandbox's IPC limits, memfds where a memory cgroup counts them.
-    pub fn for_spawn(
+    pub(crate) fn for_spawn(
         grants_unix_sockets: bool,
         privileged: bool,
         memory_cgroup: bool,
@@ -262,14 +264,14 @@ impl FilterOptions {
 
 /// [`policy_for`]`(options)` compiled: the filter spawnd installs, for the
 /// architecture it is built for.
-pub fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
+pub(crate) fn filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
     filter_for_arch(Arch::NATIVE, options)
 }
 
 /// [`policy_for_arch`]`(arch, options)` compiled, once per process, arch
 /// and options (the daemon would otherwise rebuild the same program for
 /// every spawn).
-pub fn filter_for_arch(
+pub(crate) fn filter_for_arch(
     arch: Arch,
     options: FilterOptions,
 ) -> Result<&'static Filter, CompileError> {
@@ -299,7 +301,7 @@ pub fn filter_for_arch(
 /// or rename, which is what the sandbox's mounts and Landlock decide on.
 /// (`stat` and friends are left out: neither layer governs them, and they
 /// are the bulk of a program's calls.)
-pub const TRACED_CALLS: &[&str] = &[
+pub(crate) const TRACED_CALLS: &[&str] = &[
     "open",
     "openat",
     "openat2",
@@ -329,7 +331,7 @@ pub const TRACED_CALLS: &[&str] = &[
 /// unchanged. The listener answers a notification with `policy`'s own
 /// decision, so the traced filter allows and refuses exactly what `policy`
 /// does (`traced_policy_decides_as_the_policy` checks it call by call).
-pub fn traced_policy(policy: &Policy) -> Policy {
+pub(crate) fn traced_policy(policy: &Policy) -> Policy {
     let traced = |name: &str, action: Action| match action {
         Action::Allow if TRACED_CALLS.contains(&name) => Action::Notify,
         a if a == syscalls::EPERM => Action::Notify,
@@ -360,7 +362,7 @@ pub fn traced_policy(policy: &Policy) -> Policy {
 
 /// [`traced_policy`] of [`policy_for`]`(options)`, compiled once per
 /// process and options.
-pub fn traced_filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
+pub(crate) fn traced_filter_for(options: FilterOptions) -> Result<&'static Filter, CompileError> {
     type Compiled = std::sync::OnceLock<Result<Filter, CompileError>>;
     static CACHE: [Compiled; 8] = [const { std::sync::OnceLock::new() }; 8];
     let FilterOptions {
@@ -378,7 +380,7 @@ pub fn traced_filter_for(options: FilterOptions) -> Result<&'static Filter, Comp
 }
 
 /// The name of syscall `nr` on the native architecture, if its table has one.
-pub fn syscall_name(nr: i64) -> Option<&'static str> {
+pub(crate) fn syscall_name(nr: i64) -> Option<&'static str> {
     let nr = u32::try_from(nr).ok()?;
     syscall_table(Arch::NATIVE)
         .iter()
@@ -387,13 +389,14 @@ pub fn syscall_name(nr: i64) -> Option<&'static str> {
 }
 
 /// The filter for a spawn that asks for nothing: [`FilterOptions::DEFAULT`].
-pub fn default_filter() -> Result<&'static Filter, CompileError> {
+#[cfg(test)]
+pub(crate) fn default_filter() -> Result<&'static Filter, CompileError> {
     filter_for(FilterOptions::DEFAULT)
 }
 
 /// spawnd's policy with `options` for the architecture it is built for:
 /// [`policy_for_arch`]`(`[`Arch::NATIVE`]`, options)`.
-pub fn policy_for(options: FilterOptions) -> Policy {
+pub(crate) fn policy_for(options: FilterOptions) -> Policy {
     policy_for_arch(Arch::NATIVE, options)
 }
 
@@ -406,7 +409,7 @@ pub fn policy_for(options: FilterOptions) -> Policy {
 /// on both architectures: every checked call takes its arguments in the
 /// same order on x86_64 and aarch64 (clone's flags are argument 0 on both,
 /// only its later pointer arguments differ).
-pub fn policy_for_arch(arch: Arch, options: FilterOptions) -> Policy {
+pub(crate) fn policy_for_arch(arch: Arch, options: FilterOptions) -> Policy {
     Policy {
         arch,
         default: syscalls::ENOSYS,
@@ -415,7 +418,7 @@ pub fn policy_for_arch(arch: Arch, options: FilterOptions) -> Policy {
 }
 
 /// `(number, kernel name)` for every syscall `arch` assigns, in order.
-pub fn syscall_table(arch: Arch) -> &'static [(u32, &'static str)] {
+pub(crate) fn syscall_table(arch: Arch) -> &'static [(u32, &'static str)] {
     match arch {
         Arch::X86_64 => x86_64::SYSCALLS.as_slice(),
         Arch::Aarch64 => aarch64::SYSCALLS.as_slice(),
@@ -440,6 +443,7 @@ fn table_up_to(
 }
 
 /// [`policy_for`]`(`[`FilterOptions::DEFAULT`]`)`.
-pub fn default_policy() -> Policy {
+#[cfg(test)]
+pub(crate) fn default_policy() -> Policy {
     policy_for(FilterOptions::DEFAULT)
 }

@@ -9,9 +9,10 @@ use proptest::prelude::*;
 
 use super::abi::{self, Arch, SeccompData};
 use super::bpf::SockFilter;
+use super::policy::ArgTest;
 use super::{
-    compile, default_policy, interp, policy_for_arch, Action, ArgTest, Condition, FilterOptions,
-    Policy, SyscallRule,
+    compile, default_policy, interp, policy_for_arch, Action, Condition, FilterOptions, Policy,
+    SyscallRule,
 };
 
 /// The constants rules compare against, so random arguments hit them often.

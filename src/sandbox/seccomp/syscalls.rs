@@ -15,15 +15,15 @@ use super::policy::{Action, ArgTest, Condition, SyscallRule};
 use super::FilterOptions;
 
 /// The errno for refused syscalls: the call exists, it is just not allowed.
-pub const EPERM: Action = Action::Errno(libc::EPERM as u16);
+pub(crate) const EPERM: Action = Action::Errno(libc::EPERM as u16);
 /// The errno for calls answered as if the kernel lacked them, so libcs fall
 /// back to an older call whose arguments the filter can see (clone3 hides
 /// its flags in a struct).
-pub const ENOSYS: Action = Action::Errno(libc::ENOSYS as u16);
+pub(crate) const ENOSYS: Action = Action::Errno(libc::ENOSYS as u16);
 
 /// What the policy does with one syscall.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// The call runs.
     Allow,
     /// EPERM whatever the arguments.
@@ -42,7 +42,7 @@ pub enum Decision {
 
 impl Decision {
     /// The rule for the syscall `name`, numbered `nr` on the architecture.
-    pub fn rule(self, name: &'static str, nr: u32) -> SyscallRule {
+    pub(crate) fn rule(self, name: &'static str, nr: u32) -> SyscallRule {
         let nr = i64::from(nr);
         match self {
             Decision::Allow => SyscallRule::always(name, nr, Action::Allow),
@@ -64,7 +64,7 @@ impl Decision {
 /// One row of the table: the syscalls it names get its decision, for the
 /// reason it gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Row {
+pub(crate) struct Row {
     /// Why, in one line.
     pub why: &'static str,
     /// The decision.
@@ -124,7 +124,7 @@ const fn allow_if(arg: u8, test: ArgTest) -> Condition {
 /// Every `CLONE_NEW*` flag: creating any namespace is refused (S6, S7).
 /// On legacy clone the low byte is the exit signal, so CLONE_NEWTIME (0x80)
 /// there only refuses exit signals of 128 and above, which name no signal.
-pub const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
+pub(crate) const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET
@@ -134,16 +134,17 @@ pub const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWTIME) as u32;
 
 /// `PER_LINUX`, the default persona (libc does not define it).
-pub const PER_LINUX: u32 = 0;
+pub(crate) const PER_LINUX: u32 = 0;
 /// `personality(0xffffffff)` only queries the current persona.
-pub const PERSONALITY_QUERY: u32 = 0xffff_ffff;
+pub(crate) const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 
 /// `S_ISUID | S_ISGID`: the mode bits no program may set (docs/security.md).
-pub const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+pub(crate) const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 /// The open flags under which the kernel reads the mode: `O_CREAT`, and
 /// `__O_TMPFILE`, the bit of `O_TMPFILE` that is not `O_DIRECTORY` (testing
 /// all of `O_TMPFILE` would also match a plain `O_DIRECTORY` open).
-pub const OPEN_CREATE_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
+pub(crate) const OPEN_CREATE_FLAGS: u32 =
+    (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
 
 /// A mode argument without set-id bits.
 const fn no_setid_mode(arg: u8) -> Condition {
@@ -203,7 +204,7 @@ const CONNECTED_UNIX_PAIRS: &[Condition] = &[
 ];
 
 /// socket(2) in the default filter.
-pub static SOCKET_WITHOUT_UNIX: Row = checked(
+pub(crate) static SOCKET_WITHOUT_UNIX: Row = checked(
     "72, N49, N53, N54: only inet and inet6 sockets; AF_UNIX only where a manifest grants socket paths",
     &["socket"],
     IP_ONLY,
@@ -211,7 +212,7 @@ pub static SOCKET_WITHOUT_UNIX: Row = checked(
 );
 
 /// socket(2) when the spawn's manifest grants unix sockets.
-pub static SOCKET_WITH_UNIX: Row = checked(
+pub(crate) static SOCKET_WITH_UNIX: Row = checked(
     "N49, N53, N54: unix, inet and inet6 sockets (the manifest grants socket paths)",
     &["socket"],
     UNIX_AND_IP,
@@ -219,7 +220,7 @@ pub static SOCKET_WITH_UNIX: Row = checked(
 );
 
 /// socketpair(2) in the default filter.
-pub static SOCKETPAIR_CONNECTED: Row = checked(
+pub(crate) static SOCKETPAIR_CONNECTED: Row = checked(
     "72: unix stream and seqpacket pairs only; a datagram end can be disconnected and reach host sockets",
     &["socketpair"],
     CONNECTED_UNIX_PAIRS,
@@ -227,7 +228,7 @@ pub static SOCKETPAIR_CONNECTED: Row = checked(
 );
 
 /// socketpair(2) when the spawn's manifest grants unix sockets.
-pub static SOCKETPAIR_UNIX: Row = checked(
+pub(crate) static SOCKETPAIR_UNIX: Row = checked(
     "unix pairs of any type (the manifest grants socket paths)",
     &["socketpair"],
     &[allow_if(0, ArgTest::Equals(libc::AF_UNIX as u32))],
@@ -235,20 +236,20 @@ pub static SOCKETPAIR_UNIX: Row = checked(
 );
 
 /// SysV IPC objects where the sandbox's IPC namespace has its limits.
-pub static SYSV_IPC_OBJECTS: Row = allow(
+pub(crate) static SYSV_IPC_OBJECTS: Row = allow(
     "N48: SysV IPC objects, within the limits written into the sandbox's ipc namespace",
     &["shmget", "semget", "msgget"],
 );
 
 /// SysV IPC objects where the limits could not be written (spawnd is not
 /// root, so the sandbox maps no uid 0 that could write them).
-pub static NO_SYSV_IPC_OBJECTS: Row = refuse(
+pub(crate) static NO_SYSV_IPC_OBJECTS: Row = refuse(
     "R56: SysV IPC objects, whose kernel default limits no memory limit bounds (spawnd without root cannot lower them)",
     &["shmget", "semget", "msgget"],
 );
 
 /// memfd_create(2) where a memory cgroup counts a memfd's pages.
-pub static MEMFD_SEALED: Row = checked(
+pub(crate) static MEMFD_SEALED: Row = checked(
     "F30: memfds must be sealed non-executable, so no fileless exec",
     &["memfd_create"],
     &[
@@ -260,14 +261,14 @@ pub static MEMFD_SEALED: Row = checked(
 
 /// memfd_create(2) where memory is limited by rlimits, which do not count a
 /// memfd's pages (they are only in an address space while mapped).
-pub static NO_MEMFD: Row = refuse(
+pub(crate) static NO_MEMFD: Row = refuse(
     "R56, 74: memfd pages are memory the rlimits do not count; without a memory cgroup, no memfds",
     &["memfd_create"],
 );
 
 /// Every syscall but `socket`, `socketpair`, `shmget`, `semget`, `msgget`
 /// and `memfd_create`, whose rows depend on [`FilterOptions`].
-pub const ROWS: &[Row] = &[
+pub(crate) const ROWS: &[Row] = &[
     // Allowed: what any command-line program needs.
     allow(
         "files: read, write, walk, link and rename what the mounts and Landlock expose",
@@ -558,7 +559,7 @@ pub const ROWS: &[Row] = &[
 ];
 
 /// Every row for a spawn with `options`.
-pub fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
+pub(crate) fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
     let sockets: [&'static Row; 2] = if options.allow_unix_sockets {
         [&SOCKET_WITH_UNIX, &SOCKETPAIR_UNIX]
     } else {
@@ -578,7 +579,8 @@ pub fn rows(options: FilterOptions) -> impl Iterator<Item = &'static Row> {
 }
 
 /// The decision for the syscall `name`, if a row names it.
-pub fn decision(options: FilterOptions, name: &str) -> Option<Decision> {
+#[cfg(test)]
+pub(crate) fn decision(options: FilterOptions, name: &str) -> Option<Decision> {
     rows(options)
         .find(|row| row.names.contains(&name))
         .map(|row| row.decision)
@@ -587,7 +589,7 @@ pub fn decision(options: FilterOptions, name: &str) -> Option<Decision> {
 /// One rule for each syscall of `table` (an architecture's `(number, name)`
 /// pairs) that a row decides. A name no row decides gets no rule, and so the
 /// policy's default, ENOSYS: the table's tests make sure there is none.
-pub fn rules(options: FilterOptions, table: &[(u32, &'static str)]) -> Vec<SyscallRule> {
+pub(crate) fn rules(options: FilterOptions, table: &[(u32, &'static str)]) -> Vec<SyscallRule> {
     // Every name to its row's decision, the first row naming it winning as
     // in [`decision`]: one pass over the rows instead of one per syscall
     // (`spawnd run` compiles its filter in every process).

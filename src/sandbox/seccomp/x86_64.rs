@@ -18,14 +18,14 @@ use std::sync::LazyLock;
 use syscalls::x86_64::Sysno;
 
 /// The highest number in [`SYSCALLS`]. Numbers above it get ENOSYS.
-pub const NEWEST: u32 = 470;
+pub(crate) const NEWEST: u32 = 470;
 
 /// Calls of the kernel's table up to [`NEWEST`] that the crate's table does
 /// not have yet.
-pub const NEWER_THAN_THE_CRATE: &[(u32, &str)] = &[(470, "listns")];
+pub(crate) const NEWER_THAN_THE_CRATE: &[(u32, &str)] = &[(470, "listns")];
 
 /// `(number, kernel name)` for every assigned native x86_64 syscall, in order.
-pub static SYSCALLS: LazyLock<Vec<(u32, &'static str)>> =
+pub(crate) static SYSCALLS: LazyLock<Vec<(u32, &'static str)>> =
     LazyLock::new(|| super::table_up_to(NEWEST, crate_name, NEWER_THAN_THE_CRATE));
 
 /// The crate's name for x86_64 syscall `nr`, if it numbers one.
