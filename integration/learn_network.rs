@@ -1,6 +1,6 @@
 //! `spawnd learn`'s network, end to end through the library: curl in a
-//! full sandbox, run by [`spawnd::internals::exec::execute`] with
-//! `Execution::network_learning` set (what the `learn` command does), from
+//! full sandbox, run by [`spawnd::internals::pipeline::run`] with
+//! `Spawn::network_learning` set (what the `learn` command does), from
 //! a manifest that grants no network at all. The DNS server and this
 //! binary's spawning side are in a world network namespace, the servers
 //! on its internet (`world.rs`): the test re-executes itself in the world
@@ -22,8 +22,8 @@ use std::process::Command;
 use serde_json::Value;
 use spawnd::internals::config::Config;
 use spawnd::internals::egress::learning::Learning;
-use spawnd::internals::exec::{execute, Execution, Prepared};
 use spawnd::internals::manifest::{parse_manifest, LoadOptions};
+use spawnd::internals::pipeline::{self, Prepared, Spawn};
 use spawnd::internals::policy::{Access, Caller, Request};
 use spawnd::internals::sandbox::launch::StdinSource;
 use world::{Run, TcpServer, World, WORLD_CIDR, WORLD_IP};
@@ -76,7 +76,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
         "record" => Learning::Record,
         _ => Learning::Forward,
     };
-    let result = execute(Execution {
+    let result = pipeline::run(Spawn {
         prepared: &prepared,
         access: &Access::Local,
         stdin: StdinSource::Null,

@@ -1,5 +1,5 @@
 //! A sandbox with network grants, at the `sandbox::launch` level (below the
-//! exec pipeline and its relay, which `network.rs` tests end to end): the
+//! spawn pipeline and its relay, which `network.rs` tests end to end): the
 //! program inside reaches the listeners init handed to this process through
 //! the fake pool and an IP-literal grant, every other TCP connection (but
 //! to its loopback or a granted port) is refused at once and logged to the

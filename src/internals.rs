@@ -54,9 +54,9 @@ pub mod egress {
 }
 
 /// The spawn pipeline, run in process by the network-learning test.
-pub mod exec {
-    pub use crate::exec::prepared::Prepared;
-    pub use crate::exec::{execute, Execution};
+pub mod pipeline {
+    pub use crate::pipeline::prepared::Prepared;
+    pub use crate::pipeline::{run, Spawn};
 }
 
 /// The AppArmor profile's name and what it attaches to.

@@ -166,7 +166,7 @@ fn maps_id(map: &str, id: u64) -> bool {
 }
 
 /// Probes the kernel. `exe` is spawnd's own binary (for the userns helper);
-/// `limits` is how this process's spawns are limited (`exec::limits`) and,
+/// `limits` is how this process's spawns are limited (`pipeline::limits`) and,
 /// without a cgroup, why, so `health` names exactly what runs use.
 pub(crate) fn probe(exe: &Path, audit_path: Option<&Path>, limits: LimitsFinding) -> HealthReport {
     let userns = probe_helper(

@@ -39,7 +39,6 @@ mod daemon;
 mod draft;
 mod duration;
 mod egress;
-mod exec;
 mod failure;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -53,6 +52,7 @@ mod manifest;
 mod metrics;
 mod netlink;
 mod origin;
+mod pipeline;
 mod plan;
 mod policy;
 mod printable;

@@ -1,5 +1,5 @@
 //! The import directions that keep the house walkable: front ends (`cli`,
-//! `daemon`) call the one spawn pipeline (`exec`), which launches through
+//! `daemon`) call the one spawn pipeline (`pipeline`), which launches through
 //! the daemon's `spawner` or directly, and everything below (gate, sandbox,
 //! supervision, audit, the frames of `ipc`…) knows none of them: the child
 //! side knows nobody above it. Checked from the source, as `docs_in_sync`
@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["main", "internals"],
     &["cli", "fuzzing"],
     &["daemon", "client", "draft"],
-    &["exec"],
+    &["pipeline"],
     &["connectors"],
     &["relay"],
     &["spawner"],
@@ -76,8 +76,8 @@ fn module_of(src: &Path, file: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// The module path of a file of `src/`: `src/exec/report.rs` is
-/// `["exec", "report"]`, `src/exec/mod.rs` is `["exec"]`.
+/// The module path of a file of `src/`: `src/pipeline/report.rs` is
+/// `["pipeline", "report"]`, `src/pipeline/mod.rs` is `["pipeline"]`.
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut path: Vec<String> = rel
@@ -327,13 +327,13 @@ fn pure_modules_name_no_filesystem_process_kernel_or_runtime() {
 
 #[test]
 fn the_check_sees_an_upward_import() {
-    let here = ["exec".to_string(), "report".to_string()];
+    let here = ["pipeline".to_string(), "report".to_string()];
     assert_eq!(
         named_modules(
-            &code_of("use crate::cli::output::Failure;\nlet x = crate::exec::execute;"),
+            &code_of("use crate::cli::output::Failure;\nlet x = crate::pipeline::run;"),
             &here
         ),
-        BTreeSet::from(["cli".to_string(), "exec".to_string()])
+        BTreeSet::from(["cli".to_string(), "pipeline".to_string()])
     );
     // Groups, `super::` past the top, and not what a string or comment says.
     assert_eq!(
@@ -349,8 +349,8 @@ fn the_check_sees_an_upward_import() {
         named_modules(&code_of("use super::result::SpawnResult;"), &here),
         BTreeSet::new()
     );
-    assert!(layer("cli") < layer("daemon") && layer("daemon") < layer("exec"));
-    assert!(layer("exec") < layer("spawner") && layer("spawner") < layer("sandbox"));
+    assert!(layer("cli") < layer("daemon") && layer("daemon") < layer("pipeline"));
+    assert!(layer("pipeline") < layer("spawner") && layer("spawner") < layer("sandbox"));
     assert!(layer("sandbox") < layer("ipc") && layer("ipc") < layer("sys"));
-    assert!(layer("exec") < layer("rpc") && layer("sys") < layer("failure"));
+    assert!(layer("pipeline") < layer("rpc") && layer("sys") < layer("failure"));
 }

@@ -161,7 +161,7 @@ fn insert_provenance(body: &mut Map<String, Value>, provenance: Option<&crate::p
 }
 
 /// One network event of a spawn (`event`: a connection, or a DNS name
-/// refused, as [`crate::exec`] describes them), under its connector and
+/// refused, as [`crate::pipeline`] describes them), under its connector and
 /// op; the record's `audit_id` is the spawn's.
 pub(crate) fn net(connector: &str, op: &str, event: Value) -> Map<String, Value> {
     let mut body = object(event);

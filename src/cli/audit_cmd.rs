@@ -17,7 +17,7 @@ use crate::audit::checkpoint;
 use crate::audit::ocsf::Exporter;
 use crate::audit::time_bound::record_instant;
 use crate::audit::verify::{verify_with as verify_chain, Anchor, Options as VerifyOptions};
-use crate::exec::load_previous_audit_keys;
+use crate::pipeline::load_previous_audit_keys;
 use crate::printable::printable;
 
 /// Runs one `audit` subcommand.

@@ -11,7 +11,7 @@ use crate::failure::FailureKind;
 use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 use crate::policy::Caller;
 
-pub(crate) use crate::exec::load_audit_key;
+pub(crate) use crate::pipeline::load_audit_key;
 
 /// The invoking user's home directory from the password database, looked up
 /// once per process (the config's default audit path and the caller both

@@ -133,7 +133,7 @@ pub(super) fn health(cli: &Cli) -> Result<Success, Failure> {
     let config = load_config(cli)?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::internal(format!("cannot find spawnd's own binary: {e}")))?;
-    let limits = crate::exec::limits::finding(config.sandbox.limits);
+    let limits = crate::pipeline::limits::finding(config.sandbox.limits);
     let report = probe(&exe, config.audit.path.as_deref(), limits);
     let status = serde_json::to_value(report.status).unwrap_or_default();
     let mut text = status.as_str().unwrap_or("error").to_string();

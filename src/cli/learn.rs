@@ -16,9 +16,9 @@ use super::output::{print_notice, Failure, Success};
 use super::run::live_output;
 use crate::draft::{Host, Observed};
 use crate::egress::learning::Learning;
-use crate::exec::{execute, Execution};
 use crate::failure::FailureKind;
 use crate::manifest::{parse_manifest, LoadOptions, Tier};
+use crate::pipeline::{self, Spawn};
 use crate::policy::{Access, Request, RequestKind};
 use crate::printable::printable;
 use crate::program::hash_path;
@@ -167,7 +167,7 @@ impl Setting {
     }
 
     /// The run's request under its observation manifest.
-    fn prepared(&self, args: &LearnArgs) -> Result<crate::exec::Prepared, Failure> {
+    fn prepared(&self, args: &LearnArgs) -> Result<crate::pipeline::Prepared, Failure> {
         let env = env_values(&args.env)?;
         let observation = observation_manifest(&ObservationParts {
             program: &self.program,
@@ -191,7 +191,7 @@ impl Setting {
         .map_err(|e| Failure::internal(format!("the observation manifest does not load: {e}")))?;
         let mut caller = current_caller()?;
         caller.workspace = Some(self.workspace.clone());
-        Ok(crate::exec::Prepared {
+        Ok(crate::pipeline::Prepared {
             config: self.config.clone(),
             manifest,
             caller,
@@ -213,7 +213,7 @@ impl Setting {
     fn observed(
         &self,
         args: &LearnArgs,
-        prepared: &crate::exec::Prepared,
+        prepared: &crate::pipeline::Prepared,
         result: &SpawnResult,
         trace: &TraceReport,
     ) -> Observed {
@@ -250,7 +250,7 @@ impl Setting {
             refused: trace
                 .refusals
                 .iter()
-                .map(crate::exec::describe_refusal)
+                .map(crate::pipeline::describe_refusal)
                 .collect(),
         }
     }
@@ -271,9 +271,9 @@ fn canonical(flag: &str, dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
 fn observe(
     cli: &Cli,
     args: &LearnArgs,
-    prepared: &crate::exec::Prepared,
+    prepared: &crate::pipeline::Prepared,
 ) -> Result<Success, Failure> {
-    execute(Execution {
+    pipeline::run(Spawn {
         prepared,
         access: &Access::Local,
         stdin: StdinSource::Null,
@@ -286,7 +286,7 @@ fn observe(
         signals_end_the_run: true,
         // The refusals go into the draft, as comments; the rest is shown.
         on_notice: &|n| {
-            if !matches!(n, crate::exec::Notice::Refused { .. }) {
+            if !matches!(n, crate::pipeline::Notice::Refused { .. }) {
                 print_notice(n)
             }
         },

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 pub(crate) use crate::failure::{Failure, Success};
 
-use crate::exec::Notice;
+use crate::pipeline::Notice;
 use crate::printable::printable_lines;
 use crate::spawn_result::SpawnResult;
 
@@ -128,7 +128,7 @@ fn run_ended_by_spawnd(data: &Value) -> Option<&'static str> {
         Some("network egress refused; --fail-on-refusal")
     } else if result.timed_out {
         Some("timed_out")
-    } else if crate::exec::interrupting_signal(&result).is_some() {
+    } else if crate::pipeline::interrupting_signal(&result).is_some() {
         Some("interrupted")
     } else if result.interrupted_by.is_some() {
         Some("killed")

@@ -16,8 +16,8 @@ use super::check::request_of;
 use super::context::{load_config, load_manifest};
 use super::output::{print_notice, Failure, Success};
 use crate::client::{call_for, interrupted, watch_interruptions, Client};
-use crate::exec::conclude;
 use crate::failure::FailureKind;
+use crate::pipeline::conclude;
 use crate::spawn_result::SpawnStatus;
 
 /// `spawnd run --socket S`.

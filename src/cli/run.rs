@@ -1,4 +1,4 @@
-//! `spawnd run`: one spawn through [`crate::exec`], in this process
+//! `spawnd run`: one spawn through [`crate::pipeline`], in this process
 //! (single-threaded, so cloning is safe), or through a daemon's socket. Without `--json` the child's output
 //! streams live and spawnd exits with the child's code (128+N after signal N,
 //! 124 after a timeout); spawnd's own messages go to stderr prefixed `spawnd:`.
@@ -9,7 +9,7 @@ use std::path::Path;
 use super::args::{Cli, RunArgs};
 use super::check::load_request;
 use super::output::{print_notice, Failure, Success};
-use crate::exec::{execute, Execution, Pump};
+use crate::pipeline::{self, Pump, Spawn};
 use crate::policy::Access;
 use crate::sandbox::launch::StdinSource;
 use crate::spawn_result::SpawnResult;
@@ -39,7 +39,7 @@ fn fail_on_refusal(mut ran: Success) -> Success {
     let refused = result
         .network
         .as_ref()
-        .is_some_and(|n| !crate::exec::network_refusals(n).is_empty());
+        .is_some_and(|n| !crate::pipeline::network_refusals(n).is_empty());
     if refused && ran.exit == 0 {
         ran.exit = EXIT_NETWORK_REFUSED;
         result.failed_on_refusal = Some(true);
@@ -62,7 +62,7 @@ fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         };
     let prepared = load_request(cli, args)?;
     let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
-    execute(Execution {
+    pipeline::run(Spawn {
         prepared: &prepared,
         access: &Access::Local,
         stdin,

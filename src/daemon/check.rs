@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use super::request::{caller_of, SpawnCall};
 use super::spawns::{peer_manifest, read_call, rpc_error};
 use super::{Daemon, Peer};
-use crate::exec::{decide_with, denial_failure, Prepared};
+use crate::pipeline::{decide_with, denial_failure, Prepared};
 use crate::policy::{Access, Decision};
 use crate::program::ProgramOpener;
 use crate::rpc::RpcError;

@@ -788,7 +788,7 @@ impl Connection {
         );
         let error = RpcError::with_data(
             rpc::CAPABILITY_DENIED,
-            crate::exec::denial_failure(&denial).message,
+            crate::pipeline::denial_failure(&denial).message,
             serde_json::to_value(&denial).unwrap_or_default(),
         );
         let refusal = refusals::Refusal::denied(method, &denial, None);
@@ -820,7 +820,7 @@ impl Connection {
         let daemon = Arc::clone(&self.daemon);
         let report = tokio::task::spawn_blocking(move || {
             let config = &daemon.loaded().config;
-            let limits = crate::exec::limits::finding(config.sandbox.limits);
+            let limits = crate::pipeline::limits::finding(config.sandbox.limits);
             crate::kernel_features::probe(&daemon.exe, config.audit.path.as_deref(), limits)
         })
         .await

@@ -265,7 +265,7 @@ pub(super) fn write_attach_record(
     };
     let body = crate::audit::events::attach(&filed, peer.caller_json(), &Value::from(state));
     let config = daemon.loaded().config.clone();
-    let log = crate::exec::open_audit(&config).map_err(|f| f.message)?;
+    let log = crate::pipeline::open_audit(&config).map_err(|f| f.message)?;
     log.write(Kind::Attach, Some(&filed.audit_id), body)
         .map_err(|e| format!("audit unavailable: {e}"))
 }

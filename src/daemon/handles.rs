@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::exec::{Interruption, SpawnFiled};
+use crate::pipeline::{Interruption, SpawnFiled};
 use crate::policy::Caller;
 use crate::rpc::{self, RpcError};
 use crate::supervise::LiveOutput;

@@ -222,7 +222,7 @@ impl Daemon {
         kind: crate::audit::Kind,
         body: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), String> {
-        let log = crate::exec::open_audit(&self.loaded().config).map_err(|f| f.message)?;
+        let log = crate::pipeline::open_audit(&self.loaded().config).map_err(|f| f.message)?;
         log.append(kind, None, body)
             .map(drop)
             .map_err(|e| e.to_string())
@@ -233,7 +233,7 @@ impl Daemon {
     /// on disk.
     fn record_start(&self) -> Result<(), ServeError> {
         let loaded = self.loaded();
-        let log = crate::exec::open_audit(&loaded.config).map_err(|f| ServeError(f.message))?;
+        let log = crate::pipeline::open_audit(&loaded.config).map_err(|f| ServeError(f.message))?;
         let unfinished = crate::audit::lifecycle::unfinished(log.path()).map_err(|e| {
             ServeError(format!(
                 "cannot read the audit log {} back for spawns left without an exit: {e}",
@@ -311,7 +311,7 @@ impl Daemon {
     /// writing at this time).
     fn heartbeat(&self) {
         let loaded = self.loaded();
-        let log = match crate::exec::open_audit(&loaded.config) {
+        let log = match crate::pipeline::open_audit(&loaded.config) {
             Ok(log) => log,
             Err(f) => {
                 tracing::error!(error = %f.message, "the heartbeat record could not be written");
@@ -453,7 +453,7 @@ pub(crate) fn serve(
     // Before any other process starts: on a cgroup v2 host the daemon may
     // move itself into a leaf of the cgroup systemd delegated to it.
     if config.sandbox.limits == crate::config::LimitsMode::Auto {
-        let limits = crate::exec::limits::settle_for_daemon();
+        let limits = crate::pipeline::limits::settle_for_daemon();
         match &limits.why_not_cgroups {
             None => tracing::info!("sandboxes' limits via {}", limits.via.name()),
             Some(why) => tracing::warn!("sandboxes' limits via rlimits, per process: {why}"),

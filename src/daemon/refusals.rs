@@ -470,7 +470,7 @@ pub(crate) async fn refuse(
             let body = refusal.record_body(peer, tallies(daemon).window());
             let written = tokio::task::spawn_blocking(move || {
                 let config = d.loaded().config.clone();
-                crate::exec::open_audit(&config)
+                crate::pipeline::open_audit(&config)
                     .map_err(|f| f.message)
                     .and_then(|log| {
                         log.append(Kind::Denial, None, body)
@@ -512,7 +512,7 @@ fn write_repeats(daemon: &Daemon, repeats: Vec<Repeats>) {
         return;
     }
     let config = daemon.loaded().config.clone();
-    let log = match crate::exec::open_audit(&config) {
+    let log = match crate::pipeline::open_audit(&config) {
         Ok(log) => log,
         Err(f) => {
             tracing::error!(error = %f.message, lost = repeats.len(), "records of repeated refusals cannot be written");

@@ -1,5 +1,5 @@
 //! `spawn` and `spawn_op`, and the handle methods. A request goes through the
-//! same [`execute_until_written`] as `spawnd run` — the gate, the audit records, the sandbox
+//! same [`run_until_written`] as `spawnd run` — the gate, the audit records, the sandbox
 //! (always through the spawner), supervision — on a blocking thread; the
 //! answer is the handle once the program has started, or the JSON-RPC error
 //! (a denial creates no handle). Output lands in the handle's buffers as it
@@ -44,11 +44,11 @@ use super::request::{access_caller, caller_of, check_names, request_from, SpawnC
 use super::stdin::StdinStream;
 use super::{Daemon, Loaded, Peer};
 use crate::audit::Unsynced;
-use crate::exec::{
-    denial_failure, execute_until_written, Execution, Failure, Finished, Notice, Prepared,
-    SpawnFiled, Success,
-};
 use crate::manifest::Manifest;
+use crate::pipeline::{
+    denial_failure, run_until_written, Failure, Finished, Notice, Prepared, Spawn, SpawnFiled,
+    Success,
+};
 use crate::policy::{Access, Caller, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
 use crate::rpc::{self, RpcError};
@@ -444,7 +444,7 @@ fn run_job(job: Job) {
         caller,
         request,
     };
-    let (source, pump): (StdinSource, crate::exec::Pump) = match (stdin, stdin_pipe) {
+    let (source, pump): (StdinSource, crate::pipeline::Pump) = match (stdin, stdin_pipe) {
         (_, Some(pipe)) => (StdinSource::Pipe, Some(Box::new(pipe))),
         (Some(bytes), None) => (
             StdinSource::Pipe,
@@ -460,8 +460,8 @@ fn run_job(job: Job) {
         leaving,
     } = {
         let killed = Arc::clone(&handle);
-        let ended_by: crate::exec::EndedBy = Arc::new(move || killed.with(|s| s.killed_by));
-        execute_until_written(Execution {
+        let ended_by: crate::pipeline::EndedBy = Arc::new(move || killed.with(|s| s.killed_by));
+        run_until_written(Spawn {
             prepared: &prepared,
             access: &access,
             stdin: source,

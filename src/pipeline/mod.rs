@@ -50,7 +50,7 @@ pub(crate) type Pump = Option<Box<dyn std::io::Read + Send>>;
 /// One spawn of a prepared request, start to end: the gate, the audit
 /// records, the sandbox (made here, or by a spawner) and its supervision.
 /// `spawnd run` and the daemon both go through it.
-pub struct Execution<'a> {
+pub struct Spawn<'a> {
     /// Config, manifest, caller and request.
     pub prepared: &'a Prepared,
     /// Who may act for which connector.
@@ -95,7 +95,7 @@ pub struct Execution<'a> {
     pub shared_connections: Option<Claim>,
 }
 
-impl<'a> Execution<'a> {
+impl<'a> Spawn<'a> {
     /// What each step of the pipeline is asked: the gate, the start, the end.
     fn into_requests(self) -> (GateRequest<'a>, StartRequest<'a>, FinishRequest<'a>) {
         let gate = GateRequest {
@@ -127,7 +127,7 @@ impl<'a> Execution<'a> {
     }
 }
 
-/// Says who ended a program from outside ([`Execution::ended_by`]).
+/// Says who ended a program from outside ([`Spawn::ended_by`]).
 pub(crate) type EndedBy = std::sync::Arc<dyn Fn() -> Option<Interruption> + Send + Sync>;
 
 /// Who ended a program from outside: how (the daemon's `spawn_kill`,
@@ -147,17 +147,17 @@ pub struct Interruption {
 /// once it has started.
 pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&SpawnFiled, Option<OwnedFd>) + Send + 'a>;
 
-/// Runs an [`Execution`] to its result, exit record durable, init reaped.
+/// Runs an [`Spawn`] to its result, exit record durable, init reaped.
 /// The exit record goes to disk first, while the kernel tears init's
 /// namespaces down on another core; waiting for init before the flush would
 /// put the two in a row.
-pub fn execute(x: Execution<'_>) -> Result<Success, Failure> {
+pub fn run(x: Spawn<'_>) -> Result<Success, Failure> {
     let on_notice = x.on_notice;
     let Finished {
         mut result,
         exit_record,
         leaving,
-    } = execute_until_written(x);
+    } = run_until_written(x);
     if let Some(Err(e)) = exit_record.map(Unsynced::commit) {
         let notice = match result.as_mut() {
             Ok(s) => exit_record_lost(s, &e),
@@ -179,7 +179,7 @@ fn reap(leaving: Leaving<'_>) {
     }
 }
 
-/// An [`Execution`] whose program has ended and whose exit record is written.
+/// An [`Spawn`] whose program has ended and whose exit record is written.
 pub(crate) struct Finished<'a> {
     /// What to report (its `audit_id` names the records).
     pub result: Result<Success, Failure>,
@@ -193,11 +193,11 @@ pub(crate) struct Finished<'a> {
     pub leaving: Option<Leaving<'a>>,
 }
 
-/// Runs an [`Execution`] until its exit record is written (not yet flushed).
-pub(crate) fn execute_until_written(x: Execution<'_>) -> Finished<'_> {
+/// Runs an [`Spawn`] until its exit record is written (not yet flushed).
+pub(crate) fn run_until_written(x: Spawn<'_>) -> Finished<'_> {
     let mut leaving = None;
     let mut exit_record = None;
-    let result = execute_inner(x, &mut leaving, &mut exit_record);
+    let result = run_inner(x, &mut leaving, &mut exit_record);
     Finished {
         result,
         exit_record,
@@ -209,8 +209,8 @@ pub(crate) fn execute_until_written(x: Execution<'_>) -> Finished<'_> {
 /// `leaving_out` for the caller to reap, and the unflushed exit record of a
 /// program that ran in `exit_out`. The pipeline, step by step: the gate,
 /// the program's start, its end.
-fn execute_inner<'a>(
-    x: Execution<'a>,
+fn run_inner<'a>(
+    x: Spawn<'a>,
     leaving_out: &mut Option<Leaving<'a>>,
     exit_out: &mut Option<Unsynced>,
 ) -> Result<Success, Failure> {

@@ -2,7 +2,7 @@
 //! left out, output cut at its cap, a limit that ended the program, an exit
 //! record that could not be written. Nothing here prints: each [`Notice`] is
 //! handed to the front end as it arises (the `on_notice` of an
-//! [`super::Execution`], or the callback given to [`super::conclude`]), which
+//! [`super::Spawn`], or the callback given to [`super::conclude`]), which
 //! shows it to a person or logs it.
 
 use std::fmt;
