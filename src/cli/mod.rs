@@ -149,7 +149,7 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             socket: Some(socket),
             tools,
             ..
-        } => with_tools(remote::connectors_remote(socket)?, tools.as_deref()),
+        } => shown_with_tools(remote::connectors_remote(socket)?, tools.as_deref()),
         Command::Connectors {
             manifest, tools, ..
         } => {
@@ -162,9 +162,8 @@ fn dispatch(cli: &Cli) -> Result<Success, Failure> {
             let manifests =
                 crate::config::manifests::load_manifests(&config).map_err(Failure::config)?;
             let caller = context::current_caller()?;
-            let v = crate::connectors::status(&config, &manifests, &caller.home, &|_| true);
-            let text = v["block"].as_str().unwrap_or_default().to_string();
-            with_tools(Success::new(v, text), tools.as_deref())
+            let status = crate::connectors::status(&config, &manifests, &caller.home, &|_| true);
+            shown_with_tools(status, tools.as_deref())
         }
         Command::Serve { socket } => serve(cli, socket.clone()),
         Command::Spawner { .. } => Err(Failure::usage("__spawner is started by spawnd serve")),
@@ -200,17 +199,22 @@ fn serve(cli: &Cli, socket: Option<std::path::PathBuf>) -> Result<Success, Failu
         })
 }
 
-/// `connectors --tools FORMAT`: the tool definitions of every operation in
-/// the status `shown` gives, as `{tools}` and as pretty JSON for a human;
-/// without a format, the status as it is.
-fn with_tools(shown: Success, format: Option<&str>) -> Result<Success, Failure> {
+/// `connectors`: the status as it is (its block for a person), or with
+/// `--tools FORMAT` the tool definitions of every operation in it, as
+/// `{tools}` and as pretty JSON for a person.
+fn shown_with_tools(
+    status: crate::connectors::ConnectorsStatus,
+    format: Option<&str>,
+) -> Result<Success, Failure> {
     let Some(format) = format else {
-        return Ok(shown);
+        let data = serde_json::to_value(&status)
+            .map_err(|e| Failure::internal(format!("the connectors' status: {e}")))?;
+        return Ok(Success::new(data, status.block));
     };
     let format = format
         .parse::<crate::connectors::tools::ToolFormat>()
         .map_err(Failure::usage)?;
-    let tools = crate::connectors::tools::tools(&shown.data["connectors"], format);
+    let tools = crate::connectors::tools::tools(&status.connectors, format);
     let text = serde_json::to_string_pretty(&tools).unwrap_or_default();
     Ok(Success::new(serde_json::json!({ "tools": tools }), text))
 }

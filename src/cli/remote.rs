@@ -67,12 +67,6 @@ struct Spawned {
     handle: String,
 }
 
-/// The part of `connectors_status`'s answer a person reads.
-#[derive(serde::Deserialize)]
-struct Shown {
-    block: String,
-}
-
 /// The daemon's answer to `method` read as `T`.
 fn answer_as<T: serde::de::DeserializeOwned>(method: &str, answer: Value) -> Result<T, Failure> {
     serde_json::from_value(answer)
@@ -91,10 +85,11 @@ pub(super) fn check_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<V
 /// status of the manifests it has loaded (not the files on disk, which it
 /// reads again only on a reload) for the connectors this caller may act
 /// for, shown as in-process `connectors` shows its own.
-pub(super) fn connectors_remote(socket: &Path) -> Result<Success, Failure> {
+pub(super) fn connectors_remote(
+    socket: &Path,
+) -> Result<crate::connectors::ConnectorsStatus, Failure> {
     let status = Client::connect(socket)?.call("connectors_status", json!({}))?;
-    let text = answer_as::<Shown>("connectors_status", status.clone())?.block;
-    Ok(Success::new(status, text))
+    answer_as("connectors_status", status)
 }
 
 /// The connector (`--connector`, or the one `--manifest` names), and the

@@ -12,7 +12,12 @@
 //! where the value starts an argv token (`--author={author}` takes one),
 //! which the status does not say.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
+
+use super::{ConnectorStatus, OperationStatus, ParamStatus};
+use crate::manifest::ValueKind;
 
 /// The shape of the definitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,25 +64,23 @@ pub(crate) fn anchored(pattern: &str) -> String {
     format!("^(?:{pattern})$")
 }
 
-/// The tools of every operation of `connectors` (the `connectors` object
-/// of a status: each connector's entry with its `operations`), in the
-/// connectors' order and then the operations'.
-pub(crate) fn tools(connectors: &Value, format: ToolFormat) -> Value {
+/// The tools of every operation of `connectors` (a status's entries by
+/// name), in the connectors' order and then the operations'.
+pub(crate) fn tools(
+    connectors: &BTreeMap<String, ConnectorStatus<ParamStatus>>,
+    format: ToolFormat,
+) -> Value {
     let mut out = Vec::new();
-    let Some(connectors) = connectors.as_object() else {
-        return Value::Array(out);
-    };
     for (key, entry) in connectors {
         // `NAME@VERSION` when several versions are served.
         let (name, version) = match key.rsplit_once('@') {
             Some((name, version)) if !name.contains('@') => (name, Some(version)),
             _ => (key.as_str(), None),
         };
-        for op in entry["operations"].as_array().into_iter().flatten() {
-            let op_name = op["name"].as_str().unwrap_or_default();
+        for op in entry.operations.iter().flatten() {
             let tool = match version {
-                Some(v) => tool_name(&format!("{name}_{v}"), op_name),
-                None => tool_name(name, op_name),
+                Some(v) => tool_name(&format!("{name}_{v}"), &op.name),
+                None => tool_name(name, &op.name),
             };
             let description = description(name, version, op);
             let schema = input_schema(name, version, op, &description);
@@ -99,38 +102,44 @@ pub(crate) fn tools(connectors: &Value, format: ToolFormat) -> Value {
 
 /// What the tool does: the operation's description, then which
 /// connector's operation it is and its mode.
-fn description(connector: &str, version: Option<&str>, op: &Value) -> String {
-    let what = op["description"].as_str().unwrap_or_default();
+fn description(
+    connector: &str,
+    version: Option<&str>,
+    op: &OperationStatus<ParamStatus>,
+) -> String {
     let at = match version {
         Some(v) => format!("{connector} {v}"),
         None => connector.to_string(),
     };
-    let mode = op["mode"].as_str().unwrap_or("readonly");
     let whose = format!(
-        "operation `{}` of {at} (spawnd spawn_op, mode {mode})",
-        op["name"].as_str().unwrap_or_default()
+        "operation `{}` of {at} (spawnd spawn_op, mode {})",
+        op.name, op.mode
     );
-    if what.is_empty() {
-        format!("The {whose}.")
-    } else {
-        format!("{what}. The {whose}.")
+    match op.description.as_deref().filter(|d| !d.is_empty()) {
+        Some(what) => format!("{what}. The {whose}."),
+        None => format!("The {whose}."),
     }
 }
 
 /// The operation's `args` as a JSON Schema object.
-fn input_schema(connector: &str, version: Option<&str>, op: &Value, description: &str) -> Value {
-    let mut properties = Map::new();
-    let mut required = Vec::new();
-    for p in op["params"].as_array().into_iter().flatten() {
-        let Some(name) = p["name"].as_str() else {
-            continue;
-        };
-        properties.insert(name.to_string(), param_schema(p));
-        if p["required"].as_bool() == Some(true) {
-            required.push(json!(name));
-        }
-    }
-    let mut spawnd = json!({"connector": connector, "op": op["name"]});
+fn input_schema(
+    connector: &str,
+    version: Option<&str>,
+    op: &OperationStatus<ParamStatus>,
+    description: &str,
+) -> Value {
+    let properties: Map<String, Value> = op
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), param_schema(p)))
+        .collect();
+    let required: Vec<&str> = op
+        .params
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut spawnd = json!({"connector": connector, "op": op.name});
     if let Some(v) = version {
         spawnd["version"] = json!(v);
     }
@@ -145,10 +154,10 @@ fn input_schema(connector: &str, version: Option<&str>, op: &Value, description:
 }
 
 /// One param's value as a JSON Schema.
-fn param_schema(p: &Value) -> Value {
+fn param_schema(p: &ParamStatus) -> Value {
     let mut s = json!({"type": "string"});
-    let mut description = p["description"].as_str().unwrap_or_default().to_string();
-    if p["kind"] == "path" {
+    let mut description = p.description.clone().unwrap_or_default();
+    if p.kind == ValueKind::Path {
         if !description.is_empty() {
             description.push(' ');
         }
@@ -157,20 +166,18 @@ fn param_schema(p: &Value) -> Value {
     if !description.is_empty() {
         s["description"] = json!(description);
     }
-    if let Some(values) = p["values"].as_array() {
+    if let Some(values) = &p.values {
         s["enum"] = json!(values);
     }
-    if let Some(pattern) = p["pattern"].as_str() {
+    if let Some(pattern) = &p.pattern {
         s["pattern"] = json!(anchored(pattern));
     }
-    if let Some(max) = p["max_len"].as_u64() {
-        s["maxLength"] = json!(max);
-    }
-    if p["allow_empty"].as_bool() == Some(false) {
+    s["maxLength"] = json!(p.max_len);
+    if !p.allow_empty {
         s["minLength"] = json!(1);
     }
-    if let Some(d) = p.get("default").filter(|d| d.is_string()) {
-        s["default"] = d.clone();
+    if let Some(d) = &p.default {
+        s["default"] = json!(d);
     }
     s
 }
@@ -179,8 +186,8 @@ fn param_schema(p: &Value) -> Value {
 mod tests {
     use super::*;
 
-    fn status() -> Value {
-        json!({
+    fn status() -> BTreeMap<String, ConnectorStatus<ParamStatus>> {
+        serde_json::from_value(json!({
             "local://doc/git": {"version": "1.0.0", "status": "connected", "operations": [
                 {"name": "log", "description": "List commits", "mode": "readonly", "params": [
                     {"name": "since", "kind": "string", "required": true, "pattern": "[0-9]{4}",
@@ -193,7 +200,8 @@ mod tests {
                 {"name": "status", "description": "", "mode": "readonly", "params": []}
             ]},
             "local://doc/off": {"version": "1.0.0", "status": "disabled_by_admin", "reason": "x"}
-        })
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -252,14 +260,17 @@ mod tests {
             tool_name("github://acme/git.crawl", "diff-stat"),
             "github_acme_git_crawl__diff-stat"
         );
-        let mut two = Map::new();
+        let mut two = BTreeMap::new();
         for v in ["1.0.0", "2.0.0"] {
+            let entry = json!({"version": v, "status": "connected", "operations": [
+                {"name": "status", "description": null, "mode": "readonly", "params": []}
+            ]});
             two.insert(
                 format!("local://doc/git@{v}"),
-                json!({"operations": [{"name": "status", "params": []}]}),
+                serde_json::from_value(entry).unwrap(),
             );
         }
-        let t = tools(&Value::Object(two), ToolFormat::Mcp);
+        let t = tools(&two, ToolFormat::Mcp);
         assert_eq!(t[0]["name"], "local_doc_git_1_0_0__status");
         assert_eq!(t[1]["inputSchema"]["x-spawnd"]["version"], "2.0.0");
         assert_eq!("mcp".parse::<ToolFormat>(), Ok(ToolFormat::Mcp));

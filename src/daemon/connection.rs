@@ -813,6 +813,10 @@ impl Connection {
         })
         .await
         .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))
+        .and_then(|status| {
+            serde_json::to_value(status)
+                .map_err(|e| RpcError::new(-32603, format!("connectors_status: {e}")))
+        })
     }
 
     async fn health(&self) -> Result<Value, RpcError> {

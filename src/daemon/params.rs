@@ -295,6 +295,10 @@ const RESULTS: &[(&str, SchemaOf)] = &[
     ("spawn_attach", schema_of::<AttachResult>),
     ("metrics", schema_of::<MetricsResult>),
     ("spawn_kill", schema_of::<EmptyResult>),
+    (
+        "connectors_status",
+        schema_of::<crate::connectors::ConnectorsStatus>,
+    ),
 ];
 
 /// The JSON Schema (draft 2020-12) of every method's params: `methods`
@@ -320,7 +324,7 @@ pub fn protocol_schema() -> Value {
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "spawnd daemon protocol: each method's params",
-        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`, `spawn_attach`, `metrics`) to the schema of their result.",
+        "description": "Generated from src/daemon/params.rs and src/daemon/results.rs (docs/daemon.md); `methods` maps a method to the schema of its params, and `results` maps the methods whose results are typed there (`ping`, `spawn_list`, `spawn_kill`, `spawn_attach`, `metrics`, `connectors_status`) to the schema of their result.",
         "methods": methods,
         "results": results,
         "$defs": generator.take_definitions(true),

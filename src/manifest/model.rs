@@ -122,7 +122,20 @@ impl Serialize for Sha256Digest {
 }
 
 /// The permission tier of the connector CLI contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     /// Queries only.
@@ -163,7 +176,9 @@ impl fmt::Display for Tier {
 }
 
 /// How a placeholder's value is used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ValueKind {
     /// Any string that passes the value rules.

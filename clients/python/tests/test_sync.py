@@ -104,6 +104,21 @@ class EveryMethod(SyncTest):
         self.assertTrue(sh.params[0].required)
         self.assertEqual(sh.params[0].kind, "string")
 
+    def test_connectors_status_as_the_daemon_answers_it_matches_the_protocol_schema(self):
+        try:
+            import jsonschema
+        except ImportError:
+            self.skipTest("jsonschema is not installed (scripts/setup installs python3-jsonschema)")
+        import json
+        from .test_additions import SCHEMA
+        if not SCHEMA.exists():
+            self.skipTest(f"{SCHEMA} is not here (not in a spawnd checkout)")
+        schema = json.loads(SCHEMA.read_text())
+        answer = self.c.call("connectors_status", {})
+        jsonschema.validate(answer, {"$defs": schema["$defs"], **schema["results"]["connectors_status"]},
+                            cls=jsonschema.Draft202012Validator)
+        self.assertIn(CONNECTOR, answer["connectors"])
+
     def test_spawn_op_runs_and_spawn_status_gives_the_run_result(self):
         h = self.sh("echo out; echo err >&2; exit 3")
         done = self.c.spawn_status(h, wait_ms=PATIENCE_MS)
