@@ -180,7 +180,7 @@ pub struct EnvEntry {
 }
 
 /// Where an env value comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EnvSource {
     /// The request (daemon) or the invoking environment / `--env` (`run`).
@@ -211,7 +211,7 @@ pub(crate) const DEFAULT_ENV: &[(&str, &str)] = &[
 ];
 
 /// The child's working directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CwdPlan {
     /// An existing directory inside the scopes.

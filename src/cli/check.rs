@@ -13,8 +13,9 @@ use super::args::{Cli, RunArgs};
 use super::context::{current_caller, load_config, load_manifest};
 use super::output::{Failure, Success};
 use crate::manifest::Manifest;
+use crate::manifest::{Limits, Tier};
 use crate::pipeline::{decide_local, denial_failure, Prepared};
-use crate::plan::SpawnPlan;
+use crate::plan::{CwdPlan, EnvSource, SpawnPlan};
 use crate::policy::{Decision, Request, RequestKind};
 use crate::program::ProgramOpener;
 
@@ -233,24 +234,25 @@ fn merge_cli_env(
 /// `spawnd check`: the gate in this process, or with `--socket` the
 /// daemon's (`spawn_check`). Nothing runs and nothing is audited either way.
 pub(crate) fn run_check(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
-    if let Some(socket) = &args.socket {
-        let data = super::remote::check_remote(cli, args, socket)?;
-        let text = allowed_text(&data);
-        return Ok(Success::new(data, text));
-    }
-    let prepared = load_request(cli, args)?;
-    let mut opener = ProgramOpener::default();
-    match decide_local(&prepared, &mut opener) {
-        Decision::Allowed(mut plan) => {
-            if let Some(t) = args.timeout {
-                plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
+    let data = match &args.socket {
+        Some(socket) => super::remote::check_remote(cli, args, socket)?,
+        None => {
+            let prepared = load_request(cli, args)?;
+            let mut opener = ProgramOpener::default();
+            match decide_local(&prepared, &mut opener) {
+                Decision::Allowed(mut plan) => {
+                    if let Some(t) = args.timeout {
+                        plan.limits.wall_time_ms = plan.limits.wall_time_ms.min(t);
+                    }
+                    allowed_json(&plan)
+                }
+                Decision::Denied(denial) => return Err(denial_failure(&denial)),
             }
-            let data = allowed_json(&plan);
-            let text = allowed_text(&data);
-            Ok(Success::new(data, text))
         }
-        Decision::Denied(denial) => Err(denial_failure(&denial)),
-    }
+    };
+    let checked: Checked = serde_json::from_value(data.clone())
+        .map_err(|e| Failure::internal(format!("the allowed plan: {e}")))?;
+    Ok(Success::new(data, checked.text()))
 }
 
 fn allowed_json(plan: &SpawnPlan) -> Value {
@@ -259,70 +261,101 @@ fn allowed_json(plan: &SpawnPlan) -> Value {
     data
 }
 
-/// The text of an allowed check, from its JSON (the same whether the gate
-/// ran here or in the daemon).
-fn allowed_text(plan: &Value) -> String {
-    let s = |v: &Value| match v {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    };
-    let list = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .map_or(Vec::new(), |a| a.iter().map(s).collect())
-    };
-    let argv = serde_json::to_string(&plan["argv"]).unwrap_or_default();
-    let env: Vec<String> = plan["env"]
-        .as_array()
-        .map_or(&[][..], Vec::as_slice)
-        .iter()
-        .map(|e| {
-            let source = match e["source"].as_str() {
-                Some("request") => "from the caller",
-                Some("fixed") => "fixed by the manifest",
-                Some("credential") => "credential, filled at spawn time",
-                _ => "spawnd's default",
-            };
-            format!("{} ({source})", s(&e["key"]))
-        })
-        .collect();
-    let cwd = match &plan["cwd"]["dir"] {
-        Value::String(d) => d.clone(),
-        _ => "a fresh temporary directory, removed afterwards".into(),
-    };
-    let program = &plan["program"];
-    let pin = if program["pinned"] == json!(true) {
-        "matches the pinned hash"
-    } else {
-        "not pinned"
-    };
-    let network = list(&plan["network"]);
-    let network = if network.is_empty() {
-        "none (its own loopback only)".to_string()
-    } else {
-        network.join(", ")
-    };
-    let paths = |v: &Value| {
-        let v = list(v);
-        if v.is_empty() {
-            "-".to_string()
+/// What the text of an allowed check tells, read from the plan's JSON
+/// (the same whether the gate ran here or in the daemon).
+#[derive(Deserialize)]
+struct Checked {
+    connector: String,
+    version: String,
+    op: String,
+    op_mode: Tier,
+    program: CheckedProgram,
+    argv: Vec<String>,
+    argv_shape: String,
+    env: Vec<CheckedEnv>,
+    cwd: CwdPlan,
+    network: Vec<String>,
+    fs: CheckedScopes,
+    limits: Limits,
+}
+
+/// The plan's program.
+#[derive(Deserialize)]
+struct CheckedProgram {
+    declared: String,
+    resolved: String,
+    sha256: String,
+    pinned: bool,
+}
+
+/// One env key of the plan and where its value comes from.
+#[derive(Deserialize)]
+struct CheckedEnv {
+    key: String,
+    source: EnvSource,
+}
+
+/// The plan's scopes.
+#[derive(Deserialize)]
+struct CheckedScopes {
+    read: Vec<String>,
+    write: Vec<String>,
+    exec: Vec<String>,
+}
+
+impl Checked {
+    fn text(&self) -> String {
+        let argv = serde_json::to_string(&self.argv).unwrap_or_default();
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|e| {
+                let source = match e.source {
+                    EnvSource::Request => "from the caller",
+                    EnvSource::Fixed => "fixed by the manifest",
+                    EnvSource::Credential => "credential, filled at spawn time",
+                    EnvSource::Default => "spawnd's default",
+                };
+                format!("{} ({source})", e.key)
+            })
+            .collect();
+        let cwd = match &self.cwd {
+            CwdPlan::Dir(d) => d.display().to_string(),
+            CwdPlan::FreshTemp => "a fresh temporary directory, removed afterwards".into(),
+        };
+        let program = &self.program;
+        let pin = if program.pinned {
+            "matches the pinned hash"
         } else {
-            v.join(", ")
-        }
-    };
-    let fs = &plan["fs"];
-    let scopes = format!(
-        "read {}; write {}; exec {}",
-        paths(&fs["read"]),
-        paths(&fs["write"]),
-        paths(&fs["exec"])
-    );
-    let l = &plan["limits"];
-    format!(
-        "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\nscopes:  {scopes}\ncwd:     {cwd}\nnetwork: {network}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
-        s(&plan["connector"]), s(&plan["version"]), s(&plan["op"]), s(&plan["op_mode"]), s(&program["declared"]), s(&program["resolved"]), s(&program["sha256"]), s(&plan["argv_shape"]),
-        if env.is_empty() { "(none)".to_string() } else { env.join(", ") },
-        l["wall_time_ms"], l["max_stdout_bytes"], l["max_stderr_bytes"], l["max_memory_bytes"], l["max_processes"], l["max_file_size_bytes"], l["max_open_files"],
-    )
+            "not pinned"
+        };
+        let network = if self.network.is_empty() {
+            "none (its own loopback only)".to_string()
+        } else {
+            self.network.join(", ")
+        };
+        let paths = |v: &[String]| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let fs = &self.fs;
+        let scopes = format!(
+            "read {}; write {}; exec {}",
+            paths(&fs.read),
+            paths(&fs.write),
+            paths(&fs.exec)
+        );
+        let l = &self.limits;
+        format!(
+            "allowed: {} {} op `{}` (mode {})\nprogram: {} -> {} ({}, {pin})\nargv:    {argv}\nshape:   {}\nenv:     {}\nscopes:  {scopes}\ncwd:     {cwd}\nnetwork: {network}\nlimits:  wall {} ms, stdout {} B, stderr {} B, memory {} B, processes {}, file size {} B, open files {}",
+            self.connector, self.version, self.op, self.op_mode, program.declared, program.resolved, program.sha256, self.argv_shape,
+            if env.is_empty() { "(none)".to_string() } else { env.join(", ") },
+            l.wall_time_ms, l.max_stdout_bytes, l.max_stderr_bytes, l.max_memory_bytes, l.max_processes, l.max_file_size_bytes, l.max_open_files,
+        )
+    }
 }
 
 #[cfg(test)]
