@@ -398,7 +398,8 @@ pub fn main() {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args([exe.as_os_str(), "netns".as_ref()])
+        .arg(&exe)
+        .arg("netns")
         .env("SPAWND_NETNS_AS_NOBODY", "1")
         .output()
         .unwrap();
