@@ -5,10 +5,7 @@
 //! validated strictly against the OCSF 1.5.0 schema (`scripts/validate-ocsf`,
 //! itself tested here on events it must refuse).
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::path::Path;
 use std::process::Command;

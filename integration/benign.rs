@@ -2,8 +2,7 @@
 //! repository under `fs_read`, tar writes an archive into `fs_write`, python3
 //! computes, and dynamically linked programs find their libraries.
 
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

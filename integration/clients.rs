@@ -6,10 +6,7 @@
 //! `SPAWND_IDLE_SOCKET`: the suites see it close an idle connection and
 //! their client connect again.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::daemon_harness;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,10 +2,7 @@
 //! belong to their connection, frames the daemon must survive, a second
 //! client in Python (standard library only), and `kill -9` of the daemon.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -3,10 +3,7 @@
 //! streamed stdin, an oversized frame's error the peer can read, requests
 //! that never wait behind waits, cancellation, and each uid's fair share.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};

@@ -5,10 +5,7 @@
 //! early work (done before the order, while the host's root is still there)
 //! reach into a program's sandbox.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -5,8 +5,7 @@
 //! S syscall filter, F filesystem, X exec/identity, N IPC/network, R resources,
 //! C policy integrity.
 
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};

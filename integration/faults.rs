@@ -7,10 +7,7 @@
 //! next run sweeps. Each ends with no sandboxed process left, the audit
 //! chain verifying, nothing leaked, and a clear error for whoever was refused.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

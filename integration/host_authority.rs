@@ -7,10 +7,7 @@
 //! and its audit log. With spawnd as root, as nobody and through the
 //! spawner where it applies.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

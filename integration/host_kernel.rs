@@ -1,13 +1,8 @@
 //! What depends on the kernel the tests run on. The kernel matrix runs this
-//! binary in every guest, down to the oldest kernel spawnd supports, on
+//! suite in every guest, down to the oldest kernel spawnd supports, on
 //! x86_64 and aarch64; each concern has a module of its own. The tests use
 //! the test binary itself and spawnd, no other program (an aarch64 guest
 //! has no others).
-
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
 
 /// The daemon's peer identity (docs/daemon.md, "Who may ask"): root and a
 /// uid that `[[access]]` allows are served from the daemon's own user
@@ -134,7 +129,7 @@ mod peer_identity {
         let mut cmd = std::process::Command::new(this_binary());
         cmd.args([
             "--exact",
-            "peer_identity::talk_as_told",
+            "host_kernel::peer_identity::talk_as_told",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -8,8 +8,7 @@
 //! to fix it. The kernel matrix (`scripts/kernels`) runs this suite on
 //! 6.1, where tmpfs cannot idmap, and on 6.12, where it can.
 
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -8,8 +8,7 @@
 //! layer of each wall a program meets and none for the sandbox's own
 //! files; Ctrl-C at a terminal gives the program SIGTERM.
 
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -15,9 +15,7 @@
 //! marks, and the time each way took) and fails naming every step that
 //! did not learn or rerun first try.
 
-#[path = "sandbox/harness.rs"]
-mod harness;
-mod world;
+use crate::{harness, world};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

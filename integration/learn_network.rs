@@ -11,10 +11,11 @@
 //! result lists both pairs. Record: curl's connections are refused, the
 //! servers accept nothing, and the world's DNS server is asked nothing
 //! (spawnd resolved no name), yet the result lists the same pairs. Both
-//! runs' audit records say the network was learned. As root;
-//! `harness = false`.
+//! runs' audit records say the network was learned. As root; run by
+//! `spawnd-launch-checks learn_network` (integration/launch_checks/), which
+//! the integration binary's test `learn_network::…` starts.
 
-mod world;
+use crate::world;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,6 +106,7 @@ fn learn_in_world(world: &World, mode: &str, config: &Path, manifest: &Path) -> 
     command
         .args(["netns", "exec", world.name()])
         .arg(std::env::current_exe().unwrap())
+        .arg("learn_network")
         .env(CHILD, mode)
         .env("SPAWND_LEARN_NETWORK_CONFIG", config)
         .env("SPAWND_LEARN_NETWORK_MANIFEST", manifest);
@@ -163,7 +165,7 @@ fn check_record(world: &World, config: &Path, manifest: &Path, servers: &[TcpSer
     }
 }
 
-fn main() {
+pub fn main() {
     if let Ok(mode) = std::env::var(CHILD) {
         let path = |key: &str| PathBuf::from(std::env::var_os(key).unwrap());
         learn_in_this_process(
@@ -202,7 +204,7 @@ fn main() {
     let net = records(&audit, "net");
     assert!(net.iter().any(|r| r["reason"] == "record_only"), "{net:?}");
     world::run_checked(
-        Command::new(env!("CARGO_BIN_EXE_spawnd"))
+        Command::new(world::spawnd_binary())
             .args(["audit", "verify"])
             .arg(&audit),
     );

@@ -5,10 +5,7 @@
 //! tested as root on the unified hierarchy and for a service user in a
 //! delegated cgroup, as systemd's `Delegate=yes` makes one.
 
-#[path = "daemon_harness.rs"]
-mod daemon_harness;
-#[path = "sandbox/harness.rs"]
-mod harness;
+use crate::{daemon_harness, harness};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -10,8 +10,9 @@
 //! listener, whose connections say where they were going
 //! (`SO_ORIGINAL_DST`), and other destinations refused and logged. Run as root, through a spare
 //! sandbox too, and as the unprivileged user `nobody` (65534), which this
-//! binary re-executes itself as. `harness = false`: a launch needs a
-//! single-threaded process.
+//! binary re-executes itself as. A launch needs a single-threaded process:
+//! this runs in `spawnd-launch-checks netns` (integration/launch_checks/),
+//! which the integration binary's test `netns::…` starts.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -380,7 +381,7 @@ fn scenarios(spares: bool) {
     }
 }
 
-fn main() {
+pub fn main() {
     if std::env::var_os("SPAWND_NETNS_AS_NOBODY").is_some() {
         scenarios(false);
         return;
@@ -398,6 +399,7 @@ fn main() {
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&exe)
+        .arg("netns")
         .env("SPAWND_NETNS_AS_NOBODY", "1")
         .output()
         .unwrap();

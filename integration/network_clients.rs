@@ -19,7 +19,7 @@
 //! (the program runs as 65534), once with spawnd itself as `nobody`, and
 //! once through the daemon.
 
-mod world;
+use crate::world;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -50,7 +50,7 @@
 //! Needs root (the world is a network namespace): without it a test fails,
 //! unless SPAWND_TEST_SKIP_PRIVILEGED asks to skip.
 
-mod world;
+use crate::world;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

@@ -83,6 +83,16 @@ pub const PYTHON: &str = "/usr/bin/python3";
 /// The HTTP(S) server program [`World::start_http`] runs.
 const WORLD_HTTP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/integration/world_http.py");
 
+/// The spawnd binary under test: Cargo names it to the integration tests,
+/// and `spawnd-launch-checks`, a binary of the same build, has it beside
+/// itself.
+pub fn spawnd_binary() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_spawnd") {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe().unwrap().with_file_name("spawnd"),
+    }
+}
+
 /// How long a server program gets to say `ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the world's server threads look at their stop flag.
@@ -571,7 +581,8 @@ impl World {
     pub fn spawnd(&self, config: &Path) -> Command {
         let mut command = Command::new("ip");
         command
-            .args(["netns", "exec", &self.name, env!("CARGO_BIN_EXE_spawnd")])
+            .args(["netns", "exec", &self.name])
+            .arg(spawnd_binary())
             .env("SPAWND_CONFIG", config);
         command
     }
@@ -584,7 +595,8 @@ impl World {
             .args(["netns", "exec", &self.name, "setpriv"])
             .arg(format!("--reuid={uid}"))
             .arg(format!("--regid={gid}"))
-            .args(["--clear-groups", env!("CARGO_BIN_EXE_spawnd")])
+            .arg("--clear-groups")
+            .arg(spawnd_binary())
             .env("SPAWND_CONFIG", config);
         command
     }

@@ -177,6 +177,6 @@ fn the_protocol_schema_is_what_the_param_types_generate() {
     assert!(
         std::fs::read_to_string(&path).unwrap_or_default() == generated,
         "{path} is not what the daemon's param types generate; write it with \
-         SPAWND_WRITE_PROTOCOL_SCHEMA=1 cargo test --test docs_in_sync -- protocol_schema"
+         SPAWND_WRITE_PROTOCOL_SCHEMA=1 cargo test --test integration -- docs_in_sync::the_protocol_schema"
     );
 }
