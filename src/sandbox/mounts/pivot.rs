@@ -129,7 +129,7 @@ pub(super) fn pivot_into(
 
 /// Sleeps until this mount namespace's table changes (the kernel marks
 /// `/proc/self/mountinfo` with `POLLPRI` then: the old root's detach, say),
-/// or 1 ms has passed, so a helper that died is still noticed at once;
+/// or 1 ms has passed, so a helper that died is noticed within that;
 /// without the table, yields the processor instead. Sleeping rather than
 /// spinning leaves the processor to the helper and the parent meanwhile: a
 /// detach takes about a millisecond, some thousand rounds of a spin.
