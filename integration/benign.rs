@@ -295,6 +295,22 @@ fn the_runtime_tools_expect_is_there(who: As) {
     }
 }
 
+/// The files spawnd writes for the sandbox (the accounts, hosts,
+/// nsswitch.conf) lie on its read-only root, with no mount of their own:
+/// the program can neither change them nor their mode.
+fn the_files_written_for_the_sandbox_stay_read_only(who: As) {
+    let script = "for f in /etc/passwd /etc/group /etc/hosts /etc/nsswitch.conf; do \
+                    grep -c \" $f \" /proc/self/mountinfo; \
+                    (echo x >> $f) 2>/dev/null && echo appended || echo refused; \
+                    chmod 666 $f 2>/dev/null && echo chmodded || echo chmod-refused; \
+                    stat -c %a $f; \
+                  done";
+    let data = result(&world().run(who, "sh", &[("script", script)], &[]));
+    let text = data["stdout"]["text"].as_str().unwrap_or("");
+    let expected = ["0", "refused", "chmod-refused", "444"].repeat(4);
+    assert_eq!(text.lines().collect::<Vec<_>>(), expected, "{data}");
+}
+
 /// Runtimes that reserve gigabytes of address space they never touch
 /// (V8, the JVM) start under the default memory limit, whether a memory
 /// cgroup or the rlimits bound it; and the limit still bounds what they
@@ -573,6 +589,7 @@ both!(
     workspace_anchored_scopes_follow_the_checkout,
     jit_runtimes_start_under_the_default_limits,
     the_runtime_tools_expect_is_there,
+    the_files_written_for_the_sandbox_stay_read_only,
     the_mount_table_holds_only_the_sandbox,
     usage_is_reported,
     git_status_works,

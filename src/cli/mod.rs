@@ -25,9 +25,13 @@ pub(crate) use args::{
 };
 pub(crate) use output::{Failure, Success};
 
+/// When this process's `main` began: `spawnd run` reports its whole wall
+/// time from here (`timings.process_us`).
+static PROCESS_STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 /// Runs the CLI with the process arguments; returns the exit code.
 pub fn main() -> i32 {
-    let started = Instant::now();
+    let started = *PROCESS_STARTED.get_or_init(Instant::now);
     let raw_args: Vec<String> = std::env::args().collect();
     let cli = match Cli::try_parse_from(&raw_args) {
         Ok(cli) => cli,
@@ -130,6 +134,12 @@ fn command_name(command: &Command) -> &'static str {
             KeyringCommand::Remove { .. } => "keyring.remove",
         },
     }
+}
+
+/// How long this process has run, from the start of [`main`] (from the
+/// first call, when `main` did not run: a test calling in).
+pub(crate) fn process_elapsed() -> std::time::Duration {
+    PROCESS_STARTED.get_or_init(Instant::now).elapsed()
 }
 
 fn dispatch(cli: &Cli) -> Result<Success, Failure> {

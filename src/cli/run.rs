@@ -62,7 +62,7 @@ fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         };
     let prepared = load_request(cli, args)?;
     let (stdin, pump) = stdin_source(args.stdin_file.as_deref())?;
-    pipeline::run(Spawn {
+    let mut ran = pipeline::run(Spawn {
         prepared: &prepared,
         access: &Access::Local,
         stdin,
@@ -78,7 +78,11 @@ fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
         ended_by: None,
         shared_connections: None,
         network_learning: None,
-    })
+    })?;
+    // The result is ready: the exit record is durable and init reaped.
+    let process_us = u64::try_from(super::process_elapsed().as_micros()).unwrap_or(u64::MAX);
+    crate::spawn_result::set_process_us(&mut ran.data, process_us);
+    Ok(ran)
 }
 
 /// Where the program's output goes as it arrives: the terminal without

@@ -167,5 +167,6 @@ fn time_spent(
         spec_and_filter_us: (prepared_sandbox - gated).as_micros() as u64,
         audit_commit_us: decided.commit_took.as_micros() as u64,
         phases: *phases,
+        process_us: None,
     }
 }

@@ -598,6 +598,7 @@ mod tests {
                 spec_and_filter_us: 0,
                 audit_commit_us: 0,
                 phases: Phases::default(),
+                process_us: None,
             },
             stdout: stream(""),
             stderr: stream(""),

@@ -653,8 +653,9 @@ pub struct RuntimeIdentity {
 /// copied from the host: `passwd` and `group` naming root, nobody and the
 /// program's own identity (so `whoami`, `id` and `getpass` work, and the
 /// host's accounts stay unseen), `hosts` naming the loopback, and
-/// `nsswitch.conf` saying to read them. Each is bound over whatever the
-/// system paths show there (last, over any scope).
+/// `nsswitch.conf` saying to read them. Each comes last, over any scope:
+/// written in place on the fresh root where nothing is there, else bound
+/// over whatever the system paths or a scope show there.
 pub(crate) fn add_runtime_files(spec: &mut SandboxSpec, who: &RuntimeIdentity) {
     for (target, contents) in runtime_files(who) {
         spec.mounts.push(MountStep {
@@ -664,7 +665,7 @@ pub(crate) fn add_runtime_files(spec: &mut SandboxSpec, who: &RuntimeIdentity) {
     }
 }
 
-/// The files [`add_runtime_files`] binds, and their contents.
+/// The files [`add_runtime_files`] puts in place, and their contents.
 pub(crate) fn runtime_files(who: &RuntimeIdentity) -> [(&'static str, String); 4] {
     let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
     let mut group = String::from("root:x:0:\n");

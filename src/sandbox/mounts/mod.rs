@@ -579,13 +579,15 @@ fn copy_sealed(sealed: BorrowedFd<'_>, to: &std::fs::File) -> std::io::Result<()
 /// staged root's own tmpfs, and unlinked once bound (the bind keeps it).
 const SMALL_FILE_SOURCE: &str = ".spawnd-file";
 
-/// Writes `contents` into a fresh file of the staged root, binds it over
-/// the target (created in the fresh root if missing there; a target that is
-/// a symlink, as a host's `/etc/resolv.conf` often is, over where it
-/// points, created likewise; what is missing is created only on the fresh
-/// root itself, never on a mount), unlinks the
-/// source and makes the bind read-only: the program can neither change the
-/// file nor find it anywhere else.
+/// Puts `contents` at the target (a target that is a symlink, as a host's
+/// `/etc/resolv.conf` often is, at where it points). Missing on the fresh
+/// root's own tmpfs, the file is written there in place, mode 0444: the
+/// root is made read-only at the pivot, so it needs no mount of its own.
+/// Otherwise (it exists, or it lies under a mount — a scope or a system
+/// path) the contents go into a fresh file of the staged root, which is
+/// bound over the target (created only on the fresh root itself, never on
+/// a mount), unlinked, and the bind made read-only. Either way the program
+/// can neither change the file nor find it anywhere else.
 fn bind_small_file(
     stage: &OwnedFd,
     rel: &Path,
@@ -594,6 +596,13 @@ fn bind_small_file(
 ) -> Result<(), SetupError> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
+    let rel = &through_final_links(stage, rel)?;
+    // Created only on the fresh root's own tmpfs: never through a mount
+    // (a scope or a system path) onto a host filesystem.
+    let on_root = creates_on_root_filesystem(stage, rel)?;
+    if on_root && creatable_beneath(stage, rel) {
+        return write_small_file_in_place(stage, rel, contents, shown);
+    }
     let source = Path::new(SMALL_FILE_SOURCE);
     let file = openat(
         stage,
@@ -604,10 +613,7 @@ fn bind_small_file(
     .map_err(step(format!("create the file for {shown}")))?;
     std::io::Write::write_all(&mut std::fs::File::from(file), contents.as_bytes())
         .map_err(io_step(format!("write the file for {shown}")))?;
-    let rel = &through_final_links(stage, rel)?;
-    // Created only on the fresh root's own tmpfs: never through a mount
-    // (a scope or a system path) onto a host filesystem.
-    let create = if creates_on_root_filesystem(stage, rel)? {
+    let create = if on_root {
         Create::File(0o644)
     } else {
         Create::Nothing
@@ -631,6 +637,36 @@ fn bind_small_file(
         false,
         shown,
     )
+}
+
+/// Writes `contents` into a new file at `rel` on the fresh root's own
+/// tmpfs (what is missing of its directories made there too), mode 0444.
+/// Refuses anything already at `rel` and a symlink on the way.
+fn write_small_file_in_place(
+    stage: &OwnedFd,
+    rel: &Path,
+    contents: &str,
+    shown: &str,
+) -> Result<(), SetupError> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(SetupError::new(
+            Step::Root,
+            format!("write {shown}: not a file's path"),
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    };
+    let dir = open_beneath(stage, parent, Create::Dir(0o755))?;
+    let file = openat(
+        &dir,
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::from_bits_truncate(0o444),
+    )
+    .map_err(step(format!("create {shown}")))?;
+    std::io::Write::write_all(&mut std::fs::File::from(file), contents.as_bytes())
+        .map_err(io_step(format!("write {shown}")))
 }
 
 fn relative(target: &Path) -> &Path {

@@ -23,6 +23,9 @@ pub(super) fn pivot_into(
 ) -> Result<Option<i32>, SetupError> {
     let old = stage.join(OLD_ROOT);
     std::fs::create_dir(&old).map_err(io_step("mkdir old root"))?;
+    // Opened before the pivot, while the host's /proc is where it always
+    // is: the mount table's changes wake the wait for the detach below.
+    let mount_table = std::fs::File::open("/proc/self/mountinfo").ok();
     nix::unistd::pivot_root(stage, &old).map_err(step("pivot_root"))?;
     nix::unistd::chdir("/").map_err(step("chdir(/)"))?;
     // The old root is detached by a helper (see `detach_mount_in_background`)
@@ -108,7 +111,7 @@ pub(super) fn pivot_into(
                         e,
                     ));
                 }
-                std::thread::yield_now();
+                wait_for_a_mount_change(mount_table.as_ref());
             }
             Err(e) => return Err(SetupError::new(Step::Root, "rmdir old root", e)),
         }
@@ -122,4 +125,21 @@ pub(super) fn pivot_into(
     )
     .map_err(io_step("make / read-only"))?;
     Ok(detaching)
+}
+
+/// Sleeps until this mount namespace's table changes (the kernel marks
+/// `/proc/self/mountinfo` with `POLLPRI` then: the old root's detach, say),
+/// or 1 ms has passed, so a helper that died is noticed within that;
+/// without the table, yields the processor instead. Sleeping rather than
+/// spinning leaves the processor to the helper and the parent meanwhile: a
+/// detach takes about a millisecond, some thousand rounds of a spin.
+fn wait_for_a_mount_change(mount_table: Option<&std::fs::File>) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let Some(table) = mount_table else {
+        std::thread::yield_now();
+        return;
+    };
+    let mut fds = [PollFd::new(table.as_fd(), PollFlags::POLLPRI)];
+    let _ = poll(&mut fds, PollTimeout::from(1u8));
 }
