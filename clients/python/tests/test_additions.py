@@ -295,16 +295,20 @@ def record_everything(peer, requests):
             peer.answer(r, ANY_RESULT)
 
 
+def protocol_schema(test):
+    """The jsonschema module and docs/protocol.schema.json, or `test` skipped without them."""
+    try:
+        import jsonschema
+    except ImportError:
+        test.skipTest("jsonschema is not installed (scripts/setup installs python3-jsonschema)")
+    if not SCHEMA.exists():
+        test.skipTest(f"{SCHEMA} is not here (not in a spawnd checkout)")
+    return jsonschema, json.loads(SCHEMA.read_text())
+
+
 class Schema(unittest.TestCase):
     def setUp(self):
-        try:
-            import jsonschema
-        except ImportError:
-            self.skipTest("jsonschema is not installed (scripts/setup installs python3-jsonschema)")
-        if not SCHEMA.exists():
-            self.skipTest(f"{SCHEMA} is not here (not in a spawnd checkout)")
-        self.schema = json.loads(SCHEMA.read_text())
-        self.jsonschema = jsonschema
+        self.jsonschema, self.schema = protocol_schema(self)
 
     def validate(self, method, params):
         schema = {"$defs": self.schema["$defs"], **self.schema["methods"][method]}

@@ -105,15 +105,8 @@ class EveryMethod(SyncTest):
         self.assertEqual(sh.params[0].kind, "string")
 
     def test_connectors_status_as_the_daemon_answers_it_matches_the_protocol_schema(self):
-        try:
-            import jsonschema
-        except ImportError:
-            self.skipTest("jsonschema is not installed (scripts/setup installs python3-jsonschema)")
-        import json
-        from .test_additions import SCHEMA
-        if not SCHEMA.exists():
-            self.skipTest(f"{SCHEMA} is not here (not in a spawnd checkout)")
-        schema = json.loads(SCHEMA.read_text())
+        from .test_additions import protocol_schema
+        jsonschema, schema = protocol_schema(self)
         answer = self.c.call("connectors_status", {})
         jsonschema.validate(answer, {"$defs": schema["$defs"], **schema["results"]["connectors_status"]},
                             cls=jsonschema.Draft202012Validator)
