@@ -250,7 +250,7 @@ pub(crate) fn detach_mount_when_told(path: &'static CStr) -> io::Result<WaitingD
 /// No helper outside x86_64 (its raw calls are x86_64 assembly): always
 /// `Unsupported`, and init unmounts the old root itself at the pivot.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn detach_mount_when_told(_path: &'static CStr) -> io::Result<WaitingDetach> {
+pub(crate) fn detach_mount_when_told(_path: &'static CStr) -> io::Result<WaitingDetach> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 

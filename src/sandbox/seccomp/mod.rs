@@ -389,7 +389,7 @@ pub(crate) fn syscall_name(nr: i64) -> Option<&'static str> {
 }
 
 /// The filter for a spawn that asks for nothing: [`FilterOptions::DEFAULT`].
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn default_filter() -> Result<&'static Filter, CompileError> {
     filter_for(FilterOptions::DEFAULT)
 }
