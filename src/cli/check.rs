@@ -52,7 +52,7 @@ pub(crate) fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failur
     caller.label = label_of(args.label.as_deref())?;
     let request = request_of(cli, args, Some(&manifest))?;
     Ok(Prepared {
-        config,
+        config: std::sync::Arc::new(config),
         manifest,
         caller,
         request,

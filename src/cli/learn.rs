@@ -192,7 +192,7 @@ impl Setting {
         let mut caller = current_caller()?;
         caller.workspace = Some(self.workspace.clone());
         Ok(crate::pipeline::Prepared {
-            config: self.config.clone(),
+            config: std::sync::Arc::new(self.config.clone()),
             manifest,
             caller,
             request: Request {

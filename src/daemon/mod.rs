@@ -69,8 +69,8 @@ pub(crate) struct ServeError(pub String);
 
 /// The config and manifests in force; SIGHUP swaps in new ones.
 pub(crate) struct Loaded {
-    /// The operator config.
-    pub config: Config,
+    /// The operator config, shared with every spawn under it.
+    pub config: Arc<Config>,
     /// The manifests served, by connector name.
     pub manifests: Manifests,
 }
@@ -161,7 +161,10 @@ impl Daemon {
     fn reload(&self) {
         let fresh = (self.reload)().and_then(|config| {
             let manifests = load_manifests(&config)?;
-            Ok(Loaded { config, manifests })
+            Ok(Loaded {
+                config: Arc::new(config),
+                manifests,
+            })
         });
         match fresh {
             Ok(l) => {
@@ -468,7 +471,10 @@ pub(crate) fn serve(
     let pools = Pools::new(&config, &tenants);
     let max_running = config.server.max_running_spawns as usize;
     let daemon = Arc::new(Daemon {
-        loaded: std::sync::RwLock::new(Arc::new(Loaded { config, manifests })),
+        loaded: std::sync::RwLock::new(Arc::new(Loaded {
+            config: Arc::new(config),
+            manifests,
+        })),
         reload,
         exe,
         spawner: std::sync::Mutex::new(Arc::new(spawner)),

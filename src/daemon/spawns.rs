@@ -439,7 +439,7 @@ fn run_job(job: Job) {
         ..
     } = call;
     let prepared = Prepared {
-        config: loaded.config.clone(),
+        config: Arc::clone(&loaded.config),
         manifest,
         caller,
         request,

@@ -9,8 +9,9 @@ use crate::program::ProgramOpener;
 
 /// Everything the gate needs for one request.
 pub struct Prepared {
-    /// The operator config.
-    pub config: Config,
+    /// The operator config (shared with the daemon's loaded one: a spawn
+    /// never copies it).
+    pub config: std::sync::Arc<Config>,
     /// The manifest.
     pub manifest: Manifest,
     /// The invoking user.
