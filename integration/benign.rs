@@ -206,6 +206,11 @@ fn the_result_is_the_typed_spawn_result(who: As) {
     assert_eq!(typed.stdout.text.as_deref(), Some("out\n"), "{data}");
     assert_eq!(typed.stderr.base64.as_deref(), Some("/w=="), "{data}");
     assert!(typed.audit_id.is_some(), "{data}");
+    // A local run reports its whole wall time, which holds the parts it
+    // times inside.
+    let t = &typed.timings;
+    let process = t.process_us.unwrap_or_else(|| panic!("no process_us: {data}"));
+    assert!(process >= t.gate_us + t.spec_and_filter_us, "{data}");
 }
 
 /// The mount table inside holds only what the sandbox was given: its root

@@ -95,7 +95,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
         shared_connections: None,
     });
     match result {
-        Ok(success) => println!("{}", serde_json::json!({ "data": success.data })),
+        Ok(concluded) => println!("{}", serde_json::json!({ "data": concluded.result })),
         Err(failure) => panic!("the learning spawn failed: {}", failure.message),
     }
 }

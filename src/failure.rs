@@ -134,7 +134,7 @@ impl Failure {
 
 /// What a successful command produced.
 #[derive(Debug)]
-pub struct Success {
+pub(crate) struct Success {
     /// The envelope's `data`.
     pub data: Value,
     /// What a human reads on stdout.
@@ -147,7 +147,7 @@ pub struct Success {
 
 impl Success {
     /// Exit 0 with data and text.
-    pub fn new(data: impl Serialize, human: impl Into<String>) -> Success {
+    pub(crate) fn new(data: impl Serialize, human: impl Into<String>) -> Success {
         Success {
             data: serde_json::to_value(data).unwrap_or(Value::Null),
             human: human.into(),

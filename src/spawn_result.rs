@@ -305,15 +305,6 @@ pub struct Timings {
     pub process_us: Option<u64>,
 }
 
-/// Sets `timings.process_us` ([`Timings::process_us`]) in a result already
-/// serialized (an envelope's `data`), without reading it back; anything
-/// but a result (no `timings` object) is left as it is.
-pub(crate) fn set_process_us(data: &mut Value, process_us: u64) {
-    if let Some(timings) = data.get_mut("timings").and_then(Value::as_object_mut) {
-        timings.insert("process_us".into(), Value::from(process_us));
-    }
-}
-
 impl SpawnResult {
     /// The result as JSON, as the envelope's `data` carries it.
     pub fn to_value(&self) -> Value {
@@ -743,26 +734,23 @@ mod tests {
         assert_eq!(typed.paths[0].how, Use::Read);
     }
 
-    /// `set_process_us` puts the process's wall time where the typed
-    /// result reads it; results without it (the daemon's) leave it out of
-    /// the JSON, and data that is no result is left as it was.
+    /// A result with the process's wall time carries it; one without (the
+    /// daemon's) leaves the key out of the JSON.
     #[test]
-    fn process_us_is_set_in_place_and_read_back_typed() {
-        let timings = Timings {
+    fn process_us_is_in_the_json_only_when_measured() {
+        let mut timings = Timings {
             gate_us: 1,
             spec_and_filter_us: 2,
             audit_commit_us: 3,
             phases: Phases::default(),
             process_us: None,
         };
-        let mut wire = json!({ "timings": serde_json::to_value(timings).unwrap() });
-        assert!(wire["timings"].get("process_us").is_none());
-        set_process_us(&mut wire, 6500);
-        let typed: Timings = serde_json::from_value(wire["timings"].clone()).unwrap();
+        let wire = serde_json::to_value(timings).unwrap();
+        assert!(wire.get("process_us").is_none());
+        timings.process_us = Some(6500);
+        let wire = serde_json::to_value(timings).unwrap();
+        assert_eq!(wire["process_us"], 6500);
+        let typed: Timings = serde_json::from_value(wire).unwrap();
         assert_eq!(typed.process_us, Some(6500));
-        assert_eq!(serde_json::to_value(typed).unwrap(), wire["timings"]);
-        let mut no_result = json!({ "denied": true });
-        set_process_us(&mut no_result, 1);
-        assert_eq!(no_result, json!({ "denied": true }));
     }
 }

@@ -18,7 +18,7 @@ use crate::draft::{Host, Observed};
 use crate::egress::learning::Learning;
 use crate::failure::FailureKind;
 use crate::manifest::{parse_manifest, LoadOptions, Tier};
-use crate::pipeline::{self, Spawn};
+use crate::pipeline::{self, Concluded, Spawn};
 use crate::policy::{Access, Request, RequestKind};
 use crate::printable::printable;
 use crate::program::hash_path;
@@ -44,15 +44,14 @@ pub(super) fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     let setting = Setting::of(cli, args)?;
     let prepared = setting.prepared(args)?;
     let ran = observe(cli, args, &prepared)?;
-    let result = SpawnResult::from_value(&ran.data)
-        .map_err(|e| Failure::internal(format!("the run's result could not be read: {e}")))?;
+    let result = &ran.result;
     let trace = result.trace.clone().unwrap_or_default();
     if let Some(e) = &trace.error {
         return Err(Failure::sandbox_unavailable(format!(
             "the trace stopped early ({e}); no draft was written"
         )));
     }
-    let observed = setting.observed(args, &prepared, &result, &trace);
+    let observed = setting.observed(args, &prepared, result, &trace);
     let draft = observed.draft(&RealHost);
     parse_manifest("(draft)", &draft.text, LoadOptions::default())
         .map_err(|e| Failure::internal(format!("the draft does not load: {e}\n{}", draft.text)))?;
@@ -66,7 +65,7 @@ pub(super) fn learn(cli: &Cli, args: &LearnArgs) -> Result<Success, Failure> {
     };
     let human = summary(args, &setting.workspace, &said);
     let mut success = Success::new(
-        json!({"file": args.output, "manifest": draft.text, "review": draft.review, "run": ran.data}),
+        json!({"file": args.output, "manifest": draft.text, "review": draft.review, "run": ran.result}),
         String::new(),
     );
     // The summary goes to stderr, beside the command's own output.
@@ -272,7 +271,7 @@ fn observe(
     cli: &Cli,
     args: &LearnArgs,
     prepared: &crate::pipeline::Prepared,
-) -> Result<Success, Failure> {
+) -> Result<Concluded, Failure> {
     pipeline::run(Spawn {
         prepared,
         access: &Access::Local,

@@ -14,14 +14,14 @@ use serde_json::{json, Value};
 use super::args::{Cli, RunArgs};
 use super::check::request_of;
 use super::context::{load_config, load_manifest};
-use super::output::{print_notice, Failure, Success};
+use super::output::{print_notice, Failure};
 use crate::client::{call_for, interrupted, watch_interruptions, Client};
 use crate::failure::FailureKind;
-use crate::pipeline::conclude;
+use crate::pipeline::{conclude, Concluded};
 use crate::spawn_result::SpawnStatus;
 
 /// `spawnd run --socket S`.
-pub(super) fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Success, Failure> {
+pub(super) fn run_remote(cli: &Cli, args: &RunArgs, socket: &Path) -> Result<Concluded, Failure> {
     let (method, params) = remote_call(cli, args, true)?;
     watch_interruptions()?;
     let mut client = Client::connect(socket)?;

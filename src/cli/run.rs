@@ -9,10 +9,9 @@ use std::path::Path;
 use super::args::{Cli, RunArgs};
 use super::check::load_request;
 use super::output::{print_notice, Failure, Success};
-use crate::pipeline::{self, Pump, Spawn};
+use crate::pipeline::{self, Concluded, Pump, Spawn};
 use crate::policy::Access;
 use crate::sandbox::launch::StdinSource;
-use crate::spawn_result::SpawnResult;
 use crate::spawner::Spawner;
 use crate::supervise::{LiveOutput, LiveView};
 
@@ -22,33 +21,29 @@ pub(crate) const EXIT_NETWORK_REFUSED: i32 = 7;
 
 /// `spawnd run`.
 pub(crate) fn run(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
-    let ran = run_here_or_remote(cli, args)?;
-    Ok(match args.fail_on_refusal {
-        true => fail_on_refusal(ran),
-        false => ran,
-    })
+    let mut ran = run_here_or_remote(cli, args)?;
+    if args.fail_on_refusal {
+        fail_on_refusal(&mut ran);
+    }
+    Ok(ran.into_success())
 }
 
 /// A run whose program exited 0 while spawnd refused some of its network
 /// egress ends with [`EXIT_NETWORK_REFUSED`] (`data.failed_on_refusal`);
 /// any other exit code stays as it is, the program's own failure first.
-fn fail_on_refusal(mut ran: Success) -> Success {
-    let Ok(mut result) = SpawnResult::from_value(&ran.data) else {
-        return ran;
-    };
-    let refused = result
+fn fail_on_refusal(ran: &mut Concluded) {
+    let refused = ran
+        .result
         .network
         .as_ref()
         .is_some_and(|n| !crate::pipeline::network_refusals(n).is_empty());
     if refused && ran.exit == 0 {
         ran.exit = EXIT_NETWORK_REFUSED;
-        result.failed_on_refusal = Some(true);
-        ran.data = result.to_value();
+        ran.result.failed_on_refusal = Some(true);
     }
-    ran
 }
 
-fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
+fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Concluded, Failure> {
     if let Some(socket) = &args.socket {
         return super::remote::run_remote(cli, args, socket);
     }
@@ -81,7 +76,7 @@ fn run_here_or_remote(cli: &Cli, args: &RunArgs) -> Result<Success, Failure> {
     })?;
     // The result is ready: the exit record is durable and init reaped.
     let process_us = u64::try_from(super::process_elapsed().as_micros()).unwrap_or(u64::MAX);
-    crate::spawn_result::set_process_us(&mut ran.data, process_us);
+    ran.result.timings.process_us = Some(process_us);
     Ok(ran)
 }
 

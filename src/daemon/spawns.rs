@@ -46,15 +46,15 @@ use super::{Daemon, Loaded, Peer};
 use crate::audit::Unsynced;
 use crate::manifest::Manifest;
 use crate::pipeline::{
-    denial_failure, run_until_written, Failure, Finished, Notice, Prepared, Spawn, SpawnFiled,
-    Success,
+    denial_failure, run_until_written, Concluded, Failure, Finished, Notice, Prepared, Spawn,
+    SpawnFiled,
 };
 use crate::policy::{Access, Caller, Decision, GateContext, Request, RequestKind};
 use crate::program::ProgramOpener;
 use crate::rpc::{self, RpcError};
 use crate::sandbox::launch::StdinSource;
 use crate::shares::{Claim, Taken};
-use crate::spawn_result::{SpawnResult, SpawnStatus};
+use crate::spawn_result::SpawnStatus;
 use crate::spawner::Spawner;
 use crate::supervise::Leaving;
 
@@ -518,21 +518,18 @@ fn mark_started(
 /// Hands the pipeline's result on. Refused or failed before the program
 /// started (`early` still waits), the caller gets the error and no handle;
 /// afterwards the result, or the error, is the handle's.
-fn hand_over(handle: &Handle, result: Result<Success, Failure>, early: Option<Started>) {
+fn hand_over(handle: &Handle, result: Result<Concluded, Failure>, early: Option<Started>) {
     match (result, early) {
         (Err(f), Some(tx)) => {
             let _ = tx.send(Err(rpc_error(f)));
         }
-        (Ok(s), _) => handle.with(|st| match SpawnResult::from_value(&s.data) {
-            Ok(mut result) => {
-                // The streams' bytes live once, in the buffers.
-                for stream in [&mut result.stdout, &mut result.stderr] {
-                    stream.text = None;
-                    stream.base64 = None;
-                }
-                st.result = Some(result);
+        (Ok(Concluded { mut result, .. }), _) => handle.with(|st| {
+            // The streams' bytes live once, in the buffers.
+            for stream in [&mut result.stdout, &mut result.stderr] {
+                stream.text = None;
+                stream.base64 = None;
             }
-            Err(e) => st.error = Some(format!("the run's result could not be read: {e}")),
+            st.result = Some(result);
         }),
         (Err(f), None) => handle.with(|st| st.error = Some(f.message)),
     }

@@ -10,7 +10,7 @@ use super::records::SpawnAudit;
 use super::refusals;
 use super::report::{report, Ran};
 use super::starting::{Decided, Started};
-use super::{EndedBy, Failure, OnNotice, Pump, Success};
+use super::{Concluded, EndedBy, Failure, OnNotice, Pump};
 use crate::audit::Unsynced;
 use crate::plan::SpawnPlan;
 use crate::sandbox::trace::{Trace, Tracer};
@@ -39,7 +39,7 @@ pub(super) fn finish<'s>(
     started: Started<'s>,
     leaving_out: &mut Option<Leaving<'s>>,
     exit_out: &mut Option<Unsynced>,
-) -> Result<Success, Failure> {
+) -> Result<Concluded, Failure> {
     let plan = &gated.plan;
     let supervision = Supervision {
         stdout_cap: plan.limits.max_stdout_bytes,

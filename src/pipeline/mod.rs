@@ -21,13 +21,13 @@ mod starting;
 
 use std::os::fd::OwnedFd;
 
-pub(crate) use crate::failure::{Failure, Success};
+pub(crate) use crate::failure::Failure;
 pub(crate) use notice::{Notice, OnNotice};
 pub(crate) use outcome::denial_failure;
 pub(crate) use prepared::{decide_local, decide_with, Prepared};
 pub(crate) use records::{load_audit_key, load_previous_audit_keys, open_audit};
 pub(crate) use refusals::describe as describe_refusal;
-pub(crate) use report::{conclude, interrupting_signal, network_refusals};
+pub(crate) use report::{conclude, interrupting_signal, network_refusals, Concluded};
 
 pub(crate) use crate::audit::events::{Actor, SpawnFiled};
 
@@ -151,7 +151,7 @@ pub(crate) type OnStarted<'a> = Box<dyn FnOnce(&SpawnFiled, Option<OwnedFd>) + S
 /// The exit record goes to disk first, while the kernel tears init's
 /// namespaces down on another core; waiting for init before the flush would
 /// put the two in a row.
-pub fn run(x: Spawn<'_>) -> Result<Success, Failure> {
+pub fn run(x: Spawn<'_>) -> Result<Concluded, Failure> {
     let on_notice = x.on_notice;
     let Finished {
         mut result,
@@ -182,7 +182,7 @@ fn reap(leaving: Leaving<'_>) {
 /// An [`Spawn`] whose program has ended and whose exit record is written.
 pub(crate) struct Finished<'a> {
     /// What to report (its `audit_id` names the records).
-    pub result: Result<Success, Failure>,
+    pub result: Result<Concluded, Failure>,
     /// The exit record of a program that ran, in the log and chained but not
     /// yet known to be on disk: commit it before relying on the trail. (Every
     /// other exit record — setup failed, sandbox lost — has been flushed
@@ -213,7 +213,7 @@ fn run_inner<'a>(
     x: Spawn<'a>,
     leaving_out: &mut Option<Leaving<'a>>,
     exit_out: &mut Option<Unsynced>,
-) -> Result<Success, Failure> {
+) -> Result<Concluded, Failure> {
     let began = std::time::Instant::now();
     let (gate_request, start_request, finish_request) = x.into_requests();
     let (log, mut gated) = gate(gate_request, began)?;

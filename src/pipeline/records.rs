@@ -7,11 +7,11 @@ use serde_json::json;
 
 use super::notice::{Notice, OnNotice};
 use super::outcome::denial_failure;
+use super::report::Concluded;
 use crate::audit::events::{self, Actor};
 use crate::audit::{AuditError, AuditLog, Kind, Unsynced};
-use crate::failure::{Failure, Success};
+use crate::failure::Failure;
 use crate::policy::Caller;
-use crate::spawn_result::SpawnResult;
 
 /// One spawn's audit trail: the log, the caller every record names, and who
 /// is told when an exit record cannot be written (the result or failure is
@@ -88,8 +88,8 @@ impl SpawnAudit<'_> {
     fn record_exit(
         &self,
         audit_id: &str,
-        reported: Result<Success, (&str, Failure)>,
-    ) -> Result<Success, Failure> {
+        reported: Result<Concluded, (&str, Failure)>,
+    ) -> Result<Concluded, Failure> {
         let (result, written) = self.write_exit(audit_id, reported, None);
         match (result, written.map(Unsynced::commit)) {
             (Ok(mut s), Some(Err(e))) => {
@@ -114,21 +114,11 @@ impl SpawnAudit<'_> {
     pub(super) fn write_exit(
         &self,
         audit_id: &str,
-        reported: Result<Success, (&str, Failure)>,
+        reported: Result<Concluded, (&str, Failure)>,
         interrupter: Option<&Actor>,
-    ) -> (Result<Success, Failure>, Option<Unsynced>) {
+    ) -> (Result<Concluded, Failure>, Option<Unsynced>) {
         let mut body = match &reported {
-            Ok(s) => match SpawnResult::from_value(&s.data) {
-                Ok(result) => events::exit(&result),
-                Err(e) => {
-                    let mut m = serde_json::Map::new();
-                    m.insert(
-                        "failed".to_string(),
-                        json!(format!("the run's result could not be read: {e}")),
-                    );
-                    m
-                }
-            },
+            Ok(c) => events::exit(&c.result),
             Err((key, f)) => {
                 let mut m = serde_json::Map::new();
                 m.insert((*key).to_string(), json!(f.message));
@@ -139,14 +129,14 @@ impl SpawnAudit<'_> {
         tracing::info!(audit_id, exit_code = ?body.get("exit_code"), signal = ?body.get("signal"), "spawn ended");
         let written = self.log.write(Kind::Exit, Some(audit_id), body);
         match (reported, written) {
-            (Ok(mut s), Ok(w)) => {
-                s.data["audit_id"] = json!(audit_id);
-                (Ok(s), Some(w))
+            (Ok(mut c), Ok(w)) => {
+                c.result.audit_id = Some(audit_id.to_string());
+                (Ok(c), Some(w))
             }
-            (Ok(mut s), Err(e)) => {
-                s.data["audit_id"] = json!(audit_id);
-                (self.on_notice)(exit_record_lost(&mut s, &e));
-                (Ok(s), None)
+            (Ok(mut c), Err(e)) => {
+                c.result.audit_id = Some(audit_id.to_string());
+                (self.on_notice)(exit_record_lost(&mut c, &e));
+                (Ok(c), None)
             }
             (Err((_, f)), Ok(w)) => (Err(f), Some(w)),
             (Err((_, f)), Err(e)) => {
@@ -162,10 +152,10 @@ impl SpawnAudit<'_> {
 /// Marks a result whose exit record could not be written or made durable:
 /// exit 5 and `audit_error`, whatever the program did. Returns the notice
 /// that says so.
-pub(super) fn exit_record_lost(s: &mut Success, e: &AuditError) -> Notice {
-    s.data["audit_error"] = json!(e.to_string());
-    s.exit = 5;
-    s.keep_ok = false;
+pub(super) fn exit_record_lost(c: &mut Concluded, e: &AuditError) -> Notice {
+    c.result.audit_error = Some(e.to_string());
+    c.exit = 5;
+    c.keep_ok = false;
     Notice::ExitRecordLost {
         error: e.to_string(),
     }

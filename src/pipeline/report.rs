@@ -150,7 +150,7 @@ pub(super) fn report(
     json: bool,
     ran: Ran<'_>,
     on_notice: OnNotice<'_>,
-) -> Result<Success, Failure> {
+) -> Result<Concluded, Failure> {
     let Ran {
         ended_by,
         plan,
@@ -264,7 +264,29 @@ fn signal_named(name: &str) -> Option<i32> {
 /// signal N, 124 after the wall time); for a human reader (not `json`),
 /// `on_notice` is told what the result says went wrong. In-process `run` and
 /// `run --socket` end here alike.
-pub(crate) fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Success {
+/// A spawn's result as the pipeline ends it: the typed result, the exit
+/// code a front end reports, and whether `ok` stays true with it.
+#[derive(Debug, Clone)]
+pub struct Concluded {
+    /// The result (its `audit_id` names the records once they are written).
+    pub result: SpawnResult,
+    /// The exit code: the program's, or what spawnd made of its end.
+    pub exit: i32,
+    /// `ok: true` despite a non-zero exit: the program ran, whatever its code.
+    pub keep_ok: bool,
+}
+
+impl Concluded {
+    /// As a front end's envelope carries it: the result as `data`.
+    pub(crate) fn into_success(self) -> Success {
+        let mut success = Success::new(&self.result, String::new());
+        success.exit = self.exit;
+        success.keep_ok = self.keep_ok;
+        success
+    }
+}
+
+pub(crate) fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>) -> Concluded {
     let signal_to_spawnd = result.interrupted_by.as_deref().and_then(signal_named);
     let exit = match (
         signal_to_spawnd,
@@ -332,10 +354,11 @@ pub(crate) fn conclude(json: bool, result: SpawnResult, on_notice: OnNotice<'_>)
     }
     let audit_failed = result.audit_error.is_some();
     let denied = violation.is_some();
-    let mut success = Success::new(result.to_value(), String::new());
-    success.exit = if audit_failed { 5 } else { exit };
-    success.keep_ok = !audit_failed && !denied;
-    success
+    Concluded {
+        exit: if audit_failed { 5 } else { exit },
+        keep_ok: !audit_failed && !denied,
+        result,
+    }
 }
 
 /// Every network egress spawnd refused the program, from a result's
