@@ -209,7 +209,9 @@ fn the_result_is_the_typed_spawn_result(who: As) {
     // A local run reports its whole wall time, which holds the parts it
     // times inside.
     let t = &typed.timings;
-    let process = t.process_us.unwrap_or_else(|| panic!("no process_us: {data}"));
+    let process = t
+        .process_us
+        .unwrap_or_else(|| panic!("no process_us: {data}"));
     assert!(process >= t.gate_us + t.spec_and_filter_us, "{data}");
 }
 

@@ -4,6 +4,7 @@
 //! each the image of one [`FailureKind`] ([`code_of`], and back, [`kind_of`]).
 
 use crate::failure::FailureKind;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// -32700: the line is not JSON.
@@ -200,6 +201,15 @@ pub(crate) fn success(id: &Value, result: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
 }
 
+/// The success line for `id` with its result already serialized: the line
+/// [`success`] makes of the same result, without a tree of it.
+pub(crate) fn success_serialized(id: &Value, result: &RawValue) -> String {
+    format!(
+        "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"result\":{}}}",
+        result.get()
+    )
+}
+
 /// The error line for `id`.
 pub(crate) fn failure(id: &Value, e: &RpcError) -> String {
     let mut error = json!({"code": e.code, "message": e.message});
@@ -258,6 +268,11 @@ mod tests {
     fn answers_are_one_line_of_json_rpc() {
         let ok = success(&json!(3), json!({"x": 1}));
         assert_eq!(ok, r#"{"id":3,"jsonrpc":"2.0","result":{"x":1}}"#);
+        for id in [json!(3), json!("a\"b"), Value::Null] {
+            let result = json!({"state": "exited", "stdout": {"text": "é\n"}});
+            let raw = serde_json::value::to_raw_value(&result).unwrap();
+            assert_eq!(success_serialized(&id, &raw), success(&id, result));
+        }
         let e = failure(
             &Value::Null,
             &RpcError::with_data(NOT_FOUND, "no such handle", json!({"handle": "h"})),

@@ -90,7 +90,16 @@ pub(super) struct Connection {
 
 /// An answer, rendered only in its turn to enter the outbox: however many
 /// requests are in progress, the connection holds few rendered answers.
-pub(super) type Render = Box<dyn FnOnce() -> Result<Value, RpcError> + Send>;
+pub(super) type Render = Box<dyn FnOnce() -> Result<Rendered, RpcError> + Send>;
+
+/// A method's result: a tree, or already serialized from its type (a large
+/// answer, `spawn_status`'s, written without a tree of its own).
+pub(super) enum Rendered {
+    /// A JSON tree.
+    Tree(Value),
+    /// The result's JSON text.
+    Serialized(Box<serde_json::value::RawValue>),
+}
 
 /// A method's wait, ending with its answer.
 type Work = std::pin::Pin<Box<dyn std::future::Future<Output = Render> + Send>>;
@@ -108,7 +117,7 @@ enum Started {
 
 /// An answer already known.
 fn ready(result: Result<Value, RpcError>) -> Render {
-    Box::new(move || result)
+    Box::new(move || result.map(Rendered::Tree))
 }
 
 /// A wait whose result is the answer (small values, rendered as they are).
@@ -294,7 +303,8 @@ impl Connection {
         let mut handle = None;
         let sent = self
             .send(|| match render() {
-                Ok(v) => {
+                Ok(Rendered::Serialized(text)) => rpc::success_serialized(&id, &text),
+                Ok(Rendered::Tree(v)) => {
                     handle = NamesAHandle::deserialize(&v).ok().and_then(|n| n.handle);
                     // The line is sure to be queued now: from here the peer
                     // may know the handle (and a lease's token).
@@ -573,7 +583,7 @@ impl Connection {
                     if let Some(wait) = wait {
                         read.wait(&h, wait).await;
                     }
-                    Box::new(move || read.answer(&h)) as Render
+                    Box::new(move || read.answer(&h).map(Rendered::Tree)) as Render
                 })))
             }),
             "spawn_kill" => self.with_params(params, |p: KillParams| {

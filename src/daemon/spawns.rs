@@ -35,7 +35,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
-use super::connection::Connection;
+use super::connection::{Connection, Rendered};
 use super::detached::Lease;
 use super::handles::{new_handle_name, HandleOptions, HandleSink, HandleState, SpawnAbout};
 pub(crate) use super::handles::{Handle, Handles, MAX_WAIT};
@@ -679,11 +679,13 @@ fn refused_before_the_program(
 }
 
 /// `spawn_status`'s answer: the state and, once ended, the result with
-/// the streams' bytes.
-pub(super) fn status(h: &Handle) -> Result<Value, RpcError> {
+/// the streams' bytes, serialized from its type.
+pub(super) fn status(h: &Handle) -> Result<Rendered, RpcError> {
     released_first(h)?;
-    let with_output = h.with(|s| {
-        let mut result = s.result.clone()?;
+    let status = h.with(|s| {
+        let Some(mut result) = s.result.clone() else {
+            return status_of(s);
+        };
         for (w, stream) in [&mut result.stdout, &mut result.stderr]
             .into_iter()
             .enumerate()
@@ -696,9 +698,11 @@ pub(super) fn status(h: &Handle) -> Result<Value, RpcError> {
                 }
             }
         }
-        Some(SpawnStatus::ended(result).to_value())
+        SpawnStatus::ended(result)
     });
-    Ok(with_output.unwrap_or_else(|| status_without_output(h)))
+    serde_json::value::to_raw_value(&status)
+        .map(Rendered::Serialized)
+        .map_err(|e| RpcError::new(rpc::INTERNAL_ERROR, format!("spawn_status: {e}")))
 }
 
 /// A handle released before an answer about it was written: its output is
