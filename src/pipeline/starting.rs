@@ -49,7 +49,7 @@ pub(super) struct Started<'s> {
     pub(super) running: Watched<'s>,
     pub(super) egress: Option<Egress>,
     pub(super) tracer: Option<Tracer>,
-    pub(super) spec: SandboxSpec,
+    pub(super) spec: std::sync::Arc<SandboxSpec>,
     pub(super) filter: &'static Filter,
     /// The credential values, to redact from the output.
     pub(super) redact: Vec<(String, Secret)>,
@@ -79,7 +79,7 @@ pub(super) fn start<'s>(
     }
     let prepared_sandbox = began.elapsed();
     let filter = ordered.filter();
-    let spec = ordered.spec().clone();
+    let spec = ordered.shared_spec();
     let planned = planned_sandbox(&ordered, &gated.identity);
     let (decided, launching) = launch_once_decided(
         audit,

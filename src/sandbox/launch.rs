@@ -94,8 +94,9 @@ pub enum StdinSource {
 /// `env` holds credential values; it is wiped when the order is dropped.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct LaunchOrder {
-    /// The decided sandbox.
-    pub spec: SandboxSpec,
+    /// The decided sandbox, shared with the pipeline's report (which reads
+    /// it after the launch) rather than copied.
+    pub spec: std::sync::Arc<SandboxSpec>,
     /// argv, `argv[0]` included.
     pub argv: Vec<Vec<u8>>,
     /// The digest the gate decided on: a `#!` script's sealed copy must have it.

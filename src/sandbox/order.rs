@@ -176,7 +176,7 @@ impl<'a> Design<'a> {
             check_as: run_as.check_as.clone(),
             network: NetworkSetup::for_plan(plan)?,
             trace: self.answers.is_some(),
-            spec: self.spec,
+            spec: std::sync::Arc::new(self.spec),
         };
         Ok(Ordered {
             order,
@@ -207,6 +207,11 @@ impl Ordered {
     /// The decided sandbox.
     pub fn spec(&self) -> &SandboxSpec {
         &self.order.spec
+    }
+
+    /// The decided sandbox, shared: for what reads it after the launch.
+    pub(crate) fn shared_spec(&self) -> std::sync::Arc<SandboxSpec> {
+        std::sync::Arc::clone(&self.order.spec)
     }
 
     /// The compiled seccomp filter (its id and length go on record).
