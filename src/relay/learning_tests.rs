@@ -17,6 +17,7 @@ use crate::egress::learning::Learning;
 use super::tests::{
     ask_udp, assert_reset, assert_reset_at, finish, name, refused, relayed, HELLO_API_EXAMPLE_COM,
 };
+use super::world_tests::uninterrupted;
 use super::world_tests::{
     connect, read_exact, roundtrip, run, Finished, Scenario, BANNER, BANNER_TEXT, ECHO, TLS,
 };
@@ -180,7 +181,7 @@ fn record_refuses_every_connection_without_resolving_or_dialing_and_reports_the_
                     // Whatever the program sends goes nowhere.
                     let _ = stream.write_all(b"GET / HTTP/1.1\r\n\r\n");
                     let mut buffer = [0u8; 16];
-                    let read = stream.read(&mut buffer).map_err(|e| e.kind());
+                    let read = uninterrupted(|| stream.read(&mut buffer)).map_err(|e| e.kind());
                     assert!(
                         matches!(read, Err(ErrorKind::ConnectionReset) | Ok(0)),
                         "{read:?}"

@@ -12,6 +12,7 @@ use hickory_proto::rr::{RData, RecordType};
 use crate::egress::address_policy::{AddressPolicy, Denial, DenyReason};
 use crate::egress::grant::Host;
 
+use super::world_tests::uninterrupted;
 use super::world_tests::{
     connect, read_end, read_exact, roundtrip, run, Scenario, BANNER, BANNER_TEXT, ECHO,
     HOST_ADDRESS, TLS,
@@ -387,7 +388,7 @@ pub(super) fn ask_udp(name: &str, qtype: RecordType) -> (ResponseCode, Vec<Ipv4A
     socket.connect("127.0.0.1:53").unwrap();
     socket.send(&dns_query(name, qtype)).unwrap();
     let mut reply = [0u8; 1500];
-    let len = socket.recv(&mut reply).unwrap();
+    let len = uninterrupted(|| socket.recv(&mut reply)).unwrap();
     dns_answer(&reply[..len])
 }
 

@@ -470,5 +470,19 @@ pub(super) fn read_exact(stream: &mut TcpStream, len: usize) -> io::Result<Vec<u
 /// `Ok(0)` for a close, an error kind for a reset.
 pub(super) fn read_end(stream: &mut TcpStream) -> Result<usize, io::ErrorKind> {
     let mut buffer = [0u8; 64];
-    stream.read(&mut buffer).map_err(|e| e.kind())
+    uninterrupted(|| stream.read(&mut buffer)).map_err(|e| e.kind())
+}
+
+/// Runs a blocking socket call again when a signal interrupted it. A
+/// socket with a read timeout answers any signal the test process takes
+/// (a stop and continue among them) with `EINTR`, even where the handler
+/// asked for restarts (signal(7)); the call is asked again, its timeout
+/// with it.
+pub(super) fn uninterrupted<T>(mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match call() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            done => return done,
+        }
+    }
 }
