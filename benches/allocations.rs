@@ -12,6 +12,10 @@
 //!   and its spawner with the inits it starts.
 //!
 //! Run: `./scripts/bench-allocations` (as root: uprobes; it installs perf).
+//! With `SPAWND_BENCH_PROFILE=DIR`, the daemon's and the spawner's
+//! allocations are also recorded with their call chains into
+//! `DIR/daemon.data` and `DIR/spawner.data`
+//! (`perf report -i DIR/daemon.data --no-children`).
 //! Needs the static musl build with `musl-dlmalloc` (the default), whose
 //! allocator is a function of its own to probe. Not part of `scripts/bench`.
 
@@ -115,6 +119,21 @@ fn count_process(pid: u32, out: &Path) -> Child {
         .expect("perf stat -p")
 }
 
+/// `perf record` of `pid`'s allocations with their call chains, into
+/// `out` (for `perf report -i OUT --no-children`): where the blocks come
+/// from, when `SPAWND_BENCH_PROFILE` names a directory.
+fn record_process(pid: u32, out: &Path) -> Child {
+    Command::new("perf")
+        .args(["record", "-q", "-m", "4096", "-e", EVENT])
+        .args(["--call-graph", "dwarf,16384", "-o"])
+        .arg(out)
+        .args(["-p", &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("perf record -p")
+}
+
 /// Stops a counting `perf stat` (SIGINT makes it write its counts).
 fn stop(mut perf: Child) {
     let _ = nix::sys::signal::kill(
@@ -179,10 +198,16 @@ fn main() {
         dir.path().join("daemon.csv"),
         dir.path().join("spawner.csv"),
     );
-    let counting = [
+    let mut counting = vec![
         count_process(pid, &daemon_out),
         count_process(spawner, &spawner_out),
     ];
+    let profile = std::env::var_os("SPAWND_BENCH_PROFILE").map(std::path::PathBuf::from);
+    if let Some(profile) = &profile {
+        std::fs::create_dir_all(profile).expect("SPAWND_BENCH_PROFILE's directory");
+        counting.push(record_process(pid, &profile.join("daemon.data")));
+        counting.push(record_process(spawner, &profile.join("spawner.data")));
+    }
     // perf stat attaches in the background: give it the time to.
     std::thread::sleep(Duration::from_millis(500));
     let spawns = count_from_env("SPAWND_BENCH_SPAWNS", 200);

@@ -60,7 +60,7 @@ fn learn_in_this_process(mode: &str, config: &Path, manifest: &Path) {
     let manifest = parse_manifest(&manifest.display().to_string(), &text, options).unwrap();
     let prepared = Prepared {
         config: std::sync::Arc::new(config),
-        manifest,
+        manifest: manifest.into(),
         caller: Caller {
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),

@@ -138,14 +138,14 @@ pub(crate) struct ParamStatus {
 /// the peer may act for), by connector name, and when it was taken.
 pub(crate) fn status(
     config: &Config,
-    manifests: &BTreeMap<String, Vec<Manifest>>,
+    manifests: &crate::config::manifests::Manifests,
     home: &Path,
     shown: &dyn Fn(&Manifest) -> bool,
 ) -> ConnectorsStatus {
     let captured_at = crate::audit::log::now_rfc3339_millis();
     let mut connectors = BTreeMap::new();
     for (name, versions) in manifests {
-        let versions: Vec<&Manifest> = versions.iter().filter(|m| shown(m)).collect();
+        let versions: Vec<&Manifest> = versions.iter().map(|m| &**m).filter(|m| shown(m)).collect();
         for m in &versions {
             // One version served: its name; several: each as NAME@VERSION,
             // which a request picks by pinning `version`.

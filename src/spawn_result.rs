@@ -324,10 +324,12 @@ impl SpawnResult {
 }
 
 /// `spawn_status`'s answer: the handle's state, and once the program has
-/// ended, its result (the `state` names how it ended).
+/// ended, its result (the `state` names how it ended). The daemon answers
+/// with the result it holds borrowed (`SpawnStatus<&SpawnResult>`); a
+/// client reads it back owned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum SpawnStatus {
+pub enum SpawnStatus<R = SpawnResult> {
     /// The program runs.
     Running {
         /// Since it started.
@@ -339,17 +341,17 @@ pub enum SpawnStatus {
         error: String,
     },
     /// The program exited.
-    Exited(SpawnResult),
+    Exited(R),
     /// A signal ended it.
-    Signaled(SpawnResult),
+    Signaled(R),
     /// Its wall time ran out.
-    TimedOut(SpawnResult),
+    TimedOut(R),
 }
 
-impl SpawnStatus {
+impl<R: std::borrow::Borrow<SpawnResult>> SpawnStatus<R> {
     /// The status of a program that ended with `result`.
-    pub fn ended(result: SpawnResult) -> SpawnStatus {
-        match Self::ended_state(&result) {
+    pub fn ended(result: R) -> SpawnStatus<R> {
+        match Self::ended_state(result.borrow()) {
             "timed_out" => SpawnStatus::TimedOut(result),
             "signaled" => SpawnStatus::Signaled(result),
             _ => SpawnStatus::Exited(result),
@@ -374,11 +376,13 @@ impl SpawnStatus {
             SpawnStatus::Running { .. } => "running",
             SpawnStatus::Failed { .. } => "failed",
             SpawnStatus::Exited(r) | SpawnStatus::Signaled(r) | SpawnStatus::TimedOut(r) => {
-                Self::ended_state(r)
+                Self::ended_state(r.borrow())
             }
         }
     }
+}
 
+impl<R: Serialize> SpawnStatus<R> {
     /// The status as JSON, as the daemon answers it.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)

@@ -91,7 +91,7 @@ pub(crate) fn attach(spawn: &SpawnFiled, by: Value, state: &Value) -> Map<String
 }
 
 /// An allowed spawn, written before the child starts.
-pub(crate) fn decision(plan: &SpawnPlan, caller: &Caller, isolation: &Value) -> Map<String, Value> {
+pub(crate) fn decision(plan: &SpawnPlan, caller: &Caller, isolation: Value) -> Map<String, Value> {
     let mut body = object(json!({
         "decision": "allowed",
         "connector": plan.connector,

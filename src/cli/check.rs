@@ -53,7 +53,7 @@ pub(crate) fn load_request(cli: &Cli, args: &RunArgs) -> Result<Prepared, Failur
     let request = request_of(cli, args, Some(&manifest))?;
     Ok(Prepared {
         config: std::sync::Arc::new(config),
-        manifest,
+        manifest: manifest.into(),
         caller,
         request,
     })

@@ -192,7 +192,7 @@ impl Setting {
         caller.workspace = Some(self.workspace.clone());
         Ok(crate::pipeline::Prepared {
             config: std::sync::Arc::new(self.config.clone()),
-            manifest,
+            manifest: manifest.into(),
             caller,
             request: Request {
                 kind: RequestKind::Op {

@@ -14,11 +14,11 @@ use crate::manifest::{parse_manifest, LoadOptions, Manifest};
 
 /// The manifests the daemon serves, by connector name: each version served
 /// (one per manifest file, one per installed version), in load order.
-pub(crate) type Manifests = BTreeMap<String, Vec<Manifest>>;
+pub(crate) type Manifests = BTreeMap<String, Vec<std::sync::Arc<Manifest>>>;
 
 /// Every manifest served, in name order.
 pub(crate) fn all(manifests: &Manifests) -> impl Iterator<Item = &Manifest> {
-    manifests.values().flatten()
+    manifests.values().flatten().map(|m| &**m)
 }
 
 /// Loads `[server] manifests` (files, or directories of `*.toml`), then the
@@ -93,7 +93,7 @@ pub(crate) fn load_manifests(config: &super::Config) -> Result<Manifests, String
                 file.display()
             ));
         }
-        out.insert(name, vec![manifest]);
+        out.insert(name, vec![std::sync::Arc::new(manifest)]);
     }
     let installed = installed(config, options)?;
     if let Some(error) = missing_default.filter(|_| installed.is_empty()) {
@@ -110,7 +110,7 @@ pub(crate) fn load_manifests(config: &super::Config) -> Result<Manifests, String
                 manifest.connector.version, first.source, manifest.source
             ));
         }
-        versions.push(manifest);
+        versions.push(std::sync::Arc::new(manifest));
     }
     Ok(out)
 }
@@ -146,7 +146,7 @@ impl ManifestChanges {
     /// manifest's SHA-256 or path differs.
     pub(crate) fn between(old: &Manifests, new: &Manifests) -> ManifestChanges {
         let mut changes = ManifestChanges::default();
-        let served = |ms: &Vec<Manifest>| {
+        let served = |ms: &Vec<std::sync::Arc<Manifest>>| {
             let mut v: Vec<_> = ms
                 .iter()
                 .map(|m| {
@@ -300,7 +300,7 @@ mod tests {
     fn a_reloads_changes_name_the_connectors_added_removed_and_changed() {
         let set = |ms: Vec<Manifest>| -> Manifests {
             ms.into_iter()
-                .map(|m| (m.connector.name.to_string(), vec![m]))
+                .map(|m| (m.connector.name.to_string(), vec![std::sync::Arc::new(m)]))
                 .collect()
         };
         let old = set(vec![

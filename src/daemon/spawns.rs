@@ -54,7 +54,7 @@ use crate::program::ProgramOpener;
 use crate::rpc::{self, RpcError};
 use crate::sandbox::launch::StdinSource;
 use crate::shares::{Claim, Taken};
-use crate::spawn_result::SpawnStatus;
+use crate::spawn_result::{SpawnResult, SpawnStatus};
 use crate::spawner::Spawner;
 use crate::supervise::Leaving;
 
@@ -307,7 +307,7 @@ async fn manifest_for_peer(
     loaded: &Loaded,
     access: &Access,
     call: &SpawnCall,
-) -> Result<Manifest, RpcError> {
+) -> Result<Arc<Manifest>, RpcError> {
     match peer_manifest(peer, method, loaded, access, call) {
         Ok(m) => Ok(m),
         Err(refused) => Err(refused.recorded(daemon, peer).await),
@@ -323,12 +323,12 @@ pub(super) fn peer_manifest(
     loaded: &Loaded,
     access: &Access,
     call: &SpawnCall,
-) -> Result<Manifest, Box<Refused>> {
-    let served: Vec<&Manifest> = loaded
+) -> Result<Arc<Manifest>, Box<Refused>> {
+    let versions: &[Arc<Manifest>] = loaded
         .manifests
         .get(&call.connector)
-        .map(|v| v.iter().collect())
-        .unwrap_or_default();
+        .map_or(&[], |v| v.as_slice());
+    let first = versions.first().map(|m| &**m);
     let refused = |denial: Box<crate::policy::Denial>| {
         let op = match &call.request.kind {
             RequestKind::Op { name, .. } => Some(name.clone()),
@@ -341,7 +341,7 @@ pub(super) fn peer_manifest(
     };
     // Every version of a connector has its name, so one access check
     // covers them all, and comes before anything is said of the versions.
-    let stranger = served.first().is_none_or(|m| {
+    let stranger = first.is_none_or(|m| {
         access
             .allows(&access_caller(peer), &m.connector.name)
             .is_err()
@@ -349,15 +349,16 @@ pub(super) fn peer_manifest(
     if stranger {
         return Err(refused(refused_before_the_program(
             &loaded.config,
-            served.first().copied(),
+            first,
             access,
             peer,
             &call.connector,
             &call.request,
         )));
     }
-    crate::policy::select_served(&call.connector, &served, &call.request.pin)
-        .cloned()
+    // The loaded manifest itself, shared: a spawn never copies it.
+    crate::policy::select_served(&call.connector, versions, &call.request.pin)
+        .map(Arc::clone)
         .map_err(refused)
 }
 
@@ -399,7 +400,7 @@ type Started = oneshot::Sender<Result<(), RpcError>>;
 /// hear that it started.
 struct Job {
     loaded: Arc<Loaded>,
-    manifest: Manifest,
+    manifest: Arc<Manifest>,
     caller: Caller,
     call: SpawnCall,
     /// The read end of a streamed stdin's pipe.
@@ -682,10 +683,12 @@ fn refused_before_the_program(
 /// the streams' bytes, serialized from its type.
 pub(super) fn status(h: &Handle) -> Result<Rendered, RpcError> {
     released_first(h)?;
-    let status = h.with(|s| {
-        let Some(mut result) = s.result.clone() else {
-            return status_of(s);
+    h.with(|s| {
+        let Some(result) = s.result.as_mut() else {
+            return serialized(&status_of(s));
         };
+        // The streams' bytes go into the result held for this answer only:
+        // `spawn_exited` and later answers read it without them.
         for (w, stream) in [&mut result.stdout, &mut result.stderr]
             .into_iter()
             .enumerate()
@@ -698,9 +701,17 @@ pub(super) fn status(h: &Handle) -> Result<Rendered, RpcError> {
                 }
             }
         }
-        SpawnStatus::ended(result)
-    });
-    serde_json::value::to_raw_value(&status)
+        let answer = serialized(&SpawnStatus::ended(&*result));
+        for stream in [&mut result.stdout, &mut result.stderr] {
+            (stream.text, stream.base64) = (None, None);
+        }
+        answer
+    })
+}
+
+/// A status, serialized for the answer.
+fn serialized(status: &SpawnStatus<&SpawnResult>) -> Result<Rendered, RpcError> {
+    serde_json::value::to_raw_value(status)
         .map(Rendered::Serialized)
         .map_err(|e| RpcError::new(rpc::INTERNAL_ERROR, format!("spawn_status: {e}")))
 }
@@ -720,13 +731,13 @@ fn released_first(h: &Handle) -> Result<(), RpcError> {
 /// The state and, once ended, the result without the streams' bytes
 /// (their sizes, hashes and `truncated` stay): `spawn_exited`'s status.
 pub(super) fn status_without_output(h: &Handle) -> Value {
-    h.with(|s| status_of(s)).to_value()
+    h.with(|s| status_of(s).to_value())
 }
 
 /// A handle's status, its result without the streams' bytes.
-fn status_of(s: &HandleState) -> SpawnStatus {
+fn status_of(s: &HandleState) -> SpawnStatus<&SpawnResult> {
     match (&s.result, &s.error) {
-        (Some(result), _) => SpawnStatus::ended(result.clone()),
+        (Some(result), _) => SpawnStatus::ended(result),
         (None, Some(e)) => SpawnStatus::Failed { error: e.clone() },
         (None, None) => SpawnStatus::Running {
             duration_ms: s.started_at.map_or(0, |t| t.elapsed().as_millis() as u64),
@@ -737,7 +748,7 @@ fn status_of(s: &HandleState) -> SpawnStatus {
 /// A handle's state, as `spawn_status` names it.
 pub(super) fn state(h: &Handle) -> &'static str {
     h.with(|s| match (&s.result, &s.error) {
-        (Some(result), _) => SpawnStatus::ended_state(result),
+        (Some(result), _) => SpawnStatus::<&SpawnResult>::ended_state(result),
         (None, Some(_)) => "failed",
         (None, None) => "running",
     })

@@ -12,8 +12,9 @@ pub struct Prepared {
     /// The operator config (shared with the daemon's loaded one: a spawn
     /// never copies it).
     pub config: std::sync::Arc<Config>,
-    /// The manifest.
-    pub manifest: Manifest,
+    /// The manifest (shared with the daemon's loaded ones: a spawn never
+    /// copies it).
+    pub manifest: std::sync::Arc<Manifest>,
     /// The invoking user.
     pub caller: Caller,
     /// The request.

@@ -58,7 +58,7 @@ impl SpawnAudit<'_> {
         match self.log.append(
             Kind::Decision,
             None,
-            events::decision(plan, self.caller, &planned),
+            events::decision(plan, self.caller, planned),
         ) {
             Ok(decided) => self.record_failed_exit(&decided.audit_id, "setup_failed", failure),
             Err(e) => Failure::audit_unavailable(format!(

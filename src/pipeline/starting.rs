@@ -84,7 +84,7 @@ pub(super) fn start<'s>(
     let (decided, launching) = launch_once_decided(
         audit,
         &gated.plan,
-        &planned,
+        planned,
         ordered,
         &gated.identity,
         request.spawner,
@@ -301,7 +301,7 @@ pub(super) struct Decided {
 fn launch_once_decided<'s>(
     audit: &SpawnAudit<'_>,
     plan: &SpawnPlan,
-    planned: &serde_json::Value,
+    planned: serde_json::Value,
     ordered: Ordered,
     identity: &Identity,
     spawner: Option<&'s Spawner>,

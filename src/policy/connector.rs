@@ -22,20 +22,29 @@ use crate::plan::ProgramPlan;
 /// The served manifest among `served` (every version of one connector,
 /// never empty) that satisfies `pin`; a denial naming what is served when
 /// none does, or when several are served and `pin` chooses none.
-pub(crate) fn select_served<'m>(
+pub(crate) fn select_served<'m, M: std::ops::Deref<Target = Manifest>>(
     connector: &str,
-    served: &[&'m Manifest],
+    served: &'m [M],
     pin: &ConnectorPin,
-) -> Result<&'m Manifest, Box<Denial>> {
+) -> Result<&'m M, Box<Denial>> {
+    let mut matching = served.iter().filter(|m| satisfies(m, pin));
+    let (Some(one), None) = (matching.next(), matching.next()) else {
+        let served: Vec<&Manifest> = served.iter().map(|m| &**m).collect();
+        return Err(refuse_selection(connector, &served, pin));
+    };
+    Ok(one)
+}
+
+/// Why no single served version answers `pin`: none does, or several do.
+fn refuse_selection(connector: &str, served: &[&Manifest], pin: &ConnectorPin) -> Box<Denial> {
     let matching: Vec<&Manifest> = served
         .iter()
         .copied()
         .filter(|m| satisfies(m, pin))
         .collect();
     match matching.as_slice() {
-        [one] => Ok(one),
-        [] => Err(pin_mismatch(connector, served, pin)),
-        _ => Err(Denial::new(
+        [] => pin_mismatch(connector, served, pin),
+        _ => Denial::new(
             Reason::ConnectorVersionRequired,
             connector,
             format!("connector:{}", shown(connector)),
@@ -45,7 +54,7 @@ pub(crate) fn select_served<'m>(
                 matching.len(),
                 versions(&matching)
             ),
-        )),
+        ),
     }
 }
 

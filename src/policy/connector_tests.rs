@@ -36,7 +36,7 @@ fn one_served_version_is_chosen_unpinned_and_several_need_a_pin() {
     let name = "github://aileron-test/gitcrawl";
     let none = ConnectorPin::default();
     assert!(std::ptr::eq(
-        select_served(name, &[&one], &none).unwrap(),
+        *select_served(name, &[&one], &none).unwrap(),
         &one
     ));
     let d = select_served(name, &[&one, &two], &none).unwrap_err();
@@ -47,7 +47,7 @@ fn one_served_version_is_chosen_unpinned_and_several_need_a_pin() {
         hash: None,
     };
     assert!(std::ptr::eq(
-        select_served(name, &[&one, &two], &by_version).unwrap(),
+        *select_served(name, &[&one, &two], &by_version).unwrap(),
         &two
     ));
     let by_hash = ConnectorPin {
@@ -55,7 +55,7 @@ fn one_served_version_is_chosen_unpinned_and_several_need_a_pin() {
         hash: Some(Sha256Digest([1; 32])),
     };
     assert!(std::ptr::eq(
-        select_served(name, &[&one, &two], &by_hash).unwrap(),
+        *select_served(name, &[&one, &two], &by_hash).unwrap(),
         &one
     ));
     let crossed = ConnectorPin {
