@@ -60,6 +60,7 @@ fn parse_tier(s: &str) -> Result<Tier, String> {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum Command {
     /// Run an operation (or a raw envelope) in the sandbox; exits with the child's code.
     #[command(
@@ -153,6 +154,7 @@ pub(crate) enum Command {
 
 /// `spawnd manifest …`.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum ManifestCommand {
     /// Write a starting manifest: each program pinned, one operation per
     /// program, workspace scopes, and every other key commented with what
@@ -205,6 +207,7 @@ pub(crate) enum ManifestCommand {
 
 /// `spawnd connector …`.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum ConnectorCommand {
     /// Print a connector directory's content hash: the SHA-256 of its
     /// shipped files (bin/*, in name order) followed by its manifest.toml.
@@ -295,6 +298,7 @@ fn parse_digest(text: &str) -> Result<crate::manifest::Sha256Digest, String> {
 
 /// `spawnd keyring …`.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum KeyringCommand {
     /// Trust a publisher's public key for an authority (`github://acme`):
     /// its signatures are accepted on that authority's connectors
@@ -329,6 +333,7 @@ pub(crate) enum KeyringCommand {
 
 /// `spawnd audit …`.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum AuditCommand {
     /// Check the hash chain end to end; name every edited, deleted, reordered, inserted, truncated or rewritten record.
     #[command(
@@ -413,7 +418,9 @@ pub(crate) enum AuditCommand {
     },
 }
 
-/// `spawnd audit verify`'s arguments.
+// `spawnd audit verify`'s arguments.
+// (A comment, not a doc comment: clap would take it for the
+// subcommand's description, over the variant's.)
 #[derive(Debug, Args, Default)]
 pub(crate) struct VerifyArgs {
     /// The log (default: the config's `[audit]` path).
@@ -458,7 +465,9 @@ pub(super) fn parse_anchor(text: &str) -> Result<(u64, String), String> {
     Ok((seq, hash.to_string()))
 }
 
-/// Filters a security team uses; every one given must match.
+// Filters a security team uses; every one given must match.
+// (A comment, not a doc comment: clap would take it for the
+// subcommand's description, over the variant's.)
 #[derive(Debug, Args, Default)]
 pub(crate) struct AuditFilter {
     /// Connector FQN.
@@ -529,6 +538,7 @@ fn parse_kind(text: &str) -> Result<Kind, String> {
 
 /// `spawnd config …`.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum ConfigCommand {
     /// Show the effective operator config (credential sources shown, secret values never).
     #[command(
@@ -537,7 +547,9 @@ pub(crate) enum ConfigCommand {
     Show,
 }
 
-/// The request arguments shared by `run` and `check`.
+// The request arguments shared by `run` and `check`.
+// (A comment, not a doc comment: clap would take it for the
+// subcommand's description, over the variant's.)
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The connector manifest (with `--socket`: where the connector's name and
@@ -618,7 +630,9 @@ pub(crate) struct RunArgs {
     pub fail_on_refusal: bool,
 }
 
-/// `spawnd learn`'s arguments.
+// `spawnd learn`'s arguments.
+// (A comment, not a doc comment: clap would take it for the
+// subcommand's description, over the variant's.)
 #[derive(Args, Debug)]
 pub(crate) struct LearnArgs {
     /// Write the draft manifest here (never over an existing file unless --force).
@@ -702,5 +716,35 @@ mod tests {
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// Subcommands' arguments are built when one is parsed (`defer`); what
+    /// a built subcommand describes itself as stays its variant's words.
+    #[test]
+    fn a_deferred_subcommand_keeps_its_description_once_built() {
+        use clap::CommandFactory;
+        fn descriptions(command: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+            for sub in command.get_subcommands() {
+                let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+                let path = format!("{path} {}", sub.get_name());
+                out.push((path.clone(), about));
+                descriptions(sub, &path, out);
+            }
+        }
+        let mut eager = Vec::new();
+        descriptions(&Cli::command(), "spawnd", &mut eager);
+        let mut built_command = Cli::command();
+        built_command.build();
+        let mut built = Vec::new();
+        descriptions(&built_command, "spawnd", &mut built);
+        for (path, about) in &eager {
+            let after = built.iter().find(|(p, _)| p == path).map(|(_, a)| a);
+            assert_eq!(
+                Some(about),
+                after,
+                "{path}'s description changed once built"
+            );
+        }
+        assert!(eager.len() > 20, "{eager:?}");
     }
 }
