@@ -720,7 +720,15 @@ fn lint_of_an_unknown_key_points_to_where_the_keys_are_described() {
 fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
     let out = spawnd(&["check", "--json", "--manifest", "x.toml"]);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(json_of(&out)["error"]["code"], "INVALID_USAGE");
+    let error = &json_of(&out)["error"];
+    assert_eq!(error["code"], "INVALID_USAGE");
+    // The message names what is missing, on one line.
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("not provided") && message.contains("--op"),
+        "{message}"
+    );
+    assert!(!message.contains('\n') && !message.contains("Usage"), "{message}");
     assert_eq!(
         spawnd(&["manifest", "lint", "/nonexistent.toml"])
             .status

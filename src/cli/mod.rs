@@ -75,14 +75,8 @@ fn report_usage_error(e: clap::Error, raw_args: &[String], started: Instant) -> 
         };
     }
     if raw_args.iter().any(|a| a == "--json") {
-        let message = e.render().to_string();
-        let message = message
-            .lines()
-            .next()
-            .unwrap_or("invalid usage")
-            .trim_start_matches("error: ");
         return output::emit(
-            Err(Failure::usage(message)),
+            Err(Failure::usage(usage_message(&e.render().to_string()))),
             true,
             &output::Meta {
                 command: "usage",
@@ -93,6 +87,23 @@ fn report_usage_error(e: clap::Error, raw_args: &[String], started: Instant) -> 
     }
     let _ = e.print();
     2
+}
+
+/// A usage error on one line, for the JSON envelope: clap's first
+/// paragraph (what is wrong, and the arguments it names), without the
+/// usage and the hint that follow it.
+fn usage_message(rendered: &str) -> String {
+    let message = rendered
+        .trim_start_matches("error: ")
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    match message.is_empty() {
+        true => "invalid usage".to_string(),
+        false => message,
+    }
 }
 
 fn command_name(command: &Command) -> &'static str {
