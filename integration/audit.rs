@@ -1039,7 +1039,7 @@ fn records_are_forwarded_to_syslog_and_journald_as_they_are_written() {
         assert_eq!(lines.len(), 2);
         for line in &lines {
             let mut buf = vec![0u8; 1 << 16];
-            let n = server.recv(&mut buf).unwrap();
+            let n = harness::uninterrupted(|| server.recv(&mut buf)).unwrap();
             let got = String::from_utf8_lossy(&buf[..n]).into_owned();
             match service {
                 "syslog" => {

@@ -728,7 +728,10 @@ fn usage_errors_exit_2_with_a_json_envelope_when_asked() {
         message.contains("not provided") && message.contains("--op"),
         "{message}"
     );
-    assert!(!message.contains('\n') && !message.contains("Usage"), "{message}");
+    assert!(
+        !message.contains('\n') && !message.contains("Usage"),
+        "{message}"
+    );
     assert_eq!(
         spawnd(&["manifest", "lint", "/nonexistent.toml"])
             .status

@@ -510,7 +510,7 @@ fn handle(mut stream: TcpStream, peer: Peer, seen: &Seen) {
     match peer {
         Peer::Http(body) => {
             let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-            if let Ok(n) = stream.read(&mut buffer) {
+            if let Ok(n) = crate::harness::uninterrupted(|| stream.read(&mut buffer)) {
                 received = n;
             }
             let _ = write!(
@@ -529,7 +529,7 @@ fn handle(mut stream: TcpStream, peer: Peer, seen: &Seen) {
             // is not counted as closed.
             let _ = stream.set_read_timeout(Some(Duration::from_secs(150)));
             loop {
-                match stream.read(&mut buffer) {
+                match crate::harness::uninterrupted(|| stream.read(&mut buffer)) {
                     Ok(0) => break,
                     Ok(n) => received += n,
                     Err(e)
@@ -1083,7 +1083,7 @@ finish()
     let query = a_query("control.attacker.test");
     socket.send_to(&query, "203.0.113.53:53").unwrap();
     let mut reply = [0u8; 512];
-    socket.recv_from(&mut reply).unwrap();
+    crate::harness::uninterrupted(|| socket.recv_from(&mut reply)).unwrap();
     assert!(
         asked(&s.world).contains("control.attacker.test"),
         "{:?}",

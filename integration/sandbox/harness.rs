@@ -373,3 +373,16 @@ pub fn wait_for_host_process(token: &str) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Runs a blocking socket call again when a signal interrupted it: a
+/// socket with a read timeout answers any signal the test process takes
+/// (a stop and continue among them) with `EINTR`, even where the handler
+/// asked for restarts (signal(7)).
+pub fn uninterrupted<T>(mut call: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    loop {
+        match call() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            done => return done,
+        }
+    }
+}
