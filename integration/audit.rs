@@ -1822,10 +1822,7 @@ argv = "python3 -c {{code}}"
     drop(first);
     let mut second = d.client();
     let handle = kept["handle"].clone();
-    second.ok(
-        "spawn_attach",
-        json!({"handle": handle, "token": kept["token"]}),
-    );
+    second.attach_once_parked(&handle, &kept["token"]);
     second.ok("spawn_kill", json!({"handle": handle}));
     second.ok("spawn_status", json!({"handle": handle, "wait_ms": 10000}));
     let mut third = d.client();

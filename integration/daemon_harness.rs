@@ -306,6 +306,24 @@ impl Client {
         assert!(a.get("error").is_none(), "{method}: {a}");
         a["result"].clone()
     }
+
+    /// `spawn_attach` of a detached handle whose connection the test has
+    /// just closed, with its right token: the daemon parks the handle when
+    /// it reads that close, and until then answers as for any handle held
+    /// by a connection (-32002, the same answer as a wrong token). Asks
+    /// again for up to 10 s.
+    pub fn attach_once_parked(&mut self, handle: &Value, token: &Value) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let a = self.call("spawn_attach", json!({"handle": handle, "token": token}));
+            let held = a["error"]["code"] == -32002;
+            if !held || std::time::Instant::now() > deadline {
+                assert!(a.get("error").is_none(), "spawn_attach: {a}");
+                return a["result"].clone();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 pub fn b64(v: &Value) -> String {

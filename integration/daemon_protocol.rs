@@ -274,7 +274,7 @@ fn a_detached_spawn_is_taken_up_again_and_its_lease_ends_it() {
         e["data"]["handle"] = json!("h-00");
         e
     });
-    let attached = second.ok("spawn_attach", json!({"handle": kept_name, "token": token}));
+    let attached = second.attach_once_parked(&json!(kept_name), &json!(token));
     assert_eq!(attached["state"], "running", "{attached}");
     // Held by this connection, it cannot be taken up elsewhere.
     let mut third = d.client();
