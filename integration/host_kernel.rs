@@ -269,8 +269,11 @@ mod peer_identity {
             SockFlag::SOCK_CLOEXEC,
             None,
         )?;
+        // The daemon hashes its peer's executable (this test binary, tens
+        // of MB) before it answers the first request: under an emulated
+        // kernel on a busy host that has taken more than 30 s.
         let timeout = TimeVal::from(libc::timeval {
-            tv_sec: 30,
+            tv_sec: 180,
             tv_usec: 0,
         });
         setsockopt(&s, sockopt::ReceiveTimeout, &timeout)?;
