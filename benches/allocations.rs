@@ -106,33 +106,26 @@ fn median(mut v: Vec<u64>) -> u64 {
     v[v.len() / 2]
 }
 
-/// `perf stat` counting `pid` (every thread, and the children it starts
-/// meanwhile) until it is stopped.
-fn count_process(pid: u32, out: &Path) -> Child {
+/// `perf` attached to `pid` (every thread, and the children it starts
+/// meanwhile) until it is stopped, writing to `out`: `perf stat` counting
+/// the probe's event, or with `SPAWND_BENCH_PROFILE` also `perf record`
+/// of its call chains (for `perf report -i OUT --no-children`).
+fn attach_perf(pid: u32, command: &[&str], out: &Path) -> Child {
     Command::new("perf")
-        .args(["stat", "-x,", "-e", EVENT, "-o"])
+        .args(command)
+        .args(["-e", EVENT, "-o"])
         .arg(out)
         .args(["-p", &pid.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("perf stat -p")
+        .expect("perf attached to a process")
 }
 
-/// `perf record` of `pid`'s allocations with their call chains, into
-/// `out` (for `perf report -i OUT --no-children`): where the blocks come
-/// from, when `SPAWND_BENCH_PROFILE` names a directory.
-fn record_process(pid: u32, out: &Path) -> Child {
-    Command::new("perf")
-        .args(["record", "-q", "-m", "4096", "-e", EVENT])
-        .args(["--call-graph", "dwarf,16384", "-o"])
-        .arg(out)
-        .args(["-p", &pid.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("perf record -p")
-}
+/// `perf stat`'s arguments before the event.
+const COUNT: &[&str] = &["stat", "-x,"];
+/// `perf record`'s arguments before the event.
+const RECORD: &[&str] = &["record", "-q", "-m", "4096", "--call-graph", "dwarf,16384"];
 
 /// Stops a counting `perf stat` (SIGINT makes it write its counts).
 fn stop(mut perf: Child) {
@@ -199,14 +192,14 @@ fn main() {
         dir.path().join("spawner.csv"),
     );
     let mut counting = vec![
-        count_process(pid, &daemon_out),
-        count_process(spawner, &spawner_out),
+        attach_perf(pid, COUNT, &daemon_out),
+        attach_perf(spawner, COUNT, &spawner_out),
     ];
     let profile = std::env::var_os("SPAWND_BENCH_PROFILE").map(std::path::PathBuf::from);
     if let Some(profile) = &profile {
         std::fs::create_dir_all(profile).expect("SPAWND_BENCH_PROFILE's directory");
-        counting.push(record_process(pid, &profile.join("daemon.data")));
-        counting.push(record_process(spawner, &profile.join("spawner.data")));
+        counting.push(attach_perf(pid, RECORD, &profile.join("daemon.data")));
+        counting.push(attach_perf(spawner, RECORD, &profile.join("spawner.data")));
     }
     // perf stat attaches in the background: give it the time to.
     std::thread::sleep(Duration::from_millis(500));
