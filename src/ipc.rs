@@ -164,3 +164,24 @@ pub(crate) fn recv_up_to<T: serde::de::DeserializeOwned>(
     }
     Ok(Some((value, fds)))
 }
+
+/// A list of byte strings (argv, env entries) as a sequence of byte strings
+/// in a frame: each written and read in one copy, where serde's default for
+/// `Vec<u8>` moves it byte by byte. postcard writes a byte string exactly
+/// as it writes a sequence of `u8` (its length, then the bytes), so the
+/// frame's bytes are the same either way.
+pub(crate) mod byte_strings {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_bytes::{ByteBuf, Bytes};
+
+    pub(crate) fn serialize<S: Serializer>(list: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(list.iter().map(|b| Bytes::new(b)))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+        Ok(Vec::<ByteBuf>::deserialize(d)?
+            .into_iter()
+            .map(ByteBuf::into_vec)
+            .collect())
+    }
+}

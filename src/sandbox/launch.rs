@@ -98,6 +98,7 @@ pub struct LaunchOrder {
     /// it after the launch) rather than copied.
     pub spec: std::sync::Arc<SandboxSpec>,
     /// argv, `argv[0]` included.
+    #[serde(with = "crate::ipc::byte_strings")]
     pub argv: Vec<Vec<u8>>,
     /// The digest the gate decided on: a `#!` script's sealed copy must have it.
     pub program_sha256: [u8; 32],
@@ -115,6 +116,7 @@ pub struct LaunchOrder {
     pub landlock_abi: u32,
     /// The compiled seccomp filter as the kernel reads it
     /// ([`Filter::to_bytes`]): raw bytes in the frame.
+    #[serde(with = "serde_bytes")]
     pub seccomp: Vec<u8>,
     /// Memory/process limit mechanism.
     pub limits_via: LimitsVia,
@@ -135,7 +137,7 @@ pub struct LaunchOrder {
 /// Environment entries that may hold secrets: zeroed on drop.
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
-pub struct EnvEntries(pub Vec<Vec<u8>>);
+pub struct EnvEntries(#[serde(with = "crate::ipc::byte_strings")] pub Vec<Vec<u8>>);
 
 impl Drop for EnvEntries {
     fn drop(&mut self) {

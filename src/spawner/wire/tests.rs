@@ -111,6 +111,7 @@ fn a_body_larger_than_the_first_buffer_arrives_whole() {
 fn a_launch_order_carries_the_filter_as_raw_bytes() {
     #[derive(Serialize)]
     struct Carrier {
+        #[serde(with = "serde_bytes")]
         seccomp: Vec<u8>,
     }
     let all: Vec<u8> = (0..=255).collect();
@@ -121,6 +122,40 @@ fn a_launch_order_carries_the_filter_as_raw_bytes() {
     // 256 as a varint (2 bytes), then the bytes themselves.
     assert_eq!(body.len(), 2 + all.len());
     assert_eq!(&body[2..], all.as_slice());
+}
+
+/// argv, env entries and the filter are written as byte strings (one copy
+/// each, not byte by byte): the frame holds the same bytes as serde's plain
+/// sequence of `u8`s would, and reads back the same.
+#[test]
+fn byte_strings_keep_the_bytes_of_a_plain_sequence() {
+    #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Plain {
+        argv: Vec<Vec<u8>>,
+        seccomp: Vec<u8>,
+    }
+    #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Packed {
+        #[serde(with = "crate::ipc::byte_strings")]
+        argv: Vec<Vec<u8>>,
+        #[serde(with = "serde_bytes")]
+        seccomp: Vec<u8>,
+    }
+    let argv = vec![b"/usr/bin/echo".to_vec(), vec![], (0..=255).collect()];
+    let seccomp: Vec<u8> = (0..=255).cycle().take(5000).collect();
+    let plain = postcard::to_allocvec(&Plain {
+        argv: argv.clone(),
+        seccomp: seccomp.clone(),
+    })
+    .unwrap();
+    let packed = postcard::to_allocvec(&Packed {
+        argv: argv.clone(),
+        seccomp: seccomp.clone(),
+    })
+    .unwrap();
+    assert_eq!(plain, packed);
+    let back: Packed = postcard::from_bytes(&plain).unwrap();
+    assert_eq!(back, Packed { argv, seccomp });
 }
 
 #[test]
