@@ -47,7 +47,7 @@ use serde_json::{json, Map, Value};
 use super::group_sync::{self, Ticket};
 use super::record::{
     head_mac, head_mac_matches, key_id, key_rotation, seal, seal_key_rotation, sealed_with, Kind,
-    GENESIS,
+    Sealed, GENESIS,
 };
 use tail::read_tail;
 
@@ -653,7 +653,9 @@ impl AuditLog {
         let id = new_audit_id().map_err(|e| self.err("make an audit id", e))?;
         let seq = head.seq + 1;
         let record = seal_key_rotation(seq, &now_rfc3339_millis(), &id, &head.hash, from, to);
-        Ok(self.append_sealed(file, head, record, written)?.0)
+        Ok(self
+            .append_sealed(file, head, Sealed::from_record(record), written)?
+            .0)
     }
 
     /// Appends one record after `head` (naming this machine, `super::machine`) and
@@ -683,14 +685,12 @@ impl AuditLog {
         &self,
         file: &mut File,
         head: &Head,
-        record: Map<String, Value>,
+        sealed: Sealed,
         written: &mut u64,
     ) -> Result<(Head, Vec<u8>), AuditError> {
+        let Sealed { record, line } = sealed;
         let seq = head.seq + 1;
         let hash = record["hash"].as_str().unwrap_or_default().to_string();
-        let mut line = serde_json::to_vec(&record)
-            .map_err(|e| self.err("encode", std::io::Error::other(e)))?;
-        line.push(b'\n');
         file.write_all(&line).map_err(|e| self.err("write", e))?;
         *written += line.len() as u64;
         if let Some(forward) = &self.forward {

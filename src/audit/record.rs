@@ -91,11 +91,15 @@ impl serde::Serialize for WithoutHash<'_> {
 /// operator's key, `hmac-sha256:` (an attacker who can write the file but not
 /// read the key cannot rebuild a chain that verifies).
 pub fn chain_hash(record: &Map<String, Value>, key: Option<&[u8]>) -> String {
+    hash_of(&canonical(record), key)
+}
+
+/// The chain hash of canonical bytes (see [`chain_hash`]).
+fn hash_of(bytes: &[u8], key: Option<&[u8]>) -> String {
     use hmac::{Hmac, Mac};
-    let bytes = canonical(record);
     match key.and_then(|k| Hmac::<Sha256>::new_from_slice(k).ok()) {
         Some(mut mac) => {
-            mac.update(&bytes);
+            mac.update(bytes);
             format!("hmac-sha256:{}", hex::encode(mac.finalize().into_bytes()))
         }
         None => format!("sha256:{}", hex::encode(Sha256::digest(bytes))),
@@ -245,7 +249,8 @@ pub(crate) fn rotation_vouched_by(record: &Map<String, Value>, to: &[u8]) -> boo
     hmac_matches(to, &[ROTATION_MAC_DOMAIN, &rotation_canonical(record)], mac)
 }
 
-/// Seals `body` into a record: envelope fields added, `hash` computed.
+/// Seals `body` into a record: envelope fields added, `hash` computed, and
+/// the record's line made.
 pub(crate) fn seal(
     kind: Kind,
     seq: u64,
@@ -254,7 +259,7 @@ pub(crate) fn seal(
     prev: &str,
     body: Map<String, Value>,
     key: Option<&[u8]>,
-) -> Map<String, Value> {
+) -> Sealed {
     let mut r = body;
     r.insert("v".into(), Value::from(1));
     r.insert("kind".into(), Value::from(kind.as_str()));
@@ -262,9 +267,103 @@ pub(crate) fn seal(
     r.insert("ts".into(), Value::from(ts));
     r.insert("audit_id".into(), Value::from(audit_id));
     r.insert("prev".into(), Value::from(prev));
-    let hash = chain_hash(&r, key);
+    let halves = Halves::of(&r);
+    let hash = hash_of(&halves.canonical(), key);
+    let line = halves.line(&hash);
     r.insert("hash".into(), Value::from(hash));
-    r
+    Sealed { record: r, line }
+}
+
+/// A sealed record and the line the log holds for it: its JSON, `hash`
+/// included, and a newline.
+pub(crate) struct Sealed {
+    /// The record, `hash` included.
+    pub(crate) record: Map<String, Value>,
+    /// Its line.
+    pub(crate) line: Vec<u8>,
+}
+
+impl Sealed {
+    /// A record sealed elsewhere, with its line.
+    pub(crate) fn from_record(record: Map<String, Value>) -> Sealed {
+        let mut line = serde_json::to_vec(&record).unwrap_or_default();
+        line.push(b'\n');
+        Sealed { record, line }
+    }
+}
+
+/// A record's JSON in two parts: the keys that sort before `hash` and those
+/// after it, each serialized as an object. The map's keys come out sorted,
+/// so the canonical form is the two joined, and the line is the two with
+/// `"hash":"…"` between them: the record is serialized once for both, not
+/// once for its hash and again for the log.
+struct Halves {
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+impl Halves {
+    fn of(record: &Map<String, Value>) -> Halves {
+        let part =
+            |keep: fn(&str) -> bool| serde_json::to_vec(&Entries(record, keep)).unwrap_or_default();
+        Halves {
+            before: part(|k| k < "hash"),
+            after: part(|k| k > "hash"),
+        }
+    }
+
+    /// The record's canonical bytes ([`canonical`]).
+    fn canonical(&self) -> Vec<u8> {
+        self.join(None)
+    }
+
+    /// The record's line with `hash`, as `serde_json::to_vec` of the record
+    /// with it, and a newline.
+    fn line(&self, hash: &str) -> Vec<u8> {
+        let mut line = self.join(Some(hash));
+        line.push(b'\n');
+        line
+    }
+
+    fn join(&self, hash: Option<&str>) -> Vec<u8> {
+        let (before, after) = (inside(&self.before), inside(&self.after));
+        let mut out = Vec::with_capacity(before.len() + after.len() + 96);
+        out.push(b'{');
+        out.extend_from_slice(before);
+        match hash {
+            Some(hash) => {
+                if !before.is_empty() {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"\"hash\":");
+                out.extend(serde_json::to_vec(hash).unwrap_or_default());
+                if !after.is_empty() {
+                    out.push(b',');
+                }
+            }
+            None if !before.is_empty() && !after.is_empty() => out.push(b','),
+            None => {}
+        }
+        out.extend_from_slice(after);
+        out.push(b'}');
+        out
+    }
+}
+
+/// An object's JSON without its braces.
+fn inside(object: &[u8]) -> &[u8] {
+    object
+        .get(1..object.len().saturating_sub(1))
+        .unwrap_or_default()
+}
+
+/// The entries of a record whose keys `keep` takes, as an object.
+struct Entries<'a>(&'a Map<String, Value>, fn(&str) -> bool);
+
+impl serde::Serialize for Entries<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(k, _)| (self.1)(k)))
+    }
 }
 
 #[cfg(test)]
@@ -286,7 +385,7 @@ mod tests {
         let mut body = Map::new();
         body.insert("op".into(), Value::from("log"));
         let ts = "2026-01-01T00:00:00.000Z";
-        let r = seal(Kind::Decision, 1, ts, "a1", GENESIS, body.clone(), None);
+        let r = seal(Kind::Decision, 1, ts, "a1", GENESIS, body.clone(), None).record;
         assert_eq!(r["hash"], Value::from(chain_hash(&r, None)));
         let mut edited = r.clone();
         edited.insert("op".into(), Value::from("push"));
@@ -296,7 +395,7 @@ mod tests {
             canon.starts_with("{\"audit_id\":") && !canon.contains("\"hash\""),
             "{canon}"
         );
-        let keyed = seal(Kind::Decision, 1, ts, "a1", GENESIS, body, Some(b"k"));
+        let keyed = seal(Kind::Decision, 1, ts, "a1", GENESIS, body, Some(b"k")).record;
         assert!(keyed["hash"].as_str().unwrap().starts_with("hmac-sha256:"));
         assert_ne!(
             chain_hash(&keyed, Some(b"other")),
@@ -304,6 +403,52 @@ mod tests {
         );
         assert!(sealed_with(&keyed, Some(b"k")) && !sealed_with(&keyed, Some(b"other")));
         assert!(sealed_with(&r, None) && !sealed_with(&r, Some(b"k")));
+    }
+
+    /// The line and the hash come from one serialization: the line is what
+    /// serializing the sealed record gives, and the hash is over what
+    /// [`canonical`] gives, whichever keys sort before or after `hash`.
+    #[test]
+    fn a_sealed_records_line_and_hash_are_those_of_the_record_serialized() {
+        let ts = "2026-01-01T00:00:00.000Z";
+        let bodies = [
+            serde_json::json!({}),
+            serde_json::json!({"a": 1, "zz": [1, {"b": "c"}]}),
+            serde_json::json!({"Z": "upper sorts first", "hasg": 1, "hasha": 2, "h\u{e9}": "\"quoted\"\n"}),
+            serde_json::json!({"hash": "a body's own hash is replaced", "\u{1f600}": null}),
+        ];
+        for body in bodies {
+            let body = body.as_object().cloned().unwrap();
+            for key in [None, Some(&b"k"[..])] {
+                let sealed = seal(Kind::Exit, 7, ts, "a1", GENESIS, body.clone(), key);
+                let mut line = serde_json::to_vec(&sealed.record).unwrap();
+                line.push(b'\n');
+                assert_eq!(
+                    String::from_utf8(sealed.line.clone()).unwrap(),
+                    String::from_utf8(line).unwrap()
+                );
+                assert_eq!(
+                    sealed.record["hash"],
+                    Value::from(chain_hash(&sealed.record, key))
+                );
+            }
+        }
+        // Either half empty, and both.
+        for object in [
+            serde_json::json!({}),
+            serde_json::json!({"a": 1}),
+            serde_json::json!({"z": 1}),
+            serde_json::json!({"a": 1, "hash": "x", "z": 2}),
+        ] {
+            let record = object.as_object().cloned().unwrap();
+            let halves = Halves::of(&record);
+            assert_eq!(halves.canonical(), canonical(&record), "{record:?}");
+            let mut with_hash = record.clone();
+            with_hash.insert("hash".into(), Value::from("h"));
+            let mut line = serde_json::to_vec(&with_hash).unwrap();
+            line.push(b'\n');
+            assert_eq!(halves.line("h"), line, "{record:?}");
+        }
     }
 
     #[test]

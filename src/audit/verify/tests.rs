@@ -277,7 +277,8 @@ fn an_append_from_another_writer_is_chained_after() {
         &head.hash,
         body("theirs"),
         None,
-    );
+    )
+    .record;
     let mut line = serde_json::to_string(&Value::Object(theirs)).unwrap();
     line.push('\n');
     std::fs::OpenOptions::new()
@@ -612,7 +613,8 @@ fn a_key_change_without_a_note_vouched_for_by_both_keys_is_caught() {
         &head.hash,
         body("spliced"),
         Some(K2),
-    );
+    )
+    .record;
     let mut l = lines(&path);
     l.push(Value::Object(spliced).to_string());
     write_lines(&path, &l);
@@ -821,6 +823,7 @@ fn sealed_at(kind: Kind, seq: u64, ts: &str, prev: &str, fields: Value) -> Map<S
         fields.as_object().cloned().unwrap(),
         None,
     )
+    .record
 }
 
 #[test]
