@@ -72,19 +72,9 @@ impl Kind {
 }
 
 /// The canonical bytes of a record: its JSON without `hash` (serde_json's
-/// map is ordered, so keys come out sorted).
+/// map is ordered, so keys come out sorted), made as [`seal`] makes them.
 pub(crate) fn canonical(record: &Map<String, Value>) -> Vec<u8> {
-    serde_json::to_vec(&WithoutHash(record)).unwrap_or_default()
-}
-
-/// A record's object without its `hash`, serialized in place (no copy of
-/// the record: the daemon seals two per spawn).
-struct WithoutHash<'a>(&'a Map<String, Value>);
-
-impl serde::Serialize for WithoutHash<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().filter(|(k, _)| k.as_str() != "hash"))
-    }
+    Halves::of(record).canonical()
 }
 
 /// The chain hash of a record: `sha256:` of the canonical form, or, with the
@@ -406,8 +396,8 @@ mod tests {
     }
 
     /// The line and the hash come from one serialization: the line is what
-    /// serializing the sealed record gives, and the hash is over what
-    /// [`canonical`] gives, whichever keys sort before or after `hash`.
+    /// serializing the sealed record gives, and the hash is over the record
+    /// serialized without `hash`, whichever keys sort before or after it.
     #[test]
     fn a_sealed_records_line_and_hash_are_those_of_the_record_serialized() {
         let ts = "2026-01-01T00:00:00.000Z";
@@ -427,6 +417,10 @@ mod tests {
                     String::from_utf8(sealed.line.clone()).unwrap(),
                     String::from_utf8(line).unwrap()
                 );
+                let mut without_hash = sealed.record.clone();
+                without_hash.remove("hash");
+                let independent = hash_of(&serde_json::to_vec(&without_hash).unwrap(), key);
+                assert_eq!(sealed.record["hash"], Value::from(independent));
                 assert_eq!(
                     sealed.record["hash"],
                     Value::from(chain_hash(&sealed.record, key))
@@ -442,7 +436,13 @@ mod tests {
         ] {
             let record = object.as_object().cloned().unwrap();
             let halves = Halves::of(&record);
-            assert_eq!(halves.canonical(), canonical(&record), "{record:?}");
+            let mut without_hash = record.clone();
+            without_hash.remove("hash");
+            assert_eq!(
+                halves.canonical(),
+                serde_json::to_vec(&without_hash).unwrap(),
+                "{record:?}"
+            );
             let mut with_hash = record.clone();
             with_hash.insert("hash".into(), Value::from("h"));
             let mut line = serde_json::to_vec(&with_hash).unwrap();
