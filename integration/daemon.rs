@@ -2454,6 +2454,40 @@ fn is_lifecycle(r: &Value, event: &str) -> bool {
     r["kind"] == "lifecycle" && r["event"] == event
 }
 
+/// A daemon whose start is on record records its stop however soon SIGTERM
+/// follows: its signal handlers are in place before it writes the start
+/// record, so no SIGTERM can end it with the default action.
+#[test]
+fn a_sigterm_as_soon_as_the_start_is_recorded_ends_in_a_stop_record() {
+    let w = world();
+    let dir = w.path("daemon-early-sigterm-files");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for attempt in 0..5 {
+        let audit = dir.join(format!("audit-{attempt}.jsonl"));
+        let mut d = Daemon::launch_auditing("early-sigterm", &audit);
+        let started = Instant::now();
+        // No sleep: the signal goes within microseconds of the start record.
+        while !std::fs::read(&audit).is_ok_and(|b| b.ends_with(b"\n")) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no start record"
+            );
+        }
+        d.signal(nix::sys::signal::Signal::SIGTERM);
+        let status = d.child.wait().unwrap();
+        let records = audit_records(&audit);
+        assert!(is_lifecycle(&records[0], "start"), "{records:?}");
+        let last = records.last().unwrap();
+        assert!(
+            is_lifecycle(last, "stop"),
+            "attempt {attempt}: {status:?}, {records:?}"
+        );
+        assert_eq!(last["signal"], "SIGTERM", "{last}");
+        assert_eq!(status.code(), Some(0), "attempt {attempt}");
+    }
+}
+
 /// The daemon's life is on record: its start (what it serves, by path and
 /// hash), heartbeats, a reload that changed a manifest (both hashes), and a
 /// clean stop; after a `kill -9`, the next daemon's start lists the spawn

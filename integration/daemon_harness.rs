@@ -74,6 +74,32 @@ impl Daemon {
         audit: Option<PathBuf>,
         audit_extra: &str,
     ) -> Daemon {
+        let d = Daemon::launch(name, extra, more, wrap, audit, audit_extra);
+        let started = Instant::now();
+        while UnixStream::connect(&d.socket).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    /// The daemon with its audit log at `audit`, started and not waited
+    /// for: its socket may not be there yet.
+    pub fn launch_auditing(name: &str, audit: &std::path::Path) -> Daemon {
+        Daemon::launch(name, "", &[], &[], Some(audit.to_path_buf()), "")
+    }
+
+    fn launch(
+        name: &str,
+        extra: &str,
+        more: &[&std::path::Path],
+        wrap: &[String],
+        audit: Option<PathBuf>,
+        audit_extra: &str,
+    ) -> Daemon {
         let w = world();
         let dir = w.path(&format!("daemon-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -112,14 +138,6 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let started = Instant::now();
-        while UnixStream::connect(&socket).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the daemon did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
         Daemon {
             child,
             socket,

@@ -499,8 +499,14 @@ pub(crate) fn serve(
         .enable_all()
         .build()
         .map_err(|e| ServeError(format!("async runtime: {e}")))?;
+    // Before the start record: a daemon whose start is on record records
+    // its stop, however soon a SIGTERM comes.
+    let signals = {
+        let _in_runtime = runtime.enter();
+        Signals::install()?
+    };
     daemon.record_start()?;
-    let result = runtime.block_on(accept_loop(Arc::clone(&daemon), &socket));
+    let result = runtime.block_on(accept_loop(Arc::clone(&daemon), &socket, signals));
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
@@ -603,14 +609,36 @@ fn bind_with_final_mode(daemon: &Daemon, path: &Path) -> Result<UnixListener, Se
     made
 }
 
-async fn accept_loop(daemon: Arc<Daemon>, path: &Path) -> Result<(), ServeError> {
+/// The signals the daemon handles: SIGTERM and SIGINT stop it, SIGHUP
+/// reloads its manifests.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers; called inside the runtime.
+    fn install() -> Result<Signals, ServeError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let handler = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| ServeError(format!("{name} handler: {e}")))
+        };
+        Ok(Signals {
+            term: handler(SignalKind::terminate(), "SIGTERM")?,
+            int: handler(SignalKind::interrupt(), "SIGINT")?,
+            hup: handler(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+}
+
+async fn accept_loop(daemon: Arc<Daemon>, path: &Path, signals: Signals) -> Result<(), ServeError> {
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
     let (listener, created) = listener(&daemon, path)?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| ServeError(format!("SIGTERM handler: {e}")))?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| ServeError(format!("SIGINT handler: {e}")))?;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| ServeError(format!("SIGHUP handler: {e}")))?;
     let max = daemon.loaded().config.server.max_connections.max(1) as usize;
     let slots = Arc::new(Semaphore::new(max));
     let per_uid = daemon.loaded().config.server.max_connections_per_uid.max(1) as usize;
