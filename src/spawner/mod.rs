@@ -8,9 +8,9 @@
 //! daemon talks to it over a private socketpair ([`wire`]): the launch order
 //! — argv, the exact env with credential values, the sandbox spec, the
 //! seccomp filter — goes in the frame body, never through argv or an
-//! environment; descriptors (the hashed program, a stdin file; back: the
-//! output pipes, a pidfd for init, the go-ahead pipe, the stdin pipe) go
-//! with `SCM_RIGHTS`.
+//! environment; descriptors (the hashed program, the launch's socket for
+//! its replies; back: the output pipes, a pidfd for init, the go-ahead
+//! pipe, the stdin pipe) go with `SCM_RIGHTS`.
 //!
 //! The alternative — re-executing spawnd as a helper for each spawn — pays a
 //! whole exec of spawnd's binary per spawn (about 2 ms here: `perf stat -r 300
@@ -33,8 +33,12 @@
 //! the daemon reports the sandbox lost. (A go-ahead pipe of the daemon's own, apart
 //! from the spawner's, would close these windows.)
 //!
-//! The client is thread-safe: a reader thread routes each reply to the
-//! caller waiting for that sandbox.
+//! The client is thread-safe. Requests share the one socket; each launch
+//! brings a socket of its own for its replies (`Launched` or `Failed`, then
+//! `Exited`), so the thread waiting for a sandbox reads them itself, with
+//! no thread between it and the spawner. A thread reads the shared socket
+//! only to learn that the spawner is gone: then it and every launch's
+//! socket close.
 
 mod remote;
 mod server;
@@ -43,12 +47,10 @@ pub(crate) mod wire;
 
 pub(crate) use remote::{RemoteLaunched, RemoteSandbox};
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use crate::sandbox::launch::{LaunchOrder, StdinSource};
@@ -68,13 +70,10 @@ pub enum SpawnerError {
     Setup(SetupError),
 }
 
-type Routes = Arc<Mutex<HashMap<u64, Sender<(Reply, Vec<OwnedFd>)>>>>;
-
 /// The daemon's side of its spawner.
 pub struct Spawner {
     sock: Mutex<UnixStream>,
     reader_sock: UnixStream,
-    routes: Routes,
     next_id: AtomicU64,
     pid: i32,
     /// Set when the spawner's socket closed: it died, and so did its sandboxes.
@@ -127,21 +126,19 @@ impl Spawner {
     }
 
     fn connected(ours: UnixStream, pid: i32) -> std::io::Result<Spawner> {
-        let routes: Routes = Arc::default();
         let reader_sock = ours.try_clone()?;
         let gone = Arc::new(AtomicBool::new(false));
         let spawner = Spawner {
             sock: Mutex::new(ours),
             reader_sock,
-            routes: Arc::clone(&routes),
             next_id: AtomicU64::new(1),
             pid,
             gone: Arc::clone(&gone),
         };
         let sock = spawner.reader_sock.try_clone()?;
         std::thread::Builder::new()
-            .name("spawner-replies".into())
-            .spawn(move || route_replies(sock, routes, gone))?;
+            .name("spawner-watch".into())
+            .spawn(move || watch_for_its_end(sock, gone))?;
         Ok(spawner)
     }
 
@@ -163,17 +160,6 @@ impl Spawner {
         crate::ipc::send(&sock, request, fds).map_err(|e| SpawnerError::Unavailable(e.to_string()))
     }
 
-    /// Creates a sandbox for `order` and `program` (the file the gate hashed).
-    /// Returns once init is building its root; the program has not started.
-    pub fn launch(
-        &self,
-        order: LaunchOrder,
-        program: &File,
-        stdin: StdinSource,
-    ) -> Result<RemoteLaunched<'_>, SpawnerError> {
-        self.launch_begin(order, program, stdin)?.finish()
-    }
-
     /// Sends the launch and returns without waiting for the spawner, so the
     /// caller can make its audit record durable meanwhile;
     /// [`PendingLaunch::finish`] waits. Dropped unfinished, the sandbox is
@@ -185,31 +171,27 @@ impl Spawner {
         stdin: StdinSource,
     ) -> Result<PendingLaunch<'_>, SpawnerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = channel();
-        self.routes
-            .lock()
-            .map_err(|_| SpawnerError::Unavailable("routes lock poisoned".into()))?
-            .insert(id, tx);
         if !self.is_alive() {
-            self.forget(id);
             return Err(SpawnerError::Unavailable("the spawner went away".into()));
         }
+        let (replies, theirs) = UnixStream::pair().map_err(|e| {
+            SpawnerError::Unavailable(format!("a socket for the launch's replies: {e}"))
+        })?;
         let request = Request::Launch {
             id,
             order: Box::new(order),
             stdin,
         };
-        let sent = self.send(&request, &[program.as_fd()]);
+        let sent = self.send(&request, &[program.as_fd(), theirs.as_fd()]);
         drop(request);
-        if let Err(e) = sent {
-            self.forget(id);
-            return Err(e);
-        }
+        // Only the spawner holds the other end: when it dies, our reads end.
+        drop(theirs);
+        sent?;
         Ok(PendingLaunch {
             spawner: self,
             id,
             stdin,
-            rx: Some(rx),
+            replies: Some(replies),
         })
     }
 }
@@ -220,26 +202,26 @@ pub struct PendingLaunch<'s> {
     id: u64,
     /// Where the sandbox's stdin comes from: a pipe's write end comes back.
     stdin: StdinSource,
-    rx: Option<Receiver<(Reply, Vec<OwnedFd>)>>,
+    /// This launch's replies come on it.
+    replies: Option<UnixStream>,
 }
 
 impl<'s> PendingLaunch<'s> {
     /// Waits for the spawner: the sandbox building its root, or why not.
     pub fn finish(mut self) -> Result<RemoteLaunched<'s>, SpawnerError> {
         let (spawner, id) = (self.spawner, self.id);
-        let Some(rx) = self.rx.take() else {
+        let Some(replies) = self.replies.take() else {
             return Err(SpawnerError::Unavailable("finished already".into()));
         };
-        spawner.launched(id, rx, self.stdin)
+        spawner.launched(id, replies, self.stdin)
     }
 }
 
 impl Drop for PendingLaunch<'_> {
     fn drop(&mut self) {
-        if self.rx.take().is_some() {
+        if self.replies.take().is_some() {
             // Never used: whatever the spawner made is killed, its reply dropped.
             let _ = self.spawner.send(&Request::Abort { id: self.id }, &[]);
-            self.spawner.forget(self.id);
         }
     }
 }
@@ -248,10 +230,10 @@ impl Spawner {
     fn launched(
         &self,
         id: u64,
-        rx: Receiver<(Reply, Vec<OwnedFd>)>,
+        replies: UnixStream,
         stdin: StdinSource,
     ) -> Result<RemoteLaunched<'_>, SpawnerError> {
-        match self.reply(id, &rx)? {
+        match self.next_reply(id, &replies)? {
             (
                 Reply::Launched {
                     init_pid,
@@ -265,7 +247,6 @@ impl Spawner {
                 let Some(fds) = LaunchedFds::from_list(fds, cgroup, listener_count, stdin) else {
                     // Whatever the spawner made is killed, not left waiting.
                     let _ = self.send(&Request::Abort { id }, &[]);
-                    self.forget(id);
                     return Err(SpawnerError::Unavailable(
                         "launched without its descriptors".into(),
                     ));
@@ -275,7 +256,6 @@ impl Spawner {
                         Some(l) => Some(l),
                         None => {
                             let _ = self.send(&Request::Abort { id }, &[]);
-                            self.forget(id);
                             return Err(SpawnerError::Unavailable(
                                 "launched without its listeners".into(),
                             ));
@@ -302,37 +282,53 @@ impl Spawner {
                         listeners,
                         pidfd: fds.pidfd,
                         go_ahead: Some(fds.go_ahead),
-                        replies: rx,
+                        replies,
                     }),
                 })
             }
-            (Reply::Failed { error, .. }, _) => {
-                self.forget(id);
-                Err(SpawnerError::Setup(error))
-            }
-            (other, _) => {
-                self.forget(id);
-                Err(SpawnerError::Unavailable(format!(
-                    "unexpected reply {other:?}"
-                )))
+            (Reply::Failed { error, .. }, _) => Err(SpawnerError::Setup(error)),
+            (other, _) => Err(SpawnerError::Unavailable(format!(
+                "unexpected reply {other:?}"
+            ))),
+        }
+    }
+}
+
+impl Spawner {
+    /// The next reply on launch `id`'s own socket. The spawner closes it
+    /// only after its last reply (or when told the launch was dropped), so
+    /// its end here means the spawner is gone: then it is marked gone
+    /// before the caller learns it, and the next launch gets a new one.
+    fn next_reply(
+        &self,
+        id: u64,
+        replies: &UnixStream,
+    ) -> Result<(Reply, Vec<OwnedFd>), SpawnerError> {
+        // A `Launched` reply can carry a sandbox's listeners: up to a frame's limit.
+        match crate::ipc::recv_up_to::<Reply>(replies, crate::ipc::MAX_FRAME_FDS) {
+            Ok(Some((reply, fds))) if reply.id() == id => Ok((reply, fds)),
+            Ok(Some((reply, _))) => Err(SpawnerError::Unavailable(format!(
+                "a reply about sandbox {} on sandbox {id}'s socket",
+                reply.id()
+            ))),
+            Ok(None) | Err(_) => {
+                self.await_its_end();
+                Err(SpawnerError::Unavailable("the spawner went away".into()))
             }
         }
     }
 
-    fn reply(
-        &self,
-        id: u64,
-        rx: &Receiver<(Reply, Vec<OwnedFd>)>,
-    ) -> Result<(Reply, Vec<OwnedFd>), SpawnerError> {
-        rx.recv().map_err(|_| {
-            self.forget(id);
-            SpawnerError::Unavailable("the spawner went away".into())
-        })
-    }
-
-    fn forget(&self, id: u64) {
-        if let Ok(mut routes) = self.routes.lock() {
-            routes.remove(&id);
+    /// Marks the spawner gone once its shared socket has closed too
+    /// (within a second: its exit closes every descriptor it holds).
+    fn await_its_end(&self) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(self.reader_sock.as_fd(), PollFlags::POLLIN)];
+        let hung_up = poll(&mut fds, PollTimeout::from(1000u16)).is_ok_and(|n| n > 0)
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLHUP));
+        if hung_up {
+            self.gone.store(true, Ordering::Release);
         }
     }
 }
@@ -361,30 +357,12 @@ pub(crate) fn serve_on_fd3(parent: u32) -> i32 {
     }
 }
 
-/// Reads replies and hands each to the caller waiting for its sandbox; when
-/// the spawner is gone, every waiter learns it (its channel closes).
-fn route_replies(sock: UnixStream, routes: Routes, gone: Arc<AtomicBool>) {
-    // A `Launched` reply can carry a sandbox's listeners: up to a frame's limit.
-    while let Ok(Some((reply, fds))) =
-        crate::ipc::recv_up_to::<Reply>(&sock, crate::ipc::MAX_FRAME_FDS)
-    {
-        let id = reply.id();
-        let last = matches!(reply, Reply::Exited { .. } | Reply::Failed { .. });
-        let Ok(mut map) = routes.lock() else { return };
-        let sender = if last {
-            map.remove(&id)
-        } else {
-            map.get(&id).cloned()
-        };
-        drop(map);
-        if let Some(tx) = sender {
-            let _ = tx.send((reply, fds));
-        }
+/// Waits for the spawner's end: it sends nothing on the shared socket, so
+/// a read returns only when the socket closes. Marks it gone: a launch
+/// that checks after this fails instead of sending to nobody.
+fn watch_for_its_end(sock: UnixStream, gone: Arc<AtomicBool>) {
+    while let Ok(Some(_)) = crate::ipc::recv::<Reply>(&sock) {
+        tracing::error!("the spawner sent a reply on the shared socket; ignored");
     }
-    // Marked gone first: a launch that registers after the clear below sees
-    // it and fails instead of waiting for a reply that will never come.
     gone.store(true, Ordering::Release);
-    if let Ok(mut map) = routes.lock() {
-        map.clear();
-    }
 }

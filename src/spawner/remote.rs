@@ -3,7 +3,7 @@
 //! [`RemoteSandbox`], which supervision drives like a local one.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::mpsc::Receiver;
+use std::os::unix::net::UnixStream;
 
 use super::wire::{Reply, Request};
 use super::{Spawner, SpawnerError};
@@ -36,7 +36,8 @@ pub struct RemoteSandbox<'s> {
     pub(super) cgroup_memory: Option<nix::fcntl::Flock<OwnedFd>>,
     /// Whether it has cgroups.
     pub(super) has_cgroup: bool,
-    pub(super) replies: Receiver<(Reply, Vec<OwnedFd>)>,
+    /// This sandbox's own socket for the spawner's replies.
+    pub(super) replies: UnixStream,
 }
 
 /// The supervisor's handle on a remote sandbox's init.
@@ -47,8 +48,9 @@ struct RemoteEnd<'s> {
     /// Its peak and OOM files, opened while the program runs.
     readings: Option<crate::sandbox::cgroup::Readings>,
     has_cgroup: bool,
-    replies: Receiver<(Reply, Vec<OwnedFd>)>,
-    _spawner: &'s Spawner,
+    id: u64,
+    replies: UnixStream,
+    spawner: &'s Spawner,
 }
 
 impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
@@ -78,7 +80,7 @@ impl crate::supervise::SandboxEnd for RemoteEnd<'_> {
 
     fn reap(self: Box<Self>) -> std::io::Result<InitExit> {
         loop {
-            match self.replies.recv() {
+            match self.spawner.next_reply(self.id, &self.replies) {
                 Ok((Reply::Exited { exit, .. }, _)) => return Ok(exit),
                 Ok(_) => continue,
                 Err(_) => {
@@ -120,8 +122,9 @@ impl<'s> RemoteSandbox<'s> {
                     .and_then(|dir| crate::sandbox::cgroup::Readings::open_at(dir.as_fd())),
                 cgroup_memory: self.cgroup_memory,
                 has_cgroup: self.has_cgroup,
+                id: self.id,
                 replies: self.replies,
-                _spawner: self.spawner,
+                spawner: self.spawner,
             }),
         }
     }
@@ -131,17 +134,6 @@ impl RemoteSandbox<'_> {
     /// Sends `signal` to init (SIGKILL ends the whole sandbox: init is pid 1).
     pub fn signal(&self, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
         pidfd_send_signal(self.pidfd.as_fd(), signal as i32)
-    }
-
-    /// Blocks until the spawner has reaped init.
-    pub fn wait(&self) -> Result<InitExit, SpawnerError> {
-        loop {
-            match self.replies.recv() {
-                Ok((Reply::Exited { exit, .. }, _)) => return Ok(exit),
-                Ok(_) => continue,
-                Err(_) => return Err(SpawnerError::Unavailable("the spawner went away".into())),
-            }
-        }
     }
 }
 
@@ -197,7 +189,6 @@ impl<'s> RemoteLaunched<'s> {
             let _ = sandbox
                 .spawner
                 .send(&Request::Abort { id: sandbox.id }, &[]);
-            sandbox.spawner.forget(sandbox.id);
             return Err(SpawnerError::Setup(reason));
         }
         drop(go_ahead_pipe);
@@ -222,7 +213,6 @@ impl Drop for RemoteLaunched<'_> {
             let _ = sandbox
                 .spawner
                 .send(&Request::Abort { id: sandbox.id }, &[]);
-            sandbox.spawner.forget(sandbox.id);
         }
     }
 }

@@ -31,6 +31,15 @@ enum Slot {
     Running(LocalSandbox),
 }
 
+/// A sandbox of the daemon's, and the socket its replies go on (it came
+/// with the launch). A reply the daemon no longer reads (it dropped the
+/// launch) is not an error of the spawner's: the daemon's end is the
+/// shared socket.
+struct Kept {
+    replies: UnixStream,
+    slot: Slot,
+}
+
 /// Serves the daemon on `sock` until it closes; returns the exit code.
 pub(super) fn serve(sock: UnixStream) -> i32 {
     // Signals meant for the daemon's process group (Ctrl-C, a service
@@ -61,7 +70,7 @@ pub(super) fn serve(sock: UnixStream) -> i32 {
             tracing::warn!("spawner: cannot raise its priority: {e}");
         }
     }
-    let mut slots: HashMap<u64, Slot> = HashMap::new();
+    let mut slots: HashMap<u64, Kept> = HashMap::new();
     let mut pool = Some(SparePool::new());
     let mut cgroups = CgroupPool::new();
     loop {
@@ -69,7 +78,7 @@ pub(super) fn serve(sock: UnixStream) -> i32 {
         // if nothing came. Not while a sandbox waits for its go-ahead: a
         // clone (half a millisecond of kernel work) would take the CPU its
         // init and program need, on a machine with few cores.
-        let awaiting_start = slots.values().any(|s| matches!(s, Slot::Launched(_)));
+        let awaiting_start = slots.values().any(|k| matches!(k.slot, Slot::Launched(_)));
         let running = !slots.is_empty();
         let filling = !awaiting_start && pool.as_ref().is_some_and(|p| p.wants_work(running));
         // Checking a kept cgroup pair is short; it goes first, when due.
@@ -106,15 +115,13 @@ pub(super) fn serve(sock: UnixStream) -> i32 {
         }
         if chld_ready {
             while let Ok(Some(_)) = sigfd.read_signal() {}
-            if reap(&sock, &mut slots, &mut cgroups).is_err() {
-                return 0;
-            }
+            reap(&mut slots, &mut cgroups);
         }
         if sock_ready {
             match recv::<Request>(&sock) {
                 Ok(Some((request, fds))) => {
-                    if handle(&sock, &mut slots, pool.as_mut(), &mut cgroups, request, fds).is_err()
-                    {
+                    if let Err(e) = handle(&mut slots, pool.as_mut(), &mut cgroups, request, fds) {
+                        tracing::error!("spawner: {e}; leaving");
                         return 0;
                     }
                 }
@@ -126,9 +133,10 @@ pub(super) fn serve(sock: UnixStream) -> i32 {
     }
 }
 
+/// Carries out one request. An error is the daemon's protocol broken (a
+/// launch without a socket for its replies): the spawner leaves.
 fn handle(
-    sock: &UnixStream,
-    slots: &mut HashMap<u64, Slot>,
+    slots: &mut HashMap<u64, Kept>,
     pool: Option<&mut SparePool>,
     cgroups: &mut CgroupPool,
     request: Request,
@@ -137,13 +145,20 @@ fn handle(
     match request {
         Request::Launch { id, order, stdin } => {
             let mut fds = fds.into_iter();
-            let Some(program) = fds.next() else {
+            let (program, replies) = (fds.next(), fds.next());
+            let Some(replies) = replies.map(UnixStream::from) else {
+                return Err(std::io::Error::other(format!(
+                    "launch {id} came without a socket for its replies"
+                )));
+            };
+            let Some(program) = program else {
                 let missing = Cause::Other("no descriptor for the program".into());
-                return failed(
-                    sock,
+                failed(
+                    &replies,
                     id,
                     SetupError::because(Step::Spawner, "launch", missing),
                 );
+                return Ok(());
             };
             // The filter crossed the frame as the kernel's bytes: read
             // back once, here.
@@ -184,8 +199,8 @@ fn handle(
                             }
                             .into_list();
                             let cgroup = memory_dir.is_some();
-                            send(
-                                sock,
+                            let sent = send(
+                                &replies,
                                 &Reply::Launched {
                                     id,
                                     init_pid,
@@ -193,51 +208,83 @@ fn handle(
                                     listener_ports: listeners.as_ref().map(|l| l.ports()),
                                 },
                                 &list,
-                            )?;
+                            );
                             drop(list);
                             // The daemon holds the listeners now.
                             drop(listeners);
-                            slots.insert(id, Slot::Launched(launched));
+                            // Unread, the launch was dropped: the sandbox
+                            // is killed as by an abort.
+                            if sent.is_ok() {
+                                slots.insert(
+                                    id,
+                                    Kept {
+                                        replies,
+                                        slot: Slot::Launched(launched),
+                                    },
+                                );
+                            }
                             // With the reply on its way, stale cgroups (a
                             // `kill -9`'d spawnd's) are swept, now and then.
                             order.limits_via.sweep_stale_cgroups();
-                            Ok(())
                         }
                         (Err(e), _, _) => failed(
-                            sock,
+                            &replies,
                             id,
                             SetupError::new(Step::Spawner, "pidfd_open(init)", e),
                         ),
-                        (_, None, _) => failed(sock, id, spawner_error("sandbox pipes", "missing")),
+                        (_, None, _) => {
+                            failed(&replies, id, spawner_error("sandbox pipes", "missing"))
+                        }
                         (_, _, Err(e)) => failed(
-                            sock,
+                            &replies,
                             id,
                             SetupError::new(Step::Spawner, "open the memory cgroup", e),
                         ),
                     }
                 }
-                Err(e) => failed(sock, id, e),
+                Err(e) => failed(&replies, id, e),
             }
+            Ok(())
         }
         // The daemon wrote the go-ahead itself; an init that has already
         // ended (its SIGCHLD came while it was not yet ours to reap) is
         // reaped now.
-        Request::Started { id } => match slots.remove(&id) {
-            Some(Slot::Launched(launched)) => match launched.started_elsewhere() {
-                Some(running) => {
-                    slots.insert(id, Slot::Running(running));
-                    reap(sock, slots, cgroups)
+        Request::Started { id } => {
+            match slots.remove(&id) {
+                Some(Kept {
+                    replies,
+                    slot: Slot::Launched(launched),
+                }) => match launched.started_elsewhere() {
+                    Some(running) => {
+                        let slot = Slot::Running(running);
+                        slots.insert(id, Kept { replies, slot });
+                        reap(slots, cgroups);
+                    }
+                    None => failed(&replies, id, spawner_error("start", "started twice")),
+                },
+                Some(
+                    kept @ Kept {
+                        slot: Slot::Running(_),
+                        ..
+                    },
+                ) => {
+                    failed(&kept.replies, id, spawner_error("start", "already started"));
+                    slots.insert(id, kept);
                 }
-                None => failed(sock, id, spawner_error("start", "started twice")),
-            },
-            Some(running @ Slot::Running(_)) => {
-                slots.insert(id, running);
-                failed(sock, id, spawner_error("start", "already started"))
+                // Nothing to tell: the launch's socket is closed, which its
+                // reader takes as the sandbox gone.
+                None => {
+                    tracing::warn!("spawner: told sandbox {id} started, which it does not keep")
+                }
             }
-            None => failed(sock, id, spawner_error("start", "no such sandbox")),
-        },
+            Ok(())
+        }
         Request::Abort { id } => {
-            if let Some(Slot::Launched(launched)) = slots.remove(&id) {
+            if let Some(Kept {
+                slot: Slot::Launched(launched),
+                ..
+            }) = slots.remove(&id)
+            {
                 drop(launched);
             }
             Ok(())
@@ -245,8 +292,9 @@ fn handle(
     }
 }
 
-fn failed(sock: &UnixStream, id: u64, error: SetupError) -> std::io::Result<()> {
-    send(sock, &Reply::Failed { id, error }, &[])
+/// Tells the daemon a launch failed; one it no longer reads needs no word.
+fn failed(replies: &UnixStream, id: u64, error: SetupError) {
+    let _ = send(replies, &Reply::Failed { id, error }, &[]);
 }
 
 /// A request the spawner cannot carry out: `what`, and why not.
@@ -259,14 +307,10 @@ fn spawner_error(what: &'static str, why: &str) -> SetupError {
 /// sandboxes are waited for: one still building its root is reaped by its
 /// abort, never here, so a pid is never waited for twice (and never reused
 /// while the daemon might signal it).
-fn reap(
-    sock: &UnixStream,
-    slots: &mut HashMap<u64, Slot>,
-    cgroups: &mut CgroupPool,
-) -> std::io::Result<()> {
+fn reap(slots: &mut HashMap<u64, Kept>, cgroups: &mut CgroupPool) {
     let running: Vec<(u64, i32)> = slots
         .iter()
-        .filter_map(|(id, slot)| match slot {
+        .filter_map(|(id, kept)| match &kept.slot {
             Slot::Running(r) => Some((*id, r.init_pid)),
             Slot::Launched(_) => None,
         })
@@ -275,7 +319,11 @@ fn reap(
         let Ok(Some(reaped)) = try_wait_with_usage(pid) else {
             continue;
         };
-        let Some(Slot::Running(r)) = slots.remove(&id) else {
+        let Some(Kept {
+            replies,
+            slot: Slot::Running(r),
+        }) = slots.remove(&id)
+        else {
             continue;
         };
         let (cgroup_peak_bytes, oom_killed) = r
@@ -289,13 +337,13 @@ fn reap(
             cgroup_peak_bytes,
             oom_killed,
         };
-        let sent = send(sock, &Reply::Exited { id, exit }, &[]);
+        // A daemon that no longer reads it has let the sandbox go.
+        let _ = send(&replies, &Reply::Exited { id, exit }, &[]);
+        drop(replies);
         // The (empty) cgroups go back after the report: the caller is not
         // kept waiting.
         if let Some(cg) = r.cgroup {
             cgroups.give_back(cg);
         }
-        sent?;
     }
-    Ok(())
 }

@@ -12,7 +12,8 @@ use crate::supervise::InitExit;
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Request {
-    /// Create a sandbox (descriptor: the hashed program).
+    /// Create a sandbox (descriptors: the hashed program, then the socket
+    /// this launch's replies go on).
     /// Its init builds the root and waits for its go-ahead byte, which the
     /// daemon writes itself (see `Launched`).
     Launch {
@@ -25,8 +26,8 @@ pub(crate) enum Request {
         stdin: StdinSource,
     },
     /// The daemon has started the program (written the go-ahead byte):
-    /// from now on its init is reaped here. No reply, unless it names no
-    /// sandbox waiting for its go-ahead (then `Failed`).
+    /// from now on its init is reaped here. No reply, unless the sandbox's
+    /// program was started already (then `Failed`).
     Started {
         /// Which sandbox.
         id: u64,
@@ -38,7 +39,7 @@ pub(crate) enum Request {
     },
 }
 
-/// Spawner → daemon.
+/// Spawner → daemon, each on its launch's own socket.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Reply {
