@@ -36,9 +36,9 @@
 //! The client is thread-safe. Requests share the one socket; each launch
 //! brings a socket of its own for its replies (`Launched` or `Failed`, then
 //! `Exited`), so the thread waiting for a sandbox reads them itself, with
-//! no thread between it and the spawner. A thread reads the shared socket
-//! only to learn that the spawner is gone: then it and every launch's
-//! socket close.
+//! no thread between it and the spawner. The spawner writes nothing on the
+//! shared socket: it hangs up only when the spawner is gone, which a launch
+//! checks before it is sent and before its program starts.
 
 mod remote;
 mod server;
@@ -51,7 +51,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::sandbox::launch::{LaunchOrder, StdinSource};
 use crate::sandbox::network::Listeners;
@@ -73,11 +73,12 @@ pub enum SpawnerError {
 /// The daemon's side of its spawner.
 pub struct Spawner {
     sock: Mutex<UnixStream>,
-    reader_sock: UnixStream,
+    /// The shared socket again, polled for the spawner's hang-up.
+    hang_up: UnixStream,
     next_id: AtomicU64,
     pid: i32,
     /// Set when the spawner's socket closed: it died, and so did its sandboxes.
-    gone: Arc<AtomicBool>,
+    gone: AtomicBool,
 }
 
 impl Spawner {
@@ -126,25 +127,34 @@ impl Spawner {
     }
 
     fn connected(ours: UnixStream, pid: i32) -> std::io::Result<Spawner> {
-        let reader_sock = ours.try_clone()?;
-        let gone = Arc::new(AtomicBool::new(false));
-        let spawner = Spawner {
+        Ok(Spawner {
+            hang_up: ours.try_clone()?,
             sock: Mutex::new(ours),
-            reader_sock,
             next_id: AtomicU64::new(1),
             pid,
-            gone: Arc::clone(&gone),
-        };
-        let sock = spawner.reader_sock.try_clone()?;
-        std::thread::Builder::new()
-            .name("spawner-watch".into())
-            .spawn(move || watch_for_its_end(sock, gone))?;
-        Ok(spawner)
+            gone: AtomicBool::new(false),
+        })
     }
 
     /// Whether the spawner is still there (its socket open).
     pub fn is_alive(&self) -> bool {
-        !self.gone.load(Ordering::Acquire)
+        if self.gone.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.hung_up(nix::poll::PollTimeout::ZERO) {
+            self.gone.store(true, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// Whether the spawner's end of the shared socket closed, waiting up to
+    /// `timeout` for it (it writes nothing there: a readable socket has
+    /// hung up, or the spawner broke the protocol, which is no better).
+    fn hung_up(&self, timeout: nix::poll::PollTimeout) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(self.hang_up.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, timeout).is_ok_and(|n| n > 0)
     }
 
     /// The spawner's pid.
@@ -321,13 +331,7 @@ impl Spawner {
     /// Marks the spawner gone once its shared socket has closed too
     /// (within a second: its exit closes every descriptor it holds).
     fn await_its_end(&self) {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let mut fds = [PollFd::new(self.reader_sock.as_fd(), PollFlags::POLLIN)];
-        let hung_up = poll(&mut fds, PollTimeout::from(1000u16)).is_ok_and(|n| n > 0)
-            && fds[0]
-                .revents()
-                .is_some_and(|r| r.contains(PollFlags::POLLHUP));
-        if hung_up {
+        if self.hung_up(nix::poll::PollTimeout::from(1000u16)) {
             self.gone.store(true, Ordering::Release);
         }
     }
@@ -336,7 +340,7 @@ impl Spawner {
 impl Drop for Spawner {
     fn drop(&mut self) {
         // Closing both our ends ends the spawner's loop; its sandboxes follow.
-        let _ = self.reader_sock.shutdown(std::net::Shutdown::Both);
+        let _ = self.hang_up.shutdown(std::net::Shutdown::Both);
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
     }
 }
@@ -355,14 +359,4 @@ pub(crate) fn serve_on_fd3(parent: u32) -> i32 {
             70
         }
     }
-}
-
-/// Waits for the spawner's end: it sends nothing on the shared socket, so
-/// a read returns only when the socket closes. Marks it gone: a launch
-/// that checks after this fails instead of sending to nobody.
-fn watch_for_its_end(sock: UnixStream, gone: Arc<AtomicBool>) {
-    while let Ok(Some(_)) = crate::ipc::recv::<Reply>(&sock) {
-        tracing::error!("the spawner sent a reply on the shared socket; ignored");
-    }
-    gone.store(true, Ordering::Release);
 }
