@@ -36,12 +36,12 @@ impl Daemon {
         more: &[&std::path::Path],
         wrap: &[String],
     ) -> Daemon {
-        Daemon::start_full(name, extra, more, wrap, None, "")
+        Daemon::launch(name, extra, more, wrap, None, "").serving()
     }
 
     /// The daemon with its audit log at `audit` (else in its own directory).
     pub fn start_logging_to(name: &str, audit: &std::path::Path) -> Daemon {
-        Daemon::start_full(name, "", &[], &[], Some(audit.to_path_buf()), "")
+        Daemon::launch(name, "", &[], &[], Some(audit.to_path_buf()), "").serving()
     }
 
     /// The daemon run by uid 65534 through `wrap` (which drops to it and
@@ -52,7 +52,7 @@ impl Daemon {
         std::fs::create_dir_all(&dir).unwrap();
         let nobody = Some(nix::unistd::Uid::from_raw(65534));
         nix::unistd::chown(&dir, nobody, Some(nix::unistd::Gid::from_raw(65534))).unwrap();
-        Daemon::start_full(name, "", &[], wrap, Some(dir.join("audit.jsonl")), "")
+        Daemon::launch(name, "", &[], wrap, Some(dir.join("audit.jsonl")), "").serving()
     }
 
     /// The daemon with its audit log at `audit`, `audit_extra` in its
@@ -63,27 +63,20 @@ impl Daemon {
         audit_extra: &str,
         more: &[&std::path::Path],
     ) -> Daemon {
-        Daemon::start_full(name, "", more, &[], Some(audit.to_path_buf()), audit_extra)
+        Daemon::launch(name, "", more, &[], Some(audit.to_path_buf()), audit_extra).serving()
     }
 
-    fn start_full(
-        name: &str,
-        extra: &str,
-        more: &[&std::path::Path],
-        wrap: &[String],
-        audit: Option<PathBuf>,
-        audit_extra: &str,
-    ) -> Daemon {
-        let d = Daemon::launch(name, extra, more, wrap, audit, audit_extra);
+    /// Waits until the daemon's socket takes connections.
+    fn serving(self) -> Daemon {
         let started = Instant::now();
-        while UnixStream::connect(&d.socket).is_err() {
+        while UnixStream::connect(&self.socket).is_err() {
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "the daemon did not start"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        d
+        self
     }
 
     /// The daemon with its audit log at `audit`, started and not waited
