@@ -262,6 +262,10 @@ func TestDaemonManyGoroutinesShareOneConnection(t *testing.T) {
 	ctx := testContext(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
+	// A connection takes 4 probes (health, connectors_status, spawn_check)
+	// in progress at a time and refuses a fifth with -32003
+	// (probes_in_progress_per_connection): the goroutines keep within it.
+	probes := make(chan struct{}, 4)
 	for i := 0; i < 16; i++ {
 		wg.Add(1)
 		go func(i int) {
@@ -272,7 +276,10 @@ func TestDaemonManyGoroutinesShareOneConnection(t *testing.T) {
 			} else if st.Stdout.String() != fmt.Sprintf("%d\n", i) {
 				errs <- fmt.Errorf("run %d printed %q", i, st.Stdout.String())
 			}
-			if _, err := c.Health(ctx); err != nil {
+			probes <- struct{}{}
+			_, err = c.Health(ctx)
+			<-probes
+			if err != nil {
 				errs <- err
 			}
 		}(i)
